@@ -1,0 +1,71 @@
+// `cascade info --model PATH [--json]`: the model's config, tensor counts by type, sizes.
+#include <cstdio>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_format.h"
+#include "client/cli/args.h"
+#include "client/cli/commands.h"
+#include "model/gguf.h"
+#include "model/model_files.h"
+
+namespace cascade::cli {
+namespace {
+
+nlohmann::json ConfigJson(const model::ModelConfig& c) {
+  return {{"arch", c.arch}, {"name", c.name}, {"n_layers", c.n_layers}, {"n_embd", c.n_embd},
+          {"n_heads", c.n_heads}, {"n_kv_heads", c.n_kv_heads}, {"head_dim", c.head_dim},
+          {"n_ff", c.n_ff}, {"n_vocab", c.n_vocab}, {"n_ctx_train", c.n_ctx_train},
+          {"rope_theta", c.rope_theta},
+          {"rope_layout", c.rope_layout == model::RopeLayout::kAdjacentPairs ? "adjacent_pairs" : "rotate_half"},
+          {"rope_scaling", std::string(model::RopeScalingName(c.rope_scaling))},
+          {"rope_scaling_factor", c.rope_scaling_factor}, {"norm_eps", c.norm_eps},
+          {"tied_embeddings", c.tied_embeddings}, {"qkv_bias", c.qkv_bias}};
+}
+
+}  // namespace
+
+int InfoCommand(int argc, char** argv) {
+  Args args({"model"}, {"json"});
+  if (auto s = args.Parse(argc, argv, 2); !s.ok()) return Fail("info", s);
+  auto path = args.Require("model");
+  if (!path.ok()) return Fail("info", path.status());
+  auto files = model::OpenModelFiles(*path);
+  if (!files.ok()) return Fail("info", files.status());
+
+  std::map<std::string, std::pair<int64_t, uint64_t>> by_type;  // dtype -> (count, bytes)
+  uint64_t total_bytes = 0;
+  int64_t total_params = 0;
+  for (const model::TensorInfo& t : files->weights->tensors()) {
+    auto& slot = by_type[std::string(DTypeName(t.dtype))];
+    ++slot.first;
+    slot.second += t.n_bytes;
+    total_bytes += t.n_bytes;
+    total_params += t.NumElements();
+  }
+  if (args.Has("json")) {
+    nlohmann::json j;
+    j["path"] = *path;
+    j["format"] = std::string(model::ModelFormatName(files->format));
+    j["config"] = ConfigJson(files->config);
+    j["n_tensors"] = files->weights->tensors().size();
+    j["n_params"] = total_params;
+    j["tensor_bytes"] = total_bytes;
+    for (const auto& [type, cb] : by_type) j["tensors_by_type"][type] = {{"count", cb.first}, {"bytes", cb.second}};
+    if (files->gguf != nullptr) j["gguf_version"] = files->gguf->version();
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("model           %s (%s)\n", path->c_str(), std::string(model::ModelFormatName(files->format)).c_str());
+  std::fputs(files->config.ToString().c_str(), stdout);
+  std::printf("tensors         %zu (%.2f M parameters, %.2f MiB)\n", files->weights->tensors().size(),
+              total_params / 1e6, total_bytes / 1048576.0);
+  for (const auto& [type, cb] : by_type) {
+    std::printf("  %-6s        %4lld tensors  %10.2f MiB\n", type.c_str(),
+                static_cast<long long>(cb.first), cb.second / 1048576.0);
+  }
+  return 0;
+}
+
+}  // namespace cascade::cli

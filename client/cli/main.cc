@@ -1,0 +1,31 @@
+// `cascade`: the command-line front of Cascade. See `cascade help`.
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "client/cli/commands.h"
+
+namespace {
+
+constexpr char kUsage[] =
+    "usage: cascade <command> [options]\n"
+    "commands:\n"
+    "  info      --model PATH [--json]                      model config, tensor counts and sizes\n"
+    "  tokenize  --model PATH (--text T | --chat T) [--add-special] [--json] [--chat-template NAME]\n"
+    "  run       --model PATH (--prompt T | --prompt-ids 1,2,3 | --chat T) [--max-tokens N]\n"
+    "            [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [--threads N] [--json]\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::strcmp(argv[1], "help") == 0 || std::strcmp(argv[1], "--help") == 0) {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string cmd = argv[1];
+  if (cmd == "info") return cascade::cli::InfoCommand(argc, argv);
+  if (cmd == "tokenize") return cascade::cli::TokenizeCommand(argc, argv);
+  if (cmd == "run") return cascade::cli::RunCommand(argc, argv);
+  std::fprintf(stderr, "cascade: unknown command '%s' (try `cascade help`)\n", cmd.c_str());
+  return 2;
+}

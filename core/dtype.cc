@@ -1,0 +1,35 @@
+#include "core/dtype.h"
+
+#include <array>
+
+#include <cctype>
+#include <string>
+
+namespace cascade {
+namespace {
+constexpr std::array<DTypeInfo, 10> kInfos = {{
+    {"f32", 1, 4, false},
+    {"f16", 1, 2, false},
+    {"bf16", 1, 2, false},
+    {"i32", 1, 4, false},
+    {"q8_0", 32, 34, true},
+    {"q4_0", 32, 18, true},
+    {"q4_1", 32, 20, true},
+    {"q4_k", 256, 144, true},
+    {"q6_k", 256, 210, true},
+    {"q8_k", 256, 292, true},
+}};
+}  // namespace
+
+const DTypeInfo& GetDTypeInfo(DType dtype) { return kInfos[static_cast<size_t>(dtype)]; }
+
+std::optional<DType> DTypeFromName(std::string_view name) {
+  std::string lower(name);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (size_t i = 0; i < kInfos.size(); ++i) {
+    if (kInfos[i].name == lower) return static_cast<DType>(i);
+  }
+  return std::nullopt;
+}
+
+}  // namespace cascade

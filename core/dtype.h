@@ -1,0 +1,46 @@
+// Element types of tensors, dense and block-quantized, with their storage geometry.
+// Block-quantized types store `BlockElems()` elements in `BlockBytes()` bytes; a dense
+// type is a block of one element. Thread-safe (constants only).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace cascade {
+
+enum class DType : uint8_t {
+  kF32,
+  kF16,
+  kBF16,
+  kI32,
+  kQ8_0,  // 32 elements: f16 scale + 32 x int8.
+  kQ4_0,  // 32 elements: f16 scale + 16 bytes of nibbles, value = d * (q - 8).
+  kQ4_1,  // 32 elements: f16 scale, f16 min + 16 bytes of nibbles, value = d * q + m.
+  kQ4_K,  // 256 elements: super-block of 8 x 32 with 6-bit scales and mins.
+  kQ6_K,  // 256 elements: 16 x 16 with int8 scales, 6-bit quants.
+  kQ8_K,  // 256 elements: f32 scale + 256 x int8 + 16 x int16 sums (activations only).
+};
+
+struct DTypeInfo {
+  std::string_view name;
+  int32_t block_elems;
+  int32_t block_bytes;
+  bool quantized;
+};
+
+const DTypeInfo& GetDTypeInfo(DType dtype);
+inline std::string_view DTypeName(DType d) { return GetDTypeInfo(d).name; }
+inline int64_t BlockElems(DType d) { return GetDTypeInfo(d).block_elems; }
+inline int64_t BlockBytes(DType d) { return GetDTypeInfo(d).block_bytes; }
+inline bool IsQuantized(DType d) { return GetDTypeInfo(d).quantized; }
+
+// Bytes of a row of `n_elems` elements; `n_elems` must be a multiple of BlockElems().
+inline int64_t RowBytes(DType d, int64_t n_elems) {
+  return n_elems / BlockElems(d) * BlockBytes(d);
+}
+
+// Parses a name such as "f32", "q4_1" (case-insensitive).
+std::optional<DType> DTypeFromName(std::string_view name);
+
+}  // namespace cascade

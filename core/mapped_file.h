@@ -1,0 +1,38 @@
+// A read-only memory map of a whole file. Pages are touched only when read, so a worker
+// that reads one shard's rows never faults in the rest of the file.
+// Thread-safe after Open (immutable).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace cascade {
+
+class MappedFile {
+ public:
+  // Maps `path` read-only. NotFound if it does not exist; DataLoss if it cannot be read.
+  static absl::StatusOr<std::unique_ptr<MappedFile>> Open(const std::string& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+  // Hints the kernel that [offset, offset + bytes) will be read soon (best effort).
+  void WillNeed(size_t offset, size_t bytes) const;
+
+ private:
+  MappedFile(std::string path, const uint8_t* data, size_t size)
+      : path_(std::move(path)), data_(data), size_(size) {}
+  std::string path_;
+  const uint8_t* data_;
+  size_t size_;
+};
+
+}  // namespace cascade

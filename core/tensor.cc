@@ -1,0 +1,39 @@
+#include "core/tensor.h"
+
+#include "core/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/logging.h"
+
+namespace cascade {
+
+std::string Device::ToString() const {
+  return kind == DeviceKind::kCpu ? std::string("cpu") : cascade::StrCat("cuda:", index);
+}
+
+TensorView::TensorView(void* d, DType t, std::initializer_list<int64_t> dims, Device dev)
+    : data(d), dtype(t), device(dev), n_dims(static_cast<int>(dims.size())) {
+  CASCADE_CHECK(n_dims <= kMaxDims);
+  int i = 0;
+  for (int64_t v : dims) shape[i++] = v;
+}
+
+int64_t TensorView::NumElements() const {
+  int64_t n = 1;
+  for (int i = 0; i < n_dims; ++i) n *= shape[i];
+  return n;
+}
+
+TensorView TensorView::RowSlice(int64_t begin, int64_t end) const {
+  CASCADE_CHECK(begin >= 0 && begin <= end && end <= Rows());
+  TensorView v = *this;
+  v.data = static_cast<uint8_t*>(data) + begin * RowBytes();
+  v.n_dims = 2;
+  v.shape = {end - begin, Cols(), 0, 0};
+  return v;
+}
+
+std::string TensorView::ShapeString() const {
+  return cascade::StrCat("[", absl::StrJoin(shape.begin(), shape.begin() + n_dims, ", "), "]");
+}
+
+}  // namespace cascade

@@ -1,0 +1,50 @@
+// Run-time detection of the x86 SIMD extensions the CPU kernels use, and the choice of
+// kernel ISA level. Detection runs once (thread-safe static init); the ISA override is an
+// atomic, meant for tests that run every path against the others.
+#pragma once
+
+#include <string_view>
+
+namespace cascade::kernels {
+
+// What this CPU (and OS, for the wide register state) supports.
+struct CpuFeatures {
+  bool avx2 = false;
+  bool fma = false;
+  bool f16c = false;
+  bool avx512f = false;
+  bool avx512bw = false;
+  bool avx512vl = false;
+  bool avx512dq = false;
+  bool avx512vnni = false;
+  bool avx512bf16 = false;
+  bool avx_vnni = false;
+};
+
+// Detected once, at first call. Thread-safe.
+const CpuFeatures& GetCpuFeatures();
+
+// Kernel ISA levels, ordered: each level's kernels need everything the lower ones need.
+enum class CpuIsa : int {
+  kGeneric = 0,  // Portable C++, any CPU.
+  kAvx2 = 1,     // AVX2 + FMA + F16C.
+  kAvx512 = 2,   // AVX-512 F/BW/VL/DQ/VNNI + AVX2/FMA/F16C.
+};
+inline constexpr CpuIsa kAllCpuIsas[] = {CpuIsa::kGeneric, CpuIsa::kAvx2, CpuIsa::kAvx512};
+
+std::string_view CpuIsaName(CpuIsa isa);
+
+// The best level this CPU supports.
+CpuIsa BestCpuIsa();
+// Whether this CPU can run kernels of `isa`.
+bool CpuSupportsIsa(CpuIsa isa);
+
+// The level the kernels dispatch to: `BestCpuIsa()` unless capped by
+// `SetMaxCpuIsaForTesting`. Thread-safe (relaxed atomic read).
+CpuIsa ActiveCpuIsa();
+
+// Caps the kernels at `isa` (lower levels only; a level above `BestCpuIsa()` is clamped to
+// it) until reset with `BestCpuIsa()`. For tests that compare paths; not for production.
+void SetMaxCpuIsaForTesting(CpuIsa isa);
+
+}  // namespace cascade::kernels

@@ -1,0 +1,11 @@
+#include "kernels/cuda_device.h"
+
+namespace cascade::kernels {
+
+CudaAvailability QueryCudaDevices() {
+  return {0, "this binary was built without the CUDA backend (CASCADE_WITH_CUDA=OFF or no nvcc)"};
+}
+
+bool BuiltWithCuda() { return false; }
+
+}  // namespace cascade::kernels

@@ -1,0 +1,62 @@
+// Helpers shared by the test suites: where the real test models live, temporary files.
+// To add a test: put `foo_test.cc` under tests/<module>/; the module's suite globs it.
+#pragma once
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace cascade::testing {
+
+// Directory of the shared real test models and vectors: $CASCADE_TESTDATA, else
+// <source>/../shared/testdata. Empty when neither exists.
+std::string TestDataDir();
+// `TestDataDir()/relative` or empty when the testdata directory is absent.
+std::string TestDataPath(const std::string& relative);
+// <source>/models/<name> (the default model fetched by scripts/setup.sh), or empty.
+std::string DefaultModelPath(const std::string& name = "SmolLM2-135M-Instruct.Q4_1.gguf");
+// The repository root.
+std::string SourceDir();
+
+// A fresh empty directory removed (recursively) when the object dies.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  // Writes `bytes` to path()/name and returns the full path.
+  std::string WriteFile(const std::string& name, const std::string& bytes) const;
+
+ private:
+  std::string path_;
+};
+
+std::string ReadFileOrDie(const std::string& path);
+
+}  // namespace cascade::testing
+
+// Skips the current test with a printed reason when a shared test file is missing.
+#define CASCADE_REQUIRE_FILE(path_var, expr)                                  \
+  const std::string path_var = (expr);                                        \
+  if (path_var.empty() || !::cascade::testing::internal::Exists(path_var)) {  \
+    GTEST_SKIP() << "test file not available (" #expr "): set CASCADE_TESTDATA " \
+                    "or run scripts/setup.sh";                                \
+  }
+
+// Asserts an absl::Status (or StatusOr) has the given code.
+#define EXPECT_STATUS_CODE(expr, code_name)                                   \
+  do {                                                                        \
+    const ::absl::Status cascade_s_ = ::cascade::testing::internal::GetStatus(expr); \
+    EXPECT_EQ(cascade_s_.code(), ::absl::StatusCode::code_name) << cascade_s_; \
+  } while (0)
+
+#include "absl/status/statusor.h"
+namespace cascade::testing::internal {
+bool Exists(const std::string& path);
+inline const absl::Status& GetStatus(const absl::Status& s) { return s; }
+template <typename T>
+const absl::Status& GetStatus(const absl::StatusOr<T>& s) { return s.status(); }
+}  // namespace cascade::testing::internal
