@@ -2,14 +2,13 @@
 // MistralConfig, Qwen2Config field names and defaults).
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
-#include <nlohmann/json.hpp>
-
-#include "core/str_cat.h"
 #include "core/mapped_file.h"
 #include "core/status.h"
+#include "core/str_cat.h"
 #include "model/hf_model.h"
 #include "model/model_config.h"
 
@@ -120,8 +119,8 @@ absl::Status ParseRopeScaling(const Json& rs, const std::string& source, ModelCo
   } else if (type == "yarn") {
     c.rope_scaling = RopeScaling::kYarn;
   } else {
-    return absl::UnimplementedError(cascade::StrCat(
-        source, ": rope_scaling type '", type, "' is not supported (linear, llama3, yarn)"));
+    return absl::UnimplementedError(cascade::StrCat(source, ": rope_scaling type '", type,
+                                                    "' is not supported (linear, llama3, yarn)"));
   }
   CASCADE_ASSIGN_OR_RETURN(c.rope_scaling_factor, keys.Double("factor"));
   if (!(c.rope_scaling_factor > 0)) {
@@ -155,8 +154,8 @@ absl::StatusOr<ModelConfig> ModelConfigFromHfJson(std::string_view json_text,
   ModelConfig c;
   CASCADE_ASSIGN_OR_RETURN(c.arch, keys.String("model_type"));
   if (c.arch != "llama" && c.arch != "mistral" && c.arch != "qwen2") {
-    return absl::UnimplementedError(cascade::StrCat(
-        source, ": model_type '", c.arch, "' is not supported (llama, mistral, qwen2)"));
+    return absl::UnimplementedError(cascade::StrCat(source, ": model_type '", c.arch,
+                                                    "' is not supported (llama, mistral, qwen2)"));
   }
   if (const Json* n = keys.Find("_name_or_path"); n != nullptr && n->is_string()) {
     c.name = n->get<std::string>();
@@ -183,8 +182,7 @@ absl::StatusOr<ModelConfig> ModelConfigFromHfJson(std::string_view json_text,
     CASCADE_RETURN_IF_ERROR(ParseRopeScaling(*rs, source, c));
   }
   if (c.n_ctx_train <= 0) {
-    return keys.Bad("max_position_embeddings", root["max_position_embeddings"],
-                    "must be positive");
+    return keys.Bad("max_position_embeddings", root["max_position_embeddings"], "must be positive");
   }
   CASCADE_RETURN_IF_ERROR(Annotate(c.Validate(), source));
   return c;
@@ -195,8 +193,9 @@ absl::StatusOr<ModelConfig> ModelConfigFromHfDir(const std::string& dir) {
   const std::string path = (fs::path(dir) / "config.json").string();
   std::error_code ec;
   if (!fs::exists(path, ec)) {
-    return absl::NotFoundError(cascade::StrCat(dir, ": no config.json (not a Hugging Face model "
-                                            "directory?)"));
+    return absl::NotFoundError(cascade::StrCat(dir,
+                                               ": no config.json (not a Hugging Face model "
+                                               "directory?)"));
   }
   CASCADE_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file, MappedFile::Open(path));
   const std::string_view text(reinterpret_cast<const char*>(file->data()), file->size());

@@ -5,17 +5,16 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <utility>
 
-#include <nlohmann/json.hpp>
-
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/escaping.h"
-#include "core/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/logging.h"
 #include "core/status.h"
+#include "core/str_cat.h"
 #include "model/hf_model.h"
 
 namespace cascade::model {
@@ -30,8 +29,8 @@ constexpr int kMaxJsonDepth = 16;
 
 // The dtypes of the safetensors format that Cascade does not load.
 constexpr std::string_view kKnownUnsupportedDTypes[] = {
-    "BOOL", "U8",  "I8",      "I16",     "U16",      "U32",    "I64",     "U64",
-    "F64",  "F8_E4M3", "F8_E5M2", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4", "C64",
+    "BOOL", "U8",      "I8",      "I16",     "U16",     "U32",     "I64", "U64",
+    "F64",  "F8_E4M3", "F8_E5M2", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4",  "C64",
 };
 
 std::optional<DType> DTypeFromSafetensors(std::string_view name) {
@@ -132,8 +131,8 @@ struct ParsedEntry {
 absl::StatusOr<ParsedEntry> ParseEntry(const std::string& name, const Json& entry,
                                        uint64_t data_bytes) {
   if (!entry.is_object()) {
-    return absl::DataLossError(cascade::StrCat("entry is a JSON ", entry.type_name(),
-                                            ", expected an object"));
+    return absl::DataLossError(
+        cascade::StrCat("entry is a JSON ", entry.type_name(), ", expected an object"));
   }
   const auto dtype_it = entry.find("dtype");
   const auto shape_it = entry.find("shape");
@@ -161,32 +160,32 @@ absl::StatusOr<ParsedEntry> ParseEntry(const std::string& name, const Json& entr
     dims.push_back(dim);
     if (__builtin_mul_overflow(n_elements, dim, &n_elements)) {
       return absl::DataLossError(
-          cascade::StrCat("shape ", ShapeText(dims), "... overflows the element count"));
+          cascade::StrCat("shape ", ShapeText(dims), " overflows the 64-bit element count"));
     }
   }
 
   const std::string dtype_name = dtype_it->get<std::string>();
   const std::optional<DType> dtype = DTypeFromSafetensors(dtype_name);
   if (!dtype.has_value()) {
-    const bool known = std::find(std::begin(kKnownUnsupportedDTypes),
-                                 std::end(kKnownUnsupportedDTypes),
-                                 dtype_name) != std::end(kKnownUnsupportedDTypes);
+    const bool known =
+        std::find(std::begin(kKnownUnsupportedDTypes), std::end(kKnownUnsupportedDTypes),
+                  dtype_name) != std::end(kKnownUnsupportedDTypes);
     if (known) {
       return absl::UnimplementedError(cascade::StrCat(
           "dtype ", dtype_name, " is not supported (supported: F32, F16, BF16, I32)"));
     }
-    return absl::DataLossError(cascade::StrCat("unknown dtype \"", absl::CHexEscape(dtype_name),
-                                            "\""));
+    return absl::DataLossError(
+        cascade::StrCat("unknown dtype \"", absl::CHexEscape(dtype_name), "\""));
   }
   if (dims.size() > static_cast<size_t>(kMaxDims)) {
-    return absl::UnimplementedError(cascade::StrCat("shape ", ShapeText(dims), " has ",
-                                                 dims.size(), " dimensions; at most ",
-                                                 kMaxDims, " are supported"));
+    return absl::UnimplementedError(cascade::StrCat("shape ", ShapeText(dims), " has ", dims.size(),
+                                                    " dimensions; at most ", kMaxDims,
+                                                    " are supported"));
   }
   int64_t n_bytes = 0;
   if (__builtin_mul_overflow(n_elements, BlockBytes(*dtype), &n_bytes)) {
-    return absl::DataLossError(cascade::StrCat("shape ", ShapeText(dims), " of ", dtype_name,
-                                            " overflows the byte size"));
+    return absl::DataLossError(
+        cascade::StrCat("shape ", ShapeText(dims), " of ", dtype_name, " overflows the byte size"));
   }
 
   absl::StatusOr<uint64_t> begin = NonNegativeInt((*offsets_it)[0]);
@@ -199,13 +198,13 @@ absl::StatusOr<ParsedEntry> ParseEntry(const std::string& name, const Json& entr
   }
   if (*end > data_bytes) {
     return absl::DataLossError(cascade::StrCat("data_offsets [", *begin, ", ", *end,
-                                            ") run past the end of the data section (",
-                                            data_bytes, " bytes)"));
+                                               ") run past the end of the data section (",
+                                               data_bytes, " bytes)"));
   }
   if (*end - *begin != static_cast<uint64_t>(n_bytes)) {
-    return absl::DataLossError(cascade::StrCat(
-        "data_offsets [", *begin, ", ", *end, ") hold ", *end - *begin, " bytes but shape ",
-        ShapeText(dims), " of ", dtype_name, " needs ", n_bytes));
+    return absl::DataLossError(cascade::StrCat("data_offsets [", *begin, ", ", *end, ") hold ",
+                                               *end - *begin, " bytes but shape ", ShapeText(dims),
+                                               " of ", dtype_name, " needs ", n_bytes));
   }
 
   ParsedEntry out;
@@ -223,7 +222,7 @@ absl::StatusOr<std::vector<TensorInfo>> ParseHeaderImpl(std::string_view bytes,
                                                         const std::string& file) {
   if (bytes.size() < 8) {
     return absl::DataLossError(cascade::StrCat(file, ": truncated: ", bytes.size(),
-                                            " bytes, too short for the 8-byte header length"));
+                                               " bytes, too short for the 8-byte header length"));
   }
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) {
@@ -231,13 +230,13 @@ absl::StatusOr<std::vector<TensorInfo>> ParseHeaderImpl(std::string_view bytes,
   }
   if (header_len > kMaxSafetensorsHeaderBytes) {
     return absl::DataLossError(cascade::StrCat(file, ": header length ", header_len,
-                                            " exceeds the limit of ", kMaxSafetensorsHeaderBytes,
-                                            " bytes (corrupt, or not a safetensors file)"));
+                                               " exceeds the limit of ", kMaxSafetensorsHeaderBytes,
+                                               " bytes (corrupt, or not a safetensors file)"));
   }
   if (header_len > bytes.size() - 8) {
     return absl::DataLossError(cascade::StrCat(file, ": truncated: header length ", header_len,
-                                            " runs past the end of the file (", bytes.size(),
-                                            " bytes)"));
+                                               " runs past the end of the file (", bytes.size(),
+                                               " bytes)"));
   }
   const std::string_view header = bytes.substr(8, header_len);
   const uint64_t data_start = 8 + header_len;
@@ -249,8 +248,10 @@ absl::StatusOr<std::vector<TensorInfo>> ParseHeaderImpl(std::string_view bytes,
     const size_t quote = header.rfind('"', bad);
     const size_t ctx = (quote != std::string_view::npos && quote >= from) ? quote : from;
     return absl::DataLossError(cascade::StrCat(
-        file, ": header is not valid UTF-8 at byte ", 8 + bad, " (in a tensor name or string "
-        "near \"", absl::CHexEscape(AbslView(header.substr(ctx, std::min<size_t>(bad - ctx + 4, 64)))),
+        file, ": header is not valid UTF-8 at byte ", 8 + bad,
+        " (in a tensor name or string "
+        "near \"",
+        absl::CHexEscape(AbslView(header.substr(ctx, std::min<size_t>(bad - ctx + 4, 64)))),
         "\")"));
   }
   if (JsonNestingDepth(header) > kMaxJsonDepth) {
@@ -262,8 +263,7 @@ absl::StatusOr<std::vector<TensorInfo>> ParseHeaderImpl(std::string_view bytes,
   std::string duplicate;
   try {
     absl::flat_hash_set<std::string> seen;
-    Json::parser_callback_t on_event = [&](int depth, Json::parse_event_t event,
-                                           Json& parsed) {
+    Json::parser_callback_t on_event = [&](int depth, Json::parse_event_t event, Json& parsed) {
       if (depth == 1 && event == Json::parse_event_t::key && parsed.is_string()) {
         const std::string& key = parsed.get_ref<const std::string&>();
         if (!seen.insert(key).second && duplicate.empty()) duplicate = key;
@@ -281,8 +281,8 @@ absl::StatusOr<std::vector<TensorInfo>> ParseHeaderImpl(std::string_view bytes,
         cascade::StrCat(file, ": tensor '", duplicate, "' appears twice in the header"));
   }
   if (!root.is_object()) {
-    return absl::DataLossError(cascade::StrCat(file, ": header is a JSON ", root.type_name(),
-                                            ", expected an object"));
+    return absl::DataLossError(
+        cascade::StrCat(file, ": header is a JSON ", root.type_name(), ", expected an object"));
   }
 
   std::vector<ParsedEntry> entries;
@@ -310,10 +310,10 @@ absl::StatusOr<std::vector<TensorInfo>> ParseHeaderImpl(std::string_view bytes,
   const ParsedEntry* max_end_owner = nullptr;
   for (const ParsedEntry& e : entries) {
     if (max_end_owner != nullptr && e.begin < max_end) {
-      return absl::DataLossError(cascade::StrCat(
-          file, ": tensor '", e.info.name, "' data_offsets [", e.begin, ", ", e.end,
-          ") overlap tensor '", max_end_owner->info.name, "' [", max_end_owner->begin, ", ",
-          max_end_owner->end, ")"));
+      return absl::DataLossError(
+          cascade::StrCat(file, ": tensor '", e.info.name, "' data_offsets [", e.begin, ", ", e.end,
+                          ") overlap tensor '", max_end_owner->info.name, "' [",
+                          max_end_owner->begin, ", ", max_end_owner->end, ")"));
     }
     if (max_end_owner == nullptr || e.end > max_end) {
       max_end = e.end;
@@ -357,9 +357,9 @@ absl::Status SafetensorsSource::AddShard(Shard shard) {
   for (TensorInfo& t : tensors) {
     auto [it, inserted] = tensor_index_.emplace(t.name, tensors_.size());
     if (!inserted) {
-      return absl::DataLossError(cascade::StrCat(
-          shard.path, ": tensor '", t.name, "' is also stored in ",
-          shards_[tensor_shard_[it->second]].path));
+      return absl::DataLossError(cascade::StrCat(shard.path, ": tensor '", t.name,
+                                                 "' is also stored in ",
+                                                 shards_[tensor_shard_[it->second]].path));
     }
     tensors_.push_back(std::move(t));
     tensor_shard_.push_back(shard_index);
@@ -421,8 +421,8 @@ absl::StatusOr<std::unique_ptr<SafetensorsSource>> SafetensorsSource::OpenDirect
     }
     for (const auto& [tensor, file] : wm->items()) {
       if (!file.is_string()) {
-        return absl::DataLossError(cascade::StrCat(index_path, ": tensor '", tensor,
-                                                "' maps to a non-string shard name"));
+        return absl::DataLossError(
+            cascade::StrCat(index_path, ": tensor '", tensor, "' maps to a non-string shard name"));
       }
       weight_map.emplace(tensor, file.get<std::string>());
     }
@@ -440,8 +440,8 @@ absl::StatusOr<std::unique_ptr<SafetensorsSource>> SafetensorsSource::OpenDirect
     if (file.empty() || file.find('/') != std::string::npos ||
         file.find('\\') != std::string::npos || file == "." || file == "..") {
       return absl::DataLossError(cascade::StrCat(index_path, ": tensor '", tensor,
-                                              "' maps to invalid shard name \"",
-                                              absl::CHexEscape(file), "\""));
+                                                 "' maps to invalid shard name \"",
+                                                 absl::CHexEscape(file), "\""));
     }
     shard_example.emplace(file, tensor);
   }
@@ -454,7 +454,7 @@ absl::StatusOr<std::unique_ptr<SafetensorsSource>> SafetensorsSource::OpenDirect
     if (!mapped.ok()) {
       return Annotate(mapped.status(),
                       cascade::StrCat(index_path, ": shard '", file, "' (holding tensor '",
-                                   example_tensor, "')"));
+                                      example_tensor, "')"));
     }
     Shard shard;
     shard.path = shard_path;
@@ -469,15 +469,14 @@ absl::StatusOr<std::unique_ptr<SafetensorsSource>> SafetensorsSource::OpenDirect
     const auto it = source->tensor_index_.find(tensor);
     if (it == source->tensor_index_.end()) {
       return absl::DataLossError(cascade::StrCat(index_path, ": tensor '", tensor,
-                                              "' is mapped to shard '", file,
-                                              "', which does not contain it"));
+                                                 "' is mapped to shard '", file,
+                                                 "', which does not contain it"));
     }
     const size_t actual = source->tensor_shard_[it->second];
     if (actual != shard_index[file]) {
-      return absl::DataLossError(cascade::StrCat(index_path, ": tensor '", tensor,
-                                              "' is mapped to shard '", file,
-                                              "' but is stored in ",
-                                              source->shards_[actual].path));
+      return absl::DataLossError(
+          cascade::StrCat(index_path, ": tensor '", tensor, "' is mapped to shard '", file,
+                          "' but is stored in ", source->shards_[actual].path));
     }
   }
   return source;
@@ -505,8 +504,8 @@ absl::StatusOr<TensorView> SafetensorsSource::ReadRows(std::string_view name, in
   const int64_t rows = RowsOf(t);
   if (row_begin < 0 || row_begin > row_end || row_end > rows) {
     return absl::OutOfRangeError(cascade::StrCat(shard.path, ": tensor '", t.name, "': rows [",
-                                              row_begin, ", ", row_end, ") are outside [0, ",
-                                              rows, ")"));
+                                                 row_begin, ", ", row_end, ") are outside [0, ",
+                                                 rows, ")"));
   }
   const int64_t cols = t.n_dims == 0 ? 1 : t.shape[t.n_dims - 1];
   const int64_t row_bytes = cols * BlockBytes(t.dtype);  // Dense types only.

@@ -44,13 +44,12 @@ class SafetensorsSource final : public WeightSource {
   // NotFound when the directory holds neither or a shard file is missing; DataLoss for a
   // corrupt shard or index, including an index that names a tensor its shard lacks and a
   // tensor stored in two shards.
-  static absl::StatusOr<std::unique_ptr<SafetensorsSource>> OpenDirectory(
-      const std::string& dir);
+  static absl::StatusOr<std::unique_ptr<SafetensorsSource>> OpenDirectory(const std::string& dir);
 
   // Same as OpenFile over bytes already in memory (tests, fuzzing); `bytes` must outlive
   // the source.
   static absl::StatusOr<std::unique_ptr<SafetensorsSource>> OpenBytes(std::string_view bytes,
-                                                                       std::string name);
+                                                                      std::string name);
 
   SafetensorsSource(const SafetensorsSource&) = delete;
   SafetensorsSource& operator=(const SafetensorsSource&) = delete;
@@ -60,7 +59,10 @@ class SafetensorsSource final : public WeightSource {
   // Shard by shard (in index order), each by data offset.
   const std::vector<TensorInfo>& tensors() const override { return tensors_; }
   const TensorInfo* FindTensor(std::string_view name) const override;
-  // A view of shape [row_end - row_begin, Cols()] into the mapping.
+  // A view of shape [row_end - row_begin, Cols()] into the mapping. The format does not
+  // promise alignment: the view is aligned to the element size when the writer aligned
+  // the data (the reference writer pads the header to 8 bytes and orders tensors by
+  // dtype, so Hugging Face files are); callers that need alignment check `data`.
   absl::StatusOr<TensorView> ReadRows(std::string_view name, int64_t row_begin,
                                       int64_t row_end) const override;
 

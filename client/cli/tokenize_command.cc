@@ -1,0 +1,40 @@
+// `cascade tokenize --model PATH (--text T | --chat T) [--add-special] [--json]`.
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "client/cli/args.h"
+#include "client/cli/commands.h"
+#include "client/cli/prompt.h"
+#include "model/local_engine.h"
+#include "model/model_files.h"
+
+namespace cascade::cli {
+
+int TokenizeCommand(int argc, char** argv) {
+  Args args({"model", "text", "chat", "system", "chat-template"}, {"add-special", "json"});
+  if (auto s = args.Parse(argc, argv, 2); !s.ok()) return Fail("tokenize", s);
+  auto path = args.Require("model");
+  if (!path.ok()) return Fail("tokenize", path.status());
+  auto files = model::OpenModelFiles(*path);
+  if (!files.ok()) return Fail("tokenize", files.status());
+  auto tokenizer = model::LoadTokenizer(*files);
+  if (!tokenizer.ok()) return Fail("tokenize", tokenizer.status());
+  auto ids = PromptIds(args, **tokenizer, "text", args.Has("add-special"));
+  if (!ids.ok()) return Fail("tokenize", ids.status());
+  if (args.Has("json")) {
+    nlohmann::json pieces = nlohmann::json::array();
+    for (int32_t id : *ids) {
+      // Pieces are bytes; a piece that is not valid UTF-8 on its own is shown escaped.
+      pieces.push_back((*tokenizer)->TokenText(id));
+    }
+    nlohmann::json j{{"ids", *ids}, {"pieces", pieces}};
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    return 0;
+  }
+  for (size_t i = 0; i < ids->size(); ++i) std::printf("%s%d", i ? " " : "", (*ids)[i]);
+  std::printf("\n");
+  return 0;
+}
+
+}  // namespace cascade::cli

@@ -1,0 +1,164 @@
+// The CPU implementation of kernels::Backend: shape checks, then the row kernels of
+// elementwise.h, attention.h and the quantized matmuls of linear.h on the backend's pool.
+#include <memory>
+#include <vector>
+
+#include "core/str_cat.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/quantize.h"
+#include "kernels/ops.h"
+
+namespace cascade::kernels {
+namespace {
+
+absl::Status CheckF32(const TensorView& t, std::string_view what) {
+  if (t.dtype != DType::kF32 || t.data == nullptr) {
+    return absl::InvalidArgumentError(StrCat(what, ": expected an f32 tensor, got ", DTypeName(t.dtype)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SameShape(const TensorView& a, const TensorView& b, std::string_view what) {
+  if (a.Rows() != b.Rows() || a.Cols() != b.Cols()) {
+    return absl::InvalidArgumentError(StrCat(what, ": shapes ", a.ShapeString(), " and ", b.ShapeString(), " differ"));
+  }
+  return absl::OkStatus();
+}
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(const CpuBackendOptions& options)
+      : pool_(std::make_unique<ThreadPool>(std::max(1, options.n_threads))) {}
+
+  Device device() const override { return {}; }
+  int n_threads() const override { return pool_->n_threads(); }
+
+  bool SupportsWeight(DType dtype) const override {
+    switch (dtype) {
+      case DType::kF32: case DType::kF16: case DType::kBF16: case DType::kQ8_0:
+      case DType::kQ4_0: case DType::kQ4_1: case DType::kQ4_K: case DType::kQ6_K:
+        return true;
+      default:
+        return false;
+    }
+  }
+
+  absl::Status Linear(TensorView out, const TensorView& in, const TensorView& weight,
+                      const TensorView& bias) override {
+    if (auto s = CheckF32(out, "linear out"); !s.ok()) return s;
+    if (auto s = CheckF32(in, "linear in"); !s.ok()) return s;
+    if (!SupportsWeight(weight.dtype)) {
+      return absl::UnimplementedError(StrCat("linear: CPU backend has no kernel for ", DTypeName(weight.dtype), " weights"));
+    }
+    if (in.Cols() != weight.Cols() || out.Cols() != weight.Rows() || out.Rows() != in.Rows()) {
+      return absl::InvalidArgumentError(StrCat("linear: in ", in.ShapeString(), " x weight ",
+                                               weight.ShapeString(), " -> out ", out.ShapeString()));
+    }
+    if (auto s = cpu::Linear(out.As<float>(), in.As<float>(), weight, in.Rows(), pool_.get()); !s.ok()) return s;
+    if (bias.data != nullptr) {
+      if (bias.NumElements() != out.Cols()) {
+        return absl::InvalidArgumentError(StrCat("linear: bias ", bias.ShapeString(), " for ", out.Cols(), " outputs"));
+      }
+      for (int64_t r = 0; r < out.Rows(); ++r) cpu::AddRow(out.As<float>() + r * out.Cols(), bias.As<float>(), out.Cols());
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status RmsNorm(TensorView out, const TensorView& in, const TensorView& weight, float eps) override {
+    if (auto s = SameShape(out, in, "rms_norm"); !s.ok()) return s;
+    if (weight.dtype != DType::kF32 || weight.NumElements() != in.Cols()) {
+      return absl::InvalidArgumentError(StrCat("rms_norm: weight ", weight.ShapeString(), " ",
+                                               DTypeName(weight.dtype), " for rows of ", in.Cols()));
+    }
+    const int64_t n = in.Cols();
+    RowParallel(in.Rows(), [&](int64_t r) {
+      cpu::RmsNormRow(out.As<float>() + r * n, in.As<float>() + r * n, weight.As<float>(), n, eps);
+    });
+    return absl::OkStatus();
+  }
+
+  absl::Status Rope(TensorView x, std::span<const int32_t> positions, const RopeParams& p) override {
+    if (p.head_dim <= 0 || p.head_dim % 2 != 0 || p.head_dim > 1024 || x.Cols() % p.head_dim != 0 ||
+        static_cast<int64_t>(p.inv_freq.size()) < p.head_dim / 2 ||
+        static_cast<int64_t>(positions.size()) != x.Rows()) {
+      return absl::InvalidArgumentError(StrCat("rope: x ", x.ShapeString(), ", head_dim ", p.head_dim,
+                                               ", ", positions.size(), " positions"));
+    }
+    const int64_t n_heads = x.Cols() / p.head_dim;
+    RowParallel(x.Rows(), [&](int64_t r) {
+      cpu::RopeRow(x.As<float>() + r * x.Cols(), n_heads, positions[r], p);
+    });
+    return absl::OkStatus();
+  }
+
+  absl::Status SiluMul(TensorView out, const TensorView& gate, const TensorView& up) override {
+    if (auto s = SameShape(gate, up, "silu_mul"); !s.ok()) return s;
+    if (auto s = SameShape(out, gate, "silu_mul"); !s.ok()) return s;
+    const int64_t n = gate.Cols();
+    RowParallel(gate.Rows(), [&](int64_t r) {
+      cpu::SiluMulRow(out.As<float>() + r * n, gate.As<float>() + r * n, up.As<float>() + r * n, n);
+    });
+    return absl::OkStatus();
+  }
+
+  absl::Status AddInPlace(TensorView out, const TensorView& in) override {
+    if (auto s = SameShape(out, in, "add"); !s.ok()) return s;
+    cpu::AddRow(out.As<float>(), in.As<float>(), out.NumElements());
+    return absl::OkStatus();
+  }
+
+  absl::Status Embedding(TensorView out, const TensorView& table, std::span<const int32_t> ids) override {
+    if (out.Cols() != table.Cols() || out.Rows() != static_cast<int64_t>(ids.size())) {
+      return absl::InvalidArgumentError(StrCat("embedding: out ", out.ShapeString(), " for ", ids.size(),
+                                               " ids of table ", table.ShapeString()));
+    }
+    for (int32_t id : ids) {
+      if (id < 0 || id >= table.Rows()) {
+        return absl::InvalidArgumentError(StrCat("token id ", id, " is outside the vocabulary [0, ", table.Rows(), ")"));
+      }
+    }
+    const int64_t row_bytes = table.RowBytes();
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const auto* src = static_cast<const uint8_t*>(table.data) + ids[i] * row_bytes;
+      if (auto s = cpu::DequantizeRow(table.dtype, src, out.As<float>() + i * out.Cols(), out.Cols()); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status WriteKv(KvCacheLayer& cache, const TensorView& k, const TensorView& v,
+                       std::span<const AttentionSeq> seqs) override {
+    return cpu::WriteKvCpu(cache, k, v, seqs);
+  }
+
+  absl::Status Attention(TensorView out, const TensorView& q, const KvCacheLayer& cache,
+                         std::span<const AttentionSeq> seqs, const AttentionParams& params) override {
+    return cpu::AttentionCpu(out, q, cache, seqs, params, *pool_);
+  }
+
+ private:
+  // Runs fn(row) for every row; splits across the pool only when there are many rows
+  // (one decode row is cheaper than a dispatch).
+  template <typename F>
+  void RowParallel(int64_t n_rows, F&& fn) {
+    if (n_rows < 8) {
+      for (int64_t r = 0; r < n_rows; ++r) fn(r);
+      return;
+    }
+    pool_->ParallelFor(n_rows, [&](int64_t b, int64_t e, int) {
+      for (int64_t r = b; r < e; ++r) fn(r);
+    });
+  }
+
+  std::unique_ptr<ThreadPool> pool_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> MakeCpuBackend(const CpuBackendOptions& options) {
+  return std::make_unique<CpuBackend>(options);
+}
+
+}  // namespace cascade::kernels

@@ -1,0 +1,243 @@
+#include "kernels/cpu/linear.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "core/status.h"
+#include "kernels/cpu/linear_kernels.h"
+#include "kernels/cpu_features.h"
+
+namespace cascade::kernels::cpu {
+namespace {
+
+using internal::GemmArgs;
+using internal::KernelTable;
+
+// Tables per ISA level with the lower levels' kernels filled into the gaps.
+struct MergedTables {
+  KernelTable by_isa[3];
+  MergedTables() {
+    by_isa[0] = internal::GenericKernels();
+    by_isa[1] = by_isa[0];
+    if (CpuSupportsIsa(CpuIsa::kAvx2)) Overlay(internal::Avx2Kernels(), &by_isa[1]);
+    by_isa[2] = by_isa[1];
+    if (CpuSupportsIsa(CpuIsa::kAvx512)) Overlay(internal::Avx512Kernels(), &by_isa[2]);
+  }
+  static void Overlay(const KernelTable& top, KernelTable* t) {
+    for (int i = 0; i < internal::kNumDTypes; ++i) {
+      if (top.gemm[i] != nullptr) t->gemm[i] = top.gemm[i];
+    }
+    if (top.quant_q8_block != nullptr) t->quant_q8_block = top.quant_q8_block;
+  }
+};
+
+const KernelTable& ActiveKernels() {
+  static const MergedTables tables;
+  return tables.by_isa[static_cast<int>(ActiveCpuIsa())];
+}
+
+int64_t FormatBlock(ActivationFormat f) {
+  switch (f) {
+    case ActivationFormat::kF32:
+      return 1;
+    case ActivationFormat::kQ8Block:
+      return kQK;
+    case ActivationFormat::kQ8K:
+      return kQKK;
+  }
+  return 1;
+}
+
+// Rows per work item: a multiple of 16 (the micro-kernels' row tile, and whole cache lines
+// of f32 output), about four items per thread so that a slow thread can be helped.
+int64_t RowChunk(int64_t n_out, int n_threads) {
+  if (n_threads <= 1) return std::max<int64_t>(n_out, 1);
+  const int64_t per = (n_out + 4 * n_threads - 1) / (4 * n_threads);
+  return std::max<int64_t>(16, (per + 15) / 16 * 16);
+}
+
+absl::Status CheckWeight(const TensorView& weight) {
+  if (weight.device.kind != DeviceKind::kCpu) {
+    return absl::UnimplementedError("Linear: the CPU kernel needs a CPU weight");
+  }
+  if (!LinearSupports(weight.dtype)) {
+    return absl::UnimplementedError(
+        absl::StrCat("Linear: unsupported weight dtype ", std::string(DTypeName(weight.dtype))));
+  }
+  if (weight.n_dims != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Linear: weight must be 2-D [n_out, n_in], got ", weight.ShapeString()));
+  }
+  if (weight.data == nullptr && weight.NumElements() != 0) {
+    return absl::InvalidArgumentError("Linear: null weight data");
+  }
+  const int64_t n_in = weight.Cols();
+  if (n_in % BlockElems(weight.dtype) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("Linear: n_in ", n_in,
+                                                   " is not a multiple of the ",
+                                                   std::string(DTypeName(weight.dtype)), " block (",
+                                                   BlockElems(weight.dtype), ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool LinearSupports(DType weight_dtype) {
+  switch (weight_dtype) {
+    case DType::kF32:
+    case DType::kF16:
+    case DType::kBF16:
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+    case DType::kQ4_1:
+    case DType::kQ4_K:
+    case DType::kQ6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
+ActivationFormat ActivationFormatFor(DType weight_dtype) {
+  switch (weight_dtype) {
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+    case DType::kQ4_1:
+      return ActivationFormat::kQ8Block;
+    case DType::kQ4_K:
+    case DType::kQ6_K:
+      return ActivationFormat::kQ8K;
+    default:
+      return ActivationFormat::kF32;
+  }
+}
+
+absl::Status QuantizedActivations::Quantize(const float* in, int64_t n_tokens, int64_t n_in,
+                                            ActivationFormat format, ThreadPool* pool) {
+  n_tokens_ = 0;
+  n_in_ = 0;
+  f32_ = nullptr;
+  format_ = format;
+  const int64_t block = FormatBlock(format);
+  if (n_tokens < 0 || n_in < 0 || n_in % block != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("QuantizeActivations: n_in ", n_in,
+                                                   " is not a multiple of ", block,
+                                                   " or a size is negative"));
+  }
+  if (in == nullptr && n_tokens * n_in != 0) {
+    return absl::InvalidArgumentError("QuantizeActivations: null input");
+  }
+  const int64_t n = n_tokens * n_in;
+  switch (format) {
+    case ActivationFormat::kF32:
+      f32_ = in;
+      break;
+    case ActivationFormat::kQ8Block: {
+      if (static_cast<int64_t>(q8_quants_.size()) < n) q8_quants_.resize(n);
+      if (static_cast<int64_t>(q8_scales_.size()) < n / kQK) {
+        q8_scales_.resize(n / kQK);
+        q8_sums_.resize(n / kQK);
+      }
+      const internal::QuantQ8BlockFn quant = ActiveKernels().quant_q8_block;
+      const int64_t nb = n_in / kQK;
+      auto run = [&](int64_t begin, int64_t end, int) {
+        for (int64_t t = begin; t < end; ++t) {
+          quant(in + t * n_in, n_in, q8_quants_.data() + t * n_in, q8_scales_.data() + t * nb,
+                q8_sums_.data() + t * nb);
+        }
+      };
+      if (pool != nullptr && n >= 16384) {
+        pool->ParallelFor(n_tokens, run);
+      } else {
+        run(0, n_tokens, 0);
+      }
+      break;
+    }
+    case ActivationFormat::kQ8K: {
+      if (static_cast<int64_t>(q8k_.size()) < n / kQKK) q8k_.resize(n / kQKK);
+      const int64_t nb = n_in / kQKK;
+      auto run = [&](int64_t begin, int64_t end, int) {
+        for (int64_t t = begin; t < end; ++t) {
+          internal::QuantizeQ8K(in + t * n_in, n_in, q8k_.data() + t * nb);
+        }
+      };
+      if (pool != nullptr && n >= 16384) {
+        pool->ParallelFor(n_tokens, run);
+      } else {
+        run(0, n_tokens, 0);
+      }
+      break;
+    }
+  }
+  n_tokens_ = n_tokens;
+  n_in_ = n_in;
+  return absl::OkStatus();
+}
+
+absl::Status LinearQuantized(float* out, const QuantizedActivations& in, const TensorView& weight,
+                             ThreadPool* pool) {
+  CASCADE_RETURN_IF_ERROR(CheckWeight(weight));
+  const int64_t n_out = weight.Rows();
+  const int64_t n_in = weight.Cols();
+  if (in.format() != ActivationFormatFor(weight.dtype)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Linear: activations are not in the format ", std::string(DTypeName(weight.dtype)),
+                     " weights need"));
+  }
+  if (in.n_in() != n_in && in.n_tokens() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("Linear: activations have n_in ", in.n_in(),
+                                                   ", weight ", weight.ShapeString()));
+  }
+  const int64_t n_tokens = in.n_tokens();
+  if (n_tokens == 0 || n_out == 0) return absl::OkStatus();
+  if (out == nullptr) return absl::InvalidArgumentError("Linear: null output");
+  if (n_in == 0) {
+    std::fill(out, out + n_tokens * n_out, 0.0f);
+    return absl::OkStatus();
+  }
+
+  GemmArgs args;
+  args.out = out;
+  args.ld_out = n_out;
+  args.w = static_cast<const uint8_t*>(weight.data);
+  args.w_row_bytes = weight.RowBytes();
+  args.n_in = n_in;
+  args.n_tokens = n_tokens;
+  args.x = in.f32();
+  if (in.format() == ActivationFormat::kQ8Block) {
+    args.xq = in.q8_quants();
+    args.xd = in.q8_scales();
+    args.xs = in.q8_sums();
+  } else if (in.format() == ActivationFormat::kQ8K) {
+    args.xk = in.q8k_blocks();
+  }
+  const internal::GemmFn gemm = ActiveKernels().gemm[static_cast<int>(weight.dtype)];
+  if (gemm == nullptr) {
+    return absl::UnimplementedError(
+        absl::StrCat("Linear: no kernel for ", std::string(DTypeName(weight.dtype))));
+  }
+  const int n_threads = pool == nullptr ? 1 : pool->n_threads();
+  if (n_threads == 1) {
+    gemm(args, 0, n_out);
+    return absl::OkStatus();
+  }
+  pool->ParallelForChunked(n_out, RowChunk(n_out, n_threads),
+                           [&](int64_t begin, int64_t end, int) { gemm(args, begin, end); });
+  return absl::OkStatus();
+}
+
+absl::Status Linear(float* out, const float* in, const TensorView& weight, int64_t n_tokens,
+                    ThreadPool* pool) {
+  CASCADE_RETURN_IF_ERROR(CheckWeight(weight));
+  if (n_tokens < 0) return absl::InvalidArgumentError("Linear: negative n_tokens");
+  if (n_tokens > 0 && weight.Cols() > 0 && (in == nullptr || out == nullptr)) {
+    return absl::InvalidArgumentError("Linear: null input or output");
+  }
+  thread_local QuantizedActivations scratch;
+  CASCADE_RETURN_IF_ERROR(scratch.Quantize(in, n_tokens, weight.Cols(),
+                                           ActivationFormatFor(weight.dtype), pool));
+  return LinearQuantized(out, scratch, weight, pool);
+}
+
+}  // namespace cascade::kernels::cpu

@@ -1,0 +1,98 @@
+// CPU linear layer (matrix product with a stored weight): out = in * weight^T, with the
+// weight kept in its storage format (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K).
+//
+// Quantized weights follow llama.cpp's scheme: each activation row is quantized to 8 bits
+// per 32-element block (for Q8_0/Q4_0/Q4_1 weights, with the block sums that Q4_1's
+// offsets need) or per 256-element super-block (Q8_K, for Q4_K/Q6_K weights), and the
+// products are integer dot products (AVX-512 VNNI `vpdpbusd`, AVX2 `vpmaddubsw`, or
+// portable C++), scaled in f32. Float weights use f32 FMA loops (F16 through F16C).
+// The kernel ISA is picked at run time (kernels/cpu_features.h).
+//
+// Work is split over the pool's threads by output rows; with several tokens, each block of
+// weight rows is unpacked once into an L1-resident tile and reused for all tokens.
+//
+// Thread-safety: the functions are safe to call concurrently from different threads with
+// different pools and output buffers. `Linear` keeps a per-calling-thread scratch buffer for
+// the quantized activations, which grows to the largest call and is then reused (no
+// allocation in steady state). A `QuantizedActivations` object is single owner.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "core/dtype.h"
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+#include "kernels/quant_blocks.h"
+
+namespace cascade::kernels::cpu {
+
+// How activations are prepared for a weight dtype.
+enum class ActivationFormat : uint8_t {
+  kF32,      // Used as is (F32, F16, BF16 weights).
+  kQ8Block,  // int8 per 32-element block with f32 scale and block sum (Q8_0, Q4_0, Q4_1).
+  kQ8K,      // ggml `block_q8_K` per 256 elements (Q4_K, Q6_K).
+};
+
+// Whether `Linear` supports weights of `weight_dtype`; the format their activations need.
+bool LinearSupports(DType weight_dtype);
+ActivationFormat ActivationFormatFor(DType weight_dtype);
+
+// Activations [n_tokens, n_in] prepared once for a family of weights, so that several
+// projections of the same input (Q/K/V, gate/up) share one quantization.
+// Single owner; buffers grow to the largest input seen and are reused.
+class QuantizedActivations {
+ public:
+  QuantizedActivations() = default;
+  QuantizedActivations(const QuantizedActivations&) = delete;
+  QuantizedActivations& operator=(const QuantizedActivations&) = delete;
+
+  // Prepares `in` [n_tokens, n_in] in `format`. For kF32 the object only borrows `in`,
+  // which must then outlive every use of this object. InvalidArgument when `n_in` is not a
+  // multiple of the format's block (32 or 256), or a size is negative; the object is
+  // left empty (n_tokens() == 0) on error. `pool` may be null (runs on the caller).
+  absl::Status Quantize(const float* in, int64_t n_tokens, int64_t n_in, ActivationFormat format,
+                        ThreadPool* pool);
+
+  ActivationFormat format() const { return format_; }
+  int64_t n_tokens() const { return n_tokens_; }
+  int64_t n_in() const { return n_in_; }
+
+  // Format kF32: [n_tokens, n_in].
+  const float* f32() const { return f32_; }
+  // Format kQ8Block: quants [n_tokens, n_in], scales and sums [n_tokens, n_in / 32]; the sum
+  // is scale * (sum of the block's quants).
+  const int8_t* q8_quants() const { return q8_quants_.data(); }
+  const float* q8_scales() const { return q8_scales_.data(); }
+  const float* q8_sums() const { return q8_sums_.data(); }
+  // Format kQ8K: [n_tokens, n_in / 256].
+  const BlockQ8_K* q8k_blocks() const { return q8k_.data(); }
+
+ private:
+  ActivationFormat format_ = ActivationFormat::kF32;
+  int64_t n_tokens_ = 0;
+  int64_t n_in_ = 0;
+  const float* f32_ = nullptr;
+  std::vector<int8_t> q8_quants_;
+  std::vector<float> q8_scales_;
+  std::vector<float> q8_sums_;
+  std::vector<BlockQ8_K> q8k_;
+};
+
+// out [n_tokens, n_out] = in [n_tokens, n_in] x weight^T, where weight is [n_out, n_in]
+// (a 2-D CPU TensorView, rows contiguous, any supported dtype) and n_in is its Cols().
+// `pool` may be null (single-threaded). Errors, with `out` unspecified:
+//   Unimplemented    weight dtype not supported (see LinearSupports) or not on the CPU;
+//   InvalidArgument  weight not 2-D, n_in not a multiple of the dtype's block (32 for
+//                    Q8_0/Q4_0/Q4_1, 256 for Q4_K/Q6_K), null pointers, n_tokens < 0.
+// `out` must not alias `in` or the weight.
+absl::Status Linear(float* out, const float* in, const TensorView& weight, int64_t n_tokens,
+                    ThreadPool* pool);
+
+// As `Linear`, with activations prepared by `QuantizedActivations::Quantize` in
+// ActivationFormatFor(weight.dtype) and n_in == weight.Cols(); InvalidArgument otherwise.
+absl::Status LinearQuantized(float* out, const QuantizedActivations& in, const TensorView& weight,
+                             ThreadPool* pool);
+
+}  // namespace cascade::kernels::cpu

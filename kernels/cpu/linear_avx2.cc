@@ -1,0 +1,238 @@
+// AVX2 + FMA + F16C kernels: f32/f16/bf16 weights (FMA, also used on AVX-512 machines),
+// the activation quantizer, and Q8_0/Q4_0/Q4_1 integer dot products with `vpmaddubsw`.
+// Compiled with -mavx2 -mfma -mf16c; only called when the CPU has them (linear.cc).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/half.h"
+#include "kernels/cpu/linear_kernels.h"
+
+namespace cascade::kernels::cpu::internal {
+namespace {
+
+inline float HorizontalSum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// ---- Activation quantizer --------------------------------------------------------------
+
+void QuantQ8BlockAvx2(const float* x, int64_t n, int8_t* q, float* d, float* s) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int64_t b = 0; b < n / 32; ++b, x += 32, q += 32) {
+    __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8);
+    __m256 v2 = _mm256_loadu_ps(x + 16), v3 = _mm256_loadu_ps(x + 24);
+    __m256 amax = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v0), _mm256_andnot_ps(sign, v1)),
+                                _mm256_max_ps(_mm256_andnot_ps(sign, v2), _mm256_andnot_ps(sign, v3)));
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    const float max = _mm_cvtss_f32(m);
+    const float scale = max / 127.0f;
+    const __m256 inv = _mm256_set1_ps(max != 0.0f ? 127.0f / max : 0.0f);
+    const __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v0, inv));
+    const __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v1, inv));
+    const __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v2, inv));
+    const __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v3, inv));
+    __m256i sum = _mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3));
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+    s4 = _mm_hadd_epi32(s4, s4);
+    s4 = _mm_hadd_epi32(s4, s4);
+    // packs work per 128-bit lane: restore element order with a dword permute.
+    const __m256i p16a = _mm256_packs_epi32(i0, i1);
+    const __m256i p16b = _mm256_packs_epi32(i2, i3);
+    const __m256i p8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p16a, p16b), perm);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), p8);
+    d[b] = scale;
+    s[b] = scale * static_cast<float>(_mm_cvtsi128_si32(s4));
+  }
+}
+
+// ---- Float weights ---------------------------------------------------------------------
+
+struct LoadF32 {
+  static __m256 Load8(const uint8_t* w, int64_t k) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(w) + k);
+  }
+  static float Load1(const uint8_t* w, int64_t k) { return reinterpret_cast<const float*>(w)[k]; }
+};
+struct LoadF16 {
+  static __m256 Load8(const uint8_t* w, int64_t k) {
+    return _mm256_cvtph_ps(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(reinterpret_cast<const uint16_t*>(w) + k)));
+  }
+  static float Load1(const uint8_t* w, int64_t k) {
+    return F16ToF32(reinterpret_cast<const uint16_t*>(w)[k]);
+  }
+};
+struct LoadBF16 {
+  static __m256 Load8(const uint8_t* w, int64_t k) {
+    const __m128i h =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(reinterpret_cast<const uint16_t*>(w) + k));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+  static float Load1(const uint8_t* w, int64_t k) {
+    return Bf16ToF32(reinterpret_cast<const uint16_t*>(w)[k]);
+  }
+};
+
+// R rows x T tokens of output, full dot products over n_in.
+template <typename L, int R, int T>
+inline void FloatTile(const GemmArgs& a, int64_t r0, int64_t t0) {
+  __m256 acc[R][T];
+  for (int i = 0; i < R; ++i)
+    for (int j = 0; j < T; ++j) acc[i][j] = _mm256_setzero_ps();
+  const uint8_t* w[R];
+  for (int i = 0; i < R; ++i) w[i] = a.w + (r0 + i) * a.w_row_bytes;
+  const float* x[T];
+  for (int j = 0; j < T; ++j) x[j] = a.x + (t0 + j) * a.n_in;
+  const int64_t n8 = a.n_in / 8 * 8;
+  for (int64_t k = 0; k < n8; k += 8) {
+    __m256 wv[R];
+    for (int i = 0; i < R; ++i) wv[i] = L::Load8(w[i], k);
+    for (int j = 0; j < T; ++j) {
+      const __m256 xv = _mm256_loadu_ps(x[j] + k);
+      for (int i = 0; i < R; ++i) acc[i][j] = _mm256_fmadd_ps(wv[i], xv, acc[i][j]);
+    }
+  }
+  for (int i = 0; i < R; ++i) {
+    for (int j = 0; j < T; ++j) {
+      float sum = HorizontalSum(acc[i][j]);
+      for (int64_t k = n8; k < a.n_in; ++k) sum += L::Load1(w[i], k) * x[j][k];
+      a.out[(t0 + j) * a.ld_out + r0 + i] = sum;
+    }
+  }
+}
+
+template <typename L, int R, int T>
+void FloatTokens(const GemmArgs& a, int64_t rb, int64_t re, int64_t t0) {
+  int64_t r = rb;
+  for (; r + R <= re; r += R) FloatTile<L, R, T>(a, r, t0);
+  for (; r < re; ++r) FloatTile<L, 1, T>(a, r, t0);
+}
+
+template <typename L>
+void GemmFloatAvx2(const GemmArgs& a, int64_t rb, int64_t re) {
+  int64_t t = 0;
+  if (a.n_tokens == 1) {
+    FloatTokens<L, 8, 1>(a, rb, re, 0);
+    return;
+  }
+  for (; t + 3 <= a.n_tokens; t += 3) FloatTokens<L, 4, 3>(a, rb, re, t);
+  if (a.n_tokens - t == 2) FloatTokens<L, 4, 2>(a, rb, re, t);
+  if (a.n_tokens - t == 1) FloatTokens<L, 8, 1>(a, rb, re, t);
+}
+
+// ---- Q8_0 / Q4_0 / Q4_1 with vpmaddubsw --------------------------------------------------
+
+enum class Kind { kQ8_0, kQ4_0, kQ4_1 };
+
+template <Kind K>
+struct Block;
+template <>
+struct Block<Kind::kQ8_0> {
+  using Type = BlockQ8_0;
+};
+template <>
+struct Block<Kind::kQ4_0> {
+  using Type = BlockQ4_0;
+};
+template <>
+struct Block<Kind::kQ4_1> {
+  using Type = BlockQ4_1;
+};
+
+// Up to 4 tokens per pass: each weight block is unpacked once for all of them.
+template <Kind K, int T>
+void QuantTokens(const GemmArgs& a, int64_t rb, int64_t re, int64_t t0) {
+  using B = typename Block<K>::Type;
+  const int64_t nb = a.n_in / 32;
+  const __m256i low4 = _mm256_set1_epi8(0x0f);
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t r = rb; r < re; ++r) {
+    const B* w = reinterpret_cast<const B*>(a.w + r * a.w_row_bytes);
+    __m256 acc[T];
+    float offset_acc[T];
+    for (int t = 0; t < T; ++t) {
+      acc[t] = _mm256_setzero_ps();
+      offset_acc[t] = 0.0f;
+    }
+    for (int64_t b = 0; b < nb; ++b) {
+      const float dw = _cvtsh_ss(w[b].d);
+      float offset;
+      __m256i wv;  // u8 for Q4 (0..15); |q| for Q8_0 with the sign moved to x.
+      if constexpr (K == Kind::kQ8_0) {
+        wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs));
+        offset = 0.0f;
+      } else {
+        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].qs));
+        wv = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), low4);
+        if constexpr (K == Kind::kQ4_1) {
+          offset = _cvtsh_ss(w[b].m);
+        } else {
+          offset = -8.0f * dw;
+        }
+      }
+      for (int t = 0; t < T; ++t) {
+        const int64_t xt = (t0 + t) * nb + b;
+        __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.xq + xt * 32));
+        __m256i wu = wv;
+        if constexpr (K == Kind::kQ8_0) {
+          wu = _mm256_sign_epi8(wv, wv);
+          xv = _mm256_sign_epi8(xv, wv);
+        }
+        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(wu, xv), ones);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * a.xd[xt]), acc[t]);
+        if constexpr (K != Kind::kQ8_0) offset_acc[t] += offset * a.xs[xt];
+      }
+    }
+    for (int t = 0; t < T; ++t) {
+      a.out[(t0 + t) * a.ld_out + r] = HorizontalSum(acc[t]) + offset_acc[t];
+    }
+  }
+}
+
+template <Kind K>
+void GemmQuantAvx2(const GemmArgs& a, int64_t rb, int64_t re) {
+  int64_t t = 0;
+  for (; t + 4 <= a.n_tokens; t += 4) QuantTokens<K, 4>(a, rb, re, t);
+  switch (a.n_tokens - t) {
+    case 3:
+      QuantTokens<K, 3>(a, rb, re, t);
+      break;
+    case 2:
+      QuantTokens<K, 2>(a, rb, re, t);
+      break;
+    case 1:
+      QuantTokens<K, 1>(a, rb, re, t);
+      break;
+    default:
+      break;
+  }
+}
+
+KernelTable MakeAvx2() {
+  KernelTable t;
+  t.gemm[static_cast<int>(DType::kF32)] = GemmFloatAvx2<LoadF32>;
+  t.gemm[static_cast<int>(DType::kF16)] = GemmFloatAvx2<LoadF16>;
+  t.gemm[static_cast<int>(DType::kBF16)] = GemmFloatAvx2<LoadBF16>;
+  t.gemm[static_cast<int>(DType::kQ8_0)] = GemmQuantAvx2<Kind::kQ8_0>;
+  t.gemm[static_cast<int>(DType::kQ4_0)] = GemmQuantAvx2<Kind::kQ4_0>;
+  t.gemm[static_cast<int>(DType::kQ4_1)] = GemmQuantAvx2<Kind::kQ4_1>;
+  t.quant_q8_block = QuantQ8BlockAvx2;
+  return t;
+}
+
+}  // namespace
+
+const KernelTable& Avx2Kernels() {
+  static const KernelTable table = MakeAvx2();
+  return table;
+}
+
+}  // namespace cascade::kernels::cpu::internal

@@ -1,0 +1,335 @@
+// AVX-512 VNNI kernels for Q8_0 / Q4_0 / Q4_1 weights (`vpdpbusd`).
+//
+// Few tokens (decode, short verify steps): weights are read in their GGUF layout. For each
+// weight row and group of 8 blocks, one masked gather fetches the 8 f16 scales (and Q4_1
+// offsets); each block's nibbles are broadcast to both 128-bit halves of a ymm and masked
+// with [0x0f x 16, 0xf0 x 16], so the high nibbles arrive multiplied by 16 — harmless for
+// `vpdpbusd` (no 16-bit saturation) and undone once per row by scaling the accumulator's
+// upper four lanes by 1/16. One `vpdpbusd` per block and token, then an FMA with the block's
+// scale picked out of the gathered vector by `vpermps`.
+//
+// Many tokens (prefill): 16 weight rows x up to 48 blocks are unpacked once into an
+// L1-resident tile laid out so that one zmm holds 4 consecutive u8 weights of each of the
+// 16 rows; a token's 4 matching activations are a 32-bit broadcast, so 8 `vpdpbusd` give
+// the 16 rows' block dot products in the 16 lanes, and 8 tokens share each tile load.
+// Compiled with AVX-512 F/BW/VL/DQ/VNNI (+AVX2/FMA/F16C); called only on such CPUs.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/half.h"
+#include "kernels/cpu/linear_kernels.h"
+
+// GCC 12 warns about the `_mm512_undefined_*` placeholders inside its own intrinsics.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace cascade::kernels::cpu::internal {
+namespace {
+
+enum class Kind { kQ8_0, kQ4_0, kQ4_1 };
+
+template <Kind K>
+struct Traits;
+template <>
+struct Traits<Kind::kQ8_0> {
+  using Block = BlockQ8_0;
+};
+template <>
+struct Traits<Kind::kQ4_0> {
+  using Block = BlockQ4_0;
+};
+template <>
+struct Traits<Kind::kQ4_1> {
+  using Block = BlockQ4_1;
+};
+
+inline float HorizontalSum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline int32_t Load32(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// ---- Few tokens: GGUF layout ------------------------------------------------------------
+
+// Up to 4 tokens per pass over the weight rows [rb, re). (ymm registers: a zmm variant
+// with two blocks per register measured ~1.5x slower here, its extra shuffles all going to
+// port 5.)
+template <Kind K, int T>
+void GemvTokens(const GemmArgs& a, int64_t rb, int64_t re, int64_t t0) {
+  using B = typename Traits<K>::Block;
+  constexpr int kBytes = sizeof(B);
+  // Accumulators per token: enough independent FMA chains to hide the FMA latency.
+  constexpr int A = T == 1 ? 4 : (T == 2 ? 2 : 1);
+  constexpr bool kQ4 = K != Kind::kQ8_0;
+  const int64_t nb = a.n_in / 32;
+  // Gather indices in units of 2 bytes: block j's first dword (d, then m or quants).
+  const __m256i gidx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                          _mm256_set1_epi32(kBytes / 2));
+  const __m256i nib_mask =
+      _mm256_setr_m128i(_mm_set1_epi8(0x0f), _mm_set1_epi8(static_cast<char>(0xf0)));
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  const __m256 hi_fix = _mm256_setr_ps(1, 1, 1, 1, 1.0f / 16, 1.0f / 16, 1.0f / 16, 1.0f / 16);
+  const __m256i zero = _mm256_setzero_si256();
+
+  const int8_t* xq[T];
+  const float* xd[T];
+  const float* xs[T];
+  for (int t = 0; t < T; ++t) {
+    xq[t] = a.xq + (t0 + t) * a.n_in;
+    xd[t] = a.xd + (t0 + t) * nb;
+    xs[t] = a.xs + (t0 + t) * nb;
+  }
+
+  for (int64_t r = rb; r < re; ++r) {
+    const uint8_t* row = a.w + r * a.w_row_bytes;
+    __m256 acc[T][A];
+    __m256 oacc[T];
+    for (int t = 0; t < T; ++t) {
+      for (int i = 0; i < A; ++i) acc[t][i] = _mm256_setzero_ps();
+      oacc[t] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < nb; b += 8) {
+      const int n = static_cast<int>(std::min<int64_t>(8, nb - b));
+      const __mmask8 m = static_cast<__mmask8>((1u << n) - 1);
+      const uint8_t* blk = row + b * kBytes;
+      const __m256i dm = _mm256_mmask_i32gather_epi32(zero, m, gidx, blk, 2);
+      const __m256 dw = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(dm));
+      __m256 off;
+      if constexpr (K == Kind::kQ4_1) {
+        off = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_srli_epi32(dm, 16)));
+      } else if constexpr (K == Kind::kQ4_0) {
+        off = _mm256_mul_ps(dw, _mm256_set1_ps(-8.0f));
+      } else {
+        off = _mm256_mul_ps(dw, _mm256_set1_ps(-128.0f));  // Undoes the +128 of `flip`.
+      }
+      // Combined scales, kept in memory so that each block's FMA broadcasts its scale
+      // straight from L1 (a load, not a port-5 shuffle).
+      alignas(32) float sc[T][8];
+      for (int t = 0; t < T; ++t) {
+        _mm256_store_ps(sc[t], _mm256_mul_ps(dw, _mm256_maskz_loadu_ps(m, xd[t] + b)));
+        oacc[t] = _mm256_fmadd_ps(off, _mm256_maskz_loadu_ps(m, xs[t] + b), oacc[t]);
+      }
+      // `slot` must be a constant after inlining, or the accumulators go to memory.
+      auto one_block = [&](int j, int slot) {
+        const B* bp = reinterpret_cast<const B*>(blk + j * kBytes);
+        __m256i wv;
+        if constexpr (kQ4) {
+          wv = _mm256_and_si256(_mm256_broadcastsi128_si256(
+                                    _mm_loadu_si128(reinterpret_cast<const __m128i*>(bp->qs))),
+                                nib_mask);
+        } else {
+          wv = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bp->qs)),
+                                flip);
+        }
+        for (int t = 0; t < T; ++t) {
+          const __m256i xv =
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[t] + (b + j) * 32));
+          const __m256i p = _mm256_dpbusd_epi32(zero, wv, xv);
+          acc[t][slot] =
+              _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(sc[t][j]), acc[t][slot]);
+        }
+      };
+      // Fully unrolled for every group length (SmolLM2's rows of 18 blocks end in a 2).
+      auto group = [&]<int N>() {
+#pragma GCC unroll 8
+        for (int j = 0; j < N; ++j) one_block(j, j % A);
+      };
+      switch (n) {
+        case 8: group.template operator()<8>(); break;
+        case 7: group.template operator()<7>(); break;
+        case 6: group.template operator()<6>(); break;
+        case 5: group.template operator()<5>(); break;
+        case 4: group.template operator()<4>(); break;
+        case 3: group.template operator()<3>(); break;
+        case 2: group.template operator()<2>(); break;
+        default: group.template operator()<1>(); break;
+      }
+    }
+    for (int t = 0; t < T; ++t) {
+      __m256 v = acc[t][0];
+      for (int i = 1; i < A; ++i) v = _mm256_add_ps(v, acc[t][i]);
+      if constexpr (kQ4) v = _mm256_mul_ps(v, hi_fix);
+      a.out[(t0 + t) * a.ld_out + r] = HorizontalSum(_mm256_add_ps(v, oacc[t]));
+    }
+  }
+}
+
+template <Kind K>
+void GemvAll(const GemmArgs& a, int64_t rb, int64_t re, int64_t t_begin) {
+  int64_t t = t_begin;
+  for (; t + 4 <= a.n_tokens; t += 4) GemvTokens<K, 4>(a, rb, re, t);
+  switch (a.n_tokens - t) {
+    case 3:
+      GemvTokens<K, 3>(a, rb, re, t);
+      break;
+    case 2:
+      GemvTokens<K, 2>(a, rb, re, t);
+      break;
+    case 1:
+      GemvTokens<K, 1>(a, rb, re, t);
+      break;
+    default:
+      break;
+  }
+}
+
+// ---- Many tokens: unpacked tiles ---------------------------------------------------------
+
+constexpr int kTileRows = 16;
+constexpr int kTileBlocks = 48;  // 48 x 32 = 1536 elements per K chunk; ~30 KiB of tile.
+constexpr int kTokenGroup = 8;
+
+struct alignas(64) Tile {
+  // Block b, group k (elements 4k..4k+3), row i: bytes at w[((b * 8 + k) * 16 + i) * 4].
+  uint8_t w[kTileBlocks * 8 * kTileRows * 4];
+  float d[kTileBlocks * kTileRows];    // Weight scale per block and row.
+  float off[kTileBlocks * kTileRows];  // Value of u8 0 per block and row (x = d * u + off).
+};
+
+template <Kind K>
+void BuildTile(const GemmArgs& a, int64_t r0, int n_rows, int64_t b0, int n_blk, Tile* tile) {
+  using B = typename Traits<K>::Block;
+  const __m256i scatter_idx = _mm256_setr_epi32(0, 64, 128, 192, 256, 320, 384, 448);
+  const __m128i low4 = _mm_set1_epi8(0x0f);
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  if (n_rows < kTileRows) {
+    std::memset(tile->w, 0, static_cast<size_t>(n_blk) * 8 * kTileRows * 4);
+    std::memset(tile->d, 0, sizeof(float) * n_blk * kTileRows);
+    std::memset(tile->off, 0, sizeof(float) * n_blk * kTileRows);
+  }
+  for (int i = 0; i < n_rows; ++i) {
+    const B* w = reinterpret_cast<const B*>(a.w + (r0 + i) * a.w_row_bytes) + b0;
+    for (int b = 0; b < n_blk; ++b) {
+      __m256i v;
+      const float d = _cvtsh_ss(w[b].d);
+      float off;
+      if constexpr (K == Kind::kQ8_0) {
+        v = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs)), flip);
+        off = -128.0f * d;
+      } else {
+        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].qs));
+        v = _mm256_setr_m128i(_mm_and_si128(q, low4), _mm_and_si128(_mm_srli_epi16(q, 4), low4));
+        if constexpr (K == Kind::kQ4_1) {
+          off = _cvtsh_ss(w[b].m);
+        } else {
+          off = -8.0f * d;
+        }
+      }
+      _mm256_i32scatter_epi32(tile->w + (b * 8 * kTileRows + i) * 4, scatter_idx, v, 1);
+      tile->d[b * kTileRows + i] = d;
+      tile->off[b * kTileRows + i] = off;
+    }
+  }
+}
+
+// Tokens [t0, t0 + T) x the tile's 16 rows over its n_blk blocks (starting at block b0 of the
+// activations); adds into `out` rows [r0, r0 + 16) under `rmask` when `accumulate`.
+template <int T>
+void TileTokens(const GemmArgs& a, const Tile& tile, int64_t b0, int n_blk, int64_t r0,
+                __mmask16 rmask, int64_t t0, bool accumulate) {
+  const int64_t nb = a.n_in / 32;
+  __m512 facc[T];
+  for (int t = 0; t < T; ++t) facc[t] = _mm512_setzero_ps();
+  const int8_t* xq[T];
+  const float* xd[T];
+  const float* xs[T];
+  for (int t = 0; t < T; ++t) {
+    xq[t] = a.xq + (t0 + t) * a.n_in + b0 * 32;
+    xd[t] = a.xd + (t0 + t) * nb + b0;
+    xs[t] = a.xs + (t0 + t) * nb + b0;
+  }
+  for (int b = 0; b < n_blk; ++b) {
+    const __m512i* wp = reinterpret_cast<const __m512i*>(tile.w) + b * 8;
+    const __m512i w0 = _mm512_load_si512(wp + 0), w1 = _mm512_load_si512(wp + 1);
+    const __m512i w2 = _mm512_load_si512(wp + 2), w3 = _mm512_load_si512(wp + 3);
+    const __m512i w4 = _mm512_load_si512(wp + 4), w5 = _mm512_load_si512(wp + 5);
+    const __m512i w6 = _mm512_load_si512(wp + 6), w7 = _mm512_load_si512(wp + 7);
+    const __m512 dw = _mm512_load_ps(tile.d + b * kTileRows);
+    const __m512 ow = _mm512_load_ps(tile.off + b * kTileRows);
+    for (int t = 0; t < T; ++t) {
+      const int8_t* x = xq[t] + b * 32;
+      __m512i ia = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w0, _mm512_set1_epi32(Load32(x)));
+      __m512i ib = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w1, _mm512_set1_epi32(Load32(x + 4)));
+      ia = _mm512_dpbusd_epi32(ia, w2, _mm512_set1_epi32(Load32(x + 8)));
+      ib = _mm512_dpbusd_epi32(ib, w3, _mm512_set1_epi32(Load32(x + 12)));
+      ia = _mm512_dpbusd_epi32(ia, w4, _mm512_set1_epi32(Load32(x + 16)));
+      ib = _mm512_dpbusd_epi32(ib, w5, _mm512_set1_epi32(Load32(x + 20)));
+      ia = _mm512_dpbusd_epi32(ia, w6, _mm512_set1_epi32(Load32(x + 24)));
+      ib = _mm512_dpbusd_epi32(ib, w7, _mm512_set1_epi32(Load32(x + 28)));
+      const __m512 p = _mm512_cvtepi32_ps(_mm512_add_epi32(ia, ib));
+      facc[t] = _mm512_fmadd_ps(p, _mm512_mul_ps(dw, _mm512_set1_ps(xd[t][b])), facc[t]);
+      facc[t] = _mm512_fmadd_ps(ow, _mm512_set1_ps(xs[t][b]), facc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    float* o = a.out + (t0 + t) * a.ld_out + r0;
+    __m512 v = facc[t];
+    if (accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(rmask, o));
+    _mm512_mask_storeu_ps(o, rmask, v);
+  }
+}
+
+using TileTokensFn = void (*)(const GemmArgs&, const Tile&, int64_t, int, int64_t, __mmask16,
+                              int64_t, bool);
+constexpr TileTokensFn kTileTokens[kTokenGroup + 1] = {
+    nullptr,        TileTokens<1>, TileTokens<2>, TileTokens<3>, TileTokens<4>,
+    TileTokens<5>,  TileTokens<6>, TileTokens<7>, TileTokens<8>};
+
+template <Kind K>
+void GemmTiled(const GemmArgs& a, int64_t rb, int64_t re) {
+  const int64_t nb = a.n_in / 32;
+  Tile tile;
+  for (int64_t r0 = rb; r0 < re; r0 += kTileRows) {
+    const int n_rows = static_cast<int>(std::min<int64_t>(kTileRows, re - r0));
+    const __mmask16 rmask = static_cast<__mmask16>((1u << n_rows) - 1);
+    for (int64_t b0 = 0; b0 < nb; b0 += kTileBlocks) {
+      const int n_blk = static_cast<int>(std::min<int64_t>(kTileBlocks, nb - b0));
+      BuildTile<K>(a, r0, n_rows, b0, n_blk, &tile);
+      const bool accumulate = b0 > 0;
+      int64_t t = 0;
+      for (; t + kTokenGroup <= a.n_tokens; t += kTokenGroup) {
+        TileTokens<kTokenGroup>(a, tile, b0, n_blk, r0, rmask, t, accumulate);
+      }
+      if (t < a.n_tokens) {
+        kTileTokens[a.n_tokens - t](a, tile, b0, n_blk, r0, rmask, t, accumulate);
+      }
+    }
+  }
+}
+
+// Below this many tokens the per-tile unpacking costs more than it saves.
+constexpr int64_t kMinTiledTokens = 6;
+
+template <Kind K>
+void GemmQuantAvx512(const GemmArgs& a, int64_t rb, int64_t re) {
+  if (a.n_tokens >= kMinTiledTokens) {
+    GemmTiled<K>(a, rb, re);
+  } else {
+    GemvAll<K>(a, rb, re, 0);
+  }
+}
+
+KernelTable MakeAvx512() {
+  KernelTable t;
+  t.gemm[static_cast<int>(DType::kQ8_0)] = GemmQuantAvx512<Kind::kQ8_0>;
+  t.gemm[static_cast<int>(DType::kQ4_0)] = GemmQuantAvx512<Kind::kQ4_0>;
+  t.gemm[static_cast<int>(DType::kQ4_1)] = GemmQuantAvx512<Kind::kQ4_1>;
+  return t;
+}
+
+}  // namespace
+
+const KernelTable& Avx512Kernels() {
+  static const KernelTable table = MakeAvx512();
+  return table;
+}
+
+}  // namespace cascade::kernels::cpu::internal

@@ -1,0 +1,213 @@
+// Portable C++ kernels for every weight dtype: the reference path, and the fallback on CPUs
+// without AVX2. Same arithmetic as the SIMD kernels (int32 block dot products scaled in
+// f32), in plain loops.
+#include <algorithm>
+#include <cmath>
+
+#include "core/half.h"
+#include "kernels/cpu/linear_kernels.h"
+
+namespace cascade::kernels::cpu::internal {
+namespace {
+
+inline int NearestInt(float x) { return static_cast<int>(std::lrintf(x)); }
+
+void QuantQ8BlockGeneric(const float* x, int64_t n, int8_t* q, float* d, float* s) {
+  for (int64_t b = 0; b < n / kQK; ++b, x += kQK, q += kQK) {
+    float amax = 0.0f;
+    for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float scale = amax / 127.0f;
+    const float inv = amax != 0.0f ? 127.0f / amax : 0.0f;
+    int sum = 0;
+    for (int j = 0; j < kQK; ++j) {
+      q[j] = static_cast<int8_t>(NearestInt(x[j] * inv));
+      sum += q[j];
+    }
+    d[b] = scale;
+    s[b] = scale * static_cast<float>(sum);
+  }
+}
+
+template <typename Load>
+void GemmFloat(const GemmArgs& a, int64_t row_begin, int64_t row_end, Load load) {
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const uint8_t* w = a.w + r * a.w_row_bytes;
+    for (int64_t t = 0; t < a.n_tokens; ++t) {
+      const float* x = a.x + t * a.n_in;
+      float acc = 0.0f;
+      for (int64_t k = 0; k < a.n_in; ++k) acc += load(w, k) * x[k];
+      a.out[t * a.ld_out + r] = acc;
+    }
+  }
+}
+
+void GemmF32(const GemmArgs& a, int64_t rb, int64_t re) {
+  GemmFloat(a, rb, re, [](const uint8_t* w, int64_t k) {
+    return reinterpret_cast<const float*>(w)[k];
+  });
+}
+void GemmF16(const GemmArgs& a, int64_t rb, int64_t re) {
+  GemmFloat(a, rb, re, [](const uint8_t* w, int64_t k) {
+    return F16ToF32(reinterpret_cast<const uint16_t*>(w)[k]);
+  });
+}
+void GemmBF16(const GemmArgs& a, int64_t rb, int64_t re) {
+  GemmFloat(a, rb, re, [](const uint8_t* w, int64_t k) {
+    return Bf16ToF32(reinterpret_cast<const uint16_t*>(w)[k]);
+  });
+}
+
+// Row r, token t: sum over blocks of (weight scale * activation scale * int dot) plus the
+// weight offset times the activation block sum.
+void GemmQ8_0(const GemmArgs& a, int64_t rb, int64_t re) {
+  const int64_t nb = a.n_in / kQK;
+  for (int64_t r = rb; r < re; ++r) {
+    const BlockQ8_0* w = reinterpret_cast<const BlockQ8_0*>(a.w + r * a.w_row_bytes);
+    for (int64_t t = 0; t < a.n_tokens; ++t) {
+      const int8_t* xq = a.xq + t * a.n_in;
+      const float* xd = a.xd + t * nb;
+      float acc = 0.0f;
+      for (int64_t b = 0; b < nb; ++b) {
+        int dot = 0;
+        for (int j = 0; j < kQK; ++j) dot += w[b].qs[j] * xq[b * kQK + j];
+        acc += F16ToF32(w[b].d) * xd[b] * static_cast<float>(dot);
+      }
+      a.out[t * a.ld_out + r] = acc;
+    }
+  }
+}
+
+template <bool kHasMin, typename Block>
+void GemmQ4(const GemmArgs& a, int64_t rb, int64_t re) {
+  const int64_t nb = a.n_in / kQK;
+  for (int64_t r = rb; r < re; ++r) {
+    const Block* w = reinterpret_cast<const Block*>(a.w + r * a.w_row_bytes);
+    for (int64_t t = 0; t < a.n_tokens; ++t) {
+      const int8_t* xq = a.xq + t * a.n_in;
+      const float* xd = a.xd + t * nb;
+      const float* xs = a.xs + t * nb;
+      float acc = 0.0f;
+      for (int64_t b = 0; b < nb; ++b) {
+        int dot = 0;
+        for (int j = 0; j < kQK / 2; ++j) {
+          dot += (w[b].qs[j] & 0x0f) * xq[b * kQK + j];
+          dot += (w[b].qs[j] >> 4) * xq[b * kQK + j + kQK / 2];
+        }
+        const float d = F16ToF32(w[b].d);
+        float offset;
+        if constexpr (kHasMin) {
+          offset = F16ToF32(w[b].m);
+        } else {
+          offset = -8.0f * d;
+        }
+        acc += d * xd[b] * static_cast<float>(dot) + offset * xs[b];
+      }
+      a.out[t * a.ld_out + r] = acc;
+    }
+  }
+}
+
+void GemmQ4_0(const GemmArgs& a, int64_t rb, int64_t re) { GemmQ4<false, BlockQ4_0>(a, rb, re); }
+void GemmQ4_1(const GemmArgs& a, int64_t rb, int64_t re) { GemmQ4<true, BlockQ4_1>(a, rb, re); }
+
+void GemmQ4_K(const GemmArgs& a, int64_t rb, int64_t re) {
+  const int64_t nb = a.n_in / kQKK;
+  for (int64_t r = rb; r < re; ++r) {
+    const BlockQ4_K* w = reinterpret_cast<const BlockQ4_K*>(a.w + r * a.w_row_bytes);
+    for (int64_t t = 0; t < a.n_tokens; ++t) {
+      const BlockQ8_K* x = a.xk + t * nb;
+      float acc = 0.0f;
+      for (int64_t b = 0; b < nb; ++b) {
+        int sum_scaled = 0;  // sum_j sc[j] * dot_j
+        int sum_mins = 0;    // sum_j mn[j] * (sum of x quants of sub-block j)
+        for (int j = 0; j < 8; ++j) {
+          uint8_t sc, mn;
+          UnpackQ4KScaleMin(w[b].scales, j, &sc, &mn);
+          const uint8_t* q = w[b].qs + 32 * (j / 2);
+          const int shift = (j % 2) * 4;
+          int dot = 0;
+          for (int l = 0; l < 32; ++l) dot += ((q[l] >> shift) & 0x0f) * x[b].qs[32 * j + l];
+          sum_scaled += sc * dot;
+          sum_mins += mn * (x[b].bsums[2 * j] + x[b].bsums[2 * j + 1]);
+        }
+        acc += x[b].d * (F16ToF32(w[b].d) * static_cast<float>(sum_scaled) -
+                         F16ToF32(w[b].dmin) * static_cast<float>(sum_mins));
+      }
+      a.out[t * a.ld_out + r] = acc;
+    }
+  }
+}
+
+void GemmQ6_K(const GemmArgs& a, int64_t rb, int64_t re) {
+  const int64_t nb = a.n_in / kQKK;
+  for (int64_t r = rb; r < re; ++r) {
+    const BlockQ6_K* w = reinterpret_cast<const BlockQ6_K*>(a.w + r * a.w_row_bytes);
+    for (int64_t t = 0; t < a.n_tokens; ++t) {
+      const BlockQ8_K* x = a.xk + t * nb;
+      float acc = 0.0f;
+      for (int64_t b = 0; b < nb; ++b) {
+        int dots[16] = {};
+        for (int h = 0; h < 2; ++h) {
+          const uint8_t* ql = w[b].ql + 64 * h;
+          const uint8_t* qh = w[b].qh + 32 * h;
+          const int8_t* xq = x[b].qs + 128 * h;
+          for (int l = 0; l < 32; ++l) {
+            const int q0 = ((ql[l] & 0x0f) | (((qh[l] >> 0) & 3) << 4)) - 32;
+            const int q1 = ((ql[l + 32] & 0x0f) | (((qh[l] >> 2) & 3) << 4)) - 32;
+            const int q2 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+            const int q3 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+            dots[8 * h + l / 16 + 0] += q0 * xq[l];
+            dots[8 * h + l / 16 + 2] += q1 * xq[l + 32];
+            dots[8 * h + l / 16 + 4] += q2 * xq[l + 64];
+            dots[8 * h + l / 16 + 6] += q3 * xq[l + 96];
+          }
+        }
+        int sum = 0;
+        for (int g = 0; g < 16; ++g) sum += w[b].scales[g] * dots[g];
+        acc += x[b].d * F16ToF32(w[b].d) * static_cast<float>(sum);
+      }
+      a.out[t * a.ld_out + r] = acc;
+    }
+  }
+}
+
+KernelTable MakeGeneric() {
+  KernelTable t;
+  t.gemm[static_cast<int>(DType::kF32)] = GemmF32;
+  t.gemm[static_cast<int>(DType::kF16)] = GemmF16;
+  t.gemm[static_cast<int>(DType::kBF16)] = GemmBF16;
+  t.gemm[static_cast<int>(DType::kQ8_0)] = GemmQ8_0;
+  t.gemm[static_cast<int>(DType::kQ4_0)] = GemmQ4_0;
+  t.gemm[static_cast<int>(DType::kQ4_1)] = GemmQ4_1;
+  t.gemm[static_cast<int>(DType::kQ4_K)] = GemmQ4_K;
+  t.gemm[static_cast<int>(DType::kQ6_K)] = GemmQ6_K;
+  t.quant_q8_block = QuantQ8BlockGeneric;
+  return t;
+}
+
+}  // namespace
+
+const KernelTable& GenericKernels() {
+  static const KernelTable table = MakeGeneric();
+  return table;
+}
+
+void QuantizeQ8K(const float* x, int64_t n, BlockQ8_K* y) {
+  for (int64_t i = 0; i < n / kQKK; ++i, x += kQKK) {
+    float amax = 0.0f;
+    for (int j = 0; j < kQKK; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float inv = amax != 0.0f ? 127.0f / amax : 0.0f;
+    y[i].d = amax / 127.0f;
+    for (int g = 0; g < 16; ++g) {
+      int sum = 0;
+      for (int l = 0; l < 16; ++l) {
+        const int q = NearestInt(x[16 * g + l] * inv);
+        y[i].qs[16 * g + l] = static_cast<int8_t>(q);
+        sum += q;
+      }
+      y[i].bsums[g] = static_cast<int16_t>(sum);
+    }
+  }
+}
+
+}  // namespace cascade::kernels::cpu::internal

@@ -1,0 +1,49 @@
+// Private to kernels/cpu/linear*.cc: the per-ISA kernel entry points behind `Linear`.
+// Every kernel computes rows [row_begin, row_end) of the output for all tokens; the
+// dispatcher (linear.cc) validates shapes first, so kernels assume them.
+// Thread-safety: kernels are pure functions of their arguments; concurrent calls on
+// disjoint output rows are safe.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "kernels/quant_blocks.h"
+
+namespace cascade::kernels::cpu::internal {
+
+struct GemmArgs {
+  float* out = nullptr;  // [n_tokens, ld_out]; row r of token t at out[t * ld_out + r].
+  int64_t ld_out = 0;
+  const uint8_t* w = nullptr;  // [n_out, n_in] in the weight dtype, rows `w_row_bytes` apart.
+  int64_t w_row_bytes = 0;
+  int64_t n_in = 0;
+  int64_t n_tokens = 0;
+  // Activations, per ActivationFormat of the weight dtype.
+  const float* x = nullptr;          // kF32: [n_tokens, n_in].
+  const int8_t* xq = nullptr;        // kQ8Block: [n_tokens, n_in].
+  const float* xd = nullptr;         //   [n_tokens, n_in / 32] scales.
+  const float* xs = nullptr;         //   [n_tokens, n_in / 32] scale * sum of quants.
+  const BlockQ8_K* xk = nullptr;     // kQ8K: [n_tokens, n_in / 256].
+};
+
+using GemmFn = void (*)(const GemmArgs& args, int64_t row_begin, int64_t row_end);
+// Quantizes x [n] (n a multiple of 32) to quants [n], scales and sums [n / 32].
+using QuantQ8BlockFn = void (*)(const float* x, int64_t n, int8_t* q, float* d, float* s);
+
+inline constexpr int kNumDTypes = 10;
+
+// Null entries fall back to the next lower ISA's kernel.
+struct KernelTable {
+  GemmFn gemm[kNumDTypes] = {};
+  QuantQ8BlockFn quant_q8_block = nullptr;
+};
+
+const KernelTable& GenericKernels();  // Complete: every supported dtype.
+const KernelTable& Avx2Kernels();     // linear_avx2.cc
+const KernelTable& Avx512Kernels();   // linear_avx512.cc
+
+// Portable Q8_K activation quantizer (one super-block per 256 elements).
+void QuantizeQ8K(const float* x, int64_t n, BlockQ8_K* y);
+
+}  // namespace cascade::kernels::cpu::internal

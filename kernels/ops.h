@@ -1,0 +1,117 @@
+// The op set of Cascade's transformer, behind one `Backend` interface that each device
+// implements (kernels/cpu/ now; kernels/cuda/ later). Ops are stateless functions of
+// tensor views; buffers are owned by the caller. Outputs come first, then inputs, then
+// sizes. Activations are F32 on the CPU backend; weights may be any DType the backend
+// reports in `SupportsWeight`.
+//
+// Thread-safety: a Backend is single-owner (one device thread calls it); ops run on the
+// backend's own thread pool.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/tensor.h"
+
+namespace cascade {
+class ThreadPool;
+}
+
+namespace cascade::kernels {
+
+// How RoPE pairs the dimensions of a head. GGUF (llama.cpp) files store Q/K rows so that
+// adjacent pairs (x[2i], x[2i+1]) rotate together; Hugging Face checkpoints rotate the
+// halves (x[i], x[i + head_dim/2]).
+enum class RopeStyle { kAdjacentPairs, kRotateHalf };
+
+struct RopeParams {
+  RopeStyle style = RopeStyle::kAdjacentPairs;
+  int64_t head_dim = 0;
+  // Inverse frequency of each rotated pair, [head_dim / 2], scaling already applied.
+  std::span<const float> inv_freq;
+};
+
+// The paged KV cache of one layer on one device. K and V are each
+// [n_blocks, block_size, n_kv_heads, head_dim]; a sequence's position p lives in block
+// `block_table[p / block_size]` at slot `p % block_size`.
+struct KvCacheLayer {
+  TensorView k;
+  TensorView v;
+  int64_t block_size = 16;
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;
+};
+
+// One sequence inside a batch of tokens. Its `n_new` tokens are rows
+// [row_begin, row_begin + n_new) of the batch and sit at positions
+// [n_past, n_past + n_new); attention is causal over positions [0, own position].
+struct AttentionSeq {
+  int64_t row_begin = 0;
+  int64_t n_new = 0;
+  int64_t n_past = 0;
+  std::span<const int32_t> block_table;  // Covers positions [0, n_past + n_new).
+};
+
+struct AttentionParams {
+  int64_t n_heads = 0;      // Query heads; a multiple of the cache's n_kv_heads (GQA).
+  float scale = 1.0f;       // Usually 1 / sqrt(head_dim).
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual Device device() const = 0;
+  virtual int n_threads() const = 0;
+  // True when `Linear` and `Embedding` accept weights of `dtype`.
+  virtual bool SupportsWeight(DType dtype) const = 0;
+
+  // out[t, o] = sum_i in[t, i] * weight[o, i] (+ bias[o] when bias.data != nullptr).
+  // out [n_tokens, n_out] f32; in [n_tokens, n_in] f32; weight [n_out, n_in] any
+  // supported dtype; bias [n_out] f32 or empty. Unimplemented for an unsupported dtype.
+  virtual absl::Status Linear(TensorView out, const TensorView& in, const TensorView& weight,
+                              const TensorView& bias) = 0;
+
+  // out [n_tokens, n] = in * weight[n] / rms(in row), f32. `out` may alias `in`.
+  virtual absl::Status RmsNorm(TensorView out, const TensorView& in, const TensorView& weight,
+                               float eps) = 0;
+
+  // Rotates x [n_tokens, n_heads * head_dim] in place; positions [n_tokens].
+  virtual absl::Status Rope(TensorView x, std::span<const int32_t> positions,
+                            const RopeParams& params) = 0;
+
+  // out [n, d] = silu(gate) * up; gate and up [n, d]. `out` may alias `gate`.
+  virtual absl::Status SiluMul(TensorView out, const TensorView& gate, const TensorView& up) = 0;
+
+  // out += in, both [n, d] f32.
+  virtual absl::Status AddInPlace(TensorView out, const TensorView& in) = 0;
+
+  // out [n_ids, n_embd] f32 = rows `ids` of table [n_vocab, n_embd] (any supported dtype).
+  // InvalidArgument for an id outside [0, n_vocab).
+  virtual absl::Status Embedding(TensorView out, const TensorView& table,
+                                 std::span<const int32_t> ids) = 0;
+
+  // Writes k and v [n_tokens, n_kv_heads * head_dim] into the cache slots of each
+  // sequence's new positions.
+  virtual absl::Status WriteKv(KvCacheLayer& cache, const TensorView& k, const TensorView& v,
+                               std::span<const AttentionSeq> seqs) = 0;
+
+  // out [n_tokens, n_heads * head_dim] = softmax(q k^T * scale) v per head, causal, over
+  // the cache (which must already hold the new tokens' K/V). q has out's shape.
+  // Computed flash-style: online softmax over KV tiles, no score matrix.
+  virtual absl::Status Attention(TensorView out, const TensorView& q, const KvCacheLayer& cache,
+                                 std::span<const AttentionSeq> seqs,
+                                 const AttentionParams& params) = 0;
+};
+
+struct CpuBackendOptions {
+  int n_threads = 1;  // Threads of the backend's pool, the calling thread included.
+};
+
+// The CPU backend (AVX-512 / AVX2 paths chosen at run time, portable fallback).
+std::unique_ptr<Backend> MakeCpuBackend(const CpuBackendOptions& options);
+
+}  // namespace cascade::kernels

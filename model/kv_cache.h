@@ -1,0 +1,43 @@
+// Host storage for the paged KV cache of the layers one process holds: per layer, K and V
+// of [n_blocks, block_size, n_kv_heads, head_dim] f32. Which block belongs to which
+// sequence is decided elsewhere (the coordinator's block allocator, or the local engine)
+// and arrives as block tables.
+// Single owner; not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/ops.h"
+
+namespace cascade::model {
+
+struct KvCacheOptions {
+  int64_t n_layers = 0;     // Layers held here.
+  int64_t n_blocks = 0;     // Blocks per layer.
+  int64_t block_size = 16;  // Positions per block.
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;
+};
+
+class KvCache {
+ public:
+  // ResourceExhausted when the buffers cannot be allocated.
+  static absl::StatusOr<KvCache> Create(const KvCacheOptions& options);
+
+  kernels::KvCacheLayer& layer(int64_t i) { return layers_[i]; }
+  const KvCacheOptions& options() const { return options_; }
+  int64_t bytes() const { return static_cast<int64_t>(storage_.size() * sizeof(float)); }
+  // Bytes one block takes across all layers here (K and V).
+  static int64_t BlockBytes(const KvCacheOptions& o) {
+    return 2 * o.n_layers * o.block_size * o.n_kv_heads * o.head_dim * static_cast<int64_t>(sizeof(float));
+  }
+
+ private:
+  KvCacheOptions options_;
+  std::vector<float> storage_;
+  std::vector<kernels::KvCacheLayer> layers_;
+};
+
+}  // namespace cascade::model

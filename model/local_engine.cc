@@ -1,0 +1,150 @@
+#include "model/local_engine.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/status.h"
+#include "core/str_cat.h"
+#include "model/detokenizer.h"
+#include "model/gguf.h"
+#include "model/stop_matcher.h"
+
+namespace cascade::model {
+namespace {
+
+double Seconds(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
+// Reads one byte per page of every tensor so the first request does not pay the page
+// faults, reporting progress by bytes.
+void FaultIn(const WeightSource& w, const std::function<void(double)>& progress) {
+  uint64_t total = 0, done = 0;
+  for (const TensorInfo& t : w.tensors()) total += t.n_bytes;
+  volatile uint8_t sink = 0;
+  for (const TensorInfo& t : w.tensors()) {
+    auto v = w.Read(t.name);
+    if (!v.ok()) continue;
+    const auto* p = static_cast<const uint8_t*>(v->data);
+    for (uint64_t off = 0; off < t.n_bytes; off += 4096) sink = sink + p[off];
+    done += t.n_bytes;
+    if (progress && total > 0) progress(static_cast<double>(done) / static_cast<double>(total));
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const ModelFiles& files) {
+  if (files.format == ModelFormat::kGguf) return TokenizerFromGguf(*files.gguf);
+  return TokenizerFromHfJson(files.path + "/tokenizer.json");
+}
+
+absl::StatusOr<std::unique_ptr<LocalEngine>> LocalEngine::Create(const std::string& model_path,
+                                                                 const LocalEngineOptions& options) {
+  std::unique_ptr<LocalEngine> e(new LocalEngine());
+  CASCADE_ASSIGN_OR_RETURN(e->files_, OpenModelFiles(model_path));
+  CASCADE_ASSIGN_OR_RETURN(e->tokenizer_, LoadTokenizer(e->files_));
+  if (e->tokenizer_->n_vocab() > e->files_.config.n_vocab) {
+    return absl::InvalidArgumentError(StrCat(model_path, ": tokenizer has ", e->tokenizer_->n_vocab(),
+                                             " tokens but the model only ", e->files_.config.n_vocab));
+  }
+  e->backend_ = kernels::MakeCpuBackend({.n_threads = options.n_threads});
+  CASCADE_ASSIGN_OR_RETURN(e->transformer_, Transformer::Load(e->files_, e->backend_.get(), {}));
+  FaultIn(*e->files_.weights, options.on_load_progress);
+
+  const ModelConfig& c = e->files_.config;
+  e->max_context_ = options.max_context > 0 ? options.max_context : std::max<int64_t>(c.n_ctx_train, 1);
+  const int64_t bs = options.kv_block_size;
+  const int64_t n_blocks = (e->max_context_ + bs - 1) / bs;
+  CASCADE_ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(e->transformer_->CacheOptions(n_blocks, bs)));
+  e->cache_ = std::make_unique<KvCache>(std::move(cache));
+  // One sequence owns every block, in order.
+  for (int64_t b = 0; b < n_blocks; ++b) e->block_table_.push_back(static_cast<int32_t>(b));
+  return e;
+}
+
+absl::Status LocalEngine::Step(std::span<const int32_t> tokens, int64_t n_past, std::vector<float>& logits) {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  positions_.resize(n);
+  for (int64_t i = 0; i < n; ++i) positions_[i] = static_cast<int32_t>(n_past + i);
+  const kernels::AttentionSeq seq{0, n, n_past, block_table_};
+  const int64_t last_row = n - 1;
+  ForwardBatch batch{tokens, positions_, {&seq, 1}, {&last_row, 1}};
+  logits.resize(config().n_vocab);
+  return transformer_->Forward(batch, *cache_, TensorView(logits.data(), DType::kF32, {1, config().n_vocab}));
+}
+
+absl::StatusOr<std::vector<float>> LocalEngine::PrefillLogits(const std::vector<int32_t>& ids) {
+  if (ids.empty() || static_cast<int64_t>(ids.size()) > max_context_) {
+    return absl::InvalidArgumentError(StrCat("prompt of ", ids.size(), " tokens (1 to ", max_context_, " allowed)"));
+  }
+  std::vector<float> logits;
+  CASCADE_RETURN_IF_ERROR(Step(ids, 0, logits));
+  return logits;
+}
+
+absl::StatusOr<GenerateResult> LocalEngine::Generate(const GenerateRequest& req,
+                                                     const std::function<void(std::string_view)>& on_text) {
+  CASCADE_RETURN_IF_ERROR(req.sampling.Validate());
+  const int64_t n_prompt = static_cast<int64_t>(req.prompt_ids.size());
+  if (n_prompt == 0) return absl::InvalidArgumentError("the prompt is empty");
+  if (req.max_tokens < 1) return absl::InvalidArgumentError(StrCat("max_tokens = ", req.max_tokens, ": must be >= 1"));
+  if (n_prompt >= max_context_) {
+    return absl::InvalidArgumentError(StrCat("the prompt has ", n_prompt, " tokens; the context holds ",
+                                             max_context_, " (leave room for at least one new token)"));
+  }
+  for (int32_t id : req.prompt_ids) {
+    if (id < 0 || id >= config().n_vocab) {
+      return absl::InvalidArgumentError(StrCat("prompt token id ", id, " is outside the vocabulary [0, ", config().n_vocab, ")"));
+    }
+  }
+  const int64_t budget = std::min<int64_t>(req.max_tokens, max_context_ - n_prompt);
+
+  GenerateResult res;
+  Sampler sampler(req.sampling);
+  Detokenizer detok(*tokenizer_);
+  StopMatcher stops(req.stop_strings);
+  std::vector<int32_t> history = req.prompt_ids;
+  std::vector<float> logits;
+  const auto emit = [&](const std::string& text) {
+    if (!text.empty() && on_text) on_text(text);
+  };
+
+  auto t0 = std::chrono::steady_clock::now();
+  CASCADE_RETURN_IF_ERROR(Step(req.prompt_ids, 0, logits));
+  res.prefill_s = Seconds(t0);
+  t0 = std::chrono::steady_clock::now();
+  res.finish_reason = "length";
+  for (int64_t i = 0; i < budget; ++i) {
+    if (i > 0) {
+      const int32_t last = res.token_ids.back();
+      CASCADE_RETURN_IF_ERROR(Step({&last, 1}, n_prompt + i - 1, logits));
+      ++res.n_decode_steps;
+    }
+    SampledToken tok = sampler.Sample(logits, history);
+    res.token_ids.push_back(tok.id);
+    history.push_back(tok.id);
+    res.tokens.push_back(std::move(tok));
+    const int32_t id = res.token_ids.back();
+    const bool eog = !req.ignore_eos && tokenizer_->IsEog(id);
+    const bool stop_id = std::find(req.stop_ids.begin(), req.stop_ids.end(), id) != req.stop_ids.end();
+    if (eog || stop_id) {
+      res.finish_reason = "stop";
+      break;
+    }
+    emit(stops.Push(detok.Feed(id)));
+    if (stops.stopped()) {
+      res.finish_reason = "stop";
+      break;
+    }
+  }
+  if (!stops.stopped()) emit(stops.Push(detok.Flush()));
+  emit(stops.Flush());
+  res.text = stops.emitted();
+  res.decode_s = Seconds(t0);
+  return res;
+}
+
+}  // namespace cascade::model

@@ -1,0 +1,90 @@
+// Single-process generation: one model, one backend, one sequence at a time. The engine
+// behind `cascade run` and the reference that distributed runs are compared with.
+// Prefill runs the whole prompt in one forward pass; decode runs one token per step
+// over the paged KV cache.
+// Single owner; not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/ops.h"
+#include "model/model_files.h"
+#include "model/sampler.h"
+#include "model/tokenizer.h"
+#include "model/transformer.h"
+
+namespace cascade::model {
+
+struct LocalEngineOptions {
+  int n_threads = 1;             // CPU threads, the caller's included.
+  int64_t kv_block_size = 16;    // Positions per KV block.
+  int64_t max_context = 0;       // Positions per sequence; 0 = the model's trained context.
+  // Called while the weights are faulted in, with the fraction done (optional).
+  std::function<void(double)> on_load_progress;
+};
+
+struct GenerateRequest {
+  std::vector<int32_t> prompt_ids;    // REQUIRES non-empty.
+  SamplingParams sampling;
+  int32_t max_tokens = 256;           // Generated tokens at most. REQUIRES >= 1.
+  bool ignore_eos = false;            // Keep going past end-of-generation tokens.
+  std::vector<std::string> stop_strings;
+  std::vector<int32_t> stop_ids;      // Extra ids that end generation (and are kept).
+};
+
+struct GenerateResult {
+  std::vector<int32_t> token_ids;      // Generated ids (an ending EOS/stop id included).
+  std::vector<SampledToken> tokens;    // Per generated id: logprob and top-n.
+  std::string text;                    // Decoded output, without any stop string.
+  std::string finish_reason;           // "stop" (EOS, stop id or string) or "length".
+  double prefill_s = 0;                // Prompt forward time.
+  double decode_s = 0;                 // Time of the remaining steps.
+  int64_t n_decode_steps = 0;
+};
+
+class LocalEngine {
+ public:
+  // Opens the model and its tokenizer and faults the weights in.
+  static absl::StatusOr<std::unique_ptr<LocalEngine>> Create(const std::string& model_path,
+                                                             const LocalEngineOptions& options);
+
+  const ModelConfig& config() const { return files_.config; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  const ModelFiles& files() const { return files_; }
+  int64_t max_context() const { return max_context_; }
+
+  // Generates for one request; `on_text` (optional) receives the text as it becomes
+  // safe to show (complete UTF-8, not part of a possible stop string).
+  // InvalidArgument for a bad request (empty or too long prompt, bad ids or params).
+  absl::StatusOr<GenerateResult> Generate(const GenerateRequest& request,
+                                          const std::function<void(std::string_view)>& on_text = {});
+
+  // Logits [n_vocab] of the last prompt position after prefilling `ids` from position 0
+  // (for tests comparing against reference implementations).
+  absl::StatusOr<std::vector<float>> PrefillLogits(const std::vector<int32_t>& ids);
+
+ private:
+  LocalEngine() = default;
+  absl::Status Step(std::span<const int32_t> tokens, int64_t n_past, std::vector<float>& logits);
+
+  ModelFiles files_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<kernels::Backend> backend_;
+  std::unique_ptr<Transformer> transformer_;
+  std::unique_ptr<KvCache> cache_;
+  std::vector<int32_t> block_table_;
+  std::vector<int32_t> positions_;
+  int64_t max_context_ = 0;
+};
+
+// Loads the tokenizer that belongs to a model: the GGUF's embedded one, or the HF
+// directory's tokenizer.json.
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const ModelFiles& files);
+
+}  // namespace cascade::model

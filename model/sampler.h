@@ -1,0 +1,58 @@
+// Token sampling from one row of logits: penalties, temperature, top-k, top-p, min-p, and
+// a seeded RNG so the same seed gives the same output. Logprobs are reported from the
+// model's own distribution (log-softmax of the raw logits), as OpenAI's API does.
+// A Sampler holds one sequence's RNG: single owner, not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace cascade::model {
+
+struct SamplingParams {
+  float temperature = 1.0f;         // 0 = greedy (argmax). REQUIRES >= 0.
+  int32_t top_k = 0;                // Keep the k most likely tokens; 0 = all.
+  float top_p = 1.0f;               // Nucleus: smallest set with mass >= top_p; 1 = off.
+  float min_p = 0.0f;               // Drop tokens with p < min_p * p(most likely); 0 = off.
+  float repetition_penalty = 1.0f;  // CTRL-style, on tokens already seen; 1 = off.
+  float presence_penalty = 0.0f;    // Subtracted once from seen tokens' logits.
+  float frequency_penalty = 0.0f;   // Subtracted per occurrence.
+  uint64_t seed = 0;                // RNG seed.
+  int32_t n_logprobs = 0;           // Also report the top-n logprobs; 0 = none.
+
+  // InvalidArgument naming the field when out of range.
+  absl::Status Validate() const;
+  bool greedy() const { return temperature == 0.0f; }
+};
+
+struct SampledToken {
+  int32_t id = -1;
+  float logprob = 0.0f;                            // log p(id) under the raw logits.
+  std::vector<std::pair<int32_t, float>> top;      // (id, logprob), most likely first.
+};
+
+class Sampler {
+ public:
+  explicit Sampler(const SamplingParams& params);
+
+  // Samples from `logits` [n_vocab] (modified in place by penalties and temperature).
+  // `history` holds the sequence's tokens so far (prompt and output) for the penalties.
+  SampledToken Sample(std::span<float> logits, std::span<const int32_t> history);
+
+  const SamplingParams& params() const { return params_; }
+
+ private:
+  SamplingParams params_;
+  std::mt19937_64 rng_;
+  std::vector<std::pair<float, int32_t>> candidates_;  // Scratch, reused.
+};
+
+// Index of the largest value (the first one on ties).
+int32_t Argmax(std::span<const float> values);
+
+}  // namespace cascade::model

@@ -1,0 +1,93 @@
+// The Llama-family transformer forward, written once over kernels::Backend, for a
+// contiguous range of layers: the whole model in one process, or one pipeline stage.
+// Weights are views into the model file's mapping (quantized types stay quantized);
+// only norms and biases that are not f32 are converted and owned.
+//
+// Thread-safety: single owner (the device thread). Forward calls run one at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/ops.h"
+#include "model/kv_cache.h"
+#include "model/model_files.h"
+
+namespace cascade::model {
+
+struct StageOptions {
+  int64_t first_layer = 0;   // Layers [first_layer, last_layer) run here.
+  int64_t last_layer = -1;   // -1: through the last layer.
+  // Derived from the range unless forced: the first stage embeds, the last has the head.
+};
+
+// One forward step over a batch of sequences. Rows are tokens, sequence by sequence.
+struct ForwardBatch {
+  std::span<const int32_t> tokens;              // [n_tokens]; used by the first stage.
+  std::span<const int32_t> positions;           // [n_tokens]
+  std::span<const kernels::AttentionSeq> seqs;  // Which rows belong to which sequence.
+  std::span<const int64_t> logit_rows;          // Rows whose logits the last stage returns.
+};
+
+class Transformer {
+ public:
+  // Reads the stage's tensors from `files` (which must outlive the Transformer).
+  // NotFound naming a missing tensor; InvalidArgument for a shape that does not match the
+  // config; Unimplemented for a weight type the backend lacks.
+  static absl::StatusOr<std::unique_ptr<Transformer>> Load(const ModelFiles& files,
+                                                           kernels::Backend* backend,
+                                                           const StageOptions& options);
+  ~Transformer();
+
+  const ModelConfig& config() const { return config_; }
+  int64_t first_layer() const { return first_layer_; }
+  int64_t last_layer() const { return last_layer_; }
+  int64_t n_layers_here() const { return last_layer_ - first_layer_; }
+  bool has_embedding() const { return first_layer_ == 0; }
+  bool has_head() const { return last_layer_ == config_.n_layers; }
+  // Bytes of weights this stage reads from the file.
+  int64_t weight_bytes() const { return weight_bytes_; }
+
+  // The KV cache geometry this stage needs for `n_blocks` blocks of `block_size`.
+  KvCacheOptions CacheOptions(int64_t n_blocks, int64_t block_size) const;
+
+  // hidden [n_tokens, n_embd] = embedding rows of `tokens`. First stage only.
+  absl::Status Embed(std::span<const int32_t> tokens, TensorView hidden);
+  // Runs this stage's layers over hidden [n_tokens, n_embd] in place, appending the new
+  // tokens' K/V to `cache` at the positions and blocks the batch names.
+  absl::Status RunLayers(TensorView hidden, const ForwardBatch& batch, KvCache& cache);
+  // logits [rows.size(), n_vocab] for the given rows of hidden. Last stage only.
+  absl::Status Logits(const TensorView& hidden, std::span<const int64_t> rows, TensorView logits);
+  // Embed (when first) + RunLayers + Logits (when last) over the whole model.
+  // REQUIRES: this stage holds every layer. logits [logit_rows.size(), n_vocab].
+  absl::Status Forward(const ForwardBatch& batch, KvCache& cache, TensorView logits);
+
+ private:
+  struct Layer;
+  Transformer() = default;
+  absl::Status LoadWeights(const ModelFiles& files);
+  void EnsureWorkspace(int64_t n_tokens);
+
+  ModelConfig config_;
+  kernels::Backend* backend_ = nullptr;  // Borrowed.
+  int64_t first_layer_ = 0;
+  int64_t last_layer_ = 0;
+  int64_t weight_bytes_ = 0;
+  kernels::RopeParams rope_;
+  std::vector<float> inv_freq_;
+  TensorView token_embd_, output_norm_, output_;
+  std::vector<Layer> layers_;
+  std::vector<std::vector<float>> owned_;  // Converted norms/biases.
+  // Workspaces, grown to the largest batch seen (never shrunk).
+  int64_t ws_tokens_ = 0;
+  std::vector<float> norm_, q_, k_, v_, attn_, proj_, gate_, up_;
+  std::vector<float> hidden_;  // Forward()'s residual stream.
+};
+
+// Inverse RoPE frequencies [head_dim / 2] with the config's scaling applied.
+absl::StatusOr<std::vector<float>> RopeInvFreq(const ModelConfig& config);
+
+}  // namespace cascade::model

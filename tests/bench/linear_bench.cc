@@ -1,0 +1,173 @@
+// Microbenchmark of kernels/cpu/linear.h on the shapes of SmolLM2-135M (hidden 576, 30
+// layers, KV dim 192, FFN 1536, vocab 49152). Prints, per weight dtype, shape, token count
+// and thread count: time per call, GB/s over the weight bytes and GFLOP/s; then the linear
+// layers of a whole forward pass as tokens/s (decode: 1 token; prefill: 512 tokens with the
+// LM head on the last one, as llama.cpp does).
+//
+// Weights exist once per layer (30 copies, ~84 MiB for Q4_1 in all), and calls cycle over
+// the copies in layer order, so they stream from memory/L3 as in a real forward pass
+// rather than sitting in L2. Usage: linear_bench [--quick] [--dtype=q4_1,...]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <ctime>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/quantize.h"
+#include "kernels/cpu_features.h"
+
+namespace cascade::kernels::cpu {
+namespace {
+
+struct Shape {
+  const char* name;
+  int64_t n_out;
+  int64_t n_in;
+  int per_layer;  // Matrices of this shape per layer (q+o, k+v, gate+up, down).
+  int copies;     // Distinct instances (30 layers, or 1 for the LM head).
+};
+
+constexpr Shape kShapes[] = {
+    {"attn q/o 576x576", 576, 576, 2, 30},
+    {"attn k/v 192x576", 192, 576, 2, 30},
+    {"ffn gate/up 1536x576", 1536, 576, 2, 30},
+    {"ffn down 576x1536", 576, 1536, 1, 30},
+    {"lm head 49152x576", 49152, 576, 1, 1},
+};
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// CPU time of the calling thread: with one thread, immune to the core being shared.
+double ThreadCpuNow() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+std::vector<uint8_t> MakeMatrix(DType dtype, int64_t n_out, int64_t n_in, int copies) {
+  const int64_t rb = RowBytes(dtype, n_in);
+  std::vector<uint8_t> w(copies * n_out * rb);
+  std::mt19937 rng(42);
+  std::normal_distribution<float> normal(0.0f, 0.05f);
+  std::vector<float> row(n_in);
+  // Quantizing every row is slow for the big ones; fill a few distinct rows and copy them.
+  const int64_t distinct = std::min<int64_t>(64, n_out);
+  for (int64_t r = 0; r < distinct; ++r) {
+    for (auto& v : row) v = normal(rng);
+    (void)QuantizeRow(dtype, row.data(), w.data() + r * rb, n_in);
+  }
+  for (int64_t r = distinct; r < copies * n_out; ++r) {
+    std::memcpy(w.data() + r * rb, w.data() + (r % distinct) * rb, rb);
+  }
+  return w;
+}
+
+// Seconds per call of Linear over `shape`, cycling over its copies (wall clock; with one
+// thread, the thread's CPU time instead, so that other processes on the core don't count).
+double TimeShape(DType dtype, const Shape& s, const std::vector<uint8_t>& w, int64_t n_tokens,
+                 ThreadPool* pool, const std::vector<float>& x, std::vector<float>* out,
+                 double min_seconds) {
+  const int64_t mat_bytes = s.n_out * RowBytes(dtype, s.n_in);
+  auto call = [&](int copy) {
+    TensorView view(const_cast<uint8_t*>(w.data()) + copy * mat_bytes, dtype, {s.n_out, s.n_in});
+    const absl::Status st = Linear(out->data(), x.data(), view, n_tokens, pool);
+    if (!st.ok()) std::fprintf(stderr, "Linear failed: %s\n", st.ToString().c_str());
+  };
+  for (int c = 0; c < s.copies; ++c) call(c);  // Warm up.
+  int64_t calls = 0;
+  const bool cpu_time = pool == nullptr || pool->n_threads() == 1;
+  const double start = cpu_time ? ThreadCpuNow() : Now();
+  double elapsed = 0;
+  do {
+    for (int c = 0; c < s.copies; ++c) call(c);
+    calls += s.copies;
+    elapsed = (cpu_time ? ThreadCpuNow() : Now()) - start;
+  } while (elapsed < min_seconds);
+  return elapsed / calls;
+}
+
+void Run(const std::vector<DType>& dtypes, bool quick) {
+  const CpuFeatures& f = GetCpuFeatures();
+  std::printf("ISA: %s (avx2=%d avx512f=%d avx512vnni=%d avx_vnni=%d)\n",
+              std::string(CpuIsaName(ActiveCpuIsa())).c_str(), f.avx2, f.avx512f, f.avx512vnni,
+              f.avx_vnni);
+  const double min_s = quick ? 0.05 : 0.3;
+  std::vector<float> x(512 * 1536);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (auto& v : x) v = normal(rng);
+  std::vector<float> out(512 * 49152);
+  ThreadPool pool1(1), pool2(2);
+
+  std::printf("\n%-6s %-22s %6s %3s %11s %9s %9s\n", "dtype", "shape", "tokens", "thr",
+              "us/call", "GB/s", "GFLOP/s");
+  for (DType dtype : dtypes) {
+    std::vector<std::vector<uint8_t>> mats;
+    for (const Shape& s : kShapes) mats.push_back(MakeMatrix(dtype, s.n_out, s.n_in, s.copies));
+    for (int64_t n_tokens : {int64_t{1}, int64_t{512}}) {
+      for (ThreadPool* pool : {&pool1, &pool2}) {
+        double pass_s = 0;  // Linear layers of one forward pass.
+        for (size_t i = 0; i < std::size(kShapes); ++i) {
+          const Shape& s = kShapes[i];
+          const bool lm_head = s.copies == 1;
+          const int64_t nt = lm_head ? 1 : n_tokens;  // Prefill: logits of the last token.
+          const double t = TimeShape(dtype, s, mats[i], nt, pool, x, &out, min_s);
+          const double bytes = static_cast<double>(s.n_out) * RowBytes(dtype, s.n_in);
+          const double flops = 2.0 * s.n_out * s.n_in * nt;
+          std::printf("%-6s %-22s %6lld %3d %11.1f %9.2f %9.1f\n",
+                      std::string(DTypeName(dtype)).c_str(), s.name, static_cast<long long>(nt),
+                      pool->n_threads(), t * 1e6, bytes / t / 1e9, flops / t / 1e9);
+          pass_s += t * s.per_layer * s.copies;
+        }
+        std::printf("%-6s => %s, %d thread(s): linear layers %.2f ms per pass = %.1f tok/s\n\n",
+                    std::string(DTypeName(dtype)).c_str(),
+                    n_tokens == 1 ? "decode" : "prefill 512", pool->n_threads(), pass_s * 1e3,
+                    n_tokens / pass_s);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace cascade::kernels::cpu
+
+int main(int argc, char** argv) {
+  using cascade::DType;
+  std::vector<DType> dtypes = {DType::kQ4_1, DType::kQ4_0, DType::kQ8_0, DType::kF32};
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--quick") {
+      quick = true;
+    } else if (a.rfind("--dtype=", 0) == 0) {
+      dtypes.clear();
+      std::string list = a.substr(8);
+      size_t pos = 0;
+      while (pos <= list.size()) {
+        const size_t comma = std::min(list.find(',', pos), list.size());
+        const auto d = cascade::DTypeFromName(list.substr(pos, comma - pos));
+        if (!d) {
+          std::fprintf(stderr, "unknown dtype in %s\n", a.c_str());
+          return 2;
+        }
+        dtypes.push_back(*d);
+        pos = comma + 1;
+      }
+    } else {
+      std::fprintf(stderr, "usage: %s [--quick] [--dtype=q4_1,q8_0,...]\n", argv[0]);
+      return 2;
+    }
+  }
+  cascade::kernels::cpu::Run(dtypes, quick);
+  return 0;
+}

@@ -1,0 +1,150 @@
+// Paged flash attention vs a naive double-precision softmax(QK^T)V written here.
+// Cases cross block boundaries, use shuffled (non-contiguous) block tables, GQA groups,
+// several sequences per batch with different histories, and 1 or 2 threads.
+// To add a case, append to kCases.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "kernels/ops.h"
+#include "tests/test_support.h"
+
+namespace cascade::kernels {
+namespace {
+
+struct Case {
+  int64_t n_heads, n_kv_heads, head_dim, block_size;
+  std::vector<std::pair<int64_t, int64_t>> seqs;  // (n_past, n_new) per sequence.
+  int threads;
+};
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.n_heads << "h/" << c.n_kv_heads << "kv d" << c.head_dim << " bs" << c.block_size
+      << " t" << c.threads << " seqs:";
+  for (auto [p, n] : c.seqs) *os << " (" << p << "+" << n << ")";
+}
+
+class AttentionTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(AttentionTest, MatchesNaiveDouble) {
+  const Case& c = GetParam();
+  std::mt19937 rng(42);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int64_t kv_dim = c.n_kv_heads * c.head_dim, q_dim = c.n_heads * c.head_dim;
+  // Blocks for all sequences, handed out in a shuffled order.
+  int64_t n_blocks = 0;
+  for (auto [p, n] : c.seqs) n_blocks += (p + n + c.block_size - 1) / c.block_size;
+  std::vector<int32_t> perm(n_blocks);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  std::vector<float> kc(n_blocks * c.block_size * kv_dim, NAN), vc(kc.size(), NAN);
+  KvCacheLayer cache{TensorView(kc.data(), DType::kF32, {n_blocks, c.block_size, c.n_kv_heads, c.head_dim}),
+                     TensorView(vc.data(), DType::kF32, {n_blocks, c.block_size, c.n_kv_heads, c.head_dim}),
+                     c.block_size, c.n_kv_heads, c.head_dim};
+  // Full K/V history per sequence (reference), the new rows go in the batch.
+  std::vector<std::vector<float>> hist_k, hist_v;
+  std::vector<std::vector<int32_t>> tables;
+  std::vector<AttentionSeq> seqs;
+  int64_t next_block = 0, n_rows = 0;
+  for (auto [p, n] : c.seqs) {
+    const int64_t nb = (p + n + c.block_size - 1) / c.block_size;
+    tables.emplace_back(perm.begin() + next_block, perm.begin() + next_block + nb);
+    next_block += nb;
+    std::vector<float> hk((p + n) * kv_dim), hv((p + n) * kv_dim);
+    for (auto& x : hk) x = normal(rng);
+    for (auto& x : hv) x = normal(rng);
+    hist_k.push_back(hk);
+    hist_v.push_back(hv);
+    n_rows += n;
+  }
+  auto backend = MakeCpuBackend({.n_threads = c.threads});
+  // History written through WriteKv as earlier steps would have (one "step" with n_past 0).
+  for (size_t s = 0; s < c.seqs.size(); ++s) {
+    const int64_t p = c.seqs[s].first;
+    if (p == 0) continue;
+    AttentionSeq past{0, p, 0, tables[s]};
+    ASSERT_TRUE(backend->WriteKv(cache, TensorView(hist_k[s].data(), DType::kF32, {p, kv_dim}),
+                                 TensorView(hist_v[s].data(), DType::kF32, {p, kv_dim}), {&past, 1}).ok());
+  }
+  std::vector<float> k_new(n_rows * kv_dim), v_new(n_rows * kv_dim), q(n_rows * q_dim), out(n_rows * q_dim, NAN);
+  for (auto& x : q) x = normal(rng);
+  int64_t row = 0;
+  for (size_t s = 0; s < c.seqs.size(); ++s) {
+    auto [p, n] = c.seqs[s];
+    std::copy_n(hist_k[s].data() + p * kv_dim, n * kv_dim, k_new.data() + row * kv_dim);
+    std::copy_n(hist_v[s].data() + p * kv_dim, n * kv_dim, v_new.data() + row * kv_dim);
+    seqs.push_back({row, n, p, tables[s]});
+    row += n;
+  }
+  ASSERT_TRUE(backend->WriteKv(cache, TensorView(k_new.data(), DType::kF32, {n_rows, kv_dim}),
+                               TensorView(v_new.data(), DType::kF32, {n_rows, kv_dim}), seqs).ok());
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  absl::Status st = backend->Attention(TensorView(out.data(), DType::kF32, {n_rows, q_dim}),
+                                       TensorView(q.data(), DType::kF32, {n_rows, q_dim}), cache, seqs,
+                                       {c.n_heads, scale});
+  ASSERT_TRUE(st.ok()) << st;
+
+  // Naive reference: per sequence, row, head: softmax over positions [0, own position].
+  const int64_t group = c.n_heads / c.n_kv_heads;
+  double max_err = 0;
+  for (size_t s = 0; s < c.seqs.size(); ++s) {
+    auto [p, n] = c.seqs[s];
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t r = seqs[s].row_begin + i;
+      for (int64_t h = 0; h < c.n_heads; ++h) {
+        const int64_t kvh = h / group;
+        std::vector<double> w(p + i + 1);
+        double mx = -1e300;
+        for (int64_t t = 0; t <= p + i; ++t) {
+          double d = 0;
+          for (int64_t x = 0; x < c.head_dim; ++x)
+            d += static_cast<double>(q[r * q_dim + h * c.head_dim + x]) * hist_k[s][t * kv_dim + kvh * c.head_dim + x];
+          w[t] = d * scale;
+          mx = std::max(mx, w[t]);
+        }
+        double z = 0;
+        for (auto& x : w) z += (x = std::exp(x - mx));
+        for (int64_t x = 0; x < c.head_dim; ++x) {
+          double ref = 0;
+          for (int64_t t = 0; t <= p + i; ++t) ref += w[t] / z * hist_v[s][t * kv_dim + kvh * c.head_dim + x];
+          max_err = std::max(max_err, std::abs(ref - out[r * q_dim + h * c.head_dim + x]));
+        }
+      }
+    }
+  }
+  // Outputs are convex combinations of N(0,1) values: f32 accumulation error ~1e-6.
+  EXPECT_LT(max_err, 2e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, AttentionTest,
+    ::testing::Values(Case{4, 2, 16, 16, {{0, 1}}, 1},          // First token.
+                      Case{4, 2, 16, 16, {{0, 15}}, 1},         // Inside one block.
+                      Case{4, 2, 16, 16, {{0, 16}}, 1},         // Exactly one block.
+                      Case{4, 2, 16, 16, {{0, 17}}, 2},         // Crosses into a second block.
+                      Case{8, 4, 8, 16, {{0, 100}}, 2},         // Prefill over 7 blocks.
+                      Case{9, 3, 64, 16, {{47, 1}}, 1},         // SmolLM2 shape, decode.
+                      Case{9, 3, 64, 16, {{31, 1}, {0, 5}, {16, 3}}, 2},  // Mixed batch.
+                      Case{4, 1, 32, 8, {{63, 2}}, 1},          // MQA, small blocks.
+                      Case{4, 4, 16, 32, {{5, 40}}, 2}));       // MHA, prefill after history.
+
+TEST(AttentionErrors, BadBlockTableIsInvalidArgument) {
+  auto backend = MakeCpuBackend({});
+  std::vector<float> kc(2 * 16 * 16), vc(kc.size()), q(4 * 16), out(q.size());
+  KvCacheLayer cache{TensorView(kc.data(), DType::kF32, {2, 16, 1, 16}),
+                     TensorView(vc.data(), DType::kF32, {2, 16, 1, 16}), 16, 1, 16};
+  const std::vector<int32_t> table = {5};  // Block 5 of 2.
+  AttentionSeq seq{0, 1, 0, table};
+  EXPECT_STATUS_CODE(backend->Attention(TensorView(out.data(), DType::kF32, {1, 64}),
+                                        TensorView(q.data(), DType::kF32, {1, 64}), cache, {&seq, 1}, {4, 1.0f}),
+                     kInvalidArgument);
+  const std::vector<int32_t> short_table = {0};
+  AttentionSeq long_seq{0, 1, 20, short_table};  // Position 20 needs two blocks.
+  EXPECT_STATUS_CODE(backend->Attention(TensorView(out.data(), DType::kF32, {1, 64}),
+                                        TensorView(q.data(), DType::kF32, {1, 64}), cache, {&long_seq, 1}, {4, 1.0f}),
+                     kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace cascade::kernels

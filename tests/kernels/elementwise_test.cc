@@ -1,0 +1,83 @@
+// Row kernels of the CPU backend vs naive double-precision formulas written here.
+#include <cmath>
+#include <random>
+
+#include "kernels/ops.h"
+#include "tests/test_support.h"
+
+namespace cascade::kernels {
+namespace {
+
+std::vector<float> Random(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+TEST(ElementwiseTest, RmsNorm) {
+  for (int threads : {1, 2}) {
+    auto b = MakeCpuBackend({.n_threads = threads});
+    const int64_t rows = 11, n = 577;  // Odd sizes: vector tails.
+    auto x = Random(rows * n, 1), w = Random(n, 2);
+    std::vector<float> out(rows * n);
+    ASSERT_TRUE(b->RmsNorm(TensorView(out.data(), DType::kF32, {rows, n}), TensorView(x.data(), DType::kF32, {rows, n}),
+                           TensorView(w.data(), DType::kF32, {n}), 1e-5f).ok());
+    for (int64_t r = 0; r < rows; ++r) {
+      double ss = 0;
+      for (int64_t i = 0; i < n; ++i) ss += double(x[r * n + i]) * x[r * n + i];
+      const double inv = 1.0 / std::sqrt(ss / n + 1e-5);
+      for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(out[r * n + i], x[r * n + i] * inv * w[i], 1e-5);
+    }
+  }
+}
+
+TEST(ElementwiseTest, SiluMul) {
+  auto b = MakeCpuBackend({});
+  const int64_t n = 1000;
+  auto g = Random(n, 3), u = Random(n, 4);
+  std::vector<float> out(n);
+  ASSERT_TRUE(b->SiluMul(TensorView(out.data(), DType::kF32, {1, n}), TensorView(g.data(), DType::kF32, {1, n}),
+                         TensorView(u.data(), DType::kF32, {1, n})).ok());
+  for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(out[i], g[i] / (1 + std::exp(-double(g[i]))) * u[i], 1e-5);
+}
+
+// RoPE in both layouts against the rotation written out per pair.
+TEST(ElementwiseTest, RopeBothLayouts) {
+  auto b = MakeCpuBackend({});
+  const int64_t heads = 3, d = 16, rows = 4;
+  std::vector<float> inv(d / 2);
+  for (int64_t i = 0; i < d / 2; ++i) inv[i] = static_cast<float>(std::pow(10000.0, -2.0 * i / d));
+  const std::vector<int32_t> pos = {0, 1, 17, 4000};
+  for (RopeStyle style : {RopeStyle::kAdjacentPairs, RopeStyle::kRotateHalf}) {
+    auto x = Random(rows * heads * d, 5);
+    auto y = x;
+    ASSERT_TRUE(b->Rope(TensorView(y.data(), DType::kF32, {rows, heads * d}), pos, {style, d, inv}).ok());
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t h = 0; h < heads; ++h) {
+        for (int64_t i = 0; i < d / 2; ++i) {
+          const int64_t a = style == RopeStyle::kAdjacentPairs ? 2 * i : i;
+          const int64_t c = style == RopeStyle::kAdjacentPairs ? 2 * i + 1 : i + d / 2;
+          const double th = double(pos[r]) * inv[i];
+          const float* v = &x[(r * heads + h) * d];
+          const float* o = &y[(r * heads + h) * d];
+          EXPECT_NEAR(o[a], v[a] * std::cos(th) - v[c] * std::sin(th), 2e-5);
+          EXPECT_NEAR(o[c], v[a] * std::sin(th) + v[c] * std::cos(th), 2e-5);
+        }
+      }
+    }
+  }
+}
+
+TEST(ElementwiseTest, EmbeddingRejectsOutOfRangeIds) {
+  auto b = MakeCpuBackend({});
+  std::vector<float> table(4 * 8), out(8);
+  const std::vector<int32_t> ids = {4};
+  EXPECT_STATUS_CODE(b->Embedding(TensorView(out.data(), DType::kF32, {1, 8}),
+                                  TensorView(table.data(), DType::kF32, {4, 8}), ids),
+                     kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace cascade::kernels

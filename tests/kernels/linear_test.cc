@@ -1,0 +1,322 @@
+// Tests of kernels/cpu/linear.h against a naive double-precision matmul over weights
+// dequantized by a naive dequantizer written here from the format description (not the
+// kernels' code), for every weight dtype x every ISA path this CPU has x several token
+// counts, with sentinels around the output. To add a case, extend `Cases()`; each case
+// prints itself on failure.
+//
+// Error bounds, element by element (out[t][r] vs the exact sum over k of w[r][k] x[t][k]):
+//  * F32/F16/BF16: |err| <= 1e-5 * sum_k |w x| + 1e-6 — only f32 rounding in the
+//    accumulation (the F16/BF16 reference uses the same stored bits, decoded exactly).
+//  * Quantized weights: the weights are used exactly (same f16 scales), so the error is the
+//    activation quantization: x is rounded to int8 with step h = amax(block)/127, i.e.
+//    |x - x_hat| <= h/2 per element (block = 32 for Q8_0/Q4_0/Q4_1, 256 for Q4_K/Q6_K), so
+//    |err| <= sum_k |w[r][k]| * h(block of k)/2, plus the f32 term above. This bound is
+//    rigorous; the relative L2 error it implies is checked too (< 2e-2, see `RunCase`).
+#include "kernels/cpu/linear.h"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/half.h"
+#include "kernels/cpu/quantize.h"
+#include "kernels/cpu_features.h"
+#include "tests/test_support.h"
+
+namespace cascade::kernels::cpu {
+namespace {
+
+// ---- Naive dequantizers, from the format description -------------------------------------
+
+float H(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return F16ToF32(v);
+}
+
+// Decodes one row of `n` elements of `dtype` stored at `p`.
+std::vector<double> NaiveDequant(DType dtype, const uint8_t* p, int64_t n) {
+  std::vector<double> y(n);
+  switch (dtype) {
+    case DType::kF32:
+      for (int64_t i = 0; i < n; ++i) {
+        float f;
+        std::memcpy(&f, p + 4 * i, 4);
+        y[i] = f;
+      }
+      break;
+    case DType::kF16:
+      for (int64_t i = 0; i < n; ++i) y[i] = H(p + 2 * i);
+      break;
+    case DType::kBF16:
+      for (int64_t i = 0; i < n; ++i) {
+        uint32_t bits = static_cast<uint32_t>(p[2 * i] | (p[2 * i + 1] << 8)) << 16;
+        float f;
+        std::memcpy(&f, &bits, 4);
+        y[i] = f;
+      }
+      break;
+    case DType::kQ8_0:  // 34 bytes: f16 d, int8 q[32]; x = d q.
+      for (int64_t b = 0; b < n / 32; ++b, p += 34) {
+        for (int j = 0; j < 32; ++j) y[32 * b + j] = H(p) * static_cast<int8_t>(p[2 + j]);
+      }
+      break;
+    case DType::kQ4_0:  // 18 bytes: f16 d, 16 bytes; byte j: elem j low nibble, j+16 high.
+      for (int64_t b = 0; b < n / 32; ++b, p += 18) {
+        for (int j = 0; j < 16; ++j) {
+          y[32 * b + j] = H(p) * ((p[2 + j] & 15) - 8);
+          y[32 * b + j + 16] = H(p) * ((p[2 + j] >> 4) - 8);
+        }
+      }
+      break;
+    case DType::kQ4_1:  // 20 bytes: f16 d, f16 m, 16 bytes; x = d q + m.
+      for (int64_t b = 0; b < n / 32; ++b, p += 20) {
+        for (int j = 0; j < 16; ++j) {
+          y[32 * b + j] = H(p) * (p[4 + j] & 15) + H(p + 2);
+          y[32 * b + j + 16] = H(p) * (p[4 + j] >> 4) + H(p + 2);
+        }
+      }
+      break;
+    case DType::kQ4_K:  // 144 bytes: f16 d, f16 dmin, 12 scale bytes, 128 quant bytes.
+      for (int64_t b = 0; b < n / 256; ++b, p += 144) {
+        const uint8_t* s = p + 4;
+        for (int j = 0; j < 8; ++j) {
+          int sc, mn;
+          if (j < 4) {
+            sc = s[j] & 63;
+            mn = s[j + 4] & 63;
+          } else {
+            sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+            mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+          }
+          // Sub-block j: bytes 32*(j/2).. of qs, low nibble for even j, high for odd.
+          for (int l = 0; l < 32; ++l) {
+            const uint8_t byte = p[16 + 32 * (j / 2) + l];
+            const int q = (j % 2 == 0) ? (byte & 15) : (byte >> 4);
+            y[256 * b + 32 * j + l] = H(p) * sc * q - H(p + 2) * mn;
+          }
+        }
+      }
+      break;
+    case DType::kQ6_K:  // 210 bytes: ql[128], qh[64], int8 scales[16], f16 d.
+      for (int64_t b = 0; b < n / 256; ++b, p += 210) {
+        const uint8_t* ql = p;
+        const uint8_t* qh = p + 128;
+        const int8_t* sc = reinterpret_cast<const int8_t*>(p + 192);
+        const double d = H(p + 208);
+        for (int e = 0; e < 256; ++e) {
+          const int half = e / 128, i = e % 128;  // i = 32 * quarter + l
+          const int quarter = i / 32, l = i % 32;
+          const uint8_t low_byte = ql[64 * half + l + 32 * (quarter % 2)];
+          const int low = quarter < 2 ? (low_byte & 15) : (low_byte >> 4);
+          const int high = (qh[32 * half + l] >> (2 * quarter)) & 3;
+          y[256 * b + e] = d * sc[e / 16] * ((low | (high << 4)) - 32);
+        }
+      }
+      break;
+    default:
+      ADD_FAILURE() << "no naive dequantizer for " << DTypeName(dtype);
+  }
+  return y;
+}
+
+struct Case {
+  DType dtype;
+  CpuIsa isa;
+  int64_t n_tokens;
+  int64_t n_out;
+  int64_t n_in;
+  int n_threads;
+  std::string ToString() const {
+    std::ostringstream s;
+    s << DTypeName(dtype) << " isa=" << CpuIsaName(isa) << " n_tokens=" << n_tokens
+      << " n_out=" << n_out << " n_in=" << n_in << " threads=" << n_threads;
+    return s.str();
+  }
+};
+
+int64_t ActBlock(DType d) {
+  switch (ActivationFormatFor(d)) {
+    case ActivationFormat::kQ8Block:
+      return 32;
+    case ActivationFormat::kQ8K:
+      return 256;
+    default:
+      return 0;
+  }
+}
+
+// Random weights [n_out, n_in] stored as `dtype`, with per-row scale variety.
+std::vector<uint8_t> MakeWeights(DType dtype, int64_t n_out, int64_t n_in, std::mt19937* rng) {
+  std::vector<uint8_t> w(n_out * RowBytes(dtype, n_in));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> row(n_in);
+  for (int64_t r = 0; r < n_out; ++r) {
+    const float scale = 0.05f * (1 + r % 7);
+    const float shift = (r % 3 == 0) ? 0.02f : 0.0f;  // Asymmetric rows exercise offsets.
+    for (auto& v : row) v = scale * normal(*rng) + shift;
+    EXPECT_TRUE(QuantizeRow(dtype, row.data(), w.data() + r * RowBytes(dtype, n_in), n_in).ok());
+  }
+  return w;
+}
+
+void RunCase(const Case& c) {
+  SCOPED_TRACE(c.ToString());
+  std::mt19937 rng(1234 + c.n_out * 7 + c.n_tokens);
+  std::vector<uint8_t> w = MakeWeights(c.dtype, c.n_out, c.n_in, &rng);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(c.n_tokens * c.n_in);
+  for (auto& v : x) v = normal(rng);
+  if (!x.empty()) x[0] = 6.0f;  // An outlier (6 sigma): one block with a coarse step.
+
+  constexpr int kGuard = 16;
+  constexpr float kSentinel = -12345.0f;
+  std::vector<float> out(c.n_tokens * c.n_out + 2 * kGuard, kSentinel);
+  TensorView weight(w.data(), c.dtype, {c.n_out, c.n_in});
+  ThreadPool pool(c.n_threads);
+  SetMaxCpuIsaForTesting(c.isa);
+  const absl::Status status =
+      Linear(out.data() + kGuard, x.data(), weight, c.n_tokens, c.n_threads > 1 ? &pool : nullptr);
+  SetMaxCpuIsaForTesting(BestCpuIsa());
+  ASSERT_TRUE(status.ok()) << status;
+  for (int i = 0; i < kGuard; ++i) {
+    ASSERT_EQ(out[i], kSentinel) << "underrun";
+    ASSERT_EQ(out[out.size() - 1 - i], kSentinel) << "overrun";
+  }
+
+  const int64_t ab = ActBlock(c.dtype);
+  double err2 = 0, ref2 = 0;
+  for (int64_t r = 0; r < c.n_out; ++r) {
+    const std::vector<double> wr =
+        NaiveDequant(c.dtype, w.data() + r * RowBytes(c.dtype, c.n_in), c.n_in);
+    for (int64_t t = 0; t < c.n_tokens; ++t) {
+      const float* xt = x.data() + t * c.n_in;
+      double ref = 0, abs_sum = 0, quant_bound = 0;
+      for (int64_t k = 0; k < c.n_in; ++k) {
+        ref += wr[k] * xt[k];
+        abs_sum += std::fabs(wr[k] * xt[k]);
+      }
+      if (ab > 0) {
+        for (int64_t b0 = 0; b0 < c.n_in; b0 += ab) {
+          double amax = 0;
+          for (int64_t k = b0; k < b0 + ab; ++k) amax = std::max(amax, std::fabs(double{xt[k]}));
+          const double half_step = amax / 127.0 / 2.0;
+          for (int64_t k = b0; k < b0 + ab; ++k) quant_bound += std::fabs(wr[k]) * half_step;
+        }
+      }
+      const double bound = 1.0001 * quant_bound + 1e-5 * abs_sum + 1e-6;
+      const double got = out[kGuard + t * c.n_out + r];
+      ASSERT_LE(std::fabs(got - ref), bound) << "row " << r << " token " << t << " ref " << ref;
+      err2 += (got - ref) * (got - ref);
+      ref2 += ref * ref;
+    }
+  }
+  // Relative L2 error. Rounding x to a step h = amax/127 leaves an rms error of h/sqrt(12)
+  // per element: ~0.3% of rms(x) for Gaussian blocks of 32, and up to 6/(127 sqrt(12)) =
+  // 1.4% in a 256-block holding the 6-sigma outlier (one token). F32 paths: ~1e-7.
+  EXPECT_LT(std::sqrt(err2 / std::max(ref2, 1e-30)), ab > 0 ? 2e-2 : 1e-5);
+}
+
+std::vector<Case> Cases() {
+  std::vector<Case> cases;
+  const DType dtypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,
+                          DType::kQ4_0, DType::kQ4_1, DType::kQ4_K, DType::kQ6_K};
+  for (DType d : dtypes) {
+    for (CpuIsa isa : kAllCpuIsas) {
+      if (!CpuSupportsIsa(isa)) continue;
+      for (int64_t n_tokens : {1, 3, 8, 17}) {
+        // n_in: 512 (16 blocks / 2 super-blocks); for the 32-blocks also 96 (a partial group
+        // of 8 blocks) and 1600 (50 blocks: two tile chunks, partial groups); for floats a
+        // length that is not a multiple of 8.
+        std::vector<int64_t> n_ins = {512};
+        if (BlockElems(d) == 32) n_ins = {512, 96, 1600};
+        if (BlockElems(d) == 1) n_ins = {512, 100};
+        for (int64_t n_in : n_ins) {
+          cases.push_back({d, isa, n_tokens, 37, n_in, 1});
+          cases.push_back({d, isa, n_tokens, 53, n_in, 2});
+        }
+      }
+    }
+  }
+  return cases;
+}
+
+TEST(LinearTest, AllDTypesAllIsasAgainstNaiveReference) {
+  for (const Case& c : Cases()) RunCase(c);
+}
+
+TEST(LinearTest, LargeRowCountsSplitOverThreads) {
+  for (CpuIsa isa : kAllCpuIsas) {
+    if (!CpuSupportsIsa(isa)) continue;
+    RunCase({DType::kQ4_1, isa, 1, 1000, 576, 2});
+    RunCase({DType::kQ4_1, isa, 40, 333, 576, 2});
+    RunCase({DType::kQ8_0, isa, 9, 161, 576, 3});
+  }
+}
+
+TEST(LinearTest, QuantizedActivationsAreReusable) {
+  const int64_t n_in = 256, n_tokens = 5;
+  std::mt19937 rng(7);
+  std::vector<uint8_t> w1 = MakeWeights(DType::kQ4_1, 17, n_in, &rng);
+  std::vector<uint8_t> w2 = MakeWeights(DType::kQ4_0, 9, n_in, &rng);
+  std::vector<float> x(n_tokens * n_in);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (auto& v : x) v = normal(rng);
+  QuantizedActivations q;
+  ASSERT_TRUE(q.Quantize(x.data(), n_tokens, n_in, ActivationFormat::kQ8Block, nullptr).ok());
+  for (auto* wp : {&w1, &w2}) {
+    const DType d = wp == &w1 ? DType::kQ4_1 : DType::kQ4_0;
+    const int64_t n_out = wp == &w1 ? 17 : 9;
+    TensorView weight(wp->data(), d, {n_out, n_in});
+    std::vector<float> a(n_tokens * n_out), b(n_tokens * n_out);
+    ASSERT_TRUE(LinearQuantized(a.data(), q, weight, nullptr).ok());
+    ASSERT_TRUE(Linear(b.data(), x.data(), weight, n_tokens, nullptr).ok());
+    EXPECT_EQ(a, b);
+  }
+  // Activations prepared for the wrong family are refused.
+  std::vector<uint8_t> wk = MakeWeights(DType::kQ4_K, 3, n_in, &rng);
+  std::vector<float> o(n_tokens * 3);
+  EXPECT_STATUS_CODE(LinearQuantized(o.data(), q, TensorView(wk.data(), DType::kQ4_K, {3, n_in}),
+                                     nullptr),
+                     kInvalidArgument);
+}
+
+TEST(LinearTest, RejectsBadInputs) {
+  std::vector<uint8_t> buf(1 << 16);
+  std::vector<float> x(4096), out(4096);
+  // Unsupported dtypes.
+  EXPECT_STATUS_CODE(Linear(out.data(), x.data(), TensorView(buf.data(), DType::kI32, {4, 64}), 1,
+                            nullptr),
+                     kUnimplemented);
+  EXPECT_STATUS_CODE(Linear(out.data(), x.data(), TensorView(buf.data(), DType::kQ8_K, {4, 256}),
+                            1, nullptr),
+                     kUnimplemented);
+  // n_in not a multiple of the block.
+  EXPECT_STATUS_CODE(Linear(out.data(), x.data(), TensorView(buf.data(), DType::kQ4_1, {4, 48}), 1,
+                            nullptr),
+                     kInvalidArgument);
+  EXPECT_STATUS_CODE(Linear(out.data(), x.data(), TensorView(buf.data(), DType::kQ4_K, {4, 512 + 32}),
+                            1, nullptr),
+                     kInvalidArgument);
+  // Not 2-D.
+  EXPECT_STATUS_CODE(Linear(out.data(), x.data(), TensorView(buf.data(), DType::kF32, {2, 4, 64}),
+                            1, nullptr),
+                     kInvalidArgument);
+  EXPECT_STATUS_CODE(Linear(out.data(), x.data(), TensorView(buf.data(), DType::kF32, {4, 64}), -1,
+                            nullptr),
+                     kInvalidArgument);
+  EXPECT_STATUS_CODE(Linear(out.data(), nullptr, TensorView(buf.data(), DType::kF32, {4, 64}), 1,
+                            nullptr),
+                     kInvalidArgument);
+  // Zero tokens is fine and writes nothing.
+  EXPECT_TRUE(Linear(out.data(), x.data(), TensorView(buf.data(), DType::kQ4_0, {4, 64}), 0, nullptr)
+                  .ok());
+  EXPECT_TRUE(LinearSupports(DType::kQ6_K));
+  EXPECT_FALSE(LinearSupports(DType::kQ8_K));
+}
+
+}  // namespace
+}  // namespace cascade::kernels::cpu

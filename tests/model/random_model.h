@@ -1,0 +1,28 @@
+// Random-weight Llama models written as GGUF files, for forward tests. Shapes are small
+// but real (GQA, several layers, blocks of every quantized type fit: n_embd and n_ff are
+// multiples of 256).
+#pragma once
+
+#include <string>
+
+#include "core/dtype.h"
+
+namespace cascade::testing {
+
+struct RandomModelSpec {
+  DType weight_type = DType::kF32;  // Matrices (and the embedding); norms stay f32.
+  int64_t n_layers = 2;
+  int64_t n_embd = 256;
+  int64_t n_heads = 4;
+  int64_t n_kv_heads = 2;
+  int64_t n_ff = 256;
+  int64_t n_vocab = 96;
+  bool tied = false;
+  bool qkv_bias = false;            // Writes a qwen2 model with Q/K/V biases.
+  uint32_t seed = 1;
+};
+
+// Writes the model to `path` (with a tiny byte-level vocabulary so engines can load it).
+void WriteRandomModel(const RandomModelSpec& spec, const std::string& path);
+
+}  // namespace cascade::testing
