@@ -7,6 +7,9 @@
 namespace cascade {
 namespace {
 
+constexpr uint64_t kClosed = uint64_t{1} << 31;
+constexpr uint64_t kJoinedMask = kClosed - 1;
+
 inline void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
@@ -38,8 +41,7 @@ ThreadPool::ThreadPool(const ThreadPoolOptions& options)
 
 ThreadPool::~ThreadPool() {
   if (threads_.empty()) return;
-  stop_ = true;
-  pending_.store(n_threads_ - 1, std::memory_order_relaxed);
+  stop_.store(true, std::memory_order_relaxed);
   generation_.fetch_add(1, std::memory_order_seq_cst);
   generation_.notify_all();
   for (std::thread& t : threads_) t.join();
@@ -50,19 +52,24 @@ void ThreadPool::RunErased(CallFn call, void* ctx) {
     call(ctx, 0);
     return;
   }
+  const uint32_t gen = generation_.load(std::memory_order_relaxed) + 1;
   job_call_ = call;
   job_ctx_ = ctx;
-  pending_.store(n_threads_ - 1, std::memory_order_relaxed);
+  finished_.store(0, std::memory_order_relaxed);
+  state_.store(static_cast<uint64_t>(gen) << 32, std::memory_order_relaxed);
   // Dekker pairing with the worker's `sleepers_` increment: either we see the sleeper and
   // wake it, or it sees the new generation and does not sleep.
-  generation_.fetch_add(1, std::memory_order_seq_cst);
+  generation_.store(gen, std::memory_order_seq_cst);
   if (sleepers_.load(std::memory_order_seq_cst) != 0) generation_.notify_all();
 
   call(ctx, 0);
 
-  if (!SpinUntil([&] { return pending_.load(std::memory_order_acquire) == 0; }, spin_us_)) {
+  // Close the region: workers that have not joined yet stay out of it.
+  const uint32_t joined =
+      static_cast<uint32_t>(state_.fetch_or(kClosed, std::memory_order_acq_rel) & kJoinedMask);
+  if (!SpinUntil([&] { return finished_.load(std::memory_order_acquire) == joined; }, spin_us_)) {
     caller_sleeping_.store(1, std::memory_order_seq_cst);
-    for (uint32_t p; (p = pending_.load(std::memory_order_seq_cst)) != 0;) pending_.wait(p);
+    for (uint32_t f; (f = finished_.load(std::memory_order_seq_cst)) != joined;) finished_.wait(f);
     caller_sleeping_.store(0, std::memory_order_relaxed);
   }
 }
@@ -77,12 +84,20 @@ void ThreadPool::WorkerLoop(int thread) {
       sleepers_.fetch_sub(1, std::memory_order_relaxed);
     }
     seen = generation_.load(std::memory_order_acquire);
-    if (stop_) return;
-    job_call_(job_ctx_, thread);
-    if (pending_.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
-        caller_sleeping_.load(std::memory_order_seq_cst) != 0) {
-      pending_.notify_all();
+    if (stop_.load(std::memory_order_relaxed)) return;
+    // Join region `seen` unless the caller has closed it (or moved past it).
+    uint64_t s = state_.load(std::memory_order_acquire);
+    bool joined = false;
+    while ((s >> 32) == seen && (s & kClosed) == 0) {
+      if (state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel)) {
+        joined = true;
+        break;
+      }
     }
+    if (!joined) continue;
+    job_call_(job_ctx_, thread);
+    finished_.fetch_add(1, std::memory_order_seq_cst);
+    if (caller_sleeping_.load(std::memory_order_seq_cst) != 0) finished_.notify_all();
   }
 }
 

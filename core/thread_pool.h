@@ -3,10 +3,16 @@
 // then sleep on a futex (std::atomic::wait), so back-to-back regions (a decode step runs
 // hundreds) never pay a wake-up, and an idle pool burns no CPU.
 //
-// Thread-safety: single owner. One thread at a time may call `Run` / `ParallelFor*`, and
-// not from inside a running region (no nesting). The calling thread takes part as worker
-// 0, so a pool of `n_threads` starts `n_threads - 1` threads. The destructor joins them.
-// Dispatch allocates nothing.
+// Work is claimed, not assigned: the calling thread starts on the work at once, and a
+// worker that has not joined a region by the time the caller has run out of work is left
+// out of it. So a worker that the OS has descheduled (a machine shared with other
+// processes) never holds the caller up; only work a worker has actually started is
+// waited for.
+//
+// Thread-safety: single owner. One thread at a time may call `ParallelFor*`, and not from
+// inside a running region (no nesting). The calling thread takes part as thread 0, so a
+// pool of `n_threads` starts `n_threads - 1` threads; the destructor joins them. Dispatch
+// allocates nothing.
 #pragma once
 
 #include <algorithm>
@@ -38,17 +44,10 @@ class ThreadPool {
 
   int n_threads() const { return n_threads_; }
 
-  // Runs `fn(thread)` once on every thread, `thread` in [0, n_threads()), and returns when
-  // all calls have returned. `fn` must be callable concurrently.
-  template <typename F>
-  void Run(F&& fn) {
-    using Fn = std::remove_reference_t<F>;
-    RunErased([](void* ctx, int thread) { (*static_cast<Fn*>(ctx))(thread); },
-              const_cast<void*>(static_cast<const void*>(&fn)));
-  }
-
   // Splits [0, n) into n_threads() contiguous ranges of equal size (+-1) and calls
-  // `fn(begin, end, thread)` for each non-empty one, `thread` being the thread running it.
+  // `fn(begin, end, thread)` once for each non-empty one. `thread` in [0, n_threads()) is
+  // the thread running the call: a range is run by whichever thread claims it (when every
+  // thread is on a core, each runs one). `fn` must be callable concurrently.
   template <typename F>
   void ParallelFor(int64_t n, F&& fn) {
     if (n <= 0) return;
@@ -57,16 +56,21 @@ class ThreadPool {
       fn(int64_t{0}, n, 0);
       return;
     }
-    Run([&](int thread) {
-      const int64_t begin = n * thread / t;
-      const int64_t end = n * (thread + 1) / t;
-      if (begin < end) fn(begin, end, thread);
+    std::atomic<int64_t> next{0};
+    Region([&](int thread) {
+      for (;;) {
+        const int64_t i = next.fetch_add(1, std::memory_order_relaxed);
+        if (i >= t) break;
+        const int64_t begin = n * i / t;
+        const int64_t end = n * (i + 1) / t;
+        if (begin < end) fn(begin, end, thread);
+      }
     });
   }
 
   // Dynamic scheduling: threads take chunks of `chunk` items of [0, n) from a shared
   // counter and call `fn(begin, end, thread)` per chunk; balances load when threads run at
-  // different speeds (a core shared with other processes). REQUIRES chunk >= 1.
+  // different speeds. REQUIRES chunk >= 1.
   template <typename F>
   void ParallelForChunked(int64_t n, int64_t chunk, F&& fn) {
     if (n <= 0) return;
@@ -75,7 +79,7 @@ class ThreadPool {
       return;
     }
     std::atomic<int64_t> next{0};
-    Run([&](int thread) {
+    Region([&](int thread) {
       for (;;) {
         const int64_t b = next.fetch_add(chunk, std::memory_order_relaxed);
         if (b >= n) break;
@@ -87,6 +91,15 @@ class ThreadPool {
  private:
   using CallFn = void (*)(void* ctx, int thread);
 
+  // Runs `fn(0)` on the caller and `fn(thread)` on each worker that joins before the
+  // caller's call returns; returns when all of those have returned. `fn` must claim its
+  // work from shared state, so that work does not depend on who joins.
+  template <typename F>
+  void Region(F&& fn) {
+    using Fn = std::remove_reference_t<F>;
+    RunErased([](void* ctx, int thread) { (*static_cast<Fn*>(ctx))(thread); },
+              const_cast<void*>(static_cast<const void*>(&fn)));
+  }
   void RunErased(CallFn call, void* ctx);
   void WorkerLoop(int thread);
 
@@ -97,11 +110,13 @@ class ThreadPool {
   // The current region, published by the release increment of `generation_`.
   CallFn job_call_ = nullptr;
   void* job_ctx_ = nullptr;
-  bool stop_ = false;
+  std::atomic<bool> stop_{false};
 
   alignas(64) std::atomic<uint32_t> generation_{0};  // Bumped once per region.
   alignas(64) std::atomic<uint32_t> sleepers_{0};    // Workers asleep on `generation_`.
-  alignas(64) std::atomic<uint32_t> pending_{0};     // Workers yet to finish the region.
+  // (generation << 32) | kClosed bit | number of workers that joined the region.
+  alignas(64) std::atomic<uint64_t> state_{0};
+  alignas(64) std::atomic<uint32_t> finished_{0};    // Joined workers that are done.
   alignas(64) std::atomic<uint32_t> caller_sleeping_{0};
 };
 

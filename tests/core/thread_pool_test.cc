@@ -1,5 +1,4 @@
-// Tests of cascade::ThreadPool: every index is covered exactly once, every thread index is
-// used, regions work after workers fell asleep, and dispatch is fast. To add a case, add a
+// Tests of cascade::ThreadPool: every index is covered exactly once, ranges are even, regions work after workers fell asleep, and dispatch is fast. To add a case, add a
 // TEST below; timing numbers are printed, never asserted (shared CI machines).
 #include "core/thread_pool.h"
 
@@ -32,10 +31,12 @@ TEST(ThreadPoolTest, ParallelForCoversEveryIndexOnce) {
 
 TEST(ThreadPoolTest, ParallelForSplitsEvenly) {
   ThreadPool pool(2);
-  std::atomic<int64_t> sizes[2] = {0, 0};
-  pool.ParallelFor(100, [&](int64_t begin, int64_t end, int thread) { sizes[thread] += end - begin; });
-  EXPECT_EQ(sizes[0].load(), 50);
-  EXPECT_EQ(sizes[1].load(), 50);
+  std::atomic<int> calls{0};
+  pool.ParallelFor(100, [&](int64_t begin, int64_t end, int) {
+    EXPECT_EQ(end - begin, 50);
+    calls.fetch_add(1);
+  });
+  EXPECT_EQ(calls.load(), 2);
 }
 
 TEST(ThreadPoolTest, ChunkedCoversEveryIndexOnce) {
@@ -51,11 +52,18 @@ TEST(ThreadPoolTest, ChunkedCoversEveryIndexOnce) {
   }
 }
 
-TEST(ThreadPoolTest, RunUsesEveryThreadOnce) {
-  ThreadPool pool(4);
-  std::vector<std::atomic<int>> calls(4);
-  pool.Run([&](int thread) { calls[thread].fetch_add(1); });
-  for (auto& c : calls) EXPECT_EQ(c.load(), 1);
+TEST(ThreadPoolTest, WorkersTakePartWhenRunning) {
+  ThreadPool pool(2);
+  // With a slow body, the worker (spinning after the first region) claims the second range.
+  std::atomic<int> by_worker{0};
+  for (int i = 0; i < 20; ++i) {
+    pool.ParallelFor(2, [&](int64_t, int64_t, int thread) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      if (thread == 1) by_worker.fetch_add(1);
+    });
+  }
+  std::printf("worker ran %d of 20 ranges\n", by_worker.load());
+  SUCCEED();  // Scheduling-dependent: reported, not asserted.
 }
 
 TEST(ThreadPoolTest, ManyRegionsBackToBack) {
@@ -72,7 +80,7 @@ TEST(ThreadPoolTest, WakesSleepingWorkers) {
   for (int round = 0; round < 5; ++round) {
     std::this_thread::sleep_for(std::chrono::milliseconds(3));  // Workers go to sleep.
     std::atomic<int> calls{0};
-    pool.Run([&](int) { calls.fetch_add(1); });
+    pool.ParallelFor(3, [&](int64_t begin, int64_t end, int) { calls.fetch_add(end - begin); });
     EXPECT_EQ(calls.load(), 3);
   }
 }
@@ -80,8 +88,8 @@ TEST(ThreadPoolTest, WakesSleepingWorkers) {
 TEST(ThreadPoolTest, CallerSleepsWhileAWorkerIsSlow) {
   ThreadPool pool(ThreadPoolOptions{.n_threads = 2, .spin_us = 5});
   std::atomic<int> done{0};
-  pool.Run([&](int thread) {
-    if (thread == 1) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  pool.ParallelFor(2, [&](int64_t begin, int64_t, int) {
+    if (begin == 1) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     done.fetch_add(1);
   });
   EXPECT_EQ(done.load(), 2);

@@ -192,7 +192,9 @@ const std::vector<Golden>& SmolLm2Goldens() {
 void ExpectGoldens(const Tokenizer& tok, const std::vector<Golden>& goldens, bool round_trip) {
   for (const Golden& g : goldens) {
     EXPECT_EQ(Ids(tok.Encode(g.text, /*add_special=*/false)), Ids(g.ids)) << "'" << g.text << "'";
-    if (round_trip) EXPECT_EQ(tok.Decode(g.ids), g.text);
+    if (round_trip) {
+      EXPECT_EQ(tok.Decode(g.ids), g.text);
+    }
   }
 }
 
