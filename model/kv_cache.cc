@@ -14,14 +14,15 @@ absl::StatusOr<KvCache> KvCache::Create(const KvCacheOptions& o) {
   KvCache c;
   c.options_ = o;
   const int64_t per_tensor = o.n_blocks * o.block_size * o.n_kv_heads * o.head_dim;
+  c.n_floats_ = 2 * o.n_layers * per_tensor;
   try {
-    c.storage_.assign(static_cast<size_t>(2 * o.n_layers * per_tensor), 0.0f);
+    c.storage_ = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(c.n_floats_));
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError(StrCat("kv cache: cannot allocate ", BlockBytes(o) * o.n_blocks, " bytes"));
   }
   for (int64_t l = 0; l < o.n_layers; ++l) {
     kernels::KvCacheLayer layer;
-    float* base = c.storage_.data() + 2 * l * per_tensor;
+    float* base = c.storage_.get() + 2 * l * per_tensor;
     layer.k = TensorView(base, DType::kF32, {o.n_blocks, o.block_size, o.n_kv_heads, o.head_dim});
     layer.v = TensorView(base + per_tensor, DType::kF32, {o.n_blocks, o.block_size, o.n_kv_heads, o.head_dim});
     layer.block_size = o.block_size;

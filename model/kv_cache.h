@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -28,7 +29,7 @@ class KvCache {
 
   kernels::KvCacheLayer& layer(int64_t i) { return layers_[i]; }
   const KvCacheOptions& options() const { return options_; }
-  int64_t bytes() const { return static_cast<int64_t>(storage_.size() * sizeof(float)); }
+  int64_t bytes() const { return n_floats_ * static_cast<int64_t>(sizeof(float)); }
   // Bytes one block takes across all layers here (K and V).
   static int64_t BlockBytes(const KvCacheOptions& o) {
     return 2 * o.n_layers * o.block_size * o.n_kv_heads * o.head_dim * static_cast<int64_t>(sizeof(float));
@@ -36,7 +37,10 @@ class KvCache {
 
  private:
   KvCacheOptions options_;
-  std::vector<float> storage_;
+  // Left uninitialised: a large allocation is fresh zero pages from the kernel, so only
+  // the blocks sequences actually write become resident; attention reads only those.
+  std::unique_ptr<float[]> storage_;
+  int64_t n_floats_ = 0;
   std::vector<kernels::KvCacheLayer> layers_;
 };
 

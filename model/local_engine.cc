@@ -76,12 +76,21 @@ absl::Status LocalEngine::Step(std::span<const int32_t> tokens, int64_t n_past, 
   return transformer_->Forward(batch, *cache_, TensorView(logits.data(), DType::kF32, {1, config().n_vocab}));
 }
 
-absl::StatusOr<std::vector<float>> LocalEngine::PrefillLogits(const std::vector<int32_t>& ids) {
-  if (ids.empty() || static_cast<int64_t>(ids.size()) > max_context_) {
-    return absl::InvalidArgumentError(StrCat("prompt of ", ids.size(), " tokens (1 to ", max_context_, " allowed)"));
+absl::StatusOr<std::vector<float>> LocalEngine::PromptLogits(const std::vector<int32_t>& ids, int64_t first_row) {
+  const int64_t n = static_cast<int64_t>(ids.size());
+  if (n == 0 || n > max_context_ || first_row < 0 || first_row >= n) {
+    return absl::InvalidArgumentError(StrCat("prompt of ", n, " tokens (1 to ", max_context_,
+                                             " allowed), logits from row ", first_row));
   }
-  std::vector<float> logits;
-  CASCADE_RETURN_IF_ERROR(Step(ids, 0, logits));
+  positions_.resize(n);
+  for (int64_t i = 0; i < n; ++i) positions_[i] = static_cast<int32_t>(i);
+  std::vector<int64_t> rows;
+  for (int64_t r = first_row; r < n; ++r) rows.push_back(r);
+  const kernels::AttentionSeq seq{0, n, 0, block_table_};
+  const int64_t V = config().n_vocab;
+  std::vector<float> logits(rows.size() * V);
+  CASCADE_RETURN_IF_ERROR(transformer_->Forward({ids, positions_, {&seq, 1}, rows}, *cache_,
+                                                TensorView(logits.data(), DType::kF32, {static_cast<int64_t>(rows.size()), V})));
   return logits;
 }
 

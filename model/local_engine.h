@@ -65,9 +65,10 @@ class LocalEngine {
   absl::StatusOr<GenerateResult> Generate(const GenerateRequest& request,
                                           const std::function<void(std::string_view)>& on_text = {});
 
-  // Logits [n_vocab] of the last prompt position after prefilling `ids` from position 0
-  // (for tests comparing against reference implementations).
-  absl::StatusOr<std::vector<float>> PrefillLogits(const std::vector<int32_t>& ids);
+  // Logits [ids.size() - first_row, n_vocab] of rows [first_row, ids.size()) after one
+  // prefill of `ids` from position 0: teacher forcing, for comparisons with reference
+  // implementations. REQUIRES 0 <= first_row < ids.size().
+  absl::StatusOr<std::vector<float>> PromptLogits(const std::vector<int32_t>& ids, int64_t first_row);
 
  private:
   LocalEngine() = default;

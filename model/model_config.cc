@@ -1,5 +1,7 @@
 #include "model/model_config.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "core/str_cat.h"
@@ -65,11 +67,13 @@ std::string ModelConfig::ToString() const {
 }
 
 bool ModelConfig::SameLogicalModel(const ModelConfig& o) const {
+  // Files store eps and theta as f32 (GGUF) or decimal text (JSON): compare to f32 precision.
+  const auto close = [](double a, double b) { return std::abs(a - b) <= 1e-6 * std::max(std::abs(a), std::abs(b)); };
   return n_layers == o.n_layers && n_embd == o.n_embd && n_heads == o.n_heads &&
          n_kv_heads == o.n_kv_heads && head_dim == o.head_dim && n_ff == o.n_ff &&
-         n_vocab == o.n_vocab && n_ctx_train == o.n_ctx_train && rope_theta == o.rope_theta &&
-         rope_scaling == o.rope_scaling && rope_scaling_factor == o.rope_scaling_factor &&
-         norm_eps == o.norm_eps && tied_embeddings == o.tied_embeddings && qkv_bias == o.qkv_bias;
+         n_vocab == o.n_vocab && n_ctx_train == o.n_ctx_train && close(rope_theta, o.rope_theta) &&
+         rope_scaling == o.rope_scaling && close(rope_scaling_factor, o.rope_scaling_factor) &&
+         close(norm_eps, o.norm_eps) && tied_embeddings == o.tied_embeddings && qkv_bias == o.qkv_bias;
 }
 
 absl::StatusOr<ModelConfig> ModelConfigFromGguf(const GgufFile& f) {

@@ -45,20 +45,20 @@ void WriteRandomModel(const RandomModelSpec& s, const std::string& path) {
   w.SetU32(arch + ".context_length", 256);
   w.SetF32(arch + ".rope.freq_base", 10000.0f);
   w.SetF32(arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
-  // A byte-level vocabulary: the 94 printable ASCII characters, GPT-2's space "Ġ" and
-  // newline "Ċ", then filler tokens.
+  // A byte-level vocabulary: the 94 printable ASCII characters, GPT-2's space "Ġ", the
+  // merge "!!", then filler tokens.
   std::vector<std::string> tokens;
   for (int64_t i = 0; i < s.n_vocab; ++i) {
     if (i < 94) tokens.push_back(std::string(1, static_cast<char>('!' + i)));
     else if (i == 94) tokens.push_back("\xc4\xa0");
-    else if (i == 95) tokens.push_back("\xc4\x8a");
+    else if (i == 95) tokens.push_back("!!");
     else tokens.push_back(StrCat("<filler", i, ">"));
   }
   w.SetString("tokenizer.ggml.model", "gpt2");
   w.SetString("tokenizer.ggml.pre", "gpt-2");
   w.SetStringArray("tokenizer.ggml.tokens", tokens);
   w.SetI32Array("tokenizer.ggml.token_type", std::vector<int32_t>(s.n_vocab, 1));
-  w.SetStringArray("tokenizer.ggml.merges", {});
+  w.SetStringArray("tokenizer.ggml.merges", {"! !"});
   w.SetU32("tokenizer.ggml.eos_token_id", 0);
 
   const DType t = s.weight_type;

@@ -1,0 +1,229 @@
+// End-to-end generation on real models against independent references:
+//  * stories260K: the 20 greedy ids of ../shared/testdata/README.md (a float64 forward);
+//  * tinystories-656k: the safetensors (HF, rotate-half) and Q8_0 GGUF (adjacent-pair)
+//    copies agree on the first 20 greedy ids;
+//  * SmolLM2-135M Q4_1: greedy ids from llama.cpp, tests/golden/smollm2_q4_1_greedy.json
+//    (made by tests/golden/make_smollm2_goldens.py).
+// Plus request validation, stop conditions and seeded sampling.
+#include "model/local_engine.h"
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/model/random_model.h"
+#include "tests/test_support.h"
+
+namespace cascade::model {
+namespace {
+
+std::unique_ptr<LocalEngine> Engine(const std::string& path, int threads = 1, int64_t ctx = 512) {
+  LocalEngineOptions options;
+  options.n_threads = threads;
+  options.max_context = ctx;
+  auto e = LocalEngine::Create(path, options);
+  EXPECT_TRUE(e.ok()) << e.status();
+  return e.ok() ? std::move(*e) : nullptr;
+}
+
+GenerateRequest Greedy(std::vector<int32_t> prompt, int32_t n) {
+  GenerateRequest r;
+  r.prompt_ids = std::move(prompt);
+  r.sampling.temperature = 0;
+  r.max_tokens = n;
+  r.ignore_eos = true;
+  return r;
+}
+
+TEST(LocalEngineTest, Stories260KGreedyMatchesReference) {
+  CASCADE_REQUIRE_FILE(path, testing::TestDataPath("models/stories260K.gguf"));
+  for (int threads : {1, 2}) {
+    auto e = Engine(path, threads);
+    ASSERT_NE(e, nullptr);
+    auto res = e->Generate(Greedy({1}, 20));
+    ASSERT_TRUE(res.ok()) << res.status();
+    const std::vector<int32_t> expected = {403, 407, 261, 378, 432, 383, 286, 261, 376, 298,
+                                           315, 421, 395, 317, 426, 338, 401, 396, 267, 337};
+    EXPECT_EQ(res->token_ids, expected) << "threads " << threads;
+    EXPECT_EQ(res->text.rfind("Once upon a time, there was a little girl named Lily.", 0), 0u) << res->text;
+  }
+}
+
+// The prefill path (many tokens in one pass) continues exactly like step-by-step decode.
+TEST(LocalEngineTest, MultiTokenPromptContinuesTheGreedyRun) {
+  CASCADE_REQUIRE_FILE(path, testing::TestDataPath("models/stories260K.gguf"));
+  auto e = Engine(path);
+  auto full = e->Generate(Greedy({1}, 30));
+  ASSERT_TRUE(full.ok());
+  std::vector<int32_t> prompt = {1};
+  prompt.insert(prompt.end(), full->token_ids.begin(), full->token_ids.begin() + 17);  // Crosses a KV block.
+  auto rest = e->Generate(Greedy(prompt, 13));
+  ASSERT_TRUE(rest.ok());
+  EXPECT_EQ(rest->token_ids, std::vector<int32_t>(full->token_ids.begin() + 17, full->token_ids.end()));
+}
+
+TEST(LocalEngineTest, TinyStoriesBothFormatsAgree) {
+  CASCADE_REQUIRE_FILE(hf, testing::TestDataPath("models/tinystories-656k"));
+  CASCADE_REQUIRE_FILE(gguf, testing::TestDataPath("models/tinystories-656k-q8_0.gguf"));
+  auto a = Engine(hf), b = Engine(gguf);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_TRUE(a->config().SameLogicalModel(b->config())) << a->config().ToString() << b->config().ToString();
+  EXPECT_EQ(a->config().rope_layout, RopeLayout::kRotateHalf);
+  EXPECT_EQ(b->config().rope_layout, RopeLayout::kAdjacentPairs);
+  const int32_t bos = a->tokenizer().bos_id();
+  ASSERT_EQ(bos, b->tokenizer().bos_id());
+  auto ra = a->Generate(Greedy({bos}, 20)), rb = b->Generate(Greedy({bos}, 20));
+  ASSERT_TRUE(ra.ok() && rb.ok());
+  EXPECT_EQ(ra->token_ids, rb->token_ids);
+  std::printf("[ info ] tinystories greedy: %s\n", ra->text.c_str());
+}
+
+// SmolLM2 against llama.cpp. Both quantize activations to 8 bits before the integer dot
+// products; a float difference of 1e-6 can flip one rounding, and through 30 layers that
+// moves logits by ~1%, so argmax flips wherever the top two are within a few tenths of a
+// nat. llama.cpp itself picks different tokens at such ties in its batched and one-token
+// paths, and so do we. The test therefore runs teacher-forced over all 32 reference
+// tokens of every case: our argmax must be the reference token, or the reference token
+// must be within kTieNats of our best (a tie), and at least 95% must be exact. The
+// free-running greedy overlap is printed for information.
+TEST(LocalEngineTest, SmolLM2MatchesLlamaCppGreedy) {
+  CASCADE_REQUIRE_FILE(path, testing::DefaultModelPath());
+  constexpr double kTieNats = 0.35;
+  std::ifstream in(testing::SourceDir() + "/tests/golden/smollm2_q4_1_greedy.json");
+  ASSERT_TRUE(in.good());
+  const nlohmann::json golden = nlohmann::json::parse(in);
+  auto e = Engine(path, 2, 1024);
+  ASSERT_NE(e, nullptr);
+  const int64_t V = e->config().n_vocab;
+  int exact = 0, total = 0;
+  ASSERT_GE(golden["cases"].size(), 3u);
+  for (const auto& c : golden["cases"]) {
+    const std::vector<int32_t> prompt = c["prompt_ids"], ref = c["greedy_ids"];
+    ASSERT_EQ(ref.size(), 32u);
+    std::vector<int32_t> seq = prompt;
+    seq.insert(seq.end(), ref.begin(), ref.end() - 1);
+    auto logits = e->PromptLogits(seq, static_cast<int64_t>(prompt.size()) - 1);
+    ASSERT_TRUE(logits.ok()) << logits.status();
+    int64_t first_tie = 32;
+    for (int64_t i = 0; i < 32; ++i) {
+      const float* row = logits->data() + i * V;
+      const int32_t best = static_cast<int32_t>(std::max_element(row, row + V) - row);
+      const double gap = row[best] - row[ref[i]];  // Logit gap = logprob gap.
+      ++total;
+      if (best == ref[i]) {
+        ++exact;
+      } else {
+        first_tie = std::min(first_tie, i);
+        EXPECT_LT(gap, kTieNats) << c["text"] << " position " << i << ": ours " << best << ", llama.cpp " << ref[i];
+      }
+    }
+    auto run = e->Generate(Greedy(prompt, 32));
+    ASSERT_TRUE(run.ok());
+    int64_t same = 0;
+    while (same < 32 && run->token_ids[same] == ref[same]) ++same;
+    std::printf("[ info ] %-36s teacher-forced exact until %2lld, free-running equal for %2lld/32\n",
+                std::string(c["text"]).c_str(), static_cast<long long>(first_tie), static_cast<long long>(same));
+  }
+  EXPECT_GE(exact, total * 95 / 100) << exact << "/" << total;
+  std::printf("[ info ] SmolLM2 vs llama.cpp: %d/%d positions exact\n", exact, total);
+}
+
+TEST(LocalEngineTest, SmolLM2TokenizerGivesTheReferencePromptIds) {
+  CASCADE_REQUIRE_FILE(path, testing::DefaultModelPath());
+  std::ifstream in(testing::SourceDir() + "/tests/golden/smollm2_q4_1_greedy.json");
+  const nlohmann::json golden = nlohmann::json::parse(in);
+  auto files = OpenModelFiles(path);
+  ASSERT_TRUE(files.ok());
+  auto tok = LoadTokenizer(*files);
+  ASSERT_TRUE(tok.ok());
+  for (const auto& c : golden["cases"]) {
+    if (c["kind"] != "text") continue;
+    const std::vector<int32_t> expected = c["prompt_ids"];
+    EXPECT_EQ((*tok)->Encode(std::string(c["text"]), false), expected);
+  }
+}
+
+class RandomEngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = dir_.path() + "/m.gguf";
+    testing::WriteRandomModel({.weight_type = DType::kQ8_0}, path_);
+    engine_ = Engine(path_, 1, 64);
+    ASSERT_NE(engine_, nullptr);
+  }
+  testing::TempDir dir_;
+  std::string path_;
+  std::unique_ptr<LocalEngine> engine_;
+};
+
+TEST_F(RandomEngineTest, BadRequestsAreInvalidArgument) {
+  EXPECT_STATUS_CODE(engine_->Generate(Greedy({}, 4)), kInvalidArgument);
+  EXPECT_STATUS_CODE(engine_->Generate(Greedy({5, 96}, 4)), kInvalidArgument);  // Vocab is 96.
+  EXPECT_STATUS_CODE(engine_->Generate(Greedy({5, -1}, 4)), kInvalidArgument);
+  EXPECT_STATUS_CODE(engine_->Generate(Greedy(std::vector<int32_t>(64, 3), 4)), kInvalidArgument);  // No room.
+  EXPECT_STATUS_CODE(engine_->Generate(Greedy({5}, 0)), kInvalidArgument);
+  GenerateRequest r = Greedy({5}, 4);
+  r.sampling.top_p = 0;
+  EXPECT_STATUS_CODE(engine_->Generate(r), kInvalidArgument);
+  r.sampling.top_p = 1;
+  r.sampling.temperature = -1;
+  EXPECT_STATUS_CODE(engine_->Generate(r), kInvalidArgument);
+  // The engine still works after rejected requests.
+  EXPECT_TRUE(engine_->Generate(Greedy({5}, 4)).ok());
+}
+
+TEST_F(RandomEngineTest, LengthAndContextLimits) {
+  auto r = engine_->Generate(Greedy({5, 6}, 7));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->token_ids.size(), 7u);
+  EXPECT_EQ(r->finish_reason, "length");
+  // The context (64) caps generation: 60 prompt tokens leave room for 4.
+  auto capped = engine_->Generate(Greedy(std::vector<int32_t>(60, 3), 50));
+  ASSERT_TRUE(capped.ok());
+  EXPECT_EQ(capped->token_ids.size(), 4u);
+  EXPECT_EQ(capped->finish_reason, "length");
+}
+
+TEST_F(RandomEngineTest, StopIdsAndStrings) {
+  auto free = engine_->Generate(Greedy({5, 6}, 12));
+  ASSERT_TRUE(free.ok());
+  // Stop at the id generated third: it is kept, generation ends there.
+  GenerateRequest r = Greedy({5, 6}, 12);
+  r.stop_ids = {free->token_ids[2]};
+  auto stopped = engine_->Generate(r);
+  ASSERT_TRUE(stopped.ok());
+  const size_t first = std::find(free->token_ids.begin(), free->token_ids.end(), free->token_ids[2]) - free->token_ids.begin();
+  EXPECT_EQ(stopped->token_ids.size(), first + 1);
+  EXPECT_EQ(stopped->finish_reason, "stop");
+  // A stop string made of two generated characters ends the text before it.
+  ASSERT_GE(free->text.size(), 6u);
+  GenerateRequest s = Greedy({5, 6}, 12);
+  s.stop_strings = {free->text.substr(3, 2)};
+  std::string streamed;
+  auto by_string = engine_->Generate(s, [&](std::string_view t) { streamed += t; });
+  ASSERT_TRUE(by_string.ok());
+  EXPECT_EQ(by_string->finish_reason, "stop");
+  EXPECT_EQ(by_string->text, free->text.substr(0, free->text.find(s.stop_strings[0])));
+  EXPECT_EQ(streamed, by_string->text);
+}
+
+TEST_F(RandomEngineTest, SeededSamplingIsReproducible) {
+  GenerateRequest r = Greedy({5, 6}, 16);
+  r.sampling.temperature = 1.0f;
+  r.sampling.seed = 7;
+  auto a = engine_->Generate(r), b = engine_->Generate(r);
+  r.sampling.seed = 8;
+  auto c = engine_->Generate(r);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  EXPECT_EQ(a->token_ids, b->token_ids);
+  EXPECT_NE(a->token_ids, c->token_ids);
+  // top_k = 1 is greedy whatever the temperature.
+  r.sampling.top_k = 1;
+  auto k1 = engine_->Generate(r);
+  auto g = engine_->Generate(Greedy({5, 6}, 16));
+  EXPECT_EQ(k1->token_ids, g->token_ids);
+}
+
+}  // namespace
+}  // namespace cascade::model
