@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""End-to-end tests of the `cascade` binary: real processes, real files, checked output.
+
+Usage: cli_test.py CASCADE_BINARY TEST_NAME. Each test is registered with ctest
+separately (tests/cli/CMakeLists.txt). Tests needing ../shared/testdata or the default
+model print a reason and exit 0 with "SKIP" when the file is absent (ctest maps the
+SKIP output to a skipped test). To add a test, write a `test_<name>` function and list
+it in CMakeLists.txt.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+BIN = sys.argv[1]
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TESTDATA = os.environ.get("CASCADE_TESTDATA") or os.path.join(ROOT, "..", "shared", "testdata")
+STORIES = os.path.join(TESTDATA, "models", "stories260K.gguf")
+TINY_HF = os.path.join(TESTDATA, "models", "tinystories-656k")
+TINY_GGUF = os.path.join(TESTDATA, "models", "tinystories-656k-q8_0.gguf")
+SMOL = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+# Greedy ids from BOS for stories260K (../shared/testdata/README.md, a float64 reference).
+STORIES_IDS = [403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267, 337]
+
+
+def need(*paths):
+    for p in paths:
+        if not os.path.exists(p):
+            print(f"SKIP: {p} not available (set CASCADE_TESTDATA or run scripts/setup.sh)")
+            sys.exit(0)
+
+
+def cascade(*args, expect_rc=0):
+    p = subprocess.run([BIN, *args], capture_output=True, text=True, timeout=300)
+    assert p.returncode == expect_rc, f"cascade {' '.join(args)}: rc {p.returncode}, stderr: {p.stderr}"
+    return p
+
+
+def fails_cleanly(*args, mention):
+    p = cascade(*args, expect_rc=2)
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1, f"expected one error line, got: {p.stderr!r}"
+    assert mention in lines[0], f"error {lines[0]!r} should mention {mention!r}"
+    assert "Check failed" not in p.stderr and "terminate" not in p.stderr
+
+
+def test_info_configs():
+    need(STORIES, TINY_HF, TINY_GGUF, SMOL)
+    # Values from ../shared/testdata/README.md.
+    expected = {
+        STORIES: dict(n_embd=64, n_layers=5, n_heads=8, n_kv_heads=4, n_ff=172, head_dim=8, n_vocab=512, tied_embeddings=True),
+        TINY_HF: dict(n_embd=128, n_layers=2, n_heads=8, n_kv_heads=4, n_ff=384, n_vocab=2048, n_ctx_train=512,
+                      rope_theta=10000.0, norm_eps=1e-6, tied_embeddings=True, rope_layout="rotate_half"),
+        TINY_GGUF: dict(n_embd=128, n_layers=2, n_heads=8, n_kv_heads=4, n_ff=384, n_vocab=2048, n_ctx_train=512,
+                        rope_theta=10000.0, tied_embeddings=True, rope_layout="adjacent_pairs"),
+        SMOL: dict(n_embd=576, n_layers=30, n_heads=9, n_kv_heads=3, head_dim=64, n_ff=1536, n_vocab=49152,
+                   rope_theta=100000.0, norm_eps=1e-5, tied_embeddings=True),
+    }
+    for path, want in expected.items():
+        info = json.loads(cascade("info", "--model", path, "--json").stdout)
+        for k, v in want.items():
+            got = info["config"][k]
+            ok = abs(got - v) <= 1e-6 * abs(v) if isinstance(v, float) else got == v
+            assert ok, f"{path}: {k} = {got}, expected {v}"
+        assert info["n_tensors"] > 0 and sum(t["count"] for t in info["tensors_by_type"].values()) == info["n_tensors"]
+    smol = json.loads(cascade("info", "--model", SMOL, "--json").stdout)
+    assert set(smol["tensors_by_type"]) == {"f32", "q4_1", "q8_0"}, smol["tensors_by_type"]
+    text = cascade("info", "--model", SMOL).stdout
+    assert "n_layers        30" in text and "q4_1" in text
+
+
+def test_tokenize():
+    need(STORIES, SMOL)
+    plain = json.loads(cascade("tokenize", "--model", STORIES, "--text", "Once upon a time", "--json").stdout)
+    special = json.loads(cascade("tokenize", "--model", STORIES, "--text", "Once upon a time", "--add-special", "--json").stdout)
+    assert plain["ids"][:3] == [403, 407, 261], plain  # "Once upon a" as in the README's greedy run.
+    assert special["ids"] == [1] + plain["ids"], special
+    assert len(plain["pieces"]) == len(plain["ids"])
+    chat = json.loads(cascade("tokenize", "--model", SMOL, "--chat", "Hi", "--json").stdout)
+    # ChatML: <|im_start|> (1) ... <|im_end|> (2), ending with the assistant header.
+    assert chat["ids"][0] == 1 and 2 in chat["ids"] and chat["pieces"][-1] == "Ċ", chat
+    ids_line = cascade("tokenize", "--model", STORIES, "--text", "Once upon a time").stdout.split()
+    assert list(map(int, ids_line)) == plain["ids"]
+
+
+def test_run_json_stories():
+    need(STORIES)
+    out = json.loads(cascade("run", "--model", STORIES, "--prompt-ids", "1", "--temperature", "0",
+                             "--max-tokens", "20", "--json").stdout)
+    assert set(out) == {"prompt_ids", "token_ids", "text", "finish_reason", "timings"}, out.keys()
+    assert set(out["timings"]) == {"load_s", "prefill_tok_s", "decode_tok_s"}
+    assert out["prompt_ids"] == [1]
+    assert out["token_ids"] == STORIES_IDS, out["token_ids"]
+    assert out["finish_reason"] == "length"
+    assert out["text"].startswith("Once upon a time, there was a little girl named Lily.")
+    # Multi-token prompt (prefill path): continue from the first 10 reference ids.
+    cont = json.loads(cascade("run", "--model", STORIES, "--prompt-ids", ",".join(map(str, [1] + STORIES_IDS[:10])),
+                              "--temperature", "0", "--max-tokens", "10", "--json").stdout)
+    assert cont["token_ids"] == STORIES_IDS[10:], cont["token_ids"]
+
+
+def test_run_streams_text():
+    need(STORIES)
+    p = cascade("run", "--model", STORIES, "--prompt", "Once upon a time", "--temperature", "0", "--max-tokens", "30")
+    assert "little girl named Lily" in p.stdout, p.stdout
+
+
+def test_run_seed():
+    need(STORIES)
+    args = ["run", "--model", STORIES, "--prompt-ids", "1", "--temperature", "1.0", "--max-tokens", "24", "--json"]
+    a = json.loads(cascade(*args, "--seed", "3").stdout)["token_ids"]
+    b = json.loads(cascade(*args, "--seed", "3").stdout)["token_ids"]
+    c = json.loads(cascade(*args, "--seed", "4").stdout)["token_ids"]
+    assert a == b and a != c, (a, b, c)
+
+
+def test_chat_smollm2():
+    need(SMOL)
+    out = json.loads(cascade("run", "--model", SMOL, "--chat", "What is the capital of France?", "--temperature", "0",
+                             "--max-tokens", "32", "--json").stdout)
+    assert "Paris" in out["text"], out["text"]
+    assert out["finish_reason"] == "stop"  # Ends with <|im_end|>, which is not in the text.
+    assert "<|im_end|>" not in out["text"]
+
+
+def test_errors_are_one_line_exit_2():
+    need(STORIES)
+    fails_cleanly("info", mention="--model")
+    fails_cleanly("info", "--model", "/nonexistent/x.gguf", mention="/nonexistent/x.gguf")
+    fails_cleanly("info", "--model", STORIES, "--bogus", mention="--bogus")
+    fails_cleanly("nosuchcommand", mention="nosuchcommand")
+    with tempfile.TemporaryDirectory() as d:
+        cut = os.path.join(d, "cut.gguf")
+        with open(STORIES, "rb") as f, open(cut, "wb") as g:
+            g.write(f.read()[:300000])
+        fails_cleanly("run", "--model", cut, "--prompt-ids", "1", mention="cut.gguf")
+        junk = os.path.join(d, "junk.gguf")
+        with open(junk, "wb") as g:
+            g.write(b"not a model at all")
+        fails_cleanly("info", "--model", junk, mention="not a GGUF file")
+    fails_cleanly("run", "--model", STORIES, "--prompt-ids", "1,x", mention="prompt-ids")
+    fails_cleanly("run", "--model", STORIES, "--prompt-ids", "100000", mention="vocabulary")
+    fails_cleanly("run", "--model", STORIES, "--prompt-ids", "1", "--temperature", "-1", mention="temperature")
+    fails_cleanly("run", "--model", STORIES, "--prompt-ids", "1", "--top-p", "0", mention="top_p")
+    fails_cleanly("run", "--model", STORIES, "--prompt", "a", "--chat", "b", mention="exactly one")
+    # stories260K has no chat template: the error names the way out.
+    fails_cleanly("run", "--model", STORIES, "--chat", "hello", mention="--chat-template")
+    # An oversized prompt is refused, not truncated.
+    fails_cleanly("run", "--model", STORIES, "--ctx", "8", "--prompt-ids", ",".join(["1"] * 9), mention="context")
+
+
+if __name__ == "__main__":
+    globals()["test_" + sys.argv[2]]()
+    print("PASS")
