@@ -36,13 +36,13 @@ int SequenceAt(std::string_view s, size_t i) {
 
 }  // namespace
 
-bool IsValidUtf8(std::string_view s) {
+size_t FirstInvalidUtf8(std::string_view s) {
   for (size_t i = 0; i < s.size();) {
     const int n = SequenceAt(s, i);
-    if (n <= 0) return false;
+    if (n <= 0) return i;
     i += static_cast<size_t>(n);
   }
-  return true;
+  return std::string_view::npos;
 }
 
 size_t CompleteUtf8Prefix(std::string_view s) {

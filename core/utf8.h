@@ -7,8 +7,12 @@
 
 namespace cascade {
 
+// Offset of the first byte that does not start a complete, valid sequence, or
+// std::string_view::npos when `s` is entirely well-formed.
+size_t FirstInvalidUtf8(std::string_view s);
+
 // True when `s` is entirely well-formed UTF-8.
-bool IsValidUtf8(std::string_view s);
+inline bool IsValidUtf8(std::string_view s) { return FirstInvalidUtf8(s) == std::string_view::npos; }
 
 // Length of the longest prefix of `s` made of complete, valid sequences, stopping
 // before a trailing incomplete sequence (a streaming decoder holds that back).

@@ -15,6 +15,7 @@
 #include "core/logging.h"
 #include "core/status.h"
 #include "core/str_cat.h"
+#include "core/utf8.h"
 #include "model/hf_model.h"
 
 namespace cascade::model {
@@ -48,42 +49,6 @@ std::string ShapeText(const std::vector<int64_t>& dims) {
   return cascade::StrCat("[", absl::StrJoin(dims, ", "), "]");
 }
 
-// Returns the offset of the first byte of `s` that is not part of a well-formed UTF-8
-// sequence (RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF), or npos.
-size_t FindInvalidUtf8(std::string_view s) {
-  const auto* p = reinterpret_cast<const uint8_t*>(s.data());
-  const size_t n = s.size();
-  size_t i = 0;
-  while (i < n) {
-    const uint8_t c = p[i];
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    size_t len = 0;
-    uint8_t lo = 0x80, hi = 0xBF;  // Allowed range of the second byte.
-    if (c >= 0xC2 && c <= 0xDF) {
-      len = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      len = 3;
-      if (c == 0xE0) lo = 0xA0;
-      if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      len = 4;
-      if (c == 0xF0) lo = 0x90;
-      if (c == 0xF4) hi = 0x8F;
-    } else {
-      return i;
-    }
-    if (i + len > n) return i;
-    if (p[i + 1] < lo || p[i + 1] > hi) return i;
-    for (size_t k = 2; k < len; ++k) {
-      if (p[i + k] < 0x80 || p[i + k] > 0xBF) return i;
-    }
-    i += len;
-  }
-  return std::string_view::npos;
-}
 
 // Maximum nesting depth of arrays/objects outside strings (a cheap pre-scan).
 int JsonNestingDepth(std::string_view s) {
@@ -242,7 +207,7 @@ absl::StatusOr<std::vector<TensorInfo>> ParseHeaderImpl(std::string_view bytes,
   const uint64_t data_start = 8 + header_len;
   const uint64_t data_bytes = bytes.size() - data_start;
 
-  if (const size_t bad = FindInvalidUtf8(header); bad != std::string_view::npos) {
+  if (const size_t bad = FirstInvalidUtf8(header); bad != std::string_view::npos) {
     // Show the text just before the bad byte: it is usually the start of the tensor name.
     const size_t from = bad >= 40 ? bad - 40 : 0;
     const size_t quote = header.rfind('"', bad);

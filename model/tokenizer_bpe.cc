@@ -40,19 +40,6 @@ bool IsWhitespace(uint32_t cp) {
          cp == 0x205F || cp == 0x3000;
 }
 
-// Code point at s[i] (0xFFFFFFFF when invalid) and its length.
-size_t CodePointAt(std::string_view s, size_t i, uint32_t& cp) {
-  const uint8_t c = static_cast<uint8_t>(s[i]);
-  const size_t len = Utf8SequenceLength(c);
-  if (len == 1 || i + len > s.size()) {
-    cp = c < 0x80 ? c : 0xFFFFFFFF;
-    return 1;
-  }
-  cp = c & (0xFF >> (len + 1));
-  for (size_t k = 1; k < len; ++k) cp = (cp << 6) | (static_cast<uint8_t>(s[i + k]) & 0x3F);
-  return len;
-}
-
 // Expands `\s` / `[^\s` / `[\s` in a pattern written with llama.cpp's spelling. `WS`
 // marks where the whitespace class goes; `(WS+)` is the captured lookahead run.
 std::string Expand(std::string_view pattern) {
@@ -163,7 +150,7 @@ class BpeTokenizer final : public Tokenizer {
     if (mode == Lookahead::kNone) return false;
     for (size_t i = 0; i < m.size();) {
       uint32_t cp;
-      i += CodePointAt(m, i, cp);
+      i += DecodeUtf8(m, i, cp);
       if (!IsWhitespace(cp)) return false;
       if (mode == Lookahead::kRunWithoutNewline && (cp == '\r' || cp == '\n')) return false;
     }
@@ -182,11 +169,11 @@ class BpeTokenizer final : public Tokenizer {
       if (start > pos) out.push_back(p.substr(pos, start - pos));
       if (end == start) {  // Defensive: the patterns never match empty.
         uint32_t cp;
-        end = start + CodePointAt(p, start, cp);
+        end = start + DecodeUtf8(p, start, cp);
       } else if (end < p.size() && IsLookaheadRun(mode, p.substr(start, end - start))) {
         // `\s+(?!\S)`: give back the last code point when a non-space follows.
         uint32_t next_cp;
-        CodePointAt(p, end, next_cp);
+        DecodeUtf8(p, end, next_cp);
         if (!IsWhitespace(next_cp)) {
           size_t last = end - 1;
           while (last > start && (static_cast<uint8_t>(p[last]) & 0xC0) == 0x80) --last;

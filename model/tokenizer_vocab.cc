@@ -37,26 +37,6 @@ void AppendUtf8(uint32_t cp, std::string& out) {
   }
 }
 
-// Decodes one UTF-8 code point at `s[i]`; returns its length (1 for an invalid byte,
-// with `cp` = 0xFFFFFFFF).
-size_t DecodeUtf8(std::string_view s, size_t i, uint32_t& cp) {
-  const uint8_t c = static_cast<uint8_t>(s[i]);
-  const size_t len = Utf8SequenceLength(c);
-  if (len == 1 || i + len > s.size()) {
-    cp = c < 0x80 ? c : 0xFFFFFFFF;
-    return 1;
-  }
-  cp = c & (0xFF >> (len + 1));
-  for (size_t k = 1; k < len; ++k) {
-    const uint8_t cc = static_cast<uint8_t>(s[i + k]);
-    if ((cc & 0xC0) != 0x80) {
-      cp = 0xFFFFFFFF;
-      return 1;
-    }
-    cp = (cp << 6) | (cc & 0x3F);
-  }
-  return len;
-}
 
 // "<0xAB>" -> 0xAB, else -1.
 int ParseByteToken(std::string_view text) {
@@ -124,6 +104,27 @@ const ByteTables& GetByteTables() {
 }
 
 }  // namespace
+
+// Decodes one UTF-8 code point at `s[i]`; returns its length (1 for an invalid byte,
+// with `cp` = 0xFFFFFFFF).
+size_t DecodeUtf8(std::string_view s, size_t i, uint32_t& cp) {
+  const uint8_t c = static_cast<uint8_t>(s[i]);
+  const size_t len = Utf8SequenceLength(c);
+  if (len == 1 || i + len > s.size()) {
+    cp = c < 0x80 ? c : 0xFFFFFFFF;
+    return 1;
+  }
+  cp = c & (0xFF >> (len + 1));
+  for (size_t k = 1; k < len; ++k) {
+    const uint8_t cc = static_cast<uint8_t>(s[i + k]);
+    if ((cc & 0xC0) != 0x80) {
+      cp = 0xFFFFFFFF;
+      return 1;
+    }
+    cp = (cp << 6) | (cc & 0x3F);
+  }
+  return len;
+}
 
 const std::array<std::string, 256>& ByteToUnicode() { return GetByteTables().to_unicode; }
 

@@ -106,6 +106,10 @@ inline size_t Utf8SequenceLength(uint8_t c) {
   return kLengths[c >> 4];
 }
 
+// Decodes one UTF-8 code point at `s[i]`; returns its length (1 for an invalid byte,
+// with `cp` = 0xFFFFFFFF).
+size_t DecodeUtf8(std::string_view s, size_t i, uint32_t& cp);
+
 // The "▁" (U+2581) SentencePiece uses for a space.
 inline constexpr std::string_view kSpmSpace = "\xE2\x96\x81";
 

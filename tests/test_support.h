@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -35,6 +36,9 @@ class TempDir {
 };
 
 std::string ReadFileOrDie(const std::string& path);
+
+// The message of `s` as a std::string (absl::string_view is not std::string_view here).
+inline std::string StatusMessage(const absl::Status& s) { return std::string(s.message().data(), s.message().size()); }
 
 }  // namespace cascade::testing
 

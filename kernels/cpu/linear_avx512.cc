@@ -312,8 +312,12 @@ template <Kind K>
 void GemmQuantAvx512(const GemmArgs& a, int64_t rb, int64_t re) {
   if (a.n_tokens >= kMinTiledTokens) {
     GemmTiled<K>(a, rb, re);
+  } else if constexpr (K == Kind::kQ8_0) {
+    GemvQ8_0Avx512(a, rb, re);
+  } else if constexpr (K == Kind::kQ4_0) {
+    GemvQ4_0Avx512(a, rb, re);
   } else {
-    GemvAll<K>(a, rb, re, 0);
+    GemvQ4_1Avx512(a, rb, re);
   }
 }
 

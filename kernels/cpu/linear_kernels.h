@@ -43,6 +43,11 @@ const KernelTable& GenericKernels();  // Complete: every supported dtype.
 const KernelTable& Avx2Kernels();     // linear_avx2.cc
 const KernelTable& Avx512Kernels();   // linear_avx512.cc
 
+// AVX-512 VNNI kernels for 1..5 tokens over weights in GGUF layout (linear_gemv_avx512.cc).
+void GemvQ8_0Avx512(const GemmArgs& args, int64_t row_begin, int64_t row_end);
+void GemvQ4_0Avx512(const GemmArgs& args, int64_t row_begin, int64_t row_end);
+void GemvQ4_1Avx512(const GemmArgs& args, int64_t row_begin, int64_t row_end);
+
 // Portable Q8_K activation quantizer (one super-block per 256 elements).
 void QuantizeQ8K(const float* x, int64_t n, BlockQ8_K* y);
 

@@ -6,11 +6,13 @@
 //
 // Weights exist once per layer (30 copies, ~84 MiB for Q4_1 in all), and calls cycle over
 // the copies in layer order, so they stream from memory/L3 as in a real forward pass
-// rather than sitting in L2. Usage: linear_bench [--quick] [--dtype=q4_1,...]
+// rather than sitting in L2. Usage: linear_bench [--quick] [--decode] [--dtype=q4_1,...]
+// (--decode: only the 1-token passes)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <ctime>
@@ -83,20 +85,21 @@ double TimeShape(DType dtype, const Shape& s, const std::vector<uint8_t>& w, int
     const absl::Status st = Linear(out->data(), x.data(), view, n_tokens, pool);
     if (!st.ok()) std::fprintf(stderr, "Linear failed: %s\n", st.ToString().c_str());
   };
-  for (int c = 0; c < s.copies; ++c) call(c);  // Warm up.
+  const int copies = getenv("COPIES1") ? 1 : s.copies;
+  for (int c = 0; c < copies; ++c) call(c);  // Warm up.
   int64_t calls = 0;
   const bool cpu_time = pool == nullptr || pool->n_threads() == 1;
   const double start = cpu_time ? ThreadCpuNow() : Now();
   double elapsed = 0;
   do {
-    for (int c = 0; c < s.copies; ++c) call(c);
-    calls += s.copies;
+    for (int c = 0; c < copies; ++c) call(c);
+    calls += copies;
     elapsed = (cpu_time ? ThreadCpuNow() : Now()) - start;
   } while (elapsed < min_seconds);
   return elapsed / calls;
 }
 
-void Run(const std::vector<DType>& dtypes, bool quick) {
+void Run(const std::vector<DType>& dtypes, bool quick, bool decode_only) {
   const CpuFeatures& f = GetCpuFeatures();
   std::printf("ISA: %s (avx2=%d avx512f=%d avx512vnni=%d avx_vnni=%d)\n",
               std::string(CpuIsaName(ActiveCpuIsa())).c_str(), f.avx2, f.avx512f, f.avx512vnni,
@@ -115,6 +118,7 @@ void Run(const std::vector<DType>& dtypes, bool quick) {
     std::vector<std::vector<uint8_t>> mats;
     for (const Shape& s : kShapes) mats.push_back(MakeMatrix(dtype, s.n_out, s.n_in, s.copies));
     for (int64_t n_tokens : {int64_t{1}, int64_t{512}}) {
+      if (decode_only && n_tokens != 1) continue;
       for (ThreadPool* pool : {&pool1, &pool2}) {
         double pass_s = 0;  // Linear layers of one forward pass.
         for (size_t i = 0; i < std::size(kShapes); ++i) {
@@ -145,10 +149,13 @@ int main(int argc, char** argv) {
   using cascade::DType;
   std::vector<DType> dtypes = {DType::kQ4_1, DType::kQ4_0, DType::kQ8_0, DType::kF32};
   bool quick = false;
+  bool decode_only = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--quick") {
       quick = true;
+    } else if (a == "--decode") {
+      decode_only = true;
     } else if (a.rfind("--dtype=", 0) == 0) {
       dtypes.clear();
       std::string list = a.substr(8);
@@ -164,10 +171,10 @@ int main(int argc, char** argv) {
         pos = comma + 1;
       }
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--dtype=q4_1,q8_0,...]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--decode] [--dtype=q4_1,q8_0,...]\n", argv[0]);
       return 2;
     }
   }
-  cascade::kernels::cpu::Run(dtypes, quick);
+  cascade::kernels::cpu::Run(dtypes, quick, decode_only);
   return 0;
 }

@@ -19,9 +19,7 @@ using ::cascade::testing::TestDataPath;
 using ::testing::HasSubstr;
 using Json = nlohmann::json;
 
-std::string Msg(const absl::Status& s) {
-  return std::string(s.message().data(), s.message().size());
-}
+using ::cascade::testing::StatusMessage;
 
 constexpr char kSource[] = "/models/x/config.json";
 
@@ -39,8 +37,8 @@ void ExpectInvalid(const absl::StatusOr<ModelConfig>& c, const std::string& key,
                    absl::StatusCode code = absl::StatusCode::kInvalidArgument) {
   ASSERT_FALSE(c.ok()) << "expected an error about " << key;
   EXPECT_EQ(c.status().code(), code) << c.status();
-  EXPECT_THAT(Msg(c.status()), HasSubstr(key));
-  EXPECT_THAT(Msg(c.status()), HasSubstr(kSource));
+  EXPECT_THAT(StatusMessage(c.status()), HasSubstr(key));
+  EXPECT_THAT(StatusMessage(c.status()), HasSubstr(kSource));
 }
 
 TEST(HfConfigTest, TinyStoriesDirectory) {
@@ -233,10 +231,10 @@ TEST(HfConfigTest, InconsistentNumbers) {
 TEST(HfConfigTest, NotJsonOrNotObject) {
   absl::StatusOr<ModelConfig> c = ModelConfigFromHfJson("{\"model_type\": ", kSource);
   EXPECT_STATUS_CODE(c, kInvalidArgument);
-  EXPECT_THAT(Msg(c.status()), HasSubstr(kSource));
+  EXPECT_THAT(StatusMessage(c.status()), HasSubstr(kSource));
   c = ModelConfigFromHfJson("[1, 2]", kSource);
   EXPECT_STATUS_CODE(c, kInvalidArgument);
-  EXPECT_THAT(Msg(c.status()), HasSubstr(kSource));
+  EXPECT_THAT(StatusMessage(c.status()), HasSubstr(kSource));
   EXPECT_STATUS_CODE(ModelConfigFromHfJson("", kSource), kInvalidArgument);
   EXPECT_STATUS_CODE(ModelConfigFromHfJson("{\"a\xff\": 1}", kSource), kInvalidArgument);
 }
@@ -245,7 +243,7 @@ TEST(HfConfigTest, DirectoryWithoutConfigIsNotFound) {
   TempDir dir;
   absl::StatusOr<ModelConfig> c = ModelConfigFromHfDir(dir.path());
   EXPECT_STATUS_CODE(c, kNotFound);
-  EXPECT_THAT(Msg(c.status()), HasSubstr(dir.path()));
+  EXPECT_THAT(StatusMessage(c.status()), HasSubstr(dir.path()));
 }
 
 TEST(HfConfigTest, DirectoryConfigErrorsNameTheFile) {
@@ -255,8 +253,8 @@ TEST(HfConfigTest, DirectoryConfigErrorsNameTheFile) {
   const std::string path = dir.WriteFile("config.json", j.dump());
   absl::StatusOr<ModelConfig> c = ModelConfigFromHfDir(dir.path());
   EXPECT_STATUS_CODE(c, kInvalidArgument);
-  EXPECT_THAT(Msg(c.status()), HasSubstr(path));
-  EXPECT_THAT(Msg(c.status()), HasSubstr("vocab_size"));
+  EXPECT_THAT(StatusMessage(c.status()), HasSubstr(path));
+  EXPECT_THAT(StatusMessage(c.status()), HasSubstr("vocab_size"));
 }
 
 }  // namespace

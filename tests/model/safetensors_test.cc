@@ -25,9 +25,7 @@ using ::cascade::testing::TestDataPath;
 using ::testing::HasSubstr;
 using Json = nlohmann::json;
 
-std::string Msg(const absl::Status& s) {
-  return std::string(s.message().data(), s.message().size());
-}
+using ::cascade::testing::StatusMessage;
 
 // Element `i` of a float view, without assuming the file aligned it.
 float FloatAt(const TensorView& v, int64_t i) {
@@ -92,7 +90,7 @@ void ExpectError(const absl::Status& s, absl::StatusCode code,
                  const std::vector<std::string>& must_mention) {
   EXPECT_EQ(s.code(), code) << s;
   for (const std::string& part : must_mention) {
-    EXPECT_THAT(Msg(s), HasSubstr(part)) << "message should mention '" << part << "'";
+    EXPECT_THAT(StatusMessage(s), HasSubstr(part)) << "message should mention '" << part << "'";
   }
 }
 
