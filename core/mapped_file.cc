@@ -52,4 +52,12 @@ void MappedFile::WillNeed(size_t offset, size_t bytes) const {
   ::madvise(const_cast<uint8_t*>(data_) + begin, end - begin, MADV_WILLNEED);
 }
 
+void MappedFile::DontNeed(size_t offset, size_t bytes) const {
+  if (data_ == nullptr || offset >= size_ || bytes == 0) return;
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t begin = offset / page * page;
+  const size_t end = std::min(size_, offset + bytes);
+  ::madvise(const_cast<uint8_t*>(data_) + begin, end - begin, MADV_DONTNEED);
+}
+
 }  // namespace cascade

@@ -26,6 +26,12 @@ class MappedFile {
 
   // Hints the kernel that [offset, offset + bytes) will be read soon (best effort).
   void WillNeed(size_t offset, size_t bytes) const;
+  // Drops this process's pages of [offset, offset + bytes), rounded out to whole pages,
+  // once a caller has copied what it needs (best effort). Safe because the mapping is
+  // MAP_PRIVATE and read-only: its pages are never dirty, so `MADV_DONTNEED` only unmaps
+  // them, and a later read faults the same bytes back in from the file (a neighbouring
+  // tensor on a shared boundary page is re-read, never changed).
+  void DontNeed(size_t offset, size_t bytes) const;
 
  private:
   MappedFile(std::string path, const uint8_t* data, size_t size)

@@ -60,6 +60,32 @@ struct AttentionParams {
   float scale = 1.0f;       // Usually 1 / sqrt(head_dim).
 };
 
+// A weight matrix [n_out, n_in] as a backend prepared it once at load (`PrepareWeight`):
+// possibly repacked into a layout of the backend's own, possibly just the original view.
+// Owned by the caller; it does not borrow the backend, but only the backend that made it
+// (or one of the same kind) can run ops on it. Immutable, so const use from any thread is
+// safe.
+class PreparedWeight {
+ public:
+  explicit PreparedWeight(const TensorView& source) : source_(source) {}
+  virtual ~PreparedWeight() = default;
+  PreparedWeight(const PreparedWeight&) = delete;
+  PreparedWeight& operator=(const PreparedWeight&) = delete;
+
+  DType dtype() const { return source_.dtype; }
+  int64_t n_out() const { return source_.Rows(); }
+  int64_t n_in() const { return source_.Cols(); }
+  // The view it was prepared from; its memory is read by later ops only while
+  // `reads_source()`.
+  const TensorView& source() const { return source_; }
+  // False when the backend holds its own copy: the caller may then release the source's
+  // memory (e.g. drop the file pages behind it) and must not expect ops to read it.
+  virtual bool reads_source() const { return true; }
+
+ private:
+  TensorView source_;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -74,6 +100,27 @@ class Backend {
   // supported dtype; bias [n_out] f32 or empty. Unimplemented for an unsupported dtype.
   virtual absl::Status Linear(TensorView out, const TensorView& in, const TensorView& weight,
                               const TensorView& bias) = 0;
+
+  // (optional) Prepares weight [n_out, n_in] (any supported dtype) for `Linear` and
+  // `Embedding` once, at load: the backend may repack it into a layout of its own (the CPU
+  // backend does for Q8_0/Q4_0/Q4_1 on AVX-512 machines). Unimplemented for an unsupported
+  // dtype; InvalidArgument for a bad shape. The default borrows the view as is.
+  virtual absl::StatusOr<std::unique_ptr<PreparedWeight>> PrepareWeight(const TensorView& weight) {
+    if (!SupportsWeight(weight.dtype)) return absl::UnimplementedError("PrepareWeight: unsupported weight dtype");
+    return std::make_unique<PreparedWeight>(weight);
+  }
+  // `Linear` over a prepared weight (optional: the default reads `weight.source()`).
+  virtual absl::Status Linear(TensorView out, const TensorView& in, const PreparedWeight& weight,
+                              const TensorView& bias) {
+    if (!weight.reads_source()) return absl::InternalError("Linear: weight prepared by another backend");
+    return Linear(out, in, weight.source(), bias);
+  }
+  // `Embedding` over a prepared table (optional: the default reads `table.source()`).
+  virtual absl::Status Embedding(TensorView out, const PreparedWeight& table,
+                                 std::span<const int32_t> ids) {
+    if (!table.reads_source()) return absl::InternalError("Embedding: table prepared by another backend");
+    return Embedding(out, table.source(), ids);
+  }
 
   // out [n_tokens, n] = in * weight[n] / rms(in row), f32. `out` may alias `in`.
   virtual absl::Status RmsNorm(TensorView out, const TensorView& in, const TensorView& weight,

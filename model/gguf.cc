@@ -444,6 +444,13 @@ const TensorInfo* GgufFile::FindTensor(std::string_view name) const {
   return it == tensor_index_.end() ? nullptr : &tensors_[it->second];
 }
 
+void GgufFile::ReleasePages(const TensorView& view) const {
+  if (file_ == nullptr || view.data == nullptr) return;
+  const auto* p = static_cast<const uint8_t*>(view.data);
+  if (p < data_ || p >= data_ + size_) return;  // Not ours.
+  file_->DontNeed(static_cast<size_t>(p - file_->data()), static_cast<size_t>(view.NumBytes()));
+}
+
 absl::StatusOr<TensorView> GgufFile::ReadRows(std::string_view name, int64_t row_begin,
                                               int64_t row_end) const {
   const TensorInfo* info = FindTensor(name);

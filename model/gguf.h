@@ -75,6 +75,8 @@ class GgufFile final : public WeightSource {
   const TensorInfo* FindTensor(std::string_view name) const override;
   absl::StatusOr<TensorView> ReadRows(std::string_view name, int64_t row_begin,
                                       int64_t row_end) const override;
+  // Drops the mapping's pages under `view` (a no-op for OpenBytes).
+  void ReleasePages(const TensorView& view) const override;
 
  private:
   GgufFile() = default;

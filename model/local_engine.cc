@@ -18,22 +18,6 @@ double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
 }
 
-// Reads one byte per page of every tensor so the first request does not pay the page
-// faults, reporting progress by bytes.
-void FaultIn(const WeightSource& w, const std::function<void(double)>& progress) {
-  uint64_t total = 0, done = 0;
-  for (const TensorInfo& t : w.tensors()) total += t.n_bytes;
-  volatile uint8_t sink = 0;
-  for (const TensorInfo& t : w.tensors()) {
-    auto v = w.Read(t.name);
-    if (!v.ok()) continue;
-    const auto* p = static_cast<const uint8_t*>(v->data);
-    for (uint64_t off = 0; off < t.n_bytes; off += 4096) sink = sink + p[off];
-    done += t.n_bytes;
-    if (progress && total > 0) progress(static_cast<double>(done) / static_cast<double>(total));
-  }
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const ModelFiles& files) {
@@ -52,7 +36,7 @@ absl::StatusOr<std::unique_ptr<LocalEngine>> LocalEngine::Create(const std::stri
   }
   e->backend_ = kernels::MakeCpuBackend({.n_threads = options.n_threads});
   CASCADE_ASSIGN_OR_RETURN(e->transformer_, Transformer::Load(e->files_, e->backend_.get(), {}));
-  FaultIn(*e->files_.weights, options.on_load_progress);
+  e->transformer_->Prefault(options.on_load_progress);
 
   const ModelConfig& c = e->files_.config;
   e->max_context_ = options.max_context > 0 ? options.max_context : std::max<int64_t>(c.n_ctx_train, 1);

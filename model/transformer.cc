@@ -13,7 +13,10 @@ using arch::LlamaTensor;
 using kernels::RopeStyle;
 
 struct Transformer::Layer {
-  TensorView attn_norm, wq, wk, wv, wo, bq, bk, bv, ffn_norm, w_gate, w_up, w_down;
+  TensorView attn_norm, bq, bk, bv, ffn_norm;
+  // Borrowed from `prepared_`.
+  const kernels::PreparedWeight *wq = nullptr, *wk = nullptr, *wv = nullptr, *wo = nullptr;
+  const kernels::PreparedWeight *w_gate = nullptr, *w_up = nullptr, *w_down = nullptr;
 };
 
 Transformer::~Transformer() = default;
@@ -77,8 +80,11 @@ absl::Status Transformer::LoadWeights(const ModelFiles& files) {
   const auto name = [&](LlamaTensor tensor, int64_t layer = -1) {
     return arch::LlamaTensorName(files.format, tensor, layer);
   };
-  // A matrix [rows, cols] in any type the backend can multiply by.
-  const auto matrix = [&](const std::string& n, int64_t rows, int64_t cols) -> absl::StatusOr<TensorView> {
+  // A matrix [rows, cols] in any type the backend can multiply by, prepared once by the
+  // backend. When the backend keeps its own copy (the CPU repack), the file pages behind
+  // the tensor are dropped right away, so the model is resident about once, not twice.
+  const auto matrix = [&](const std::string& n, int64_t rows, int64_t cols)
+      -> absl::StatusOr<const kernels::PreparedWeight*> {
     CASCADE_ASSIGN_OR_RETURN(TensorView v, w.Read(n));
     if (v.n_dims != 2 || v.dim(0) != rows || v.dim(1) != cols) {
       return absl::InvalidArgumentError(StrCat("tensor '", n, "' has shape ", v.ShapeString(),
@@ -88,7 +94,15 @@ absl::Status Transformer::LoadWeights(const ModelFiles& files) {
       return absl::UnimplementedError(StrCat("tensor '", n, "': the backend has no kernel for ", DTypeName(v.dtype)));
     }
     weight_bytes_ += v.NumBytes();
-    return v;
+    absl::StatusOr<std::unique_ptr<kernels::PreparedWeight>> prepared = backend_->PrepareWeight(v);
+    if (!prepared.ok()) return Annotate(prepared.status(), StrCat("preparing tensor '", n, "'"));
+    std::unique_ptr<kernels::PreparedWeight> p = *std::move(prepared);
+    if (p->reads_source()) {
+      used_.push_back(v);
+    } else {
+      w.ReleasePages(v);
+    }
+    return prepared_.emplace_back(std::move(p)).get();
   };
   // A vector [n] as f32 (converted and owned when stored otherwise).
   const auto vec = [&](const std::string& n, int64_t len) -> absl::StatusOr<TensorView> {
@@ -97,6 +111,7 @@ absl::Status Transformer::LoadWeights(const ModelFiles& files) {
       return absl::InvalidArgumentError(StrCat("tensor '", n, "' has shape ", v.ShapeString(), ", expected [", len, "]"));
     }
     weight_bytes_ += v.NumBytes();
+    used_.push_back(v);
     if (v.dtype == DType::kF32) return TensorView(v.data, DType::kF32, {len});
     std::vector<float>& buf = owned_.emplace_back(len);
     CASCADE_RETURN_IF_ERROR(kernels::cpu::DequantizeRow(v.dtype, v.data, buf.data(), len));
@@ -139,6 +154,18 @@ absl::Status Transformer::LoadWeights(const ModelFiles& files) {
   return absl::OkStatus();
 }
 
+void Transformer::Prefault(const std::function<void(double)>& progress) const {
+  int64_t total = 0, done = 0;
+  for (const TensorView& v : used_) total += v.NumBytes();
+  volatile uint8_t sink = 0;
+  for (const TensorView& v : used_) {
+    const auto* p = static_cast<const uint8_t*>(v.data);
+    for (int64_t off = 0; off < v.NumBytes(); off += 4096) sink = sink + p[off];
+    done += v.NumBytes();
+    if (progress && total > 0) progress(static_cast<double>(done) / static_cast<double>(total));
+  }
+}
+
 KvCacheOptions Transformer::CacheOptions(int64_t n_blocks, int64_t block_size) const {
   return {n_layers_here(), n_blocks, block_size, config_.n_kv_heads, config_.head_dim};
 }
@@ -159,7 +186,7 @@ void Transformer::EnsureWorkspace(int64_t n) {
 
 absl::Status Transformer::Embed(std::span<const int32_t> tokens, TensorView hidden) {
   if (!has_embedding()) return absl::FailedPreconditionError("Embed called on a stage without the embedding");
-  return backend_->Embedding(hidden, token_embd_, tokens);
+  return backend_->Embedding(hidden, *token_embd_, tokens);
 }
 
 absl::Status Transformer::RunLayers(TensorView hidden, const ForwardBatch& batch, KvCache& cache) {
@@ -189,20 +216,20 @@ absl::Status Transformer::RunLayers(TensorView hidden, const ForwardBatch& batch
     const Layer& L = layers_[li];
     kernels::KvCacheLayer& kv = cache.layer(static_cast<int64_t>(li));
     CASCADE_RETURN_IF_ERROR(b.RmsNorm(norm, hidden, L.attn_norm, static_cast<float>(c.norm_eps)));
-    CASCADE_RETURN_IF_ERROR(b.Linear(q, norm, L.wq, L.bq));
-    CASCADE_RETURN_IF_ERROR(b.Linear(k, norm, L.wk, L.bk));
-    CASCADE_RETURN_IF_ERROR(b.Linear(v, norm, L.wv, L.bv));
+    CASCADE_RETURN_IF_ERROR(b.Linear(q, norm, *L.wq, L.bq));
+    CASCADE_RETURN_IF_ERROR(b.Linear(k, norm, *L.wk, L.bk));
+    CASCADE_RETURN_IF_ERROR(b.Linear(v, norm, *L.wv, L.bv));
     CASCADE_RETURN_IF_ERROR(b.Rope(q, batch.positions, rope_));
     CASCADE_RETURN_IF_ERROR(b.Rope(k, batch.positions, rope_));
     CASCADE_RETURN_IF_ERROR(b.WriteKv(kv, k, v, batch.seqs));
     CASCADE_RETURN_IF_ERROR(b.Attention(attn, q, kv, batch.seqs, attn_params));
-    CASCADE_RETURN_IF_ERROR(b.Linear(proj, attn, L.wo, {}));
+    CASCADE_RETURN_IF_ERROR(b.Linear(proj, attn, *L.wo, {}));
     CASCADE_RETURN_IF_ERROR(b.AddInPlace(hidden, proj));
     CASCADE_RETURN_IF_ERROR(b.RmsNorm(norm, hidden, L.ffn_norm, static_cast<float>(c.norm_eps)));
-    CASCADE_RETURN_IF_ERROR(b.Linear(gate, norm, L.w_gate, {}));
-    CASCADE_RETURN_IF_ERROR(b.Linear(up, norm, L.w_up, {}));
+    CASCADE_RETURN_IF_ERROR(b.Linear(gate, norm, *L.w_gate, {}));
+    CASCADE_RETURN_IF_ERROR(b.Linear(up, norm, *L.w_up, {}));
     CASCADE_RETURN_IF_ERROR(b.SiluMul(gate, gate, up));
-    CASCADE_RETURN_IF_ERROR(b.Linear(proj, gate, L.w_down, {}));
+    CASCADE_RETURN_IF_ERROR(b.Linear(proj, gate, *L.w_down, {}));
     CASCADE_RETURN_IF_ERROR(b.AddInPlace(hidden, proj));
   }
   return absl::OkStatus();
@@ -226,7 +253,7 @@ absl::Status Transformer::Logits(const TensorView& hidden, std::span<const int64
   }
   TensorView norm(norm_.data(), DType::kF32, {m, c.n_embd});
   CASCADE_RETURN_IF_ERROR(backend_->RmsNorm(norm, picked, output_norm_, static_cast<float>(c.norm_eps)));
-  return backend_->Linear(logits, norm, output_, {});
+  return backend_->Linear(logits, norm, *output_, {});
 }
 
 absl::Status Transformer::Forward(const ForwardBatch& batch, KvCache& cache, TensorView logits) {

@@ -1,12 +1,15 @@
 // The Llama-family transformer forward, written once over kernels::Backend, for a
 // contiguous range of layers: the whole model in one process, or one pipeline stage.
-// Weights are views into the model file's mapping (quantized types stay quantized);
-// only norms and biases that are not f32 are converted and owned.
+// Matrices are prepared once at load by the backend (`Backend::PrepareWeight`): the CPU
+// backend repacks Q8_0/Q4_0/Q4_1 into its own layout and the file pages behind them are
+// dropped; other matrices stay views into the model file's mapping (quantized types stay
+// quantized). Norms and biases that are not f32 are converted and owned.
 //
 // Thread-safety: single owner (the device thread). Forward calls run one at a time.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -50,6 +53,11 @@ class Transformer {
   bool has_head() const { return last_layer_ == config_.n_layers; }
   // Bytes of weights this stage reads from the file.
   int64_t weight_bytes() const { return weight_bytes_; }
+  // Reads one byte per page of every weight this stage still reads from the file (those the
+  // backend did not copy at load), so the first step does not pay the page faults;
+  // `progress` (optional) gets the fraction of bytes done. Only the stage's own tensors are
+  // touched.
+  void Prefault(const std::function<void(double)>& progress) const;
 
   // The KV cache geometry this stage needs for `n_blocks` blocks of `block_size`.
   KvCacheOptions CacheOptions(int64_t n_blocks, int64_t block_size) const;
@@ -78,8 +86,13 @@ class Transformer {
   int64_t weight_bytes_ = 0;
   kernels::RopeParams rope_;
   std::vector<float> inv_freq_;
-  TensorView token_embd_, output_norm_, output_;
+  TensorView output_norm_;
+  // Borrowed from `prepared_`; the same weight when the embeddings are tied.
+  const kernels::PreparedWeight* token_embd_ = nullptr;
+  const kernels::PreparedWeight* output_ = nullptr;
   std::vector<Layer> layers_;
+  std::vector<std::unique_ptr<kernels::PreparedWeight>> prepared_;  // Every matrix.
+  std::vector<TensorView> used_;  // Every weight view still read from the file (for Prefault).
   std::vector<std::vector<float>> owned_;  // Converted norms/biases.
   // Workspaces, grown to the largest batch seen (never shrunk).
   int64_t ws_tokens_ = 0;

@@ -48,6 +48,11 @@ class WeightSource {
                                               int64_t row_end) const = 0;
   // The whole tensor, with its stored shape.
   absl::StatusOr<TensorView> Read(std::string_view name) const;
+  // (optional) Tells the source that `view` (returned by ReadRows/Read) will not be read
+  // again, so a file mapping may drop its pages (see MappedFile::DontNeed); reading the view
+  // later stays valid, it only faults the pages back in. The default does nothing (sources
+  // over memory they do not map must never release it).
+  virtual void ReleasePages(const TensorView& view) const { (void)view; }
 };
 
 }  // namespace cascade::model

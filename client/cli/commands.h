@@ -9,6 +9,9 @@ namespace cascade::cli {
 int InfoCommand(int argc, char** argv);
 int TokenizeCommand(int argc, char** argv);
 int RunCommand(int argc, char** argv);
+int GenerateCommand(int argc, char** argv);
+int ChatCommand(int argc, char** argv);
+int StatusCommand(int argc, char** argv);
 
 // Prints `status` as one line on stderr and returns 2.
 int Fail(const char* command, const absl::Status& status);

@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_format.h"
-#include "client/cli/args.h"
+#include "core/args.h"
 #include "client/cli/commands.h"
 #include "model/gguf.h"
 #include "model/model_files.h"

@@ -13,7 +13,10 @@ constexpr char kUsage[] =
     "  info      --model PATH [--json]                      model config, tensor counts and sizes\n"
     "  tokenize  --model PATH (--text T | --chat T) [--add-special] [--json] [--chat-template NAME]\n"
     "  run       --model PATH (--prompt T | --prompt-ids 1,2,3 | --chat T) [--max-tokens N]\n"
-    "            [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [--threads N] [--json]\n";
+    "            [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [--threads N] [--json]\n"
+    "  generate  --server ADDR (--prompt T | --prompt-ids 1,2,3 | --chat T) [flags as run] [--json]\n"
+    "  chat      --server ADDR [--system T] [sampling flags]   interactive, streamed\n"
+    "  status    --server ADDR [--wait SECONDS] [--json]        exit 0 once the cluster is ready\n";
 
 }  // namespace
 
@@ -26,6 +29,9 @@ int main(int argc, char** argv) {
   if (cmd == "info") return cascade::cli::InfoCommand(argc, argv);
   if (cmd == "tokenize") return cascade::cli::TokenizeCommand(argc, argv);
   if (cmd == "run") return cascade::cli::RunCommand(argc, argv);
+  if (cmd == "generate") return cascade::cli::GenerateCommand(argc, argv);
+  if (cmd == "chat") return cascade::cli::ChatCommand(argc, argv);
+  if (cmd == "status") return cascade::cli::StatusCommand(argc, argv);
   std::fprintf(stderr, "cascade: unknown command '%s' (try `cascade help`)\n", cmd.c_str());
   return 2;
 }

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "client/cli/args.h"
+#include "core/args.h"
 #include "model/tokenizer.h"
 
 namespace cascade::cli {

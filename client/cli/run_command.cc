@@ -7,9 +7,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "client/cli/args.h"
+#include "core/args.h"
 #include "client/cli/commands.h"
 #include "client/cli/prompt.h"
+#include "client/cli/request_flags.h"
 #include "model/local_engine.h"
 
 namespace cascade::cli {
@@ -28,52 +29,22 @@ void DrawProgress(double fraction) {
 }
 
 absl::StatusOr<model::GenerateRequest> RequestFromArgs(const Args& args, const model::Tokenizer& tok) {
-  model::GenerateRequest req;
+  auto req = GenerationFromArgs(args);
+  if (!req.ok()) return req.status();
   auto ids = PromptIds(args, tok, "prompt", /*add_special_text=*/true);
   if (!ids.ok()) return ids.status();
-  req.prompt_ids = *ids;
-  auto max_tokens = args.GetInt("max-tokens", 256);
-  auto temperature = args.GetDouble("temperature", 0.8);
-  auto top_k = args.GetInt("top-k", 40);
-  auto top_p = args.GetDouble("top-p", 0.95);
-  auto min_p = args.GetDouble("min-p", 0.05);
-  auto seed = args.GetInt("seed", 0);
-  auto rep = args.GetDouble("repeat-penalty", 1.0);
-  auto presence = args.GetDouble("presence-penalty", 0.0);
-  auto frequency = args.GetDouble("frequency-penalty", 0.0);
-  auto logprobs = args.GetInt("logprobs", 0);
-  for (const absl::Status& s : {max_tokens.status(), temperature.status(), top_k.status(), top_p.status(),
-                                min_p.status(), seed.status(), rep.status(), presence.status(),
-                                frequency.status(), logprobs.status()}) {
-    if (!s.ok()) return s;
-  }
-  req.max_tokens = static_cast<int32_t>(*max_tokens);
-  req.sampling.temperature = static_cast<float>(*temperature);
-  req.sampling.top_k = static_cast<int32_t>(*top_k);
-  req.sampling.top_p = static_cast<float>(*top_p);
-  req.sampling.min_p = static_cast<float>(*min_p);
-  req.sampling.seed = static_cast<uint64_t>(*seed);
-  req.sampling.repetition_penalty = static_cast<float>(*rep);
-  req.sampling.presence_penalty = static_cast<float>(*presence);
-  req.sampling.frequency_penalty = static_cast<float>(*frequency);
-  req.sampling.n_logprobs = static_cast<int32_t>(*logprobs);
-  req.ignore_eos = args.Has("ignore-eos");
-  if (auto stop = args.Get("stop")) req.stop_strings.push_back(*stop);
-  if (auto stop_ids = args.Get("stop-ids")) {
-    auto parsed = ParseIds(*stop_ids);
-    if (!parsed.ok()) return parsed.status();
-    req.stop_ids = *parsed;
-  }
+  req->prompt_ids = *ids;
   return req;
 }
 
 }  // namespace
 
 int RunCommand(int argc, char** argv) {
-  Args args({"model", "prompt", "prompt-ids", "chat", "system", "chat-template", "max-tokens",
-             "temperature", "top-k", "top-p", "min-p", "seed", "threads", "repeat-penalty",
-             "presence-penalty", "frequency-penalty", "logprobs", "stop", "stop-ids", "ctx"},
-            {"json", "ignore-eos"});
+  std::vector<std::string> valued = {"model", "prompt", "prompt-ids", "chat", "system", "chat-template", "threads", "ctx"};
+  std::vector<std::string> flags = {"json"};
+  for (auto& f : GenerationValuedFlags()) valued.push_back(f);
+  for (auto& f : GenerationBoolFlags()) flags.push_back(f);
+  Args args(valued, flags);
   if (auto s = args.Parse(argc, argv, 2); !s.ok()) return Fail("run", s);
   auto path = args.Require("model");
   if (!path.ok()) return Fail("run", path.status());
@@ -107,11 +78,8 @@ int RunCommand(int argc, char** argv) {
   }
   const double prefill_tok_s = res->prefill_s > 0 ? req->prompt_ids.size() / res->prefill_s : 0;
   const double decode_tok_s = res->decode_s > 0 && res->n_decode_steps > 0 ? res->n_decode_steps / res->decode_s : 0;
-  nlohmann::json j{{"prompt_ids", req->prompt_ids},
-                   {"token_ids", res->token_ids},
-                   {"text", res->text},
-                   {"finish_reason", res->finish_reason},
-                   {"timings", {{"load_s", load_s}, {"prefill_tok_s", prefill_tok_s}, {"decode_tok_s", decode_tok_s}}}};
+  nlohmann::json j = nlohmann::json::parse(
+      ResultJson(req->prompt_ids, res->token_ids, res->text, res->finish_reason, load_s, prefill_tok_s, decode_tok_s));
   if (req->sampling.n_logprobs > 0) {
     nlohmann::json lp = nlohmann::json::array();
     for (const auto& t : res->tokens) {

@@ -3,7 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "client/cli/args.h"
+#include "core/args.h"
 #include "client/cli/commands.h"
 #include "client/cli/prompt.h"
 #include "model/local_engine.h"

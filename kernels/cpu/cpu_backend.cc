@@ -28,6 +28,18 @@ absl::Status SameShape(const TensorView& a, const TensorView& b, std::string_vie
   return absl::OkStatus();
 }
 
+// A weight repacked into the CPU's own layout (kernels/cpu/packed_weight.h).
+class CpuPackedWeight final : public PreparedWeight {
+ public:
+  CpuPackedWeight(const TensorView& source, cpu::PackedWeight packed)
+      : PreparedWeight(source), packed_(std::move(packed)) {}
+  bool reads_source() const override { return false; }
+  const cpu::PackedWeight& packed() const { return packed_; }
+
+ private:
+  cpu::PackedWeight packed_;
+};
+
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(const CpuBackendOptions& options)
@@ -58,11 +70,53 @@ class CpuBackend final : public Backend {
                                                weight.ShapeString(), " -> out ", out.ShapeString()));
     }
     if (auto s = cpu::Linear(out.As<float>(), in.As<float>(), weight, in.Rows(), pool_.get()); !s.ok()) return s;
-    if (bias.data != nullptr) {
-      if (bias.NumElements() != out.Cols()) {
-        return absl::InvalidArgumentError(StrCat("linear: bias ", bias.ShapeString(), " for ", out.Cols(), " outputs"));
+    return AddBias(out, bias);
+  }
+
+  // Q8_0/Q4_0/Q4_1 are repacked when the active ISA has packed kernels (decided here, once
+  // per weight); everything else is borrowed as is.
+  absl::StatusOr<std::unique_ptr<PreparedWeight>> PrepareWeight(const TensorView& weight) override {
+    if (!SupportsWeight(weight.dtype)) {
+      return absl::UnimplementedError(StrCat("prepare weight: CPU backend has no kernel for ", DTypeName(weight.dtype)));
+    }
+    if (weight.n_dims != 2) {
+      return absl::InvalidArgumentError(StrCat("prepare weight: expected [n_out, n_in], got ", weight.ShapeString()));
+    }
+    if (!cpu::PackedLayoutPreferred(weight.dtype)) return std::make_unique<PreparedWeight>(weight);
+    absl::StatusOr<cpu::PackedWeight> packed = cpu::PackedWeight::Pack(weight);
+    if (!packed.ok()) return packed.status();
+    return std::make_unique<CpuPackedWeight>(weight, *std::move(packed));
+  }
+
+  absl::Status Linear(TensorView out, const TensorView& in, const PreparedWeight& weight,
+                      const TensorView& bias) override {
+    const auto* packed = dynamic_cast<const CpuPackedWeight*>(&weight);
+    if (packed == nullptr) return Linear(out, in, weight.source(), bias);
+    if (auto s = CheckF32(out, "linear out"); !s.ok()) return s;
+    if (auto s = CheckF32(in, "linear in"); !s.ok()) return s;
+    if (in.Cols() != weight.n_in() || out.Cols() != weight.n_out() || out.Rows() != in.Rows()) {
+      return absl::InvalidArgumentError(StrCat("linear: in ", in.ShapeString(), " x weight ",
+                                               weight.source().ShapeString(), " -> out ", out.ShapeString()));
+    }
+    if (auto s = cpu::LinearPacked(out.As<float>(), in.As<float>(), packed->packed(), in.Rows(), pool_.get()); !s.ok()) {
+      return s;
+    }
+    return AddBias(out, bias);
+  }
+
+  absl::Status Embedding(TensorView out, const PreparedWeight& table, std::span<const int32_t> ids) override {
+    const auto* packed = dynamic_cast<const CpuPackedWeight*>(&table);
+    if (packed == nullptr) return Embedding(out, table.source(), ids);
+    if (auto s = CheckF32(out, "embedding out"); !s.ok()) return s;
+    if (out.Cols() != table.n_in() || out.Rows() != static_cast<int64_t>(ids.size())) {
+      return absl::InvalidArgumentError(StrCat("embedding: out ", out.ShapeString(), " for ", ids.size(),
+                                               " ids of table ", table.source().ShapeString()));
+    }
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (ids[i] < 0 || ids[i] >= table.n_out()) {
+        return absl::InvalidArgumentError(StrCat("token id ", ids[i], " is outside the vocabulary [0, ", table.n_out(), ")"));
       }
-      for (int64_t r = 0; r < out.Rows(); ++r) cpu::AddRow(out.As<float>() + r * out.Cols(), bias.As<float>(), out.Cols());
+      packed->packed().DequantizeRow(ids[i], out.As<float>() + i * out.Cols());
     }
     return absl::OkStatus();
   }
@@ -139,6 +193,16 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  static absl::Status AddBias(TensorView out, const TensorView& bias) {
+    if (bias.data != nullptr) {
+      if (bias.NumElements() != out.Cols()) {
+        return absl::InvalidArgumentError(StrCat("linear: bias ", bias.ShapeString(), " for ", out.Cols(), " outputs"));
+      }
+      for (int64_t r = 0; r < out.Rows(); ++r) cpu::AddRow(out.As<float>() + r * out.Cols(), bias.As<float>(), out.Cols());
+    }
+    return absl::OkStatus();
+  }
+
   // Runs fn(row) for every row; splits across the pool only when there are many rows
   // (one decode row is cheaper than a dispatch).
   template <typename F>

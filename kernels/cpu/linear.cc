@@ -26,6 +26,7 @@ struct MergedTables {
   static void Overlay(const KernelTable& top, KernelTable* t) {
     for (int i = 0; i < internal::kNumDTypes; ++i) {
       if (top.gemm[i] != nullptr) t->gemm[i] = top.gemm[i];
+      if (top.packed[i] != nullptr) t->packed[i] = top.packed[i];
     }
     if (top.quant_q8_block != nullptr) t->quant_q8_block = top.quant_q8_block;
   }
@@ -238,6 +239,66 @@ absl::Status Linear(float* out, const float* in, const TensorView& weight, int64
   CASCADE_RETURN_IF_ERROR(scratch.Quantize(in, n_tokens, weight.Cols(),
                                            ActivationFormatFor(weight.dtype), pool));
   return LinearQuantized(out, scratch, weight, pool);
+}
+
+bool PackedLayoutPreferred(DType dtype) {
+  return PackedWeight::Supports(dtype) && ActiveCpuIsa() == CpuIsa::kAvx512;
+}
+
+absl::Status LinearPacked(float* out, const QuantizedActivations& in, const PackedWeight& weight,
+                          ThreadPool* pool) {
+  const int64_t n_out = weight.n_out();
+  const int64_t n_in = weight.n_in();
+  if (in.format() != ActivationFormat::kQ8Block) {
+    return absl::InvalidArgumentError("Linear: packed weights need kQ8Block activations");
+  }
+  if (in.n_in() != n_in && in.n_tokens() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("Linear: activations have n_in ", in.n_in(),
+                                                   ", packed weight [", n_out, ", ", n_in, "]"));
+  }
+  const int64_t n_tokens = in.n_tokens();
+  if (n_tokens == 0 || n_out == 0) return absl::OkStatus();
+  if (out == nullptr) return absl::InvalidArgumentError("Linear: null output");
+  if (n_in == 0) {
+    std::fill(out, out + n_tokens * n_out, 0.0f);
+    return absl::OkStatus();
+  }
+  GemmArgs args;
+  args.out = out;
+  args.ld_out = n_out;
+  args.w = weight.data();
+  args.w_row_bytes = weight.group_bytes();
+  args.n_in = n_in;
+  args.n_tokens = n_tokens;
+  args.xq = in.q8_quants();
+  args.xd = in.q8_scales();
+  args.xs = in.q8_sums();
+  const internal::GemmFn gemm = ActiveKernels().packed[static_cast<int>(weight.dtype())];
+  if (gemm == nullptr) {
+    return absl::UnimplementedError(
+        absl::StrCat("Linear: no packed kernel for ", std::string(DTypeName(weight.dtype()))));
+  }
+  const int n_threads = pool == nullptr ? 1 : pool->n_threads();
+  if (n_threads == 1) {
+    gemm(args, 0, n_out);
+    return absl::OkStatus();
+  }
+  // RowChunk is a multiple of 16, so every chunk starts on a packed group.
+  pool->ParallelForChunked(n_out, RowChunk(n_out, n_threads),
+                           [&](int64_t begin, int64_t end, int) { gemm(args, begin, end); });
+  return absl::OkStatus();
+}
+
+absl::Status LinearPacked(float* out, const float* in, const PackedWeight& weight, int64_t n_tokens,
+                          ThreadPool* pool) {
+  if (n_tokens < 0) return absl::InvalidArgumentError("Linear: negative n_tokens");
+  if (n_tokens > 0 && weight.n_in() > 0 && (in == nullptr || out == nullptr)) {
+    return absl::InvalidArgumentError("Linear: null input or output");
+  }
+  thread_local QuantizedActivations scratch;
+  CASCADE_RETURN_IF_ERROR(
+      scratch.Quantize(in, n_tokens, weight.n_in(), ActivationFormat::kQ8Block, pool));
+  return LinearPacked(out, scratch, weight, pool);
 }
 
 }  // namespace cascade::kernels::cpu

@@ -10,6 +10,9 @@
 //
 // Work is split over the pool's threads by output rows; with several tokens, each block of
 // weight rows is unpacked once into an L1-resident tile and reused for all tokens.
+// Q8_0/Q4_0/Q4_1 weights can also be repacked once at load (packed_weight.h) and run
+// through `LinearPacked`: same arithmetic, a layout the AVX-512 kernels stream at memory
+// speed.
 //
 // Thread-safety: the functions are safe to call concurrently from different threads with
 // different pools and output buffers. `Linear` keeps a per-calling-thread scratch buffer for
@@ -24,6 +27,7 @@
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/packed_weight.h"
 #include "kernels/quant_blocks.h"
 
 namespace cascade::kernels::cpu {
@@ -94,5 +98,19 @@ absl::Status Linear(float* out, const float* in, const TensorView& weight, int64
 // ActivationFormatFor(weight.dtype) and n_in == weight.Cols(); InvalidArgument otherwise.
 absl::Status LinearQuantized(float* out, const QuantizedActivations& in, const TensorView& weight,
                              ThreadPool* pool);
+
+// As `LinearQuantized` over a weight repacked at load (packed_weight.h), with activations
+// in ActivationFormat::kQ8Block and n_in == weight.n_in(); InvalidArgument otherwise. Runs
+// the active ISA's packed kernel (AVX-512 VNNI; the portable one below it).
+absl::Status LinearPacked(float* out, const QuantizedActivations& in, const PackedWeight& weight,
+                          ThreadPool* pool);
+
+// As `Linear` over a packed weight (quantizes `in` [n_tokens, weight.n_in()] first).
+absl::Status LinearPacked(float* out, const float* in, const PackedWeight& weight, int64_t n_tokens,
+                          ThreadPool* pool);
+
+// Whether the active ISA has a native kernel for packed weights of `dtype`, so that packing
+// them at load pays off (otherwise the GGUF-layout kernels are faster).
+bool PackedLayoutPreferred(DType dtype);
 
 }  // namespace cascade::kernels::cpu

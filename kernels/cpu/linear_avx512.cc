@@ -1,17 +1,14 @@
 // AVX-512 VNNI kernels for Q8_0 / Q4_0 / Q4_1 weights (`vpdpbusd`).
 //
-// Few tokens (decode, short verify steps): weights are read in their GGUF layout. For each
-// weight row and group of 8 blocks, one masked gather fetches the 8 f16 scales (and Q4_1
-// offsets); each block's nibbles are broadcast to both 128-bit halves of a ymm and masked
-// with [0x0f x 16, 0xf0 x 16], so the high nibbles arrive multiplied by 16 — harmless for
-// `vpdpbusd` (no 16-bit saturation) and undone once per row by scaling the accumulator's
-// upper four lanes by 1/16. One `vpdpbusd` per block and token, then an FMA with the block's
-// scale picked out of the gathered vector by `vpermps`.
+// Few tokens (decode, short verify steps): linear_gemv_avx512.cc over the GGUF layout,
+// linear_packed_avx512.cc over weights packed at load (packed_weight.h).
 //
 // Many tokens (prefill): 16 weight rows x up to 48 blocks are unpacked once into an
 // L1-resident tile laid out so that one zmm holds 4 consecutive u8 weights of each of the
 // 16 rows; a token's 4 matching activations are a 32-bit broadcast, so 8 `vpdpbusd` give
 // the 16 rows' block dot products in the 16 lanes, and 8 tokens share each tile load.
+// Packed weights are already in the tile's row order, so their tiles are plain vector
+// copies (Q4: one AND / one shift+AND per 64 bytes) instead of the GGUF path's scatters.
 // Compiled with AVX-512 F/BW/VL/DQ/VNNI (+AVX2/FMA/F16C); called only on such CPUs.
 #include <immintrin.h>
 
@@ -44,141 +41,10 @@ struct Traits<Kind::kQ4_1> {
   using Block = BlockQ4_1;
 };
 
-inline float HorizontalSum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
 inline int32_t Load32(const int8_t* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
   return v;
-}
-
-// ---- Few tokens: GGUF layout ------------------------------------------------------------
-
-// Up to 4 tokens per pass over the weight rows [rb, re). (ymm registers: a zmm variant
-// with two blocks per register measured ~1.5x slower here, its extra shuffles all going to
-// port 5.)
-template <Kind K, int T>
-void GemvTokens(const GemmArgs& a, int64_t rb, int64_t re, int64_t t0) {
-  using B = typename Traits<K>::Block;
-  constexpr int kBytes = sizeof(B);
-  // Accumulators per token: enough independent FMA chains to hide the FMA latency.
-  constexpr int A = T == 1 ? 4 : (T == 2 ? 2 : 1);
-  constexpr bool kQ4 = K != Kind::kQ8_0;
-  const int64_t nb = a.n_in / 32;
-  // Gather indices in units of 2 bytes: block j's first dword (d, then m or quants).
-  const __m256i gidx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-                                          _mm256_set1_epi32(kBytes / 2));
-  const __m256i nib_mask =
-      _mm256_setr_m128i(_mm_set1_epi8(0x0f), _mm_set1_epi8(static_cast<char>(0xf0)));
-  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
-  const __m256 hi_fix = _mm256_setr_ps(1, 1, 1, 1, 1.0f / 16, 1.0f / 16, 1.0f / 16, 1.0f / 16);
-  const __m256i zero = _mm256_setzero_si256();
-
-  const int8_t* xq[T];
-  const float* xd[T];
-  const float* xs[T];
-  for (int t = 0; t < T; ++t) {
-    xq[t] = a.xq + (t0 + t) * a.n_in;
-    xd[t] = a.xd + (t0 + t) * nb;
-    xs[t] = a.xs + (t0 + t) * nb;
-  }
-
-  for (int64_t r = rb; r < re; ++r) {
-    const uint8_t* row = a.w + r * a.w_row_bytes;
-    __m256 acc[T][A];
-    __m256 oacc[T];
-    for (int t = 0; t < T; ++t) {
-      for (int i = 0; i < A; ++i) acc[t][i] = _mm256_setzero_ps();
-      oacc[t] = _mm256_setzero_ps();
-    }
-    for (int64_t b = 0; b < nb; b += 8) {
-      const int n = static_cast<int>(std::min<int64_t>(8, nb - b));
-      const __mmask8 m = static_cast<__mmask8>((1u << n) - 1);
-      const uint8_t* blk = row + b * kBytes;
-      const __m256i dm = _mm256_mmask_i32gather_epi32(zero, m, gidx, blk, 2);
-      const __m256 dw = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(dm));
-      __m256 off;
-      if constexpr (K == Kind::kQ4_1) {
-        off = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_srli_epi32(dm, 16)));
-      } else if constexpr (K == Kind::kQ4_0) {
-        off = _mm256_mul_ps(dw, _mm256_set1_ps(-8.0f));
-      } else {
-        off = _mm256_mul_ps(dw, _mm256_set1_ps(-128.0f));  // Undoes the +128 of `flip`.
-      }
-      // Combined scales, kept in memory so that each block's FMA broadcasts its scale
-      // straight from L1 (a load, not a port-5 shuffle).
-      alignas(32) float sc[T][8];
-      for (int t = 0; t < T; ++t) {
-        _mm256_store_ps(sc[t], _mm256_mul_ps(dw, _mm256_maskz_loadu_ps(m, xd[t] + b)));
-        oacc[t] = _mm256_fmadd_ps(off, _mm256_maskz_loadu_ps(m, xs[t] + b), oacc[t]);
-      }
-      // `slot` must be a constant after inlining, or the accumulators go to memory.
-      auto one_block = [&](int j, int slot) {
-        const B* bp = reinterpret_cast<const B*>(blk + j * kBytes);
-        __m256i wv;
-        if constexpr (kQ4) {
-          wv = _mm256_and_si256(_mm256_broadcastsi128_si256(
-                                    _mm_loadu_si128(reinterpret_cast<const __m128i*>(bp->qs))),
-                                nib_mask);
-        } else {
-          wv = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bp->qs)),
-                                flip);
-        }
-        for (int t = 0; t < T; ++t) {
-          const __m256i xv =
-              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[t] + (b + j) * 32));
-          const __m256i p = _mm256_dpbusd_epi32(zero, wv, xv);
-          acc[t][slot] =
-              _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(sc[t][j]), acc[t][slot]);
-        }
-      };
-      // Fully unrolled for every group length (SmolLM2's rows of 18 blocks end in a 2).
-      auto group = [&]<int N>() {
-#pragma GCC unroll 8
-        for (int j = 0; j < N; ++j) one_block(j, j % A);
-      };
-      switch (n) {
-        case 8: group.template operator()<8>(); break;
-        case 7: group.template operator()<7>(); break;
-        case 6: group.template operator()<6>(); break;
-        case 5: group.template operator()<5>(); break;
-        case 4: group.template operator()<4>(); break;
-        case 3: group.template operator()<3>(); break;
-        case 2: group.template operator()<2>(); break;
-        default: group.template operator()<1>(); break;
-      }
-    }
-    for (int t = 0; t < T; ++t) {
-      __m256 v = acc[t][0];
-      for (int i = 1; i < A; ++i) v = _mm256_add_ps(v, acc[t][i]);
-      if constexpr (kQ4) v = _mm256_mul_ps(v, hi_fix);
-      a.out[(t0 + t) * a.ld_out + r] = HorizontalSum(_mm256_add_ps(v, oacc[t]));
-    }
-  }
-}
-
-template <Kind K>
-void GemvAll(const GemmArgs& a, int64_t rb, int64_t re, int64_t t_begin) {
-  int64_t t = t_begin;
-  for (; t + 4 <= a.n_tokens; t += 4) GemvTokens<K, 4>(a, rb, re, t);
-  switch (a.n_tokens - t) {
-    case 3:
-      GemvTokens<K, 3>(a, rb, re, t);
-      break;
-    case 2:
-      GemvTokens<K, 2>(a, rb, re, t);
-      break;
-    case 1:
-      GemvTokens<K, 1>(a, rb, re, t);
-      break;
-    default:
-      break;
-  }
 }
 
 // ---- Many tokens: unpacked tiles ---------------------------------------------------------
@@ -227,6 +93,42 @@ void BuildTile(const GemmArgs& a, int64_t r0, int n_rows, int64_t b0, int n_blk,
       tile->d[b * kTileRows + i] = d;
       tile->off[b * kTileRows + i] = off;
     }
+  }
+}
+
+// A tile from packed weights (packed_weight.h): rows are already interleaved in the tile's
+// order, so this is 4 (Q4) or 8 (Q8_0) vector copies per block plus the scale conversion;
+// padding rows of the last group arrive as zeros.
+template <Kind K>
+void BuildTileFromPacked(const GemmArgs& a, int64_t r0, int64_t b0, int n_blk, Tile* tile) {
+  constexpr int64_t kQ = K == Kind::kQ8_0 ? 512 : 256;
+  const int64_t nb = a.n_in / 32;
+  const uint8_t* g = a.w + (r0 / kTileRows) * a.w_row_bytes;
+  const uint16_t* d = reinterpret_cast<const uint16_t*>(g + nb * kQ) + b0 * kTileRows;
+  const uint16_t* m = d + nb * kTileRows;
+  const __m512i low4 = _mm512_set1_epi8(0x0f);
+  for (int b = 0; b < n_blk; ++b) {
+    const __m512i* q = reinterpret_cast<const __m512i*>(g + (b0 + b) * kQ);
+    __m512i* t = reinterpret_cast<__m512i*>(tile->w) + b * 8;
+    if constexpr (K == Kind::kQ8_0) {
+      for (int k = 0; k < 8; ++k) _mm512_store_si512(t + k, _mm512_load_si512(q + k));
+    } else {
+      for (int k = 0; k < 4; ++k) {
+        const __m512i v = _mm512_load_si512(q + k);
+        _mm512_store_si512(t + k, _mm512_and_si512(v, low4));
+        _mm512_store_si512(t + k + 4, _mm512_and_si512(_mm512_srli_epi16(v, 4), low4));
+      }
+    }
+    const __m512 dw = _mm512_cvtph_ps(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(d + b * kTileRows)));
+    __m512 off;
+    if constexpr (K == Kind::kQ4_1) {
+      off = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(m + b * kTileRows)));
+    } else {
+      off = _mm512_mul_ps(dw, _mm512_set1_ps(K == Kind::kQ4_0 ? -8.0f : -128.0f));
+    }
+    _mm512_store_ps(tile->d + b * kTileRows, dw);
+    _mm512_store_ps(tile->off + b * kTileRows, off);
   }
 }
 
@@ -283,7 +185,7 @@ constexpr TileTokensFn kTileTokens[kTokenGroup + 1] = {
     nullptr,        TileTokens<1>, TileTokens<2>, TileTokens<3>, TileTokens<4>,
     TileTokens<5>,  TileTokens<6>, TileTokens<7>, TileTokens<8>};
 
-template <Kind K>
+template <Kind K, bool kPacked>
 void GemmTiled(const GemmArgs& a, int64_t rb, int64_t re) {
   const int64_t nb = a.n_in / 32;
   Tile tile;
@@ -292,7 +194,11 @@ void GemmTiled(const GemmArgs& a, int64_t rb, int64_t re) {
     const __mmask16 rmask = static_cast<__mmask16>((1u << n_rows) - 1);
     for (int64_t b0 = 0; b0 < nb; b0 += kTileBlocks) {
       const int n_blk = static_cast<int>(std::min<int64_t>(kTileBlocks, nb - b0));
-      BuildTile<K>(a, r0, n_rows, b0, n_blk, &tile);
+      if constexpr (kPacked) {
+        BuildTileFromPacked<K>(a, r0, b0, n_blk, &tile);
+      } else {
+        BuildTile<K>(a, r0, n_rows, b0, n_blk, &tile);
+      }
       const bool accumulate = b0 > 0;
       int64_t t = 0;
       for (; t + kTokenGroup <= a.n_tokens; t += kTokenGroup) {
@@ -311,7 +217,7 @@ constexpr int64_t kMinTiledTokens = 6;
 template <Kind K>
 void GemmQuantAvx512(const GemmArgs& a, int64_t rb, int64_t re) {
   if (a.n_tokens >= kMinTiledTokens) {
-    GemmTiled<K>(a, rb, re);
+    GemmTiled<K, false>(a, rb, re);
   } else if constexpr (K == Kind::kQ8_0) {
     GemvQ8_0Avx512(a, rb, re);
   } else if constexpr (K == Kind::kQ4_0) {
@@ -321,11 +227,28 @@ void GemmQuantAvx512(const GemmArgs& a, int64_t rb, int64_t re) {
   }
 }
 
+// Packed weights: the matrix-vector kernels for few tokens, tiles for more.
+template <Kind K>
+void GemmPackedAvx512(const GemmArgs& a, int64_t rb, int64_t re) {
+  if (a.n_tokens >= kMinTiledTokens) {
+    GemmTiled<K, true>(a, rb, re);
+  } else if constexpr (K == Kind::kQ8_0) {
+    GemvPackedQ8_0Avx512(a, rb, re);
+  } else if constexpr (K == Kind::kQ4_0) {
+    GemvPackedQ4_0Avx512(a, rb, re);
+  } else {
+    GemvPackedQ4_1Avx512(a, rb, re);
+  }
+}
+
 KernelTable MakeAvx512() {
   KernelTable t;
   t.gemm[static_cast<int>(DType::kQ8_0)] = GemmQuantAvx512<Kind::kQ8_0>;
   t.gemm[static_cast<int>(DType::kQ4_0)] = GemmQuantAvx512<Kind::kQ4_0>;
   t.gemm[static_cast<int>(DType::kQ4_1)] = GemmQuantAvx512<Kind::kQ4_1>;
+  t.packed[static_cast<int>(DType::kQ8_0)] = GemmPackedAvx512<Kind::kQ8_0>;
+  t.packed[static_cast<int>(DType::kQ4_0)] = GemmPackedAvx512<Kind::kQ4_0>;
+  t.packed[static_cast<int>(DType::kQ4_1)] = GemmPackedAvx512<Kind::kQ4_1>;
   return t;
 }
 

@@ -1,7 +1,7 @@
 // AVX-512 VNNI matrix-vector kernels for Q8_0 / Q4_0 / Q4_1 weights in their GGUF layout:
 // the decode path (1 token) and short verify steps (up to 5 tokens).
 //
-// Four weight rows are processed together. Per chunk of up to 64 blocks, a pre-pass gathers
+// Four weight rows are processed together. Per chunk of up to 64 blocks (kChunkBlocks), a pre-pass gathers
 // each row's f16 block scales (and Q4_1 mins) 16 at a time, multiplies them by the
 // activation scales into a small L1 table (one f32 per row, block and token) and folds the
 // offset term (Q4_1: m * sum(x); Q4_0: -8 d * sum(x); Q8_0: -128 d * sum(x), undoing the
@@ -13,10 +13,14 @@
 // and an FMA whose scale is a broadcast load from the table (a load, not a shuffle). The
 // four rows' accumulators are reduced together by one `vhaddps` tree at the end.
 //
-// Why not zmm with two blocks per register: building [b, b, b+1, b+1] and the matching scale
-// vector needs port-5 shuffles per block pair, and 512-bit ops run on two ports instead of
-// three; measured slower. Why the pre-pass: doing the scale gather inside the block loop put
-// its latency on the critical path (the old kernel ran at ~8 GB/s, a quarter of this one).
+// Why software prefetch (kPrefetchRows): the gathers touch 16 lines of 4 rows at once and
+// the hardware prefetchers alone left the kernel waiting on memory (+35% with it). Tried and
+// dropped: zmm with two blocks per register (port-5 shuffles to build [b, b, b+1, b+1] and
+// its scale vector; the old kernel's comment measured it 1.5x slower), and pulling the f16
+// scales out of a 128-byte window with `vpermt2w` instead of the gather (~20% slower here).
+// The pre-pass still costs about a third of the main loop. The engine's weights avoid it:
+// they are repacked at load (packed_weight.h, kernels in linear_packed_avx512.cc); this
+// kernel serves weights used in place (`Linear` on a plain view).
 //
 // Compiled with AVX-512 F/BW/VL/DQ/VNNI (+AVX2/FMA/F16C); called only on such CPUs.
 #include <immintrin.h>
@@ -156,7 +160,7 @@ void GemvTile(const GemmArgs& a, int64_t r, int64_t t0) {
 // Software prefetch distance in rows. The matrix is one contiguous stream, but the
 // pre-pass gathers touch 16 lines of 4 rows at once, and the hardware prefetchers alone
 // left the kernel waiting on memory.
-constexpr int64_t kPrefetchRows = 24;
+constexpr int64_t kPrefetchRows = 16;
 
 template <Kind K, int T>
 void GemvTokens(const GemmArgs& a, int64_t rb, int64_t re, int64_t t0) {

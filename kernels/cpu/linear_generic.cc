@@ -171,6 +171,48 @@ void GemmQ6_K(const GemmArgs& a, int64_t rb, int64_t re) {
   }
 }
 
+// Packed layout (packed_weight.h): the reference for the packed SIMD kernels, also used
+// when a weight packed on an AVX-512 machine is run with a lower ISA (tests).
+template <DType D>
+void GemmPacked(const GemmArgs& a, int64_t rb, int64_t re) {
+  constexpr int kR = 16;
+  constexpr int64_t kQuant = D == DType::kQ8_0 ? 512 : 256;
+  const int64_t nb = a.n_in / kQK;
+  for (int64_t r0 = rb; r0 < re; r0 += kR) {
+    const uint8_t* g = a.w + (r0 / kR) * a.w_row_bytes;
+    const auto* d = reinterpret_cast<const uint16_t*>(g + nb * kQuant);
+    const uint16_t* m = d + nb * kR;
+    const int n_rows = static_cast<int>(std::min<int64_t>(kR, re - r0));
+    for (int i = 0; i < n_rows; ++i) {
+      for (int64_t t = 0; t < a.n_tokens; ++t) {
+        const int8_t* x = a.xq + t * a.n_in;
+        const float* xd = a.xd + t * nb;
+        const float* xs = a.xs + t * nb;
+        float acc = 0.0f;
+        for (int64_t b = 0; b < nb; ++b) {
+          const uint8_t* q = g + b * kQuant;
+          const int8_t* xb = x + b * kQK;
+          int dot = 0;
+          float off;
+          const float db = F16ToF32(d[b * kR + i]);
+          if constexpr (D == DType::kQ8_0) {
+            for (int e = 0; e < kQK; ++e) dot += (q[64 * (e / 4) + 4 * i + e % 4] - 128) * xb[e];
+            off = 0.0f;
+          } else {
+            for (int e = 0; e < 16; ++e) {
+              const uint8_t byte = q[64 * (e / 4) + 4 * i + e % 4];
+              dot += (byte & 0x0f) * xb[e] + (byte >> 4) * xb[e + 16];
+            }
+            off = D == DType::kQ4_1 ? F16ToF32(m[b * kR + i]) : -8.0f * db;
+          }
+          acc += db * xd[b] * static_cast<float>(dot) + off * xs[b];
+        }
+        a.out[t * a.ld_out + r0 + i] = acc;
+      }
+    }
+  }
+}
+
 KernelTable MakeGeneric() {
   KernelTable t;
   t.gemm[static_cast<int>(DType::kF32)] = GemmF32;
@@ -181,6 +223,9 @@ KernelTable MakeGeneric() {
   t.gemm[static_cast<int>(DType::kQ4_1)] = GemmQ4_1;
   t.gemm[static_cast<int>(DType::kQ4_K)] = GemmQ4_K;
   t.gemm[static_cast<int>(DType::kQ6_K)] = GemmQ6_K;
+  t.packed[static_cast<int>(DType::kQ8_0)] = GemmPacked<DType::kQ8_0>;
+  t.packed[static_cast<int>(DType::kQ4_0)] = GemmPacked<DType::kQ4_0>;
+  t.packed[static_cast<int>(DType::kQ4_1)] = GemmPacked<DType::kQ4_1>;
   t.quant_q8_block = QuantQ8BlockGeneric;
   return t;
 }

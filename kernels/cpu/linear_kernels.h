@@ -15,7 +15,11 @@ namespace cascade::kernels::cpu::internal {
 struct GemmArgs {
   float* out = nullptr;  // [n_tokens, ld_out]; row r of token t at out[t * ld_out + r].
   int64_t ld_out = 0;
-  const uint8_t* w = nullptr;  // [n_out, n_in] in the weight dtype, rows `w_row_bytes` apart.
+  // GGUF layout: [n_out, n_in] in the weight dtype, rows `w_row_bytes` apart.
+  // Packed layout (packed_weight.h, `KernelTable::packed`): the groups of 16 rows,
+  // `w_row_bytes` = PackedWeight::group_bytes() apart; row ranges then start at a multiple
+  // of 16 and rows past `row_end` in the last group are computed but not stored.
+  const uint8_t* w = nullptr;
   int64_t w_row_bytes = 0;
   int64_t n_in = 0;
   int64_t n_tokens = 0;
@@ -36,6 +40,7 @@ inline constexpr int kNumDTypes = 10;
 // Null entries fall back to the next lower ISA's kernel.
 struct KernelTable {
   GemmFn gemm[kNumDTypes] = {};
+  GemmFn packed[kNumDTypes] = {};  // Over a PackedWeight (Q8_0, Q4_0, Q4_1).
   QuantQ8BlockFn quant_q8_block = nullptr;
 };
 
@@ -47,6 +52,11 @@ const KernelTable& Avx512Kernels();   // linear_avx512.cc
 void GemvQ8_0Avx512(const GemmArgs& args, int64_t row_begin, int64_t row_end);
 void GemvQ4_0Avx512(const GemmArgs& args, int64_t row_begin, int64_t row_end);
 void GemvQ4_1Avx512(const GemmArgs& args, int64_t row_begin, int64_t row_end);
+
+// AVX-512 VNNI kernels for 1..5 tokens over packed weights (linear_packed_avx512.cc).
+void GemvPackedQ8_0Avx512(const GemmArgs& args, int64_t row_begin, int64_t row_end);
+void GemvPackedQ4_0Avx512(const GemmArgs& args, int64_t row_begin, int64_t row_end);
+void GemvPackedQ4_1Avx512(const GemmArgs& args, int64_t row_begin, int64_t row_end);
 
 // Portable Q8_K activation quantizer (one super-block per 256 elements).
 void QuantizeQ8K(const float* x, int64_t n, BlockQ8_K* y);

@@ -6,13 +6,19 @@
 //
 // Weights exist once per layer (30 copies, ~84 MiB for Q4_1 in all), and calls cycle over
 // the copies in layer order, so they stream from memory/L3 as in a real forward pass
-// rather than sitting in L2. Usage: linear_bench [--quick] [--decode] [--dtype=q4_1,...]
+// rather than sitting in L2. Q8_0/Q4_0/Q4_1 are timed twice: in the GGUF layout ("gguf")
+// and repacked at load (packed_weight.h, "packed", what the engine runs on AVX-512).
+//
+// Then, for those dtypes, a whole-model decode pass: every matrix of SmolLM2-135M (30 x
+// q, k, v, o, gate, up, down, then the LM head in Q8_0 as the GGUF file ties it), one
+// ~96 MB working set read once per token in model order, so this measures memory-bound
+// decode as the engine sees it (minus attention and the elementwise ops).
+// Usage: linear_bench [--quick] [--decode] [--dtype=q4_1,...]
 // (--decode: only the 1-token passes)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <cstdlib>
 #include <random>
 #include <string>
 #include <ctime>
@@ -22,6 +28,7 @@
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/linear.h"
+#include "kernels/cpu/packed_weight.h"
 #include "kernels/cpu/quantize.h"
 #include "kernels/cpu_features.h"
 
@@ -76,27 +83,98 @@ std::vector<uint8_t> MakeMatrix(DType dtype, int64_t n_out, int64_t n_in, int co
 
 // Seconds per call of Linear over `shape`, cycling over its copies (wall clock; with one
 // thread, the thread's CPU time instead, so that other processes on the core don't count).
-double TimeShape(DType dtype, const Shape& s, const std::vector<uint8_t>& w, int64_t n_tokens,
-                 ThreadPool* pool, const std::vector<float>& x, std::vector<float>* out,
-                 double min_seconds) {
+// With `packed` non-empty, its entries (one per copy) are used instead of `w`.
+double TimeShape(DType dtype, const Shape& s, const std::vector<uint8_t>& w,
+                 const std::vector<PackedWeight>& packed, int64_t n_tokens, ThreadPool* pool,
+                 const std::vector<float>& x, std::vector<float>* out, double min_seconds) {
   const int64_t mat_bytes = s.n_out * RowBytes(dtype, s.n_in);
   auto call = [&](int copy) {
-    TensorView view(const_cast<uint8_t*>(w.data()) + copy * mat_bytes, dtype, {s.n_out, s.n_in});
-    const absl::Status st = Linear(out->data(), x.data(), view, n_tokens, pool);
+    absl::Status st;
+    if (!packed.empty()) {
+      st = LinearPacked(out->data(), x.data(), packed[copy], n_tokens, pool);
+    } else {
+      TensorView view(const_cast<uint8_t*>(w.data()) + copy * mat_bytes, dtype, {s.n_out, s.n_in});
+      st = Linear(out->data(), x.data(), view, n_tokens, pool);
+    }
     if (!st.ok()) std::fprintf(stderr, "Linear failed: %s\n", st.ToString().c_str());
   };
-  const int copies = getenv("COPIES1") ? 1 : s.copies;
-  for (int c = 0; c < copies; ++c) call(c);  // Warm up.
+  for (int c = 0; c < s.copies; ++c) call(c);  // Warm up.
   int64_t calls = 0;
   const bool cpu_time = pool == nullptr || pool->n_threads() == 1;
   const double start = cpu_time ? ThreadCpuNow() : Now();
   double elapsed = 0;
   do {
-    for (int c = 0; c < copies; ++c) call(c);
-    calls += copies;
+    for (int c = 0; c < s.copies; ++c) call(c);
+    calls += s.copies;
     elapsed = (cpu_time ? ThreadCpuNow() : Now()) - start;
   } while (elapsed < min_seconds);
   return elapsed / calls;
+}
+
+std::vector<PackedWeight> PackCopies(DType dtype, const Shape& s, const std::vector<uint8_t>& w) {
+  std::vector<PackedWeight> packed;
+  const int64_t mat_bytes = s.n_out * RowBytes(dtype, s.n_in);
+  for (int c = 0; c < s.copies; ++c) {
+    TensorView view(const_cast<uint8_t*>(w.data()) + c * mat_bytes, dtype, {s.n_out, s.n_in});
+    packed.push_back(*PackedWeight::Pack(view));
+  }
+  return packed;
+}
+
+// One decode token through every matrix of the model, in model order.
+void WholeModelDecode(DType dtype, ThreadPool* pool1, ThreadPool* pool2, double min_s,
+                      const std::vector<float>& x, std::vector<float>* out) {
+  struct Mat {
+    DType dtype;
+    int64_t n_out, n_in;
+  };
+  std::vector<Mat> order;
+  for (int l = 0; l < 30; ++l) {
+    for (const Mat& m : {Mat{dtype, 576, 576}, Mat{dtype, 192, 576}, Mat{dtype, 192, 576},
+                         Mat{dtype, 576, 576}, Mat{dtype, 1536, 576}, Mat{dtype, 1536, 576},
+                         Mat{dtype, 576, 1536}}) {
+      order.push_back(m);
+    }
+  }
+  order.push_back({DType::kQ8_0, 49152, 576});
+  std::vector<std::vector<uint8_t>> gguf;
+  std::vector<PackedWeight> packed;
+  double bytes = 0;
+  for (const Mat& m : order) {
+    gguf.push_back(MakeMatrix(m.dtype, m.n_out, m.n_in, 1));
+    bytes += static_cast<double>(gguf.back().size());
+    packed.push_back(*PackedWeight::Pack(TensorView(gguf.back().data(), m.dtype, {m.n_out, m.n_in})));
+  }
+  for (bool use_packed : {false, true}) {
+    for (ThreadPool* pool : {pool1, pool2}) {
+      auto pass = [&] {
+        for (size_t i = 0; i < order.size(); ++i) {
+          absl::Status st;
+          if (use_packed) {
+            st = LinearPacked(out->data(), x.data(), packed[i], 1, pool);
+          } else {
+            TensorView v(gguf[i].data(), order[i].dtype, {order[i].n_out, order[i].n_in});
+            st = Linear(out->data(), x.data(), v, 1, pool);
+          }
+          if (!st.ok()) std::fprintf(stderr, "Linear failed: %s\n", st.ToString().c_str());
+        }
+      };
+      pass();  // Warm up.
+      const bool cpu_time = pool->n_threads() == 1;
+      const double start = cpu_time ? ThreadCpuNow() : Now();
+      int64_t passes = 0;
+      double elapsed = 0;
+      do {
+        pass();
+        ++passes;
+        elapsed = (cpu_time ? ThreadCpuNow() : Now()) - start;
+      } while (elapsed < std::max(min_s, 0.5));
+      const double t = elapsed / passes;
+      std::printf("%-6s whole-model decode (%5.1f MB, %-6s) %d thread(s): %.2f ms/token = %.1f tok/s, %.2f GB/s\n",
+                  std::string(DTypeName(dtype)).c_str(), bytes / 1e6, use_packed ? "packed" : "gguf",
+                  pool->n_threads(), t * 1e3, 1 / t, bytes / t / 1e9);
+    }
+  }
 }
 
 void Run(const std::vector<DType>& dtypes, bool quick, bool decode_only) {
@@ -112,33 +190,45 @@ void Run(const std::vector<DType>& dtypes, bool quick, bool decode_only) {
   std::vector<float> out(512 * 49152);
   ThreadPool pool1(1), pool2(2);
 
-  std::printf("\n%-6s %-22s %6s %3s %11s %9s %9s\n", "dtype", "shape", "tokens", "thr",
-              "us/call", "GB/s", "GFLOP/s");
+  std::printf("\n%-6s %-6s %-22s %6s %3s %11s %9s %9s\n", "dtype", "layout", "shape", "tokens",
+              "thr", "us/call", "GB/s", "GFLOP/s");
   for (DType dtype : dtypes) {
     std::vector<std::vector<uint8_t>> mats;
     for (const Shape& s : kShapes) mats.push_back(MakeMatrix(dtype, s.n_out, s.n_in, s.copies));
-    for (int64_t n_tokens : {int64_t{1}, int64_t{512}}) {
-      if (decode_only && n_tokens != 1) continue;
-      for (ThreadPool* pool : {&pool1, &pool2}) {
-        double pass_s = 0;  // Linear layers of one forward pass.
-        for (size_t i = 0; i < std::size(kShapes); ++i) {
-          const Shape& s = kShapes[i];
-          const bool lm_head = s.copies == 1;
-          const int64_t nt = lm_head ? 1 : n_tokens;  // Prefill: logits of the last token.
-          const double t = TimeShape(dtype, s, mats[i], nt, pool, x, &out, min_s);
-          const double bytes = static_cast<double>(s.n_out) * RowBytes(dtype, s.n_in);
-          const double flops = 2.0 * s.n_out * s.n_in * nt;
-          std::printf("%-6s %-22s %6lld %3d %11.1f %9.2f %9.1f\n",
-                      std::string(DTypeName(dtype)).c_str(), s.name, static_cast<long long>(nt),
-                      pool->n_threads(), t * 1e6, bytes / t / 1e9, flops / t / 1e9);
-          pass_s += t * s.per_layer * s.copies;
+    for (bool use_packed : {false, true}) {
+      if (use_packed && !PackedWeight::Supports(dtype)) continue;
+      std::vector<std::vector<PackedWeight>> packed(std::size(kShapes));
+      if (use_packed) {
+        for (size_t i = 0; i < std::size(kShapes); ++i) packed[i] = PackCopies(dtype, kShapes[i], mats[i]);
+      }
+      const char* layout = use_packed ? "packed" : "gguf";
+      for (int64_t n_tokens : {int64_t{1}, int64_t{512}}) {
+        if (decode_only && n_tokens != 1) continue;
+        for (ThreadPool* pool : {&pool1, &pool2}) {
+          double pass_s = 0;  // Linear layers of one forward pass.
+          for (size_t i = 0; i < std::size(kShapes); ++i) {
+            const Shape& s = kShapes[i];
+            const bool lm_head = s.copies == 1;
+            const int64_t nt = lm_head ? 1 : n_tokens;  // Prefill: logits of the last token.
+            const double t = TimeShape(dtype, s, mats[i], packed[i], nt, pool, x, &out, min_s);
+            const double bytes = static_cast<double>(s.n_out) * RowBytes(dtype, s.n_in);
+            const double flops = 2.0 * s.n_out * s.n_in * nt;
+            std::printf("%-6s %-6s %-22s %6lld %3d %11.1f %9.2f %9.1f\n",
+                        std::string(DTypeName(dtype)).c_str(), layout, s.name,
+                        static_cast<long long>(nt), pool->n_threads(), t * 1e6, bytes / t / 1e9,
+                        flops / t / 1e9);
+            pass_s += t * s.per_layer * s.copies;
+          }
+          std::printf("%-6s %-6s => %s, %d thread(s): linear layers %.2f ms per pass = %.1f tok/s\n\n",
+                      std::string(DTypeName(dtype)).c_str(), layout,
+                      n_tokens == 1 ? "decode" : "prefill 512", pool->n_threads(), pass_s * 1e3,
+                      n_tokens / pass_s);
         }
-        std::printf("%-6s => %s, %d thread(s): linear layers %.2f ms per pass = %.1f tok/s\n\n",
-                    std::string(DTypeName(dtype)).c_str(),
-                    n_tokens == 1 ? "decode" : "prefill 512", pool->n_threads(), pass_s * 1e3,
-                    n_tokens / pass_s);
       }
     }
+  }
+  for (DType dtype : dtypes) {
+    if (PackedWeight::Supports(dtype)) WholeModelDecode(dtype, &pool1, &pool2, min_s, x, &out);
   }
 }
 

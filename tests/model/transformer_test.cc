@@ -214,7 +214,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{DType::kF32, 1e-4}, Case{DType::kF32, 1e-4, true, false, 2},
                       Case{DType::kF32, 1e-4, false, true}, Case{DType::kF16, 1e-4},
                       Case{DType::kBF16, 1e-4}, Case{DType::kQ8_0, 3e-2}, Case{DType::kQ4_0, 3e-2, false, false, 2},
-                      Case{DType::kQ4_1, 3e-2}, Case{DType::kQ4_K, 3e-2}, Case{DType::kQ6_K, 3e-2, true}));
+                      Case{DType::kQ4_1, 3e-2}, Case{DType::kQ4_K, 3e-2}, Case{DType::kQ6_K, 3e-2, true},
+                      // Tied and packed (on AVX-512): the embedding lookup reads the LM head's packed rows.
+                      Case{DType::kQ8_0, 3e-2, true}, Case{DType::kQ4_1, 3e-2, true, false, 2}));
 
 // Two sequences with different histories in one batch give the same logits as each run
 // alone: the batch is really partitioned by the sequence table.

@@ -1,4 +1,4 @@
-// A small command-line parser for the `cascade` subcommands: `--name value` and boolean
+// A small command-line parser for Cascade's binaries: `--name value` and boolean
 // `--flag` options, each declared up front so a typo is an error that lists the options.
 // Single owner; not thread-safe.
 #pragma once
@@ -10,7 +10,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace cascade::cli {
+namespace cascade {
 
 class Args {
  public:
@@ -34,4 +34,4 @@ class Args {
   std::map<std::string, std::string> values_;
 };
 
-}  // namespace cascade::cli
+}  // namespace cascade

@@ -1,4 +1,4 @@
-#include "client/cli/args.h"
+#include "core/args.h"
 
 #include <algorithm>
 
@@ -6,7 +6,7 @@
 #include "core/str_cat.h"
 #include "absl/strings/str_join.h"
 
-namespace cascade::cli {
+namespace cascade {
 
 absl::Status Args::Parse(int argc, char** argv, int first) {
   for (int i = first; i < argc; ++i) {
@@ -80,4 +80,4 @@ absl::StatusOr<double> Args::GetDouble(const std::string& name, double fallback)
   return out;
 }
 
-}  // namespace cascade::cli
+}  // namespace cascade

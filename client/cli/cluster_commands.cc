@@ -1,0 +1,144 @@
+// The cluster commands of `cascade`: generate (streamed or --json), chat (interactive),
+// status (waits until the cluster is ready, prints plan, workers and KV usage).
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <thread>
+
+#include "client/cli/commands.h"
+#include "client/cli/request_flags.h"
+#include "client/client.h"
+#include "core/args.h"
+#include "proto/grpc_status.h"
+
+namespace cascade::cli {
+namespace {
+
+double Since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Server errors keep their gRPC code in the message ("UNAVAILABLE: ..."), so scripts
+// can tell a refused request from a dead cluster.
+int FailRpc(const char* command, const absl::Status& s) {
+  return Fail(command, absl::Status(s.code(), absl::StatusCodeToString(s.code()) + ": " + std::string(s.message())));
+}
+
+Args GenerateArgs(std::vector<std::string> extra_valued) {
+  std::vector<std::string> valued = {"server", "prompt", "prompt-ids", "chat", "system", "chat-template", "timeout"};
+  std::vector<std::string> flags = {"json"};
+  for (auto& f : GenerationValuedFlags()) valued.push_back(f);
+  for (auto& f : GenerationBoolFlags()) flags.push_back(f);
+  for (auto& f : extra_valued) valued.push_back(f);
+  return Args(valued, flags);
+}
+
+absl::StatusOr<client::Client> Connect(const Args& args) {
+  auto server = args.Require("server");
+  if (!server.ok()) return server.status();
+  auto timeout = args.GetInt("timeout", 600);
+  if (!timeout.ok()) return timeout.status();
+  return client::Client({*server, std::chrono::seconds(*timeout)});
+}
+
+}  // namespace
+
+int GenerateCommand(int argc, char** argv) {
+  Args args = GenerateArgs({});
+  if (auto s = args.Parse(argc, argv, 2); !s.ok()) return Fail("generate", s);
+  auto req = ProtoRequestFromArgs(args);
+  if (!req.ok()) return Fail("generate", req.status());
+  auto c = Connect(args);
+  if (!c.ok()) return Fail("generate", c.status());
+  if (args.Has("json")) {
+    auto resp = c->Complete(*req);
+    if (!resp.ok()) return FailRpc("generate", resp.status());
+    const auto& u = resp->usage();
+    const double decode_s = u.total_s() - u.ttft_s();
+    std::printf("%s\n", ResultJson({resp->prompt_ids().begin(), resp->prompt_ids().end()},
+                                   {resp->token_ids().begin(), resp->token_ids().end()}, resp->text(),
+                                   resp->finish_reason(), 0.0, u.ttft_s() > 0 ? u.prompt_tokens() / u.ttft_s() : 0,
+                                   decode_s > 0 ? (u.completion_tokens() - 1) / decode_s : 0).c_str());
+    return 0;
+  }
+  absl::Status s = c->Generate(*req, [&](const v1::GenerateResponse& chunk) {
+    std::fwrite(chunk.text().data(), 1, chunk.text().size(), stdout);
+    std::fflush(stdout);
+  });
+  std::printf("\n");
+  if (!s.ok()) return FailRpc("generate", s);
+  return 0;
+}
+
+int ChatCommand(int argc, char** argv) {
+  Args args = GenerateArgs({});
+  if (auto s = args.Parse(argc, argv, 2); !s.ok()) return Fail("chat", s);
+  auto c = Connect(args);
+  if (!c.ok()) return Fail("chat", c.status());
+  v1::GenerateRequest base;
+  if (auto st = FillProtoGeneration(args, &base); !st.ok()) return Fail("chat", st);
+  v1::ChatMessages history;
+  if (auto sys = args.Get("system")) {
+    auto* m = history.add_messages();
+    m->set_role("system");
+    m->set_content(*sys);
+  }
+  std::string line;
+  std::fprintf(stderr, "chatting with %s (empty line or Ctrl-D ends)\n", args.GetOr("server", "").c_str());
+  while (true) {
+    std::fprintf(stderr, "> ");
+    if (!std::getline(std::cin, line) || line.empty()) break;
+    auto* u = history.add_messages();
+    u->set_role("user");
+    u->set_content(line);
+    v1::GenerateRequest req = base;
+    *req.mutable_prompt()->mutable_chat() = history;
+    std::string answer;
+    absl::Status s = c->Generate(req, [&](const v1::GenerateResponse& chunk) {
+      answer += chunk.text();
+      std::fwrite(chunk.text().data(), 1, chunk.text().size(), stdout);
+      std::fflush(stdout);
+    });
+    std::printf("\n");
+    if (!s.ok()) return FailRpc("chat", s);
+    auto* a = history.add_messages();
+    a->set_role("assistant");
+    a->set_content(answer);
+  }
+  return 0;
+}
+
+int StatusCommand(int argc, char** argv) {
+  Args args({"server", "wait", "timeout"}, {"json"});
+  if (auto s = args.Parse(argc, argv, 2); !s.ok()) return Fail("status", s);
+  auto c = Connect(args);
+  if (!c.ok()) return Fail("status", c.status());
+  auto wait = args.GetInt("wait", 60);
+  if (!wait.ok()) return Fail("status", wait.status());
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::StatusOr<v1::ClusterStatus> st;
+  while (true) {
+    st = c->GetClusterStatus();
+    if (st.ok() && st->ready()) break;
+    if (Since(t0) >= static_cast<double>(*wait)) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  if (!st.ok()) return FailRpc("status", st.status());
+  std::printf("cluster %s%s%s\n", st->state().c_str(), st->detail().empty() ? "" : ": ", st->detail().c_str());
+  std::printf("%-6s %-14s %-6s %-8s %-22s %-8s %10s\n", "stage", "layers", "node", "device", "worker", "state", "weights");
+  for (const auto& s : st->stages()) {
+    std::printf("%-6d [%3lld, %3lld)     %-6s %-8s %-22s %-8s %8.1f MiB\n", s.stage(), static_cast<long long>(s.first_layer()),
+                static_cast<long long>(s.last_layer()), s.node().c_str(), s.device().c_str(), s.worker_address().c_str(),
+                s.state().c_str(), s.weight_bytes() / 1048576.0);
+  }
+  std::printf("kv blocks %lld free of %lld (block size %lld); running %lld, waiting %lld; steps %lld, "
+              "largest batch %lld, preemptions %lld, finished %lld\n",
+              static_cast<long long>(st->kv_blocks_free()), static_cast<long long>(st->kv_blocks_total()),
+              static_cast<long long>(st->kv_block_size()), static_cast<long long>(st->running()),
+              static_cast<long long>(st->waiting()), static_cast<long long>(st->steps()),
+              static_cast<long long>(st->max_batch_seen()), static_cast<long long>(st->preemptions()),
+              static_cast<long long>(st->requests_finished()));
+  return st->ready() ? 0 : 1;
+}
+
+}  // namespace cascade::cli

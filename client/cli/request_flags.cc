@@ -1,0 +1,102 @@
+#include "client/cli/request_flags.h"
+
+#include <nlohmann/json.hpp>
+
+#include "client/cli/prompt.h"
+#include "core/status.h"
+
+namespace cascade::cli {
+
+std::vector<std::string> GenerationValuedFlags() {
+  return {"max-tokens", "temperature", "top-k", "top-p", "min-p", "seed", "repeat-penalty",
+          "presence-penalty", "frequency-penalty", "logprobs", "stop", "stop-ids"};
+}
+
+std::vector<std::string> GenerationBoolFlags() { return {"ignore-eos"}; }
+
+absl::StatusOr<model::GenerateRequest> GenerationFromArgs(const Args& args) {
+  model::GenerateRequest req;
+  CASCADE_ASSIGN_OR_RETURN(const int64_t max_tokens, args.GetInt("max-tokens", 256));
+  CASCADE_ASSIGN_OR_RETURN(const double temperature, args.GetDouble("temperature", 0.8));
+  CASCADE_ASSIGN_OR_RETURN(const int64_t top_k, args.GetInt("top-k", 40));
+  CASCADE_ASSIGN_OR_RETURN(const double top_p, args.GetDouble("top-p", 0.95));
+  CASCADE_ASSIGN_OR_RETURN(const double min_p, args.GetDouble("min-p", 0.05));
+  CASCADE_ASSIGN_OR_RETURN(const int64_t seed, args.GetInt("seed", 0));
+  CASCADE_ASSIGN_OR_RETURN(const double rep, args.GetDouble("repeat-penalty", 1.0));
+  CASCADE_ASSIGN_OR_RETURN(const double presence, args.GetDouble("presence-penalty", 0.0));
+  CASCADE_ASSIGN_OR_RETURN(const double frequency, args.GetDouble("frequency-penalty", 0.0));
+  CASCADE_ASSIGN_OR_RETURN(const int64_t logprobs, args.GetInt("logprobs", 0));
+  req.max_tokens = static_cast<int32_t>(max_tokens);
+  req.sampling.temperature = static_cast<float>(temperature);
+  req.sampling.top_k = static_cast<int32_t>(top_k);
+  req.sampling.top_p = static_cast<float>(top_p);
+  req.sampling.min_p = static_cast<float>(min_p);
+  req.sampling.seed = static_cast<uint64_t>(seed);
+  req.sampling.repetition_penalty = static_cast<float>(rep);
+  req.sampling.presence_penalty = static_cast<float>(presence);
+  req.sampling.frequency_penalty = static_cast<float>(frequency);
+  req.sampling.n_logprobs = static_cast<int32_t>(logprobs);
+  req.ignore_eos = args.Has("ignore-eos");
+  if (auto stop = args.Get("stop")) req.stop_strings.push_back(*stop);
+  if (auto stop_ids = args.Get("stop-ids")) {
+    CASCADE_ASSIGN_OR_RETURN(req.stop_ids, ParseIds(*stop_ids));
+  }
+  return req;
+}
+
+absl::Status FillProtoGeneration(const Args& args, v1::GenerateRequest* req) {
+  CASCADE_ASSIGN_OR_RETURN(const model::GenerateRequest g, GenerationFromArgs(args));
+  v1::SamplingParams* s = req->mutable_sampling();
+  s->set_temperature(g.sampling.temperature);
+  s->set_top_k(g.sampling.top_k);
+  s->set_top_p(g.sampling.top_p);
+  s->set_min_p(g.sampling.min_p);
+  s->set_repetition_penalty(g.sampling.repetition_penalty);
+  s->set_presence_penalty(g.sampling.presence_penalty);
+  s->set_frequency_penalty(g.sampling.frequency_penalty);
+  s->set_seed(g.sampling.seed);
+  req->set_max_tokens(g.max_tokens);
+  for (const auto& stop : g.stop_strings) req->add_stop(stop);
+  for (int32_t id : g.stop_ids) req->add_stop_ids(id);
+  req->set_ignore_eos(g.ignore_eos);
+  req->set_logprobs(g.sampling.n_logprobs);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::GenerateRequest> ProtoRequestFromArgs(const Args& args) {
+  v1::GenerateRequest req;
+  CASCADE_RETURN_IF_ERROR(FillProtoGeneration(args, &req));
+  const int given = args.Has("prompt") + args.Has("prompt-ids") + args.Has("chat");
+  if (given != 1) return absl::InvalidArgumentError("give exactly one of --prompt, --prompt-ids, --chat");
+  if (auto t = args.Get("prompt")) req.mutable_prompt()->set_text(*t);
+  if (auto ids = args.Get("prompt-ids")) {
+    CASCADE_ASSIGN_OR_RETURN(const std::vector<int32_t> parsed, ParseIds(*ids));
+    for (int32_t id : parsed) req.mutable_prompt()->mutable_ids()->add_ids(id);
+  }
+  if (auto chat = args.Get("chat")) {
+    v1::ChatMessages* m = req.mutable_prompt()->mutable_chat();
+    if (auto sys = args.Get("system")) {
+      auto* s = m->add_messages();
+      s->set_role("system");
+      s->set_content(*sys);
+    }
+    auto* u = m->add_messages();
+    u->set_role("user");
+    u->set_content(*chat);
+    m->set_chat_template(args.GetOr("chat-template", ""));
+  }
+  return req;
+}
+
+std::string ResultJson(const std::vector<int32_t>& prompt_ids, const std::vector<int32_t>& token_ids,
+                       const std::string& text, const std::string& finish_reason, double load_s,
+                       double prefill_tok_s, double decode_tok_s) {
+  nlohmann::json j{{"prompt_ids", prompt_ids},
+                   {"token_ids", token_ids},
+                   {"text", text},
+                   {"finish_reason", finish_reason},
+                   {"timings", {{"load_s", load_s}, {"prefill_tok_s", prefill_tok_s}, {"decode_tok_s", decode_tok_s}}}};
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+}  // namespace cascade::cli

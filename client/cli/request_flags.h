@@ -1,0 +1,34 @@
+// The generation flags shared by `cascade run` (local engine) and `cascade generate`
+// (cluster): sampling, length, stop conditions, logprobs.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "cascade/v1/inference.pb.h"
+#include "core/args.h"
+#include "model/local_engine.h"
+
+namespace cascade::cli {
+
+// Valued and boolean flag names, to declare in an Args parser.
+std::vector<std::string> GenerationValuedFlags();
+std::vector<std::string> GenerationBoolFlags();
+
+// Everything but the prompt, with `cascade run`'s defaults. InvalidArgument naming the flag.
+absl::StatusOr<model::GenerateRequest> GenerationFromArgs(const Args& args);
+
+// Fills everything but the prompt of a cluster request from the flags.
+absl::Status FillProtoGeneration(const Args& args, v1::GenerateRequest* req);
+
+// The same request for the cluster API, with the prompt taken from --prompt, --prompt-ids
+// or --chat (and --system, --chat-template).
+absl::StatusOr<v1::GenerateRequest> ProtoRequestFromArgs(const Args& args);
+
+// The JSON of `cascade run --json` / `cascade generate --json`.
+std::string ResultJson(const std::vector<int32_t>& prompt_ids, const std::vector<int32_t>& token_ids,
+                       const std::string& text, const std::string& finish_reason, double load_s,
+                       double prefill_tok_s, double decode_tok_s);
+
+}  // namespace cascade::cli

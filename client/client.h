@@ -1,0 +1,40 @@
+// The C++ client of a Cascade cluster (inference.proto). Wraps the gRPC stub with
+// deadlines and absl::Status results.
+// Thread-safe: one Client may be used from many threads (gRPC stubs are).
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "cascade/v1/inference.grpc.pb.h"
+
+namespace cascade::client {
+
+struct ClientOptions {
+  std::string address;                              // host:port of the coordinator.
+  std::chrono::milliseconds timeout{600000};        // Deadline of each call.
+};
+
+class Client {
+ public:
+  explicit Client(const ClientOptions& options);
+
+  // Streams a generation: `on_chunk` gets every message, the last one with
+  // finish_reason and usage. Returns the call's status (the server's error as is).
+  absl::Status Generate(const v1::GenerateRequest& request,
+                        const std::function<void(const v1::GenerateResponse&)>& on_chunk);
+  absl::StatusOr<v1::CompleteResponse> Complete(const v1::GenerateRequest& request);
+  absl::StatusOr<v1::TokenizeResponse> Tokenize(const v1::TokenizeRequest& request);
+  absl::StatusOr<v1::ModelInfo> GetModelInfo();
+  absl::StatusOr<v1::ClusterStatus> GetClusterStatus();
+
+ private:
+  std::unique_ptr<grpc::ClientContext> Context() const;
+  ClientOptions options_;
+  std::unique_ptr<v1::Inference::Stub> stub_;
+};
+
+}  // namespace cascade::client

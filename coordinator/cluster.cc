@@ -1,0 +1,286 @@
+#include "coordinator/cluster.h"
+
+#include "core/logging.h"
+#include "core/str_cat.h"
+#include "grpcpp/create_channel.h"
+#include "proto/grpc_status.h"
+
+namespace cascade::coordinator {
+
+std::string_view WorkerStateName(WorkerState s) {
+  switch (s) {
+    case WorkerState::kWaiting: return "waiting";
+    case WorkerState::kRegistered: return "registered";
+    case WorkerState::kLoading: return "loading";
+    case WorkerState::kReady: return "ready";
+    case WorkerState::kDead: return "dead";
+  }
+  return "?";
+}
+
+Cluster::Cluster(Plan plan, ClusterOptions options) : plan_(std::move(plan)), options_(std::move(options)) {
+  for (const StagePlan& s : plan_.stages) {
+    auto slot = std::make_unique<Slot>();
+    slot->stage = s;
+    slots_.push_back(std::move(slot));
+  }
+}
+
+Cluster::~Cluster() {
+  std::vector<Slot*> slots;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& s : slots_) {
+      if (s->step_ctx) s->step_ctx->TryCancel();
+      slots.push_back(s.get());
+    }
+  }
+  for (Slot* s : slots) {
+    if (s->reader.joinable()) s->reader.join();
+  }
+}
+
+absl::StatusOr<v1::RegisterResponse> Cluster::Register(const v1::RegisterRequest& req) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string device = req.device();
+  for (auto& s : slots_) {
+    if (s->state != WorkerState::kWaiting || s->stage.node != req.node() || s->stage.device.ToString() != device) continue;
+    s->state = WorkerState::kRegistered;
+    s->address = req.address();
+    s->pid = req.pid();
+    s->last_seen = std::chrono::steady_clock::now();
+    s->stub = v1::Worker::NewStub(grpc::CreateChannel(req.address(), grpc::InsecureChannelCredentials()));
+    v1::RegisterResponse resp;
+    resp.set_rank(s->stage.rank);
+    resp.set_stage(s->stage.pp_stage);
+    resp.set_n_stages(n_stages());
+    resp.set_group(options_.group);
+    resp.set_heartbeat_ms(options_.heartbeat_ms);
+    CASCADE_LOG(Info) << "worker " << req.address() << " (pid " << req.pid() << ", node " << req.node() << ", "
+                      << device << ") registered as stage " << s->stage.pp_stage;
+    cv_.notify_all();
+    return resp;
+  }
+  std::string open;
+  for (auto& s : slots_) {
+    if (s->state == WorkerState::kWaiting) open += StrCat(open.empty() ? "" : ", ", s->stage.node, "/", s->stage.device.ToString());
+  }
+  return absl::FailedPreconditionError(StrCat("no stage waits for a worker on node '", req.node(), "' device '", device,
+                                              "'; waiting: ", open.empty() ? "none" : open));
+}
+
+bool Cluster::Heartbeat(int rank) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& s : slots_) {
+    if (s->stage.rank != rank) continue;
+    if (s->state == WorkerState::kDead) return false;
+    s->last_seen = std::chrono::steady_clock::now();
+    return true;
+  }
+  return false;
+}
+
+absl::Status Cluster::BringUp(std::chrono::milliseconds timeout) {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    const bool all = cv_.wait_for(lock, timeout, [&] {
+      for (auto& s : slots_) {
+        if (s->state != WorkerState::kRegistered) return false;
+      }
+      return true;
+    });
+    if (!all) {
+      std::string missing;
+      for (auto& s : slots_) {
+        if (s->state == WorkerState::kWaiting) missing += StrCat(" stage ", s->stage.pp_stage, " (", s->stage.node, "/", s->stage.device.ToString(), ")");
+      }
+      return absl::DeadlineExceededError(StrCat("workers did not register within ", timeout.count(), " ms:", missing));
+    }
+    for (auto& s : slots_) s->state = WorkerState::kLoading;
+  }
+  // Load all stages at once: their data plane connects during the load.
+  std::vector<absl::Status> results(slots_.size());
+  std::vector<std::thread> loaders;
+  for (int i = 0; i < n_stages(); ++i) loaders.emplace_back([&, i] { results[i] = LoadOne(i); });
+  for (auto& t : loaders) t.join();
+  for (const absl::Status& s : results) {
+    if (!s.ok()) return s;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (int i = 0; i < n_stages(); ++i) {
+    Slot& s = *slots_[i];
+    s.step_ctx = std::make_unique<grpc::ClientContext>();
+    s.stream = s.stub->Step(s.step_ctx.get());
+    s.state = WorkerState::kReady;
+    s.reader = std::thread([this, i] { ReadResults(i); });
+  }
+  streams_open_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status Cluster::LoadOne(int i) {
+  v1::Worker::Stub* stub;
+  StagePlan stage;
+  std::string address;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stub = slots_[i]->stub.get();
+    stage = slots_[i]->stage;
+    address = slots_[i]->address;
+  }
+  v1::LoadShardRequest req;
+  req.set_model_path(options_.model_path);
+  req.set_first_layer(stage.first_layer);
+  req.set_last_layer(stage.last_layer);
+  req.set_stage(stage.pp_stage);
+  req.set_n_stages(n_stages());
+  req.set_kv_blocks(options_.kv_blocks);
+  req.set_kv_block_size(options_.kv_block_size);
+  req.set_group(options_.group);
+  req.set_max_batched_tokens(options_.max_batched_tokens);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(10));
+  auto reader = stub->LoadShard(&ctx, req);
+  v1::LoadProgress p;
+  bool done = false;
+  while (reader->Read(&p)) done = done || p.done();
+  const grpc::Status s = reader->Finish();
+  if (!s.ok() || !done) {
+    const std::string why = StrCat("stage ", stage.pp_stage, " (worker ", address, ") failed to load: ",
+                                   s.ok() ? std::string("stream ended early") : s.error_message());
+    std::lock_guard<std::mutex> lock(mu_);
+    MarkDead(i, why);
+    return absl::UnavailableError(why);
+  }
+  CASCADE_LOG(Info) << "stage " << stage.pp_stage << " loaded: " << p.weight_bytes() / 1048576.0 << " MiB weights, "
+                    << p.kv_bytes() / 1048576.0 << " MiB KV";
+  std::lock_guard<std::mutex> lock(mu_);
+  slots_[i]->stage.weight_bytes = p.weight_bytes();
+  return absl::OkStatus();
+}
+
+void Cluster::ReadResults(int i) {
+  grpc::ClientReaderWriter<v1::StepRequest, v1::StepResult>* stream;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stream = slots_[i]->stream.get();
+  }
+  const bool last = i == n_stages() - 1;
+  v1::StepResult r;
+  std::string error;
+  while (stream->Read(&r)) {
+    if (!r.error().empty()) {
+      error = r.error();
+      break;
+    }
+    if (!last) continue;
+    std::lock_guard<std::mutex> lock(mu_);
+    results_.push_back(r);
+    cv_.notify_all();
+  }
+  const grpc::Status s = stream->Finish();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!error.empty()) {
+    MarkDead(i, StrCat("step failed: ", error));
+  } else if (!s.ok() && s.error_code() != grpc::StatusCode::CANCELLED) {
+    MarkDead(i, s.error_message());
+  } else if (slots_[i]->state != WorkerState::kDead) {
+    MarkDead(i, "step stream closed");
+  }
+  cv_.notify_all();
+}
+
+void Cluster::MarkDead(int i, const std::string& why) {
+  Slot& s = *slots_[i];
+  if (s.state == WorkerState::kDead) return;
+  s.state = WorkerState::kDead;
+  s.death = why;
+  CASCADE_LOG(Error) << "stage " << s.stage.pp_stage << " worker " << s.address << " is dead: " << why;
+}
+
+std::string Cluster::DeadDescription() const {
+  std::string out;
+  for (const auto& s : slots_) {
+    if (s->state == WorkerState::kDead) {
+      out += StrCat(out.empty() ? "" : "; ", "stage ", s->stage.pp_stage, " worker ", s->address.empty() ? "?" : s->address,
+                    " (pid ", s->pid, ") is dead: ", s->death);
+    }
+  }
+  return out;
+}
+
+absl::Status Cluster::SendStep(const v1::StepRequest& step) {
+  std::vector<grpc::ClientReaderWriter<v1::StepRequest, v1::StepResult>*> streams;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (const std::string dead = DeadDescription(); !dead.empty()) return absl::UnavailableError(dead);
+    if (!streams_open_) return absl::FailedPreconditionError("the cluster is not up yet");
+    for (auto& s : slots_) streams.push_back(s->stream.get());
+  }
+  for (size_t i = 0; i < streams.size(); ++i) {
+    if (!streams[i]->Write(step)) {
+      std::lock_guard<std::mutex> lock(mu_);
+      MarkDead(static_cast<int>(i), "step stream broken");
+      return absl::UnavailableError(DeadDescription());
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::StepResult> Cluster::NextResult(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const bool got = cv_.wait_for(lock, timeout, [&] { return !results_.empty() || !DeadDescription().empty(); });
+  if (!results_.empty()) {
+    v1::StepResult r = std::move(results_.front());
+    results_.pop_front();
+    return r;
+  }
+  if (got) return absl::UnavailableError(DeadDescription());
+  return absl::DeadlineExceededError("no step result yet");
+}
+
+bool Cluster::Healthy() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& s : slots_) {
+    if (s->state != WorkerState::kReady) return false;
+  }
+  return true;
+}
+
+std::string Cluster::CheckHeartbeats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto now = std::chrono::steady_clock::now();
+  for (int i = 0; i < n_stages(); ++i) {
+    Slot& s = *slots_[i];
+    if (s.state == WorkerState::kWaiting || s.state == WorkerState::kDead) continue;
+    if (now - s.last_seen > std::chrono::milliseconds(options_.dead_after_ms)) {
+      MarkDead(i, StrCat("no heartbeat for ", options_.dead_after_ms, " ms"));
+      if (s.step_ctx) s.step_ctx->TryCancel();
+    }
+  }
+  cv_.notify_all();
+  return DeadDescription();
+}
+
+void Cluster::FillStatus(v1::ClusterStatus* st) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  bool ready = true, dead = false;
+  for (const auto& s : slots_) {
+    v1::StageStatus* out = st->add_stages();
+    out->set_stage(s->stage.pp_stage);
+    out->set_first_layer(s->stage.first_layer);
+    out->set_last_layer(s->stage.last_layer);
+    out->set_node(s->stage.node);
+    out->set_device(s->stage.device.ToString());
+    out->set_worker_address(s->address);
+    out->set_state(std::string(WorkerStateName(s->state)));
+    out->set_weight_bytes(s->stage.weight_bytes);
+    ready = ready && s->state == WorkerState::kReady;
+    dead = dead || s->state == WorkerState::kDead;
+  }
+  st->set_ready(ready);
+  st->set_state(ready ? "ready" : dead ? "degraded" : "starting");
+  if (dead) st->set_detail(DeadDescription());
+}
+
+}  // namespace cascade::coordinator

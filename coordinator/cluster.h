@@ -1,0 +1,101 @@
+// The coordinator's view of its workers: which worker holds which stage of the plan,
+// their health, and the step streams that drive them. Bring-up waits for every stage's
+// worker to register, loads all shards in parallel (their data plane connects through
+// the rendezvous while they load), then opens one Step stream per worker. Steps go to
+// every stage in the same order; the last stage's results come back in that order.
+//
+// Thread-safety: Register/Heartbeat/Status are called from gRPC threads; SendStep and
+// NextResult from the one engine-loop thread. Internal state is guarded by `mu_`.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "cascade/v1/cluster.grpc.pb.h"
+#include "cascade/v1/inference.pb.h"
+#include "coordinator/planner.h"
+
+namespace cascade::coordinator {
+
+struct ClusterOptions {
+  std::string model_path;            // As the workers should open it.
+  std::string group = "cascade";     // Rendezvous key prefix of this run.
+  int64_t kv_blocks = 0;             // KV blocks per stage.
+  int64_t kv_block_size = 16;
+  int64_t max_batched_tokens = 2048;
+  int64_t heartbeat_ms = 500;        // Interval workers are told to use.
+  int64_t dead_after_ms = 3000;      // No heartbeat for this long = dead.
+};
+
+enum class WorkerState { kWaiting, kRegistered, kLoading, kReady, kDead };
+std::string_view WorkerStateName(WorkerState s);
+
+class Cluster {
+ public:
+  Cluster(Plan plan, ClusterOptions options);
+  ~Cluster();
+  Cluster(const Cluster&) = delete;
+  Cluster& operator=(const Cluster&) = delete;
+
+  // A worker registers: it gets the first waiting stage on its node and device.
+  // FailedPrecondition when no such stage is waiting (the message says which exist).
+  absl::StatusOr<v1::RegisterResponse> Register(const v1::RegisterRequest& request);
+  // False when the rank is unknown or dead (the worker should exit).
+  bool Heartbeat(int rank);
+
+  // Waits up to `timeout` for every stage to register, then loads them and opens the
+  // step streams. Unavailable / DeadlineExceeded naming the stage that failed.
+  absl::Status BringUp(std::chrono::milliseconds timeout);
+
+  // Sends a step to every stage. Unavailable when a stage is dead.
+  absl::Status SendStep(const v1::StepRequest& step);
+  // The next result of the last stage, waiting up to `timeout` (DeadlineExceeded);
+  // Unavailable naming the worker when a stage died or failed.
+  absl::StatusOr<v1::StepResult> NextResult(std::chrono::milliseconds timeout);
+
+  // Every stage ready and alive.
+  bool Healthy() const;
+  // Marks dead the workers whose heartbeats stopped; returns a description of the dead
+  // ones (empty when none).
+  std::string CheckHeartbeats();
+  void FillStatus(v1::ClusterStatus* status) const;
+  int n_stages() const { return static_cast<int>(plan_.stages.size()); }
+  const Plan& plan() const { return plan_; }
+  const ClusterOptions& options() const { return options_; }
+
+ private:
+  struct Slot {
+    StagePlan stage;
+    WorkerState state = WorkerState::kWaiting;
+    std::string address;
+    int pid = 0;
+    std::string death;  // Why it is dead.
+    std::chrono::steady_clock::time_point last_seen;
+    std::unique_ptr<v1::Worker::Stub> stub;
+    std::unique_ptr<grpc::ClientContext> step_ctx;
+    std::unique_ptr<grpc::ClientReaderWriter<v1::StepRequest, v1::StepResult>> stream;
+    std::thread reader;
+  };
+  absl::Status LoadOne(int stage);
+  void ReadResults(int stage);
+  void MarkDead(int stage, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string DeadDescription() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const Plan plan_;
+  const ClusterOptions options_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::unique_ptr<Slot>> slots_ ABSL_GUARDED_BY(mu_);
+  std::deque<v1::StepResult> results_ ABSL_GUARDED_BY(mu_);
+  bool streams_open_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace cascade::coordinator

@@ -1,0 +1,367 @@
+#include "coordinator/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <limits>
+#include <set>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_join.h"
+#include "core/status.h"
+#include "core/str_cat.h"
+
+namespace cascade::coordinator {
+namespace {
+
+// Validation context: the source name for messages.
+class Parser {
+ public:
+  explicit Parser(std::string_view source) : source_(source) {}
+
+  absl::StatusOr<ClusterConfig> Parse(const YAML::Node& root);
+
+ private:
+  // "source:line: key: message" (the line is omitted when yaml-cpp has no mark).
+  absl::Status Error(const YAML::Node& at, std::string_view key, std::string_view message) const {
+    std::string where = source_;
+    if (at.IsDefined()) {
+      const YAML::Mark mark = at.Mark();
+      if (mark.line >= 0) StrAppend(&where, ":", mark.line + 1);
+    }
+    return absl::InvalidArgumentError(StrCat(where, ": ", key, ": ", message));
+  }
+
+  // `node` must be a mapping whose keys are all in `allowed`, each once. A null node
+  // (`section:` with nothing after it) counts as an empty mapping.
+  absl::Status CheckMap(const YAML::Node& node, std::string_view path,
+                        std::initializer_list<std::string_view> allowed) const {
+    if (node.IsNull()) return absl::OkStatus();
+    if (!node.IsMap()) return Error(node, path, "expected a mapping");
+    std::set<std::string> seen;
+    for (const auto& kv : node) {
+      const std::string key_path = path.empty() ? std::string() : StrCat(path, ".");
+      if (!kv.first.IsScalar()) return Error(kv.first, path, "keys must be plain names");
+      const std::string key = kv.first.Scalar();
+      bool known = false;
+      for (std::string_view a : allowed) known = known || a == key;
+      if (!known) {
+        std::vector<std::string> names(allowed.begin(), allowed.end());
+        return Error(kv.first, StrCat(key_path, key),
+                     StrCat("unknown key (expected one of: ", absl::StrJoin(names, ", "), ")"));
+      }
+      if (!seen.insert(key).second) {
+        return Error(kv.first, StrCat(key_path, key), "duplicate key");
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // A child of a (checked) mapping; undefined when absent or when `map` is null.
+  static YAML::Node Child(const YAML::Node& map, const char* key) {
+    if (!map.IsMap()) return YAML::Node(YAML::NodeType::Undefined);
+    return map[key];
+  }
+
+  absl::StatusOr<std::string> GetString(const YAML::Node& node, std::string_view path) const {
+    if (!node.IsScalar()) return Error(node, path, "expected a string");
+    if (node.Scalar().empty()) return Error(node, path, "must not be empty");
+    return node.Scalar();
+  }
+
+  absl::StatusOr<int64_t> GetInt(const YAML::Node& node, std::string_view path, int64_t min,
+                                 int64_t max) const {
+    int64_t value = 0;
+    if (!node.IsScalar() || !absl::SimpleAtoi(node.Scalar(), &value)) {
+      return Error(node, path,
+                   StrCat("expected an integer, got '", node.IsScalar() ? node.Scalar() : "", "'"));
+    }
+    if (value < min) return Error(node, path, StrCat("must be >= ", min, ", got ", value));
+    if (value > max) return Error(node, path, StrCat("must be <= ", max, ", got ", value));
+    return value;
+  }
+
+  absl::Status ParseModel(const YAML::Node& node, ModelSection* out) const;
+  absl::Status ParseParallel(const YAML::Node& node, ParallelSection* out) const;
+  absl::Status ParseNodes(const YAML::Node& node, std::vector<NodeSection>* out) const;
+  absl::Status ParseServer(const YAML::Node& node, ServerSection* out) const;
+  absl::Status ParseScheduler(const YAML::Node& node, SchedulerSection* out) const;
+  absl::Status ParseTransport(const YAML::Node& node, TransportSection* out) const;
+
+  std::string source_;
+};
+
+absl::Status Parser::ParseModel(const YAML::Node& node, ModelSection* out) const {
+  if (!node.IsDefined()) return Error(node, "model.path", "required key is missing");
+  CASCADE_RETURN_IF_ERROR(CheckMap(node, "model", {"path"}));
+  const YAML::Node path = Child(node, "path");
+  if (!path.IsDefined()) return Error(node, "model.path", "required key is missing");
+  CASCADE_ASSIGN_OR_RETURN(out->path, GetString(path, "model.path"));
+  return absl::OkStatus();
+}
+
+absl::Status Parser::ParseParallel(const YAML::Node& node, ParallelSection* out) const {
+  if (!node.IsDefined()) return absl::OkStatus();
+  CASCADE_RETURN_IF_ERROR(CheckMap(node, "parallel", {"pipeline", "tensor"}));
+  constexpr int64_t kMaxRanks = 1 << 16;
+  if (const YAML::Node n = Child(node, "pipeline"); n.IsDefined()) {
+    CASCADE_ASSIGN_OR_RETURN(out->pipeline, GetInt(n, "parallel.pipeline", 1, kMaxRanks));
+  }
+  if (const YAML::Node n = Child(node, "tensor"); n.IsDefined()) {
+    CASCADE_ASSIGN_OR_RETURN(out->tensor, GetInt(n, "parallel.tensor", 1, kMaxRanks));
+    if (out->tensor > 1) {
+      return Error(n, "parallel.tensor", "tensor parallelism is not supported yet");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Parser::ParseNodes(const YAML::Node& node, std::vector<NodeSection>* out) const {
+  if (!node.IsDefined()) return Error(node, "nodes", "required key is missing");
+  if (!node.IsSequence() || node.size() == 0) {
+    return Error(node, "nodes", "expected a non-empty list of nodes");
+  }
+  std::set<std::string> names;
+  for (size_t i = 0; i < node.size(); ++i) {
+    const YAML::Node entry = node[i];
+    const std::string path = StrCat("nodes[", i, "]");
+    if (!entry.IsMap()) {
+      return Error(entry, path, "expected a mapping {name, host, devices, launch}");
+    }
+    CASCADE_RETURN_IF_ERROR(CheckMap(entry, path, {"name", "host", "devices", "launch"}));
+    NodeSection section;
+
+    const YAML::Node name = Child(entry, "name");
+    if (!name.IsDefined()) return Error(entry, StrCat(path, ".name"), "required key is missing");
+    CASCADE_ASSIGN_OR_RETURN(section.name, GetString(name, StrCat(path, ".name")));
+    if (!names.insert(section.name).second) {
+      return Error(name, StrCat(path, ".name"), StrCat("duplicate node name '", section.name, "'"));
+    }
+
+    const YAML::Node host = Child(entry, "host");
+    if (!host.IsDefined()) return Error(entry, StrCat(path, ".host"), "required key is missing");
+    CASCADE_ASSIGN_OR_RETURN(section.host, GetString(host, StrCat(path, ".host")));
+
+    const YAML::Node devices = Child(entry, "devices");
+    const std::string devices_path = StrCat(path, ".devices");
+    if (!devices.IsDefined()) return Error(entry, devices_path, "required key is missing");
+    if (!devices.IsSequence() || devices.size() == 0) {
+      return Error(devices, devices_path,
+                   "expected a non-empty list such as [cpu, cpu] or [cuda:0]");
+    }
+    for (size_t d = 0; d < devices.size(); ++d) {
+      const std::string device_path = StrCat(devices_path, "[", d, "]");
+      CASCADE_ASSIGN_OR_RETURN(const std::string text, GetString(devices[d], device_path));
+      absl::StatusOr<Device> device = ParseDevice(text);
+      if (!device.ok()) return Error(devices[d], device_path, ToStd(device.status().message()));
+      if (device->kind == DeviceKind::kCuda) {
+        for (const Device& other : section.devices) {
+          if (other == *device) {
+            return Error(devices[d], device_path, StrCat("duplicate device '", text, "'"));
+          }
+        }
+      }
+      section.devices.push_back(*device);
+    }
+
+    if (const YAML::Node launch = Child(entry, "launch"); launch.IsDefined()) {
+      const std::string launch_path = StrCat(path, ".launch");
+      CASCADE_ASSIGN_OR_RETURN(const std::string mode, GetString(launch, launch_path));
+      if (mode == "local") {
+        section.launch = LaunchMode::kLocal;
+      } else if (mode == "external") {
+        section.launch = LaunchMode::kExternal;
+      } else {
+        return Error(launch, launch_path,
+                     StrCat("unknown launch mode '", mode, "' (local or external)"));
+      }
+    }
+    out->push_back(std::move(section));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Parser::ParseServer(const YAML::Node& node, ServerSection* out) const {
+  if (!node.IsDefined()) return absl::OkStatus();
+  CASCADE_RETURN_IF_ERROR(CheckMap(node, "server", {"listen"}));
+  const YAML::Node listen = Child(node, "listen");
+  if (!listen.IsDefined()) return absl::OkStatus();
+  CASCADE_ASSIGN_OR_RETURN(const std::string text, GetString(listen, "server.listen"));
+  std::string host;
+  std::string port_text;
+  if (!text.empty() && text[0] == '[') {
+    const size_t close = text.find("]:");
+    if (close == std::string::npos) {
+      return Error(listen, "server.listen", StrCat("expected [IPV6]:PORT, got '", text, "'"));
+    }
+    host = text.substr(1, close - 1);
+    port_text = text.substr(close + 2);
+  } else {
+    const size_t colon = text.rfind(':');
+    if (colon == std::string::npos || text.find(':') != colon) {
+      return Error(listen, "server.listen",
+                   StrCat("expected HOST:PORT (IPv6 as [ADDR]:PORT), got '", text, "'"));
+    }
+    host = text.substr(0, colon);
+    port_text = text.substr(colon + 1);
+  }
+  int port = 0;
+  if (host.empty() || !absl::SimpleAtoi(port_text, &port) || port < 0 || port > 65535) {
+    return Error(listen, "server.listen",
+                 StrCat("expected HOST:PORT with a port in [0, 65535] (0 = any free port), got '",
+                        text, "'"));
+  }
+  out->listen = text;
+  out->listen_host = host;
+  out->listen_port = port;
+  return absl::OkStatus();
+}
+
+absl::Status Parser::ParseScheduler(const YAML::Node& node, SchedulerSection* out) const {
+  if (!node.IsDefined()) return absl::OkStatus();
+  CASCADE_RETURN_IF_ERROR(CheckMap(
+      node, "scheduler", {"max_num_seqs", "max_batched_tokens", "kv_block_size", "kv_cache_mb"}));
+  constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+  if (const YAML::Node n = Child(node, "max_num_seqs"); n.IsDefined()) {
+    CASCADE_ASSIGN_OR_RETURN(out->max_num_seqs, GetInt(n, "scheduler.max_num_seqs", 1, kIntMax));
+  }
+  if (const YAML::Node n = Child(node, "max_batched_tokens"); n.IsDefined()) {
+    CASCADE_ASSIGN_OR_RETURN(out->max_batched_tokens,
+                             GetInt(n, "scheduler.max_batched_tokens", 1, kIntMax));
+  }
+  if (const YAML::Node n = Child(node, "kv_block_size"); n.IsDefined()) {
+    int64_t value = 0;
+    if (!n.IsScalar() || !absl::SimpleAtoi(n.Scalar(), &value) || value < 1 || value > 1024 ||
+        (value & (value - 1)) != 0) {
+      return Error(n, "scheduler.kv_block_size",
+                   StrCat("must be a positive power of two (at most 1024), got '",
+                          n.IsScalar() ? n.Scalar() : "", "'"));
+    }
+    out->kv_block_size = static_cast<int>(value);
+  }
+  if (const YAML::Node n = Child(node, "kv_cache_mb"); n.IsDefined()) {
+    CASCADE_ASSIGN_OR_RETURN(out->kv_cache_mb,
+                             GetInt(n, "scheduler.kv_cache_mb", 1, int64_t{1} << 30));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Parser::ParseTransport(const YAML::Node& node, TransportSection* out) const {
+  if (!node.IsDefined()) return absl::OkStatus();
+  CASCADE_RETURN_IF_ERROR(CheckMap(node, "transport", {"activations"}));
+  const YAML::Node activations = Child(node, "activations");
+  if (!activations.IsDefined()) return absl::OkStatus();
+  CASCADE_ASSIGN_OR_RETURN(const std::string name,
+                           GetString(activations, "transport.activations"));
+  if (name == "ucx") {
+    out->activations = ActivationTransport::kUcx;
+  } else if (name == "nccl") {
+    return Error(activations, "transport.activations", "nccl is not supported yet (ucx)");
+  } else {
+    return Error(activations, "transport.activations",
+                 StrCat("unknown transport '", name, "' (ucx)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ClusterConfig> Parser::Parse(const YAML::Node& root) {
+  if (!root.IsMap()) {
+    return absl::InvalidArgumentError(
+        StrCat(source_, ": expected a mapping with model, parallel, nodes, ... at the top level"));
+  }
+  CASCADE_RETURN_IF_ERROR(CheckMap(
+      root, "", {"model", "draft", "parallel", "nodes", "server", "scheduler", "transport"}));
+  ClusterConfig config;
+  config.source = source_;
+  CASCADE_RETURN_IF_ERROR(ParseModel(root["model"], &config.model));
+  config.has_draft = root["draft"].IsDefined();
+  const YAML::Node parallel = root["parallel"];
+  CASCADE_RETURN_IF_ERROR(ParseParallel(parallel, &config.parallel));
+  CASCADE_RETURN_IF_ERROR(ParseNodes(root["nodes"], &config.nodes));
+  CASCADE_RETURN_IF_ERROR(ParseServer(root["server"], &config.server));
+  CASCADE_RETURN_IF_ERROR(ParseScheduler(root["scheduler"], &config.scheduler));
+  CASCADE_RETURN_IF_ERROR(ParseTransport(root["transport"], &config.transport));
+
+  const int64_t needed = int64_t{config.parallel.pipeline} * config.parallel.tensor;
+  if (config.TotalDevices() < needed) {
+    return Error(parallel.IsDefined() ? parallel : root["nodes"], "parallel.pipeline",
+                 StrCat("pipeline ", config.parallel.pipeline, " x tensor ", config.parallel.tensor,
+                        " needs ", needed, " devices, but nodes list ", config.TotalDevices()));
+  }
+  return config;
+}
+
+}  // namespace
+
+std::string_view LaunchModeName(LaunchMode mode) {
+  switch (mode) {
+    case LaunchMode::kLocal: return "local";
+    case LaunchMode::kExternal: return "external";
+  }
+  return "?";
+}
+
+std::string_view ActivationTransportName(ActivationTransport transport) {
+  switch (transport) {
+    case ActivationTransport::kUcx: return "ucx";
+  }
+  return "?";
+}
+
+int ClusterConfig::TotalDevices() const {
+  int n = 0;
+  for (const NodeSection& node : nodes) n += static_cast<int>(node.devices.size());
+  return n;
+}
+
+absl::StatusOr<Device> ParseDevice(std::string_view text) {
+  if (text == "cpu") return Device{DeviceKind::kCpu, 0};
+  constexpr std::string_view kCuda = "cuda:";
+  if (text.substr(0, kCuda.size()) == kCuda) {
+    const std::string_view digits = text.substr(kCuda.size());
+    int index = 0;
+    bool all_digits = !digits.empty() && digits.size() <= 4;
+    for (char c : digits) all_digits = all_digits && c >= '0' && c <= '9';
+    if (all_digits && absl::SimpleAtoi(absl::string_view(digits.data(), digits.size()), &index)) {
+      return Device{DeviceKind::kCuda, index};
+    }
+  }
+  return absl::InvalidArgumentError(StrCat("unknown device '", text, "' (cpu or cuda:N)"));
+}
+
+absl::StatusOr<ClusterConfig> ParseClusterConfig(std::string_view yaml_text,
+                                                 std::string_view source_name) {
+  try {
+    const YAML::Node root = YAML::Load(std::string(yaml_text));
+    return Parser(source_name).Parse(root);
+  } catch (const YAML::Exception& e) {
+    // ParserException and friends: the mark is 0-based; `msg` is the bare message.
+    std::string where(source_name);
+    if (e.mark.line >= 0) StrAppend(&where, ":", e.mark.line + 1, ":", e.mark.column + 1);
+    return absl::InvalidArgumentError(StrCat(where, ": invalid YAML: ", e.msg));
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(StrCat(source_name, ": ", e.what()));
+  }
+}
+
+absl::StatusOr<ClusterConfig> LoadClusterConfig(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(StrCat("cannot open config file '", path, "'"));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return absl::NotFoundError(StrCat("cannot read config file '", path, "'"));
+  CASCADE_ASSIGN_OR_RETURN(ClusterConfig config, ParseClusterConfig(text.str(), path));
+  const std::filesystem::path model(config.model.path);
+  if (model.is_relative()) {
+    const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+    config.model.path = (dir / model).lexically_normal().string();
+  }
+  return config;
+}
+
+}  // namespace cascade::coordinator

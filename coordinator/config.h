@@ -1,0 +1,143 @@
+// The coordinator's cluster configuration: the YAML file given to
+// `cascade-coordinator --config FILE`, parsed and validated once at start-up
+// (DESIGN.md §8; the field reference is configs/README.md). Every knob the cluster reads
+// lives here and is passed down from here; nothing reads it again later.
+//
+// Validation is strict: an unknown key, a wrong type or an out-of-range value is an
+// `InvalidArgument` whose message names the source, the line and the key path
+// (`nodes[1].devices[0]`), so a typo never passes silently.
+//
+// Thread safety: the structs are plain values; the functions are stateless and
+// thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/tensor.h"
+
+namespace cascade::coordinator {
+
+// `model:` — the target model.
+struct ModelSection {
+  // `model.path` (REQUIRED): a GGUF file or a Hugging Face model directory. A relative
+  // path in a file loaded by `LoadClusterConfig` is resolved against the directory of
+  // that config file, so this field always holds the path to open. Existence is not
+  // checked here (the coordinator reports that when it opens the model).
+  std::string path;
+};
+
+// `parallel:` — how the model is cut.
+struct ParallelSection {
+  // `parallel.pipeline`: number of pipeline stages (contiguous layer ranges, one worker
+  // process each when tensor = 1). Default 1. REQUIRES >= 1.
+  int pipeline = 1;
+  // `parallel.tensor`: tensor-parallel ranks per stage. Default 1. REQUIRES == 1 for now
+  // (tensor parallelism is a later issue; larger values are rejected).
+  int tensor = 1;
+};
+
+// How the coordinator obtains a node's workers.
+enum class LaunchMode {
+  kLocal,     // `local`: the coordinator spawns them as its child processes.
+  kExternal,  // `external`: started elsewhere (ssh, Slurm); the coordinator waits.
+};
+
+std::string_view LaunchModeName(LaunchMode mode);
+
+// One entry of `nodes:` — a machine and the devices that run one worker each.
+struct NodeSection {
+  // `nodes[i].name` (REQUIRED): unique node name; workers register with
+  // `--node NAME`.
+  std::string name;
+  // `nodes[i].host` (REQUIRED): host name or address at which the node's workers are
+  // reachable (and, for `launch: local`, where the coordinator runs).
+  std::string host;
+  // `nodes[i].devices` (REQUIRED, non-empty): one worker per entry, `cpu` or `cuda:N`.
+  // `cpu` may repeat (several CPU workers on one node); a `cuda:N` may not.
+  std::vector<Device> devices;
+  // `nodes[i].launch`: `local` or `external`. Default `local`.
+  LaunchMode launch = LaunchMode::kLocal;
+};
+
+// `server:` — the public API endpoint.
+struct ServerSection {
+  // `server.listen`: `HOST:PORT` (IPv6 as `[ADDR]:PORT`) of the gRPC API and control
+  // plane. Default `127.0.0.1:50051`. REQUIRES port in [0, 65535]; 0 picks any free
+  // port (tests).
+  std::string listen = "127.0.0.1:50051";
+  // Parts of `listen` (derived).
+  std::string listen_host = "127.0.0.1";
+  int listen_port = 50051;
+};
+
+// `scheduler:` — batching and KV cache limits.
+struct SchedulerSection {
+  // `scheduler.max_num_seqs`: most sequences in one batch (and running at once).
+  // Default 64. REQUIRES >= 1.
+  int max_num_seqs = 64;
+  // `scheduler.max_batched_tokens`: most tokens fed in one batch (prefill tokens plus one
+  // per decoding sequence). Default 2048. REQUIRES >= 1.
+  int max_batched_tokens = 2048;
+  // `scheduler.kv_block_size`: tokens per KV cache block (page). Default 16.
+  // REQUIRES a power of two in [1, 1024].
+  int kv_block_size = 16;
+  // `scheduler.kv_cache_mb`: KV cache budget per worker in MiB (2^20 bytes), over the
+  // layers that worker holds; the number of blocks follows from it and the model's
+  // shape. Default 512. REQUIRES >= 1.
+  int64_t kv_cache_mb = 512;
+};
+
+// Data-plane transport for hidden states between pipeline stages.
+enum class ActivationTransport {
+  kUcx,  // `ucx`: UCX tag send/recv over host memory (any node, any device).
+};
+
+std::string_view ActivationTransportName(ActivationTransport transport);
+
+// `transport:` — the data plane.
+struct TransportSection {
+  // `transport.activations`: `ucx`. Default `ucx` (`nccl` arrives with the GPU
+  // pipeline and is rejected until then).
+  ActivationTransport activations = ActivationTransport::kUcx;
+};
+
+struct ClusterConfig {
+  ModelSection model;
+  ParallelSection parallel;
+  // `nodes:` (REQUIRED, non-empty), in order: stages map onto their devices in this
+  // order. REQUIRES at least parallel.pipeline × parallel.tensor devices in total; extra
+  // devices are left idle.
+  std::vector<NodeSection> nodes;
+  ServerSection server;
+  SchedulerSection scheduler;
+  TransportSection transport;
+  // True when a `draft:` section is present. It is accepted, unvalidated, and ignored
+  // until speculative decoding lands (DESIGN.md §5); the coordinator should warn.
+  bool has_draft = false;
+  // Where the config came from (the file path or the `source_name` given), for messages.
+  std::string source;
+
+  // Total devices over all nodes.
+  int TotalDevices() const;
+};
+
+// Parses and validates YAML text. `source_name` prefixes error messages. A relative
+// `model.path` is kept as written (there is no file to resolve it against).
+// Errors: InvalidArgument for malformed YAML or any invalid field, naming the key.
+absl::StatusOr<ClusterConfig> ParseClusterConfig(std::string_view yaml_text,
+                                                 std::string_view source_name);
+
+// Reads `path` and parses it as above; a relative `model.path` is resolved against the
+// directory containing `path`.
+// Errors: NotFound when the file cannot be opened, otherwise as `ParseClusterConfig`.
+absl::StatusOr<ClusterConfig> LoadClusterConfig(const std::string& path);
+
+// Parses a device string: `cpu` or `cuda:N` (N a non-negative decimal integer).
+// Errors: InvalidArgument "unknown device '...' (cpu or cuda:N)".
+absl::StatusOr<Device> ParseDevice(std::string_view text);
+
+}  // namespace cascade::coordinator

@@ -1,0 +1,160 @@
+// `cascade-coordinator --config FILE [--worker-threads N]`: loads the config and the
+// model's metadata and tokenizer (never its weights), plans the stages, serves the
+// public API and the control plane, launches the local workers, waits for every stage,
+// and logs one line with `ready` and the address. Config errors exit 2 naming the key.
+#include <csignal>
+#include <cstdio>
+#include <regex>
+#include <thread>
+
+#include "coordinator/cluster.h"
+#include "coordinator/cluster_service.h"
+#include "coordinator/config.h"
+#include "coordinator/engine.h"
+#include "coordinator/inference_service.h"
+#include "coordinator/key_value_store.h"
+#include "coordinator/launcher.h"
+#include "coordinator/planner.h"
+#include "core/args.h"
+#include "core/logging.h"
+#include "core/status.h"
+#include "core/str_cat.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/server_builder.h"
+#include "model/local_engine.h"
+#include "model/model_files.h"
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+void OnSignal(int) { g_stop = true; }
+
+int Fail(const absl::Status& s) {
+  std::string msg(s.message());
+  for (char& c : msg) if (c == '\n') c = ' ';
+  std::fprintf(stderr, "cascade-coordinator: %s\n", msg.c_str());
+  return 2;
+}
+
+// Parameter bytes per layer, of the embedding, and of the head, from the tensor table.
+cascade::coordinator::PlannerInput SizeModel(const cascade::model::ModelFiles& files) {
+  cascade::coordinator::PlannerInput in;
+  in.layer_bytes.assign(files.config.n_layers, 0);
+  static const std::regex layer_re(R"((?:blk|model\.layers)\.(\d+)\.)");
+  for (const auto& t : files.weights->tensors()) {
+    std::smatch m;
+    if (std::regex_search(t.name, m, layer_re)) {
+      const int64_t l = std::stoll(m[1]);
+      if (l >= 0 && l < files.config.n_layers) in.layer_bytes[l] += static_cast<int64_t>(t.n_bytes);
+    } else if (t.name.find("embd") != std::string::npos || t.name.find("embed_tokens") != std::string::npos) {
+      in.embedding_bytes += static_cast<int64_t>(t.n_bytes);
+    } else {
+      in.head_bytes += static_cast<int64_t>(t.n_bytes);
+    }
+  }
+  // A tied head reads the embedding again on the last stage.
+  if (files.config.tied_embeddings) in.head_bytes += in.embedding_bytes;
+  return in;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace cascade;
+  using namespace cascade::coordinator;
+  Args args({"config", "worker-threads", "startup-timeout"}, {});
+  if (auto s = args.Parse(argc, argv, 1); !s.ok()) return Fail(s);
+  auto path = args.Require("config");
+  if (!path.ok()) return Fail(path.status());
+  auto config = LoadClusterConfig(*path);
+  if (!config.ok()) return Fail(config.status());
+  auto threads = args.GetInt("worker-threads", 1);
+  auto startup = args.GetInt("startup-timeout", 120);
+  if (!threads.ok()) return Fail(threads.status());
+  if (!startup.ok()) return Fail(startup.status());
+
+  // The model's metadata and tokenizer only.
+  auto files = model::OpenModelFiles(config->model.path);
+  if (!files.ok()) return Fail(Annotate(files.status(), "model.path"));
+  auto tokenizer = model::LoadTokenizer(*files);
+  if (!tokenizer.ok()) return Fail(Annotate(tokenizer.status(), "model.path"));
+  PlannerInput in = SizeModel(*files);
+  in.pipeline_size = config->parallel.pipeline;
+  in.devices = ClusterDevices(*config);
+  auto plan = PlanStages(in);
+  if (!plan.ok()) return Fail(Annotate(plan.status(), "parallel.pipeline"));
+  std::fprintf(stderr, "%s\n", plan->ToString().c_str());
+
+  // KV pool: the same block count on every stage, as many as the smallest stage's
+  // budget holds.
+  const model::ModelConfig& mc = files->config;
+  const int64_t bs = config->scheduler.kv_block_size;
+  int64_t n_blocks = INT64_MAX;
+  for (const StagePlan& s : plan->stages) {
+    const int64_t block_bytes = 2LL * s.n_layers() * bs * mc.kv_dim() * static_cast<int64_t>(sizeof(float));
+    n_blocks = std::min(n_blocks, config->scheduler.kv_cache_mb * 1048576 / block_bytes);
+  }
+  if (n_blocks < 1) return Fail(absl::InvalidArgumentError("scheduler.kv_cache_mb: too small for one KV block"));
+  const int64_t max_context = std::min<int64_t>(mc.n_ctx_train, n_blocks * bs);
+
+  ClusterOptions co;
+  co.model_path = config->model.path;
+  co.group = StrCat("cascade-", getpid());
+  co.kv_blocks = n_blocks;
+  co.kv_block_size = bs;
+  co.max_batched_tokens = config->scheduler.max_batched_tokens;
+  Cluster cluster(*plan, co);
+  KeyValueStore store;
+  SchedulerOptions so;
+  so.max_num_seqs = config->scheduler.max_num_seqs;
+  so.max_batched_tokens = config->scheduler.max_batched_tokens;
+  so.kv_block_size = static_cast<int32_t>(bs);
+  so.n_kv_blocks = static_cast<int32_t>(std::min<int64_t>(n_blocks, INT32_MAX));
+  so.max_in_flight_batches = cluster.n_stages();
+  Engine engine(&cluster, tokenizer->get(), so);
+  ClusterService cluster_service(&cluster, &store);
+  InferenceService inference(&engine, &cluster, tokenizer->get(), mc, {config->model.path, max_context});
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(config->server.listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&cluster_service);
+  builder.RegisterService(&inference);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    return Fail(absl::UnavailableError(StrCat("server.listen: cannot listen on ", config->server.listen)));
+  }
+  const std::string address = StrCat(config->server.listen_host, ":", port);
+  server->GetHealthCheckService()->SetServingStatus(false);
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+
+  Launcher launcher(DefaultWorkerBinary(), address);
+  for (size_t i = 0; i < config->nodes.size(); ++i) {
+    const NodeSection& node = config->nodes[i];
+    if (node.launch != LaunchMode::kLocal) continue;
+    for (const StagePlan& s : plan->stages) {
+      if (s.node != node.name) continue;
+      // Debian's UCX disables error handling on its shared-memory transports unless
+      // told otherwise: without these, peer-failure detection forces TCP on one host.
+      WorkerLaunch wl{s.pp_stage, node.name, s.device.ToString(), static_cast<int>(*threads),
+                      {"UCX_POSIX_ERROR_HANDLING=y", "UCX_SYSV_ERROR_HANDLING=y"}};
+      if (absl::Status st = launcher.Launch(wl); !st.ok()) return Fail(st);
+    }
+  }
+  CASCADE_LOG(Info) << "waiting for " << cluster.n_stages() << " worker(s) on " << address;
+  if (absl::Status st = cluster.BringUp(std::chrono::seconds(*startup)); !st.ok()) {
+    CASCADE_LOG(Error) << st.ToString();
+    return Fail(st);
+  }
+  engine.Start();
+  server->GetHealthCheckService()->SetServingStatus(true);
+  CASCADE_LOG(Info) << "ready on " << address << " (" << cluster.n_stages() << " stage(s), " << n_blocks
+                    << " KV blocks of " << bs << ", context " << max_context << ")";
+  while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  CASCADE_LOG(Info) << "shutting down";
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  launcher.StopAll();
+  return 0;
+}

@@ -1,0 +1,109 @@
+// The coordinator's serving loop: one thread owns the Scheduler (and so the KV block
+// allocator), turns its batches into steps for every stage, keeps up to n_stages steps
+// in flight so the pipeline stages overlap, and turns the last stage's sampled tokens
+// into streamed text: incremental detokenization, stop ids/strings, EOS, max tokens.
+// API threads only enqueue requests and read their channels.
+//
+// Thread-safety: Submit/Stats are thread-safe; everything else runs on the loop thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "cascade/v1/inference.pb.h"
+#include "coordinator/cluster.h"
+#include "coordinator/scheduler.h"
+#include "model/detokenizer.h"
+#include "model/sampler.h"
+#include "model/stop_matcher.h"
+#include "model/tokenizer.h"
+
+namespace cascade::coordinator {
+
+// Where a request's output goes: the loop pushes messages, the API thread pops them.
+struct RequestChannel {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<v1::GenerateResponse> out;
+  bool done = false;
+  absl::Status status;              // Final status once done.
+  std::atomic<bool> cancelled{false};  // Set by the API thread (client gone, deadline).
+};
+
+// A validated request, already tokenized.
+struct EngineRequest {
+  std::string request_id;
+  std::vector<int32_t> prompt;
+  model::SamplingParams sampling;
+  int32_t max_tokens = 256;
+  bool ignore_eos = false;
+  std::vector<std::string> stop_strings;
+  std::vector<int32_t> stop_ids;
+};
+
+struct EngineStats {
+  SchedulerStats scheduler;
+  int64_t steps = 0;
+  int64_t finished = 0;
+};
+
+class Engine {
+ public:
+  // Borrows `cluster` and `tokenizer`, which must outlive the engine.
+  Engine(Cluster* cluster, const model::Tokenizer* tokenizer, const SchedulerOptions& options);
+  ~Engine();  // Stops the loop; pending requests end with UNAVAILABLE.
+
+  void Start();
+  // Queues a request; its output arrives on the returned channel.
+  std::shared_ptr<RequestChannel> Submit(EngineRequest request);
+  // Wakes the loop (after a channel was cancelled).
+  void Wake();
+  EngineStats Stats() const;
+
+ private:
+  struct Active {
+    EngineRequest req;
+    std::shared_ptr<RequestChannel> channel;
+    std::unique_ptr<model::Detokenizer> detok;
+    std::unique_ptr<model::StopMatcher> stops;
+    std::vector<int32_t> generated;
+    std::chrono::steady_clock::time_point arrival;
+    double ttft_s = -1;
+  };
+  void Loop();
+  void Admit();
+  void DropCancelled();
+  bool FillPipeline();
+  void OnResult(const v1::StepResult& result);
+  void FailAll(const absl::Status& status);
+  void Finish(int64_t seq_id, Active& a, const std::string& reason, v1::GenerateResponse& last);
+  static void Push(RequestChannel& c, v1::GenerateResponse msg, bool done, absl::Status status = absl::OkStatus());
+
+  Cluster* cluster_;
+  const model::Tokenizer* tokenizer_;
+  Scheduler scheduler_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+
+  mutable std::mutex mu_;  // Guards the submission queue and the stats copy.
+  std::condition_variable cv_;
+  std::vector<std::pair<int64_t, std::shared_ptr<Active>>> submitted_;
+  EngineStats stats_;
+  int64_t next_seq_id_ = 1;
+
+  // Loop-thread state.
+  absl::flat_hash_map<int64_t, std::shared_ptr<Active>> active_;
+  std::vector<int64_t> release_;  // Sequences whose worker state can be dropped.
+  std::deque<int64_t> in_flight_;  // Batch ids sent, oldest first (results come in order).
+};
+
+}  // namespace cascade::coordinator

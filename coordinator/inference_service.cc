@@ -1,0 +1,171 @@
+#include "coordinator/inference_service.h"
+
+#include "core/status.h"
+#include "core/str_cat.h"
+#include "model/chat_template.h"
+#include "proto/grpc_status.h"
+
+namespace cascade::coordinator {
+
+InferenceService::InferenceService(Engine* engine, Cluster* cluster, const model::Tokenizer* tokenizer,
+                                   const model::ModelConfig& config, const InferenceServiceOptions& options)
+    : engine_(engine), cluster_(cluster), tokenizer_(tokenizer), config_(config), options_(options) {}
+
+absl::StatusOr<std::vector<int32_t>> InferenceService::PromptIds(const v1::Prompt& prompt, bool add_special) const {
+  switch (prompt.kind_case()) {
+    case v1::Prompt::kText:
+      return tokenizer_->Encode(prompt.text(), add_special);
+    case v1::Prompt::kIds: {
+      std::vector<int32_t> ids(prompt.ids().ids().begin(), prompt.ids().ids().end());
+      for (int32_t id : ids) {
+        if (id < 0 || id >= config_.n_vocab) {
+          return absl::InvalidArgumentError(StrCat("prompt.ids: id ", id, " is outside the vocabulary [0, ", config_.n_vocab, ")"));
+        }
+      }
+      return ids;
+    }
+    case v1::Prompt::kChat: {
+      const v1::ChatMessages& chat = prompt.chat();
+      if (chat.messages().empty()) return absl::InvalidArgumentError("prompt.chat: no messages");
+      model::ChatTemplateKind kind;
+      if (!chat.chat_template().empty()) {
+        CASCADE_ASSIGN_OR_RETURN(kind, model::ChatTemplateFromName(chat.chat_template()));
+      } else {
+        CASCADE_ASSIGN_OR_RETURN(kind, model::DetectChatTemplate(tokenizer_->chat_template()));
+      }
+      std::vector<model::ChatMessage> msgs;
+      for (const auto& m : chat.messages()) msgs.push_back({m.role(), m.content()});
+      return tokenizer_->Encode(model::ApplyChatTemplate(kind, msgs, true), false);
+    }
+    case v1::Prompt::KIND_NOT_SET:
+      break;
+  }
+  return absl::InvalidArgumentError("prompt: give text, ids or chat");
+}
+
+absl::StatusOr<EngineRequest> InferenceService::Prepare(const v1::GenerateRequest& req) const {
+  EngineRequest r;
+  r.request_id = req.request_id();
+  CASCADE_ASSIGN_OR_RETURN(r.prompt, PromptIds(req.prompt(), /*add_special=*/true));
+  if (r.prompt.empty()) return absl::InvalidArgumentError("prompt: empty (no tokens)");
+  const v1::SamplingParams& s = req.sampling();
+  r.sampling.temperature = s.has_temperature() ? s.temperature() : 0.8f;
+  r.sampling.top_k = s.has_top_k() ? s.top_k() : 40;
+  r.sampling.top_p = s.has_top_p() ? s.top_p() : 0.95f;
+  r.sampling.min_p = s.has_min_p() ? s.min_p() : 0.05f;
+  r.sampling.repetition_penalty = s.has_repetition_penalty() ? s.repetition_penalty() : 1.0f;
+  r.sampling.presence_penalty = s.presence_penalty();
+  r.sampling.frequency_penalty = s.frequency_penalty();
+  r.sampling.seed = s.seed();
+  r.sampling.n_logprobs = req.logprobs();
+  if (absl::Status st = r.sampling.Validate(); !st.ok()) return Annotate(st, "sampling");
+  r.max_tokens = req.has_max_tokens() ? req.max_tokens() : 256;
+  if (r.max_tokens < 1) return absl::InvalidArgumentError(StrCat("max_tokens = ", r.max_tokens, ": must be >= 1"));
+  const int64_t n = static_cast<int64_t>(r.prompt.size());
+  if (n >= options_.max_context) {
+    return absl::InvalidArgumentError(StrCat("prompt: ", n, " tokens, the context holds ", options_.max_context,
+                                             " (leave room for at least one new token)"));
+  }
+  r.max_tokens = static_cast<int32_t>(std::min<int64_t>(r.max_tokens, options_.max_context - n));
+  r.ignore_eos = req.ignore_eos();
+  r.stop_strings.assign(req.stop().begin(), req.stop().end());
+  r.stop_ids.assign(req.stop_ids().begin(), req.stop_ids().end());
+  return r;
+}
+
+grpc::Status InferenceService::Run(grpc::ServerContext* ctx, const v1::GenerateRequest& req,
+                                   const std::function<bool(const v1::GenerateResponse&)>& on_message) {
+  auto prepared = Prepare(req);
+  if (!prepared.ok()) return ToGrpc(prepared.status());
+  std::shared_ptr<RequestChannel> ch = engine_->Submit(std::move(*prepared));
+  while (true) {
+    std::deque<v1::GenerateResponse> batch;
+    bool done;
+    absl::Status status;
+    {
+      std::unique_lock<std::mutex> lock(ch->mu);
+      ch->cv.wait_for(lock, std::chrono::milliseconds(100), [&] { return !ch->out.empty() || ch->done; });
+      batch.swap(ch->out);
+      done = ch->done;
+      status = ch->status;
+    }
+    for (const auto& m : batch) {
+      if (!on_message(m)) {
+        ch->cancelled = true;
+        engine_->Wake();
+        return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+      }
+    }
+    if (done) return ToGrpc(status);
+    if (ctx->IsCancelled()) {
+      ch->cancelled = true;
+      engine_->Wake();
+      return grpc::Status(grpc::StatusCode::CANCELLED, "the request was cancelled or its deadline passed");
+    }
+  }
+}
+
+grpc::Status InferenceService::Generate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
+                                        grpc::ServerWriter<v1::GenerateResponse>* writer) {
+  return Run(ctx, *req, [&](const v1::GenerateResponse& m) { return writer->Write(m); });
+}
+
+grpc::Status InferenceService::Complete(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
+                                        v1::CompleteResponse* resp) {
+  if (auto ids = PromptIds(req->prompt(), true); ids.ok()) resp->mutable_prompt_ids()->Add(ids->begin(), ids->end());
+  grpc::Status s = Run(ctx, *req, [&](const v1::GenerateResponse& m) {
+    resp->mutable_token_ids()->Add(m.token_ids().begin(), m.token_ids().end());
+    resp->mutable_text()->append(m.text());
+    for (const auto& lp : m.logprobs()) *resp->add_logprobs() = lp;
+    if (!m.finish_reason().empty()) resp->set_finish_reason(m.finish_reason());
+    if (m.has_usage()) *resp->mutable_usage() = m.usage();
+    resp->set_request_id(m.request_id());
+    return true;
+  });
+  return s;
+}
+
+grpc::Status InferenceService::Tokenize(grpc::ServerContext*, const v1::TokenizeRequest* req, v1::TokenizeResponse* resp) {
+  auto ids = PromptIds(req->prompt(), req->add_special());
+  if (!ids.ok()) return ToGrpc(ids.status());
+  for (int32_t id : *ids) {
+    resp->add_ids(id);
+    resp->add_pieces(tokenizer_->TokenText(id));
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status InferenceService::GetModelInfo(grpc::ServerContext*, const v1::ModelInfoRequest*, v1::ModelInfo* resp) {
+  resp->set_name(config_.name);
+  resp->set_path(options_.model_path);
+  resp->set_arch(config_.arch);
+  resp->set_n_layers(config_.n_layers);
+  resp->set_n_embd(config_.n_embd);
+  resp->set_n_heads(config_.n_heads);
+  resp->set_n_kv_heads(config_.n_kv_heads);
+  resp->set_n_ff(config_.n_ff);
+  resp->set_n_vocab(config_.n_vocab);
+  resp->set_max_context(options_.max_context);
+  if (auto kind = model::DetectChatTemplate(tokenizer_->chat_template()); kind.ok()) {
+    resp->set_chat_template(std::string(model::ChatTemplateName(*kind)));
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status InferenceService::GetClusterStatus(grpc::ServerContext*, const v1::ClusterStatusRequest*,
+                                                v1::ClusterStatus* resp) {
+  cluster_->FillStatus(resp);
+  const EngineStats st = engine_->Stats();
+  resp->set_kv_blocks_total(st.scheduler.n_total_blocks);
+  resp->set_kv_blocks_free(st.scheduler.n_free_blocks);
+  resp->set_kv_block_size(cluster_->options().kv_block_size);
+  resp->set_running(st.scheduler.n_running + st.scheduler.n_in_flight_seqs);
+  resp->set_waiting(st.scheduler.n_waiting);
+  resp->set_max_batch_seen(st.scheduler.max_batch_seqs_seen);
+  resp->set_steps(st.steps);
+  resp->set_preemptions(st.scheduler.n_preemptions);
+  resp->set_requests_finished(st.finished);
+  return grpc::Status::OK;
+}
+
+}  // namespace cascade::coordinator

@@ -1,0 +1,117 @@
+#include "coordinator/launcher.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "core/logging.h"
+#include "core/str_cat.h"
+
+extern char** environ;
+
+namespace cascade::coordinator {
+
+std::string DefaultWorkerBinary() {
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return (self.parent_path() / "cascade-worker").string();
+}
+
+Launcher::Launcher(std::string worker_binary, std::string coordinator_address)
+    : worker_binary_(std::move(worker_binary)), coordinator_address_(std::move(coordinator_address)) {}
+
+Launcher::~Launcher() { StopAll(); }
+
+absl::Status Launcher::Launch(const WorkerLaunch& l) {
+  if (::access(worker_binary_.c_str(), X_OK) != 0) {
+    return absl::NotFoundError(StrCat("worker binary ", worker_binary_, " is missing or not executable"));
+  }
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return absl::InternalError(StrCat("pipe: ", std::strerror(errno)));
+  std::vector<std::string> args = {worker_binary_, "--coordinator", coordinator_address_, "--node", l.node,
+                                   "--device", l.device, "--threads", std::to_string(l.n_threads)};
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+  for (const auto& e : l.extra_env) env.push_back(e);
+  std::vector<char*> argv, envp;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) return absl::InternalError(StrCat("fork: ", std::strerror(errno)));
+  if (pid == 0) {
+    // Child: own process group, dies with the coordinator, output into the pipe.
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(1);
+    ::dup2(fds[1], STDOUT_FILENO);
+    ::dup2(fds[1], STDERR_FILENO);
+    ::execve(argv[0], argv.data(), envp.data());
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  auto child = std::make_unique<Child>();
+  child->launch = l;
+  child->pid = pid;
+  child->out_fd = fds[0];
+  Child* c = child.get();
+  children_.push_back(std::move(child));
+  c->logger = std::thread([this, c] { Forward(c); });
+  CASCADE_LOG(Info) << "launched worker for stage " << l.stage << " (pid " << pid << ")";
+  return absl::OkStatus();
+}
+
+void Launcher::Forward(Child* c) {
+  FILE* in = ::fdopen(c->out_fd, "r");
+  char line[4096];
+  while (in != nullptr && std::fgets(line, sizeof(line), in) != nullptr) {
+    std::fprintf(stderr, "[stage %d] %s", c->launch.stage, line);
+    std::lock_guard<std::mutex> lock(c->mu);
+    c->tail.emplace_back(line);
+    if (c->tail.size() > 20) c->tail.pop_front();
+  }
+  if (in != nullptr) std::fclose(in);
+  int status = 0;
+  ::waitpid(c->pid, &status, 0);
+  std::string why = WIFSIGNALED(status) ? StrCat("killed by signal ", WTERMSIG(status))
+                                        : StrCat("exited with code ", WEXITSTATUS(status));
+  bool stopping;
+  {
+    std::lock_guard<std::mutex> lock(c->mu);
+    stopping = c->stopping;
+    if (!stopping && !c->tail.empty()) why += StrCat("; last output: ", c->tail.back());
+  }
+  if (!why.empty() && why.back() == '\n') why.pop_back();
+  if (!stopping) {
+    CASCADE_LOG(Error) << "worker for stage " << c->launch.stage << " (pid " << c->pid << ") " << why;
+    if (on_exit_) on_exit_(c->launch.stage, why);
+  }
+}
+
+void Launcher::StopAll() {
+  for (auto& c : children_) {
+    std::lock_guard<std::mutex> lock(c->mu);
+    c->stopping = true;
+    ::kill(-c->pid, SIGTERM);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  for (auto& c : children_) {
+    while (::kill(c->pid, 0) == 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ::kill(-c->pid, SIGKILL);
+    if (c->logger.joinable()) c->logger.join();
+  }
+  children_.clear();
+}
+
+}  // namespace cascade::coordinator

@@ -1,0 +1,152 @@
+#include "coordinator/planner.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "absl/strings/str_format.h"
+#include "core/str_cat.h"
+
+namespace cascade::coordinator {
+namespace {
+
+constexpr int64_t kInf = std::numeric_limits<int64_t>::max();
+
+// Bytes of stage `s` (of `n_stages`) holding layers [first, last), from prefix sums.
+int64_t StageBytes(const PlannerInput& in, const std::vector<int64_t>& prefix, int s,
+                   int n_stages, int first, int last) {
+  int64_t bytes = prefix[last] - prefix[first];
+  if (s == 0) bytes += in.embedding_bytes;
+  if (s == n_stages - 1) bytes += in.head_bytes;
+  return bytes;
+}
+
+}  // namespace
+
+std::vector<PlannerDevice> ClusterDevices(const ClusterConfig& config) {
+  std::vector<PlannerDevice> devices;
+  for (const NodeSection& node : config.nodes) {
+    for (const Device& device : node.devices) devices.push_back({node.name, node.host, device});
+  }
+  return devices;
+}
+
+int64_t Plan::MaxStageBytes() const {
+  int64_t max_bytes = 0;
+  for (const StagePlan& s : stages) max_bytes = std::max(max_bytes, s.weight_bytes);
+  return max_bytes;
+}
+
+std::string Plan::ToString() const {
+  std::string out = absl::StrFormat("%-5s %-4s %-12s %-16s %-8s %-12s %7s %12s\n", "stage",
+                                    "rank", "node", "host", "device", "layers", "n", "weights");
+  for (const StagePlan& s : stages) {
+    absl::StrAppendFormat(&out, "%-5d %-4d %-12s %-16s %-8s %-12s %7d %8.1f MiB\n", s.pp_stage,
+                          s.rank, s.node, s.host, s.device.ToString(),
+                          absl::StrFormat("[%d, %d)", s.first_layer, s.last_layer), s.n_layers(),
+                          static_cast<double>(s.weight_bytes) / (1 << 20));
+  }
+  absl::StrAppendFormat(&out, "%d layers over %d stages; largest stage %.1f MiB", n_layers,
+                        static_cast<int>(stages.size()),
+                        static_cast<double>(MaxStageBytes()) / (1 << 20));
+  return out;
+}
+
+// Two exact dynamic programmes over contiguous splits (the "linear partition" problem):
+// the first finds the smallest achievable largest stage M; the second, among splits whose
+// stages all fit in M, picks the one with the smallest sum of squared stage bytes, so
+// that the non-bottleneck stages are balanced too and the result is deterministic.
+// O(S * n^2) each, trivial for real layer counts.
+absl::StatusOr<Plan> PlanStages(const PlannerInput& input) {
+  const int n = static_cast<int>(input.layer_bytes.size());
+  const int n_stages = input.pipeline_size;
+  if (n == 0) return absl::InvalidArgumentError("planner: the model has no layers");
+  for (int i = 0; i < n; ++i) {
+    if (input.layer_bytes[i] < 0) {
+      return absl::InvalidArgumentError(StrCat("planner: layer ", i, " has negative size"));
+    }
+  }
+  if (input.embedding_bytes < 0 || input.head_bytes < 0) {
+    return absl::InvalidArgumentError("planner: negative embedding or head size");
+  }
+  if (n_stages < 1) {
+    return absl::InvalidArgumentError(
+        StrCat("parallel.pipeline: must be >= 1, got ", n_stages));
+  }
+  if (n_stages > n) {
+    return absl::InvalidArgumentError(
+        StrCat("parallel.pipeline: ", n_stages, " stages but the model has only ", n,
+               " layers (every stage needs at least one)"));
+  }
+  if (static_cast<int>(input.devices.size()) < n_stages) {
+    return absl::InvalidArgumentError(StrCat("parallel.pipeline: ", n_stages,
+                                             " stages need as many devices, the cluster has ",
+                                             input.devices.size()));
+  }
+
+  std::vector<int64_t> prefix(n + 1, 0);
+  for (int i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + input.layer_bytes[i];
+
+  // best[s][j]: smallest largest stage over splits of layers [0, j) into stages 0..s.
+  std::vector<std::vector<int64_t>> best(n_stages, std::vector<int64_t>(n + 1, kInf));
+  for (int j = 1; j <= n; ++j) best[0][j] = StageBytes(input, prefix, 0, n_stages, 0, j);
+  for (int s = 1; s < n_stages; ++s) {
+    for (int j = s + 1; j <= n; ++j) {
+      for (int i = s; i < j; ++i) {
+        if (best[s - 1][i] == kInf) continue;
+        const int64_t v =
+            std::max(best[s - 1][i], StageBytes(input, prefix, s, n_stages, i, j));
+        best[s][j] = std::min(best[s][j], v);
+      }
+    }
+  }
+  const int64_t limit = best[n_stages - 1][n];
+
+  // squares[s][j]: smallest sum of squared stage bytes with every stage <= limit;
+  // cut[s][j]: the first layer of stage s in that split.
+  constexpr long double kInfSq = std::numeric_limits<long double>::infinity();
+  std::vector<std::vector<long double>> squares(n_stages,
+                                                std::vector<long double>(n + 1, kInfSq));
+  std::vector<std::vector<int>> cut(n_stages, std::vector<int>(n + 1, -1));
+  for (int j = 1; j <= n; ++j) {
+    const int64_t b = StageBytes(input, prefix, 0, n_stages, 0, j);
+    if (b <= limit) {
+      squares[0][j] = static_cast<long double>(b) * b;
+      cut[0][j] = 0;
+    }
+  }
+  for (int s = 1; s < n_stages; ++s) {
+    for (int j = s + 1; j <= n; ++j) {
+      for (int i = s; i < j; ++i) {
+        if (squares[s - 1][i] == kInfSq) continue;
+        const int64_t b = StageBytes(input, prefix, s, n_stages, i, j);
+        if (b > limit) continue;
+        const long double v = squares[s - 1][i] + static_cast<long double>(b) * b;
+        if (v < squares[s][j]) {
+          squares[s][j] = v;
+          cut[s][j] = i;
+        }
+      }
+    }
+  }
+
+  Plan plan;
+  plan.n_layers = n;
+  plan.stages.resize(n_stages);
+  int last = n;
+  for (int s = n_stages - 1; s >= 0; --s) {
+    const int first = cut[s][last];
+    StagePlan& stage = plan.stages[s];
+    stage.pp_stage = s;
+    stage.rank = s;
+    stage.first_layer = first;
+    stage.last_layer = last;
+    stage.weight_bytes = StageBytes(input, prefix, s, n_stages, first, last);
+    stage.node = input.devices[s].node;
+    stage.host = input.devices[s].host;
+    stage.device = input.devices[s].device;
+    last = first;
+  }
+  return plan;
+}
+
+}  // namespace cascade::coordinator

@@ -1,0 +1,243 @@
+// The coordinator's scheduler: iteration-level continuous batching over a paged KV cache
+// (Orca, OSDI'22; vLLM's PagedAttention scheduler, SOSP'23; TGI's backends/v3 queue).
+//
+// Each `Schedule()` builds one batch (a `Step` for the workers) from the sequences that
+// are not already in a batch in flight:
+//   1. decodes first: every running sequence whose prompt is fully cached feeds its last
+//      token (1 token each), oldest admission first;
+//   2. then prefill chunks of running sequences whose prompt is only partly cached;
+//   3. then new admissions, strictly FCFS from the waiting queue, while the head's
+//      prompt (plus generated tokens after a preemption) and one decode slot fit in the
+//      free KV blocks. Admission allocates the blocks for the whole prompt at once.
+// A batch holds at most `max_num_seqs` sequences and `max_batched_tokens` tokens. A
+// prompt that does not fit in the batch's remaining token budget is split into chunks
+// (chunked prefill): the first chunk goes in this batch and the rest in later ones, each
+// chunk at positions [n_past, n_past + n) of the same sequence, logits only for the last.
+//
+// Preemption by recompute: when a decoding sequence needs a new block and none is free,
+// the most recently admitted running sequence that is neither in flight nor already in
+// this batch is evicted (possibly the one asking): its blocks are freed, its generated
+// tokens kept, and it goes back to the front of the waiting queue; when readmitted it
+// re-prefills prompt + generated tokens. No new sequence is admitted in a round that
+// preempted. Sequences in flight are never evicted (workers are writing their blocks):
+// a sequence that would have to evict itself while a newer one is in flight skips this
+// round instead, and evicts that newer one once its batch is back.
+//
+// Pipeline parallelism: up to `max_in_flight_batches` (the pipeline size S) batches may be
+// outstanding; a sequence in one of them is not scheduled again until `Complete` (or
+// `FailBatch`) for that batch, so consecutive calls to `Schedule()` yield disjoint
+// batches that fill the stages.
+//
+// Progress guarantee: `Add` rejects a sequence whose prompt + max_tokens could not fit
+// in the whole cache, so a sequence left alone can always run to max_tokens.
+//
+// Thread safety: single owner. The coordinator's loop thread owns the scheduler and its
+// block allocator; API threads hand requests to that thread, never call in directly.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "coordinator/block_allocator.h"
+
+namespace cascade::coordinator {
+
+struct SchedulerOptions {
+  // Most sequences in one batch. The running set (sequences holding KV blocks) is
+  // capped at max_num_seqs * max_in_flight_batches. Default 64. REQUIRES >= 1.
+  int max_num_seqs = 64;
+  // Most tokens fed in one batch (prefill chunk tokens plus one per decode).
+  // Default 2048. REQUIRES >= 1.
+  int max_batched_tokens = 2048;
+  // Tokens per KV block. Default 16. REQUIRES >= 1.
+  int32_t kv_block_size = 16;
+  // KV blocks in the pool (the smallest capacity any worker reported). Default 0.
+  // REQUIRES >= 1 for anything to be admitted.
+  int32_t n_kv_blocks = 0;
+  // Batches that may be outstanding at once; the pipeline size. Default 1.
+  // REQUIRES >= 1.
+  int max_in_flight_batches = 1;
+};
+
+// A request's sequence as handed to `Add`.
+struct SequenceSpec {
+  int64_t id = 0;               // Unique among live sequences.
+  std::vector<int32_t> prompt;  // Prompt token ids, [n_prompt]; REQUIRES non-empty.
+  int32_t max_tokens = 1;       // Most tokens to generate; REQUIRES >= 1.
+  uint64_t user_tag = 0;        // Opaque to the scheduler; returned in `TokenEvent`s.
+};
+
+// One sequence's part of a batch.
+struct BatchEntry {
+  int64_t seq_id = 0;
+  // Tokens to feed, [n_new]: an uncached prompt chunk (prefill, also after a
+  // preemption, then covering prompt + generated) or the last generated token (decode).
+  std::vector<int32_t> tokens;
+  // Positions of `tokens` are [n_past, n_past + n_new); positions [0, n_past) are cached.
+  int64_t n_past = 0;
+  // The sequence's KV block ids; covers at least positions [0, n_past + n_new).
+  std::vector<int32_t> block_table;
+  // True when the last token's logits are needed (a token is sampled); false for a
+  // prefill chunk that is not the last one.
+  bool wants_logits = true;
+  // True for a prefill chunk (tokens of a sequence admitted or readmitted in this batch,
+  // or the next chunk of such a prompt), false for a decode step. Informational: a
+  // worker runs both the same way, positions [n_past, n_past + n_new).
+  bool is_prefill = false;
+};
+
+struct Batch {
+  int64_t id = 0;  // Unique, increasing; pass to `Complete`.
+  std::vector<BatchEntry> entries;
+  int n_tokens() const;
+};
+
+// A sampled token reported for a batch entry with `wants_logits`.
+struct SampledToken {
+  int64_t seq_id = 0;
+  int32_t token = 0;
+};
+
+// A token appended to a live sequence by `Complete`.
+struct TokenEvent {
+  int64_t seq_id = 0;
+  uint64_t user_tag = 0;
+  int32_t token = 0;
+  int32_t n_generated = 0;  // Generated tokens so far, this one included.
+  // True when n_generated == max_tokens: the sequence is not scheduled again and the
+  // caller should `Finish` it.
+  bool reached_max_tokens = false;
+};
+
+enum class SequenceState { kWaiting, kRunning, kInFlight };
+
+// A snapshot of one sequence, for status pages and tests.
+struct SequenceInfo {
+  SequenceState state = SequenceState::kWaiting;
+  int64_t n_cached = 0;              // Positions whose KV is in the cache.
+  int32_t n_blocks = 0;              // Blocks held.
+  int32_t n_preemptions = 0;         // Times this sequence was evicted.
+  std::vector<int32_t> generated;    // Generated tokens so far.
+};
+
+struct SchedulerStats {
+  int n_running = 0;              // Holding blocks, not in flight.
+  int n_in_flight_seqs = 0;       // In a batch in flight (cancelled ones excluded).
+  int n_waiting = 0;              // Queued, holding no blocks.
+  int n_in_flight_batches = 0;
+  int32_t n_free_blocks = 0;
+  int32_t n_total_blocks = 0;
+  int64_t n_preemptions = 0;      // Since construction.
+  int64_t n_batches = 0;          // Batches scheduled since construction.
+  int max_batch_seqs_seen = 0;    // Largest batch, in sequences.
+  int max_batch_tokens_seen = 0;  // Largest batch, in tokens.
+};
+
+class Scheduler {
+ public:
+  // REQUIRES the option ranges above (programmer errors abort).
+  explicit Scheduler(const SchedulerOptions& options);
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Queues a sequence at the back of the waiting queue.
+  // Errors (nothing is queued): AlreadyExists for a live id; InvalidArgument for an
+  // empty prompt, max_tokens < 1, "prompt of N tokens needs M KV blocks, the cache has
+  // K", or when prompt + max_tokens cannot fit in the whole cache.
+  absl::Status Add(SequenceSpec spec);
+
+  // Builds the next batch, or nullopt when `max_in_flight_batches` are outstanding or
+  // nothing can run now. The batch is in flight until `Complete` or `FailBatch`.
+  std::optional<Batch> Schedule();
+
+  // Records the result of batch `batch_id`: `sampled` holds exactly one token for each
+  // entry with `wants_logits` (any order). Cached positions advance, tokens are appended
+  // and returned as events in batch order; sequences cancelled while in flight are
+  // dropped now (their tokens ignored, blocks freed).
+  // Errors (nothing changes; the batch stays in flight): NotFound for an unknown batch;
+  // InvalidArgument when `sampled` misses, repeats or adds a sequence, or has a
+  // negative token.
+  absl::StatusOr<std::vector<TokenEvent>> Complete(int64_t batch_id,
+                                                   std::span<const SampledToken> sampled);
+
+  // Gives up on batch `batch_id` (a worker failed): its sequences stop being in flight
+  // with no progress, so a later batch re-feeds the same positions; cancelled ones are
+  // dropped. Errors: NotFound for an unknown batch.
+  absl::Status FailBatch(int64_t batch_id);
+
+  // Ends a sequence (a stop condition or max_tokens was hit): its blocks are freed at
+  // once, or, when it is in flight, as soon as its batch completes. Same as `Cancel`.
+  // Errors: NotFound when the id is not live.
+  absl::Status Finish(int64_t seq_id);
+
+  // Ends a sequence in any state (client gone, deadline passed), as `Finish`.
+  absl::Status Cancel(int64_t seq_id);
+
+  // The sequence's current state, or nullopt when the id is not live.
+  std::optional<SequenceInfo> Lookup(int64_t seq_id) const;
+
+  SchedulerStats Stats() const;
+  // True when no sequence is live and no batch is in flight.
+  bool Idle() const;
+  const SchedulerOptions& options() const { return options_; }
+
+ private:
+  struct Sequence {
+    SequenceSpec spec;
+    std::vector<int32_t> generated;
+    std::vector<int32_t> block_table;
+    int64_t n_cached = 0;        // Positions [0, n_cached) are in the cache.
+    int64_t in_flight_batch = -1;  // The batch it is in, or -1.
+    bool running = false;        // Holds blocks (admitted).
+    bool dropped = false;        // Finished/cancelled while in flight.
+    int32_t n_preemptions = 0;
+
+    int64_t n_tokens() const {
+      return static_cast<int64_t>(spec.prompt.size() + generated.size());
+    }
+    int32_t token(int64_t i) const;
+    bool at_max_tokens() const {
+      return static_cast<int32_t>(generated.size()) >= spec.max_tokens;
+    }
+  };
+
+  struct InFlightEntry {
+    int64_t seq_id = 0;
+    int64_t n_new = 0;
+    bool wants_logits = false;
+  };
+
+  // Evicts `seq` (running, not in flight): frees its blocks and puts it at the front
+  // of the waiting queue.
+  void Preempt(Sequence& seq);
+  // Appends an entry feeding the next `n_new` uncached tokens of `seq` to `batch`.
+  void AddEntry(Sequence& seq, int64_t n_new, bool is_prefill, Batch& batch);
+  // Frees the blocks of `seq` and forgets it.
+  void Drop(int64_t seq_id);
+  // The most recently admitted running sequence not in flight and not in `batch_ids`.
+  Sequence* PickVictim(const std::vector<int64_t>& batch_ids);
+  // Whether a sequence admitted after `seq` is in flight.
+  bool NewerInFlight(const Sequence& seq) const;
+  // Clears the in-flight marks of batch `batch_id` (dropping cancelled sequences).
+  void ReleaseBatch(int64_t batch_id);
+
+  const SchedulerOptions options_;
+  BlockAllocator allocator_;
+  absl::flat_hash_map<int64_t, Sequence> seqs_;
+  std::deque<int64_t> waiting_;  // FCFS; preempted sequences go to the front.
+  std::vector<int64_t> running_;  // Admitted and not dropped, in admission order.
+  absl::flat_hash_map<int64_t, std::vector<InFlightEntry>> in_flight_;
+  int64_t next_batch_id_ = 1;
+  int64_t n_preemptions_ = 0;
+  int64_t n_batches_ = 0;
+  int max_batch_seqs_seen_ = 0;
+  int max_batch_tokens_seen_ = 0;
+};
+
+}  // namespace cascade::coordinator

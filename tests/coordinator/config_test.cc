@@ -1,0 +1,283 @@
+// Tests for ParseClusterConfig / LoadClusterConfig (coordinator/config.cc): a full config
+// parses to the expected values, defaults apply, configs/local-cpu.yaml loads with its
+// model path resolved, and every validation error is InvalidArgument naming its key.
+// To add an error case: append {yaml, key} to `kBadConfigs` (the YAML is a complete
+// document; start from `kGood` with one change).
+
+#include <string>
+
+#include "coordinator/config.h"
+#include "tests/test_support.h"
+
+namespace cascade::coordinator {
+namespace {
+
+using ::cascade::testing::StatusMessage;
+using ::cascade::testing::TempDir;
+using ::testing::HasSubstr;
+
+constexpr char kGood[] = R"(
+model: {path: /models/m.gguf}
+parallel: {pipeline: 3, tensor: 1}
+nodes:
+  - {name: n0, host: 10.0.0.1, devices: [cpu, cpu], launch: local}
+  - name: n1
+    host: node1.example
+    devices: [cuda:0, cuda:1]
+    launch: external
+server: {listen: 0.0.0.0:6000}
+scheduler: {max_num_seqs: 8, max_batched_tokens: 512, kv_block_size: 32, kv_cache_mb: 128}
+transport: {activations: ucx}
+draft: {ngram: {n: 3}}
+)";
+
+TEST(ConfigTest, FullConfigParses) {
+  absl::StatusOr<ClusterConfig> c = ParseClusterConfig(kGood, "good.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->model.path, "/models/m.gguf");
+  EXPECT_EQ(c->parallel.pipeline, 3);
+  EXPECT_EQ(c->parallel.tensor, 1);
+  ASSERT_EQ(c->nodes.size(), 2u);
+  EXPECT_EQ(c->nodes[0].name, "n0");
+  EXPECT_EQ(c->nodes[0].host, "10.0.0.1");
+  ASSERT_EQ(c->nodes[0].devices.size(), 2u);
+  EXPECT_EQ(c->nodes[0].devices[0], (Device{DeviceKind::kCpu, 0}));
+  EXPECT_EQ(c->nodes[0].launch, LaunchMode::kLocal);
+  EXPECT_EQ(c->nodes[1].name, "n1");
+  EXPECT_EQ(c->nodes[1].host, "node1.example");
+  EXPECT_EQ(c->nodes[1].devices[1], (Device{DeviceKind::kCuda, 1}));
+  EXPECT_EQ(c->nodes[1].launch, LaunchMode::kExternal);
+  EXPECT_EQ(c->TotalDevices(), 4);
+  EXPECT_EQ(c->server.listen, "0.0.0.0:6000");
+  EXPECT_EQ(c->server.listen_host, "0.0.0.0");
+  EXPECT_EQ(c->server.listen_port, 6000);
+  EXPECT_EQ(c->scheduler.max_num_seqs, 8);
+  EXPECT_EQ(c->scheduler.max_batched_tokens, 512);
+  EXPECT_EQ(c->scheduler.kv_block_size, 32);
+  EXPECT_EQ(c->scheduler.kv_cache_mb, 128);
+  EXPECT_EQ(c->transport.activations, ActivationTransport::kUcx);
+  EXPECT_TRUE(c->has_draft);
+  EXPECT_EQ(c->source, "good.yaml");
+}
+
+TEST(ConfigTest, DefaultsApply) {
+  absl::StatusOr<ClusterConfig> c = ParseClusterConfig(
+      "model: {path: m.gguf}\nnodes: [{name: a, host: localhost, devices: [cpu]}]\n", "min.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->model.path, "m.gguf");  // Kept as written without a file.
+  EXPECT_EQ(c->parallel.pipeline, 1);
+  EXPECT_EQ(c->parallel.tensor, 1);
+  EXPECT_EQ(c->nodes[0].launch, LaunchMode::kLocal);
+  EXPECT_EQ(c->server.listen, "127.0.0.1:50051");
+  EXPECT_EQ(c->server.listen_port, 50051);
+  EXPECT_EQ(c->scheduler.max_num_seqs, 64);
+  EXPECT_EQ(c->scheduler.max_batched_tokens, 2048);
+  EXPECT_EQ(c->scheduler.kv_block_size, 16);
+  EXPECT_EQ(c->scheduler.kv_cache_mb, 512);
+  EXPECT_EQ(c->transport.activations, ActivationTransport::kUcx);
+  EXPECT_FALSE(c->has_draft);
+}
+
+TEST(ConfigTest, Ipv6Listen) {
+  absl::StatusOr<ClusterConfig> c = ParseClusterConfig(
+      "model: {path: m}\nnodes: [{name: a, host: h, devices: [cpu]}]\n"
+      "server: {listen: '[::1]:7000'}\n",
+      "v6.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->server.listen_host, "::1");
+  EXPECT_EQ(c->server.listen_port, 7000);
+
+  // Port 0: any free port (tests).
+  c = ParseClusterConfig(
+      "model: {path: m}\nnodes: [{name: a, host: h, devices: [cpu]}]\n"
+      "server: {listen: '127.0.0.1:0'}\n",
+      "any.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->server.listen_port, 0);
+}
+
+TEST(ConfigTest, SampleLocalCpuConfigLoads) {
+  const std::string path = ::cascade::testing::SourceDir() + "/configs/local-cpu.yaml";
+  absl::StatusOr<ClusterConfig> c = LoadClusterConfig(path);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->model.path,
+            ::cascade::testing::SourceDir() + "/models/SmolLM2-135M-Instruct.Q4_1.gguf");
+  EXPECT_EQ(c->parallel.pipeline, 2);
+  ASSERT_EQ(c->nodes.size(), 1u);
+  EXPECT_EQ(c->nodes[0].name, "n0");
+  EXPECT_EQ(c->nodes[0].host, "127.0.0.1");
+  EXPECT_EQ(c->nodes[0].devices.size(), 2u);
+  EXPECT_EQ(c->nodes[0].launch, LaunchMode::kLocal);
+  EXPECT_EQ(c->server.listen, "127.0.0.1:50051");
+  EXPECT_EQ(c->scheduler.kv_cache_mb, 256);
+  EXPECT_EQ(c->source, path);
+}
+
+TEST(ConfigTest, RelativeModelPathResolvesAgainstConfigDir) {
+  TempDir dir;
+  const std::string path = dir.WriteFile(
+      "c.yaml", "model: {path: sub/../w.gguf}\nnodes: [{name: a, host: h, devices: [cpu]}]\n");
+  absl::StatusOr<ClusterConfig> c = LoadClusterConfig(path);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->model.path, dir.path() + "/w.gguf");
+
+  const std::string abs = dir.WriteFile(
+      "d.yaml", "model: {path: /abs/w.gguf}\nnodes: [{name: a, host: h, devices: [cpu]}]\n");
+  c = LoadClusterConfig(abs);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->model.path, "/abs/w.gguf");
+}
+
+TEST(ConfigTest, MissingFileIsNotFound) {
+  absl::StatusOr<ClusterConfig> c = LoadClusterConfig("/nonexistent/cluster.yaml");
+  EXPECT_STATUS_CODE(c, kNotFound);
+  EXPECT_THAT(StatusMessage(c.status()), HasSubstr("/nonexistent/cluster.yaml"));
+}
+
+TEST(ConfigTest, ParseDevice) {
+  EXPECT_EQ(*ParseDevice("cpu"), (Device{DeviceKind::kCpu, 0}));
+  EXPECT_EQ(*ParseDevice("cuda:0"), (Device{DeviceKind::kCuda, 0}));
+  EXPECT_EQ(*ParseDevice("cuda:12"), (Device{DeviceKind::kCuda, 12}));
+  for (const char* bad : {"gpu7", "cuda", "cuda:", "cuda:-1", "cuda:x", "CPU", "cuda:1 ", ""}) {
+    EXPECT_STATUS_CODE(ParseDevice(bad), kInvalidArgument);
+  }
+}
+
+struct BadConfig {
+  const char* yaml;
+  const char* key;  // Must appear in the message.
+};
+
+const BadConfig kBadConfigs[] = {
+    // Document shape.
+    {"- a\n- b\n", "top level"},
+    {"model: {path: m}\nnodez: []\n", "nodez: unknown key"},
+    {"model: {path: m}\nnodes: [{name: a, host: h, devices: [cpu]}]\nnodes: []\n",
+     "nodes: duplicate key"},
+    {"model: {path: [unclosed\n", "invalid YAML"},
+    // model
+    {"nodes: [{name: a, host: h, devices: [cpu]}]\n", "model.path: required"},
+    {"model: {}\nnodes: [{name: a, host: h, devices: [cpu]}]\n", "model.path: required"},
+    {"model: {path: ''}\nnodes: [{name: a, host: h, devices: [cpu]}]\n", "model.path: must not"},
+    {"model: {path: [a]}\nnodes: [{name: a, host: h, devices: [cpu]}]\n", "model.path: expected"},
+    {"model: {path: m, pth: x}\nnodes: [{name: a, host: h, devices: [cpu]}]\n", "model.pth"},
+    {"model: m\nnodes: [{name: a, host: h, devices: [cpu]}]\n", "model: expected a mapping"},
+    // parallel
+    {"model: {path: m}\nparallel: {pipeline: 0}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
+     "parallel.pipeline: must be"},
+    {"model: {path: m}\nparallel: {pipeline: two}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
+     "parallel.pipeline: expected an integer"},
+    {"model: {path: m}\nparallel: {pipeline: 1.5}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
+     "parallel.pipeline: expected an integer"},
+    {"model: {path: m}\nparallel: {tensor: 2}\nnodes: [{name: a, host: h, devices: [cpu, cpu]}]\n",
+     "parallel.tensor: tensor parallelism is not supported yet"},
+    {"model: {path: m}\nparallel: {tensor: 0}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
+     "parallel.tensor: must be"},
+    {"model: {path: m}\nparallel: {pipelines: 2}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
+     "parallel.pipelines: unknown key"},
+    {"model: {path: m}\nparallel: {pipeline: 3}\nnodes: [{name: a, host: h, devices: [cpu, cpu]}]\n",
+     "parallel.pipeline: pipeline 3 x tensor 1 needs 3 devices, but nodes list 2"},
+    // nodes
+    {"model: {path: m}\n", "nodes: required"},
+    {"model: {path: m}\nnodes: []\n", "nodes: expected a non-empty list"},
+    {"model: {path: m}\nnodes: {name: a}\n", "nodes: expected a non-empty list"},
+    {"model: {path: m}\nnodes: [cpu]\n", "nodes[0]: expected a mapping"},
+    {"model: {path: m}\nnodes: [{host: h, devices: [cpu]}]\n", "nodes[0].name: required"},
+    {"model: {path: m}\nnodes: [{name: a, devices: [cpu]}]\n", "nodes[0].host: required"},
+    {"model: {path: m}\nnodes: [{name: a, host: h}]\n", "nodes[0].devices: required"},
+    {"model: {path: m}\nnodes: [{name: a, host: h, devices: []}]\n", "nodes[0].devices: expected"},
+    {"model: {path: m}\nnodes: [{name: a, host: h, devices: cpu}]\n", "nodes[0].devices: expected"},
+    {"model: {path: m}\nnodes:\n  - {name: a, host: h, devices: [cpu]}\n"
+     "  - {name: b, host: h, devices: [gpu7]}\n",
+     "nodes[1].devices[0]: unknown device 'gpu7' (cpu or cuda:N)"},
+    {"model: {path: m}\nnodes: [{name: a, host: h, devices: [cpu, [x]]}]\n",
+     "nodes[0].devices[1]: expected a string"},
+    {"model: {path: m}\nnodes: [{name: a, host: h, devices: [cuda:0, cuda:0]}]\n",
+     "nodes[0].devices[1]: duplicate device 'cuda:0'"},
+    {"model: {path: m}\nnodes:\n  - {name: a, host: h, devices: [cpu]}\n"
+     "  - {name: a, host: h2, devices: [cpu]}\n",
+     "nodes[1].name: duplicate node name 'a'"},
+    {"model: {path: m}\nnodes: [{name: a, host: h, devices: [cpu], launch: ssh}]\n",
+     "nodes[0].launch: unknown launch mode 'ssh' (local or external)"},
+    {"model: {path: m}\nnodes: [{name: a, host: h, devices: [cpu], lanch: local}]\n",
+     "nodes[0].lanch: unknown key"},
+    // server
+    {"model: {path: m}\nserver: {listen: localhost}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
+     "server.listen: expected HOST:PORT"},
+    {"model: {path: m}\nserver: {listen: 'h:x'}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
+     "server.listen: expected HOST:PORT with a port"},
+    {"model: {path: m}\nserver: {listen: 'h:-1'}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
+     "server.listen: expected HOST:PORT with a port"},
+    {"model: {path: m}\nserver: {listen: 'h:70000'}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
+     "server.listen"},
+    {"model: {path: m}\nserver: {listen: ':80'}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
+     "server.listen"},
+    {"model: {path: m}\nserver: {listen: '::1:80'}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
+     "server.listen"},
+    {"model: {path: m}\nserver: {port: 80}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
+     "server.port: unknown key"},
+    // scheduler
+    {"model: {path: m}\nscheduler: {max_num_seqs: 0}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
+     "scheduler.max_num_seqs: must be >= 1"},
+    {"model: {path: m}\nscheduler: {max_batched_tokens: -5}\n"
+     "nodes: [{name: a, host: h, devices: [cpu]}]\n",
+     "scheduler.max_batched_tokens: must be >= 1"},
+    {"model: {path: m}\nscheduler: {kv_block_size: 24}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
+     "scheduler.kv_block_size: must be a positive power of two"},
+    {"model: {path: m}\nscheduler: {kv_block_size: 0}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
+     "scheduler.kv_block_size: must be a positive power of two"},
+    {"model: {path: m}\nscheduler: {kv_cache_mb: 0}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
+     "scheduler.kv_cache_mb: must be"},
+    {"model: {path: m}\nscheduler: {kv_cache_mb: lots}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
+     "scheduler.kv_cache_mb: expected an integer"},
+    {"model: {path: m}\nscheduler: {max_num_seq: 8}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
+     "scheduler.max_num_seq: unknown key"},
+    {"model: {path: m}\nscheduler: {max_num_seqs: 99999999999}\n"
+     "nodes: [{name: a, host: h, devices: [cpu]}]\n",
+     "scheduler.max_num_seqs: must be <= 2147483647"},
+    // transport
+    {"model: {path: m}\ntransport: {activations: tcp}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
+     "transport.activations: unknown transport 'tcp'"},
+    {"model: {path: m}\ntransport: {activations: nccl}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
+     "transport.activations: nccl is not supported yet"},
+    {"model: {path: m}\ntransport: {weights: ucx}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
+     "transport.weights: unknown key"},
+};
+
+TEST(ConfigTest, EveryErrorNamesItsKey) {
+  for (const BadConfig& bad : kBadConfigs) {
+    SCOPED_TRACE(bad.yaml);
+    absl::StatusOr<ClusterConfig> c = ParseClusterConfig(bad.yaml, "bad.yaml");
+    ASSERT_FALSE(c.ok()) << "expected an error about " << bad.key;
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << c.status();
+    EXPECT_THAT(StatusMessage(c.status()), HasSubstr(bad.key));
+    EXPECT_THAT(StatusMessage(c.status()), HasSubstr("bad.yaml"));
+  }
+}
+
+TEST(ConfigTest, ErrorsCarryTheLine) {
+  absl::StatusOr<ClusterConfig> c = ParseClusterConfig(
+      "model: {path: m}\nnodes:\n  - name: a\n    host: h\n    devices: [cpu, tpu]\n", "x.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(StatusMessage(c.status()),
+            "x.yaml:5: nodes[0].devices[1]: unknown device 'tpu' (cpu or cuda:N)");
+}
+
+TEST(ConfigTest, NullSectionsMeanDefaults) {
+  absl::StatusOr<ClusterConfig> c = ParseClusterConfig(
+      "model: {path: m}\nscheduler:\nparallel:\ndraft:\n"
+      "nodes: [{name: a, host: h, devices: [cpu]}]\n",
+      "null.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->scheduler.max_num_seqs, 64);
+  EXPECT_TRUE(c->has_draft);
+}
+
+TEST(ConfigTest, EmptyDocumentIsInvalid) {
+  absl::StatusOr<ClusterConfig> c = ParseClusterConfig("", "empty.yaml");
+  EXPECT_STATUS_CODE(c, kInvalidArgument);
+  EXPECT_THAT(StatusMessage(c.status()), HasSubstr("empty.yaml"));
+}
+
+}  // namespace
+}  // namespace cascade::coordinator

@@ -1,0 +1,751 @@
+// Tests for Scheduler (coordinator/scheduler.cc): prefill/decode batches, the token
+// budget and max_num_seqs edges, chunked prefill, admission by free blocks (FCFS),
+// preemption by recompute (victim choice, self-eviction, resumption with the same
+// tokens), in-flight exclusion with up to 3 outstanding batches, cancellation in every
+// state, result validation, and a randomised run checked against a reference.
+//
+// `FakeWorker` stands in for the pipeline: it keeps a paged "KV cache" of token ids
+// indexed by the block tables it is sent and samples a hash of the whole cached history,
+// so a wrong block table or a bad recompute changes the output.
+// To add a case: build a `Scheduler` with `Options(...)`, `Add` specs, then drive it with
+// `Schedule()` / `Run()` (one batch through the fake worker) or `Driver::RunAll()`.
+
+#include <algorithm>
+#include <deque>
+#include <map>
+#include <random>
+#include <vector>
+
+#include "coordinator/scheduler.h"
+#include "tests/test_support.h"
+
+namespace cascade::coordinator {
+namespace {
+
+using ::cascade::testing::StatusMessage;
+using ::testing::HasSubstr;
+
+SchedulerOptions Options(int32_t n_blocks, int32_t block_size = 4, int max_num_seqs = 64,
+                         int max_batched_tokens = 2048, int in_flight = 1) {
+  SchedulerOptions o;
+  o.n_kv_blocks = n_blocks;
+  o.kv_block_size = block_size;
+  o.max_num_seqs = max_num_seqs;
+  o.max_batched_tokens = max_batched_tokens;
+  o.max_in_flight_batches = in_flight;
+  return o;
+}
+
+std::vector<int32_t> Iota(int n, int32_t start = 100) {
+  std::vector<int32_t> v(n);
+  for (int i = 0; i < n; ++i) v[i] = start + i;
+  return v;
+}
+
+SequenceSpec Spec(int64_t id, int n_prompt, int32_t max_tokens) {
+  SequenceSpec s;
+  s.id = id;
+  s.prompt = Iota(n_prompt, static_cast<int32_t>(id * 1000));
+  s.max_tokens = max_tokens;
+  s.user_tag = static_cast<uint64_t>(id) + 7;
+  return s;
+}
+
+// The "model": a token determined by the whole history.
+int32_t NextToken(const std::vector<int32_t>& history) {
+  uint64_t h = 1469598103934665603ull;
+  for (int32_t t : history) h = (h ^ static_cast<uint32_t>(t)) * 1099511628211ull;
+  return static_cast<int32_t>(h % 5000);
+}
+
+std::vector<int32_t> Reference(const SequenceSpec& spec) {
+  std::vector<int32_t> history = spec.prompt;
+  std::vector<int32_t> out;
+  for (int i = 0; i < spec.max_tokens; ++i) {
+    out.push_back(NextToken(history));
+    history.push_back(out.back());
+  }
+  return out;
+}
+
+class FakeWorker {
+ public:
+  FakeWorker(int32_t n_blocks, int32_t block_size)
+      : block_size_(block_size), kv_(static_cast<size_t>(n_blocks) * block_size, -1) {}
+
+  std::vector<SampledToken> Run(const Batch& batch) {
+    std::vector<SampledToken> out;
+    for (const BatchEntry& e : batch.entries) {
+      const int64_t end = e.n_past + static_cast<int64_t>(e.tokens.size());
+      EXPECT_GE(static_cast<int64_t>(e.block_table.size()) * block_size_, end)
+          << "block table too short for sequence " << e.seq_id;
+      if (static_cast<int64_t>(e.block_table.size()) * block_size_ < end) continue;
+      for (size_t i = 0; i < e.tokens.size(); ++i) Slot(e, e.n_past + i) = e.tokens[i];
+      if (!e.wants_logits) continue;
+      std::vector<int32_t> history;
+      for (int64_t p = 0; p < end; ++p) history.push_back(Slot(e, p));
+      out.push_back({e.seq_id, NextToken(history)});
+    }
+    return out;
+  }
+
+ private:
+  int32_t& Slot(const BatchEntry& e, int64_t pos) {
+    return kv_[static_cast<size_t>(e.block_table[pos / block_size_]) * block_size_ +
+               pos % block_size_];
+  }
+  int32_t block_size_;
+  std::vector<int32_t> kv_;
+};
+
+// Drives a scheduler with a fake worker, checking what each entry feeds against the true
+// history of its sequence, finishing sequences at max_tokens.
+class Driver {
+ public:
+  explicit Driver(const SchedulerOptions& o) : sched(o), worker(o.n_kv_blocks, o.kv_block_size) {}
+
+  void Add(const SequenceSpec& spec) {
+    ASSERT_TRUE(sched.Add(spec).ok());
+    history[spec.id] = spec.prompt;
+    specs[spec.id] = spec;
+  }
+
+  // Schedules one batch and records it as in flight; false when none.
+  bool ScheduleOne() {
+    std::optional<Batch> b = sched.Schedule();
+    if (!b) return false;
+    for (const BatchEntry& e : b->entries) {
+      const std::vector<int32_t>& h = history.at(e.seq_id);
+      EXPECT_LE(e.n_past + static_cast<int64_t>(e.tokens.size()), static_cast<int64_t>(h.size()));
+      EXPECT_TRUE(std::equal(e.tokens.begin(), e.tokens.end(), h.begin() + e.n_past))
+          << "sequence " << e.seq_id << " fed the wrong tokens at " << e.n_past;
+      EXPECT_EQ(e.wants_logits,
+                e.n_past + static_cast<int64_t>(e.tokens.size()) == static_cast<int64_t>(h.size()));
+    }
+    max_seqs = std::max(max_seqs, static_cast<int>(b->entries.size()));
+    in_flight.push_back(std::move(*b));
+    return true;
+  }
+
+  // Completes in-flight batch `index` (0 = oldest), finishing sequences at max_tokens.
+  void CompleteOne(size_t index = 0) {
+    ASSERT_LT(index, in_flight.size());
+    Batch b = std::move(in_flight[index]);
+    in_flight.erase(in_flight.begin() + index);
+    std::vector<SampledToken> sampled = worker.Run(b);
+    absl::StatusOr<std::vector<TokenEvent>> events = sched.Complete(b.id, sampled);
+    ASSERT_TRUE(events.ok()) << events.status();
+    for (const TokenEvent& ev : *events) {
+      history.at(ev.seq_id).push_back(ev.token);
+      generated[ev.seq_id].push_back(ev.token);
+      EXPECT_EQ(ev.user_tag, specs.at(ev.seq_id).user_tag);
+      EXPECT_EQ(ev.n_generated, static_cast<int32_t>(generated[ev.seq_id].size()));
+      EXPECT_EQ(ev.reached_max_tokens, ev.n_generated == specs.at(ev.seq_id).max_tokens);
+      if (ev.reached_max_tokens) {
+        EXPECT_TRUE(sched.Finish(ev.seq_id).ok());
+        finished.push_back(ev.seq_id);
+      }
+    }
+  }
+
+  // Keeps up to max_in_flight_batches outstanding until the scheduler is idle.
+  void RunAll(int max_rounds = 100000) {
+    for (int round = 0; round < max_rounds && !sched.Idle(); ++round) {
+      while (ScheduleOne()) {
+      }
+      ASSERT_FALSE(in_flight.empty()) << "scheduler stalled with live sequences";
+      CompleteOne();
+    }
+    EXPECT_TRUE(sched.Idle());
+  }
+
+  Scheduler sched;
+  FakeWorker worker;
+  std::map<int64_t, std::vector<int32_t>> history;
+  std::map<int64_t, std::vector<int32_t>> generated;
+  std::map<int64_t, SequenceSpec> specs;
+  std::deque<Batch> in_flight;
+  std::vector<int64_t> finished;
+  int max_seqs = 0;
+};
+
+// Completes `batch` through a throwaway worker that knows nothing (for tests that only
+// care about scheduling): one token 1 per entry wanting logits.
+std::vector<SampledToken> Tokens(const Batch& batch, int32_t token = 1) {
+  std::vector<SampledToken> out;
+  for (const BatchEntry& e : batch.entries) {
+    if (e.wants_logits) out.push_back({e.seq_id, token});
+  }
+  return out;
+}
+
+std::vector<int64_t> Ids(const Batch& batch) {
+  std::vector<int64_t> ids;
+  for (const BatchEntry& e : batch.entries) ids.push_back(e.seq_id);
+  return ids;
+}
+
+void ExpectAllFree(const Scheduler& s) {
+  const SchedulerStats st = s.Stats();
+  EXPECT_EQ(st.n_free_blocks, st.n_total_blocks);
+  EXPECT_EQ(st.n_running, 0);
+  EXPECT_EQ(st.n_waiting, 0);
+  EXPECT_EQ(st.n_in_flight_batches, 0);
+  EXPECT_TRUE(s.Idle());
+}
+
+TEST(SchedulerTest, PrefillThenDecodeThenFinish) {
+  Scheduler s(Options(/*n_blocks=*/8, /*block_size=*/4));
+  ASSERT_TRUE(s.Add(Spec(1, 5, 3)).ok());
+  EXPECT_EQ(s.Lookup(1)->state, SequenceState::kWaiting);
+
+  std::optional<Batch> b = s.Schedule();
+  ASSERT_TRUE(b.has_value());
+  ASSERT_EQ(b->entries.size(), 1u);
+  const BatchEntry& e = b->entries[0];
+  EXPECT_EQ(e.seq_id, 1);
+  EXPECT_EQ(e.tokens, Iota(5, 1000));
+  EXPECT_EQ(e.n_past, 0);
+  EXPECT_TRUE(e.wants_logits);
+  EXPECT_TRUE(e.is_prefill);
+  EXPECT_EQ(e.block_table.size(), 2u);  // ceil(5 / 4).
+  EXPECT_EQ(s.Lookup(1)->state, SequenceState::kInFlight);
+  EXPECT_FALSE(s.Schedule().has_value());  // One batch in flight at most.
+
+  absl::StatusOr<std::vector<TokenEvent>> ev = s.Complete(b->id, Tokens(*b, 42));
+  ASSERT_TRUE(ev.ok()) << ev.status();
+  ASSERT_EQ(ev->size(), 1u);
+  EXPECT_EQ((*ev)[0].token, 42);
+  EXPECT_EQ((*ev)[0].user_tag, 8u);
+  EXPECT_EQ((*ev)[0].n_generated, 1);
+  EXPECT_FALSE((*ev)[0].reached_max_tokens);
+  EXPECT_EQ(s.Lookup(1)->n_cached, 5);
+  EXPECT_EQ(s.Lookup(1)->state, SequenceState::kRunning);
+
+  b = s.Schedule();
+  ASSERT_TRUE(b.has_value());
+  ASSERT_EQ(b->entries.size(), 1u);
+  EXPECT_EQ(b->entries[0].tokens, (std::vector<int32_t>{42}));
+  EXPECT_EQ(b->entries[0].n_past, 5);
+  EXPECT_FALSE(b->entries[0].is_prefill);
+  EXPECT_TRUE(b->entries[0].wants_logits);
+  ASSERT_TRUE(s.Complete(b->id, Tokens(*b, 43)).ok());
+
+  b = s.Schedule();
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(b->entries[0].n_past, 6);
+  ev = s.Complete(b->id, Tokens(*b, 44));
+  ASSERT_TRUE(ev.ok());
+  EXPECT_TRUE((*ev)[0].reached_max_tokens);
+  EXPECT_EQ(s.Lookup(1)->generated, (std::vector<int32_t>{42, 43, 44}));
+  // At max_tokens it is not scheduled again; Finish frees its blocks.
+  EXPECT_FALSE(s.Schedule().has_value());
+  EXPECT_EQ(s.Stats().n_free_blocks, 6);
+  ASSERT_TRUE(s.Finish(1).ok());
+  ExpectAllFree(s);
+  EXPECT_FALSE(s.Lookup(1).has_value());
+}
+
+TEST(SchedulerTest, AddValidates) {
+  Scheduler s(Options(/*n_blocks=*/4, /*block_size=*/4));
+  absl::Status st = s.Add(Spec(1, 16, 1));
+  EXPECT_STATUS_CODE(st, kInvalidArgument);
+  EXPECT_EQ(StatusMessage(st), "prompt of 16 tokens needs 5 KV blocks, the cache has 4");
+  EXPECT_TRUE(s.Add(Spec(2, 15, 1)).ok());  // 15 + 1 decode slot = 4 blocks: fits.
+  st = s.Add(Spec(3, 10, 7));
+  EXPECT_STATUS_CODE(st, kInvalidArgument);
+  EXPECT_THAT(StatusMessage(st), HasSubstr("max_tokens"));
+  EXPECT_TRUE(s.Add(Spec(4, 10, 6)).ok());  // 16 positions at most.
+  EXPECT_STATUS_CODE(s.Add(Spec(2, 3, 1)), kAlreadyExists);
+  EXPECT_STATUS_CODE(s.Add(Spec(5, 0, 1)), kInvalidArgument);
+  EXPECT_STATUS_CODE(s.Add(Spec(6, 3, 0)), kInvalidArgument);
+  EXPECT_EQ(s.Stats().n_waiting, 2);
+}
+
+TEST(SchedulerTest, TokenBudgetChunksThePromptThatDoesNotFit) {
+  Scheduler s(Options(64, 4, 64, /*max_batched_tokens=*/10));
+  ASSERT_TRUE(s.Add(Spec(1, 4, 8)).ok());
+  ASSERT_TRUE(s.Add(Spec(2, 4, 8)).ok());
+  ASSERT_TRUE(s.Add(Spec(3, 4, 8)).ok());
+  std::optional<Batch> b = s.Schedule();
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(b->n_tokens(), 10);
+  ASSERT_EQ(b->entries.size(), 3u);
+  EXPECT_EQ(b->entries[2].seq_id, 3);
+  EXPECT_EQ(b->entries[2].tokens.size(), 2u);
+  EXPECT_FALSE(b->entries[2].wants_logits);
+  EXPECT_EQ(b->entries[2].block_table.size(), 1u);  // The whole prompt's blocks.
+  // Sequence 3 asks for no token.
+  ASSERT_TRUE(s.Complete(b->id, Tokens(*b)).ok());
+  EXPECT_EQ(s.Lookup(3)->n_cached, 2);
+  EXPECT_TRUE(s.Lookup(3)->generated.empty());
+
+  // Decodes first (1 token each), then the rest of sequence 3's prompt.
+  b = s.Schedule();
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(Ids(*b), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(b->n_tokens(), 4);
+  EXPECT_EQ(b->entries[2].n_past, 2);
+  EXPECT_EQ(b->entries[2].tokens, (std::vector<int32_t>{3002, 3003}));
+  EXPECT_TRUE(b->entries[2].wants_logits);
+  EXPECT_TRUE(b->entries[2].is_prefill);
+  EXPECT_EQ(s.Stats().max_batch_tokens_seen, 10);
+}
+
+TEST(SchedulerTest, TokenBudgetLimitsDecodes) {
+  Scheduler s(Options(64, 4, 64, /*max_batched_tokens=*/3));
+  for (int id = 1; id <= 3; ++id) ASSERT_TRUE(s.Add(Spec(id, 1, 8)).ok());
+  std::optional<Batch> b = s.Schedule();  // Three 1-token prompts: exactly the budget.
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(b->n_tokens(), 3);
+  ASSERT_TRUE(s.Complete(b->id, Tokens(*b)).ok());
+  ASSERT_TRUE(s.Add(Spec(4, 1, 8)).ok());
+  b = s.Schedule();
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(Ids(*b), (std::vector<int64_t>{1, 2, 3}));  // Decodes fill it; 4 waits.
+  EXPECT_EQ(s.Stats().n_waiting, 1);
+  ASSERT_TRUE(s.Complete(b->id, Tokens(*b)).ok());
+  ASSERT_TRUE(s.Finish(2).ok());
+  b = s.Schedule();
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(Ids(*b), (std::vector<int64_t>{1, 3, 4}));
+}
+
+TEST(SchedulerTest, LongPromptIsPrefilledInChunks) {
+  Scheduler s(Options(64, 4, 64, /*max_batched_tokens=*/10));
+  ASSERT_TRUE(s.Add(Spec(1, 25, 2)).ok());
+  const std::vector<int32_t> prompt = Iota(25, 1000);
+  int64_t n_past = 0;
+  for (int chunk : {10, 10, 5}) {
+    std::optional<Batch> b = s.Schedule();
+    ASSERT_TRUE(b.has_value());
+    ASSERT_EQ(b->entries.size(), 1u);
+    const BatchEntry& e = b->entries[0];
+    EXPECT_EQ(e.n_past, n_past);
+    ASSERT_EQ(static_cast<int>(e.tokens.size()), chunk);
+    EXPECT_TRUE(std::equal(e.tokens.begin(), e.tokens.end(), prompt.begin() + n_past));
+    EXPECT_EQ(e.wants_logits, chunk == 5);
+    EXPECT_EQ(e.block_table.size(), 7u);  // ceil(25 / 4), allocated at admission.
+    ASSERT_TRUE(s.Complete(b->id, Tokens(*b, 9)).ok());
+    n_past += chunk;
+  }
+  EXPECT_EQ(s.Lookup(1)->generated, (std::vector<int32_t>{9}));
+  std::optional<Batch> b = s.Schedule();
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(b->entries[0].n_past, 25);
+  EXPECT_EQ(b->entries[0].tokens, (std::vector<int32_t>{9}));
+}
+
+TEST(SchedulerTest, MaxNumSeqsCapsBatchAndRunningSet) {
+  Scheduler s(Options(64, 4, /*max_num_seqs=*/2));
+  for (int id = 1; id <= 5; ++id) ASSERT_TRUE(s.Add(Spec(id, 3, 4)).ok());
+  std::optional<Batch> b = s.Schedule();
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(Ids(*b), (std::vector<int64_t>{1, 2}));
+  ASSERT_TRUE(s.Complete(b->id, Tokens(*b)).ok());
+  b = s.Schedule();
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(Ids(*b), (std::vector<int64_t>{1, 2}));  // Running set full: 3.. wait.
+  EXPECT_EQ(s.Stats().n_waiting, 3);
+  ASSERT_TRUE(s.Complete(b->id, Tokens(*b)).ok());
+  ASSERT_TRUE(s.Finish(1).ok());
+  b = s.Schedule();
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(Ids(*b), (std::vector<int64_t>{2, 3}));  // Decode first, then FCFS admission.
+  EXPECT_EQ(s.Stats().max_batch_seqs_seen, 2);
+}
+
+TEST(SchedulerTest, AdmissionNeedsPromptPlusOneDecodeSlot) {
+  // 4 blocks of 4. Sequence 1: 11 tokens => 3 blocks (3 with the slot), admitted.
+  Scheduler s(Options(4, 4));
+  ASSERT_TRUE(s.Add(Spec(1, 11, 4)).ok());
+  ASSERT_TRUE(s.Add(Spec(2, 4, 4)).ok());  // Needs 2 (4 + slot) with 1 free: waits.
+  ASSERT_TRUE(s.Add(Spec(3, 3, 4)).ok());  // Would fit (3 + slot = 1 block) but FCFS.
+  std::optional<Batch> b = s.Schedule();
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(Ids(*b), (std::vector<int64_t>{1}));
+  EXPECT_EQ(s.Stats().n_free_blocks, 1);
+  EXPECT_EQ(s.Stats().n_waiting, 2);
+  ASSERT_TRUE(s.Complete(b->id, Tokens(*b)).ok());
+  ASSERT_TRUE(s.Cancel(2).ok());
+  // Now the head is 3: exactly one free block covers 3 tokens + the decode slot (and
+  // 1's decode at position 11 stays in its third block).
+  b = s.Schedule();
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(Ids(*b), (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(s.Stats().n_free_blocks, 0);
+}
+
+TEST(SchedulerTest, AdmissionEdgeExactFit) {
+  Scheduler s(Options(2, 4));
+  ASSERT_TRUE(s.Add(Spec(1, 7, 1)).ok());  // 7 + slot = 8 = 2 blocks exactly.
+  std::optional<Batch> b = s.Schedule();
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(b->entries[0].block_table.size(), 2u);
+  ASSERT_TRUE(s.Complete(b->id, Tokens(*b)).ok());
+  ASSERT_TRUE(s.Finish(1).ok());
+  EXPECT_STATUS_CODE(s.Add(Spec(2, 8, 1)), kInvalidArgument);  // 8 + slot = 3 blocks.
+  ExpectAllFree(s);
+}
+
+TEST(SchedulerTest, PreemptsTheNewestRunningSequence) {
+  // 4 blocks of 4; two 7-token prompts take 2 blocks each. When 1 grows past 8 positions
+  // it needs a third block and 2 (the newest) is evicted.
+  Driver d(Options(4, 4));
+  d.Add(Spec(1, 7, 9));
+  d.Add(Spec(2, 7, 9));
+  ASSERT_TRUE(d.ScheduleOne());
+  EXPECT_EQ(Ids(d.in_flight[0]), (std::vector<int64_t>{1, 2}));
+  d.CompleteOne();  // Both: 8 tokens, 7 cached.
+  ASSERT_TRUE(d.ScheduleOne());
+  EXPECT_EQ(Ids(d.in_flight[0]), (std::vector<int64_t>{1, 2}));
+  d.CompleteOne();  // Both: 9 tokens, 8 cached.
+  EXPECT_EQ(d.sched.Stats().n_free_blocks, 0);
+  ASSERT_TRUE(d.ScheduleOne());
+  EXPECT_EQ(Ids(d.in_flight[0]), (std::vector<int64_t>{1}));
+  SchedulerStats st = d.sched.Stats();
+  EXPECT_EQ(st.n_preemptions, 1);
+  EXPECT_EQ(st.n_waiting, 1);
+  std::optional<SequenceInfo> info = d.sched.Lookup(2);
+  ASSERT_TRUE(info.has_value());
+  EXPECT_EQ(info->state, SequenceState::kWaiting);
+  EXPECT_EQ(info->n_cached, 0);
+  EXPECT_EQ(info->n_blocks, 0);
+  EXPECT_EQ(info->n_preemptions, 1);
+  EXPECT_EQ(info->generated, d.generated[2]);  // Generated tokens are kept.
+  ASSERT_EQ(info->generated.size(), 2u);
+  const std::vector<int32_t> kept = info->generated;
+
+  // Run 1 to the end; 2 then re-prefills prompt + generated (9 tokens) in one entry.
+  while (d.sched.Lookup(1).has_value()) {
+    d.CompleteOne();
+    if (d.sched.Lookup(1).has_value()) {
+      ASSERT_TRUE(d.ScheduleOne());
+      EXPECT_EQ(Ids(d.in_flight.back()), (std::vector<int64_t>{1}));
+    }
+  }
+  ASSERT_TRUE(d.ScheduleOne());
+  const BatchEntry& e = d.in_flight.back().entries[0];
+  EXPECT_EQ(e.seq_id, 2);
+  EXPECT_EQ(e.n_past, 0);
+  EXPECT_EQ(e.tokens.size(), 9u);
+  EXPECT_TRUE(e.is_prefill);
+  EXPECT_TRUE(e.wants_logits);
+  EXPECT_TRUE(std::equal(kept.begin(), kept.end(), e.tokens.begin() + 7));
+  d.RunAll();
+  EXPECT_EQ(d.generated[1], Reference(d.specs[1]));
+  EXPECT_EQ(d.generated[2], Reference(d.specs[2]));  // Same tokens as without preemption.
+  ExpectAllFree(d.sched);
+}
+
+TEST(SchedulerTest, SequenceAskingForABlockCanEvictItself) {
+  // 2 blocks of 4. Sequence 1 (1-token prompt) and 2 (3 tokens) take one block each.
+  // 2 reaches position 4 first; 1 is older and already in the batch, so 2 evicts itself.
+  Driver d(Options(2, 4));
+  d.Add(Spec(1, 1, 5));
+  d.Add(Spec(2, 3, 5));
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(d.ScheduleOne());
+    EXPECT_EQ(Ids(d.in_flight[0]), (std::vector<int64_t>{1, 2}));
+    d.CompleteOne();
+  }
+  ASSERT_TRUE(d.ScheduleOne());
+  EXPECT_EQ(Ids(d.in_flight[0]), (std::vector<int64_t>{1}));
+  EXPECT_EQ(d.sched.Stats().n_preemptions, 1);
+  EXPECT_EQ(d.sched.Lookup(2)->state, SequenceState::kWaiting);
+  EXPECT_EQ(d.sched.Lookup(2)->generated.size(), 2u);
+  d.RunAll();
+  EXPECT_EQ(d.generated[1], Reference(d.specs[1]));
+  EXPECT_EQ(d.generated[2], Reference(d.specs[2]));
+  ExpectAllFree(d.sched);
+}
+
+TEST(SchedulerTest, InFlightSequencesAreNeverEvicted) {
+  // Sequence 2 is in flight when 1 needs a block: 1 waits instead of evicting it.
+  Driver d(Options(4, 4, /*max_num_seqs=*/1, 2048, /*in_flight=*/2));
+  d.Add(Spec(1, 7, 9));
+  d.Add(Spec(2, 7, 9));
+  ASSERT_TRUE(d.ScheduleOne());  // [1]
+  ASSERT_TRUE(d.ScheduleOne());  // [2]
+  d.CompleteOne();               // 1: 8 tokens.
+  ASSERT_TRUE(d.ScheduleOne());  // [1] decode at 7, no new block.
+  d.CompleteOne();               // 2 done prefill.
+  d.CompleteOne();               // 1: 9 tokens, needs a 3rd block at position 8.
+  ASSERT_TRUE(d.ScheduleOne());  // [1] evicts 2 (not in flight).
+  EXPECT_EQ(Ids(d.in_flight[0]), (std::vector<int64_t>{1}));
+  EXPECT_EQ(d.sched.Stats().n_preemptions, 1);
+  d.RunAll();
+  EXPECT_EQ(d.generated[2], Reference(d.specs[2]));
+
+  // Now the in-flight case proper.
+  Driver e(Options(4, 4, /*max_num_seqs=*/1, 2048, /*in_flight=*/2));
+  e.Add(Spec(1, 8, 8));  // 2 blocks, needs a 3rd at position 8 (first decode).
+  e.Add(Spec(2, 7, 9));  // 2 blocks.
+  ASSERT_TRUE(e.ScheduleOne());  // [1]
+  ASSERT_TRUE(e.ScheduleOne());  // [2]
+  e.CompleteOne();  // 1 wants a block; the newer 2 is in flight: 1 waits for it.
+  EXPECT_FALSE(e.sched.Schedule().has_value());
+  EXPECT_EQ(e.sched.Lookup(1)->state, SequenceState::kRunning);
+  EXPECT_EQ(e.sched.Stats().n_preemptions, 0);
+  e.CompleteOne();
+  ASSERT_TRUE(e.ScheduleOne());  // Now 2 can be evicted.
+  EXPECT_EQ(Ids(e.in_flight[0]), (std::vector<int64_t>{1}));
+  EXPECT_EQ(e.sched.Stats().n_preemptions, 1);
+  e.RunAll();
+  EXPECT_EQ(e.generated[1], Reference(e.specs[1]));
+  EXPECT_EQ(e.generated[2], Reference(e.specs[2]));
+  ExpectAllFree(e.sched);
+}
+
+TEST(SchedulerTest, InFlightBatchesAreDisjoint) {
+  Scheduler s(Options(64, 4, /*max_num_seqs=*/2, 2048, /*in_flight=*/3));
+  for (int id = 1; id <= 7; ++id) ASSERT_TRUE(s.Add(Spec(id, 3, 8)).ok());
+  std::optional<Batch> b1 = s.Schedule();
+  std::optional<Batch> b2 = s.Schedule();
+  std::optional<Batch> b3 = s.Schedule();
+  ASSERT_TRUE(b1 && b2 && b3);
+  EXPECT_EQ(Ids(*b1), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(Ids(*b2), (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(Ids(*b3), (std::vector<int64_t>{5, 6}));
+  EXPECT_LT(b1->id, b2->id);
+  EXPECT_LT(b2->id, b3->id);
+  EXPECT_FALSE(s.Schedule().has_value());  // Three in flight: the limit.
+  EXPECT_EQ(s.Stats().n_in_flight_batches, 3);
+  EXPECT_EQ(s.Stats().n_in_flight_seqs, 6);
+
+  // Completing the middle one frees exactly its sequences; 7 waits (running set is 6).
+  ASSERT_TRUE(s.Complete(b2->id, Tokens(*b2)).ok());
+  std::optional<Batch> b4 = s.Schedule();
+  ASSERT_TRUE(b4.has_value());
+  EXPECT_EQ(Ids(*b4), (std::vector<int64_t>{3, 4}));
+  EXPECT_FALSE(s.Schedule().has_value());
+  ASSERT_TRUE(s.Complete(b1->id, Tokens(*b1)).ok());
+  ASSERT_TRUE(s.Complete(b3->id, Tokens(*b3)).ok());
+  ASSERT_TRUE(s.Finish(5).ok());
+  std::optional<Batch> b5 = s.Schedule();
+  ASSERT_TRUE(b5.has_value());
+  EXPECT_EQ(Ids(*b5), (std::vector<int64_t>{1, 2}));
+  std::optional<Batch> b6 = s.Schedule();
+  ASSERT_TRUE(b6.has_value());
+  EXPECT_EQ(Ids(*b6), (std::vector<int64_t>{6, 7}));  // 6's decode, then 7 admitted.
+  EXPECT_EQ(b6->entries[1].n_past, 0);
+  EXPECT_FALSE(s.Schedule().has_value());  // 3 and 4 are in b4: nothing left to run.
+  EXPECT_EQ(s.Stats().n_in_flight_batches, 3);
+}
+
+TEST(SchedulerTest, NothingToScheduleWhileEverythingIsInFlight) {
+  Scheduler s(Options(64, 4, 64, 2048, /*in_flight=*/3));
+  ASSERT_TRUE(s.Add(Spec(1, 3, 8)).ok());
+  std::optional<Batch> b = s.Schedule();
+  ASSERT_TRUE(b.has_value());
+  EXPECT_FALSE(s.Schedule().has_value());
+  ASSERT_TRUE(s.Add(Spec(2, 3, 8)).ok());
+  std::optional<Batch> c = s.Schedule();
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(Ids(*c), (std::vector<int64_t>{2}));
+}
+
+TEST(SchedulerTest, CancelWaiting) {
+  Scheduler s(Options(64, 4, /*max_num_seqs=*/1));
+  ASSERT_TRUE(s.Add(Spec(1, 3, 8)).ok());
+  ASSERT_TRUE(s.Add(Spec(2, 3, 8)).ok());
+  ASSERT_TRUE(s.Cancel(1).ok());
+  EXPECT_FALSE(s.Lookup(1).has_value());
+  std::optional<Batch> b = s.Schedule();
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(Ids(*b), (std::vector<int64_t>{2}));
+  ASSERT_TRUE(s.Complete(b->id, Tokens(*b)).ok());
+  ASSERT_TRUE(s.Cancel(2).ok());
+  ExpectAllFree(s);
+}
+
+TEST(SchedulerTest, CancelRunningFreesAtOnce) {
+  Scheduler s(Options(8, 4));
+  ASSERT_TRUE(s.Add(Spec(1, 6, 8)).ok());
+  std::optional<Batch> b = s.Schedule();
+  ASSERT_TRUE(s.Complete(b->id, Tokens(*b)).ok());
+  EXPECT_EQ(s.Stats().n_free_blocks, 6);
+  ASSERT_TRUE(s.Cancel(1).ok());
+  ExpectAllFree(s);
+  EXPECT_STATUS_CODE(s.Cancel(1), kNotFound);
+  EXPECT_STATUS_CODE(s.Finish(1), kNotFound);
+  EXPECT_STATUS_CODE(s.Cancel(99), kNotFound);
+}
+
+TEST(SchedulerTest, CancelInFlightDropsAtCompletion) {
+  Scheduler s(Options(8, 4));
+  ASSERT_TRUE(s.Add(Spec(1, 6, 8)).ok());
+  ASSERT_TRUE(s.Add(Spec(2, 2, 8)).ok());
+  std::optional<Batch> b = s.Schedule();
+  ASSERT_TRUE(b.has_value());
+  ASSERT_TRUE(s.Cancel(1).ok());
+  EXPECT_FALSE(s.Lookup(1).has_value());
+  EXPECT_STATUS_CODE(s.Cancel(1), kNotFound);
+  EXPECT_EQ(s.Stats().n_free_blocks, 5);  // Workers may still write 1's blocks.
+  EXPECT_EQ(s.Stats().n_in_flight_seqs, 1);
+  // The worker still returns a token for 1; it is ignored.
+  absl::StatusOr<std::vector<TokenEvent>> ev = s.Complete(b->id, Tokens(*b));
+  ASSERT_TRUE(ev.ok()) << ev.status();
+  ASSERT_EQ(ev->size(), 1u);
+  EXPECT_EQ((*ev)[0].seq_id, 2);
+  EXPECT_EQ(s.Stats().n_free_blocks, 7);
+  // The id may be reused once it is gone.
+  EXPECT_TRUE(s.Add(Spec(1, 2, 2)).ok());
+  ASSERT_TRUE(s.Cancel(1).ok());
+  ASSERT_TRUE(s.Cancel(2).ok());
+  ExpectAllFree(s);
+}
+
+TEST(SchedulerTest, CancelInFlightThenFailBatch) {
+  Scheduler s(Options(8, 4));
+  ASSERT_TRUE(s.Add(Spec(1, 6, 8)).ok());
+  std::optional<Batch> b = s.Schedule();
+  ASSERT_TRUE(s.Cancel(1).ok());
+  ASSERT_TRUE(s.FailBatch(b->id).ok());
+  ExpectAllFree(s);
+  EXPECT_STATUS_CODE(s.FailBatch(b->id), kNotFound);
+}
+
+TEST(SchedulerTest, CancelPreemptedWaitingSequence) {
+  Driver d(Options(4, 4));
+  d.Add(Spec(1, 7, 9));
+  d.Add(Spec(2, 7, 9));
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(d.ScheduleOne());
+    d.CompleteOne();
+  }
+  ASSERT_TRUE(d.ScheduleOne());  // Evicts 2.
+  ASSERT_EQ(d.sched.Lookup(2)->state, SequenceState::kWaiting);
+  ASSERT_TRUE(d.sched.Cancel(2).ok());
+  d.RunAll();
+  EXPECT_EQ(d.generated[1], Reference(d.specs[1]));
+  ExpectAllFree(d.sched);
+}
+
+TEST(SchedulerTest, FailBatchRefeedsTheSamePositions) {
+  Scheduler s(Options(8, 4));
+  ASSERT_TRUE(s.Add(Spec(1, 5, 8)).ok());
+  std::optional<Batch> b = s.Schedule();
+  ASSERT_TRUE(s.Complete(b->id, Tokens(*b, 7)).ok());
+  b = s.Schedule();
+  ASSERT_TRUE(b.has_value());
+  ASSERT_TRUE(s.FailBatch(b->id).ok());
+  EXPECT_EQ(s.Lookup(1)->state, SequenceState::kRunning);
+  EXPECT_EQ(s.Lookup(1)->n_cached, 5);
+  std::optional<Batch> again = s.Schedule();
+  ASSERT_TRUE(again.has_value());
+  EXPECT_NE(again->id, b->id);
+  EXPECT_EQ(again->entries[0].n_past, 5);
+  EXPECT_EQ(again->entries[0].tokens, (std::vector<int32_t>{7}));
+  EXPECT_EQ(again->entries[0].block_table, b->entries[0].block_table);
+}
+
+TEST(SchedulerTest, CompleteValidatesResults) {
+  Scheduler s(Options(64, 4, 64, /*max_batched_tokens=*/6));
+  ASSERT_TRUE(s.Add(Spec(1, 3, 8)).ok());
+  ASSERT_TRUE(s.Add(Spec(2, 5, 8)).ok());  // Chunk of 3: wants no token.
+  std::optional<Batch> b = s.Schedule();
+  ASSERT_TRUE(b.has_value());
+  ASSERT_FALSE(b->entries[1].wants_logits);
+  EXPECT_STATUS_CODE(s.Complete(b->id + 100, Tokens(*b)), kNotFound);
+  EXPECT_STATUS_CODE(s.Complete(b->id, {}), kInvalidArgument);
+  const std::vector<SampledToken> extra = {{1, 5}, {2, 5}};
+  EXPECT_STATUS_CODE(s.Complete(b->id, extra), kInvalidArgument);
+  const std::vector<SampledToken> twice = {{1, 5}, {1, 6}};
+  EXPECT_STATUS_CODE(s.Complete(b->id, twice), kInvalidArgument);
+  const std::vector<SampledToken> stranger = {{1, 5}, {9, 5}};
+  EXPECT_STATUS_CODE(s.Complete(b->id, stranger), kInvalidArgument);
+  const std::vector<SampledToken> negative = {{1, -1}};
+  EXPECT_STATUS_CODE(s.Complete(b->id, negative), kInvalidArgument);
+  // Nothing changed: the batch is still in flight and a good result is accepted.
+  EXPECT_EQ(s.Lookup(1)->n_cached, 0);
+  EXPECT_EQ(s.Stats().n_in_flight_batches, 1);
+  const std::vector<SampledToken> good = {{1, 5}};
+  ASSERT_TRUE(s.Complete(b->id, good).ok());
+  EXPECT_EQ(s.Lookup(1)->generated, (std::vector<int32_t>{5}));
+  EXPECT_EQ(s.Lookup(2)->n_cached, 3);
+  EXPECT_STATUS_CODE(s.Complete(b->id, good), kNotFound);  // Already completed.
+}
+
+TEST(SchedulerTest, ConcurrentSequencesMatchTheirSoloRuns) {
+  Driver d(Options(64, 4, 64, 2048, /*in_flight=*/2));
+  for (int id = 1; id <= 16; ++id) d.Add(Spec(id, 1 + (id * 7) % 20, 3 + id % 9));
+  d.RunAll();
+  for (int id = 1; id <= 16; ++id) {
+    EXPECT_EQ(d.generated[id], Reference(d.specs[id])) << "sequence " << id;
+  }
+  EXPECT_GT(d.sched.Stats().max_batch_seqs_seen, 1);
+  EXPECT_EQ(d.finished.size(), 16u);
+  ExpectAllFree(d.sched);
+}
+
+// Random arrivals, lengths, completion order and cancellations on a small pool with up
+// to 3 batches in flight: every surviving sequence produces its reference tokens, the
+// fake KV cache is consistent throughout, and every block is free at the end.
+TEST(SchedulerTest, RandomisedStressAgainstReference) {
+  int64_t total_preemptions = 0;
+  size_t total_cancelled = 0;
+  int max_batch_seqs = 0;
+  for (int seed = 1; seed <= 20; ++seed) {
+    SCOPED_TRACE(::testing::Message() << "seed " << seed);
+    std::mt19937 rng(seed);
+    const int in_flight = 1 + seed % 3;
+    Driver d(Options(/*n_blocks=*/12, /*block_size=*/4, /*max_num_seqs=*/1 + seed % 5,
+                     /*max_batched_tokens=*/4 + seed % 13, in_flight));
+    std::vector<int64_t> cancelled;
+    int64_t next_id = 1;
+    for (int step = 0; step < 2000; ++step) {
+      const int action = static_cast<int>(rng() % 10);
+      if (action < 2 && next_id <= 40) {
+        const int n_prompt = 1 + static_cast<int>(rng() % 20);
+        const int max_tokens = 1 + static_cast<int>(rng() % (48 - n_prompt));
+        d.Add(Spec(next_id++, n_prompt, max_tokens));
+      } else if (action == 2 && !d.history.empty() && rng() % 4 == 0) {
+        // Cancel a random live sequence in whatever state it is.
+        const int64_t id = 1 + static_cast<int64_t>(rng() % (next_id - 1));
+        if (d.sched.Lookup(id).has_value()) {
+          ASSERT_TRUE(d.sched.Cancel(id).ok());
+          cancelled.push_back(id);
+        }
+      } else if (action < 7) {
+        d.ScheduleOne();
+      } else if (!d.in_flight.empty()) {
+        // Mostly pipeline order, sometimes out of order.
+        const size_t index = rng() % 4 == 0 ? rng() % d.in_flight.size() : 0;
+        d.CompleteOne(index);
+      }
+      if (::testing::Test::HasFailure()) return;
+    }
+    d.RunAll();
+    if (::testing::Test::HasFailure()) return;
+    for (const auto& [id, spec] : d.specs) {
+      if (std::find(cancelled.begin(), cancelled.end(), id) != cancelled.end()) continue;
+      EXPECT_EQ(d.generated[id], Reference(spec)) << "sequence " << id;
+    }
+    ExpectAllFree(d.sched);
+    EXPECT_EQ(d.sched.Stats().n_free_blocks, 12);
+    total_preemptions += d.sched.Stats().n_preemptions;
+    total_cancelled += cancelled.size();
+    max_batch_seqs = std::max(max_batch_seqs, d.sched.Stats().max_batch_seqs_seen);
+  }
+  // The workload really exercises the interesting paths.
+  EXPECT_GT(total_preemptions, 0);
+  EXPECT_GT(total_cancelled, 0u);
+  EXPECT_GT(max_batch_seqs, 1);
+}
+
+TEST(SchedulerTest, StressPreemptsAndBatches) {
+  // The same workload on a pool that forces preemption: preemptions happen and the
+  // results do not change.
+  Driver d(Options(/*n_blocks=*/10, /*block_size=*/2, 8, 64, /*in_flight=*/2));
+  for (int id = 1; id <= 12; ++id) d.Add(Spec(id, 2 + id % 5, 4 + id % 7));
+  d.RunAll();
+  const SchedulerStats st = d.sched.Stats();
+  EXPECT_GT(st.n_preemptions, 0);
+  EXPECT_GT(st.max_batch_seqs_seen, 1);
+  for (int id = 1; id <= 12; ++id) EXPECT_EQ(d.generated[id], Reference(d.specs[id])) << id;
+  ExpectAllFree(d.sched);
+}
+
+}  // namespace
+}  // namespace cascade::coordinator

@@ -1,0 +1,230 @@
+#!/usr/bin/env python3
+"""Integration tests of a real cluster: a real `cascade-coordinator` on a loopback port,
+real `cascade-worker` processes it launches, UCX between the stages, and the `cascade`
+CLI as the client. References are `cascade run` (one process) and, through it, the
+independent references of the engine tests.
+
+Usage: cluster_test.py BUILD_BIN_DIR TEST_NAME (one ctest per test; see CMakeLists.txt).
+Tests needing ../shared/testdata or the default model print SKIP when they are absent.
+To add a test, write `test_<name>` and list it in CMakeLists.txt.
+"""
+import concurrent.futures
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+BIN = sys.argv[1]
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TESTDATA = os.environ.get("CASCADE_TESTDATA") or os.path.join(ROOT, "..", "shared", "testdata")
+STORIES = os.path.join(TESTDATA, "models", "stories260K.gguf")
+TINY_HF = os.path.join(TESTDATA, "models", "tinystories-656k")
+TINY_GGUF = os.path.join(TESTDATA, "models", "tinystories-656k-q8_0.gguf")
+SMOL = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+CASCADE = os.path.join(BIN, "cascade")
+COORDINATOR = os.path.join(BIN, "cascade-coordinator")
+
+
+def need(*paths):
+    for p in paths:
+        if not os.path.exists(p):
+            print(f"SKIP: {p} not available (set CASCADE_TESTDATA or run scripts/setup.sh)")
+            sys.exit(0)
+
+
+def config_yaml(model, pipeline, kv_cache_mb=64, max_num_seqs=32, extra=""):
+    return (f"model: {{path: {model}}}\n"
+            f"parallel: {{pipeline: {pipeline}, tensor: 1}}\n"
+            f"nodes:\n  - {{name: n0, host: 127.0.0.1, devices: [{', '.join(['cpu'] * pipeline)}], launch: local}}\n"
+            f"server: {{listen: 127.0.0.1:0}}\n"
+            f"scheduler: {{max_num_seqs: {max_num_seqs}, max_batched_tokens: 1024, kv_block_size: 16, kv_cache_mb: {kv_cache_mb}}}\n"
+            + extra)
+
+
+@contextlib.contextmanager
+def cluster(model, pipeline, **kw):
+    with tempfile.TemporaryDirectory() as d:
+        cfg = os.path.join(d, "cluster.yaml")
+        with open(cfg, "w") as f:
+            f.write(config_yaml(model, pipeline, **kw))
+        log_path = os.path.join(d, "coordinator.log")
+        log = open(log_path, "w")
+        proc = subprocess.Popen([COORDINATOR, "--config", cfg], stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        address = None
+        deadline = time.time() + 120
+        while time.time() < deadline and address is None:
+            time.sleep(0.1)
+            text = open(log_path).read()
+            m = re.search(r"ready on (\S+)", text)
+            if m:
+                address = m.group(1)
+            if proc.poll() is not None:
+                raise AssertionError(f"coordinator exited with {proc.returncode}:\n{text}")
+        assert address, "coordinator not ready in 120 s:\n" + open(log_path).read()
+        try:
+            yield address, proc, log_path
+        finally:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            log.close()
+
+
+def run_json(*args):
+    p = subprocess.run([CASCADE, *args, "--json"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, f"cascade {' '.join(args)}: {p.stderr}"
+    return json.loads(p.stdout)
+
+
+def generate(address, *args, expect_rc=0):
+    p = subprocess.run([CASCADE, "generate", "--server", address, *args, "--json"], capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == expect_rc, f"generate {' '.join(args)}: rc {p.returncode}: {p.stderr}"
+    return json.loads(p.stdout) if expect_rc == 0 else p.stderr
+
+
+def status(address):
+    p = subprocess.run([CASCADE, "status", "--server", address, "--wait", "0"], capture_output=True, text=True, timeout=60)
+    return p.returncode, p.stdout + p.stderr
+
+
+def check_parity(model, prompts, pipelines, n_tokens):
+    """Greedy ids through the cluster equal `cascade run` for every prompt and PP."""
+    local = {}
+    for prompt in prompts:
+        local[prompt] = run_json("run", "--model", model, *prompt, "--temperature", "0", "--max-tokens", str(n_tokens),
+                                 "--ignore-eos")["token_ids"]
+    for pp in pipelines:
+        with cluster(model, pp) as (address, _, _):
+            for prompt in prompts:
+                got = generate(address, *prompt, "--temperature", "0", "--max-tokens", str(n_tokens), "--ignore-eos")
+                assert got["token_ids"] == local[prompt], f"PP={pp} {prompt}: {got['token_ids']} != {local[prompt]}"
+        print(f"PP={pp}: {len(prompts)} prompts identical to cascade run")
+
+
+def test_parity_stories():
+    need(STORIES)
+    prompts = [("--prompt-ids", "1"), ("--prompt", "Once upon a time"), ("--prompt", "The cat sat on the mat and")]
+    check_parity(STORIES, prompts, [1, 2, 3], 40)
+    # And the README's independent reference through PP=3.
+    with cluster(STORIES, 3) as (address, _, _):
+        got = generate(address, "--prompt-ids", "1", "--temperature", "0", "--max-tokens", "20")
+        assert got["token_ids"] == [403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401,
+                                    396, 267, 337], got
+
+
+def test_parity_tinystories():
+    need(TINY_HF, TINY_GGUF)
+    prompts = [("--prompt-ids", "1"), ("--prompt", "Lily and Ben went to the park")]
+    for model in (TINY_HF, TINY_GGUF):  # Two layers: PP = 1, 2.
+        check_parity(model, prompts, [1, 2], 32)
+
+
+def test_parity_smollm2():
+    need(SMOL)
+    prompts = [("--chat", "What is the capital of France?"), ("--prompt", "The quick brown fox"),
+               ("--prompt", "def fibonacci(n):")]
+    check_parity(SMOL, prompts, [1, 2, 3], 24)
+
+
+def test_concurrent_streams():
+    need(STORIES)
+    with cluster(STORIES, 2, max_num_seqs=16) as (address, _, _):
+        reqs = []
+        for i in range(16):
+            n = 8 + (i * 7) % 50
+            if i % 2 == 0:
+                reqs.append(("--prompt", f"Once upon a time {i}", "--temperature", "0", "--max-tokens", str(n), "--ignore-eos"))
+            else:
+                reqs.append(("--prompt-ids", "1", "--temperature", "1.0", "--top-k", "20", "--seed", str(i),
+                             "--max-tokens", str(n), "--ignore-eos"))
+        alone = {r: generate(address, *r)["token_ids"] for r in reqs}
+        with concurrent.futures.ThreadPoolExecutor(16) as ex:
+            together = dict(zip(reqs, ex.map(lambda r: generate(address, *r)["token_ids"], reqs)))
+        for r in reqs:
+            assert len(together[r]) == int(r[r.index("--max-tokens") + 1]), r
+            if "0" == r[r.index("--temperature") + 1]:
+                assert together[r] == alone[r], f"{r}: batched {together[r]} != alone {alone[r]}"
+        rc, text = status(address)
+        assert rc == 0, text
+        m = re.search(r"kv blocks (\d+) free of (\d+)", text)
+        assert m and m.group(1) == m.group(2), text
+        batch = int(re.search(r"largest batch (\d+)", text).group(1))
+        assert batch > 1, text
+        print(f"16 concurrent requests finished; largest batch {batch}; all KV blocks free")
+
+
+def test_invalid_requests():
+    need(STORIES)
+    with cluster(STORIES, 2, kv_cache_mb=1) as (address, _, _):
+        err = generate(address, "--prompt-ids", "1", "--top-p", "0", expect_rc=2)
+        assert "INVALID_ARGUMENT" in err and "top_p" in err, err
+        err = generate(address, "--prompt-ids", "1", "--temperature", "-1", expect_rc=2)
+        assert "INVALID_ARGUMENT" in err and "temperature" in err, err
+        err = generate(address, "--prompt-ids", "1", "--max-tokens", "0", expect_rc=2)
+        assert "INVALID_ARGUMENT" in err and "max_tokens" in err, err
+        err = generate(address, "--prompt-ids", "1,100000", expect_rc=2)
+        assert "INVALID_ARGUMENT" in err and "prompt" in err, err
+        long_prompt = ",".join(["1"] * 5000)
+        err = generate(address, "--prompt-ids", long_prompt, expect_rc=2)
+        assert "INVALID_ARGUMENT" in err and "prompt" in err and "context" in err, err
+        # The cluster still serves after rejecting them.
+        assert generate(address, "--prompt-ids", "1", "--max-tokens", "3")["finish_reason"] == "length"
+
+
+def test_config_errors_exit_2():
+    need(STORIES)
+    with tempfile.TemporaryDirectory() as d:
+        cases = {
+            "parallel: {pipeline: 2}\nnodes: []\n": "model",
+            f"model: {{path: {STORIES}}}\nparallel: {{pipeline: 0}}\nnodes: [{{name: a, host: h, devices: [cpu]}}]\n": "parallel.pipeline",
+            f"model: {{path: {STORIES}}}\nnodes: [{{name: a, host: h, devices: [gpu7]}}]\n": "nodes[0].devices[0]",
+            f"model: {{path: {STORIES}}}\nnodes: [{{name: a, host: h, devices: [cpu]}}]\nscheduler: {{kv_block_size: 3}}\n": "scheduler.kv_block_size",
+            f"model: {{path: /nonexistent.gguf}}\nnodes: [{{name: a, host: h, devices: [cpu]}}]\n": "model.path",
+        }
+        for text, key in cases.items():
+            cfg = os.path.join(d, "bad.yaml")
+            open(cfg, "w").write(text)
+            p = subprocess.run([COORDINATOR, "--config", cfg], capture_output=True, text=True, timeout=60)
+            assert p.returncode == 2, (text, p.returncode, p.stderr)
+            assert key in p.stderr and len(p.stderr.strip().splitlines()) == 1, (key, p.stderr)
+
+
+def test_worker_killed_mid_stream():
+    need(STORIES)
+    with cluster(STORIES, 2) as (address, proc, log_path):
+        workers = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        assert len(workers) == 2, workers
+        stream = subprocess.Popen([CASCADE, "generate", "--server", address, "--prompt-ids", "1", "--temperature", "0",
+                                   "--max-tokens", "2000", "--ignore-eos"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True)
+        time.sleep(0.5)
+        victim = workers[1]
+        os.kill(int(victim), signal.SIGKILL)
+        t0 = time.time()
+        out, err = stream.communicate(timeout=30)
+        elapsed = time.time() - t0
+        assert stream.returncode == 2, (stream.returncode, err)
+        assert "UNAVAILABLE" in err and victim in err, err
+        assert elapsed < 5, f"stream ended {elapsed:.1f} s after the kill"
+        # The coordinator stays up, reports degraded, refuses new work clearly.
+        assert proc.poll() is None
+        rc, text = status(address)
+        assert rc == 1 and "degraded" in text and "dead" in text, text
+        err = generate(address, "--prompt-ids", "1", "--max-tokens", "3", expect_rc=2)
+        assert "UNAVAILABLE" in err and "degraded" in err, err
+        print(f"stream ended with UNAVAILABLE {elapsed:.2f} s after kill -9 of worker {victim}")
+
+
+if __name__ == "__main__":
+    globals()["test_" + sys.argv[2]]()
+    print("PASS")

@@ -1,0 +1,75 @@
+// Executes the steps of one pipeline stage: the stage's layers over the paged KV cache,
+// hidden states received from the previous stage and sent to the next over
+// comm::Communicator, and on the last stage the LM head and per-sequence sampling.
+// Steps must arrive in the same order on every stage (the coordinator's step order), so
+// each hand-off pairs up without any extra protocol.
+//
+// Thread-safety: single owner (the worker's step thread).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "cascade/v1/cluster.pb.h"
+#include "comm/communicator.h"
+#include "kernels/ops.h"
+#include "model/kv_cache.h"
+#include "model/model_files.h"
+#include "model/sampler.h"
+#include "model/transformer.h"
+
+namespace cascade::worker {
+
+struct StageExecutorOptions {
+  std::string model_path;        // GGUF file or HF directory.
+  int64_t first_layer = 0;       // Layers [first_layer, last_layer).
+  int64_t last_layer = 0;
+  int stage = 0;                 // Pipeline stage index.
+  int n_stages = 1;
+  int64_t kv_blocks = 0;         // Blocks in this stage's KV cache.
+  int64_t kv_block_size = 16;
+  int n_threads = 1;             // CPU compute threads.
+};
+
+class StageExecutor {
+ public:
+  // Opens the model and loads the stage (reading only its tensors); `progress` gets the
+  // fraction of weight bytes faulted in. `comm` (borrowed, may be null when n_stages is
+  // 1) connects the stages: rank = stage.
+  static absl::StatusOr<std::unique_ptr<StageExecutor>> Create(
+      const StageExecutorOptions& options, comm::Communicator* comm,
+      const std::function<void(double)>& progress);
+
+  // Runs one step. On the last stage the result carries a sampled token for every
+  // sequence with `sample` set. InvalidArgument for a malformed step (bad ids, block
+  // tables); the communicator's error when a peer is gone.
+  absl::StatusOr<v1::StepResult> Execute(const v1::StepRequest& step);
+
+  int64_t weight_bytes() const { return transformer_->weight_bytes(); }
+  int64_t kv_bytes() const { return cache_->bytes(); }
+  bool is_last() const { return options_.stage == options_.n_stages - 1; }
+
+ private:
+  struct SeqState {
+    std::unique_ptr<model::Sampler> sampler;
+    std::vector<int32_t> history;  // Prompt and generated tokens, for penalties.
+  };
+  StageExecutor() = default;
+  absl::Status Sample(const v1::StepRequest& step, const std::vector<int64_t>& rows,
+                      v1::StepResult& result);
+
+  StageExecutorOptions options_;
+  comm::Communicator* comm_ = nullptr;
+  model::ModelFiles files_;
+  std::unique_ptr<kernels::Backend> backend_;
+  std::unique_ptr<model::Transformer> transformer_;
+  std::unique_ptr<model::KvCache> cache_;
+  absl::flat_hash_map<int64_t, SeqState> seqs_;
+  std::vector<float> hidden_, logits_;
+};
+
+}  // namespace cascade::worker

@@ -1,0 +1,106 @@
+// `cascade-worker --coordinator HOST:PORT --node NAME --device cpu [--threads N]
+// [--listen HOST:PORT]`: one worker per device. It serves the Worker RPCs, registers
+// with the coordinator, heartbeats, and exits when the coordinator goes away.
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include "cascade/v1/cluster.grpc.pb.h"
+#include "core/args.h"
+#include "core/logging.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/server_builder.h"
+#include "worker/worker_service.h"
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+void OnSignal(int) { g_stop = true; }
+
+int Fail(const std::string& msg) {
+  std::fprintf(stderr, "cascade-worker: %s\n", msg.c_str());
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace cascade;
+  Args args({"coordinator", "node", "device", "threads", "listen", "advertise"}, {});
+  if (auto s = args.Parse(argc, argv, 1); !s.ok()) return Fail(std::string(s.message()));
+  auto coordinator = args.Require("coordinator");
+  if (!coordinator.ok()) return Fail(std::string(coordinator.status().message()));
+  const std::string node = args.GetOr("node", "n0");
+  const std::string device = args.GetOr("device", "cpu");
+  if (device != "cpu") return Fail("--device " + device + ": this build serves cpu workers only");
+  auto threads = args.GetInt("threads", 1);
+  if (!threads.ok() || *threads < 1) return Fail("--threads must be a positive integer");
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGINT, OnSignal);
+
+  worker::WorkerServiceOptions opts;
+  opts.n_threads = static_cast<int>(*threads);
+  opts.coordinator = *coordinator;
+  worker::WorkerService service(opts);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  const std::string listen = args.GetOr("listen", "127.0.0.1:0");
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  builder.SetMaxReceiveMessageSize(64 << 20);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) return Fail("cannot listen on " + listen);
+  const std::string host = args.GetOr("advertise", listen.substr(0, listen.rfind(':')));
+  const std::string address = host + ":" + std::to_string(port);
+
+  auto stub = v1::Coordinator::NewStub(grpc::CreateChannel(*coordinator, grpc::InsecureChannelCredentials()));
+  v1::RegisterRequest reg;
+  reg.set_address(address);
+  reg.set_node(node);
+  reg.set_device(device);
+  reg.set_pid(getpid());
+  reg.set_n_threads(opts.n_threads);
+  reg.set_memory_bytes(static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE));
+  v1::RegisterResponse assigned;
+  // The coordinator may still be starting: retry for up to a minute.
+  for (int attempt = 0;; ++attempt) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    const grpc::Status s = stub->Register(&ctx, reg, &assigned);
+    if (s.ok()) break;
+    if (s.error_code() != grpc::StatusCode::UNAVAILABLE && s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
+      return Fail("registration refused: " + s.error_message());
+    }
+    if (attempt >= 60 || g_stop) return Fail("coordinator " + *coordinator + " unreachable: " + s.error_message());
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+  CASCADE_LOG(Info) << "worker " << address << " registered as rank " << assigned.rank() << " (stage "
+                    << assigned.stage() << "/" << assigned.n_stages() << ")";
+
+  // Heartbeats; three missed in a row (coordinator gone) end the worker.
+  const auto interval = std::chrono::milliseconds(std::max<int64_t>(assigned.heartbeat_ms(), 100));
+  int missed = 0;
+  while (!g_stop) {
+    std::this_thread::sleep_for(interval);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + interval * 2);
+    v1::HeartbeatRequest hb;
+    hb.set_rank(assigned.rank());
+    v1::HeartbeatResponse resp;
+    const grpc::Status s = stub->Heartbeat(&ctx, hb, &resp);
+    if (s.ok() && resp.shutdown()) break;
+    missed = s.ok() ? 0 : missed + 1;
+    if (missed >= 3) {
+      CASCADE_LOG(Warning) << "coordinator unreachable (" << s.error_message() << "); exiting";
+      break;
+    }
+  }
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  return 0;
+}

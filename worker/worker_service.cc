@@ -1,0 +1,88 @@
+#include "worker/worker_service.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/logging.h"
+#include "core/status.h"
+#include "core/str_cat.h"
+#include "proto/grpc_status.h"
+#include "worker/grpc_rendezvous.h"
+
+namespace cascade::worker {
+
+WorkerService::WorkerService(const WorkerServiceOptions& options) : options_(options) {}
+WorkerService::~WorkerService() = default;
+
+grpc::Status WorkerService::LoadShard(grpc::ServerContext* context, const v1::LoadShardRequest* req,
+                                      grpc::ServerWriter<v1::LoadProgress>* writer) {
+  std::lock_guard<std::mutex> lock(mu_);
+  executor_.reset();
+  comm_.reset();
+  CASCADE_LOG(Info) << "loading stage " << req->stage() << "/" << req->n_stages() << ": layers ["
+                    << req->first_layer() << ", " << req->last_layer() << ") of " << req->model_path();
+  // The data plane first: every stage connects to its neighbours through the rendezvous.
+  if (req->n_stages() > 1) {
+    rendezvous_ = std::make_unique<GrpcRendezvous>(options_.coordinator);
+    comm::GroupOptions g;
+    g.group = req->group() + "/pp";
+    g.rank = req->stage();
+    g.size = req->n_stages();
+    g.timeout_ms = options_.comm_timeout_ms;
+    auto c = comm::UcxCommunicator::Create(g, rendezvous_.get());
+    if (!c.ok()) return ToGrpc(Annotate(c.status(), "connecting the pipeline stages"));
+    comm_ = std::move(*c);
+  }
+  StageExecutorOptions o;
+  o.model_path = req->model_path();
+  o.first_layer = req->first_layer();
+  o.last_layer = req->last_layer();
+  o.stage = req->stage();
+  o.n_stages = req->n_stages();
+  o.kv_blocks = req->kv_blocks();
+  o.kv_block_size = req->kv_block_size();
+  o.n_threads = options_.n_threads;
+  double last_sent = -1;
+  auto e = StageExecutor::Create(o, comm_.get(), [&](double f) {
+    if (f - last_sent < 0.05 && f < 1.0) return;
+    last_sent = f;
+    v1::LoadProgress p;
+    p.set_fraction(f);
+    writer->Write(p);
+  });
+  if (!e.ok()) return ToGrpc(e.status());
+  executor_ = std::move(*e);
+  v1::LoadProgress done;
+  done.set_fraction(1.0);
+  done.set_done(true);
+  done.set_weight_bytes(executor_->weight_bytes());
+  done.set_kv_bytes(executor_->kv_bytes());
+  writer->Write(done);
+  CASCADE_LOG(Info) << "stage " << req->stage() << " ready: " << executor_->weight_bytes() / 1048576.0
+                    << " MiB weights, " << executor_->kv_bytes() / 1048576.0 << " MiB KV";
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::Step(grpc::ServerContext* context,
+                                 grpc::ServerReaderWriter<v1::StepResult, v1::StepRequest>* stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (executor_ == nullptr) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "Step before LoadShard");
+  }
+  v1::StepRequest req;
+  while (stream->Read(&req)) {
+    auto result = executor_->Execute(req);
+    if (!result.ok()) {
+      CASCADE_LOG(Error) << "step " << req.step_id() << " failed: " << result.status().ToString();
+      v1::StepResult err;
+      err.set_step_id(req.step_id());
+      err.set_error(std::string(result.status().message()));
+      stream->Write(err);
+      return ToGrpc(result.status());
+    }
+    if (!stream->Write(*result)) break;
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace cascade::worker

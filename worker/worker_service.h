@@ -1,0 +1,42 @@
+// The gRPC face of a worker: `LoadShard` builds the stage (data plane first, then the
+// weights and KV cache), `Step` streams steps to the StageExecutor in arrival order.
+// One step stream at a time; LoadShard and Step never run concurrently (the coordinator
+// loads before it steps), which a mutex enforces.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "cascade/v1/cluster.grpc.pb.h"
+#include "comm/communicator.h"
+#include "comm/ucx_communicator.h"
+#include "worker/stage_executor.h"
+
+namespace cascade::worker {
+
+struct WorkerServiceOptions {
+  int n_threads = 1;                       // CPU compute threads for the stage.
+  std::string coordinator;                 // host:port, for the rendezvous keys.
+  int64_t comm_timeout_ms = 30000;         // Data-plane operations give up after this.
+};
+
+class WorkerService final : public v1::Worker::Service {
+ public:
+  explicit WorkerService(const WorkerServiceOptions& options);
+  ~WorkerService() override;
+
+  grpc::Status LoadShard(grpc::ServerContext* context, const v1::LoadShardRequest* request,
+                         grpc::ServerWriter<v1::LoadProgress>* writer) override;
+  grpc::Status Step(grpc::ServerContext* context,
+                    grpc::ServerReaderWriter<v1::StepResult, v1::StepRequest>* stream) override;
+
+ private:
+  WorkerServiceOptions options_;
+  std::mutex mu_;  // Serialises LoadShard and Step.
+  std::unique_ptr<comm::Rendezvous> rendezvous_;
+  std::unique_ptr<comm::Communicator> comm_;
+  std::unique_ptr<StageExecutor> executor_;
+};
+
+}  // namespace cascade::worker
