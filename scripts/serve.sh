@@ -1,18 +1,38 @@
 #!/usr/bin/env bash
-# The main job: set up, build, then show the default model SmolLM2-135M-Instruct at work:
-# its metadata, the tokenization of a chat prompt, and a streamed answer.
+# The main job: set up, build, start the local cluster of configs/local-cpu.yaml
+# (SmolLM2-135M-Instruct in two pipeline stages: a coordinator and two worker
+# processes talking UCX), stream the answer to a chat question, print the command to
+# talk to it, and keep serving in the foreground until Ctrl-C.
+#   scripts/serve.sh [--once] [QUESTION]     --once: exit after the answer
 set -euo pipefail
 cd "$(dirname "$0")/.."
+ONCE=0
+if [[ ${1:-} == "--once" ]]; then ONCE=1; shift; fi
+QUESTION=${1:-"What is the capital of France?"}
+CONFIG=${CASCADE_CONFIG:-configs/local-cpu.yaml}
 ./scripts/setup.sh
 ./scripts/build.sh >/dev/null
-MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf
-QUESTION=${1:-"What is the capital of France?"}
 BIN=${CASCADE_BUILD_DIR:-build}/bin
-echo "== cascade info --model $MODEL"
-"$BIN/cascade" info --model "$MODEL"
+LOG=$(mktemp -t cascade-coordinator.XXXXXX.log)
+
+"$BIN/cascade-coordinator" --config "$CONFIG" > >(tee "$LOG" >&2) 2>&1 &
+COORD=$!
+trap 'kill $COORD 2>/dev/null; wait $COORD 2>/dev/null; rm -f "$LOG"' EXIT
+for _ in $(seq 1 600); do
+  ADDR=$(grep -o 'ready on [^ ]*' "$LOG" | head -1 | cut -d' ' -f3 || true)
+  [[ -n $ADDR ]] && break
+  kill -0 $COORD 2>/dev/null || { echo "serve: the coordinator exited (see above)" >&2; exit 1; }
+  sleep 0.1
+done
+[[ -n ${ADDR:-} ]] || { echo "serve: the cluster did not become ready" >&2; exit 1; }
+
 echo
-echo "== cascade tokenize --model $MODEL --chat \"$QUESTION\""
-"$BIN/cascade" tokenize --model "$MODEL" --chat "$QUESTION"
+echo "== cascade generate --server $ADDR --chat \"$QUESTION\""
+"$BIN/cascade" generate --server "$ADDR" --chat "$QUESTION" --temperature 0 --max-tokens 128
 echo
-echo "== cascade run --model $MODEL --chat \"$QUESTION\""
-"$BIN/cascade" run --model "$MODEL" --chat "$QUESTION" --max-tokens 128
+"$BIN/cascade" status --server "$ADDR" --wait 0
+echo
+echo "Talk to it:  $BIN/cascade chat --server $ADDR      (or: $BIN/cascade generate --server $ADDR --prompt \"...\")"
+[[ $ONCE == 1 ]] && exit 0
+echo "Serving in the foreground; Ctrl-C stops the cluster."
+wait $COORD
