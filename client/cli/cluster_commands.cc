@@ -109,7 +109,7 @@ int ChatCommand(int argc, char** argv) {
 }
 
 int StatusCommand(int argc, char** argv) {
-  Args args({"server", "wait", "timeout"}, {"json"});
+  Args args({"server", "wait", "timeout"}, {});
   if (auto s = args.Parse(argc, argv, 2); !s.ok()) return Fail("status", s);
   auto c = Connect(args);
   if (!c.ok()) return Fail("status", c.status());

@@ -12,6 +12,7 @@ int RunCommand(int argc, char** argv);
 int GenerateCommand(int argc, char** argv);
 int ChatCommand(int argc, char** argv);
 int StatusCommand(int argc, char** argv);
+int BenchCommand(int argc, char** argv);
 
 // Prints `status` as one line on stderr and returns 2.
 int Fail(const char* command, const absl::Status& status);

@@ -16,7 +16,8 @@ constexpr char kUsage[] =
     "            [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [--threads N] [--json]\n"
     "  generate  --server ADDR (--prompt T | --prompt-ids 1,2,3 | --chat T) [flags as run] [--json]\n"
     "  chat      --server ADDR [--system T] [sampling flags]   interactive, streamed\n"
-    "  status    --server ADDR [--wait SECONDS] [--json]        exit 0 once the cluster is ready\n";
+    "  status    --server ADDR [--wait SECONDS]                 exit 0 once the cluster is ready\n"
+    "  bench     --server ADDR [--requests N] [--concurrency C] [--prompt-tokens P] [--max-tokens M] [--json FILE]\n";
 
 }  // namespace
 
@@ -32,6 +33,7 @@ int main(int argc, char** argv) {
   if (cmd == "generate") return cascade::cli::GenerateCommand(argc, argv);
   if (cmd == "chat") return cascade::cli::ChatCommand(argc, argv);
   if (cmd == "status") return cascade::cli::StatusCommand(argc, argv);
+  if (cmd == "bench") return cascade::cli::BenchCommand(argc, argv);
   std::fprintf(stderr, "cascade: unknown command '%s' (try `cascade help`)\n", cmd.c_str());
   return 2;
 }
