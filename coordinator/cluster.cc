@@ -44,7 +44,9 @@ absl::StatusOr<v1::RegisterResponse> Cluster::Register(const v1::RegisterRequest
   std::lock_guard<std::mutex> lock(mu_);
   const std::string device = req.device();
   for (auto& s : slots_) {
-    if (s->state != WorkerState::kWaiting || s->stage.node != req.node() || s->stage.device.ToString() != device) continue;
+    // A dead stage takes a new worker too (a restarted one): Recover then rebuilds.
+    const bool open = s->state == WorkerState::kWaiting || s->state == WorkerState::kDead;
+    if (!open || s->stage.node != req.node() || s->stage.device.ToString() != device) continue;
     s->state = WorkerState::kRegistered;
     s->address = req.address();
     s->pid = req.pid();
@@ -63,7 +65,9 @@ absl::StatusOr<v1::RegisterResponse> Cluster::Register(const v1::RegisterRequest
   }
   std::string open;
   for (auto& s : slots_) {
-    if (s->state == WorkerState::kWaiting) open += StrCat(open.empty() ? "" : ", ", s->stage.node, "/", s->stage.device.ToString());
+    if (s->state == WorkerState::kWaiting || s->state == WorkerState::kDead) {
+      open += StrCat(open.empty() ? "" : ", ", s->stage.node, "/", s->stage.device.ToString());
+    }
   }
   return absl::FailedPreconditionError(StrCat("no stage waits for a worker on node '", req.node(), "' device '", device,
                                               "'; waiting: ", open.empty() ? "none" : open));
@@ -98,10 +102,15 @@ absl::Status Cluster::BringUp(std::chrono::milliseconds timeout) {
     }
     for (auto& s : slots_) s->state = WorkerState::kLoading;
   }
+  return LoadAllAndOpenStreams();
+}
+
+absl::Status Cluster::LoadAllAndOpenStreams() {
   // Load all stages at once: their data plane connects during the load.
+  const std::string group = StrCat(options_.group, "/g", generation_);
   std::vector<absl::Status> results(slots_.size());
   std::vector<std::thread> loaders;
-  for (int i = 0; i < n_stages(); ++i) loaders.emplace_back([&, i] { results[i] = LoadOne(i); });
+  for (int i = 0; i < n_stages(); ++i) loaders.emplace_back([&, i] { results[i] = LoadOne(i, group); });
   for (auto& t : loaders) t.join();
   for (const absl::Status& s : results) {
     if (!s.ok()) return s;
@@ -118,7 +127,47 @@ absl::Status Cluster::BringUp(std::chrono::milliseconds timeout) {
   return absl::OkStatus();
 }
 
-absl::Status Cluster::LoadOne(int i) {
+bool Cluster::CanRecover() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!streams_open_) return false;
+  bool any_registered = false;
+  for (const auto& s : slots_) {
+    if (s->state == WorkerState::kDead || s->state == WorkerState::kWaiting) return false;
+    any_registered = any_registered || s->state == WorkerState::kRegistered;
+  }
+  return any_registered;
+}
+
+absl::Status Cluster::Recover() {
+  std::vector<std::thread> readers;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& s : slots_) {
+      s->state = WorkerState::kLoading;  // Before cancelling: a closed stream is expected now.
+      if (s->step_ctx) s->step_ctx->TryCancel();
+      if (s->reader.joinable()) readers.push_back(std::move(s->reader));
+    }
+  }
+  for (auto& t : readers) t.join();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    streams_open_ = false;
+    results_.clear();
+    for (auto& s : slots_) {
+      s->stream.reset();
+      s->step_ctx.reset();
+      s->state = WorkerState::kLoading;
+      s->death.clear();
+    }
+  }
+  ++generation_;
+  CASCADE_LOG(Info) << "recovering: reloading " << n_stages() << " stage(s) into data-plane generation " << generation_;
+  absl::Status s = LoadAllAndOpenStreams();
+  if (s.ok()) CASCADE_LOG(Info) << "recovered: every stage is ready again";
+  return s;
+}
+
+absl::Status Cluster::LoadOne(int i, const std::string& group) {
   v1::Worker::Stub* stub;
   StagePlan stage;
   std::string address;
@@ -136,7 +185,7 @@ absl::Status Cluster::LoadOne(int i) {
   req.set_n_stages(n_stages());
   req.set_kv_blocks(options_.kv_blocks);
   req.set_kv_block_size(options_.kv_block_size);
-  req.set_group(options_.group);
+  req.set_group(group);
   req.set_max_batched_tokens(options_.max_batched_tokens);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(10));
@@ -184,7 +233,7 @@ void Cluster::ReadResults(int i) {
     MarkDead(i, StrCat("step failed: ", error));
   } else if (!s.ok() && s.error_code() != grpc::StatusCode::CANCELLED) {
     MarkDead(i, s.error_message());
-  } else if (slots_[i]->state != WorkerState::kDead) {
+  } else if (slots_[i]->state == WorkerState::kReady) {
     MarkDead(i, "step stream closed");
   }
   cv_.notify_all();

@@ -55,6 +55,13 @@ class Cluster {
   // step streams. Unavailable / DeadlineExceeded naming the stage that failed.
   absl::Status BringUp(std::chrono::milliseconds timeout);
 
+  // True when a stage died and every stage now has a live, registered worker again (a
+  // restarted worker registered): `Recover` can rebuild the pipeline.
+  bool CanRecover() const;
+  // Closes the old step streams, reloads every stage into a fresh data-plane group and
+  // reopens the streams. Engine-loop thread only, with no step in flight.
+  absl::Status Recover();
+
   // Sends a step to every stage. Unavailable when a stage is dead.
   absl::Status SendStep(const v1::StepRequest& step);
   // The next result of the last stage, waiting up to `timeout` (DeadlineExceeded);
@@ -84,7 +91,8 @@ class Cluster {
     std::unique_ptr<grpc::ClientReaderWriter<v1::StepRequest, v1::StepResult>> stream;
     std::thread reader;
   };
-  absl::Status LoadOne(int stage);
+  absl::Status LoadOne(int stage, const std::string& group);
+  absl::Status LoadAllAndOpenStreams();
   void ReadResults(int stage);
   void MarkDead(int stage, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string DeadDescription() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -96,6 +104,7 @@ class Cluster {
   std::vector<std::unique_ptr<Slot>> slots_ ABSL_GUARDED_BY(mu_);
   std::deque<v1::StepResult> results_ ABSL_GUARDED_BY(mu_);
   bool streams_open_ ABSL_GUARDED_BY(mu_) = false;
+  int generation_ = 0;  // Data-plane group generation; bumped by Recover.
 };
 
 }  // namespace cascade::coordinator

@@ -85,6 +85,11 @@ void Engine::Loop() {
         FailAll(absl::UnavailableError(dead));
       }
     }
+    if (in_flight_.empty() && cluster_->CanRecover()) {
+      // A restarted worker registered: rebuild the pipeline, then serve again.
+      if (absl::Status st = cluster_->Recover(); !st.ok()) CASCADE_LOG(Error) << "recovery failed: " << st.ToString();
+      continue;
+    }
     const bool sent = FillPipeline();
     if (!in_flight_.empty()) {
       auto r = cluster_->NextResult(std::chrono::milliseconds(100));

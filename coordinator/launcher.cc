@@ -24,8 +24,10 @@ std::string DefaultWorkerBinary() {
   return (self.parent_path() / "cascade-worker").string();
 }
 
-Launcher::Launcher(std::string worker_binary, std::string coordinator_address)
-    : worker_binary_(std::move(worker_binary)), coordinator_address_(std::move(coordinator_address)) {}
+Launcher::Launcher(std::string worker_binary, std::string coordinator_address, std::chrono::milliseconds restart_delay)
+    : worker_binary_(std::move(worker_binary)),
+      coordinator_address_(std::move(coordinator_address)),
+      restart_delay_(restart_delay) {}
 
 Launcher::~Launcher() { StopAll(); }
 
@@ -33,6 +35,17 @@ absl::Status Launcher::Launch(const WorkerLaunch& l) {
   if (::access(worker_binary_.c_str(), X_OK) != 0) {
     return absl::NotFoundError(StrCat("worker binary ", worker_binary_, " is missing or not executable"));
   }
+  auto child = std::make_unique<Child>();
+  child->launch = l;
+  if (absl::Status s = Spawn(child.get()); !s.ok()) return s;
+  Child* c = child.get();
+  children_.push_back(std::move(child));
+  c->logger = std::thread([this, c] { Supervise(c); });
+  return absl::OkStatus();
+}
+
+absl::Status Launcher::Spawn(Child* c) {
+  const WorkerLaunch& l = c->launch;
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return absl::InternalError(StrCat("pipe: ", std::strerror(errno)));
   std::vector<std::string> args = {worker_binary_, "--coordinator", coordinator_address_, "--node", l.node,
@@ -59,41 +72,48 @@ absl::Status Launcher::Launch(const WorkerLaunch& l) {
     ::_exit(127);
   }
   ::close(fds[1]);
-  auto child = std::make_unique<Child>();
-  child->launch = l;
-  child->pid = pid;
-  child->out_fd = fds[0];
-  Child* c = child.get();
-  children_.push_back(std::move(child));
-  c->logger = std::thread([this, c] { Forward(c); });
+  {
+    std::lock_guard<std::mutex> lock(c->mu);
+    c->pid = pid;
+    c->out_fd = fds[0];
+  }
   CASCADE_LOG(Info) << "launched worker for stage " << l.stage << " (pid " << pid << ")";
   return absl::OkStatus();
 }
 
-void Launcher::Forward(Child* c) {
-  FILE* in = ::fdopen(c->out_fd, "r");
-  char line[4096];
-  while (in != nullptr && std::fgets(line, sizeof(line), in) != nullptr) {
-    std::fprintf(stderr, "[stage %d] %s", c->launch.stage, line);
-    std::lock_guard<std::mutex> lock(c->mu);
-    c->tail.emplace_back(line);
-    if (c->tail.size() > 20) c->tail.pop_front();
-  }
-  if (in != nullptr) std::fclose(in);
-  int status = 0;
-  ::waitpid(c->pid, &status, 0);
-  std::string why = WIFSIGNALED(status) ? StrCat("killed by signal ", WTERMSIG(status))
-                                        : StrCat("exited with code ", WEXITSTATUS(status));
-  bool stopping;
-  {
-    std::lock_guard<std::mutex> lock(c->mu);
-    stopping = c->stopping;
-    if (!stopping && !c->tail.empty()) why += StrCat("; last output: ", c->tail.back());
-  }
-  if (!why.empty() && why.back() == '\n') why.pop_back();
-  if (!stopping) {
-    CASCADE_LOG(Error) << "worker for stage " << c->launch.stage << " (pid " << c->pid << ") " << why;
+void Launcher::Supervise(Child* c) {
+  while (true) {
+    FILE* in = ::fdopen(c->out_fd, "r");
+    char line[4096];
+    while (in != nullptr && std::fgets(line, sizeof(line), in) != nullptr) {
+      std::fprintf(stderr, "[stage %d] %s", c->launch.stage, line);
+      std::lock_guard<std::mutex> lock(c->mu);
+      c->tail.emplace_back(line);
+      if (c->tail.size() > 20) c->tail.pop_front();
+    }
+    if (in != nullptr) std::fclose(in);
+    int status = 0;
+    ::waitpid(c->pid, &status, 0);
+    std::string why = WIFSIGNALED(status) ? StrCat("killed by signal ", WTERMSIG(status))
+                                          : StrCat("exited with code ", WEXITSTATUS(status));
+    {
+      std::lock_guard<std::mutex> lock(c->mu);
+      if (c->stopping) return;
+      if (!c->tail.empty()) why += StrCat("; last output: ", c->tail.back());
+    }
+    if (!why.empty() && why.back() == '\n') why.pop_back();
+    CASCADE_LOG(Error) << "worker for stage " << c->launch.stage << " (pid " << c->pid << ") " << why
+                       << "; restarting it in " << restart_delay_.count() << " ms";
     if (on_exit_) on_exit_(c->launch.stage, why);
+    std::this_thread::sleep_for(restart_delay_);
+    {
+      std::lock_guard<std::mutex> lock(c->mu);
+      if (c->stopping) return;
+    }
+    if (absl::Status s = Spawn(c); !s.ok()) {
+      CASCADE_LOG(Error) << "cannot restart the worker for stage " << c->launch.stage << ": " << s.ToString();
+      return;
+    }
   }
 }
 
@@ -101,7 +121,7 @@ void Launcher::StopAll() {
   for (auto& c : children_) {
     std::lock_guard<std::mutex> lock(c->mu);
     c->stopping = true;
-    ::kill(-c->pid, SIGTERM);
+    if (c->pid > 0) ::kill(-c->pid, SIGTERM);
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
   for (auto& c : children_) {

@@ -1,10 +1,12 @@
 // Starts the local workers of a plan as child processes (`launch: local` nodes): each in
 // its own process group, with an explicit environment, killed when the coordinator dies
 // (PR_SET_PDEATHSIG). Their output is forwarded line by line with a "[stage N]" prefix,
-// and the last lines are kept so a worker that dies can be explained.
+// and the last lines are kept so a worker that dies can be explained. A worker that dies
+// is started again after `restart_delay` (it registers anew and the cluster recovers).
 // Thread-safety: Launch/StopAll from one thread; the log threads are internal.
 #pragma once
 
+#include <chrono>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -28,7 +30,8 @@ struct WorkerLaunch {
 class Launcher {
  public:
   // `worker_binary`: path of cascade-worker; `coordinator_address`: what workers dial.
-  Launcher(std::string worker_binary, std::string coordinator_address);
+  Launcher(std::string worker_binary, std::string coordinator_address,
+           std::chrono::milliseconds restart_delay = std::chrono::milliseconds(1000));
   ~Launcher();  // Stops every worker (SIGTERM, then SIGKILL after a grace period).
 
   absl::Status Launch(const WorkerLaunch& launch);
@@ -46,10 +49,12 @@ class Launcher {
     std::deque<std::string> tail;
     bool stopping = false;
   };
-  void Forward(Child* child);
+  void Supervise(Child* child);
+  absl::Status Spawn(Child* child);
 
   std::string worker_binary_;
   std::string coordinator_address_;
+  std::chrono::milliseconds restart_delay_;
   std::function<void(int, const std::string&)> on_exit_;
   std::vector<std::unique_ptr<Child>> children_;
 };

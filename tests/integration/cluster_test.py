@@ -223,6 +223,17 @@ def test_worker_killed_mid_stream():
         err = generate(address, "--prompt-ids", "1", "--max-tokens", "3", expect_rc=2)
         assert "UNAVAILABLE" in err and "degraded" in err, err
         print(f"stream ended with UNAVAILABLE {elapsed:.2f} s after kill -9 of worker {victim}")
+        # The launcher restarts the worker; it registers and the cluster rebuilds itself.
+        t0 = time.time()
+        while time.time() - t0 < 60:
+            rc, text = status(address)
+            if rc == 0:
+                break
+            time.sleep(0.5)
+        assert rc == 0, f"cluster not whole again after 60 s:\n{text}"
+        got = generate(address, "--prompt-ids", "1", "--temperature", "0", "--max-tokens", "20")
+        assert got["token_ids"][:3] == [403, 407, 261], got
+        print(f"whole again {time.time() - t0:.1f} s later; serving the same greedy ids")
 
 
 if __name__ == "__main__":
