@@ -138,15 +138,21 @@ void Engine::Admit() {
 }
 
 void Engine::DropCancelled() {
+  bool dropped = false;
   for (auto it = active_.begin(); it != active_.end();) {
     if (it->second->channel->cancelled) {
       (void)scheduler_.Cancel(it->first);
       release_.push_back(it->first);
       Push(*it->second->channel, {}, true, absl::CancelledError("the client cancelled the request"));
       active_.erase(it++);
+      dropped = true;
     } else {
       ++it;
     }
+  }
+  if (dropped) {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.scheduler = scheduler_.Stats();
   }
 }
 

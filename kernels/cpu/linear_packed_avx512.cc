@@ -34,7 +34,7 @@ enum class Kind { kQ8_0, kQ4_0, kQ4_1 };
 template <Kind K>
 constexpr int64_t kQuantBytes = K == Kind::kQ8_0 ? 512 : 256;
 
-constexpr int64_t kPrefetchBytes = 4096;
+constexpr int64_t kPrefetchBytes = 0;
 
 inline __m512i Bcast(const int8_t* p) {
   int32_t v;
@@ -73,7 +73,7 @@ void GemvGroup(const GemmArgs& a, int64_t r0, int64_t r_end, int64_t t0) {
 
   for (int64_t b = 0; b < nb; ++b) {
     for (int64_t l = 0; l < kPerBlock; l += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(pf + l), _MM_HINT_T0);
+      if (kPrefetchBytes > 0) _mm_prefetch(reinterpret_cast<const char*>(pf + l), _MM_HINT_T0);
     }
     pf += kPerBlock;
     const __m512i* q = reinterpret_cast<const __m512i*>(quants + b * kQ);

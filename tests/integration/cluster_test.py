@@ -181,6 +181,111 @@ def test_invalid_requests():
         assert generate(address, "--prompt-ids", "1", "--max-tokens", "3")["finish_reason"] == "length"
 
 
+def test_deadline_and_cancel():
+    need(STORIES)
+    with cluster(STORIES, 2) as (address, _, _):
+        # A 1-second deadline on a long request: DEADLINE_EXCEEDED, blocks freed at once.
+        p = subprocess.run([CASCADE, "generate", "--server", address, "--prompt-ids", "1", "--temperature", "0",
+                            "--max-tokens", "100000", "--ignore-eos", "--timeout", "1"], capture_output=True, text=True,
+                           timeout=60)
+        assert p.returncode == 2 and "DEADLINE_EXCEEDED" in p.stderr, (p.returncode, p.stderr)
+        # A client that goes away mid-stream (killed) cancels its request.
+        stream = subprocess.Popen([CASCADE, "generate", "--server", address, "--prompt-ids", "1", "--temperature", "0",
+                                   "--max-tokens", "100000", "--ignore-eos"], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        time.sleep(1.0)
+        stream.kill()
+        stream.wait()
+        deadline = time.time() + 5
+        while time.time() < deadline:
+            rc, text = status(address)
+            m = re.search(r"kv blocks (\d+) free of (\d+)", text)
+            if m and m.group(1) == m.group(2) and "running 0" in text:
+                break
+            time.sleep(0.2)
+        assert m and m.group(1) == m.group(2) and "running 0" in text, text
+        assert generate(address, "--prompt-ids", "1", "--max-tokens", "3")["finish_reason"] == "length"
+
+
+def netns_or_skip():
+    """Two namespaces joined by a veth pair, 10.77.0.1 (A) and 10.77.0.2 (B)."""
+    tag = f"c{os.getpid() % 100000}"
+    a, b = f"{tag}a", f"{tag}b"
+    cmds = [f"ip netns add {a}", f"ip netns add {b}",
+            f"ip link add {tag}va type veth peer name {tag}vb",
+            f"ip link set {tag}va netns {a}", f"ip link set {tag}vb netns {b}",
+            f"ip netns exec {a} ip addr add 10.77.0.1/24 dev {tag}va", f"ip netns exec {b} ip addr add 10.77.0.2/24 dev {tag}vb",
+            f"ip netns exec {a} ip link set {tag}va up", f"ip netns exec {b} ip link set {tag}vb up",
+            f"ip netns exec {a} ip link set lo up", f"ip netns exec {b} ip link set lo up"]
+    for c in cmds:
+        p = subprocess.run(c.split(), capture_output=True, text=True)
+        if p.returncode != 0:
+            subprocess.run(["ip", "netns", "del", a], capture_output=True)
+            subprocess.run(["ip", "netns", "del", b], capture_output=True)
+            print(f"SKIP: cannot build two network namespaces here ({c}: {p.stderr.strip()})")
+            sys.exit(0)
+    return a, b
+
+
+def test_two_nodes():
+    """PP=2 across two network namespaces: stage 0 on node A (launched by the coordinator),
+    stage 1 on node B (an external worker), UCX over TCP between them."""
+    need(STORIES)
+    if os.geteuid() != 0:
+        print("SKIP: network namespaces need root")
+        return
+    ns_a, ns_b = netns_or_skip()
+    env = dict(os.environ, UCX_TLS="tcp")
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            cfg = os.path.join(d, "two.yaml")
+            open(cfg, "w").write(
+                f"model: {{path: {STORIES}}}\nparallel: {{pipeline: 2, tensor: 1}}\n"
+                "nodes:\n  - {name: a, host: 10.77.0.1, devices: [cpu], launch: local}\n"
+                "  - {name: b, host: 10.77.0.2, devices: [cpu], launch: external}\n"
+                "server: {listen: 10.77.0.1:0}\nscheduler: {kv_cache_mb: 16}\n")
+            log_path = os.path.join(d, "coordinator.log")
+            log = open(log_path, "w")
+            coord = subprocess.Popen(["ip", "netns", "exec", ns_a, COORDINATOR, "--config", cfg], stdout=log,
+                                     stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            address = None
+            for _ in range(300):
+                m = re.search(r"waiting for \d+ worker\(s\) on (\S+)", open(log_path).read())
+                if m:
+                    address = m.group(1)
+                    break
+                time.sleep(0.1)
+            assert address, open(log_path).read()
+            worker = subprocess.Popen(["ip", "netns", "exec", ns_b, os.path.join(BIN, "cascade-worker"), "--coordinator",
+                                       address, "--node", "b", "--device", "cpu", "--listen", "10.77.0.2:0"],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+            try:
+                for _ in range(600):
+                    if "ready on" in open(log_path).read():
+                        break
+                    time.sleep(0.1)
+                assert "ready on" in open(log_path).read(), open(log_path).read()
+                p = subprocess.run(["ip", "netns", "exec", ns_a, CASCADE, "generate", "--server", address, "--prompt-ids", "1",
+                                    "--temperature", "0", "--max-tokens", "20", "--json"], capture_output=True, text=True,
+                                   timeout=120)
+                assert p.returncode == 0, p.stderr
+                got = json.loads(p.stdout)["token_ids"]
+                assert got == [403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267,
+                               337], got
+                print(f"two nodes (namespaces {ns_a}, {ns_b}, UCX over TCP): greedy ids match the reference")
+            finally:
+                for proc in (worker, coord):
+                    os.killpg(proc.pid, signal.SIGTERM)
+                    try:
+                        proc.wait(timeout=10)
+                    except subprocess.TimeoutExpired:
+                        os.killpg(proc.pid, signal.SIGKILL)
+                log.close()
+    finally:
+        subprocess.run(["ip", "netns", "del", ns_a], capture_output=True)
+        subprocess.run(["ip", "netns", "del", ns_b], capture_output=True)
+
+
 def test_config_errors_exit_2():
     need(STORIES)
     with tempfile.TemporaryDirectory() as d:
