@@ -62,7 +62,7 @@ cascade::coordinator::PlannerInput SizeModel(const cascade::model::ModelFiles& f
 int main(int argc, char** argv) {
   using namespace cascade;
   using namespace cascade::coordinator;
-  Args args({"config", "worker-threads", "startup-timeout"}, {});
+  Args args({"config", "worker-threads", "startup-timeout"}, {"list-workers"});
   if (auto s = args.Parse(argc, argv, 1); !s.ok()) return Fail(s);
   auto path = args.Require("config");
   if (!path.ok()) return Fail(path.status());
@@ -83,6 +83,17 @@ int main(int argc, char** argv) {
   in.devices = ClusterDevices(*config);
   auto plan = PlanStages(in);
   if (!plan.ok()) return Fail(Annotate(plan.status(), "parallel.pipeline"));
+  if (args.Has("list-workers")) {
+    // For scripts/launch_cluster.sh: one line per worker to start elsewhere.
+    for (const StagePlan& s : plan->stages) {
+      for (const NodeSection& node : config->nodes) {
+        if (node.name == s.node && node.launch == LaunchMode::kExternal) {
+          std::printf("%d %s %s %s\n", s.pp_stage, node.name.c_str(), node.host.c_str(), s.device.ToString().c_str());
+        }
+      }
+    }
+    return 0;
+  }
   std::fprintf(stderr, "%s\n", plan->ToString().c_str());
 
   // KV pool: the same block count on every stage, as many as the smallest stage's
