@@ -41,15 +41,18 @@ absl::Status CheckSeqs(const KvCacheLayer& cache, std::span<const AttentionSeq> 
 
 // One query row against positions [0, n_ctx) of one KV head, for the `n_group` query
 // heads that share it. q and out point at the first of those heads ([n_group, d]).
+// This file is built with -ffast-math so the exp over a tile vectorises (glibc's
+// libmvec); the running max therefore starts at a large finite value, never -inf.
 CASCADE_SIMD_CLONES
 void AttendRow(float* out, const float* q, const float* k_base, const float* v_base,
                std::span<const int32_t> table, int64_t n_ctx, int64_t bs, int64_t kv_stride,
                int64_t n_group, int64_t d, float scale) {
+  constexpr float kNoMax = -1e30f;
   float m[kMaxGroup], l[kMaxGroup];
   float acc[kMaxGroup][kMaxHeadDim];
-  float s[kMaxGroup][kMaxBlock];
+  float s[kMaxBlock];
   for (int64_t g = 0; g < n_group; ++g) {
-    m[g] = -std::numeric_limits<float>::infinity();
+    m[g] = kNoMax;
     l[g] = 0.0f;
     for (int64_t i = 0; i < d; ++i) acc[g][i] = 0.0f;
   }
@@ -60,24 +63,30 @@ void AttendRow(float* out, const float* q, const float* k_base, const float* v_b
     const float* vb = v_base + block * bs * kv_stride;
     for (int64_t g = 0; g < n_group; ++g) {
       const float* qg = q + g * d;
-      float tile_max = m[g];
       for (int64_t t = 0; t < len; ++t) {
         const float* kt = kb + t * kv_stride;
         float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
         for (int64_t i = 0; i < d; ++i) dot += qg[i] * kt[i];
-        s[g][t] = dot * scale;
-        tile_max = std::max(tile_max, s[g][t]);
+        s[t] = dot * scale;
       }
-      const float corr = std::exp(m[g] - tile_max);  // 0 on the first tile (m = -inf).
+      float tile_max = m[g];
+#pragma omp simd reduction(max : tile_max)
+      for (int64_t t = 0; t < len; ++t) tile_max = std::max(tile_max, s[t]);
+      const float corr = expf(m[g] - tile_max);  // 0 on the first tile.
       m[g] = tile_max;
-      l[g] *= corr;
+      float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+      for (int64_t t = 0; t < len; ++t) {
+        s[t] = expf(s[t] - tile_max);
+        sum += s[t];
+      }
+      l[g] = l[g] * corr + sum;
       float* ag = acc[g];
 #pragma omp simd
       for (int64_t i = 0; i < d; ++i) ag[i] *= corr;
       for (int64_t t = 0; t < len; ++t) {
-        const float p = std::exp(s[g][t] - tile_max);
-        l[g] += p;
+        const float p = s[t];
         const float* vt = vb + t * kv_stride;
 #pragma omp simd
         for (int64_t i = 0; i < d; ++i) ag[i] += p * vt[i];
