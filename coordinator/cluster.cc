@@ -20,9 +20,17 @@ std::string_view WorkerStateName(WorkerState s) {
 
 Cluster::Cluster(Plan plan, ClusterOptions options) : plan_(std::move(plan)), options_(std::move(options)) {
   for (const StagePlan& s : plan_.stages) {
-    auto slot = std::make_unique<Slot>();
-    slot->stage = s;
-    slots_.push_back(std::move(slot));
+    std::vector<TpMember> members = s.tp;
+    if (members.empty()) members.push_back({0, s.rank, s.node, s.host, s.device});
+    for (const TpMember& m : members) {
+      auto slot = std::make_unique<Slot>();
+      slot->stage = s;
+      slot->tp_rank = m.tp_rank;
+      slot->rank = m.rank;
+      slot->node = m.node;
+      slot->device = m.device;
+      slots_.push_back(std::move(slot));
+    }
   }
 }
 
@@ -46,27 +54,29 @@ absl::StatusOr<v1::RegisterResponse> Cluster::Register(const v1::RegisterRequest
   for (auto& s : slots_) {
     // A dead stage takes a new worker too (a restarted one): Recover then rebuilds.
     const bool open = s->state == WorkerState::kWaiting || s->state == WorkerState::kDead;
-    if (!open || s->stage.node != req.node() || s->stage.device.ToString() != device) continue;
+    if (!open || s->node != req.node() || s->device.ToString() != device) continue;
     s->state = WorkerState::kRegistered;
     s->address = req.address();
     s->pid = req.pid();
     s->last_seen = std::chrono::steady_clock::now();
     s->stub = v1::Worker::NewStub(grpc::CreateChannel(req.address(), grpc::InsecureChannelCredentials()));
     v1::RegisterResponse resp;
-    resp.set_rank(s->stage.rank);
+    resp.set_rank(s->rank);
     resp.set_stage(s->stage.pp_stage);
     resp.set_n_stages(n_stages());
+    resp.set_tp_rank(s->tp_rank);
+    resp.set_tp_size(tp_size());
     resp.set_group(options_.group);
     resp.set_heartbeat_ms(options_.heartbeat_ms);
     CASCADE_LOG(Info) << "worker " << req.address() << " (pid " << req.pid() << ", node " << req.node() << ", "
-                      << device << ") registered as stage " << s->stage.pp_stage;
+                      << device << ") registered as stage " << s->stage.pp_stage << " tp rank " << s->tp_rank;
     cv_.notify_all();
     return resp;
   }
   std::string open;
   for (auto& s : slots_) {
     if (s->state == WorkerState::kWaiting || s->state == WorkerState::kDead) {
-      open += StrCat(open.empty() ? "" : ", ", s->stage.node, "/", s->stage.device.ToString());
+      open += StrCat(open.empty() ? "" : ", ", s->node, "/", s->device.ToString());
     }
   }
   return absl::FailedPreconditionError(StrCat("no stage waits for a worker on node '", req.node(), "' device '", device,
@@ -76,7 +86,7 @@ absl::StatusOr<v1::RegisterResponse> Cluster::Register(const v1::RegisterRequest
 bool Cluster::Heartbeat(int rank) {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& s : slots_) {
-    if (s->stage.rank != rank) continue;
+    if (s->rank != rank) continue;
     if (s->state == WorkerState::kDead) return false;
     s->last_seen = std::chrono::steady_clock::now();
     return true;
@@ -96,7 +106,7 @@ absl::Status Cluster::BringUp(std::chrono::milliseconds timeout) {
     if (!all) {
       std::string missing;
       for (auto& s : slots_) {
-        if (s->state == WorkerState::kWaiting) missing += StrCat(" stage ", s->stage.pp_stage, " (", s->stage.node, "/", s->stage.device.ToString(), ")");
+        if (s->state == WorkerState::kWaiting) missing += StrCat(" stage ", s->stage.pp_stage, " tp ", s->tp_rank, " (", s->node, "/", s->device.ToString(), ")");
       }
       return absl::DeadlineExceededError(StrCat("workers did not register within ", timeout.count(), " ms:", missing));
     }
@@ -110,13 +120,13 @@ absl::Status Cluster::LoadAllAndOpenStreams() {
   const std::string group = StrCat(options_.group, "/g", generation_);
   std::vector<absl::Status> results(slots_.size());
   std::vector<std::thread> loaders;
-  for (int i = 0; i < n_stages(); ++i) loaders.emplace_back([&, i] { results[i] = LoadOne(i, group); });
+  for (int i = 0; i < n_workers(); ++i) loaders.emplace_back([&, i] { results[i] = LoadOne(i, group); });
   for (auto& t : loaders) t.join();
   for (const absl::Status& s : results) {
     if (!s.ok()) return s;
   }
   std::lock_guard<std::mutex> lock(mu_);
-  for (int i = 0; i < n_stages(); ++i) {
+  for (int i = 0; i < n_workers(); ++i) {
     Slot& s = *slots_[i];
     s.step_ctx = std::make_unique<grpc::ClientContext>();
     s.stream = s.stub->Step(s.step_ctx.get());
@@ -171,11 +181,13 @@ absl::Status Cluster::LoadOne(int i, const std::string& group) {
   v1::Worker::Stub* stub;
   StagePlan stage;
   std::string address;
+  int tp_rank;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stub = slots_[i]->stub.get();
     stage = slots_[i]->stage;
     address = slots_[i]->address;
+    tp_rank = slots_[i]->tp_rank;
   }
   v1::LoadShardRequest req;
   req.set_model_path(options_.model_path);
@@ -187,6 +199,8 @@ absl::Status Cluster::LoadOne(int i, const std::string& group) {
   req.set_kv_block_size(options_.kv_block_size);
   req.set_group(group);
   req.set_max_batched_tokens(options_.max_batched_tokens);
+  req.set_tp_rank(tp_rank);
+  req.set_tp_size(tp_size());
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(10));
   auto reader = stub->LoadShard(&ctx, req);
@@ -204,7 +218,7 @@ absl::Status Cluster::LoadOne(int i, const std::string& group) {
   CASCADE_LOG(Info) << "stage " << stage.pp_stage << " loaded: " << p.weight_bytes() / 1048576.0 << " MiB weights, "
                     << p.kv_bytes() / 1048576.0 << " MiB KV";
   std::lock_guard<std::mutex> lock(mu_);
-  slots_[i]->stage.weight_bytes = p.weight_bytes();
+  slots_[i]->stage.weight_bytes = p.weight_bytes();  // This worker's share.
   return absl::OkStatus();
 }
 
@@ -214,7 +228,8 @@ void Cluster::ReadResults(int i) {
     std::lock_guard<std::mutex> lock(mu_);
     stream = slots_[i]->stream.get();
   }
-  const bool last = i == n_stages() - 1;
+  // Results come from the last stage's TP rank 0; every other worker only acknowledges.
+  const bool last = i == n_workers() - tp_size();
   v1::StepResult r;
   std::string error;
   while (stream->Read(&r)) {
@@ -244,14 +259,15 @@ void Cluster::MarkDead(int i, const std::string& why) {
   if (s.state == WorkerState::kDead) return;
   s.state = WorkerState::kDead;
   s.death = why;
-  CASCADE_LOG(Error) << "stage " << s.stage.pp_stage << " worker " << s.address << " is dead: " << why;
+  CASCADE_LOG(Error) << "stage " << s.stage.pp_stage << " tp " << s.tp_rank << " worker " << s.address << " is dead: " << why;
 }
 
 std::string Cluster::DeadDescription() const {
   std::string out;
   for (const auto& s : slots_) {
     if (s->state == WorkerState::kDead) {
-      out += StrCat(out.empty() ? "" : "; ", "stage ", s->stage.pp_stage, " worker ", s->address.empty() ? "?" : s->address,
+      out += StrCat(out.empty() ? "" : "; ", "stage ", s->stage.pp_stage, tp_size() > 1 ? StrCat(" tp ", s->tp_rank) : "",
+                    " worker ", s->address.empty() ? "?" : s->address,
                     " (pid ", s->pid, ") is dead: ", s->death);
     }
   }
@@ -299,7 +315,7 @@ bool Cluster::Healthy() const {
 std::string Cluster::CheckHeartbeats() {
   std::lock_guard<std::mutex> lock(mu_);
   const auto now = std::chrono::steady_clock::now();
-  for (int i = 0; i < n_stages(); ++i) {
+  for (int i = 0; i < n_workers(); ++i) {
     Slot& s = *slots_[i];
     if (s.state == WorkerState::kWaiting || s.state == WorkerState::kDead) continue;
     if (now - s.last_seen > std::chrono::milliseconds(options_.dead_after_ms)) {
@@ -319,8 +335,9 @@ void Cluster::FillStatus(v1::ClusterStatus* st) const {
     out->set_stage(s->stage.pp_stage);
     out->set_first_layer(s->stage.first_layer);
     out->set_last_layer(s->stage.last_layer);
-    out->set_node(s->stage.node);
-    out->set_device(s->stage.device.ToString());
+    out->set_node(s->node);
+    out->set_device(s->device.ToString());
+    out->set_tp_rank(s->tp_rank);
     out->set_worker_address(s->address);
     out->set_state(std::string(WorkerStateName(s->state)));
     out->set_weight_bytes(s->stage.weight_bytes);

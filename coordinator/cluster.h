@@ -75,12 +75,18 @@ class Cluster {
   std::string CheckHeartbeats();
   void FillStatus(v1::ClusterStatus* status) const;
   int n_stages() const { return static_cast<int>(plan_.stages.size()); }
+  int tp_size() const { return plan_.stages.empty() ? 1 : static_cast<int>(plan_.stages[0].tp.size()); }
+  int n_workers() const { return n_stages() * tp_size(); }
   const Plan& plan() const { return plan_; }
   const ClusterOptions& options() const { return options_; }
 
  private:
   struct Slot {
     StagePlan stage;
+    int tp_rank = 0;    // This worker's rank in the stage's TP group.
+    int rank = 0;       // Global worker rank.
+    std::string node;
+    Device device;
     WorkerState state = WorkerState::kWaiting;
     std::string address;
     int pid = 0;

@@ -114,9 +114,6 @@ absl::Status Parser::ParseParallel(const YAML::Node& node, ParallelSection* out)
   }
   if (const YAML::Node n = Child(node, "tensor"); n.IsDefined()) {
     CASCADE_ASSIGN_OR_RETURN(out->tensor, GetInt(n, "parallel.tensor", 1, kMaxRanks));
-    if (out->tensor > 1) {
-      return Error(n, "parallel.tensor", "tensor parallelism is not supported yet");
-    }
   }
   return absl::OkStatus();
 }

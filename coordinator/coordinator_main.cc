@@ -23,6 +23,7 @@
 #include "grpcpp/server_builder.h"
 #include "model/local_engine.h"
 #include "model/model_files.h"
+#include "model/tp_shard.h"
 
 namespace {
 
@@ -80,15 +81,27 @@ int main(int argc, char** argv) {
   if (!tokenizer.ok()) return Fail(Annotate(tokenizer.status(), "model.path"));
   PlannerInput in = SizeModel(*files);
   in.pipeline_size = config->parallel.pipeline;
+  in.tensor_size = config->parallel.tensor;
   in.devices = ClusterDevices(*config);
   auto plan = PlanStages(in);
-  if (!plan.ok()) return Fail(Annotate(plan.status(), "parallel.pipeline"));
+  if (!plan.ok()) return Fail(plan.status());
+  // Refuse, at start and with the reason, a TP size the model's heads or FFN cannot split.
+  if (config->parallel.tensor > 1) {
+    for (const StagePlan& s : plan->stages) {
+      for (int r = 0; r < config->parallel.tensor; ++r) {
+        auto shard = model::TpShard::ForFiles(*files, s.first_layer, s.last_layer, r, config->parallel.tensor);
+        if (!shard.ok()) return Fail(Annotate(shard.status(), "parallel.tensor"));
+      }
+    }
+  }
   if (args.Has("list-workers")) {
     // For scripts/launch_cluster.sh: one line per worker to start elsewhere.
     for (const StagePlan& s : plan->stages) {
-      for (const NodeSection& node : config->nodes) {
-        if (node.name == s.node && node.launch == LaunchMode::kExternal) {
-          std::printf("%d %s %s %s\n", s.pp_stage, node.name.c_str(), node.host.c_str(), s.device.ToString().c_str());
+      for (const TpMember& m : s.tp) {
+        for (const NodeSection& node : config->nodes) {
+          if (node.name == m.node && node.launch == LaunchMode::kExternal) {
+            std::printf("%d %s %s %s\n", s.pp_stage, node.name.c_str(), node.host.c_str(), m.device.ToString().c_str());
+          }
         }
       }
     }
@@ -101,8 +114,12 @@ int main(int argc, char** argv) {
   const model::ModelConfig& mc = files->config;
   const int64_t bs = config->scheduler.kv_block_size;
   int64_t n_blocks = INT64_MAX;
+  // With TP a worker holds ceil(n_kv_heads / tp) KV heads (at least one).
+  const int64_t tp = config->parallel.tensor;
+  const int64_t local_kv_heads = std::max<int64_t>(1, (mc.n_kv_heads + tp - 1) / tp);
   for (const StagePlan& s : plan->stages) {
-    const int64_t block_bytes = 2LL * s.n_layers() * bs * mc.kv_dim() * static_cast<int64_t>(sizeof(float));
+    const int64_t block_bytes =
+        2LL * s.n_layers() * bs * local_kv_heads * mc.head_dim * static_cast<int64_t>(sizeof(float));
     n_blocks = std::min(n_blocks, config->scheduler.kv_cache_mb * 1048576 / block_bytes);
   }
   if (n_blocks < 1) return Fail(absl::InvalidArgumentError("scheduler.kv_cache_mb: too small for one KV block"));
@@ -146,22 +163,24 @@ int main(int argc, char** argv) {
     const NodeSection& node = config->nodes[i];
     if (node.launch != LaunchMode::kLocal) continue;
     for (const StagePlan& s : plan->stages) {
-      if (s.node != node.name) continue;
+     for (const TpMember& m : s.tp) {
+      if (m.node != node.name) continue;
       // Debian's UCX disables error handling on its shared-memory transports unless
       // told otherwise: without these, peer-failure detection forces TCP on one host.
-      WorkerLaunch wl{s.pp_stage, node.name, s.device.ToString(), static_cast<int>(*threads),
+      WorkerLaunch wl{s.pp_stage, node.name, m.device.ToString(), static_cast<int>(*threads),
                       {"UCX_POSIX_ERROR_HANDLING=y", "UCX_SYSV_ERROR_HANDLING=y"}};
       if (absl::Status st = launcher.Launch(wl); !st.ok()) return Fail(st);
+     }
     }
   }
-  CASCADE_LOG(Info) << "waiting for " << cluster.n_stages() << " worker(s) on " << address;
+  CASCADE_LOG(Info) << "waiting for " << cluster.n_workers() << " worker(s) on " << address;
   if (absl::Status st = cluster.BringUp(std::chrono::seconds(*startup)); !st.ok()) {
     CASCADE_LOG(Error) << st.ToString();
     return Fail(st);
   }
   engine.Start();
   server->GetHealthCheckService()->SetServingStatus(true);
-  CASCADE_LOG(Info) << "ready on " << address << " (" << cluster.n_stages() << " stage(s), " << n_blocks
+  CASCADE_LOG(Info) << "ready on " << address << " (" << cluster.n_stages() << " stage(s) x tp " << cluster.tp_size() << ", " << n_blocks
                     << " KV blocks of " << bs << ", context " << max_context << ")";
   while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   CASCADE_LOG(Info) << "shutting down";

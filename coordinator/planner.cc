@@ -77,10 +77,21 @@ absl::StatusOr<Plan> PlanStages(const PlannerInput& input) {
         StrCat("parallel.pipeline: ", n_stages, " stages but the model has only ", n,
                " layers (every stage needs at least one)"));
   }
-  if (static_cast<int>(input.devices.size()) < n_stages) {
-    return absl::InvalidArgumentError(StrCat("parallel.pipeline: ", n_stages,
-                                             " stages need as many devices, the cluster has ",
+  const int t = input.tensor_size;
+  if (t < 1) return absl::InvalidArgumentError(StrCat("parallel.tensor: must be >= 1, got ", t));
+  if (static_cast<int>(input.devices.size()) < n_stages * t) {
+    return absl::InvalidArgumentError(StrCat("parallel.pipeline x parallel.tensor: ", n_stages, " x ", t,
+                                             " workers need as many devices, the cluster has ",
                                              input.devices.size()));
+  }
+  for (int s = 0; s < n_stages; ++s) {
+    for (int r = 1; r < t; ++r) {
+      if (input.devices[s * t + r].node != input.devices[s * t].node) {
+        return absl::InvalidArgumentError(StrCat(
+            "parallel.tensor: stage ", s, "'s TP group of ", t, " would span nodes '", input.devices[s * t].node,
+            "' and '", input.devices[s * t + r].node, "'; each node must hold whole TP groups"));
+      }
+    }
   }
 
   std::vector<int64_t> prefix(n + 1, 0);
@@ -137,13 +148,17 @@ absl::StatusOr<Plan> PlanStages(const PlannerInput& input) {
     const int first = cut[s][last];
     StagePlan& stage = plan.stages[s];
     stage.pp_stage = s;
-    stage.rank = s;
+    stage.rank = s * t;
     stage.first_layer = first;
     stage.last_layer = last;
     stage.weight_bytes = StageBytes(input, prefix, s, n_stages, first, last);
-    stage.node = input.devices[s].node;
-    stage.host = input.devices[s].host;
-    stage.device = input.devices[s].device;
+    stage.node = input.devices[s * t].node;
+    stage.host = input.devices[s * t].host;
+    stage.device = input.devices[s * t].device;
+    for (int r = 0; r < t; ++r) {
+      const PlannerDevice& d = input.devices[s * t + r];
+      stage.tp.push_back({r, s * t + r, d.node, d.host, d.device});
+    }
     last = first;
   }
   return plan;

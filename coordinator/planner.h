@@ -38,9 +38,20 @@ struct PlannerInput {
   int64_t head_bytes = 0;
   // Number of pipeline stages. Default 1. REQUIRES 1 <= pipeline_size <= n_layers.
   int pipeline_size = 1;
+  // Ranks of each stage's tensor-parallel group; they must sit on one node. Default 1.
+  int tensor_size = 1;
   // Devices in node order (the config's `nodes[*].devices` flattened). REQUIRES at least
   // `pipeline_size` entries; the first `pipeline_size` are used.
   std::vector<PlannerDevice> devices;
+};
+
+// One worker of a stage's tensor-parallel group.
+struct TpMember {
+  int tp_rank = 0;     // Rank inside the stage's TP group.
+  int rank = 0;        // Global worker rank (node/device order).
+  std::string node;
+  std::string host;
+  Device device;
 };
 
 struct StagePlan {
@@ -52,6 +63,7 @@ struct StagePlan {
   std::string host;       // Node host.
   Device device;          // The worker's device.
   int64_t weight_bytes = 0;  // Layers' bytes plus embedding (stage 0) / head (last stage).
+  std::vector<TpMember> tp;  // [tensor_size] workers of the stage; tp[0] is node/device above.
 
   int n_layers() const { return last_layer - first_layer; }
 };

@@ -1,8 +1,11 @@
 #include "model/transformer.h"
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include "core/status.h"
+#include "comm/communicator.h"
 #include "core/str_cat.h"
 #include "kernels/cpu/quantize.h"
 #include "model/arch/llama.h"
@@ -20,6 +23,8 @@ struct Transformer::Layer {
 };
 
 Transformer::~Transformer() = default;
+
+void Transformer::FreeBytes::operator()(uint8_t* p) const { std::free(p); }
 
 absl::StatusOr<std::vector<float>> RopeInvFreq(const ModelConfig& c) {
   const int64_t half = c.head_dim / 2;
@@ -54,7 +59,8 @@ absl::StatusOr<std::vector<float>> RopeInvFreq(const ModelConfig& c) {
 
 absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Load(const ModelFiles& files,
                                                                kernels::Backend* backend,
-                                                               const StageOptions& options) {
+                                                               const StageOptions& options,
+                                                               comm::Communicator* tp_comm) {
   std::unique_ptr<Transformer> t(new Transformer());
   t->config_ = files.config;
   t->backend_ = backend;
@@ -65,6 +71,15 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Load(const ModelFiles&
                                              ") are not a non-empty range of the model's ",
                                              files.config.n_layers, " layers"));
   }
+  if (options.tp_size > 1) {
+    if (tp_comm == nullptr || tp_comm->size() != options.tp_size || tp_comm->rank() != options.tp_rank) {
+      return absl::InvalidArgumentError(StrCat("tensor parallel rank ", options.tp_rank, " of ", options.tp_size,
+                                               " needs a communicator of that rank and size"));
+    }
+    t->tp_comm_ = tp_comm;
+  }
+  CASCADE_ASSIGN_OR_RETURN(t->shard_, TpShard::ForFiles(files, t->first_layer_, t->last_layer_, options.tp_rank,
+                                                        options.tp_size));
   CASCADE_ASSIGN_OR_RETURN(t->inv_freq_, RopeInvFreq(t->config_));
   t->rope_.style = t->config_.rope_layout == RopeLayout::kAdjacentPairs ? RopeStyle::kAdjacentPairs
                                                                          : RopeStyle::kRotateHalf;
@@ -83,72 +98,119 @@ absl::Status Transformer::LoadWeights(const ModelFiles& files) {
   // A matrix [rows, cols] in any type the backend can multiply by, prepared once by the
   // backend. When the backend keeps its own copy (the CPU repack), the file pages behind
   // the tensor are dropped right away, so the model is resident about once, not twice.
-  const auto matrix = [&](const std::string& n, int64_t rows, int64_t cols)
-      -> absl::StatusOr<const kernels::PreparedWeight*> {
-    CASCADE_ASSIGN_OR_RETURN(TensorView v, w.Read(n));
-    if (v.n_dims != 2 || v.dim(0) != rows || v.dim(1) != cols) {
-      return absl::InvalidArgumentError(StrCat("tensor '", n, "' has shape ", v.ShapeString(),
+  // Only rows [r0, r1) and columns [c0, c1) are kept (-1: to the end): a row slice is a view
+  // of just those rows of the file; a column slice (whole blocks of the type) is copied
+  // into an owned buffer and the file pages behind the rows are dropped.
+  const auto matrix = [&](const std::string& n, int64_t rows, int64_t cols, int64_t r0 = 0, int64_t r1 = -1,
+                          int64_t c0 = 0, int64_t c1 = -1) -> absl::StatusOr<const kernels::PreparedWeight*> {
+    if (r1 < 0) r1 = rows;
+    if (c1 < 0) c1 = cols;
+    const TensorInfo* info = w.FindTensor(n);
+    if (info == nullptr) return absl::NotFoundError(StrCat(w.path(), ": tensor '", n, "' is missing"));
+    if (info->n_dims != 2 || info->shape[0] != rows || info->shape[1] != cols) {
+      return absl::InvalidArgumentError(StrCat("tensor '", n, "' has shape ", info->ShapeString(),
                                                ", the config needs [", rows, ", ", cols, "]"));
     }
-    if (!backend_->SupportsWeight(v.dtype)) {
-      return absl::UnimplementedError(StrCat("tensor '", n, "': the backend has no kernel for ", DTypeName(v.dtype)));
+    if (!backend_->SupportsWeight(info->dtype)) {
+      return absl::UnimplementedError(StrCat("tensor '", n, "': the backend has no kernel for ", DTypeName(info->dtype)));
     }
-    weight_bytes_ += v.NumBytes();
-    absl::StatusOr<std::unique_ptr<kernels::PreparedWeight>> prepared = backend_->PrepareWeight(v);
+    const int64_t block = BlockElems(info->dtype);
+    if (c0 % block != 0 || c1 % block != 0) {
+      return absl::InvalidArgumentError(StrCat("tensor '", n, "': columns [", c0, ", ", c1,
+                                               ") are not whole blocks of ", DTypeName(info->dtype)));
+    }
+    CASCADE_ASSIGN_OR_RETURN(TensorView v, w.ReadRows(n, r0, r1));
+    TensorView kept = v;
+    bool owned = false;
+    if (c0 != 0 || c1 != cols) {
+      const int64_t src_row = RowBytes(info->dtype, cols), dst_row = RowBytes(info->dtype, c1 - c0);
+      const int64_t skip = RowBytes(info->dtype, c0);
+      const size_t bytes = static_cast<size_t>((r1 - r0) * dst_row);
+      auto* buf = static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
+      if (buf == nullptr) return absl::ResourceExhaustedError(StrCat("tensor '", n, "': cannot allocate ", bytes, " bytes"));
+      owned_bytes_.emplace_back(buf);
+      const auto* src = static_cast<const uint8_t*>(v.data);
+      for (int64_t r = 0; r < r1 - r0; ++r) std::memcpy(buf + r * dst_row, src + r * src_row + skip, dst_row);
+      kept = TensorView(buf, info->dtype, {r1 - r0, c1 - c0});
+      w.ReleasePages(v);
+      owned = true;
+    }
+    weight_bytes_ += kept.NumBytes();
+    absl::StatusOr<std::unique_ptr<kernels::PreparedWeight>> prepared = backend_->PrepareWeight(kept);
     if (!prepared.ok()) return Annotate(prepared.status(), StrCat("preparing tensor '", n, "'"));
     std::unique_ptr<kernels::PreparedWeight> p = *std::move(prepared);
-    if (p->reads_source()) {
+    if (!p->reads_source()) {
+      if (owned) {
+        owned_bytes_.pop_back();  // The backend made its own copy.
+      } else {
+        w.ReleasePages(v);
+      }
+    } else if (!owned) {
       used_.push_back(v);
-    } else {
-      w.ReleasePages(v);
     }
     return prepared_.emplace_back(std::move(p)).get();
   };
-  // A vector [n] as f32 (converted and owned when stored otherwise).
-  const auto vec = [&](const std::string& n, int64_t len) -> absl::StatusOr<TensorView> {
+  // A vector [n] as f32 (converted and owned when stored otherwise); only elements
+  // [e0, e1) are kept (-1: to the end).
+  const auto vec = [&](const std::string& n, int64_t len, int64_t e0 = 0, int64_t e1 = -1) -> absl::StatusOr<TensorView> {
+    if (e1 < 0) e1 = len;
     CASCADE_ASSIGN_OR_RETURN(TensorView v, w.Read(n));
     if (v.NumElements() != len) {
       return absl::InvalidArgumentError(StrCat("tensor '", n, "' has shape ", v.ShapeString(), ", expected [", len, "]"));
     }
+    if (v.dtype == DType::kF32) {
+      TensorView kept(static_cast<float*>(v.data) + e0, DType::kF32, {e1 - e0});
+      weight_bytes_ += kept.NumBytes();
+      used_.push_back(kept);
+      return kept;
+    }
     weight_bytes_ += v.NumBytes();
-    used_.push_back(v);
-    if (v.dtype == DType::kF32) return TensorView(v.data, DType::kF32, {len});
-    std::vector<float>& buf = owned_.emplace_back(len);
-    CASCADE_RETURN_IF_ERROR(kernels::cpu::DequantizeRow(v.dtype, v.data, buf.data(), len));
-    return TensorView(buf.data(), DType::kF32, {len});
+    std::vector<float> full(len);
+    CASCADE_RETURN_IF_ERROR(kernels::cpu::DequantizeRow(v.dtype, v.data, full.data(), len));
+    std::vector<float>& buf = owned_.emplace_back(full.begin() + e0, full.begin() + e1);
+    return TensorView(buf.data(), DType::kF32, {e1 - e0});
   };
+  const TpShard& s = shard_;
+  const int64_t hd = c.head_dim;
 
   // The embedding is also the LM head when tied; HF tied checkpoints may store only
   // lm_head.weight (tinystories-656k does).
   std::string embd_name = name(LlamaTensor::kTokenEmbd);
   if (w.FindTensor(embd_name) == nullptr && c.tied_embeddings) embd_name = name(LlamaTensor::kOutput);
+  // Both are vocab-parallel: rows [vocab_begin, vocab_end) (all of them without TP).
   if (has_embedding() || (has_head() && c.tied_embeddings)) {
-    CASCADE_ASSIGN_OR_RETURN(token_embd_, matrix(embd_name, c.n_vocab, c.n_embd));
+    CASCADE_ASSIGN_OR_RETURN(token_embd_, matrix(embd_name, c.n_vocab, c.n_embd, s.vocab_begin, s.vocab_end));
   }
   if (has_head()) {
     CASCADE_ASSIGN_OR_RETURN(output_norm_, vec(name(LlamaTensor::kOutputNorm), c.n_embd));
     if (c.tied_embeddings) {
       output_ = token_embd_;
     } else {
-      CASCADE_ASSIGN_OR_RETURN(output_, matrix(name(LlamaTensor::kOutput), c.n_vocab, c.n_embd));
+      CASCADE_ASSIGN_OR_RETURN(output_, matrix(name(LlamaTensor::kOutput), c.n_vocab, c.n_embd, s.vocab_begin,
+                                               s.vocab_end));
     }
   }
+  // Q rows of the owned query heads, K/V rows of the owned KV heads (GGUF's pair permutation
+  // of Q/K rows stays inside each head), O columns of the owned query heads.
+  const int64_t q0 = s.q_head_begin * hd, q1 = s.q_head_end * hd;
+  const int64_t k0 = s.kv_head_begin * hd, k1 = s.kv_head_end * hd;
   for (int64_t l = first_layer_; l < last_layer_; ++l) {
     Layer L;
     CASCADE_ASSIGN_OR_RETURN(L.attn_norm, vec(name(LlamaTensor::kAttnNorm, l), c.n_embd));
-    CASCADE_ASSIGN_OR_RETURN(L.wq, matrix(name(LlamaTensor::kAttnQ, l), c.q_dim(), c.n_embd));
-    CASCADE_ASSIGN_OR_RETURN(L.wk, matrix(name(LlamaTensor::kAttnK, l), c.kv_dim(), c.n_embd));
-    CASCADE_ASSIGN_OR_RETURN(L.wv, matrix(name(LlamaTensor::kAttnV, l), c.kv_dim(), c.n_embd));
-    CASCADE_ASSIGN_OR_RETURN(L.wo, matrix(name(LlamaTensor::kAttnOutput, l), c.n_embd, c.q_dim()));
+    CASCADE_ASSIGN_OR_RETURN(L.wq, matrix(name(LlamaTensor::kAttnQ, l), c.q_dim(), c.n_embd, q0, q1));
+    CASCADE_ASSIGN_OR_RETURN(L.wk, matrix(name(LlamaTensor::kAttnK, l), c.kv_dim(), c.n_embd, k0, k1));
+    CASCADE_ASSIGN_OR_RETURN(L.wv, matrix(name(LlamaTensor::kAttnV, l), c.kv_dim(), c.n_embd, k0, k1));
+    CASCADE_ASSIGN_OR_RETURN(L.wo, matrix(name(LlamaTensor::kAttnOutput, l), c.n_embd, c.q_dim(), 0, -1, q0, q1));
     if (c.qkv_bias) {
-      CASCADE_ASSIGN_OR_RETURN(L.bq, vec(name(LlamaTensor::kAttnQBias, l), c.q_dim()));
-      CASCADE_ASSIGN_OR_RETURN(L.bk, vec(name(LlamaTensor::kAttnKBias, l), c.kv_dim()));
-      CASCADE_ASSIGN_OR_RETURN(L.bv, vec(name(LlamaTensor::kAttnVBias, l), c.kv_dim()));
+      CASCADE_ASSIGN_OR_RETURN(L.bq, vec(name(LlamaTensor::kAttnQBias, l), c.q_dim(), q0, q1));
+      CASCADE_ASSIGN_OR_RETURN(L.bk, vec(name(LlamaTensor::kAttnKBias, l), c.kv_dim(), k0, k1));
+      CASCADE_ASSIGN_OR_RETURN(L.bv, vec(name(LlamaTensor::kAttnVBias, l), c.kv_dim(), k0, k1));
     }
     CASCADE_ASSIGN_OR_RETURN(L.ffn_norm, vec(name(LlamaTensor::kFfnNorm, l), c.n_embd));
-    CASCADE_ASSIGN_OR_RETURN(L.w_gate, matrix(name(LlamaTensor::kFfnGate, l), c.n_ff, c.n_embd));
-    CASCADE_ASSIGN_OR_RETURN(L.w_up, matrix(name(LlamaTensor::kFfnUp, l), c.n_ff, c.n_embd));
-    CASCADE_ASSIGN_OR_RETURN(L.w_down, matrix(name(LlamaTensor::kFfnDown, l), c.n_embd, c.n_ff));
+    CASCADE_ASSIGN_OR_RETURN(L.w_gate, matrix(name(LlamaTensor::kFfnGate, l), c.n_ff, c.n_embd, s.ff_begin, s.ff_end));
+    CASCADE_ASSIGN_OR_RETURN(L.w_up, matrix(name(LlamaTensor::kFfnUp, l), c.n_ff, c.n_embd, s.ff_begin, s.ff_end));
+    CASCADE_ASSIGN_OR_RETURN(L.w_down,
+                             matrix(name(LlamaTensor::kFfnDown, l), c.n_embd, c.n_ff, 0, -1, s.ff_begin, s.ff_end));
     layers_.push_back(L);
   }
   return absl::OkStatus();
@@ -167,26 +229,62 @@ void Transformer::Prefault(const std::function<void(double)>& progress) const {
 }
 
 KvCacheOptions Transformer::CacheOptions(int64_t n_blocks, int64_t block_size) const {
-  return {n_layers_here(), n_blocks, block_size, config_.n_kv_heads, config_.head_dim};
+  return {n_layers_here(), n_blocks, block_size, shard_.n_kv_heads(), config_.head_dim};
 }
 
 void Transformer::EnsureWorkspace(int64_t n) {
   if (n <= ws_tokens_) return;
   const ModelConfig& c = config_;
   norm_.resize(n * c.n_embd);
-  q_.resize(n * c.q_dim());
-  k_.resize(n * c.kv_dim());
-  v_.resize(n * c.kv_dim());
-  attn_.resize(n * c.q_dim());
+  q_.resize(n * shard_.q_dim());
+  k_.resize(n * shard_.kv_dim());
+  v_.resize(n * shard_.kv_dim());
+  attn_.resize(n * shard_.q_dim());
   proj_.resize(n * c.n_embd);
-  gate_.resize(n * c.n_ff);
-  up_.resize(n * c.n_ff);
+  gate_.resize(n * shard_.n_ff());
+  up_.resize(n * shard_.n_ff());
   ws_tokens_ = n;
 }
 
 absl::Status Transformer::Embed(std::span<const int32_t> tokens, TensorView hidden) {
   if (!has_embedding()) return absl::FailedPreconditionError("Embed called on a stage without the embedding");
-  return backend_->Embedding(hidden, *token_embd_, tokens);
+  if (tp_comm_ == nullptr) return backend_->Embedding(hidden, *token_embd_, tokens);
+  // Vocab-parallel: each rank writes the rows of the ids it holds, zeros elsewhere; the
+  // all-reduce then adds exactly one non-zero term per element.
+  const ModelConfig& c = config_;
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (hidden.Rows() != n || hidden.Cols() != c.n_embd) {
+    return absl::InvalidArgumentError(StrCat("embedding: out ", hidden.ShapeString(), " for ", n, " ids"));
+  }
+  local_ids_.clear();
+  local_rows_.clear();
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t id = tokens[i];
+    if (id < 0 || id >= c.n_vocab) {  // Every rank sees the same ids, so all refuse together.
+      return absl::InvalidArgumentError(StrCat("token id ", id, " is outside the vocabulary [0, ", c.n_vocab, ")"));
+    }
+    if (id >= shard_.vocab_begin && id < shard_.vocab_end) {
+      local_ids_.push_back(static_cast<int32_t>(id - shard_.vocab_begin));
+      local_rows_.push_back(i);
+    }
+  }
+  float* out = hidden.As<float>();
+  std::fill_n(out, n * c.n_embd, 0.0f);
+  if (!local_ids_.empty()) {
+    const int64_t k = static_cast<int64_t>(local_ids_.size());
+    embd_ws_.resize(k * c.n_embd);
+    CASCADE_RETURN_IF_ERROR(
+        backend_->Embedding(TensorView(embd_ws_.data(), DType::kF32, {k, c.n_embd}), *token_embd_, local_ids_));
+    for (int64_t j = 0; j < k; ++j) {
+      std::copy_n(embd_ws_.data() + j * c.n_embd, c.n_embd, out + local_rows_[j] * c.n_embd);
+    }
+  }
+  return AllReduce(hidden);
+}
+
+absl::Status Transformer::AllReduce(TensorView x) {
+  if (tp_comm_ == nullptr) return absl::OkStatus();
+  return tp_comm_->AllReduceSum(x.As<float>(), static_cast<size_t>(x.NumElements()));
 }
 
 absl::Status Transformer::RunLayers(TensorView hidden, const ForwardBatch& batch, KvCache& cache) {
@@ -200,17 +298,23 @@ absl::Status Transformer::RunLayers(TensorView hidden, const ForwardBatch& batch
     return absl::InvalidArgumentError(StrCat("forward: the cache holds ", cache.options().n_layers,
                                              " layers, this stage runs ", n_layers_here()));
   }
+  if (cache.options().n_kv_heads != shard_.n_kv_heads() || cache.options().head_dim != c.head_dim) {
+    return absl::InvalidArgumentError(StrCat("forward: the cache holds ", cache.options().n_kv_heads,
+                                             " kv heads of ", cache.options().head_dim, ", this rank computes ",
+                                             shard_.n_kv_heads(), " of ", c.head_dim));
+  }
   EnsureWorkspace(n);
   kernels::Backend& b = *backend_;
   TensorView norm(norm_.data(), DType::kF32, {n, c.n_embd});
-  TensorView q(q_.data(), DType::kF32, {n, c.q_dim()});
-  TensorView k(k_.data(), DType::kF32, {n, c.kv_dim()});
-  TensorView v(v_.data(), DType::kF32, {n, c.kv_dim()});
-  TensorView attn(attn_.data(), DType::kF32, {n, c.q_dim()});
+  // This rank's heads and FFN columns (all of them without TP).
+  TensorView q(q_.data(), DType::kF32, {n, shard_.q_dim()});
+  TensorView k(k_.data(), DType::kF32, {n, shard_.kv_dim()});
+  TensorView v(v_.data(), DType::kF32, {n, shard_.kv_dim()});
+  TensorView attn(attn_.data(), DType::kF32, {n, shard_.q_dim()});
   TensorView proj(proj_.data(), DType::kF32, {n, c.n_embd});
-  TensorView gate(gate_.data(), DType::kF32, {n, c.n_ff});
-  TensorView up(up_.data(), DType::kF32, {n, c.n_ff});
-  const kernels::AttentionParams attn_params{c.n_heads, 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+  TensorView gate(gate_.data(), DType::kF32, {n, shard_.n_ff()});
+  TensorView up(up_.data(), DType::kF32, {n, shard_.n_ff()});
+  const kernels::AttentionParams attn_params{shard_.n_heads(), 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
 
   for (size_t li = 0; li < layers_.size(); ++li) {
     const Layer& L = layers_[li];
@@ -224,12 +328,14 @@ absl::Status Transformer::RunLayers(TensorView hidden, const ForwardBatch& batch
     CASCADE_RETURN_IF_ERROR(b.WriteKv(kv, k, v, batch.seqs));
     CASCADE_RETURN_IF_ERROR(b.Attention(attn, q, kv, batch.seqs, attn_params));
     CASCADE_RETURN_IF_ERROR(b.Linear(proj, attn, *L.wo, {}));
+    CASCADE_RETURN_IF_ERROR(AllReduce(proj));  // Partial sums over the heads of each rank.
     CASCADE_RETURN_IF_ERROR(b.AddInPlace(hidden, proj));
     CASCADE_RETURN_IF_ERROR(b.RmsNorm(norm, hidden, L.ffn_norm, static_cast<float>(c.norm_eps)));
     CASCADE_RETURN_IF_ERROR(b.Linear(gate, norm, *L.w_gate, {}));
     CASCADE_RETURN_IF_ERROR(b.Linear(up, norm, *L.w_up, {}));
     CASCADE_RETURN_IF_ERROR(b.SiluMul(gate, gate, up));
     CASCADE_RETURN_IF_ERROR(b.Linear(proj, gate, *L.w_down, {}));
+    CASCADE_RETURN_IF_ERROR(AllReduce(proj));  // Partial sums over the FFN columns of each rank.
     CASCADE_RETURN_IF_ERROR(b.AddInPlace(hidden, proj));
   }
   return absl::OkStatus();
@@ -253,7 +359,20 @@ absl::Status Transformer::Logits(const TensorView& hidden, std::span<const int64
   }
   TensorView norm(norm_.data(), DType::kF32, {m, c.n_embd});
   CASCADE_RETURN_IF_ERROR(backend_->RmsNorm(norm, picked, output_norm_, static_cast<float>(c.norm_eps)));
-  return backend_->Linear(logits, norm, *output_, {});
+  if (tp_comm_ == nullptr) return backend_->Linear(logits, norm, *output_, {});
+  // Vocab-parallel: this rank's [m, n_vocab_local] logits, gathered in equal pieces of
+  // [m, vocab_chunk] (the last rank's rows are shorter; its padding is never read).
+  const int64_t chunk = shard_.vocab_chunk, local = shard_.n_vocab(), tp = shard_.tp_size;
+  logits_local_.resize(m * chunk);
+  logits_all_.resize(tp * m * chunk);
+  CASCADE_RETURN_IF_ERROR(backend_->Linear(TensorView(logits_local_.data(), DType::kF32, {m, local}), norm, *output_, {}));
+  CASCADE_RETURN_IF_ERROR(tp_comm_->AllGather(logits_local_.data(), m * chunk * sizeof(float), logits_all_.data()));
+  for (int64_t r = 0; r < tp; ++r) {
+    const int64_t v0 = r * chunk, len = std::min(chunk, c.n_vocab - v0);
+    const float* src = logits_all_.data() + r * m * chunk;
+    for (int64_t i = 0; i < m; ++i) std::copy_n(src + i * len, len, logits.As<float>() + i * c.n_vocab + v0);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Transformer::Forward(const ForwardBatch& batch, KvCache& cache, TensorView logits) {

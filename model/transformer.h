@@ -5,6 +5,15 @@
 // dropped; other matrices stay views into the model file's mapping (quantized types stay
 // quantized). Norms and biases that are not f32 are converted and owned.
 //
+// Tensor parallelism (DESIGN.md §4): with `StageOptions::tp_size` > 1 each rank of the TP
+// group loads only its shard (model/tp_shard.h): the rows of its Q/K/V heads, the columns
+// of the O projection for its query heads, rows [f0, f1) of gate/up and those columns of
+// down, and its vocabulary rows of the embedding and the LM head. Column slices are copied
+// into owned buffers (whole quantization blocks). The O and down projections give partial
+// sums that are all-reduced over the group; RMSNorm and the residual are replicated (every
+// rank holds the full hidden state). Embed, RunLayers and Logits are then collectives:
+// every rank of the group calls them, with the same batch, in the same order.
+//
 // Thread-safety: single owner (the device thread). Forward calls run one at a time.
 #pragma once
 
@@ -18,6 +27,11 @@
 #include "kernels/ops.h"
 #include "model/kv_cache.h"
 #include "model/model_files.h"
+#include "model/tp_shard.h"
+
+namespace cascade::comm {
+class Communicator;
+}
 
 namespace cascade::model {
 
@@ -25,6 +39,9 @@ struct StageOptions {
   int64_t first_layer = 0;   // Layers [first_layer, last_layer) run here.
   int64_t last_layer = -1;   // -1: through the last layer.
   // Derived from the range unless forced: the first stage embeds, the last has the head.
+  // This process's place in the stage's tensor-parallel group (1: no TP).
+  int tp_rank = 0;
+  int tp_size = 1;
 };
 
 // One forward step over a batch of sequences. Rows are tokens, sequence by sequence.
@@ -39,10 +56,15 @@ class Transformer {
  public:
   // Reads the stage's tensors from `files` (which must outlive the Transformer).
   // NotFound naming a missing tensor; InvalidArgument for a shape that does not match the
-  // config; Unimplemented for a weight type the backend lacks.
+  // config; Unimplemented for a weight type the backend lacks. With options.tp_size > 1,
+  // `tp_comm` is this rank's member of the TP group (rank tp_rank of tp_size; borrowed, it
+  // must outlive the Transformer and is used only by its calls); InvalidArgument when it is
+  // missing or does not match, or when the layout cannot split (TpShard::Plan's reasons).
+  // `tp_comm` may be null when tp_size is 1.
   static absl::StatusOr<std::unique_ptr<Transformer>> Load(const ModelFiles& files,
                                                            kernels::Backend* backend,
-                                                           const StageOptions& options);
+                                                           const StageOptions& options,
+                                                           comm::Communicator* tp_comm = nullptr);
   ~Transformer();
 
   const ModelConfig& config() const { return config_; }
@@ -51,6 +73,8 @@ class Transformer {
   int64_t n_layers_here() const { return last_layer_ - first_layer_; }
   bool has_embedding() const { return first_layer_ == 0; }
   bool has_head() const { return last_layer_ == config_.n_layers; }
+  // This rank's share of the model (the whole model when tp_size is 1).
+  const TpShard& tp_shard() const { return shard_; }
   // Bytes of weights this stage reads from the file.
   int64_t weight_bytes() const { return weight_bytes_; }
   // Reads one byte per page of every weight this stage still reads from the file (those the
@@ -59,7 +83,8 @@ class Transformer {
   // touched.
   void Prefault(const std::function<void(double)>& progress) const;
 
-  // The KV cache geometry this stage needs for `n_blocks` blocks of `block_size`.
+  // The KV cache geometry this stage needs for `n_blocks` blocks of `block_size`: with TP,
+  // only this rank's KV heads (tp_shard().n_kv_heads()).
   KvCacheOptions CacheOptions(int64_t n_blocks, int64_t block_size) const;
 
   // hidden [n_tokens, n_embd] = embedding rows of `tokens`. First stage only.
@@ -67,7 +92,9 @@ class Transformer {
   // Runs this stage's layers over hidden [n_tokens, n_embd] in place, appending the new
   // tokens' K/V to `cache` at the positions and blocks the batch names.
   absl::Status RunLayers(TensorView hidden, const ForwardBatch& batch, KvCache& cache);
-  // logits [rows.size(), n_vocab] for the given rows of hidden. Last stage only.
+  // logits [rows.size(), n_vocab] for the given rows of hidden. Last stage only. With TP,
+  // each rank computes its vocabulary rows and the group all-gathers them, so every rank
+  // returns all the logits.
   absl::Status Logits(const TensorView& hidden, std::span<const int64_t> rows, TensorView logits);
   // Embed (when first) + RunLayers + Logits (when last) over the whole model.
   // REQUIRES: this stage holds every layer. logits [logit_rows.size(), n_vocab].
@@ -79,8 +106,12 @@ class Transformer {
   absl::Status LoadWeights(const ModelFiles& files);
   void EnsureWorkspace(int64_t n_tokens);
 
+  absl::Status AllReduce(TensorView x);
+
   ModelConfig config_;
   kernels::Backend* backend_ = nullptr;  // Borrowed.
+  comm::Communicator* tp_comm_ = nullptr;  // Borrowed; null when shard_.tp_size is 1.
+  TpShard shard_;
   int64_t first_layer_ = 0;
   int64_t last_layer_ = 0;
   int64_t weight_bytes_ = 0;
@@ -94,10 +125,19 @@ class Transformer {
   std::vector<std::unique_ptr<kernels::PreparedWeight>> prepared_;  // Every matrix.
   std::vector<TensorView> used_;  // Every weight view still read from the file (for Prefault).
   std::vector<std::vector<float>> owned_;  // Converted norms/biases.
+  // Column slices of matrices (64-byte aligned), kept while their prepared weight reads them.
+  struct FreeBytes {
+    void operator()(uint8_t* p) const;
+  };
+  std::vector<std::unique_ptr<uint8_t[], FreeBytes>> owned_bytes_;
   // Workspaces, grown to the largest batch seen (never shrunk).
   int64_t ws_tokens_ = 0;
   std::vector<float> norm_, q_, k_, v_, attn_, proj_, gate_, up_;
   std::vector<float> hidden_;  // Forward()'s residual stream.
+  // Vocab-parallel embedding and LM head (TP only).
+  std::vector<int32_t> local_ids_;
+  std::vector<int64_t> local_rows_;
+  std::vector<float> embd_ws_, logits_local_, logits_all_;
 };
 
 // Inverse RoPE frequencies [head_dim / 2] with the config's scaling applied.

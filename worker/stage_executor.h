@@ -33,15 +33,21 @@ struct StageExecutorOptions {
   int64_t kv_blocks = 0;         // Blocks in this stage's KV cache.
   int64_t kv_block_size = 16;
   int n_threads = 1;             // CPU compute threads.
+  int tp_rank = 0;               // Rank in the stage's tensor-parallel group.
+  int tp_size = 1;               // Its size (1: no tensor parallelism).
 };
 
 class StageExecutor {
  public:
-  // Opens the model and loads the stage (reading only its tensors); `progress` gets the
-  // fraction of weight bytes faulted in. `comm` (borrowed, may be null when n_stages is
-  // 1) connects the stages: rank = stage.
+  // Opens the model and loads the stage (reading only its tensors, and with TP only this
+  // rank's shard); `progress` gets the fraction of weight bytes faulted in. `pp_comm`
+  // (borrowed, null when n_stages is 1) links this TP rank across the stages: its rank is
+  // the stage. `tp_comm` (borrowed, null when tp_size is 1) is the stage's TP group.
+  // Hand-off between stages of TP size t: TP rank r sends rows [r*c, (r+1)*c) (c =
+  // ceil(n/t)) to TP rank r of the next stage, which all-gathers them inside its group, so
+  // each cross-stage link carries 1/t of the bytes.
   static absl::StatusOr<std::unique_ptr<StageExecutor>> Create(
-      const StageExecutorOptions& options, comm::Communicator* comm,
+      const StageExecutorOptions& options, comm::Communicator* pp_comm, comm::Communicator* tp_comm,
       const std::function<void(double)>& progress);
 
   // Runs one step. On the last stage the result carries a sampled token for every
@@ -62,14 +68,19 @@ class StageExecutor {
   absl::Status Sample(const v1::StepRequest& step, const std::vector<int64_t>& rows,
                       v1::StepResult& result);
 
+  absl::Status ReceiveHidden(int64_t n_rows, uint64_t tag);
+  absl::Status SendHidden(int64_t n_rows, uint64_t tag);
+
   StageExecutorOptions options_;
-  comm::Communicator* comm_ = nullptr;
+  comm::Communicator* comm_ = nullptr;     // Pipeline link (this TP rank across stages).
+  comm::Communicator* tp_comm_ = nullptr;  // The stage's TP group.
   model::ModelFiles files_;
   std::unique_ptr<kernels::Backend> backend_;
   std::unique_ptr<model::Transformer> transformer_;
   std::unique_ptr<model::KvCache> cache_;
   absl::flat_hash_map<int64_t, SeqState> seqs_;
   std::vector<float> hidden_, logits_;
+  std::vector<float> slice_;  // [c * t, n_embd] hand-off buffer with TP (padded rows).
 };
 
 }  // namespace cascade::worker

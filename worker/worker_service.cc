@@ -19,17 +19,29 @@ grpc::Status WorkerService::LoadShard(grpc::ServerContext* context, const v1::Lo
   std::lock_guard<std::mutex> lock(mu_);
   executor_.reset();
   comm_.reset();
-  CASCADE_LOG(Info) << "loading stage " << req->stage() << "/" << req->n_stages() << ": layers ["
+  tp_comm_.reset();
+  CASCADE_LOG(Info) << "loading stage " << req->stage() << "/" << req->n_stages() << " tp " << req->tp_rank() << "/"
+                    << std::max(1, req->tp_size()) << ": layers ["
                     << req->first_layer() << ", " << req->last_layer() << ") of " << req->model_path();
-  // The data plane first: every stage connects to its neighbours through the rendezvous.
-  if (req->n_stages() > 1) {
-    rendezvous_ = std::make_unique<GrpcRendezvous>(options_.coordinator);
+  // The data plane first, through the rendezvous: the TP group of this stage, then the
+  // pipeline link of this TP rank (TP rank r of every stage).
+  const int tp_size = std::max(1, req->tp_size());
+  rendezvous_ = std::make_unique<GrpcRendezvous>(options_.coordinator);
+  const auto connect = [&](const std::string& group, int rank, int size) -> absl::StatusOr<std::unique_ptr<comm::Communicator>> {
     comm::GroupOptions g;
-    g.group = req->group() + "/pp";
-    g.rank = req->stage();
-    g.size = req->n_stages();
+    g.group = group;
+    g.rank = rank;
+    g.size = size;
     g.timeout_ms = options_.comm_timeout_ms;
-    auto c = comm::UcxCommunicator::Create(g, rendezvous_.get());
+    return comm::UcxCommunicator::Create(g, rendezvous_.get());
+  };
+  if (tp_size > 1) {
+    auto c = connect(StrCat(req->group(), "/tp", req->stage()), req->tp_rank(), tp_size);
+    if (!c.ok()) return ToGrpc(Annotate(c.status(), "connecting the tensor-parallel group"));
+    tp_comm_ = std::move(*c);
+  }
+  if (req->n_stages() > 1) {
+    auto c = connect(StrCat(req->group(), "/pp", req->tp_rank()), req->stage(), req->n_stages());
     if (!c.ok()) return ToGrpc(Annotate(c.status(), "connecting the pipeline stages"));
     comm_ = std::move(*c);
   }
@@ -42,8 +54,10 @@ grpc::Status WorkerService::LoadShard(grpc::ServerContext* context, const v1::Lo
   o.kv_blocks = req->kv_blocks();
   o.kv_block_size = req->kv_block_size();
   o.n_threads = options_.n_threads;
+  o.tp_rank = req->tp_rank();
+  o.tp_size = tp_size;
   double last_sent = -1;
-  auto e = StageExecutor::Create(o, comm_.get(), [&](double f) {
+  auto e = StageExecutor::Create(o, comm_.get(), tp_comm_.get(), [&](double f) {
     if (f - last_sent < 0.05 && f < 1.0) return;
     last_sent = f;
     v1::LoadProgress p;

@@ -35,7 +35,8 @@ class WorkerService final : public v1::Worker::Service {
   WorkerServiceOptions options_;
   std::mutex mu_;  // Serialises LoadShard and Step.
   std::unique_ptr<comm::Rendezvous> rendezvous_;
-  std::unique_ptr<comm::Communicator> comm_;
+  std::unique_ptr<comm::Communicator> comm_;     // Pipeline link of this TP rank.
+  std::unique_ptr<comm::Communicator> tp_comm_;  // The stage's TP group.
   std::unique_ptr<StageExecutor> executor_;
 };
 

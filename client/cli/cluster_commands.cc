@@ -5,6 +5,8 @@
 #include <iostream>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "client/cli/commands.h"
 #include "client/cli/request_flags.h"
 #include "client/client.h"
@@ -55,10 +57,20 @@ int GenerateCommand(int argc, char** argv) {
     if (!resp.ok()) return FailRpc("generate", resp.status());
     const auto& u = resp->usage();
     const double decode_s = u.total_s() - u.ttft_s();
-    std::printf("%s\n", ResultJson({resp->prompt_ids().begin(), resp->prompt_ids().end()},
-                                   {resp->token_ids().begin(), resp->token_ids().end()}, resp->text(),
-                                   resp->finish_reason(), 0.0, u.ttft_s() > 0 ? u.prompt_tokens() / u.ttft_s() : 0,
-                                   decode_s > 0 ? (u.completion_tokens() - 1) / decode_s : 0).c_str());
+    nlohmann::json j = nlohmann::json::parse(ResultJson(
+        {resp->prompt_ids().begin(), resp->prompt_ids().end()}, {resp->token_ids().begin(), resp->token_ids().end()},
+        resp->text(), resp->finish_reason(), 0.0, u.ttft_s() > 0 ? u.prompt_tokens() / u.ttft_s() : 0,
+        decode_s > 0 ? (u.completion_tokens() - 1) / decode_s : 0));
+    if (resp->logprobs_size() > 0) {
+      nlohmann::json lp = nlohmann::json::array();
+      for (const auto& t : resp->logprobs()) {
+        nlohmann::json top = nlohmann::json::array();
+        for (const auto& x : t.top()) top.push_back({{"id", x.id()}, {"logprob", x.logprob()}});
+        lp.push_back({{"id", t.id()}, {"logprob", t.logprob()}, {"top", top}});
+      }
+      j["logprobs"] = lp;
+    }
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return 0;
   }
   absl::Status s = c->Generate(*req, [&](const v1::GenerateResponse& chunk) {

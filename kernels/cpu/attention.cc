@@ -7,14 +7,23 @@
 
 #include "core/str_cat.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/attention_kernels.h"
 #include "kernels/cpu/simd.h"
+#include "kernels/cpu_features.h"
 
 namespace cascade::kernels::cpu {
 namespace {
 
-constexpr int64_t kMaxGroup = 16;     // Query heads per KV head handled in one pass.
-constexpr int64_t kMaxHeadDim = 256;
-constexpr int64_t kMaxBlock = 256;
+using internal::AttendArgs;
+using internal::AttendFn;
+using internal::kAttnMaxBlock;
+using internal::kAttnMaxGroup;
+using internal::kAttnMaxHeadDim;
+
+// Flash-decoding split (Dao et al. 2023): when a batch has fewer (row, KV head) items than
+// twice the threads (decode), each item's positions are cut into up to that many ranges of
+// whole blocks, at least this many positions each, and the partial softmaxes are merged.
+constexpr int64_t kMinSplitPositions = 128;
 
 absl::Status CheckSeqs(const KvCacheLayer& cache, std::span<const AttentionSeq> seqs,
                        int64_t n_rows) {
@@ -39,36 +48,42 @@ absl::Status CheckSeqs(const KvCacheLayer& cache, std::span<const AttentionSeq> 
   return absl::OkStatus();
 }
 
-// One query row against positions [0, n_ctx) of one KV head, for the `n_group` query
-// heads that share it. q and out point at the first of those heads ([n_group, d]).
-// This file is built with -ffast-math so the exp over a tile vectorises (glibc's
-// libmvec); the running max therefore starts at a large finite value, never -inf.
+AttendFn PickAttend(int64_t d) {
+  if (ActiveCpuIsa() == CpuIsa::kAvx512 && d % 16 == 0) return internal::AttendAvx512;
+  return internal::AttendGeneric;
+}
+
+}  // namespace
+
+namespace internal {
+
+// The portable kernel. This file is built with -ffast-math so the exp over a tile
+// vectorises (glibc's libmvec); the running max therefore starts at a large finite value,
+// never -inf.
 CASCADE_SIMD_CLONES
-void AttendRow(float* out, const float* q, const float* k_base, const float* v_base,
-               std::span<const int32_t> table, int64_t n_ctx, int64_t bs, int64_t kv_stride,
-               int64_t n_group, int64_t d, float scale) {
-  constexpr float kNoMax = -1e30f;
-  float m[kMaxGroup], l[kMaxGroup];
-  float acc[kMaxGroup][kMaxHeadDim];
-  float s[kMaxBlock];
+void AttendGeneric(const AttendArgs& a) {
+  const int64_t bs = a.bs, kv_stride = a.kv_stride, n_group = a.n_group, d = a.d;
+  float m[kAttnMaxGroup], l[kAttnMaxGroup];
+  float acc[kAttnMaxGroup][kAttnMaxHeadDim];
+  float s[kAttnMaxBlock];
   for (int64_t g = 0; g < n_group; ++g) {
-    m[g] = kNoMax;
+    m[g] = kAttnNoMax;
     l[g] = 0.0f;
     for (int64_t i = 0; i < d; ++i) acc[g][i] = 0.0f;
   }
-  for (int64_t start = 0; start < n_ctx; start += bs) {
-    const int64_t len = std::min(bs, n_ctx - start);
-    const int64_t block = table[start / bs];
-    const float* kb = k_base + block * bs * kv_stride;
-    const float* vb = v_base + block * bs * kv_stride;
+  for (int64_t start = a.pos_begin; start < a.pos_end; start += bs) {
+    const int64_t len = std::min(bs, a.pos_end - start);
+    const int64_t block = a.table[start / bs];
+    const float* kb = a.k_base + block * bs * kv_stride;
+    const float* vb = a.v_base + block * bs * kv_stride;
     for (int64_t g = 0; g < n_group; ++g) {
-      const float* qg = q + g * d;
+      const float* qg = a.q + g * d;
       for (int64_t t = 0; t < len; ++t) {
         const float* kt = kb + t * kv_stride;
         float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
         for (int64_t i = 0; i < d; ++i) dot += qg[i] * kt[i];
-        s[t] = dot * scale;
+        s[t] = dot * a.scale;
       }
       float tile_max = m[g];
 #pragma omp simd reduction(max : tile_max)
@@ -94,12 +109,18 @@ void AttendRow(float* out, const float* q, const float* k_base, const float* v_b
     }
   }
   for (int64_t g = 0; g < n_group; ++g) {
-    const float inv = l[g] > 0 ? 1.0f / l[g] : 0.0f;
-    for (int64_t i = 0; i < d; ++i) out[g * d + i] = acc[g][i] * inv;
+    float f = 1.0f;
+    if (a.normalize) {
+      f = l[g] > 0 ? 1.0f / l[g] : 0.0f;
+    } else {
+      a.m[g] = m[g];
+      a.l[g] = l[g];
+    }
+    for (int64_t i = 0; i < d; ++i) a.out[g * d + i] = acc[g][i] * f;
   }
 }
 
-}  // namespace
+}  // namespace internal
 
 absl::Status WriteKvCpu(KvCacheLayer& cache, const TensorView& k, const TensorView& v,
                         std::span<const AttentionSeq> seqs) {
@@ -126,8 +147,8 @@ absl::Status AttentionCpu(TensorView out, const TensorView& q, const KvCacheLaye
                           ThreadPool& pool) {
   const int64_t d = cache.head_dim;
   const int64_t n_kv = cache.n_kv_heads;
-  if (n_kv <= 0 || params.n_heads % n_kv != 0 || params.n_heads / n_kv > kMaxGroup ||
-      d > kMaxHeadDim || cache.block_size > kMaxBlock) {
+  if (n_kv <= 0 || params.n_heads % n_kv != 0 || params.n_heads / n_kv > kAttnMaxGroup ||
+      d > kAttnMaxHeadDim || cache.block_size > kAttnMaxBlock) {
     return absl::UnimplementedError(StrCat("attention: ", params.n_heads, " heads over ", n_kv,
                                            " KV heads of dim ", d, ", block ", cache.block_size,
                                            " is outside the CPU kernel's limits"));
@@ -139,7 +160,8 @@ absl::Status AttentionCpu(TensorView out, const TensorView& q, const KvCacheLaye
   }
   if (absl::Status s = CheckSeqs(cache, seqs, q.Rows()); !s.ok()) return s;
 
-  // Work items: (row, kv head) pairs, rows listed sequence by sequence.
+  // Items: (row, kv head) pairs, rows listed sequence by sequence. Each item runs as one
+  // or more units over ranges of its positions (see kMinSplitPositions).
   struct RowRef { int32_t seq; int32_t i; };
   std::vector<RowRef> rows;
   for (size_t si = 0; si < seqs.size(); ++si) {
@@ -147,20 +169,95 @@ absl::Status AttentionCpu(TensorView out, const TensorView& q, const KvCacheLaye
   }
   const int64_t n_group = params.n_heads / n_kv;
   const int64_t kv_stride = n_kv * d;
+  const int64_t bs = cache.block_size;
   const int64_t n_items = static_cast<int64_t>(rows.size()) * n_kv;
+  const int64_t n_threads = pool.n_threads();
+  static const int kMode = getenv("ATTN_MODE") ? atoi(getenv("ATTN_MODE")) : 2;  // TEMP
+  const int64_t max_splits = kMode == 2 && n_threads > 1 && n_items < 2 * n_threads ? (2 * n_threads + n_items - 1) / n_items : 1;
+  struct Unit {
+    int32_t item;
+    int32_t partial;  // Index of its partial result, or -1: writes `out` directly.
+    int64_t pos_begin, pos_end;
+  };
+  std::vector<Unit> units;
+  struct Split { int32_t item; int32_t first_partial; int32_t n; };
+  std::vector<Split> splits;  // Items run as several units, merged after.
+  int32_t n_partials = 0;
+  for (int64_t item = 0; item < n_items; ++item) {
+    const RowRef r = rows[item / n_kv];
+    const int64_t n_ctx = seqs[r.seq].n_past + r.i + 1;
+    const int64_t n_blocks = (n_ctx + bs - 1) / bs;
+    const int64_t n_split = std::clamp<int64_t>(n_ctx / kMinSplitPositions, 1, std::min(max_splits, n_blocks));
+    if (n_split == 1) {
+      units.push_back({static_cast<int32_t>(item), -1, 0, n_ctx});
+      continue;
+    }
+    splits.push_back({static_cast<int32_t>(item), n_partials, static_cast<int32_t>(n_split)});
+    for (int64_t sp = 0; sp < n_split; ++sp) {
+      const int64_t b0 = n_blocks * sp / n_split, b1 = n_blocks * (sp + 1) / n_split;
+      units.push_back({static_cast<int32_t>(item), n_partials++, b0 * bs, std::min(b1 * bs, n_ctx)});
+    }
+  }
+  // Per partial: n_group maxima, n_group sums, then [n_group, d] unnormalised outputs.
+  const int64_t partial_floats = n_group * (d + 2);
+  std::vector<float> partials(n_partials * partial_floats);
+  const AttendFn attend = PickAttend(d);
+  const int64_t n_units = static_cast<int64_t>(units.size());
   // Later rows of a prefill attend to more positions: hand out small chunks.
-  pool.ParallelForChunked(n_items, 4, [&](int64_t begin, int64_t end, int) {
-    for (int64_t item = begin; item < end; ++item) {
-      const RowRef r = rows[item / n_kv];
-      const int64_t h = item % n_kv;
+  const int64_t chunk = kMode == 0 ? 4 : n_units >= 8 * n_threads ? 4 : 1;
+  pool.ParallelForChunked(n_units, chunk, [&](int64_t begin, int64_t end, int) {
+    for (int64_t u = begin; u < end; ++u) {
+      const Unit& unit = units[u];
+      const RowRef r = rows[unit.item / n_kv];
+      const int64_t h = unit.item % n_kv;
       const AttentionSeq& s = seqs[r.seq];
-      const int64_t row = s.row_begin + r.i;
-      const int64_t off = row * params.n_heads * d + h * n_group * d;
-      AttendRow(out.As<float>() + off, q.As<float>() + off, cache.k.As<float>() + h * d,
-                cache.v.As<float>() + h * d, s.block_table, s.n_past + r.i + 1, cache.block_size,
-                kv_stride, n_group, d, params.scale);
+      const int64_t off = (s.row_begin + r.i) * params.n_heads * d + h * n_group * d;
+      AttendArgs args{.q = q.As<float>() + off,
+                      .k_base = cache.k.As<float>() + h * d,
+                      .v_base = cache.v.As<float>() + h * d,
+                      .table = s.block_table.data(),
+                      .pos_begin = unit.pos_begin,
+                      .pos_end = unit.pos_end,
+                      .bs = bs,
+                      .kv_stride = kv_stride,
+                      .n_group = n_group,
+                      .d = d,
+                      .scale = params.scale};
+      if (unit.partial < 0) {
+        args.out = out.As<float>() + off;
+      } else {
+        float* p = partials.data() + unit.partial * partial_floats;
+        args.normalize = false;
+        args.m = p;
+        args.l = p + n_group;
+        args.out = p + 2 * n_group;
+      }
+      attend(args);
     }
   });
+  // Merge: out = sum_i e^(m_i - M) acc_i / sum_i e^(m_i - M) l_i with M = max_i m_i.
+  for (const Split& sp : splits) {
+    const RowRef r = rows[sp.item / n_kv];
+    const int64_t h = sp.item % n_kv;
+    const AttentionSeq& s = seqs[r.seq];
+    float* o = out.As<float>() + (s.row_begin + r.i) * params.n_heads * d + h * n_group * d;
+    for (int64_t g = 0; g < n_group; ++g) {
+      float mx = internal::kAttnNoMax;
+      for (int32_t i = 0; i < sp.n; ++i) mx = std::max(mx, partials[(sp.first_partial + i) * partial_floats + g]);
+      float l = 0.0f;
+      float* og = o + g * d;
+      std::fill_n(og, d, 0.0f);
+      for (int32_t i = 0; i < sp.n; ++i) {
+        const float* p = partials.data() + (sp.first_partial + i) * partial_floats;
+        const float w = std::exp(p[g] - mx);
+        l += w * p[n_group + g];
+        const float* acc = p + 2 * n_group + g * d;
+        for (int64_t x = 0; x < d; ++x) og[x] += w * acc[x];
+      }
+      const float inv = l > 0 ? 1.0f / l : 0.0f;
+      for (int64_t x = 0; x < d; ++x) og[x] *= inv;
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -169,8 +169,6 @@ const BadConfig kBadConfigs[] = {
      "parallel.pipeline: expected an integer"},
     {"model: {path: m}\nparallel: {pipeline: 1.5}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
      "parallel.pipeline: expected an integer"},
-    {"model: {path: m}\nparallel: {tensor: 2}\nnodes: [{name: a, host: h, devices: [cpu, cpu]}]\n",
-     "parallel.tensor: tensor parallelism is not supported yet"},
     {"model: {path: m}\nparallel: {tensor: 0}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
      "parallel.tensor: must be"},
     {"model: {path: m}\nparallel: {pipelines: 2}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",

@@ -1,12 +1,14 @@
 // Paged flash attention vs a naive double-precision softmax(QK^T)V written here.
 // Cases cross block boundaries, use shuffled (non-contiguous) block tables, GQA groups,
-// several sequences per batch with different histories, and 1 or 2 threads.
-// To add a case, append to kCases.
+// several sequences per batch with different histories, and 1 or 2 threads (decode with 2
+// threads splits each row's positions across them, flash-decoding style). Every case runs
+// on each ISA path this CPU has (portable, AVX-512). To add a case, append to kCases.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <random>
 
+#include "kernels/cpu_features.h"
 #include "kernels/ops.h"
 #include "tests/test_support.h"
 
@@ -27,8 +29,7 @@ void PrintTo(const Case& c, std::ostream* os) {
 
 class AttentionTest : public ::testing::TestWithParam<Case> {};
 
-TEST_P(AttentionTest, MatchesNaiveDouble) {
-  const Case& c = GetParam();
+void RunCase(const Case& c) {
   std::mt19937 rng(42);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const int64_t kv_dim = c.n_kv_heads * c.head_dim, q_dim = c.n_heads * c.head_dim;
@@ -117,6 +118,16 @@ TEST_P(AttentionTest, MatchesNaiveDouble) {
   EXPECT_LT(max_err, 2e-5);
 }
 
+TEST_P(AttentionTest, MatchesNaiveDouble) {
+  for (CpuIsa isa : kAllCpuIsas) {
+    if (!CpuSupportsIsa(isa)) continue;
+    SCOPED_TRACE(CpuIsaName(isa));
+    SetMaxCpuIsaForTesting(isa);
+    RunCase(GetParam());
+    SetMaxCpuIsaForTesting(BestCpuIsa());
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Cases, AttentionTest,
     ::testing::Values(Case{4, 2, 16, 16, {{0, 1}}, 1},          // First token.
@@ -127,7 +138,14 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{9, 3, 64, 16, {{47, 1}}, 1},         // SmolLM2 shape, decode.
                       Case{9, 3, 64, 16, {{31, 1}, {0, 5}, {16, 3}}, 2},  // Mixed batch.
                       Case{4, 1, 32, 8, {{63, 2}}, 1},          // MQA, small blocks.
-                      Case{4, 4, 16, 32, {{5, 40}}, 2}));       // MHA, prefill after history.
+                      Case{4, 4, 16, 32, {{5, 40}}, 2},         // MHA, prefill after history.
+                      Case{9, 3, 64, 16, {{699, 1}}, 1},        // Long context, decode.
+                      Case{9, 3, 64, 16, {{699, 1}}, 2},        // Same, positions split.
+                      Case{8, 2, 128, 16, {{700, 1}}, 2},       // head_dim 128, split, ragged end.
+                      Case{8, 2, 128, 16, {{690, 3}}, 1},       // head_dim 128, short verify.
+                      Case{6, 2, 48, 8, {{300, 1}, {0, 2}}, 2},  // Block 8, one split row.
+                      Case{2, 1, 256, 32, {{200, 1}}, 2},       // head_dim 256, block 32.
+                      Case{4, 2, 24, 16, {{400, 1}}, 2}));      // head_dim not a multiple of 16.
 
 TEST(AttentionErrors, BadBlockTableIsInvalidArgument) {
   auto backend = MakeCpuBackend({});

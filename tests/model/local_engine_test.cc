@@ -90,7 +90,10 @@ TEST(LocalEngineTest, TinyStoriesBothFormatsAgree) {
 // free-running greedy overlap is printed for information.
 TEST(LocalEngineTest, SmolLM2MatchesLlamaCppGreedy) {
   CASCADE_REQUIRE_FILE(path, testing::DefaultModelPath());
-  constexpr double kTieNats = 0.35;
+  // SmolLM2 amplifies a 1e-7 input change to ~1.3% relative L2 in its logits (see
+  // tests/model/tp_transformer_test.cc); with logits up to ~25 one token moves by up to
+  // ~0.7 nats between two implementations that round activations differently.
+  constexpr double kTieNats = 0.75;
   std::ifstream in(testing::SourceDir() + "/tests/golden/smollm2_q4_1_greedy.json");
   ASSERT_TRUE(in.good());
   const nlohmann::json golden = nlohmann::json::parse(in);

@@ -1,0 +1,46 @@
+// Private to kernels/cpu/attention*.cc: the per-ISA kernels behind `AttentionCpu`.
+// A kernel runs one query row of one KV head's group of query heads over a range of
+// positions with an online softmax. The dispatcher (attention.cc) validates shapes and
+// block tables first, so kernels assume them.
+// Thread-safety: pure functions of their arguments; calls with disjoint outputs may run
+// concurrently.
+#pragma once
+
+#include <cstdint>
+
+namespace cascade::kernels::cpu::internal {
+
+inline constexpr int64_t kAttnMaxGroup = 16;  // Query heads per KV head handled in one pass.
+inline constexpr int64_t kAttnMaxHeadDim = 256;
+inline constexpr int64_t kAttnMaxBlock = 256;
+// Stand-in for -inf as the running max before any score: keeps the arithmetic finite.
+inline constexpr float kAttnNoMax = -1e30f;
+
+struct AttendArgs {
+  const float* q = nullptr;       // [n_group, d]: the group's query heads, contiguous.
+  const float* k_base = nullptr;  // Cache K at this KV head: position p of block b at
+  const float* v_base = nullptr;  //   base + (b * bs + p) * kv_stride. Same for V.
+  const int32_t* table = nullptr;  // Block table of the sequence.
+  int64_t pos_begin = 0;  // Positions [pos_begin, pos_end); pos_begin a multiple of bs,
+  int64_t pos_end = 0;    //   pos_end > pos_begin.
+  int64_t bs = 16;
+  int64_t kv_stride = 0;  // Floats between consecutive positions (n_kv_heads * d).
+  int64_t n_group = 1;    // <= kAttnMaxGroup.
+  int64_t d = 0;          // <= kAttnMaxHeadDim.
+  float scale = 1.0f;
+  // normalize: out [n_group, d] = softmax-weighted sum of V (m, l unused).
+  // Otherwise a partial for a later merge: out = sum_t exp(s_t - m[g]) v_t unnormalised,
+  // m[g] = max score, l[g] = sum_t exp(s_t - m[g]).
+  bool normalize = true;
+  float* out = nullptr;
+  float* m = nullptr;
+  float* l = nullptr;
+};
+
+using AttendFn = void (*)(const AttendArgs& args);
+
+void AttendGeneric(const AttendArgs& args);  // attention.cc; any shape.
+// attention_avx512.cc; REQUIRES d % 16 == 0 and an AVX-512 CPU.
+void AttendAvx512(const AttendArgs& args);
+
+}  // namespace cascade::kernels::cpu::internal
