@@ -172,8 +172,7 @@ absl::Status AttentionCpu(TensorView out, const TensorView& q, const KvCacheLaye
   const int64_t bs = cache.block_size;
   const int64_t n_items = static_cast<int64_t>(rows.size()) * n_kv;
   const int64_t n_threads = pool.n_threads();
-  static const int kMode = getenv("ATTN_MODE") ? atoi(getenv("ATTN_MODE")) : 2;  // TEMP
-  const int64_t max_splits = kMode == 2 && n_threads > 1 && n_items < 2 * n_threads ? (2 * n_threads + n_items - 1) / n_items : 1;
+  const int64_t max_splits = n_threads > 1 && n_items < 2 * n_threads ? (2 * n_threads + n_items - 1) / n_items : 1;
   struct Unit {
     int32_t item;
     int32_t partial;  // Index of its partial result, or -1: writes `out` directly.
@@ -204,7 +203,7 @@ absl::Status AttentionCpu(TensorView out, const TensorView& q, const KvCacheLaye
   const AttendFn attend = PickAttend(d);
   const int64_t n_units = static_cast<int64_t>(units.size());
   // Later rows of a prefill attend to more positions: hand out small chunks.
-  const int64_t chunk = kMode == 0 ? 4 : n_units >= 8 * n_threads ? 4 : 1;
+  const int64_t chunk = n_units >= 8 * n_threads ? 4 : 1;
   pool.ParallelForChunked(n_units, chunk, [&](int64_t begin, int64_t end, int) {
     for (int64_t u = begin; u < end; ++u) {
       const Unit& unit = units[u];

@@ -269,8 +269,14 @@ def netns_or_skip():
 
 
 def test_two_nodes():
-    """PP=2 across two network namespaces: stage 0 on node A (launched by the coordinator),
-    stage 1 on node B (an external worker), UCX over TCP between them."""
+    """PP=2 and TP=2 x PP=2 across two network namespaces: stage 0 on node A (launched by
+    the coordinator), stage 1 on node B (external workers), UCX over TCP between them."""
+    need(STORIES)
+    for tp in (1, 2):
+        two_nodes(tp)
+
+
+def two_nodes(tp):
     need(STORIES)
     if os.geteuid() != 0:
         print("SKIP: network namespaces need root")
@@ -281,9 +287,9 @@ def test_two_nodes():
         with tempfile.TemporaryDirectory() as d:
             cfg = os.path.join(d, "two.yaml")
             open(cfg, "w").write(
-                f"model: {{path: {STORIES}}}\nparallel: {{pipeline: 2, tensor: 1}}\n"
-                "nodes:\n  - {name: a, host: 10.77.0.1, devices: [cpu], launch: local}\n"
-                "  - {name: b, host: 10.77.0.2, devices: [cpu], launch: external}\n"
+                f"model: {{path: {STORIES}}}\nparallel: {{pipeline: 2, tensor: {tp}}}\n"
+                f"nodes:\n  - {{name: a, host: 10.77.0.1, devices: [{', '.join(['cpu'] * tp)}], launch: local}}\n"
+                f"  - {{name: b, host: 10.77.0.2, devices: [{', '.join(['cpu'] * tp)}], launch: external}}\n"
                 "server: {listen: 10.77.0.1:0}\nscheduler: {kv_cache_mb: 16}\n")
             log_path = os.path.join(d, "coordinator.log")
             log = open(log_path, "w")
@@ -297,9 +303,10 @@ def test_two_nodes():
                     break
                 time.sleep(0.1)
             assert address, open(log_path).read()
-            worker = subprocess.Popen(["ip", "netns", "exec", ns_b, os.path.join(BIN, "cascade-worker"), "--coordinator",
-                                       address, "--node", "b", "--device", "cpu", "--listen", "10.77.0.2:0"],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+            workers = [subprocess.Popen(["ip", "netns", "exec", ns_b, os.path.join(BIN, "cascade-worker"), "--coordinator",
+                                         address, "--node", "b", "--device", "cpu", "--listen", "10.77.0.2:0"],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+                       for _ in range(tp)]
             try:
                 for _ in range(600):
                     if "ready on" in open(log_path).read():
@@ -313,9 +320,9 @@ def test_two_nodes():
                 got = json.loads(p.stdout)["token_ids"]
                 assert got == [403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267,
                                337], got
-                print(f"two nodes (namespaces {ns_a}, {ns_b}, UCX over TCP): greedy ids match the reference")
+                print(f"two nodes, TP={tp} x PP=2 (namespaces {ns_a}, {ns_b}, UCX over TCP): greedy ids match the reference")
             finally:
-                for proc in (worker, coord):
+                for proc in (*workers, coord):
                     stop(proc)
                 log.close()
     finally:
@@ -332,6 +339,12 @@ def test_config_errors_exit_2():
             f"model: {{path: {STORIES}}}\nnodes: [{{name: a, host: h, devices: [gpu7]}}]\n": "nodes[0].devices[0]",
             f"model: {{path: {STORIES}}}\nnodes: [{{name: a, host: h, devices: [cpu]}}]\nscheduler: {{kv_block_size: 3}}\n": "scheduler.kv_block_size",
             f"model: {{path: /nonexistent.gguf}}\nnodes: [{{name: a, host: h, devices: [cpu]}}]\n": "model.path",
+            # TP larger than a node's devices: the group would span nodes.
+            f"model: {{path: {STORIES}}}\nparallel: {{tensor: 2}}\n"
+            "nodes: [{name: a, host: h, devices: [cpu]}, {name: b, host: h, devices: [cpu]}]\n": "parallel.tensor",
+            # TP that cannot split the heads: 16 ranks over 4 KV heads of 2 query heads each.
+            f"model: {{path: {STORIES}}}\nparallel: {{tensor: 16}}\n"
+            f"nodes: [{{name: a, host: h, devices: [{', '.join(['cpu'] * 16)}]}}]\n": "parallel.tensor",
         }
         for text, key in cases.items():
             cfg = os.path.join(d, "bad.yaml")
