@@ -27,21 +27,25 @@ grpc::Status WorkerService::LoadShard(grpc::ServerContext* context, const v1::Lo
   // pipeline link of this TP rank (TP rank r of every stage).
   const int tp_size = std::max(1, req->tp_size());
   rendezvous_ = std::make_unique<GrpcRendezvous>(options_.coordinator);
-  const auto connect = [&](const std::string& group, int rank, int size) -> absl::StatusOr<std::unique_ptr<comm::Communicator>> {
+  const auto connect = [&](const std::string& group, int rank, int size,
+                           int64_t spin_us) -> absl::StatusOr<std::unique_ptr<comm::Communicator>> {
     comm::GroupOptions g;
     g.group = group;
     g.rank = rank;
     g.size = size;
     g.timeout_ms = options_.comm_timeout_ms;
-    return comm::UcxCommunicator::Create(g, rendezvous_.get());
+    comm::UcxOptions ucx;
+    ucx.spin_us = spin_us;
+    return comm::UcxCommunicator::Create(g, rendezvous_.get(), ucx);
   };
   if (tp_size > 1) {
-    auto c = connect(StrCat(req->group(), "/tp", req->stage()), req->tp_rank(), tp_size);
+    // TP peers meet twice per layer: spin briefly instead of sleeping on the event fd.
+    auto c = connect(StrCat(req->group(), "/tp", req->stage()), req->tp_rank(), tp_size, options_.tp_spin_us);
     if (!c.ok()) return ToGrpc(Annotate(c.status(), "connecting the tensor-parallel group"));
     tp_comm_ = std::move(*c);
   }
   if (req->n_stages() > 1) {
-    auto c = connect(StrCat(req->group(), "/pp", req->tp_rank()), req->stage(), req->n_stages());
+    auto c = connect(StrCat(req->group(), "/pp", req->tp_rank()), req->stage(), req->n_stages(), 0);
     if (!c.ok()) return ToGrpc(Annotate(c.status(), "connecting the pipeline stages"));
     comm_ = std::move(*c);
   }
