@@ -1,5 +1,6 @@
 // All-reduce latency of comm::UcxCommunicator for hidden-state-sized messages: 2 ranks
-// (threads, each with its own UCX context and worker; UCX picks shared memory), ring
+// (threads, each with its own UCX context and worker; UCX picks shared memory; 50 us of
+// polling before sleeping, as the workers' TP groups), ring
 // all-reduce of n floats, median and p99 over many rounds. Prints a table; with
 // --json FILE also writes it. Not a test.
 #include <algorithm>
@@ -19,25 +20,27 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::string(argv[i]) == "--json") json_path = argv[i + 1];
   }
-  const int kRanks = 2, kRounds = 400;
+  const int kRanks = 2, kRounds = 400, kWarmup = 200;  // Warm-up: connections, caches.
   const std::vector<size_t> sizes = {576, 576 * 8, 576 * 64, 576 * 512};  // 1, 8, 64, 512 tokens of SmolLM2.
   comm::InProcessRendezvous rendezvous;
   std::vector<std::vector<double>> us(sizes.size());
   std::vector<std::thread> threads;
   for (int r = 0; r < kRanks; ++r) {
     threads.emplace_back([&, r] {
-      auto c = comm::UcxCommunicator::Create({"bench", r, kRanks, 30000}, &rendezvous);
+      comm::UcxOptions ucx;
+      ucx.spin_us = 50;  // As the workers' TP groups (worker/worker_service.h).
+      auto c = comm::UcxCommunicator::Create({"bench", r, kRanks, 30000}, &rendezvous, ucx);
       if (!c.ok()) {
         std::fprintf(stderr, "rank %d: %s\n", r, std::string(c.status().message()).c_str());
         return;
       }
       for (size_t s = 0; s < sizes.size(); ++s) {
         std::vector<float> data(sizes[s], 1.0f);
-        for (int i = 0; i < kRounds + 20; ++i) {
+        for (int i = 0; i < kRounds + kWarmup; ++i) {
           const auto t0 = std::chrono::steady_clock::now();
           if (!(*c)->AllReduceSum(data.data(), data.size()).ok()) return;
           const double t = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-          if (r == 0 && i >= 20) us[s].push_back(t);
+          if (r == 0 && i >= kWarmup) us[s].push_back(t);
         }
       }
     });
