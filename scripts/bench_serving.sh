@@ -13,6 +13,7 @@ BIN=${CASCADE_BUILD_DIR:-build}/bin
 [[ -x $BIN/cascade-coordinator ]] || ./scripts/build.sh >/dev/null
 [[ -f $MODEL ]] || ./scripts/setup.sh
 TMP=$(mktemp -d)
+source scripts/cluster_lib.sh
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$TMP"' EXIT
 rows=()
 for PP in 1 2; do
@@ -24,15 +25,8 @@ nodes: [{name: n0, host: 127.0.0.1, devices: [$DEVICES], launch: local}]
 server: {listen: 127.0.0.1:0}
 scheduler: {max_num_seqs: 32, max_batched_tokens: 2048, kv_block_size: 16, kv_cache_mb: 256}
 YAML
-  "$BIN/cascade-coordinator" --config "$TMP/pp$PP.yaml" > "$TMP/pp$PP.log" 2>&1 &
-  PID=$!
-  ADDR=""
-  for _ in $(seq 1 600); do
-    ADDR=$(grep -o 'ready on [^ ]*' "$TMP/pp$PP.log" | head -1 | cut -d' ' -f3 || true)
-    [[ -n $ADDR ]] && break
-    sleep 0.1
-  done
-  [[ -n $ADDR ]] || { cat "$TMP/pp$PP.log" >&2; exit 1; }
+  start_cluster "$TMP/pp$PP.yaml" "$TMP/pp$PP.log"
+  PID=$CLUSTER_PID ADDR=$CLUSTER_ADDR
   "$BIN/cascade" bench --server "$ADDR" --requests 4 --concurrency 2 --prompt-tokens 8 --max-tokens 8 >/dev/null  # warm-up
   "$BIN/cascade" bench --server "$ADDR" --requests "$N" --concurrency "$C" --prompt-tokens "$P" --max-tokens "$M" \
     --label "PP=$PP" --json "$TMP/pp$PP.json" | { [[ $PP == 1 ]] && cat || tail -n 1; }

@@ -12,6 +12,7 @@ BIN=${CASCADE_BUILD_DIR:-build}/bin
 [[ -f $MODEL ]] || ./scripts/setup.sh
 export UCX_POSIX_ERROR_HANDLING=y UCX_SYSV_ERROR_HANDLING=y   # shared memory with failure detection
 TMP=$(mktemp -d)
+source scripts/cluster_lib.sh
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$TMP"' EXIT
 echo "== batch-1 decode (cascade bench --concurrency 1, 32-token prompt, 128 new tokens)"
 for TP in 1 2; do
@@ -23,15 +24,8 @@ nodes: [{name: n0, host: 127.0.0.1, devices: [$DEVICES], launch: local}]
 server: {listen: 127.0.0.1:0}
 scheduler: {kv_cache_mb: 128}
 YAML
-  "$BIN/cascade-coordinator" --config "$TMP/tp$TP.yaml" > "$TMP/tp$TP.log" 2>&1 &
-  PID=$!
-  ADDR=""
-  for _ in $(seq 1 600); do
-    ADDR=$(grep -o 'ready on [^ ]*' "$TMP/tp$TP.log" | head -1 | cut -d' ' -f3 || true)
-    [[ -n $ADDR ]] && break
-    sleep 0.1
-  done
-  [[ -n $ADDR ]] || { cat "$TMP/tp$TP.log" >&2; exit 1; }
+  start_cluster "$TMP/tp$TP.yaml" "$TMP/tp$TP.log"
+  PID=$CLUSTER_PID ADDR=$CLUSTER_ADDR
   "$BIN/cascade" bench --server "$ADDR" --requests 2 --concurrency 1 --prompt-tokens 8 --max-tokens 8 >/dev/null
   "$BIN/cascade" bench --server "$ADDR" --requests 4 --concurrency 1 --prompt-tokens 32 --max-tokens 128 \
     --label "TP=$TP" --json "$TMP/tp$TP.json" | { [[ $TP == 1 ]] && cat || tail -n 1; }

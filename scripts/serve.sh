@@ -14,17 +14,11 @@ CONFIG=${CASCADE_CONFIG:-configs/local-cpu.yaml}
 ./scripts/build.sh >/dev/null
 BIN=${CASCADE_BUILD_DIR:-build}/bin
 LOG=$(mktemp -t cascade-coordinator.XXXXXX.log)
-
-"$BIN/cascade-coordinator" --config "$CONFIG" > >(tee "$LOG" >&2) 2>&1 &
-COORD=$!
-trap 'kill $COORD 2>/dev/null; wait $COORD 2>/dev/null; rm -f "$LOG"' EXIT
-for _ in $(seq 1 600); do
-  ADDR=$(grep -o 'ready on [^ ]*' "$LOG" | head -1 | cut -d' ' -f3 || true)
-  [[ -n $ADDR ]] && break
-  kill -0 $COORD 2>/dev/null || { echo "serve: the coordinator exited (see above)" >&2; exit 1; }
-  sleep 0.1
-done
-[[ -n ${ADDR:-} ]] || { echo "serve: the cluster did not become ready" >&2; exit 1; }
+source scripts/cluster_lib.sh
+trap 'kill ${CLUSTER_PID:-} 2>/dev/null; wait ${CLUSTER_PID:-} 2>/dev/null; rm -f "$LOG"' EXIT
+start_cluster "$CONFIG" "$LOG" tee
+ADDR=$CLUSTER_ADDR
+COORD=$CLUSTER_PID
 
 echo
 echo "== cascade generate --server $ADDR --chat \"$QUESTION\""

@@ -1,0 +1,29 @@
+# Sourced by the scripts that run a local cluster (serve.sh, bench_serving.sh,
+# bench_tp.sh). start_cluster CONFIG LOG [tee]: starts cascade-coordinator in the
+# background with its output in LOG (and on stderr with "tee"), waits for its "ready on"
+# line, and sets CLUSTER_PID and CLUSTER_ADDR. Fails, showing the log, if the
+# coordinator exits or is not ready within 60 s.
+start_cluster() {
+  local config=$1 log=$2 mode=${3:-}
+  local bin=${CASCADE_BUILD_DIR:-build}/bin
+  if [[ $mode == tee ]]; then
+    "$bin/cascade-coordinator" --config "$config" > >(tee "$log" >&2) 2>&1 &
+  else
+    "$bin/cascade-coordinator" --config "$config" > "$log" 2>&1 &
+  fi
+  CLUSTER_PID=$!
+  CLUSTER_ADDR=""
+  for _ in $(seq 1 600); do
+    CLUSTER_ADDR=$(grep -o 'ready on [^ ]*' "$log" 2>/dev/null | head -1 | cut -d' ' -f3 || true)
+    [[ -n $CLUSTER_ADDR ]] && return 0
+    if ! kill -0 "$CLUSTER_PID" 2>/dev/null; then
+      [[ $mode == tee ]] || cat "$log" >&2
+      echo "the coordinator exited (config $config)" >&2
+      return 1
+    fi
+    sleep 0.1
+  done
+  [[ $mode == tee ]] || cat "$log" >&2
+  echo "the cluster of $config was not ready within 60 s" >&2
+  return 1
+}
