@@ -57,6 +57,17 @@ int64_t RowChunk(int64_t n_out, int n_threads) {
   return std::max<int64_t>(16, (per + 15) / 16 * 16);
 }
 
+// Runs `gemm` over output rows [0, n_out), split across the pool in RowChunk pieces.
+void RunRows(internal::GemmFn gemm, const internal::GemmArgs& args, int64_t n_out, ThreadPool* pool) {
+  const int n_threads = pool == nullptr ? 1 : pool->n_threads();
+  if (n_threads == 1) {
+    gemm(args, 0, n_out);
+    return;
+  }
+  pool->ParallelForChunked(n_out, RowChunk(n_out, n_threads),
+                           [&](int64_t begin, int64_t end, int) { gemm(args, begin, end); });
+}
+
 absl::Status CheckWeight(const TensorView& weight) {
   if (weight.device.kind != DeviceKind::kCpu) {
     return absl::UnimplementedError("Linear: the CPU kernel needs a CPU weight");
@@ -218,13 +229,7 @@ absl::Status LinearQuantized(float* out, const QuantizedActivations& in, const T
     return absl::UnimplementedError(
         absl::StrCat("Linear: no kernel for ", std::string(DTypeName(weight.dtype))));
   }
-  const int n_threads = pool == nullptr ? 1 : pool->n_threads();
-  if (n_threads == 1) {
-    gemm(args, 0, n_out);
-    return absl::OkStatus();
-  }
-  pool->ParallelForChunked(n_out, RowChunk(n_out, n_threads),
-                           [&](int64_t begin, int64_t end, int) { gemm(args, begin, end); });
+  RunRows(gemm, args, n_out, pool);
   return absl::OkStatus();
 }
 
@@ -278,14 +283,7 @@ absl::Status LinearPacked(float* out, const QuantizedActivations& in, const Pack
     return absl::UnimplementedError(
         absl::StrCat("Linear: no packed kernel for ", std::string(DTypeName(weight.dtype()))));
   }
-  const int n_threads = pool == nullptr ? 1 : pool->n_threads();
-  if (n_threads == 1) {
-    gemm(args, 0, n_out);
-    return absl::OkStatus();
-  }
-  // RowChunk is a multiple of 16, so every chunk starts on a packed group.
-  pool->ParallelForChunked(n_out, RowChunk(n_out, n_threads),
-                           [&](int64_t begin, int64_t end, int) { gemm(args, begin, end); });
+  RunRows(gemm, args, n_out, pool);  // RowChunk is a multiple of 16: chunks start on packed groups.
   return absl::OkStatus();
 }
 
