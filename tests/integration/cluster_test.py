@@ -178,6 +178,19 @@ def test_tp_parity_smollm2():
                 print(f"TP=2 PP={pp} {p[1][:30]!r}: identical for {same}/{n}" + ("" if same == n else f", then a tie"))
 
 
+def test_chat_session():
+    """`cascade chat`: two turns typed on stdin, answers streamed, history kept."""
+    need(SMOL)
+    with cluster(SMOL, 1) as (address, _, _):
+        p = subprocess.run([CASCADE, "chat", "--server", address, "--temperature", "0", "--max-tokens", "24"],
+                           input="What is the capital of France?\nAnd of Italy?\n\n", capture_output=True, text=True,
+                           timeout=120)
+        assert p.returncode == 0, p.stderr
+        answers = [line for line in p.stdout.splitlines() if line.strip()]
+        assert len(answers) >= 2 and "Paris" in answers[0], p.stdout
+        assert "Rome" in p.stdout, p.stdout  # The second turn saw the first.
+
+
 def test_concurrent_streams():
     need(STORIES)
     with cluster(STORIES, 2, max_num_seqs=16) as (address, _, _):
