@@ -1,6 +1,7 @@
 #include "kernels/cpu/linear.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
@@ -55,6 +56,18 @@ int64_t RowChunk(int64_t n_out, int n_threads) {
   if (n_threads <= 1) return std::max<int64_t>(n_out, 1);
   const int64_t per = (n_out + 4 * n_threads - 1) / (4 * n_threads);
   return std::max<int64_t>(16, (per + 15) / 16 * 16);
+}
+
+// The shapes with nothing to multiply (no tokens, no outputs, or an empty inner
+// dimension, whose products are all zero): the status to return, or nullopt to go on.
+std::optional<absl::Status> TrivialLinear(float* out, int64_t n_tokens, int64_t n_out, int64_t n_in) {
+  if (n_tokens == 0 || n_out == 0) return absl::OkStatus();
+  if (out == nullptr) return absl::InvalidArgumentError("Linear: null output");
+  if (n_in == 0) {
+    std::fill(out, out + n_tokens * n_out, 0.0f);
+    return absl::OkStatus();
+  }
+  return std::nullopt;
 }
 
 // Runs `gemm` over output rows [0, n_out), split across the pool in RowChunk pieces.
@@ -202,12 +215,7 @@ absl::Status LinearQuantized(float* out, const QuantizedActivations& in, const T
                                                    ", weight ", weight.ShapeString()));
   }
   const int64_t n_tokens = in.n_tokens();
-  if (n_tokens == 0 || n_out == 0) return absl::OkStatus();
-  if (out == nullptr) return absl::InvalidArgumentError("Linear: null output");
-  if (n_in == 0) {
-    std::fill(out, out + n_tokens * n_out, 0.0f);
-    return absl::OkStatus();
-  }
+  if (auto done = TrivialLinear(out, n_tokens, n_out, n_in)) return *done;
 
   GemmArgs args;
   args.out = out;
@@ -262,12 +270,7 @@ absl::Status LinearPacked(float* out, const QuantizedActivations& in, const Pack
                                                    ", packed weight [", n_out, ", ", n_in, "]"));
   }
   const int64_t n_tokens = in.n_tokens();
-  if (n_tokens == 0 || n_out == 0) return absl::OkStatus();
-  if (out == nullptr) return absl::InvalidArgumentError("Linear: null output");
-  if (n_in == 0) {
-    std::fill(out, out + n_tokens * n_out, 0.0f);
-    return absl::OkStatus();
-  }
+  if (auto done = TrivialLinear(out, n_tokens, n_out, n_in)) return *done;
   GemmArgs args;
   args.out = out;
   args.ld_out = n_out;
