@@ -44,9 +44,27 @@ class Sampler {
   // `history` holds the sequence's tokens so far (prompt and output) for the penalties.
   SampledToken Sample(std::span<float> logits, std::span<const int32_t> history);
 
+  // Speculative verification of `drafts` [k] (model/rejection_sampler.h, q one-hot on each
+  // draft: the drafters propose deterministically). `logits` [(k + 1) * n_vocab]: row i
+  // scores the position of draft i, row k the one after the last draft. `history` holds the
+  // tokens before the drafts; row i is shaped as `Sample` would shape it with drafts
+  // [0, i) appended. Returns the accepted drafts then the correction or bonus token, each
+  // with its logprob; their law is that of calling `Sample` once per token.
+  std::vector<SampledToken> Verify(std::span<const float> logits, std::span<const int32_t> drafts,
+                                   std::span<const int32_t> history);
+
   const SamplingParams& params() const { return params_; }
 
  private:
+  bool penalised() const;
+  // Applies the repetition/presence/frequency penalties of `history` in place.
+  void Penalize(std::span<float> logits, std::span<const int32_t> history) const;
+  // Fills candidates_ with (unnormalised probability, id), most likely first, after
+  // top-k, temperature and min-p/top-p; returns how many are kept. REQUIRES !greedy().
+  size_t Shape(std::span<const float> logits);
+  // `id` with its logprob (and the top-n) under the raw logits.
+  SampledToken Describe(std::span<const float> raw, int32_t id) const;
+
   SamplingParams params_;
   std::mt19937_64 rng_;
   std::vector<std::pair<float, int32_t>> candidates_;  // Scratch, reused.

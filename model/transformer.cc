@@ -66,6 +66,7 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Load(const ModelFiles&
   t->backend_ = backend;
   t->first_layer_ = options.first_layer;
   t->last_layer_ = options.last_layer < 0 ? files.config.n_layers : options.last_layer;
+  t->exit_head_ = options.exit_head;
   if (t->first_layer_ < 0 || t->first_layer_ >= t->last_layer_ || t->last_layer_ > files.config.n_layers) {
     return absl::InvalidArgumentError(StrCat("stage layers [", t->first_layer_, ", ", t->last_layer_,
                                              ") are not a non-empty range of the model's ",

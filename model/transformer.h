@@ -42,6 +42,9 @@ struct StageOptions {
   // This process's place in the stage's tensor-parallel group (1: no TP).
   int tp_rank = 0;
   int tp_size = 1;
+  // Also load the final norm and LM head when last_layer is not the model's last layer:
+  // an early-exit head, as the self-drafter uses (the target's first layers + its head).
+  bool exit_head = false;
 };
 
 // One forward step over a batch of sequences. Rows are tokens, sequence by sequence.
@@ -72,7 +75,7 @@ class Transformer {
   int64_t last_layer() const { return last_layer_; }
   int64_t n_layers_here() const { return last_layer_ - first_layer_; }
   bool has_embedding() const { return first_layer_ == 0; }
-  bool has_head() const { return last_layer_ == config_.n_layers; }
+  bool has_head() const { return exit_head_ || last_layer_ == config_.n_layers; }
   // This rank's share of the model (the whole model when tp_size is 1).
   const TpShard& tp_shard() const { return shard_; }
   // Bytes of weights this stage reads from the file.
@@ -114,6 +117,7 @@ class Transformer {
   TpShard shard_;
   int64_t first_layer_ = 0;
   int64_t last_layer_ = 0;
+  bool exit_head_ = false;
   int64_t weight_bytes_ = 0;
   kernels::RopeParams rope_;
   std::vector<float> inv_freq_;

@@ -45,6 +45,10 @@ absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Create(
   stage.last_layer = options.last_layer;
   stage.tp_rank = options.tp_rank;
   stage.tp_size = options.tp_size;
+  stage.exit_head = options.draft;
+  if (options.draft && (options.n_stages != 1 || options.tp_size != 1)) {
+    return absl::InvalidArgumentError("a drafter runs in one process: 1 stage, tensor 1");
+  }
   CASCADE_ASSIGN_OR_RETURN(e->transformer_, model::Transformer::Load(e->files_, e->backend_.get(), stage, tp_comm));
   if (e->transformer_->has_embedding() != (options.stage == 0) ||
       e->transformer_->has_head() != (options.stage == options.n_stages - 1)) {
@@ -59,71 +63,141 @@ absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Create(
   return e;
 }
 
+absl::Status StageExecutor::Flatten(const v1::StepRequest& step, Rows& rows) const {
+  const int64_t max_pos = cache_->options().n_blocks * cache_->options().block_size;
+  rows.tables.reserve(step.seqs_size());
+  for (const v1::StepSequence& s : step.seqs()) {
+    const std::string what = StrCat("step ", step.step_id(), ": sequence ", s.seq_id());
+    if (s.tokens_size() == 0) return absl::InvalidArgumentError(StrCat(what, " has no tokens"));
+    if (s.n_past() < 0 || s.n_past() + s.tokens_size() + std::max(0, s.propose() - 1) > max_pos) {
+      return absl::InvalidArgumentError(StrCat(what, " positions [", s.n_past(), ", ",
+                                               s.n_past() + s.tokens_size() + std::max(0, s.propose() - 1),
+                                               ") exceed the cache"));
+    }
+    if (s.n_draft() < 0 || s.n_draft() >= s.tokens_size() || (s.n_draft() > 0 && !s.sample())) {
+      return absl::InvalidArgumentError(StrCat(what, ": n_draft ", s.n_draft(), " must be in [0, ", s.tokens_size(),
+                                               ") and needs sample"));
+    }
+    if (s.propose() < 0 || (s.propose() > 0 && !options_.draft)) {
+      return absl::InvalidArgumentError(StrCat(what, ": propose ", s.propose(), " on a worker that does not draft"));
+    }
+    const int64_t row = static_cast<int64_t>(rows.tokens.size());
+    for (int i = 0; i < s.tokens_size(); ++i) {
+      rows.tokens.push_back(s.tokens(i));
+      rows.positions.push_back(static_cast<int32_t>(s.n_past() + i));
+    }
+    rows.tables.emplace_back(s.block_table().begin(), s.block_table().end());
+    rows.seqs.push_back({row, s.tokens_size(), s.n_past(), rows.tables.back()});
+    // A verification scores the last token and every draft; otherwise only the last.
+    const int64_t end = static_cast<int64_t>(rows.tokens.size());
+    if (s.sample() || s.propose() > 0) {
+      for (int64_t r = end - 1 - s.n_draft(); r < end; ++r) rows.logit_rows.push_back(r);
+    }
+  }
+  return absl::OkStatus();
+}
+
+void StageExecutor::TrackHistory(const v1::StepRequest& step) {
+  for (const v1::StepSequence& s : step.seqs()) {
+    if (s.reset() || !seqs_.contains(s.seq_id())) {
+      SeqState& st = seqs_[s.seq_id()];
+      st.sampler = std::make_unique<model::Sampler>(FromProto(s.sampling()));
+      st.history.assign(s.history().begin(), s.history().end());
+      if (st.history.empty()) st.history.assign(s.tokens().begin(), s.tokens().end() - s.n_draft());
+    } else if (s.n_draft() == 0 && s.tokens_size() > 1) {
+      // A prefill chunk. Decode and verify steps feed the token sampled last first, which
+      // history already holds; drafts join it only once accepted.
+      auto& h = seqs_[s.seq_id()].history;
+      h.insert(h.end(), s.tokens().begin(), s.tokens().end());
+    }
+  }
+}
+
 absl::StatusOr<v1::StepResult> StageExecutor::Execute(const v1::StepRequest& step) {
   const auto t0 = std::chrono::steady_clock::now();
   v1::StepResult result;
   result.set_step_id(step.step_id());
   for (int64_t id : step.release()) seqs_.erase(id);
-
-  // Flatten the batch: rows sequence by sequence.
-  std::vector<int32_t> tokens, positions;
-  std::vector<kernels::AttentionSeq> seqs;
-  std::vector<int64_t> sample_rows;
-  std::vector<std::vector<int32_t>> tables;
-  tables.reserve(step.seqs_size());
-  const int64_t max_pos = cache_->options().n_blocks * cache_->options().block_size;
-  for (const v1::StepSequence& s : step.seqs()) {
-    if (s.tokens_size() == 0) return absl::InvalidArgumentError(StrCat("step ", step.step_id(), ": sequence ", s.seq_id(), " has no tokens"));
-    if (s.n_past() < 0 || s.n_past() + s.tokens_size() > max_pos) {
-      return absl::InvalidArgumentError(StrCat("step ", step.step_id(), ": sequence ", s.seq_id(), " positions [",
-                                               s.n_past(), ", ", s.n_past() + s.tokens_size(), ") exceed the cache"));
-    }
-    const int64_t row = static_cast<int64_t>(tokens.size());
-    for (int i = 0; i < s.tokens_size(); ++i) {
-      tokens.push_back(s.tokens(i));
-      positions.push_back(static_cast<int32_t>(s.n_past() + i));
-    }
-    tables.emplace_back(s.block_table().begin(), s.block_table().end());
-    seqs.push_back({row, s.tokens_size(), s.n_past(), tables.back()});
-    if (s.sample()) sample_rows.push_back(static_cast<int64_t>(tokens.size()) - 1);
-    const bool sampler_here = is_last() && options_.tp_rank == 0;
-    if (sampler_here && (s.reset() || !seqs_.contains(s.seq_id()))) {
-      SeqState& st = seqs_[s.seq_id()];
-      st.sampler = std::make_unique<model::Sampler>(FromProto(s.sampling()));
-      st.history.assign(s.history().begin(), s.history().end());
-      if (st.history.empty()) st.history.assign(s.tokens().begin(), s.tokens().end());
-    } else if (sampler_here && !s.reset()) {
-      auto& h = seqs_[s.seq_id()].history;
-      // Decode steps feed the token sampled last, which history already holds.
-      if (s.tokens_size() > 1) h.insert(h.end(), s.tokens().begin(), s.tokens().end());
-    }
-  }
-  const int64_t n = static_cast<int64_t>(tokens.size());
-  const int64_t n_embd = transformer_->config().n_embd;
-  hidden_.resize(n * n_embd);
-  TensorView hidden(hidden_.data(), DType::kF32, {n, n_embd});
-  const uint64_t tag = static_cast<uint64_t>(step.step_id());
-  if (options_.stage == 0) {
-    CASCADE_RETURN_IF_ERROR(transformer_->Embed(tokens, hidden));
+  Rows rows;
+  CASCADE_RETURN_IF_ERROR(Flatten(step, rows));
+  if (options_.draft) {
+    CASCADE_RETURN_IF_ERROR(Draft(step, rows, result));
   } else {
-    CASCADE_RETURN_IF_ERROR(Annotate(ReceiveHidden(n, tag),
-                                     StrCat("receiving step ", step.step_id(), " from stage ", options_.stage - 1)));
-  }
-  const model::ForwardBatch batch{tokens, positions, seqs, sample_rows};
-  CASCADE_RETURN_IF_ERROR(transformer_->RunLayers(hidden, batch, *cache_));
-  if (!is_last()) {
-    CASCADE_RETURN_IF_ERROR(Annotate(SendHidden(n, tag),
-                                     StrCat("sending step ", step.step_id(), " to stage ", options_.stage + 1)));
-  } else if (!sample_rows.empty()) {
+    if (is_last() && options_.tp_rank == 0) TrackHistory(step);
+    CASCADE_RETURN_IF_ERROR(Forward(rows, step.step_id()));
     // Logits are a collective over the TP group (vocab-parallel head); TP rank 0 samples.
-    const int64_t V = transformer_->config().n_vocab;
-    logits_.resize(sample_rows.size() * V);
-    CASCADE_RETURN_IF_ERROR(transformer_->Logits(hidden, sample_rows,
-                                                 TensorView(logits_.data(), DType::kF32, {static_cast<int64_t>(sample_rows.size()), V})));
-    if (options_.tp_rank == 0) CASCADE_RETURN_IF_ERROR(Sample(step, sample_rows, result));
+    if (is_last() && !rows.logit_rows.empty() && options_.tp_rank == 0) {
+      CASCADE_RETURN_IF_ERROR(Sample(step, result));
+    }
   }
   result.set_forward_s(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return result;
+}
+
+absl::Status StageExecutor::Forward(const Rows& rows, int64_t step_id) {
+  const int64_t n = static_cast<int64_t>(rows.tokens.size());
+  const int64_t n_embd = transformer_->config().n_embd;
+  hidden_.resize(n * n_embd);
+  TensorView hidden(hidden_.data(), DType::kF32, {n, n_embd});
+  const uint64_t tag = static_cast<uint64_t>(step_id);
+  if (options_.stage == 0) {
+    CASCADE_RETURN_IF_ERROR(transformer_->Embed(rows.tokens, hidden));
+  } else {
+    CASCADE_RETURN_IF_ERROR(Annotate(ReceiveHidden(n, tag),
+                                     StrCat("receiving step ", step_id, " from stage ", options_.stage - 1)));
+  }
+  const model::ForwardBatch batch{rows.tokens, rows.positions, rows.seqs, rows.logit_rows};
+  CASCADE_RETURN_IF_ERROR(transformer_->RunLayers(hidden, batch, *cache_));
+  if (!is_last()) {
+    return Annotate(SendHidden(n, tag), StrCat("sending step ", step_id, " to stage ", options_.stage + 1));
+  }
+  if (rows.logit_rows.empty()) return absl::OkStatus();
+  const int64_t V = transformer_->config().n_vocab;
+  const int64_t n_rows = static_cast<int64_t>(rows.logit_rows.size());
+  logits_.resize(n_rows * V);
+  return transformer_->Logits(hidden, rows.logit_rows, TensorView(logits_.data(), DType::kF32, {n_rows, V}));
+}
+
+absl::Status StageExecutor::Draft(const v1::StepRequest& step, Rows& rows, v1::StepResult& result) {
+  // Round 0 feeds the step's tokens; round j feeds every sequence's draft j - 1 alone.
+  // Drafts are the argmax of the drafter's logits: deterministic, so verification treats
+  // q as one-hot on them.
+  const int64_t V = transformer_->config().n_vocab;
+  const int n_seqs = step.seqs_size();
+  std::vector<std::vector<int32_t>> drafts(n_seqs);
+  int rounds = 0;
+  for (const v1::StepSequence& s : step.seqs()) rounds = std::max(rounds, s.propose());
+  for (int j = 0; j < rounds; ++j) {
+    CASCADE_RETURN_IF_ERROR(Forward(rows, step.step_id()));
+    // Rows of logits, in order, belong to the sequences still proposing.
+    size_t r = 0;
+    Rows next;
+    next.tables.reserve(n_seqs);
+    for (int i = 0; i < n_seqs; ++i) {
+      const v1::StepSequence& s = step.seqs(i);
+      if (s.propose() <= j) continue;
+      drafts[i].push_back(model::Argmax(std::span<const float>(logits_.data() + r * V, V)));
+      ++r;
+      if (s.propose() <= j + 1) continue;
+      const int64_t pos = s.n_past() + s.tokens_size() + j;
+      next.tokens.push_back(drafts[i].back());
+      next.positions.push_back(static_cast<int32_t>(pos));
+      next.tables.emplace_back(s.block_table().begin(), s.block_table().end());
+      const int64_t row = static_cast<int64_t>(next.tokens.size()) - 1;
+      next.seqs.push_back({row, 1, pos, next.tables.back()});
+      next.logit_rows.push_back(row);
+    }
+    rows = std::move(next);
+  }
+  for (int i = 0; i < n_seqs; ++i) {
+    for (int32_t d : drafts[i]) {
+      v1::SampledToken* out = result.add_tokens();
+      out->set_seq_id(step.seqs(i).seq_id());
+      out->set_token(d);
+    }
+  }
+  result.set_draft(true);
+  return absl::OkStatus();
 }
 
 absl::Status StageExecutor::SendHidden(int64_t n, uint64_t tag) {
@@ -151,24 +225,32 @@ absl::Status StageExecutor::ReceiveHidden(int64_t n, uint64_t tag) {
   return absl::OkStatus();
 }
 
-absl::Status StageExecutor::Sample(const v1::StepRequest& step, const std::vector<int64_t>& rows,
-                                   v1::StepResult& result) {
+absl::Status StageExecutor::Sample(const v1::StepRequest& step, v1::StepResult& result) {
   const int64_t V = transformer_->config().n_vocab;
-  size_t r = 0;
+  size_t r = 0;  // Logit rows, in order: n_draft + 1 per sampled sequence.
   for (const v1::StepSequence& s : step.seqs()) {
     if (!s.sample()) continue;
     SeqState& st = seqs_[s.seq_id()];
-    std::span<float> logits(logits_.data() + r * V, V);
-    ++r;
-    const model::SampledToken tok = st.sampler->Sample(logits, st.history);
-    st.history.push_back(tok.id);
-    v1::SampledToken* out = result.add_tokens();
-    out->set_seq_id(s.seq_id());
-    out->set_token(tok.id);
-    out->set_logprob(tok.logprob);
-    for (const auto& [id, lp] : tok.top) {
-      out->add_top_ids(id);
-      out->add_top_logprobs(lp);
+    const int k = s.n_draft();
+    std::span<float> logits(logits_.data() + r * V, (k + 1) * V);
+    r += k + 1;
+    std::vector<model::SampledToken> emitted;
+    if (k == 0) {
+      emitted.push_back(st.sampler->Sample(logits, st.history));
+    } else {
+      const std::vector<int32_t> drafts(s.tokens().end() - k, s.tokens().end());
+      emitted = st.sampler->Verify(logits, drafts, st.history);
+    }
+    for (const model::SampledToken& tok : emitted) {
+      st.history.push_back(tok.id);
+      v1::SampledToken* out = result.add_tokens();
+      out->set_seq_id(s.seq_id());
+      out->set_token(tok.id);
+      out->set_logprob(tok.logprob);
+      for (const auto& [id, lp] : tok.top) {
+        out->add_top_ids(id);
+        out->add_top_logprobs(lp);
+      }
     }
   }
   return absl::OkStatus();

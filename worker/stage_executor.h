@@ -35,6 +35,10 @@ struct StageExecutorOptions {
   int n_threads = 1;             // CPU compute threads.
   int tp_rank = 0;               // Rank in the stage's tensor-parallel group.
   int tp_size = 1;               // Its size (1: no tensor parallelism).
+  // A drafter (speculative decoding): one process holding layers [first_layer,
+  // last_layer) of its model and the model's head (an early exit when last_layer is not
+  // the last layer). Its steps carry `propose`; see Draft.
+  bool draft = false;
 };
 
 class StageExecutor {
@@ -51,8 +55,10 @@ class StageExecutor {
       const std::function<void(double)>& progress);
 
   // Runs one step. On the last stage the result carries a sampled token for every
-  // sequence with `sample` set. InvalidArgument for a malformed step (bad ids, block
-  // tables); the communicator's error when a peer is gone.
+  // sequence with `sample` set, or, for a verification (`n_draft` > 0), the accepted
+  // drafts and the correction or bonus token. A drafter answers `propose` drafted tokens
+  // per sequence. InvalidArgument for a malformed step (bad ids, block tables, n_draft or
+  // propose out of range); the communicator's error when a peer is gone.
   absl::StatusOr<v1::StepResult> Execute(const v1::StepRequest& step);
 
   int64_t weight_bytes() const { return transformer_->weight_bytes(); }
@@ -64,9 +70,24 @@ class StageExecutor {
     std::unique_ptr<model::Sampler> sampler;
     std::vector<int32_t> history;  // Prompt and generated tokens, for penalties.
   };
+  // A step flattened into rows, sequence by sequence.
+  struct Rows {
+    std::vector<int32_t> tokens, positions;
+    std::vector<kernels::AttentionSeq> seqs;
+    std::vector<int64_t> logit_rows;  // Last row per sampled sequence; n_draft + 1 rows to verify.
+    std::vector<std::vector<int32_t>> tables;  // Reserved up front: `seqs` points into it.
+  };
   StageExecutor() = default;
-  absl::Status Sample(const v1::StepRequest& step, const std::vector<int64_t>& rows,
-                      v1::StepResult& result);
+  absl::Status Flatten(const v1::StepRequest& step, Rows& rows) const;
+  // Starts or extends each sequence's sampler history (last stage, TP rank 0).
+  void TrackHistory(const v1::StepRequest& step);
+  // Embeds or receives the rows, runs the stage's layers, then sends them on or, on the
+  // last stage, computes logits_ for rows.logit_rows.
+  absl::Status Forward(const Rows& rows, int64_t step_id);
+  absl::Status Sample(const v1::StepRequest& step, v1::StepResult& result);
+  // Drafter: feeds the rows, then proposes `propose` tokens per sequence greedily, one
+  // forward over all proposing sequences per drafted token.
+  absl::Status Draft(const v1::StepRequest& step, Rows& rows, v1::StepResult& result);
 
   absl::Status ReceiveHidden(int64_t n_rows, uint64_t tag);
   absl::Status SendHidden(int64_t n_rows, uint64_t tag);

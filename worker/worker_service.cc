@@ -60,6 +60,7 @@ grpc::Status WorkerService::LoadShard(grpc::ServerContext* context, const v1::Lo
   o.n_threads = options_.n_threads;
   o.tp_rank = req->tp_rank();
   o.tp_size = tp_size;
+  o.draft = req->draft();
   double last_sent = -1;
   auto e = StageExecutor::Create(o, comm_.get(), tp_comm_.get(), [&](double f) {
     if (f - last_sent < 0.05 && f < 1.0) return;

@@ -3,6 +3,8 @@
 // p > 0.001 per position), and greedy verification accepts exactly the matching prefix.
 #include "model/rejection_sampler.h"
 
+#include "model/sampler.h"
+
 #include <cmath>
 #include <random>
 
@@ -105,6 +107,63 @@ TEST(RejectionSamplerTest, GreedyAcceptsTheMatchingPrefix) {
   const VerifyResult m = VerifyGreedy(logits, miss, V);
   EXPECT_EQ(m.n_accepted, 1);
   EXPECT_EQ(m.next_token, 3);  // The target's choice at the first mismatch.
+}
+
+// Sampler::Verify shapes each row as Sample would (penalties over history + earlier
+// drafts, temperature, top-k): greedy verification of Sample's own greedy choices accepts
+// all of them, and the first emitted token at temperature 1 with top-k 4 follows the
+// shaped distribution, computed here independently in double precision.
+TEST(SamplerVerifyTest, GreedyWithPenaltiesAcceptsSequentialChoices) {
+  constexpr int V = 16, K = 3;
+  std::mt19937_64 rng(5);
+  std::normal_distribution<float> n(0, 1);
+  std::vector<float> logits((K + 1) * V);
+  for (float& x : logits) x = 2 * n(rng);
+  SamplingParams params;
+  params.temperature = 0;
+  params.repetition_penalty = 1.3f;
+  params.presence_penalty = 0.5f;
+  Sampler seq(params), ver(params);
+  std::vector<int32_t> history = {1, 2, 3}, drafts;
+  for (int i = 0; i < K; ++i) {
+    std::vector<float> row(logits.begin() + i * V, logits.begin() + (i + 1) * V);
+    drafts.push_back(seq.Sample(row, history).id);
+    history.push_back(drafts.back());
+  }
+  std::vector<float> last(logits.begin() + K * V, logits.end());
+  const int32_t bonus = seq.Sample(last, history).id;
+  const auto out = ver.Verify(logits, drafts, std::vector<int32_t>{1, 2, 3});
+  ASSERT_EQ(out.size(), K + 1u);
+  for (int i = 0; i < K; ++i) EXPECT_EQ(out[i].id, drafts[i]);
+  EXPECT_EQ(out[K].id, bonus);
+}
+
+TEST(SamplerVerifyTest, FirstEmittedTokenFollowsTheShapedDistribution) {
+  constexpr int V = 10, kTrials = 40000;
+  std::vector<float> logits(2 * V);
+  for (int v = 0; v < V; ++v) logits[v] = logits[V + v] = 0.3f * v;  // Token 9 is the most likely.
+  SamplingParams params;
+  params.temperature = 1;
+  params.top_k = 4;
+  params.seed = 9;
+  Sampler s(params);
+  std::vector<double> expected(V, 0.0);
+  double z = 0;
+  for (int v = V - 4; v < V; ++v) z += std::exp(0.3 * v);
+  for (int v = V - 4; v < V; ++v) expected[v] = std::exp(0.3 * v) / z;
+  std::vector<int> counts(V, 0);
+  const std::vector<int32_t> draft = {8};  // Accepted with p(8), else drawn from p without 8.
+  for (int t = 0; t < kTrials; ++t) ++counts[s.Verify(logits, draft, {}).front().id];
+  double chi2 = 0;
+  for (int v = 0; v < V; ++v) {
+    if (expected[v] == 0) {
+      EXPECT_EQ(counts[v], 0) << "token " << v << " is outside top-k";
+      continue;
+    }
+    const double e = expected[v] * kTrials;
+    chi2 += (counts[v] - e) * (counts[v] - e) / e;
+  }
+  EXPECT_LT(chi2, ChiSquareCritical(3));
 }
 
 }  // namespace

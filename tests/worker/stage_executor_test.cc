@@ -1,0 +1,180 @@
+// StageExecutor's speculative paths on a real model, in process (one stage, no data
+// plane): verification of drafted tokens with KV rollback, and the drafter.
+//  * Goldens are stories260K's 20 greedy ids from ../shared/testdata/README.md (a
+//    float64 forward), so a verify step that accepts a wrong draft, or reads a rejected
+//    draft's stale KV, changes the ids and fails.
+//  * Rollback is the coordinator's: the next step's n_past says which positions are valid;
+//    the test plays that role, as the scheduler does.
+#include "worker/stage_executor.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "tests/test_support.h"
+
+namespace cascade::worker {
+namespace {
+
+const std::vector<int32_t> kGolden = {403, 407, 261, 378, 432, 383, 286, 261, 376, 298,
+                                      315, 421, 395, 317, 426, 338, 401, 396, 267, 337};
+
+std::unique_ptr<StageExecutor> Make(const std::string& path, bool draft = false, int64_t last_layer = -1) {
+  StageExecutorOptions o;
+  o.model_path = path;
+  o.first_layer = 0;
+  o.last_layer = last_layer;
+  o.kv_blocks = 8;
+  o.kv_block_size = 4;  // Small blocks: verify steps cross block boundaries.
+  o.draft = draft;
+  if (last_layer < 0) {
+    auto files = model::OpenModelFiles(path);
+    EXPECT_TRUE(files.ok());
+    o.last_layer = files->config.n_layers;
+  }
+  auto e = StageExecutor::Create(o, nullptr, nullptr, [](double) {});
+  EXPECT_TRUE(e.ok()) << e.status();
+  return e.ok() ? std::move(*e) : nullptr;
+}
+
+v1::StepSequence* AddSeq(v1::StepRequest& step, const std::vector<int32_t>& tokens, int64_t n_past, int n_draft = 0) {
+  v1::StepSequence* s = step.add_seqs();
+  s->set_seq_id(7);
+  s->mutable_tokens()->Add(tokens.begin(), tokens.end());
+  s->set_n_past(n_past);
+  for (int b = 0; b < 8; ++b) s->add_block_table(7 - b);  // Not the identity: tables are honoured.
+  s->set_sample(true);
+  s->set_n_draft(n_draft);
+  s->mutable_sampling()->set_temperature(0);
+  s->mutable_sampling()->set_top_p(1);
+  s->mutable_sampling()->set_repetition_penalty(1);
+  return s;
+}
+
+std::vector<int32_t> Tokens(const v1::StepResult& r) {
+  std::vector<int32_t> out;
+  for (const auto& t : r.tokens()) out.push_back(t.token());
+  return out;
+}
+
+// Drafts that are partly right and partly wrong: the emitted tokens are always the golden
+// ones, 1..k+1 per step, and wrong drafts' KV never leaks into later steps.
+TEST(StageExecutorTest, GreedyVerificationEmitsExactlyThePlainDecode) {
+  CASCADE_REQUIRE_FILE(path, testing::TestDataPath("models/stories260K.gguf"));
+  auto e = Make(path);
+  ASSERT_NE(e, nullptr);
+  std::vector<int32_t> seq = {1};  // BOS, then generated tokens.
+  int64_t step_id = 1, n_cached = 0;
+  {
+    v1::StepRequest step;
+    step.set_step_id(step_id++);
+    AddSeq(step, seq, 0)->set_reset(true);
+    auto r = e->Execute(step);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(Tokens(*r), std::vector<int32_t>{kGolden[0]});
+    seq.push_back(kGolden[0]);
+    n_cached = 1;
+  }
+  int round = 0, max_emitted = 0;
+  while (seq.size() < kGolden.size() + 1) {
+    const int64_t done = static_cast<int64_t>(seq.size()) - 1;  // Golden tokens emitted.
+    const int k = std::min<int64_t>(1 + round % 4, kGolden.size() - done);
+    std::vector<int32_t> drafts(kGolden.begin() + done, kGolden.begin() + done + k);
+    // Every third round, corrupt the draft at index round % k (a token never right there).
+    const int wrong = round % 3 == 2 ? round % k : -1;
+    if (wrong >= 0) drafts[wrong] = (drafts[wrong] + 1) % 512;
+    std::vector<int32_t> fed = {seq.back()};
+    fed.insert(fed.end(), drafts.begin(), drafts.end());
+    v1::StepRequest step;
+    step.set_step_id(step_id++);
+    AddSeq(step, fed, n_cached, k);
+    auto r = e->Execute(step);
+    ASSERT_TRUE(r.ok()) << r.status();
+    const std::vector<int32_t> got = Tokens(*r);
+    const size_t expect_n = wrong >= 0 ? wrong + 1 : k + 1;
+    ASSERT_EQ(got.size(), expect_n) << "round " << round;
+    for (size_t i = 0; i < got.size() && done + i < kGolden.size(); ++i) {
+      ASSERT_EQ(got[i], kGolden[done + i]) << "round " << round << " token " << i;
+    }
+    max_emitted = std::max<int>(max_emitted, static_cast<int>(got.size()));
+    seq.insert(seq.end(), got.begin(), got.end());
+    n_cached += static_cast<int64_t>(got.size());  // The fed token + the accepted drafts.
+    ++round;
+  }
+  EXPECT_GE(max_emitted, 4);
+}
+
+// Verification at temperature > 0 emits 1..k+1 tokens whose logprobs are the model's.
+TEST(StageExecutorTest, SampledVerificationReportsEachTokensLogprob) {
+  CASCADE_REQUIRE_FILE(path, testing::TestDataPath("models/stories260K.gguf"));
+  auto e = Make(path);
+  ASSERT_NE(e, nullptr);
+  v1::StepRequest step;
+  step.set_step_id(1);
+  v1::StepSequence* s = AddSeq(step, {1, kGolden[0], kGolden[1], kGolden[2]}, 0, 2);
+  s->set_reset(true);
+  s->mutable_sampling()->set_temperature(1);
+  s->mutable_sampling()->set_seed(3);
+  auto r = e->Execute(step);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_GE(r->tokens_size(), 1);
+  ASSERT_LE(r->tokens_size(), 3);
+  for (const auto& t : r->tokens()) {
+    EXPECT_LT(t.logprob(), 0.0f);
+    EXPECT_GT(t.logprob(), -30.0f);
+  }
+}
+
+// The drafter holding the whole model proposes the model's own greedy continuation; an
+// early-exit drafter (first layer + head) proposes in-vocabulary tokens.
+TEST(StageExecutorTest, DrafterProposesGreedyTokens) {
+  CASCADE_REQUIRE_FILE(path, testing::TestDataPath("models/stories260K.gguf"));
+  auto full = Make(path, /*draft=*/true);
+  auto early = Make(path, /*draft=*/true, /*last_layer=*/1);
+  ASSERT_NE(full, nullptr);
+  ASSERT_NE(early, nullptr);
+  for (StageExecutor* e : {full.get(), early.get()}) {
+    v1::StepRequest step;
+    step.set_step_id(1);
+    std::vector<int32_t> prompt = {1, kGolden[0], kGolden[1]};
+    v1::StepSequence* s = AddSeq(step, prompt, 0);
+    s->set_sample(false);
+    s->set_propose(6);
+    auto r = e->Execute(step);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(r->draft());
+    const std::vector<int32_t> got = Tokens(*r);
+    ASSERT_EQ(got.size(), 6u);
+    if (e == full.get()) {
+      EXPECT_EQ(got, std::vector<int32_t>(kGolden.begin() + 2, kGolden.begin() + 8));
+    } else {
+      for (int32_t t : got) EXPECT_TRUE(t >= 0 && t < 512) << t;
+    }
+  }
+}
+
+TEST(StageExecutorTest, MalformedSpeculativeFieldsAreRefused) {
+  CASCADE_REQUIRE_FILE(path, testing::TestDataPath("models/stories260K.gguf"));
+  auto e = Make(path);
+  ASSERT_NE(e, nullptr);
+  {
+    v1::StepRequest step;
+    AddSeq(step, {1, 2}, 0, 2);  // n_draft must be below the token count.
+    EXPECT_STATUS_CODE(e->Execute(step), kInvalidArgument);
+  }
+  {
+    v1::StepRequest step;
+    AddSeq(step, {1, 2}, 0)->set_propose(3);  // Only drafters propose.
+    auto r = e->Execute(step);
+    EXPECT_STATUS_CODE(r, kInvalidArgument);
+    EXPECT_NE(testing::StatusMessage(r.status()).find("does not draft"), std::string::npos);
+  }
+  {
+    v1::StepRequest step;
+    AddSeq(step, {1, 2, 3}, 0, 1)->set_sample(false);  // Verification needs sample.
+    EXPECT_STATUS_CODE(e->Execute(step), kInvalidArgument);
+  }
+}
+
+}  // namespace
+}  // namespace cascade::worker
