@@ -73,6 +73,28 @@ void Scheduler::AddEntry(Sequence& seq, int64_t n_new, bool is_prefill, Batch& b
   batch.entries.push_back(std::move(entry));
 }
 
+void Scheduler::ReserveDraftSlots(Sequence& seq, int64_t budget, BatchEntry& entry) {
+  // Every emitted token counts against max_tokens: k drafts emit up to k + 1 tokens.
+  const int64_t left = seq.spec.max_tokens - static_cast<int64_t>(seq.generated.size()) - 1;
+  int64_t k = std::min<int64_t>({seq.draft_tokens, left, budget});
+  while (k > 0) {
+    const int32_t need =
+        allocator_.BlocksForTokens(seq.n_cached + 1 + k) - static_cast<int32_t>(seq.block_table.size());
+    if (need <= allocator_.n_free()) {
+      if (need > 0) CASCADE_CHECK(allocator_.AllocateInto(need, &seq.block_table).ok());
+      break;
+    }
+    --k;  // Drafts never preempt: fewer of them when blocks are short.
+  }
+  entry.draft_slots = static_cast<int32_t>(std::max<int64_t>(k, 0));
+  entry.block_table = seq.block_table;
+}
+
+void Scheduler::SetDraftTokens(int64_t seq_id, int32_t k) {
+  CASCADE_CHECK(k >= 0) << "draft tokens " << k;
+  if (auto it = seqs_.find(seq_id); it != seqs_.end()) it->second.draft_tokens = k;
+}
+
 void Scheduler::Preempt(Sequence& seq) {
   CASCADE_CHECK(seq.running && seq.in_flight_batch < 0) << "preempting sequence " << seq.spec.id;
   allocator_.Free(seq.block_table);
@@ -141,6 +163,8 @@ std::optional<Batch> Scheduler::Schedule() {
     AddEntry(seq, 1, /*is_prefill=*/false, batch);
     batch_ids.push_back(id);
     budget -= 1;
+    ReserveDraftSlots(seq, budget, batch.entries.back());
+    budget -= batch.entries.back().draft_slots;
   }
 
   // 2. Remaining chunks of partly cached prompts (their blocks were allocated at
@@ -179,7 +203,7 @@ std::optional<Batch> Scheduler::Schedule() {
   std::vector<InFlightEntry>& record = in_flight_[batch.id];
   for (const BatchEntry& e : batch.entries) {
     seqs_.at(e.seq_id).in_flight_batch = batch.id;
-    record.push_back({e.seq_id, static_cast<int64_t>(e.tokens.size()), e.wants_logits});
+    record.push_back({e.seq_id, static_cast<int64_t>(e.tokens.size()), e.wants_logits, e.draft_slots});
   }
   ++n_batches_;
   max_batch_seqs_seen_ = std::max(max_batch_seqs_seen_, static_cast<int>(batch.entries.size()));
@@ -195,7 +219,7 @@ absl::StatusOr<std::vector<TokenEvent>> Scheduler::Complete(
   }
   const std::vector<InFlightEntry>& entries = it->second;
   // Validate before changing anything.
-  absl::flat_hash_map<int64_t, int32_t> tokens;
+  absl::flat_hash_map<int64_t, std::vector<int32_t>> tokens;
   for (const SampledToken& s : sampled) {
     const auto entry = std::find_if(entries.begin(), entries.end(),
                                     [&](const InFlightEntry& e) { return e.seq_id == s.seq_id; });
@@ -207,10 +231,12 @@ absl::StatusOr<std::vector<TokenEvent>> Scheduler::Complete(
       return absl::InvalidArgumentError(
           StrCat("batch ", batch_id, ": negative token ", s.token, " for sequence ", s.seq_id));
     }
-    if (!tokens.emplace(s.seq_id, s.token).second) {
-      return absl::InvalidArgumentError(
-          StrCat("batch ", batch_id, ": two tokens for sequence ", s.seq_id));
+    std::vector<int32_t>& mine = tokens[s.seq_id];
+    if (static_cast<int32_t>(mine.size()) > entry->draft_slots) {
+      return absl::InvalidArgumentError(StrCat("batch ", batch_id, ": more than ", entry->draft_slots + 1,
+                                               " tokens for sequence ", s.seq_id));
     }
+    mine.push_back(s.token);
   }
   for (const InFlightEntry& e : entries) {
     if (e.wants_logits && !tokens.contains(e.seq_id)) {
@@ -225,14 +251,27 @@ absl::StatusOr<std::vector<TokenEvent>> Scheduler::Complete(
     if (seq.dropped) continue;  // ReleaseBatch frees it.
     seq.n_cached += e.n_new;
     if (!e.wants_logits) continue;
-    seq.generated.push_back(tokens.at(e.seq_id));
-    TokenEvent event;
-    event.seq_id = e.seq_id;
-    event.user_tag = seq.spec.user_tag;
-    event.token = seq.generated.back();
-    event.n_generated = static_cast<int32_t>(seq.generated.size());
-    event.reached_max_tokens = seq.at_max_tokens();
-    events.push_back(event);
+    const std::vector<int32_t>& emitted = tokens.at(e.seq_id);
+    // The fed token is cached; so are the accepted drafts, all emitted tokens but the last.
+    seq.n_cached += static_cast<int64_t>(emitted.size()) - 1;
+    for (int32_t t : emitted) {
+      seq.generated.push_back(t);
+      TokenEvent event;
+      event.seq_id = e.seq_id;
+      event.user_tag = seq.spec.user_tag;
+      event.token = t;
+      event.n_generated = static_cast<int32_t>(seq.generated.size());
+      event.reached_max_tokens = seq.at_max_tokens();
+      events.push_back(event);
+    }
+    if (e.draft_slots > 0) {
+      // Roll back: blocks reserved for rejected drafts return to the pool.
+      const size_t keep = static_cast<size_t>(allocator_.BlocksForTokens(seq.n_tokens()));
+      if (seq.block_table.size() > keep) {
+        allocator_.Free(std::span<const int32_t>(seq.block_table).subspan(keep));
+        seq.block_table.resize(keep);
+      }
+    }
   }
   ReleaseBatch(batch_id);
   return events;

@@ -28,6 +28,15 @@
 // `FailBatch`) for that batch, so consecutive calls to `Schedule()` yield disjoint
 // batches that fill the stages.
 //
+// Speculative decoding (DESIGN.md §5): `SetDraftTokens` asks for up to k drafted tokens
+// per decode step of a sequence. A decode entry then reserves `draft_slots` positions
+// after its token (within max_tokens, the token budget and the free blocks; drafts never
+// preempt anyone) and the caller appends up to that many drafts to `tokens` before sending
+// it. `Complete` takes the 1..draft_slots + 1 tokens the verifier emitted: the fed token
+// and the accepted drafts become cached positions, and the blocks reserved past the
+// sequence's tokens go back to the pool (rollback of rejected drafts: their KV is garbage
+// that the next step's positions overwrite, on every stage).
+//
 // Progress guarantee: `Add` rejects a sequence whose prompt + max_tokens could not fit
 // in the whole cache, so a sequence left alone can always run to max_tokens.
 //
@@ -90,6 +99,9 @@ struct BatchEntry {
   // or the next chunk of such a prompt), false for a decode step. Informational: a
   // worker runs both the same way, positions [n_past, n_past + n_new).
   bool is_prefill = false;
+  // Decode entries: positions reserved after `tokens[0]` for drafted tokens (the block
+  // table covers them). The caller may append up to this many drafts to `tokens`.
+  int32_t draft_slots = 0;
 };
 
 struct Batch {
@@ -98,7 +110,9 @@ struct Batch {
   int n_tokens() const;
 };
 
-// A sampled token reported for a batch entry with `wants_logits`.
+// A token emitted for a batch entry with `wants_logits`: one per entry, or for a decode
+// entry that carried drafts, 1..draft_slots + 1 of them in order (accepted drafts, then
+// the correction or bonus token).
 struct SampledToken {
   int64_t seq_id = 0;
   int32_t token = 0;
@@ -156,13 +170,14 @@ class Scheduler {
   // nothing can run now. The batch is in flight until `Complete` or `FailBatch`.
   std::optional<Batch> Schedule();
 
-  // Records the result of batch `batch_id`: `sampled` holds exactly one token for each
-  // entry with `wants_logits` (any order). Cached positions advance, tokens are appended
-  // and returned as events in batch order; sequences cancelled while in flight are
-  // dropped now (their tokens ignored, blocks freed).
+  // Records the result of batch `batch_id`: `sampled` holds the tokens of each entry with
+  // `wants_logits` (sequences in any order, each sequence's tokens in order; see
+  // SampledToken). Cached positions advance, tokens are appended and returned as events
+  // in batch order; draft blocks no longer needed are freed; sequences cancelled while in
+  // flight are dropped now (their tokens ignored, blocks freed).
   // Errors (nothing changes; the batch stays in flight): NotFound for an unknown batch;
-  // InvalidArgument when `sampled` misses, repeats or adds a sequence, or has a
-  // negative token.
+  // InvalidArgument when `sampled` misses or adds a sequence, has more tokens for one
+  // than its entry allows, or has a negative token.
   absl::StatusOr<std::vector<TokenEvent>> Complete(int64_t batch_id,
                                                    std::span<const SampledToken> sampled);
 
@@ -178,6 +193,10 @@ class Scheduler {
 
   // Ends a sequence in any state (client gone, deadline passed), as `Finish`.
   absl::Status Cancel(int64_t seq_id);
+
+  // Drafted tokens wanted per decode step of `seq_id` from now on (0: plain decoding).
+  // Ignored for ids that are not live. REQUIRES k >= 0.
+  void SetDraftTokens(int64_t seq_id, int32_t k);
 
   // The sequence's current state, or nullopt when the id is not live.
   std::optional<SequenceInfo> Lookup(int64_t seq_id) const;
@@ -197,6 +216,7 @@ class Scheduler {
     bool running = false;        // Holds blocks (admitted).
     bool dropped = false;        // Finished/cancelled while in flight.
     int32_t n_preemptions = 0;
+    int32_t draft_tokens = 0;    // Wanted per decode step (SetDraftTokens).
 
     int64_t n_tokens() const {
       return static_cast<int64_t>(spec.prompt.size() + generated.size());
@@ -211,6 +231,7 @@ class Scheduler {
     int64_t seq_id = 0;
     int64_t n_new = 0;
     bool wants_logits = false;
+    int32_t draft_slots = 0;
   };
 
   // Evicts `seq` (running, not in flight): frees its blocks and puts it at the front
@@ -218,6 +239,8 @@ class Scheduler {
   void Preempt(Sequence& seq);
   // Appends an entry feeding the next `n_new` uncached tokens of `seq` to `batch`.
   void AddEntry(Sequence& seq, int64_t n_new, bool is_prefill, Batch& batch);
+  // Reserves up to seq.draft_tokens draft positions for the decode `entry` of `seq`.
+  void ReserveDraftSlots(Sequence& seq, int64_t budget, BatchEntry& entry);
   // Frees the blocks of `seq` and forgets it.
   void Drop(int64_t seq_id);
   // The most recently admitted running sequence not in flight and not in `batch_ids`.

@@ -82,12 +82,23 @@ class FakeWorker {
       if (static_cast<int64_t>(e.block_table.size()) * block_size_ < end) continue;
       for (size_t i = 0; i < e.tokens.size(); ++i) Slot(e, e.n_past + i) = e.tokens[i];
       if (!e.wants_logits) continue;
-      std::vector<int32_t> history;
-      for (int64_t p = 0; p < end; ++p) history.push_back(Slot(e, p));
-      out.push_back({e.seq_id, NextToken(history)});
+      // Verification: the history is read back from the cache, so positions the scheduler
+      // failed to roll back would change the tokens. Drafts are tokens[1..].
+      const int64_t n_draft = e.draft_slots > 0 ? static_cast<int64_t>(e.tokens.size()) - 1 : 0;
+      EXPECT_LE(n_draft, e.draft_slots);
+      for (int64_t i = 0; i <= n_draft; ++i) {
+        std::vector<int32_t> history;
+        for (int64_t p = 0; p < end - n_draft + i; ++p) history.push_back(Slot(e, p));
+        const int32_t next = NextToken(history);
+        out.push_back({e.seq_id, next});
+        if (i == n_draft || e.tokens[1 + i] != next) break;
+        ++accepted;
+      }
     }
     return out;
   }
+
+  int64_t accepted = 0;  // Drafts accepted so far.
 
  private:
   int32_t& Slot(const BatchEntry& e, int64_t pos) {
@@ -102,10 +113,14 @@ class FakeWorker {
 // history of its sequence, finishing sequences at max_tokens.
 class Driver {
  public:
-  explicit Driver(const SchedulerOptions& o) : sched(o), worker(o.n_kv_blocks, o.kv_block_size) {}
+  // With draft_k > 0 every sequence asks for up to draft_k drafts per decode step; the
+  // drafts are the true continuation, each corrupted with probability `wrong`.
+  explicit Driver(const SchedulerOptions& o, int32_t draft_k = 0, double wrong = 0.3)
+      : sched(o), worker(o.n_kv_blocks, o.kv_block_size), draft_k(draft_k), wrong(wrong) {}
 
   void Add(const SequenceSpec& spec) {
     ASSERT_TRUE(sched.Add(spec).ok());
+    if (draft_k > 0) sched.SetDraftTokens(spec.id, 1 + static_cast<int32_t>(spec.id % draft_k));
     history[spec.id] = spec.prompt;
     specs[spec.id] = spec;
   }
@@ -121,6 +136,18 @@ class Driver {
           << "sequence " << e.seq_id << " fed the wrong tokens at " << e.n_past;
       EXPECT_EQ(e.wants_logits,
                 e.n_past + static_cast<int64_t>(e.tokens.size()) == static_cast<int64_t>(h.size()));
+      EXPECT_TRUE(e.draft_slots == 0 || (!e.is_prefill && e.tokens.size() == 1u));
+      EXPECT_GE(static_cast<int64_t>(e.block_table.size()) * sched.options().kv_block_size,
+                e.n_past + 1 + e.draft_slots);
+    }
+    for (BatchEntry& e : b->entries) {
+      std::vector<int32_t> truth = history.at(e.seq_id);
+      for (int32_t i = 0; i < e.draft_slots; ++i) {
+        truth.push_back(NextToken(truth));
+        const bool corrupt = std::uniform_real_distribution<double>(0, 1)(rng) < wrong;
+        e.tokens.push_back(corrupt ? truth.back() + 1 : truth.back());
+        ++drafted;
+      }
     }
     max_seqs = std::max(max_seqs, static_cast<int>(b->entries.size()));
     in_flight.push_back(std::move(*b));
@@ -167,6 +194,10 @@ class Driver {
   std::deque<Batch> in_flight;
   std::vector<int64_t> finished;
   int max_seqs = 0;
+  int32_t draft_k = 0;
+  double wrong = 0;
+  int64_t drafted = 0;
+  std::mt19937 rng{17};
 };
 
 // Completes `batch` through a throwaway worker that knows nothing (for tests that only
@@ -682,16 +713,19 @@ TEST(SchedulerTest, ConcurrentSequencesMatchTheirSoloRuns) {
 // Random arrivals, lengths, completion order and cancellations on a small pool with up
 // to 3 batches in flight: every surviving sequence produces its reference tokens, the
 // fake KV cache is consistent throughout, and every block is free at the end.
-TEST(SchedulerTest, RandomisedStressAgainstReference) {
+// The randomised workload below, with or without drafts (draft_k > 0: speculation with
+// a third of the drafts wrong).
+void RandomisedStress(int32_t draft_k) {
   int64_t total_preemptions = 0;
   size_t total_cancelled = 0;
   int max_batch_seqs = 0;
+  int64_t accepted = 0, drafted = 0;
   for (int seed = 1; seed <= 20; ++seed) {
     SCOPED_TRACE(::testing::Message() << "seed " << seed);
     std::mt19937 rng(seed);
     const int in_flight = 1 + seed % 3;
     Driver d(Options(/*n_blocks=*/12, /*block_size=*/4, /*max_num_seqs=*/1 + seed % 5,
-                     /*max_batched_tokens=*/4 + seed % 13, in_flight));
+                     /*max_batched_tokens=*/4 + seed % 13, in_flight), draft_k);
     std::vector<int64_t> cancelled;
     int64_t next_id = 1;
     for (int step = 0; step < 2000; ++step) {
@@ -727,11 +761,54 @@ TEST(SchedulerTest, RandomisedStressAgainstReference) {
     total_preemptions += d.sched.Stats().n_preemptions;
     total_cancelled += cancelled.size();
     max_batch_seqs = std::max(max_batch_seqs, d.sched.Stats().max_batch_seqs_seen);
+    accepted += d.worker.accepted;
+    drafted += d.drafted;
   }
   // The workload really exercises the interesting paths.
   EXPECT_GT(total_preemptions, 0);
   EXPECT_GT(total_cancelled, 0u);
   EXPECT_GT(max_batch_seqs, 1);
+  if (draft_k > 0) {
+    EXPECT_GT(accepted, 100);
+    EXPECT_LT(accepted, drafted * 0.9);  // Rejections happened too.
+  }
+}
+
+TEST(SchedulerTest, RandomisedStressAgainstReference) { RandomisedStress(0); }
+
+// Speculation changes no token, under preemption, chunking, cancellation and several
+// batches in flight, and every reserved block comes back.
+TEST(SchedulerTest, SpeculativeStressAgainstReference) { RandomisedStress(4); }
+
+TEST(SchedulerTest, DraftSlotsRespectMaxTokensAndRollBack) {
+  Scheduler s(Options(/*n_blocks=*/8, /*block_size=*/4));
+  ASSERT_TRUE(s.Add(Spec(1, 3, /*max_tokens=*/4)).ok());
+  s.SetDraftTokens(1, 8);
+  auto b = s.Schedule();  // Prefill: no drafts.
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->entries[0].draft_slots, 0);
+  ASSERT_TRUE(s.Complete(b->id, Tokens(*b)).ok());
+  b = s.Schedule();  // Decode at position 3: 4 - 1 tokens left, so 2 drafts at most.
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->entries[0].draft_slots, 2);
+  EXPECT_EQ(b->entries[0].block_table.size(), 2u);  // Positions [0, 6).
+  // One token emitted (the first draft rejected): the second block goes back.
+  auto ev = s.Complete(b->id, std::vector<SampledToken>{{1, 5}});
+  ASSERT_TRUE(ev.ok());
+  EXPECT_EQ(s.Lookup(1)->n_cached, 4);
+  EXPECT_EQ(s.Lookup(1)->n_blocks, 2);  // Positions [0, 5) still need 2 blocks.
+  b = s.Schedule();
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->entries[0].draft_slots, 1);
+  std::vector<SampledToken> three = {{1, 6}, {1, 7}, {1, 8}};
+  EXPECT_STATUS_CODE(s.Complete(b->id, three), kInvalidArgument);  // 1 draft: 2 tokens at most.
+  ev = s.Complete(b->id, std::vector<SampledToken>{{1, 6}, {1, 7}});
+  ASSERT_TRUE(ev.ok());
+  ASSERT_EQ(ev->size(), 2u);
+  EXPECT_TRUE((*ev)[1].reached_max_tokens);
+  EXPECT_EQ(s.Lookup(1)->generated, (std::vector<int32_t>{1, 5, 6, 7}));
+  ASSERT_TRUE(s.Finish(1).ok());
+  ExpectAllFree(s);
 }
 
 TEST(SchedulerTest, StressPreemptsAndBatches) {
