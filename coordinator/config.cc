@@ -92,6 +92,12 @@ class Parser {
   absl::Status ParseServer(const YAML::Node& node, ServerSection* out) const;
   absl::Status ParseScheduler(const YAML::Node& node, SchedulerSection* out) const;
   absl::Status ParseTransport(const YAML::Node& node, TransportSection* out) const;
+  absl::Status ParseDraft(const YAML::Node& node, const std::vector<NodeSection>& nodes, DraftSection* out) const;
+
+  absl::StatusOr<bool> GetBool(const YAML::Node& node, std::string_view path) const {
+    if (node.IsScalar() && (node.Scalar() == "true" || node.Scalar() == "false")) return node.Scalar() == "true";
+    return Error(node, path, "expected true or false");
+  }
 
   std::string source_;
 };
@@ -266,6 +272,68 @@ absl::Status Parser::ParseTransport(const YAML::Node& node, TransportSection* ou
   return absl::OkStatus();
 }
 
+absl::Status Parser::ParseDraft(const YAML::Node& node, const std::vector<NodeSection>& nodes,
+                                DraftSection* out) const {
+  if (!node.IsDefined() || node.IsNull()) return absl::OkStatus();
+  CASCADE_RETURN_IF_ERROR(CheckMap(node, "draft", {"ngram", "self", "model", "node", "devices", "tensor",
+                                                   "num_tokens", "adaptive", "max_batch"}));
+  int kinds = 0;
+  if (const YAML::Node n = Child(node, "ngram"); n.IsDefined()) {
+    ++kinds;
+    out->kind = DraftKind::kNgram;
+    CASCADE_RETURN_IF_ERROR(CheckMap(n, "draft.ngram", {"n"}));
+    if (const YAML::Node v = Child(n, "n"); v.IsDefined()) {
+      CASCADE_ASSIGN_OR_RETURN(out->ngram_n, GetInt(v, "draft.ngram.n", 1, 16));
+    }
+  }
+  if (const YAML::Node n = Child(node, "self"); n.IsDefined()) {
+    ++kinds;
+    out->kind = DraftKind::kSelf;
+    CASCADE_RETURN_IF_ERROR(CheckMap(n, "draft.self", {"layers"}));
+    const YAML::Node v = Child(n, "layers");
+    if (!v.IsDefined()) return Error(n, "draft.self.layers", "required key is missing");
+    CASCADE_ASSIGN_OR_RETURN(out->self_layers, GetInt(v, "draft.self.layers", 1, 1 << 16));
+  }
+  if (const YAML::Node n = Child(node, "model"); n.IsDefined()) {
+    ++kinds;
+    out->kind = DraftKind::kModel;
+    CASCADE_ASSIGN_OR_RETURN(out->model_path, GetString(n, "draft.model"));
+  }
+  if (kinds != 1) {
+    return Error(node, "draft", "needs exactly one drafter: ngram: {n: N}, self: {layers: N} or model: PATH");
+  }
+  if (const YAML::Node n = Child(node, "node"); n.IsDefined()) {
+    CASCADE_ASSIGN_OR_RETURN(out->node, GetString(n, "draft.node"));
+    bool known = false;
+    for (const NodeSection& ns : nodes) known = known || ns.name == out->node;
+    if (!known) return Error(n, "draft.node", StrCat("no node is named '", out->node, "'"));
+  } else if (!nodes.empty()) {
+    out->node = nodes[0].name;
+  }
+  if (const YAML::Node n = Child(node, "devices"); n.IsDefined()) {
+    if (!n.IsSequence() || n.size() != 1) return Error(n, "draft.devices", "expected a list of one device, e.g. [cpu]");
+    CASCADE_ASSIGN_OR_RETURN(const std::string text, GetString(n[0], "draft.devices[0]"));
+    auto device = ParseDevice(text);
+    if (!device.ok()) return Error(n[0], "draft.devices[0]", std::string(device.status().message()));
+    out->devices = {*device};
+  } else {
+    out->devices = {Device{DeviceKind::kCpu, 0}};
+  }
+  if (const YAML::Node n = Child(node, "tensor"); n.IsDefined()) {
+    CASCADE_ASSIGN_OR_RETURN(out->tensor, GetInt(n, "draft.tensor", 1, 1));
+  }
+  if (const YAML::Node n = Child(node, "num_tokens"); n.IsDefined()) {
+    CASCADE_ASSIGN_OR_RETURN(out->num_tokens, GetInt(n, "draft.num_tokens", 1, 16));
+  }
+  if (const YAML::Node n = Child(node, "adaptive"); n.IsDefined()) {
+    CASCADE_ASSIGN_OR_RETURN(out->adaptive, GetBool(n, "draft.adaptive"));
+  }
+  if (const YAML::Node n = Child(node, "max_batch"); n.IsDefined()) {
+    CASCADE_ASSIGN_OR_RETURN(out->max_batch, GetInt(n, "draft.max_batch", 0, 1 << 20));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ClusterConfig> Parser::Parse(const YAML::Node& root) {
   if (!root.IsMap()) {
     return absl::InvalidArgumentError(
@@ -276,13 +344,13 @@ absl::StatusOr<ClusterConfig> Parser::Parse(const YAML::Node& root) {
   ClusterConfig config;
   config.source = source_;
   CASCADE_RETURN_IF_ERROR(ParseModel(root["model"], &config.model));
-  config.has_draft = root["draft"].IsDefined();
   const YAML::Node parallel = root["parallel"];
   CASCADE_RETURN_IF_ERROR(ParseParallel(parallel, &config.parallel));
   CASCADE_RETURN_IF_ERROR(ParseNodes(root["nodes"], &config.nodes));
   CASCADE_RETURN_IF_ERROR(ParseServer(root["server"], &config.server));
   CASCADE_RETURN_IF_ERROR(ParseScheduler(root["scheduler"], &config.scheduler));
   CASCADE_RETURN_IF_ERROR(ParseTransport(root["transport"], &config.transport));
+  CASCADE_RETURN_IF_ERROR(ParseDraft(root["draft"], config.nodes, &config.draft));
 
   const int64_t needed = int64_t{config.parallel.pipeline} * config.parallel.tensor;
   if (config.TotalDevices() < needed) {
@@ -299,6 +367,16 @@ std::string_view LaunchModeName(LaunchMode mode) {
   switch (mode) {
     case LaunchMode::kLocal: return "local";
     case LaunchMode::kExternal: return "external";
+  }
+  return "?";
+}
+
+std::string_view DraftKindName(DraftKind kind) {
+  switch (kind) {
+    case DraftKind::kNone: return "";
+    case DraftKind::kNgram: return "ngram";
+    case DraftKind::kSelf: return "self";
+    case DraftKind::kModel: return "model";
   }
   return "?";
 }
@@ -357,6 +435,10 @@ absl::StatusOr<ClusterConfig> LoadClusterConfig(const std::string& path) {
   if (model.is_relative()) {
     const std::filesystem::path dir = std::filesystem::path(path).parent_path();
     config.model.path = (dir / model).lexically_normal().string();
+  }
+  const std::filesystem::path draft(config.draft.model_path);
+  if (!config.draft.model_path.empty() && draft.is_relative()) {
+    config.draft.model_path = (std::filesystem::path(path).parent_path() / draft).lexically_normal().string();
   }
   return config;
 }

@@ -105,6 +105,44 @@ struct TransportSection {
   ActivationTransport activations = ActivationTransport::kUcx;
 };
 
+// Which drafter proposes tokens for speculative decoding (DESIGN.md §5).
+enum class DraftKind {
+  kNone,   // No `draft:` section: plain decoding.
+  kNgram,  // `draft.ngram`: prompt lookup in the coordinator, no model.
+  kSelf,   // `draft.self`: the target's first layers and its LM head, on a drafter worker.
+  kModel,  // `draft.model`: a smaller model with the same tokenizer, on a drafter worker.
+};
+
+std::string_view DraftKindName(DraftKind kind);
+
+// `draft:` — speculative decoding. Exactly one of `ngram`, `self`, `model`.
+struct DraftSection {
+  DraftKind kind = DraftKind::kNone;
+  // `draft.ngram.n`: longest suffix the prompt lookup matches. Default 3. REQUIRES [1, 16].
+  int ngram_n = 3;
+  // `draft.self.layers`: target layers the self-drafter runs before the head. REQUIRES
+  // >= 1 (and fewer than the model's layers: checked when the model is opened).
+  int self_layers = 0;
+  // `draft.model`: the draft model (GGUF or HF directory), resolved like `model.path`.
+  // Its tokenizer must be the target's (checked at start).
+  std::string model_path;
+  // `draft.node`: the node whose device runs the drafter worker (self and model). Default:
+  // the first node.
+  std::string node;
+  // `draft.devices`: the drafter's device, one entry. Default `[cpu]`.
+  std::vector<Device> devices;
+  // `draft.tensor`: tensor-parallel ranks of the drafter. Default 1. REQUIRES == 1.
+  int tensor = 1;
+  // `draft.num_tokens`: most drafted tokens per verify step (k). Default 4. REQUIRES [1, 16].
+  int num_tokens = 4;
+  // `draft.adaptive`: k follows each sequence's acceptance. Default true.
+  bool adaptive = true;
+  // `draft.max_batch`: speculation switches off while more sequences than this decode at
+  // once (verification then costs more than it saves). Default 4; 0 = never off.
+  // REQUIRES >= 0.
+  int max_batch = 4;
+};
+
 struct ClusterConfig {
   ModelSection model;
   ParallelSection parallel;
@@ -115,9 +153,7 @@ struct ClusterConfig {
   ServerSection server;
   SchedulerSection scheduler;
   TransportSection transport;
-  // True when a `draft:` section is present. It is accepted, unvalidated, and ignored
-  // until speculative decoding lands (DESIGN.md §5); the coordinator should warn.
-  bool has_draft = false;
+  DraftSection draft;
   // Where the config came from (the file path or the `source_name` given), for messages.
   std::string source;
 

@@ -56,7 +56,10 @@ TEST(ConfigTest, FullConfigParses) {
   EXPECT_EQ(c->scheduler.kv_block_size, 32);
   EXPECT_EQ(c->scheduler.kv_cache_mb, 128);
   EXPECT_EQ(c->transport.activations, ActivationTransport::kUcx);
-  EXPECT_TRUE(c->has_draft);
+  EXPECT_EQ(c->draft.kind, DraftKind::kNgram);
+  EXPECT_EQ(c->draft.ngram_n, 3);
+  EXPECT_EQ(c->draft.node, "n0");  // The first node by default.
+  EXPECT_EQ(c->draft.num_tokens, 4);
   EXPECT_EQ(c->source, "good.yaml");
 }
 
@@ -75,7 +78,7 @@ TEST(ConfigTest, DefaultsApply) {
   EXPECT_EQ(c->scheduler.kv_block_size, 16);
   EXPECT_EQ(c->scheduler.kv_cache_mb, 512);
   EXPECT_EQ(c->transport.activations, ActivationTransport::kUcx);
-  EXPECT_FALSE(c->has_draft);
+  EXPECT_EQ(c->draft.kind, DraftKind::kNone);
 }
 
 TEST(ConfigTest, Ipv6Listen) {
@@ -268,7 +271,47 @@ TEST(ConfigTest, NullSectionsMeanDefaults) {
       "null.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->scheduler.max_num_seqs, 64);
-  EXPECT_TRUE(c->has_draft);
+  EXPECT_EQ(c->draft.kind, DraftKind::kNone);
+}
+
+TEST(ConfigTest, DraftForms) {
+  const std::string nodes = "nodes: [{name: a, host: h, devices: [cpu]}, {name: b, host: h2, devices: [cpu]}]\n";
+  auto c = ParseClusterConfig("model: {path: m}\n" + nodes +
+                                  "draft: {self: {layers: 4}, num_tokens: 6, adaptive: false, max_batch: 0}\n",
+                              "self.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->draft.kind, DraftKind::kSelf);
+  EXPECT_EQ(c->draft.self_layers, 4);
+  EXPECT_EQ(c->draft.num_tokens, 6);
+  EXPECT_FALSE(c->draft.adaptive);
+  EXPECT_EQ(c->draft.max_batch, 0);
+  c = ParseClusterConfig("model: {path: m}\n" + nodes + "draft: {model: d.gguf, node: b, devices: [cpu], tensor: 1}\n",
+                         "model.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->draft.kind, DraftKind::kModel);
+  EXPECT_EQ(c->draft.model_path, "d.gguf");
+  EXPECT_EQ(c->draft.node, "b");
+}
+
+TEST(ConfigTest, DraftErrorsNameTheKey) {
+  const std::string head = "model: {path: m}\nnodes: [{name: a, host: h, devices: [cpu]}]\n";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"draft: {ngram: {n: 3}, self: {layers: 2}}", "draft: needs exactly one drafter"},
+      {"draft: {num_tokens: 4}", "draft: needs exactly one drafter"},
+      {"draft: {ngram: {n: 0}}", "draft.ngram.n: must be >= 1"},
+      {"draft: {self: {}}", "draft.self.layers: required key is missing"},
+      {"draft: {model: d, node: zz}", "draft.node: no node is named 'zz'"},
+      {"draft: {model: d, devices: [cpu, cpu]}", "draft.devices: expected a list of one device"},
+      {"draft: {model: d, tensor: 2}", "draft.tensor: must be <= 1"},
+      {"draft: {model: d, num_tokens: 17}", "draft.num_tokens: must be <= 16"},
+      {"draft: {model: d, adaptive: maybe}", "draft.adaptive: expected true or false"},
+      {"draft: {model: d, speed: 2}", "draft.speed: unknown key"},
+  };
+  for (const auto& [yaml, want] : cases) {
+    auto c = ParseClusterConfig(head + yaml + "\n", "d.yaml");
+    ASSERT_FALSE(c.ok()) << yaml;
+    EXPECT_THAT(StatusMessage(c.status()), HasSubstr(want)) << yaml;
+  }
 }
 
 TEST(ConfigTest, EmptyDocumentIsInvalid) {
