@@ -32,6 +32,16 @@ Cluster::Cluster(Plan plan, ClusterOptions options) : plan_(std::move(plan)), op
       slots_.push_back(std::move(slot));
     }
   }
+  if (options_.draft) {
+    auto slot = std::make_unique<Slot>();
+    slot->stage.first_layer = 0;
+    slot->stage.last_layer = static_cast<int>(options_.draft_layers);
+    slot->draft = true;
+    slot->rank = n_workers();
+    slot->node = options_.draft_node;
+    slot->device = options_.draft_device;
+    slots_.push_back(std::move(slot));
+  }
 }
 
 Cluster::~Cluster() {
@@ -54,7 +64,7 @@ absl::StatusOr<v1::RegisterResponse> Cluster::Register(const v1::RegisterRequest
   for (auto& s : slots_) {
     // A dead stage takes a new worker too (a restarted one): Recover then rebuilds.
     const bool open = s->state == WorkerState::kWaiting || s->state == WorkerState::kDead;
-    if (!open || s->node != req.node() || s->device.ToString() != device) continue;
+    if (!open || s->draft != req.draft() || s->node != req.node() || s->device.ToString() != device) continue;
     s->state = WorkerState::kRegistered;
     s->address = req.address();
     s->pid = req.pid();
@@ -69,14 +79,15 @@ absl::StatusOr<v1::RegisterResponse> Cluster::Register(const v1::RegisterRequest
     resp.set_group(options_.group);
     resp.set_heartbeat_ms(options_.heartbeat_ms);
     CASCADE_LOG(Info) << "worker " << req.address() << " (pid " << req.pid() << ", node " << req.node() << ", "
-                      << device << ") registered as stage " << s->stage.pp_stage << " tp rank " << s->tp_rank;
+                      << device << ") registered as "
+                      << (s->draft ? std::string("the drafter") : StrCat("stage ", s->stage.pp_stage, " tp rank ", s->tp_rank));
     cv_.notify_all();
     return resp;
   }
   std::string open;
   for (auto& s : slots_) {
     if (s->state == WorkerState::kWaiting || s->state == WorkerState::kDead) {
-      open += StrCat(open.empty() ? "" : ", ", s->node, "/", s->device.ToString());
+      open += StrCat(open.empty() ? "" : ", ", s->draft ? "drafter " : "", s->node, "/", s->device.ToString());
     }
   }
   return absl::FailedPreconditionError(StrCat("no stage waits for a worker on node '", req.node(), "' device '", device,
@@ -118,15 +129,16 @@ absl::Status Cluster::BringUp(std::chrono::milliseconds timeout) {
 absl::Status Cluster::LoadAllAndOpenStreams() {
   // Load all stages at once: their data plane connects during the load.
   const std::string group = StrCat(options_.group, "/g", generation_);
-  std::vector<absl::Status> results(slots_.size());
+  const int n_slots = static_cast<int>(slots_.size());
+  std::vector<absl::Status> results(n_slots);
   std::vector<std::thread> loaders;
-  for (int i = 0; i < n_workers(); ++i) loaders.emplace_back([&, i] { results[i] = LoadOne(i, group); });
+  for (int i = 0; i < n_slots; ++i) loaders.emplace_back([&, i] { results[i] = LoadOne(i, group); });
   for (auto& t : loaders) t.join();
   for (const absl::Status& s : results) {
     if (!s.ok()) return s;
   }
   std::lock_guard<std::mutex> lock(mu_);
-  for (int i = 0; i < n_workers(); ++i) {
+  for (int i = 0; i < n_slots; ++i) {
     Slot& s = *slots_[i];
     s.step_ctx = std::make_unique<grpc::ClientContext>();
     s.stream = s.stub->Step(s.step_ctx.get());
@@ -182,25 +194,28 @@ absl::Status Cluster::LoadOne(int i, const std::string& group) {
   StagePlan stage;
   std::string address;
   int tp_rank;
+  bool draft;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stub = slots_[i]->stub.get();
     stage = slots_[i]->stage;
     address = slots_[i]->address;
     tp_rank = slots_[i]->tp_rank;
+    draft = slots_[i]->draft;
   }
   v1::LoadShardRequest req;
-  req.set_model_path(options_.model_path);
+  req.set_model_path(draft ? options_.draft_model_path : options_.model_path);
   req.set_first_layer(stage.first_layer);
   req.set_last_layer(stage.last_layer);
   req.set_stage(stage.pp_stage);
-  req.set_n_stages(n_stages());
+  req.set_n_stages(draft ? 1 : n_stages());
   req.set_kv_blocks(options_.kv_blocks);
   req.set_kv_block_size(options_.kv_block_size);
-  req.set_group(group);
+  req.set_group(draft ? StrCat(group, "/draft") : group);
   req.set_max_batched_tokens(options_.max_batched_tokens);
-  req.set_tp_rank(tp_rank);
-  req.set_tp_size(tp_size());
+  req.set_tp_rank(draft ? 0 : tp_rank);
+  req.set_tp_size(draft ? 1 : tp_size());
+  req.set_draft(draft);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(10));
   auto reader = stub->LoadShard(&ctx, req);
@@ -209,13 +224,13 @@ absl::Status Cluster::LoadOne(int i, const std::string& group) {
   while (reader->Read(&p)) done = done || p.done();
   const grpc::Status s = reader->Finish();
   if (!s.ok() || !done) {
-    const std::string why = StrCat("stage ", stage.pp_stage, " (worker ", address, ") failed to load: ",
+    const std::string why = StrCat(draft ? std::string("the drafter") : StrCat("stage ", stage.pp_stage), " (worker ", address, ") failed to load: ",
                                    s.ok() ? std::string("stream ended early") : s.error_message());
     std::lock_guard<std::mutex> lock(mu_);
     MarkDead(i, why);
     return absl::UnavailableError(why);
   }
-  CASCADE_LOG(Info) << "stage " << stage.pp_stage << " loaded: " << p.weight_bytes() / 1048576.0 << " MiB weights, "
+ CASCADE_LOG(Info) << (draft ? std::string("the drafter") : StrCat("stage ", stage.pp_stage)) << " loaded: " << p.weight_bytes() / 1048576.0 << " MiB weights, "
                     << p.kv_bytes() / 1048576.0 << " MiB KV";
   std::lock_guard<std::mutex> lock(mu_);
   slots_[i]->stage.weight_bytes = p.weight_bytes();  // This worker's share.
@@ -228,8 +243,9 @@ void Cluster::ReadResults(int i) {
     std::lock_guard<std::mutex> lock(mu_);
     stream = slots_[i]->stream.get();
   }
-  // Results come from the last stage's TP rank 0; every other worker only acknowledges.
-  const bool last = i == n_workers() - tp_size();
+  // Results come from the last stage's TP rank 0 and the drafter; every other worker only
+  // acknowledges.
+  const bool last = i == n_workers() - tp_size() || i == n_workers();
   v1::StepResult r;
   std::string error;
   while (stream->Read(&r)) {
@@ -259,14 +275,17 @@ void Cluster::MarkDead(int i, const std::string& why) {
   if (s.state == WorkerState::kDead) return;
   s.state = WorkerState::kDead;
   s.death = why;
-  CASCADE_LOG(Error) << "stage " << s.stage.pp_stage << " tp " << s.tp_rank << " worker " << s.address << " is dead: " << why;
+  CASCADE_LOG(Error) << (s.draft ? std::string("the drafter") : StrCat("stage ", s.stage.pp_stage, " tp ", s.tp_rank))
+                     << " worker " << s.address << " is dead: " << why;
 }
 
 std::string Cluster::DeadDescription() const {
   std::string out;
   for (const auto& s : slots_) {
     if (s->state == WorkerState::kDead) {
-      out += StrCat(out.empty() ? "" : "; ", "stage ", s->stage.pp_stage, tp_size() > 1 ? StrCat(" tp ", s->tp_rank) : "",
+      out += StrCat(out.empty() ? "" : "; ",
+                    s->draft ? std::string("drafter") : StrCat("stage ", s->stage.pp_stage),
+                    tp_size() > 1 && !s->draft ? StrCat(" tp ", s->tp_rank) : "",
                     " worker ", s->address.empty() ? "?" : s->address,
                     " (pid ", s->pid, ") is dead: ", s->death);
     }
@@ -280,7 +299,7 @@ absl::Status Cluster::SendStep(const v1::StepRequest& step) {
     std::lock_guard<std::mutex> lock(mu_);
     if (const std::string dead = DeadDescription(); !dead.empty()) return absl::UnavailableError(dead);
     if (!streams_open_) return absl::FailedPreconditionError("the cluster is not up yet");
-    for (auto& s : slots_) streams.push_back(s->stream.get());
+    for (int i = 0; i < n_workers(); ++i) streams.push_back(slots_[i]->stream.get());
   }
   for (size_t i = 0; i < streams.size(); ++i) {
     if (!streams[i]->Write(step)) {
@@ -288,6 +307,23 @@ absl::Status Cluster::SendStep(const v1::StepRequest& step) {
       MarkDead(static_cast<int>(i), "step stream broken");
       return absl::UnavailableError(DeadDescription());
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Cluster::SendDraft(const v1::StepRequest& step) {
+  grpc::ClientReaderWriter<v1::StepRequest, v1::StepResult>* stream;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    CASCADE_CHECK(options_.draft) << "SendDraft without a drafter";
+    if (const std::string dead = DeadDescription(); !dead.empty()) return absl::UnavailableError(dead);
+    if (!streams_open_) return absl::FailedPreconditionError("the cluster is not up yet");
+    stream = slots_.back()->stream.get();
+  }
+  if (!stream->Write(step)) {
+    std::lock_guard<std::mutex> lock(mu_);
+    MarkDead(n_workers(), "step stream broken");
+    return absl::UnavailableError(DeadDescription());
   }
   return absl::OkStatus();
 }
@@ -315,7 +351,7 @@ bool Cluster::Healthy() const {
 std::string Cluster::CheckHeartbeats() {
   std::lock_guard<std::mutex> lock(mu_);
   const auto now = std::chrono::steady_clock::now();
-  for (int i = 0; i < n_workers(); ++i) {
+  for (int i = 0; i < static_cast<int>(slots_.size()); ++i) {
     Slot& s = *slots_[i];
     if (s.state == WorkerState::kWaiting || s.state == WorkerState::kDead) continue;
     if (now - s.last_seen > std::chrono::milliseconds(options_.dead_after_ms)) {
@@ -341,6 +377,7 @@ void Cluster::FillStatus(v1::ClusterStatus* st) const {
     out->set_worker_address(s->address);
     out->set_state(std::string(WorkerStateName(s->state)));
     out->set_weight_bytes(s->stage.weight_bytes);
+    out->set_draft(s->draft);
     ready = ready && s->state == WorkerState::kReady;
     dead = dead || s->state == WorkerState::kDead;
   }

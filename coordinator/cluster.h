@@ -33,6 +33,14 @@ struct ClusterOptions {
   int64_t max_batched_tokens = 2048;
   int64_t heartbeat_ms = 500;        // Interval workers are told to use.
   int64_t dead_after_ms = 3000;      // No heartbeat for this long = dead.
+  // The drafter worker (speculative decoding with a self or model drafter), when set: one
+  // more worker, registered with `draft`, that loads layers [0, draft_layers) of
+  // draft_model_path plus its head into its own KV cache of kv_blocks blocks.
+  bool draft = false;
+  std::string draft_model_path;
+  int64_t draft_layers = 0;
+  std::string draft_node;
+  Device draft_device;
 };
 
 enum class WorkerState { kWaiting, kRegistered, kLoading, kReady, kDead };
@@ -64,8 +72,10 @@ class Cluster {
 
   // Sends a step to every stage. Unavailable when a stage is dead.
   absl::Status SendStep(const v1::StepRequest& step);
-  // The next result of the last stage, waiting up to `timeout` (DeadlineExceeded);
-  // Unavailable naming the worker when a stage died or failed.
+  // Sends a step to the drafter worker only. REQUIRES options().draft.
+  absl::Status SendDraft(const v1::StepRequest& step);
+  // The next result of the last stage or of the drafter (`draft` set), waiting up to
+  // `timeout` (DeadlineExceeded); Unavailable naming the worker when one died or failed.
   absl::StatusOr<v1::StepResult> NextResult(std::chrono::milliseconds timeout);
 
   // Every stage ready and alive.
@@ -76,6 +86,7 @@ class Cluster {
   void FillStatus(v1::ClusterStatus* status) const;
   int n_stages() const { return static_cast<int>(plan_.stages.size()); }
   int tp_size() const { return plan_.stages.empty() ? 1 : static_cast<int>(plan_.stages[0].tp.size()); }
+  // Target workers (the drafter, when there is one, comes after them).
   int n_workers() const { return n_stages() * tp_size(); }
   const Plan& plan() const { return plan_; }
   const ClusterOptions& options() const { return options_; }
@@ -84,6 +95,7 @@ class Cluster {
   struct Slot {
     StagePlan stage;
     int tp_rank = 0;    // This worker's rank in the stage's TP group.
+    bool draft = false;  // The drafter worker (last slot).
     int rank = 0;       // Global worker rank.
     std::string node;
     Device device;

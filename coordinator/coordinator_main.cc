@@ -3,6 +3,7 @@
 // public API and the control plane, launches the local workers, waits for every stage,
 // and logs one line with `ready` and the address. Config errors exit 2 naming the key.
 #include <csignal>
+#include <optional>
 #include <cstdio>
 #include <regex>
 #include <thread>
@@ -58,6 +59,23 @@ cascade::coordinator::PlannerInput SizeModel(const cascade::model::ModelFiles& f
   return in;
 }
 
+// OK when both tokenizers map every id to the same text; otherwise the sizes and the first
+// id that differs, so a mismatched draft model is refused at start.
+absl::Status SameVocabulary(const cascade::model::Tokenizer& target, const cascade::model::Tokenizer& draft) {
+  if (target.n_vocab() != draft.n_vocab()) {
+    return absl::InvalidArgumentError(cascade::StrCat("the draft model's tokenizer is not the target's: target vocab ",
+                                                      target.n_vocab(), " tokens, draft vocab ", draft.n_vocab()));
+  }
+  for (int32_t id = 0; id < target.n_vocab(); ++id) {
+    if (target.TokenText(id) != draft.TokenText(id)) {
+      return absl::InvalidArgumentError(cascade::StrCat(
+          "the draft model's tokenizer is not the target's (both have ", target.n_vocab(), " tokens, id ", id,
+          " is '", target.TokenText(id), "' in the target, '", draft.TokenText(id), "' in the draft)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -94,6 +112,26 @@ int main(int argc, char** argv) {
       }
     }
   }
+  // The drafter: n-gram in the coordinator, or a drafter worker running the target's first
+  // layers (self) or a draft model whose tokenizer must be the target's.
+  const DraftSection& draft = config->draft;
+  int64_t draft_layers = 0;
+  std::optional<model::ModelFiles> draft_files;
+  if (draft.kind == DraftKind::kSelf) {
+    if (draft.self_layers >= files->config.n_layers) {
+      return Fail(absl::InvalidArgumentError(StrCat("draft.self.layers: ", draft.self_layers, " must be below the model's ",
+                                                    files->config.n_layers, " layers")));
+    }
+    draft_layers = draft.self_layers;
+  } else if (draft.kind == DraftKind::kModel) {
+    auto df = model::OpenModelFiles(draft.model_path);
+    if (!df.ok()) return Fail(Annotate(df.status(), "draft.model"));
+    auto dt = model::LoadTokenizer(*df);
+    if (!dt.ok()) return Fail(Annotate(dt.status(), "draft.model"));
+    if (absl::Status same = SameVocabulary(**tokenizer, **dt); !same.ok()) return Fail(Annotate(same, "draft.model"));
+    draft_layers = df->config.n_layers;
+    draft_files = std::move(*df);
+  }
   if (args.Has("list-workers")) {
     // For scripts/launch_cluster.sh: one line per worker to start elsewhere.
     for (const StagePlan& s : plan->stages) {
@@ -103,6 +141,11 @@ int main(int argc, char** argv) {
             std::printf("%d %s %s %s\n", s.pp_stage, node.name.c_str(), node.host.c_str(), m.device.ToString().c_str());
           }
         }
+      }
+    }
+    for (const NodeSection& node : config->nodes) {
+      if (draft_layers > 0 && node.name == draft.node && node.launch == LaunchMode::kExternal) {
+        std::printf("draft %s %s %s\n", node.name.c_str(), node.host.c_str(), draft.devices[0].ToString().c_str());
       }
     }
     return 0;
@@ -122,6 +165,12 @@ int main(int argc, char** argv) {
         2LL * s.n_layers() * bs * local_kv_heads * mc.head_dim * static_cast<int64_t>(sizeof(float));
     n_blocks = std::min(n_blocks, config->scheduler.kv_cache_mb * 1048576 / block_bytes);
   }
+  if (draft_layers > 0) {
+    // The drafter holds the same block ids, over its own layers and heads.
+    const model::ModelConfig& dc = draft_files ? draft_files->config : mc;
+    const int64_t block_bytes = 2LL * draft_layers * bs * dc.n_kv_heads * dc.head_dim * static_cast<int64_t>(sizeof(float));
+    n_blocks = std::min(n_blocks, config->scheduler.kv_cache_mb * 1048576 / block_bytes);
+  }
   if (n_blocks < 1) return Fail(absl::InvalidArgumentError("scheduler.kv_cache_mb: too small for one KV block"));
   const int64_t max_context = std::min<int64_t>(mc.n_ctx_train, n_blocks * bs);
 
@@ -131,6 +180,13 @@ int main(int argc, char** argv) {
   co.kv_blocks = n_blocks;
   co.kv_block_size = bs;
   co.max_batched_tokens = config->scheduler.max_batched_tokens;
+  if (draft_layers > 0) {
+    co.draft = true;
+    co.draft_model_path = draft.kind == DraftKind::kModel ? draft.model_path : config->model.path;
+    co.draft_layers = draft_layers;
+    co.draft_node = draft.node;
+    co.draft_device = draft.devices[0];
+  }
   Cluster cluster(*plan, co);
   KeyValueStore store;
   SchedulerOptions so;
@@ -138,10 +194,18 @@ int main(int argc, char** argv) {
   so.max_batched_tokens = config->scheduler.max_batched_tokens;
   so.kv_block_size = static_cast<int32_t>(bs);
   so.n_kv_blocks = static_cast<int32_t>(std::min<int64_t>(n_blocks, INT32_MAX));
-  so.max_in_flight_batches = cluster.n_stages();
-  Engine engine(&cluster, tokenizer->get(), so);
+  // One more batch with a drafter worker: it drafts one while the stages verify others.
+  so.max_in_flight_batches = cluster.n_stages() + (draft_layers > 0 ? 1 : 0);
+  SpeculationOptions spec;
+  spec.kind = draft.kind;
+  spec.ngram_n = draft.ngram_n;
+  spec.num_tokens = draft.num_tokens;
+  spec.adaptive = draft.adaptive;
+  spec.max_batch = draft.max_batch;
+  Engine engine(&cluster, tokenizer->get(), so, spec);
   ClusterService cluster_service(&cluster, &store);
-  InferenceService inference(&engine, &cluster, tokenizer->get(), mc, {config->model.path, max_context});
+  InferenceService inference(&engine, &cluster, tokenizer->get(), mc,
+                             {config->model.path, max_context, std::string(DraftKindName(draft.kind))});
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
@@ -167,10 +231,15 @@ int main(int argc, char** argv) {
       if (m.node != node.name) continue;
       // Debian's UCX disables error handling on its shared-memory transports unless
       // told otherwise: without these, peer-failure detection forces TCP on one host.
-      WorkerLaunch wl{s.pp_stage, node.name, m.device.ToString(), static_cast<int>(*threads),
+      WorkerLaunch wl{s.pp_stage, false, node.name, m.device.ToString(), static_cast<int>(*threads),
                       {"UCX_POSIX_ERROR_HANDLING=y", "UCX_SYSV_ERROR_HANDLING=y"}};
       if (absl::Status st = launcher.Launch(wl); !st.ok()) return Fail(st);
      }
+    }
+    if (draft_layers > 0 && node.name == draft.node) {
+      WorkerLaunch wl{-1, true, node.name, draft.devices[0].ToString(), static_cast<int>(*threads),
+                      {"UCX_POSIX_ERROR_HANDLING=y", "UCX_SYSV_ERROR_HANDLING=y"}};
+      if (absl::Status st = launcher.Launch(wl); !st.ok()) return Fail(st);
     }
   }
   CASCADE_LOG(Info) << "waiting for " << cluster.n_workers() << " worker(s) on " << address;
@@ -181,7 +250,9 @@ int main(int argc, char** argv) {
   engine.Start();
   server->GetHealthCheckService()->SetServingStatus(true);
   CASCADE_LOG(Info) << "ready on " << address << " (" << cluster.n_stages() << " stage(s) x tp " << cluster.tp_size() << ", " << n_blocks
-                    << " KV blocks of " << bs << ", context " << max_context << ")";
+                    << " KV blocks of " << bs << ", context " << max_context
+                    << (draft.kind == DraftKind::kNone ? std::string() : StrCat(", drafter ", DraftKindName(draft.kind)))
+                    << ")";
   while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   CASCADE_LOG(Info) << "shutting down";
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));

@@ -3,7 +3,9 @@
 #include <algorithm>
 
 #include "core/logging.h"
+#include "core/status.h"
 #include "core/str_cat.h"
+#include "coordinator/ngram_drafter.h"
 
 namespace cascade::coordinator {
 namespace {
@@ -26,8 +28,9 @@ void ToProto(const model::SamplingParams& p, v1::StepSampling* s) {
 
 }  // namespace
 
-Engine::Engine(Cluster* cluster, const model::Tokenizer* tokenizer, const SchedulerOptions& options)
-    : cluster_(cluster), tokenizer_(tokenizer), scheduler_(options) {
+Engine::Engine(Cluster* cluster, const model::Tokenizer* tokenizer, const SchedulerOptions& options,
+               const SpeculationOptions& speculation)
+    : cluster_(cluster), tokenizer_(tokenizer), scheduler_(options), speculation_(speculation) {
   stats_.scheduler = scheduler_.Stats();
 }
 
@@ -47,6 +50,7 @@ std::shared_ptr<RequestChannel> Engine::Submit(EngineRequest request) {
   a->detok = std::make_unique<model::Detokenizer>(*tokenizer_);
   a->stops = std::make_unique<model::StopMatcher>(request.stop_strings);
   a->arrival = std::chrono::steady_clock::now();
+  a->spec = std::make_unique<SpeculativeState>(speculation_, request.speculate, request.num_tokens);
   a->req = std::move(request);
   auto channel = a->channel;
   {
@@ -85,15 +89,17 @@ void Engine::Loop() {
         FailAll(absl::UnavailableError(dead));
       }
     }
-    if (in_flight_.empty() && cluster_->CanRecover()) {
+    if (in_flight_.empty() && drafting_.empty() && cluster_->CanRecover()) {
       // A restarted worker registered: rebuild the pipeline, then serve again.
       if (absl::Status st = cluster_->Recover(); !st.ok()) CASCADE_LOG(Error) << "recovery failed: " << st.ToString();
       continue;
     }
     const bool sent = FillPipeline();
-    if (!in_flight_.empty()) {
+    if (!in_flight_.empty() || !drafting_.empty()) {
       auto r = cluster_->NextResult(std::chrono::milliseconds(100));
-      if (r.ok()) {
+      if (r.ok() && r->draft()) {
+        OnDraft(*r);
+      } else if (r.ok()) {
         OnResult(*r);
       } else if (r.status().code() == absl::StatusCode::kUnavailable) {
         FailAll(r.status());
@@ -156,52 +162,161 @@ void Engine::DropCancelled() {
   }
 }
 
+void Engine::SetDraftTokens() {
+  if (!speculation_.enabled()) return;
+  const int n_decoding = static_cast<int>(active_.size());
+  for (const auto& [id, a] : active_) scheduler_.SetDraftTokens(id, a->spec->DraftTokens(n_decoding));
+}
+
+v1::StepRequest Engine::BuildStep(const Batch& batch, bool* needs_drafter) {
+  *needs_drafter = false;
+  v1::StepRequest step;
+  step.set_step_id(batch.id);
+  for (int64_t id : release_) step.add_release(id);
+  release_.clear();
+  for (const BatchEntry& e : batch.entries) {
+    Active& a = *active_.at(e.seq_id);
+    v1::StepSequence* s = step.add_seqs();
+    s->set_seq_id(e.seq_id);
+    s->mutable_tokens()->Add(e.tokens.begin(), e.tokens.end());
+    s->set_n_past(e.n_past);
+    s->mutable_block_table()->Add(e.block_table.begin(), e.block_table.end());
+    s->set_sample(e.wants_logits);
+    if (e.n_past == 0) {
+      // New, or recomputed after a preemption: the last stage starts its sampler and
+      // penalty history afresh from everything the sequence holds.
+      s->set_reset(true);
+      ToProto(a.req.sampling, s->mutable_sampling());
+      s->mutable_history()->Add(a.req.prompt.begin(), a.req.prompt.end());
+      s->mutable_history()->Add(a.generated.begin(), a.generated.end());
+      a.spec->draft_cached = 0;  // Its blocks were given back: the drafter starts over too.
+    }
+    if (e.draft_slots == 0) continue;
+    if (speculation_.has_worker()) {
+      *needs_drafter = true;
+      continue;
+    }
+    // Prompt lookup over everything the sequence holds.
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<int32_t> history = a.req.prompt;
+    history.insert(history.end(), a.generated.begin(), a.generated.end());
+    const std::vector<int32_t> drafts =
+        ProposeNgramDraft(history, {.max_n = speculation_.ngram_n, .min_n = 1, .n_draft = e.draft_slots});
+    s->mutable_tokens()->Add(drafts.begin(), drafts.end());
+    s->set_n_draft(static_cast<int32_t>(drafts.size()));
+    a.spec->OnDrafted(Since(t0));
+  }
+  return step;
+}
+
+v1::StepRequest Engine::BuildDraftStep(const v1::StepRequest& step) {
+  // For each sequence with draft slots: feed the drafter what its cache lacks, through
+  // the token the target is about to get, then propose `slots` tokens.
+  v1::StepRequest draft;
+  draft.set_step_id(step.step_id());
+  draft.mutable_release()->CopyFrom(step.release());
+  for (const v1::StepSequence& s : step.seqs()) {
+    const int32_t slots = pending_slots_.contains(s.seq_id()) ? pending_slots_.at(s.seq_id()) : 0;
+    if (slots == 0) continue;
+    Active& a = *active_.at(s.seq_id());
+    const int64_t last = s.n_past();  // Position of the token fed to the target.
+    v1::StepSequence* d = draft.add_seqs();
+    d->set_seq_id(s.seq_id());
+    for (int64_t p = a.spec->draft_cached; p <= last; ++p) {
+      const int64_t n_prompt = static_cast<int64_t>(a.req.prompt.size());
+      d->add_tokens(p < n_prompt ? a.req.prompt[p] : a.generated[p - n_prompt]);
+    }
+    d->set_n_past(a.spec->draft_cached);
+    d->mutable_block_table()->CopyFrom(s.block_table());
+    d->set_propose(slots);
+    a.spec->draft_fed = last + slots;  // d_slots is proposed, not fed.
+  }
+  return draft;
+}
+
+absl::Status Engine::SendTarget(v1::StepRequest step, Sent sent) {
+  sent.t0 = std::chrono::steady_clock::now();
+  for (const v1::StepSequence& s : step.seqs()) {
+    if (s.n_draft() > 0) sent.drafted.emplace_back(s.seq_id(), s.n_draft());
+  }
+  CASCADE_RETURN_IF_ERROR(cluster_->SendStep(step));
+  in_flight_.push_back(step.step_id());
+  sent_[step.step_id()] = std::move(sent);
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.steps;
+  return absl::OkStatus();
+}
+
 bool Engine::FillPipeline() {
   bool sent = false;
-  while (static_cast<int>(in_flight_.size()) < cluster_->n_stages()) {
+  // One more batch than stages with a drafter worker: one drafts while the others verify.
+  const int limit = cluster_->n_stages() + (speculation_.has_worker() ? 1 : 0);
+  while (static_cast<int>(in_flight_.size() + drafting_.size()) < limit) {
+    SetDraftTokens();
     std::optional<Batch> batch = scheduler_.Schedule();
     if (!batch) break;
-    v1::StepRequest step;
-    step.set_step_id(batch->id);
-    for (int64_t id : release_) step.add_release(id);
-    release_.clear();
-    for (const BatchEntry& e : batch->entries) {
-      const Active& a = *active_.at(e.seq_id);
-      v1::StepSequence* s = step.add_seqs();
-      s->set_seq_id(e.seq_id);
-      s->mutable_tokens()->Add(e.tokens.begin(), e.tokens.end());
-      s->set_n_past(e.n_past);
-      s->mutable_block_table()->Add(e.block_table.begin(), e.block_table.end());
-      s->set_sample(e.wants_logits);
-      if (e.n_past == 0) {
-        // New, or recomputed after a preemption: the last stage starts its sampler and
-        // penalty history afresh from everything the sequence holds.
-        s->set_reset(true);
-        ToProto(a.req.sampling, s->mutable_sampling());
-        s->mutable_history()->Add(a.req.prompt.begin(), a.req.prompt.end());
-        s->mutable_history()->Add(a.generated.begin(), a.generated.end());
+    bool needs_drafter = false;
+    v1::StepRequest step = BuildStep(*batch, &needs_drafter);
+    absl::Status st;
+    if (needs_drafter) {
+      pending_slots_.clear();
+      for (const BatchEntry& e : batch->entries) {
+        if (e.draft_slots > 0) pending_slots_[e.seq_id] = e.draft_slots;
       }
+      const v1::StepRequest draft = BuildDraftStep(step);
+      st = cluster_->SendDraft(draft);
+      if (st.ok()) drafting_[batch->id] = {std::move(step), std::chrono::steady_clock::now()};
+    } else {
+      st = SendTarget(std::move(step), {});
     }
-    if (absl::Status st = cluster_->SendStep(step); !st.ok()) {
+    if (!st.ok()) {
       (void)scheduler_.FailBatch(batch->id);
       FailAll(st);
       return sent;
     }
-    in_flight_.push_back(batch->id);
     sent = true;
-    std::lock_guard<std::mutex> lock(mu_);
-    ++stats_.steps;
   }
   return sent;
 }
 
+void Engine::OnDraft(const v1::StepResult& r) {
+  auto it = drafting_.find(r.step_id());
+  if (it == drafting_.end()) return;  // Given up already (FailAll).
+  Drafting d = std::move(it->second);
+  drafting_.erase(it);
+  absl::flat_hash_map<int64_t, std::vector<int32_t>> drafts;
+  for (const v1::SampledToken& t : r.tokens()) drafts[t.seq_id()].push_back(t.token());
+  const double draft_s = Since(d.t0);
+  for (v1::StepSequence& s : *d.step.mutable_seqs()) {
+    auto found = drafts.find(s.seq_id());
+    if (found == drafts.end()) continue;
+    s.mutable_tokens()->Add(found->second.begin(), found->second.end());
+    s.set_n_draft(static_cast<int32_t>(found->second.size()));
+    if (auto a = active_.find(s.seq_id()); a != active_.end()) a->second->spec->OnDrafted(draft_s);
+  }
+  if (absl::Status st = SendTarget(std::move(d.step), {}); !st.ok()) {
+    (void)scheduler_.FailBatch(r.step_id());
+    FailAll(st);
+  }
+}
+
 void Engine::OnResult(const v1::StepResult& r) {
   if (!in_flight_.empty() && in_flight_.front() == r.step_id()) in_flight_.pop_front();
+  Sent sent;
+  if (auto it = sent_.find(r.step_id()); it != sent_.end()) {
+    sent = std::move(it->second);
+    sent_.erase(it);
+  }
   std::vector<SampledToken> sampled;
-  absl::flat_hash_map<int64_t, const v1::SampledToken*> by_seq;
+  absl::flat_hash_map<int64_t, std::vector<const v1::SampledToken*>> by_seq;
   for (const v1::SampledToken& t : r.tokens()) {
     sampled.push_back({t.seq_id(), t.token()});
-    by_seq[t.seq_id()] = &t;
+    by_seq[t.seq_id()].push_back(&t);
+  }
+  // Positions each verified sequence had cached before this step, for the drafter's cache.
+  absl::flat_hash_map<int64_t, int64_t> n_past;
+  for (const auto& [id, k] : sent.drafted) {
+    if (auto info = scheduler_.Lookup(id)) n_past[id] = info->n_cached;
   }
   auto events = scheduler_.Complete(r.step_id(), sampled);
   if (!events.ok()) {
@@ -209,42 +324,65 @@ void Engine::OnResult(const v1::StepResult& r) {
     (void)scheduler_.FailBatch(r.step_id());
     return;
   }
+  const double verify_s = Since(sent.t0);
+  for (const auto& [id, k] : sent.drafted) {
+    auto it = active_.find(id);
+    if (it == active_.end()) continue;
+    SpeculativeState& spec = *it->second->spec;
+    const int32_t emitted = static_cast<int32_t>(by_seq[id].size());
+    spec.OnVerified(k, emitted, verify_s);
+    // The drafter's cache is valid through what it was fed and the target kept.
+    if (n_past.contains(id)) spec.draft_cached = std::min(spec.draft_fed, n_past[id] + emitted);
+  }
+  // One message per sequence and step, carrying all of its new tokens.
+  absl::flat_hash_map<int64_t, v1::GenerateResponse> pending;
+  std::vector<int64_t> order;
+  absl::flat_hash_map<int64_t, int> seen;  // Events of each sequence so far.
   for (const TokenEvent& ev : *events) {
     auto it = active_.find(ev.seq_id);
     if (it == active_.end()) continue;
     Active& a = *it->second;
+    const int index = seen[ev.seq_id]++;
     if (a.ttft_s < 0) a.ttft_s = Since(a.arrival);
     a.generated.push_back(ev.token);
-    v1::GenerateResponse msg;
+    if (!pending.contains(ev.seq_id)) order.push_back(ev.seq_id);
+    v1::GenerateResponse& msg = pending[ev.seq_id];
     msg.set_request_id(a.req.request_id);
     msg.add_token_ids(ev.token);
-    if (auto t = by_seq.find(ev.seq_id); t != by_seq.end() && a.req.sampling.n_logprobs > 0) {
+    const auto& toks = by_seq[ev.seq_id];
+    if (index < static_cast<int>(toks.size()) && a.req.sampling.n_logprobs > 0) {
+      const v1::SampledToken* t = toks[index];
       v1::TokenLogprob* lp = msg.add_logprobs();
       lp->set_id(ev.token);
-      lp->set_logprob(t->second->logprob());
-      for (int i = 0; i < t->second->top_ids_size(); ++i) {
+      lp->set_logprob(t->logprob());
+      for (int i = 0; i < t->top_ids_size(); ++i) {
         auto* top = lp->add_top();
-        top->set_id(t->second->top_ids(i));
-        top->set_logprob(t->second->top_logprobs(i));
+        top->set_id(t->top_ids(i));
+        top->set_logprob(t->top_logprobs(i));
       }
     }
     const bool eog = !a.req.ignore_eos && tokenizer_->IsEog(ev.token);
     const bool stop_id = std::find(a.req.stop_ids.begin(), a.req.stop_ids.end(), ev.token) != a.req.stop_ids.end();
+    const char* reason = nullptr;
     if (eog || stop_id) {
-      Finish(ev.seq_id, a, "stop", msg);
-      active_.erase(it);
-      continue;
-    }
-    msg.set_text(a.stops->Push(a.detok->Feed(ev.token)));
-    if (a.stops->stopped()) {
-      Finish(ev.seq_id, a, "stop", msg);
-      active_.erase(it);
-    } else if (ev.reached_max_tokens) {
-      Finish(ev.seq_id, a, "length", msg);
-      active_.erase(it);
+      reason = "stop";
     } else {
-      Push(*a.channel, std::move(msg), false);
+      msg.mutable_text()->append(a.stops->Push(a.detok->Feed(ev.token)));
+      if (a.stops->stopped()) {
+        reason = "stop";
+      } else if (ev.reached_max_tokens) {
+        reason = "length";
+      }
     }
+    if (reason != nullptr) {
+      Finish(ev.seq_id, a, reason, msg);
+      pending.erase(ev.seq_id);
+      active_.erase(it);
+    }
+  }
+  for (int64_t id : order) {
+    auto it = pending.find(id);
+    if (it != pending.end()) Push(*active_.at(id)->channel, std::move(it->second), false);
   }
   std::lock_guard<std::mutex> lock(mu_);
   stats_.scheduler = scheduler_.Stats();
@@ -259,11 +397,14 @@ void Engine::Finish(int64_t seq_id, Active& a, const std::string& reason, v1::Ge
   u->set_completion_tokens(static_cast<int32_t>(a.generated.size()));
   u->set_ttft_s(a.ttft_s);
   u->set_total_s(Since(a.arrival));
+  const v1::SpeculativeStats spec = a.spec->Stats();
+  if (a.spec->used()) *u->mutable_speculative() = spec;
   (void)scheduler_.Finish(seq_id);
   release_.push_back(seq_id);
   Push(*a.channel, std::move(last), true);
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.finished;
+  AccumulateStats(spec, &stats_.speculative);
   stats_.scheduler = scheduler_.Stats();
 }
 
@@ -275,7 +416,10 @@ void Engine::FailAll(const absl::Status& status) {
   active_.clear();
   // Batches in flight will never complete: give them up.
   for (int64_t id : in_flight_) (void)scheduler_.FailBatch(id);
+  for (const auto& [id, d] : drafting_) (void)scheduler_.FailBatch(id);
   in_flight_.clear();
+  drafting_.clear();
+  sent_.clear();
   std::lock_guard<std::mutex> lock(mu_);
   stats_.scheduler = scheduler_.Stats();
 }

@@ -4,6 +4,12 @@
 // into streamed text: incremental detokenization, stop ids/strings, EOS, max tokens.
 // API threads only enqueue requests and read their channels.
 //
+// Speculative decoding (DESIGN.md §5, coordinator/speculation.h): before each batch the
+// engine tells the scheduler how many drafts each sequence wants; decode entries that got
+// draft slots are drafted — by prompt lookup here (n-gram), or by the drafter worker
+// (self / model), whose step goes out first while other batches verify on the target —
+// then the target verifies them and the scheduler keeps the accepted prefix.
+//
 // Thread-safety: Submit/Stats are thread-safe; everything else runs on the loop thread.
 #pragma once
 
@@ -22,6 +28,7 @@
 #include "cascade/v1/inference.pb.h"
 #include "coordinator/cluster.h"
 #include "coordinator/scheduler.h"
+#include "coordinator/speculation.h"
 #include "model/detokenizer.h"
 #include "model/sampler.h"
 #include "model/stop_matcher.h"
@@ -48,18 +55,22 @@ struct EngineRequest {
   bool ignore_eos = false;
   std::vector<std::string> stop_strings;
   std::vector<int32_t> stop_ids;
+  bool speculate = true;      // Off: plain decoding for this request.
+  int32_t num_tokens = 0;     // Most drafts per step; 0: the cluster's draft.num_tokens.
 };
 
 struct EngineStats {
   SchedulerStats scheduler;
   int64_t steps = 0;
   int64_t finished = 0;
+  v1::SpeculativeStats speculative;  // Over finished requests.
 };
 
 class Engine {
  public:
   // Borrows `cluster` and `tokenizer`, which must outlive the engine.
-  Engine(Cluster* cluster, const model::Tokenizer* tokenizer, const SchedulerOptions& options);
+  Engine(Cluster* cluster, const model::Tokenizer* tokenizer, const SchedulerOptions& options,
+         const SpeculationOptions& speculation = {});
   ~Engine();  // Stops the loop; pending requests end with UNAVAILABLE.
 
   void Start();
@@ -78,12 +89,30 @@ class Engine {
     std::vector<int32_t> generated;
     std::chrono::steady_clock::time_point arrival;
     double ttft_s = -1;
+    std::unique_ptr<SpeculativeState> spec;
+  };
+  // A batch sent to the target: what verification needs to account for it.
+  struct Sent {
+    std::chrono::steady_clock::time_point t0;
+    std::vector<std::pair<int64_t, int32_t>> drafted;  // (sequence, drafts) verified.
+  };
+  // A batch waiting for the drafter worker.
+  struct Drafting {
+    v1::StepRequest step;
+    std::chrono::steady_clock::time_point t0;
   };
   void Loop();
   void Admit();
   void DropCancelled();
   bool FillPipeline();
+  // The target step of `batch`; entries with draft slots get n-gram drafts here, and
+  // `needs_drafter` is set when the drafter worker must propose them instead.
+  v1::StepRequest BuildStep(const Batch& batch, bool* needs_drafter);
+  v1::StepRequest BuildDraftStep(const v1::StepRequest& step);
+  absl::Status SendTarget(v1::StepRequest step, Sent sent);
+  void OnDraft(const v1::StepResult& result);
   void OnResult(const v1::StepResult& result);
+  void SetDraftTokens();
   void FailAll(const absl::Status& status);
   void Finish(int64_t seq_id, Active& a, const std::string& reason, v1::GenerateResponse& last);
   static void Push(RequestChannel& c, v1::GenerateResponse msg, bool done, absl::Status status = absl::OkStatus());
@@ -91,6 +120,7 @@ class Engine {
   Cluster* cluster_;
   const model::Tokenizer* tokenizer_;
   Scheduler scheduler_;
+  const SpeculationOptions speculation_;
   std::thread thread_;
   std::atomic<bool> stop_{false};
 
@@ -104,6 +134,9 @@ class Engine {
   absl::flat_hash_map<int64_t, std::shared_ptr<Active>> active_;
   std::vector<int64_t> release_;  // Sequences whose worker state can be dropped.
   std::deque<int64_t> in_flight_;  // Batch ids sent, oldest first (results come in order).
+  absl::flat_hash_map<int64_t, Sent> sent_;
+  absl::flat_hash_map<int64_t, Drafting> drafting_;  // Batch id -> step awaiting drafts.
+  absl::flat_hash_map<int64_t, int32_t> pending_slots_;  // Draft slots of the batch being built.
 };
 
 }  // namespace cascade::coordinator

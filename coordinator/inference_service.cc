@@ -70,6 +70,17 @@ absl::StatusOr<EngineRequest> InferenceService::Prepare(const v1::GenerateReques
   r.ignore_eos = req.ignore_eos();
   r.stop_strings.assign(req.stop().begin(), req.stop().end());
   r.stop_ids.assign(req.stop_ids().begin(), req.stop_ids().end());
+  if (req.has_speculative()) {
+    const v1::SpeculativeParams& sp = req.speculative();
+    r.speculate = !sp.has_enabled() || sp.enabled();
+    if (sp.has_num_tokens()) {
+      if (sp.num_tokens() < 1 || sp.num_tokens() > 16) {
+        return absl::InvalidArgumentError(
+            StrCat("speculative.num_tokens = ", sp.num_tokens(), ": must be in [1, 16]"));
+      }
+      r.num_tokens = sp.num_tokens();
+    }
+  }
   return r;
 }
 
@@ -165,6 +176,8 @@ grpc::Status InferenceService::GetClusterStatus(grpc::ServerContext*, const v1::
   resp->set_steps(st.steps);
   resp->set_preemptions(st.scheduler.n_preemptions);
   resp->set_requests_finished(st.finished);
+  resp->set_drafter(options_.drafter);
+  *resp->mutable_speculative() = st.speculative;
   return grpc::Status::OK;
 }
 

@@ -20,6 +20,7 @@ namespace cascade::coordinator {
 struct InferenceServiceOptions {
   std::string model_path;
   int64_t max_context = 0;  // Positions per sequence the cluster serves.
+  std::string drafter;      // DraftKindName of the configured drafter ("" for none).
 };
 
 class InferenceService final : public v1::Inference::Service {

@@ -50,6 +50,7 @@ absl::Status Launcher::Spawn(Child* c) {
   if (::pipe2(fds, O_CLOEXEC) != 0) return absl::InternalError(StrCat("pipe: ", std::strerror(errno)));
   std::vector<std::string> args = {worker_binary_, "--coordinator", coordinator_address_, "--node", l.node,
                                    "--device", l.device, "--threads", std::to_string(l.n_threads)};
+  if (l.draft) args.push_back("--draft");
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
   for (const auto& e : l.extra_env) env.push_back(e);
@@ -86,7 +87,11 @@ void Launcher::Supervise(Child* c) {
     FILE* in = ::fdopen(c->out_fd, "r");
     char line[4096];
     while (in != nullptr && std::fgets(line, sizeof(line), in) != nullptr) {
-      std::fprintf(stderr, "[stage %d] %s", c->launch.stage, line);
+      if (c->launch.draft) {
+        std::fprintf(stderr, "[draft] %s", line);
+      } else {
+        std::fprintf(stderr, "[stage %d] %s", c->launch.stage, line);
+      }
       std::lock_guard<std::mutex> lock(c->mu);
       c->tail.emplace_back(line);
       if (c->tail.size() > 20) c->tail.pop_front();

@@ -20,7 +20,8 @@
 namespace cascade::coordinator {
 
 struct WorkerLaunch {
-  int stage = 0;
+  int stage = 0;                  // Pipeline stage, for log prefixes; -1 for the drafter.
+  bool draft = false;             // The drafter worker (`--draft`).
   std::string node;
   std::string device;             // "cpu".
   int n_threads = 1;

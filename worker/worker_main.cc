@@ -1,6 +1,7 @@
 // `cascade-worker --coordinator HOST:PORT --node NAME --device cpu [--threads N]
-// [--listen HOST:PORT]`: one worker per device. It serves the Worker RPCs, registers
-// with the coordinator, heartbeats, and exits when the coordinator goes away.
+// [--listen HOST:PORT] [--draft]`: one worker per device. It serves the Worker RPCs,
+// registers with the coordinator (as the drafter with --draft), heartbeats, and exits
+// when the coordinator goes away.
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -32,7 +33,7 @@ int Fail(const std::string& msg) {
 
 int main(int argc, char** argv) {
   using namespace cascade;
-  Args args({"coordinator", "node", "device", "threads", "listen", "advertise"}, {});
+  Args args({"coordinator", "node", "device", "threads", "listen", "advertise"}, {"draft"});
   if (auto s = args.Parse(argc, argv, 1); !s.ok()) return Fail(std::string(s.message()));
   auto coordinator = args.Require("coordinator");
   if (!coordinator.ok()) return Fail(std::string(coordinator.status().message()));
@@ -66,6 +67,7 @@ int main(int argc, char** argv) {
   reg.set_device(device);
   reg.set_pid(getpid());
   reg.set_n_threads(opts.n_threads);
+  reg.set_draft(args.Has("draft"));
   reg.set_memory_bytes(static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE));
   v1::RegisterResponse assigned;
   // The coordinator may still be starting: retry for up to a minute.

@@ -27,8 +27,9 @@ int FailRpc(const char* command, const absl::Status& s) {
 }
 
 Args GenerateArgs(std::vector<std::string> extra_valued) {
-  std::vector<std::string> valued = {"server", "prompt", "prompt-ids", "chat", "system", "chat-template", "timeout"};
-  std::vector<std::string> flags = {"json"};
+  std::vector<std::string> valued = {"server", "prompt", "prompt-ids", "chat", "system", "chat-template", "timeout",
+                                     "draft-tokens"};
+  std::vector<std::string> flags = {"json", "no-speculate"};
   for (auto& f : GenerationValuedFlags()) valued.push_back(f);
   for (auto& f : GenerationBoolFlags()) flags.push_back(f);
   for (auto& f : extra_valued) valued.push_back(f);
@@ -43,6 +44,27 @@ absl::StatusOr<client::Client> Connect(const Args& args) {
   return client::Client({*server, std::chrono::seconds(*timeout)});
 }
 
+// --no-speculate and --draft-tokens N: the request's speculative field.
+absl::Status FillSpeculative(const Args& args, v1::GenerateRequest* req) {
+  if (args.Has("no-speculate")) req->mutable_speculative()->set_enabled(false);
+  if (args.Has("draft-tokens")) {
+    auto k = args.GetInt("draft-tokens", 0);
+    if (!k.ok()) return k.status();
+    req->mutable_speculative()->set_num_tokens(static_cast<int32_t>(*k));
+  }
+  return absl::OkStatus();
+}
+
+nlohmann::json SpeculativeJson(const v1::SpeculativeStats& s) {
+  return {{"steps", s.steps()},
+          {"drafted_tokens", s.drafted_tokens()},
+          {"accepted_tokens", s.accepted_tokens()},
+          {"acceptance_rate", s.acceptance_rate()},
+          {"mean_accepted_length", s.mean_accepted_length()},
+          {"draft_s", s.draft_s()},
+          {"verify_s", s.verify_s()}};
+}
+
 }  // namespace
 
 int GenerateCommand(int argc, char** argv) {
@@ -50,6 +72,7 @@ int GenerateCommand(int argc, char** argv) {
   if (auto s = args.Parse(argc, argv, 2); !s.ok()) return Fail("generate", s);
   auto req = ProtoRequestFromArgs(args);
   if (!req.ok()) return Fail("generate", req.status());
+  if (absl::Status s = FillSpeculative(args, &*req); !s.ok()) return Fail("generate", s);
   auto c = Connect(args);
   if (!c.ok()) return Fail("generate", c.status());
   if (args.Has("json")) {
@@ -70,6 +93,8 @@ int GenerateCommand(int argc, char** argv) {
       }
       j["logprobs"] = lp;
     }
+    if (u.has_speculative()) j["speculative"] = SpeculativeJson(u.speculative());
+    j["usage"] = {{"ttft_s", u.ttft_s()}, {"total_s", u.total_s()}, {"completion_tokens", u.completion_tokens()}};
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return 0;
   }
@@ -139,7 +164,8 @@ int StatusCommand(int argc, char** argv) {
   std::printf("cluster %s%s%s\n", st->state().c_str(), st->detail().empty() ? "" : ": ", st->detail().c_str());
   std::printf("%-6s %-14s %-6s %-8s %-22s %-8s %10s\n", "stage", "layers", "node", "device", "worker", "state", "weights");
   for (const auto& s : st->stages()) {
-    std::printf("%-6d [%3lld, %3lld)     %-6s %-8s %-22s %-8s %8.1f MiB\n", s.stage(), static_cast<long long>(s.first_layer()),
+    const std::string stage = s.draft() ? "draft" : std::to_string(s.stage());
+    std::printf("%-6s [%3lld, %3lld)     %-6s %-8s %-22s %-8s %8.1f MiB\n", stage.c_str(), static_cast<long long>(s.first_layer()),
                 static_cast<long long>(s.last_layer()), s.node().c_str(), s.device().c_str(), s.worker_address().c_str(),
                 s.state().c_str(), s.weight_bytes() / 1048576.0);
   }
@@ -150,6 +176,13 @@ int StatusCommand(int argc, char** argv) {
               static_cast<long long>(st->waiting()), static_cast<long long>(st->steps()),
               static_cast<long long>(st->max_batch_seen()), static_cast<long long>(st->preemptions()),
               static_cast<long long>(st->requests_finished()));
+  if (!st->drafter().empty()) {
+    const v1::SpeculativeStats& sp = st->speculative();
+    std::printf("speculative (%s drafter): %lld verify steps, acceptance %.1f%%, mean accepted length %.2f, "
+                "draft %.2f s, verify %.2f s\n",
+                st->drafter().c_str(), static_cast<long long>(sp.steps()), 100 * sp.acceptance_rate(),
+                sp.mean_accepted_length(), sp.draft_s(), sp.verify_s());
+  }
   return st->ready() ? 0 : 1;
 }
 
