@@ -325,6 +325,10 @@ void Engine::OnResult(const v1::StepResult& r) {
     return;
   }
   const double verify_s = Since(sent.t0);
+  for (const auto& [id, toks] : by_seq) {
+    const bool drafted = std::any_of(sent.drafted.begin(), sent.drafted.end(), [&](const auto& d) { return d.first == id; });
+    if (auto it = active_.find(id); it != active_.end() && !drafted) it->second->spec->OnPlainStep();
+  }
   for (const auto& [id, k] : sent.drafted) {
     auto it = active_.find(id);
     if (it == active_.end()) continue;

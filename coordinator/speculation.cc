@@ -20,7 +20,7 @@ SpeculativeState::SpeculativeState(const SpeculationOptions& options, bool enabl
       mean_accepted_(max_k_) {}
 
 int32_t SpeculativeState::DraftTokens(int n_decoding) const {
-  if (!enabled_) return 0;
+  if (!enabled_ || skip_ > 0) return 0;
   if (options_.max_batch > 0 && n_decoding > options_.max_batch) return 0;
   if (!options_.adaptive) return max_k_;
   const int32_t k = static_cast<int32_t>(std::ceil(mean_accepted_ - 1e-9)) + 1;
@@ -37,6 +37,13 @@ void SpeculativeState::OnVerified(int32_t n_drafted, int32_t n_emitted, double v
   // All k accepted says nothing about k + 1: count it as one more, so k can grow.
   const double observed = accepted == n_drafted ? accepted + 1 : accepted;
   mean_accepted_ = 0.5 * mean_accepted_ + 0.5 * observed;
+  mean_rate_ = 0.7 * mean_rate_ + 0.3 * accepted / n_drafted;
+  if (++since_backoff_ >= 4 && mean_rate_ < 0.2) {
+    skip_ = backoff_;
+    backoff_ = std::min(backoff_ * 2, 256);
+    since_backoff_ = 0;
+    mean_rate_ = 0.5;
+  }
 }
 
 v1::SpeculativeStats SpeculativeState::Stats() const {

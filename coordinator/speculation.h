@@ -6,6 +6,9 @@
 // that average rounded up, plus one, within [1, num_tokens]. A sequence whose drafts keep
 // passing climbs to num_tokens; one whose drafts fail drops to 1 (a verify step with one
 // draft costs little more than a plain decode on a memory-bound device).
+// Back-off: a sequence whose drafts are mostly rejected (an average acceptance below 20%
+// over its recent verify steps) stops drafting for 16 decode steps, then 32, 64, ... up
+// to 256, and tries again: a drafter that does not fit the text costs little.
 // Switch-off: while more than `max_batch` sequences decode at once, k is 0. A batch that
 // large already saturates the compute a verify step would otherwise have for free, so
 // extra rows cost as much as they save (docs/PERFORMANCE.md has the measurement).
@@ -41,6 +44,10 @@ class SpeculativeState {
   int32_t DraftTokens(int n_decoding) const;
   // A verify step with `n_drafted` drafts emitted `n_emitted` tokens (accepted + 1).
   void OnVerified(int32_t n_drafted, int32_t n_emitted, double verify_s);
+  // A decode step without drafts.
+  void OnPlainStep() {
+    if (skip_ > 0) --skip_;
+  }
   void OnDrafted(double draft_s) { stats_.set_draft_s(stats_.draft_s() + draft_s); }
   // The stats with the derived rates filled in.
   v1::SpeculativeStats Stats() const;
@@ -56,6 +63,10 @@ class SpeculativeState {
   bool enabled_ = false;
   int32_t max_k_ = 0;
   double mean_accepted_ = 0;  // Exponential average of drafts accepted per step.
+  double mean_rate_ = 1;      // Exponential average of the acceptance rate per step.
+  int32_t skip_ = 0;          // Decode steps left without drafting (back-off).
+  int32_t backoff_ = 16;      // The next back-off.
+  int32_t since_backoff_ = 0; // Verify steps since the last back-off.
   v1::SpeculativeStats stats_;
 };
 

@@ -408,6 +408,143 @@ def test_worker_killed_mid_stream():
         print(f"whole again {time.time() - t0:.1f} s later; serving the same greedy ids")
 
 
+# --- Speculative decoding -----------------------------------------------------------
+
+def spec_topologies():
+    return [(1, 1), (2, 1), (1, 2), (2, 2)]  # (pipeline, tensor)
+
+
+def check_spec_parity(model, prompts, drafts, n_tokens, reference=None, topologies=None):
+    """Greedy ids with speculation equal those without, for every drafter and PP x TP.
+
+    `reference` maps a prompt to ids that every topology must give (cascade run's, for
+    models whose TP logits are exact); without it each cluster's own --no-speculate run
+    is the reference. Each drafter must also have verified drafts (the stats say so)."""
+    for name, draft in drafts.items():
+        for pp, tp in topologies or spec_topologies():
+            with cluster(model, pp, tensor=tp, extra=f"draft: {draft}\n") as (address, _, _):
+                accepted = 0
+                for prompt in prompts:
+                    args = (*prompt, "--temperature", "0", "--max-tokens", str(n_tokens), "--ignore-eos")
+                    got = generate(address, *args)
+                    want = reference[prompt] if reference else generate(address, *args, "--no-speculate")["token_ids"]
+                    assert got["token_ids"] == want, f"{name} PP={pp} TP={tp} {prompt}: {got['token_ids']} != {want}"
+                    spec = got.get("speculative")
+                    assert spec and spec["steps"] > 0, f"{name} PP={pp} TP={tp}: no verify step ran: {got}"
+                    accepted += spec["accepted_tokens"]
+                rc, text = status(address)
+                assert rc == 0 and f"speculative ({name.split('-')[0]} drafter)" in text, text
+                print(f"{name} PP={pp} TP={tp}: identical, {accepted} drafts accepted")
+
+
+def test_spec_parity_stories():
+    need(STORIES)
+    prompts = [("--prompt-ids", "1"), ("--prompt", "Once upon a time")]
+    ref = {p: run_json("run", "--model", STORIES, *p, "--temperature", "0", "--max-tokens", "40", "--ignore-eos")["token_ids"]
+           for p in prompts}
+    assert ref[prompts[0]][:20] == STORIES_IDS
+    check_spec_parity(STORIES, prompts, {"ngram": "{ngram: {n: 3}}", "self": "{self: {layers: 2}, num_tokens: 3}",
+                                         "model": f"{{model: {STORIES}, num_tokens: 5}}"}, 40, ref)
+
+
+def test_spec_parity_tinystories():
+    """The F32 safetensors target with its Q8_0 GGUF copy as the draft model."""
+    need(TINY_HF, TINY_GGUF)
+    prompts = [("--prompt-ids", "1"), ("--prompt", "Lily and Ben went to the park")]
+    ref = {p: run_json("run", "--model", TINY_HF, *p, "--temperature", "0", "--max-tokens", "32", "--ignore-eos")["token_ids"]
+           for p in prompts}
+    check_spec_parity(TINY_HF, prompts, {"ngram": "{ngram: {n: 2}}", "self": "{self: {layers: 1}}",
+                                         "model": f"{{model: {TINY_GGUF}}}"}, 32, ref)
+
+
+def test_spec_parity_smollm2():
+    """SmolLM2 against its own plain decoding in the same cluster (at TP=2 the cluster's
+    ids are not cascade run's bit for bit: see test_tp_parity_smollm2)."""
+    need(SMOL)
+    prompts = [("--chat", "Repeat exactly: the cat sat on the mat, the cat sat on the hat."),
+               ("--prompt", "def fibonacci(n):")]
+    check_spec_parity(SMOL, prompts, {"ngram": "{ngram: {n: 3}}"}, 24)
+    check_spec_parity(SMOL, prompts[:1], {"self": "{self: {layers: 20}, max_batch: 0}",
+                                          "model": f"{{model: {SMOL}, num_tokens: 3}}"}, 16,
+                      topologies=[(1, 1), (2, 2)])
+
+
+def chi_square_critical(df):
+    """Chi-square critical value at p = 0.001 (Wilson-Hilferty)."""
+    z, a = 3.0902, 2.0 / (9.0 * df)
+    return df * (1 - a + z * a ** 0.5) ** 3
+
+
+def test_spec_sampling_distribution():
+    """Temperature 1 on stories260K: the tokens speculation emits follow the same law as
+    plain sampling. 20,000 fixed-seed requests each way, 3 tokens from BOS; tokens 2 and 3
+    come out of verify steps (drafts by the self-drafter, 2 of 5 layers). Two-sample
+    chi-square per position over the tokens seen >= 20 times (the rest pooled), p > 0.001."""
+    need(STORIES)
+    n = 20000
+    with cluster(STORIES, 1, extra="draft: {self: {layers: 2}, num_tokens: 2, max_batch: 0, adaptive: false}\n") as (address, _, _):
+        with tempfile.TemporaryDirectory() as d:
+            runs = {}
+            for label, flags in (("spec", []), ("plain", ["--no-speculate"])):
+                out = os.path.join(d, label + ".jsonl")
+                subprocess.run([CASCADE, "bench", "--server", address, "--requests", str(n), "--concurrency", "16",
+                                "--prompt-ids", "1", "--max-tokens", "3", "--temperature", "1", "--ids-out", out, *flags],
+                               check=True, capture_output=True, timeout=900)
+                runs[label] = [json.loads(line) for line in open(out)]
+                assert len(runs[label]) == n and all(len(r) == 3 for r in runs[label]), label
+        rc, text = status(address)
+        m = re.search(r"acceptance ([\d.]+)%", text)
+        assert m and 5 < float(m.group(1)) < 95, text  # Drafts were both accepted and rejected.
+    for pos in (1, 2):
+        a = [r[pos] for r in runs["spec"]]
+        b = [r[pos] for r in runs["plain"]]
+        counts = {}
+        for t in a:
+            counts.setdefault(t, [0, 0])[0] += 1
+        for t in b:
+            counts.setdefault(t, [0, 0])[1] += 1
+        cats, rest = [], [0, 0]
+        for t, (x, y) in counts.items():
+            if x + y >= 20:
+                cats.append((x, y))
+            else:
+                rest[0] += x
+                rest[1] += y
+        if sum(rest) > 0:
+            cats.append(tuple(rest))
+        chi2 = 0.0
+        for x, y in cats:
+            e = (x + y) / 2  # Equal sample sizes.
+            chi2 += (x - e) ** 2 / e + (y - e) ** 2 / e
+        crit = chi_square_critical(len(cats) - 1)
+        print(f"position {pos}: {len(cats)} categories, chi2 {chi2:.1f} < {crit:.1f}; {text.splitlines()[-1]}")
+        assert chi2 < crit, f"position {pos}: chi2 {chi2:.1f} >= {crit:.1f}"
+
+
+def test_spec_errors():
+    """Bad drafter configs exit 2 naming the key; a bad per-request field is refused."""
+    need(STORIES, SMOL)
+    with tempfile.TemporaryDirectory() as d:
+        cases = {
+            f"model: {{path: {SMOL}}}\nnodes: [{{name: a, host: h, devices: [cpu]}}]\ndraft: {{model: {STORIES}}}\n":
+                "target vocab 49152 tokens, draft vocab 512",
+            f"model: {{path: {STORIES}}}\nnodes: [{{name: a, host: h, devices: [cpu]}}]\ndraft: {{self: {{layers: 5}}}}\n":
+                "draft.self.layers: 5 must be below the model's 5 layers",
+            f"model: {{path: {STORIES}}}\nnodes: [{{name: a, host: h, devices: [cpu]}}]\ndraft: {{model: /nope.gguf}}\n":
+                "draft.model",
+        }
+        for text, want in cases.items():
+            cfg = os.path.join(d, "bad.yaml")
+            open(cfg, "w").write(text)
+            p = subprocess.run([COORDINATOR, "--config", cfg], capture_output=True, text=True, timeout=60)
+            assert p.returncode == 2 and want in p.stderr, (text, p.returncode, p.stderr)
+    with cluster(STORIES, 1, extra="draft: {ngram: {n: 3}}\n") as (address, _, _):
+        err = generate(address, "--prompt-ids", "1", "--draft-tokens", "17", expect_rc=2)
+        assert "INVALID_ARGUMENT" in err and "speculative.num_tokens" in err, err
+        got = generate(address, "--prompt-ids", "1", "--temperature", "0", "--max-tokens", "20", "--no-speculate")
+        assert got["token_ids"] == STORIES_IDS and "speculative" not in got, got
+
+
 if __name__ == "__main__":
     globals()["test_" + sys.argv[2]]()
     print("PASS")
