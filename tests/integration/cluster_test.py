@@ -478,11 +478,12 @@ def chi_square_critical(df):
 def test_spec_sampling_distribution():
     """Temperature 1 on stories260K: the tokens speculation emits follow the same law as
     plain sampling. 20,000 fixed-seed requests each way, 3 tokens from BOS; tokens 2 and 3
-    come out of verify steps (drafts by the self-drafter, 2 of 5 layers). Two-sample
+    come out of verify steps (greedy drafts by a drafter worker holding the same model, so
+    a draft passes with probability p(argmax): both outcomes are frequent). Two-sample
     chi-square per position over the tokens seen >= 20 times (the rest pooled), p > 0.001."""
     need(STORIES)
     n = 20000
-    with cluster(STORIES, 1, extra="draft: {self: {layers: 2}, num_tokens: 2, max_batch: 0, adaptive: false}\n") as (address, _, _):
+    with cluster(STORIES, 1, extra=f"draft: {{model: {STORIES}, num_tokens: 2, max_batch: 0, adaptive: false}}\n") as (address, _, _):
         with tempfile.TemporaryDirectory() as d:
             runs = {}
             for label, flags in (("spec", []), ("plain", ["--no-speculate"])):
@@ -494,7 +495,7 @@ def test_spec_sampling_distribution():
                 assert len(runs[label]) == n and all(len(r) == 3 for r in runs[label]), label
         rc, text = status(address)
         m = re.search(r"acceptance ([\d.]+)%", text)
-        assert m and 5 < float(m.group(1)) < 95, text  # Drafts were both accepted and rejected.
+        assert m and 1 < float(m.group(1)) < 99, text  # Drafts were both accepted and rejected.
     for pos in (1, 2):
         a = [r[pos] for r in runs["spec"]]
         b = [r[pos] for r in runs["plain"]]
