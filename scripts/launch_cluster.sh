@@ -27,6 +27,7 @@ pids=()
 for w in "${WORKERS[@]}"; do
   read -r stage node host device <<<"$w"
   cmd="$REMOTE_DIR/build/bin/cascade-worker --coordinator $ADDR --node $node --device $device --threads $THREADS --listen $host:0"
+  [[ $stage == draft ]] && cmd+=" --draft"  # The speculative drafter worker.
   if [[ -n ${SLURM_JOB_ID:-} ]]; then
     launcher=(srun --nodes=1 --ntasks=1 --nodelist="$host" --kill-on-bad-exit=1 bash -c "$cmd")
   else

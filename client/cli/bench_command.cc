@@ -60,6 +60,7 @@ int BenchCommand(int argc, char** argv) {
   std::mutex mu;
   std::vector<double> ttft, tpot, itl, e2e;
   int64_t tokens = 0, failures = 0;
+  v1::SpeculativeStats spec;  // Summed over requests.
   std::atomic<int64_t> next{0};
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::thread> threads;
@@ -93,6 +94,13 @@ int BenchCommand(int argc, char** argv) {
           const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
           for (int k = 0; k < chunk.token_ids_size(); ++k) arrivals.push_back(t);
           ids.insert(ids.end(), chunk.token_ids().begin(), chunk.token_ids().end());
+          if (chunk.has_usage() && chunk.usage().has_speculative()) {
+            const v1::SpeculativeStats& u = chunk.usage().speculative();
+            std::lock_guard<std::mutex> lock(mu);
+            spec.set_steps(spec.steps() + u.steps());
+            spec.set_drafted_tokens(spec.drafted_tokens() + u.drafted_tokens());
+            spec.set_accepted_tokens(spec.accepted_tokens() + u.accepted_tokens());
+          }
         });
         std::lock_guard<std::mutex> lock(mu);
         if (!s.ok() || arrivals.empty()) {
@@ -123,7 +131,15 @@ int BenchCommand(int argc, char** argv) {
                      {"wall_s", wall}, {"output_tokens", tokens}, {"throughput_tok_s", tokens / wall}, {"failures", failures},
                      {"ttft_ms", {{"p50", 1e3 * Percentile(ttft, 50)}, {"p99", 1e3 * Percentile(ttft, 99)}}},
                      {"tpot_ms", {{"p50", 1e3 * Percentile(tpot, 50)}, {"p99", 1e3 * Percentile(tpot, 99)}}},
-                     {"itl_ms", {{"p50", 1e3 * Percentile(itl, 50)}, {"p99", 1e3 * Percentile(itl, 99)}}}};
+                     {"itl_ms", {{"p50", 1e3 * Percentile(itl, 50)}, {"p99", 1e3 * Percentile(itl, 99)}}},
+                     {"decode_tok_s_p50", Percentile(tpot, 50) > 0 ? 1.0 / Percentile(tpot, 50) : 0.0},
+                     {"speculative",
+                      {{"verify_steps", spec.steps()},
+                       {"drafted_tokens", spec.drafted_tokens()},
+                       {"accepted_tokens", spec.accepted_tokens()},
+                       {"acceptance_rate", spec.drafted_tokens() > 0 ? 1.0 * spec.accepted_tokens() / spec.drafted_tokens() : 0.0},
+                       {"mean_accepted_length",
+                        spec.steps() > 0 ? 1.0 * (spec.accepted_tokens() + spec.steps()) / spec.steps() : 0.0}}}};
     std::ofstream(*path) << j.dump(1) << "\n";
   }
   if (auto path = args.Get("ids-out")) {
