@@ -209,27 +209,26 @@ v1::StepRequest Engine::BuildStep(const Batch& batch, bool* needs_drafter) {
   return step;
 }
 
-v1::StepRequest Engine::BuildDraftStep(const v1::StepRequest& step) {
+v1::StepRequest Engine::BuildDraftStep(const Batch& batch, const v1::StepRequest& step) {
   // For each sequence with draft slots: feed the drafter what its cache lacks, through
   // the token the target is about to get, then propose `slots` tokens.
   v1::StepRequest draft;
   draft.set_step_id(step.step_id());
   draft.mutable_release()->CopyFrom(step.release());
-  for (const v1::StepSequence& s : step.seqs()) {
-    const int32_t slots = pending_slots_.contains(s.seq_id()) ? pending_slots_.at(s.seq_id()) : 0;
-    if (slots == 0) continue;
-    Active& a = *active_.at(s.seq_id());
-    const int64_t last = s.n_past();  // Position of the token fed to the target.
+  for (const BatchEntry& e : batch.entries) {
+    if (e.draft_slots == 0) continue;
+    Active& a = *active_.at(e.seq_id);
+    const int64_t last = e.n_past;  // Position of the token fed to the target.
+    const int64_t n_prompt = static_cast<int64_t>(a.req.prompt.size());
     v1::StepSequence* d = draft.add_seqs();
-    d->set_seq_id(s.seq_id());
+    d->set_seq_id(e.seq_id);
     for (int64_t p = a.spec->draft_cached; p <= last; ++p) {
-      const int64_t n_prompt = static_cast<int64_t>(a.req.prompt.size());
       d->add_tokens(p < n_prompt ? a.req.prompt[p] : a.generated[p - n_prompt]);
     }
     d->set_n_past(a.spec->draft_cached);
-    d->mutable_block_table()->CopyFrom(s.block_table());
-    d->set_propose(slots);
-    a.spec->draft_fed = last + slots;  // d_slots is proposed, not fed.
+    d->mutable_block_table()->Add(e.block_table.begin(), e.block_table.end());
+    d->set_propose(e.draft_slots);
+    a.spec->draft_fed = last + e.draft_slots;  // The last draft is proposed, not fed.
   }
   return draft;
 }
@@ -237,7 +236,7 @@ v1::StepRequest Engine::BuildDraftStep(const v1::StepRequest& step) {
 absl::Status Engine::SendTarget(v1::StepRequest step, Sent sent) {
   sent.t0 = std::chrono::steady_clock::now();
   for (const v1::StepSequence& s : step.seqs()) {
-    if (s.n_draft() > 0) sent.drafted.emplace_back(s.seq_id(), s.n_draft());
+    if (s.n_draft() > 0) sent.drafted[s.seq_id()] = {s.n_draft(), s.n_past()};
   }
   CASCADE_RETURN_IF_ERROR(cluster_->SendStep(step));
   in_flight_.push_back(step.step_id());
@@ -259,11 +258,7 @@ bool Engine::FillPipeline() {
     v1::StepRequest step = BuildStep(*batch, &needs_drafter);
     absl::Status st;
     if (needs_drafter) {
-      pending_slots_.clear();
-      for (const BatchEntry& e : batch->entries) {
-        if (e.draft_slots > 0) pending_slots_[e.seq_id] = e.draft_slots;
-      }
-      const v1::StepRequest draft = BuildDraftStep(step);
+      const v1::StepRequest draft = BuildDraftStep(*batch, step);
       st = cluster_->SendDraft(draft);
       if (st.ok()) drafting_[batch->id] = {std::move(step), std::chrono::steady_clock::now()};
     } else {
@@ -313,11 +308,6 @@ void Engine::OnResult(const v1::StepResult& r) {
     sampled.push_back({t.seq_id(), t.token()});
     by_seq[t.seq_id()].push_back(&t);
   }
-  // Positions each verified sequence had cached before this step, for the drafter's cache.
-  absl::flat_hash_map<int64_t, int64_t> n_past;
-  for (const auto& [id, k] : sent.drafted) {
-    if (auto info = scheduler_.Lookup(id)) n_past[id] = info->n_cached;
-  }
   auto events = scheduler_.Complete(r.step_id(), sampled);
   if (!events.ok()) {
     CASCADE_LOG(Error) << "step " << r.step_id() << " result rejected: " << events.status().ToString();
@@ -326,17 +316,18 @@ void Engine::OnResult(const v1::StepResult& r) {
   }
   const double verify_s = Since(sent.t0);
   for (const auto& [id, toks] : by_seq) {
-    const bool drafted = std::any_of(sent.drafted.begin(), sent.drafted.end(), [&](const auto& d) { return d.first == id; });
-    if (auto it = active_.find(id); it != active_.end() && !drafted) it->second->spec->OnPlainStep();
-  }
-  for (const auto& [id, k] : sent.drafted) {
     auto it = active_.find(id);
     if (it == active_.end()) continue;
     SpeculativeState& spec = *it->second->spec;
-    const int32_t emitted = static_cast<int32_t>(by_seq[id].size());
-    spec.OnVerified(k, emitted, verify_s);
+    auto v = sent.drafted.find(id);
+    if (v == sent.drafted.end()) {
+      spec.OnPlainStep();
+      continue;
+    }
+    const int32_t emitted = static_cast<int32_t>(toks.size());
+    spec.OnVerified(v->second.n_draft, emitted, verify_s);
     // The drafter's cache is valid through what it was fed and the target kept.
-    if (n_past.contains(id)) spec.draft_cached = std::min(spec.draft_fed, n_past[id] + emitted);
+    spec.draft_cached = std::min(spec.draft_fed, v->second.n_past + emitted);
   }
   // One message per sequence and step, carrying all of its new tokens.
   absl::flat_hash_map<int64_t, v1::GenerateResponse> pending;

@@ -92,9 +92,13 @@ class Engine {
     std::unique_ptr<SpeculativeState> spec;
   };
   // A batch sent to the target: what verification needs to account for it.
+  struct Verified {
+    int32_t n_draft = 0;  // Drafts sent.
+    int64_t n_past = 0;   // Positions cached before the step.
+  };
   struct Sent {
     std::chrono::steady_clock::time_point t0;
-    std::vector<std::pair<int64_t, int32_t>> drafted;  // (sequence, drafts) verified.
+    absl::flat_hash_map<int64_t, Verified> drafted;  // Sequences whose drafts are verified.
   };
   // A batch waiting for the drafter worker.
   struct Drafting {
@@ -108,7 +112,8 @@ class Engine {
   // The target step of `batch`; entries with draft slots get n-gram drafts here, and
   // `needs_drafter` is set when the drafter worker must propose them instead.
   v1::StepRequest BuildStep(const Batch& batch, bool* needs_drafter);
-  v1::StepRequest BuildDraftStep(const v1::StepRequest& step);
+  // The drafter's step for the entries of `batch` with draft slots (`step` is its target step).
+  v1::StepRequest BuildDraftStep(const Batch& batch, const v1::StepRequest& step);
   absl::Status SendTarget(v1::StepRequest step, Sent sent);
   void OnDraft(const v1::StepResult& result);
   void OnResult(const v1::StepResult& result);
@@ -136,7 +141,6 @@ class Engine {
   std::deque<int64_t> in_flight_;  // Batch ids sent, oldest first (results come in order).
   absl::flat_hash_map<int64_t, Sent> sent_;
   absl::flat_hash_map<int64_t, Drafting> drafting_;  // Batch id -> step awaiting drafts.
-  absl::flat_hash_map<int64_t, int32_t> pending_slots_;  // Draft slots of the batch being built.
 };
 
 }  // namespace cascade::coordinator

@@ -69,10 +69,10 @@ absl::Status StageExecutor::Flatten(const v1::StepRequest& step, Rows& rows) con
   for (const v1::StepSequence& s : step.seqs()) {
     const std::string what = StrCat("step ", step.step_id(), ": sequence ", s.seq_id());
     if (s.tokens_size() == 0) return absl::InvalidArgumentError(StrCat(what, " has no tokens"));
-    if (s.n_past() < 0 || s.n_past() + s.tokens_size() + std::max(0, s.propose() - 1) > max_pos) {
-      return absl::InvalidArgumentError(StrCat(what, " positions [", s.n_past(), ", ",
-                                               s.n_past() + s.tokens_size() + std::max(0, s.propose() - 1),
-                                               ") exceed the cache"));
+    // A drafter also writes all its proposals but the last.
+    const int64_t end_pos = s.n_past() + s.tokens_size() + std::max(0, s.propose() - 1);
+    if (s.n_past() < 0 || end_pos > max_pos) {
+      return absl::InvalidArgumentError(StrCat(what, " positions [", s.n_past(), ", ", end_pos, ") exceed the cache"));
     }
     if (s.n_draft() < 0 || s.n_draft() >= s.tokens_size() || (s.n_draft() > 0 && !s.sample())) {
       return absl::InvalidArgumentError(StrCat(what, ": n_draft ", s.n_draft(), " must be in [0, ", s.tokens_size(),
