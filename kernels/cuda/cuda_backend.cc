@@ -1,0 +1,320 @@
+// CudaBackend: the ops of kernels/ops.h on one GPU (cuda_backend.h). Dense weights go to
+// cuBLAS (F32: SGEMM; F16/BF16: GemmEx with the activations converted to the weight's
+// type and F32 accumulation); Q8_0/Q4_0/Q4_1 go to the weight-only GEMV kernel for up to
+// kMaxGemvTokens tokens, and for more are decoded to F32 once per call and multiplied by
+// SGEMM. The host-side metadata of an op (ids, positions, slots, block tables) is packed
+// here and copied up into scratch buffers that grow to the largest call.
+#include "kernels/cuda_backend.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "core/logging.h"
+#include "core/status.h"
+#include "core/str_cat.h"
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace cascade::kernels {
+namespace {
+
+constexpr int64_t kMaxGemvTokens = 16;
+constexpr int64_t kKeysPerSplit = 256;  // Flash-decoding: keys per (row, head) block.
+
+absl::Status CudaError(cudaError_t err, std::string_view what) {
+  if (err == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(StrCat(what, ": CUDA error ", static_cast<int>(err), " (", cudaGetErrorString(err), ")"));
+}
+
+absl::Status CublasError(cublasStatus_t st, std::string_view what) {
+  if (st == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  return absl::InternalError(StrCat(what, ": cuBLAS status ", static_cast<int>(st)));
+}
+
+#define CASCADE_CUDA_RETURN(expr, what) \
+  do {                                 \
+    absl::Status _s = CudaError((expr), (what)); \
+    if (!_s.ok()) return _s;           \
+  } while (0)
+
+bool Supported(DType d) {
+  return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16 || d == DType::kQ8_0 || d == DType::kQ4_0 ||
+         d == DType::kQ4_1;
+}
+
+float* F32(const TensorView& v) { return static_cast<float*>(v.data); }
+
+class CudaBackendImpl final : public CudaBackend {
+ public:
+  explicit CudaBackendImpl(int device) : device_(device) {}
+  ~CudaBackendImpl() override {
+    cudaSetDevice(device_);
+    if (blas_ != nullptr) cublasDestroy(blas_);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+
+  absl::Status Init() {
+    CASCADE_CUDA_RETURN(cudaSetDevice(device_), StrCat("cudaSetDevice(", device_, ")"));
+    CASCADE_CUDA_RETURN(cudaStreamCreate(&stream_), "cudaStreamCreate");
+    absl::Status s = CublasError(cublasCreate(&blas_), "cublasCreate");
+    if (!s.ok()) return s;
+    return CublasError(cublasSetStream(blas_, stream_), "cublasSetStream");
+  }
+
+  Device device() const override { return Device{DeviceKind::kCuda, device_}; }
+  int n_threads() const override { return 1; }
+  bool SupportsWeight(DType dtype) const override { return Supported(dtype); }
+
+  absl::Status Synchronize() override { return CudaError(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+
+  absl::Status Linear(TensorView out, const TensorView& in, const TensorView& weight, const TensorView& bias) override {
+    const int64_t n_tokens = in.Rows(), n_in = in.Cols(), n_out = weight.Rows();
+    if (weight.Cols() != n_in || out.Rows() != n_tokens || out.Cols() != n_out) {
+      return absl::InvalidArgumentError(StrCat("Linear: in ", in.ShapeString(), ", weight ", weight.ShapeString(),
+                                               ", out ", out.ShapeString()));
+    }
+    if (!Supported(weight.dtype)) {
+      return absl::UnimplementedError(StrCat("Linear: no CUDA kernel for ", DTypeName(weight.dtype)));
+    }
+    if (n_tokens == 0 || n_out == 0) return absl::OkStatus();
+    const int code = static_cast<int>(weight.dtype);
+    if (IsQuantized(weight.dtype) && n_tokens <= kMaxGemvTokens) {
+      cuda::QuantGemv(F32(out), F32(in), weight.data, code, n_tokens, n_out, n_in, stream_);
+      CASCADE_RETURN_IF_ERROR(LastError("QuantGemv"));
+    } else {
+      const float alpha = 1.0f, beta = 0.0f;
+      if (weight.dtype == DType::kF16 || weight.dtype == DType::kBF16) {
+        void* x = Scratch(kConvert, static_cast<size_t>(n_tokens * n_in) * 2);
+        cuda::ConvertActivations(x, F32(in), code, n_tokens * n_in, stream_);
+        CASCADE_RETURN_IF_ERROR(LastError("ConvertActivations"));
+        const cudaDataType t = weight.dtype == DType::kF16 ? CUDA_R_16F : CUDA_R_16BF;
+        absl::Status s = CublasError(
+            cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n_out), static_cast<int>(n_tokens),
+                         static_cast<int>(n_in), &alpha, weight.data, t, static_cast<int>(n_in), x, t,
+                         static_cast<int>(n_in), &beta, out.data, CUDA_R_32F, static_cast<int>(n_out),
+                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+            "cublasGemmEx");
+        if (!s.ok()) return s;
+      } else {
+        const float* w = F32(weight);
+        if (weight.dtype != DType::kF32) {
+          float* deq = static_cast<float*>(Scratch(kDequant, static_cast<size_t>(n_out * n_in) * 4));
+          cuda::Dequantize(deq, weight.data, code, n_out, n_in, stream_);
+          CASCADE_RETURN_IF_ERROR(LastError("Dequantize"));
+          w = deq;
+        }
+        absl::Status s = CublasError(
+            cublasSgemm(blas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n_out), static_cast<int>(n_tokens),
+                        static_cast<int>(n_in), &alpha, w, static_cast<int>(n_in), F32(in), static_cast<int>(n_in),
+                        &beta, F32(out), static_cast<int>(n_out)),
+            "cublasSgemm");
+        if (!s.ok()) return s;
+      }
+    }
+    if (bias.data != nullptr) {
+      cuda::AddBias(F32(out), F32(bias), n_tokens, n_out, stream_);
+      CASCADE_RETURN_IF_ERROR(LastError("AddBias"));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status RmsNorm(TensorView out, const TensorView& in, const TensorView& weight, float eps) override {
+    cuda::RmsNorm(F32(out), F32(in), F32(weight), in.Rows(), in.Cols(), eps, stream_);
+    return LastError("RmsNorm");
+  }
+
+  absl::Status Rope(TensorView x, std::span<const int32_t> positions, const RopeParams& params) override {
+    const int64_t n_tokens = x.Rows();
+    if (static_cast<int64_t>(positions.size()) != n_tokens) {
+      return absl::InvalidArgumentError(StrCat("Rope: ", positions.size(), " positions for ", n_tokens, " rows"));
+    }
+    int32_t* pos = Upload(kPositions, positions);
+    float* freq = Upload(kFreq, params.inv_freq);
+    cuda::Rope(F32(x), pos, freq, n_tokens, x.Cols() / params.head_dim, params.head_dim,
+               params.style == RopeStyle::kAdjacentPairs ? 0 : 1, stream_);
+    return LastError("Rope");
+  }
+
+  absl::Status SiluMul(TensorView out, const TensorView& gate, const TensorView& up) override {
+    cuda::SiluMul(F32(out), F32(gate), F32(up), gate.NumElements(), stream_);
+    return LastError("SiluMul");
+  }
+
+  absl::Status AddInPlace(TensorView out, const TensorView& in) override {
+    cuda::Add(F32(out), F32(in), out.NumElements(), stream_);
+    return LastError("AddInPlace");
+  }
+
+  absl::Status Embedding(TensorView out, const TensorView& table, std::span<const int32_t> ids) override {
+    if (!Supported(table.dtype)) return absl::UnimplementedError(StrCat("Embedding: no CUDA kernel for ", DTypeName(table.dtype)));
+    for (int32_t id : ids) {
+      if (id < 0 || id >= table.Rows()) {
+        return absl::InvalidArgumentError(StrCat("Embedding: id ", id, " is outside [0, ", table.Rows(), ")"));
+      }
+    }
+    int32_t* dev_ids = Upload(kIds, ids);
+    cuda::Embedding(F32(out), table.data, static_cast<int>(table.dtype), dev_ids, static_cast<int64_t>(ids.size()),
+                    table.Cols(), stream_);
+    return LastError("Embedding");
+  }
+
+  absl::Status WriteKv(KvCacheLayer& cache, const TensorView& k, const TensorView& v,
+                       std::span<const AttentionSeq> seqs) override {
+    std::vector<int32_t> slots;
+    for (const AttentionSeq& s : seqs) {
+      for (int64_t i = 0; i < s.n_new; ++i) {
+        const int64_t pos = s.n_past + i;
+        const int64_t b = pos / cache.block_size;
+        if (b >= static_cast<int64_t>(s.block_table.size())) {
+          return absl::InvalidArgumentError(StrCat("WriteKv: position ", pos, " is past the block table"));
+        }
+        slots.push_back(static_cast<int32_t>(s.block_table[b] * cache.block_size + pos % cache.block_size));
+      }
+    }
+    int32_t* dev = Upload(kSlots, std::span<const int32_t>(slots));
+    cuda::WriteKv(F32(cache.k), F32(cache.v), F32(k), F32(v), dev, static_cast<int64_t>(slots.size()),
+                  cache.n_kv_heads * cache.head_dim, stream_);
+    return LastError("WriteKv");
+  }
+
+  absl::Status Attention(TensorView out, const TensorView& q, const KvCacheLayer& cache,
+                         std::span<const AttentionSeq> seqs, const AttentionParams& params) override {
+    if (cache.head_dim % 32 != 0 || cache.head_dim > 256 || params.n_heads % cache.n_kv_heads != 0) {
+      return absl::UnimplementedError(StrCat("Attention: head_dim ", cache.head_dim, " with ", params.n_heads,
+                                             " heads over ", cache.n_kv_heads, " KV heads (needs head_dim a multiple of 32, <= 256)"));
+    }
+    std::vector<int32_t> row_pos, row_table, tables;
+    int64_t max_keys = 0;
+    for (const AttentionSeq& s : seqs) {
+      const int32_t off = static_cast<int32_t>(tables.size());
+      tables.insert(tables.end(), s.block_table.begin(), s.block_table.end());
+      for (int64_t i = 0; i < s.n_new; ++i) {
+        row_pos.push_back(static_cast<int32_t>(s.n_past + i));
+        row_table.push_back(off);
+      }
+      max_keys = std::max(max_keys, s.n_past + s.n_new);
+    }
+    cuda::AttentionArgs a;
+    a.out = F32(out);
+    a.q = F32(q);
+    a.k_cache = F32(cache.k);
+    a.v_cache = F32(cache.v);
+    a.row_pos = Upload(kRowPos, std::span<const int32_t>(row_pos));
+    a.row_table = Upload(kRowTable, std::span<const int32_t>(row_table));
+    a.tables = Upload(kTables, std::span<const int32_t>(tables));
+    a.n_rows = static_cast<int64_t>(row_pos.size());
+    a.n_heads = params.n_heads;
+    a.n_kv_heads = cache.n_kv_heads;
+    a.head_dim = cache.head_dim;
+    a.block_size = cache.block_size;
+    a.keys_per_split = kKeysPerSplit;
+    a.n_splits = std::max<int64_t>(1, (max_keys + kKeysPerSplit - 1) / kKeysPerSplit);
+    a.scale = params.scale;
+    a.partial = static_cast<float*>(
+        Scratch(kPartial, static_cast<size_t>(a.n_rows * a.n_heads * a.n_splits * (a.head_dim + 2)) * sizeof(float)));
+    cuda::Attention(a, stream_);
+    return LastError("Attention");
+  }
+
+  absl::Status Argmax(std::span<int32_t> out, const TensorView& logits) override {
+    const int64_t n_rows = logits.Rows();
+    if (static_cast<int64_t>(out.size()) != n_rows) return absl::InvalidArgumentError("Argmax: one id per row");
+    auto* dev = static_cast<int32_t*>(Scratch(kArgmax, static_cast<size_t>(n_rows) * sizeof(int32_t)));
+    cuda::Argmax(dev, F32(logits), n_rows, logits.Cols(), stream_);
+    CASCADE_RETURN_IF_ERROR(LastError("Argmax"));
+    CASCADE_CUDA_RETURN(cudaMemcpyAsync(out.data(), dev, out.size_bytes(), cudaMemcpyDeviceToHost, stream_), "Argmax copy");
+    return Synchronize();
+  }
+
+ private:
+  enum ScratchSlot { kConvert, kDequant, kPositions, kFreq, kIds, kSlots, kRowPos, kRowTable, kTables, kPartial, kArgmax, kNumSlots };
+
+  absl::Status LastError(std::string_view what) { return CudaError(cudaGetLastError(), what); }
+
+  // A device buffer of at least `bytes` for `slot`; grows (stream-ordered) when needed.
+  void* Scratch(ScratchSlot slot, size_t bytes) {
+    DeviceBuffer& b = scratch_[slot];
+    if (b.bytes() < bytes) {
+      cudaStreamSynchronize(stream_);  // The old buffer may still be read.
+      auto nb = DeviceBuffer::Create(device_, std::max(bytes, b.bytes() * 2));
+      CASCADE_CHECK(nb.ok()) << nb.status();
+      b = std::move(*nb);
+    }
+    return b.data();
+  }
+
+  template <typename T>
+  T* Upload(ScratchSlot slot, std::span<const T> host) {
+    T* dev = static_cast<T*>(Scratch(slot, std::max<size_t>(host.size_bytes(), 4)));
+    if (!host.empty()) cudaMemcpyAsync(dev, host.data(), host.size_bytes(), cudaMemcpyHostToDevice, stream_);
+    return dev;
+  }
+
+  int device_ = 0;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+  DeviceBuffer scratch_[kNumSlots];
+};
+
+}  // namespace
+
+absl::StatusOr<DeviceBuffer> DeviceBuffer::Create(int device, size_t bytes) {
+  CASCADE_CUDA_RETURN(cudaSetDevice(device), StrCat("cudaSetDevice(", device, ")"));
+  DeviceBuffer b;
+  b.device_ = device;
+  b.bytes_ = bytes;
+  if (bytes > 0) CASCADE_CUDA_RETURN(cudaMalloc(&b.data_, bytes), StrCat("cudaMalloc(", bytes, ")"));
+  return b;
+}
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
+    : device_(other.device_), data_(other.data_), bytes_(other.bytes_) {
+  other.data_ = nullptr;
+  other.bytes_ = 0;
+}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+  if (this != &other) {
+    if (data_ != nullptr) cudaFree(data_);
+    device_ = other.device_;
+    data_ = other.data_;
+    bytes_ = other.bytes_;
+    other.data_ = nullptr;
+    other.bytes_ = 0;
+  }
+  return *this;
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (data_ != nullptr) cudaFree(data_);
+}
+
+absl::Status DeviceBuffer::Upload(const void* host, size_t bytes) {
+  if (bytes > bytes_) return absl::InvalidArgumentError(StrCat("Upload of ", bytes, " bytes into ", bytes_));
+  return CudaError(cudaMemcpy(data_, host, bytes, cudaMemcpyHostToDevice), "Upload");
+}
+
+absl::Status DeviceBuffer::Download(void* host, size_t bytes) const {
+  if (bytes > bytes_) return absl::InvalidArgumentError(StrCat("Download of ", bytes, " bytes from ", bytes_));
+  CASCADE_CUDA_RETURN(cudaDeviceSynchronize(), "Download");
+  return CudaError(cudaMemcpy(host, data_, bytes, cudaMemcpyDeviceToHost), "Download");
+}
+
+TensorView DeviceBuffer::View(DType dtype, std::initializer_list<int64_t> shape) const {
+  return TensorView(data_, dtype, shape, Device{DeviceKind::kCuda, device_});
+}
+
+absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBackendOptions& options) {
+  int count = 0;
+  if (cudaError_t err = cudaGetDeviceCount(&count); err != cudaSuccess || count <= options.device) {
+    return absl::UnavailableError(StrCat("no CUDA device ", options.device, ": ",
+                                         err != cudaSuccess ? cudaGetErrorString(err) : "not that many devices"));
+  }
+  auto b = std::make_unique<CudaBackendImpl>(options.device);
+  CASCADE_RETURN_IF_ERROR(b->Init());
+  return std::unique_ptr<CudaBackend>(std::move(b));
+}
+
+}  // namespace cascade::kernels

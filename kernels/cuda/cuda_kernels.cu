@@ -1,0 +1,388 @@
+// The CUDA kernels behind CudaBackend; see cuda_kernels.h for the contracts.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cfloat>
+
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace cascade::kernels::cuda {
+namespace {
+
+constexpr int kWarp = 32;
+
+__device__ __forceinline__ float WarpSum(float v) {
+  for (int o = kWarp / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Sum over a block of up to 1024 threads; every thread gets the result.
+__device__ float BlockSum(float v) {
+  __shared__ float warp_sums[32];
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  v = WarpSum(v);
+  if (lane == 0) warp_sums[warp] = v;
+  __syncthreads();
+  const int n_warps = (blockDim.x + kWarp - 1) / kWarp;
+  v = threadIdx.x < n_warps ? warp_sums[threadIdx.x] : 0.0f;
+  if (warp == 0) v = WarpSum(v);
+  if (threadIdx.x == 0) warp_sums[0] = v;
+  __syncthreads();
+  const float total = warp_sums[0];
+  __syncthreads();
+  return total;
+}
+
+__device__ __forceinline__ float Half(const uint8_t* p) {
+  __half h;
+  memcpy(&h, p, 2);
+  return __half2float(h);
+}
+
+// Bytes per block of 32 weights (quantized) or per element (dense).
+__host__ __device__ constexpr int64_t BlockBytes(int code) {
+  return code == kWQ8_0 ? 34 : code == kWQ4_0 ? 18 : code == kWQ4_1 ? 20 : 0;
+}
+
+__host__ __device__ inline int64_t RowBytes(int code, int64_t n) {
+  switch (code) {
+    case kWF32: return n * 4;
+    case kWF16:
+    case kWBF16: return n * 2;
+    default: return n / 32 * BlockBytes(code);
+  }
+}
+
+// Element i of a row in any encoding (the slow generic path: embedding, dequantize).
+__device__ float Decode(const uint8_t* row, int code, int64_t i) {
+  switch (code) {
+    case kWF32: return reinterpret_cast<const float*>(row)[i];
+    case kWF16: return __half2float(reinterpret_cast<const __half*>(row)[i]);
+    case kWBF16: return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(row)[i]);
+    default: break;
+  }
+  const uint8_t* b = row + (i / 32) * BlockBytes(code);
+  const int j = static_cast<int>(i % 32);
+  const float d = Half(b);
+  if (code == kWQ8_0) return d * static_cast<float>(static_cast<int8_t>(b[2 + j]));
+  const uint8_t* qs = b + (code == kWQ4_1 ? 4 : 2);
+  const int q = j < 16 ? (qs[j] & 0x0f) : (qs[j - 16] >> 4);
+  if (code == kWQ4_0) return d * static_cast<float>(q - 8);
+  return d * static_cast<float>(q) + Half(b + 2);
+}
+
+// The 32 weights of one block into w[32].
+__device__ __forceinline__ void DecodeBlock(const uint8_t* b, int code, float* w) {
+  const float d = Half(b);
+  if (code == kWQ8_0) {
+#pragma unroll
+    for (int j = 0; j < 32; ++j) w[j] = d * static_cast<float>(static_cast<int8_t>(b[2 + j]));
+    return;
+  }
+  const uint8_t* qs = b + (code == kWQ4_1 ? 4 : 2);
+  const float m = code == kWQ4_1 ? Half(b + 2) : -8.0f * d;
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    w[j] = d * static_cast<float>(qs[j] & 0x0f) + m;
+    w[j + 16] = d * static_cast<float>(qs[j] >> 4) + m;
+  }
+}
+
+__global__ void RmsNormKernel(float* out, const float* in, const float* w, int64_t n, float eps) {
+  const float* x = in + blockIdx.x * n;
+  float* y = out + blockIdx.x * n;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += x[i] * x[i];
+  const float inv = rsqrtf(BlockSum(ss) / static_cast<float>(n) + eps);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) y[i] = x[i] * inv * w[i];
+}
+
+__global__ void RopeKernel(float* x, const int32_t* positions, const float* inv_freq, int64_t n_heads,
+                           int64_t head_dim, int style) {
+  const int64_t t = blockIdx.x;
+  const int64_t half = head_dim / 2;
+  const float pos = static_cast<float>(positions[t]);
+  for (int64_t idx = threadIdx.x; idx < n_heads * half; idx += blockDim.x) {
+    const int64_t h = idx / half, i = idx % half;
+    float* head = x + (t * n_heads + h) * head_dim;
+    float s, c;
+    sincosf(pos * inv_freq[i], &s, &c);
+    const int64_t a = style == 0 ? 2 * i : i, b = style == 0 ? 2 * i + 1 : i + half;
+    const float x0 = head[a], x1 = head[b];
+    head[a] = x0 * c - x1 * s;
+    head[b] = x0 * s + x1 * c;
+  }
+}
+
+__global__ void SiluMulKernel(float* out, const float* gate, const float* up, int64_t n) {
+  for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + expf(-g)) * up[i];
+  }
+}
+
+__global__ void AddKernel(float* out, const float* in, int64_t n) {
+  for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) out[i] += in[i];
+}
+
+__global__ void AddBiasKernel(float* out, const float* bias, int64_t n_tokens, int64_t n_out) {
+  const int64_t n = n_tokens * n_out;
+  for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) out[i] += bias[i % n_out];
+}
+
+__global__ void EmbeddingKernel(float* out, const uint8_t* table, int code, const int32_t* ids, int64_t n_embd) {
+  const uint8_t* row = table + static_cast<int64_t>(ids[blockIdx.x]) * RowBytes(code, n_embd);
+  for (int64_t i = threadIdx.x; i < n_embd; i += blockDim.x) out[blockIdx.x * n_embd + i] = Decode(row, code, i);
+}
+
+__global__ void DequantizeKernel(float* out, const uint8_t* w, int code, int64_t cols) {
+  const uint8_t* row = w + blockIdx.x * RowBytes(code, cols);
+  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) out[blockIdx.x * cols + i] = Decode(row, code, i);
+}
+
+__global__ void ToHalfKernel(__half* out, const float* in, int64_t n) {
+  for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) out[i] = __float2half(in[i]);
+}
+
+__global__ void ToBf16Kernel(__nv_bfloat16* out, const float* in, int64_t n) {
+  for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) out[i] = __float2bfloat16(in[i]);
+}
+
+// One warp per output row o; lane l takes blocks l, l + 32, ...; T tokens per pass.
+template <int T>
+__global__ void QuantGemvKernel(float* out, const float* x, const uint8_t* w, int code, int64_t n_tokens,
+                                int64_t n_out, int64_t n_in, int64_t t0) {
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (o >= n_out) return;
+  const int64_t nb = n_in / 32;
+  const int64_t bb = BlockBytes(code);
+  const uint8_t* row = w + o * nb * bb;
+  float acc[T];
+#pragma unroll
+  for (int t = 0; t < T; ++t) acc[t] = 0.0f;
+  const int n_t = static_cast<int>(n_tokens - t0 < T ? n_tokens - t0 : T);
+  float wb[32];
+  for (int64_t b = lane; b < nb; b += kWarp) {
+    DecodeBlock(row + b * bb, code, wb);
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+      if (t >= n_t) break;
+      const float4* xv = reinterpret_cast<const float4*>(x + (t0 + t) * n_in + b * 32);
+      float s = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float4 v = xv[j];
+        s += wb[4 * j] * v.x + wb[4 * j + 1] * v.y + wb[4 * j + 2] * v.z + wb[4 * j + 3] * v.w;
+      }
+      acc[t] += s;
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < T; ++t) {
+    if (t >= n_t) break;
+    const float s = WarpSum(acc[t]);
+    if (lane == 0) out[(t0 + t) * n_out + o] = s;
+  }
+}
+
+__global__ void WriteKvKernel(float* kc, float* vc, const float* k, const float* v, const int32_t* slot, int64_t kv_dim) {
+  const int64_t r = blockIdx.x;
+  const int64_t base = static_cast<int64_t>(slot[r]) * kv_dim;
+  for (int64_t i = threadIdx.x; i < kv_dim; i += blockDim.x) {
+    kc[base + i] = k[r * kv_dim + i];
+    vc[base + i] = v[r * kv_dim + i];
+  }
+}
+
+// Block (row, head, split), 4 warps. Each warp walks its keys with its own online
+// softmax; lane l holds dims l, l + 32, ... of q and of the accumulator.
+constexpr int kAttnWarps = 4;
+constexpr int kMaxDimPerLane = 8;  // head_dim <= 256.
+
+__global__ void AttentionSplitKernel(AttentionArgs a) {
+  const int64_t r = blockIdx.x, h = blockIdx.y, split = blockIdx.z;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int64_t hd = a.head_dim, per_lane = hd / kWarp;
+  const int64_t kvh = h / (a.n_heads / a.n_kv_heads);
+  const int64_t n_keys = static_cast<int64_t>(a.row_pos[r]) + 1;
+  const int64_t k0 = split * a.keys_per_split;
+  const int64_t k1 = n_keys < k0 + a.keys_per_split ? n_keys : k0 + a.keys_per_split;
+  const int32_t* table = a.tables + a.row_table[r];
+  float q[kMaxDimPerLane], acc[kMaxDimPerLane];
+  const float* qrow = a.q + (r * a.n_heads + h) * hd;
+  for (int i = 0; i < per_lane; ++i) {
+    q[i] = qrow[lane + kWarp * i] * a.scale;
+    acc[i] = 0.0f;
+  }
+  float m = -FLT_MAX, l = 0.0f;
+  for (int64_t j = k0 + warp; j < k1; j += kAttnWarps) {
+    const int64_t slot = static_cast<int64_t>(table[j / a.block_size]) * a.block_size + j % a.block_size;
+    const int64_t base = (slot * a.n_kv_heads + kvh) * hd;
+    float s = 0.0f;
+    for (int i = 0; i < per_lane; ++i) s += q[i] * a.k_cache[base + lane + kWarp * i];
+    s = WarpSum(s);
+    const float m_new = fmaxf(m, s);
+    const float corr = __expf(m - m_new), p = __expf(s - m_new);
+    l = l * corr + p;
+    for (int i = 0; i < per_lane; ++i) acc[i] = acc[i] * corr + p * a.v_cache[base + lane + kWarp * i];
+    m = m_new;
+  }
+  // Merge the warps' (m, l, acc) in shared memory.
+  __shared__ float sm[kAttnWarps], sl[kAttnWarps], sacc[kAttnWarps][256];
+  if (lane == 0) {
+    sm[warp] = m;
+    sl[warp] = l;
+  }
+  for (int i = 0; i < per_lane; ++i) sacc[warp][lane + kWarp * i] = acc[i];
+  __syncthreads();
+  float* part = a.partial + ((r * a.n_heads + h) * a.n_splits + split) * (hd + 2);
+  float mx = -FLT_MAX;
+  for (int w = 0; w < kAttnWarps; ++w) mx = fmaxf(mx, sm[w]);
+  for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
+    float v = 0.0f;
+    for (int w = 0; w < kAttnWarps; ++w) v += sl[w] > 0.0f ? sacc[w][d] * __expf(sm[w] - mx) : 0.0f;
+    part[d] = v;
+  }
+  if (threadIdx.x == 0) {
+    float lt = 0.0f;
+    for (int w = 0; w < kAttnWarps; ++w) lt += sl[w] > 0.0f ? sl[w] * __expf(sm[w] - mx) : 0.0f;
+    part[hd] = mx;
+    part[hd + 1] = lt;
+  }
+}
+
+__global__ void AttentionCombineKernel(AttentionArgs a) {
+  const int64_t r = blockIdx.x, h = blockIdx.y, hd = a.head_dim;
+  const float* parts = a.partial + (r * a.n_heads + h) * a.n_splits * (hd + 2);
+  float mx = -FLT_MAX;
+  for (int64_t s = 0; s < a.n_splits; ++s) {
+    if (parts[s * (hd + 2) + hd + 1] > 0.0f) mx = fmaxf(mx, parts[s * (hd + 2) + hd]);
+  }
+  float lt = 0.0f;
+  for (int64_t s = 0; s < a.n_splits; ++s) {
+    const float ls = parts[s * (hd + 2) + hd + 1];
+    if (ls > 0.0f) lt += ls * __expf(parts[s * (hd + 2) + hd] - mx);
+  }
+  for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
+    float v = 0.0f;
+    for (int64_t s = 0; s < a.n_splits; ++s) {
+      const float* p = parts + s * (hd + 2);
+      if (p[hd + 1] > 0.0f) v += p[d] * __expf(p[hd] - mx);
+    }
+    a.out[(r * a.n_heads + h) * hd + d] = v / lt;
+  }
+}
+
+__global__ void ArgmaxKernel(int32_t* out, const float* logits, int64_t n_vocab) {
+  const float* row = logits + blockIdx.x * n_vocab;
+  float best = -FLT_MAX;
+  int64_t best_i = 0;
+  for (int64_t i = threadIdx.x; i < n_vocab; i += blockDim.x) {
+    if (row[i] > best) {
+      best = row[i];
+      best_i = i;
+    }
+  }
+  __shared__ float sv[1024];
+  __shared__ int64_t si[1024];
+  sv[threadIdx.x] = best;
+  si[threadIdx.x] = best_i;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) {
+      const float v = sv[threadIdx.x + s];
+      const int64_t i = si[threadIdx.x + s];
+      if (v > sv[threadIdx.x] || (v == sv[threadIdx.x] && i < si[threadIdx.x])) {
+        sv[threadIdx.x] = v;
+        si[threadIdx.x] = i;
+      }
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[blockIdx.x] = static_cast<int32_t>(si[0]);
+}
+
+int Grid(int64_t n, int threads) {
+  const int64_t blocks = (n + threads - 1) / threads;
+  return static_cast<int>(blocks < 65535 ? blocks : 65535);
+}
+
+}  // namespace
+
+void RmsNorm(float* out, const float* in, const float* w, int64_t n_rows, int64_t n, float eps, cudaStream_t stream) {
+  if (n_rows > 0) RmsNormKernel<<<static_cast<unsigned>(n_rows), 256, 0, stream>>>(out, in, w, n, eps);
+}
+
+void Rope(float* x, const int32_t* positions, const float* inv_freq, int64_t n_tokens, int64_t n_heads,
+          int64_t head_dim, int style, cudaStream_t stream) {
+  if (n_tokens > 0) RopeKernel<<<static_cast<unsigned>(n_tokens), 256, 0, stream>>>(x, positions, inv_freq, n_heads, head_dim, style);
+}
+
+void SiluMul(float* out, const float* gate, const float* up, int64_t n, cudaStream_t stream) {
+  if (n > 0) SiluMulKernel<<<Grid(n, 256), 256, 0, stream>>>(out, gate, up, n);
+}
+
+void Add(float* out, const float* in, int64_t n, cudaStream_t stream) {
+  if (n > 0) AddKernel<<<Grid(n, 256), 256, 0, stream>>>(out, in, n);
+}
+
+void AddBias(float* out, const float* bias, int64_t n_tokens, int64_t n_out, cudaStream_t stream) {
+  if (n_tokens * n_out > 0) AddBiasKernel<<<Grid(n_tokens * n_out, 256), 256, 0, stream>>>(out, bias, n_tokens, n_out);
+}
+
+void Embedding(float* out, const void* table, int code, const int32_t* ids, int64_t n_ids, int64_t n_embd,
+               cudaStream_t stream) {
+  if (n_ids > 0) {
+    EmbeddingKernel<<<static_cast<unsigned>(n_ids), 256, 0, stream>>>(out, static_cast<const uint8_t*>(table), code, ids, n_embd);
+  }
+}
+
+void Dequantize(float* out, const void* w, int code, int64_t rows, int64_t cols, cudaStream_t stream) {
+  if (rows > 0) DequantizeKernel<<<static_cast<unsigned>(rows), 256, 0, stream>>>(out, static_cast<const uint8_t*>(w), code, cols);
+}
+
+void ConvertActivations(void* out, const float* in, int code, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  if (code == kWF16) {
+    ToHalfKernel<<<Grid(n, 256), 256, 0, stream>>>(static_cast<__half*>(out), in, n);
+  } else {
+    ToBf16Kernel<<<Grid(n, 256), 256, 0, stream>>>(static_cast<__nv_bfloat16*>(out), in, n);
+  }
+}
+
+void QuantGemv(float* out, const float* x, const void* w, int code, int64_t n_tokens, int64_t n_out, int64_t n_in,
+               cudaStream_t stream) {
+  constexpr int kWarpsPerBlock = 4;
+  const unsigned blocks = static_cast<unsigned>((n_out + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  for (int64_t t0 = 0; t0 < n_tokens; t0 += 8) {
+    const auto* wb = static_cast<const uint8_t*>(w);
+    if (n_tokens - t0 == 1) {
+      QuantGemvKernel<1><<<blocks, kWarpsPerBlock * kWarp, 0, stream>>>(out, x, wb, code, n_tokens, n_out, n_in, t0);
+    } else if (n_tokens - t0 <= 4) {
+      QuantGemvKernel<4><<<blocks, kWarpsPerBlock * kWarp, 0, stream>>>(out, x, wb, code, n_tokens, n_out, n_in, t0);
+    } else {
+      QuantGemvKernel<8><<<blocks, kWarpsPerBlock * kWarp, 0, stream>>>(out, x, wb, code, n_tokens, n_out, n_in, t0);
+    }
+  }
+}
+
+void WriteKv(float* k_cache, float* v_cache, const float* k, const float* v, const int32_t* slot_of_row,
+             int64_t n_rows, int64_t kv_dim, cudaStream_t stream) {
+  if (n_rows > 0) WriteKvKernel<<<static_cast<unsigned>(n_rows), 256, 0, stream>>>(k_cache, v_cache, k, v, slot_of_row, kv_dim);
+}
+
+void Attention(const AttentionArgs& args, cudaStream_t stream) {
+  if (args.n_rows <= 0) return;
+  const dim3 grid(static_cast<unsigned>(args.n_rows), static_cast<unsigned>(args.n_heads),
+                  static_cast<unsigned>(args.n_splits));
+  AttentionSplitKernel<<<grid, kAttnWarps * kWarp, 0, stream>>>(args);
+  const dim3 grid2(static_cast<unsigned>(args.n_rows), static_cast<unsigned>(args.n_heads));
+  AttentionCombineKernel<<<grid2, 128, 0, stream>>>(args);
+}
+
+void Argmax(int32_t* out, const float* logits, int64_t n_rows, int64_t n_vocab, cudaStream_t stream) {
+  if (n_rows > 0) ArgmaxKernel<<<static_cast<unsigned>(n_rows), 1024, 0, stream>>>(out, logits, n_vocab);
+}
+
+}  // namespace cascade::kernels::cuda

@@ -1,0 +1,69 @@
+// Launchers of the CUDA kernels behind CudaBackend (cuda_backend.cc). Plain pointers and
+// sizes so that the .cu files need no C++20 header (nvcc builds them as C++17). Every
+// pointer is device memory unless its name says host; every launch is asynchronous on
+// `stream`, and the caller checks cudaGetLastError.
+//
+// Numerics: activations F32, accumulation F32, quantized weights dequantized in
+// registers (weight-only quantization: W8 for Q8_0, W4 for Q4_0/Q4_1).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace cascade::kernels::cuda {
+
+// Weight encodings the kernels decode; values match cascade::DType.
+enum WeightCode : int { kWF32 = 0, kWF16 = 1, kWBF16 = 2, kWQ8_0 = 4, kWQ4_0 = 5, kWQ4_1 = 6 };
+
+// out[r, :] = in[r, :] * w / rms(in[r, :]); one block per row.
+void RmsNorm(float* out, const float* in, const float* w, int64_t n_rows, int64_t n, float eps, cudaStream_t stream);
+// Rotates x [n_tokens, n_heads * head_dim] in place. style 0: adjacent pairs, 1: halves.
+void Rope(float* x, const int32_t* positions, const float* inv_freq, int64_t n_tokens, int64_t n_heads,
+          int64_t head_dim, int style, cudaStream_t stream);
+void SiluMul(float* out, const float* gate, const float* up, int64_t n, cudaStream_t stream);
+void Add(float* out, const float* in, int64_t n, cudaStream_t stream);
+// out[t, o] += bias[o].
+void AddBias(float* out, const float* bias, int64_t n_tokens, int64_t n_out, cudaStream_t stream);
+// out [n_ids, n_embd] = rows `ids` of table (any WeightCode), as f32.
+void Embedding(float* out, const void* table, int code, const int32_t* ids, int64_t n_ids, int64_t n_embd,
+               cudaStream_t stream);
+// out [rows, cols] f32 = the whole matrix decoded (for the GEMM path of many tokens).
+void Dequantize(float* out, const void* w, int code, int64_t rows, int64_t cols, cudaStream_t stream);
+// out [n, cols] in f16 (code kWF16) or bf16 (kWBF16) = in [n, cols] f32.
+void ConvertActivations(void* out, const float* in, int code, int64_t n, cudaStream_t stream);
+// Weight-only quantized GEMV/GEMM for few tokens: out [n_tokens, n_out] = x [n_tokens,
+// n_in] w^T, w [n_out, n_in] in Q8_0/Q4_0/Q4_1 blocks. One warp per output row, up to 8
+// tokens per pass over the row.
+void QuantGemv(float* out, const float* x, const void* w, int code, int64_t n_tokens, int64_t n_out, int64_t n_in,
+               cudaStream_t stream);
+// Scatters k, v [n_rows, kv_dim] into the paged caches at slot_of_row[r] (slot = block *
+// block_size + position % block_size).
+void WriteKv(float* k_cache, float* v_cache, const float* k, const float* v, const int32_t* slot_of_row,
+             int64_t n_rows, int64_t kv_dim, cudaStream_t stream);
+
+// Paged attention for any mix of prefill and decode rows (flash-decoding): each (row,
+// head, split) block runs an online softmax over its share of the row's keys, then a
+// combine kernel merges the splits. Row r attends to keys [0, row_pos[r]] of its sequence,
+// whose block table starts at tables[row_table[r]]. GQA: head h reads KV head
+// h / (n_heads / n_kv_heads). `partial` holds n_rows * n_heads * n_splits * (head_dim + 2)
+// floats. REQUIRES head_dim <= 256 and a multiple of 32.
+struct AttentionArgs {
+  float* out = nullptr;             // [n_rows, n_heads * head_dim]
+  const float* q = nullptr;         // [n_rows, n_heads * head_dim]
+  const float* k_cache = nullptr;   // [n_blocks, block_size, n_kv_heads, head_dim]
+  const float* v_cache = nullptr;
+  const int32_t* row_pos = nullptr;    // [n_rows]
+  const int32_t* row_table = nullptr;  // [n_rows] offsets into tables
+  const int32_t* tables = nullptr;
+  float* partial = nullptr;
+  int64_t n_rows = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, block_size = 0;
+  int64_t n_splits = 1, keys_per_split = 0;
+  float scale = 1.0f;
+};
+void Attention(const AttentionArgs& args, cudaStream_t stream);
+
+// out[r] = index of the largest of logits[r, :] (the first on ties).
+void Argmax(int32_t* out, const float* logits, int64_t n_rows, int64_t n_vocab, cudaStream_t stream);
+
+}  // namespace cascade::kernels::cuda

@@ -1,0 +1,244 @@
+// CudaBackend against independent references on fresh random inputs (ctest label `gpu`).
+//  * Linear: a double-precision product with the weights decoded by the CPU's
+//    DequantizeRow, so the GPU kernel's block decoding is checked, not just matched.
+//    Bounds: F32 and the weight-only quantized types use the weights exactly with F32
+//    activations, 1e-5 relative L2; F16/BF16 round the activations to the weight's type
+//    for cuBLAS, so 2e-3 / 1e-2.
+//  * The other ops against the CPU backend (itself tested against naive references in
+//    tests/kernels), 1e-5; attention 1e-4 (online softmax in another order).
+//  * Every output buffer is poisoned with NaN bytes first, so an element the kernel never
+//    writes fails the comparison.
+// Without a GPU every test skips with the CUDA runtime's reason.
+#include "kernels/cuda_backend.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "kernels/cpu/quantize.h"
+#include "kernels/cuda_device.h"
+
+namespace cascade::kernels {
+namespace {
+
+class CudaBackendTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const CudaAvailability a = QueryCudaDevices();
+    if (a.device_count == 0) GTEST_SKIP() << "no GPU: " << a.reason;
+    auto b = CudaBackend::Create({});
+    ASSERT_TRUE(b.ok()) << b.status();
+    gpu_ = std::move(*b);
+    cpu_ = MakeCpuBackend({.n_threads = 1});
+  }
+
+  // A device copy of host data.
+  DeviceBuffer Up(const void* data, size_t bytes) {
+    auto b = DeviceBuffer::Create(0, bytes);
+    EXPECT_TRUE(b.ok()) << b.status();
+    EXPECT_TRUE(b->Upload(data, bytes).ok());
+    return std::move(*b);
+  }
+  DeviceBuffer Up(const std::vector<float>& v) { return Up(v.data(), v.size() * sizeof(float)); }
+  // An output buffer of n floats, every byte 0xff (NaN).
+  DeviceBuffer Poisoned(size_t n) {
+    std::vector<uint8_t> nan(n * sizeof(float), 0xff);
+    return Up(nan.data(), nan.size());
+  }
+  std::vector<float> Down(const DeviceBuffer& b, size_t n) {
+    std::vector<float> out(n);
+    EXPECT_TRUE(gpu_->Synchronize().ok());
+    EXPECT_TRUE(b.Download(out.data(), n * sizeof(float)).ok());
+    return out;
+  }
+
+  std::unique_ptr<CudaBackend> gpu_;
+  std::unique_ptr<Backend> cpu_;
+};
+
+std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+// Relative L2 error; NaN (an unwritten element) counts as infinitely wrong.
+double RelL2(const std::vector<float>& got, const std::vector<double>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (!std::isfinite(got[i])) return INFINITY;
+    num += (got[i] - want[i]) * (got[i] - want[i]);
+    den += want[i] * want[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+double RelL2(const std::vector<float>& got, const std::vector<float>& want) {
+  return RelL2(got, std::vector<double>(want.begin(), want.end()));
+}
+
+TEST_F(CudaBackendTest, LinearMatchesDoublePrecisionReference) {
+  const int64_t n_out = 100, n_in = 256;  // 100 rows: the last block of warps is partial.
+  const std::pair<DType, double> cases[] = {{DType::kF32, 1e-5}, {DType::kF16, 2e-3}, {DType::kBF16, 1e-2},
+                                            {DType::kQ8_0, 1e-5}, {DType::kQ4_0, 1e-5}, {DType::kQ4_1, 1e-5}};
+  for (const auto& [dtype, bound] : cases) {
+    const std::vector<float> wf = Random(n_out * n_in, 1);
+    std::vector<uint8_t> w(RowBytes(dtype, n_in) * n_out);
+    std::vector<float> decoded(n_out * n_in);
+    for (int64_t r = 0; r < n_out; ++r) {
+      uint8_t* row = w.data() + r * RowBytes(dtype, n_in);
+      ASSERT_TRUE(cpu::QuantizeRow(dtype, wf.data() + r * n_in, row, n_in).ok());
+      ASSERT_TRUE(cpu::DequantizeRow(dtype, row, decoded.data() + r * n_in, n_in).ok());
+    }
+    const std::vector<float> bias = Random(n_out, 3);
+    DeviceBuffer dw = Up(w.data(), w.size()), db = Up(bias);
+    for (int64_t n_tokens : {1, 3, 8, 17, 40}) {  // GEMV passes of 1/4/8 tokens, then the GEMM path.
+      const std::vector<float> x = Random(n_tokens * n_in, 2 + n_tokens);
+      DeviceBuffer dx = Up(x), out = Poisoned(n_tokens * n_out);
+      ASSERT_TRUE(gpu_->Linear(out.View(DType::kF32, {n_tokens, n_out}), dx.View(DType::kF32, {n_tokens, n_in}),
+                               dw.View(dtype, {n_out, n_in}), db.View(DType::kF32, {n_out}))
+                      .ok());
+      std::vector<double> want(n_tokens * n_out);
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        for (int64_t o = 0; o < n_out; ++o) {
+          double s = bias[o];
+          for (int64_t i = 0; i < n_in; ++i) s += static_cast<double>(x[t * n_in + i]) * decoded[o * n_in + i];
+          want[t * n_out + o] = s;
+        }
+      }
+      EXPECT_LT(RelL2(Down(out, n_tokens * n_out), want), bound) << DTypeName(dtype) << " tokens " << n_tokens;
+    }
+  }
+}
+
+TEST_F(CudaBackendTest, ElementwiseOpsMatchTheCpuBackend) {
+  const int64_t n = 7, d = 384, head_dim = 64;
+  const std::vector<float> x = Random(n * d, 4), g = Random(n * d, 5), w = Random(d, 6);
+  DeviceBuffer dx = Up(x), dg = Up(g), dw = Up(w);
+  const auto view = [&](const DeviceBuffer& b, int64_t rows, int64_t cols) { return b.View(DType::kF32, {rows, cols}); };
+  const auto host = [](std::vector<float>& v, int64_t rows, int64_t cols) { return TensorView(v.data(), DType::kF32, {rows, cols}); };
+  {  // RmsNorm.
+    DeviceBuffer out = Poisoned(n * d);
+    ASSERT_TRUE(gpu_->RmsNorm(view(out, n, d), view(dx, n, d), dw.View(DType::kF32, {d}), 1e-5f).ok());
+    std::vector<float> want(n * d), xc = x, wc = w;
+    ASSERT_TRUE(cpu_->RmsNorm(host(want, n, d), host(xc, n, d), TensorView(wc.data(), DType::kF32, {d}), 1e-5f).ok());
+    EXPECT_LT(RelL2(Down(out, n * d), want), 1e-5);
+  }
+  {  // SiluMul, then AddInPlace on its output.
+    DeviceBuffer out = Poisoned(n * d);
+    ASSERT_TRUE(gpu_->SiluMul(view(out, n, d), view(dx, n, d), view(dg, n, d)).ok());
+    ASSERT_TRUE(gpu_->AddInPlace(view(out, n, d), view(dg, n, d)).ok());
+    std::vector<float> want(n * d), xc = x, gc = g;
+    ASSERT_TRUE(cpu_->SiluMul(host(want, n, d), host(xc, n, d), host(gc, n, d)).ok());
+    ASSERT_TRUE(cpu_->AddInPlace(host(want, n, d), host(gc, n, d)).ok());
+    EXPECT_LT(RelL2(Down(out, n * d), want), 1e-5);
+  }
+  for (RopeStyle style : {RopeStyle::kAdjacentPairs, RopeStyle::kRotateHalf}) {
+    std::vector<float> inv_freq(head_dim / 2);
+    for (int64_t i = 0; i < head_dim / 2; ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / head_dim);
+    const std::vector<int32_t> pos = {0, 1, 5, 17, 100, 511, 2047};
+    const RopeParams p{style, head_dim, inv_freq};
+    DeviceBuffer dr = Up(x);
+    ASSERT_TRUE(gpu_->Rope(view(dr, n, d), pos, p).ok());
+    std::vector<float> want = x;
+    ASSERT_TRUE(cpu_->Rope(host(want, n, d), pos, p).ok());
+    EXPECT_LT(RelL2(Down(dr, n * d), want), 1e-5) << "style " << static_cast<int>(style);
+  }
+}
+
+TEST_F(CudaBackendTest, EmbeddingDecodesEveryWeightType) {
+  const int64_t n_vocab = 50, n_embd = 128;
+  const std::vector<int32_t> ids = {0, 49, 7, 7, 23};
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1}) {
+    const std::vector<float> tf = Random(n_vocab * n_embd, 8);
+    std::vector<uint8_t> table(RowBytes(dtype, n_embd) * n_vocab);
+    for (int64_t r = 0; r < n_vocab; ++r) {
+      ASSERT_TRUE(cpu::QuantizeRow(dtype, tf.data() + r * n_embd, table.data() + r * RowBytes(dtype, n_embd), n_embd).ok());
+    }
+    DeviceBuffer dt = Up(table.data(), table.size()), out = Poisoned(ids.size() * n_embd);
+    const int64_t n_ids = static_cast<int64_t>(ids.size());
+    ASSERT_TRUE(gpu_->Embedding(out.View(DType::kF32, {n_ids, n_embd}), dt.View(dtype, {n_vocab, n_embd}), ids).ok());
+    std::vector<float> want(ids.size() * n_embd);
+    ASSERT_TRUE(cpu_->Embedding(TensorView(want.data(), DType::kF32, {n_ids, n_embd}),
+                                TensorView(table.data(), dtype, {n_vocab, n_embd}), ids)
+                    .ok());
+    EXPECT_LT(RelL2(Down(out, want.size()), want), 1e-6) << DTypeName(dtype);
+  }
+  DeviceBuffer dt = Poisoned(n_vocab * n_embd), out = Poisoned(n_embd);
+  const std::vector<int32_t> bad = {50};
+  EXPECT_EQ(gpu_->Embedding(out.View(DType::kF32, {1, n_embd}), dt.View(DType::kF32, {n_vocab, n_embd}), bad).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(gpu_->Linear(out.View(DType::kF32, {1, 1}), out.View(DType::kF32, {1, 256}),
+                         dt.View(DType::kQ4_K, {1, 256}), {})
+                .code(),
+            absl::StatusCode::kUnimplemented);
+}
+
+// Paged attention over shuffled block tables: a prefill chunk crossing the 256-key split
+// boundary next to decode rows with long histories, GQA, two head sizes.
+TEST_F(CudaBackendTest, PagedAttentionMatchesTheCpuBackend) {
+  for (int64_t head_dim : {64, 128}) {
+    const int64_t n_heads = 8, n_kv = 2, bs = 16, n_blocks = 96, kv_dim = n_kv * head_dim;
+    std::vector<int32_t> perm(n_blocks);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), std::mt19937(9));
+    // Sequences: (n_past, n_new) with disjoint blocks from the shuffled pool.
+    const std::vector<std::pair<int64_t, int64_t>> shape = {{230, 37}, {600, 1}, {0, 5}, {31, 1}};
+    std::vector<std::vector<int32_t>> tables;
+    std::vector<AttentionSeq> seqs;
+    int64_t next_block = 0, rows = 0;
+    for (const auto& [past, n_new] : shape) {
+      const int64_t need = (past + n_new + bs - 1) / bs;
+      tables.emplace_back(perm.begin() + next_block, perm.begin() + next_block + need);
+      next_block += need;
+    }
+    for (size_t i = 0; i < shape.size(); ++i) {
+      seqs.push_back({rows, shape[i].second, shape[i].first, tables[i]});
+      rows += shape[i].second;
+    }
+    // Caches with random history; the new rows' K/V are written by WriteKv on both.
+    std::vector<float> kc = Random(n_blocks * bs * kv_dim, 10), vc = Random(n_blocks * bs * kv_dim, 11);
+    const std::vector<float> k = Random(rows * kv_dim, 12), v = Random(rows * kv_dim, 13);
+    const std::vector<float> q = Random(rows * n_heads * head_dim, 14);
+    DeviceBuffer dkc = Up(kc), dvc = Up(vc), dk = Up(k), dv = Up(v), dq = Up(q);
+    DeviceBuffer out = Poisoned(rows * n_heads * head_dim);
+    KvCacheLayer gc{dkc.View(DType::kF32, {n_blocks, bs, n_kv, head_dim}), dvc.View(DType::kF32, {n_blocks, bs, n_kv, head_dim}),
+                    bs, n_kv, head_dim};
+    const AttentionParams params{n_heads, 1.0f / std::sqrt(static_cast<float>(head_dim))};
+    ASSERT_TRUE(gpu_->WriteKv(gc, dk.View(DType::kF32, {rows, kv_dim}), dv.View(DType::kF32, {rows, kv_dim}), seqs).ok());
+    ASSERT_TRUE(gpu_->Attention(out.View(DType::kF32, {rows, n_heads * head_dim}),
+                                dq.View(DType::kF32, {rows, n_heads * head_dim}), gc, seqs, params)
+                    .ok());
+    KvCacheLayer cc{TensorView(kc.data(), DType::kF32, {n_blocks, bs, n_kv, head_dim}),
+                    TensorView(vc.data(), DType::kF32, {n_blocks, bs, n_kv, head_dim}), bs, n_kv, head_dim};
+    std::vector<float> kh = k, vh = v, qh = q, want(rows * n_heads * head_dim);
+    ASSERT_TRUE(cpu_->WriteKv(cc, TensorView(kh.data(), DType::kF32, {rows, kv_dim}),
+                              TensorView(vh.data(), DType::kF32, {rows, kv_dim}), seqs)
+                    .ok());
+    ASSERT_TRUE(cpu_->Attention(TensorView(want.data(), DType::kF32, {rows, n_heads * head_dim}),
+                                TensorView(qh.data(), DType::kF32, {rows, n_heads * head_dim}), cc, seqs, params)
+                    .ok());
+    EXPECT_LT(RelL2(Down(out, want.size()), want), 1e-4) << "head_dim " << head_dim;
+    EXPECT_LT(RelL2(Down(dkc, kc.size()), kc), 1e-7) << "WriteKv, head_dim " << head_dim;
+  }
+}
+
+TEST_F(CudaBackendTest, ArgmaxPicksTheFirstLargest) {
+  const int64_t n_rows = 3, n_vocab = 49152;
+  std::vector<float> logits = Random(n_rows * n_vocab, 15);
+  logits[0 * n_vocab + 12345] = 50.0f;
+  logits[1 * n_vocab + 49151] = 50.0f;
+  logits[2 * n_vocab + 7] = logits[2 * n_vocab + 9] = 50.0f;  // A tie: the first wins.
+  DeviceBuffer d = Up(logits);
+  std::vector<int32_t> got(n_rows);
+  ASSERT_TRUE(gpu_->Argmax(got, d.View(DType::kF32, {n_rows, n_vocab})).ok());
+  EXPECT_EQ(got, (std::vector<int32_t>{12345, 49151, 7}));
+}
+
+}  // namespace
+}  // namespace cascade::kernels
