@@ -303,6 +303,40 @@ __global__ void ArgmaxKernel(int32_t* out, const float* logits, int64_t n_vocab)
   if (threadIdx.x == 0) out[blockIdx.x] = static_cast<int32_t>(si[0]);
 }
 
+__device__ __forceinline__ uint32_t Hash(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  x ^= x >> 33;
+  return static_cast<uint32_t>(x);
+}
+
+__global__ void FillRandomKernel(uint8_t* w, int code, int64_t n_units, float scale, uint32_t seed) {
+  for (int64_t u = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; u < n_units;
+       u += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const uint32_t h = Hash((static_cast<uint64_t>(seed) << 40) ^ static_cast<uint64_t>(u));
+    const float r = scale * (static_cast<float>(h & 0xffff) / 32768.0f - 1.0f);
+    switch (code) {
+      case kWF32: reinterpret_cast<float*>(w)[u] = r; break;
+      case kWF16: reinterpret_cast<__half*>(w)[u] = __float2half(r); break;
+      case kWBF16: reinterpret_cast<__nv_bfloat16*>(w)[u] = __float2bfloat16(r); break;
+      default: {
+        // One byte of a quantized row; the first two bytes of a block are its f16 scale.
+        const int64_t bb = BlockBytes(code), in_block = u % bb;
+        if (in_block == 0) {
+          const __half d = __float2half(scale / 16.0f);
+          memcpy(w + u, &d, 2);
+        } else if (code == kWQ4_1 && in_block < 4) {
+          w[u] = 0;  // The block's f16 min: 0.
+        } else if (in_block >= 2) {
+          w[u] = static_cast<uint8_t>(h >> 24);
+        }
+      }
+    }
+  }
+}
+
 int Grid(int64_t n, int threads) {
   const int64_t blocks = (n + threads - 1) / threads;
   return static_cast<int>(blocks < 65535 ? blocks : 65535);
@@ -379,6 +413,11 @@ void Attention(const AttentionArgs& args, cudaStream_t stream) {
   AttentionSplitKernel<<<grid, kAttnWarps * kWarp, 0, stream>>>(args);
   const dim3 grid2(static_cast<unsigned>(args.n_rows), static_cast<unsigned>(args.n_heads));
   AttentionCombineKernel<<<grid2, 128, 0, stream>>>(args);
+}
+
+void FillRandom(void* w, int code, int64_t n, float scale, uint32_t seed, cudaStream_t stream) {
+  const int64_t units = code == kWF32 || code == kWF16 || code == kWBF16 ? n : n / 32 * BlockBytes(code);
+  if (units > 0) FillRandomKernel<<<Grid(units, 256), 256, 0, stream>>>(static_cast<uint8_t*>(w), code, units, scale, seed);
 }
 
 void Argmax(int32_t* out, const float* logits, int64_t n_rows, int64_t n_vocab, cudaStream_t stream) {

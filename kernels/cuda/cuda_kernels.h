@@ -63,6 +63,11 @@ struct AttentionArgs {
 };
 void Attention(const AttentionArgs& args, cudaStream_t stream);
 
+// Fills n elements of w with pseudo-random values of encoding `code` (F32/F16/BF16:
+// normal-ish in [-scale, scale]; Q8_0/Q4_0/Q4_1: random quants, scale as the block scale),
+// for benchmarks that need weights of a size no host could make quickly.
+void FillRandom(void* w, int code, int64_t n, float scale, uint32_t seed, cudaStream_t stream);
+
 // out[r] = index of the largest of logits[r, :] (the first on ties).
 void Argmax(int32_t* out, const float* logits, int64_t n_rows, int64_t n_vocab, cudaStream_t stream);
 

@@ -1,0 +1,154 @@
+// GPU benchmark of CudaBackend's linear layers (not a test; scripts/gpu_check.sh runs it):
+// for SmolLM2-135M (Q4_1 matrices, the Q8_0-tied LM head) and a Llama-3-8B-shaped model
+// (BF16, random weights made on the device), every matrix of a forward pass (30 or 32
+// layers x q, k, v, o, gate, up, down, then the LM head) run through Backend::Linear for
+// 1, 32 and 512 tokens. Prints tokens/s of the linear layers alone (no attention or
+// elementwise ops: the whole-model GPU forward is not wired yet) and the achieved weight
+// bandwidth against a device-to-device copy measured in the same run.
+// Usage: cuda_bench [--json FILE]
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda_backend.h"
+#include "kernels/cuda_device.h"
+
+namespace {
+
+using cascade::DType;
+using cascade::kernels::CudaBackend;
+using cascade::kernels::DeviceBuffer;
+
+struct Shape {
+  const char* name;
+  int64_t hidden, kv_dim, ffn, vocab, layers;
+  DType matrix_type, head_type;
+};
+
+struct Matrix {
+  DeviceBuffer w;
+  int64_t n_out, n_in;
+  DType dtype;
+};
+
+double Seconds(const std::chrono::steady_clock::time_point& t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Device-to-device copy bandwidth, bytes read + written per second.
+double CopyBandwidth() {
+  const size_t bytes = size_t{1} << 30;
+  auto a = DeviceBuffer::Create(0, bytes), b = DeviceBuffer::Create(0, bytes);
+  if (!a.ok() || !b.ok()) return 0;
+  cudaMemcpy(b->data(), a->data(), bytes, cudaMemcpyDeviceToDevice);
+  cudaDeviceSynchronize();
+  const auto t0 = std::chrono::steady_clock::now();
+  constexpr int kReps = 10;
+  for (int i = 0; i < kReps; ++i) cudaMemcpy(b->data(), a->data(), bytes, cudaMemcpyDeviceToDevice);
+  cudaDeviceSynchronize();
+  return 2.0 * bytes * kReps / Seconds(t0);
+}
+
+std::vector<Matrix> MakeModel(const Shape& s) {
+  std::vector<Matrix> m;
+  const auto add = [&](int64_t n_out, int64_t n_in, DType t) {
+    const size_t bytes = static_cast<size_t>(cascade::RowBytes(t, n_in) * n_out);
+    auto w = DeviceBuffer::Create(0, bytes);
+    if (!w.ok()) {
+      std::fprintf(stderr, "cuda_bench: %s\n", std::string(w.status().message()).c_str());
+      std::exit(1);
+    }
+    cascade::kernels::cuda::FillRandom(w->data(), static_cast<int>(t), n_out * n_in, 0.02f,
+                                       static_cast<uint32_t>(m.size()), nullptr);
+    m.push_back({std::move(*w), n_out, n_in, t});
+  };
+  for (int64_t l = 0; l < s.layers; ++l) {
+    add(s.hidden, s.hidden, s.matrix_type);
+    add(s.kv_dim, s.hidden, s.matrix_type);
+    add(s.kv_dim, s.hidden, s.matrix_type);
+    add(s.hidden, s.hidden, s.matrix_type);
+    add(s.ffn, s.hidden, s.matrix_type);
+    add(s.ffn, s.hidden, s.matrix_type);
+    add(s.hidden, s.ffn, s.matrix_type);
+  }
+  add(s.vocab, s.hidden, s.head_type);
+  cudaDeviceSynchronize();
+  return m;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string json_path;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) json_path = argv[++i];
+  }
+  const auto avail = cascade::kernels::QueryCudaDevices();
+  if (avail.device_count == 0) {
+    std::printf("SKIP: no GPU: %s\n", avail.reason.c_str());
+    return 0;
+  }
+  auto backend = CudaBackend::Create({});
+  if (!backend.ok()) {
+    std::fprintf(stderr, "cuda_bench: %s\n", std::string(backend.status().message()).c_str());
+    return 1;
+  }
+  const double copy_bw = CopyBandwidth();
+  std::printf("device-to-device copy: %.0f GB/s (read + write)\n", copy_bw / 1e9);
+  const Shape shapes[] = {
+      {"SmolLM2-135M (Q4_1, Q8_0 head)", 576, 192, 1536, 49152, 30, DType::kQ4_1, DType::kQ8_0},
+      {"Llama-3-8B shape (BF16)", 4096, 1024, 14336, 128256, 32, DType::kBF16, DType::kBF16},
+  };
+  std::string json = "{\"copy_bandwidth_gb_s\": " + std::to_string(copy_bw / 1e9) + ", \"models\": [";
+  std::printf("%-32s %7s %12s %12s %10s\n", "model", "tokens", "ms/pass", "tok/s", "GB/s");
+  for (size_t si = 0; si < std::size(shapes); ++si) {
+    const Shape& s = shapes[si];
+    std::vector<Matrix> model = MakeModel(s);
+    double weight_bytes = 0;
+    for (const Matrix& m : model) weight_bytes += static_cast<double>(m.w.bytes());
+    const int64_t max_tokens = 512, max_dim = std::max({s.hidden, s.ffn, s.vocab});
+    auto x = DeviceBuffer::Create(0, static_cast<size_t>(max_tokens * std::max(s.hidden, s.ffn)) * 4);
+    auto y = DeviceBuffer::Create(0, static_cast<size_t>(max_tokens * max_dim) * 4);
+    if (!x.ok() || !y.ok()) return 1;
+    cudaMemset(x->data(), 0, x->bytes());
+    json += std::string(si ? ", " : "") + "{\"name\": \"" + s.name + "\", \"weight_bytes\": " +
+            std::to_string(weight_bytes) + ", \"runs\": [";
+    bool first = true;
+    for (int64_t n_tokens : {1, 32, 512}) {
+      const auto pass = [&] {
+        for (const Matrix& m : model) {
+          absl::Status st = (*backend)->Linear(y->View(DType::kF32, {n_tokens, m.n_out}),
+                                               x->View(DType::kF32, {n_tokens, m.n_in}), m.w.View(m.dtype, {m.n_out, m.n_in}), {});
+          if (!st.ok()) {
+            std::fprintf(stderr, "cuda_bench: %s\n", std::string(st.message()).c_str());
+            std::exit(1);
+          }
+        }
+        (void)(*backend)->Synchronize();
+      };
+      pass();  // Warm-up (cuBLAS heuristics, scratch growth).
+      const int reps = n_tokens == 512 ? 3 : 10;
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int r = 0; r < reps; ++r) pass();
+      const double per_pass = Seconds(t0) / reps;
+      const double gbs = weight_bytes / per_pass / 1e9;
+      std::printf("%-32s %7lld %12.3f %12.1f %10.0f\n", s.name, static_cast<long long>(n_tokens), 1e3 * per_pass,
+                  n_tokens / per_pass, gbs);
+      json += std::string(first ? "" : ", ") + "{\"tokens\": " + std::to_string(n_tokens) + ", \"ms_per_pass\": " +
+              std::to_string(1e3 * per_pass) + ", \"tok_s\": " + std::to_string(n_tokens / per_pass) +
+              ", \"weight_gb_s\": " + std::to_string(gbs) + ", \"fraction_of_copy_bw\": " +
+              std::to_string(gbs * 1e9 / copy_bw) + "}";
+      first = false;
+    }
+    json += "]}";
+  }
+  json += "]}\n";
+  if (!json_path.empty()) std::ofstream(json_path) << json;
+  return 0;
+}
