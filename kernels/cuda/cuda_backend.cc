@@ -10,9 +10,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <utility>
 #include <vector>
 
-#include "core/logging.h"
 #include "core/status.h"
 #include "core/str_cat.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -87,6 +87,7 @@ class CudaBackendImpl final : public CudaBackend {
       const float alpha = 1.0f, beta = 0.0f;
       if (weight.dtype == DType::kF16 || weight.dtype == DType::kBF16) {
         void* x = Scratch(kConvert, static_cast<size_t>(n_tokens * n_in) * 2);
+        CASCADE_RETURN_IF_ERROR(ScratchError());
         cuda::ConvertActivations(x, F32(in), code, n_tokens * n_in, stream_);
         CASCADE_RETURN_IF_ERROR(LastError("ConvertActivations"));
         const cudaDataType t = weight.dtype == DType::kF16 ? CUDA_R_16F : CUDA_R_16BF;
@@ -101,6 +102,7 @@ class CudaBackendImpl final : public CudaBackend {
         const float* w = F32(weight);
         if (weight.dtype != DType::kF32) {
           float* deq = static_cast<float*>(Scratch(kDequant, static_cast<size_t>(n_out * n_in) * 4));
+          CASCADE_RETURN_IF_ERROR(ScratchError());
           cuda::Dequantize(deq, weight.data, code, n_out, n_in, stream_);
           CASCADE_RETURN_IF_ERROR(LastError("Dequantize"));
           w = deq;
@@ -132,6 +134,7 @@ class CudaBackendImpl final : public CudaBackend {
     }
     int32_t* pos = Upload(kPositions, positions);
     float* freq = Upload(kFreq, params.inv_freq);
+    CASCADE_RETURN_IF_ERROR(ScratchError());
     cuda::Rope(F32(x), pos, freq, n_tokens, x.Cols() / params.head_dim, params.head_dim,
                params.style == RopeStyle::kAdjacentPairs ? 0 : 1, stream_);
     return LastError("Rope");
@@ -155,6 +158,7 @@ class CudaBackendImpl final : public CudaBackend {
       }
     }
     int32_t* dev_ids = Upload(kIds, ids);
+    CASCADE_RETURN_IF_ERROR(ScratchError());
     cuda::Embedding(F32(out), table.data, static_cast<int>(table.dtype), dev_ids, static_cast<int64_t>(ids.size()),
                     table.Cols(), stream_);
     return LastError("Embedding");
@@ -174,6 +178,7 @@ class CudaBackendImpl final : public CudaBackend {
       }
     }
     int32_t* dev = Upload(kSlots, std::span<const int32_t>(slots));
+    CASCADE_RETURN_IF_ERROR(ScratchError());
     cuda::WriteKv(F32(cache.k), F32(cache.v), F32(k), F32(v), dev, static_cast<int64_t>(slots.size()),
                   cache.n_kv_heads * cache.head_dim, stream_);
     return LastError("WriteKv");
@@ -214,6 +219,7 @@ class CudaBackendImpl final : public CudaBackend {
     a.scale = params.scale;
     a.partial = static_cast<float*>(
         Scratch(kPartial, static_cast<size_t>(a.n_rows * a.n_heads * a.n_splits * (a.head_dim + 2)) * sizeof(float)));
+    CASCADE_RETURN_IF_ERROR(ScratchError());
     cuda::Attention(a, stream_);
     return LastError("Attention");
   }
@@ -222,6 +228,7 @@ class CudaBackendImpl final : public CudaBackend {
     const int64_t n_rows = logits.Rows();
     if (static_cast<int64_t>(out.size()) != n_rows) return absl::InvalidArgumentError("Argmax: one id per row");
     auto* dev = static_cast<int32_t*>(Scratch(kArgmax, static_cast<size_t>(n_rows) * sizeof(int32_t)));
+    CASCADE_RETURN_IF_ERROR(ScratchError());
     cuda::Argmax(dev, F32(logits), n_rows, logits.Cols(), stream_);
     CASCADE_RETURN_IF_ERROR(LastError("Argmax"));
     CASCADE_CUDA_RETURN(cudaMemcpyAsync(out.data(), dev, out.size_bytes(), cudaMemcpyDeviceToHost, stream_), "Argmax copy");
@@ -234,21 +241,30 @@ class CudaBackendImpl final : public CudaBackend {
   absl::Status LastError(std::string_view what) { return CudaError(cudaGetLastError(), what); }
 
   // A device buffer of at least `bytes` for `slot`; grows (stream-ordered) when needed.
+  // On an allocation failure it returns null and keeps the error for `ScratchError`.
   void* Scratch(ScratchSlot slot, size_t bytes) {
     DeviceBuffer& b = scratch_[slot];
     if (b.bytes() < bytes) {
       cudaStreamSynchronize(stream_);  // The old buffer may still be read.
       auto nb = DeviceBuffer::Create(device_, std::max(bytes, b.bytes() * 2));
-      CASCADE_CHECK(nb.ok()) << nb.status();
+      if (!nb.ok()) {
+        if (scratch_error_.ok()) scratch_error_ = nb.status();
+        return nullptr;
+      }
       b = std::move(*nb);
     }
     return b.data();
   }
 
+  // The first scratch allocation failure since the last call (then cleared).
+  absl::Status ScratchError() { return std::exchange(scratch_error_, absl::OkStatus()); }
+
   template <typename T>
   T* Upload(ScratchSlot slot, std::span<const T> host) {
     T* dev = static_cast<T*>(Scratch(slot, std::max<size_t>(host.size_bytes(), 4)));
-    if (!host.empty()) cudaMemcpyAsync(dev, host.data(), host.size_bytes(), cudaMemcpyHostToDevice, stream_);
+    if (dev != nullptr && !host.empty()) {
+      cudaMemcpyAsync(dev, host.data(), host.size_bytes(), cudaMemcpyHostToDevice, stream_);
+    }
     return dev;
   }
 
@@ -256,6 +272,7 @@ class CudaBackendImpl final : public CudaBackend {
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   DeviceBuffer scratch_[kNumSlots];
+  absl::Status scratch_error_;
 };
 
 }  // namespace
