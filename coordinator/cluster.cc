@@ -69,7 +69,8 @@ absl::StatusOr<v1::RegisterResponse> Cluster::Register(const v1::RegisterRequest
     s->address = req.address();
     s->pid = req.pid();
     s->last_seen = std::chrono::steady_clock::now();
-    s->stub = v1::Worker::NewStub(grpc::CreateChannel(req.address(), grpc::InsecureChannelCredentials()));
+    s->channel = grpc::CreateChannel(req.address(), grpc::InsecureChannelCredentials());
+    s->stub = v1::Worker::NewStub(s->channel);
     v1::RegisterResponse resp;
     resp.set_rank(s->rank);
     resp.set_stage(s->stage.pp_stage);
@@ -191,6 +192,7 @@ absl::Status Cluster::Recover() {
 
 absl::Status Cluster::LoadOne(int i, const std::string& group) {
   v1::Worker::Stub* stub;
+  std::shared_ptr<grpc::Channel> channel;
   StagePlan stage;
   std::string address;
   int tp_rank;
@@ -198,6 +200,7 @@ absl::Status Cluster::LoadOne(int i, const std::string& group) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stub = slots_[i]->stub.get();
+    channel = slots_[i]->channel;
     stage = slots_[i]->stage;
     address = slots_[i]->address;
     tp_rank = slots_[i]->tp_rank;
@@ -216,6 +219,11 @@ absl::Status Cluster::LoadOne(int i, const std::string& group) {
   req.set_tp_rank(draft ? 0 : tp_rank);
   req.set_tp_size(draft ? 1 : tp_size());
   req.set_draft(draft);
+  // A first connection attempt to a worker that has just registered can fail
+  // transiently (seen in CI as ENOENT from connect); a fail-fast RPC would then
+  // kill a healthy worker. Wait for the channel (retrying with gRPC's backoff)
+  // for a bounded time first, so a truly dead worker still fails the load.
+  channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(15));
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(10));
   auto reader = stub->LoadShard(&ctx, req);

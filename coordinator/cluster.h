@@ -104,6 +104,7 @@ class Cluster {
     int pid = 0;
     std::string death;  // Why it is dead.
     std::chrono::steady_clock::time_point last_seen;
+    std::shared_ptr<grpc::Channel> channel;
     std::unique_ptr<v1::Worker::Stub> stub;
     std::unique_ptr<grpc::ClientContext> step_ctx;
     std::unique_ptr<grpc::ClientReaderWriter<v1::StepRequest, v1::StepResult>> stream;
