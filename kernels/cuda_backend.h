@@ -18,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/ops.h"
+#include "kernels/sample_row.h"
 
 namespace cascade::kernels {
 
@@ -61,6 +62,11 @@ class CudaBackend : public Backend {
   // out[r] = argmax of logits row r (first on ties); logits [n_rows, n_vocab] on the
   // device, out is host memory of n_rows ids.
   virtual absl::Status Argmax(std::span<int32_t> out, const TensorView& logits) = 0;
+  // Samples, or verifies a draft, for each row of logits [n_rows, n_vocab] on the device
+  // as rows[r] says (kernels/sample_row.h); rows and out are host memory of n_rows
+  // entries. Only ids and flags cross the bus, never the logits.
+  virtual absl::Status Sample(std::span<SampleResult> out, const TensorView& logits,
+                              std::span<const SampleRow> rows) = 0;
 };
 
 }  // namespace cascade::kernels

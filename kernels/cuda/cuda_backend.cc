@@ -235,8 +235,28 @@ class CudaBackendImpl final : public CudaBackend {
     return Synchronize();
   }
 
+  absl::Status Sample(std::span<SampleResult> out, const TensorView& logits, std::span<const SampleRow> rows) override {
+    const int64_t n_rows = logits.Rows();
+    if (static_cast<int64_t>(out.size()) != n_rows || static_cast<int64_t>(rows.size()) != n_rows) {
+      return absl::InvalidArgumentError("Sample: one SampleRow and one SampleResult per logits row");
+    }
+    for (const SampleRow& r : rows) {
+      if (r.draft >= logits.Cols()) return absl::InvalidArgumentError(StrCat("Sample: draft ", r.draft, " outside the vocabulary"));
+    }
+    const SampleRow* dev_rows = Upload(kSampleRows, rows);
+    auto* dev_out = static_cast<SampleResult*>(Scratch(kSampleOut, out.size_bytes()));
+    CASCADE_RETURN_IF_ERROR(ScratchError());
+    cuda::Sample(dev_out, F32(logits), dev_rows, n_rows, logits.Cols(), stream_);
+    CASCADE_RETURN_IF_ERROR(LastError("Sample"));
+    CASCADE_CUDA_RETURN(cudaMemcpyAsync(out.data(), dev_out, out.size_bytes(), cudaMemcpyDeviceToHost, stream_), "Sample copy");
+    return Synchronize();
+  }
+
  private:
-  enum ScratchSlot { kConvert, kDequant, kPositions, kFreq, kIds, kSlots, kRowPos, kRowTable, kTables, kPartial, kArgmax, kNumSlots };
+  enum ScratchSlot {
+    kConvert, kDequant, kPositions, kFreq, kIds, kSlots, kRowPos, kRowTable, kTables, kPartial, kArgmax,
+    kSampleRows, kSampleOut, kNumSlots
+  };
 
   absl::Status LastError(std::string_view what) { return CudaError(cudaGetLastError(), what); }
 

@@ -11,6 +11,8 @@
 
 #include <cstdint>
 
+#include "kernels/sample_row.h"
+
 namespace cascade::kernels::cuda {
 
 // Weight encodings the kernels decode; values match cascade::DType.
@@ -70,5 +72,10 @@ void FillRandom(void* w, int code, int64_t n, float scale, uint32_t seed, cudaSt
 
 // out[r] = index of the largest of logits[r, :] (the first on ties).
 void Argmax(int32_t* out, const float* logits, int64_t n_rows, int64_t n_vocab, cudaStream_t stream);
+
+// out[r] = row r of logits [n_rows, n_vocab] sampled or verified per rows[r]
+// (kernels/sample_row.h); rows and out are device memory.
+void Sample(SampleResult* out, const float* logits, const SampleRow* rows, int64_t n_rows, int64_t n_vocab,
+            cudaStream_t stream);
 
 }  // namespace cascade::kernels::cuda

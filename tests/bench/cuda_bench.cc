@@ -82,6 +82,41 @@ std::vector<Matrix> MakeModel(const Shape& s) {
   return m;
 }
 
+// Milliseconds per Sample call (top-k 40, top-p 0.9, temperature 0.8) and per Argmax
+// call, the greedy reference, for the vocabularies of both shapes; a JSON array.
+std::string SampleBench(cascade::kernels::CudaBackend& backend) {
+  using cascade::kernels::SampleResult;
+  using cascade::kernels::SampleRow;
+  std::string json = "[";
+  std::printf("\n%-8s %7s %14s %14s\n", "vocab", "rows", "sample ms", "argmax ms");
+  for (int64_t vocab : {49152, 128256}) {
+    for (int64_t rows : {1, 32}) {
+      auto logits = DeviceBuffer::Create(0, static_cast<size_t>(rows * vocab) * 4);
+      if (!logits.ok()) std::exit(1);
+      cascade::kernels::cuda::FillRandom(logits->data(), 0, rows * vocab, 8.0f, 7, nullptr);
+      const auto view = logits->View(DType::kF32, {rows, vocab});
+      std::vector<SampleRow> params(rows);
+      for (int64_t r = 0; r < rows; ++r) params[r] = {0.8f, 40, 0.9f, 0.0f, -1, 0.5f, (r + 0.5f) / rows};
+      std::vector<SampleResult> out(rows);
+      std::vector<int32_t> ids(rows);
+      const auto time = [](const auto& op) {
+        op();
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < 20; ++i) op();
+        return 1e3 * Seconds(t0) / 20;
+      };
+      const double sample_ms = time([&] { (void)backend.Sample(out, view, params); });
+      const double argmax_ms = time([&] { (void)backend.Argmax(ids, view); });
+      std::printf("%-8lld %7lld %14.3f %14.3f\n", static_cast<long long>(vocab), static_cast<long long>(rows), sample_ms,
+                  argmax_ms);
+      json += std::string(json.size() > 1 ? ", " : "") + "{\"vocab\": " + std::to_string(vocab) + ", \"rows\": " +
+              std::to_string(rows) + ", \"sample_ms\": " + std::to_string(sample_ms) + ", \"argmax_ms\": " +
+              std::to_string(argmax_ms) + "}";
+    }
+  }
+  return json + "]";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -148,7 +183,7 @@ int main(int argc, char** argv) {
     }
     json += "]}";
   }
-  json += "]}\n";
+  json += "], \"sampling\": " + SampleBench(**backend) + "}\n";
   if (!json_path.empty()) std::ofstream(json_path) << json;
   return 0;
 }

@@ -8,6 +8,9 @@
 //    tests/kernels), 1e-5; attention 1e-4 (online softmax in another order).
 //  * Every output buffer is poisoned with NaN bytes first, so an element the kernel never
 //    writes fails the comparison.
+//  * Sample: a double-precision reference that sorts (the kernel selects thresholds by
+//    radix select instead); ids and accept flags must agree exactly, except on rows whose
+//    uniform or a top-p/min-p cut lies within 1e-5 of a boundary (float vs double weights).
 // Without a GPU every test skips with the CUDA runtime's reason.
 #include "kernels/cuda_backend.h"
 
@@ -17,9 +20,11 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <span>
 
 #include "kernels/cpu/quantize.h"
 #include "kernels/cuda_device.h"
+#include "tests/test_support.h"
 
 namespace cascade::kernels {
 namespace {
@@ -238,6 +243,109 @@ TEST_F(CudaBackendTest, ArgmaxPicksTheFirstLargest) {
   std::vector<int32_t> got(n_rows);
   ASSERT_TRUE(gpu_->Argmax(got, d.View(DType::kF32, {n_rows, n_vocab})).ok());
   EXPECT_EQ(got, (std::vector<int32_t>{12345, 49151, 7}));
+}
+
+// The sampling law of kernels/sample_row.h, computed by sorting, in double precision.
+// Sets `near_boundary` when float rounding could flip the answer.
+SampleResult ReferenceSample(std::span<const float> z, const SampleRow& r, bool* near_boundary) {
+  const int64_t n = static_cast<int64_t>(z.size());
+  const int32_t argmax = static_cast<int32_t>(std::max_element(z.begin(), z.end()) - z.begin());
+  if (r.temperature <= 0) return {argmax, r.draft == argmax};
+  std::vector<int32_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return z[a] > z[b]; });
+  const int64_t k = r.top_k > 0 ? std::min<int64_t>(r.top_k, n) : n;
+  std::vector<double> w(n, 0.0);
+  double top_k_mass = 0;
+  for (int64_t i = 0; i < k; ++i) {
+    w[order[i]] = std::exp((static_cast<double>(z[order[i]]) - z[argmax]) / r.temperature);
+    top_k_mass += w[order[i]];
+  }
+  const auto close = [&](double a, double b) { return std::abs(a - b) < 1e-5 * std::max(1.0, std::abs(b)); };
+  int64_t keep = k;
+  if (r.min_p > 0) {
+    keep = 0;
+    while (keep < k && w[order[keep]] >= r.min_p) *near_boundary |= close(w[order[keep++]], r.min_p);
+    if (keep < k) *near_boundary |= close(w[order[keep]], r.min_p);
+  }
+  if (r.top_p < 1) {
+    double mass = 0;
+    int64_t cut = 0;
+    while (cut < keep && mass / top_k_mass < r.top_p) mass += w[order[cut++]];
+    *near_boundary |= close(mass / top_k_mass, r.top_p) || (cut > 0 && close((mass - w[order[cut - 1]]) / top_k_mass, r.top_p));
+    keep = cut;
+  }
+  std::vector<bool> kept(n, false);
+  double kept_mass = 0;
+  for (int64_t i = 0; i < keep; ++i) {
+    kept[order[i]] = true;
+    kept_mass += w[order[i]];
+  }
+  double draft_mass = 0;
+  if (r.draft >= 0 && kept[r.draft]) draft_mass = w[r.draft];
+  if (r.draft >= 0) {
+    *near_boundary |= close(r.u_accept, draft_mass / kept_mass);
+    if (r.u_accept < draft_mass / kept_mass) return {r.draft, 1};
+  }
+  const double total = kept_mass - draft_mass, target = r.u_sample * total;
+  double acc = 0;
+  int32_t last = -1;
+  for (int32_t i = 0; i < n; ++i) {
+    if (!kept[i] || i == r.draft) continue;
+    last = i;
+    *near_boundary |= std::abs(acc - target) < 1e-5 * total;
+    acc += w[i];
+    if (target < acc) return {i, 0};
+  }
+  return {last, 0};
+}
+
+TEST_F(CudaBackendTest, SampleFollowsTheDoublePrecisionReference) {
+  std::mt19937 rng(77);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  const float temperatures[] = {0.0f, 0.7f, 1.0f, 1.5f};
+  const int32_t top_ks[] = {0, 1, 40, 500};
+  const float top_ps[] = {1.0f, 0.9f, 0.5f};
+  const float min_ps[] = {0.0f, 0.05f};
+  for (int64_t n_vocab : {1000, 49152}) {
+    const int64_t n_rows = 96;
+    std::vector<float> logits = Random(n_rows * n_vocab, static_cast<uint32_t>(n_vocab));
+    for (float& x : logits) x *= 6.0f;  // Peaked enough that drafts are sometimes accepted.
+    std::vector<SampleRow> rows(n_rows);
+    for (int64_t r = 0; r < n_rows; ++r) {
+      SampleRow& row = rows[r];
+      row.temperature = temperatures[r % 4];
+      row.top_k = top_ks[(r / 4) % 4];
+      row.top_p = top_ps[(r / 16) % 3];
+      row.min_p = min_ps[(r / 48) % 2];
+      const std::span<const float> z(logits.data() + r * n_vocab, n_vocab);
+      const int32_t argmax = static_cast<int32_t>(std::max_element(z.begin(), z.end()) - z.begin());
+      row.draft = r % 3 == 0 ? -1 : r % 3 == 1 ? argmax : static_cast<int32_t>(rng() % n_vocab);
+      row.u_accept = u(rng);
+      row.u_sample = u(rng);
+    }
+    DeviceBuffer d = Up(logits);
+    std::vector<SampleResult> got(n_rows);
+    ASSERT_TRUE(gpu_->Sample(got, d.View(DType::kF32, {n_rows, n_vocab}), rows).ok());
+    int compared = 0, accepted = 0;
+    for (int64_t r = 0; r < n_rows; ++r) {
+      bool near = false;
+      const SampleResult want = ReferenceSample({logits.data() + r * n_vocab, static_cast<size_t>(n_vocab)}, rows[r], &near);
+      if (near) continue;
+      ++compared;
+      accepted += want.accepted;
+      EXPECT_EQ(got[r].id, want.id) << "row " << r << " vocab " << n_vocab;
+      EXPECT_EQ(got[r].accepted, want.accepted) << "row " << r << " vocab " << n_vocab;
+    }
+    EXPECT_GE(compared, n_rows * 9 / 10) << "too many rows near a boundary to be a test";
+    EXPECT_GT(accepted, 0) << "no draft accepted: the verify path went unchecked";
+    EXPECT_LT(accepted, compared) << "every row accepted: the sampling path went unchecked";
+  }
+  std::vector<SampleResult> one(1);
+  std::vector<SampleRow> bad(1);
+  bad[0].draft = 5000;
+  DeviceBuffer small = Up(std::vector<float>(100, 0.0f));
+  EXPECT_STATUS_CODE(gpu_->Sample(one, small.View(DType::kF32, {1, 100}), bad), kInvalidArgument);
 }
 
 }  // namespace
