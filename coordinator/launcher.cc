@@ -107,9 +107,14 @@ void Launcher::Supervise(Child* c) {
       if (!c->tail.empty()) why += StrCat("; last output: ", c->tail.back());
     }
     if (!why.empty() && why.back() == '\n') why.pop_back();
+    // Exit code 64 (EX_USAGE) is a worker refusing its arguments: another start would
+    // refuse them again, so the slot stays open and start-up times out saying why.
+    const bool usage_error = WIFEXITED(status) && WEXITSTATUS(status) == 64;
     CASCADE_LOG(Error) << "worker for stage " << c->launch.stage << " (pid " << c->pid << ") " << why
-                       << "; restarting it in " << restart_delay_.count() << " ms";
+                       << (usage_error ? std::string("; not restarting it: fix its arguments")
+                                       : StrCat("; restarting it in ", restart_delay_.count(), " ms"));
     if (on_exit_) on_exit_(c->launch.stage, why);
+    if (usage_error) return;
     std::this_thread::sleep_for(restart_delay_);
     {
       std::lock_guard<std::mutex> lock(c->mu);

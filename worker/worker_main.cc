@@ -29,19 +29,25 @@ int Fail(const std::string& msg) {
   return 2;
 }
 
+// Bad arguments: EX_USAGE (sysexits.h), which the coordinator's launcher never restarts.
+int UsageError(const std::string& msg) {
+  Fail(msg);
+  return 64;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace cascade;
   Args args({"coordinator", "node", "device", "threads", "listen", "advertise"}, {"draft"});
-  if (auto s = args.Parse(argc, argv, 1); !s.ok()) return Fail(std::string(s.message()));
+  if (auto s = args.Parse(argc, argv, 1); !s.ok()) return UsageError(std::string(s.message()));
   auto coordinator = args.Require("coordinator");
-  if (!coordinator.ok()) return Fail(std::string(coordinator.status().message()));
+  if (!coordinator.ok()) return UsageError(std::string(coordinator.status().message()));
   const std::string node = args.GetOr("node", "n0");
   const std::string device = args.GetOr("device", "cpu");
-  if (device != "cpu") return Fail("--device " + device + ": this build serves cpu workers only");
+  if (device != "cpu") return UsageError("--device " + device + ": this build serves cpu workers only");
   auto threads = args.GetInt("threads", 1);
-  if (!threads.ok() || *threads < 1) return Fail("--threads must be a positive integer");
+  if (!threads.ok() || *threads < 1) return UsageError("--threads must be a positive integer");
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
 

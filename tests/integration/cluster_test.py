@@ -355,6 +355,8 @@ def test_config_errors_exit_2():
             f"model: {{path: {STORIES}}}\nparallel: {{pipeline: 0}}\nnodes: [{{name: a, host: h, devices: [cpu]}}]\n": "parallel.pipeline",
             f"model: {{path: {STORIES}}}\nnodes: [{{name: a, host: h, devices: [gpu7]}}]\n": "nodes[0].devices[0]",
             f"model: {{path: {STORIES}}}\nnodes: [{{name: a, host: h, devices: [cpu]}}]\nscheduler: {{kv_block_size: 3}}\n": "scheduler.kv_block_size",
+            # Workers run on cpu only so far: refused at start, not a restart loop.
+            f"model: {{path: {STORIES}}}\nnodes: [{{name: a, host: 127.0.0.1, devices: ['cuda:0']}}]\n": "nodes[0].devices[0]: 'cuda:0'",
             f"model: {{path: /nonexistent.gguf}}\nnodes: [{{name: a, host: h, devices: [cpu]}}]\n": "model.path",
             # TP larger than a node's devices: the group would span nodes.
             f"model: {{path: {STORIES}}}\nparallel: {{tensor: 2}}\n"
