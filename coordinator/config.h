@@ -137,10 +137,10 @@ struct DraftSection {
   int num_tokens = 4;
   // `draft.adaptive`: k follows each sequence's acceptance. Default true.
   bool adaptive = true;
-  // `draft.max_batch`: speculation switches off while more sequences than this decode at
-  // once (verification then costs more than it saves). Default 4; 0 = never off.
-  // REQUIRES >= 0.
-  int max_batch = 4;
+  // `draft.max_batch`: a hard cap; speculation is off while more sequences than this
+  // decode at once. Default 0: no cap, the measured step cost switches it off when a
+  // draft no longer pays (coordinator/speculation.h). REQUIRES >= 0.
+  int max_batch = 0;
 };
 
 struct ClusterConfig {

@@ -165,7 +165,9 @@ void Engine::DropCancelled() {
 void Engine::SetDraftTokens() {
   if (!speculation_.enabled()) return;
   const int n_decoding = static_cast<int>(active_.size());
-  for (const auto& [id, a] : active_) scheduler_.SetDraftTokens(id, a->spec->DraftTokens(n_decoding));
+  for (const auto& [id, a] : active_) {
+    scheduler_.SetDraftTokens(id, a->spec->DraftTokens(n_decoding, step_cost_.RowCost(n_decoding)));
+  }
 }
 
 v1::StepRequest Engine::BuildStep(const Batch& batch, bool* needs_drafter) {
@@ -237,6 +239,8 @@ absl::Status Engine::SendTarget(v1::StepRequest step, Sent sent) {
   sent.t0 = std::chrono::steady_clock::now();
   for (const v1::StepSequence& s : step.seqs()) {
     if (s.n_draft() > 0) sent.drafted[s.seq_id()] = {s.n_draft(), s.n_past()};
+    sent.rows += s.tokens_size();
+    sent.decode_only = sent.decode_only && s.sample() && s.tokens_size() == 1 + s.n_draft();
   }
   CASCADE_RETURN_IF_ERROR(cluster_->SendStep(step));
   in_flight_.push_back(step.step_id());
@@ -282,6 +286,9 @@ void Engine::OnDraft(const v1::StepResult& r) {
   absl::flat_hash_map<int64_t, std::vector<int32_t>> drafts;
   for (const v1::SampledToken& t : r.tokens()) drafts[t.seq_id()].push_back(t.token());
   const double draft_s = Since(d.t0);
+  size_t proposed = 0;
+  for (const auto& [id, ids] : drafts) proposed = std::max(proposed, ids.size());
+  step_cost_.ObserveDraft(static_cast<int64_t>(proposed), draft_s);
   for (v1::StepSequence& s : *d.step.mutable_seqs()) {
     auto found = drafts.find(s.seq_id());
     if (found == drafts.end()) continue;
@@ -315,6 +322,8 @@ void Engine::OnResult(const v1::StepResult& r) {
     return;
   }
   const double verify_s = Since(sent.t0);
+  // Only steps alone in the pipeline time their own work (overlapped ones include waits).
+  if (sent.decode_only && sent.rows > 0 && in_flight_.empty()) step_cost_.Observe(sent.rows, verify_s);
   for (const auto& [id, toks] : by_seq) {
     auto it = active_.find(id);
     if (it == active_.end()) continue;

@@ -98,6 +98,8 @@ class Engine {
   };
   struct Sent {
     std::chrono::steady_clock::time_point t0;
+    int64_t rows = 0;          // Positions scored by the step.
+    bool decode_only = true;   // No prompt chunk: its time feeds the step cost model.
     absl::flat_hash_map<int64_t, Verified> drafted;  // Sequences whose drafts are verified.
   };
   // A batch waiting for the drafter worker.
@@ -126,6 +128,7 @@ class Engine {
   const model::Tokenizer* tokenizer_;
   Scheduler scheduler_;
   const SpeculationOptions speculation_;
+  StepCostModel step_cost_;  // Decode-step time against rows, for the choice of k.
   std::thread thread_;
   std::atomic<bool> stop_{false};
 

@@ -5,8 +5,9 @@
 #   (a) SmolLM2-135M Q4_1 + the n-gram drafter on an input-grounded task (repeat a passage)
 #   (b) SmolLM2-135M Q4_1 + self-draft (its first SELF_LAYERS layers and its head)
 #   (c) tinystories-656k F32 (safetensors) + its Q8_0 GGUF copy as the draft model
-#   (d) throughput at concurrency 16 (n-gram drafter) with the adaptive switch-off on
-#       (draft.max_batch 4) and off (max_batch 0), against plain decoding
+#   (d) throughput at concurrency 16 (n-gram drafter) with the cost-aware switch-off on
+#       (the default), with a hard cap (draft.max_batch 4), and off (adaptive: false,
+#       k = num_tokens always), each against plain decoding
 # CPU workers with one thread each. Prints a table; all rows go to ${1:-build/bench_spec.json}.
 #   R=3 M=128 scripts/bench_spec.sh [OUT.json]
 set -euo pipefail
@@ -57,8 +58,9 @@ if [[ -d $TINY && -f $TINY_Q8 ]]; then
 else
   echo "bench_spec: $TINY or $TINY_Q8 missing, setting (c) skipped" >&2
 fi
-setting d_c16_switch_on "$SMOL" "{ngram: {n: 3}, max_batch: 4}" 16 32
-setting d_c16_switch_off "$SMOL" "{ngram: {n: 3}, max_batch: 0}" 16 32
+setting d_c16_switch_on "$SMOL" "{ngram: {n: 3}}" 16 32
+setting d_c16_cap4 "$SMOL" "{ngram: {n: 3}, max_batch: 4}" 16 32
+setting d_c16_switch_off "$SMOL" "{ngram: {n: 3}, adaptive: false}" 16 32
 
 python3 - "$OUT" "$TMP" <<'PY'
 import glob, json, os, sys
