@@ -322,7 +322,8 @@ void Engine::OnResult(const v1::StepResult& r) {
     return;
   }
   const double verify_s = Since(sent.t0);
-  // Only steps alone in the pipeline time their own work (overlapped ones include waits).
+  // Only a step that finishes with nothing else in flight feeds the fit: with several in
+  // flight, the time from send to result includes waiting behind the others.
   if (sent.decode_only && sent.rows > 0 && in_flight_.empty()) step_cost_.Observe(sent.rows, verify_s);
   for (const auto& [id, toks] : by_seq) {
     auto it = active_.find(id);
