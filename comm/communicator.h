@@ -49,7 +49,8 @@ struct GroupOptions {
   int64_t timeout_ms = 30000;
 };
 
-// One member of a group of `size()` ranks. Buffers are host memory, borrowed
+// One member of a group of `size()` ranks. Buffers are host memory (GPU memory where
+// `device_memory()`), borrowed
 // for the duration of the call only. Calls block until done, failed, or timed
 // out.
 //
@@ -70,6 +71,9 @@ class Communicator {
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // True when the buffers of every call are GPU memory (NCCL); false for host memory
+  // (UCX), which a GPU worker then stages through.
+  virtual bool device_memory() const { return false; }
 
   // Sends `bytes` bytes from `buf` to rank `peer` under `tag`. Returns once
   // `buf` may be reused (the bytes may still be on the way). Messages with the

@@ -58,6 +58,14 @@ Cluster::~Cluster() {
   }
 }
 
+std::string Cluster::TpTransport(int pp_stage) const {
+  if (tp_size() == 1) return "ucx";
+  for (const auto& s : slots_) {
+    if (!s->draft && s->stage.pp_stage == pp_stage && (s->device.kind != DeviceKind::kCuda || !s->nccl)) return "ucx";
+  }
+  return "nccl";
+}
+
 absl::StatusOr<v1::RegisterResponse> Cluster::Register(const v1::RegisterRequest& req) {
   std::lock_guard<std::mutex> lock(mu_);
   const std::string device = req.device();
@@ -68,6 +76,7 @@ absl::StatusOr<v1::RegisterResponse> Cluster::Register(const v1::RegisterRequest
     s->state = WorkerState::kRegistered;
     s->address = req.address();
     s->pid = req.pid();
+    s->nccl = req.nccl();
     s->last_seen = std::chrono::steady_clock::now();
     s->channel = grpc::CreateChannel(req.address(), grpc::InsecureChannelCredentials());
     s->stub = v1::Worker::NewStub(s->channel);
@@ -110,6 +119,7 @@ absl::Status Cluster::BringUp(std::chrono::milliseconds timeout) {
   {
     std::unique_lock<std::mutex> lock(mu_);
     const bool all = cv_.wait_for(lock, timeout, [&] {
+      if (!startup_error_.empty()) return true;
       for (auto& s : slots_) {
         if (s->state != WorkerState::kRegistered) return false;
       }
@@ -122,9 +132,17 @@ absl::Status Cluster::BringUp(std::chrono::milliseconds timeout) {
       }
       return absl::DeadlineExceededError(StrCat("workers did not register within ", timeout.count(), " ms:", missing));
     }
+    if (!startup_error_.empty()) return absl::FailedPreconditionError(startup_error_);
     for (auto& s : slots_) s->state = WorkerState::kLoading;
   }
   return LoadAllAndOpenStreams();
+}
+
+void Cluster::AbortStartup(const std::string& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (streams_open_ || !startup_error_.empty()) return;
+  startup_error_ = why;
+  cv_.notify_all();
 }
 
 absl::Status Cluster::LoadAllAndOpenStreams() {
@@ -197,6 +215,7 @@ absl::Status Cluster::LoadOne(int i, const std::string& group) {
   std::string address;
   int tp_rank;
   bool draft;
+  std::string tp_transport;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stub = slots_[i]->stub.get();
@@ -205,6 +224,7 @@ absl::Status Cluster::LoadOne(int i, const std::string& group) {
     address = slots_[i]->address;
     tp_rank = slots_[i]->tp_rank;
     draft = slots_[i]->draft;
+    tp_transport = TpTransport(stage.pp_stage);
   }
   v1::LoadShardRequest req;
   req.set_model_path(draft ? options_.draft_model_path : options_.model_path);
@@ -219,6 +239,10 @@ absl::Status Cluster::LoadOne(int i, const std::string& group) {
   req.set_tp_rank(draft ? 0 : tp_rank);
   req.set_tp_size(draft ? 1 : tp_size());
   req.set_draft(draft);
+  if (!draft) {
+    req.set_tp_transport(tp_transport);
+    req.set_pp_transport(options_.pp_nccl ? "nccl" : "ucx");
+  }
   // A first connection attempt to a worker that has just registered can fail
   // transiently (seen in CI as ENOENT from connect); a fail-fast RPC would then
   // kill a healthy worker. Wait for the channel (retrying with gRPC's backoff)

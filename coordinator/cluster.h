@@ -31,6 +31,9 @@ struct ClusterOptions {
   int64_t kv_blocks = 0;             // KV blocks per stage.
   int64_t kv_block_size = 16;
   int64_t max_batched_tokens = 2048;
+  // Stage hand-off over NCCL (transport.activations: nccl; all devices cuda) rather than UCX.
+  bool pp_nccl = false;
+
   int64_t heartbeat_ms = 500;        // Interval workers are told to use.
   int64_t dead_after_ms = 3000;      // No heartbeat for this long = dead.
   // The drafter worker (speculative decoding with a self or model drafter), when set: one
@@ -62,6 +65,9 @@ class Cluster {
   // Waits up to `timeout` for every stage to register, then loads them and opens the
   // step streams. Unavailable / DeadlineExceeded naming the stage that failed.
   absl::Status BringUp(std::chrono::milliseconds timeout);
+  // Ends a BringUp in progress (or the next one) with FailedPrecondition(`why`): a worker
+  // that can never register (it refused its device or arguments).
+  void AbortStartup(const std::string& why);
 
   // True when a stage died and every stage now has a live, registered worker again (a
   // restarted worker registered): `Recover` can rebuild the pipeline.
@@ -99,6 +105,7 @@ class Cluster {
     int rank = 0;       // Global worker rank.
     std::string node;
     Device device;
+    bool nccl = false;  // The registered worker's binary has NCCL.
     WorkerState state = WorkerState::kWaiting;
     std::string address;
     int pid = 0;
@@ -111,6 +118,9 @@ class Cluster {
     std::thread reader;
   };
   absl::Status LoadOne(int stage, const std::string& group);
+  // "nccl" when every worker of the stage's TP group runs on cuda and has NCCL, else "ucx"
+  // (GPU workers then copy through host buffers).
+  std::string TpTransport(int pp_stage) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status LoadAllAndOpenStreams();
   void ReadResults(int stage);
   void MarkDead(int stage, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -123,6 +133,7 @@ class Cluster {
   std::vector<std::unique_ptr<Slot>> slots_ ABSL_GUARDED_BY(mu_);
   std::deque<v1::StepResult> results_ ABSL_GUARDED_BY(mu_);
   bool streams_open_ ABSL_GUARDED_BY(mu_) = false;
+  std::string startup_error_ ABSL_GUARDED_BY(mu_);  // AbortStartup's reason.
   int generation_ = 0;  // Data-plane group generation; bumped by Recover.
 };
 

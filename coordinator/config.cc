@@ -91,7 +91,8 @@ class Parser {
   absl::Status ParseNodes(const YAML::Node& node, std::vector<NodeSection>* out) const;
   absl::Status ParseServer(const YAML::Node& node, ServerSection* out) const;
   absl::Status ParseScheduler(const YAML::Node& node, SchedulerSection* out) const;
-  absl::Status ParseTransport(const YAML::Node& node, TransportSection* out) const;
+  absl::Status ParseTransport(const YAML::Node& node, const std::vector<NodeSection>& nodes,
+                              TransportSection* out) const;
   absl::Status ParseDraft(const YAML::Node& node, const std::vector<NodeSection>& nodes, DraftSection* out) const;
 
   absl::StatusOr<bool> GetBool(const YAML::Node& node, std::string_view path) const {
@@ -254,7 +255,8 @@ absl::Status Parser::ParseScheduler(const YAML::Node& node, SchedulerSection* ou
   return absl::OkStatus();
 }
 
-absl::Status Parser::ParseTransport(const YAML::Node& node, TransportSection* out) const {
+absl::Status Parser::ParseTransport(const YAML::Node& node, const std::vector<NodeSection>& nodes,
+                                    TransportSection* out) const {
   if (!node.IsDefined()) return absl::OkStatus();
   CASCADE_RETURN_IF_ERROR(CheckMap(node, "transport", {"activations"}));
   const YAML::Node activations = Child(node, "activations");
@@ -264,10 +266,18 @@ absl::Status Parser::ParseTransport(const YAML::Node& node, TransportSection* ou
   if (name == "ucx") {
     out->activations = ActivationTransport::kUcx;
   } else if (name == "nccl") {
-    return Error(activations, "transport.activations", "nccl is not supported yet (ucx)");
+    // NCCL moves GPU memory only: a cpu worker anywhere in the pipeline could not take part.
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      for (size_t d = 0; d < nodes[i].devices.size(); ++d) {
+        if (nodes[i].devices[d].kind == DeviceKind::kCuda) continue;
+        return Error(activations, "transport.activations",
+                     StrCat("nccl moves GPU memory, but nodes[", i, "].devices[", d, "] is cpu (use ucx, or cuda:N devices)"));
+      }
+    }
+    out->activations = ActivationTransport::kNccl;
   } else {
     return Error(activations, "transport.activations",
-                 StrCat("unknown transport '", name, "' (ucx)"));
+                 StrCat("unknown transport '", name, "' (ucx or nccl)"));
   }
   return absl::OkStatus();
 }
@@ -349,7 +359,7 @@ absl::StatusOr<ClusterConfig> Parser::Parse(const YAML::Node& root) {
   CASCADE_RETURN_IF_ERROR(ParseNodes(root["nodes"], &config.nodes));
   CASCADE_RETURN_IF_ERROR(ParseServer(root["server"], &config.server));
   CASCADE_RETURN_IF_ERROR(ParseScheduler(root["scheduler"], &config.scheduler));
-  CASCADE_RETURN_IF_ERROR(ParseTransport(root["transport"], &config.transport));
+  CASCADE_RETURN_IF_ERROR(ParseTransport(root["transport"], config.nodes, &config.transport));
   CASCADE_RETURN_IF_ERROR(ParseDraft(root["draft"], config.nodes, &config.draft));
 
   const int64_t needed = int64_t{config.parallel.pipeline} * config.parallel.tensor;
@@ -384,6 +394,7 @@ std::string_view DraftKindName(DraftKind kind) {
 std::string_view ActivationTransportName(ActivationTransport transport) {
   switch (transport) {
     case ActivationTransport::kUcx: return "ucx";
+    case ActivationTransport::kNccl: return "nccl";
   }
   return "?";
 }
@@ -392,21 +403,6 @@ int ClusterConfig::TotalDevices() const {
   int n = 0;
   for (const NodeSection& node : nodes) n += static_cast<int>(node.devices.size());
   return n;
-}
-
-absl::StatusOr<Device> ParseDevice(std::string_view text) {
-  if (text == "cpu") return Device{DeviceKind::kCpu, 0};
-  constexpr std::string_view kCuda = "cuda:";
-  if (text.substr(0, kCuda.size()) == kCuda) {
-    const std::string_view digits = text.substr(kCuda.size());
-    int index = 0;
-    bool all_digits = !digits.empty() && digits.size() <= 4;
-    for (char c : digits) all_digits = all_digits && c >= '0' && c <= '9';
-    if (all_digits && absl::SimpleAtoi(absl::string_view(digits.data(), digits.size()), &index)) {
-      return Device{DeviceKind::kCuda, index};
-    }
-  }
-  return absl::InvalidArgumentError(StrCat("unknown device '", text, "' (cpu or cuda:N)"));
 }
 
 absl::StatusOr<ClusterConfig> ParseClusterConfig(std::string_view yaml_text,

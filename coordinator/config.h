@@ -93,15 +93,18 @@ struct SchedulerSection {
 
 // Data-plane transport for hidden states between pipeline stages.
 enum class ActivationTransport {
-  kUcx,  // `ucx`: UCX tag send/recv over host memory (any node, any device).
+  kUcx,   // `ucx`: UCX tag send/recv over host memory (any node, any device; a GPU
+          // worker copies through host buffers).
+  kNccl,  // `nccl`: NCCL send/recv between GPUs; every device must be cuda:N.
 };
 
 std::string_view ActivationTransportName(ActivationTransport transport);
 
 // `transport:` — the data plane.
 struct TransportSection {
-  // `transport.activations`: `ucx`. Default `ucx` (`nccl` arrives with the GPU
-  // pipeline and is rejected until then).
+  // `transport.activations`: `ucx` or `nccl` (all devices cuda:N). Default `ucx`. The
+  // collectives inside a TP group use NCCL whenever all its devices are cuda:N and the
+  // binary has NCCL, whatever this says.
   ActivationTransport activations = ActivationTransport::kUcx;
 };
 
@@ -171,9 +174,5 @@ absl::StatusOr<ClusterConfig> ParseClusterConfig(std::string_view yaml_text,
 // directory containing `path`.
 // Errors: NotFound when the file cannot be opened, otherwise as `ParseClusterConfig`.
 absl::StatusOr<ClusterConfig> LoadClusterConfig(const std::string& path);
-
-// Parses a device string: `cpu` or `cuda:N` (N a non-negative decimal integer).
-// Errors: InvalidArgument "unknown device '...' (cpu or cuda:N)".
-absl::StatusOr<Device> ParseDevice(std::string_view text);
 
 }  // namespace cascade::coordinator

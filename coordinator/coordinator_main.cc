@@ -38,24 +38,6 @@ int Fail(const absl::Status& s) {
   return 2;
 }
 
-// Workers serve cpu devices only so far (the CUDA backend is kernel-level): refuse
-// cuda:N at start rather than launch a worker that can only refuse it.
-absl::Status RequireCpuDevices(const cascade::coordinator::ClusterConfig& config) {
-  const auto check = [](const std::vector<cascade::Device>& devices, const std::string& path) -> absl::Status {
-    for (size_t d = 0; d < devices.size(); ++d) {
-      if (devices[d].kind == cascade::DeviceKind::kCpu) continue;
-      return absl::InvalidArgumentError(cascade::StrCat(
-          path, "[", d, "]: '", devices[d].ToString(),
-          "': workers run on cpu only in this version (the CUDA backend exists at kernel level, see README); use cpu"));
-    }
-    return absl::OkStatus();
-  };
-  for (size_t i = 0; i < config.nodes.size(); ++i) {
-    CASCADE_RETURN_IF_ERROR(check(config.nodes[i].devices, cascade::StrCat("nodes[", i, "].devices")));
-  }
-  return check(config.draft.devices, "draft.devices");
-}
-
 // Parameter bytes per layer, of the embedding, and of the head, from the tensor table.
 cascade::coordinator::PlannerInput SizeModel(const cascade::model::ModelFiles& files) {
   cascade::coordinator::PlannerInput in;
@@ -105,7 +87,6 @@ int main(int argc, char** argv) {
   if (!path.ok()) return Fail(path.status());
   auto config = LoadClusterConfig(*path);
   if (!config.ok()) return Fail(config.status());
-  if (absl::Status s = RequireCpuDevices(*config); !s.ok()) return Fail(s);
   auto threads = args.GetInt("worker-threads", 1);
   auto startup = args.GetInt("startup-timeout", 120);
   if (!threads.ok()) return Fail(threads.status());
@@ -199,6 +180,7 @@ int main(int argc, char** argv) {
   co.kv_blocks = n_blocks;
   co.kv_block_size = bs;
   co.max_batched_tokens = config->scheduler.max_batched_tokens;
+  co.pp_nccl = config->transport.activations == ActivationTransport::kNccl;
   if (draft_layers > 0) {
     co.draft = true;
     co.draft_model_path = draft.kind == DraftKind::kModel ? draft.model_path : config->model.path;
@@ -242,6 +224,13 @@ int main(int argc, char** argv) {
   std::signal(SIGTERM, OnSignal);
 
   Launcher launcher(DefaultWorkerBinary(), address);
+  // A worker that refuses its device (no usable GPU for cuda:N) will never register: stop
+  // waiting for it and say why.
+  launcher.OnExit([&cluster](int stage, const std::string& why, bool final) {
+    if (final) {
+      cluster.AbortStartup(stage < 0 ? StrCat("the drafter's worker ", why) : StrCat("the worker for stage ", stage, " ", why));
+    }
+  });
   for (size_t i = 0; i < config->nodes.size(); ++i) {
     const NodeSection& node = config->nodes[i];
     if (node.launch != LaunchMode::kLocal) continue;

@@ -113,7 +113,7 @@ void Launcher::Supervise(Child* c) {
     CASCADE_LOG(Error) << "worker for stage " << c->launch.stage << " (pid " << c->pid << ") " << why
                        << (usage_error ? std::string("; not restarting it: fix its arguments")
                                        : StrCat("; restarting it in ", restart_delay_.count(), " ms"));
-    if (on_exit_) on_exit_(c->launch.stage, why);
+    if (on_exit_) on_exit_(c->launch.stage, why, usage_error);
     if (usage_error) return;
     std::this_thread::sleep_for(restart_delay_);
     {

@@ -36,8 +36,9 @@ class Launcher {
   ~Launcher();  // Stops every worker (SIGTERM, then SIGKILL after a grace period).
 
   absl::Status Launch(const WorkerLaunch& launch);
-  // Called (from a log thread) when a worker exits, with its stage and the reason.
-  void OnExit(std::function<void(int stage, const std::string& why)> fn) { on_exit_ = std::move(fn); }
+  // Called (from a log thread) when a worker exits, with its stage, the reason, and
+  // whether it stays down (it refused its arguments, exit 64: not restarted).
+  void OnExit(std::function<void(int stage, const std::string& why, bool final)> fn) { on_exit_ = std::move(fn); }
   void StopAll();
 
  private:
@@ -56,7 +57,7 @@ class Launcher {
   std::string worker_binary_;
   std::string coordinator_address_;
   std::chrono::milliseconds restart_delay_;
-  std::function<void(int, const std::string&)> on_exit_;
+  std::function<void(int, const std::string&, bool)> on_exit_;
   std::vector<std::unique_ptr<Child>> children_;
 };
 

@@ -1,6 +1,7 @@
 #include "core/tensor.h"
 
 #include "core/str_cat.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "core/logging.h"
 
@@ -8,6 +9,21 @@ namespace cascade {
 
 std::string Device::ToString() const {
   return kind == DeviceKind::kCpu ? std::string("cpu") : cascade::StrCat("cuda:", index);
+}
+
+absl::StatusOr<Device> ParseDevice(std::string_view text) {
+  if (text == "cpu") return Device{DeviceKind::kCpu, 0};
+  constexpr std::string_view kCuda = "cuda:";
+  if (text.substr(0, kCuda.size()) == kCuda) {
+    const std::string_view digits = text.substr(kCuda.size());
+    int index = 0;
+    bool all_digits = !digits.empty() && digits.size() <= 4;
+    for (char c : digits) all_digits = all_digits && c >= '0' && c <= '9';
+    if (all_digits && absl::SimpleAtoi(absl::string_view(digits.data(), digits.size()), &index)) {
+      return Device{DeviceKind::kCuda, index};
+    }
+  }
+  return absl::InvalidArgumentError(StrCat("unknown device '", text, "' (cpu or cuda:N)"));
 }
 
 TensorView::TensorView(void* d, DType t, std::initializer_list<int64_t> dims, Device dev)

@@ -8,7 +8,9 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <string_view>
 
+#include "absl/status/statusor.h"
 #include "core/dtype.h"
 
 namespace cascade {
@@ -21,6 +23,10 @@ struct Device {
   bool operator==(const Device&) const = default;
   std::string ToString() const;
 };
+
+// Parses a device string: `cpu` or `cuda:N` (N a non-negative decimal integer, at most 4
+// digits). Errors: InvalidArgument "unknown device '...' (cpu or cuda:N)".
+absl::StatusOr<Device> ParseDevice(std::string_view text);
 
 inline constexpr int kMaxDims = 4;
 

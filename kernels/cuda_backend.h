@@ -57,8 +57,6 @@ class CudaBackend : public Backend {
  public:
   // Unavailable (with the CUDA runtime's reason) when the device cannot be used.
   static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(const CudaBackendOptions& options);
-  // Waits for every op issued so far; the first asynchronous error, if any.
-  virtual absl::Status Synchronize() = 0;
   // out[r] = argmax of logits row r (first on ties); logits [n_rows, n_vocab] on the
   // device, out is host memory of n_rows ids.
   virtual absl::Status Argmax(std::span<int32_t> out, const TensorView& logits) = 0;

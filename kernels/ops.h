@@ -1,13 +1,20 @@
 // The op set of Cascade's transformer, behind one `Backend` interface that each device
 // implements (kernels/cpu/ now; kernels/cuda/ later). Ops are stateless functions of
 // tensor views; buffers are owned by the caller. Outputs come first, then inputs, then
-// sizes. Activations are F32 on the CPU backend; weights may be any DType the backend
-// reports in `SupportsWeight`.
+// sizes. Activations are F32; weights may be any DType the backend reports in
+// `SupportsWeight`.
+//
+// Memory: every TensorView an op reads or writes lives in the backend's memory: host
+// memory for the CPU backend, device memory for a GPU backend. Callers allocate it with
+// `Allocate` and move bytes across with `CopyIn` / `CopyOut`; the same code then runs on
+// either. The std::span arguments (ids, positions, block tables, frequencies) are always
+// host memory.
 //
 // Thread-safety: a Backend is single-owner (one device thread calls it); ops run on the
 // backend's own thread pool.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -86,12 +93,47 @@ class PreparedWeight {
   TensorView source_;
 };
 
+// An allocation in a backend's memory (Backend::Allocate); freed with it.
+class Buffer {
+ public:
+  Buffer(void* data, size_t bytes) : data_(data), bytes_(bytes) {}
+  virtual ~Buffer() = default;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  float* f32() const { return static_cast<float*>(data_); }
+
+ private:
+  void* data_;
+  size_t bytes_;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
 
   virtual Device device() const = 0;
   virtual int n_threads() const = 0;
+
+  // True when ops work on host memory (the CPU backend): a host pointer may then be
+  // handed to an op directly and CopyIn/CopyOut are plain copies.
+  virtual bool host_memory() const { return true; }
+  // `bytes` of the backend's memory, 64-byte aligned, uninitialised (a large host
+  // allocation is fresh zero pages, resident only once written). ResourceExhausted when
+  // it cannot be had.
+  virtual absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes);
+  // Copies `bytes` from host memory into backend memory at `dst`, after every op issued
+  // before it; `host` may be reused once it returns.
+  virtual absl::Status CopyIn(void* dst, const void* host, size_t bytes);
+  // Copies `bytes` of backend memory at `src` into host memory once every op issued
+  // before it has finished; the bytes are in `host` when it returns.
+  virtual absl::Status CopyOut(void* host, const void* src, size_t bytes);
+  // Waits until every op issued so far has finished (a no-op for a synchronous backend);
+  // the first asynchronous error, if any. Needed before another agent (a communicator on
+  // its own stream) reads what the ops wrote.
+  virtual absl::Status Synchronize() { return absl::OkStatus(); }
   // True when `Linear` and `Embedding` accept weights of `dtype`.
   virtual bool SupportsWeight(DType dtype) const = 0;
 
@@ -153,6 +195,14 @@ class Backend {
                                  std::span<const AttentionSeq> seqs,
                                  const AttentionParams& params) = 0;
 };
+
+// A 64-byte aligned, uninitialised host allocation (what Backend::Allocate does by
+// default). ResourceExhausted when it cannot be had.
+absl::StatusOr<std::unique_ptr<Buffer>> AllocateHost(size_t bytes);
+
+// Makes `buf` hold at least `bytes` of `backend`'s memory, reallocating (contents lost)
+// only when it is smaller: for workspaces that grow to the largest batch seen.
+absl::Status GrowBuffer(Backend& backend, std::unique_ptr<Buffer>& buf, size_t bytes);
 
 struct CpuBackendOptions {
   int n_threads = 1;  // Threads of the backend's pool, the calling thread included.

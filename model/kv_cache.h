@@ -1,7 +1,8 @@
-// Host storage for the paged KV cache of the layers one process holds: per layer, K and V
+// Storage for the paged KV cache of the layers one process holds: per layer, K and V
 // of [n_blocks, block_size, n_kv_heads, head_dim] f32. Which block belongs to which
 // sequence is decided elsewhere (the coordinator's block allocator, or the local engine)
-// and arrives as block tables.
+// and arrives as block tables. The storage is the backend's memory (device memory for a
+// GPU backend), so attention reads it in place.
 // Single owner; not thread-safe.
 #pragma once
 
@@ -24,8 +25,9 @@ struct KvCacheOptions {
 
 class KvCache {
  public:
+  // Allocates from `backend` (borrowed only for the call; null: host memory).
   // ResourceExhausted when the buffers cannot be allocated.
-  static absl::StatusOr<KvCache> Create(const KvCacheOptions& options);
+  static absl::StatusOr<KvCache> Create(const KvCacheOptions& options, kernels::Backend* backend = nullptr);
 
   kernels::KvCacheLayer& layer(int64_t i) { return layers_[i]; }
   const KvCacheOptions& options() const { return options_; }
@@ -37,9 +39,9 @@ class KvCache {
 
  private:
   KvCacheOptions options_;
-  // Left uninitialised: a large allocation is fresh zero pages from the kernel, so only
-  // the blocks sequences actually write become resident; attention reads only those.
-  std::unique_ptr<float[]> storage_;
+  // Left uninitialised: a large host allocation is fresh zero pages from the kernel, so
+  // only the blocks sequences actually write become resident; attention reads only those.
+  std::unique_ptr<kernels::Buffer> storage_;
   int64_t n_floats_ = 0;
   std::vector<kernels::KvCacheLayer> layers_;
 };

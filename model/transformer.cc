@@ -13,6 +13,7 @@
 namespace cascade::model {
 
 using arch::LlamaTensor;
+using kernels::GrowBuffer;
 using kernels::RopeStyle;
 
 struct Transformer::Layer {
@@ -78,6 +79,7 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Load(const ModelFiles&
                                                " needs a communicator of that rank and size"));
     }
     t->tp_comm_ = tp_comm;
+    CASCADE_ASSIGN_OR_RETURN(t->tp_, BackendComm::Create(backend, tp_comm));
   }
   CASCADE_ASSIGN_OR_RETURN(t->shard_, TpShard::ForFiles(files, t->first_layer_, t->last_layer_, options.tp_rank,
                                                         options.tp_size));
@@ -140,6 +142,9 @@ absl::Status Transformer::LoadWeights(const ModelFiles& files) {
     absl::StatusOr<std::unique_ptr<kernels::PreparedWeight>> prepared = backend_->PrepareWeight(kept);
     if (!prepared.ok()) return Annotate(prepared.status(), StrCat("preparing tensor '", n, "'"));
     std::unique_ptr<kernels::PreparedWeight> p = *std::move(prepared);
+    if (p->reads_source() && !backend_->host_memory()) {
+      return absl::InternalError(StrCat("tensor '", n, "': the backend left the weight in host memory"));
+    }
     if (!p->reads_source()) {
       if (owned) {
         owned_bytes_.pop_back();  // The backend made its own copy.
@@ -160,16 +165,18 @@ absl::Status Transformer::LoadWeights(const ModelFiles& files) {
       return absl::InvalidArgumentError(StrCat("tensor '", n, "' has shape ", v.ShapeString(), ", expected [", len, "]"));
     }
     if (v.dtype == DType::kF32) {
-      TensorView kept(static_cast<float*>(v.data) + e0, DType::kF32, {e1 - e0});
-      weight_bytes_ += kept.NumBytes();
-      used_.push_back(kept);
-      return kept;
+      const std::span<const float> kept(static_cast<const float*>(v.data) + e0, static_cast<size_t>(e1 - e0));
+      weight_bytes_ += static_cast<int64_t>(kept.size_bytes());
+      if (backend_->host_memory()) used_.push_back(TensorView(const_cast<float*>(kept.data()), DType::kF32, {e1 - e0}));
+      return Keep(kept);
     }
     weight_bytes_ += v.NumBytes();
     std::vector<float> full(len);
     CASCADE_RETURN_IF_ERROR(kernels::cpu::DequantizeRow(v.dtype, v.data, full.data(), len));
     std::vector<float>& buf = owned_.emplace_back(full.begin() + e0, full.begin() + e1);
-    return TensorView(buf.data(), DType::kF32, {e1 - e0});
+    absl::StatusOr<TensorView> kept = Keep(buf);
+    if (!backend_->host_memory()) owned_.pop_back();  // Keep uploaded it.
+    return kept;
   };
   const TpShard& s = shard_;
   const int64_t hd = c.head_dim;
@@ -233,18 +240,33 @@ KvCacheOptions Transformer::CacheOptions(int64_t n_blocks, int64_t block_size) c
   return {n_layers_here(), n_blocks, block_size, shard_.n_kv_heads(), config_.head_dim};
 }
 
-void Transformer::EnsureWorkspace(int64_t n) {
-  if (n <= ws_tokens_) return;
+absl::StatusOr<TensorView> Transformer::Keep(std::span<const float> host) {
+  const int64_t n = static_cast<int64_t>(host.size());
+  if (backend_->host_memory()) return TensorView(const_cast<float*>(host.data()), DType::kF32, {n});
+  CASCADE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Buffer> buf, backend_->Allocate(host.size_bytes()));
+  CASCADE_RETURN_IF_ERROR(backend_->CopyIn(buf->data(), host.data(), host.size_bytes()));
+  return TensorView(uploaded_.emplace_back(std::move(buf))->data(), DType::kF32, {n}, backend_->device());
+}
+
+TensorView Transformer::View(const kernels::Buffer& b, int64_t rows, int64_t cols) const {
+  return TensorView(b.data(), DType::kF32, {rows, cols}, backend_->device());
+}
+
+absl::Status Transformer::EnsureWorkspace(int64_t n) {
+  if (n <= ws_tokens_) return absl::OkStatus();
   const ModelConfig& c = config_;
-  norm_.resize(n * c.n_embd);
-  q_.resize(n * shard_.q_dim());
-  k_.resize(n * shard_.kv_dim());
-  v_.resize(n * shard_.kv_dim());
-  attn_.resize(n * shard_.q_dim());
-  proj_.resize(n * c.n_embd);
-  gate_.resize(n * shard_.n_ff());
-  up_.resize(n * shard_.n_ff());
+  kernels::Backend& b = *backend_;
+  const auto f32 = [n](int64_t cols) { return static_cast<size_t>(n * cols) * sizeof(float); };
+  CASCADE_RETURN_IF_ERROR(GrowBuffer(b, norm_, f32(c.n_embd)));
+  CASCADE_RETURN_IF_ERROR(GrowBuffer(b, q_, f32(shard_.q_dim())));
+  CASCADE_RETURN_IF_ERROR(GrowBuffer(b, k_, f32(shard_.kv_dim())));
+  CASCADE_RETURN_IF_ERROR(GrowBuffer(b, v_, f32(shard_.kv_dim())));
+  CASCADE_RETURN_IF_ERROR(GrowBuffer(b, attn_, f32(shard_.q_dim())));
+  CASCADE_RETURN_IF_ERROR(GrowBuffer(b, proj_, f32(c.n_embd)));
+  CASCADE_RETURN_IF_ERROR(GrowBuffer(b, gate_, f32(shard_.n_ff())));
+  CASCADE_RETURN_IF_ERROR(GrowBuffer(b, up_, f32(shard_.n_ff())));
   ws_tokens_ = n;
+  return absl::OkStatus();
 }
 
 absl::Status Transformer::Embed(std::span<const int32_t> tokens, TensorView hidden) {
@@ -257,35 +279,36 @@ absl::Status Transformer::Embed(std::span<const int32_t> tokens, TensorView hidd
   if (hidden.Rows() != n || hidden.Cols() != c.n_embd) {
     return absl::InvalidArgumentError(StrCat("embedding: out ", hidden.ShapeString(), " for ", n, " ids"));
   }
+  // Rows [0, k) of the workspace are the k local ids' embeddings, row k is zeros; hidden's
+  // row i is then workspace row embd_map_[i], gathered by the backend (no host loop over
+  // backend memory).
   local_ids_.clear();
-  local_rows_.clear();
+  embd_map_.clear();
   for (int64_t i = 0; i < n; ++i) {
     const int32_t id = tokens[i];
     if (id < 0 || id >= c.n_vocab) {  // Every rank sees the same ids, so all refuse together.
       return absl::InvalidArgumentError(StrCat("token id ", id, " is outside the vocabulary [0, ", c.n_vocab, ")"));
     }
-    if (id >= shard_.vocab_begin && id < shard_.vocab_end) {
-      local_ids_.push_back(static_cast<int32_t>(id - shard_.vocab_begin));
-      local_rows_.push_back(i);
-    }
+    const bool local = id >= shard_.vocab_begin && id < shard_.vocab_end;
+    if (local) local_ids_.push_back(static_cast<int32_t>(id - shard_.vocab_begin));
+    embd_map_.push_back(local ? static_cast<int32_t>(local_ids_.size() - 1) : -1);
   }
-  float* out = hidden.As<float>();
-  std::fill_n(out, n * c.n_embd, 0.0f);
-  if (!local_ids_.empty()) {
-    const int64_t k = static_cast<int64_t>(local_ids_.size());
-    embd_ws_.resize(k * c.n_embd);
-    CASCADE_RETURN_IF_ERROR(
-        backend_->Embedding(TensorView(embd_ws_.data(), DType::kF32, {k, c.n_embd}), *token_embd_, local_ids_));
-    for (int64_t j = 0; j < k; ++j) {
-      std::copy_n(embd_ws_.data() + j * c.n_embd, c.n_embd, out + local_rows_[j] * c.n_embd);
-    }
+  const int64_t k = static_cast<int64_t>(local_ids_.size());
+  for (int32_t& row : embd_map_) {
+    if (row < 0) row = static_cast<int32_t>(k);
   }
+  const size_t row_bytes = static_cast<size_t>(c.n_embd) * sizeof(float);
+  CASCADE_RETURN_IF_ERROR(GrowBuffer(*backend_, embd_ws_, static_cast<size_t>(k + 1) * row_bytes));
+  if (k > 0) CASCADE_RETURN_IF_ERROR(backend_->Embedding(View(*embd_ws_, k, c.n_embd), *token_embd_, local_ids_));
+  zero_row_.assign(c.n_embd, 0.0f);
+  CASCADE_RETURN_IF_ERROR(backend_->CopyIn(embd_ws_->f32() + k * c.n_embd, zero_row_.data(), row_bytes));
+  CASCADE_RETURN_IF_ERROR(backend_->Embedding(hidden, View(*embd_ws_, k + 1, c.n_embd), embd_map_));
   return AllReduce(hidden);
 }
 
 absl::Status Transformer::AllReduce(TensorView x) {
   if (tp_comm_ == nullptr) return absl::OkStatus();
-  return tp_comm_->AllReduceSum(x.As<float>(), static_cast<size_t>(x.NumElements()));
+  return tp_.AllReduceSum(x.As<float>(), static_cast<size_t>(x.NumElements()));
 }
 
 absl::Status Transformer::RunLayers(TensorView hidden, const ForwardBatch& batch, KvCache& cache) {
@@ -304,17 +327,17 @@ absl::Status Transformer::RunLayers(TensorView hidden, const ForwardBatch& batch
                                              " kv heads of ", cache.options().head_dim, ", this rank computes ",
                                              shard_.n_kv_heads(), " of ", c.head_dim));
   }
-  EnsureWorkspace(n);
+  CASCADE_RETURN_IF_ERROR(EnsureWorkspace(n));
   kernels::Backend& b = *backend_;
-  TensorView norm(norm_.data(), DType::kF32, {n, c.n_embd});
+  TensorView norm = View(*norm_, n, c.n_embd);
   // This rank's heads and FFN columns (all of them without TP).
-  TensorView q(q_.data(), DType::kF32, {n, shard_.q_dim()});
-  TensorView k(k_.data(), DType::kF32, {n, shard_.kv_dim()});
-  TensorView v(v_.data(), DType::kF32, {n, shard_.kv_dim()});
-  TensorView attn(attn_.data(), DType::kF32, {n, shard_.q_dim()});
-  TensorView proj(proj_.data(), DType::kF32, {n, c.n_embd});
-  TensorView gate(gate_.data(), DType::kF32, {n, shard_.n_ff()});
-  TensorView up(up_.data(), DType::kF32, {n, shard_.n_ff()});
+  TensorView q = View(*q_, n, shard_.q_dim());
+  TensorView k = View(*k_, n, shard_.kv_dim());
+  TensorView v = View(*v_, n, shard_.kv_dim());
+  TensorView attn = View(*attn_, n, shard_.q_dim());
+  TensorView proj = View(*proj_, n, c.n_embd);
+  TensorView gate = View(*gate_, n, shard_.n_ff());
+  TensorView up = View(*up_, n, shard_.n_ff());
   const kernels::AttentionParams attn_params{shard_.n_heads(), 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
 
   for (size_t li = 0; li < layers_.size(); ++li) {
@@ -349,28 +372,45 @@ absl::Status Transformer::Logits(const TensorView& hidden, std::span<const int64
   if (logits.Rows() != m || logits.Cols() != c.n_vocab) {
     return absl::InvalidArgumentError(StrCat("logits: buffer ", logits.ShapeString(), " for ", m, " rows of ", c.n_vocab));
   }
-  EnsureWorkspace(m);
-  // Gather the wanted rows, then norm + LM head on just those (prefill needs one row).
-  TensorView picked(proj_.data(), DType::kF32, {m, c.n_embd});
-  for (int64_t i = 0; i < m; ++i) {
-    if (rows[i] < 0 || rows[i] >= hidden.Rows()) {
-      return absl::InvalidArgumentError(StrCat("logits: row ", rows[i], " outside the batch of ", hidden.Rows()));
+  CASCADE_RETURN_IF_ERROR(EnsureWorkspace(m));
+  // Gather the wanted rows (hidden read as an f32 table), then norm + LM head on just
+  // those (prefill needs one row).
+  picked_rows_.clear();
+  for (int64_t r : rows) {
+    if (r < 0 || r >= hidden.Rows()) {
+      return absl::InvalidArgumentError(StrCat("logits: row ", r, " outside the batch of ", hidden.Rows()));
     }
-    std::copy_n(hidden.As<float>() + rows[i] * c.n_embd, c.n_embd, picked.As<float>() + i * c.n_embd);
+    picked_rows_.push_back(static_cast<int32_t>(r));
   }
-  TensorView norm(norm_.data(), DType::kF32, {m, c.n_embd});
-  CASCADE_RETURN_IF_ERROR(backend_->RmsNorm(norm, picked, output_norm_, static_cast<float>(c.norm_eps)));
-  if (tp_comm_ == nullptr) return backend_->Linear(logits, norm, *output_, {});
+  kernels::Backend& b = *backend_;
+  TensorView picked = View(*proj_, m, c.n_embd);
+  CASCADE_RETURN_IF_ERROR(b.Embedding(picked, hidden, picked_rows_));
+  TensorView norm = View(*norm_, m, c.n_embd);
+  CASCADE_RETURN_IF_ERROR(b.RmsNorm(norm, picked, output_norm_, static_cast<float>(c.norm_eps)));
+  const size_t logits_bytes = static_cast<size_t>(m * c.n_vocab) * sizeof(float);
+  if (tp_comm_ == nullptr) {
+    if (b.host_memory()) return b.Linear(logits, norm, *output_, {});
+    CASCADE_RETURN_IF_ERROR(GrowBuffer(b, logits_ws_, logits_bytes));
+    CASCADE_RETURN_IF_ERROR(b.Linear(View(*logits_ws_, m, c.n_vocab), norm, *output_, {}));
+    return b.CopyOut(logits.data, logits_ws_->data(), logits_bytes);
+  }
   // Vocab-parallel: this rank's [m, n_vocab_local] logits, gathered in equal pieces of
   // [m, vocab_chunk] (the last rank's rows are shorter; its padding is never read).
   const int64_t chunk = shard_.vocab_chunk, local = shard_.n_vocab(), tp = shard_.tp_size;
-  logits_local_.resize(m * chunk);
-  logits_all_.resize(tp * m * chunk);
-  CASCADE_RETURN_IF_ERROR(backend_->Linear(TensorView(logits_local_.data(), DType::kF32, {m, local}), norm, *output_, {}));
-  CASCADE_RETURN_IF_ERROR(tp_comm_->AllGather(logits_local_.data(), m * chunk * sizeof(float), logits_all_.data()));
+  const size_t piece = static_cast<size_t>(m * chunk) * sizeof(float);
+  CASCADE_RETURN_IF_ERROR(GrowBuffer(b, logits_local_, piece));
+  CASCADE_RETURN_IF_ERROR(GrowBuffer(b, logits_all_, tp * piece));
+  CASCADE_RETURN_IF_ERROR(b.Linear(View(*logits_local_, m, local), norm, *output_, {}));
+  CASCADE_RETURN_IF_ERROR(tp_.AllGather(logits_local_->data(), piece, logits_all_->data()));
+  const float* all = logits_all_->f32();
+  if (!b.host_memory()) {
+    logits_host_.resize(tp * m * chunk);
+    CASCADE_RETURN_IF_ERROR(b.CopyOut(logits_host_.data(), all, tp * piece));
+    all = logits_host_.data();
+  }
   for (int64_t r = 0; r < tp; ++r) {
     const int64_t v0 = r * chunk, len = std::min(chunk, c.n_vocab - v0);
-    const float* src = logits_all_.data() + r * m * chunk;
+    const float* src = all + r * m * chunk;
     for (int64_t i = 0; i < m; ++i) std::copy_n(src + i * len, len, logits.As<float>() + i * c.n_vocab + v0);
   }
   return absl::OkStatus();
@@ -381,8 +421,8 @@ absl::Status Transformer::Forward(const ForwardBatch& batch, KvCache& cache, Ten
     return absl::FailedPreconditionError("Forward needs a stage holding the whole model");
   }
   const int64_t n = static_cast<int64_t>(batch.tokens.size());
-  hidden_.resize(n * config_.n_embd);
-  TensorView hidden(hidden_.data(), DType::kF32, {n, config_.n_embd});
+  CASCADE_RETURN_IF_ERROR(GrowBuffer(*backend_, hidden_, static_cast<size_t>(n * config_.n_embd) * sizeof(float)));
+  TensorView hidden = View(*hidden_, n, config_.n_embd);
   CASCADE_RETURN_IF_ERROR(Embed(batch.tokens, hidden));
   CASCADE_RETURN_IF_ERROR(RunLayers(hidden, batch, cache));
   return Logits(hidden, batch.logit_rows, logits);

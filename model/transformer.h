@@ -14,6 +14,11 @@
 // rank holds the full hidden state). Embed, RunLayers and Logits are then collectives:
 // every rank of the group calls them, with the same batch, in the same order.
 //
+// Memory: weights, norms, workspaces and the hidden states Embed/RunLayers/Logits take are
+// the backend's memory (device memory on a GPU); token ids, positions, block tables and
+// the logits Logits/Forward return are host memory. On a GPU the matrices are uploaded at
+// load and the file pages behind them dropped.
+//
 // Thread-safety: single owner (the device thread). Forward calls run one at a time.
 #pragma once
 
@@ -25,6 +30,7 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/ops.h"
+#include "model/backend_comm.h"
 #include "model/kv_cache.h"
 #include "model/model_files.h"
 #include "model/tp_shard.h"
@@ -90,12 +96,16 @@ class Transformer {
   // only this rank's KV heads (tp_shard().n_kv_heads()).
   KvCacheOptions CacheOptions(int64_t n_blocks, int64_t block_size) const;
 
+  // The backend the stage runs on (borrowed).
+  kernels::Backend* backend() const { return backend_; }
+
   // hidden [n_tokens, n_embd] = embedding rows of `tokens`. First stage only.
   absl::Status Embed(std::span<const int32_t> tokens, TensorView hidden);
   // Runs this stage's layers over hidden [n_tokens, n_embd] in place, appending the new
   // tokens' K/V to `cache` at the positions and blocks the batch names.
   absl::Status RunLayers(TensorView hidden, const ForwardBatch& batch, KvCache& cache);
-  // logits [rows.size(), n_vocab] for the given rows of hidden. Last stage only. With TP,
+  // logits [rows.size(), n_vocab] (host memory) for the given rows of hidden. Last stage
+  // only. With TP,
   // each rank computes its vocabulary rows and the group all-gathers them, so every rank
   // returns all the logits.
   absl::Status Logits(const TensorView& hidden, std::span<const int64_t> rows, TensorView logits);
@@ -107,13 +117,19 @@ class Transformer {
   struct Layer;
   Transformer() = default;
   absl::Status LoadWeights(const ModelFiles& files);
-  void EnsureWorkspace(int64_t n_tokens);
+  absl::Status EnsureWorkspace(int64_t n_tokens);
+  // A view of `rows` x `cols` f32 at the start of a workspace buffer.
+  TensorView View(const kernels::Buffer& b, int64_t rows, int64_t cols) const;
+  // An f32 vector in the backend's memory: the host view itself on a host backend, an
+  // uploaded copy otherwise.
+  absl::StatusOr<TensorView> Keep(std::span<const float> host);
 
   absl::Status AllReduce(TensorView x);
 
   ModelConfig config_;
   kernels::Backend* backend_ = nullptr;  // Borrowed.
   comm::Communicator* tp_comm_ = nullptr;  // Borrowed; null when shard_.tp_size is 1.
+  BackendComm tp_;                         // tp_comm_ over the backend's memory.
   TpShard shard_;
   int64_t first_layer_ = 0;
   int64_t last_layer_ = 0;
@@ -128,20 +144,24 @@ class Transformer {
   std::vector<Layer> layers_;
   std::vector<std::unique_ptr<kernels::PreparedWeight>> prepared_;  // Every matrix.
   std::vector<TensorView> used_;  // Every weight view still read from the file (for Prefault).
-  std::vector<std::vector<float>> owned_;  // Converted norms/biases.
+  std::vector<std::vector<float>> owned_;  // Converted norms/biases (host backends).
+  std::vector<std::unique_ptr<kernels::Buffer>> uploaded_;  // Norms/biases (other backends).
   // Column slices of matrices (64-byte aligned), kept while their prepared weight reads them.
   struct FreeBytes {
     void operator()(uint8_t* p) const;
   };
   std::vector<std::unique_ptr<uint8_t[], FreeBytes>> owned_bytes_;
-  // Workspaces, grown to the largest batch seen (never shrunk).
+  // Workspaces in the backend's memory, grown to the largest batch seen (never shrunk).
   int64_t ws_tokens_ = 0;
-  std::vector<float> norm_, q_, k_, v_, attn_, proj_, gate_, up_;
-  std::vector<float> hidden_;  // Forward()'s residual stream.
+  std::unique_ptr<kernels::Buffer> norm_, q_, k_, v_, attn_, proj_, gate_, up_;
+  std::unique_ptr<kernels::Buffer> hidden_;  // Forward()'s residual stream.
+  std::unique_ptr<kernels::Buffer> logits_ws_;  // The head's output where it is not host memory.
+  std::vector<int32_t> picked_rows_;  // Logits' rows, as embedding ids into hidden.
   // Vocab-parallel embedding and LM head (TP only).
-  std::vector<int32_t> local_ids_;
-  std::vector<int64_t> local_rows_;
-  std::vector<float> embd_ws_, logits_local_, logits_all_;
+  std::vector<int32_t> local_ids_, embd_map_;
+  std::vector<float> zero_row_;
+  std::vector<float> logits_host_;  // The gathered logits, copied out of a device.
+  std::unique_ptr<kernels::Buffer> embd_ws_, logits_local_, logits_all_;
 };
 
 // Inverse RoPE frequencies [head_dim / 2] with the config's scaling applied.

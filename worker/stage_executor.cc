@@ -5,6 +5,7 @@
 
 #include "core/status.h"
 #include "core/str_cat.h"
+#include "kernels/cuda_backend.h"
 
 namespace cascade::worker {
 namespace {
@@ -23,23 +24,38 @@ model::SamplingParams FromProto(const v1::StepSampling& s) {
   return p;
 }
 
+absl::StatusOr<std::unique_ptr<kernels::Backend>> MakeBackend(const StageExecutorOptions& options) {
+  if (options.device.kind == DeviceKind::kCpu) return kernels::MakeCpuBackend({.n_threads = options.n_threads});
+  absl::StatusOr<std::unique_ptr<kernels::CudaBackend>> gpu = kernels::CudaBackend::Create({.device = options.device.index});
+  if (!gpu.ok()) return Annotate(gpu.status(), StrCat("device cuda:", options.device.index));
+  return std::unique_ptr<kernels::Backend>(*std::move(gpu));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Create(
     const StageExecutorOptions& options, comm::Communicator* pp_comm, comm::Communicator* tp_comm,
-    const std::function<void(double)>& progress) {
+    const std::function<void(double)>& progress, std::unique_ptr<kernels::Backend> backend) {
   std::unique_ptr<StageExecutor> e(new StageExecutor());
   e->options_ = options;
-  e->comm_ = pp_comm;
-  e->tp_comm_ = tp_comm;
   if (options.n_stages > 1 && pp_comm == nullptr) {
     return absl::InvalidArgumentError("a pipeline of several stages needs a communicator");
   }
   if (options.tp_size > 1 && tp_comm == nullptr) {
     return absl::InvalidArgumentError("a tensor-parallel stage needs its group's communicator");
   }
+  if (backend != nullptr) {
+    e->backend_ = std::move(backend);
+  } else {
+    CASCADE_ASSIGN_OR_RETURN(e->backend_, MakeBackend(options));
+  }
+  if (pp_comm != nullptr) {
+    CASCADE_ASSIGN_OR_RETURN(e->pp_, model::BackendComm::Create(e->backend_.get(), pp_comm));
+  }
+  if (tp_comm != nullptr) {
+    CASCADE_ASSIGN_OR_RETURN(e->tp_, model::BackendComm::Create(e->backend_.get(), tp_comm));
+  }
   CASCADE_ASSIGN_OR_RETURN(e->files_, model::OpenModelFiles(options.model_path));
-  e->backend_ = kernels::MakeCpuBackend({.n_threads = options.n_threads});
   model::StageOptions stage;
   stage.first_layer = options.first_layer;
   stage.last_layer = options.last_layer;
@@ -58,7 +74,8 @@ absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Create(
   }
   e->transformer_->Prefault(progress);
   CASCADE_ASSIGN_OR_RETURN(model::KvCache cache, model::KvCache::Create(
-                                                     e->transformer_->CacheOptions(options.kv_blocks, options.kv_block_size)));
+                                                     e->transformer_->CacheOptions(options.kv_blocks, options.kv_block_size),
+                                                     e->backend_.get()));
   e->cache_ = std::make_unique<model::KvCache>(std::move(cache));
   return e;
 }
@@ -137,8 +154,9 @@ absl::StatusOr<v1::StepResult> StageExecutor::Execute(const v1::StepRequest& ste
 absl::Status StageExecutor::Forward(const Rows& rows, int64_t step_id) {
   const int64_t n = static_cast<int64_t>(rows.tokens.size());
   const int64_t n_embd = transformer_->config().n_embd;
-  hidden_.resize(n * n_embd);
-  TensorView hidden(hidden_.data(), DType::kF32, {n, n_embd});
+  const size_t capacity = static_cast<size_t>(SliceRows(n) * options_.tp_size * n_embd) * sizeof(float);
+  CASCADE_RETURN_IF_ERROR(kernels::GrowBuffer(*backend_, hidden_, capacity));
+  TensorView hidden(hidden_->data(), DType::kF32, {n, n_embd}, backend_->device());
   const uint64_t tag = static_cast<uint64_t>(step_id);
   if (options_.stage == 0) {
     CASCADE_RETURN_IF_ERROR(transformer_->Embed(rows.tokens, hidden));
@@ -200,29 +218,23 @@ absl::Status StageExecutor::Draft(const v1::StepRequest& step, Rows& rows, v1::S
   return absl::OkStatus();
 }
 
+// Every TP rank holds the full hidden state: each sends its slice of c rows (with TP 1,
+// all n), padding rows past n included, so every link carries the same bytes.
 absl::Status StageExecutor::SendHidden(int64_t n, uint64_t tag) {
-  const int64_t d = transformer_->config().n_embd;
-  const int t = options_.tp_size;
-  if (t == 1) return comm_->Send(hidden_.data(), hidden_.size() * sizeof(float), options_.stage + 1, tag);
-  // Every TP rank holds the full hidden state: each sends its 1/t of the rows.
-  const int64_t c = (n + t - 1) / t;
-  slice_.assign(c * d, 0.0f);
-  const int64_t begin = std::min(n, options_.tp_rank * c), end = std::min(n, begin + c);
-  std::copy(hidden_.begin() + begin * d, hidden_.begin() + end * d, slice_.begin());
-  return comm_->Send(slice_.data(), slice_.size() * sizeof(float), options_.stage + 1, tag);
+  const int64_t d = transformer_->config().n_embd, c = SliceRows(n);
+  const float* slice = hidden_->f32() + options_.tp_rank * c * d;
+  return pp_.Send(slice, static_cast<size_t>(c * d) * sizeof(float), options_.stage + 1, tag);
 }
 
+// Receives this rank's slice in place, then the TP group all-gathers the slices, each
+// already at its own offset.
 absl::Status StageExecutor::ReceiveHidden(int64_t n, uint64_t tag) {
-  const int64_t d = transformer_->config().n_embd;
-  const int t = options_.tp_size;
-  if (t == 1) return comm_->Recv(hidden_.data(), hidden_.size() * sizeof(float), options_.stage - 1, tag);
-  const int64_t c = (n + t - 1) / t;
-  slice_.assign(c * d * t, 0.0f);
-  float* mine = slice_.data() + options_.tp_rank * c * d;
-  CASCADE_RETURN_IF_ERROR(comm_->Recv(mine, c * d * sizeof(float), options_.stage - 1, tag));
-  CASCADE_RETURN_IF_ERROR(tp_comm_->AllGather(mine, c * d * sizeof(float), slice_.data()));
-  std::copy(slice_.begin(), slice_.begin() + n * d, hidden_.begin());
-  return absl::OkStatus();
+  const int64_t d = transformer_->config().n_embd, c = SliceRows(n);
+  const size_t bytes = static_cast<size_t>(c * d) * sizeof(float);
+  float* mine = hidden_->f32() + options_.tp_rank * c * d;
+  CASCADE_RETURN_IF_ERROR(pp_.Recv(mine, bytes, options_.stage - 1, tag));
+  if (options_.tp_size == 1) return absl::OkStatus();
+  return tp_.AllGather(mine, bytes, hidden_->data());
 }
 
 absl::Status StageExecutor::Sample(const v1::StepRequest& step, v1::StepResult& result) {

@@ -17,6 +17,7 @@
 #include "cascade/v1/cluster.pb.h"
 #include "comm/communicator.h"
 #include "kernels/ops.h"
+#include "model/backend_comm.h"
 #include "model/kv_cache.h"
 #include "model/model_files.h"
 #include "model/sampler.h"
@@ -33,6 +34,7 @@ struct StageExecutorOptions {
   int64_t kv_blocks = 0;         // Blocks in this stage's KV cache.
   int64_t kv_block_size = 16;
   int n_threads = 1;             // CPU compute threads.
+  Device device;                 // cpu, or cuda:N (weights, KV cache and activations there).
   int tp_rank = 0;               // Rank in the stage's tensor-parallel group.
   int tp_size = 1;               // Its size (1: no tensor parallelism).
   // A drafter (speculative decoding): one process holding layers [first_layer,
@@ -49,10 +51,12 @@ class StageExecutor {
   // the stage. `tp_comm` (borrowed, null when tp_size is 1) is the stage's TP group.
   // Hand-off between stages of TP size t: TP rank r sends rows [r*c, (r+1)*c) (c =
   // ceil(n/t)) to TP rank r of the next stage, which all-gathers them inside its group, so
-  // each cross-stage link carries 1/t of the bytes.
+  // each cross-stage link carries 1/t of the bytes. On cuda:N the communicators may work on
+  // host memory (UCX: staged through host copies) or GPU memory (NCCL).
+  // `backend` (optional) is the one to run on; by default one is made for options.device.
   static absl::StatusOr<std::unique_ptr<StageExecutor>> Create(
       const StageExecutorOptions& options, comm::Communicator* pp_comm, comm::Communicator* tp_comm,
-      const std::function<void(double)>& progress);
+      const std::function<void(double)>& progress, std::unique_ptr<kernels::Backend> backend = nullptr);
 
   // Runs one step. On the last stage the result carries a sampled token for every
   // sequence with `sample` set, or, for a verification (`n_draft` > 0), the accepted
@@ -91,17 +95,21 @@ class StageExecutor {
 
   absl::Status ReceiveHidden(int64_t n_rows, uint64_t tag);
   absl::Status SendHidden(int64_t n_rows, uint64_t tag);
+  // Rows per TP rank in a hand-off of n rows: ceil(n / t).
+  int64_t SliceRows(int64_t n) const { return (n + options_.tp_size - 1) / options_.tp_size; }
 
   StageExecutorOptions options_;
-  comm::Communicator* comm_ = nullptr;     // Pipeline link (this TP rank across stages).
-  comm::Communicator* tp_comm_ = nullptr;  // The stage's TP group.
+  model::BackendComm pp_;  // Pipeline link (this TP rank across stages), when n_stages > 1.
+  model::BackendComm tp_;  // The stage's TP group, when tp_size > 1.
   model::ModelFiles files_;
   std::unique_ptr<kernels::Backend> backend_;
   std::unique_ptr<model::Transformer> transformer_;
   std::unique_ptr<model::KvCache> cache_;
   absl::flat_hash_map<int64_t, SeqState> seqs_;
-  std::vector<float> hidden_, logits_;
-  std::vector<float> slice_;  // [c * t, n_embd] hand-off buffer with TP (padded rows).
+  // The step's hidden states in the backend's memory: [c * t, n_embd] rows (c =
+  // SliceRows(n)), so each TP rank's hand-off slice is whole; rows past n are padding.
+  std::unique_ptr<kernels::Buffer> hidden_;
+  std::vector<float> logits_;  // Host memory, for the samplers.
 };
 
 }  // namespace cascade::worker

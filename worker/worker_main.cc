@@ -1,4 +1,4 @@
-// `cascade-worker --coordinator HOST:PORT --node NAME --device cpu [--threads N]
+// `cascade-worker --coordinator HOST:PORT --node NAME --device cpu|cuda:N [--threads N]
 // [--listen HOST:PORT] [--draft]`: one worker per device. It serves the Worker RPCs,
 // registers with the coordinator (as the drafter with --draft), heartbeats, and exits
 // when the coordinator goes away.
@@ -13,9 +13,11 @@
 #include <thread>
 
 #include "cascade/v1/cluster.grpc.pb.h"
+#include "comm/nccl_communicator.h"
 #include "core/args.h"
 #include "core/logging.h"
 #include "grpcpp/create_channel.h"
+#include "kernels/cuda_device.h"
 #include "grpcpp/server_builder.h"
 #include "worker/worker_service.h"
 
@@ -45,7 +47,17 @@ int main(int argc, char** argv) {
   if (!coordinator.ok()) return UsageError(std::string(coordinator.status().message()));
   const std::string node = args.GetOr("node", "n0");
   const std::string device = args.GetOr("device", "cpu");
-  if (device != "cpu") return UsageError("--device " + device + ": this build serves cpu workers only");
+  absl::StatusOr<Device> parsed = ParseDevice(device);
+  if (!parsed.ok()) return UsageError("--device: " + std::string(parsed.status().message()));
+  if (parsed->kind == DeviceKind::kCuda) {
+    // Refuse now, with the runtime's reason, rather than register and fail at load.
+    const kernels::CudaAvailability cuda = kernels::QueryCudaDevices();
+    if (cuda.device_count <= parsed->index) {
+      return UsageError("--device " + device + ": no usable GPU: " +
+                        (cuda.device_count > 0 ? "only " + std::to_string(cuda.device_count) + " CUDA devices"
+                                               : cuda.reason));
+    }
+  }
   auto threads = args.GetInt("threads", 1);
   if (!threads.ok() || *threads < 1) return UsageError("--threads must be a positive integer");
   std::signal(SIGTERM, OnSignal);
@@ -53,6 +65,7 @@ int main(int argc, char** argv) {
 
   worker::WorkerServiceOptions opts;
   opts.n_threads = static_cast<int>(*threads);
+  opts.device = *parsed;
   opts.coordinator = *coordinator;
   worker::WorkerService service(opts);
   grpc::ServerBuilder builder;
@@ -74,6 +87,7 @@ int main(int argc, char** argv) {
   reg.set_pid(getpid());
   reg.set_n_threads(opts.n_threads);
   reg.set_draft(args.Has("draft"));
+  reg.set_nccl(comm::NcclCommunicator::Available());
   reg.set_memory_bytes(static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE));
   v1::RegisterResponse assigned;
   // The coordinator may still be starting: retry for up to a minute.

@@ -5,6 +5,7 @@
 
 #include "core/logging.h"
 #include "core/status.h"
+#include "comm/nccl_communicator.h"
 #include "core/str_cat.h"
 #include "proto/grpc_status.h"
 #include "worker/grpc_rendezvous.h"
@@ -27,25 +28,36 @@ grpc::Status WorkerService::LoadShard(grpc::ServerContext* context, const v1::Lo
   // pipeline link of this TP rank (TP rank r of every stage).
   const int tp_size = std::max(1, req->tp_size());
   rendezvous_ = std::make_unique<GrpcRendezvous>(options_.coordinator);
-  const auto connect = [&](const std::string& group, int rank, int size,
-                           int64_t spin_us) -> absl::StatusOr<std::unique_ptr<comm::Communicator>> {
+  const auto connect = [&](const std::string& group, int rank, int size, int64_t spin_us,
+                           const std::string& transport) -> absl::StatusOr<std::unique_ptr<comm::Communicator>> {
     comm::GroupOptions g;
     g.group = group;
     g.rank = rank;
     g.size = size;
     g.timeout_ms = options_.comm_timeout_ms;
+    if (transport == "nccl") {
+      if (options_.device.kind != DeviceKind::kCuda) {
+        return absl::InvalidArgumentError("transport nccl needs a cuda device; this worker runs on cpu");
+      }
+      return comm::NcclCommunicator::Create(g, rendezvous_.get(), options_.device.index);
+    }
+    if (!transport.empty() && transport != "ucx") {
+      return absl::InvalidArgumentError(StrCat("unknown transport '", transport, "' (ucx or nccl)"));
+    }
     comm::UcxOptions ucx;
     ucx.spin_us = spin_us;
     return comm::UcxCommunicator::Create(g, rendezvous_.get(), ucx);
   };
   if (tp_size > 1) {
     // TP peers meet twice per layer: spin briefly instead of sleeping on the event fd.
-    auto c = connect(StrCat(req->group(), "/tp", req->stage()), req->tp_rank(), tp_size, options_.tp_spin_us);
+    auto c = connect(StrCat(req->group(), "/tp", req->stage()), req->tp_rank(), tp_size, options_.tp_spin_us,
+                     req->tp_transport());
     if (!c.ok()) return ToGrpc(Annotate(c.status(), "connecting the tensor-parallel group"));
     tp_comm_ = std::move(*c);
   }
   if (req->n_stages() > 1) {
-    auto c = connect(StrCat(req->group(), "/pp", req->tp_rank()), req->stage(), req->n_stages(), 0);
+    auto c = connect(StrCat(req->group(), "/pp", req->tp_rank()), req->stage(), req->n_stages(), 0,
+                     req->pp_transport());
     if (!c.ok()) return ToGrpc(Annotate(c.status(), "connecting the pipeline stages"));
     comm_ = std::move(*c);
   }
@@ -58,6 +70,7 @@ grpc::Status WorkerService::LoadShard(grpc::ServerContext* context, const v1::Lo
   o.kv_blocks = req->kv_blocks();
   o.kv_block_size = req->kv_block_size();
   o.n_threads = options_.n_threads;
+  o.device = options_.device;
   o.tp_rank = req->tp_rank();
   o.tp_size = tp_size;
   o.draft = req->draft();

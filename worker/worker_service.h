@@ -17,6 +17,7 @@ namespace cascade::worker {
 
 struct WorkerServiceOptions {
   int n_threads = 1;                       // CPU compute threads for the stage.
+  Device device;                           // Where the stage runs: cpu or cuda:N.
   std::string coordinator;                 // host:port, for the rendezvous keys.
   int64_t comm_timeout_ms = 30000;         // Data-plane operations give up after this.
   int64_t tp_spin_us = 50;                 // TP collectives poll this long before sleeping.

@@ -46,6 +46,7 @@ class NcclComm final : public Communicator {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  bool device_memory() const override { return true; }
 
   absl::Status Send(const void* buf, size_t bytes, int peer, uint64_t) override {
     CASCADE_RETURN_IF_ERROR(CheckPeer(peer));

@@ -46,6 +46,30 @@ bool Supported(DType d) {
 
 float* F32(const TensorView& v) { return static_cast<float*>(v.data); }
 
+// Backend memory of a CudaBackend: a DeviceBuffer behind the Buffer interface.
+class CudaBuffer final : public Buffer {
+ public:
+  explicit CudaBuffer(DeviceBuffer b) : Buffer(b.data(), b.bytes()), buf_(std::move(b)) {}
+
+ private:
+  DeviceBuffer buf_;
+};
+
+// A weight uploaded at load: the ops read the device copy, never the host source.
+class CudaWeight final : public PreparedWeight {
+ public:
+  CudaWeight(const TensorView& source, DeviceBuffer buf, int device)
+      : PreparedWeight(source),
+        buf_(std::move(buf)),
+        view_(buf_.data(), source.dtype, {source.Rows(), source.Cols()}, Device{DeviceKind::kCuda, device}) {}
+  bool reads_source() const override { return false; }
+  const TensorView& view() const { return view_; }
+
+ private:
+  DeviceBuffer buf_;
+  TensorView view_;
+};
+
 class CudaBackendImpl final : public CudaBackend {
  public:
   explicit CudaBackendImpl(int device) : device_(device) {}
@@ -68,6 +92,54 @@ class CudaBackendImpl final : public CudaBackend {
   bool SupportsWeight(DType dtype) const override { return Supported(dtype); }
 
   absl::Status Synchronize() override { return CudaError(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+
+  bool host_memory() const override { return false; }
+
+  absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) override {
+    absl::StatusOr<DeviceBuffer> b = DeviceBuffer::Create(device_, std::max<size_t>(bytes, 64));
+    if (!b.ok()) return absl::ResourceExhaustedError(std::string(b.status().message()));
+    return std::unique_ptr<Buffer>(std::make_unique<CudaBuffer>(*std::move(b)));
+  }
+
+  // Stream-ordered, then waited for: the host side may be pinned (registered) memory that
+  // the caller reuses as soon as this returns.
+  absl::Status CopyIn(void* dst, const void* host, size_t bytes) override {
+    if (bytes == 0) return absl::OkStatus();
+    CASCADE_CUDA_RETURN(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_), "CopyIn");
+    return Synchronize();
+  }
+
+  absl::Status CopyOut(void* host, const void* src, size_t bytes) override {
+    if (bytes == 0) return absl::OkStatus();
+    CASCADE_CUDA_RETURN(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream_), "CopyOut");
+    return Synchronize();
+  }
+
+  // Uploads the weight as stored (quantized blocks stay quantized); the caller may then
+  // drop the host copy.
+  absl::StatusOr<std::unique_ptr<PreparedWeight>> PrepareWeight(const TensorView& weight) override {
+    if (!Supported(weight.dtype)) {
+      return absl::UnimplementedError(StrCat("PrepareWeight: no CUDA kernel for ", DTypeName(weight.dtype)));
+    }
+    const size_t bytes = static_cast<size_t>(weight.NumBytes());
+    absl::StatusOr<DeviceBuffer> buf = DeviceBuffer::Create(device_, std::max<size_t>(bytes, 64));
+    if (!buf.ok()) return absl::ResourceExhaustedError(StrCat("weight ", weight.ShapeString(), ": ", buf.status().message()));
+    CASCADE_RETURN_IF_ERROR(buf->Upload(weight.data, bytes));
+    return std::unique_ptr<PreparedWeight>(std::make_unique<CudaWeight>(weight, *std::move(buf), device_));
+  }
+
+  absl::Status Linear(TensorView out, const TensorView& in, const PreparedWeight& weight,
+                      const TensorView& bias) override {
+    const auto* w = dynamic_cast<const CudaWeight*>(&weight);
+    if (w == nullptr) return absl::InternalError("Linear: weight prepared by another backend");
+    return Linear(out, in, w->view(), bias);
+  }
+
+  absl::Status Embedding(TensorView out, const PreparedWeight& table, std::span<const int32_t> ids) override {
+    const auto* w = dynamic_cast<const CudaWeight*>(&table);
+    if (w == nullptr) return absl::InternalError("Embedding: table prepared by another backend");
+    return Embedding(out, w->view(), ids);
+  }
 
   absl::Status Linear(TensorView out, const TensorView& in, const TensorView& weight, const TensorView& bias) override {
     const int64_t n_tokens = in.Rows(), n_in = in.Cols(), n_out = weight.Rows();

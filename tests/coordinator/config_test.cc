@@ -137,6 +137,16 @@ TEST(ConfigTest, MissingFileIsNotFound) {
   EXPECT_THAT(StatusMessage(c.status()), HasSubstr("/nonexistent/cluster.yaml"));
 }
 
+TEST(ConfigTest, NcclActivationsOnCudaDevices) {
+  auto c = ParseClusterConfig(
+      "model: {path: m}\ntransport: {activations: nccl}\nparallel: {pipeline: 2}\n"
+      "nodes: [{name: a, host: h, devices: ['cuda:0']}, {name: b, host: h2, devices: ['cuda:0']}]\n",
+      "t.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->transport.activations, ActivationTransport::kNccl);
+  EXPECT_EQ(ActivationTransportName(c->transport.activations), "nccl");
+}
+
 TEST(ConfigTest, ParseDevice) {
   EXPECT_EQ(*ParseDevice("cpu"), (Device{DeviceKind::kCpu, 0}));
   EXPECT_EQ(*ParseDevice("cuda:0"), (Device{DeviceKind::kCuda, 0}));
@@ -240,7 +250,7 @@ const BadConfig kBadConfigs[] = {
     {"model: {path: m}\ntransport: {activations: tcp}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
      "transport.activations: unknown transport 'tcp'"},
     {"model: {path: m}\ntransport: {activations: nccl}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
-     "transport.activations: nccl is not supported yet"},
+     "transport.activations: nccl moves GPU memory, but nodes[0].devices[0] is cpu"},
     {"model: {path: m}\ntransport: {weights: ucx}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
      "transport.weights: unknown key"},
 };

@@ -355,8 +355,8 @@ def test_config_errors_exit_2():
             f"model: {{path: {STORIES}}}\nparallel: {{pipeline: 0}}\nnodes: [{{name: a, host: h, devices: [cpu]}}]\n": "parallel.pipeline",
             f"model: {{path: {STORIES}}}\nnodes: [{{name: a, host: h, devices: [gpu7]}}]\n": "nodes[0].devices[0]",
             f"model: {{path: {STORIES}}}\nnodes: [{{name: a, host: h, devices: [cpu]}}]\nscheduler: {{kv_block_size: 3}}\n": "scheduler.kv_block_size",
-            # Workers run on cpu only so far: refused at start, not a restart loop.
-            f"model: {{path: {STORIES}}}\nnodes: [{{name: a, host: 127.0.0.1, devices: ['cuda:0']}}]\n": "nodes[0].devices[0]: 'cuda:0'",
+            f"model: {{path: {STORIES}}}\nnodes: [{{name: a, host: h, devices: [cpu]}}]\n"
+            "transport: {activations: nccl}\n": "transport.activations",
             f"model: {{path: /nonexistent.gguf}}\nnodes: [{{name: a, host: h, devices: [cpu]}}]\n": "model.path",
             # TP larger than a node's devices: the group would span nodes.
             f"model: {{path: {STORIES}}}\nparallel: {{tensor: 2}}\n"
@@ -371,6 +371,21 @@ def test_config_errors_exit_2():
             p = subprocess.run([COORDINATOR, "--config", cfg], capture_output=True, text=True, timeout=60)
             assert p.returncode == 2, (text, p.returncode, p.stderr)
             assert key in p.stderr and len(p.stderr.strip().splitlines()) == 1, (key, p.stderr)
+        # A cuda:N worker on a machine without a usable GPU refuses its device (exit 64, not
+        # restarted); the coordinator stops waiting at once and says why on its last line.
+        if os.path.exists("/dev/nvidia0"):
+            print("a GPU is present: the no-GPU refusal case does not apply")
+            return
+        cfg = os.path.join(d, "gpu.yaml")
+        open(cfg, "w").write(f"model: {{path: {STORIES}}}\nnodes: [{{name: a, host: 127.0.0.1, devices: ['cuda:0']}}]\n"
+                             "server: {listen: '127.0.0.1:0'}\n")
+        t0 = time.time()
+        p = subprocess.run([COORDINATOR, "--config", cfg], capture_output=True, text=True, timeout=60)
+        last = p.stderr.strip().splitlines()[-1]
+        assert p.returncode == 2, (p.returncode, p.stderr)
+        assert last.startswith("cascade-coordinator: ") and "cuda:0" in last and "no usable GPU" in last, p.stderr
+        assert time.time() - t0 < 20, f"took {time.time() - t0:.1f} s"
+        print(f"cuda:0 without a GPU: refused in {time.time() - t0:.1f} s: {last}")
 
 
 def test_worker_killed_mid_stream():

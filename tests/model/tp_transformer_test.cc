@@ -2,9 +2,13 @@
 // process, each with its own CPU backend (1 thread), its own UcxCommunicator over one
 // InProcessRendezvous, its own sharded Transformer and KV cache, run the same prefill and
 // greedy decode steps; every step's last-position logits are compared with TP=1's.
+// The same runs on testing::GuardedBackend (memory the host cannot touch between ops, as
+// on a GPU) must give the CPU backend's logits bit for bit, at TP=1 and through the host
+// staging of the TP collectives.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <filesystem>
 #include <numeric>
 #include <thread>
 
@@ -14,6 +18,7 @@
 #include "comm/ucx_communicator.h"
 #include "core/status.h"
 #include "model/transformer.h"
+#include "tests/guarded_backend.h"
 #include "tests/model/random_model.h"
 #include "tests/test_support.h"
 
@@ -39,7 +44,7 @@ std::vector<int32_t> Prompt(int64_t n, int64_t n_vocab) {
 
 absl::StatusOr<Trace> Generate(Transformer& t, const std::vector<int32_t>& prompt, int n_decode) {
   const int64_t V = t.config().n_vocab;
-  CASCADE_ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(t.CacheOptions(4, 16)));
+  CASCADE_ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(t.CacheOptions(4, 16), t.backend()));
   const std::vector<int32_t> table = {2, 0, 3, 1};  // Non-contiguous blocks; 64 positions.
   Trace trace;
   std::vector<int32_t> tokens = prompt;
@@ -61,8 +66,18 @@ absl::StatusOr<Trace> Generate(Transformer& t, const std::vector<int32_t>& promp
   return trace;
 }
 
-absl::StatusOr<Trace> RunSingle(const ModelFiles& files, const std::vector<int32_t>& prompt, int n_decode) {
-  auto backend = kernels::MakeCpuBackend({.n_threads = 1});
+// The CPU backend, or the guarded one that runs the same kernels on memory the host
+// cannot touch between ops.
+enum class Memory { kHost, kGuarded };
+
+std::unique_ptr<kernels::Backend> MakeBackend(Memory memory) {
+  if (memory == Memory::kGuarded) return std::make_unique<testing::GuardedBackend>();
+  return kernels::MakeCpuBackend({.n_threads = 1});
+}
+
+absl::StatusOr<Trace> RunSingle(const ModelFiles& files, const std::vector<int32_t>& prompt, int n_decode,
+                                Memory memory = Memory::kHost) {
+  auto backend = MakeBackend(memory);
   CASCADE_ASSIGN_OR_RETURN(std::unique_ptr<Transformer> t, Transformer::Load(files, backend.get(), {}));
   return Generate(*t, prompt, n_decode);
 }
@@ -74,7 +89,7 @@ std::string UniqueGroup() {
 
 // One trace per rank of a TP group of `tp` threads.
 std::vector<absl::StatusOr<Trace>> RunTp(const ModelFiles& files, int tp, const std::vector<int32_t>& prompt,
-                                         int n_decode) {
+                                         int n_decode, Memory memory = Memory::kHost) {
   comm::InProcessRendezvous rendezvous;
   const std::string group = UniqueGroup();
   std::vector<absl::StatusOr<Trace>> traces(tp, absl::UnknownError("not run"));
@@ -89,7 +104,7 @@ std::vector<absl::StatusOr<Trace>> RunTp(const ModelFiles& files, int tp, const 
         options.timeout_ms = 60000;
         CASCADE_ASSIGN_OR_RETURN(std::unique_ptr<comm::Communicator> comm,
                                  comm::UcxCommunicator::Create(options, &rendezvous));
-        auto backend = kernels::MakeCpuBackend({.n_threads = 1});
+        auto backend = MakeBackend(memory);
         CASCADE_ASSIGN_OR_RETURN(std::unique_ptr<Transformer> t,
                                  Transformer::Load(files, backend.get(), {.tp_rank = r, .tp_size = tp}, comm.get()));
         if (t->tp_shard().tp_rank != r || t->CacheOptions(4, 16).n_kv_heads != t->tp_shard().n_kv_heads()) {
@@ -220,6 +235,82 @@ TEST(TpTransformerTest, SmolLm2Tp2GreedyMatches) {
     EXPECT_LT(e, 5e-2) << "step " << s;
   }
   std::printf("[ info ] SmolLM2 TP=2: worst relative L2 vs TP=1 %.3g over matching steps\n", worst);
+}
+
+// Backend memory the host cannot touch between ops (the GPU's contract): every weight,
+// norm, workspace and KV block lives there, so any host access outside CopyIn/CopyOut or an
+// op crashes; the logits must be the CPU backend's, bit for bit, with and without TP (the
+// collectives then go through host copies).
+TEST(BackendMemoryTest, GuardedBackendMatchesTheCpuBackendExactly) {
+  testing::TempDir dir;
+  std::vector<std::string> paths = {dir.path() + "/q8_tied_bias.gguf", dir.path() + "/q4_1.gguf"};
+  testing::WriteRandomModel({.weight_type = DType::kQ8_0, .tied = true, .qkv_bias = true}, paths[0]);
+  testing::WriteRandomModel({.weight_type = DType::kQ4_1}, paths[1]);
+  const std::string stories = testing::TestDataPath("models/stories260K.gguf");
+  if (!stories.empty() && std::filesystem::exists(stories)) paths.push_back(stories);
+  for (const std::string& path : paths) {
+    SCOPED_TRACE(path);
+    auto files = OpenModelFiles(path);
+    ASSERT_TRUE(files.ok()) << files.status();
+    const std::vector<int32_t> prompt = Prompt(20, files->config.n_vocab);
+    absl::StatusOr<Trace> host = RunSingle(*files, prompt, 3);
+    absl::StatusOr<Trace> guarded = RunSingle(*files, prompt, 3, Memory::kGuarded);
+    ASSERT_TRUE(host.ok()) << host.status();
+    ASSERT_TRUE(guarded.ok()) << guarded.status();
+    EXPECT_EQ(guarded->logits, host->logits);
+    EXPECT_EQ(guarded->ids, host->ids);
+    std::vector<absl::StatusOr<Trace>> host_tp = RunTp(*files, 2, prompt, 3);
+    std::vector<absl::StatusOr<Trace>> guarded_tp = RunTp(*files, 2, prompt, 3, Memory::kGuarded);
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_TRUE(host_tp[r].ok()) << host_tp[r].status();
+      ASSERT_TRUE(guarded_tp[r].ok()) << guarded_tp[r].status();
+      EXPECT_EQ(guarded_tp[r]->logits, host_tp[r]->logits) << "TP rank " << r;
+    }
+  }
+}
+
+// The guard itself: backend memory is readable by the backend's copies and ops only.
+TEST(BackendMemoryTest, HostAccessOutsideOpsCrashes) {
+  testing::GuardedBackend backend;
+  auto buf = backend.Allocate(64);
+  ASSERT_TRUE(buf.ok());
+  const float one = 1.0f;
+  ASSERT_TRUE(backend.CopyIn((*buf)->data(), &one, sizeof(one)).ok());
+  float back = 0;
+  ASSERT_TRUE(backend.CopyOut(&back, (*buf)->data(), sizeof(back)).ok());
+  EXPECT_EQ(back, 1.0f);
+  EXPECT_DEATH({ std::printf("%f\n", *static_cast<volatile float*>((*buf)->f32())); }, "");
+}
+
+// What a guarded load leaves on the host: nothing the ops read. Every matrix and norm is
+// a buffer of the backend, and a forward moves only ids in and logits out.
+TEST(BackendMemoryTest, WeightsLiveInBackendMemory) {
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/model.gguf";
+  testing::WriteRandomModel({.weight_type = DType::kQ8_0, .n_layers = 2}, path);
+  auto files = OpenModelFiles(path);
+  ASSERT_TRUE(files.ok()) << files.status();
+  testing::GuardedBackend backend;
+  {
+    auto t = Transformer::Load(*files, &backend, {});
+    ASSERT_TRUE(t.ok()) << t.status();
+    // Per layer 7 matrices + 2 norms; the embedding, LM head and final norm.
+    EXPECT_EQ(backend.n_buffers(), 2u * 9 + 3);
+    const size_t loaded = backend.bytes_in();
+    EXPECT_GE(static_cast<int64_t>(loaded), (*t)->weight_bytes());
+    auto cache = KvCache::Create((*t)->CacheOptions(4, 16), &backend);
+    ASSERT_TRUE(cache.ok()) << cache.status();
+    const int64_t V = files->config.n_vocab;
+    const std::vector<int32_t> tokens = {1, 2, 3}, pos = {0, 1, 2}, table = {0};
+    const kernels::AttentionSeq seq{0, 3, 0, table};
+    const int64_t last = 2;
+    std::vector<float> logits(V, NAN);
+    ASSERT_TRUE((*t)->Forward({tokens, pos, {&seq, 1}, {&last, 1}}, *cache, TensorView(logits.data(), DType::kF32, {1, V})).ok());
+    EXPECT_EQ(backend.bytes_out(), static_cast<size_t>(V) * sizeof(float));  // The logits, nothing else.
+    EXPECT_EQ(backend.bytes_in(), loaded);  // Ids, positions and tables travel as op arguments.
+    for (float x : logits) ASSERT_TRUE(std::isfinite(x));
+  }
+  EXPECT_EQ(backend.n_buffers(), 0u);
 }
 
 // Load refuses a TP layout without a matching communicator, and one that cannot split.

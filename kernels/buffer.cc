@@ -1,0 +1,49 @@
+// Backend's default memory: 64-byte aligned host allocations and plain copies, what the
+// CPU backend (and any host-memory backend) needs.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/str_cat.h"
+#include "kernels/ops.h"
+
+namespace cascade::kernels {
+namespace {
+
+class HostBuffer final : public Buffer {
+ public:
+  HostBuffer(void* data, size_t bytes) : Buffer(data, bytes) {}
+  ~HostBuffer() override { std::free(data()); }
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Buffer>> AllocateHost(size_t bytes) {
+  // aligned_alloc needs a multiple of the alignment; never 0 bytes, so data() is unique.
+  void* p = std::aligned_alloc(64, std::max<size_t>(64, (bytes + 63) / 64 * 64));
+  if (p == nullptr) return absl::ResourceExhaustedError(StrCat("cannot allocate ", bytes, " bytes of host memory"));
+  return std::make_unique<HostBuffer>(p, bytes);
+}
+
+absl::StatusOr<std::unique_ptr<Buffer>> Backend::Allocate(size_t bytes) { return AllocateHost(bytes); }
+
+absl::Status GrowBuffer(Backend& backend, std::unique_ptr<Buffer>& buf, size_t bytes) {
+  if (buf != nullptr && buf->bytes() >= bytes) return absl::OkStatus();
+  buf.reset();  // Free first: the old buffer's room may be needed for the new one.
+  absl::StatusOr<std::unique_ptr<Buffer>> fresh = backend.Allocate(bytes);
+  if (!fresh.ok()) return fresh.status();
+  buf = *std::move(fresh);
+  return absl::OkStatus();
+}
+
+absl::Status Backend::CopyIn(void* dst, const void* host, size_t bytes) {
+  if (bytes > 0) std::memmove(dst, host, bytes);
+  return absl::OkStatus();
+}
+
+absl::Status Backend::CopyOut(void* host, const void* src, size_t bytes) {
+  if (bytes > 0) std::memmove(host, src, bytes);
+  return absl::OkStatus();
+}
+
+}  // namespace cascade::kernels

@@ -1,0 +1,62 @@
+#include "model/backend_comm.h"
+
+#include "core/status.h"
+
+namespace cascade::model {
+
+absl::StatusOr<BackendComm> BackendComm::Create(kernels::Backend* backend, comm::Communicator* comm) {
+  if (comm->device_memory() && backend->host_memory()) {
+    return absl::InvalidArgumentError(
+        "a GPU-memory communicator (nccl) needs a GPU worker; use transport ucx for cpu devices");
+  }
+  BackendComm c;
+  c.backend_ = backend;
+  c.comm_ = comm;
+  if (backend->host_memory()) {
+    c.mode_ = Mode::kDirect;
+  } else {
+    c.mode_ = comm->device_memory() ? Mode::kSynchronized : Mode::kStaged;
+  }
+  return c;
+}
+
+absl::Status BackendComm::Prepare() {
+  return mode_ == Mode::kSynchronized ? backend_->Synchronize() : absl::OkStatus();
+}
+
+absl::Status BackendComm::AllReduceSum(float* data, size_t n) {
+  CASCADE_RETURN_IF_ERROR(Prepare());
+  if (mode_ != Mode::kStaged) return comm_->AllReduceSum(data, n);
+  in_.resize(n * sizeof(float));
+  CASCADE_RETURN_IF_ERROR(backend_->CopyOut(in_.data(), data, in_.size()));
+  CASCADE_RETURN_IF_ERROR(comm_->AllReduceSum(reinterpret_cast<float*>(in_.data()), n));
+  return backend_->CopyIn(data, in_.data(), in_.size());
+}
+
+absl::Status BackendComm::AllGather(const void* in, size_t bytes_per_rank, void* out) {
+  CASCADE_RETURN_IF_ERROR(Prepare());
+  if (mode_ != Mode::kStaged) return comm_->AllGather(in, bytes_per_rank, out);
+  in_.resize(bytes_per_rank);
+  out_.resize(bytes_per_rank * static_cast<size_t>(comm_->size()));
+  CASCADE_RETURN_IF_ERROR(backend_->CopyOut(in_.data(), in, bytes_per_rank));
+  CASCADE_RETURN_IF_ERROR(comm_->AllGather(in_.data(), bytes_per_rank, out_.data()));
+  return backend_->CopyIn(out, out_.data(), out_.size());
+}
+
+absl::Status BackendComm::Send(const void* buf, size_t bytes, int peer, uint64_t tag) {
+  CASCADE_RETURN_IF_ERROR(Prepare());
+  if (mode_ != Mode::kStaged) return comm_->Send(buf, bytes, peer, tag);
+  in_.resize(bytes);
+  CASCADE_RETURN_IF_ERROR(backend_->CopyOut(in_.data(), buf, bytes));
+  return comm_->Send(in_.data(), bytes, peer, tag);
+}
+
+absl::Status BackendComm::Recv(void* buf, size_t bytes, int peer, uint64_t tag) {
+  CASCADE_RETURN_IF_ERROR(Prepare());
+  if (mode_ != Mode::kStaged) return comm_->Recv(buf, bytes, peer, tag);
+  out_.resize(bytes);
+  CASCADE_RETURN_IF_ERROR(comm_->Recv(out_.data(), bytes, peer, tag));
+  return backend_->CopyIn(buf, out_.data(), bytes);
+}
+
+}  // namespace cascade::model

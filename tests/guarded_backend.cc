@@ -1,0 +1,171 @@
+#include "tests/guarded_backend.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/logging.h"
+#include "core/status.h"
+#include "core/str_cat.h"
+
+namespace cascade::testing {
+
+// An anonymous mapping, registered with its backend while it lives.
+class GuardedBackend::Region final : public kernels::Buffer {
+ public:
+  Region(GuardedBackend* owner, void* data, size_t bytes, size_t mapped)
+      : Buffer(data, bytes), owner_(owner), mapped_(mapped) {
+    owner_->regions_.push_back(this);
+  }
+  ~Region() override {
+    auto& r = owner_->regions_;
+    r.erase(std::find(r.begin(), r.end(), this));
+    ::munmap(data(), mapped_);
+  }
+  void Protect(bool open) const {
+    CASCADE_CHECK(::mprotect(data(), mapped_, open ? PROT_READ | PROT_WRITE : PROT_NONE) == 0);
+  }
+
+ private:
+  GuardedBackend* owner_;
+  size_t mapped_;
+};
+
+class GuardedBackend::Open {
+ public:
+  explicit Open(GuardedBackend* b) : b_(b) { b_->Guard(true); }
+  ~Open() { b_->Guard(false); }
+
+ private:
+  GuardedBackend* b_;
+};
+
+namespace {
+
+// What PrepareWeight returns: the guarded copy and the CPU backend's preparation of it.
+class GuardedWeight final : public kernels::PreparedWeight {
+ public:
+  GuardedWeight(const TensorView& source, std::unique_ptr<kernels::Buffer> copy,
+                std::unique_ptr<kernels::PreparedWeight> inner)
+      : PreparedWeight(source), copy_(std::move(copy)), inner_(std::move(inner)) {}
+  bool reads_source() const override { return false; }
+  const kernels::PreparedWeight& inner() const { return *inner_; }
+
+ private:
+  std::unique_ptr<kernels::Buffer> copy_;
+  std::unique_ptr<kernels::PreparedWeight> inner_;
+};
+
+}  // namespace
+
+GuardedBackend::GuardedBackend() : inner_(kernels::MakeCpuBackend({.n_threads = 1})) {}
+
+GuardedBackend::~GuardedBackend() {
+  // Buffers the caller still holds would unregister from a dead backend: they must go first.
+  CASCADE_CHECK(regions_.empty());
+}
+
+void GuardedBackend::Guard(bool open) {
+  for (const Region* r : regions_) r->Protect(open);
+}
+
+absl::StatusOr<std::unique_ptr<kernels::Buffer>> GuardedBackend::Allocate(size_t bytes) {
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t mapped = std::max(page, (bytes + page - 1) / page * page);
+  void* p = ::mmap(nullptr, mapped, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return absl::ResourceExhaustedError(StrCat("guarded backend: cannot map ", bytes, " bytes"));
+  return std::unique_ptr<kernels::Buffer>(std::make_unique<Region>(this, p, bytes, mapped));
+}
+
+absl::Status GuardedBackend::CopyIn(void* dst, const void* host, size_t bytes) {
+  Open open(this);
+  std::memmove(dst, host, bytes);
+  bytes_in_ += bytes;
+  return absl::OkStatus();
+}
+
+absl::Status GuardedBackend::CopyOut(void* host, const void* src, size_t bytes) {
+  Open open(this);
+  std::memmove(host, src, bytes);
+  bytes_out_ += bytes;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<kernels::PreparedWeight>> GuardedBackend::PrepareWeight(const TensorView& weight) {
+  const size_t bytes = static_cast<size_t>(weight.NumBytes());
+  CASCADE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Buffer> copy, Allocate(bytes));
+  CASCADE_RETURN_IF_ERROR(CopyIn(copy->data(), weight.data, bytes));
+  const TensorView view(copy->data(), weight.dtype, {weight.Rows(), weight.Cols()});
+  absl::StatusOr<std::unique_ptr<kernels::PreparedWeight>> inner;
+  {
+    Open open(this);
+    inner = inner_->PrepareWeight(view);
+  }
+  if (!inner.ok()) return inner.status();
+  return std::unique_ptr<kernels::PreparedWeight>(
+      std::make_unique<GuardedWeight>(weight, std::move(copy), *std::move(inner)));
+}
+
+absl::Status GuardedBackend::Linear(TensorView out, const TensorView& in, const kernels::PreparedWeight& weight,
+                                    const TensorView& bias) {
+  const auto* w = dynamic_cast<const GuardedWeight*>(&weight);
+  if (w == nullptr) return absl::InternalError("guarded backend: weight prepared by another backend");
+  Open open(this);
+  return inner_->Linear(out, in, w->inner(), bias);
+}
+
+absl::Status GuardedBackend::Embedding(TensorView out, const kernels::PreparedWeight& table,
+                                       std::span<const int32_t> ids) {
+  const auto* w = dynamic_cast<const GuardedWeight*>(&table);
+  if (w == nullptr) return absl::InternalError("guarded backend: table prepared by another backend");
+  Open open(this);
+  return inner_->Embedding(out, w->inner(), ids);
+}
+
+absl::Status GuardedBackend::Linear(TensorView out, const TensorView& in, const TensorView& weight,
+                                    const TensorView& bias) {
+  Open open(this);
+  return inner_->Linear(out, in, weight, bias);
+}
+
+absl::Status GuardedBackend::RmsNorm(TensorView out, const TensorView& in, const TensorView& weight, float eps) {
+  Open open(this);
+  return inner_->RmsNorm(out, in, weight, eps);
+}
+
+absl::Status GuardedBackend::Rope(TensorView x, std::span<const int32_t> positions, const kernels::RopeParams& params) {
+  Open open(this);
+  return inner_->Rope(x, positions, params);
+}
+
+absl::Status GuardedBackend::SiluMul(TensorView out, const TensorView& gate, const TensorView& up) {
+  Open open(this);
+  return inner_->SiluMul(out, gate, up);
+}
+
+absl::Status GuardedBackend::AddInPlace(TensorView out, const TensorView& in) {
+  Open open(this);
+  return inner_->AddInPlace(out, in);
+}
+
+absl::Status GuardedBackend::Embedding(TensorView out, const TensorView& table, std::span<const int32_t> ids) {
+  Open open(this);
+  return inner_->Embedding(out, table, ids);
+}
+
+absl::Status GuardedBackend::WriteKv(kernels::KvCacheLayer& cache, const TensorView& k, const TensorView& v,
+                                     std::span<const kernels::AttentionSeq> seqs) {
+  Open open(this);
+  return inner_->WriteKv(cache, k, v, seqs);
+}
+
+absl::Status GuardedBackend::Attention(TensorView out, const TensorView& q, const kernels::KvCacheLayer& cache,
+                                       std::span<const kernels::AttentionSeq> seqs,
+                                       const kernels::AttentionParams& params) {
+  Open open(this);
+  return inner_->Attention(out, q, cache, seqs, params);
+}
+
+}  // namespace cascade::testing
