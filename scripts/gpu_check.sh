@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # The GPU check (issue 7), one prepared command for a machine with an NVIDIA GPU, CUDA's
-# nvcc, CMake and g++ but no package registry. It unpacks the .deb files of Abseil and
-# GoogleTest carried in .gpu-debs/ (scripts/fetch_gpu_debs.sh makes them) into a prefix
-# with `dpkg -x`, builds core/ + kernels/ with CUDA for sm_90 (CASCADE_KERNELS_ONLY: no
-# gRPC/UCX needed), runs the GPU tests (kernels against references) and cuda_bench (linear
-# layers of SmolLM2-135M and a Llama-3-8B-shaped BF16 model at 1/32/512 tokens, achieved
-# bandwidth against a device-to-device copy), and writes logs and JSON under $OUT.
-# Budget: well under 8 minutes on 16 cores. Exit status: the tests'.
+# nvcc, CMake and g++ but no package registry. It unpacks the .deb files carried in
+# .gpu-debs/ (scripts/fetch_gpu_debs.sh makes them: Abseil, RE2, nlohmann-json, GoogleTest,
+# and the tiny test models) into a prefix with `dpkg -x`, builds core/, kernels/, comm/
+# (NCCL, no UCX) and model/ with CUDA for sm_90 (CASCADE_SCOPE=model: no gRPC/UCX), runs
+# the GPU tests (every kernel against references; whole models on the GPU against the CPU
+# backend and the golden ids; NCCL TP with two GPUs), then cuda_bench (linear layers alone)
+# and gpu_model_bench (whole forwards: prefill and batch-1/32 decode tokens/s for SmolLM2
+# and a Llama-3-8B-shaped BF16 model, weight bandwidth against the measured copy
+# bandwidth), and writes logs and JSON under $OUT.
+# Budget: under 8 minutes on 16 cores. Exit status: the tests'.
 #   OUT=/tmp/out scripts/gpu_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -21,19 +24,32 @@ if compgen -G ".gpu-debs/*.deb" >/dev/null; then
   log "unpacked $(ls .gpu-debs/*.deb | wc -l) .deb files into $PREFIX"
 fi
 export LD_LIBRARY_PATH=$PREFIX/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+# The tiny models: ../shared/testdata where the checkout has it, else the carried copy.
+if [[ -z ${CASCADE_TESTDATA:-} && ! -d ../shared/testdata && -d .gpu-debs/testdata ]]; then
+  export CASCADE_TESTDATA=$PWD/.gpu-debs/testdata
+fi
 export PATH=/usr/local/cuda/bin:$PATH
 (nvidia-smi; nvcc --version; g++ --version; cmake --version) >"$OUT/machine.txt" 2>&1
-cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCASCADE_KERNELS_ONLY=ON -DCASCADE_WITH_CUDA=ON \
+cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCASCADE_SCOPE=model -DCASCADE_WITH_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_PREFIX_PATH="$PREFIX/usr" >"$OUT/configure.log" 2>&1 \
   || { log "configure failed"; tail -n 30 "$OUT/configure.log"; exit 1; }
-cmake --build build-gpu -j "$JOBS" --target cascade_gpu_tests cascade_kernels_tests cuda_bench >"$OUT/build.log" 2>&1 \
+cmake --build build-gpu -j "$JOBS" --target cascade_gpu_tests cascade_gpu_model_tests cascade_kernels_tests cuda_bench \
+  gpu_model_bench >"$OUT/build.log" 2>&1 \
   || { log "build failed"; grep -m 20 -E "error" "$OUT/build.log"; exit 1; }
 log "built"
 build-gpu/bin/cascade_gpu_tests --gtest_output="json:$OUT/gpu_tests.json" >"$OUT/gpu_tests.log" 2>&1
 rc=$?
 tail -n 15 "$OUT/gpu_tests.log"
-log "GPU tests: exit $rc"
+log "GPU kernel tests: exit $rc"
+timeout 240 build-gpu/bin/cascade_gpu_model_tests --gtest_output="json:$OUT/gpu_model_tests.json" \
+  >"$OUT/gpu_model_tests.log" 2>&1
+rc_model=$?
+grep -E "^\[ +(OK|FAILED|SKIPPED) |info" "$OUT/gpu_model_tests.log" | tail -n 20
+log "GPU whole-model tests: exit $rc_model"
+(( rc == 0 )) && rc=$rc_model
 build-gpu/bin/cascade_kernels_tests --gtest_brief=1 >"$OUT/cpu_kernel_tests.log" 2>&1 || log "CPU kernel tests failed (see cpu_kernel_tests.log)"
-build-gpu/bin/cuda_bench --json "$OUT/cuda_bench.json" 2>&1 | tee "$OUT/cuda_bench.log"
-log "done"
+timeout 60 build-gpu/bin/cuda_bench --json "$OUT/cuda_bench.json" 2>&1 | tee "$OUT/cuda_bench.log"
+log "cuda_bench done"
+timeout 200 build-gpu/bin/gpu_model_bench --json "$OUT/gpu_model_bench.json" 2>&1 | tee "$OUT/gpu_model_bench.log"
+log "gpu_model_bench: exit ${PIPESTATUS[0]}"
 exit $rc

@@ -73,10 +73,13 @@ absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Create(
                                              "): the first stage must start at layer 0 and the last end at the last layer"));
   }
   e->transformer_->Prefault(progress);
-  CASCADE_ASSIGN_OR_RETURN(model::KvCache cache, model::KvCache::Create(
-                                                     e->transformer_->CacheOptions(options.kv_blocks, options.kv_block_size),
-                                                     e->backend_.get()));
-  e->cache_ = std::make_unique<model::KvCache>(std::move(cache));
+  absl::StatusOr<model::KvCache> cache = model::KvCache::Create(
+      e->transformer_->CacheOptions(options.kv_blocks, options.kv_block_size), e->backend_.get());
+  if (!cache.ok()) {
+    return Annotate(cache.status(), StrCat("on ", options.device.ToString(), " after ", e->transformer_->weight_bytes(),
+                                           " bytes of weights (lower scheduler.kv_cache_mb)"));
+  }
+  e->cache_ = std::make_unique<model::KvCache>(*std::move(cache));
   return e;
 }
 

@@ -88,7 +88,10 @@ int main(int argc, char** argv) {
   reg.set_n_threads(opts.n_threads);
   reg.set_draft(args.Has("draft"));
   reg.set_nccl(comm::NcclCommunicator::Available());
-  reg.set_memory_bytes(static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE));
+  // What weights and KV can use: host RAM for cpu, the GPU's free memory for cuda:N.
+  reg.set_memory_bytes(opts.device.kind == DeviceKind::kCuda
+                           ? static_cast<int64_t>(kernels::QueryCudaMemory(opts.device.index).free_bytes)
+                           : static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE));
   v1::RegisterResponse assigned;
   // The coordinator may still be starting: retry for up to a minute.
   for (int attempt = 0;; ++attempt) {

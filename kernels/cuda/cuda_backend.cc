@@ -258,9 +258,9 @@ class CudaBackendImpl final : public CudaBackend {
 
   absl::Status Attention(TensorView out, const TensorView& q, const KvCacheLayer& cache,
                          std::span<const AttentionSeq> seqs, const AttentionParams& params) override {
-    if (cache.head_dim % 32 != 0 || cache.head_dim > 256 || params.n_heads % cache.n_kv_heads != 0) {
+    if (cache.head_dim < 1 || cache.head_dim > 256 || params.n_heads % cache.n_kv_heads != 0) {
       return absl::UnimplementedError(StrCat("Attention: head_dim ", cache.head_dim, " with ", params.n_heads,
-                                             " heads over ", cache.n_kv_heads, " KV heads (needs head_dim a multiple of 32, <= 256)"));
+                                             " heads over ", cache.n_kv_heads, " KV heads (needs head_dim <= 256)"));
     }
     std::vector<int32_t> row_pos, row_table, tables;
     int64_t max_keys = 0;

@@ -203,7 +203,9 @@ constexpr int kMaxDimPerLane = 8;  // head_dim <= 256.
 __global__ void AttentionSplitKernel(AttentionArgs a) {
   const int64_t r = blockIdx.x, h = blockIdx.y, split = blockIdx.z;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int64_t hd = a.head_dim, per_lane = hd / kWarp;
+  // Lane l holds dimensions l, l + 32, ...; a head_dim that is not a multiple of 32 (the
+  // tiny models' 8 or 16) leaves the last lanes partly idle.
+  const int64_t hd = a.head_dim, per_lane = (hd + kWarp - 1) / kWarp;
   const int64_t kvh = h / (a.n_heads / a.n_kv_heads);
   const int64_t n_keys = static_cast<int64_t>(a.row_pos[r]) + 1;
   const int64_t k0 = split * a.keys_per_split;
@@ -212,7 +214,8 @@ __global__ void AttentionSplitKernel(AttentionArgs a) {
   float q[kMaxDimPerLane], acc[kMaxDimPerLane];
   const float* qrow = a.q + (r * a.n_heads + h) * hd;
   for (int i = 0; i < per_lane; ++i) {
-    q[i] = qrow[lane + kWarp * i] * a.scale;
+    const int64_t d = lane + kWarp * i;
+    q[i] = d < hd ? qrow[d] * a.scale : 0.0f;
     acc[i] = 0.0f;
   }
   float m = -FLT_MAX, l = 0.0f;
@@ -220,12 +223,18 @@ __global__ void AttentionSplitKernel(AttentionArgs a) {
     const int64_t slot = static_cast<int64_t>(table[j / a.block_size]) * a.block_size + j % a.block_size;
     const int64_t base = (slot * a.n_kv_heads + kvh) * hd;
     float s = 0.0f;
-    for (int i = 0; i < per_lane; ++i) s += q[i] * a.k_cache[base + lane + kWarp * i];
+    for (int i = 0; i < per_lane; ++i) {
+      const int64_t d = lane + kWarp * i;
+      if (d < hd) s += q[i] * a.k_cache[base + d];
+    }
     s = WarpSum(s);
     const float m_new = fmaxf(m, s);
     const float corr = __expf(m - m_new), p = __expf(s - m_new);
     l = l * corr + p;
-    for (int i = 0; i < per_lane; ++i) acc[i] = acc[i] * corr + p * a.v_cache[base + lane + kWarp * i];
+    for (int i = 0; i < per_lane; ++i) {
+      const int64_t d = lane + kWarp * i;
+      if (d < hd) acc[i] = acc[i] * corr + p * a.v_cache[base + d];
+    }
     m = m_new;
   }
   // Merge the warps' (m, l, acc) in shared memory.
@@ -234,7 +243,9 @@ __global__ void AttentionSplitKernel(AttentionArgs a) {
     sm[warp] = m;
     sl[warp] = l;
   }
-  for (int i = 0; i < per_lane; ++i) sacc[warp][lane + kWarp * i] = acc[i];
+  for (int i = 0; i < per_lane; ++i) {
+    if (lane + kWarp * i < hd) sacc[warp][lane + kWarp * i] = acc[i];
+  }
   __syncthreads();
   float* part = a.partial + ((r * a.n_heads + h) * a.n_splits + split) * (hd + 2);
   float mx = -FLT_MAX;

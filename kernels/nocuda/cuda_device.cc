@@ -8,4 +8,8 @@ CudaAvailability QueryCudaDevices() {
 
 bool BuiltWithCuda() { return false; }
 
+double MeasureCopyBandwidth(int) { return 0; }
+
+CudaMemory QueryCudaMemory(int) { return {}; }
+
 }  // namespace cascade::kernels

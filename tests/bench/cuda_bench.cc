@@ -3,8 +3,8 @@
 // (BF16, random weights made on the device), every matrix of a forward pass (30 or 32
 // layers x q, k, v, o, gate, up, down, then the LM head) run through Backend::Linear for
 // 1, 32 and 512 tokens. Prints tokens/s of the linear layers alone (no attention or
-// elementwise ops: the whole-model GPU forward is not wired yet) and the achieved weight
-// bandwidth against a device-to-device copy measured in the same run.
+// elementwise ops: gpu_model_bench times whole forwards) and the achieved weight bandwidth
+// against a device-to-device copy measured in the same run.
 // Usage: cuda_bench [--json FILE]
 #include <cuda_runtime.h>
 
@@ -39,20 +39,6 @@ struct Matrix {
 
 double Seconds(const std::chrono::steady_clock::time_point& t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-// Device-to-device copy bandwidth, bytes read + written per second.
-double CopyBandwidth() {
-  const size_t bytes = size_t{1} << 30;
-  auto a = DeviceBuffer::Create(0, bytes), b = DeviceBuffer::Create(0, bytes);
-  if (!a.ok() || !b.ok()) return 0;
-  cudaMemcpy(b->data(), a->data(), bytes, cudaMemcpyDeviceToDevice);
-  cudaDeviceSynchronize();
-  const auto t0 = std::chrono::steady_clock::now();
-  constexpr int kReps = 10;
-  for (int i = 0; i < kReps; ++i) cudaMemcpy(b->data(), a->data(), bytes, cudaMemcpyDeviceToDevice);
-  cudaDeviceSynchronize();
-  return 2.0 * bytes * kReps / Seconds(t0);
 }
 
 std::vector<Matrix> MakeModel(const Shape& s) {
@@ -134,7 +120,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "cuda_bench: %s\n", std::string(backend.status().message()).c_str());
     return 1;
   }
-  const double copy_bw = CopyBandwidth();
+  const double copy_bw = cascade::kernels::MeasureCopyBandwidth(0);
   std::printf("device-to-device copy: %.0f GB/s (read + write)\n", copy_bw / 1e9);
   const Shape shapes[] = {
       {"SmolLM2-135M (Q4_1, Q8_0 head)", 576, 192, 1536, 49152, 30, DType::kQ4_1, DType::kQ8_0},

@@ -187,7 +187,7 @@ TEST_F(CudaBackendTest, EmbeddingDecodesEveryWeightType) {
 // Paged attention over shuffled block tables: a prefill chunk crossing the 256-key split
 // boundary next to decode rows with long histories, GQA, two head sizes.
 TEST_F(CudaBackendTest, PagedAttentionMatchesTheCpuBackend) {
-  for (int64_t head_dim : {64, 128}) {
+  for (int64_t head_dim : {8, 16, 64, 128}) {  // 8, 16: the tiny models (partial lanes).
     const int64_t n_heads = 8, n_kv = 2, bs = 16, n_blocks = 96, kv_dim = n_kv * head_dim;
     std::vector<int32_t> perm(n_blocks);
     std::iota(perm.begin(), perm.end(), 0);

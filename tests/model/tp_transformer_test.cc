@@ -18,53 +18,18 @@
 #include "comm/ucx_communicator.h"
 #include "core/status.h"
 #include "model/transformer.h"
+#include "tests/greedy_trace.h"
 #include "tests/guarded_backend.h"
-#include "tests/model/random_model.h"
+#include "tests/random_model.h"
 #include "tests/test_support.h"
 
 namespace cascade::model {
 namespace {
 
-// Logits [n_vocab] of the last position after the prefill and after each decode step, and
-// the greedy id picked from each.
-struct Trace {
-  std::vector<std::vector<float>> logits;
-  std::vector<int32_t> ids;
-};
-
-int32_t Argmax(const std::vector<float>& v) {
-  return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
-}
-
-std::vector<int32_t> Prompt(int64_t n, int64_t n_vocab) {
-  std::vector<int32_t> ids(n);
-  for (int64_t i = 0; i < n; ++i) ids[i] = static_cast<int32_t>((i * 37 + 11) % n_vocab);
-  return ids;
-}
-
-absl::StatusOr<Trace> Generate(Transformer& t, const std::vector<int32_t>& prompt, int n_decode) {
-  const int64_t V = t.config().n_vocab;
-  CASCADE_ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(t.CacheOptions(4, 16), t.backend()));
-  const std::vector<int32_t> table = {2, 0, 3, 1};  // Non-contiguous blocks; 64 positions.
-  Trace trace;
-  std::vector<int32_t> tokens = prompt;
-  int64_t past = 0;
-  for (int step = 0; step <= n_decode; ++step) {
-    const int64_t n = static_cast<int64_t>(tokens.size());
-    std::vector<int32_t> pos(n);
-    std::iota(pos.begin(), pos.end(), static_cast<int32_t>(past));
-    const int64_t last = n - 1;
-    const kernels::AttentionSeq seq{0, n, past, table};
-    std::vector<float> logits(V, NAN);
-    CASCADE_RETURN_IF_ERROR(
-        t.Forward({tokens, pos, {&seq, 1}, {&last, 1}}, cache, TensorView(logits.data(), DType::kF32, {1, V})));
-    past += n;
-    trace.ids.push_back(Argmax(logits));
-    trace.logits.push_back(std::move(logits));
-    tokens = {trace.ids.back()};
-  }
-  return trace;
-}
+using testing::Generate;
+using testing::Prompt;
+using testing::RelL2;
+using testing::Trace;
 
 // The CPU backend, or the guarded one that runs the same kernels on memory the host
 // cannot touch between ops.
@@ -116,15 +81,6 @@ std::vector<absl::StatusOr<Trace>> RunTp(const ModelFiles& files, int tp, const 
   }
   for (auto& th : threads) th.join();
   return traces;
-}
-
-double RelL2(const std::vector<float>& ref, const std::vector<float>& got) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    num += (double(ref[i]) - got[i]) * (double(ref[i]) - got[i]);
-    den += double(ref[i]) * ref[i];
-  }
-  return std::sqrt(num / den);
 }
 
 // TP=tp against TP=1: every rank's every step within `bound` relative L2, every greedy id

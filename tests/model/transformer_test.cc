@@ -11,7 +11,7 @@
 
 #include "kernels/cpu/quantize.h"
 #include "model/gguf.h"
-#include "tests/model/random_model.h"
+#include "tests/random_model.h"
 #include "tests/test_support.h"
 
 namespace cascade::model {

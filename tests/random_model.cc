@@ -1,5 +1,6 @@
-#include "tests/model/random_model.h"
+#include "tests/random_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -29,7 +30,9 @@ void WriteRandomModel(const RandomModelSpec& s, const std::string& path) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const auto random = [&](int64_t n, float scale, float offset = 0.0f) {
     std::vector<float> v(n);
-    for (auto& x : v) x = offset + scale * normal(rng);
+    const int64_t distinct = s.distinct_values > 0 ? std::min(n, s.distinct_values) : n;
+    for (int64_t i = 0; i < distinct; ++i) v[i] = offset + scale * normal(rng);
+    for (int64_t i = distinct; i < n; ++i) v[i] = v[i % distinct];
     return v;
   };
   const std::string arch = s.qkv_bias ? "qwen2" : "llama";
@@ -42,7 +45,7 @@ void WriteRandomModel(const RandomModelSpec& s, const std::string& path) {
   w.SetU32(arch + ".attention.head_count", static_cast<uint32_t>(s.n_heads));
   w.SetU32(arch + ".attention.head_count_kv", static_cast<uint32_t>(s.n_kv_heads));
   w.SetU32(arch + ".feed_forward_length", static_cast<uint32_t>(s.n_ff));
-  w.SetU32(arch + ".context_length", 256);
+  w.SetU32(arch + ".context_length", static_cast<uint32_t>(s.n_ctx));
   w.SetF32(arch + ".rope.freq_base", 10000.0f);
   w.SetF32(arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
   // A byte-level vocabulary: the 94 printable ASCII characters, GPT-2's space "Ġ", the

@@ -1,0 +1,165 @@
+// Whole-model GPU throughput (not a test; scripts/gpu_check.sh runs it): the Transformer
+// of model/transformer.cc on the CUDA backend, weights and KV cache in device memory, for
+// SmolLM2-135M (the default model, Q4_1) and a Llama-3-8B-shaped model (32 layers, 4096
+// wide, GQA 32/8, FFN 14336, vocabulary 128256) with random BF16 weights written on the
+// spot. For each: prefill tokens/s (one sequence of 512 tokens) and decode tokens/s at
+// batch 1 and 32 (every sequence with 128 tokens of context, 16 steps), the weight
+// bandwidth a decode step achieves (weight bytes / step time) against the device-to-device
+// copy bandwidth measured in the same run, and the same runs on the CPU backend for
+// SmolLM2 as the reference. Logits come back to the host every step, as a worker's do.
+// Usage: gpu_model_bench [--json FILE] [--model GGUF] [--llama-layers N] [--skip-llama]
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "core/str_cat.h"
+#include "kernels/cuda_backend.h"
+#include "kernels/cuda_device.h"
+#include "model/transformer.h"
+#include "tests/random_model.h"
+#include "tests/test_support.h"
+
+namespace {
+
+using namespace cascade;
+
+double Seconds(const std::chrono::steady_clock::time_point& t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void Check(const absl::Status& s, const std::string& what) {
+  if (s.ok()) return;
+  std::fprintf(stderr, "gpu_model_bench: %s: %s\n", what.c_str(), std::string(s.message()).c_str());
+  std::exit(1);
+}
+
+struct Result {
+  std::string model, backend;
+  double prefill_tok_s = 0, decode1_tok_s = 0, decode32_tok_s = 0, decode1_weight_gb_s = 0;
+  int64_t weight_bytes = 0;
+};
+
+// Steps of `batch` sequences, each of `n_new` tokens at position `past`; returns seconds.
+double Step(model::Transformer& t, model::KvCache& cache, int batch, int64_t n_new, int64_t past,
+            const std::vector<std::vector<int32_t>>& tables, std::vector<float>& logits) {
+  const int64_t n = batch * n_new, V = t.config().n_vocab;
+  std::vector<int32_t> tokens(n), pos(n);
+  std::vector<kernels::AttentionSeq> seqs;
+  std::vector<int64_t> rows;
+  for (int b = 0; b < batch; ++b) {
+    for (int64_t i = 0; i < n_new; ++i) {
+      tokens[b * n_new + i] = static_cast<int32_t>((b * 131 + (past + i) * 7 + 3) % V);
+      pos[b * n_new + i] = static_cast<int32_t>(past + i);
+    }
+    seqs.push_back({b * n_new, n_new, past, tables[b]});
+    rows.push_back(b * n_new + n_new - 1);
+  }
+  logits.resize(static_cast<size_t>(batch) * V);
+  const auto t0 = std::chrono::steady_clock::now();
+  Check(t.Forward({tokens, pos, seqs, rows}, cache, TensorView(logits.data(), DType::kF32, {batch, V})), "forward");
+  return Seconds(t0);  // Forward ends by copying the logits out: the GPU is done.
+}
+
+Result Bench(const std::string& name, const std::string& path, kernels::Backend* backend, const char* backend_name,
+             bool quick) {
+  Result r;
+  r.model = name;
+  r.backend = backend_name;
+  auto files = model::OpenModelFiles(path);
+  Check(files.status(), path);
+  const auto t_load = std::chrono::steady_clock::now();
+  auto t = model::Transformer::Load(*files, backend, {});
+  Check(t.status(), "load " + path);
+  r.weight_bytes = (*t)->weight_bytes();
+  std::printf("%s on %s: loaded %.2f GB in %.1f s\n", name.c_str(), backend_name, r.weight_bytes / 1e9, Seconds(t_load));
+  constexpr int64_t kBlock = 16, kContext = 128, kSteps = 16, kPrefill = 512;
+  const int max_batch = quick ? 4 : 32;
+  const int64_t blocks_per_seq = (std::max(kPrefill, kContext + kSteps) + kBlock - 1) / kBlock;
+  auto cache = model::KvCache::Create((*t)->CacheOptions(blocks_per_seq * max_batch, kBlock), backend);
+  Check(cache.status(), "kv cache");
+  std::vector<std::vector<int32_t>> tables(max_batch);
+  for (int b = 0; b < max_batch; ++b) {
+    tables[b].resize(blocks_per_seq);
+    std::iota(tables[b].begin(), tables[b].end(), static_cast<int32_t>(b * blocks_per_seq));
+  }
+  std::vector<float> logits;
+  const int64_t prefill = quick ? 128 : kPrefill;
+  Step(**t, *cache, 1, prefill, 0, tables, logits);  // Warm-up: cuBLAS, scratch, workspaces.
+  r.prefill_tok_s = prefill / Step(**t, *cache, 1, prefill, 0, tables, logits);
+  for (int batch : {1, max_batch}) {
+    for (int b = 0; b < batch; ++b) Step(**t, *cache, 1, kContext, 0, {tables[b]}, logits);
+    double total = 0;
+    for (int64_t s = 0; s < kSteps; ++s) total += Step(**t, *cache, batch, 1, kContext + s, tables, logits);
+    const double tok_s = batch * kSteps / total;
+    if (batch == 1) {
+      r.decode1_tok_s = tok_s;
+      r.decode1_weight_gb_s = r.weight_bytes / (total / kSteps) / 1e9;
+    } else {
+      r.decode32_tok_s = tok_s;
+    }
+  }
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string json_path, smol = cascade::testing::DefaultModelPath();
+  int64_t llama_layers = 32;
+  bool skip_llama = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) json_path = argv[++i];
+    else if (std::strcmp(argv[i], "--model") == 0 && i + 1 < argc) smol = argv[++i];
+    else if (std::strcmp(argv[i], "--llama-layers") == 0 && i + 1 < argc) llama_layers = std::atoll(argv[++i]);
+    else if (std::strcmp(argv[i], "--skip-llama") == 0) skip_llama = true;
+  }
+  const auto avail = kernels::QueryCudaDevices();
+  if (avail.device_count == 0) {
+    std::printf("SKIP: no GPU: %s\n", avail.reason.c_str());
+    return 0;
+  }
+  const double copy_bw = kernels::MeasureCopyBandwidth(0);
+  std::printf("device-to-device copy: %.0f GB/s (read + write)\n", copy_bw / 1e9);
+  auto gpu = kernels::CudaBackend::Create({});
+  Check(gpu.status(), "cuda:0");
+  std::vector<Result> results;
+  if (!smol.empty() && std::filesystem::exists(smol)) {
+    results.push_back(Bench("SmolLM2-135M Q4_1", smol, gpu->get(), "cuda:0", false));
+    auto cpu = kernels::MakeCpuBackend({.n_threads = 16});
+    results.push_back(Bench("SmolLM2-135M Q4_1", smol, cpu.get(), "cpu x16", true));
+  } else {
+    std::printf("SmolLM2 not found (%s): skipped\n", smol.c_str());
+  }
+  if (!skip_llama) {
+    const std::string path = (std::filesystem::temp_directory_path() / "cascade-llama3-8b-shape.gguf").string();
+    const auto t0 = std::chrono::steady_clock::now();
+    cascade::testing::WriteRandomModel({.weight_type = DType::kBF16, .n_layers = llama_layers, .n_embd = 4096,
+                                        .n_heads = 32, .n_kv_heads = 8, .n_ff = 14336, .n_vocab = 128256,
+                                        .n_ctx = 8192, .distinct_values = 1 << 20},
+                                       path);
+    std::printf("wrote %s (%lld layers) in %.1f s\n", path.c_str(), static_cast<long long>(llama_layers), Seconds(t0));
+    results.push_back(Bench(StrCat("Llama-3-8B shape BF16 (", llama_layers, " layers)"), path, gpu->get(), "cuda:0", false));
+    std::filesystem::remove(path);
+  }
+  std::printf("\n%-36s %-8s %12s %12s %14s %14s %9s\n", "model", "backend", "prefill t/s", "decode b=1", "decode b=32*",
+              "b=1 weight GB/s", "of copy");
+  std::string json = StrCat("{\"copy_bandwidth_gb_s\": ", copy_bw / 1e9, ", \"runs\": [");
+  for (size_t i = 0; i < results.size(); ++i) {
+    const Result& r = results[i];
+    std::printf("%-36s %-8s %12.0f %12.1f %14.1f %14.0f %8.0f%%\n", r.model.c_str(), r.backend.c_str(), r.prefill_tok_s,
+                r.decode1_tok_s, r.decode32_tok_s, r.decode1_weight_gb_s, 100 * r.decode1_weight_gb_s * 1e9 / copy_bw);
+    json += StrCat(i ? ", " : "", "{\"model\": \"", r.model, "\", \"backend\": \"", r.backend,
+                   "\", \"weight_bytes\": ", r.weight_bytes, ", \"prefill_tok_s\": ", r.prefill_tok_s,
+                   ", \"decode_b1_tok_s\": ", r.decode1_tok_s, ", \"decode_b32_tok_s\": ", r.decode32_tok_s,
+                   ", \"decode_b1_weight_gb_s\": ", r.decode1_weight_gb_s, "}");
+  }
+  std::printf("* the cpu reference runs batch 4 and a 128-token prefill (to keep the check short)\n");
+  json += "]}\n";
+  if (!json_path.empty()) std::ofstream(json_path) << json;
+  return 0;
+}
