@@ -27,10 +27,12 @@ absl::StatusOr<std::unique_ptr<Buffer>> AllocateHost(size_t bytes) {
 
 absl::StatusOr<std::unique_ptr<Buffer>> Backend::Allocate(size_t bytes) { return AllocateHost(bytes); }
 
-absl::Status GrowBuffer(Backend& backend, std::unique_ptr<Buffer>& buf, size_t bytes) {
+absl::StatusOr<std::unique_ptr<Buffer>> Backend::AllocateStaging(size_t bytes) { return AllocateHost(bytes); }
+
+absl::Status GrowBuffer(Backend& backend, std::unique_ptr<Buffer>& buf, size_t bytes, bool staging) {
   if (buf != nullptr && buf->bytes() >= bytes) return absl::OkStatus();
   buf.reset();  // Free first: the old buffer's room may be needed for the new one.
-  absl::StatusOr<std::unique_ptr<Buffer>> fresh = backend.Allocate(bytes);
+  absl::StatusOr<std::unique_ptr<Buffer>> fresh = staging ? backend.AllocateStaging(bytes) : backend.Allocate(bytes);
   if (!fresh.ok()) return fresh.status();
   buf = *std::move(fresh);
   return absl::OkStatus();

@@ -124,6 +124,10 @@ class Backend {
   // allocation is fresh zero pages, resident only once written). ResourceExhausted when
   // it cannot be had.
   virtual absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes);
+  // Host memory for staging copies in and out of the backend (page-locked on a GPU, so
+  // CopyIn/CopyOut from it run at full bus speed and a host-memory communicator can send
+  // it as is); the host reads and writes it freely. By default, like AllocateHost.
+  virtual absl::StatusOr<std::unique_ptr<Buffer>> AllocateStaging(size_t bytes);
   // Copies `bytes` from host memory into backend memory at `dst`, after every op issued
   // before it; `host` may be reused once it returns.
   virtual absl::Status CopyIn(void* dst, const void* host, size_t bytes);
@@ -200,9 +204,10 @@ class Backend {
 // default). ResourceExhausted when it cannot be had.
 absl::StatusOr<std::unique_ptr<Buffer>> AllocateHost(size_t bytes);
 
-// Makes `buf` hold at least `bytes` of `backend`'s memory, reallocating (contents lost)
-// only when it is smaller: for workspaces that grow to the largest batch seen.
-absl::Status GrowBuffer(Backend& backend, std::unique_ptr<Buffer>& buf, size_t bytes);
+// Makes `buf` hold at least `bytes` of `backend`'s memory (its staging memory when
+// `staging`), reallocating (contents lost) only when it is smaller: for workspaces that
+// grow to the largest batch seen.
+absl::Status GrowBuffer(Backend& backend, std::unique_ptr<Buffer>& buf, size_t bytes, bool staging = false);
 
 struct CpuBackendOptions {
   int n_threads = 1;  // Threads of the backend's pool, the calling thread included.

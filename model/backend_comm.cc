@@ -24,39 +24,45 @@ absl::Status BackendComm::Prepare() {
   return mode_ == Mode::kSynchronized ? backend_->Synchronize() : absl::OkStatus();
 }
 
+absl::Status BackendComm::Stage(std::unique_ptr<kernels::Buffer>& buf, size_t bytes) {
+  return kernels::GrowBuffer(*backend_, buf, bytes, /*staging=*/true);
+}
+
 absl::Status BackendComm::AllReduceSum(float* data, size_t n) {
   CASCADE_RETURN_IF_ERROR(Prepare());
   if (mode_ != Mode::kStaged) return comm_->AllReduceSum(data, n);
-  in_.resize(n * sizeof(float));
-  CASCADE_RETURN_IF_ERROR(backend_->CopyOut(in_.data(), data, in_.size()));
-  CASCADE_RETURN_IF_ERROR(comm_->AllReduceSum(reinterpret_cast<float*>(in_.data()), n));
-  return backend_->CopyIn(data, in_.data(), in_.size());
+  const size_t bytes = n * sizeof(float);
+  CASCADE_RETURN_IF_ERROR(Stage(in_, bytes));
+  CASCADE_RETURN_IF_ERROR(backend_->CopyOut(in_->data(), data, bytes));
+  CASCADE_RETURN_IF_ERROR(comm_->AllReduceSum(in_->f32(), n));
+  return backend_->CopyIn(data, in_->data(), bytes);
 }
 
 absl::Status BackendComm::AllGather(const void* in, size_t bytes_per_rank, void* out) {
   CASCADE_RETURN_IF_ERROR(Prepare());
   if (mode_ != Mode::kStaged) return comm_->AllGather(in, bytes_per_rank, out);
-  in_.resize(bytes_per_rank);
-  out_.resize(bytes_per_rank * static_cast<size_t>(comm_->size()));
-  CASCADE_RETURN_IF_ERROR(backend_->CopyOut(in_.data(), in, bytes_per_rank));
-  CASCADE_RETURN_IF_ERROR(comm_->AllGather(in_.data(), bytes_per_rank, out_.data()));
-  return backend_->CopyIn(out, out_.data(), out_.size());
+  const size_t all = bytes_per_rank * static_cast<size_t>(comm_->size());
+  CASCADE_RETURN_IF_ERROR(Stage(in_, bytes_per_rank));
+  CASCADE_RETURN_IF_ERROR(Stage(out_, all));
+  CASCADE_RETURN_IF_ERROR(backend_->CopyOut(in_->data(), in, bytes_per_rank));
+  CASCADE_RETURN_IF_ERROR(comm_->AllGather(in_->data(), bytes_per_rank, out_->data()));
+  return backend_->CopyIn(out, out_->data(), all);
 }
 
 absl::Status BackendComm::Send(const void* buf, size_t bytes, int peer, uint64_t tag) {
   CASCADE_RETURN_IF_ERROR(Prepare());
   if (mode_ != Mode::kStaged) return comm_->Send(buf, bytes, peer, tag);
-  in_.resize(bytes);
-  CASCADE_RETURN_IF_ERROR(backend_->CopyOut(in_.data(), buf, bytes));
-  return comm_->Send(in_.data(), bytes, peer, tag);
+  CASCADE_RETURN_IF_ERROR(Stage(in_, bytes));
+  CASCADE_RETURN_IF_ERROR(backend_->CopyOut(in_->data(), buf, bytes));
+  return comm_->Send(in_->data(), bytes, peer, tag);
 }
 
 absl::Status BackendComm::Recv(void* buf, size_t bytes, int peer, uint64_t tag) {
   CASCADE_RETURN_IF_ERROR(Prepare());
   if (mode_ != Mode::kStaged) return comm_->Recv(buf, bytes, peer, tag);
-  out_.resize(bytes);
-  CASCADE_RETURN_IF_ERROR(comm_->Recv(out_.data(), bytes, peer, tag));
-  return backend_->CopyIn(buf, out_.data(), bytes);
+  CASCADE_RETURN_IF_ERROR(Stage(out_, bytes));
+  CASCADE_RETURN_IF_ERROR(comm_->Recv(out_->data(), bytes, peer, tag));
+  return backend_->CopyIn(buf, out_->data(), bytes);
 }
 
 }  // namespace cascade::model

@@ -1,15 +1,16 @@
 // Communicator calls over a backend's memory. A CPU worker hands its buffers to the
 // communicator as they are; a GPU worker with a GPU-memory communicator (NCCL) first waits
 // for its compute stream, since the communicator runs on its own; a GPU worker with a
-// host-memory communicator (UCX) stages each call through host buffers (copy out, call,
-// copy in). Callers write one code path for all three.
+// host-memory communicator (UCX) stages each call through the backend's staging memory
+// (page-locked on a GPU: copy out, call, copy in). Callers write one code path for all
+// three.
 //
 // Thread-safety: single owner, like the backend and the communicator it borrows.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <vector>
+#include <memory>
 
 #include "absl/status/statusor.h"
 #include "comm/communicator.h"
@@ -37,11 +38,13 @@ class BackendComm {
  private:
   enum class Mode { kDirect, kSynchronized, kStaged };
   absl::Status Prepare();  // Waits for the backend where the communicator runs beside it.
+  absl::Status Stage(std::unique_ptr<kernels::Buffer>& buf, size_t bytes);  // Grows staging memory.
 
   kernels::Backend* backend_ = nullptr;
   comm::Communicator* comm_ = nullptr;
   Mode mode_ = Mode::kDirect;
-  std::vector<uint8_t> in_, out_;  // Host staging (kStaged), grown to the largest call.
+  // Host staging (kStaged), grown to the largest call.
+  std::unique_ptr<kernels::Buffer> in_, out_;
 };
 
 }  // namespace cascade::model

@@ -55,6 +55,13 @@ class CudaBuffer final : public Buffer {
   DeviceBuffer buf_;
 };
 
+// Page-locked host memory (cudaHostAlloc): staging for copies in and out.
+class PinnedBuffer final : public Buffer {
+ public:
+  PinnedBuffer(void* data, size_t bytes) : Buffer(data, bytes) {}
+  ~PinnedBuffer() override { cudaFreeHost(data()); }
+};
+
 // A weight uploaded at load: the ops read the device copy, never the host source.
 class CudaWeight final : public PreparedWeight {
  public:
@@ -99,6 +106,13 @@ class CudaBackendImpl final : public CudaBackend {
     absl::StatusOr<DeviceBuffer> b = DeviceBuffer::Create(device_, std::max<size_t>(bytes, 64));
     if (!b.ok()) return absl::ResourceExhaustedError(std::string(b.status().message()));
     return std::unique_ptr<Buffer>(std::make_unique<CudaBuffer>(*std::move(b)));
+  }
+
+  absl::StatusOr<std::unique_ptr<Buffer>> AllocateStaging(size_t bytes) override {
+    void* p = nullptr;
+    CASCADE_CUDA_RETURN(cudaHostAlloc(&p, std::max<size_t>(bytes, 64), cudaHostAllocDefault),
+                        StrCat("cudaHostAlloc(", bytes, ")"));
+    return std::unique_ptr<Buffer>(std::make_unique<PinnedBuffer>(p, bytes));
   }
 
   // Stream-ordered, then waited for: the host side may be pinned (registered) memory that
