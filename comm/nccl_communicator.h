@@ -7,7 +7,10 @@
 // no tags: messages between a pair of ranks match in call order, so `tag` is ignored.
 // Each call enqueues on the communicator's stream and waits for it, polling
 // ncclCommGetAsyncError; past `timeout_ms` the communicator is aborted and the call (and
-// every later one) returns Unavailable instead of hanging.
+// every later one) returns Unavailable instead of hanging. Creation is bounded the same
+// way: the communicator is non-blocking, and a rank that never joins makes Create return
+// DeadlineExceeded after `timeout_ms`. Any thread may call (each call makes `device`
+// current first), one at a time.
 // Thread-safety: single owner (the device thread).
 #pragma once
 

@@ -33,8 +33,8 @@ namespace {
 
 class NcclComm final : public Communicator {
  public:
-  NcclComm(ncclComm_t comm, cudaStream_t stream, int rank, int size, int64_t timeout_ms)
-      : comm_(comm), stream_(stream), rank_(rank), size_(size), timeout_ms_(timeout_ms) {}
+  NcclComm(ncclComm_t comm, cudaStream_t stream, int device, int rank, int size, int64_t timeout_ms)
+      : comm_(comm), stream_(stream), device_(device), rank_(rank), size_(size), timeout_ms_(timeout_ms) {}
   ~NcclComm() override {
     if (!broken_.ok()) {
       ncclCommAbort(comm_);
@@ -50,31 +50,37 @@ class NcclComm final : public Communicator {
 
   absl::Status Send(const void* buf, size_t bytes, int peer, uint64_t) override {
     CASCADE_RETURN_IF_ERROR(CheckPeer(peer));
+    cudaSetDevice(device_);
     CASCADE_NCCL_STATUS(ncclSend(buf, bytes, ncclUint8, peer, comm_, stream_));
     return Wait("send");
   }
   absl::Status Recv(void* buf, size_t bytes, int peer, uint64_t) override {
     CASCADE_RETURN_IF_ERROR(CheckPeer(peer));
+    cudaSetDevice(device_);
     CASCADE_NCCL_STATUS(ncclRecv(buf, bytes, ncclUint8, peer, comm_, stream_));
     return Wait("recv");
   }
   absl::Status AllReduceSum(float* data, size_t n) override {
     CASCADE_RETURN_IF_ERROR(broken_);
+    cudaSetDevice(device_);
     CASCADE_NCCL_STATUS(ncclAllReduce(data, data, n, ncclFloat32, ncclSum, comm_, stream_));
     return Wait("all-reduce");
   }
   absl::Status AllGather(const void* in, size_t bytes_per_rank, void* out) override {
     CASCADE_RETURN_IF_ERROR(broken_);
+    cudaSetDevice(device_);
     CASCADE_NCCL_STATUS(ncclAllGather(in, out, bytes_per_rank, ncclUint8, comm_, stream_));
     return Wait("all-gather");
   }
   absl::Status Broadcast(void* buf, size_t bytes, int root) override {
     CASCADE_RETURN_IF_ERROR(broken_);
+    cudaSetDevice(device_);
     CASCADE_NCCL_STATUS(ncclBroadcast(buf, buf, bytes, ncclUint8, root, comm_, stream_));
     return Wait("broadcast");
   }
   absl::Status Barrier() override {
     CASCADE_RETURN_IF_ERROR(broken_);
+    cudaSetDevice(device_);
     if (barrier_ == nullptr) CASCADE_CUDA_STATUS(cudaMalloc(&barrier_, sizeof(float)));
     CASCADE_NCCL_STATUS(ncclAllReduce(barrier_, barrier_, 1, ncclFloat32, ncclSum, comm_, stream_));
     return Wait("barrier");
@@ -88,17 +94,21 @@ class NcclComm final : public Communicator {
     }
     return absl::OkStatus();
   }
-  // Polls the stream and NCCL's async error; aborts past the timeout.
+  // Polls NCCL's async state, then the stream; aborts past the timeout. The communicator
+  // is non-blocking: a call may return before its work is even on the stream
+  // (ncclInProgress), so the stream counts only once NCCL reports ncclSuccess.
   absl::Status Wait(const char* what) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms_);
     while (true) {
-      const cudaError_t e = cudaStreamQuery(stream_);
-      if (e == cudaSuccess) return absl::OkStatus();
-      if (e != cudaErrorNotReady) return Break(StrCat("nccl ", what, ": ", cudaGetErrorString(e)));
       ncclResult_t async = ncclSuccess;
       ncclCommGetAsyncError(comm_, &async);
       if (async != ncclSuccess && async != ncclInProgress) {
         return Break(StrCat("nccl ", what, ": ", ncclGetErrorString(async)));
+      }
+      if (async == ncclSuccess) {
+        const cudaError_t e = cudaStreamQuery(stream_);
+        if (e == cudaSuccess) return absl::OkStatus();
+        if (e != cudaErrorNotReady) return Break(StrCat("nccl ", what, ": ", cudaGetErrorString(e)));
       }
       if (std::chrono::steady_clock::now() > deadline) {
         return Break(StrCat("nccl ", what, " did not finish within ", timeout_ms_, " ms (a peer is gone?)"));
@@ -113,6 +123,7 @@ class NcclComm final : public Communicator {
 
   ncclComm_t comm_;
   cudaStream_t stream_;
+  int device_;  // Made current before every call: callers may come from any thread.
   int rank_, size_;
   int64_t timeout_ms_;
   float* barrier_ = nullptr;
@@ -140,14 +151,33 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateImpl(const GroupOptions& g, 
     if (v.size() != sizeof(id)) return absl::DataLossError(StrCat("nccl: rendezvous key ", key, " has ", v.size(), " bytes"));
     std::memcpy(&id, v.data(), sizeof(id));
   }
-  ncclComm_t comm;
-  CASCADE_NCCL_STATUS(ncclCommInitRank(&comm, g.size, id, g.rank));
+  // Non-blocking, so a rank that never joins (dead, or its group misconfigured) ends in
+  // DeadlineExceeded after the group's timeout instead of a hang.
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclComm_t comm = nullptr;
+  CASCADE_NCCL_STATUS(ncclCommInitRankConfig(&comm, g.size, id, g.rank, &config));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(g.timeout_ms);
+  ncclResult_t state = ncclInProgress;
+  while (state == ncclInProgress) {
+    ncclCommGetAsyncError(comm, &state);
+    if (state == ncclInProgress && std::chrono::steady_clock::now() > deadline) {
+      ncclCommAbort(comm);
+      return absl::DeadlineExceededError(StrCat("nccl: group ", g.group, ": rank ", g.rank, " of ", g.size,
+                                                ": not every rank joined within ", g.timeout_ms, " ms"));
+    }
+    std::this_thread::yield();
+  }
+  if (state != ncclSuccess) {
+    ncclCommAbort(comm);
+    return absl::UnavailableError(StrCat("nccl: group ", g.group, ": init failed: ", ncclGetErrorString(state)));
+  }
   cudaStream_t stream;
   if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) {
     ncclCommDestroy(comm);
     return absl::UnavailableError("nccl: cannot create a CUDA stream");
   }
-  return std::unique_ptr<Communicator>(new NcclComm(comm, stream, g.rank, g.size, g.timeout_ms));
+  return std::unique_ptr<Communicator>(new NcclComm(comm, stream, device, g.rank, g.size, g.timeout_ms));
 }
 
 }  // namespace

@@ -98,7 +98,10 @@ class CudaBackendImpl final : public CudaBackend {
   int n_threads() const override { return 1; }
   bool SupportsWeight(DType dtype) const override { return Supported(dtype); }
 
-  absl::Status Synchronize() override { return CudaError(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+  absl::Status Synchronize() override {
+    Bind();
+    return CudaError(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  }
 
   bool host_memory() const override { return false; }
 
@@ -118,12 +121,14 @@ class CudaBackendImpl final : public CudaBackend {
   // Stream-ordered, then waited for: the host side may be pinned (registered) memory that
   // the caller reuses as soon as this returns.
   absl::Status CopyIn(void* dst, const void* host, size_t bytes) override {
+    Bind();
     if (bytes == 0) return absl::OkStatus();
     CASCADE_CUDA_RETURN(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_), "CopyIn");
     return Synchronize();
   }
 
   absl::Status CopyOut(void* host, const void* src, size_t bytes) override {
+    Bind();
     if (bytes == 0) return absl::OkStatus();
     CASCADE_CUDA_RETURN(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream_), "CopyOut");
     return Synchronize();
@@ -156,6 +161,7 @@ class CudaBackendImpl final : public CudaBackend {
   }
 
   absl::Status Linear(TensorView out, const TensorView& in, const TensorView& weight, const TensorView& bias) override {
+    Bind();
     const int64_t n_tokens = in.Rows(), n_in = in.Cols(), n_out = weight.Rows();
     if (weight.Cols() != n_in || out.Rows() != n_tokens || out.Cols() != n_out) {
       return absl::InvalidArgumentError(StrCat("Linear: in ", in.ShapeString(), ", weight ", weight.ShapeString(),
@@ -209,11 +215,13 @@ class CudaBackendImpl final : public CudaBackend {
   }
 
   absl::Status RmsNorm(TensorView out, const TensorView& in, const TensorView& weight, float eps) override {
+    Bind();
     cuda::RmsNorm(F32(out), F32(in), F32(weight), in.Rows(), in.Cols(), eps, stream_);
     return LastError("RmsNorm");
   }
 
   absl::Status Rope(TensorView x, std::span<const int32_t> positions, const RopeParams& params) override {
+    Bind();
     const int64_t n_tokens = x.Rows();
     if (static_cast<int64_t>(positions.size()) != n_tokens) {
       return absl::InvalidArgumentError(StrCat("Rope: ", positions.size(), " positions for ", n_tokens, " rows"));
@@ -227,16 +235,19 @@ class CudaBackendImpl final : public CudaBackend {
   }
 
   absl::Status SiluMul(TensorView out, const TensorView& gate, const TensorView& up) override {
+    Bind();
     cuda::SiluMul(F32(out), F32(gate), F32(up), gate.NumElements(), stream_);
     return LastError("SiluMul");
   }
 
   absl::Status AddInPlace(TensorView out, const TensorView& in) override {
+    Bind();
     cuda::Add(F32(out), F32(in), out.NumElements(), stream_);
     return LastError("AddInPlace");
   }
 
   absl::Status Embedding(TensorView out, const TensorView& table, std::span<const int32_t> ids) override {
+    Bind();
     if (!Supported(table.dtype)) return absl::UnimplementedError(StrCat("Embedding: no CUDA kernel for ", DTypeName(table.dtype)));
     for (int32_t id : ids) {
       if (id < 0 || id >= table.Rows()) {
@@ -252,6 +263,7 @@ class CudaBackendImpl final : public CudaBackend {
 
   absl::Status WriteKv(KvCacheLayer& cache, const TensorView& k, const TensorView& v,
                        std::span<const AttentionSeq> seqs) override {
+    Bind();
     std::vector<int32_t> slots;
     for (const AttentionSeq& s : seqs) {
       for (int64_t i = 0; i < s.n_new; ++i) {
@@ -272,6 +284,7 @@ class CudaBackendImpl final : public CudaBackend {
 
   absl::Status Attention(TensorView out, const TensorView& q, const KvCacheLayer& cache,
                          std::span<const AttentionSeq> seqs, const AttentionParams& params) override {
+    Bind();
     if (cache.head_dim < 1 || cache.head_dim > 256 || params.n_heads % cache.n_kv_heads != 0) {
       return absl::UnimplementedError(StrCat("Attention: head_dim ", cache.head_dim, " with ", params.n_heads,
                                              " heads over ", cache.n_kv_heads, " KV heads (needs head_dim <= 256)"));
@@ -311,6 +324,7 @@ class CudaBackendImpl final : public CudaBackend {
   }
 
   absl::Status Argmax(std::span<int32_t> out, const TensorView& logits) override {
+    Bind();
     const int64_t n_rows = logits.Rows();
     if (static_cast<int64_t>(out.size()) != n_rows) return absl::InvalidArgumentError("Argmax: one id per row");
     auto* dev = static_cast<int32_t*>(Scratch(kArgmax, static_cast<size_t>(n_rows) * sizeof(int32_t)));
@@ -322,6 +336,7 @@ class CudaBackendImpl final : public CudaBackend {
   }
 
   absl::Status Sample(std::span<SampleResult> out, const TensorView& logits, std::span<const SampleRow> rows) override {
+    Bind();
     const int64_t n_rows = logits.Rows();
     if (static_cast<int64_t>(out.size()) != n_rows || static_cast<int64_t>(rows.size()) != n_rows) {
       return absl::InvalidArgumentError("Sample: one SampleRow and one SampleResult per logits row");
@@ -345,6 +360,10 @@ class CudaBackendImpl final : public CudaBackend {
   };
 
   absl::Status LastError(std::string_view what) { return CudaError(cudaGetLastError(), what); }
+
+  // Makes this backend's GPU the calling thread's current device: the worker loads on one
+  // RPC thread and steps on another, and the current device is per thread.
+  void Bind() const { cudaSetDevice(device_); }
 
   // A device buffer of at least `bytes` for `slot`; grows (stream-ordered) when needed.
   // On an allocation failure it returns null and keeps the error for `ScratchError`.
