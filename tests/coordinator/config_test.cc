@@ -99,6 +99,15 @@ TEST(ConfigTest, Ipv6Listen) {
   EXPECT_EQ(c->server.listen_port, 0);
 }
 
+TEST(ConfigTest, SampleLocalGpuConfigLoads) {
+  absl::StatusOr<ClusterConfig> c = LoadClusterConfig(::cascade::testing::SourceDir() + "/configs/local-gpu.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->parallel.tensor, 2);
+  ASSERT_EQ(c->nodes.size(), 1u);
+  EXPECT_EQ(c->nodes[0].devices, (std::vector<Device>{{DeviceKind::kCuda, 0}, {DeviceKind::kCuda, 1}}));
+  EXPECT_EQ(c->transport.activations, ActivationTransport::kNccl);
+}
+
 TEST(ConfigTest, SampleLocalCpuConfigLoads) {
   const std::string path = ::cascade::testing::SourceDir() + "/configs/local-cpu.yaml";
   absl::StatusOr<ClusterConfig> c = LoadClusterConfig(path);
