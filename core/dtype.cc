@@ -7,7 +7,7 @@
 
 namespace cascade {
 namespace {
-constexpr std::array<DTypeInfo, 10> kInfos = {{
+constexpr std::array<DTypeInfo, 11> kInfos = {{
     {"f32", 1, 4, false},
     {"f16", 1, 2, false},
     {"bf16", 1, 2, false},
@@ -18,6 +18,7 @@ constexpr std::array<DTypeInfo, 10> kInfos = {{
     {"q4_k", 256, 144, true},
     {"q6_k", 256, 210, true},
     {"q8_k", 256, 292, true},
+    {"i4_g128", 128, 68, true},
 }};
 }  // namespace
 

@@ -14,6 +14,11 @@
 //   Q6_K: 256 = 16 groups of 16 with int8 scales: x = d * scales[g] * (q - 32), q 6-bit
 //         (4 low bits in ql, 2 high bits in qh; see kernels/cpu/quantize.cc).
 //   Q8_K: x = d * q (f32 d); bsums[g] = sum of qs[16 g .. 16 g + 15]. Activations only.
+//   I4_G128 (Cascade's own, not ggml's): 128 elements with one f16 scale d and one f16 zero
+//         point z: x = d * (q - z). Element 8 w + j sits in bits [4 j, 4 j + 4) of qs[w]:
+//         the nibble order of GPTQ/AWQ's int32 words, stored row-major ([n_out, n_in], so
+//         rows shard like every other type). model/int4_checkpoint.h repacks GPTQ and AWQ
+//         checkpoints into it exactly (scales and zeros are copied, never re-rounded).
 #pragma once
 
 #include <cstdint>
@@ -22,6 +27,7 @@ namespace cascade::kernels {
 
 inline constexpr int kQK = 32;    // Elements per block of the Q4_0/Q4_1/Q8_0 family.
 inline constexpr int kQKK = 256;  // Elements per super-block of the K family.
+inline constexpr int kQG = 128;   // Elements per group of I4_G128.
 
 #pragma pack(push, 1)
 struct BlockQ8_0 {  // ggml `block_q8_0`.
@@ -54,6 +60,11 @@ struct BlockQ8_K {  // ggml `block_q8_K`.
   int8_t qs[kQKK];
   int16_t bsums[kQKK / 16];
 };
+struct BlockI4G128 {
+  uint16_t d;
+  uint16_t z;
+  uint32_t qs[kQG / 8];
+};
 #pragma pack(pop)
 
 static_assert(sizeof(BlockQ8_0) == 34);
@@ -62,6 +73,10 @@ static_assert(sizeof(BlockQ4_1) == 20);
 static_assert(sizeof(BlockQ4_K) == 144);
 static_assert(sizeof(BlockQ6_K) == 210);
 static_assert(sizeof(BlockQ8_K) == 292);
+static_assert(sizeof(BlockI4G128) == 68);
+
+// Quant `j` (0..127) of an I4_G128 block.
+inline int I4G128Quant(const BlockI4G128& b, int j) { return static_cast<int>((b.qs[j / 8] >> (4 * (j % 8))) & 0xf); }
 
 // The 6-bit scale and min of sub-block `j` (0..7) of a Q4_K super-block: sub-blocks 0..3
 // keep theirs in the low 6 bits of scales[j] / scales[j + 4]; sub-blocks 4..7 keep the low

@@ -19,7 +19,7 @@ void PutString(std::string& out, const std::string& s) {
 
 }  // namespace
 
-uint32_t GgmlTypeId(DType dtype) {
+std::optional<uint32_t> GgmlTypeId(DType dtype) {
   switch (dtype) {
     case DType::kF32: return 0;
     case DType::kF16: return 1;
@@ -31,8 +31,9 @@ uint32_t GgmlTypeId(DType dtype) {
     case DType::kQ8_K: return 15;
     case DType::kI32: return 26;
     case DType::kBF16: return 30;
+    case DType::kI4_G128: return std::nullopt;  // Cascade's own layout; GGUF has none.
   }
-  return 0;
+  return std::nullopt;
 }
 
 void GgufWriter::Key(const std::string& key, uint32_t type) {
@@ -92,7 +93,7 @@ std::string GgufWriter::Serialize() const {
     PutString(out, t.name);
     Put<uint32_t>(out, static_cast<uint32_t>(t.shape.size()));
     for (auto it = t.shape.rbegin(); it != t.shape.rend(); ++it) Put<uint64_t>(out, *it);
-    Put<uint32_t>(out, GgmlTypeId(t.dtype));
+    Put<uint32_t>(out, GgmlTypeId(t.dtype).value_or(kNoGgmlType));
     Put<uint64_t>(out, offset);
     offset += (t.data.size() + alignment_ - 1) / alignment_ * alignment_;
   }
@@ -105,6 +106,12 @@ std::string GgufWriter::Serialize() const {
 }
 
 absl::Status GgufWriter::WriteFile(const std::string& path) const {
+  for (const Tensor& t : tensors_) {
+    if (!GgmlTypeId(t.dtype).has_value()) {
+      return absl::InvalidArgumentError(cascade::StrCat(path, ": tensor '", t.name, "' is ", DTypeName(t.dtype),
+                                                        ", which GGUF cannot store"));
+    }
+  }
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   const std::string bytes = Serialize();
   f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,7 +47,9 @@ class GgufWriter {
   uint64_t alignment_ = 32;
 };
 
-// The GGUF (ggml_type) id of `dtype`.
-uint32_t GgmlTypeId(DType dtype);
+// The GGUF (ggml_type) id of `dtype`; nullopt for a type GGUF cannot store (I4_G128),
+// which Serialize writes as kNoGgmlType (readers refuse it) and WriteFile refuses.
+std::optional<uint32_t> GgmlTypeId(DType dtype);
+inline constexpr uint32_t kNoGgmlType = 0xffffffffu;
 
 }  // namespace cascade::model

@@ -17,6 +17,7 @@
 #include "core/str_cat.h"
 #include "core/utf8.h"
 #include "model/hf_model.h"
+#include "model/int4_checkpoint.h"
 
 namespace cascade::model {
 namespace {
@@ -488,7 +489,14 @@ absl::StatusOr<std::unique_ptr<WeightSource>> OpenHfWeights(const std::string& p
   }
   CASCADE_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsSource> dir,
                            SafetensorsSource::OpenDirectory(path));
-  return std::unique_ptr<WeightSource>(std::move(dir));
+  // A GPTQ/AWQ checkpoint declares itself in config.json; its packed tensors are then
+  // read through the INT4 repacking source.
+  const std::string config_path = (fs::path(path) / "config.json").string();
+  if (!fs::exists(config_path, ec)) return std::unique_ptr<WeightSource>(std::move(dir));
+  CASCADE_ASSIGN_OR_RETURN(std::string config_text, ReadSmallFile(config_path));
+  CASCADE_ASSIGN_OR_RETURN(std::optional<Int4Scheme> scheme, Int4SchemeFromHfConfig(config_text, config_path));
+  if (!scheme.has_value()) return std::unique_ptr<WeightSource>(std::move(dir));
+  return OpenInt4Checkpoint(std::move(dir), *scheme);
 }
 
 }  // namespace cascade::model

@@ -48,15 +48,7 @@ class CpuBackend final : public Backend {
   Device device() const override { return {}; }
   int n_threads() const override { return pool_->n_threads(); }
 
-  bool SupportsWeight(DType dtype) const override {
-    switch (dtype) {
-      case DType::kF32: case DType::kF16: case DType::kBF16: case DType::kQ8_0:
-      case DType::kQ4_0: case DType::kQ4_1: case DType::kQ4_K: case DType::kQ6_K:
-        return true;
-      default:
-        return false;
-    }
-  }
+  bool SupportsWeight(DType dtype) const override { return cpu::LinearSupports(dtype); }
 
   absl::Status Linear(TensorView out, const TensorView& in, const TensorView& weight,
                       const TensorView& bias) override {

@@ -118,6 +118,7 @@ bool LinearSupports(DType weight_dtype) {
     case DType::kQ4_1:
     case DType::kQ4_K:
     case DType::kQ6_K:
+    case DType::kI4_G128:
       return true;
     default:
       return false;
@@ -129,6 +130,7 @@ ActivationFormat ActivationFormatFor(DType weight_dtype) {
     case DType::kQ8_0:
     case DType::kQ4_0:
     case DType::kQ4_1:
+    case DType::kI4_G128:
       return ActivationFormat::kQ8Block;
     case DType::kQ4_K:
     case DType::kQ6_K:

@@ -1,5 +1,5 @@
 // AVX2 + FMA + F16C kernels: f32/f16/bf16 weights (FMA, also used on AVX-512 machines),
-// the activation quantizer, and Q8_0/Q4_0/Q4_1 integer dot products with `vpmaddubsw`.
+// the activation quantizer, and Q8_0/Q4_0/Q4_1/I4_G128 integer dot products with `vpmaddubsw`.
 // Compiled with -mavx2 -mfma -mf16c; only called when the CPU has them (linear.cc).
 #include <immintrin.h>
 
@@ -216,6 +216,64 @@ void GemmQuantAvx2(const GemmArgs& a, int64_t rb, int64_t re) {
   }
 }
 
+// ---- I4_G128 -------------------------------------------------------------------------------
+
+// Each 16-byte quarter of a group's words holds 32 inputs as (even, odd) nibble pairs;
+// interleaving the low and high nibbles restores input order for vpmaddubsw against the
+// activation block. The zero point folds into one offset per group: -d z * sum(x).
+template <int T>
+void I4G128Tokens(const GemmArgs& a, int64_t rb, int64_t re, int64_t t0) {
+  const int64_t ng = a.n_in / kQG, nb = a.n_in / 32;
+  const __m128i low4 = _mm_set1_epi8(0x0f);
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t r = rb; r < re; ++r) {
+    const BlockI4G128* w = reinterpret_cast<const BlockI4G128*>(a.w + r * a.w_row_bytes);
+    __m256 acc[T];
+    float offset_acc[T];
+    for (int t = 0; t < T; ++t) {
+      acc[t] = _mm256_setzero_ps();
+      offset_acc[t] = 0.0f;
+    }
+    for (int64_t g = 0; g < ng; ++g) {
+      const float dw = _cvtsh_ss(w[g].d);
+      const float offset = -dw * _cvtsh_ss(w[g].z);
+      const uint8_t* qs = reinterpret_cast<const uint8_t*>(w[g].qs);
+      for (int sub = 0; sub < kQG / 32; ++sub) {
+        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + 16 * sub));
+        const __m128i even = _mm_and_si128(q, low4), odd = _mm_and_si128(_mm_srli_epi16(q, 4), low4);
+        const __m256i wv = _mm256_set_m128i(_mm_unpackhi_epi8(even, odd), _mm_unpacklo_epi8(even, odd));
+        const int64_t b = g * (kQG / 32) + sub;
+        for (int t = 0; t < T; ++t) {
+          const int64_t xt = (t0 + t) * nb + b;
+          const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.xq + xt * 32));
+          const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(wv, xv), ones);
+          acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * a.xd[xt]), acc[t]);
+          offset_acc[t] += offset * a.xs[xt];
+        }
+      }
+    }
+    for (int t = 0; t < T; ++t) a.out[(t0 + t) * a.ld_out + r] = HorizontalSum(acc[t]) + offset_acc[t];
+  }
+}
+
+void GemmI4G128Avx2(const GemmArgs& a, int64_t rb, int64_t re) {
+  int64_t t = 0;
+  for (; t + 4 <= a.n_tokens; t += 4) I4G128Tokens<4>(a, rb, re, t);
+  switch (a.n_tokens - t) {
+    case 3:
+      I4G128Tokens<3>(a, rb, re, t);
+      break;
+    case 2:
+      I4G128Tokens<2>(a, rb, re, t);
+      break;
+    case 1:
+      I4G128Tokens<1>(a, rb, re, t);
+      break;
+    default:
+      break;
+  }
+}
+
 KernelTable MakeAvx2() {
   KernelTable t;
   t.gemm[static_cast<int>(DType::kF32)] = GemmFloatAvx2<LoadF32>;
@@ -224,6 +282,7 @@ KernelTable MakeAvx2() {
   t.gemm[static_cast<int>(DType::kQ8_0)] = GemmQuantAvx2<Kind::kQ8_0>;
   t.gemm[static_cast<int>(DType::kQ4_0)] = GemmQuantAvx2<Kind::kQ4_0>;
   t.gemm[static_cast<int>(DType::kQ4_1)] = GemmQuantAvx2<Kind::kQ4_1>;
+  t.gemm[static_cast<int>(DType::kI4_G128)] = GemmI4G128Avx2;
   t.quant_q8_block = QuantQ8BlockAvx2;
   return t;
 }

@@ -110,6 +110,35 @@ void GemmQ4(const GemmArgs& a, int64_t rb, int64_t re) {
 void GemmQ4_0(const GemmArgs& a, int64_t rb, int64_t re) { GemmQ4<false, BlockQ4_0>(a, rb, re); }
 void GemmQ4_1(const GemmArgs& a, int64_t rb, int64_t re) { GemmQ4<true, BlockQ4_1>(a, rb, re); }
 
+// Each group of 128 is four activation blocks of 32 under one weight scale d and zero z:
+// d * sum_b (xd_b * dot_b) - d * z * sum_b xs_b.
+void GemmI4G128(const GemmArgs& a, int64_t rb, int64_t re) {
+  const int64_t ng = a.n_in / kQG;
+  constexpr int kSub = kQG / kQK;
+  for (int64_t r = rb; r < re; ++r) {
+    const BlockI4G128* w = reinterpret_cast<const BlockI4G128*>(a.w + r * a.w_row_bytes);
+    for (int64_t t = 0; t < a.n_tokens; ++t) {
+      const int8_t* xq = a.xq + t * a.n_in;
+      const float* xd = a.xd + t * (a.n_in / kQK);
+      const float* xs = a.xs + t * (a.n_in / kQK);
+      float acc = 0.0f;
+      for (int64_t g = 0; g < ng; ++g) {
+        float dots = 0.0f, sums = 0.0f;
+        for (int s = 0; s < kSub; ++s) {
+          const int64_t b = g * kSub + s;
+          int dot = 0;
+          for (int j = 0; j < kQK; ++j) dot += I4G128Quant(w[g], s * kQK + j) * xq[b * kQK + j];
+          dots += xd[b] * static_cast<float>(dot);
+          sums += xs[b];
+        }
+        const float d = F16ToF32(w[g].d);
+        acc += d * dots - d * F16ToF32(w[g].z) * sums;
+      }
+      a.out[t * a.ld_out + r] = acc;
+    }
+  }
+}
+
 void GemmQ4_K(const GemmArgs& a, int64_t rb, int64_t re) {
   const int64_t nb = a.n_in / kQKK;
   for (int64_t r = rb; r < re; ++r) {
@@ -223,6 +252,7 @@ KernelTable MakeGeneric() {
   t.gemm[static_cast<int>(DType::kQ4_1)] = GemmQ4_1;
   t.gemm[static_cast<int>(DType::kQ4_K)] = GemmQ4_K;
   t.gemm[static_cast<int>(DType::kQ6_K)] = GemmQ6_K;
+  t.gemm[static_cast<int>(DType::kI4_G128)] = GemmI4G128;
   t.packed[static_cast<int>(DType::kQ8_0)] = GemmPacked<DType::kQ8_0>;
   t.packed[static_cast<int>(DType::kQ4_0)] = GemmPacked<DType::kQ4_0>;
   t.packed[static_cast<int>(DType::kQ4_1)] = GemmPacked<DType::kQ4_1>;

@@ -52,6 +52,13 @@ void DequantQ4_1(const BlockQ4_1* x, float* y, int64_t nb) {
   }
 }
 
+void DequantI4G128(const BlockI4G128* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, y += kQG) {
+    const float d = F16ToF32(x[i].d), z = F16ToF32(x[i].z);
+    for (int j = 0; j < kQG; ++j) y[j] = d * (static_cast<float>(I4G128Quant(x[i], j)) - z);
+  }
+}
+
 void DequantQ4_K(const BlockQ4_K* x, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i) {
     const float d = F16ToF32(x[i].d);
@@ -149,6 +156,28 @@ void QuantQ4_1(const float* x, BlockQ4_1* y, int64_t nb) {
       const int q0 = std::clamp(NearestInt((x[j] - lo) * id), 0, 15);
       const int q1 = std::clamp(NearestInt((x[j + kQK / 2] - lo) * id), 0, 15);
       y[i].qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
+    }
+  }
+}
+
+// Round-to-nearest over each group's range, with an integer zero point (as GPTQ's RTN
+// baseline and AWQ's zero-point mode do): d = (max - min) / 15, z = round(-min / d).
+void QuantI4G128(const float* x, BlockI4G128* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += kQG) {
+    float lo = 0.0f, hi = 0.0f;  // The range always covers 0, so z lands in [0, 15].
+    for (int j = 0; j < kQG; ++j) {
+      lo = std::min(lo, x[j]);
+      hi = std::max(hi, x[j]);
+    }
+    const float d = F16ToF32(F32ToF16((hi - lo) / 15.0f));
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const int z = std::clamp(NearestInt(-lo * id), 0, 15);
+    y[i].d = F32ToF16(d);
+    y[i].z = F32ToF16(static_cast<float>(z));
+    std::memset(y[i].qs, 0, sizeof(y[i].qs));
+    for (int j = 0; j < kQG; ++j) {
+      const int q = std::clamp(NearestInt(x[j] * id) + z, 0, 15);
+      y[i].qs[j / 8] |= static_cast<uint32_t>(q) << (4 * (j % 8));
     }
   }
 }
@@ -324,6 +353,9 @@ absl::Status DequantizeRow(DType dtype, const void* src, float* dst, int64_t n) 
     case DType::kQ8_K:
       DequantQ8_K(static_cast<const BlockQ8_K*>(src), dst, nb);
       return absl::OkStatus();
+    case DType::kI4_G128:
+      DequantI4G128(static_cast<const BlockI4G128*>(src), dst, nb);
+      return absl::OkStatus();
     default:
       return absl::UnimplementedError(
           absl::StrCat("DequantizeRow: unsupported dtype ", std::string(DTypeName(dtype))));
@@ -365,6 +397,9 @@ absl::Status QuantizeRow(DType dtype, const float* src, void* dst, int64_t n) {
       return absl::OkStatus();
     case DType::kQ8_K:
       QuantQ8_K(src, static_cast<BlockQ8_K*>(dst), nb);
+      return absl::OkStatus();
+    case DType::kI4_G128:
+      QuantI4G128(src, static_cast<BlockI4G128*>(dst), nb);
       return absl::OkStatus();
     default:
       return absl::UnimplementedError(

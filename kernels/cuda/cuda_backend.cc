@@ -1,6 +1,6 @@
 // CudaBackend: the ops of kernels/ops.h on one GPU (cuda_backend.h). Dense weights go to
 // cuBLAS (F32: SGEMM; F16/BF16: GemmEx with the activations converted to the weight's
-// type and F32 accumulation); Q8_0/Q4_0/Q4_1 go to the weight-only GEMV kernel for up to
+// type and F32 accumulation); Q8_0/Q4_0/Q4_1/I4_G128 go to the weight-only GEMV kernel for up to
 // kMaxGemvTokens tokens, and for more are decoded to F32 once per call and multiplied by
 // SGEMM. The host-side metadata of an op (ids, positions, slots, block tables) is packed
 // here and copied up into scratch buffers that grow to the largest call.
@@ -39,9 +39,12 @@ absl::Status CublasError(cublasStatus_t st, std::string_view what) {
     if (!_s.ok()) return _s;           \
   } while (0)
 
+// The kernels take a DType's value as their weight code.
+static_assert(cuda::kWQ4_1 == static_cast<int>(DType::kQ4_1) && cuda::kWI4G128 == static_cast<int>(DType::kI4_G128));
+
 bool Supported(DType d) {
   return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16 || d == DType::kQ8_0 || d == DType::kQ4_0 ||
-         d == DType::kQ4_1;
+         d == DType::kQ4_1 || d == DType::kI4_G128;
 }
 
 float* F32(const TensorView& v) { return static_cast<float*>(v.data); }

@@ -39,18 +39,16 @@ __device__ __forceinline__ float Half(const uint8_t* p) {
   return __half2float(h);
 }
 
-// Bytes per block of 32 weights (quantized) or per element (dense).
+// Elements and bytes per block of a quantized code (1 and the element size when dense).
+__host__ __device__ constexpr int64_t BlockElems(int code) { return code == kWI4G128 ? 128 : code >= kWQ8_0 ? 32 : 1; }
 __host__ __device__ constexpr int64_t BlockBytes(int code) {
-  return code == kWQ8_0 ? 34 : code == kWQ4_0 ? 18 : code == kWQ4_1 ? 20 : 0;
+  return code == kWQ8_0 ? 34 : code == kWQ4_0 ? 18 : code == kWQ4_1 ? 20 : code == kWI4G128 ? 68 : code == kWF32 ? 4 : 2;
 }
+__host__ __device__ inline int64_t RowBytes(int code, int64_t n) { return n / BlockElems(code) * BlockBytes(code); }
 
-__host__ __device__ inline int64_t RowBytes(int code, int64_t n) {
-  switch (code) {
-    case kWF32: return n * 4;
-    case kWF16:
-    case kWBF16: return n * 2;
-    default: return n / 32 * BlockBytes(code);
-  }
+// I4_G128 (kernels/quant_blocks.h): f16 d, f16 z, then 16 words of 8 nibbles.
+__device__ __forceinline__ uint32_t I4Word(const uint8_t* block, int w) {
+  return reinterpret_cast<const uint32_t*>(block + 4)[w];  // Blocks are 68 bytes: words stay 4-aligned.
 }
 
 // Element i of a row in any encoding (the slow generic path: embedding, dequantize).
@@ -61,9 +59,14 @@ __device__ float Decode(const uint8_t* row, int code, int64_t i) {
     case kWBF16: return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(row)[i]);
     default: break;
   }
-  const uint8_t* b = row + (i / 32) * BlockBytes(code);
-  const int j = static_cast<int>(i % 32);
+  const uint8_t* b = row + (i / BlockElems(code)) * BlockBytes(code);
   const float d = Half(b);
+  if (code == kWI4G128) {
+    const int j = static_cast<int>(i % 128);
+    const int q = static_cast<int>((I4Word(b, j / 8) >> (4 * (j % 8))) & 0xf);
+    return d * (static_cast<float>(q) - Half(b + 2));
+  }
+  const int j = static_cast<int>(i % 32);
   if (code == kWQ8_0) return d * static_cast<float>(static_cast<int8_t>(b[2 + j]));
   const uint8_t* qs = b + (code == kWQ4_1 ? 4 : 2);
   const int q = j < 16 ? (qs[j] & 0x0f) : (qs[j - 16] >> 4);
@@ -71,8 +74,22 @@ __device__ float Decode(const uint8_t* row, int code, int64_t i) {
   return d * static_cast<float>(q) + Half(b + 2);
 }
 
-// The 32 weights of one block into w[32].
-__device__ __forceinline__ void DecodeBlock(const uint8_t* b, int code, float* w) {
+// Weights [32 c, 32 c + 32) of a quantized row into w[32]: one block of the 32-element
+// codes, a quarter of an I4_G128 group.
+__device__ __forceinline__ void DecodeChunk(const uint8_t* row, int code, int64_t c, float* w) {
+  if (code == kWI4G128) {
+    const uint8_t* b = row + (c / 4) * 68;
+    const float d = Half(b), z = Half(b + 2);
+    const int w0 = static_cast<int>(c % 4) * 4;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const uint32_t word = I4Word(b, w0 + k);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) w[8 * k + j] = d * (static_cast<float>((word >> (4 * j)) & 0xf) - z);
+    }
+    return;
+  }
+  const uint8_t* b = row + c * BlockBytes(code);
   const float d = Half(b);
   if (code == kWQ8_0) {
 #pragma unroll
@@ -156,15 +173,14 @@ __global__ void QuantGemvKernel(float* out, const float* x, const uint8_t* w, in
   const int lane = threadIdx.x % kWarp;
   if (o >= n_out) return;
   const int64_t nb = n_in / 32;
-  const int64_t bb = BlockBytes(code);
-  const uint8_t* row = w + o * nb * bb;
+  const uint8_t* row = w + o * RowBytes(code, n_in);
   float acc[T];
 #pragma unroll
   for (int t = 0; t < T; ++t) acc[t] = 0.0f;
   const int n_t = static_cast<int>(n_tokens - t0 < T ? n_tokens - t0 : T);
   float wb[32];
   for (int64_t b = lane; b < nb; b += kWarp) {
-    DecodeBlock(row + b * bb, code, wb);
+    DecodeChunk(row, code, b, wb);
 #pragma unroll
     for (int t = 0; t < T; ++t) {
       if (t >= n_t) break;
@@ -340,6 +356,8 @@ __global__ void FillRandomKernel(uint8_t* w, int code, int64_t n_units, float sc
           memcpy(w + u, &d, 2);
         } else if (code == kWQ4_1 && in_block < 4) {
           w[u] = 0;  // The block's f16 min: 0.
+        } else if (code == kWI4G128 && in_block < 4) {
+          w[u] = in_block == 2 ? 0x00 : 0x48;  // The group's f16 zero point: 8.0 (0x4800).
         } else if (in_block >= 2) {
           w[u] = static_cast<uint8_t>(h >> 24);
         }
@@ -427,7 +445,7 @@ void Attention(const AttentionArgs& args, cudaStream_t stream) {
 }
 
 void FillRandom(void* w, int code, int64_t n, float scale, uint32_t seed, cudaStream_t stream) {
-  const int64_t units = code == kWF32 || code == kWF16 || code == kWBF16 ? n : n / 32 * BlockBytes(code);
+  const int64_t units = code == kWF32 || code == kWF16 || code == kWBF16 ? n : RowBytes(code, n);
   if (units > 0) FillRandomKernel<<<Grid(units, 256), 256, 0, stream>>>(static_cast<uint8_t*>(w), code, units, scale, seed);
 }
 

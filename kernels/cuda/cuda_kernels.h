@@ -4,7 +4,8 @@
 // `stream`, and the caller checks cudaGetLastError.
 //
 // Numerics: activations F32, accumulation F32, quantized weights dequantized in
-// registers (weight-only quantization: W8 for Q8_0, W4 for Q4_0/Q4_1).
+// registers (weight-only quantization: W8 for Q8_0, W4 for Q4_0/Q4_1 and for the
+// GPTQ/AWQ group-128 INT4 of I4_G128).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -16,7 +17,7 @@
 namespace cascade::kernels::cuda {
 
 // Weight encodings the kernels decode; values match cascade::DType.
-enum WeightCode : int { kWF32 = 0, kWF16 = 1, kWBF16 = 2, kWQ8_0 = 4, kWQ4_0 = 5, kWQ4_1 = 6 };
+enum WeightCode : int { kWF32 = 0, kWF16 = 1, kWBF16 = 2, kWQ8_0 = 4, kWQ4_0 = 5, kWQ4_1 = 6, kWI4G128 = 10 };
 
 // out[r, :] = in[r, :] * w / rms(in[r, :]); one block per row.
 void RmsNorm(float* out, const float* in, const float* w, int64_t n_rows, int64_t n, float eps, cudaStream_t stream);
@@ -35,7 +36,7 @@ void Dequantize(float* out, const void* w, int code, int64_t rows, int64_t cols,
 // out [n, cols] in f16 (code kWF16) or bf16 (kWBF16) = in [n, cols] f32.
 void ConvertActivations(void* out, const float* in, int code, int64_t n, cudaStream_t stream);
 // Weight-only quantized GEMV/GEMM for few tokens: out [n_tokens, n_out] = x [n_tokens,
-// n_in] w^T, w [n_out, n_in] in Q8_0/Q4_0/Q4_1 blocks. One warp per output row, up to 8
+// n_in] w^T, w [n_out, n_in] in Q8_0/Q4_0/Q4_1/I4_G128 blocks. One warp per output row, up to 8
 // tokens per pass over the row.
 void QuantGemv(float* out, const float* x, const void* w, int code, int64_t n_tokens, int64_t n_out, int64_t n_in,
                cudaStream_t stream);
@@ -66,7 +67,8 @@ struct AttentionArgs {
 void Attention(const AttentionArgs& args, cudaStream_t stream);
 
 // Fills n elements of w with pseudo-random values of encoding `code` (F32/F16/BF16:
-// normal-ish in [-scale, scale]; Q8_0/Q4_0/Q4_1: random quants, scale as the block scale),
+// normal-ish in [-scale, scale]; quantized: random quants, scale / 16 as the block scale,
+// I4_G128 with zero point 8),
 // for benchmarks that need weights of a size no host could make quickly.
 void FillRandom(void* w, int code, int64_t n, float scale, uint32_t seed, cudaStream_t stream);
 

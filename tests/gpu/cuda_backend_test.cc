@@ -90,7 +90,8 @@ double RelL2(const std::vector<float>& got, const std::vector<float>& want) {
 TEST_F(CudaBackendTest, LinearMatchesDoublePrecisionReference) {
   const int64_t n_out = 100, n_in = 256;  // 100 rows: the last block of warps is partial.
   const std::pair<DType, double> cases[] = {{DType::kF32, 1e-5}, {DType::kF16, 2e-3}, {DType::kBF16, 1e-2},
-                                            {DType::kQ8_0, 1e-5}, {DType::kQ4_0, 1e-5}, {DType::kQ4_1, 1e-5}};
+                                            {DType::kQ8_0, 1e-5}, {DType::kQ4_0, 1e-5}, {DType::kQ4_1, 1e-5},
+                                            {DType::kI4_G128, 1e-5}};
   for (const auto& [dtype, bound] : cases) {
     const std::vector<float> wf = Random(n_out * n_in, 1);
     std::vector<uint8_t> w(RowBytes(dtype, n_in) * n_out);
@@ -159,7 +160,8 @@ TEST_F(CudaBackendTest, ElementwiseOpsMatchTheCpuBackend) {
 TEST_F(CudaBackendTest, EmbeddingDecodesEveryWeightType) {
   const int64_t n_vocab = 50, n_embd = 128;
   const std::vector<int32_t> ids = {0, 49, 7, 7, 23};
-  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1}) {
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
+                      DType::kI4_G128}) {
     const std::vector<float> tf = Random(n_vocab * n_embd, 8);
     std::vector<uint8_t> table(RowBytes(dtype, n_embd) * n_vocab);
     for (int64_t r = 0; r < n_vocab; ++r) {

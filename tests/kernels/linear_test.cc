@@ -118,6 +118,15 @@ std::vector<double> NaiveDequant(DType dtype, const uint8_t* p, int64_t n) {
         }
       }
       break;
+    case DType::kI4_G128:  // 68 bytes: f16 d, f16 z, 16 LE uint32 of 8 nibbles (low first).
+      for (int64_t g = 0; g < n / 128; ++g, p += 68) {
+        for (int e = 0; e < 128; ++e) {
+          const uint8_t* word = p + 4 + 4 * (e / 8);
+          const uint32_t bits = word[0] | (word[1] << 8) | (word[2] << 16) | (static_cast<uint32_t>(word[3]) << 24);
+          y[128 * g + e] = H(p) * (static_cast<double>((bits >> (4 * (e % 8))) & 15) - H(p + 2));
+        }
+      }
+      break;
     default:
       ADD_FAILURE() << "no naive dequantizer for " << DTypeName(dtype);
   }
@@ -235,8 +244,8 @@ void RunCase(const Case& c) {
 
 std::vector<Case> Cases() {
   std::vector<Case> cases;
-  const DType dtypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,
-                          DType::kQ4_0, DType::kQ4_1, DType::kQ4_K, DType::kQ6_K};
+  const DType dtypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,   DType::kQ4_0,
+                          DType::kQ4_1, DType::kQ4_K, DType::kQ6_K, DType::kI4_G128};
   for (DType d : dtypes) {
     for (CpuIsa isa : kAllCpuIsas) {
       if (!CpuSupportsIsa(isa)) continue;
@@ -251,6 +260,7 @@ std::vector<Case> Cases() {
         std::vector<int64_t> n_ins = {512};
         if (BlockElems(d) == 32) n_ins = {512, 96, 1600, 2080};
         if (BlockElems(d) == 1) n_ins = {512, 100};
+        if (BlockElems(d) == 128) n_ins = {512, 128, 384};  // 4, 1 and 3 groups.
         for (int64_t n_in : n_ins) {
           cases.push_back({d, isa, n_tokens, 37, n_in, 1});
           cases.push_back({d, isa, n_tokens, 53, n_in, 2});

@@ -49,6 +49,22 @@ TEST(QuantizeLayoutTest, Q4_1AndQ8_0) {
   EXPECT_EQ(y[6], 0.0f);
 }
 
+// I4_G128 as kernels/quant_blocks.h describes it: element 8 w + j in bits [4 j, 4 j + 4)
+// of word w, value d * (q - z).
+TEST(QuantizeLayoutTest, I4G128WordsAndZeroPoint) {
+  BlockI4G128 b{};
+  b.d = kHalf;
+  b.z = F32ToF16(3.0f);
+  b.qs[0] = 0x76543210u;  // Elements 0..7 hold quants 0..7.
+  b.qs[15] = 0xf0000000u; // Element 127 holds 15, 120..126 hold 0.
+  float y[128];
+  ASSERT_TRUE(DequantizeRow(DType::kI4_G128, &b, y, 128).ok());
+  for (int j = 0; j < 8; ++j) EXPECT_EQ(y[j], 0.5f * (j - 3.0f)) << j;
+  EXPECT_EQ(y[8], 0.5f * -3.0f);
+  EXPECT_EQ(y[126], 0.5f * -3.0f);
+  EXPECT_EQ(y[127], 0.5f * 12.0f);
+}
+
 TEST(QuantizeLayoutTest, Q4_KScalesAndNibbles) {
   BlockQ4_K b{};
   b.d = kOne;
@@ -111,6 +127,10 @@ double RoundTripBound(DType dtype, const float* x, int64_t n) {
       return amax / 8 + amax * f16;
     case DType::kQ4_1:  // Step (hi - lo)/15.
       return (hi - lo) / 30 + (std::fabs(lo) + (hi - lo)) * f16;
+    case DType::kI4_G128: {  // Step (hi - lo)/15 over a range that includes 0.
+      const double range = std::max(hi, 0.0) - std::min(lo, 0.0);
+      return range / 30 + range * 16 * f16;  // Half a step; the f16 step may clamp at 15.
+    }
     case DType::kQ8_K:  // f32 scale amax/127.
       return amax / 254 * 1.0001;
     case DType::kQ4_K: {
@@ -143,7 +163,7 @@ double RoundTripBound(DType dtype, const float* x, int64_t n) {
 
 TEST(QuantizeRoundTripTest, WithinBounds) {
   const DType dtypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0, DType::kQ4_0,
-                          DType::kQ4_1, DType::kQ4_K, DType::kQ6_K, DType::kQ8_K};
+                          DType::kQ4_1, DType::kQ4_K, DType::kQ6_K, DType::kQ8_K, DType::kI4_G128};
   std::mt19937 rng(99);
   for (DType dtype : dtypes) {
     SCOPED_TRACE(DTypeName(dtype));

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "model/hf_model.h"
+#include "tests/safetensors_writer.h"
 #include "tests/test_support.h"
 
 namespace cascade::model {
@@ -34,43 +35,17 @@ float FloatAt(const TensorView& v, int64_t i) {
   return x;
 }
 
-// 8-byte little-endian length, the header text, then the data section.
+using Entry = ::cascade::testing::SafetensorsEntry;
+
 std::string FileBytes(const std::string& header, const std::string& data = "") {
-  std::string out(8, '\0');
-  uint64_t n = header.size();
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xFF);
-  return out + header + data;
+  return ::cascade::testing::SafetensorsFileBytes(header, data);
 }
-
-struct Entry {
-  std::string name;
-  std::string dtype;
-  std::vector<int64_t> shape;
-  std::string data;  // Raw little-endian bytes.
-};
-
-// A valid file: the entries' data laid out contiguously in the given order (list wider
-// dtypes first to keep every tensor aligned).
 std::string Build(const std::vector<Entry>& entries, bool with_metadata = true) {
-  Json header = Json::object();
-  if (with_metadata) header["__metadata__"] = {{"format", "pt"}};
-  std::string data;
-  for (const Entry& e : entries) {
-    header[e.name] = {{"dtype", e.dtype},
-                      {"shape", e.shape},
-                      {"data_offsets", {data.size(), data.size() + e.data.size()}}};
-    data += e.data;
-  }
-  // Pad like the reference writer so that data offsets aligned to the element size give
-  // aligned addresses.
-  std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');
-  return FileBytes(text, data);
+  return ::cascade::testing::SafetensorsBytes(entries, with_metadata);
 }
-
 template <typename T>
 std::string Bytes(const std::vector<T>& v) {
-  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+  return ::cascade::testing::RawBytes(v);
 }
 
 std::vector<float> Iota(int n, float start = 0) {
