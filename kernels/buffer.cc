@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/status.h"
 #include "core/str_cat.h"
 #include "kernels/ops.h"
 
@@ -45,6 +46,43 @@ absl::Status Backend::CopyIn(void* dst, const void* host, size_t bytes) {
 
 absl::Status Backend::CopyOut(void* host, const void* src, size_t bytes) {
   if (bytes > 0) std::memmove(host, src, bytes);
+  return absl::OkStatus();
+}
+
+absl::Status CheckLinearParts(std::span<const TensorView> outs, const TensorView& in, const PreparedWeight& weight,
+                              std::span<const TensorView> biases) {
+  if (!biases.empty() && biases.size() != outs.size()) {
+    return absl::InvalidArgumentError(StrCat("LinearParts: ", biases.size(), " biases for ", outs.size(), " parts"));
+  }
+  int64_t rows = 0;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    if (outs[i].Rows() != in.Rows()) {
+      return absl::InvalidArgumentError(StrCat("LinearParts: out ", i, " ", outs[i].ShapeString(), " for input ",
+                                               in.ShapeString()));
+    }
+    if (i + 1 < outs.size() && outs[i].Cols() % Backend::kLinearPartRows != 0) {
+      return absl::InvalidArgumentError(StrCat("LinearParts: part ", i, " has ", outs[i].Cols(), " rows, not a multiple of ",
+                                               Backend::kLinearPartRows));
+    }
+    rows += outs[i].Cols();
+  }
+  if (rows != weight.n_out() || in.Cols() != weight.n_in()) {
+    return absl::InvalidArgumentError(StrCat("LinearParts: parts of ", rows, " rows over input ", in.ShapeString(),
+                                             " for a weight [", weight.n_out(), ", ", weight.n_in(), "]"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Backend::LinearParts(std::span<const TensorView> outs, const TensorView& in, const PreparedWeight& weight,
+                                  std::span<const TensorView> biases) {
+  CASCADE_RETURN_IF_ERROR(CheckLinearParts(outs, in, weight, biases));
+  if (!weight.reads_source()) return absl::UnimplementedError("LinearParts: this backend has no stacked-weight kernel");
+  int64_t row = 0;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const TensorView w = weight.source().RowSlice(row, row + outs[i].Cols());
+    CASCADE_RETURN_IF_ERROR(Linear(outs[i], in, w, biases.empty() ? TensorView() : biases[i]));
+    row += outs[i].Cols();
+  }
   return absl::OkStatus();
 }
 

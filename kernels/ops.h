@@ -161,6 +161,16 @@ class Backend {
     if (!weight.reads_source()) return absl::InternalError("Linear: weight prepared by another backend");
     return Linear(out, in, weight.source(), bias);
   }
+  // (optional) Several projections of one input in one pass (Q/K/V, gate/up): `weight`
+  // was prepared from their matrices stacked by rows, and outs[i] [n_tokens, rows_i]
+  // receives the next rows_i of its output rows, plus biases[i] when that view has data
+  // (`biases` is empty or has one view per part). Every rows_i but the last must be a
+  // multiple of kLinearPartRows (the row groups backends tile by). The inputs are read,
+  // and quantized where the kernels need it, once. The default runs `Linear` on row slices
+  // of `weight.source()`: for backends whose prepared weights read their source.
+  static constexpr int64_t kLinearPartRows = 16;
+  virtual absl::Status LinearParts(std::span<const TensorView> outs, const TensorView& in,
+                                   const PreparedWeight& weight, std::span<const TensorView> biases);
   // `Embedding` over a prepared table (optional: the default reads `table.source()`).
   virtual absl::Status Embedding(TensorView out, const PreparedWeight& table,
                                  std::span<const int32_t> ids) {
@@ -203,6 +213,12 @@ class Backend {
 // A 64-byte aligned, uninitialised host allocation (what Backend::Allocate does by
 // default). ResourceExhausted when it cannot be had.
 absl::StatusOr<std::unique_ptr<Buffer>> AllocateHost(size_t bytes);
+
+// The shape checks every LinearParts implementation starts with: one output per part of
+// the input's rows, the part sizes summing to the weight's rows (all but the last a
+// multiple of kLinearPartRows), one bias per part or none.
+absl::Status CheckLinearParts(std::span<const TensorView> outs, const TensorView& in, const PreparedWeight& weight,
+                              std::span<const TensorView> biases);
 
 // Makes `buf` hold at least `bytes` of `backend`'s memory (its staging memory when
 // `staging`), reallocating (contents lost) only when it is smaller: for workspaces that

@@ -140,6 +140,19 @@ class Int4Source final : public WeightSource {
     return hidden_.contains(std::string(name)) ? nullptr : packed_->FindTensor(name);
   }
 
+  // Frees the repacked rows behind `view` (the transformer calls this once it copied
+  // them, or the backend did); packed tensors pass through.
+  void ReleasePages(const TensorView& view) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = cache_.begin(); it != cache_.end(); ++it) {
+      if (!it->second.empty() && it->second.data() == view.data) {
+        cache_.erase(it);
+        return;
+      }
+    }
+    packed_->ReleasePages(view);
+  }
+
   absl::StatusOr<TensorView> ReadRows(std::string_view name, int64_t row_begin, int64_t row_end) const override {
     const auto it = virtual_.find(std::string(name));
     if (it == virtual_.end()) {

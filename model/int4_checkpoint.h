@@ -18,8 +18,8 @@
 // Groups: 128 inputs, a multiple of 128 (each 128-block repeats its group's scale and
 // zero), or -1 (one group per output row). Act-order GPTQ (a g_idx that is not i / group)
 // and other packings (AWQ gemv/exllama/marlin) are refused with a message.
-// Thread-safe: rows are repacked on first read under a lock and cached for the source's
-// lifetime.
+// Thread-safe: rows are repacked on first read under a lock and cached until released
+// (WeightSource::ReleasePages) or the source is destroyed.
 #pragma once
 
 #include <cstdint>

@@ -21,6 +21,9 @@ struct Transformer::Layer {
   // Borrowed from `prepared_`.
   const kernels::PreparedWeight *wq = nullptr, *wk = nullptr, *wv = nullptr, *wo = nullptr;
   const kernels::PreparedWeight *w_gate = nullptr, *w_up = nullptr, *w_down = nullptr;
+  // Q/K/V and gate/up stacked by rows (LinearParts); when set, wq/wk/wv or w_gate/w_up
+  // are null.
+  const kernels::PreparedWeight *wqkv = nullptr, *w_gate_up = nullptr;
 };
 
 Transformer::~Transformer() = default;
@@ -68,6 +71,7 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Load(const ModelFiles&
   t->first_layer_ = options.first_layer;
   t->last_layer_ = options.last_layer < 0 ? files.config.n_layers : options.last_layer;
   t->exit_head_ = options.exit_head;
+  t->fuse_projections_ = options.fuse_projections;
   if (t->first_layer_ < 0 || t->first_layer_ >= t->last_layer_ || t->last_layer_ > files.config.n_layers) {
     return absl::InvalidArgumentError(StrCat("stage layers [", t->first_layer_, ", ", t->last_layer_,
                                              ") are not a non-empty range of the model's ",
@@ -92,20 +96,31 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Load(const ModelFiles&
   return t;
 }
 
+absl::StatusOr<uint8_t*> Transformer::OwnBytes(const std::string& tensor, size_t bytes) {
+  auto* buf = static_cast<uint8_t*>(std::aligned_alloc(64, std::max<size_t>(64, (bytes + 63) / 64 * 64)));
+  if (buf == nullptr) return absl::ResourceExhaustedError(StrCat("tensor '", tensor, "': cannot allocate ", bytes, " bytes"));
+  owned_bytes_.emplace_back(buf);
+  return buf;
+}
+
 absl::Status Transformer::LoadWeights(const ModelFiles& files) {
   const WeightSource& w = *files.weights;
   const ModelConfig& c = config_;
   const auto name = [&](LlamaTensor tensor, int64_t layer = -1) {
     return arch::LlamaTensorName(files.format, tensor, layer);
   };
-  // A matrix [rows, cols] in any type the backend can multiply by, prepared once by the
-  // backend. When the backend keeps its own copy (the CPU repack), the file pages behind
-  // the tensor are dropped right away, so the model is resident about once, not twice.
-  // Only rows [r0, r1) and columns [c0, c1) are kept (-1: to the end): a row slice is a view
-  // of just those rows of the file; a column slice (whole blocks of the type) is copied
-  // into an owned buffer and the file pages behind the rows are dropped.
-  const auto matrix = [&](const std::string& n, int64_t rows, int64_t cols, int64_t r0 = 0, int64_t r1 = -1,
-                          int64_t c0 = 0, int64_t c1 = -1) -> absl::StatusOr<const kernels::PreparedWeight*> {
+  // A matrix [rows, cols] in any type the backend can multiply by, cut to rows [r0, r1)
+  // and columns [c0, c1) (-1: to the end): a row slice is a view of just those rows of the
+  // file; a column slice (whole blocks of the type) is copied into an owned buffer and the
+  // file pages behind the rows are dropped.
+  struct Slice {
+    std::string name;
+    TensorView file;  // What the source returned.
+    TensorView kept;  // The file view, or the owned copy of its columns.
+    bool owned = false;
+  };
+  const auto slice = [&](const std::string& n, int64_t rows, int64_t cols, int64_t r0 = 0, int64_t r1 = -1,
+                         int64_t c0 = 0, int64_t c1 = -1) -> absl::StatusOr<Slice> {
     if (r1 < 0) r1 = rows;
     if (c1 < 0) c1 = cols;
     const TensorInfo* info = w.FindTensor(n);
@@ -122,39 +137,84 @@ absl::Status Transformer::LoadWeights(const ModelFiles& files) {
       return absl::InvalidArgumentError(StrCat("tensor '", n, "': columns [", c0, ", ", c1,
                                                ") are not whole blocks of ", DTypeName(info->dtype)));
     }
-    CASCADE_ASSIGN_OR_RETURN(TensorView v, w.ReadRows(n, r0, r1));
-    TensorView kept = v;
-    bool owned = false;
+    Slice sl;
+    sl.name = n;
+    CASCADE_ASSIGN_OR_RETURN(sl.file, w.ReadRows(n, r0, r1));
+    sl.kept = sl.file;
     if (c0 != 0 || c1 != cols) {
       const int64_t src_row = RowBytes(info->dtype, cols), dst_row = RowBytes(info->dtype, c1 - c0);
       const int64_t skip = RowBytes(info->dtype, c0);
-      const size_t bytes = static_cast<size_t>((r1 - r0) * dst_row);
-      auto* buf = static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
-      if (buf == nullptr) return absl::ResourceExhaustedError(StrCat("tensor '", n, "': cannot allocate ", bytes, " bytes"));
-      owned_bytes_.emplace_back(buf);
-      const auto* src = static_cast<const uint8_t*>(v.data);
+      CASCADE_ASSIGN_OR_RETURN(uint8_t* buf, OwnBytes(n, static_cast<size_t>((r1 - r0) * dst_row)));
+      const auto* src = static_cast<const uint8_t*>(sl.file.data);
       for (int64_t r = 0; r < r1 - r0; ++r) std::memcpy(buf + r * dst_row, src + r * src_row + skip, dst_row);
-      kept = TensorView(buf, info->dtype, {r1 - r0, c1 - c0});
-      w.ReleasePages(v);
-      owned = true;
+      sl.kept = TensorView(buf, info->dtype, {r1 - r0, c1 - c0});
+      w.ReleasePages(sl.file);
+      sl.owned = true;
     }
-    weight_bytes_ += kept.NumBytes();
-    absl::StatusOr<std::unique_ptr<kernels::PreparedWeight>> prepared = backend_->PrepareWeight(kept);
-    if (!prepared.ok()) return Annotate(prepared.status(), StrCat("preparing tensor '", n, "'"));
+    return sl;
+  };
+  // Prepares a slice once with the backend. When the backend keeps its own copy (the CPU
+  // repack, a GPU upload), the file pages or the owned copy behind it are dropped right
+  // away, so the model is resident about once, not twice.
+  const auto prepare = [&](const Slice& sl) -> absl::StatusOr<const kernels::PreparedWeight*> {
+    weight_bytes_ += sl.kept.NumBytes();
+    absl::StatusOr<std::unique_ptr<kernels::PreparedWeight>> prepared = backend_->PrepareWeight(sl.kept);
+    if (!prepared.ok()) return Annotate(prepared.status(), StrCat("preparing tensor '", sl.name, "'"));
     std::unique_ptr<kernels::PreparedWeight> p = *std::move(prepared);
     if (p->reads_source() && !backend_->host_memory()) {
-      return absl::InternalError(StrCat("tensor '", n, "': the backend left the weight in host memory"));
+      return absl::InternalError(StrCat("tensor '", sl.name, "': the backend left the weight in host memory"));
     }
     if (!p->reads_source()) {
-      if (owned) {
-        owned_bytes_.pop_back();  // The backend made its own copy.
+      if (sl.owned) {
+        owned_bytes_.pop_back();  // The backend made its own copy (the slice's is the latest).
       } else {
-        w.ReleasePages(v);
+        w.ReleasePages(sl.file);
       }
-    } else if (!owned) {
-      used_.push_back(v);
+    } else if (!sl.owned) {
+      used_.push_back(sl.file);
     }
     return prepared_.emplace_back(std::move(p)).get();
+  };
+  const auto matrix = [&](const std::string& n, int64_t rows, int64_t cols, int64_t r0 = 0, int64_t r1 = -1,
+                          int64_t c0 = 0, int64_t c1 = -1) -> absl::StatusOr<const kernels::PreparedWeight*> {
+    CASCADE_ASSIGN_OR_RETURN(Slice sl, slice(n, rows, cols, r0, r1, c0, c1));
+    return prepare(sl);
+  };
+  // Row slices of matrices of one input (Q/K/V, gate/up) stacked into one owned weight for
+  // LinearParts, when they share a type and every part but the last is whole row groups
+  // of kLinearPartRows; null (and nothing read) when they cannot be stacked.
+  const auto stacked = [&](std::span<const std::string> names, std::span<const int64_t> rows, int64_t cols,
+                           std::span<const std::pair<int64_t, int64_t>> ranges)
+      -> absl::StatusOr<const kernels::PreparedWeight*> {
+    if (!fuse_projections_) return nullptr;
+    int64_t total = 0;
+    for (size_t i = 0; i < names.size(); ++i) {
+      const TensorInfo* a = w.FindTensor(names[i]);
+      const TensorInfo* first = w.FindTensor(names[0]);
+      if (a == nullptr || first == nullptr || a->dtype != first->dtype) return nullptr;
+      const int64_t n = ranges[i].second - ranges[i].first;
+      if (i + 1 < names.size() && n % kernels::Backend::kLinearPartRows != 0) return nullptr;
+      total += n;
+    }
+    const DType dtype = w.FindTensor(names[0])->dtype;
+    const int64_t row_bytes = RowBytes(dtype, cols);
+    CASCADE_ASSIGN_OR_RETURN(uint8_t* buf, OwnBytes(names[0], static_cast<size_t>(total * row_bytes)));
+    int64_t at = 0;
+    for (size_t i = 0; i < names.size(); ++i) {
+      CASCADE_ASSIGN_OR_RETURN(TensorView part, w.ReadRows(names[i], ranges[i].first, ranges[i].second));
+      if (part.Cols() != cols || part.Rows() != ranges[i].second - ranges[i].first || rows[i] < ranges[i].second) {
+        return absl::InvalidArgumentError(StrCat("tensor '", names[i], "' has shape ", part.ShapeString(),
+                                                 ", the config needs ", rows[i], " rows of ", cols));
+      }
+      std::memcpy(buf + at * row_bytes, part.data, static_cast<size_t>(part.NumBytes()));
+      w.ReleasePages(part);
+      at += part.Rows();
+    }
+    Slice sl;
+    sl.name = names[0] + " (stacked)";
+    sl.kept = TensorView(buf, dtype, {total, cols});
+    sl.owned = true;
+    return prepare(sl);
   };
   // A vector [n] as f32 (converted and owned when stored otherwise); only elements
   // [e0, e1) are kept (-1: to the end).
@@ -205,9 +265,15 @@ absl::Status Transformer::LoadWeights(const ModelFiles& files) {
   for (int64_t l = first_layer_; l < last_layer_; ++l) {
     Layer L;
     CASCADE_ASSIGN_OR_RETURN(L.attn_norm, vec(name(LlamaTensor::kAttnNorm, l), c.n_embd));
-    CASCADE_ASSIGN_OR_RETURN(L.wq, matrix(name(LlamaTensor::kAttnQ, l), c.q_dim(), c.n_embd, q0, q1));
-    CASCADE_ASSIGN_OR_RETURN(L.wk, matrix(name(LlamaTensor::kAttnK, l), c.kv_dim(), c.n_embd, k0, k1));
-    CASCADE_ASSIGN_OR_RETURN(L.wv, matrix(name(LlamaTensor::kAttnV, l), c.kv_dim(), c.n_embd, k0, k1));
+    const std::string qkv[] = {name(LlamaTensor::kAttnQ, l), name(LlamaTensor::kAttnK, l), name(LlamaTensor::kAttnV, l)};
+    const int64_t qkv_rows[] = {c.q_dim(), c.kv_dim(), c.kv_dim()};
+    const std::pair<int64_t, int64_t> qkv_ranges[] = {{q0, q1}, {k0, k1}, {k0, k1}};
+    CASCADE_ASSIGN_OR_RETURN(L.wqkv, stacked(qkv, qkv_rows, c.n_embd, qkv_ranges));
+    if (L.wqkv == nullptr) {
+      CASCADE_ASSIGN_OR_RETURN(L.wq, matrix(qkv[0], c.q_dim(), c.n_embd, q0, q1));
+      CASCADE_ASSIGN_OR_RETURN(L.wk, matrix(qkv[1], c.kv_dim(), c.n_embd, k0, k1));
+      CASCADE_ASSIGN_OR_RETURN(L.wv, matrix(qkv[2], c.kv_dim(), c.n_embd, k0, k1));
+    }
     CASCADE_ASSIGN_OR_RETURN(L.wo, matrix(name(LlamaTensor::kAttnOutput, l), c.n_embd, c.q_dim(), 0, -1, q0, q1));
     if (c.qkv_bias) {
       CASCADE_ASSIGN_OR_RETURN(L.bq, vec(name(LlamaTensor::kAttnQBias, l), c.q_dim(), q0, q1));
@@ -215,8 +281,14 @@ absl::Status Transformer::LoadWeights(const ModelFiles& files) {
       CASCADE_ASSIGN_OR_RETURN(L.bv, vec(name(LlamaTensor::kAttnVBias, l), c.kv_dim(), k0, k1));
     }
     CASCADE_ASSIGN_OR_RETURN(L.ffn_norm, vec(name(LlamaTensor::kFfnNorm, l), c.n_embd));
-    CASCADE_ASSIGN_OR_RETURN(L.w_gate, matrix(name(LlamaTensor::kFfnGate, l), c.n_ff, c.n_embd, s.ff_begin, s.ff_end));
-    CASCADE_ASSIGN_OR_RETURN(L.w_up, matrix(name(LlamaTensor::kFfnUp, l), c.n_ff, c.n_embd, s.ff_begin, s.ff_end));
+    const std::string gate_up[] = {name(LlamaTensor::kFfnGate, l), name(LlamaTensor::kFfnUp, l)};
+    const int64_t ff_rows[] = {c.n_ff, c.n_ff};
+    const std::pair<int64_t, int64_t> ff_ranges[] = {{s.ff_begin, s.ff_end}, {s.ff_begin, s.ff_end}};
+    CASCADE_ASSIGN_OR_RETURN(L.w_gate_up, stacked(gate_up, ff_rows, c.n_embd, ff_ranges));
+    if (L.w_gate_up == nullptr) {
+      CASCADE_ASSIGN_OR_RETURN(L.w_gate, matrix(gate_up[0], c.n_ff, c.n_embd, s.ff_begin, s.ff_end));
+      CASCADE_ASSIGN_OR_RETURN(L.w_up, matrix(gate_up[1], c.n_ff, c.n_embd, s.ff_begin, s.ff_end));
+    }
     CASCADE_ASSIGN_OR_RETURN(L.w_down,
                              matrix(name(LlamaTensor::kFfnDown, l), c.n_embd, c.n_ff, 0, -1, s.ff_begin, s.ff_end));
     layers_.push_back(L);
@@ -344,9 +416,14 @@ absl::Status Transformer::RunLayers(TensorView hidden, const ForwardBatch& batch
     const Layer& L = layers_[li];
     kernels::KvCacheLayer& kv = cache.layer(static_cast<int64_t>(li));
     CASCADE_RETURN_IF_ERROR(b.RmsNorm(norm, hidden, L.attn_norm, static_cast<float>(c.norm_eps)));
-    CASCADE_RETURN_IF_ERROR(b.Linear(q, norm, *L.wq, L.bq));
-    CASCADE_RETURN_IF_ERROR(b.Linear(k, norm, *L.wk, L.bk));
-    CASCADE_RETURN_IF_ERROR(b.Linear(v, norm, *L.wv, L.bv));
+    if (L.wqkv != nullptr) {
+      const TensorView outs[] = {q, k, v}, biases[] = {L.bq, L.bk, L.bv};
+      CASCADE_RETURN_IF_ERROR(b.LinearParts(outs, norm, *L.wqkv, biases));
+    } else {
+      CASCADE_RETURN_IF_ERROR(b.Linear(q, norm, *L.wq, L.bq));
+      CASCADE_RETURN_IF_ERROR(b.Linear(k, norm, *L.wk, L.bk));
+      CASCADE_RETURN_IF_ERROR(b.Linear(v, norm, *L.wv, L.bv));
+    }
     CASCADE_RETURN_IF_ERROR(b.Rope(q, batch.positions, rope_));
     CASCADE_RETURN_IF_ERROR(b.Rope(k, batch.positions, rope_));
     CASCADE_RETURN_IF_ERROR(b.WriteKv(kv, k, v, batch.seqs));
@@ -355,8 +432,13 @@ absl::Status Transformer::RunLayers(TensorView hidden, const ForwardBatch& batch
     CASCADE_RETURN_IF_ERROR(AllReduce(proj));  // Partial sums over the heads of each rank.
     CASCADE_RETURN_IF_ERROR(b.AddInPlace(hidden, proj));
     CASCADE_RETURN_IF_ERROR(b.RmsNorm(norm, hidden, L.ffn_norm, static_cast<float>(c.norm_eps)));
-    CASCADE_RETURN_IF_ERROR(b.Linear(gate, norm, *L.w_gate, {}));
-    CASCADE_RETURN_IF_ERROR(b.Linear(up, norm, *L.w_up, {}));
+    if (L.w_gate_up != nullptr) {
+      const TensorView outs[] = {gate, up};
+      CASCADE_RETURN_IF_ERROR(b.LinearParts(outs, norm, *L.w_gate_up, {}));
+    } else {
+      CASCADE_RETURN_IF_ERROR(b.Linear(gate, norm, *L.w_gate, {}));
+      CASCADE_RETURN_IF_ERROR(b.Linear(up, norm, *L.w_up, {}));
+    }
     CASCADE_RETURN_IF_ERROR(b.SiluMul(gate, gate, up));
     CASCADE_RETURN_IF_ERROR(b.Linear(proj, gate, *L.w_down, {}));
     CASCADE_RETURN_IF_ERROR(AllReduce(proj));  // Partial sums over the FFN columns of each rank.

@@ -51,6 +51,10 @@ struct StageOptions {
   // Also load the final norm and LM head when last_layer is not the model's last layer:
   // an early-exit head, as the self-drafter uses (the target's first layers + its head).
   bool exit_head = false;
+  // Stack Q/K/V and gate/up into one weight each (Backend::LinearParts: one pass over the
+  // input, one dispatch) where their types agree and the rows split into whole groups of
+  // Backend::kLinearPartRows; false keeps separate projections (tests compare the two).
+  bool fuse_projections = true;
 };
 
 // One forward step over a batch of sequences. Rows are tokens, sequence by sequence.
@@ -123,6 +127,8 @@ class Transformer {
   // An f32 vector in the backend's memory: the host view itself on a host backend, an
   // uploaded copy otherwise.
   absl::StatusOr<TensorView> Keep(std::span<const float> host);
+  // A 64-byte aligned buffer of `bytes` in owned_bytes_ (a copy of part of `tensor`).
+  absl::StatusOr<uint8_t*> OwnBytes(const std::string& tensor, size_t bytes);
 
   absl::Status AllReduce(TensorView x);
 
@@ -134,6 +140,7 @@ class Transformer {
   int64_t first_layer_ = 0;
   int64_t last_layer_ = 0;
   bool exit_head_ = false;
+  bool fuse_projections_ = true;
   int64_t weight_bytes_ = 0;
   kernels::RopeParams rope_;
   std::vector<float> inv_freq_;
@@ -146,7 +153,8 @@ class Transformer {
   std::vector<TensorView> used_;  // Every weight view still read from the file (for Prefault).
   std::vector<std::vector<float>> owned_;  // Converted norms/biases (host backends).
   std::vector<std::unique_ptr<kernels::Buffer>> uploaded_;  // Norms/biases (other backends).
-  // Column slices of matrices (64-byte aligned), kept while their prepared weight reads them.
+  // Column slices and stacked copies of matrices (64-byte aligned), kept while their
+  // prepared weight reads them.
   struct FreeBytes {
     void operator()(uint8_t* p) const;
   };

@@ -49,9 +49,10 @@ class WeightSource {
   // The whole tensor, with its stored shape.
   absl::StatusOr<TensorView> Read(std::string_view name) const;
   // (optional) Tells the source that `view` (returned by ReadRows/Read) will not be read
-  // again, so a file mapping may drop its pages (see MappedFile::DontNeed); reading the view
-  // later stays valid, it only faults the pages back in. The default does nothing (sources
-  // over memory they do not map must never release it).
+  // again, so a file mapping may drop its pages (see MappedFile::DontNeed; reading such a
+  // view later only faults the pages back in) and a source that converted the rows into
+  // memory of its own may free it (the view then dangles: callers must keep their word).
+  // The default does nothing (sources over memory they do not own must never release it).
   virtual void ReleasePages(const TensorView& view) const { (void)view; }
 };
 

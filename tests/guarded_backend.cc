@@ -116,6 +116,14 @@ absl::Status GuardedBackend::Linear(TensorView out, const TensorView& in, const 
   return inner_->Linear(out, in, w->inner(), bias);
 }
 
+absl::Status GuardedBackend::LinearParts(std::span<const TensorView> outs, const TensorView& in,
+                                         const kernels::PreparedWeight& weight, std::span<const TensorView> biases) {
+  const auto* w = dynamic_cast<const GuardedWeight*>(&weight);
+  if (w == nullptr) return absl::InternalError("guarded backend: weight prepared by another backend");
+  Open open(this);
+  return inner_->LinearParts(outs, in, w->inner(), biases);
+}
+
 absl::Status GuardedBackend::Embedding(TensorView out, const kernels::PreparedWeight& table,
                                        std::span<const int32_t> ids) {
   const auto* w = dynamic_cast<const GuardedWeight*>(&table);

@@ -3,6 +3,8 @@
 #include <memory>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
+#include "core/status.h"
 #include "core/str_cat.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/attention.h"
@@ -94,6 +96,23 @@ class CpuBackend final : public Backend {
       return s;
     }
     return AddBias(out, bias);
+  }
+
+  absl::Status LinearParts(std::span<const TensorView> outs, const TensorView& in, const PreparedWeight& weight,
+                           std::span<const TensorView> biases) override {
+    CASCADE_RETURN_IF_ERROR(CheckLinearParts(outs, in, weight, biases));
+    CASCADE_RETURN_IF_ERROR(CheckF32(in, "linear in"));
+    absl::InlinedVector<cpu::LinearPart, 4> parts;
+    for (const TensorView& o : outs) {
+      CASCADE_RETURN_IF_ERROR(CheckF32(o, "linear out"));
+      parts.push_back({o.As<float>(), o.Cols()});
+    }
+    const auto* packed = dynamic_cast<const CpuPackedWeight*>(&weight);
+    CASCADE_RETURN_IF_ERROR(packed != nullptr
+                                ? cpu::LinearPartsPacked(parts, in.As<float>(), packed->packed(), in.Rows(), pool_.get())
+                                : cpu::LinearParts(parts, in.As<float>(), weight.source(), in.Rows(), pool_.get()));
+    for (size_t i = 0; i < biases.size(); ++i) CASCADE_RETURN_IF_ERROR(AddBias(outs[i], biases[i]));
+    return absl::OkStatus();
   }
 
   absl::Status Embedding(TensorView out, const PreparedWeight& table, std::span<const int32_t> ids) override {

@@ -60,25 +60,64 @@ int64_t RowChunk(int64_t n_out, int n_threads) {
 
 // The shapes with nothing to multiply (no tokens, no outputs, or an empty inner
 // dimension, whose products are all zero): the status to return, or nullopt to go on.
-std::optional<absl::Status> TrivialLinear(float* out, int64_t n_tokens, int64_t n_out, int64_t n_in) {
+std::optional<absl::Status> TrivialLinear(std::span<const LinearPart> parts, int64_t n_tokens, int64_t n_in) {
+  int64_t n_out = 0;
+  for (const LinearPart& p : parts) n_out += p.rows;
   if (n_tokens == 0 || n_out == 0) return absl::OkStatus();
-  if (out == nullptr) return absl::InvalidArgumentError("Linear: null output");
+  for (const LinearPart& p : parts) {
+    if (p.out == nullptr && p.rows > 0) return absl::InvalidArgumentError("Linear: null output");
+  }
   if (n_in == 0) {
-    std::fill(out, out + n_tokens * n_out, 0.0f);
+    for (const LinearPart& p : parts) std::fill(p.out, p.out + n_tokens * p.rows, 0.0f);
     return absl::OkStatus();
   }
   return std::nullopt;
 }
 
-// Runs `gemm` over output rows [0, n_out), split across the pool in RowChunk pieces.
-void RunRows(internal::GemmFn gemm, const internal::GemmArgs& args, int64_t n_out, ThreadPool* pool) {
+absl::Status CheckParts(std::span<const LinearPart> parts, int64_t n_out, bool packed) {
+  int64_t rows = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (parts[i].rows < 0 || (packed && i + 1 < parts.size() && parts[i].rows % kPackRows != 0)) {
+      return absl::InvalidArgumentError(absl::StrCat("Linear: part ", i, " of ", parts[i].rows, " rows",
+                                                     packed ? " (packed parts need multiples of 16)" : ""));
+    }
+    rows += parts[i].rows;
+  }
+  if (rows != n_out) {
+    return absl::InvalidArgumentError(absl::StrCat("Linear: parts of ", rows, " rows for a weight of ", n_out));
+  }
+  return absl::OkStatus();
+}
+
+// Runs `gemm` over every part's rows, split across the pool in RowChunk pieces of the
+// stacked rows. A piece that crosses parts is cut at the boundary; each part sees the
+// weight from its first row (`row_offset` bytes per stacked row: one row of the GGUF
+// layout, or 1/16 of a packed group), so kernels index its rows from 0 and store to its
+// own output.
+void RunRows(internal::GemmFn gemm, const internal::GemmArgs& args, std::span<const LinearPart> parts,
+             bool packed, ThreadPool* pool) {
+  int64_t n_out = 0;
+  for (const LinearPart& p : parts) n_out += p.rows;
+  const auto run = [&](int64_t begin, int64_t end) {
+    int64_t first = 0;
+    for (const LinearPart& p : parts) {
+      const int64_t lo = std::max(begin, first), hi = std::min(end, first + p.rows);
+      if (lo < hi) {
+        internal::GemmArgs a = args;
+        a.out = p.out;
+        a.ld_out = p.rows;
+        a.w = args.w + (packed ? first / kPackRows * args.w_row_bytes : first * args.w_row_bytes);
+        gemm(a, lo - first, hi - first);
+      }
+      first += p.rows;
+    }
+  };
   const int n_threads = pool == nullptr ? 1 : pool->n_threads();
   if (n_threads == 1) {
-    gemm(args, 0, n_out);
+    run(0, n_out);
     return;
   }
-  pool->ParallelForChunked(n_out, RowChunk(n_out, n_threads),
-                           [&](int64_t begin, int64_t end, int) { gemm(args, begin, end); });
+  pool->ParallelForChunked(n_out, RowChunk(n_out, n_threads), [&](int64_t begin, int64_t end, int) { run(begin, end); });
 }
 
 absl::Status CheckWeight(const TensorView& weight) {
@@ -202,10 +241,27 @@ absl::Status QuantizedActivations::Quantize(const float* in, int64_t n_tokens, i
   return absl::OkStatus();
 }
 
-absl::Status LinearQuantized(float* out, const QuantizedActivations& in, const TensorView& weight,
-                             ThreadPool* pool) {
+namespace {
+
+internal::GemmArgs ActivationArgs(const QuantizedActivations& in) {
+  GemmArgs args;
+  args.n_in = in.n_in();
+  args.n_tokens = in.n_tokens();
+  args.x = in.f32();
+  if (in.format() == ActivationFormat::kQ8Block) {
+    args.xq = in.q8_quants();
+    args.xd = in.q8_scales();
+    args.xs = in.q8_sums();
+  } else if (in.format() == ActivationFormat::kQ8K) {
+    args.xk = in.q8k_blocks();
+  }
+  return args;
+}
+
+absl::Status LinearQuantizedParts(std::span<const LinearPart> parts, const QuantizedActivations& in,
+                                  const TensorView& weight, ThreadPool* pool) {
   CASCADE_RETURN_IF_ERROR(CheckWeight(weight));
-  const int64_t n_out = weight.Rows();
+  CASCADE_RETURN_IF_ERROR(CheckParts(parts, weight.Rows(), false));
   const int64_t n_in = weight.Cols();
   if (in.format() != ActivationFormatFor(weight.dtype)) {
     return absl::InvalidArgumentError(
@@ -216,44 +272,74 @@ absl::Status LinearQuantized(float* out, const QuantizedActivations& in, const T
     return absl::InvalidArgumentError(absl::StrCat("Linear: activations have n_in ", in.n_in(),
                                                    ", weight ", weight.ShapeString()));
   }
-  const int64_t n_tokens = in.n_tokens();
-  if (auto done = TrivialLinear(out, n_tokens, n_out, n_in)) return *done;
-
-  GemmArgs args;
-  args.out = out;
-  args.ld_out = n_out;
+  if (auto done = TrivialLinear(parts, in.n_tokens(), n_in)) return *done;
+  GemmArgs args = ActivationArgs(in);
   args.w = static_cast<const uint8_t*>(weight.data);
   args.w_row_bytes = weight.RowBytes();
-  args.n_in = n_in;
-  args.n_tokens = n_tokens;
-  args.x = in.f32();
-  if (in.format() == ActivationFormat::kQ8Block) {
-    args.xq = in.q8_quants();
-    args.xd = in.q8_scales();
-    args.xs = in.q8_sums();
-  } else if (in.format() == ActivationFormat::kQ8K) {
-    args.xk = in.q8k_blocks();
-  }
   const internal::GemmFn gemm = ActiveKernels().gemm[static_cast<int>(weight.dtype)];
   if (gemm == nullptr) {
     return absl::UnimplementedError(
         absl::StrCat("Linear: no kernel for ", std::string(DTypeName(weight.dtype))));
   }
-  RunRows(gemm, args, n_out, pool);
+  RunRows(gemm, args, parts, false, pool);
   return absl::OkStatus();
+}
+
+absl::Status LinearPackedParts(std::span<const LinearPart> parts, const QuantizedActivations& in,
+                               const PackedWeight& weight, ThreadPool* pool) {
+  CASCADE_RETURN_IF_ERROR(CheckParts(parts, weight.n_out(), true));
+  const int64_t n_in = weight.n_in();
+  if (in.format() != ActivationFormat::kQ8Block) {
+    return absl::InvalidArgumentError("Linear: packed weights need kQ8Block activations");
+  }
+  if (in.n_in() != n_in && in.n_tokens() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("Linear: activations have n_in ", in.n_in(),
+                                                   ", packed weight [", weight.n_out(), ", ", n_in, "]"));
+  }
+  if (auto done = TrivialLinear(parts, in.n_tokens(), n_in)) return *done;
+  GemmArgs args = ActivationArgs(in);
+  args.w = weight.data();
+  args.w_row_bytes = weight.group_bytes();
+  const internal::GemmFn gemm = ActiveKernels().packed[static_cast<int>(weight.dtype())];
+  if (gemm == nullptr) {
+    return absl::UnimplementedError(
+        absl::StrCat("Linear: no packed kernel for ", std::string(DTypeName(weight.dtype()))));
+  }
+  RunRows(gemm, args, parts, true, pool);  // RowChunk is a multiple of 16: chunks start on packed groups.
+  return absl::OkStatus();
+}
+
+absl::Status CheckInput(const float* in, int64_t n_tokens, int64_t n_in) {
+  if (n_tokens < 0) return absl::InvalidArgumentError("Linear: negative n_tokens");
+  if (n_tokens > 0 && n_in > 0 && in == nullptr) return absl::InvalidArgumentError("Linear: null input or output");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status LinearQuantized(float* out, const QuantizedActivations& in, const TensorView& weight,
+                             ThreadPool* pool) {
+  const LinearPart part{out, weight.Rows()};
+  return LinearQuantizedParts({&part, 1}, in, weight, pool);
+}
+
+absl::Status LinearParts(std::span<const LinearPart> parts, const float* in, const TensorView& weight,
+                         int64_t n_tokens, ThreadPool* pool) {
+  CASCADE_RETURN_IF_ERROR(CheckWeight(weight));
+  CASCADE_RETURN_IF_ERROR(CheckInput(in, n_tokens, weight.Cols()));
+  thread_local QuantizedActivations scratch;
+  CASCADE_RETURN_IF_ERROR(scratch.Quantize(in, n_tokens, weight.Cols(),
+                                           ActivationFormatFor(weight.dtype), pool));
+  return LinearQuantizedParts(parts, scratch, weight, pool);
 }
 
 absl::Status Linear(float* out, const float* in, const TensorView& weight, int64_t n_tokens,
                     ThreadPool* pool) {
-  CASCADE_RETURN_IF_ERROR(CheckWeight(weight));
-  if (n_tokens < 0) return absl::InvalidArgumentError("Linear: negative n_tokens");
-  if (n_tokens > 0 && weight.Cols() > 0 && (in == nullptr || out == nullptr)) {
+  if (n_tokens > 0 && weight.Cols() > 0 && weight.Rows() > 0 && out == nullptr) {
     return absl::InvalidArgumentError("Linear: null input or output");
   }
-  thread_local QuantizedActivations scratch;
-  CASCADE_RETURN_IF_ERROR(scratch.Quantize(in, n_tokens, weight.Cols(),
-                                           ActivationFormatFor(weight.dtype), pool));
-  return LinearQuantized(out, scratch, weight, pool);
+  const LinearPart part{out, weight.Rows()};
+  return LinearParts({&part, 1}, in, weight, n_tokens, pool);
 }
 
 bool PackedLayoutPreferred(DType dtype) {
@@ -262,46 +348,26 @@ bool PackedLayoutPreferred(DType dtype) {
 
 absl::Status LinearPacked(float* out, const QuantizedActivations& in, const PackedWeight& weight,
                           ThreadPool* pool) {
-  const int64_t n_out = weight.n_out();
-  const int64_t n_in = weight.n_in();
-  if (in.format() != ActivationFormat::kQ8Block) {
-    return absl::InvalidArgumentError("Linear: packed weights need kQ8Block activations");
-  }
-  if (in.n_in() != n_in && in.n_tokens() != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("Linear: activations have n_in ", in.n_in(),
-                                                   ", packed weight [", n_out, ", ", n_in, "]"));
-  }
-  const int64_t n_tokens = in.n_tokens();
-  if (auto done = TrivialLinear(out, n_tokens, n_out, n_in)) return *done;
-  GemmArgs args;
-  args.out = out;
-  args.ld_out = n_out;
-  args.w = weight.data();
-  args.w_row_bytes = weight.group_bytes();
-  args.n_in = n_in;
-  args.n_tokens = n_tokens;
-  args.xq = in.q8_quants();
-  args.xd = in.q8_scales();
-  args.xs = in.q8_sums();
-  const internal::GemmFn gemm = ActiveKernels().packed[static_cast<int>(weight.dtype())];
-  if (gemm == nullptr) {
-    return absl::UnimplementedError(
-        absl::StrCat("Linear: no packed kernel for ", std::string(DTypeName(weight.dtype()))));
-  }
-  RunRows(gemm, args, n_out, pool);  // RowChunk is a multiple of 16: chunks start on packed groups.
-  return absl::OkStatus();
+  const LinearPart part{out, weight.n_out()};
+  return LinearPackedParts({&part, 1}, in, weight, pool);
+}
+
+absl::Status LinearPartsPacked(std::span<const LinearPart> parts, const float* in, const PackedWeight& weight,
+                               int64_t n_tokens, ThreadPool* pool) {
+  CASCADE_RETURN_IF_ERROR(CheckInput(in, n_tokens, weight.n_in()));
+  thread_local QuantizedActivations scratch;
+  CASCADE_RETURN_IF_ERROR(
+      scratch.Quantize(in, n_tokens, weight.n_in(), ActivationFormat::kQ8Block, pool));
+  return LinearPackedParts(parts, scratch, weight, pool);
 }
 
 absl::Status LinearPacked(float* out, const float* in, const PackedWeight& weight, int64_t n_tokens,
                           ThreadPool* pool) {
-  if (n_tokens < 0) return absl::InvalidArgumentError("Linear: negative n_tokens");
-  if (n_tokens > 0 && weight.n_in() > 0 && (in == nullptr || out == nullptr)) {
+  if (n_tokens > 0 && weight.n_in() > 0 && weight.n_out() > 0 && out == nullptr) {
     return absl::InvalidArgumentError("Linear: null input or output");
   }
-  thread_local QuantizedActivations scratch;
-  CASCADE_RETURN_IF_ERROR(
-      scratch.Quantize(in, n_tokens, weight.n_in(), ActivationFormat::kQ8Block, pool));
-  return LinearPacked(out, scratch, weight, pool);
+  const LinearPart part{out, weight.n_out()};
+  return LinearPartsPacked({&part, 1}, in, weight, n_tokens, pool);
 }
 
 }  // namespace cascade::kernels::cpu

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -108,6 +109,22 @@ absl::Status LinearPacked(float* out, const QuantizedActivations& in, const Pack
 // As `Linear` over a packed weight (quantizes `in` [n_tokens, weight.n_in()] first).
 absl::Status LinearPacked(float* out, const float* in, const PackedWeight& weight, int64_t n_tokens,
                           ThreadPool* pool);
+
+// One projection of a weight whose rows stack several (Q, K, V; gate, up): the next `rows`
+// rows of the weight, written to out [n_tokens, rows].
+struct LinearPart {
+  float* out = nullptr;
+  int64_t rows = 0;
+};
+
+// As `Linear` / `LinearPacked`, over such a stacked weight: the activations are quantized
+// once and all parts' rows are spread over the pool in one dispatch. The part rows must
+// sum to the weight's n_out; for a packed weight every part but the last must be a
+// multiple of 16 rows (its row groups). InvalidArgument otherwise.
+absl::Status LinearParts(std::span<const LinearPart> parts, const float* in, const TensorView& weight,
+                         int64_t n_tokens, ThreadPool* pool);
+absl::Status LinearPartsPacked(std::span<const LinearPart> parts, const float* in, const PackedWeight& weight,
+                               int64_t n_tokens, ThreadPool* pool);
 
 // Whether the active ISA has a native kernel for packed weights of `dtype`, so that packing
 // them at load pays off (otherwise the GGUF-layout kernels are faster).

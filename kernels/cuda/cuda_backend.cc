@@ -1,8 +1,9 @@
 // CudaBackend: the ops of kernels/ops.h on one GPU (cuda_backend.h). Dense weights go to
 // cuBLAS (F32: SGEMM; F16/BF16: GemmEx with the activations converted to the weight's
-// type and F32 accumulation); Q8_0/Q4_0/Q4_1/I4_G128 go to the weight-only GEMV kernel for up to
-// kMaxGemvTokens tokens, and for more are decoded to F32 once per call and multiplied by
-// SGEMM. The host-side metadata of an op (ids, positions, slots, block tables) is packed
+// type and F32 accumulation; F32 with GemmEx in F32); Q8_0/Q4_0/Q4_1/I4_G128 go to the
+// weight-only GEMV kernel for up to kMaxGemvTokens tokens, and for more are decoded to F32
+// once per call and multiplied by GEMM. Stacked projections (LinearParts: Q/K/V, gate/up)
+// share one GEMV launch. The host-side metadata of an op (ids, positions, slots, block tables) is packed
 // here and copied up into scratch buffers that grow to the largest call.
 #include "kernels/cuda_backend.h"
 
@@ -164,57 +165,22 @@ class CudaBackendImpl final : public CudaBackend {
   }
 
   absl::Status Linear(TensorView out, const TensorView& in, const TensorView& weight, const TensorView& bias) override {
-    Bind();
-    const int64_t n_tokens = in.Rows(), n_in = in.Cols(), n_out = weight.Rows();
-    if (weight.Cols() != n_in || out.Rows() != n_tokens || out.Cols() != n_out) {
+    if (weight.Cols() != in.Cols() || out.Rows() != in.Rows() || out.Cols() != weight.Rows()) {
       return absl::InvalidArgumentError(StrCat("Linear: in ", in.ShapeString(), ", weight ", weight.ShapeString(),
                                                ", out ", out.ShapeString()));
     }
-    if (!Supported(weight.dtype)) {
-      return absl::UnimplementedError(StrCat("Linear: no CUDA kernel for ", DTypeName(weight.dtype)));
+    return LinearStacked({&out, 1}, in, weight, {&bias, 1});
+  }
+
+  absl::Status LinearParts(std::span<const TensorView> outs, const TensorView& in, const PreparedWeight& weight,
+                           std::span<const TensorView> biases) override {
+    const auto* w = dynamic_cast<const CudaWeight*>(&weight);
+    if (w == nullptr) return absl::InternalError("LinearParts: weight prepared by another backend");
+    CASCADE_RETURN_IF_ERROR(CheckLinearParts(outs, in, weight, biases));
+    if (outs.size() > static_cast<size_t>(cuda::kMaxGemvParts)) {
+      return absl::InvalidArgumentError(StrCat("LinearParts: ", outs.size(), " parts (at most ", cuda::kMaxGemvParts, ")"));
     }
-    if (n_tokens == 0 || n_out == 0) return absl::OkStatus();
-    const int code = static_cast<int>(weight.dtype);
-    if (IsQuantized(weight.dtype) && n_tokens <= kMaxGemvTokens) {
-      cuda::QuantGemv(F32(out), F32(in), weight.data, code, n_tokens, n_out, n_in, stream_);
-      CASCADE_RETURN_IF_ERROR(LastError("QuantGemv"));
-    } else {
-      const float alpha = 1.0f, beta = 0.0f;
-      if (weight.dtype == DType::kF16 || weight.dtype == DType::kBF16) {
-        void* x = Scratch(kConvert, static_cast<size_t>(n_tokens * n_in) * 2);
-        CASCADE_RETURN_IF_ERROR(ScratchError());
-        cuda::ConvertActivations(x, F32(in), code, n_tokens * n_in, stream_);
-        CASCADE_RETURN_IF_ERROR(LastError("ConvertActivations"));
-        const cudaDataType t = weight.dtype == DType::kF16 ? CUDA_R_16F : CUDA_R_16BF;
-        absl::Status s = CublasError(
-            cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n_out), static_cast<int>(n_tokens),
-                         static_cast<int>(n_in), &alpha, weight.data, t, static_cast<int>(n_in), x, t,
-                         static_cast<int>(n_in), &beta, out.data, CUDA_R_32F, static_cast<int>(n_out),
-                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-            "cublasGemmEx");
-        if (!s.ok()) return s;
-      } else {
-        const float* w = F32(weight);
-        if (weight.dtype != DType::kF32) {
-          float* deq = static_cast<float*>(Scratch(kDequant, static_cast<size_t>(n_out * n_in) * 4));
-          CASCADE_RETURN_IF_ERROR(ScratchError());
-          cuda::Dequantize(deq, weight.data, code, n_out, n_in, stream_);
-          CASCADE_RETURN_IF_ERROR(LastError("Dequantize"));
-          w = deq;
-        }
-        absl::Status s = CublasError(
-            cublasSgemm(blas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n_out), static_cast<int>(n_tokens),
-                        static_cast<int>(n_in), &alpha, w, static_cast<int>(n_in), F32(in), static_cast<int>(n_in),
-                        &beta, F32(out), static_cast<int>(n_out)),
-            "cublasSgemm");
-        if (!s.ok()) return s;
-      }
-    }
-    if (bias.data != nullptr) {
-      cuda::AddBias(F32(out), F32(bias), n_tokens, n_out, stream_);
-      CASCADE_RETURN_IF_ERROR(LastError("AddBias"));
-    }
-    return absl::OkStatus();
+    return LinearStacked(outs, in, w->view(), biases);
   }
 
   absl::Status RmsNorm(TensorView out, const TensorView& in, const TensorView& weight, float eps) override {
@@ -363,6 +329,69 @@ class CudaBackendImpl final : public CudaBackend {
   };
 
   absl::Status LastError(std::string_view what) { return CudaError(cudaGetLastError(), what); }
+
+  // outs[p] = in x (rows of part p of `weight`)^T (+ biases[p]); the parts' rows stack in
+  // `weight` (one part: a plain Linear). Few tokens over quantized weights: one GEMV
+  // launch for all parts. Otherwise one GEMM per part over its rows (dense rows are
+  // contiguous; quantized weights are decoded to F32 once for all parts).
+  absl::Status LinearStacked(std::span<const TensorView> outs, const TensorView& in, const TensorView& weight,
+                             std::span<const TensorView> biases) {
+    Bind();
+    const int64_t n_tokens = in.Rows(), n_in = in.Cols(), n_out = weight.Rows();
+    if (!Supported(weight.dtype)) {
+      return absl::UnimplementedError(StrCat("Linear: no CUDA kernel for ", DTypeName(weight.dtype)));
+    }
+    if (n_tokens == 0 || n_out == 0) return absl::OkStatus();
+    const int code = static_cast<int>(weight.dtype);
+    if (IsQuantized(weight.dtype) && n_tokens <= kMaxGemvTokens) {
+      cuda::GemvOut gemv;
+      int64_t end = 0;
+      for (const TensorView& o : outs) {
+        gemv.out[gemv.n_parts] = F32(o);
+        gemv.end[gemv.n_parts++] = end += o.Cols();
+      }
+      cuda::QuantGemv(gemv, F32(in), weight.data, code, n_tokens, n_out, n_in, stream_);
+      CASCADE_RETURN_IF_ERROR(LastError("QuantGemv"));
+    } else {
+      const void* w = weight.data;
+      int64_t row_bytes = weight.RowBytes();
+      cudaDataType wt = CUDA_R_32F;
+      const void* x = in.data;
+      if (weight.dtype == DType::kF16 || weight.dtype == DType::kBF16) {
+        void* converted = Scratch(kConvert, static_cast<size_t>(n_tokens * n_in) * 2);
+        CASCADE_RETURN_IF_ERROR(ScratchError());
+        cuda::ConvertActivations(converted, F32(in), code, n_tokens * n_in, stream_);
+        CASCADE_RETURN_IF_ERROR(LastError("ConvertActivations"));
+        x = converted;
+        wt = weight.dtype == DType::kF16 ? CUDA_R_16F : CUDA_R_16BF;
+      } else if (weight.dtype != DType::kF32) {
+        float* deq = static_cast<float*>(Scratch(kDequant, static_cast<size_t>(n_out * n_in) * 4));
+        CASCADE_RETURN_IF_ERROR(ScratchError());
+        cuda::Dequantize(deq, weight.data, code, n_out, n_in, stream_);
+        CASCADE_RETURN_IF_ERROR(LastError("Dequantize"));
+        w = deq;
+        row_bytes = n_in * 4;
+      }
+      const float alpha = 1.0f, beta = 0.0f;
+      int64_t first = 0;
+      for (const TensorView& o : outs) {
+        const int64_t rows = o.Cols();
+        const void* wp = static_cast<const uint8_t*>(w) + first * row_bytes;
+        CASCADE_RETURN_IF_ERROR(CublasError(
+            cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(rows), static_cast<int>(n_tokens),
+                         static_cast<int>(n_in), &alpha, wp, wt, static_cast<int>(n_in), x, wt, static_cast<int>(n_in),
+                         &beta, o.data, CUDA_R_32F, static_cast<int>(rows), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+            "cublasGemmEx"));
+        first += rows;
+      }
+    }
+    for (size_t p = 0; p < biases.size(); ++p) {
+      if (biases[p].data == nullptr) continue;
+      cuda::AddBias(F32(outs[p]), F32(biases[p]), n_tokens, outs[p].Cols(), stream_);
+      CASCADE_RETURN_IF_ERROR(LastError("AddBias"));
+    }
+    return absl::OkStatus();
+  }
 
   // Makes this backend's GPU the calling thread's current device: the worker loads on one
   // RPC thread and steps on another, and the current device is per thread.

@@ -167,7 +167,7 @@ __global__ void ToBf16Kernel(__nv_bfloat16* out, const float* in, int64_t n) {
 
 // One warp per output row o; lane l takes blocks l, l + 32, ...; T tokens per pass.
 template <int T>
-__global__ void QuantGemvKernel(float* out, const float* x, const uint8_t* w, int code, int64_t n_tokens,
+__global__ void QuantGemvKernel(GemvOut out, const float* x, const uint8_t* w, int code, int64_t n_tokens,
                                 int64_t n_out, int64_t n_in, int64_t t0) {
   const int64_t o = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
   const int lane = threadIdx.x % kWarp;
@@ -194,11 +194,14 @@ __global__ void QuantGemvKernel(float* out, const float* x, const uint8_t* w, in
       acc[t] += s;
     }
   }
+  int p = 0;
+  while (o >= out.end[p]) ++p;
+  const int64_t first = p == 0 ? 0 : out.end[p - 1], rows = out.end[p] - first;
 #pragma unroll
   for (int t = 0; t < T; ++t) {
     if (t >= n_t) break;
     const float s = WarpSum(acc[t]);
-    if (lane == 0) out[(t0 + t) * n_out + o] = s;
+    if (lane == 0) out.out[p][(t0 + t) * rows + (o - first)] = s;
   }
 }
 
@@ -414,8 +417,8 @@ void ConvertActivations(void* out, const float* in, int code, int64_t n, cudaStr
   }
 }
 
-void QuantGemv(float* out, const float* x, const void* w, int code, int64_t n_tokens, int64_t n_out, int64_t n_in,
-               cudaStream_t stream) {
+void QuantGemv(const GemvOut& out, const float* x, const void* w, int code, int64_t n_tokens, int64_t n_out,
+               int64_t n_in, cudaStream_t stream) {
   constexpr int kWarpsPerBlock = 4;
   const unsigned blocks = static_cast<unsigned>((n_out + kWarpsPerBlock - 1) / kWarpsPerBlock);
   for (int64_t t0 = 0; t0 < n_tokens; t0 += 8) {

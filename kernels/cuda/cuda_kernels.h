@@ -38,8 +38,16 @@ void ConvertActivations(void* out, const float* in, int code, int64_t n, cudaStr
 // Weight-only quantized GEMV/GEMM for few tokens: out [n_tokens, n_out] = x [n_tokens,
 // n_in] w^T, w [n_out, n_in] in Q8_0/Q4_0/Q4_1/I4_G128 blocks. One warp per output row, up to 8
 // tokens per pass over the row.
-void QuantGemv(float* out, const float* x, const void* w, int code, int64_t n_tokens, int64_t n_out, int64_t n_in,
-               cudaStream_t stream);
+// The weight's rows may stack up to kMaxGemvParts projections of x (Q/K/V, gate/up): part
+// p is rows [end[p - 1], end[p]) (end[-1] = 0) and goes to out[p] [n_tokens, its rows].
+constexpr int kMaxGemvParts = 4;
+struct GemvOut {
+  float* out[kMaxGemvParts] = {};
+  int64_t end[kMaxGemvParts] = {};
+  int n_parts = 0;
+};
+void QuantGemv(const GemvOut& out, const float* x, const void* w, int code, int64_t n_tokens, int64_t n_out,
+               int64_t n_in, cudaStream_t stream);
 // Scatters k, v [n_rows, kv_dim] into the paged caches at slot_of_row[r] (slot = block *
 // block_size + position % block_size).
 void WriteKv(float* k_cache, float* v_cache, const float* k, const float* v, const int32_t* slot_of_row,

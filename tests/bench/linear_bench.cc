@@ -122,39 +122,62 @@ std::vector<PackedWeight> PackCopies(DType dtype, const Shape& s, const std::vec
 }
 
 // One decode token through every matrix of the model, in model order.
+// SmolLM2-135M's linear layers for one decode token, in order: per layer Q, K, V, O,
+// gate, up, down; then the Q8_0 LM head. Three layouts: GGUF rows, packed, and packed
+// with Q/K/V and gate/up stacked into one weight each (LinearPartsPacked, what the
+// transformer runs), so the stacking's saving shows against the same matrices.
 void WholeModelDecode(DType dtype, ThreadPool* pool1, ThreadPool* pool2, double min_s,
                       const std::vector<float>& x, std::vector<float>* out) {
   struct Mat {
     DType dtype;
     int64_t n_out, n_in;
+    std::vector<int64_t> parts;  // Rows of each stacked projection (one part: plain).
   };
-  std::vector<Mat> order;
+  std::vector<Mat> plain, stacked;
   for (int l = 0; l < 30; ++l) {
-    for (const Mat& m : {Mat{dtype, 576, 576}, Mat{dtype, 192, 576}, Mat{dtype, 192, 576},
-                         Mat{dtype, 576, 576}, Mat{dtype, 1536, 576}, Mat{dtype, 1536, 576},
-                         Mat{dtype, 576, 1536}}) {
-      order.push_back(m);
+    for (const int64_t rows : {576, 192, 192}) plain.push_back({dtype, rows, 576, {rows}});
+    plain.push_back({dtype, 576, 576, {576}});
+    for (const int64_t rows : {1536, 1536}) plain.push_back({dtype, rows, 576, {rows}});
+    plain.push_back({dtype, 576, 1536, {576}});
+    stacked.push_back({dtype, 960, 576, {576, 192, 192}});
+    stacked.push_back({dtype, 576, 576, {576}});
+    stacked.push_back({dtype, 3072, 576, {1536, 1536}});
+    stacked.push_back({dtype, 576, 1536, {576}});
+  }
+  plain.push_back({DType::kQ8_0, 49152, 576, {49152}});
+  stacked.push_back(plain.back());
+  const auto make = [](const std::vector<Mat>& order, double* bytes) {
+    std::vector<PackedWeight> packed;
+    for (const Mat& m : order) {
+      std::vector<uint8_t> w = MakeMatrix(m.dtype, m.n_out, m.n_in, 1);
+      *bytes += static_cast<double>(w.size());
+      packed.push_back(*PackedWeight::Pack(TensorView(w.data(), m.dtype, {m.n_out, m.n_in})));
     }
-  }
-  order.push_back({DType::kQ8_0, 49152, 576});
+    return packed;
+  };
+  double bytes = 0, stacked_bytes = 0;
   std::vector<std::vector<uint8_t>> gguf;
-  std::vector<PackedWeight> packed;
-  double bytes = 0;
-  for (const Mat& m : order) {
-    gguf.push_back(MakeMatrix(m.dtype, m.n_out, m.n_in, 1));
-    bytes += static_cast<double>(gguf.back().size());
-    packed.push_back(*PackedWeight::Pack(TensorView(gguf.back().data(), m.dtype, {m.n_out, m.n_in})));
-  }
-  for (bool use_packed : {false, true}) {
+  for (const Mat& m : plain) gguf.push_back(MakeMatrix(m.dtype, m.n_out, m.n_in, 1));
+  const std::vector<PackedWeight> packed = make(plain, &bytes);
+  const std::vector<PackedWeight> packed_stacked = make(stacked, &stacked_bytes);
+  for (const char* layout : {"gguf", "packed", "stack"}) {
+    const bool is_gguf = layout[0] == 'g', is_stacked = layout[0] == 's';
+    const std::vector<Mat>& order = is_stacked ? stacked : plain;
     for (ThreadPool* pool : {pool1, pool2}) {
       auto pass = [&] {
         for (size_t i = 0; i < order.size(); ++i) {
           absl::Status st;
-          if (use_packed) {
-            st = LinearPacked(out->data(), x.data(), packed[i], 1, pool);
-          } else {
+          if (is_gguf) {
             TensorView v(gguf[i].data(), order[i].dtype, {order[i].n_out, order[i].n_in});
             st = Linear(out->data(), x.data(), v, 1, pool);
+          } else {
+            std::vector<LinearPart> parts;
+            int64_t at = 0;
+            for (int64_t rows : order[i].parts) {
+              parts.push_back({out->data() + at, rows});
+              at += rows;
+            }
+            st = LinearPartsPacked(parts, x.data(), is_stacked ? packed_stacked[i] : packed[i], 1, pool);
           }
           if (!st.ok()) std::fprintf(stderr, "Linear failed: %s\n", st.ToString().c_str());
         }
@@ -171,8 +194,8 @@ void WholeModelDecode(DType dtype, ThreadPool* pool1, ThreadPool* pool2, double 
       } while (elapsed < std::max(min_s, 0.5));
       const double t = elapsed / passes;
       std::printf("%-6s whole-model decode (%5.1f MB, %-6s) %d thread(s): %.2f ms/token = %.1f tok/s, %.2f GB/s\n",
-                  std::string(DTypeName(dtype)).c_str(), bytes / 1e6, use_packed ? "packed" : "gguf",
-                  pool->n_threads(), t * 1e3, 1 / t, bytes / t / 1e9);
+                  std::string(DTypeName(dtype)).c_str(), bytes / 1e6, layout, pool->n_threads(), t * 1e3, 1 / t,
+                  bytes / t / 1e9);
     }
   }
 }

@@ -365,6 +365,75 @@ TEST(LinearTest, QuantizedActivationsAreReusable) {
                      kInvalidArgument);
 }
 
+// A stacked weight (Q/K/V-like parts of 48, 32 and 37 rows) through LinearParts gives
+// every part exactly what Linear gives over that part's rows alone: rows are computed
+// independently, whichever chunk or tile they land in. Also through a packed weight, on
+// every ISA, one and several threads, one and many tokens.
+TEST(LinearTest, StackedPartsMatchSeparateProjections) {
+  const int64_t n_in = 256, rows[3] = {48, 32, 37}, n_out = 48 + 32 + 37;
+  ThreadPool pool(2);
+  for (DType d : {DType::kF32, DType::kQ8_0, DType::kQ4_1, DType::kQ4_K, DType::kI4_G128}) {
+    std::mt19937 rng(77);
+    std::vector<uint8_t> w = MakeWeights(d, n_out, n_in, &rng);
+    const TensorView stacked(w.data(), d, {n_out, n_in});
+    for (CpuIsa isa : kAllCpuIsas) {
+      if (!CpuSupportsIsa(isa)) continue;
+      SetMaxCpuIsaForTesting(isa);
+      for (int64_t n_tokens : {1, 3, 9}) {
+        for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+          SCOPED_TRACE(::testing::Message() << DTypeName(d) << " " << CpuIsaName(isa) << " tokens " << n_tokens);
+          std::vector<float> x(n_tokens * n_in);
+          std::normal_distribution<float> normal(0.0f, 1.0f);
+          for (auto& v : x) v = normal(rng);
+          std::vector<std::vector<float>> got(3), want(3);
+          std::vector<LinearPart> parts;
+          int64_t r0 = 0;
+          for (int i = 0; i < 3; ++i) {
+            got[i].assign(n_tokens * rows[i], -1.0f);
+            want[i].assign(n_tokens * rows[i], -2.0f);
+            parts.push_back({got[i].data(), rows[i]});
+            ASSERT_TRUE(Linear(want[i].data(), x.data(), stacked.RowSlice(r0, r0 + rows[i]), n_tokens, p).ok());
+            r0 += rows[i];
+          }
+          ASSERT_TRUE(LinearParts(parts, x.data(), stacked, n_tokens, p).ok());
+          for (int i = 0; i < 3; ++i) EXPECT_EQ(got[i], want[i]) << "part " << i;
+          if (!PackedWeight::Supports(d)) continue;
+          absl::StatusOr<PackedWeight> packed = PackedWeight::Pack(stacked);
+          ASSERT_TRUE(packed.ok()) << packed.status();
+          std::vector<std::vector<float>> got_packed(3);
+          std::vector<LinearPart> packed_parts;
+          for (int i = 0; i < 3; ++i) {
+            got_packed[i].assign(n_tokens * rows[i], -3.0f);
+            packed_parts.push_back({got_packed[i].data(), rows[i]});
+          }
+          ASSERT_TRUE(LinearPartsPacked(packed_parts, x.data(), *packed, n_tokens, p).ok());
+          r0 = 0;
+          for (int i = 0; i < 3; ++i) {  // Packed vs GGUF layout: same sums, maybe another order.
+            for (size_t j = 0; j < want[i].size(); ++j) {
+              ASSERT_NEAR(got_packed[i][j], want[i][j], 1e-4f * (1 + std::fabs(want[i][j]))) << "part " << i << " " << j;
+            }
+          }
+        }
+      }
+    }
+    SetMaxCpuIsaForTesting(BestCpuIsa());
+  }
+}
+
+TEST(LinearTest, StackedPartsMustCoverTheWeight) {
+  std::mt19937 rng(5);
+  std::vector<uint8_t> w = MakeWeights(DType::kQ8_0, 40, 64, &rng);
+  const TensorView stacked(w.data(), DType::kQ8_0, {40, 64});
+  std::vector<float> x(64, 1.0f), a(40), b(40);
+  const LinearPart short_parts[] = {{a.data(), 16}, {b.data(), 16}};
+  EXPECT_STATUS_CODE(LinearParts(short_parts, x.data(), stacked, 1, nullptr), kInvalidArgument);
+  absl::StatusOr<PackedWeight> packed = PackedWeight::Pack(stacked);
+  ASSERT_TRUE(packed.ok());
+  const LinearPart odd_parts[] = {{a.data(), 20}, {b.data(), 20}};  // 20: not whole groups of 16.
+  EXPECT_STATUS_CODE(LinearPartsPacked(odd_parts, x.data(), *packed, 1, nullptr), kInvalidArgument);
+  EXPECT_TRUE(LinearParts(odd_parts, x.data(), stacked, 1, nullptr).ok());  // The GGUF layout has no groups.
+}
+
 TEST(LinearTest, RejectsBadInputs) {
   std::vector<uint8_t> buf(1 << 16);
   std::vector<float> x(4096), out(4096);

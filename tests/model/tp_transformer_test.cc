@@ -54,7 +54,7 @@ std::string UniqueGroup() {
 
 // One trace per rank of a TP group of `tp` threads.
 std::vector<absl::StatusOr<Trace>> RunTp(const ModelFiles& files, int tp, const std::vector<int32_t>& prompt,
-                                         int n_decode, Memory memory = Memory::kHost) {
+                                         int n_decode, Memory memory = Memory::kHost, bool fuse = true) {
   comm::InProcessRendezvous rendezvous;
   const std::string group = UniqueGroup();
   std::vector<absl::StatusOr<Trace>> traces(tp, absl::UnknownError("not run"));
@@ -71,7 +71,8 @@ std::vector<absl::StatusOr<Trace>> RunTp(const ModelFiles& files, int tp, const 
                                  comm::UcxCommunicator::Create(options, &rendezvous));
         auto backend = MakeBackend(memory);
         CASCADE_ASSIGN_OR_RETURN(std::unique_ptr<Transformer> t,
-                                 Transformer::Load(files, backend.get(), {.tp_rank = r, .tp_size = tp}, comm.get()));
+                                 Transformer::Load(files, backend.get(), {.tp_rank = r, .tp_size = tp, .fuse_projections = fuse},
+                                                   comm.get()));
         if (t->tp_shard().tp_rank != r || t->CacheOptions(4, 16).n_kv_heads != t->tp_shard().n_kv_heads()) {
           return absl::InternalError("shard does not match the rank");
         }
@@ -225,6 +226,33 @@ TEST(BackendMemoryTest, GuardedBackendMatchesTheCpuBackendExactly) {
   }
 }
 
+// Stacked Q/K/V and gate/up (Backend::LinearParts) against separate projections: each
+// output row is the same dot product either way, so the logits agree bit for bit, on
+// every weight type the stacking takes (packed and GGUF layouts, biases), and per rank at
+// TP=2 (Q4_K's 256-blocks cannot split these heads).
+TEST(BackendMemoryTest, StackedProjectionsMatchSeparateOnes) {
+  testing::TempDir dir;
+  int i = 0;
+  for (DType type : {DType::kF32, DType::kF16, DType::kQ8_0, DType::kQ4_1, DType::kQ4_K}) {
+    const std::string path = dir.path() + "/m" + std::to_string(i++) + ".gguf";
+    testing::WriteRandomModel({.weight_type = type, .qkv_bias = type == DType::kF16}, path);
+    auto files = OpenModelFiles(path);
+    ASSERT_TRUE(files.ok()) << files.status();
+    const std::vector<int32_t> prompt = Prompt(9, files->config.n_vocab);
+    for (int tp_size : {1, 2}) {
+      if (tp_size == 2 && type == DType::kQ4_K) continue;
+      SCOPED_TRACE(::testing::Message() << DTypeName(type) << " tp " << tp_size);
+      std::vector<absl::StatusOr<Trace>> stacked = RunTp(*files, tp_size, prompt, 4);
+      std::vector<absl::StatusOr<Trace>> separate = RunTp(*files, tp_size, prompt, 4, Memory::kHost, false);
+      for (int r = 0; r < tp_size; ++r) {
+        ASSERT_TRUE(stacked[r].ok()) << stacked[r].status();
+        ASSERT_TRUE(separate[r].ok()) << separate[r].status();
+        EXPECT_EQ(stacked[r]->logits, separate[r]->logits) << "rank " << r;
+      }
+    }
+  }
+}
+
 // The guard itself: backend memory is readable by the backend's copies and ops only.
 TEST(BackendMemoryTest, HostAccessOutsideOpsCrashes) {
   testing::GuardedBackend backend;
@@ -250,8 +278,9 @@ TEST(BackendMemoryTest, WeightsLiveInBackendMemory) {
   {
     auto t = Transformer::Load(*files, &backend, {});
     ASSERT_TRUE(t.ok()) << t.status();
-    // Per layer 7 matrices + 2 norms; the embedding, LM head and final norm.
-    EXPECT_EQ(backend.n_buffers(), 2u * 9 + 3);
+    // Per layer 4 matrices (Q/K/V and gate/up stacked, O, down) + 2 norms; the embedding,
+    // LM head and final norm.
+    EXPECT_EQ(backend.n_buffers(), 2u * 6 + 3);
     const size_t loaded = backend.bytes_in();
     EXPECT_GE(static_cast<int64_t>(loaded), (*t)->weight_bytes());
     auto cache = KvCache::Create((*t)->CacheOptions(4, 16), &backend);
