@@ -22,6 +22,8 @@ class BlockAllocator {
   BlockAllocator(int32_t n_blocks, int32_t block_size);
   BlockAllocator(const BlockAllocator&) = delete;
   BlockAllocator& operator=(const BlockAllocator&) = delete;
+  BlockAllocator(BlockAllocator&&) = default;
+  BlockAllocator& operator=(BlockAllocator&&) = default;  // Scheduler::ResetKvBlocks.
 
   // Takes `n` free blocks (n >= 0) and returns their ids. Lower ids are handed out first
   // from a fresh pool; freed ids are reused most-recently-freed first.

@@ -1,6 +1,9 @@
 #include "coordinator/cluster.h"
 
+#include "coordinator/kv_budget.h"
+
 #include "core/logging.h"
+#include "core/status.h"
 #include "core/str_cat.h"
 #include "grpcpp/create_channel.h"
 #include "proto/grpc_status.h"
@@ -19,6 +22,7 @@ std::string_view WorkerStateName(WorkerState s) {
 }
 
 Cluster::Cluster(Plan plan, ClusterOptions options) : plan_(std::move(plan)), options_(std::move(options)) {
+  kv_blocks_ = options_.kv_blocks;
   for (const StagePlan& s : plan_.stages) {
     std::vector<TpMember> members = s.tp;
     if (members.empty()) members.push_back({0, s.rank, s.node, s.host, s.device});
@@ -36,6 +40,7 @@ Cluster::Cluster(Plan plan, ClusterOptions options) : plan_(std::move(plan)), op
     auto slot = std::make_unique<Slot>();
     slot->stage.first_layer = 0;
     slot->stage.last_layer = static_cast<int>(options_.draft_layers);
+    slot->stage.weight_bytes = options_.draft_weight_bytes;
     slot->draft = true;
     slot->rank = n_workers();
     slot->node = options_.draft_node;
@@ -77,6 +82,7 @@ absl::StatusOr<v1::RegisterResponse> Cluster::Register(const v1::RegisterRequest
     s->address = req.address();
     s->pid = req.pid();
     s->nccl = req.nccl();
+    s->memory_bytes = req.memory_bytes();
     s->last_seen = std::chrono::steady_clock::now();
     s->channel = grpc::CreateChannel(req.address(), grpc::InsecureChannelCredentials());
     s->stub = v1::Worker::NewStub(s->channel);
@@ -133,9 +139,42 @@ absl::Status Cluster::BringUp(std::chrono::milliseconds timeout) {
       return absl::DeadlineExceededError(StrCat("workers did not register within ", timeout.count(), " ms:", missing));
     }
     if (!startup_error_.empty()) return absl::FailedPreconditionError(startup_error_);
+    CASCADE_RETURN_IF_ERROR(SizeKvFromGpus());
     for (auto& s : slots_) s->state = WorkerState::kLoading;
   }
   return LoadAllAndOpenStreams();
+}
+
+int64_t Cluster::kv_blocks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return kv_blocks_;
+}
+
+absl::Status Cluster::SizeKvFromGpus() {
+  if (!options_.size_kv_from_gpus) return absl::OkStatus();
+  int64_t blocks = kv_blocks_;
+  std::string tightest;
+  for (const auto& s : slots_) {
+    if (s->device.kind != DeviceKind::kCuda) continue;
+    const std::string who = s->draft ? StrCat("the drafter on node ", s->node, ", ", s->device.ToString())
+                                     : StrCat("stage ", s->stage.pp_stage, " tp ", s->tp_rank, " on node ", s->node,
+                                              ", ", s->device.ToString());
+    // The planner's estimate of the stage's weights, split evenly over its TP ranks.
+    const int64_t weights = s->stage.weight_bytes / (s->draft ? 1 : tp_size());
+    const int64_t block_bytes = s->draft ? options_.draft_block_bytes : options_.stage_block_bytes.at(s->stage.pp_stage);
+    CASCADE_ASSIGN_OR_RETURN(int64_t fit, GpuKvBlocks(s->memory_bytes, weights, block_bytes,
+                                                            options_.gpu_memory_fraction, who));
+    if (fit < blocks) {
+      blocks = fit;
+      tightest = who;
+    }
+  }
+  if (blocks != kv_blocks_) {
+    CASCADE_LOG(Info) << "KV pool: " << blocks << " blocks, what " << tightest << " holds in "
+                      << options_.gpu_memory_fraction << " of its free memory after its weights";
+    kv_blocks_ = blocks;
+  }
+  return absl::OkStatus();
 }
 
 void Cluster::AbortStartup(const std::string& why) {
@@ -216,6 +255,7 @@ absl::Status Cluster::LoadOne(int i, const std::string& group) {
   int tp_rank;
   bool draft;
   std::string tp_transport;
+  int64_t kv_blocks;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stub = slots_[i]->stub.get();
@@ -225,6 +265,7 @@ absl::Status Cluster::LoadOne(int i, const std::string& group) {
     tp_rank = slots_[i]->tp_rank;
     draft = slots_[i]->draft;
     tp_transport = TpTransport(stage.pp_stage);
+    kv_blocks = kv_blocks_;
   }
   v1::LoadShardRequest req;
   req.set_model_path(draft ? options_.draft_model_path : options_.model_path);
@@ -232,7 +273,7 @@ absl::Status Cluster::LoadOne(int i, const std::string& group) {
   req.set_last_layer(stage.last_layer);
   req.set_stage(stage.pp_stage);
   req.set_n_stages(draft ? 1 : n_stages());
-  req.set_kv_blocks(options_.kv_blocks);
+  req.set_kv_blocks(kv_blocks);
   req.set_kv_block_size(options_.kv_block_size);
   req.set_group(draft ? StrCat(group, "/draft") : group);
   req.set_max_batched_tokens(options_.max_batched_tokens);

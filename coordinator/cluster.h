@@ -28,7 +28,15 @@ namespace cascade::coordinator {
 struct ClusterOptions {
   std::string model_path;            // As the workers should open it.
   std::string group = "cascade";     // Rendezvous key prefix of this run.
-  int64_t kv_blocks = 0;             // KV blocks per stage.
+  int64_t kv_blocks = 0;             // KV blocks per stage (an upper bound with size_kv_from_gpus).
+  // At bring-up, lower kv_blocks to what every registered cuda:N worker holds after its
+  // weights (coordinator/kv_budget.h): gpu_memory_fraction of the free memory it reported,
+  // KV blocks of stage_block_bytes[pp_stage] (draft_block_bytes for the drafter) bytes.
+  bool size_kv_from_gpus = false;
+  double gpu_memory_fraction = 0.9;
+  std::vector<int64_t> stage_block_bytes;
+  int64_t draft_block_bytes = 0;
+  int64_t draft_weight_bytes = 0;  // The drafter's weights (its layers, embedding and head).
   int64_t kv_block_size = 16;
   int64_t max_batched_tokens = 2048;
   // Stage hand-off over NCCL (transport.activations: nccl; all devices cuda) rather than UCX.
@@ -65,6 +73,8 @@ class Cluster {
   // Waits up to `timeout` for every stage to register, then loads them and opens the
   // step streams. Unavailable / DeadlineExceeded naming the stage that failed.
   absl::Status BringUp(std::chrono::milliseconds timeout);
+  // KV blocks per stage: options.kv_blocks, or after BringUp what the GPUs hold.
+  int64_t kv_blocks() const;
   // Ends a BringUp in progress (or the next one) with FailedPrecondition(`why`): a worker
   // that can never register (it refused its device or arguments).
   void AbortStartup(const std::string& why);
@@ -106,6 +116,7 @@ class Cluster {
     std::string node;
     Device device;
     bool nccl = false;  // The registered worker's binary has NCCL.
+    int64_t memory_bytes = 0;  // What it reported it can use (a GPU's free memory).
     WorkerState state = WorkerState::kWaiting;
     std::string address;
     int pid = 0;
@@ -122,6 +133,8 @@ class Cluster {
   // (GPU workers then copy through host buffers).
   std::string TpTransport(int pp_stage) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status LoadAllAndOpenStreams();
+  // Lowers kv_blocks_ to what the registered GPU workers hold (size_kv_from_gpus).
+  absl::Status SizeKvFromGpus() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReadResults(int stage);
   void MarkDead(int stage, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string DeadDescription() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -134,6 +147,7 @@ class Cluster {
   std::deque<v1::StepResult> results_ ABSL_GUARDED_BY(mu_);
   bool streams_open_ ABSL_GUARDED_BY(mu_) = false;
   std::string startup_error_ ABSL_GUARDED_BY(mu_);  // AbortStartup's reason.
+  int64_t kv_blocks_ ABSL_GUARDED_BY(mu_) = 0;      // options_.kv_blocks, lowered at bring-up.
   int generation_ = 0;  // Data-plane group generation; bumped by Recover.
 };
 

@@ -229,7 +229,8 @@ absl::Status Parser::ParseServer(const YAML::Node& node, ServerSection* out) con
 absl::Status Parser::ParseScheduler(const YAML::Node& node, SchedulerSection* out) const {
   if (!node.IsDefined()) return absl::OkStatus();
   CASCADE_RETURN_IF_ERROR(CheckMap(
-      node, "scheduler", {"max_num_seqs", "max_batched_tokens", "kv_block_size", "kv_cache_mb"}));
+      node, "scheduler",
+      {"max_num_seqs", "max_batched_tokens", "kv_block_size", "kv_cache_mb", "gpu_memory_fraction"}));
   constexpr int64_t kIntMax = std::numeric_limits<int>::max();
   if (const YAML::Node n = Child(node, "max_num_seqs"); n.IsDefined()) {
     CASCADE_ASSIGN_OR_RETURN(out->max_num_seqs, GetInt(n, "scheduler.max_num_seqs", 1, kIntMax));
@@ -251,6 +252,15 @@ absl::Status Parser::ParseScheduler(const YAML::Node& node, SchedulerSection* ou
   if (const YAML::Node n = Child(node, "kv_cache_mb"); n.IsDefined()) {
     CASCADE_ASSIGN_OR_RETURN(out->kv_cache_mb,
                              GetInt(n, "scheduler.kv_cache_mb", 1, int64_t{1} << 30));
+    out->kv_cache_mb_given = true;
+  }
+  if (const YAML::Node n = Child(node, "gpu_memory_fraction"); n.IsDefined()) {
+    double value = 0;
+    if (!n.IsScalar() || !absl::SimpleAtod(n.Scalar(), &value) || !(value > 0 && value <= 1)) {
+      return Error(n, "scheduler.gpu_memory_fraction",
+                   StrCat("must be a number in (0, 1], got '", n.IsScalar() ? n.Scalar() : "", "'"));
+    }
+    out->gpu_memory_fraction = value;
   }
   return absl::OkStatus();
 }

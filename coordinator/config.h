@@ -87,8 +87,14 @@ struct SchedulerSection {
   int kv_block_size = 16;
   // `scheduler.kv_cache_mb`: KV cache budget per worker in MiB (2^20 bytes), over the
   // layers that worker holds; the number of blocks follows from it and the model's
-  // shape. Default 512. REQUIRES >= 1.
+  // shape. Default 512 on CPU workers; on cuda:N workers it only caps the pool when given
+  // (coordinator/kv_budget.h). REQUIRES >= 1.
   int64_t kv_cache_mb = 512;
+  bool kv_cache_mb_given = false;
+  // `scheduler.gpu_memory_fraction`: share of a GPU's free memory (as its worker reported
+  // it when registering) that the worker's weights and KV cache may take; the rest is left
+  // for workspaces and the CUDA context. Default 0.9. REQUIRES (0, 1].
+  double gpu_memory_fraction = 0.9;
 };
 
 // Data-plane transport for hidden states between pipeline stages.

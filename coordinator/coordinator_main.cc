@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "coordinator/cluster.h"
+#include "coordinator/kv_budget.h"
 #include "coordinator/cluster_service.h"
 #include "coordinator/config.h"
 #include "coordinator/engine.h"
@@ -152,33 +153,57 @@ int main(int argc, char** argv) {
   }
   std::fprintf(stderr, "%s\n", plan->ToString().c_str());
 
-  // KV pool: the same block count on every stage, as many as the smallest stage's
-  // budget holds.
+  // KV pool: the same block count on every stage, as many as the tightest worker holds:
+  // scheduler.kv_cache_mb on CPU workers (and GPU workers when given); a GPU worker's free
+  // memory after its weights, once it registers (Cluster::BringUp, coordinator/kv_budget.h).
   const model::ModelConfig& mc = files->config;
   const int64_t bs = config->scheduler.kv_block_size;
+  const int64_t budget = config->scheduler.kv_cache_mb * 1048576;
+  const auto on_gpu = [](const Device& d) { return d.kind == DeviceKind::kCuda; };
+  bool any_gpu = draft_layers > 0 && on_gpu(draft.devices[0]);
   int64_t n_blocks = INT64_MAX;
   // With TP a worker holds ceil(n_kv_heads / tp) KV heads (at least one).
   const int64_t tp = config->parallel.tensor;
   const int64_t local_kv_heads = std::max<int64_t>(1, (mc.n_kv_heads + tp - 1) / tp);
+  std::vector<int64_t> stage_block_bytes;
   for (const StagePlan& s : plan->stages) {
-    const int64_t block_bytes =
-        2LL * s.n_layers() * bs * local_kv_heads * mc.head_dim * static_cast<int64_t>(sizeof(float));
-    n_blocks = std::min(n_blocks, config->scheduler.kv_cache_mb * 1048576 / block_bytes);
+    const int64_t block_bytes = KvBlockBytes(s.n_layers(), bs, local_kv_heads, mc.head_dim);
+    stage_block_bytes.push_back(block_bytes);
+    bool gpu = s.tp.empty() ? on_gpu(s.device) : false;
+    for (const TpMember& m : s.tp) gpu = gpu || on_gpu(m.device);
+    any_gpu = any_gpu || gpu;
+    if (!gpu || config->scheduler.kv_cache_mb_given) n_blocks = std::min(n_blocks, budget / block_bytes);
   }
+  int64_t draft_block_bytes = 0, draft_weight_bytes = 0;
   if (draft_layers > 0) {
     // The drafter holds the same block ids, over its own layers and heads.
-    const model::ModelConfig& dc = draft_files ? draft_files->config : mc;
-    const int64_t block_bytes = 2LL * draft_layers * bs * dc.n_kv_heads * dc.head_dim * static_cast<int64_t>(sizeof(float));
-    n_blocks = std::min(n_blocks, config->scheduler.kv_cache_mb * 1048576 / block_bytes);
+    const model::ModelFiles& df = draft_files ? *draft_files : *files;
+    draft_block_bytes = KvBlockBytes(draft_layers, bs, df.config.n_kv_heads, df.config.head_dim);
+    if (!on_gpu(draft.devices[0]) || config->scheduler.kv_cache_mb_given) {
+      n_blocks = std::min(n_blocks, budget / draft_block_bytes);
+    }
+    const PlannerInput dsz = SizeModel(df);
+    draft_weight_bytes = dsz.embedding_bytes + dsz.head_bytes;
+    for (int64_t l = 0; l < draft_layers && l < static_cast<int64_t>(dsz.layer_bytes.size()); ++l) {
+      draft_weight_bytes += dsz.layer_bytes[l];
+    }
   }
   if (n_blocks < 1) return Fail(absl::InvalidArgumentError("scheduler.kv_cache_mb: too small for one KV block"));
-  const int64_t max_context = std::min<int64_t>(mc.n_ctx_train, n_blocks * bs);
+  // Only GPU workers and no kv_cache_mb: the registered GPUs decide; the context can be no
+  // longer than the model's anyway.
+  if (n_blocks == INT64_MAX) n_blocks = (mc.n_ctx_train + bs - 1) / bs * std::max(1, config->scheduler.max_num_seqs);
+  int64_t max_context = std::min<int64_t>(mc.n_ctx_train, n_blocks * bs);
 
   ClusterOptions co;
   co.model_path = config->model.path;
   co.group = StrCat("cascade-", getpid());
   co.kv_blocks = n_blocks;
   co.kv_block_size = bs;
+  co.size_kv_from_gpus = any_gpu;
+  co.gpu_memory_fraction = config->scheduler.gpu_memory_fraction;
+  co.stage_block_bytes = stage_block_bytes;
+  co.draft_block_bytes = draft_block_bytes;
+  co.draft_weight_bytes = draft_weight_bytes;
   co.max_batched_tokens = config->scheduler.max_batched_tokens;
   co.pp_nccl = config->transport.activations == ActivationTransport::kNccl;
   if (draft_layers > 0) {
@@ -254,6 +279,12 @@ int main(int argc, char** argv) {
   if (absl::Status st = cluster.BringUp(std::chrono::seconds(*startup)); !st.ok()) {
     CASCADE_LOG(Error) << st.ToString();
     return Fail(st);
+  }
+  if (cluster.kv_blocks() != n_blocks) {  // The GPUs hold fewer blocks than the budget.
+    n_blocks = cluster.kv_blocks();
+    max_context = std::min<int64_t>(mc.n_ctx_train, n_blocks * bs);
+    engine.ResetKvBlocks(static_cast<int32_t>(std::min<int64_t>(n_blocks, INT32_MAX)));
+    inference.SetMaxContext(max_context);
   }
   engine.Start();
   server->GetHealthCheckService()->SetServingStatus(true);

@@ -42,6 +42,11 @@ Engine::~Engine() {
 
 void Engine::Start() { thread_ = std::thread([this] { Loop(); }); }
 
+void Engine::ResetKvBlocks(int32_t n_blocks) {
+  CASCADE_CHECK(!thread_.joinable()) << "ResetKvBlocks after Start";
+  scheduler_.ResetKvBlocks(n_blocks);
+}
+
 void Engine::Wake() { cv_.notify_all(); }
 
 std::shared_ptr<RequestChannel> Engine::Submit(EngineRequest request) {

@@ -74,6 +74,8 @@ class Engine {
   ~Engine();  // Stops the loop; pending requests end with UNAVAILABLE.
 
   void Start();
+  // Sizes the KV block pool (Scheduler::ResetKvBlocks). REQUIRES: before Start.
+  void ResetKvBlocks(int32_t n_blocks);
   // Queues a request; its output arrives on the returned channel.
   std::shared_ptr<RequestChannel> Submit(EngineRequest request);
   // Wakes the loop (after a channel was cancelled).

@@ -9,7 +9,12 @@ namespace cascade::coordinator {
 
 InferenceService::InferenceService(Engine* engine, Cluster* cluster, const model::Tokenizer* tokenizer,
                                    const model::ModelConfig& config, const InferenceServiceOptions& options)
-    : engine_(engine), cluster_(cluster), tokenizer_(tokenizer), config_(config), options_(options) {}
+    : engine_(engine),
+      cluster_(cluster),
+      tokenizer_(tokenizer),
+      config_(config),
+      options_(options),
+      max_context_(options.max_context) {}
 
 absl::StatusOr<std::vector<int32_t>> InferenceService::PromptIds(const v1::Prompt& prompt, bool add_special) const {
   switch (prompt.kind_case()) {
@@ -62,11 +67,12 @@ absl::StatusOr<EngineRequest> InferenceService::Prepare(const v1::GenerateReques
   r.max_tokens = req.has_max_tokens() ? req.max_tokens() : 256;
   if (r.max_tokens < 1) return absl::InvalidArgumentError(StrCat("max_tokens = ", r.max_tokens, ": must be >= 1"));
   const int64_t n = static_cast<int64_t>(r.prompt.size());
-  if (n >= options_.max_context) {
-    return absl::InvalidArgumentError(StrCat("prompt: ", n, " tokens, the context holds ", options_.max_context,
+  const int64_t max_context = max_context_.load();
+  if (n >= max_context) {
+    return absl::InvalidArgumentError(StrCat("prompt: ", n, " tokens, the context holds ", max_context,
                                              " (leave room for at least one new token)"));
   }
-  r.max_tokens = static_cast<int32_t>(std::min<int64_t>(r.max_tokens, options_.max_context - n));
+  r.max_tokens = static_cast<int32_t>(std::min<int64_t>(r.max_tokens, max_context - n));
   r.ignore_eos = req.ignore_eos();
   r.stop_strings.assign(req.stop().begin(), req.stop().end());
   r.stop_ids.assign(req.stop_ids().begin(), req.stop_ids().end());
@@ -156,7 +162,7 @@ grpc::Status InferenceService::GetModelInfo(grpc::ServerContext*, const v1::Mode
   resp->set_n_kv_heads(config_.n_kv_heads);
   resp->set_n_ff(config_.n_ff);
   resp->set_n_vocab(config_.n_vocab);
-  resp->set_max_context(options_.max_context);
+  resp->set_max_context(max_context_.load());
   if (auto kind = model::DetectChatTemplate(tokenizer_->chat_template()); kind.ok()) {
     resp->set_chat_template(std::string(model::ChatTemplateName(*kind)));
   }

@@ -6,6 +6,7 @@
 // Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -36,6 +37,9 @@ class InferenceService final : public v1::Inference::Service {
   grpc::Status GetClusterStatus(grpc::ServerContext* ctx, const v1::ClusterStatusRequest* req,
                                 v1::ClusterStatus* resp) override;
 
+  // The context once the KV pool is sized (at bring-up, before serving starts).
+  void SetMaxContext(int64_t max_context) { max_context_.store(max_context); }
+
   // Validation and tokenization of a request (public for tests).
   absl::StatusOr<EngineRequest> Prepare(const v1::GenerateRequest& req) const;
   absl::StatusOr<std::vector<int32_t>> PromptIds(const v1::Prompt& prompt, bool add_special) const;
@@ -50,6 +54,7 @@ class InferenceService final : public v1::Inference::Service {
   const model::Tokenizer* tokenizer_;
   model::ModelConfig config_;
   InferenceServiceOptions options_;
+  std::atomic<int64_t> max_context_;  // options_.max_context until SetMaxContext.
 };
 
 }  // namespace cascade::coordinator

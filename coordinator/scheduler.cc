@@ -29,6 +29,12 @@ Scheduler::Scheduler(const SchedulerOptions& options)
       << "max_in_flight_batches " << options.max_in_flight_batches;
 }
 
+void Scheduler::ResetKvBlocks(int32_t n_blocks) {
+  CASCADE_CHECK(seqs_.empty() && next_batch_id_ == 1) << "ResetKvBlocks after the scheduler started";
+  options_.n_kv_blocks = n_blocks;
+  allocator_ = BlockAllocator(n_blocks, options_.kv_block_size);
+}
+
 absl::Status Scheduler::Add(SequenceSpec spec) {
   if (seqs_.contains(spec.id)) {
     return absl::AlreadyExistsError(StrCat("sequence ", spec.id, " is already live"));

@@ -205,6 +205,9 @@ class Scheduler {
   // True when no sequence is live and no batch is in flight.
   bool Idle() const;
   const SchedulerOptions& options() const { return options_; }
+  // Replaces the block pool with `n_blocks` free blocks (the pool is sized once the
+  // workers' memory is known). REQUIRES: no sequence was ever added.
+  void ResetKvBlocks(int32_t n_blocks);
 
  private:
   struct Sequence {
@@ -250,7 +253,7 @@ class Scheduler {
   // Clears the in-flight marks of batch `batch_id` (dropping cancelled sequences).
   void ReleaseBatch(int64_t batch_id);
 
-  const SchedulerOptions options_;
+  SchedulerOptions options_;  // n_kv_blocks changes only in ResetKvBlocks.
   BlockAllocator allocator_;
   absl::flat_hash_map<int64_t, Sequence> seqs_;
   std::deque<int64_t> waiting_;  // FCFS; preempted sequences go to the front.

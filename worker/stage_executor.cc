@@ -77,7 +77,7 @@ absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Create(
       e->transformer_->CacheOptions(options.kv_blocks, options.kv_block_size), e->backend_.get());
   if (!cache.ok()) {
     return Annotate(cache.status(), StrCat("on ", options.device.ToString(), " after ", e->transformer_->weight_bytes(),
-                                           " bytes of weights (lower scheduler.kv_cache_mb)"));
+                                           " bytes of weights (lower scheduler.kv_cache_mb or scheduler.gpu_memory_fraction)"));
   }
   e->cache_ = std::make_unique<model::KvCache>(*std::move(cache));
   return e;

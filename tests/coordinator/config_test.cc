@@ -55,6 +55,8 @@ TEST(ConfigTest, FullConfigParses) {
   EXPECT_EQ(c->scheduler.max_batched_tokens, 512);
   EXPECT_EQ(c->scheduler.kv_block_size, 32);
   EXPECT_EQ(c->scheduler.kv_cache_mb, 128);
+  EXPECT_TRUE(c->scheduler.kv_cache_mb_given);
+  EXPECT_EQ(c->scheduler.gpu_memory_fraction, 0.9);
   EXPECT_EQ(c->transport.activations, ActivationTransport::kUcx);
   EXPECT_EQ(c->draft.kind, DraftKind::kNgram);
   EXPECT_EQ(c->draft.ngram_n, 3);
@@ -77,6 +79,7 @@ TEST(ConfigTest, DefaultsApply) {
   EXPECT_EQ(c->scheduler.max_batched_tokens, 2048);
   EXPECT_EQ(c->scheduler.kv_block_size, 16);
   EXPECT_EQ(c->scheduler.kv_cache_mb, 512);
+  EXPECT_FALSE(c->scheduler.kv_cache_mb_given);
   EXPECT_EQ(c->transport.activations, ActivationTransport::kUcx);
   EXPECT_EQ(c->draft.kind, DraftKind::kNone);
 }
@@ -106,6 +109,8 @@ TEST(ConfigTest, SampleLocalGpuConfigLoads) {
   ASSERT_EQ(c->nodes.size(), 1u);
   EXPECT_EQ(c->nodes[0].devices, (std::vector<Device>{{DeviceKind::kCuda, 0}, {DeviceKind::kCuda, 1}}));
   EXPECT_EQ(c->transport.activations, ActivationTransport::kNccl);
+  EXPECT_FALSE(c->scheduler.kv_cache_mb_given);  // The GPUs' free memory sizes the KV pool.
+  EXPECT_EQ(c->scheduler.gpu_memory_fraction, 0.9);
 }
 
 TEST(ConfigTest, SampleLocalCpuConfigLoads) {
@@ -252,6 +257,12 @@ const BadConfig kBadConfigs[] = {
      "scheduler.kv_cache_mb: expected an integer"},
     {"model: {path: m}\nscheduler: {max_num_seq: 8}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
      "scheduler.max_num_seq: unknown key"},
+    {"model: {path: m}\nscheduler: {gpu_memory_fraction: 0}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
+     "scheduler.gpu_memory_fraction: must be a number in (0, 1], got '0'"},
+    {"model: {path: m}\nscheduler: {gpu_memory_fraction: 1.5}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
+     "scheduler.gpu_memory_fraction: must be a number in (0, 1], got '1.5'"},
+    {"model: {path: m}\nscheduler: {gpu_memory_fraction: most}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
+     "scheduler.gpu_memory_fraction: must be a number in (0, 1], got 'most'"},
     {"model: {path: m}\nscheduler: {max_num_seqs: 99999999999}\n"
      "nodes: [{name: a, host: h, devices: [cpu]}]\n",
      "scheduler.max_num_seqs: must be <= 2147483647"},

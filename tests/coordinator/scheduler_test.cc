@@ -293,6 +293,19 @@ TEST(SchedulerTest, AddValidates) {
   EXPECT_EQ(s.Stats().n_waiting, 2);
 }
 
+// The pool sized after construction (once the GPUs' memory is known): the new block count
+// is what admission checks against.
+TEST(SchedulerTest, ResetKvBlocksResizesThePool) {
+  Scheduler s(Options(/*n_blocks=*/4, /*block_size=*/4));
+  s.ResetKvBlocks(2);
+  EXPECT_EQ(s.Stats().n_total_blocks, 2);
+  EXPECT_EQ(StatusMessage(s.Add(Spec(1, 12, 1))), "prompt of 12 tokens needs 4 KV blocks, the cache has 2");
+  s.ResetKvBlocks(100);
+  EXPECT_EQ(s.Stats().n_free_blocks, 100);
+  EXPECT_TRUE(s.Add(Spec(1, 12, 1)).ok());
+  EXPECT_DEATH(s.ResetKvBlocks(8), "after the scheduler started");
+}
+
 TEST(SchedulerTest, TokenBudgetChunksThePromptThatDoesNotFit) {
   Scheduler s(Options(64, 4, 64, /*max_batched_tokens=*/10));
   ASSERT_TRUE(s.Add(Spec(1, 4, 8)).ok());
