@@ -122,6 +122,54 @@ TEST_F(CudaBackendTest, LinearMatchesDoublePrecisionReference) {
   }
 }
 
+// Stacked projections (LinearParts over a prepared weight of Q/K/V-like parts of 48, 32
+// and 37 rows, with a bias on the middle part): each part against the double-precision
+// product over its own rows, through the one-launch GEMV (up to 16 tokens) and the
+// per-part GEMMs (40 tokens).
+TEST_F(CudaBackendTest, LinearPartsMatchDoublePrecisionPerPart) {
+  const int64_t n_in = 256, rows[3] = {48, 32, 37}, n_out = 48 + 32 + 37;
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kQ8_0, DType::kQ4_1, DType::kI4_G128}) {
+    const std::vector<float> wf = Random(n_out * n_in, 11);
+    std::vector<uint8_t> w(RowBytes(dtype, n_in) * n_out);
+    std::vector<float> decoded(n_out * n_in);
+    for (int64_t r = 0; r < n_out; ++r) {
+      uint8_t* row = w.data() + r * RowBytes(dtype, n_in);
+      ASSERT_TRUE(cpu::QuantizeRow(dtype, wf.data() + r * n_in, row, n_in).ok());
+      ASSERT_TRUE(cpu::DequantizeRow(dtype, row, decoded.data() + r * n_in, n_in).ok());
+    }
+    auto prepared = gpu_->PrepareWeight(TensorView(w.data(), dtype, {n_out, n_in}));
+    ASSERT_TRUE(prepared.ok()) << prepared.status();
+    const std::vector<float> bias = Random(rows[1], 12);
+    DeviceBuffer db = Up(bias);
+    for (int64_t n_tokens : {1, 5, 40}) {
+      const std::vector<float> x = Random(n_tokens * n_in, 13 + n_tokens);
+      DeviceBuffer dx = Up(x);
+      std::vector<DeviceBuffer> outs;
+      std::vector<TensorView> views;
+      for (int64_t r : rows) {
+        outs.push_back(Poisoned(n_tokens * r));
+        views.push_back(outs.back().View(DType::kF32, {n_tokens, r}));
+      }
+      const TensorView biases[] = {TensorView(), db.View(DType::kF32, {rows[1]}), TensorView()};
+      ASSERT_TRUE(gpu_->LinearParts(views, dx.View(DType::kF32, {n_tokens, n_in}), **prepared, biases).ok());
+      int64_t first = 0;
+      for (int p = 0; p < 3; ++p) {
+        std::vector<double> want(n_tokens * rows[p]);
+        for (int64_t t = 0; t < n_tokens; ++t) {
+          for (int64_t o = 0; o < rows[p]; ++o) {
+            double s = p == 1 ? bias[o] : 0.0;
+            for (int64_t i = 0; i < n_in; ++i) s += static_cast<double>(x[t * n_in + i]) * decoded[(first + o) * n_in + i];
+            want[t * rows[p] + o] = s;
+          }
+        }
+        EXPECT_LT(RelL2(Down(outs[p], want.size()), want), dtype == DType::kBF16 ? 1e-2 : 1e-5)
+            << DTypeName(dtype) << " tokens " << n_tokens << " part " << p;
+        first += rows[p];
+      }
+    }
+  }
+}
+
 TEST_F(CudaBackendTest, ElementwiseOpsMatchTheCpuBackend) {
   const int64_t n = 7, d = 384, head_dim = 64;
   const std::vector<float> x = Random(n * d, 4), g = Random(n * d, 5), w = Random(d, 6);
