@@ -130,7 +130,7 @@ void GemmFloatAvx2(const GemmArgs& a, int64_t rb, int64_t re) {
 
 // ---- Q8_0 / Q4_0 / Q4_1 with vpmaddubsw --------------------------------------------------
 
-enum class Kind { kQ8_0, kQ4_0, kQ4_1 };
+enum class Kind { kQ8_0, kQ4_0, kQ4_1, kI4G128 };
 
 template <Kind K>
 struct Block;
@@ -197,19 +197,22 @@ void QuantTokens(const GemmArgs& a, int64_t rb, int64_t re, int64_t t0) {
   }
 }
 
+template <Kind K, int T>
+void Tokens(const GemmArgs& a, int64_t rb, int64_t re, int64_t t0);
+
 template <Kind K>
 void GemmQuantAvx2(const GemmArgs& a, int64_t rb, int64_t re) {
   int64_t t = 0;
-  for (; t + 4 <= a.n_tokens; t += 4) QuantTokens<K, 4>(a, rb, re, t);
+  for (; t + 4 <= a.n_tokens; t += 4) Tokens<K, 4>(a, rb, re, t);
   switch (a.n_tokens - t) {
     case 3:
-      QuantTokens<K, 3>(a, rb, re, t);
+      Tokens<K, 3>(a, rb, re, t);
       break;
     case 2:
-      QuantTokens<K, 2>(a, rb, re, t);
+      Tokens<K, 2>(a, rb, re, t);
       break;
     case 1:
-      QuantTokens<K, 1>(a, rb, re, t);
+      Tokens<K, 1>(a, rb, re, t);
       break;
     default:
       break;
@@ -256,21 +259,12 @@ void I4G128Tokens(const GemmArgs& a, int64_t rb, int64_t re, int64_t t0) {
   }
 }
 
-void GemmI4G128Avx2(const GemmArgs& a, int64_t rb, int64_t re) {
-  int64_t t = 0;
-  for (; t + 4 <= a.n_tokens; t += 4) I4G128Tokens<4>(a, rb, re, t);
-  switch (a.n_tokens - t) {
-    case 3:
-      I4G128Tokens<3>(a, rb, re, t);
-      break;
-    case 2:
-      I4G128Tokens<2>(a, rb, re, t);
-      break;
-    case 1:
-      I4G128Tokens<1>(a, rb, re, t);
-      break;
-    default:
-      break;
+template <Kind K, int T>
+void Tokens(const GemmArgs& a, int64_t rb, int64_t re, int64_t t0) {
+  if constexpr (K == Kind::kI4G128) {
+    I4G128Tokens<T>(a, rb, re, t0);
+  } else {
+    QuantTokens<K, T>(a, rb, re, t0);
   }
 }
 
@@ -282,7 +276,7 @@ KernelTable MakeAvx2() {
   t.gemm[static_cast<int>(DType::kQ8_0)] = GemmQuantAvx2<Kind::kQ8_0>;
   t.gemm[static_cast<int>(DType::kQ4_0)] = GemmQuantAvx2<Kind::kQ4_0>;
   t.gemm[static_cast<int>(DType::kQ4_1)] = GemmQuantAvx2<Kind::kQ4_1>;
-  t.gemm[static_cast<int>(DType::kI4_G128)] = GemmI4G128Avx2;
+  t.gemm[static_cast<int>(DType::kI4_G128)] = GemmQuantAvx2<Kind::kI4G128>;
   t.quant_q8_block = QuantQ8BlockAvx2;
   return t;
 }

@@ -72,6 +72,20 @@ std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {
   return v;
 }
 
+// Random weights [n_out, n_in] stored as `dtype` (seeded), and their exact values as the
+// CPU's DequantizeRow decodes them.
+std::vector<uint8_t> RandomWeights(DType dtype, int64_t n_out, int64_t n_in, uint32_t seed, std::vector<float>* decoded) {
+  const std::vector<float> wf = Random(n_out * n_in, seed);
+  std::vector<uint8_t> w(RowBytes(dtype, n_in) * n_out);
+  decoded->resize(n_out * n_in);
+  for (int64_t r = 0; r < n_out; ++r) {
+    uint8_t* row = w.data() + r * RowBytes(dtype, n_in);
+    EXPECT_TRUE(cpu::QuantizeRow(dtype, wf.data() + r * n_in, row, n_in).ok());
+    EXPECT_TRUE(cpu::DequantizeRow(dtype, row, decoded->data() + r * n_in, n_in).ok());
+  }
+  return w;
+}
+
 // Relative L2 error; NaN (an unwritten element) counts as infinitely wrong.
 double RelL2(const std::vector<float>& got, const std::vector<double>& want) {
   double num = 0, den = 0;
@@ -93,14 +107,8 @@ TEST_F(CudaBackendTest, LinearMatchesDoublePrecisionReference) {
                                             {DType::kQ8_0, 1e-5}, {DType::kQ4_0, 1e-5}, {DType::kQ4_1, 1e-5},
                                             {DType::kI4_G128, 1e-5}};
   for (const auto& [dtype, bound] : cases) {
-    const std::vector<float> wf = Random(n_out * n_in, 1);
-    std::vector<uint8_t> w(RowBytes(dtype, n_in) * n_out);
-    std::vector<float> decoded(n_out * n_in);
-    for (int64_t r = 0; r < n_out; ++r) {
-      uint8_t* row = w.data() + r * RowBytes(dtype, n_in);
-      ASSERT_TRUE(cpu::QuantizeRow(dtype, wf.data() + r * n_in, row, n_in).ok());
-      ASSERT_TRUE(cpu::DequantizeRow(dtype, row, decoded.data() + r * n_in, n_in).ok());
-    }
+    std::vector<float> decoded;
+    const std::vector<uint8_t> w = RandomWeights(dtype, n_out, n_in, 1, &decoded);
     const std::vector<float> bias = Random(n_out, 3);
     DeviceBuffer dw = Up(w.data(), w.size()), db = Up(bias);
     for (int64_t n_tokens : {1, 3, 8, 17, 40}) {  // GEMV passes of 1/4/8 tokens, then the GEMM path.
@@ -129,14 +137,8 @@ TEST_F(CudaBackendTest, LinearMatchesDoublePrecisionReference) {
 TEST_F(CudaBackendTest, LinearPartsMatchDoublePrecisionPerPart) {
   const int64_t n_in = 256, rows[3] = {48, 32, 37}, n_out = 48 + 32 + 37;
   for (DType dtype : {DType::kF32, DType::kBF16, DType::kQ8_0, DType::kQ4_1, DType::kI4_G128}) {
-    const std::vector<float> wf = Random(n_out * n_in, 11);
-    std::vector<uint8_t> w(RowBytes(dtype, n_in) * n_out);
-    std::vector<float> decoded(n_out * n_in);
-    for (int64_t r = 0; r < n_out; ++r) {
-      uint8_t* row = w.data() + r * RowBytes(dtype, n_in);
-      ASSERT_TRUE(cpu::QuantizeRow(dtype, wf.data() + r * n_in, row, n_in).ok());
-      ASSERT_TRUE(cpu::DequantizeRow(dtype, row, decoded.data() + r * n_in, n_in).ok());
-    }
+    std::vector<float> decoded;
+    std::vector<uint8_t> w = RandomWeights(dtype, n_out, n_in, 11, &decoded);
     auto prepared = gpu_->PrepareWeight(TensorView(w.data(), dtype, {n_out, n_in}));
     ASSERT_TRUE(prepared.ok()) << prepared.status();
     const std::vector<float> bias = Random(rows[1], 12);
