@@ -181,31 +181,31 @@ absl::Status Transformer::LoadWeights(const ModelFiles& files) {
     return prepare(sl);
   };
   // Row slices of matrices of one input (Q/K/V, gate/up) stacked into one owned weight for
-  // LinearParts, when they share a type and every part but the last is whole row groups
-  // of kLinearPartRows; null (and nothing read) when they cannot be stacked.
+  // LinearParts, when they have the config's shapes and one type and every part but the
+  // last is whole row groups of kLinearPartRows; null (and nothing read) otherwise, and
+  // the caller loads them one by one (with `matrix`'s messages for a bad tensor).
   const auto stacked = [&](std::span<const std::string> names, std::span<const int64_t> rows, int64_t cols,
                            std::span<const std::pair<int64_t, int64_t>> ranges)
       -> absl::StatusOr<const kernels::PreparedWeight*> {
     if (!fuse_projections_) return nullptr;
+    const TensorInfo* first = w.FindTensor(names[0]);
+    if (first == nullptr || !backend_->SupportsWeight(first->dtype)) return nullptr;
+    const DType dtype = first->dtype;
     int64_t total = 0;
     for (size_t i = 0; i < names.size(); ++i) {
       const TensorInfo* a = w.FindTensor(names[i]);
-      const TensorInfo* first = w.FindTensor(names[0]);
-      if (a == nullptr || first == nullptr || a->dtype != first->dtype) return nullptr;
+      if (a == nullptr || a->dtype != dtype || a->n_dims != 2 || a->shape[0] != rows[i] || a->shape[1] != cols) {
+        return nullptr;
+      }
       const int64_t n = ranges[i].second - ranges[i].first;
       if (i + 1 < names.size() && n % kernels::Backend::kLinearPartRows != 0) return nullptr;
       total += n;
     }
-    const DType dtype = w.FindTensor(names[0])->dtype;
     const int64_t row_bytes = RowBytes(dtype, cols);
     CASCADE_ASSIGN_OR_RETURN(uint8_t* buf, OwnBytes(names[0], static_cast<size_t>(total * row_bytes)));
     int64_t at = 0;
     for (size_t i = 0; i < names.size(); ++i) {
       CASCADE_ASSIGN_OR_RETURN(TensorView part, w.ReadRows(names[i], ranges[i].first, ranges[i].second));
-      if (part.Cols() != cols || part.Rows() != ranges[i].second - ranges[i].first || rows[i] < ranges[i].second) {
-        return absl::InvalidArgumentError(StrCat("tensor '", names[i], "' has shape ", part.ShapeString(),
-                                                 ", the config needs ", rows[i], " rows of ", cols));
-      }
       std::memcpy(buf + at * row_bytes, part.data, static_cast<size_t>(part.NumBytes()));
       w.ReleasePages(part);
       at += part.Rows();
