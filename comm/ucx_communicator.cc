@@ -522,11 +522,8 @@ absl::Status UcxGroupMember::Connect(Rendezvous* rendezvous) {
       return absl::InvalidArgumentError(StrCat("UCX transports '", ucx_.transports, "': ", UcsString(status)));
     }
   }
-  if (ucx_.detect_peer_failure && std::getenv("UCX_KEEPALIVE_INTERVAL") == nullptr) {
-    // Probe idle links each second (UCX's default is 20 s), so a dead peer is
-    // seen within seconds even when no operation is in flight to it. An
-    // explicit environment wins.
-    status = ucp_config_modify(config, "KEEPALIVE_INTERVAL", "1s");
+  if (ucx_.detect_peer_failure && !ucx_.keepalive_interval.empty()) {
+    status = ucp_config_modify(config, "KEEPALIVE_INTERVAL", ucx_.keepalive_interval.c_str());
     if (status != UCS_OK) {
       ucp_config_release(config);
       return absl::InternalError(StrCat("ucp_config_modify KEEPALIVE_INTERVAL: ", UcsString(status)));

@@ -29,8 +29,8 @@ struct UcxOptions {
   // keeps UCX's choice ($UCX_TLS when set, else every transport available).
   // Default empty.
   std::string transports;
-  // Detect dead peers (UCP_ERR_HANDLING_MODE_PEER, keepalive every second
-  // unless $UCX_KEEPALIVE_INTERVAL says otherwise): a call that waits on a peer
+  // Detect dead peers (UCP_ERR_HANDLING_MODE_PEER, keepalive every
+  // `keepalive_interval`): a call that waits on a peer
   // whose connection failed returns `Unavailable` naming it. Default true.
   // Turning it off leaves a dead peer to the timeout. NOTE: Debian's UCX
   // disables error handling on its shared-memory transports, so in this mode
@@ -39,6 +39,11 @@ struct UcxOptions {
   // UCX_SYSV_ERROR_HANDLING=y (UCX reads those only from the environment; the
   // launcher should set them for workers).
   bool detect_peer_failure = true;
+  // With detect_peer_failure: how often idle links are probed (UCX's
+  // KEEPALIVE_INTERVAL syntax), so a dead peer is seen within seconds even with
+  // no operation in flight to it. Empty keeps UCX's own value
+  // ($UCX_KEEPALIVE_INTERVAL, else 20 s). Default "1s".
+  std::string keepalive_interval = "1s";
   // How long, in microseconds, a waiting call busy-polls before it sleeps on
   // the worker's event fd (0 = sleep at once). Spinning may save the wake-up (a
   // few µs) on a machine with idle cores; on an oversubscribed one it starves

@@ -63,12 +63,14 @@ Cluster::~Cluster() {
   }
 }
 
-std::string Cluster::TpTransport(int pp_stage) const {
-  if (tp_size() == 1) return "ucx";
+v1::Transport Cluster::TpTransport(int pp_stage) const {
+  if (tp_size() == 1) return v1::TRANSPORT_UCX;
   for (const auto& s : slots_) {
-    if (!s->draft && s->stage.pp_stage == pp_stage && (s->device.kind != DeviceKind::kCuda || !s->nccl)) return "ucx";
+    if (!s->draft && s->stage.pp_stage == pp_stage && (s->device.kind != DeviceKind::kCuda || !s->nccl)) {
+      return v1::TRANSPORT_UCX;
+    }
   }
-  return "nccl";
+  return v1::TRANSPORT_NCCL;
 }
 
 absl::StatusOr<v1::RegisterResponse> Cluster::Register(const v1::RegisterRequest& req) {
@@ -254,7 +256,7 @@ absl::Status Cluster::LoadOne(int i, const std::string& group) {
   std::string address;
   int tp_rank;
   bool draft;
-  std::string tp_transport;
+  v1::Transport tp_transport = v1::TRANSPORT_UCX;
   int64_t kv_blocks;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -282,7 +284,7 @@ absl::Status Cluster::LoadOne(int i, const std::string& group) {
   req.set_draft(draft);
   if (!draft) {
     req.set_tp_transport(tp_transport);
-    req.set_pp_transport(options_.pp_nccl ? "nccl" : "ucx");
+    req.set_pp_transport(options_.pp_nccl ? v1::TRANSPORT_NCCL : v1::TRANSPORT_UCX);
   }
   // A first connection attempt to a worker that has just registered can fail
   // transiently (seen in CI as ENOENT from connect); a fail-fast RPC would then
@@ -322,7 +324,9 @@ void Cluster::ReadResults(int i) {
   v1::StepResult r;
   std::string error;
   while (stream->Read(&r)) {
-    if (!r.error().empty()) {
+    // A refused step (INVALID_ARGUMENT) fails only its requests (Engine::FailStep): every
+    // stage refuses it alike and keeps its stream; any other error means the worker failed.
+    if (r.code() != 0 && r.code() != static_cast<int32_t>(absl::StatusCode::kInvalidArgument)) {
       error = r.error();
       break;
     }

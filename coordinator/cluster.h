@@ -131,7 +131,7 @@ class Cluster {
   absl::Status LoadOne(int stage, const std::string& group);
   // "nccl" when every worker of the stage's TP group runs on cuda and has NCCL, else "ucx"
   // (GPU workers then copy through host buffers).
-  std::string TpTransport(int pp_stage) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::Transport TpTransport(int pp_stage) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status LoadAllAndOpenStreams();
   // Lowers kv_blocks_ to what the registered GPU workers hold (size_kv_from_gpus).
   absl::Status SizeKvFromGpus() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

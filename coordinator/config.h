@@ -35,8 +35,8 @@ struct ParallelSection {
   // `parallel.pipeline`: number of pipeline stages (contiguous layer ranges, one worker
   // process each when tensor = 1). Default 1. REQUIRES >= 1.
   int pipeline = 1;
-  // `parallel.tensor`: tensor-parallel ranks per stage. Default 1. REQUIRES == 1 for now
-  // (tensor parallelism is a later issue; larger values are rejected).
+  // `parallel.tensor`: tensor-parallel ranks per stage, all on one node. Default 1.
+  // REQUIRES >= 1, and a split the model's heads and FFN allow (checked at start).
   int tensor = 1;
 };
 

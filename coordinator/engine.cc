@@ -14,7 +14,7 @@ double Since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-void ToProto(const model::SamplingParams& p, v1::StepSampling* s) {
+void ToProto(const sampling::SamplingParams& p, v1::StepSampling* s) {
   s->set_temperature(p.temperature);
   s->set_top_k(p.top_k);
   s->set_top_p(p.top_p);
@@ -26,9 +26,20 @@ void ToProto(const model::SamplingParams& p, v1::StepSampling* s) {
   s->set_logprobs(p.n_logprobs);
 }
 
+// The token's logprob and its top alternatives, as the last stage reported them.
+void AddLogprob(const v1::SampledToken& t, v1::TokenLogprob* lp) {
+  lp->set_id(t.token());
+  lp->set_logprob(t.logprob());
+  for (int i = 0; i < t.top_ids_size(); ++i) {
+    auto* top = lp->add_top();
+    top->set_id(t.top_ids(i));
+    top->set_logprob(t.top_logprobs(i));
+  }
+}
+
 }  // namespace
 
-Engine::Engine(Cluster* cluster, const model::Tokenizer* tokenizer, const SchedulerOptions& options,
+Engine::Engine(Cluster* cluster, const text::Tokenizer* tokenizer, const SchedulerOptions& options,
                const SpeculationOptions& speculation)
     : cluster_(cluster), tokenizer_(tokenizer), scheduler_(options), speculation_(speculation) {
   stats_.scheduler = scheduler_.Stats();
@@ -52,8 +63,7 @@ void Engine::Wake() { cv_.notify_all(); }
 std::shared_ptr<RequestChannel> Engine::Submit(EngineRequest request) {
   auto a = std::make_shared<Active>();
   a->channel = std::make_shared<RequestChannel>();
-  a->detok = std::make_unique<model::Detokenizer>(*tokenizer_);
-  a->stops = std::make_unique<model::StopMatcher>(request.stop_strings);
+  a->output = std::make_unique<text::OutputFilter>(*tokenizer_, request.stops);
   a->arrival = std::chrono::steady_clock::now();
   a->spec = std::make_unique<SpeculativeState>(speculation_, request.speculate, request.num_tokens);
   a->req = std::move(request);
@@ -243,6 +253,7 @@ v1::StepRequest Engine::BuildDraftStep(const Batch& batch, const v1::StepRequest
 absl::Status Engine::SendTarget(v1::StepRequest step, Sent sent) {
   sent.t0 = std::chrono::steady_clock::now();
   for (const v1::StepSequence& s : step.seqs()) {
+    sent.seqs.push_back(s.seq_id());
     if (s.n_draft() > 0) sent.drafted[s.seq_id()] = {s.n_draft(), s.n_past()};
     sent.rows += s.tokens_size();
     sent.decode_only = sent.decode_only && s.sample() && s.tokens_size() == 1 + s.n_draft();
@@ -288,6 +299,12 @@ void Engine::OnDraft(const v1::StepResult& r) {
   if (it == drafting_.end()) return;  // Given up already (FailAll).
   Drafting d = std::move(it->second);
   drafting_.erase(it);
+  if (r.code() != 0) {
+    std::vector<int64_t> seqs;
+    for (const v1::StepSequence& s : d.step.seqs()) seqs.push_back(s.seq_id());
+    FailStep(r.step_id(), seqs, absl::Status(static_cast<absl::StatusCode>(r.code()), r.error()));
+    return;
+  }
   absl::flat_hash_map<int64_t, std::vector<int32_t>> drafts;
   for (const v1::SampledToken& t : r.tokens()) drafts[t.seq_id()].push_back(t.token());
   const double draft_s = Since(d.t0);
@@ -307,25 +324,44 @@ void Engine::OnDraft(const v1::StepResult& r) {
   }
 }
 
+Engine::Sent Engine::TakeSent(int64_t step_id) {
+  auto it = sent_.find(step_id);
+  if (it == sent_.end()) return {};
+  Sent sent = std::move(it->second);
+  sent_.erase(it);
+  return sent;
+}
+
 void Engine::OnResult(const v1::StepResult& r) {
   if (!in_flight_.empty() && in_flight_.front() == r.step_id()) in_flight_.pop_front();
-  Sent sent;
-  if (auto it = sent_.find(r.step_id()); it != sent_.end()) {
-    sent = std::move(it->second);
-    sent_.erase(it);
+  const Sent sent = TakeSent(r.step_id());
+  if (r.code() != 0) {
+    FailStep(r.step_id(), sent.seqs, absl::Status(static_cast<absl::StatusCode>(r.code()), r.error()));
+    return;
   }
+  TokensBySeq by_seq;
+  for (const v1::SampledToken& t : r.tokens()) by_seq[t.seq_id()].push_back(&t);
+  absl::StatusOr<std::vector<TokenEvent>> events = Complete(r);
+  if (events.ok()) {
+    Account(sent, by_seq);
+    Emit(*events, by_seq);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.scheduler = scheduler_.Stats();
+}
+
+absl::StatusOr<std::vector<TokenEvent>> Engine::Complete(const v1::StepResult& r) {
   std::vector<SampledToken> sampled;
-  absl::flat_hash_map<int64_t, std::vector<const v1::SampledToken*>> by_seq;
-  for (const v1::SampledToken& t : r.tokens()) {
-    sampled.push_back({t.seq_id(), t.token()});
-    by_seq[t.seq_id()].push_back(&t);
-  }
-  auto events = scheduler_.Complete(r.step_id(), sampled);
+  for (const v1::SampledToken& t : r.tokens()) sampled.push_back({t.seq_id(), t.token()});
+  absl::StatusOr<std::vector<TokenEvent>> events = scheduler_.Complete(r.step_id(), sampled);
   if (!events.ok()) {
     CASCADE_LOG(Error) << "step " << r.step_id() << " result rejected: " << events.status().ToString();
     (void)scheduler_.FailBatch(r.step_id());
-    return;
   }
+  return events;
+}
+
+void Engine::Account(const Sent& sent, const TokensBySeq& by_seq) {
   const double verify_s = Since(sent.t0);
   // Only a step that finishes with nothing else in flight feeds the fit: with several in
   // flight, the time from send to result includes waiting behind the others.
@@ -344,11 +380,14 @@ void Engine::OnResult(const v1::StepResult& r) {
     // The drafter's cache is valid through what it was fed and the target kept.
     spec.draft_cached = std::min(spec.draft_fed, v->second.n_past + emitted);
   }
+}
+
+void Engine::Emit(const std::vector<TokenEvent>& events, const TokensBySeq& by_seq) {
   // One message per sequence and step, carrying all of its new tokens.
   absl::flat_hash_map<int64_t, v1::GenerateResponse> pending;
   std::vector<int64_t> order;
   absl::flat_hash_map<int64_t, int> seen;  // Events of each sequence so far.
-  for (const TokenEvent& ev : *events) {
+  for (const TokenEvent& ev : events) {
     auto it = active_.find(ev.seq_id);
     if (it == active_.end()) continue;
     Active& a = *it->second;
@@ -359,33 +398,13 @@ void Engine::OnResult(const v1::StepResult& r) {
     v1::GenerateResponse& msg = pending[ev.seq_id];
     msg.set_request_id(a.req.request_id);
     msg.add_token_ids(ev.token);
-    const auto& toks = by_seq[ev.seq_id];
-    if (index < static_cast<int>(toks.size()) && a.req.sampling.n_logprobs > 0) {
-      const v1::SampledToken* t = toks[index];
-      v1::TokenLogprob* lp = msg.add_logprobs();
-      lp->set_id(ev.token);
-      lp->set_logprob(t->logprob());
-      for (int i = 0; i < t->top_ids_size(); ++i) {
-        auto* top = lp->add_top();
-        top->set_id(t->top_ids(i));
-        top->set_logprob(t->top_logprobs(i));
-      }
+    const auto found = by_seq.find(ev.seq_id);
+    if (found != by_seq.end() && index < static_cast<int>(found->second.size()) && a.req.sampling.n_logprobs > 0) {
+      AddLogprob(*found->second[index], msg.add_logprobs());
     }
-    const bool eog = !a.req.ignore_eos && tokenizer_->IsEog(ev.token);
-    const bool stop_id = std::find(a.req.stop_ids.begin(), a.req.stop_ids.end(), ev.token) != a.req.stop_ids.end();
-    const char* reason = nullptr;
-    if (eog || stop_id) {
-      reason = "stop";
-    } else {
-      msg.mutable_text()->append(a.stops->Push(a.detok->Feed(ev.token)));
-      if (a.stops->stopped()) {
-        reason = "stop";
-      } else if (ev.reached_max_tokens) {
-        reason = "length";
-      }
-    }
-    if (reason != nullptr) {
-      Finish(ev.seq_id, a, reason, msg);
+    msg.mutable_text()->append(a.output->Push(ev.token, ev.reached_max_tokens));
+    if (a.output->done()) {
+      Finish(ev.seq_id, a, msg);
       pending.erase(ev.seq_id);
       active_.erase(it);
     }
@@ -394,14 +413,11 @@ void Engine::OnResult(const v1::StepResult& r) {
     auto it = pending.find(id);
     if (it != pending.end()) Push(*active_.at(id)->channel, std::move(it->second), false);
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  stats_.scheduler = scheduler_.Stats();
 }
 
-void Engine::Finish(int64_t seq_id, Active& a, const std::string& reason, v1::GenerateResponse& last) {
-  if (!a.stops->stopped()) last.mutable_text()->append(a.stops->Push(a.detok->Flush()));
-  last.mutable_text()->append(a.stops->Flush());
-  last.set_finish_reason(reason);
+void Engine::Finish(int64_t seq_id, Active& a, v1::GenerateResponse& last) {
+  last.mutable_text()->append(a.output->Flush());
+  last.set_finish_reason(std::string(text::FinishReasonName(a.output->reason())));
   v1::Usage* u = last.mutable_usage();
   u->set_prompt_tokens(static_cast<int32_t>(a.req.prompt.size()));
   u->set_completion_tokens(static_cast<int32_t>(a.generated.size()));
@@ -415,6 +431,21 @@ void Engine::Finish(int64_t seq_id, Active& a, const std::string& reason, v1::Ge
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.finished;
   AccumulateStats(spec, &stats_.speculative);
+  stats_.scheduler = scheduler_.Stats();
+}
+
+void Engine::FailStep(int64_t step_id, const std::vector<int64_t>& seqs, const absl::Status& status) {
+  CASCADE_LOG(Warning) << "step " << step_id << " refused by a worker: " << status.ToString();
+  (void)scheduler_.FailBatch(step_id);
+  for (int64_t id : seqs) {
+    auto it = active_.find(id);
+    if (it == active_.end()) continue;
+    (void)scheduler_.Cancel(id);
+    release_.push_back(id);
+    Push(*it->second->channel, {}, true, status);
+    active_.erase(it);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
   stats_.scheduler = scheduler_.Stats();
 }
 

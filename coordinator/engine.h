@@ -21,18 +21,19 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "cascade/v1/inference.pb.h"
 #include "coordinator/cluster.h"
 #include "coordinator/scheduler.h"
 #include "coordinator/speculation.h"
-#include "model/detokenizer.h"
-#include "model/sampler.h"
-#include "model/stop_matcher.h"
-#include "model/tokenizer.h"
+#include "sampling/sampler.h"
+#include "text/output_filter.h"
+#include "text/tokenizer.h"
 
 namespace cascade::coordinator {
 
@@ -50,11 +51,9 @@ struct RequestChannel {
 struct EngineRequest {
   std::string request_id;
   std::vector<int32_t> prompt;
-  model::SamplingParams sampling;
+  sampling::SamplingParams sampling;
   int32_t max_tokens = 256;
-  bool ignore_eos = false;
-  std::vector<std::string> stop_strings;
-  std::vector<int32_t> stop_ids;
+  text::StopConditions stops;  // EOS handling, stop strings and stop ids.
   bool speculate = true;      // Off: plain decoding for this request.
   int32_t num_tokens = 0;     // Most drafts per step; 0: the cluster's draft.num_tokens.
 };
@@ -69,7 +68,7 @@ struct EngineStats {
 class Engine {
  public:
   // Borrows `cluster` and `tokenizer`, which must outlive the engine.
-  Engine(Cluster* cluster, const model::Tokenizer* tokenizer, const SchedulerOptions& options,
+  Engine(Cluster* cluster, const text::Tokenizer* tokenizer, const SchedulerOptions& options,
          const SpeculationOptions& speculation = {});
   ~Engine();  // Stops the loop; pending requests end with UNAVAILABLE.
 
@@ -86,8 +85,7 @@ class Engine {
   struct Active {
     EngineRequest req;
     std::shared_ptr<RequestChannel> channel;
-    std::unique_ptr<model::Detokenizer> detok;
-    std::unique_ptr<model::StopMatcher> stops;
+    std::unique_ptr<text::OutputFilter> output;  // Detokenizer, stops, finish reason.
     std::vector<int32_t> generated;
     std::chrono::steady_clock::time_point arrival;
     double ttft_s = -1;
@@ -103,6 +101,7 @@ class Engine {
     int64_t rows = 0;          // Positions scored by the step.
     bool decode_only = true;   // No prompt chunk: its time feeds the step cost model.
     absl::flat_hash_map<int64_t, Verified> drafted;  // Sequences whose drafts are verified.
+    std::vector<int64_t> seqs;                        // Every sequence in the step.
   };
   // A batch waiting for the drafter worker.
   struct Drafting {
@@ -120,14 +119,25 @@ class Engine {
   v1::StepRequest BuildDraftStep(const Batch& batch, const v1::StepRequest& step);
   absl::Status SendTarget(v1::StepRequest step, Sent sent);
   void OnDraft(const v1::StepResult& result);
+  // A target step's result: Complete (the scheduler keeps the tokens), Account (step
+  // cost fit, speculative acceptance), Emit (logprobs, text, stops, finished requests).
+  using TokensBySeq = std::unordered_map<int64_t, std::vector<const v1::SampledToken*>>;
   void OnResult(const v1::StepResult& result);
+  absl::StatusOr<std::vector<TokenEvent>> Complete(const v1::StepResult& result);
+  void Account(const Sent& sent, const TokensBySeq& by_seq);
+  void Emit(const std::vector<TokenEvent>& events, const TokensBySeq& by_seq);
   void SetDraftTokens();
+  Sent TakeSent(int64_t step_id);
+  // A worker refused step `step_id` (a malformed step): its sequences end with `status`,
+  // the others go on.
+  void FailStep(int64_t step_id, const std::vector<int64_t>& seqs, const absl::Status& status);
   void FailAll(const absl::Status& status);
-  void Finish(int64_t seq_id, Active& a, const std::string& reason, v1::GenerateResponse& last);
+  // Ends a finished sequence: the held-back text, finish reason and usage in `last`.
+  void Finish(int64_t seq_id, Active& a, v1::GenerateResponse& last);
   static void Push(RequestChannel& c, v1::GenerateResponse msg, bool done, absl::Status status = absl::OkStatus());
 
   Cluster* cluster_;
-  const model::Tokenizer* tokenizer_;
+  const text::Tokenizer* tokenizer_;
   Scheduler scheduler_;
   const SpeculationOptions speculation_;
   StepCostModel step_cost_;  // Decode-step time against rows, for the choice of k.

@@ -2,12 +2,12 @@
 
 #include "core/status.h"
 #include "core/str_cat.h"
-#include "model/chat_template.h"
+#include "text/chat_template.h"
 #include "proto/grpc_status.h"
 
 namespace cascade::coordinator {
 
-InferenceService::InferenceService(Engine* engine, Cluster* cluster, const model::Tokenizer* tokenizer,
+InferenceService::InferenceService(Engine* engine, Cluster* cluster, const text::Tokenizer* tokenizer,
                                    const model::ModelConfig& config, const InferenceServiceOptions& options)
     : engine_(engine),
       cluster_(cluster),
@@ -32,15 +32,15 @@ absl::StatusOr<std::vector<int32_t>> InferenceService::PromptIds(const v1::Promp
     case v1::Prompt::kChat: {
       const v1::ChatMessages& chat = prompt.chat();
       if (chat.messages().empty()) return absl::InvalidArgumentError("prompt.chat: no messages");
-      model::ChatTemplateKind kind;
+      text::ChatTemplateKind kind;
       if (!chat.chat_template().empty()) {
-        CASCADE_ASSIGN_OR_RETURN(kind, model::ChatTemplateFromName(chat.chat_template()));
+        CASCADE_ASSIGN_OR_RETURN(kind, text::ChatTemplateFromName(chat.chat_template()));
       } else {
-        CASCADE_ASSIGN_OR_RETURN(kind, model::DetectChatTemplate(tokenizer_->chat_template()));
+        CASCADE_ASSIGN_OR_RETURN(kind, text::DetectChatTemplate(tokenizer_->chat_template()));
       }
-      std::vector<model::ChatMessage> msgs;
+      std::vector<text::ChatMessage> msgs;
       for (const auto& m : chat.messages()) msgs.push_back({m.role(), m.content()});
-      return tokenizer_->Encode(model::ApplyChatTemplate(kind, msgs, true), false);
+      return tokenizer_->Encode(text::ApplyChatTemplate(kind, msgs, true), false);
     }
     case v1::Prompt::KIND_NOT_SET:
       break;
@@ -54,17 +54,18 @@ absl::StatusOr<EngineRequest> InferenceService::Prepare(const v1::GenerateReques
   CASCADE_ASSIGN_OR_RETURN(r.prompt, PromptIds(req.prompt(), /*add_special=*/true));
   if (r.prompt.empty()) return absl::InvalidArgumentError("prompt: empty (no tokens)");
   const v1::SamplingParams& s = req.sampling();
-  r.sampling.temperature = s.has_temperature() ? s.temperature() : 0.8f;
-  r.sampling.top_k = s.has_top_k() ? s.top_k() : 40;
-  r.sampling.top_p = s.has_top_p() ? s.top_p() : 0.95f;
-  r.sampling.min_p = s.has_min_p() ? s.min_p() : 0.05f;
-  r.sampling.repetition_penalty = s.has_repetition_penalty() ? s.repetition_penalty() : 1.0f;
+  // Unset fields keep SamplingParams' defaults (r.sampling is default-constructed).
+  if (s.has_temperature()) r.sampling.temperature = s.temperature();
+  if (s.has_top_k()) r.sampling.top_k = s.top_k();
+  if (s.has_top_p()) r.sampling.top_p = s.top_p();
+  if (s.has_min_p()) r.sampling.min_p = s.min_p();
+  if (s.has_repetition_penalty()) r.sampling.repetition_penalty = s.repetition_penalty();
   r.sampling.presence_penalty = s.presence_penalty();
   r.sampling.frequency_penalty = s.frequency_penalty();
   r.sampling.seed = s.seed();
   r.sampling.n_logprobs = req.logprobs();
   if (absl::Status st = r.sampling.Validate(); !st.ok()) return Annotate(st, "sampling");
-  r.max_tokens = req.has_max_tokens() ? req.max_tokens() : 256;
+  if (req.has_max_tokens()) r.max_tokens = req.max_tokens();
   if (r.max_tokens < 1) return absl::InvalidArgumentError(StrCat("max_tokens = ", r.max_tokens, ": must be >= 1"));
   const int64_t n = static_cast<int64_t>(r.prompt.size());
   const int64_t max_context = max_context_.load();
@@ -73,9 +74,9 @@ absl::StatusOr<EngineRequest> InferenceService::Prepare(const v1::GenerateReques
                                              " (leave room for at least one new token)"));
   }
   r.max_tokens = static_cast<int32_t>(std::min<int64_t>(r.max_tokens, max_context - n));
-  r.ignore_eos = req.ignore_eos();
-  r.stop_strings.assign(req.stop().begin(), req.stop().end());
-  r.stop_ids.assign(req.stop_ids().begin(), req.stop_ids().end());
+  r.stops.ignore_eos = req.ignore_eos();
+  r.stops.stop_strings.assign(req.stop().begin(), req.stop().end());
+  r.stops.stop_ids.assign(req.stop_ids().begin(), req.stop_ids().end());
   if (req.has_speculative()) {
     const v1::SpeculativeParams& sp = req.speculative();
     r.speculate = !sp.has_enabled() || sp.enabled();
@@ -163,8 +164,8 @@ grpc::Status InferenceService::GetModelInfo(grpc::ServerContext*, const v1::Mode
   resp->set_n_ff(config_.n_ff);
   resp->set_n_vocab(config_.n_vocab);
   resp->set_max_context(max_context_.load());
-  if (auto kind = model::DetectChatTemplate(tokenizer_->chat_template()); kind.ok()) {
-    resp->set_chat_template(std::string(model::ChatTemplateName(*kind)));
+  if (auto kind = text::DetectChatTemplate(tokenizer_->chat_template()); kind.ok()) {
+    resp->set_chat_template(std::string(text::ChatTemplateName(*kind)));
   }
   return grpc::Status::OK;
 }

@@ -13,8 +13,8 @@
 #include "cascade/v1/inference.grpc.pb.h"
 #include "coordinator/cluster.h"
 #include "coordinator/engine.h"
-#include "model/model_config.h"
-#include "model/tokenizer.h"
+#include "model/format/model_config.h"
+#include "text/tokenizer.h"
 
 namespace cascade::coordinator {
 
@@ -26,7 +26,7 @@ struct InferenceServiceOptions {
 
 class InferenceService final : public v1::Inference::Service {
  public:
-  InferenceService(Engine* engine, Cluster* cluster, const model::Tokenizer* tokenizer,
+  InferenceService(Engine* engine, Cluster* cluster, const text::Tokenizer* tokenizer,
                    const model::ModelConfig& config, const InferenceServiceOptions& options);
 
   grpc::Status Generate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
@@ -51,7 +51,7 @@ class InferenceService final : public v1::Inference::Service {
 
   Engine* engine_;
   Cluster* cluster_;
-  const model::Tokenizer* tokenizer_;
+  const text::Tokenizer* tokenizer_;
   model::ModelConfig config_;
   InferenceServiceOptions options_;
   std::atomic<int64_t> max_context_;  // options_.max_context until SetMaxContext.

@@ -21,7 +21,7 @@ enum class DType : uint8_t {
   kQ6_K,  // 256 elements: 16 x 16 with int8 scales, 6-bit quants.
   kQ8_K,  // 256 elements: f32 scale + 256 x int8 + 16 x int16 sums (activations only).
   // 128 elements: f16 scale, f16 zero point, 16 x uint32 of 8 nibbles each, value =
-  // d * (q - z). The row-major form of GPTQ/AWQ group-128 INT4 (model/int4_checkpoint.h).
+  // d * (q - z). The row-major form of GPTQ/AWQ group-128 INT4 (model/format/int4_checkpoint.h).
   kI4_G128,
 };
 

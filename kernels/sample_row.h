@@ -1,7 +1,7 @@
 // One row of GPU sampling or speculative verification (CudaBackend::Sample): plain C++17
 // structs, shared by the C++20 backend interface and the nvcc-built kernels.
 //
-// Semantics, as model/sampler.h on raw (already penalised) logits: temperature 0 is
+// Semantics, as sampling/sampler.h on raw (already penalised) logits: temperature 0 is
 // greedy; otherwise top-k on the logits, softmax with temperature, min-p, then top-p with
 // the mass normalised over the top-k set. Differences, by design: a tie at the top-k or
 // top-p boundary keeps every tied token (the GPU selects thresholds, it does not sort),

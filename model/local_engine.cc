@@ -7,9 +7,8 @@
 
 #include "core/status.h"
 #include "core/str_cat.h"
-#include "model/detokenizer.h"
-#include "model/gguf.h"
-#include "model/stop_matcher.h"
+#include "model/format/gguf.h"
+#include "model/format/tokenizer_files.h"
 
 namespace cascade::model {
 namespace {
@@ -19,11 +18,6 @@ double Seconds(std::chrono::steady_clock::time_point since) {
 }
 
 }  // namespace
-
-absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const ModelFiles& files) {
-  if (files.format == ModelFormat::kGguf) return TokenizerFromGguf(*files.gguf);
-  return TokenizerFromHfJson(files.path + "/tokenizer.json");
-}
 
 absl::StatusOr<std::unique_ptr<LocalEngine>> LocalEngine::Create(const std::string& model_path,
                                                                  const LocalEngineOptions& options) {
@@ -96,9 +90,8 @@ absl::StatusOr<GenerateResult> LocalEngine::Generate(const GenerateRequest& req,
   const int64_t budget = std::min<int64_t>(req.max_tokens, max_context_ - n_prompt);
 
   GenerateResult res;
-  Sampler sampler(req.sampling);
-  Detokenizer detok(*tokenizer_);
-  StopMatcher stops(req.stop_strings);
+  sampling::Sampler sampler(req.sampling);
+  text::OutputFilter output(*tokenizer_, req.stops);
   std::vector<int32_t> history = req.prompt_ids;
   std::vector<float> logits;
   const auto emit = [&](const std::string& text) {
@@ -109,33 +102,21 @@ absl::StatusOr<GenerateResult> LocalEngine::Generate(const GenerateRequest& req,
   CASCADE_RETURN_IF_ERROR(Step(req.prompt_ids, 0, logits));
   res.prefill_s = Seconds(t0);
   t0 = std::chrono::steady_clock::now();
-  res.finish_reason = "length";
-  for (int64_t i = 0; i < budget; ++i) {
+  for (int64_t i = 0; i < budget && !output.done(); ++i) {
     if (i > 0) {
       const int32_t last = res.token_ids.back();
       CASCADE_RETURN_IF_ERROR(Step({&last, 1}, n_prompt + i - 1, logits));
       ++res.n_decode_steps;
     }
-    SampledToken tok = sampler.Sample(logits, history);
+    sampling::SampledToken tok = sampler.Sample(logits, history);
     res.token_ids.push_back(tok.id);
     history.push_back(tok.id);
+    emit(output.Push(tok.id, i + 1 == budget));
     res.tokens.push_back(std::move(tok));
-    const int32_t id = res.token_ids.back();
-    const bool eog = !req.ignore_eos && tokenizer_->IsEog(id);
-    const bool stop_id = std::find(req.stop_ids.begin(), req.stop_ids.end(), id) != req.stop_ids.end();
-    if (eog || stop_id) {
-      res.finish_reason = "stop";
-      break;
-    }
-    emit(stops.Push(detok.Feed(id)));
-    if (stops.stopped()) {
-      res.finish_reason = "stop";
-      break;
-    }
   }
-  if (!stops.stopped()) emit(stops.Push(detok.Flush()));
-  emit(stops.Flush());
-  res.text = stops.emitted();
+  emit(output.Flush());
+  res.text = output.text();
+  res.finish_reason = output.reason();
   res.decode_s = Seconds(t0);
   return res;
 }

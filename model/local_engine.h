@@ -14,9 +14,10 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/ops.h"
-#include "model/model_files.h"
-#include "model/sampler.h"
-#include "model/tokenizer.h"
+#include "model/format/model_files.h"
+#include "sampling/sampler.h"
+#include "text/output_filter.h"
+#include "text/tokenizer.h"
 #include "model/transformer.h"
 
 namespace cascade::model {
@@ -31,18 +32,16 @@ struct LocalEngineOptions {
 
 struct GenerateRequest {
   std::vector<int32_t> prompt_ids;    // REQUIRES non-empty.
-  SamplingParams sampling;
+  sampling::SamplingParams sampling;
   int32_t max_tokens = 256;           // Generated tokens at most. REQUIRES >= 1.
-  bool ignore_eos = false;            // Keep going past end-of-generation tokens.
-  std::vector<std::string> stop_strings;
-  std::vector<int32_t> stop_ids;      // Extra ids that end generation (and are kept).
+  text::StopConditions stops;         // EOS handling, stop strings and stop ids.
 };
 
 struct GenerateResult {
   std::vector<int32_t> token_ids;      // Generated ids (an ending EOS/stop id included).
-  std::vector<SampledToken> tokens;    // Per generated id: logprob and top-n.
+  std::vector<sampling::SampledToken> tokens;  // Per generated id: logprob and top-n.
   std::string text;                    // Decoded output, without any stop string.
-  std::string finish_reason;           // "stop" (EOS, stop id or string) or "length".
+  text::FinishReason finish_reason = text::FinishReason::kLength;
   double prefill_s = 0;                // Prompt forward time.
   double decode_s = 0;                 // Time of the remaining steps.
   int64_t n_decode_steps = 0;
@@ -55,7 +54,7 @@ class LocalEngine {
                                                              const LocalEngineOptions& options);
 
   const ModelConfig& config() const { return files_.config; }
-  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  const text::Tokenizer& tokenizer() const { return *tokenizer_; }
   const ModelFiles& files() const { return files_; }
   int64_t max_context() const { return max_context_; }
 
@@ -75,7 +74,7 @@ class LocalEngine {
   absl::Status Step(std::span<const int32_t> tokens, int64_t n_past, std::vector<float>& logits);
 
   ModelFiles files_;
-  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<text::Tokenizer> tokenizer_;
   std::unique_ptr<kernels::Backend> backend_;
   std::unique_ptr<Transformer> transformer_;
   std::unique_ptr<KvCache> cache_;
@@ -83,9 +82,5 @@ class LocalEngine {
   std::vector<int32_t> positions_;
   int64_t max_context_ = 0;
 };
-
-// Loads the tokenizer that belongs to a model: the GGUF's embedded one, or the HF
-// directory's tokenizer.json.
-absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const ModelFiles& files);
 
 }  // namespace cascade::model

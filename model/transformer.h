@@ -1,18 +1,24 @@
 // The Llama-family transformer forward, written once over kernels::Backend, for a
-// contiguous range of layers: the whole model in one process, or one pipeline stage.
-// Matrices are prepared once at load by the backend (`Backend::PrepareWeight`): the CPU
-// backend repacks Q8_0/Q4_0/Q4_1 into its own layout and the file pages behind them are
-// dropped; other matrices stay views into the model file's mapping (quantized types stay
-// quantized). Norms and biases that are not f32 are converted and owned.
+// contiguous range of layers: the whole model in one process, or one pipeline stage. It is
+// the models level over the layers level (model/layers/) over the kernels:
+//  * model/layers/weight_loader.h loads and owns the weights: matrices are prepared once at
+//    load by the backend (`Backend::PrepareWeight`): the CPU backend repacks
+//    Q8_0/Q4_0/Q4_1 into its own layout and the file pages behind them are dropped; other
+//    matrices stay views into the model file's mapping (quantized types stay quantized).
+//    Norms and biases that are not f32 are converted and owned.
+//  * model/layers/linear.h: the projections, each knowing its tensor-parallel kind; Q/K/V
+//    and gate/up are StackedLinear (one stacked weight and dispatch where they stack).
+//  * model/layers/vocab_parallel.h: the embedding and the LM head.
 //
 // Tensor parallelism (DESIGN.md §4): with `StageOptions::tp_size` > 1 each rank of the TP
-// group loads only its shard (model/tp_shard.h): the rows of its Q/K/V heads, the columns
+// group loads only its shard (model/format/tp_shard.h): the rows of its Q/K/V heads, the columns
 // of the O projection for its query heads, rows [f0, f1) of gate/up and those columns of
 // down, and its vocabulary rows of the embedding and the LM head. Column slices are copied
-// into owned buffers (whole quantization blocks). The O and down projections give partial
-// sums that are all-reduced over the group; RMSNorm and the residual are replicated (every
-// rank holds the full hidden state). Embed, RunLayers and Logits are then collectives:
-// every rank of the group calls them, with the same batch, in the same order.
+// into owned buffers (whole quantization blocks). The O and down projections are
+// row-parallel layers: their partial sums are all-reduced over the group inside the layer;
+// RMSNorm and the residual are replicated (every rank holds the full hidden state). Embed,
+// RunLayers and Logits are then collectives: every rank of the group calls them, with the
+// same batch, in the same order.
 //
 // Memory: weights, norms, workspaces and the hidden states Embed/RunLayers/Logits take are
 // the backend's memory (device memory on a GPU); token ids, positions, block tables and
@@ -32,8 +38,10 @@
 #include "kernels/ops.h"
 #include "model/backend_comm.h"
 #include "model/kv_cache.h"
-#include "model/model_files.h"
-#include "model/tp_shard.h"
+#include "model/format/model_files.h"
+#include "model/format/tp_shard.h"
+#include "model/layers/vocab_parallel.h"
+#include "model/layers/weight_loader.h"
 
 namespace cascade::comm {
 class Communicator;
@@ -89,7 +97,7 @@ class Transformer {
   // This rank's share of the model (the whole model when tp_size is 1).
   const TpShard& tp_shard() const { return shard_; }
   // Bytes of weights this stage reads from the file.
-  int64_t weight_bytes() const { return weight_bytes_; }
+  int64_t weight_bytes() const { return loader_->weight_bytes(); }
   // Reads one byte per page of every weight this stage still reads from the file (those the
   // backend did not copy at load), so the first step does not pay the page faults;
   // `progress` (optional) gets the fraction of bytes done. Only the stage's own tensors are
@@ -121,16 +129,13 @@ class Transformer {
   struct Layer;
   Transformer() = default;
   absl::Status LoadWeights(const ModelFiles& files);
+  // Layer `l`'s norms, biases and projections (this rank's shard of them).
+  absl::StatusOr<Layer> LoadLayer(const ModelFiles& files, int64_t l);
   absl::Status EnsureWorkspace(int64_t n_tokens);
+  // The TP group the row-parallel and vocab-parallel layers reduce over; null without TP.
+  BackendComm* tp_group() { return tp_comm_ != nullptr ? &tp_ : nullptr; }
   // A view of `rows` x `cols` f32 at the start of a workspace buffer.
   TensorView View(const kernels::Buffer& b, int64_t rows, int64_t cols) const;
-  // An f32 vector in the backend's memory: the host view itself on a host backend, an
-  // uploaded copy otherwise.
-  absl::StatusOr<TensorView> Keep(std::span<const float> host);
-  // A 64-byte aligned buffer of `bytes` in owned_bytes_ (a copy of part of `tensor`).
-  absl::StatusOr<uint8_t*> OwnBytes(const std::string& tensor, size_t bytes);
-
-  absl::Status AllReduce(TensorView x);
 
   ModelConfig config_;
   kernels::Backend* backend_ = nullptr;  // Borrowed.
@@ -141,35 +146,19 @@ class Transformer {
   int64_t last_layer_ = 0;
   bool exit_head_ = false;
   bool fuse_projections_ = true;
-  int64_t weight_bytes_ = 0;
   kernels::RopeParams rope_;
   std::vector<float> inv_freq_;
+  // Owns every weight the layers below borrow (declared first, so it outlives them).
+  std::unique_ptr<WeightLoader> loader_;
+  VocabParallelEmbedding embedding_;  // First stage (or the tied head's table).
+  VocabParallelHead head_;            // Last stage.
   TensorView output_norm_;
-  // Borrowed from `prepared_`; the same weight when the embeddings are tied.
-  const kernels::PreparedWeight* token_embd_ = nullptr;
-  const kernels::PreparedWeight* output_ = nullptr;
   std::vector<Layer> layers_;
-  std::vector<std::unique_ptr<kernels::PreparedWeight>> prepared_;  // Every matrix.
-  std::vector<TensorView> used_;  // Every weight view still read from the file (for Prefault).
-  std::vector<std::vector<float>> owned_;  // Converted norms/biases (host backends).
-  std::vector<std::unique_ptr<kernels::Buffer>> uploaded_;  // Norms/biases (other backends).
-  // Column slices and stacked copies of matrices (64-byte aligned), kept while their
-  // prepared weight reads them.
-  struct FreeBytes {
-    void operator()(uint8_t* p) const;
-  };
-  std::vector<std::unique_ptr<uint8_t[], FreeBytes>> owned_bytes_;
   // Workspaces in the backend's memory, grown to the largest batch seen (never shrunk).
   int64_t ws_tokens_ = 0;
   std::unique_ptr<kernels::Buffer> norm_, q_, k_, v_, attn_, proj_, gate_, up_;
   std::unique_ptr<kernels::Buffer> hidden_;  // Forward()'s residual stream.
-  std::unique_ptr<kernels::Buffer> logits_ws_;  // The head's output where it is not host memory.
   std::vector<int32_t> picked_rows_;  // Logits' rows, as embedding ids into hidden.
-  // Vocab-parallel embedding and LM head (TP only).
-  std::vector<int32_t> local_ids_, embd_map_;
-  std::vector<float> zero_row_;
-  std::vector<float> logits_host_;  // The gathered logits, copied out of a device.
-  std::unique_ptr<kernels::Buffer> embd_ws_, logits_local_, logits_all_;
 };
 
 // Inverse RoPE frequencies [head_dim / 2] with the config's scaling applied.

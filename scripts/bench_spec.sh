@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Speculative decoding benchmark (issue 6): batch-1 decode tokens/s with and without
+# Speculative decoding benchmark: batch-1 decode tokens/s with and without
 # speculation, measured against the same cluster in the same run (`cascade bench`
 # with and without --no-speculate), with the acceptance rate, for
 #   (a) SmolLM2-135M Q4_1 + the n-gram drafter on an input-grounded task (repeat a passage)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check (issue 7), one prepared command for a machine with an NVIDIA GPU, CUDA's
+# The GPU check, one prepared command for a machine with an NVIDIA GPU, CUDA's
 # nvcc, CMake and g++ but no package registry. It unpacks the .deb files carried in
 # .gpu-debs/ (scripts/fetch_gpu_debs.sh makes them: Abseil, RE2, nlohmann-json, GoogleTest,
 # and the tiny test models) into a prefix with `dpkg -x`, builds core/, kernels/, comm/

@@ -8,7 +8,7 @@
 #include "core/logging.h"
 #include "core/str_cat.h"
 #include "kernels/cpu/quantize.h"
-#include "model/gguf_writer.h"
+#include "model/format/gguf_writer.h"
 
 namespace cascade::testing {
 namespace {

@@ -58,9 +58,29 @@ inline std::string StatusMessage(const absl::Status& s) { return std::string(s.m
   } while (0)
 
 #include "absl/status/statusor.h"
+#include "gmock/gmock.h"
 namespace cascade::testing::internal {
 bool Exists(const std::string& path);
 inline const absl::Status& GetStatus(const absl::Status& s) { return s; }
 template <typename T>
 const absl::Status& GetStatus(const absl::StatusOr<T>& s) { return s.status(); }
 }  // namespace cascade::testing::internal
+
+namespace cascade::testing {
+
+// Matches an absl::Status or StatusOr whose code is `code` and whose message matches
+// `message` (any message by default), as Abseil's absl/status/status_matchers.h:
+//   EXPECT_THAT(OpenModelFiles(path), StatusIs(absl::StatusCode::kNotFound, HasSubstr("missing")));
+MATCHER_P2(StatusIs, code, message,
+           std::string(negation ? "is not" : "is") + " a status of code " + absl::StatusCodeToString(code)) {
+  const absl::Status& s = internal::GetStatus(arg);
+  *result_listener << "whose status is " << s;
+  return s.code() == code &&
+         ::testing::ExplainMatchResult(message, std::string(s.message().data(), s.message().size()), result_listener);
+}
+template <typename Code>
+auto StatusIs(Code code) {
+  return StatusIs(code, ::testing::A<std::string>());
+}
+
+}  // namespace cascade::testing

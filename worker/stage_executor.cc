@@ -10,8 +10,8 @@
 namespace cascade::worker {
 namespace {
 
-model::SamplingParams FromProto(const v1::StepSampling& s) {
-  model::SamplingParams p;
+sampling::SamplingParams FromProto(const v1::StepSampling& s) {
+  sampling::SamplingParams p;
   p.temperature = s.temperature();
   p.top_k = s.top_k();
   p.top_p = s.top_p();
@@ -83,6 +83,29 @@ absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Create(
   return e;
 }
 
+absl::Status StageExecutor::CheckIds(const std::string& what, const v1::StepSequence& s, int64_t n_positions) const {
+  const int64_t n_vocab = transformer_->config().n_vocab, n_blocks = cache_->options().n_blocks;
+  for (int32_t id : s.tokens()) {
+    if (id < 0 || id >= n_vocab) {
+      return absl::InvalidArgumentError(StrCat(what, ": token id ", id, " is outside the vocabulary [0, ", n_vocab, ")"));
+    }
+    if (id == options_.refuse_token) {
+      return absl::InvalidArgumentError(StrCat(what, ": token id ", id, " refused (--refuse-token-for-testing)"));
+    }
+  }
+  const int64_t block_size = cache_->options().block_size;
+  if (static_cast<int64_t>(s.block_table_size()) * block_size < n_positions) {
+    return absl::InvalidArgumentError(StrCat(what, ": ", s.block_table_size(), " KV blocks do not cover ", n_positions,
+                                             " positions"));
+  }
+  for (int32_t b : s.block_table()) {
+    if (b < 0 || b >= n_blocks) {
+      return absl::InvalidArgumentError(StrCat(what, ": KV block ", b, " is outside [0, ", n_blocks, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status StageExecutor::Flatten(const v1::StepRequest& step, Rows& rows) const {
   const int64_t max_pos = cache_->options().n_blocks * cache_->options().block_size;
   rows.tables.reserve(step.seqs_size());
@@ -101,6 +124,7 @@ absl::Status StageExecutor::Flatten(const v1::StepRequest& step, Rows& rows) con
     if (s.propose() < 0 || (s.propose() > 0 && !options_.draft)) {
       return absl::InvalidArgumentError(StrCat(what, ": propose ", s.propose(), " on a worker that does not draft"));
     }
+    CASCADE_RETURN_IF_ERROR(CheckIds(what, s, s.n_past() + s.tokens_size()));
     const int64_t row = static_cast<int64_t>(rows.tokens.size());
     for (int i = 0; i < s.tokens_size(); ++i) {
       rows.tokens.push_back(s.tokens(i));
@@ -121,7 +145,7 @@ void StageExecutor::TrackHistory(const v1::StepRequest& step) {
   for (const v1::StepSequence& s : step.seqs()) {
     if (s.reset() || !seqs_.contains(s.seq_id())) {
       SeqState& st = seqs_[s.seq_id()];
-      st.sampler = std::make_unique<model::Sampler>(FromProto(s.sampling()));
+      st.sampler = std::make_unique<sampling::Sampler>(FromProto(s.sampling()));
       st.history.assign(s.history().begin(), s.history().end());
       if (st.history.empty()) st.history.assign(s.tokens().begin(), s.tokens().end() - s.n_draft());
     } else if (s.n_draft() == 0 && s.tokens_size() > 1) {
@@ -139,19 +163,22 @@ absl::StatusOr<v1::StepResult> StageExecutor::Execute(const v1::StepRequest& ste
   result.set_step_id(step.step_id());
   for (int64_t id : step.release()) seqs_.erase(id);
   Rows rows;
-  CASCADE_RETURN_IF_ERROR(Flatten(step, rows));
-  if (options_.draft) {
-    CASCADE_RETURN_IF_ERROR(Draft(step, rows, result));
-  } else {
-    if (is_last() && options_.tp_rank == 0) TrackHistory(step);
-    CASCADE_RETURN_IF_ERROR(Forward(rows, step.step_id()));
-    // Logits are a collective over the TP group (vocab-parallel head); TP rank 0 samples.
-    if (is_last() && !rows.logit_rows.empty() && options_.tp_rank == 0) {
-      CASCADE_RETURN_IF_ERROR(Sample(step, result));
-    }
+  CASCADE_RETURN_IF_ERROR(Flatten(step, rows));  // The only InvalidArgument: a refusal.
+  if (absl::Status st = Run(step, rows, result); !st.ok()) {
+    if (st.code() != absl::StatusCode::kInvalidArgument) return st;
+    return absl::InternalError(StrCat("step ", step.step_id(), " failed after validation: ", st.message()));
   }
   result.set_forward_s(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return result;
+}
+
+absl::Status StageExecutor::Run(const v1::StepRequest& step, Rows& rows, v1::StepResult& result) {
+  if (options_.draft) return Draft(step, rows, result);
+  if (is_last() && options_.tp_rank == 0) TrackHistory(step);
+  CASCADE_RETURN_IF_ERROR(Forward(rows, step.step_id()));
+  // Logits are a collective over the TP group (vocab-parallel head); TP rank 0 samples.
+  if (is_last() && !rows.logit_rows.empty() && options_.tp_rank == 0) return Sample(step, result);
+  return absl::OkStatus();
 }
 
 absl::Status StageExecutor::Forward(const Rows& rows, int64_t step_id) {
@@ -197,7 +224,7 @@ absl::Status StageExecutor::Draft(const v1::StepRequest& step, Rows& rows, v1::S
     for (int i = 0; i < n_seqs; ++i) {
       const v1::StepSequence& s = step.seqs(i);
       if (s.propose() <= j) continue;
-      drafts[i].push_back(model::Argmax(std::span<const float>(logits_.data() + r * V, V)));
+      drafts[i].push_back(sampling::Argmax(std::span<const float>(logits_.data() + r * V, V)));
       ++r;
       if (s.propose() <= j + 1) continue;
       const int64_t pos = s.n_past() + s.tokens_size() + j;
@@ -249,14 +276,14 @@ absl::Status StageExecutor::Sample(const v1::StepRequest& step, v1::StepResult& 
     const int k = s.n_draft();
     std::span<float> logits(logits_.data() + r * V, (k + 1) * V);
     r += k + 1;
-    std::vector<model::SampledToken> emitted;
+    std::vector<sampling::SampledToken> emitted;
     if (k == 0) {
       emitted.push_back(st.sampler->Sample(logits, st.history));
     } else {
       const std::vector<int32_t> drafts(s.tokens().end() - k, s.tokens().end());
       emitted = st.sampler->Verify(logits, drafts, st.history);
     }
-    for (const model::SampledToken& tok : emitted) {
+    for (const sampling::SampledToken& tok : emitted) {
       st.history.push_back(tok.id);
       v1::SampledToken* out = result.add_tokens();
       out->set_seq_id(s.seq_id());

@@ -19,8 +19,8 @@
 #include "kernels/ops.h"
 #include "model/backend_comm.h"
 #include "model/kv_cache.h"
-#include "model/model_files.h"
-#include "model/sampler.h"
+#include "model/format/model_files.h"
+#include "sampling/sampler.h"
 #include "model/transformer.h"
 
 namespace cascade::worker {
@@ -41,6 +41,9 @@ struct StageExecutorOptions {
   // last_layer) of its model and the model's head (an early exit when last_layer is not
   // the last layer). Its steps carry `propose`; see Draft.
   bool draft = false;
+  // Fault injection for tests (`cascade-worker --refuse-token-for-testing ID`): refuse,
+  // as malformed, every step that feeds token `refuse_token`. -1: off.
+  int32_t refuse_token = -1;
 };
 
 class StageExecutor {
@@ -62,7 +65,10 @@ class StageExecutor {
   // sequence with `sample` set, or, for a verification (`n_draft` > 0), the accepted
   // drafts and the correction or bonus token. A drafter answers `propose` drafted tokens
   // per sequence. InvalidArgument for a malformed step (bad ids, block tables, n_draft or
-  // propose out of range); the communicator's error when a peer is gone.
+  // propose out of range), found before any compute or data-plane traffic and by every
+  // stage alike; errors after that never use InvalidArgument (Internal instead), so a
+  // refusal always means the whole pipeline refused. The communicator's error when a
+  // peer is gone.
   absl::StatusOr<v1::StepResult> Execute(const v1::StepRequest& step);
 
   int64_t weight_bytes() const { return transformer_->weight_bytes(); }
@@ -71,7 +77,7 @@ class StageExecutor {
 
  private:
   struct SeqState {
-    std::unique_ptr<model::Sampler> sampler;
+    std::unique_ptr<sampling::Sampler> sampler;
     std::vector<int32_t> history;  // Prompt and generated tokens, for penalties.
   };
   // A step flattened into rows, sequence by sequence.
@@ -83,6 +89,10 @@ class StageExecutor {
   };
   StageExecutor() = default;
   absl::Status Flatten(const v1::StepRequest& step, Rows& rows) const;
+  // Token ids in the vocabulary, block ids in the cache, blocks covering `n_positions`.
+  absl::Status CheckIds(const std::string& what, const v1::StepSequence& s, int64_t n_positions) const;
+  // Everything after validation: the forward (or the drafts) and sampling.
+  absl::Status Run(const v1::StepRequest& step, Rows& rows, v1::StepResult& result);
   // Starts or extends each sequence's sampler history (last stage, TP rank 0).
   void TrackHistory(const v1::StepRequest& step);
   // Embeds or receives the rows, runs the stage's layers, then sends them on or, on the

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <string>
 #include <thread>
@@ -41,7 +42,7 @@ int UsageError(const std::string& msg) {
 
 int main(int argc, char** argv) {
   using namespace cascade;
-  Args args({"coordinator", "node", "device", "threads", "listen", "advertise"}, {"draft"});
+  Args args({"coordinator", "node", "device", "threads", "listen", "advertise", "refuse-token-for-testing"}, {"draft"});
   if (auto s = args.Parse(argc, argv, 1); !s.ok()) return UsageError(std::string(s.message()));
   auto coordinator = args.Require("coordinator");
   if (!coordinator.ok()) return UsageError(std::string(coordinator.status().message()));
@@ -60,6 +61,8 @@ int main(int argc, char** argv) {
   }
   auto threads = args.GetInt("threads", 1);
   if (!threads.ok() || *threads < 1) return UsageError("--threads must be a positive integer");
+  auto refuse = args.GetInt("refuse-token-for-testing", -1);
+  if (!refuse.ok()) return UsageError("--refuse-token-for-testing must be a token id");
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
 
@@ -67,6 +70,9 @@ int main(int argc, char** argv) {
   opts.n_threads = static_cast<int>(*threads);
   opts.device = *parsed;
   opts.coordinator = *coordinator;
+  opts.refuse_token = static_cast<int32_t>(*refuse);
+  // UCX's own variable wins over our one-second keepalive (read here, once).
+  if (std::getenv("UCX_KEEPALIVE_INTERVAL") != nullptr) opts.ucx_keepalive_interval.clear();
   worker::WorkerService service(opts);
   grpc::ServerBuilder builder;
   int port = 0;

@@ -29,23 +29,24 @@ grpc::Status WorkerService::LoadShard(grpc::ServerContext* context, const v1::Lo
   const int tp_size = std::max(1, req->tp_size());
   rendezvous_ = std::make_unique<GrpcRendezvous>(options_.coordinator);
   const auto connect = [&](const std::string& group, int rank, int size, int64_t spin_us,
-                           const std::string& transport) -> absl::StatusOr<std::unique_ptr<comm::Communicator>> {
+                           v1::Transport transport) -> absl::StatusOr<std::unique_ptr<comm::Communicator>> {
     comm::GroupOptions g;
     g.group = group;
     g.rank = rank;
     g.size = size;
     g.timeout_ms = options_.comm_timeout_ms;
-    if (transport == "nccl") {
+    if (transport == v1::TRANSPORT_NCCL) {
       if (options_.device.kind != DeviceKind::kCuda) {
         return absl::InvalidArgumentError("transport nccl needs a cuda device; this worker runs on cpu");
       }
       return comm::NcclCommunicator::Create(g, rendezvous_.get(), options_.device.index);
     }
-    if (!transport.empty() && transport != "ucx") {
-      return absl::InvalidArgumentError(StrCat("unknown transport '", transport, "' (ucx or nccl)"));
+    if (transport != v1::TRANSPORT_UCX) {
+      return absl::InvalidArgumentError(StrCat("unknown transport ", static_cast<int>(transport), " (ucx or nccl)"));
     }
     comm::UcxOptions ucx;
     ucx.spin_us = spin_us;
+    ucx.keepalive_interval = options_.ucx_keepalive_interval;
     return comm::UcxCommunicator::Create(g, rendezvous_.get(), ucx);
   };
   if (tp_size > 1) {
@@ -74,6 +75,7 @@ grpc::Status WorkerService::LoadShard(grpc::ServerContext* context, const v1::Lo
   o.tp_rank = req->tp_rank();
   o.tp_size = tp_size;
   o.draft = req->draft();
+  o.refuse_token = options_.refuse_token;
   double last_sent = -1;
   auto e = StageExecutor::Create(o, comm_.get(), tp_comm_.get(), [&](double f) {
     if (f - last_sent < 0.05 && f < 1.0) return;
@@ -105,10 +107,19 @@ grpc::Status WorkerService::Step(grpc::ServerContext* context,
   while (stream->Read(&req)) {
     auto result = executor_->Execute(req);
     if (!result.ok()) {
-      CASCADE_LOG(Error) << "step " << req.step_id() << " failed: " << result.status().ToString();
+      // A malformed step is refused before any compute or data-plane traffic, by every
+      // stage alike: answer it and keep serving. Anything else ends the stream.
+      const bool refused = result.status().code() == absl::StatusCode::kInvalidArgument;
+      CASCADE_LOG(Error) << "step " << req.step_id() << (refused ? " refused: " : " failed: ")
+                         << result.status().ToString();
       v1::StepResult err;
       err.set_step_id(req.step_id());
+      err.set_code(static_cast<int32_t>(result.status().code()));
       err.set_error(std::string(result.status().message()));
+      if (refused) {
+        if (!stream->Write(err)) break;
+        continue;
+      }
       stream->Write(err);
       return ToGrpc(result.status());
     }

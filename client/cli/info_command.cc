@@ -7,8 +7,8 @@
 #include "absl/strings/str_format.h"
 #include "core/args.h"
 #include "client/cli/commands.h"
-#include "model/gguf.h"
-#include "model/model_files.h"
+#include "model/format/gguf.h"
+#include "model/format/model_files.h"
 
 namespace cascade::cli {
 namespace {

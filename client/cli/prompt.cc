@@ -4,22 +4,22 @@
 #include "absl/strings/str_split.h"
 #include "core/status.h"
 #include "core/str_cat.h"
-#include "model/chat_template.h"
+#include "text/chat_template.h"
 
 namespace cascade::cli {
 
-absl::StatusOr<std::string> RenderChat(const model::Tokenizer& tokenizer, const std::string& user,
+absl::StatusOr<std::string> RenderChat(const text::Tokenizer& tokenizer, const std::string& user,
                                        const std::string& system, const std::string& template_name) {
-  model::ChatTemplateKind kind;
+  text::ChatTemplateKind kind;
   if (!template_name.empty()) {
-    CASCADE_ASSIGN_OR_RETURN(kind, model::ChatTemplateFromName(template_name));
+    CASCADE_ASSIGN_OR_RETURN(kind, text::ChatTemplateFromName(template_name));
   } else {
-    CASCADE_ASSIGN_OR_RETURN(kind, model::DetectChatTemplate(tokenizer.chat_template()));
+    CASCADE_ASSIGN_OR_RETURN(kind, text::DetectChatTemplate(tokenizer.chat_template()));
   }
-  std::vector<model::ChatMessage> messages;
+  std::vector<text::ChatMessage> messages;
   if (!system.empty()) messages.push_back({"system", system});
   messages.push_back({"user", user});
-  return model::ApplyChatTemplate(kind, messages, /*add_generation_prompt=*/true);
+  return text::ApplyChatTemplate(kind, messages, /*add_generation_prompt=*/true);
 }
 
 absl::StatusOr<std::vector<int32_t>> ParseIds(const std::string& csv) {
@@ -35,7 +35,7 @@ absl::StatusOr<std::vector<int32_t>> ParseIds(const std::string& csv) {
   return ids;
 }
 
-absl::StatusOr<std::vector<int32_t>> PromptIds(const Args& args, const model::Tokenizer& tokenizer,
+absl::StatusOr<std::vector<int32_t>> PromptIds(const Args& args, const text::Tokenizer& tokenizer,
                                                const std::string& text_flag, bool add_special_text) {
   const int given = args.Has(text_flag) + args.Has("prompt-ids") + args.Has("chat");
   if (given != 1) {

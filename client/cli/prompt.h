@@ -8,13 +8,13 @@
 
 #include "absl/status/statusor.h"
 #include "core/args.h"
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 
 namespace cascade::cli {
 
 // The chat prompt for a single user message (and optional system message), rendered
 // with the model's template or `template_name` when given.
-absl::StatusOr<std::string> RenderChat(const model::Tokenizer& tokenizer, const std::string& user,
+absl::StatusOr<std::string> RenderChat(const text::Tokenizer& tokenizer, const std::string& user,
                                        const std::string& system, const std::string& template_name);
 
 // Parses "1,2,3" into ids. InvalidArgument for anything else.
@@ -23,7 +23,7 @@ absl::StatusOr<std::vector<int32_t>> ParseIds(const std::string& csv);
 // The prompt ids from exactly one of `text_flag` (e.g. "prompt" or "text"), "prompt-ids",
 // "chat". Plain text gets BOS when the model asks for it (`add_special_text`); chat
 // templates carry their own special tokens.
-absl::StatusOr<std::vector<int32_t>> PromptIds(const Args& args, const model::Tokenizer& tokenizer,
+absl::StatusOr<std::vector<int32_t>> PromptIds(const Args& args, const text::Tokenizer& tokenizer,
                                                const std::string& text_flag, bool add_special_text);
 
 }  // namespace cascade::cli

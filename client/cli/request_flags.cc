@@ -15,17 +15,18 @@ std::vector<std::string> GenerationValuedFlags() {
 std::vector<std::string> GenerationBoolFlags() { return {"ignore-eos"}; }
 
 absl::StatusOr<model::GenerateRequest> GenerationFromArgs(const Args& args) {
-  model::GenerateRequest req;
-  CASCADE_ASSIGN_OR_RETURN(const int64_t max_tokens, args.GetInt("max-tokens", 256));
-  CASCADE_ASSIGN_OR_RETURN(const double temperature, args.GetDouble("temperature", 0.8));
-  CASCADE_ASSIGN_OR_RETURN(const int64_t top_k, args.GetInt("top-k", 40));
-  CASCADE_ASSIGN_OR_RETURN(const double top_p, args.GetDouble("top-p", 0.95));
-  CASCADE_ASSIGN_OR_RETURN(const double min_p, args.GetDouble("min-p", 0.05));
-  CASCADE_ASSIGN_OR_RETURN(const int64_t seed, args.GetInt("seed", 0));
-  CASCADE_ASSIGN_OR_RETURN(const double rep, args.GetDouble("repeat-penalty", 1.0));
-  CASCADE_ASSIGN_OR_RETURN(const double presence, args.GetDouble("presence-penalty", 0.0));
-  CASCADE_ASSIGN_OR_RETURN(const double frequency, args.GetDouble("frequency-penalty", 0.0));
-  CASCADE_ASSIGN_OR_RETURN(const int64_t logprobs, args.GetInt("logprobs", 0));
+  model::GenerateRequest req;  // Unset flags keep the request's defaults.
+  const sampling::SamplingParams& d = req.sampling;
+  CASCADE_ASSIGN_OR_RETURN(const int64_t max_tokens, args.GetInt("max-tokens", req.max_tokens));
+  CASCADE_ASSIGN_OR_RETURN(const double temperature, args.GetDouble("temperature", d.temperature));
+  CASCADE_ASSIGN_OR_RETURN(const int64_t top_k, args.GetInt("top-k", d.top_k));
+  CASCADE_ASSIGN_OR_RETURN(const double top_p, args.GetDouble("top-p", d.top_p));
+  CASCADE_ASSIGN_OR_RETURN(const double min_p, args.GetDouble("min-p", d.min_p));
+  CASCADE_ASSIGN_OR_RETURN(const int64_t seed, args.GetInt("seed", static_cast<int64_t>(d.seed)));
+  CASCADE_ASSIGN_OR_RETURN(const double rep, args.GetDouble("repeat-penalty", d.repetition_penalty));
+  CASCADE_ASSIGN_OR_RETURN(const double presence, args.GetDouble("presence-penalty", d.presence_penalty));
+  CASCADE_ASSIGN_OR_RETURN(const double frequency, args.GetDouble("frequency-penalty", d.frequency_penalty));
+  CASCADE_ASSIGN_OR_RETURN(const int64_t logprobs, args.GetInt("logprobs", d.n_logprobs));
   req.max_tokens = static_cast<int32_t>(max_tokens);
   req.sampling.temperature = static_cast<float>(temperature);
   req.sampling.top_k = static_cast<int32_t>(top_k);
@@ -36,10 +37,10 @@ absl::StatusOr<model::GenerateRequest> GenerationFromArgs(const Args& args) {
   req.sampling.presence_penalty = static_cast<float>(presence);
   req.sampling.frequency_penalty = static_cast<float>(frequency);
   req.sampling.n_logprobs = static_cast<int32_t>(logprobs);
-  req.ignore_eos = args.Has("ignore-eos");
-  if (auto stop = args.Get("stop")) req.stop_strings.push_back(*stop);
+  req.stops.ignore_eos = args.Has("ignore-eos");
+  if (auto stop = args.Get("stop")) req.stops.stop_strings.push_back(*stop);
   if (auto stop_ids = args.Get("stop-ids")) {
-    CASCADE_ASSIGN_OR_RETURN(req.stop_ids, ParseIds(*stop_ids));
+    CASCADE_ASSIGN_OR_RETURN(req.stops.stop_ids, ParseIds(*stop_ids));
   }
   return req;
 }
@@ -56,9 +57,9 @@ absl::Status FillProtoGeneration(const Args& args, v1::GenerateRequest* req) {
   s->set_frequency_penalty(g.sampling.frequency_penalty);
   s->set_seed(g.sampling.seed);
   req->set_max_tokens(g.max_tokens);
-  for (const auto& stop : g.stop_strings) req->add_stop(stop);
-  for (int32_t id : g.stop_ids) req->add_stop_ids(id);
-  req->set_ignore_eos(g.ignore_eos);
+  for (const auto& stop : g.stops.stop_strings) req->add_stop(stop);
+  for (int32_t id : g.stops.stop_ids) req->add_stop_ids(id);
+  req->set_ignore_eos(g.stops.ignore_eos);
   req->set_logprobs(g.sampling.n_logprobs);
   return absl::OkStatus();
 }

@@ -28,7 +28,7 @@ void DrawProgress(double fraction) {
   std::fflush(stderr);
 }
 
-absl::StatusOr<model::GenerateRequest> RequestFromArgs(const Args& args, const model::Tokenizer& tok) {
+absl::StatusOr<model::GenerateRequest> RequestFromArgs(const Args& args, const text::Tokenizer& tok) {
   auto req = GenerationFromArgs(args);
   if (!req.ok()) return req.status();
   auto ids = PromptIds(args, tok, "prompt", /*add_special_text=*/true);
@@ -79,7 +79,7 @@ int RunCommand(int argc, char** argv) {
   const double prefill_tok_s = res->prefill_s > 0 ? req->prompt_ids.size() / res->prefill_s : 0;
   const double decode_tok_s = res->decode_s > 0 && res->n_decode_steps > 0 ? res->n_decode_steps / res->decode_s : 0;
   nlohmann::json j = nlohmann::json::parse(
-      ResultJson(req->prompt_ids, res->token_ids, res->text, res->finish_reason, load_s, prefill_tok_s, decode_tok_s));
+      ResultJson(req->prompt_ids, res->token_ids, res->text, std::string(text::FinishReasonName(res->finish_reason)), load_s, prefill_tok_s, decode_tok_s));
   if (req->sampling.n_logprobs > 0) {
     nlohmann::json lp = nlohmann::json::array();
     for (const auto& t : res->tokens) {

@@ -6,8 +6,8 @@
 #include "core/args.h"
 #include "client/cli/commands.h"
 #include "client/cli/prompt.h"
-#include "model/local_engine.h"
-#include "model/model_files.h"
+#include "model/format/tokenizer_files.h"
+#include "model/format/model_files.h"
 
 namespace cascade::cli {
 

@@ -29,7 +29,7 @@
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/packed_weight.h"
-#include "kernels/quant_blocks.h"
+#include "core/quant_blocks.h"
 
 namespace cascade::kernels::cpu {
 

@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
-#include "kernels/quant_blocks.h"
+#include "core/quant_blocks.h"
 
 namespace cascade::kernels::cpu::internal {
 

@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/half.h"
-#include "kernels/quant_blocks.h"
+#include "core/quant_blocks.h"
 
 namespace cascade::kernels::cpu {
 namespace {

@@ -46,7 +46,7 @@ __host__ __device__ constexpr int64_t BlockBytes(int code) {
 }
 __host__ __device__ inline int64_t RowBytes(int code, int64_t n) { return n / BlockElems(code) * BlockBytes(code); }
 
-// I4_G128 (kernels/quant_blocks.h): f16 d, f16 z, then 16 words of 8 nibbles.
+// I4_G128 (core/quant_blocks.h): f16 d, f16 z, then 16 words of 8 nibbles.
 __device__ __forceinline__ uint32_t I4Word(const uint8_t* block, int w) {
   return reinterpret_cast<const uint32_t*>(block + 4)[w];  // Blocks are 68 bytes: words stay 4-aligned.
 }

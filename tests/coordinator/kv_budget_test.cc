@@ -29,11 +29,11 @@ TEST(KvBudgetTest, FreeMemoryAfterWeightsOverBlockBytes) {
 TEST(KvBudgetTest, WeightsThatDoNotFitNameTheWorkerAndTheFix) {
   constexpr int64_t kGiB = int64_t{1} << 30;
   absl::StatusOr<int64_t> n = GpuKvBlocks(20 * kGiB, 19 * kGiB, 4 << 20, 0.9, "stage 1 tp 0 on node a, cuda:1");
-  ASSERT_FALSE(n.ok());
-  EXPECT_EQ(n.status().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_THAT(n, testing::StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_THAT(testing::StatusMessage(n.status()), HasSubstr("stage 1 tp 0 on node a, cuda:1: 19456 MiB of weights"));
   EXPECT_THAT(testing::StatusMessage(n.status()), HasSubstr("scheduler.gpu_memory_fraction"));
-  EXPECT_FALSE(GpuKvBlocks(0, 0, 1024, 0.9, "x").ok());  // Nothing free: not one block.
+  // Nothing free: not one block.
+  EXPECT_THAT(GpuKvBlocks(0, 0, 1024, 0.9, "x"), testing::StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
 }  // namespace

@@ -436,6 +436,58 @@ def two_nodes(tp):
         subprocess.run(["ip", "netns", "del", ns_b], capture_output=True)
 
 
+def test_refused_step():
+    """A worker refuses a malformed step (here: one feeding a token it was told to refuse,
+    --refuse-token-for-testing): the request in it fails with INVALID_ARGUMENT, every stage
+    keeps its worker (same pids, cluster ready), and the next request succeeds with the
+    reference's greedy ids. PP=2, so both stages refuse the step alike without a hang."""
+    need(STORIES)
+    refused = 500
+    with tempfile.TemporaryDirectory() as d:
+        cfg = os.path.join(d, "external.yaml")
+        open(cfg, "w").write(
+            f"model: {{path: {STORIES}}}\nparallel: {{pipeline: 2, tensor: 1}}\n"
+            "nodes:\n  - {name: x, host: 127.0.0.1, devices: [cpu, cpu], launch: external}\n"
+            "server: {listen: 127.0.0.1:0}\nscheduler: {kv_cache_mb: 16}\n")
+        log_path = os.path.join(d, "coordinator.log")
+        log = open(log_path, "w")
+        coord = subprocess.Popen([COORDINATOR, "--config", cfg], stdout=log, stderr=subprocess.STDOUT,
+                                 start_new_session=True)
+        workers = []
+        try:
+            address = None
+            for _ in range(300):
+                m = re.search(r"waiting for \d+ worker\(s\) on (\S+)", open(log_path).read())
+                if m:
+                    address = m.group(1)
+                    break
+                time.sleep(0.1)
+            assert address, open(log_path).read()
+            workers = [subprocess.Popen([os.path.join(BIN, "cascade-worker"), "--coordinator", address, "--node", "x",
+                                         "--device", "cpu", "--refuse-token-for-testing", str(refused)],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                       for _ in range(2)]
+            for _ in range(600):
+                if "ready on" in open(log_path).read():
+                    break
+                time.sleep(0.1)
+            assert "ready on" in open(log_path).read(), open(log_path).read()
+            err = generate(address, "--prompt-ids", f"1,{refused}", "--max-tokens", "4", expect_rc=2)
+            assert "INVALID_ARGUMENT" in err and f"token id {refused} refused" in err, err
+            rc, out = status(address)
+            assert rc == 0 and "cluster ready" in out, out
+            assert all(w.poll() is None for w in workers), "a worker exited after refusing a step"
+            got = generate(address, "--prompt-ids", "1", "--temperature", "0", "--max-tokens", "20")
+            assert got["token_ids"] == [403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338,
+                                        401, 396, 267, 337], got
+            assert "is dead" not in open(log_path).read(), open(log_path).read()
+            print("refused step: INVALID_ARGUMENT for its request, both workers kept, the next request matches")
+        finally:
+            for proc in (*workers, coord):
+                stop(proc)
+            log.close()
+
+
 def test_config_errors_exit_2():
     need(STORIES)
     with tempfile.TemporaryDirectory() as d:

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/half.h"
-#include "kernels/quant_blocks.h"
+#include "core/quant_blocks.h"
 #include "tests/test_support.h"
 
 namespace cascade::kernels::cpu {
@@ -49,7 +49,7 @@ TEST(QuantizeLayoutTest, Q4_1AndQ8_0) {
   EXPECT_EQ(y[6], 0.0f);
 }
 
-// I4_G128 as kernels/quant_blocks.h describes it: element 8 w + j in bits [4 j, 4 j + 4)
+// I4_G128 as core/quant_blocks.h describes it: element 8 w + j in bits [4 j, 4 j + 4)
 // of word w, value d * (q - z).
 TEST(QuantizeLayoutTest, I4G128WordsAndZeroPoint) {
   BlockI4G128 b{};

@@ -6,6 +6,7 @@
 //    (made by tests/golden/make_smollm2_goldens.py).
 // Plus request validation, stop conditions and seeded sampling.
 #include "model/local_engine.h"
+#include "model/format/tokenizer_files.h"
 
 #include <fstream>
 
@@ -31,7 +32,7 @@ GenerateRequest Greedy(std::vector<int32_t> prompt, int32_t n) {
   r.prompt_ids = std::move(prompt);
   r.sampling.temperature = 0;
   r.max_tokens = n;
-  r.ignore_eos = true;
+  r.stops.ignore_eos = true;
   return r;
 }
 
@@ -181,12 +182,12 @@ TEST_F(RandomEngineTest, LengthAndContextLimits) {
   auto r = engine_->Generate(Greedy({5, 6}, 7));
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->token_ids.size(), 7u);
-  EXPECT_EQ(r->finish_reason, "length");
+  EXPECT_EQ(r->finish_reason, text::FinishReason::kLength);
   // The context (64) caps generation: 60 prompt tokens leave room for 4.
   auto capped = engine_->Generate(Greedy(std::vector<int32_t>(60, 3), 50));
   ASSERT_TRUE(capped.ok());
   EXPECT_EQ(capped->token_ids.size(), 4u);
-  EXPECT_EQ(capped->finish_reason, "length");
+  EXPECT_EQ(capped->finish_reason, text::FinishReason::kLength);
 }
 
 TEST_F(RandomEngineTest, StopIdsAndStrings) {
@@ -194,21 +195,21 @@ TEST_F(RandomEngineTest, StopIdsAndStrings) {
   ASSERT_TRUE(free.ok());
   // Stop at the id generated third: it is kept, generation ends there.
   GenerateRequest r = Greedy({5, 6}, 12);
-  r.stop_ids = {free->token_ids[2]};
+  r.stops.stop_ids = {free->token_ids[2]};
   auto stopped = engine_->Generate(r);
   ASSERT_TRUE(stopped.ok());
   const size_t first = std::find(free->token_ids.begin(), free->token_ids.end(), free->token_ids[2]) - free->token_ids.begin();
   EXPECT_EQ(stopped->token_ids.size(), first + 1);
-  EXPECT_EQ(stopped->finish_reason, "stop");
+  EXPECT_EQ(stopped->finish_reason, text::FinishReason::kStop);
   // A stop string made of two generated characters ends the text before it.
   ASSERT_GE(free->text.size(), 6u);
   GenerateRequest s = Greedy({5, 6}, 12);
-  s.stop_strings = {free->text.substr(3, 2)};
+  s.stops.stop_strings = {free->text.substr(3, 2)};
   std::string streamed;
   auto by_string = engine_->Generate(s, [&](std::string_view t) { streamed += t; });
   ASSERT_TRUE(by_string.ok());
-  EXPECT_EQ(by_string->finish_reason, "stop");
-  EXPECT_EQ(by_string->text, free->text.substr(0, free->text.find(s.stop_strings[0])));
+  EXPECT_EQ(by_string->finish_reason, text::FinishReason::kStop);
+  EXPECT_EQ(by_string->text, free->text.substr(0, free->text.find(s.stops.stop_strings[0])));
   EXPECT_EQ(streamed, by_string->text);
 }
 

@@ -10,7 +10,7 @@
 #include <numeric>
 
 #include "kernels/cpu/quantize.h"
-#include "model/gguf.h"
+#include "model/format/gguf.h"
 #include "tests/random_model.h"
 #include "tests/test_support.h"
 

@@ -1,0 +1,218 @@
+#include "coordinator/bring_up.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "coordinator/kv_budget.h"
+#include "core/status.h"
+#include "core/str_cat.h"
+#include "model/format/tokenizer_files.h"
+#include "model/format/tp_shard.h"
+
+namespace cascade::coordinator {
+namespace {
+
+// OK when both tokenizers map every id to the same text; otherwise the sizes and the first
+// id that differs, so a mismatched draft model is refused at start.
+absl::Status SameVocabulary(const text::Tokenizer& target, const text::Tokenizer& draft) {
+  if (target.n_vocab() != draft.n_vocab()) {
+    return absl::InvalidArgumentError(StrCat("the draft model's tokenizer is not the target's: target vocab ",
+                                             target.n_vocab(), " tokens, draft vocab ", draft.n_vocab()));
+  }
+  for (int32_t id = 0; id < target.n_vocab(); ++id) {
+    if (target.TokenText(id) != draft.TokenText(id)) {
+      return absl::InvalidArgumentError(StrCat("the draft model's tokenizer is not the target's (both have ",
+                                               target.n_vocab(), " tokens, id ", id, " is '", target.TokenText(id),
+                                               "' in the target, '", draft.TokenText(id), "' in the draft)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The drafter of config.draft: its layer count, and its files for a draft model.
+absl::Status OpenDrafter(const DraftSection& draft, ServedModels& models) {
+  if (draft.kind == DraftKind::kSelf) {
+    if (draft.self_layers >= models.target.config.n_layers) {
+      return absl::InvalidArgumentError(StrCat("draft.self.layers: ", draft.self_layers, " must be below the model's ",
+                                               models.target.config.n_layers, " layers"));
+    }
+    models.draft_layers = draft.self_layers;
+  } else if (draft.kind == DraftKind::kModel) {
+    auto files = model::OpenModelFiles(draft.model_path);
+    if (!files.ok()) return Annotate(files.status(), "draft.model");
+    auto tokenizer = model::LoadTokenizer(*files);
+    if (!tokenizer.ok()) return Annotate(tokenizer.status(), "draft.model");
+    CASCADE_RETURN_IF_ERROR(Annotate(SameVocabulary(*models.tokenizer, **tokenizer), "draft.model"));
+    models.draft_layers = files->config.n_layers;
+    models.draft_files = *std::move(files);
+  }
+  return absl::OkStatus();
+}
+
+bool OnGpu(const Device& d) { return d.kind == DeviceKind::kCuda; }
+
+bool StageOnGpu(const StagePlan& s) {
+  bool gpu = s.tp.empty() && OnGpu(s.device);
+  for (const TpMember& m : s.tp) gpu = gpu || OnGpu(m.device);
+  return gpu;
+}
+
+// Each stage's TP shards (InvalidArgument under parallel.tensor when the model cannot
+// split); returns the most KV heads one rank of each stage holds.
+absl::StatusOr<std::vector<int64_t>> StageKvHeads(const ClusterConfig& config, const model::ModelFiles& files,
+                                                  const Plan& plan) {
+  std::vector<int64_t> heads;
+  for (const StagePlan& s : plan.stages) {
+    int64_t most = 0;
+    for (int r = 0; r < config.parallel.tensor; ++r) {
+      auto shard = model::TpShard::ForFiles(files, s.first_layer, s.last_layer, r, config.parallel.tensor);
+      if (!shard.ok()) return Annotate(shard.status(), "parallel.tensor");
+      most = std::max(most, shard->n_kv_heads());
+    }
+    heads.push_back(most);
+  }
+  return heads;
+}
+
+// The KV pool: the same block count on every stage, as many as the tightest worker holds:
+// scheduler.kv_cache_mb on CPU workers (and GPU workers when given); a GPU worker's free
+// memory after its weights, once it registers (Cluster::BringUp, coordinator/kv_budget.h).
+absl::Status SizeKvPool(const ClusterConfig& config, const ServedModels& models,
+                        const std::vector<int64_t>& kv_heads, ServingPlan& out) {
+  const model::ModelConfig& mc = models.target.config;
+  const SchedulerSection& sched = config.scheduler;
+  const int64_t bs = sched.kv_block_size, budget = sched.kv_cache_mb * 1048576;
+  ClusterOptions& co = out.cluster;
+  int64_t n_blocks = INT64_MAX;
+  bool any_gpu = models.draft_layers > 0 && OnGpu(config.draft.devices[0]);
+  for (size_t i = 0; i < out.plan.stages.size(); ++i) {
+    const int64_t block_bytes = KvBlockBytes(out.plan.stages[i].n_layers(), bs, kv_heads[i], mc.head_dim);
+    co.stage_block_bytes.push_back(block_bytes);
+    const bool gpu = StageOnGpu(out.plan.stages[i]);
+    any_gpu = any_gpu || gpu;
+    if (!gpu || sched.kv_cache_mb_given) n_blocks = std::min(n_blocks, budget / block_bytes);
+  }
+  if (models.draft_layers > 0) {
+    // The drafter holds the same block ids, over its own layers and heads.
+    const model::ModelFiles& df = models.draft_files ? *models.draft_files : models.target;
+    co.draft_block_bytes = KvBlockBytes(models.draft_layers, bs, df.config.n_kv_heads, df.config.head_dim);
+    if (!OnGpu(config.draft.devices[0]) || sched.kv_cache_mb_given) {
+      n_blocks = std::min(n_blocks, budget / co.draft_block_bytes);
+    }
+    const model::ModelSize draft_size = models.draft_files ? model::MeasureModel(df) : models.target_size;
+    co.draft_weight_bytes = draft_size.PrefixBytes(models.draft_layers);
+  }
+  if (n_blocks < 1) return absl::InvalidArgumentError("scheduler.kv_cache_mb: too small for one KV block");
+  // Only GPU workers and no kv_cache_mb: the registered GPUs decide; the context can be no
+  // longer than the model's anyway.
+  if (n_blocks == INT64_MAX) n_blocks = (mc.n_ctx_train + bs - 1) / bs * std::max(1, sched.max_num_seqs);
+  co.kv_blocks = n_blocks;
+  co.size_kv_from_gpus = any_gpu;
+  out.max_context = std::min<int64_t>(mc.n_ctx_train, n_blocks * bs);
+  return absl::OkStatus();
+}
+
+// The cluster, scheduler and speculation options the config asks for (the KV pool apart).
+void CopyOptions(const ClusterConfig& config, const ServedModels& models, ServingPlan& out) {
+  const DraftSection& draft = config.draft;
+  ClusterOptions& co = out.cluster;
+  co.model_path = config.model.path;
+  co.group = StrCat("cascade-", getpid());
+  co.kv_block_size = config.scheduler.kv_block_size;
+  co.gpu_memory_fraction = config.scheduler.gpu_memory_fraction;
+  co.max_batched_tokens = config.scheduler.max_batched_tokens;
+  co.pp_nccl = config.transport.activations == ActivationTransport::kNccl;
+  if (models.draft_layers > 0) {
+    co.draft = true;
+    co.draft_model_path = draft.kind == DraftKind::kModel ? draft.model_path : config.model.path;
+    co.draft_layers = models.draft_layers;
+    co.draft_node = draft.node;
+    co.draft_device = draft.devices[0];
+  }
+  SchedulerOptions& so = out.scheduler;
+  so.max_num_seqs = config.scheduler.max_num_seqs;
+  so.max_batched_tokens = config.scheduler.max_batched_tokens;
+  so.kv_block_size = static_cast<int32_t>(config.scheduler.kv_block_size);
+  so.n_kv_blocks = static_cast<int32_t>(std::min<int64_t>(co.kv_blocks, INT32_MAX));
+  // One more batch with a drafter worker: it drafts one while the stages verify others.
+  so.max_in_flight_batches = static_cast<int>(out.plan.stages.size()) + (models.draft_layers > 0 ? 1 : 0);
+  out.speculation = {draft.kind, draft.ngram_n, draft.num_tokens, draft.adaptive, draft.max_batch};
+}
+
+// Debian's UCX disables error handling on its shared-memory transports unless told
+// otherwise: without these, peer-failure detection forces TCP on one host.
+WorkerLaunch LocalWorker(int stage, bool draft, const std::string& node, const Device& device, int n_threads) {
+  return {stage, draft, node, device.ToString(), n_threads, {"UCX_POSIX_ERROR_HANDLING=y", "UCX_SYSV_ERROR_HANDLING=y"}};
+}
+
+}  // namespace
+
+absl::StatusOr<ServedModels> OpenServedModels(const ClusterConfig& config) {
+  ServedModels models;
+  auto files = model::OpenModelFiles(config.model.path);
+  if (!files.ok()) return Annotate(files.status(), "model.path");
+  models.target = *std::move(files);
+  auto tokenizer = model::LoadTokenizer(models.target);
+  if (!tokenizer.ok()) return Annotate(tokenizer.status(), "model.path");
+  models.tokenizer = *std::move(tokenizer);
+  models.target_size = model::MeasureModel(models.target);
+  CASCADE_RETURN_IF_ERROR(OpenDrafter(config.draft, models));
+  return models;
+}
+
+absl::StatusOr<ServingPlan> PlanServing(const ClusterConfig& config, const ServedModels& models) {
+  PlannerInput in;
+  in.layer_bytes = models.target_size.layer_bytes;
+  in.embedding_bytes = models.target_size.embedding_bytes;
+  in.head_bytes = models.target_size.head_bytes;
+  in.pipeline_size = config.parallel.pipeline;
+  in.tensor_size = config.parallel.tensor;
+  in.devices = ClusterDevices(config);
+  ServingPlan out;
+  CASCADE_ASSIGN_OR_RETURN(out.plan, PlanStages(in));
+  CASCADE_ASSIGN_OR_RETURN(const std::vector<int64_t> kv_heads, StageKvHeads(config, models.target, out.plan));
+  CASCADE_RETURN_IF_ERROR(SizeKvPool(config, models, kv_heads, out));
+  CopyOptions(config, models, out);
+  return out;
+}
+
+void PrintExternalWorkers(const ClusterConfig& config, const ServingPlan& plan, std::FILE* out) {
+  for (const StagePlan& s : plan.plan.stages) {
+    for (const TpMember& m : s.tp) {
+      for (const NodeSection& node : config.nodes) {
+        if (node.name == m.node && node.launch == LaunchMode::kExternal) {
+          std::fprintf(out, "%d %s %s %s\n", s.pp_stage, node.name.c_str(), node.host.c_str(),
+                       m.device.ToString().c_str());
+        }
+      }
+    }
+  }
+  for (const NodeSection& node : config.nodes) {
+    if (plan.cluster.draft && node.name == plan.cluster.draft_node && node.launch == LaunchMode::kExternal) {
+      std::fprintf(out, "draft %s %s %s\n", node.name.c_str(), node.host.c_str(),
+                   plan.cluster.draft_device.ToString().c_str());
+    }
+  }
+}
+
+absl::Status LaunchLocalWorkers(const ClusterConfig& config, const ServingPlan& plan, int n_threads,
+                                Launcher& launcher) {
+  for (const NodeSection& node : config.nodes) {
+    if (node.launch != LaunchMode::kLocal) continue;
+    for (const StagePlan& s : plan.plan.stages) {
+      for (const TpMember& m : s.tp) {
+        if (m.node == node.name) {
+          CASCADE_RETURN_IF_ERROR(launcher.Launch(LocalWorker(s.pp_stage, false, node.name, m.device, n_threads)));
+        }
+      }
+    }
+    if (plan.cluster.draft && node.name == plan.cluster.draft_node) {
+      CASCADE_RETURN_IF_ERROR(launcher.Launch(LocalWorker(-1, true, node.name, plan.cluster.draft_device, n_threads)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace cascade::coordinator

@@ -1,0 +1,66 @@
+// Coordinator bring-up: everything decided between reading the config and serving. It
+// opens the target (and draft) model's metadata and tokenizer, never their weights;
+// plans the stages; checks that TP can split the model and that a draft model shares the
+// target's tokenizer; sizes the KV pool; and starts the local workers. `main` parses
+// flags, calls these in order, and serves.
+// Thread-safety: free functions; the results are plain values owned by the caller.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "coordinator/cluster.h"
+#include "coordinator/config.h"
+#include "coordinator/launcher.h"
+#include "coordinator/planner.h"
+#include "coordinator/scheduler.h"
+#include "coordinator/speculation.h"
+#include "model/format/model_files.h"
+#include "model/format/model_size.h"
+#include "text/tokenizer.h"
+
+namespace cascade::coordinator {
+
+// The models as the coordinator knows them: metadata and tokenizers only.
+struct ServedModels {
+  model::ModelFiles target;
+  model::ModelSize target_size;
+  std::unique_ptr<text::Tokenizer> tokenizer;
+  // The drafter worker's model: the target itself (self-draft) or the draft model.
+  std::optional<model::ModelFiles> draft_files;  // Set for draft.model only.
+  int64_t draft_layers = 0;                      // 0: no drafter worker.
+};
+
+// Opens config.model (and config.draft.model): errors name the config key.
+// InvalidArgument when draft.self.layers is not below the model's layers, or when the draft
+// model's tokenizer is not the target's (both vocab sizes, or the first id that differs).
+absl::StatusOr<ServedModels> OpenServedModels(const ClusterConfig& config);
+
+// What the coordinator runs with: the stage plan, and the options of the cluster, the
+// scheduler and the speculative pipeline derived from the config and the models.
+struct ServingPlan {
+  Plan plan;
+  ClusterOptions cluster;
+  SchedulerOptions scheduler;
+  SpeculationOptions speculation;
+  int64_t max_context = 0;  // Positions per sequence: the model's context or the KV pool's.
+};
+
+// Plans the stages (balanced by the bytes of model::MeasureModel), refuses a TP size the
+// heads or FFN cannot split (InvalidArgument under parallel.tensor), and sizes the KV pool
+// (InvalidArgument under scheduler.kv_cache_mb when not one block fits).
+absl::StatusOr<ServingPlan> PlanServing(const ClusterConfig& config, const ServedModels& models);
+
+// For scripts/launch_cluster.sh: one line per worker of an external node,
+// "STAGE NODE HOST DEVICE" ("draft NODE HOST DEVICE" for the drafter).
+void PrintExternalWorkers(const ClusterConfig& config, const ServingPlan& plan, std::FILE* out);
+
+// Starts the workers of `launch: local` nodes, each with `n_threads` CPU threads.
+absl::Status LaunchLocalWorkers(const ClusterConfig& config, const ServingPlan& plan, int n_threads,
+                                Launcher& launcher);
+
+}  // namespace cascade::coordinator

@@ -1,0 +1,95 @@
+// Packed block structs of the GGUF / ggml block-quantized formats, byte-for-byte the
+// layouts of llama.cpp's ggml-common.h (`block_q8_0`, `block_q4_0`, ...), so that a row
+// of a mapped GGUF tensor can be read as an array of these structs.
+// Thread-safety: plain data definitions only.
+//
+// Element values (q = stored quant, d/m/dmin = f16 scales stored as raw IEEE binary16 bits):
+//   Q8_0: x = d * q, q int8.
+//   Q4_0: x = d * (q - 8); qs[j] holds element j in its low nibble and j + 16 in its high.
+//   Q4_1: x = d * q + m; nibble order as Q4_0.
+//   Q4_K: 256 = 8 sub-blocks of 32; sub-block j has 6-bit scale sc[j] and min mn[j]
+//         (see `UnpackQ4KScaleMin`): x = d * sc[j] * q - dmin * mn[j]. Within each 64-element
+//         pair of sub-blocks (2i, 2i + 1), qs[32 i + l] holds element l of sub-block 2i in
+//         its low nibble and element l of sub-block 2i + 1 in its high nibble.
+//   Q6_K: 256 = 16 groups of 16 with int8 scales: x = d * scales[g] * (q - 32), q 6-bit
+//         (4 low bits in ql, 2 high bits in qh; see kernels/cpu/quantize.cc).
+//   Q8_K: x = d * q (f32 d); bsums[g] = sum of qs[16 g .. 16 g + 15]. Activations only.
+//   I4_G128 (Cascade's own, not ggml's): 128 elements with one f16 scale d and one f16 zero
+//         point z: x = d * (q - z). Element 8 w + j sits in bits [4 j, 4 j + 4) of qs[w]:
+//         the nibble order of GPTQ/AWQ's int32 words, stored row-major ([n_out, n_in], so
+//         rows shard like every other type). model/format/int4_checkpoint.h repacks GPTQ and AWQ
+//         checkpoints into it exactly (scales and zeros are copied, never re-rounded).
+#pragma once
+
+#include <cstdint>
+
+namespace cascade {
+
+inline constexpr int kQK = 32;    // Elements per block of the Q4_0/Q4_1/Q8_0 family.
+inline constexpr int kQKK = 256;  // Elements per super-block of the K family.
+inline constexpr int kQG = 128;   // Elements per group of I4_G128.
+
+#pragma pack(push, 1)
+struct BlockQ8_0 {  // ggml `block_q8_0`.
+  uint16_t d;
+  int8_t qs[kQK];
+};
+struct BlockQ4_0 {  // ggml `block_q4_0`.
+  uint16_t d;
+  uint8_t qs[kQK / 2];
+};
+struct BlockQ4_1 {  // ggml `block_q4_1`.
+  uint16_t d;
+  uint16_t m;
+  uint8_t qs[kQK / 2];
+};
+struct BlockQ4_K {  // ggml `block_q4_K`.
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[12];
+  uint8_t qs[kQKK / 2];
+};
+struct BlockQ6_K {  // ggml `block_q6_K`.
+  uint8_t ql[kQKK / 2];
+  uint8_t qh[kQKK / 4];
+  int8_t scales[kQKK / 16];
+  uint16_t d;
+};
+struct BlockQ8_K {  // ggml `block_q8_K`.
+  float d;
+  int8_t qs[kQKK];
+  int16_t bsums[kQKK / 16];
+};
+struct BlockI4G128 {
+  uint16_t d;
+  uint16_t z;
+  uint32_t qs[kQG / 8];
+};
+#pragma pack(pop)
+
+static_assert(sizeof(BlockQ8_0) == 34);
+static_assert(sizeof(BlockQ4_0) == 18);
+static_assert(sizeof(BlockQ4_1) == 20);
+static_assert(sizeof(BlockQ4_K) == 144);
+static_assert(sizeof(BlockQ6_K) == 210);
+static_assert(sizeof(BlockQ8_K) == 292);
+static_assert(sizeof(BlockI4G128) == 68);
+
+// Quant `j` (0..127) of an I4_G128 block.
+inline int I4G128Quant(const BlockI4G128& b, int j) { return static_cast<int>((b.qs[j / 8] >> (4 * (j % 8))) & 0xf); }
+
+// The 6-bit scale and min of sub-block `j` (0..7) of a Q4_K super-block: sub-blocks 0..3
+// keep theirs in the low 6 bits of scales[j] / scales[j + 4]; sub-blocks 4..7 keep the low
+// 4 bits in the nibbles of scales[j + 4] and the high 2 bits in the top bits of
+// scales[j - 4] (scale) / scales[j] (min). (ggml's `get_scale_min_k4`.)
+inline void UnpackQ4KScaleMin(const uint8_t* scales, int j, uint8_t* sc, uint8_t* mn) {
+  if (j < 4) {
+    *sc = scales[j] & 63;
+    *mn = scales[j + 4] & 63;
+  } else {
+    *sc = static_cast<uint8_t>((scales[j + 4] & 0x0f) | ((scales[j - 4] >> 6) << 4));
+    *mn = static_cast<uint8_t>((scales[j + 4] >> 4) | ((scales[j] >> 6) << 4));
+  }
+}
+
+}  // namespace cascade

@@ -1,0 +1,29 @@
+// Tensor names of the Llama family (Llama 2/3, SmolLM2, Mistral, Qwen2) in both file
+// formats: llama.cpp's GGUF names and Hugging Face's. The one place that knows them.
+// Thread-safe (constants).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "model/format/model_files.h"
+
+namespace cascade::model::arch {
+
+enum class LlamaTensor {
+  kTokenEmbd, kOutputNorm, kOutput,
+  kAttnNorm, kAttnQ, kAttnK, kAttnV, kAttnOutput, kAttnQBias, kAttnKBias, kAttnVBias,
+  kFfnNorm, kFfnGate, kFfnUp, kFfnDown,
+};
+
+// The per-layer tensors, in load order (the others are the embedding, final norm and head).
+inline constexpr LlamaTensor kLlamaLayerTensors[] = {
+    LlamaTensor::kAttnNorm,  LlamaTensor::kAttnQ,     LlamaTensor::kAttnK,     LlamaTensor::kAttnV,
+    LlamaTensor::kAttnOutput, LlamaTensor::kAttnQBias, LlamaTensor::kAttnKBias, LlamaTensor::kAttnVBias,
+    LlamaTensor::kFfnNorm,   LlamaTensor::kFfnGate,   LlamaTensor::kFfnUp,     LlamaTensor::kFfnDown,
+};
+
+// The stored name of `tensor` (of `layer`, for per-layer tensors) in `format`.
+std::string LlamaTensorName(ModelFormat format, LlamaTensor tensor, int64_t layer = -1);
+
+}  // namespace cascade::model::arch

@@ -1,0 +1,34 @@
+// Opens a model given by path, whatever its format: a GGUF file, or a Hugging Face
+// directory (config.json + safetensors). This is model/'s door for callers that only
+// have a path (the CLI, the coordinator, workers).
+// Thread-safe after opening (immutable).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "model/format/model_config.h"
+#include "model/format/weight_source.h"
+
+namespace cascade::model {
+
+class GgufFile;
+
+enum class ModelFormat { kGguf, kHuggingFace };
+
+struct ModelFiles {
+  ModelFormat format = ModelFormat::kGguf;
+  std::string path;                       // As given.
+  ModelConfig config;
+  std::unique_ptr<WeightSource> weights;  // Owns the mappings.
+  // The GGUF file behind `weights` when format == kGguf (borrowed from `weights`).
+  const GgufFile* gguf = nullptr;
+};
+
+// NotFound when `path` does not exist; the reader's errors otherwise.
+absl::StatusOr<ModelFiles> OpenModelFiles(const std::string& path);
+
+std::string_view ModelFormatName(ModelFormat format);
+
+}  // namespace cascade::model

@@ -1,0 +1,41 @@
+#include "model/format/model_size.h"
+
+#include "model/format/arch/llama.h"
+
+namespace cascade::model {
+namespace {
+
+using arch::LlamaTensor;
+
+// The stored bytes of `name`, 0 when the file has no such tensor (optional ones: biases).
+int64_t BytesOf(const WeightSource& w, const std::string& name) {
+  const TensorInfo* t = w.FindTensor(name);
+  return t == nullptr ? 0 : static_cast<int64_t>(t->n_bytes);
+}
+
+}  // namespace
+
+int64_t ModelSize::PrefixBytes(int64_t n_layers) const {
+  int64_t total = embedding_bytes + head_bytes;
+  for (int64_t l = 0; l < n_layers && l < static_cast<int64_t>(layer_bytes.size()); ++l) total += layer_bytes[l];
+  return total;
+}
+
+ModelSize MeasureModel(const ModelFiles& files) {
+  const WeightSource& w = *files.weights;
+  const auto name = [&](LlamaTensor t, int64_t layer = -1) { return arch::LlamaTensorName(files.format, t, layer); };
+  ModelSize size;
+  size.layer_bytes.assign(files.config.n_layers, 0);
+  for (int64_t l = 0; l < files.config.n_layers; ++l) {
+    for (LlamaTensor t : arch::kLlamaLayerTensors) size.layer_bytes[l] += BytesOf(w, name(t, l));
+  }
+  // HF tied checkpoints may store only lm_head.weight (as the transformer's loader knows).
+  size.embedding_bytes = BytesOf(w, name(LlamaTensor::kTokenEmbd));
+  const int64_t output_bytes = BytesOf(w, name(LlamaTensor::kOutput));
+  if (size.embedding_bytes == 0 && files.config.tied_embeddings) size.embedding_bytes = output_bytes;
+  size.head_bytes = BytesOf(w, name(LlamaTensor::kOutputNorm));
+  size.head_bytes += files.config.tied_embeddings ? size.embedding_bytes : output_bytes;
+  return size;
+}
+
+}  // namespace cascade::model

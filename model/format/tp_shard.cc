@@ -1,0 +1,124 @@
+#include "model/format/tp_shard.h"
+
+#include <algorithm>
+
+#include "core/str_cat.h"
+#include "model/format/arch/llama.h"
+#include "model/format/model_files.h"
+
+namespace cascade::model {
+namespace {
+
+// Part `i` of `n` items split among `parts` as evenly as possible, the first n % parts
+// parts one larger: [begin, end).
+std::pair<int64_t, int64_t> EvenSplit(int64_t n, int64_t parts, int64_t i) {
+  const int64_t base = n / parts, extra = n % parts;
+  const int64_t begin = i * base + std::min(i, extra);
+  return {begin, begin + base + (i < extra ? 1 : 0)};
+}
+
+}  // namespace
+
+std::string TpShard::ToString() const {
+  return StrCat("tp rank ", tp_rank, "/", tp_size, ": kv heads [", kv_head_begin, ", ", kv_head_end, ")",
+                kv_replicated ? " (replicated)" : "", ", q heads [", q_head_begin, ", ", q_head_end, "), ffn [",
+                ff_begin, ", ", ff_end, "), vocab [", vocab_begin, ", ", vocab_end, ")");
+}
+
+absl::StatusOr<TpShard> TpShard::Plan(const ModelConfig& c, int tp_rank, int tp_size, int64_t ffn_block,
+                                      int64_t attn_out_block) {
+  if (tp_size < 1 || tp_rank < 0 || tp_rank >= tp_size) {
+    return absl::InvalidArgumentError(StrCat("tensor parallel: rank ", tp_rank, " outside a group of ", tp_size));
+  }
+  if (c.n_kv_heads <= 0 || c.n_heads <= 0 || c.n_heads % c.n_kv_heads != 0 || c.head_dim <= 0) {
+    return absl::InvalidArgumentError(StrCat("tensor parallel: bad head layout ", c.n_heads, " heads / ", c.n_kv_heads,
+                                             " kv heads"));
+  }
+  if (ffn_block < 1 || attn_out_block < 1) {
+    return absl::InvalidArgumentError("tensor parallel: weight blocks must be >= 1 element");
+  }
+  TpShard s;
+  s.tp_rank = tp_rank;
+  s.tp_size = tp_size;
+  s.head_dim = c.head_dim;
+  const int64_t group = c.n_heads / c.n_kv_heads;  // Query heads per KV head.
+  if (tp_size <= c.n_kv_heads) {
+    std::tie(s.kv_head_begin, s.kv_head_end) = EvenSplit(c.n_kv_heads, tp_size, tp_rank);
+    s.q_head_begin = s.kv_head_begin * group;
+    s.q_head_end = s.kv_head_end * group;
+  } else {
+    // Replicated: rank r uses KV head r * n_kv / tp; the ranks sharing it split its queries.
+    const int64_t kv = static_cast<int64_t>(tp_rank) * c.n_kv_heads / tp_size;
+    const int64_t first = (kv * tp_size + c.n_kv_heads - 1) / c.n_kv_heads;  // ceil(kv * tp / n_kv)
+    const int64_t last = ((kv + 1) * tp_size + c.n_kv_heads - 1) / c.n_kv_heads;
+    const int64_t sharing = last - first;
+    if (sharing > group) {
+      return absl::InvalidArgumentError(StrCat("tensor parallel: ", tp_size, " ranks over ", c.n_kv_heads,
+                                               " kv heads put ", sharing, " ranks on kv head ", kv,
+                                               ", which has only ", group, " query heads"));
+    }
+    s.kv_replicated = true;
+    s.kv_head_begin = kv;
+    s.kv_head_end = kv + 1;
+    const auto [q0, q1] = EvenSplit(group, sharing, tp_rank - first);
+    s.q_head_begin = kv * group + q0;
+    s.q_head_end = kv * group + q1;
+  }
+  // The O projection's column slice: head-group boundaries must fall on weight blocks.
+  // Every rank checks every boundary, so the whole group refuses together.
+  for (int r = 0; r < tp_size && tp_size > 1; ++r) {
+    int64_t q0 = 0;
+    if (tp_size <= c.n_kv_heads) {
+      q0 = EvenSplit(c.n_kv_heads, tp_size, r).first * group;
+    } else {
+      const int64_t kv = static_cast<int64_t>(r) * c.n_kv_heads / tp_size;
+      const int64_t first = (kv * tp_size + c.n_kv_heads - 1) / c.n_kv_heads;
+      const int64_t last = ((kv + 1) * tp_size + c.n_kv_heads - 1) / c.n_kv_heads;
+      q0 = kv * group + EvenSplit(group, last - first, r - first).first;
+    }
+    if ((q0 * c.head_dim) % attn_out_block != 0) {
+      return absl::InvalidArgumentError(StrCat("tensor parallel: rank ", r, "'s query heads start at column ",
+                                               q0 * c.head_dim, " of the attention output, inside a weight block of ",
+                                               attn_out_block, " (head_dim ", c.head_dim, ")"));
+    }
+  }
+  // FFN in whole blocks of the down weight.
+  if (c.n_ff % ffn_block != 0) {
+    return absl::InvalidArgumentError(StrCat("tensor parallel: FFN size ", c.n_ff, " is not whole blocks of ", ffn_block));
+  }
+  const int64_t ff_blocks = c.n_ff / ffn_block;
+  if (ff_blocks < tp_size) {
+    return absl::InvalidArgumentError(StrCat("tensor parallel: ", tp_size, " ranks cannot split the FFN's ", ff_blocks,
+                                             " blocks of ", ffn_block));
+  }
+  const auto [b0, b1] = EvenSplit(ff_blocks, tp_size, tp_rank);
+  s.ff_begin = b0 * ffn_block;
+  s.ff_end = b1 * ffn_block;
+  // Vocabulary in equal chunks (the last may be short).
+  s.vocab_chunk = (c.n_vocab + tp_size - 1) / tp_size;
+  if (c.n_vocab <= 0 || (tp_size - 1) * s.vocab_chunk >= c.n_vocab) {
+    return absl::InvalidArgumentError(StrCat("tensor parallel: ", tp_size, " ranks cannot split a vocabulary of ",
+                                             c.n_vocab));
+  }
+  s.vocab_begin = tp_rank * s.vocab_chunk;
+  s.vocab_end = std::min(c.n_vocab, s.vocab_begin + s.vocab_chunk);
+  return s;
+}
+
+absl::StatusOr<TpShard> TpShard::ForFiles(const ModelFiles& files, int64_t first_layer, int64_t last_layer,
+                                          int tp_rank, int tp_size) {
+  if (last_layer < 0) last_layer = files.config.n_layers;
+  int64_t ffn_block = 1, attn_out_block = 1;
+  for (int64_t l = first_layer; l < last_layer; ++l) {
+    if (const TensorInfo* t = files.weights->FindTensor(arch::LlamaTensorName(files.format, arch::LlamaTensor::kFfnDown, l))) {
+      ffn_block = std::max(ffn_block, BlockElems(t->dtype));
+    }
+    if (const TensorInfo* t =
+            files.weights->FindTensor(arch::LlamaTensorName(files.format, arch::LlamaTensor::kAttnOutput, l))) {
+      attn_out_block = std::max(attn_out_block, BlockElems(t->dtype));
+    }
+  }
+  return Plan(files.config, tp_rank, tp_size, ffn_block, attn_out_block);
+}
+
+}  // namespace cascade::model

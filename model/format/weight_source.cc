@@ -1,0 +1,30 @@
+#include "model/format/weight_source.h"
+
+#include "core/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace cascade::model {
+
+int64_t TensorInfo::NumElements() const {
+  int64_t n = 1;
+  for (int i = 0; i < n_dims; ++i) n *= shape[i];
+  return n;
+}
+
+std::string TensorInfo::ShapeString() const {
+  return cascade::StrCat("[", absl::StrJoin(shape.begin(), shape.begin() + n_dims, ", "), "]");
+}
+
+absl::StatusOr<TensorView> WeightSource::Read(std::string_view name) const {
+  const TensorInfo* info = FindTensor(name);
+  if (info == nullptr) {
+    return absl::NotFoundError(cascade::StrCat(path(), ": tensor '", name, "' is missing"));
+  }
+  absl::StatusOr<TensorView> v = ReadRows(name, 0, info->Rows());
+  if (!v.ok()) return v;
+  v->n_dims = info->n_dims;
+  v->shape = info->shape;
+  return v;
+}
+
+}  // namespace cascade::model

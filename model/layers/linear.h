@@ -1,0 +1,94 @@
+// Linear layers that know how they are split over a tensor-parallel group (DESIGN.md §4),
+// so the model code calls them the same way with or without TP:
+//
+//  * kReplicated: every rank holds the whole weight and computes every output.
+//  * kColumn: a rank holds rows [r0, r1) of the weight [n_out, n_in], i.e. its share of the
+//    outputs, each a complete sum (Q/K/V heads, gate/up FFN columns). Nothing to reduce.
+//  * kRow: a rank holds columns [c0, c1), i.e. its share of the inputs (the O projection
+//    over its heads, down over its FFN columns), and computes partial sums of every output;
+//    Forward all-reduces them over the group so every rank returns the full result.
+//
+// `StackedLinear` is column-parallel projections of one input (Q/K/V, gate/up): one stacked
+// weight and one Backend::LinearParts dispatch where the loader can stack them, the separate
+// weights otherwise; callers do not see which. Both give bit-identical results.
+//
+// Weights are borrowed from the WeightLoader that loaded them, the backend and the group's
+// BackendComm from the model; all must outlive the layer.
+//
+// Thread-safety: single owner (the device thread); Forward calls the backend and, for kRow,
+// the group's communicator, so ranks must call in the same order (a collective).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/tensor.h"
+#include "kernels/ops.h"
+#include "model/backend_comm.h"
+#include "model/layers/weight_loader.h"
+
+namespace cascade::model {
+
+enum class ParallelKind { kReplicated, kColumn, kRow };
+
+class Linear {
+ public:
+  Linear() = default;
+  // The whole of weight `name` [rows, cols].
+  static absl::StatusOr<Linear> LoadReplicated(WeightLoader& loader, const std::string& name, int64_t rows,
+                                               int64_t cols);
+  // Output rows `out_rows` of weight `name` [rows, cols] (this rank's outputs).
+  static absl::StatusOr<Linear> LoadColumn(WeightLoader& loader, const std::string& name, int64_t rows,
+                                           int64_t cols, IndexRange out_rows);
+  // Input columns `in_cols` of weight `name` [rows, cols] (whole blocks of its type); the
+  // partial sums are all-reduced over `group` (borrowed; null without TP, when the slice
+  // is the whole weight).
+  static absl::StatusOr<Linear> LoadRow(WeightLoader& loader, const std::string& name, int64_t rows, int64_t cols,
+                                        IndexRange in_cols, BackendComm* group);
+
+  ParallelKind kind() const { return kind_; }
+  const kernels::PreparedWeight& weight() const { return *weight_; }
+
+  // out [n_tokens, n_out] = in [n_tokens, n_in] * weight^T (+ bias [n_out] when it has
+  // data), all-reduced over the group for kRow. A row-parallel layer with a group takes no
+  // bias (each rank would add it once): InvalidArgument.
+  absl::Status Forward(TensorView out, const TensorView& in, const TensorView& bias = {}) const;
+
+ private:
+  Linear(kernels::Backend* backend, const kernels::PreparedWeight* weight, ParallelKind kind, BackendComm* group)
+      : backend_(backend), weight_(weight), kind_(kind), group_(group) {}
+
+  kernels::Backend* backend_ = nullptr;             // Borrowed.
+  const kernels::PreparedWeight* weight_ = nullptr;  // Borrowed from the loader.
+  ParallelKind kind_ = ParallelKind::kReplicated;
+  BackendComm* group_ = nullptr;  // Borrowed; kRow with TP only.
+};
+
+class StackedLinear {
+ public:
+  StackedLinear() = default;
+  // Column-parallel parts of one input: part i keeps rows `out_rows[i]` of `names[i]`
+  // [rows[i], cols]. Stacked into one weight when `fuse` and WeightLoader::Stacked can
+  // (its conditions), loaded one by one otherwise (with Matrix's errors).
+  static absl::StatusOr<StackedLinear> LoadColumn(WeightLoader& loader, std::span<const std::string> names,
+                                                  std::span<const int64_t> rows, int64_t cols,
+                                                  std::span<const IndexRange> out_rows, bool fuse);
+
+  // Whether the parts run as one stacked weight.
+  bool stacked() const { return stacked_ != nullptr; }
+
+  // outs[i] [n_tokens, rows of part i] = in * part i^T (+ biases[i] when that view has
+  // data); `biases` is empty or has one view per part.
+  absl::Status Forward(std::span<const TensorView> outs, const TensorView& in,
+                       std::span<const TensorView> biases) const;
+
+ private:
+  kernels::Backend* backend_ = nullptr;              // Borrowed.
+  const kernels::PreparedWeight* stacked_ = nullptr;  // Borrowed from the loader; or:
+  std::vector<Linear> parts_;                         // the parts, when they did not stack.
+};
+
+}  // namespace cascade::model

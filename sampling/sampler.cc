@@ -1,0 +1,179 @@
+#include "sampling/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "absl/container/flat_hash_map.h"
+#include "core/str_cat.h"
+#include "sampling/rejection_sampler.h"
+
+namespace cascade::sampling {
+
+absl::Status SamplingParams::Validate() const {
+  const auto bad = [](std::string_view field, double v, std::string_view rule) {
+    return absl::InvalidArgumentError(StrCat(field, " = ", v, ": ", rule));
+  };
+  if (!(temperature >= 0) || !std::isfinite(temperature)) return bad("temperature", temperature, "must be >= 0");
+  if (top_k < 0) return bad("top_k", top_k, "must be >= 0 (0 disables it)");
+  if (!(top_p > 0 && top_p <= 1)) return bad("top_p", top_p, "must be in (0, 1]");
+  if (!(min_p >= 0 && min_p <= 1)) return bad("min_p", min_p, "must be in [0, 1]");
+  if (!(repetition_penalty > 0) || !std::isfinite(repetition_penalty)) return bad("repetition_penalty", repetition_penalty, "must be > 0");
+  if (!std::isfinite(presence_penalty) || !std::isfinite(frequency_penalty)) return bad("presence/frequency_penalty", presence_penalty, "must be finite");
+  if (n_logprobs < 0 || n_logprobs > 20) return bad("logprobs", n_logprobs, "must be in [0, 20]");
+  return absl::OkStatus();
+}
+
+int32_t Argmax(std::span<const float> v) {
+  int32_t best = 0;
+  for (size_t i = 1; i < v.size(); ++i) {
+    if (v[i] > v[best]) best = static_cast<int32_t>(i);
+  }
+  return best;
+}
+
+Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
+
+namespace {
+
+// log-softmax normaliser of `logits`: max + log(sum exp(x - max)).
+double LogSumExp(std::span<const float> logits) {
+  const float m = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (float x : logits) sum += std::exp(static_cast<double>(x - m));
+  return m + std::log(sum);
+}
+
+}  // namespace
+
+bool Sampler::penalised() const {
+  return params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f;
+}
+
+void Sampler::Penalize(std::span<float> logits, std::span<const int32_t> history) const {
+  if (!penalised()) return;
+  const int32_t n_vocab = static_cast<int32_t>(logits.size());
+  absl::flat_hash_map<int32_t, int32_t> counts;
+  for (int32_t t : history) {
+    if (t >= 0 && t < n_vocab) ++counts[t];
+  }
+  for (const auto& [t, n] : counts) {
+    float& x = logits[t];
+    if (params_.repetition_penalty != 1.0f) x = x > 0 ? x / params_.repetition_penalty : x * params_.repetition_penalty;
+    x -= params_.presence_penalty + params_.frequency_penalty * static_cast<float>(n);
+  }
+}
+
+size_t Sampler::Shape(std::span<const float> logits) {
+  // Candidates sorted by logit, truncated by top-k, then softmax with temperature, then
+  // min-p and top-p on the probabilities.
+  const int32_t n_vocab = static_cast<int32_t>(logits.size());
+  candidates_.clear();
+  for (int32_t i = 0; i < n_vocab; ++i) candidates_.emplace_back(logits[i], i);
+  const size_t k = params_.top_k > 0 ? std::min<size_t>(params_.top_k, candidates_.size()) : candidates_.size();
+  std::partial_sort(candidates_.begin(), candidates_.begin() + k, candidates_.end(),
+                    [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+  candidates_.resize(k);
+  const float inv_t = 1.0f / params_.temperature;
+  const float m = candidates_[0].first;
+  double sum = 0;
+  for (auto& c : candidates_) {
+    c.first = static_cast<float>(std::exp(static_cast<double>((c.first - m) * inv_t)));
+    sum += c.first;
+  }
+  size_t keep = candidates_.size();
+  if (params_.min_p > 0) {
+    const double floor = params_.min_p * candidates_[0].first;
+    keep = 1;
+    while (keep < candidates_.size() && candidates_[keep].first >= floor) ++keep;
+  }
+  if (params_.top_p < 1.0f) {
+    double mass = 0;
+    size_t n = 0;
+    while (n < keep) {
+      mass += candidates_[n].first / sum;
+      ++n;
+      if (mass >= params_.top_p) break;
+    }
+    keep = n;
+  }
+  return keep;
+}
+
+SampledToken Sampler::Describe(std::span<const float> raw, int32_t id) const {
+  SampledToken out;
+  out.id = id;
+  const double lse = LogSumExp(raw);
+  out.logprob = static_cast<float>(raw[id] - lse);
+  if (params_.n_logprobs > 0) {
+    const int32_t n_vocab = static_cast<int32_t>(raw.size());
+    std::vector<int32_t> idx(n_vocab);
+    for (int32_t i = 0; i < n_vocab; ++i) idx[i] = i;
+    const int32_t n = std::min(params_.n_logprobs, n_vocab);
+    std::partial_sort(idx.begin(), idx.begin() + n, idx.end(), [&](int32_t a, int32_t b) { return raw[a] > raw[b]; });
+    for (int32_t i = 0; i < n; ++i) out.top.emplace_back(idx[i], static_cast<float>(raw[idx[i]] - lse));
+  }
+  return out;
+}
+
+SampledToken Sampler::Sample(std::span<float> logits, std::span<const int32_t> history) {
+  // Logprobs are of the model's own distribution: keep the raw logits when penalties apply.
+  std::vector<float> raw;
+  if (penalised()) raw.assign(logits.begin(), logits.end());
+  Penalize(logits, history);
+  int32_t id = 0;
+  if (params_.greedy()) {
+    id = Argmax(logits);
+  } else {
+    const size_t keep = Shape(logits);
+    double kept_sum = 0;
+    for (size_t i = 0; i < keep; ++i) kept_sum += candidates_[i].first;
+    const double u = std::uniform_real_distribution<double>(0.0, kept_sum)(rng_);
+    double acc = 0;
+    id = candidates_[keep - 1].second;
+    for (size_t i = 0; i < keep; ++i) {
+      acc += candidates_[i].first;
+      if (u < acc) {
+        id = candidates_[i].second;
+        break;
+      }
+    }
+  }
+  return Describe(raw.empty() ? std::span<const float>(logits) : std::span<const float>(raw), id);
+}
+
+std::vector<SampledToken> Sampler::Verify(std::span<const float> logits, std::span<const int32_t> drafts,
+                                          std::span<const int32_t> history) {
+  const int64_t k = static_cast<int64_t>(drafts.size());
+  const int64_t n_vocab = static_cast<int64_t>(logits.size()) / (k + 1);
+  // Row i is shaped as Sample would shape it after drafts [0, i) were appended.
+  std::vector<int32_t> seen(history.begin(), history.end());
+  std::vector<float> target(logits.size());  // Greedy: penalised logits; else probabilities.
+  std::vector<float> row(n_vocab);
+  for (int64_t i = 0; i <= k; ++i) {
+    const std::span<const float> raw = logits.subspan(i * n_vocab, n_vocab);
+    std::copy(raw.begin(), raw.end(), row.begin());
+    Penalize(row, seen);
+    float* out = target.data() + i * n_vocab;
+    if (params_.greedy()) {
+      std::copy(row.begin(), row.end(), out);
+    } else {
+      const size_t keep = Shape(row);
+      double kept_sum = 0;
+      for (size_t j = 0; j < keep; ++j) kept_sum += candidates_[j].first;
+      for (size_t j = 0; j < keep; ++j) out[candidates_[j].second] = static_cast<float>(candidates_[j].first / kept_sum);
+    }
+    if (i < k) seen.push_back(drafts[i]);
+  }
+  const VerifyResult v = params_.greedy()
+                             ? VerifyGreedy(target, drafts, static_cast<int32_t>(n_vocab))
+                             : VerifyDrafts(target, {}, drafts, static_cast<int32_t>(n_vocab), rng_);
+  std::vector<SampledToken> emitted;
+  for (int32_t i = 0; i <= v.n_accepted; ++i) {
+    const int32_t id = i < v.n_accepted ? drafts[i] : v.next_token;
+    emitted.push_back(Describe(logits.subspan(i * n_vocab, n_vocab), id));
+  }
+  return emitted;
+}
+
+}  // namespace cascade::sampling

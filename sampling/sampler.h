@@ -1,0 +1,79 @@
+// Token sampling from one row of logits: penalties, temperature, top-k, top-p, min-p, and
+// a seeded RNG so the same seed gives the same output. Logprobs are reported from the
+// model's own distribution (log-softmax of the raw logits), as OpenAI's API does.
+// A Sampler holds one sequence's RNG: single owner, not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace cascade::sampling {
+
+// The defaults are the one definition of what a request gets for a field it leaves unset:
+// the gRPC API, `cascade run` and `cascade generate` all read them from here. They are
+// llama.cpp's sampling defaults (common/common.h `common_params_sampling`).
+struct SamplingParams {
+  float temperature = 0.8f;         // 0 = greedy (argmax). REQUIRES >= 0.
+  int32_t top_k = 40;               // Keep the k most likely tokens; 0 = all.
+  float top_p = 0.95f;              // Nucleus: smallest set with mass >= top_p; 1 = off.
+  float min_p = 0.05f;              // Drop tokens with p < min_p * p(most likely); 0 = off.
+  float repetition_penalty = 1.0f;  // CTRL-style, on tokens already seen; 1 = off.
+  float presence_penalty = 0.0f;    // Subtracted once from seen tokens' logits.
+  float frequency_penalty = 0.0f;   // Subtracted per occurrence.
+  uint64_t seed = 0;                // RNG seed.
+  int32_t n_logprobs = 0;           // Also report the top-n logprobs; 0 = none.
+
+  // InvalidArgument naming the field when out of range.
+  absl::Status Validate() const;
+  bool greedy() const { return temperature == 0.0f; }
+};
+
+struct SampledToken {
+  int32_t id = -1;
+  float logprob = 0.0f;                            // log p(id) under the raw logits.
+  std::vector<std::pair<int32_t, float>> top;      // (id, logprob), most likely first.
+};
+
+class Sampler {
+ public:
+  explicit Sampler(const SamplingParams& params);
+
+  // Samples from `logits` [n_vocab] (modified in place by penalties and temperature).
+  // `history` holds the sequence's tokens so far (prompt and output) for the penalties.
+  SampledToken Sample(std::span<float> logits, std::span<const int32_t> history);
+
+  // Speculative verification of `drafts` [k] (sampling/rejection_sampler.h, q one-hot on each
+  // draft: the drafters propose deterministically). `logits` [(k + 1) * n_vocab]: row i
+  // scores the position of draft i, row k the one after the last draft. `history` holds the
+  // tokens before the drafts; row i is shaped as `Sample` would shape it with drafts
+  // [0, i) appended. Returns the accepted drafts then the correction or bonus token, each
+  // with its logprob; their law is that of calling `Sample` once per token.
+  std::vector<SampledToken> Verify(std::span<const float> logits, std::span<const int32_t> drafts,
+                                   std::span<const int32_t> history);
+
+  const SamplingParams& params() const { return params_; }
+
+ private:
+  bool penalised() const;
+  // Applies the repetition/presence/frequency penalties of `history` in place.
+  void Penalize(std::span<float> logits, std::span<const int32_t> history) const;
+  // Fills candidates_ with (unnormalised probability, id), most likely first, after
+  // top-k, temperature and min-p/top-p; returns how many are kept. REQUIRES !greedy().
+  size_t Shape(std::span<const float> logits);
+  // `id` with its logprob (and the top-n) under the raw logits.
+  SampledToken Describe(std::span<const float> raw, int32_t id) const;
+
+  SamplingParams params_;
+  std::mt19937_64 rng_;
+  std::vector<std::pair<float, int32_t>> candidates_;  // Scratch, reused.
+};
+
+// Index of the largest value (the first one on ties).
+int32_t Argmax(std::span<const float> values);
+
+}  // namespace cascade::sampling

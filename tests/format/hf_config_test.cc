@@ -1,0 +1,261 @@
+// Tests for ModelConfigFromHfJson / ModelConfigFromHfDir (model/hf_config.cc): the real
+// TinyStories config.json, the defaults transformers applies, RoPE scaling variants, and
+// every malformed-config error (code plus a message naming the key and the file).
+// To add a case: start from `Base()` (a minimal valid Llama config), edit the JSON, and
+// parse it with `Parse()`.
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "model/format/hf_model.h"
+#include "model/format/model_config.h"
+#include "tests/test_support.h"
+
+namespace cascade::model {
+namespace {
+
+using ::cascade::testing::TempDir;
+using ::cascade::testing::TestDataPath;
+using ::testing::HasSubstr;
+using Json = nlohmann::json;
+
+using ::cascade::testing::StatusMessage;
+
+constexpr char kSource[] = "/models/x/config.json";
+
+Json Base() {
+  return {{"model_type", "llama"},          {"hidden_size", 256},       {"num_hidden_layers", 4},
+          {"num_attention_heads", 8},       {"intermediate_size", 512}, {"vocab_size", 1000},
+          {"max_position_embeddings", 2048}};
+}
+
+absl::StatusOr<ModelConfig> Parse(const Json& j) {
+  return ModelConfigFromHfJson(j.dump(), kSource);
+}
+
+void ExpectInvalid(const absl::StatusOr<ModelConfig>& c, const std::string& key,
+                   absl::StatusCode code = absl::StatusCode::kInvalidArgument) {
+  ASSERT_FALSE(c.ok()) << "expected an error about " << key;
+  EXPECT_EQ(c.status().code(), code) << c.status();
+  EXPECT_THAT(StatusMessage(c.status()), HasSubstr(key));
+  EXPECT_THAT(StatusMessage(c.status()), HasSubstr(kSource));
+}
+
+TEST(HfConfigTest, TinyStoriesDirectory) {
+  CASCADE_REQUIRE_FILE(dir, TestDataPath("models/tinystories-656k"));
+  absl::StatusOr<ModelConfig> c = ModelConfigFromHfDir(dir);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->arch, "llama");
+  EXPECT_EQ(c->name, "tinystories-656k");
+  EXPECT_EQ(c->n_embd, 128);
+  EXPECT_EQ(c->n_layers, 2);
+  EXPECT_EQ(c->n_heads, 8);
+  EXPECT_EQ(c->n_kv_heads, 4);
+  EXPECT_EQ(c->head_dim, 16);
+  EXPECT_EQ(c->n_ff, 384);
+  EXPECT_EQ(c->n_vocab, 2048);
+  EXPECT_EQ(c->n_ctx_train, 512);
+  EXPECT_DOUBLE_EQ(c->rope_theta, 10000.0);
+  EXPECT_DOUBLE_EQ(c->norm_eps, 1e-6);
+  EXPECT_TRUE(c->tied_embeddings);
+  EXPECT_FALSE(c->qkv_bias);
+  EXPECT_EQ(c->rope_layout, RopeLayout::kRotateHalf);
+  EXPECT_EQ(c->rope_scaling, RopeScaling::kNone);  // "rope_scaling": null.
+  EXPECT_EQ(c->kv_dim(), 64);
+  EXPECT_TRUE(c->Validate().ok());
+
+  // A trailing slash still gives the directory's name.
+  absl::StatusOr<ModelConfig> slash = ModelConfigFromHfDir(dir + "/");
+  ASSERT_TRUE(slash.ok()) << slash.status();
+  EXPECT_EQ(slash->name, "tinystories-656k");
+}
+
+TEST(HfConfigTest, Defaults) {
+  absl::StatusOr<ModelConfig> c = Parse(Base());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->n_kv_heads, 8);  // = heads.
+  EXPECT_EQ(c->head_dim, 32);   // = hidden / heads.
+  EXPECT_DOUBLE_EQ(c->rope_theta, 10000.0);
+  EXPECT_DOUBLE_EQ(c->norm_eps, 1e-6);
+  EXPECT_FALSE(c->tied_embeddings);
+  EXPECT_FALSE(c->qkv_bias);
+  EXPECT_EQ(c->rope_layout, RopeLayout::kRotateHalf);
+  EXPECT_EQ(c->rope_scaling, RopeScaling::kNone);
+}
+
+TEST(HfConfigTest, ExplicitValuesAndNulls) {
+  Json j = Base();
+  j["num_key_value_heads"] = 2;
+  j["head_dim"] = 64;
+  j["rope_theta"] = 500000.0;
+  j["rms_norm_eps"] = 1e-5;
+  j["tie_word_embeddings"] = true;
+  j["hidden_size"] = 256.0;  // Integral floats are accepted.
+  j["_name_or_path"] = "org/model";
+  absl::StatusOr<ModelConfig> c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->n_kv_heads, 2);
+  EXPECT_EQ(c->head_dim, 64);
+  EXPECT_EQ(c->n_embd, 256);
+  EXPECT_DOUBLE_EQ(c->rope_theta, 500000.0);
+  EXPECT_DOUBLE_EQ(c->norm_eps, 1e-5);
+  EXPECT_TRUE(c->tied_embeddings);
+  EXPECT_EQ(c->name, "org/model");
+
+  j["head_dim"] = nullptr;
+  j["num_key_value_heads"] = nullptr;
+  c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->head_dim, 32);
+  EXPECT_EQ(c->n_kv_heads, 8);
+}
+
+TEST(HfConfigTest, ModelTypes) {
+  Json j = Base();
+  j["model_type"] = "qwen2";
+  absl::StatusOr<ModelConfig> c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->arch, "qwen2");
+  EXPECT_TRUE(c->qkv_bias);
+
+  j["model_type"] = "mistral";
+  c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->arch, "mistral");
+  EXPECT_FALSE(c->qkv_bias);
+
+  j["model_type"] = "llama";
+  j["attention_bias"] = true;
+  c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->qkv_bias);
+
+  j["model_type"] = "gpt2";
+  ExpectInvalid(Parse(j), "gpt2", absl::StatusCode::kUnimplemented);
+}
+
+TEST(HfConfigTest, RopeScalingLlama3) {
+  Json j = Base();
+  j["rope_scaling"] = {{"rope_type", "llama3"},
+                       {"factor", 8.0},
+                       {"low_freq_factor", 1.0},
+                       {"high_freq_factor", 4.0},
+                       {"original_max_position_embeddings", 8192}};
+  absl::StatusOr<ModelConfig> c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rope_scaling, RopeScaling::kLlama3);
+  EXPECT_DOUBLE_EQ(c->rope_scaling_factor, 8.0);
+  EXPECT_DOUBLE_EQ(c->rope_low_freq_factor, 1.0);
+  EXPECT_DOUBLE_EQ(c->rope_high_freq_factor, 4.0);
+  EXPECT_EQ(c->rope_original_ctx, 8192);
+
+  j["rope_scaling"].erase("original_max_position_embeddings");
+  ExpectInvalid(Parse(j), "rope_scaling.original_max_position_embeddings");
+  j["rope_scaling"].erase("factor");
+  ExpectInvalid(Parse(j), "rope_scaling.factor");
+}
+
+TEST(HfConfigTest, RopeScalingLinearYarnDefault) {
+  Json j = Base();
+  j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+  absl::StatusOr<ModelConfig> c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rope_scaling, RopeScaling::kLinear);
+  EXPECT_DOUBLE_EQ(c->rope_scaling_factor, 2.0);
+
+  j["rope_scaling"] = {{"type", "yarn"}, {"factor", 4.0}};
+  c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rope_scaling, RopeScaling::kYarn);
+  EXPECT_EQ(c->rope_original_ctx, 2048);  // max_position_embeddings.
+  j["rope_scaling"]["original_max_position_embeddings"] = 4096;
+  c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rope_original_ctx, 4096);
+
+  j["rope_scaling"] = {{"rope_type", "default"}};
+  c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rope_scaling, RopeScaling::kNone);
+
+  j["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2.0}};
+  ExpectInvalid(Parse(j), "dynamic", absl::StatusCode::kUnimplemented);
+  j["rope_scaling"] = {{"factor", 2.0}};
+  ExpectInvalid(Parse(j), "rope_scaling.rope_type");
+  j["rope_scaling"] = {{"type", "linear"}, {"factor", -1.0}};
+  ExpectInvalid(Parse(j), "rope_scaling.factor");
+  j["rope_scaling"] = "linear";
+  ExpectInvalid(Parse(j), "rope_scaling");
+}
+
+TEST(HfConfigTest, MissingRequiredKeys) {
+  for (const char* key : {"model_type", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                          "intermediate_size", "vocab_size", "max_position_embeddings"}) {
+    SCOPED_TRACE(key);
+    Json j = Base();
+    j.erase(key);
+    ExpectInvalid(Parse(j), std::string("\"") + key + "\"");
+  }
+}
+
+TEST(HfConfigTest, WrongTypes) {
+  Json j = Base();
+  j["hidden_size"] = "256";
+  ExpectInvalid(Parse(j), "hidden_size");
+  j = Base();
+  j["vocab_size"] = 1000.5;
+  ExpectInvalid(Parse(j), "vocab_size");
+  j = Base();
+  j["rope_theta"] = "big";
+  ExpectInvalid(Parse(j), "rope_theta");
+  j = Base();
+  j["tie_word_embeddings"] = 1;
+  ExpectInvalid(Parse(j), "tie_word_embeddings");
+  j = Base();
+  j["model_type"] = 3;
+  ExpectInvalid(Parse(j), "model_type");
+}
+
+TEST(HfConfigTest, InconsistentNumbers) {
+  Json j = Base();
+  j["num_key_value_heads"] = 3;  // Does not divide 8 heads.
+  ExpectInvalid(Parse(j), "n_kv_heads");
+  j = Base();
+  j["num_attention_heads"] = 0;
+  ExpectInvalid(Parse(j), "num_attention_heads");
+  j = Base();
+  j["max_position_embeddings"] = -5;
+  ExpectInvalid(Parse(j), "max_position_embeddings");
+}
+
+TEST(HfConfigTest, NotJsonOrNotObject) {
+  absl::StatusOr<ModelConfig> c = ModelConfigFromHfJson("{\"model_type\": ", kSource);
+  EXPECT_STATUS_CODE(c, kInvalidArgument);
+  EXPECT_THAT(StatusMessage(c.status()), HasSubstr(kSource));
+  c = ModelConfigFromHfJson("[1, 2]", kSource);
+  EXPECT_STATUS_CODE(c, kInvalidArgument);
+  EXPECT_THAT(StatusMessage(c.status()), HasSubstr(kSource));
+  EXPECT_STATUS_CODE(ModelConfigFromHfJson("", kSource), kInvalidArgument);
+  EXPECT_STATUS_CODE(ModelConfigFromHfJson("{\"a\xff\": 1}", kSource), kInvalidArgument);
+}
+
+TEST(HfConfigTest, DirectoryWithoutConfigIsNotFound) {
+  TempDir dir;
+  absl::StatusOr<ModelConfig> c = ModelConfigFromHfDir(dir.path());
+  EXPECT_STATUS_CODE(c, kNotFound);
+  EXPECT_THAT(StatusMessage(c.status()), HasSubstr(dir.path()));
+}
+
+TEST(HfConfigTest, DirectoryConfigErrorsNameTheFile) {
+  TempDir dir;
+  Json j = Base();
+  j.erase("vocab_size");
+  const std::string path = dir.WriteFile("config.json", j.dump());
+  absl::StatusOr<ModelConfig> c = ModelConfigFromHfDir(dir.path());
+  EXPECT_STATUS_CODE(c, kInvalidArgument);
+  EXPECT_THAT(StatusMessage(c.status()), HasSubstr(path));
+  EXPECT_THAT(StatusMessage(c.status()), HasSubstr("vocab_size"));
+}
+
+}  // namespace
+}  // namespace cascade::model

@@ -1,0 +1,47 @@
+#include "text/output_filter.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace cascade::text {
+
+std::string_view FinishReasonName(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kNone: return "";
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+  }
+  return "";
+}
+
+OutputFilter::OutputFilter(const Tokenizer& tokenizer, StopConditions stops)
+    : tokenizer_(&tokenizer),
+      conditions_{stops.ignore_eos, {}, std::move(stops.stop_ids)},
+      detok_(tokenizer),
+      stops_(std::move(stops.stop_strings)) {}
+
+std::string OutputFilter::Push(int32_t id, bool last_allowed) {
+  const std::vector<int32_t>& ids = conditions_.stop_ids;
+  const bool eog = !conditions_.ignore_eos && tokenizer_->IsEog(id);
+  if (eog || std::find(ids.begin(), ids.end(), id) != ids.end()) {
+    reason_ = FinishReason::kStop;
+    return {};
+  }
+  std::string shown = stops_.Push(detok_.Feed(id));
+  if (stops_.stopped()) {
+    reason_ = FinishReason::kStop;
+  } else if (last_allowed) {
+    reason_ = FinishReason::kLength;
+  }
+  return shown;
+}
+
+std::string OutputFilter::Flush() {
+  // After a stop string the rest of the text is cut; otherwise what the detokenizer holds
+  // back (an unfinished character) still goes through the stop matcher.
+  std::string shown = stops_.stopped() ? std::string() : stops_.Push(detok_.Flush());
+  shown += stops_.Flush();
+  return shown;
+}
+
+}  // namespace cascade::text
