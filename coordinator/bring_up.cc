@@ -79,8 +79,8 @@ absl::StatusOr<std::vector<int64_t>> StageKvHeads(const ClusterConfig& config, c
 // The KV pool: the same block count on every stage, as many as the tightest worker holds:
 // scheduler.kv_cache_mb on CPU workers (and GPU workers when given); a GPU worker's free
 // memory after its weights, once it registers (Cluster::BringUp, coordinator/kv_budget.h).
-absl::Status SizeKvPool(const ClusterConfig& config, const ServedModels& models,
-                        const std::vector<int64_t>& kv_heads, ServingPlan& out) {
+absl::Status SizeKvPool(const ClusterConfig& config, const ServedModels& models, const std::vector<int64_t>& kv_heads,
+                        ServingPlan& out) {
   const model::ModelConfig& mc = models.target.config;
   const SchedulerSection& sched = config.scheduler;
   const int64_t bs = sched.kv_block_size, budget = sched.kv_cache_mb * 1048576;
@@ -144,7 +144,8 @@ void CopyOptions(const ClusterConfig& config, const ServedModels& models, Servin
 // Debian's UCX disables error handling on its shared-memory transports unless told
 // otherwise: without these, peer-failure detection forces TCP on one host.
 WorkerLaunch LocalWorker(int stage, bool draft, const std::string& node, const Device& device, int n_threads) {
-  return {stage, draft, node, device.ToString(), n_threads, {"UCX_POSIX_ERROR_HANDLING=y", "UCX_SYSV_ERROR_HANDLING=y"}};
+  return {
+      stage, draft, node, device.ToString(), n_threads, {"UCX_POSIX_ERROR_HANDLING=y", "UCX_SYSV_ERROR_HANDLING=y"}};
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // The coordinator's cluster configuration: the YAML file given to
 // `cascade-coordinator --config FILE`, parsed and validated once at start-up
-// (DESIGN.md §8; the field reference is configs/README.md). Every knob the cluster reads
+// (docs/ARCHITECTURE.md §8; the field reference is configs/README.md). Every knob the cluster reads
 // lives here and is passed down from here; nothing reads it again later.
 //
 // Validation is strict: an unknown key, a wrong type or an out-of-range value is an
@@ -114,7 +114,7 @@ struct TransportSection {
   ActivationTransport activations = ActivationTransport::kUcx;
 };
 
-// Which drafter proposes tokens for speculative decoding (DESIGN.md §5).
+// Which drafter proposes tokens for speculative decoding (docs/ARCHITECTURE.md §5).
 enum class DraftKind {
   kNone,   // No `draft:` section: plain decoding.
   kNgram,  // `draft.ngram`: prompt lookup in the coordinator, no model.

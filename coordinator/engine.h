@@ -4,7 +4,7 @@
 // into streamed text: incremental detokenization, stop ids/strings, EOS, max tokens.
 // API threads only enqueue requests and read their channels.
 //
-// Speculative decoding (DESIGN.md §5, coordinator/speculation.h): before each batch the
+// Speculative decoding (docs/ARCHITECTURE.md §5, coordinator/speculation.h): before each batch the
 // engine tells the scheduler how many drafts each sequence wants; decode entries that got
 // draft slots are drafted — by prompt lookup here (n-gram), or by the drafter worker
 // (self / model), whose step goes out first while other batches verify on the target —

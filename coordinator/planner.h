@@ -1,5 +1,5 @@
 // The placement planner: cuts a model's layers into pipeline stages and maps the stages
-// onto devices (DESIGN.md §4). It runs once at coordinator start-up; workers receive
+// onto devices (docs/ARCHITECTURE.md §4). It runs once at coordinator start-up; workers receive
 // their `[first_layer, last_layer)` range from the plan and never recompute it.
 //
 // Stages are contiguous layer ranges balanced by parameter bytes: the plan minimises

@@ -28,7 +28,7 @@
 // `FailBatch`) for that batch, so consecutive calls to `Schedule()` yield disjoint
 // batches that fill the stages.
 //
-// Speculative decoding (DESIGN.md §5): `SetDraftTokens` asks for up to k drafted tokens
+// Speculative decoding (docs/ARCHITECTURE.md §5): `SetDraftTokens` asks for up to k drafted tokens
 // per decode step of a sequence. A decode entry then reserves `draft_slots` positions
 // after its token (within max_tokens, the token budget and the free blocks; drafts never
 // preempt anyone) and the caller appends up to that many drafts to `tokens` before sending

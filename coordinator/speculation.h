@@ -1,4 +1,4 @@
-// The coordinator's per-sequence speculative-decoding state (DESIGN.md §5): how many
+// The coordinator's per-sequence speculative-decoding state (docs/ARCHITECTURE.md §5): how many
 // tokens to draft next (adaptive k, and the switch-off under load), where the drafter's KV
 // cache stands, and the counters reported in the final stream message and the status.
 //

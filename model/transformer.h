@@ -10,7 +10,7 @@
 //    and gate/up are StackedLinear (one stacked weight and dispatch where they stack).
 //  * model/layers/vocab_parallel.h: the embedding and the LM head.
 //
-// Tensor parallelism (DESIGN.md §4): with `StageOptions::tp_size` > 1 each rank of the TP
+// Tensor parallelism (docs/ARCHITECTURE.md §4): with `StageOptions::tp_size` > 1 each rank of the TP
 // group loads only its shard (model/format/tp_shard.h): the rows of its Q/K/V heads, the columns
 // of the O projection for its query heads, rows [f0, f1) of gate/up and those columns of
 // down, and its vocabulary rows of the embedding and the LM head. Column slices are copied

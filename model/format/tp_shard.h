@@ -1,4 +1,4 @@
-// The tensor-parallel plan of one rank of a TP group (DESIGN.md §4): which KV heads,
+// The tensor-parallel plan of one rank of a TP group (docs/ARCHITECTURE.md §4): which KV heads,
 // query heads, FFN columns and vocabulary rows it owns. Decided once, before loading, and
 // passed down to the loader and the forward (STYLE.md "Decide once").
 //

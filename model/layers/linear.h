@@ -1,4 +1,4 @@
-// Linear layers that know how they are split over a tensor-parallel group (DESIGN.md §4),
+// Linear layers that know how they are split over a tensor-parallel group (docs/ARCHITECTURE.md §4),
 // so the model code calls them the same way with or without TP:
 //
 //  * kReplicated: every rank holds the whole weight and computes every output.
@@ -41,8 +41,8 @@ class Linear {
   static absl::StatusOr<Linear> LoadReplicated(WeightLoader& loader, const std::string& name, int64_t rows,
                                                int64_t cols);
   // Output rows `out_rows` of weight `name` [rows, cols] (this rank's outputs).
-  static absl::StatusOr<Linear> LoadColumn(WeightLoader& loader, const std::string& name, int64_t rows,
-                                           int64_t cols, IndexRange out_rows);
+  static absl::StatusOr<Linear> LoadColumn(WeightLoader& loader, const std::string& name, int64_t rows, int64_t cols,
+                                           IndexRange out_rows);
   // Input columns `in_cols` of weight `name` [rows, cols] (whole blocks of its type); the
   // partial sums are all-reduced over `group` (borrowed; null without TP, when the slice
   // is the whole weight).
@@ -61,7 +61,7 @@ class Linear {
   Linear(kernels::Backend* backend, const kernels::PreparedWeight* weight, ParallelKind kind, BackendComm* group)
       : backend_(backend), weight_(weight), kind_(kind), group_(group) {}
 
-  kernels::Backend* backend_ = nullptr;             // Borrowed.
+  kernels::Backend* backend_ = nullptr;              // Borrowed.
   const kernels::PreparedWeight* weight_ = nullptr;  // Borrowed from the loader.
   ParallelKind kind_ = ParallelKind::kReplicated;
   BackendComm* group_ = nullptr;  // Borrowed; kRow with TP only.
@@ -86,7 +86,7 @@ class StackedLinear {
                        std::span<const TensorView> biases) const;
 
  private:
-  kernels::Backend* backend_ = nullptr;              // Borrowed.
+  kernels::Backend* backend_ = nullptr;               // Borrowed.
   const kernels::PreparedWeight* stacked_ = nullptr;  // Borrowed from the loader; or:
   std::vector<Linear> parts_;                         // the parts, when they did not stack.
 };

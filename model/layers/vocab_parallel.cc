@@ -63,8 +63,8 @@ absl::Status VocabParallelEmbedding::Forward(TensorView hidden, std::span<const 
   return group_->AllReduceSum(hidden.As<float>(), static_cast<size_t>(hidden.NumElements()));
 }
 
-VocabParallelHead::VocabParallelHead(kernels::Backend* backend, const kernels::PreparedWeight* weight,
-                                     int64_t n_vocab, const TpShard& shard, BackendComm* group)
+VocabParallelHead::VocabParallelHead(kernels::Backend* backend, const kernels::PreparedWeight* weight, int64_t n_vocab,
+                                     const TpShard& shard, BackendComm* group)
     : backend_(backend), weight_(weight), n_vocab_(n_vocab), shard_(shard), group_(group) {}
 
 absl::StatusOr<VocabParallelHead> VocabParallelHead::Load(WeightLoader& loader, const std::string& name,

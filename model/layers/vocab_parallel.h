@@ -1,5 +1,5 @@
 // The token embedding and the LM head, split over a tensor-parallel group by vocabulary
-// rows (DESIGN.md §4, model/format/tp_shard.h): rank r holds rows [vocab_begin, vocab_end),
+// rows (docs/ARCHITECTURE.md §4, model/format/tp_shard.h): rank r holds rows [vocab_begin, vocab_end),
 // in chunks of TpShard::vocab_chunk so that logits gather in equal-sized pieces. Without a
 // group (no TP) a rank holds every row and both are a plain lookup / product.
 //
@@ -38,9 +38,8 @@ class VocabParallelEmbedding {
   VocabParallelEmbedding() = default;
   // The shard's vocabulary rows of table `name` [n_vocab, n_embd]; `group` borrowed, null
   // without TP.
-  static absl::StatusOr<VocabParallelEmbedding> Load(WeightLoader& loader, const std::string& name,
-                                                     int64_t n_vocab, int64_t n_embd, const TpShard& shard,
-                                                     BackendComm* group);
+  static absl::StatusOr<VocabParallelEmbedding> Load(WeightLoader& loader, const std::string& name, int64_t n_vocab,
+                                                     int64_t n_embd, const TpShard& shard, BackendComm* group);
 
   // This rank's rows of the table (null before Load).
   const kernels::PreparedWeight* table() const { return table_; }
@@ -82,7 +81,7 @@ class VocabParallelHead {
   const kernels::PreparedWeight* weight_ = nullptr;  // Borrowed from the loader.
   int64_t n_vocab_ = 0;
   TpShard shard_;
-  BackendComm* group_ = nullptr;  // Borrowed; null without TP.
+  BackendComm* group_ = nullptr;         // Borrowed; null without TP.
   std::unique_ptr<kernels::Buffer> ws_;  // The logits where they are not host memory (no TP).
   // With a group: this rank's logits, everyone's, and those copied out of a device.
   std::unique_ptr<kernels::Buffer> local_, all_;

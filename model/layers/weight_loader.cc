@@ -38,16 +38,16 @@ absl::StatusOr<WeightLoader::Slice> WeightLoader::ReadSlice(const std::string& n
   const TensorInfo* info = w.FindTensor(n);
   if (info == nullptr) return absl::NotFoundError(StrCat(w.path(), ": tensor '", n, "' is missing"));
   if (info->n_dims != 2 || info->shape[0] != rows || info->shape[1] != cols) {
-    return absl::InvalidArgumentError(StrCat("tensor '", n, "' has shape ", info->ShapeString(),
-                                             ", the config needs [", rows, ", ", cols, "]"));
+    return absl::InvalidArgumentError(
+        StrCat("tensor '", n, "' has shape ", info->ShapeString(), ", the config needs [", rows, ", ", cols, "]"));
   }
   if (!backend_->SupportsWeight(info->dtype)) {
     return absl::UnimplementedError(StrCat("tensor '", n, "': the backend has no kernel for ", DTypeName(info->dtype)));
   }
   const int64_t block = BlockElems(info->dtype);
   if (c0 % block != 0 || c1 % block != 0) {
-    return absl::InvalidArgumentError(StrCat("tensor '", n, "': columns [", c0, ", ", c1,
-                                             ") are not whole blocks of ", DTypeName(info->dtype)));
+    return absl::InvalidArgumentError(
+        StrCat("tensor '", n, "': columns [", c0, ", ", c1, ") are not whole blocks of ", DTypeName(info->dtype)));
   }
   Slice sl;
   sl.name = n;
@@ -56,7 +56,7 @@ absl::StatusOr<WeightLoader::Slice> WeightLoader::ReadSlice(const std::string& n
   if (c0 != 0 || c1 != cols) {
     const int64_t src_row = RowBytes(info->dtype, cols), dst_row = RowBytes(info->dtype, c1 - c0);
     const int64_t skip = RowBytes(info->dtype, c0);
-    CASCADE_ASSIGN_OR_RETURN(uint8_t* buf, OwnBytes(n, static_cast<size_t>((r1 - r0) * dst_row)));
+    CASCADE_ASSIGN_OR_RETURN(uint8_t * buf, OwnBytes(n, static_cast<size_t>((r1 - r0) * dst_row)));
     const auto* src = static_cast<const uint8_t*>(sl.file.data);
     for (int64_t r = 0; r < r1 - r0; ++r) std::memcpy(buf + r * dst_row, src + r * src_row + skip, dst_row);
     sl.kept = TensorView(buf, info->dtype, {r1 - r0, c1 - c0});
@@ -88,9 +88,8 @@ absl::StatusOr<const kernels::PreparedWeight*> WeightLoader::Prepare(const Slice
   return prepared_.emplace_back(std::move(p)).get();
 }
 
-absl::StatusOr<const kernels::PreparedWeight*> WeightLoader::Matrix(const std::string& name, int64_t rows,
-                                                                    int64_t cols, IndexRange row_range,
-                                                                    IndexRange col_range) {
+absl::StatusOr<const kernels::PreparedWeight*> WeightLoader::Matrix(const std::string& name, int64_t rows, int64_t cols,
+                                                                    IndexRange row_range, IndexRange col_range) {
   CASCADE_ASSIGN_OR_RETURN(Slice sl, ReadSlice(name, rows, cols, row_range, col_range));
   return Prepare(sl);
 }
@@ -116,7 +115,7 @@ absl::StatusOr<const kernels::PreparedWeight*> WeightLoader::Stacked(std::span<c
     total += n;
   }
   const int64_t row_bytes = RowBytes(dtype, cols);
-  CASCADE_ASSIGN_OR_RETURN(uint8_t* buf, OwnBytes(names[0], static_cast<size_t>(total * row_bytes)));
+  CASCADE_ASSIGN_OR_RETURN(uint8_t * buf, OwnBytes(names[0], static_cast<size_t>(total * row_bytes)));
   int64_t at = 0;
   for (size_t i = 0; i < names.size(); ++i) {
     CASCADE_ASSIGN_OR_RETURN(TensorView part, w.ReadRows(names[i], kept[i].first, kept[i].second));

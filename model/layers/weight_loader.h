@@ -99,7 +99,7 @@ class WeightLoader {
   };
   std::vector<std::unique_ptr<uint8_t[], FreeBytes>> owned_bytes_;
   std::vector<std::unique_ptr<kernels::PreparedWeight>> prepared_;  // Every matrix.
-  std::vector<TensorView> used_;  // Every weight view still read from the file (for Prefault).
+  std::vector<TensorView> used_;           // Every weight view still read from the file (for Prefault).
   std::vector<std::vector<float>> owned_;  // Converted vectors (host backends).
   std::vector<std::unique_ptr<kernels::Buffer>> uploaded_;  // Vectors (other backends).
 };

@@ -401,24 +401,13 @@ def two_nodes(tp):
             log = open(log_path, "w")
             coord = subprocess.Popen(["ip", "netns", "exec", ns_a, COORDINATOR, "--config", cfg], stdout=log,
                                      stderr=subprocess.STDOUT, env=env, start_new_session=True)
-            address = None
-            for _ in range(300):
-                m = re.search(r"waiting for \d+ worker\(s\) on (\S+)", open(log_path).read())
-                if m:
-                    address = m.group(1)
-                    break
-                time.sleep(0.1)
-            assert address, open(log_path).read()
+            address = wait_for_log(log_path, r"waiting for \d+ worker\(s\) on (\S+)", 300).group(1)
             workers = [subprocess.Popen(["ip", "netns", "exec", ns_b, os.path.join(BIN, "cascade-worker"), "--coordinator",
                                          address, "--node", "b", "--device", "cpu", "--listen", "10.77.0.2:0"],
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
                        for _ in range(tp)]
             try:
-                for _ in range(600):
-                    if "ready on" in open(log_path).read():
-                        break
-                    time.sleep(0.1)
-                assert "ready on" in open(log_path).read(), open(log_path).read()
+                wait_for_log(log_path, "ready on", 600)
                 p = subprocess.run(["ip", "netns", "exec", ns_a, CASCADE, "generate", "--server", address, "--prompt-ids", "1",
                                     "--temperature", "0", "--max-tokens", "20", "--json"], capture_output=True, text=True,
                                    timeout=120)
@@ -455,23 +444,12 @@ def test_refused_step():
                                  start_new_session=True)
         workers = []
         try:
-            address = None
-            for _ in range(300):
-                m = re.search(r"waiting for \d+ worker\(s\) on (\S+)", open(log_path).read())
-                if m:
-                    address = m.group(1)
-                    break
-                time.sleep(0.1)
-            assert address, open(log_path).read()
+            address = wait_for_log(log_path, r"waiting for \d+ worker\(s\) on (\S+)", 300).group(1)
             workers = [subprocess.Popen([os.path.join(BIN, "cascade-worker"), "--coordinator", address, "--node", "x",
                                          "--device", "cpu", "--refuse-token-for-testing", str(refused)],
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
                        for _ in range(2)]
-            for _ in range(600):
-                if "ready on" in open(log_path).read():
-                    break
-                time.sleep(0.1)
-            assert "ready on" in open(log_path).read(), open(log_path).read()
+            wait_for_log(log_path, "ready on", 600)
             err = generate(address, "--prompt-ids", f"1,{refused}", "--max-tokens", "4", expect_rc=2)
             assert "INVALID_ARGUMENT" in err and f"token id {refused} refused" in err, err
             rc, out = status(address)
@@ -486,6 +464,16 @@ def test_refused_step():
             for proc in (*workers, coord):
                 stop(proc)
             log.close()
+
+
+def wait_for_log(log_path, pattern, tries):
+    """The first match of `pattern` in the log, polled every 0.1 s `tries` times; fails with the log."""
+    for _ in range(tries):
+        m = re.search(pattern, open(log_path).read())
+        if m:
+            return m
+        time.sleep(0.1)
+    raise AssertionError(open(log_path).read())
 
 
 def test_config_errors_exit_2():
