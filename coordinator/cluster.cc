@@ -21,6 +21,17 @@ std::string_view WorkerStateName(WorkerState s) {
   return "?";
 }
 
+v1::WorkerState WorkerStateProto(WorkerState s) {
+  switch (s) {
+    case WorkerState::kWaiting: return v1::WORKER_STATE_WAITING;
+    case WorkerState::kRegistered: return v1::WORKER_STATE_REGISTERED;
+    case WorkerState::kLoading: return v1::WORKER_STATE_LOADING;
+    case WorkerState::kReady: return v1::WORKER_STATE_READY;
+    case WorkerState::kDead: return v1::WORKER_STATE_DEAD;
+  }
+  return v1::WORKER_STATE_UNSPECIFIED;
+}
+
 Cluster::Cluster(Plan plan, ClusterOptions options) : plan_(std::move(plan)), options_(std::move(options)) {
   kv_blocks_ = options_.kv_blocks;
   for (const StagePlan& s : plan_.stages) {
@@ -453,6 +464,7 @@ void Cluster::FillStatus(v1::ClusterStatus* st) const {
     out->set_tp_rank(s->tp_rank);
     out->set_worker_address(s->address);
     out->set_state(std::string(WorkerStateName(s->state)));
+    out->set_worker_state(WorkerStateProto(s->state));
     out->set_weight_bytes(s->stage.weight_bytes);
     out->set_draft(s->draft);
     ready = ready && s->state == WorkerState::kReady;
@@ -460,6 +472,9 @@ void Cluster::FillStatus(v1::ClusterStatus* st) const {
   }
   st->set_ready(ready);
   st->set_state(ready ? "ready" : dead ? "degraded" : "starting");
+  st->set_cluster_state(ready  ? v1::CLUSTER_STATE_READY
+                        : dead ? v1::CLUSTER_STATE_DEGRADED
+                               : v1::CLUSTER_STATE_STARTING);
   if (dead) st->set_detail(DeadDescription());
 }
 

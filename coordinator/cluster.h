@@ -56,6 +56,7 @@ struct ClusterOptions {
 
 enum class WorkerState { kWaiting, kRegistered, kLoading, kReady, kDead };
 std::string_view WorkerStateName(WorkerState s);
+v1::WorkerState WorkerStateProto(WorkerState s);
 
 class Cluster {
  public:

@@ -418,6 +418,7 @@ void Engine::Emit(const std::vector<TokenEvent>& events, const TokensBySeq& by_s
 void Engine::Finish(int64_t seq_id, Active& a, v1::GenerateResponse& last) {
   last.mutable_text()->append(a.output->Flush());
   last.set_finish_reason(std::string(text::FinishReasonName(a.output->reason())));
+  last.set_finish(a.output->reason() == text::FinishReason::kLength ? v1::FINISH_REASON_LENGTH : v1::FINISH_REASON_STOP);
   v1::Usage* u = last.mutable_usage();
   u->set_prompt_tokens(static_cast<int32_t>(a.req.prompt.size()));
   u->set_completion_tokens(static_cast<int32_t>(a.generated.size()));

@@ -136,6 +136,7 @@ grpc::Status InferenceService::Complete(grpc::ServerContext* ctx, const v1::Gene
     resp->mutable_text()->append(m.text());
     for (const auto& lp : m.logprobs()) *resp->add_logprobs() = lp;
     if (!m.finish_reason().empty()) resp->set_finish_reason(m.finish_reason());
+    if (m.finish() != v1::FINISH_REASON_UNSPECIFIED) resp->set_finish(m.finish());
     if (m.has_usage()) *resp->mutable_usage() = m.usage();
     resp->set_request_id(m.request_id());
     return true;

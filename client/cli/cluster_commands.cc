@@ -26,6 +26,35 @@ int FailRpc(const char* command, const absl::Status& s) {
   return Fail(command, absl::Status(s.code(), absl::StatusCodeToString(s.code()) + ": " + std::string(s.message())));
 }
 
+// The JSON's finish_reason, from the typed field ("stop", "length"; "" if unset).
+std::string FinishReasonText(v1::FinishReason reason) {
+  switch (reason) {
+    case v1::FINISH_REASON_STOP: return "stop";
+    case v1::FINISH_REASON_LENGTH: return "length";
+    default: return "";
+  }
+}
+
+// `cascade status` names, from the typed fields.
+std::string ClusterStateText(v1::ClusterState state) {
+  switch (state) {
+    case v1::CLUSTER_STATE_STARTING: return "starting";
+    case v1::CLUSTER_STATE_READY: return "ready";
+    case v1::CLUSTER_STATE_DEGRADED: return "degraded";
+    default: return "unknown";
+  }
+}
+std::string WorkerStateText(v1::WorkerState state) {
+  switch (state) {
+    case v1::WORKER_STATE_WAITING: return "waiting";
+    case v1::WORKER_STATE_REGISTERED: return "registered";
+    case v1::WORKER_STATE_LOADING: return "loading";
+    case v1::WORKER_STATE_READY: return "ready";
+    case v1::WORKER_STATE_DEAD: return "dead";
+    default: return "unknown";
+  }
+}
+
 Args GenerateArgs(std::vector<std::string> extra_valued) {
   std::vector<std::string> valued = {"server", "prompt", "prompt-ids", "chat", "system", "chat-template", "timeout",
                                      "draft-tokens"};
@@ -82,7 +111,7 @@ int GenerateCommand(int argc, char** argv) {
     const double decode_s = u.total_s() - u.ttft_s();
     nlohmann::json j = nlohmann::json::parse(ResultJson(
         {resp->prompt_ids().begin(), resp->prompt_ids().end()}, {resp->token_ids().begin(), resp->token_ids().end()},
-        resp->text(), resp->finish_reason(), 0.0, u.ttft_s() > 0 ? u.prompt_tokens() / u.ttft_s() : 0,
+        resp->text(), FinishReasonText(resp->finish()), 0.0, u.ttft_s() > 0 ? u.prompt_tokens() / u.ttft_s() : 0,
         decode_s > 0 ? (u.completion_tokens() - 1) / decode_s : 0));
     if (resp->logprobs_size() > 0) {
       nlohmann::json lp = nlohmann::json::array();
@@ -161,13 +190,14 @@ int StatusCommand(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
   }
   if (!st.ok()) return FailRpc("status", st.status());
-  std::printf("cluster %s%s%s\n", st->state().c_str(), st->detail().empty() ? "" : ": ", st->detail().c_str());
+  std::printf("cluster %s%s%s\n", ClusterStateText(st->cluster_state()).c_str(), st->detail().empty() ? "" : ": ",
+              st->detail().c_str());
   std::printf("%-6s %-14s %-6s %-8s %-22s %-8s %10s\n", "stage", "layers", "node", "device", "worker", "state", "weights");
   for (const auto& s : st->stages()) {
     const std::string stage = s.draft() ? "draft" : std::to_string(s.stage());
     std::printf("%-6s [%3lld, %3lld)     %-6s %-8s %-22s %-8s %8.1f MiB\n", stage.c_str(), static_cast<long long>(s.first_layer()),
                 static_cast<long long>(s.last_layer()), s.node().c_str(), s.device().c_str(), s.worker_address().c_str(),
-                s.state().c_str(), s.weight_bytes() / 1048576.0);
+                WorkerStateText(s.worker_state()).c_str(), s.weight_bytes() / 1048576.0);
   }
   std::printf("kv blocks %lld free of %lld (block size %lld); running %lld, waiting %lld; steps %lld, "
               "largest batch %lld, preemptions %lld, finished %lld\n",
