@@ -63,7 +63,7 @@ Cluster::Cluster(Plan plan, ClusterOptions options) : plan_(std::move(plan)), op
 Cluster::~Cluster() {
   std::vector<Slot*> slots;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     for (auto& s : slots_) {
       if (s->step_ctx) s->step_ctx->TryCancel();
       slots.push_back(s.get());
@@ -85,7 +85,7 @@ v1::Transport Cluster::TpTransport(int pp_stage) const {
 }
 
 absl::StatusOr<v1::RegisterResponse> Cluster::Register(const v1::RegisterRequest& req) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   const std::string device = req.device();
   for (auto& s : slots_) {
     // A dead stage takes a new worker too (a restarted one): Recover then rebuilds.
@@ -110,7 +110,6 @@ absl::StatusOr<v1::RegisterResponse> Cluster::Register(const v1::RegisterRequest
     CASCADE_LOG(Info) << "worker " << req.address() << " (pid " << req.pid() << ", node " << req.node() << ", "
                       << device << ") registered as "
                       << (s->draft ? std::string("the drafter") : StrCat("stage ", s->stage.pp_stage, " tp rank ", s->tp_rank));
-    cv_.notify_all();
     return resp;
   }
   std::string open;
@@ -124,7 +123,7 @@ absl::StatusOr<v1::RegisterResponse> Cluster::Register(const v1::RegisterRequest
 }
 
 bool Cluster::Heartbeat(int rank) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (auto& s : slots_) {
     if (s->rank != rank) continue;
     if (s->state == WorkerState::kDead) return false;
@@ -136,14 +135,17 @@ bool Cluster::Heartbeat(int rank) {
 
 absl::Status Cluster::BringUp(std::chrono::milliseconds timeout) {
   {
-    std::unique_lock<std::mutex> lock(mu_);
-    const bool all = cv_.wait_for(lock, timeout, [&] {
+    absl::MutexLock lock(&mu_);
+    // Re-evaluated whenever mu_ is released (Register, AbortStartup), until it holds or
+    // the timeout passes.
+    const auto registered = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       if (!startup_error_.empty()) return true;
       for (auto& s : slots_) {
         if (s->state != WorkerState::kRegistered) return false;
       }
       return true;
-    });
+    };
+    const bool all = mu_.AwaitWithTimeout(absl::Condition(&registered), absl::FromChrono(timeout));
     if (!all) {
       std::string missing;
       for (auto& s : slots_) {
@@ -159,7 +161,7 @@ absl::Status Cluster::BringUp(std::chrono::milliseconds timeout) {
 }
 
 int64_t Cluster::kv_blocks() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return kv_blocks_;
 }
 
@@ -191,16 +193,16 @@ absl::Status Cluster::SizeKvFromGpus() {
 }
 
 void Cluster::AbortStartup(const std::string& why) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (streams_open_ || !startup_error_.empty()) return;
   startup_error_ = why;
-  cv_.notify_all();
 }
 
 absl::Status Cluster::LoadAllAndOpenStreams() {
   // Load all stages at once: their data plane connects during the load.
   const std::string group = StrCat(options_.group, "/g", generation_);
-  const int n_slots = static_cast<int>(slots_.size());
+  // The number of slots is fixed at construction, so reading it unlocked is safe.
+  const int n_slots = static_cast<int>(ABSL_TS_UNCHECKED_READ(slots_).size());
   std::vector<absl::Status> results(n_slots);
   std::vector<std::thread> loaders;
   for (int i = 0; i < n_slots; ++i) loaders.emplace_back([&, i] { results[i] = LoadOne(i, group); });
@@ -208,7 +210,7 @@ absl::Status Cluster::LoadAllAndOpenStreams() {
   for (const absl::Status& s : results) {
     if (!s.ok()) return s;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (int i = 0; i < n_slots; ++i) {
     Slot& s = *slots_[i];
     s.step_ctx = std::make_unique<grpc::ClientContext>();
@@ -221,7 +223,7 @@ absl::Status Cluster::LoadAllAndOpenStreams() {
 }
 
 bool Cluster::CanRecover() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (!streams_open_) return false;
   bool any_registered = false;
   for (const auto& s : slots_) {
@@ -234,7 +236,7 @@ bool Cluster::CanRecover() const {
 absl::Status Cluster::Recover() {
   std::vector<std::thread> readers;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     for (auto& s : slots_) {
       s->state = WorkerState::kLoading;  // Before cancelling: a closed stream is expected now.
       if (s->step_ctx) s->step_ctx->TryCancel();
@@ -243,7 +245,7 @@ absl::Status Cluster::Recover() {
   }
   for (auto& t : readers) t.join();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     streams_open_ = false;
     results_.clear();
     for (auto& s : slots_) {
@@ -270,7 +272,7 @@ absl::Status Cluster::LoadOne(int i, const std::string& group) {
   v1::Transport tp_transport = v1::TRANSPORT_UCX;
   int64_t kv_blocks;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stub = slots_[i]->stub.get();
     channel = slots_[i]->channel;
     stage = slots_[i]->stage;
@@ -312,13 +314,13 @@ absl::Status Cluster::LoadOne(int i, const std::string& group) {
   if (!s.ok() || !done) {
     const std::string why = StrCat(draft ? std::string("the drafter") : StrCat("stage ", stage.pp_stage), " (worker ", address, ") failed to load: ",
                                    s.ok() ? std::string("stream ended early") : s.error_message());
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     MarkDead(i, why);
     return absl::UnavailableError(why);
   }
  CASCADE_LOG(Info) << (draft ? std::string("the drafter") : StrCat("stage ", stage.pp_stage)) << " loaded: " << p.weight_bytes() / 1048576.0 << " MiB weights, "
                     << p.kv_bytes() / 1048576.0 << " MiB KV";
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   slots_[i]->stage.weight_bytes = p.weight_bytes();  // This worker's share.
   return absl::OkStatus();
 }
@@ -326,7 +328,7 @@ absl::Status Cluster::LoadOne(int i, const std::string& group) {
 void Cluster::ReadResults(int i) {
   grpc::ClientReaderWriter<v1::StepRequest, v1::StepResult>* stream;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stream = slots_[i]->stream.get();
   }
   // Results come from the last stage's TP rank 0 and the drafter; every other worker only
@@ -342,12 +344,11 @@ void Cluster::ReadResults(int i) {
       break;
     }
     if (!last) continue;
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     results_.push_back(r);
-    cv_.notify_all();
   }
   const grpc::Status s = stream->Finish();
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (!error.empty()) {
     MarkDead(i, StrCat("step failed: ", error));
   } else if (!s.ok() && s.error_code() != grpc::StatusCode::CANCELLED) {
@@ -355,7 +356,6 @@ void Cluster::ReadResults(int i) {
   } else if (slots_[i]->state == WorkerState::kReady) {
     MarkDead(i, "step stream closed");
   }
-  cv_.notify_all();
 }
 
 void Cluster::MarkDead(int i, const std::string& why) {
@@ -384,14 +384,14 @@ std::string Cluster::DeadDescription() const {
 absl::Status Cluster::SendStep(const v1::StepRequest& step) {
   std::vector<grpc::ClientReaderWriter<v1::StepRequest, v1::StepResult>*> streams;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (const std::string dead = DeadDescription(); !dead.empty()) return absl::UnavailableError(dead);
     if (!streams_open_) return absl::FailedPreconditionError("the cluster is not up yet");
     for (int i = 0; i < n_workers(); ++i) streams.push_back(slots_[i]->stream.get());
   }
   for (size_t i = 0; i < streams.size(); ++i) {
     if (!streams[i]->Write(step)) {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       MarkDead(static_cast<int>(i), "step stream broken");
       return absl::UnavailableError(DeadDescription());
     }
@@ -402,14 +402,14 @@ absl::Status Cluster::SendStep(const v1::StepRequest& step) {
 absl::Status Cluster::SendDraft(const v1::StepRequest& step) {
   grpc::ClientReaderWriter<v1::StepRequest, v1::StepResult>* stream;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     CASCADE_CHECK(options_.draft) << "SendDraft without a drafter";
     if (const std::string dead = DeadDescription(); !dead.empty()) return absl::UnavailableError(dead);
     if (!streams_open_) return absl::FailedPreconditionError("the cluster is not up yet");
     stream = slots_.back()->stream.get();
   }
   if (!stream->Write(step)) {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     MarkDead(n_workers(), "step stream broken");
     return absl::UnavailableError(DeadDescription());
   }
@@ -417,8 +417,12 @@ absl::Status Cluster::SendDraft(const v1::StepRequest& step) {
 }
 
 absl::StatusOr<v1::StepResult> Cluster::NextResult(std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
-  const bool got = cv_.wait_for(lock, timeout, [&] { return !results_.empty() || !DeadDescription().empty(); });
+  absl::MutexLock lock(&mu_);
+  // Re-evaluated whenever mu_ is released (a result arrives, a worker is marked dead).
+  const auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !results_.empty() || !DeadDescription().empty();
+  };
+  const bool got = mu_.AwaitWithTimeout(absl::Condition(&ready), absl::FromChrono(timeout));
   if (!results_.empty()) {
     v1::StepResult r = std::move(results_.front());
     results_.pop_front();
@@ -429,7 +433,7 @@ absl::StatusOr<v1::StepResult> Cluster::NextResult(std::chrono::milliseconds tim
 }
 
 bool Cluster::Healthy() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (const auto& s : slots_) {
     if (s->state != WorkerState::kReady) return false;
   }
@@ -437,7 +441,7 @@ bool Cluster::Healthy() const {
 }
 
 std::string Cluster::CheckHeartbeats() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   const auto now = std::chrono::steady_clock::now();
   for (int i = 0; i < static_cast<int>(slots_.size()); ++i) {
     Slot& s = *slots_[i];
@@ -447,12 +451,11 @@ std::string Cluster::CheckHeartbeats() {
       if (s.step_ctx) s.step_ctx->TryCancel();
     }
   }
-  cv_.notify_all();
   return DeadDescription();
 }
 
 void Cluster::FillStatus(v1::ClusterStatus* st) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   bool ready = true, dead = false;
   for (const auto& s : slots_) {
     v1::StageStatus* out = st->add_stages();

@@ -5,20 +5,23 @@
 // every stage in the same order; the last stage's results come back in that order.
 //
 // Thread-safety: Register/Heartbeat/Status are called from gRPC threads; SendStep and
-// NextResult from the one engine-loop thread. Internal state is guarded by `mu_`.
+// NextResult from the one engine-loop thread. The slots, results, stream state, startup
+// error and KV size are guarded by `mu_` (ABSL_GUARDED_BY, checked by clang's
+// -Wthread-safety); `plan_` and `options_` are const; `generation_` is touched only by
+// BringUp (before the engine loop starts) and Recover (on the engine-loop thread). Helpers
+// marked ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) run under it.
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "cascade/v1/cluster.grpc.pb.h"
 #include "cascade/v1/inference.pb.h"
 #include "coordinator/planner.h"
@@ -142,14 +145,17 @@ class Cluster {
 
   const Plan plan_;
   const ClusterOptions options_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
+  mutable absl::Mutex mu_;
+  // The vector's length is fixed by the constructor (one slot per worker); the slots'
+  // contents change under mu_.
   std::vector<std::unique_ptr<Slot>> slots_ ABSL_GUARDED_BY(mu_);
   std::deque<v1::StepResult> results_ ABSL_GUARDED_BY(mu_);
   bool streams_open_ ABSL_GUARDED_BY(mu_) = false;
   std::string startup_error_ ABSL_GUARDED_BY(mu_);  // AbortStartup's reason.
   int64_t kv_blocks_ ABSL_GUARDED_BY(mu_) = 0;      // options_.kv_blocks, lowered at bring-up.
-  int generation_ = 0;  // Data-plane group generation; bumped by Recover.
+  // Data-plane group generation; bumped by Recover. Not guarded: only BringUp and Recover
+  // touch it (through LoadAllAndOpenStreams), and they never run concurrently.
+  int generation_ = 0;
 };
 
 }  // namespace cascade::coordinator

@@ -2,8 +2,9 @@
 // model's metadata and tokenizer (never its weights), plans the stages, serves the
 // public API and the control plane, launches the local workers, waits for every stage,
 // and logs one line with `ready` and the address. Config errors exit 2 naming the key.
+#include <algorithm>
+#include <atomic>
 #include <csignal>
-#include <optional>
 #include <cstdio>
 #include <thread>
 
@@ -35,6 +36,78 @@ int Fail(const absl::Status& s) {
   return 2;
 }
 
+// Flags after --config.
+struct Flags {
+  int n_threads = 1;       // --worker-threads: CPU threads of each local worker.
+  int64_t startup_s = 120;  // --startup-timeout: seconds to wait for every worker.
+  bool list_workers = false;
+};
+
+// Serves the planned cluster until SIGINT/SIGTERM: the gRPC services, the local workers,
+// bring-up (with the KV pool lowered to what the GPUs hold), then the engine. The exit code.
+int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coordinator::ServedModels& models,
+          const cascade::coordinator::ServingPlan& serving, const Flags& flags) {
+  using namespace cascade;
+  using namespace cascade::coordinator;
+  const model::ModelConfig& mc = models.target.config;
+  const int64_t bs = config.scheduler.kv_block_size;
+  const DraftSection& draft = config.draft;
+  Cluster cluster(serving.plan, serving.cluster);
+  KeyValueStore store;
+  Engine engine(&cluster, models.tokenizer.get(), serving.scheduler, serving.speculation);
+  ClusterService cluster_service(&cluster, &store);
+  InferenceService inference(&engine, &cluster, models.tokenizer.get(), mc,
+                             {config.model.path, serving.max_context, std::string(DraftKindName(draft.kind))});
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(config.server.listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&cluster_service);
+  builder.RegisterService(&inference);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    return Fail(absl::UnavailableError(StrCat("server.listen: cannot listen on ", config.server.listen)));
+  }
+  const std::string address = StrCat(config.server.listen_host, ":", port);
+  server->GetHealthCheckService()->SetServingStatus(false);
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+
+  Launcher launcher(DefaultWorkerBinary(), address);
+  // A worker that refuses its device (no usable GPU for cuda:N) will never register: stop
+  // waiting for it and say why.
+  launcher.OnExit([&cluster](int stage, const std::string& why, bool final) {
+    if (final) {
+      cluster.AbortStartup(stage < 0 ? StrCat("the drafter's worker ", why)
+                                     : StrCat("the worker for stage ", stage, " ", why));
+    }
+  });
+  if (absl::Status st = LaunchLocalWorkers(config, serving, flags.n_threads, launcher); !st.ok()) return Fail(st);
+  CASCADE_LOG(Info) << "waiting for " << cluster.n_workers() << " worker(s) on " << address;
+  if (absl::Status st = cluster.BringUp(std::chrono::seconds(flags.startup_s)); !st.ok()) {
+    CASCADE_LOG(Error) << st.ToString();
+    return Fail(st);
+  }
+  const int64_t n_blocks = cluster.kv_blocks();
+  const int64_t max_context = std::min<int64_t>(mc.n_ctx_train, n_blocks * bs);
+  if (n_blocks != serving.cluster.kv_blocks) {  // The GPUs hold fewer blocks than the budget.
+    engine.ResetKvBlocks(static_cast<int32_t>(std::min<int64_t>(n_blocks, INT32_MAX)));
+    inference.SetMaxContext(max_context);
+  }
+  engine.Start();
+  server->GetHealthCheckService()->SetServingStatus(true);
+  CASCADE_LOG(Info) << "ready on " << address << " (" << cluster.n_stages() << " stage(s) x tp " << cluster.tp_size()
+                    << ", " << n_blocks << " KV blocks of " << bs << ", context " << max_context
+                    << (draft.kind == DraftKind::kNone ? std::string() : StrCat(", drafter ", DraftKindName(draft.kind)))
+                    << ")";
+  while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  CASCADE_LOG(Info) << "shutting down";
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  launcher.StopAll();
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -50,76 +123,17 @@ int main(int argc, char** argv) {
   auto startup = args.GetInt("startup-timeout", 120);
   if (!threads.ok()) return Fail(threads.status());
   if (!startup.ok()) return Fail(startup.status());
+  const Flags flags{static_cast<int>(*threads), *startup, args.Has("list-workers")};
 
   // The models' metadata and tokenizers only; then the plan, the KV pool, the options.
   auto models = OpenServedModels(*config);
   if (!models.ok()) return Fail(models.status());
   auto serving = PlanServing(*config, *models);
   if (!serving.ok()) return Fail(serving.status());
-  if (args.Has("list-workers")) {
+  if (flags.list_workers) {
     PrintExternalWorkers(*config, *serving, stdout);
     return 0;
   }
   std::fprintf(stderr, "%s\n", serving->plan.ToString().c_str());
-  const model::ModelConfig& mc = models->target.config;
-  const int64_t bs = config->scheduler.kv_block_size;
-  int64_t n_blocks = serving->cluster.kv_blocks;
-  int64_t max_context = serving->max_context;
-  const DraftSection& draft = config->draft;
-
-  Cluster cluster(serving->plan, serving->cluster);
-  KeyValueStore store;
-  Engine engine(&cluster, models->tokenizer.get(), serving->scheduler, serving->speculation);
-  ClusterService cluster_service(&cluster, &store);
-  InferenceService inference(&engine, &cluster, models->tokenizer.get(), mc,
-                             {config->model.path, max_context, std::string(DraftKindName(draft.kind))});
-
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(config->server.listen, grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&cluster_service);
-  builder.RegisterService(&inference);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || port == 0) {
-    return Fail(absl::UnavailableError(StrCat("server.listen: cannot listen on ", config->server.listen)));
-  }
-  const std::string address = StrCat(config->server.listen_host, ":", port);
-  server->GetHealthCheckService()->SetServingStatus(false);
-  std::signal(SIGINT, OnSignal);
-  std::signal(SIGTERM, OnSignal);
-
-  Launcher launcher(DefaultWorkerBinary(), address);
-  // A worker that refuses its device (no usable GPU for cuda:N) will never register: stop
-  // waiting for it and say why.
-  launcher.OnExit([&cluster](int stage, const std::string& why, bool final) {
-    if (final) {
-      cluster.AbortStartup(stage < 0 ? StrCat("the drafter's worker ", why) : StrCat("the worker for stage ", stage, " ", why));
-    }
-  });
-  if (absl::Status st = LaunchLocalWorkers(*config, *serving, static_cast<int>(*threads), launcher); !st.ok()) {
-    return Fail(st);
-  }
-  CASCADE_LOG(Info) << "waiting for " << cluster.n_workers() << " worker(s) on " << address;
-  if (absl::Status st = cluster.BringUp(std::chrono::seconds(*startup)); !st.ok()) {
-    CASCADE_LOG(Error) << st.ToString();
-    return Fail(st);
-  }
-  if (cluster.kv_blocks() != n_blocks) {  // The GPUs hold fewer blocks than the budget.
-    n_blocks = cluster.kv_blocks();
-    max_context = std::min<int64_t>(mc.n_ctx_train, n_blocks * bs);
-    engine.ResetKvBlocks(static_cast<int32_t>(std::min<int64_t>(n_blocks, INT32_MAX)));
-    inference.SetMaxContext(max_context);
-  }
-  engine.Start();
-  server->GetHealthCheckService()->SetServingStatus(true);
-  CASCADE_LOG(Info) << "ready on " << address << " (" << cluster.n_stages() << " stage(s) x tp " << cluster.tp_size() << ", " << n_blocks
-                    << " KV blocks of " << bs << ", context " << max_context
-                    << (draft.kind == DraftKind::kNone ? std::string() : StrCat(", drafter ", DraftKindName(draft.kind)))
-                    << ")";
-  while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  CASCADE_LOG(Info) << "shutting down";
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  launcher.StopAll();
-  return 0;
+  return Serve(*config, *models, *serving, flags);
 }

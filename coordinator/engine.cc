@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/time/time.h"
 #include "core/logging.h"
 #include "core/status.h"
 #include "core/str_cat.h"
@@ -58,7 +59,7 @@ void Engine::ResetKvBlocks(int32_t n_blocks) {
   scheduler_.ResetKvBlocks(n_blocks);
 }
 
-void Engine::Wake() { cv_.notify_all(); }
+void Engine::Wake() { cv_.SignalAll(); }
 
 std::shared_ptr<RequestChannel> Engine::Submit(EngineRequest request) {
   auto a = std::make_shared<Active>();
@@ -69,28 +70,26 @@ std::shared_ptr<RequestChannel> Engine::Submit(EngineRequest request) {
   a->req = std::move(request);
   auto channel = a->channel;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     submitted_.emplace_back(next_seq_id_++, std::move(a));
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   return channel;
 }
 
 EngineStats Engine::Stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return stats_;
 }
 
 void Engine::Push(RequestChannel& c, v1::GenerateResponse msg, bool done, absl::Status status) {
-  {
-    std::lock_guard<std::mutex> lock(c.mu);
-    c.out.push_back(std::move(msg));
-    if (done) {
-      c.done = true;
-      c.status = std::move(status);
-    }
+  // Releasing c.mu wakes the API thread awaiting output on it.
+  absl::MutexLock lock(&c.mu);
+  c.out.push_back(std::move(msg));
+  if (done) {
+    c.done = true;
+    c.status = std::move(status);
   }
-  c.cv.notify_all();
 }
 
 void Engine::Loop() {
@@ -122,8 +121,12 @@ void Engine::Loop() {
       continue;
     }
     if (!sent) {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait_for(lock, std::chrono::milliseconds(50), [&] { return !submitted_.empty() || stop_; });
+      // Up to 50 ms, until a submission or stop (Submit and Wake signal cv_).
+      absl::MutexLock lock(&mu_);
+      const absl::Time deadline = absl::Now() + absl::Milliseconds(50);
+      while (submitted_.empty() && !stop_) {
+        if (cv_.WaitWithDeadline(&mu_, deadline)) break;  // Timed out.
+      }
     }
   }
   FailAll(absl::UnavailableError("the coordinator is shutting down"));
@@ -132,7 +135,7 @@ void Engine::Loop() {
 void Engine::Admit() {
   std::vector<std::pair<int64_t, std::shared_ptr<Active>>> batch;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     batch.swap(submitted_);
   }
   for (auto& [id, a] : batch) {
@@ -172,7 +175,7 @@ void Engine::DropCancelled() {
     }
   }
   if (dropped) {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stats_.scheduler = scheduler_.Stats();
   }
 }
@@ -261,7 +264,7 @@ absl::Status Engine::SendTarget(v1::StepRequest step, Sent sent) {
   CASCADE_RETURN_IF_ERROR(cluster_->SendStep(step));
   in_flight_.push_back(step.step_id());
   sent_[step.step_id()] = std::move(sent);
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   ++stats_.steps;
   return absl::OkStatus();
 }
@@ -346,7 +349,7 @@ void Engine::OnResult(const v1::StepResult& r) {
     Account(sent, by_seq);
     Emit(*events, by_seq);
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   stats_.scheduler = scheduler_.Stats();
 }
 
@@ -429,7 +432,7 @@ void Engine::Finish(int64_t seq_id, Active& a, v1::GenerateResponse& last) {
   (void)scheduler_.Finish(seq_id);
   release_.push_back(seq_id);
   Push(*a.channel, std::move(last), true);
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   ++stats_.finished;
   AccumulateStats(spec, &stats_.speculative);
   stats_.scheduler = scheduler_.Stats();
@@ -446,7 +449,7 @@ void Engine::FailStep(int64_t step_id, const std::vector<int64_t>& seqs, const a
     Push(*it->second->channel, {}, true, status);
     active_.erase(it);
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   stats_.scheduler = scheduler_.Stats();
 }
 
@@ -462,7 +465,7 @@ void Engine::FailAll(const absl::Status& status) {
   in_flight_.clear();
   drafting_.clear();
   sent_.clear();
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   stats_.scheduler = scheduler_.Stats();
 }
 

@@ -10,23 +10,27 @@
 // (self / model), whose step goes out first while other batches verify on the target —
 // then the target verifies them and the scheduler keeps the accepted prefix.
 //
-// Thread-safety: Submit/Stats are thread-safe; everything else runs on the loop thread.
+// Thread-safety: Submit/Stats/Wake are thread-safe; everything else runs on the loop
+// thread. The submission queue, the sequence-id counter and the stats copy are guarded by
+// `mu_`; the loop-thread state below is touched by the loop thread only (and by
+// ResetKvBlocks before Start). A RequestChannel's output, done flag and status are guarded
+// by its own `mu` (`cancelled` is atomic); the engine never holds both locks at once.
 #pragma once
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "cascade/v1/inference.pb.h"
 #include "coordinator/cluster.h"
 #include "coordinator/scheduler.h"
@@ -37,14 +41,14 @@
 
 namespace cascade::coordinator {
 
-// Where a request's output goes: the loop pushes messages, the API thread pops them.
+// Where a request's output goes: the loop pushes messages, the API thread pops them,
+// waiting on `mu` (Mutex::Await) until there is output or the request is done.
 struct RequestChannel {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<v1::GenerateResponse> out;
-  bool done = false;
-  absl::Status status;              // Final status once done.
-  std::atomic<bool> cancelled{false};  // Set by the API thread (client gone, deadline).
+  absl::Mutex mu;
+  std::deque<v1::GenerateResponse> out ABSL_GUARDED_BY(mu);
+  bool done ABSL_GUARDED_BY(mu) = false;
+  absl::Status status ABSL_GUARDED_BY(mu);  // Final status once done.
+  std::atomic<bool> cancelled{false};       // Set by the API thread (client gone, deadline).
 };
 
 // A validated request, already tokenized.
@@ -138,19 +142,19 @@ class Engine {
 
   Cluster* cluster_;
   const text::Tokenizer* tokenizer_;
-  Scheduler scheduler_;
+  Scheduler scheduler_;  // Loop thread only (ResetKvBlocks before Start); not guarded.
   const SpeculationOptions speculation_;
-  StepCostModel step_cost_;  // Decode-step time against rows, for the choice of k.
-  std::thread thread_;
+  StepCostModel step_cost_;  // Decode-step time against rows, for the choice of k. Loop thread only.
+  std::thread thread_;       // Start and the destructor only (the owner's thread).
   std::atomic<bool> stop_{false};
 
-  mutable std::mutex mu_;  // Guards the submission queue and the stats copy.
-  std::condition_variable cv_;
-  std::vector<std::pair<int64_t, std::shared_ptr<Active>>> submitted_;
-  EngineStats stats_;
-  int64_t next_seq_id_ = 1;
+  mutable absl::Mutex mu_;  // Guards the submission queue and the stats copy.
+  absl::CondVar cv_;        // Signalled by Submit and Wake; the idle loop waits on it.
+  std::vector<std::pair<int64_t, std::shared_ptr<Active>>> submitted_ ABSL_GUARDED_BY(mu_);
+  EngineStats stats_ ABSL_GUARDED_BY(mu_);
+  int64_t next_seq_id_ ABSL_GUARDED_BY(mu_) = 1;
 
-  // Loop-thread state.
+  // Loop-thread state: touched by the loop thread only, so not guarded.
   absl::flat_hash_map<int64_t, std::shared_ptr<Active>> active_;
   std::vector<int64_t> release_;  // Sequences whose worker state can be dropped.
   std::deque<int64_t> in_flight_;  // Batch ids sent, oldest first (results come in order).

@@ -1,5 +1,7 @@
 #include "coordinator/inference_service.h"
 
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "core/status.h"
 #include "core/str_cat.h"
 #include "text/chat_template.h"
@@ -101,8 +103,11 @@ grpc::Status InferenceService::Run(grpc::ServerContext* ctx, const v1::GenerateR
     bool done;
     absl::Status status;
     {
-      std::unique_lock<std::mutex> lock(ch->mu);
-      ch->cv.wait_for(lock, std::chrono::milliseconds(100), [&] { return !ch->out.empty() || ch->done; });
+      // Up to 100 ms, until the engine pushed output or ended the request (releasing ch->mu
+      // re-evaluates the condition).
+      absl::MutexLock lock(&ch->mu);
+      const auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(ch->mu) { return !ch->out.empty() || ch->done; };
+      ch->mu.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(100));
       batch.swap(ch->out);
       done = ch->done;
       status = ch->status;

@@ -1,15 +1,15 @@
 // The rendezvous key/value store behind PutKey/WaitKey: workers publish their data-plane
 // addresses here and wait for their peers'. Keys are write-once per cluster run.
-// Thread-safe.
+// Thread-safe: every member is guarded by `mu_`.
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <map>
-#include <mutex>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 
 namespace cascade::coordinator {
 
@@ -22,9 +22,8 @@ class KeyValueStore {
   void ErasePrefix(const std::string& prefix);
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<std::string, std::string> values_;
+  absl::Mutex mu_;
+  std::map<std::string, std::string> values_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace cascade::coordinator

@@ -74,9 +74,12 @@ absl::Status Launcher::Spawn(Child* c) {
   }
   ::close(fds[1]);
   {
-    std::lock_guard<std::mutex> lock(c->mu);
+    absl::MutexLock lock(&c->mu);
     c->pid = pid;
     c->out_fd = fds[0];
+    // A restart that raced StopAll (it checked `stopping` before StopAll set it): StopAll
+    // signalled the old pid, so this child is stopped here.
+    if (c->stopping) ::kill(-pid, SIGTERM);
   }
   CASCADE_LOG(Info) << "launched worker for stage " << l.stage << " (pid " << pid << ")";
   return absl::OkStatus();
@@ -92,7 +95,7 @@ void Launcher::Supervise(Child* c) {
       } else {
         std::fprintf(stderr, "[stage %d] %s", c->launch.stage, line);
       }
-      std::lock_guard<std::mutex> lock(c->mu);
+      absl::MutexLock lock(&c->mu);
       c->tail.emplace_back(line);
       if (c->tail.size() > 20) c->tail.pop_front();
     }
@@ -102,7 +105,7 @@ void Launcher::Supervise(Child* c) {
     std::string why = WIFSIGNALED(status) ? StrCat("killed by signal ", WTERMSIG(status))
                                           : StrCat("exited with code ", WEXITSTATUS(status));
     {
-      std::lock_guard<std::mutex> lock(c->mu);
+      absl::MutexLock lock(&c->mu);
       if (c->stopping) return;
       if (!c->tail.empty()) why += StrCat("; last output: ", c->tail.back());
     }
@@ -117,7 +120,7 @@ void Launcher::Supervise(Child* c) {
     if (usage_error) return;
     std::this_thread::sleep_for(restart_delay_);
     {
-      std::lock_guard<std::mutex> lock(c->mu);
+      absl::MutexLock lock(&c->mu);
       if (c->stopping) return;
     }
     if (absl::Status s = Spawn(c); !s.ok()) {
@@ -129,16 +132,20 @@ void Launcher::Supervise(Child* c) {
 
 void Launcher::StopAll() {
   for (auto& c : children_) {
-    std::lock_guard<std::mutex> lock(c->mu);
+    absl::MutexLock lock(&c->mu);
     c->stopping = true;
     if (c->pid > 0) ::kill(-c->pid, SIGTERM);
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
   for (auto& c : children_) {
-    while (::kill(c->pid, 0) == 0 && std::chrono::steady_clock::now() < deadline) {
+    const auto current_pid = [&c] {
+      absl::MutexLock lock(&c->mu);
+      return c->pid;
+    };
+    while (::kill(current_pid(), 0) == 0 && std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    ::kill(-c->pid, SIGKILL);
+    ::kill(-current_pid(), SIGKILL);
     if (c->logger.joinable()) c->logger.join();
   }
   children_.clear();

@@ -3,19 +3,22 @@
 // (PR_SET_PDEATHSIG). Their output is forwarded line by line with a "[stage N]" prefix,
 // and the last lines are kept so a worker that dies can be explained. A worker that dies
 // is started again after `restart_delay` (it registers anew and the cluster recovers).
-// Thread-safety: Launch/StopAll from one thread; the log threads are internal.
+// Thread-safety: Launch/StopAll (and OnExit, before the first Launch) from one thread; the
+// log threads are internal. Each child's output tail and stopping flag are guarded by its
+// `mu`; see Child for the fields that are not.
 #pragma once
 
 #include <chrono>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 
 namespace cascade::coordinator {
 
@@ -38,26 +41,33 @@ class Launcher {
   absl::Status Launch(const WorkerLaunch& launch);
   // Called (from a log thread) when a worker exits, with its stage, the reason, and
   // whether it stays down (it refused its arguments, exit 64: not restarted).
+  // Set it before the first Launch: the log threads read it unlocked.
   void OnExit(std::function<void(int stage, const std::string& why, bool final)> fn) { on_exit_ = std::move(fn); }
   void StopAll();
 
  private:
   struct Child {
-    WorkerLaunch launch;
+    WorkerLaunch launch;  // Set before its log thread starts; read-only afterwards.
+    // pid and out_fd are written under `mu` (Spawn) but not annotated: the log thread, their
+    // only writer once it runs (a restart), reads them without it. Other threads (StopAll)
+    // read pid under `mu`; a restart that raced StopAll stops its new child itself (Spawn).
     int pid = -1;
     int out_fd = -1;
-    std::thread logger;
-    std::mutex mu;
-    std::deque<std::string> tail;
-    bool stopping = false;
+    std::thread logger;  // Launch/StopAll's thread only.
+    absl::Mutex mu;
+    std::deque<std::string> tail ABSL_GUARDED_BY(mu);  // The last lines of output.
+    bool stopping ABSL_GUARDED_BY(mu) = false;
   };
   void Supervise(Child* child);
   absl::Status Spawn(Child* child);
 
+  // Set at construction (on_exit_ by OnExit before the first Launch), read-only afterwards:
+  // the log threads read them unlocked.
   std::string worker_binary_;
   std::string coordinator_address_;
   std::chrono::milliseconds restart_delay_;
   std::function<void(int, const std::string&, bool)> on_exit_;
+  // Launch/StopAll's thread only (a log thread holds its own Child*); not guarded.
   std::vector<std::unique_ptr<Child>> children_;
 };
 

@@ -17,7 +17,7 @@ WorkerService::~WorkerService() = default;
 
 grpc::Status WorkerService::LoadShard(grpc::ServerContext* context, const v1::LoadShardRequest* req,
                                       grpc::ServerWriter<v1::LoadProgress>* writer) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   executor_.reset();
   comm_.reset();
   tp_comm_.reset();
@@ -28,8 +28,8 @@ grpc::Status WorkerService::LoadShard(grpc::ServerContext* context, const v1::Lo
   // pipeline link of this TP rank (TP rank r of every stage).
   const int tp_size = std::max(1, req->tp_size());
   rendezvous_ = std::make_unique<GrpcRendezvous>(options_.coordinator);
-  const auto connect = [&](const std::string& group, int rank, int size, int64_t spin_us,
-                           v1::Transport transport) -> absl::StatusOr<std::unique_ptr<comm::Communicator>> {
+  const auto connect = [&](const std::string& group, int rank, int size, int64_t spin_us, v1::Transport transport)
+                           ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::StatusOr<std::unique_ptr<comm::Communicator>> {
     comm::GroupOptions g;
     g.group = group;
     g.rank = rank;
@@ -99,7 +99,7 @@ grpc::Status WorkerService::LoadShard(grpc::ServerContext* context, const v1::Lo
 
 grpc::Status WorkerService::Step(grpc::ServerContext* context,
                                  grpc::ServerReaderWriter<v1::StepResult, v1::StepRequest>* stream) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (executor_ == nullptr) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "Step before LoadShard");
   }

@@ -2,12 +2,16 @@
 // weights and KV cache), `Step` streams steps to the StageExecutor in arrival order.
 // One step stream at a time; LoadShard and Step never run concurrently (the coordinator
 // loads before it steps), which a mutex enforces.
+// Thread-safety: the gRPC handlers may run on any thread; the stage (rendezvous,
+// communicators, executor) is guarded by `mu_`, held for the whole of each handler.
+// `options_` is set at construction and read-only afterwards.
 #pragma once
 
 #include <memory>
-#include <mutex>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "cascade/v1/cluster.grpc.pb.h"
 #include "comm/communicator.h"
 #include "comm/ucx_communicator.h"
@@ -36,12 +40,12 @@ class WorkerService final : public v1::Worker::Service {
                     grpc::ServerReaderWriter<v1::StepResult, v1::StepRequest>* stream) override;
 
  private:
-  WorkerServiceOptions options_;
-  std::mutex mu_;  // Serialises LoadShard and Step.
-  std::unique_ptr<comm::Rendezvous> rendezvous_;
-  std::unique_ptr<comm::Communicator> comm_;     // Pipeline link of this TP rank.
-  std::unique_ptr<comm::Communicator> tp_comm_;  // The stage's TP group.
-  std::unique_ptr<StageExecutor> executor_;
+  const WorkerServiceOptions options_;
+  absl::Mutex mu_;  // Serialises LoadShard and Step.
+  std::unique_ptr<comm::Rendezvous> rendezvous_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<comm::Communicator> comm_ ABSL_GUARDED_BY(mu_);     // Pipeline link of this TP rank.
+  std::unique_ptr<comm::Communicator> tp_comm_ ABSL_GUARDED_BY(mu_);  // The stage's TP group.
+  std::unique_ptr<StageExecutor> executor_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace cascade::worker

@@ -17,11 +17,6 @@
 namespace cascade::text {
 namespace {
 
-using model::GgufFile;
-using model::TokenizerFromGguf;
-using model::TokenizerFromHfJson;
-using model::TokenizerSpecFromGguf;
-
 using ::testing::HasSubstr;
 
 const std::vector<ChatMessage>& Conversation() {
@@ -103,9 +98,9 @@ TEST(ChatTemplateTest, UnknownTemplatesSayWhatToPass) {
 
 TEST(ChatTemplateTest, DetectsDefaultModelsTemplateAndEncodesIt) {
   CASCADE_REQUIRE_FILE(path, ::cascade::testing::DefaultModelPath());
-  auto gguf = GgufFile::Open(path);
+  auto gguf = model::GgufFile::Open(path);
   ASSERT_TRUE(gguf.ok()) << gguf.status();
-  auto tok = TokenizerFromGguf(**gguf);
+  auto tok = model::TokenizerFromGguf(**gguf);
   ASSERT_TRUE(tok.ok()) << tok.status();
   auto kind = DetectChatTemplate((*tok)->chat_template());
   ASSERT_TRUE(kind.ok()) << kind.status();

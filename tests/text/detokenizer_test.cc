@@ -14,11 +14,6 @@
 namespace cascade::text {
 namespace {
 
-using model::GgufFile;
-using model::TokenizerFromGguf;
-using model::TokenizerFromHfJson;
-using model::TokenizerSpecFromGguf;
-
 using ::cascade::testing::TestDataPath;
 
 // A vocabulary of byte tokens only (SPM style), so any byte sequence can be fed.
@@ -99,9 +94,9 @@ TEST(DetokenizerTest, TakeCompleteUtf8Cases) {
 
 TEST(DetokenizerTest, StreamEqualsDecodeOnRealVocab) {
   CASCADE_REQUIRE_FILE(path, TestDataPath("models/stories260K.gguf"));
-  auto gguf = GgufFile::Open(path);
+  auto gguf = model::GgufFile::Open(path);
   ASSERT_TRUE(gguf.ok()) << gguf.status();
-  auto tok = TokenizerFromGguf(**gguf);
+  auto tok = model::TokenizerFromGguf(**gguf);
   ASSERT_TRUE(tok.ok()) << tok.status();
   const std::string text = " Once upon a time 😀 日本語 ½ months";  // Many byte tokens.
   const std::vector<int32_t> ids = (*tok)->Encode(text, /*add_special=*/true);

@@ -28,11 +28,6 @@
 namespace cascade::text {
 namespace {
 
-using model::GgufFile;
-using model::TokenizerFromGguf;
-using model::TokenizerFromHfJson;
-using model::TokenizerSpecFromGguf;
-
 using ::cascade::testing::DefaultModelPath;
 using ::cascade::testing::ReadFileOrDie;
 using ::cascade::testing::TestDataPath;
@@ -71,10 +66,10 @@ std::string Ids(const std::vector<int32_t>& ids) {
 }
 
 std::unique_ptr<Tokenizer> LoadGguf(const std::string& path) {
-  auto gguf = GgufFile::Open(path);
+  auto gguf = model::GgufFile::Open(path);
   EXPECT_TRUE(gguf.ok()) << gguf.status();
   if (!gguf.ok()) return nullptr;
-  auto tok = TokenizerFromGguf(**gguf);
+  auto tok = model::TokenizerFromGguf(**gguf);
   EXPECT_TRUE(tok.ok()) << tok.status();
   return tok.ok() ? std::move(*tok) : nullptr;
 }
@@ -231,7 +226,7 @@ TEST(TokenizerStories260K, SentencePieceWithByteFallback) {
 TEST(TokenizerTinyStories656K, GgufAndTokenizerJsonAgree) {
   CASCADE_REQUIRE_FILE(json_path, TestDataPath("models/tinystories-656k/tokenizer.json"));
   CASCADE_REQUIRE_FILE(gguf_path, TestDataPath("models/tinystories-656k-q8_0.gguf"));
-  auto from_json = TokenizerFromHfJson(json_path);
+  auto from_json = model::TokenizerFromHfJson(json_path);
   ASSERT_TRUE(from_json.ok()) << from_json.status();
   std::unique_ptr<Tokenizer> from_gguf = LoadGguf(gguf_path);
   ASSERT_NE(from_gguf, nullptr);
@@ -261,9 +256,9 @@ TEST(TokenizerTinyStories656K, GgufAndTokenizerJsonAgree) {
 
 TEST(TokenizerSmolLm2, ByteLevelBpeWithSmolLmPreTokenizer) {
   CASCADE_REQUIRE_FILE(path, DefaultModelPath());
-  auto gguf = GgufFile::Open(path);
+  auto gguf = model::GgufFile::Open(path);
   ASSERT_TRUE(gguf.ok()) << gguf.status();
-  auto spec = TokenizerSpecFromGguf(**gguf);
+  auto spec = model::TokenizerSpecFromGguf(**gguf);
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->pre_tokenizer, "smollm");
   const auto t0 = std::chrono::steady_clock::now();

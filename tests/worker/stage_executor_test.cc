@@ -186,6 +186,37 @@ TEST(StageExecutorTest, MalformedSpeculativeFieldsAreRefused) {
   }
 }
 
+// Bad ids and block tables are refused (InvalidArgument) before any compute, and the
+// executor then serves the next step as if the refused one never came.
+TEST(StageExecutorTest, MalformedIdsAndBlocksAreRefusedAndTheNextStepRuns) {
+  CASCADE_REQUIRE_FILE(path, testing::TestDataPath("models/stories260K.gguf"));
+  auto e = Make(path);
+  ASSERT_NE(e, nullptr);
+  using ::cascade::testing::StatusIs;
+  using ::testing::HasSubstr;
+  {
+    v1::StepRequest step;
+    AddSeq(step, {1, 512}, 0);  // stories260K has 512 tokens.
+    EXPECT_THAT(e->Execute(step), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("token id 512")));
+  }
+  {
+    v1::StepRequest step;
+    AddSeq(step, {1, 2}, 0)->set_block_table(3, 8);  // The cache has blocks [0, 8).
+    EXPECT_THAT(e->Execute(step), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("KV block 8")));
+  }
+  {
+    v1::StepRequest step;
+    v1::StepSequence* s = AddSeq(step, {1, 2, 3, 4, 5}, 0);
+    s->mutable_block_table()->Truncate(1);  // 4 positions per block: 5 need two.
+    EXPECT_THAT(e->Execute(step), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("do not cover 5")));
+  }
+  v1::StepRequest step;
+  AddSeq(step, {1}, 0);  // BOS: the golden's first token follows.
+  auto r = e->Execute(step);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(Tokens(*r), std::vector<int32_t>{kGolden[0]});
+}
+
 // Stages x tp executors on guarded backends, connected by UCX in process; each runs the
 // same steps (a prefill of BOS, then greedy decode), and the last stage's TP rank 0 answers.
 std::vector<int32_t> RunGuardedPipeline(const std::string& path, int n_stages, int tp, int n_tokens) {
