@@ -50,7 +50,8 @@ absl::StatusOr<v1::ModelInfo> Client::GetModelInfo() {
 absl::StatusOr<v1::ClusterStatus> Client::GetClusterStatus() {
   auto ctx = Context();
   v1::ClusterStatus resp;
-  if (grpc::Status s = stub_->GetClusterStatus(ctx.get(), v1::ClusterStatusRequest(), &resp); !s.ok()) return FromGrpc(s);
+  if (grpc::Status s = stub_->GetClusterStatus(ctx.get(), v1::ClusterStatusRequest(), &resp); !s.ok())
+    return FromGrpc(s);
   return resp;
 }
 

@@ -14,8 +14,8 @@
 namespace cascade::client {
 
 struct ClientOptions {
-  std::string address;                              // host:port of the coordinator.
-  std::chrono::milliseconds timeout{600000};        // Deadline of each call.
+  std::string address;                        // host:port of the coordinator.
+  std::chrono::milliseconds timeout{600000};  // Deadline of each call.
 };
 
 class Client {

@@ -23,8 +23,8 @@ absl::StatusOr<std::vector<int32_t>> BlockAllocator::Allocate(int32_t n) {
 absl::Status BlockAllocator::AllocateInto(int32_t n, std::vector<int32_t>* table) {
   CASCADE_CHECK(n >= 0) << "Allocate(" << n << ")";
   if (n > n_free()) {
-    return absl::ResourceExhaustedError(StrCat("KV cache: ", n, " blocks requested, ", n_free(),
-                                               " of ", n_total(), " free"));
+    return absl::ResourceExhaustedError(
+        StrCat("KV cache: ", n, " blocks requested, ", n_free(), " of ", n_total(), " free"));
   }
   table->reserve(table->size() + n);
   for (int32_t i = 0; i < n; ++i) {

@@ -109,7 +109,8 @@ absl::StatusOr<v1::RegisterResponse> Cluster::Register(const v1::RegisterRequest
     resp.set_heartbeat_ms(options_.heartbeat_ms);
     CASCADE_LOG(Info) << "worker " << req.address() << " (pid " << req.pid() << ", node " << req.node() << ", "
                       << device << ") registered as "
-                      << (s->draft ? std::string("the drafter") : StrCat("stage ", s->stage.pp_stage, " tp rank ", s->tp_rank));
+                      << (s->draft ? std::string("the drafter")
+                                   : StrCat("stage ", s->stage.pp_stage, " tp rank ", s->tp_rank));
     return resp;
   }
   std::string open;
@@ -149,7 +150,9 @@ absl::Status Cluster::BringUp(std::chrono::milliseconds timeout) {
     if (!all) {
       std::string missing;
       for (auto& s : slots_) {
-        if (s->state == WorkerState::kWaiting) missing += StrCat(" stage ", s->stage.pp_stage, " tp ", s->tp_rank, " (", s->node, "/", s->device.ToString(), ")");
+        if (s->state == WorkerState::kWaiting)
+          missing +=
+              StrCat(" stage ", s->stage.pp_stage, " tp ", s->tp_rank, " (", s->node, "/", s->device.ToString(), ")");
       }
       return absl::DeadlineExceededError(StrCat("workers did not register within ", timeout.count(), " ms:", missing));
     }
@@ -176,9 +179,10 @@ absl::Status Cluster::SizeKvFromGpus() {
                                               ", ", s->device.ToString());
     // The planner's estimate of the stage's weights, split evenly over its TP ranks.
     const int64_t weights = s->stage.weight_bytes / (s->draft ? 1 : tp_size());
-    const int64_t block_bytes = s->draft ? options_.draft_block_bytes : options_.stage_block_bytes.at(s->stage.pp_stage);
-    CASCADE_ASSIGN_OR_RETURN(int64_t fit, GpuKvBlocks(s->memory_bytes, weights, block_bytes,
-                                                            options_.gpu_memory_fraction, who));
+    const int64_t block_bytes =
+        s->draft ? options_.draft_block_bytes : options_.stage_block_bytes.at(s->stage.pp_stage);
+    CASCADE_ASSIGN_OR_RETURN(int64_t fit,
+                             GpuKvBlocks(s->memory_bytes, weights, block_bytes, options_.gpu_memory_fraction, who));
     if (fit < blocks) {
       blocks = fit;
       tightest = who;
@@ -312,14 +316,16 @@ absl::Status Cluster::LoadOne(int i, const std::string& group) {
   while (reader->Read(&p)) done = done || p.done();
   const grpc::Status s = reader->Finish();
   if (!s.ok() || !done) {
-    const std::string why = StrCat(draft ? std::string("the drafter") : StrCat("stage ", stage.pp_stage), " (worker ", address, ") failed to load: ",
-                                   s.ok() ? std::string("stream ended early") : s.error_message());
+    const std::string why =
+        StrCat(draft ? std::string("the drafter") : StrCat("stage ", stage.pp_stage), " (worker ", address,
+               ") failed to load: ", s.ok() ? std::string("stream ended early") : s.error_message());
     absl::MutexLock lock(&mu_);
     MarkDead(i, why);
     return absl::UnavailableError(why);
   }
- CASCADE_LOG(Info) << (draft ? std::string("the drafter") : StrCat("stage ", stage.pp_stage)) << " loaded: " << p.weight_bytes() / 1048576.0 << " MiB weights, "
-                    << p.kv_bytes() / 1048576.0 << " MiB KV";
+  CASCADE_LOG(Info) << (draft ? std::string("the drafter") : StrCat("stage ", stage.pp_stage))
+                    << " loaded: " << p.weight_bytes() / 1048576.0 << " MiB weights, " << p.kv_bytes() / 1048576.0
+                    << " MiB KV";
   absl::MutexLock lock(&mu_);
   slots_[i]->stage.weight_bytes = p.weight_bytes();  // This worker's share.
   return absl::OkStatus();
@@ -371,11 +377,9 @@ std::string Cluster::DeadDescription() const {
   std::string out;
   for (const auto& s : slots_) {
     if (s->state == WorkerState::kDead) {
-      out += StrCat(out.empty() ? "" : "; ",
-                    s->draft ? std::string("drafter") : StrCat("stage ", s->stage.pp_stage),
-                    tp_size() > 1 && !s->draft ? StrCat(" tp ", s->tp_rank) : "",
-                    " worker ", s->address.empty() ? "?" : s->address,
-                    " (pid ", s->pid, ") is dead: ", s->death);
+      out += StrCat(out.empty() ? "" : "; ", s->draft ? std::string("drafter") : StrCat("stage ", s->stage.pp_stage),
+                    tp_size() > 1 && !s->draft ? StrCat(" tp ", s->tp_rank) : "", " worker ",
+                    s->address.empty() ? "?" : s->address, " (pid ", s->pid, ") is dead: ", s->death);
     }
   }
   return out;
@@ -419,9 +423,8 @@ absl::Status Cluster::SendDraft(const v1::StepRequest& step) {
 absl::StatusOr<v1::StepResult> Cluster::NextResult(std::chrono::milliseconds timeout) {
   absl::MutexLock lock(&mu_);
   // Re-evaluated whenever mu_ is released (a result arrives, a worker is marked dead).
-  const auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return !results_.empty() || !DeadDescription().empty();
-  };
+  const auto ready = [&]()
+                         ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !results_.empty() || !DeadDescription().empty(); };
   const bool got = mu_.AwaitWithTimeout(absl::Condition(&ready), absl::FromChrono(timeout));
   if (!results_.empty()) {
     v1::StepResult r = std::move(results_.front());

@@ -29,9 +29,9 @@
 namespace cascade::coordinator {
 
 struct ClusterOptions {
-  std::string model_path;            // As the workers should open it.
-  std::string group = "cascade";     // Rendezvous key prefix of this run.
-  int64_t kv_blocks = 0;             // KV blocks per stage (an upper bound with size_kv_from_gpus).
+  std::string model_path;         // As the workers should open it.
+  std::string group = "cascade";  // Rendezvous key prefix of this run.
+  int64_t kv_blocks = 0;          // KV blocks per stage (an upper bound with size_kv_from_gpus).
   // At bring-up, lower kv_blocks to what every registered cuda:N worker holds after its
   // weights (coordinator/kv_budget.h): gpu_memory_fraction of the free memory it reported,
   // KV blocks of stage_block_bytes[pp_stage] (draft_block_bytes for the drafter) bytes.
@@ -45,8 +45,8 @@ struct ClusterOptions {
   // Stage hand-off over NCCL (transport.activations: nccl; all devices cuda) rather than UCX.
   bool pp_nccl = false;
 
-  int64_t heartbeat_ms = 500;        // Interval workers are told to use.
-  int64_t dead_after_ms = 3000;      // No heartbeat for this long = dead.
+  int64_t heartbeat_ms = 500;    // Interval workers are told to use.
+  int64_t dead_after_ms = 3000;  // No heartbeat for this long = dead.
   // The drafter worker (speculative decoding with a self or model drafter), when set: one
   // more worker, registered with `draft`, that loads layers [0, draft_layers) of
   // draft_model_path plus its head into its own KV cache of kv_blocks blocks.
@@ -114,12 +114,12 @@ class Cluster {
  private:
   struct Slot {
     StagePlan stage;
-    int tp_rank = 0;    // This worker's rank in the stage's TP group.
+    int tp_rank = 0;     // This worker's rank in the stage's TP group.
     bool draft = false;  // The drafter worker (last slot).
-    int rank = 0;       // Global worker rank.
+    int rank = 0;        // Global worker rank.
     std::string node;
     Device device;
-    bool nccl = false;  // The registered worker's binary has NCCL.
+    bool nccl = false;         // The registered worker's binary has NCCL.
     int64_t memory_bytes = 0;  // What it reported it can use (a GPU's free memory).
     WorkerState state = WorkerState::kWaiting;
     std::string address;

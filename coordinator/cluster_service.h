@@ -18,8 +18,8 @@ class ClusterService final : public v1::Coordinator::Service {
   grpc::Status WaitKey(grpc::ServerContext*, const v1::WaitKeyRequest*, v1::WaitKeyResponse*) override;
 
  private:
-  Cluster* cluster_;       // Borrowed.
-  KeyValueStore* store_;   // Borrowed.
+  Cluster* cluster_;      // Borrowed.
+  KeyValueStore* store_;  // Borrowed.
 };
 
 }  // namespace cascade::coordinator

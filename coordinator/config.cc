@@ -74,12 +74,10 @@ class Parser {
     return node.Scalar();
   }
 
-  absl::StatusOr<int64_t> GetInt(const YAML::Node& node, std::string_view path, int64_t min,
-                                 int64_t max) const {
+  absl::StatusOr<int64_t> GetInt(const YAML::Node& node, std::string_view path, int64_t min, int64_t max) const {
     int64_t value = 0;
     if (!node.IsScalar() || !absl::SimpleAtoi(node.Scalar(), &value)) {
-      return Error(node, path,
-                   StrCat("expected an integer, got '", node.IsScalar() ? node.Scalar() : "", "'"));
+      return Error(node, path, StrCat("expected an integer, got '", node.IsScalar() ? node.Scalar() : "", "'"));
     }
     if (value < min) return Error(node, path, StrCat("must be >= ", min, ", got ", value));
     if (value > max) return Error(node, path, StrCat("must be <= ", max, ", got ", value));
@@ -155,8 +153,7 @@ absl::Status Parser::ParseNodes(const YAML::Node& node, std::vector<NodeSection>
     const std::string devices_path = StrCat(path, ".devices");
     if (!devices.IsDefined()) return Error(entry, devices_path, "required key is missing");
     if (!devices.IsSequence() || devices.size() == 0) {
-      return Error(devices, devices_path,
-                   "expected a non-empty list such as [cpu, cpu] or [cuda:0]");
+      return Error(devices, devices_path, "expected a non-empty list such as [cpu, cpu] or [cuda:0]");
     }
     for (size_t d = 0; d < devices.size(); ++d) {
       const std::string device_path = StrCat(devices_path, "[", d, "]");
@@ -181,8 +178,7 @@ absl::Status Parser::ParseNodes(const YAML::Node& node, std::vector<NodeSection>
       } else if (mode == "external") {
         section.launch = LaunchMode::kExternal;
       } else {
-        return Error(launch, launch_path,
-                     StrCat("unknown launch mode '", mode, "' (local or external)"));
+        return Error(launch, launch_path, StrCat("unknown launch mode '", mode, "' (local or external)"));
       }
     }
     out->push_back(std::move(section));
@@ -208,8 +204,7 @@ absl::Status Parser::ParseServer(const YAML::Node& node, ServerSection* out) con
   } else {
     const size_t colon = text.rfind(':');
     if (colon == std::string::npos || text.find(':') != colon) {
-      return Error(listen, "server.listen",
-                   StrCat("expected HOST:PORT (IPv6 as [ADDR]:PORT), got '", text, "'"));
+      return Error(listen, "server.listen", StrCat("expected HOST:PORT (IPv6 as [ADDR]:PORT), got '", text, "'"));
     }
     host = text.substr(0, colon);
     port_text = text.substr(colon + 1);
@@ -217,8 +212,7 @@ absl::Status Parser::ParseServer(const YAML::Node& node, ServerSection* out) con
   int port = 0;
   if (host.empty() || !absl::SimpleAtoi(port_text, &port) || port < 0 || port > 65535) {
     return Error(listen, "server.listen",
-                 StrCat("expected HOST:PORT with a port in [0, 65535] (0 = any free port), got '",
-                        text, "'"));
+                 StrCat("expected HOST:PORT with a port in [0, 65535] (0 = any free port), got '", text, "'"));
   }
   out->listen = text;
   out->listen_host = host;
@@ -228,30 +222,28 @@ absl::Status Parser::ParseServer(const YAML::Node& node, ServerSection* out) con
 
 absl::Status Parser::ParseScheduler(const YAML::Node& node, SchedulerSection* out) const {
   if (!node.IsDefined()) return absl::OkStatus();
-  CASCADE_RETURN_IF_ERROR(CheckMap(
-      node, "scheduler",
-      {"max_num_seqs", "max_batched_tokens", "kv_block_size", "kv_cache_mb", "gpu_memory_fraction"}));
+  CASCADE_RETURN_IF_ERROR(
+      CheckMap(node, "scheduler",
+               {"max_num_seqs", "max_batched_tokens", "kv_block_size", "kv_cache_mb", "gpu_memory_fraction"}));
   constexpr int64_t kIntMax = std::numeric_limits<int>::max();
   if (const YAML::Node n = Child(node, "max_num_seqs"); n.IsDefined()) {
     CASCADE_ASSIGN_OR_RETURN(out->max_num_seqs, GetInt(n, "scheduler.max_num_seqs", 1, kIntMax));
   }
   if (const YAML::Node n = Child(node, "max_batched_tokens"); n.IsDefined()) {
-    CASCADE_ASSIGN_OR_RETURN(out->max_batched_tokens,
-                             GetInt(n, "scheduler.max_batched_tokens", 1, kIntMax));
+    CASCADE_ASSIGN_OR_RETURN(out->max_batched_tokens, GetInt(n, "scheduler.max_batched_tokens", 1, kIntMax));
   }
   if (const YAML::Node n = Child(node, "kv_block_size"); n.IsDefined()) {
     int64_t value = 0;
     if (!n.IsScalar() || !absl::SimpleAtoi(n.Scalar(), &value) || value < 1 || value > 1024 ||
         (value & (value - 1)) != 0) {
-      return Error(n, "scheduler.kv_block_size",
-                   StrCat("must be a positive power of two (at most 1024), got '",
-                          n.IsScalar() ? n.Scalar() : "", "'"));
+      return Error(
+          n, "scheduler.kv_block_size",
+          StrCat("must be a positive power of two (at most 1024), got '", n.IsScalar() ? n.Scalar() : "", "'"));
     }
     out->kv_block_size = static_cast<int>(value);
   }
   if (const YAML::Node n = Child(node, "kv_cache_mb"); n.IsDefined()) {
-    CASCADE_ASSIGN_OR_RETURN(out->kv_cache_mb,
-                             GetInt(n, "scheduler.kv_cache_mb", 1, int64_t{1} << 30));
+    CASCADE_ASSIGN_OR_RETURN(out->kv_cache_mb, GetInt(n, "scheduler.kv_cache_mb", 1, int64_t{1} << 30));
     out->kv_cache_mb_given = true;
   }
   if (const YAML::Node n = Child(node, "gpu_memory_fraction"); n.IsDefined()) {
@@ -271,8 +263,7 @@ absl::Status Parser::ParseTransport(const YAML::Node& node, const std::vector<No
   CASCADE_RETURN_IF_ERROR(CheckMap(node, "transport", {"activations"}));
   const YAML::Node activations = Child(node, "activations");
   if (!activations.IsDefined()) return absl::OkStatus();
-  CASCADE_ASSIGN_OR_RETURN(const std::string name,
-                           GetString(activations, "transport.activations"));
+  CASCADE_ASSIGN_OR_RETURN(const std::string name, GetString(activations, "transport.activations"));
   if (name == "ucx") {
     out->activations = ActivationTransport::kUcx;
   } else if (name == "nccl") {
@@ -280,14 +271,14 @@ absl::Status Parser::ParseTransport(const YAML::Node& node, const std::vector<No
     for (size_t i = 0; i < nodes.size(); ++i) {
       for (size_t d = 0; d < nodes[i].devices.size(); ++d) {
         if (nodes[i].devices[d].kind == DeviceKind::kCuda) continue;
-        return Error(activations, "transport.activations",
-                     StrCat("nccl moves GPU memory, but nodes[", i, "].devices[", d, "] is cpu (use ucx, or cuda:N devices)"));
+        return Error(
+            activations, "transport.activations",
+            StrCat("nccl moves GPU memory, but nodes[", i, "].devices[", d, "] is cpu (use ucx, or cuda:N devices)"));
       }
     }
     out->activations = ActivationTransport::kNccl;
   } else {
-    return Error(activations, "transport.activations",
-                 StrCat("unknown transport '", name, "' (ucx or nccl)"));
+    return Error(activations, "transport.activations", StrCat("unknown transport '", name, "' (ucx or nccl)"));
   }
   return absl::OkStatus();
 }
@@ -295,8 +286,8 @@ absl::Status Parser::ParseTransport(const YAML::Node& node, const std::vector<No
 absl::Status Parser::ParseDraft(const YAML::Node& node, const std::vector<NodeSection>& nodes,
                                 DraftSection* out) const {
   if (!node.IsDefined() || node.IsNull()) return absl::OkStatus();
-  CASCADE_RETURN_IF_ERROR(CheckMap(node, "draft", {"ngram", "self", "model", "node", "devices", "tensor",
-                                                   "num_tokens", "adaptive", "max_batch"}));
+  CASCADE_RETURN_IF_ERROR(CheckMap(
+      node, "draft", {"ngram", "self", "model", "node", "devices", "tensor", "num_tokens", "adaptive", "max_batch"}));
   int kinds = 0;
   if (const YAML::Node n = Child(node, "ngram"); n.IsDefined()) {
     ++kinds;
@@ -359,8 +350,8 @@ absl::StatusOr<ClusterConfig> Parser::Parse(const YAML::Node& root) {
     return absl::InvalidArgumentError(
         StrCat(source_, ": expected a mapping with model, parallel, nodes, ... at the top level"));
   }
-  CASCADE_RETURN_IF_ERROR(CheckMap(
-      root, "", {"model", "draft", "parallel", "nodes", "server", "scheduler", "transport"}));
+  CASCADE_RETURN_IF_ERROR(
+      CheckMap(root, "", {"model", "draft", "parallel", "nodes", "server", "scheduler", "transport"}));
   ClusterConfig config;
   config.source = source_;
   CASCADE_RETURN_IF_ERROR(ParseModel(root["model"], &config.model));
@@ -375,8 +366,8 @@ absl::StatusOr<ClusterConfig> Parser::Parse(const YAML::Node& root) {
   const int64_t needed = int64_t{config.parallel.pipeline} * config.parallel.tensor;
   if (config.TotalDevices() < needed) {
     return Error(parallel.IsDefined() ? parallel : root["nodes"], "parallel.pipeline",
-                 StrCat("pipeline ", config.parallel.pipeline, " x tensor ", config.parallel.tensor,
-                        " needs ", needed, " devices, but nodes list ", config.TotalDevices()));
+                 StrCat("pipeline ", config.parallel.pipeline, " x tensor ", config.parallel.tensor, " needs ", needed,
+                        " devices, but nodes list ", config.TotalDevices()));
   }
   return config;
 }
@@ -415,8 +406,7 @@ int ClusterConfig::TotalDevices() const {
   return n;
 }
 
-absl::StatusOr<ClusterConfig> ParseClusterConfig(std::string_view yaml_text,
-                                                 std::string_view source_name) {
+absl::StatusOr<ClusterConfig> ParseClusterConfig(std::string_view yaml_text, std::string_view source_name) {
   try {
     const YAML::Node root = YAML::Load(std::string(yaml_text));
     return Parser(source_name).Parse(root);

@@ -173,8 +173,7 @@ struct ClusterConfig {
 // Parses and validates YAML text. `source_name` prefixes error messages. A relative
 // `model.path` is kept as written (there is no file to resolve it against).
 // Errors: InvalidArgument for malformed YAML or any invalid field, naming the key.
-absl::StatusOr<ClusterConfig> ParseClusterConfig(std::string_view yaml_text,
-                                                 std::string_view source_name);
+absl::StatusOr<ClusterConfig> ParseClusterConfig(std::string_view yaml_text, std::string_view source_name);
 
 // Reads `path` and parses it as above; a relative `model.path` is resolved against the
 // directory containing `path`.

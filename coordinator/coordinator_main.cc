@@ -31,14 +31,15 @@ void OnSignal(int) { g_stop = true; }
 
 int Fail(const absl::Status& s) {
   std::string msg(s.message());
-  for (char& c : msg) if (c == '\n') c = ' ';
+  for (char& c : msg)
+    if (c == '\n') c = ' ';
   std::fprintf(stderr, "cascade-coordinator: %s\n", msg.c_str());
   return 2;
 }
 
 // Flags after --config.
 struct Flags {
-  int n_threads = 1;       // --worker-threads: CPU threads of each local worker.
+  int n_threads = 1;        // --worker-threads: CPU threads of each local worker.
   int64_t startup_s = 120;  // --startup-timeout: seconds to wait for every worker.
   bool list_workers = false;
 };
@@ -99,7 +100,8 @@ int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coor
   server->GetHealthCheckService()->SetServingStatus(true);
   CASCADE_LOG(Info) << "ready on " << address << " (" << cluster.n_stages() << " stage(s) x tp " << cluster.tp_size()
                     << ", " << n_blocks << " KV blocks of " << bs << ", context " << max_context
-                    << (draft.kind == DraftKind::kNone ? std::string() : StrCat(", drafter ", DraftKindName(draft.kind)))
+                    << (draft.kind == DraftKind::kNone ? std::string()
+                                                       : StrCat(", drafter ", DraftKindName(draft.kind)))
                     << ")";
   while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   CASCADE_LOG(Info) << "shutting down";

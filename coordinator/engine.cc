@@ -3,10 +3,10 @@
 #include <algorithm>
 
 #include "absl/time/time.h"
+#include "coordinator/ngram_drafter.h"
 #include "core/logging.h"
 #include "core/status.h"
 #include "core/str_cat.h"
-#include "coordinator/ngram_drafter.h"
 
 namespace cascade::coordinator {
 namespace {
@@ -52,7 +52,9 @@ Engine::~Engine() {
   if (thread_.joinable()) thread_.join();
 }
 
-void Engine::Start() { thread_ = std::thread([this] { Loop(); }); }
+void Engine::Start() {
+  thread_ = std::thread([this] { Loop(); });
+}
 
 void Engine::ResetKvBlocks(int32_t n_blocks) {
   CASCADE_CHECK(!thread_.joinable()) << "ResetKvBlocks after Start";
@@ -142,10 +144,10 @@ void Engine::Admit() {
     if (!cluster_->Healthy()) {
       v1::GenerateResponse last;
       Push(*a->channel, last, true, absl::UnavailableError(StrCat("the cluster is degraded, not serving: ", [&] {
-             v1::ClusterStatus st;
-             cluster_->FillStatus(&st);
-             return st.detail().empty() ? st.state() : st.detail();
-           }())));
+        v1::ClusterStatus st;
+        cluster_->FillStatus(&st);
+        return st.detail().empty() ? st.state() : st.detail();
+      }())));
       continue;
     }
     SequenceSpec spec;
@@ -421,7 +423,8 @@ void Engine::Emit(const std::vector<TokenEvent>& events, const TokensBySeq& by_s
 void Engine::Finish(int64_t seq_id, Active& a, v1::GenerateResponse& last) {
   last.mutable_text()->append(a.output->Flush());
   last.set_finish_reason(std::string(text::FinishReasonName(a.output->reason())));
-  last.set_finish(a.output->reason() == text::FinishReason::kLength ? v1::FINISH_REASON_LENGTH : v1::FINISH_REASON_STOP);
+  last.set_finish(a.output->reason() == text::FinishReason::kLength ? v1::FINISH_REASON_LENGTH
+                                                                    : v1::FINISH_REASON_STOP);
   v1::Usage* u = last.mutable_usage();
   u->set_prompt_tokens(static_cast<int32_t>(a.req.prompt.size()));
   u->set_completion_tokens(static_cast<int32_t>(a.generated.size()));

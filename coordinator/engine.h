@@ -58,8 +58,8 @@ struct EngineRequest {
   sampling::SamplingParams sampling;
   int32_t max_tokens = 256;
   text::StopConditions stops;  // EOS handling, stop strings and stop ids.
-  bool speculate = true;      // Off: plain decoding for this request.
-  int32_t num_tokens = 0;     // Most drafts per step; 0: the cluster's draft.num_tokens.
+  bool speculate = true;       // Off: plain decoding for this request.
+  int32_t num_tokens = 0;      // Most drafts per step; 0: the cluster's draft.num_tokens.
 };
 
 struct EngineStats {
@@ -102,10 +102,10 @@ class Engine {
   };
   struct Sent {
     std::chrono::steady_clock::time_point t0;
-    int64_t rows = 0;          // Positions scored by the step.
-    bool decode_only = true;   // No prompt chunk: its time feeds the step cost model.
+    int64_t rows = 0;                                // Positions scored by the step.
+    bool decode_only = true;                         // No prompt chunk: its time feeds the step cost model.
     absl::flat_hash_map<int64_t, Verified> drafted;  // Sequences whose drafts are verified.
-    std::vector<int64_t> seqs;                        // Every sequence in the step.
+    std::vector<int64_t> seqs;                       // Every sequence in the step.
   };
   // A batch waiting for the drafter worker.
   struct Drafting {
@@ -156,7 +156,7 @@ class Engine {
 
   // Loop-thread state: touched by the loop thread only, so not guarded.
   absl::flat_hash_map<int64_t, std::shared_ptr<Active>> active_;
-  std::vector<int64_t> release_;  // Sequences whose worker state can be dropped.
+  std::vector<int64_t> release_;   // Sequences whose worker state can be dropped.
   std::deque<int64_t> in_flight_;  // Batch ids sent, oldest first (results come in order).
   absl::flat_hash_map<int64_t, Sent> sent_;
   absl::flat_hash_map<int64_t, Drafting> drafting_;  // Batch id -> step awaiting drafts.

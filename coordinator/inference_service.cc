@@ -4,8 +4,8 @@
 #include "absl/time/time.h"
 #include "core/status.h"
 #include "core/str_cat.h"
-#include "text/chat_template.h"
 #include "proto/grpc_status.h"
+#include "text/chat_template.h"
 
 namespace cascade::coordinator {
 
@@ -20,13 +20,13 @@ InferenceService::InferenceService(Engine* engine, Cluster* cluster, const text:
 
 absl::StatusOr<std::vector<int32_t>> InferenceService::PromptIds(const v1::Prompt& prompt, bool add_special) const {
   switch (prompt.kind_case()) {
-    case v1::Prompt::kText:
-      return tokenizer_->Encode(prompt.text(), add_special);
+    case v1::Prompt::kText: return tokenizer_->Encode(prompt.text(), add_special);
     case v1::Prompt::kIds: {
       std::vector<int32_t> ids(prompt.ids().ids().begin(), prompt.ids().ids().end());
       for (int32_t id : ids) {
         if (id < 0 || id >= config_.n_vocab) {
-          return absl::InvalidArgumentError(StrCat("prompt.ids: id ", id, " is outside the vocabulary [0, ", config_.n_vocab, ")"));
+          return absl::InvalidArgumentError(
+              StrCat("prompt.ids: id ", id, " is outside the vocabulary [0, ", config_.n_vocab, ")"));
         }
       }
       return ids;
@@ -44,8 +44,7 @@ absl::StatusOr<std::vector<int32_t>> InferenceService::PromptIds(const v1::Promp
       for (const auto& m : chat.messages()) msgs.push_back({m.role(), m.content()});
       return tokenizer_->Encode(text::ApplyChatTemplate(kind, msgs, true), false);
     }
-    case v1::Prompt::KIND_NOT_SET:
-      break;
+    case v1::Prompt::KIND_NOT_SET: break;
   }
   return absl::InvalidArgumentError("prompt: give text, ids or chat");
 }
@@ -72,8 +71,8 @@ absl::StatusOr<EngineRequest> InferenceService::Prepare(const v1::GenerateReques
   const int64_t n = static_cast<int64_t>(r.prompt.size());
   const int64_t max_context = max_context_.load();
   if (n >= max_context) {
-    return absl::InvalidArgumentError(StrCat("prompt: ", n, " tokens, the context holds ", max_context,
-                                             " (leave room for at least one new token)"));
+    return absl::InvalidArgumentError(
+        StrCat("prompt: ", n, " tokens, the context holds ", max_context, " (leave room for at least one new token)"));
   }
   r.max_tokens = static_cast<int32_t>(std::min<int64_t>(r.max_tokens, max_context - n));
   r.stops.ignore_eos = req.ignore_eos();
@@ -84,8 +83,7 @@ absl::StatusOr<EngineRequest> InferenceService::Prepare(const v1::GenerateReques
     r.speculate = !sp.has_enabled() || sp.enabled();
     if (sp.has_num_tokens()) {
       if (sp.num_tokens() < 1 || sp.num_tokens() > 16) {
-        return absl::InvalidArgumentError(
-            StrCat("speculative.num_tokens = ", sp.num_tokens(), ": must be in [1, 16]"));
+        return absl::InvalidArgumentError(StrCat("speculative.num_tokens = ", sp.num_tokens(), ": must be in [1, 16]"));
       }
       r.num_tokens = sp.num_tokens();
     }
@@ -149,7 +147,8 @@ grpc::Status InferenceService::Complete(grpc::ServerContext* ctx, const v1::Gene
   return s;
 }
 
-grpc::Status InferenceService::Tokenize(grpc::ServerContext*, const v1::TokenizeRequest* req, v1::TokenizeResponse* resp) {
+grpc::Status InferenceService::Tokenize(grpc::ServerContext*, const v1::TokenizeRequest* req,
+                                        v1::TokenizeResponse* resp) {
   auto ids = PromptIds(req->prompt(), req->add_special());
   if (!ids.ok()) return ToGrpc(ids.status());
   for (int32_t id : *ids) {

@@ -26,8 +26,8 @@ struct InferenceServiceOptions {
 
 class InferenceService final : public v1::Inference::Service {
  public:
-  InferenceService(Engine* engine, Cluster* cluster, const text::Tokenizer* tokenizer,
-                   const model::ModelConfig& config, const InferenceServiceOptions& options);
+  InferenceService(Engine* engine, Cluster* cluster, const text::Tokenizer* tokenizer, const model::ModelConfig& config,
+                   const InferenceServiceOptions& options);
 
   grpc::Status Generate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
                         grpc::ServerWriter<v1::GenerateResponse>* writer) override;

@@ -48,8 +48,9 @@ absl::Status Launcher::Spawn(Child* c) {
   const WorkerLaunch& l = c->launch;
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return absl::InternalError(StrCat("pipe: ", std::strerror(errno)));
-  std::vector<std::string> args = {worker_binary_, "--coordinator", coordinator_address_, "--node", l.node,
-                                   "--device", l.device, "--threads", std::to_string(l.n_threads)};
+  std::vector<std::string> args = {worker_binary_, "--coordinator", coordinator_address_,
+                                   "--node",       l.node,          "--device",
+                                   l.device,       "--threads",     std::to_string(l.n_threads)};
   if (l.draft) args.push_back("--draft");
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);

@@ -23,10 +23,10 @@
 namespace cascade::coordinator {
 
 struct WorkerLaunch {
-  int stage = 0;                  // Pipeline stage, for log prefixes; -1 for the drafter.
-  bool draft = false;             // The drafter worker (`--draft`).
+  int stage = 0;       // Pipeline stage, for log prefixes; -1 for the drafter.
+  bool draft = false;  // The drafter worker (`--draft`).
   std::string node;
-  std::string device;             // "cpu".
+  std::string device;  // "cpu".
   int n_threads = 1;
   std::vector<std::string> extra_env;  // "KEY=VALUE" added to the worker's environment.
 };

@@ -13,9 +13,9 @@
 namespace cascade::coordinator {
 
 struct NgramOptions {
-  int max_n = 3;       // Longest suffix to match. REQUIRES >= 1.
-  int min_n = 1;       // Shortest suffix accepted as a match. REQUIRES 1 <= min_n <= max_n.
-  int n_draft = 4;     // Tokens to propose at most. REQUIRES >= 1.
+  int max_n = 3;    // Longest suffix to match. REQUIRES >= 1.
+  int min_n = 1;    // Shortest suffix accepted as a match. REQUIRES 1 <= min_n <= max_n.
+  int n_draft = 4;  // Tokens to propose at most. REQUIRES >= 1.
 };
 
 // Up to n_draft tokens continuing `history` [n_tokens] (prompt and generated), or none

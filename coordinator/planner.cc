@@ -14,8 +14,8 @@ namespace {
 constexpr int64_t kInf = std::numeric_limits<int64_t>::max();
 
 // Bytes of stage `s` (of `n_stages`) holding layers [first, last), from prefix sums.
-int64_t StageBytes(const PlannerInput& in, const std::vector<int64_t>& prefix, int s,
-                   int n_stages, int first, int last) {
+int64_t StageBytes(const PlannerInput& in, const std::vector<int64_t>& prefix, int s, int n_stages, int first,
+                   int last) {
   int64_t bytes = prefix[last] - prefix[first];
   if (s == 0) bytes += in.embedding_bytes;
   if (s == n_stages - 1) bytes += in.head_bytes;
@@ -36,27 +36,24 @@ absl::Status ValidatePlannerInput(const PlannerInput& input) {
     return absl::InvalidArgumentError("planner: negative embedding or head size");
   }
   if (n_stages < 1) {
-    return absl::InvalidArgumentError(
-        StrCat("parallel.pipeline: must be >= 1, got ", n_stages));
+    return absl::InvalidArgumentError(StrCat("parallel.pipeline: must be >= 1, got ", n_stages));
   }
   if (n_stages > n) {
-    return absl::InvalidArgumentError(
-        StrCat("parallel.pipeline: ", n_stages, " stages but the model has only ", n,
-               " layers (every stage needs at least one)"));
+    return absl::InvalidArgumentError(StrCat("parallel.pipeline: ", n_stages, " stages but the model has only ", n,
+                                             " layers (every stage needs at least one)"));
   }
   const int t = input.tensor_size;
   if (t < 1) return absl::InvalidArgumentError(StrCat("parallel.tensor: must be >= 1, got ", t));
   if (static_cast<int>(input.devices.size()) < n_stages * t) {
     return absl::InvalidArgumentError(StrCat("parallel.pipeline x parallel.tensor: ", n_stages, " x ", t,
-                                             " workers need as many devices, the cluster has ",
-                                             input.devices.size()));
+                                             " workers need as many devices, the cluster has ", input.devices.size()));
   }
   for (int s = 0; s < n_stages; ++s) {
     for (int r = 1; r < t; ++r) {
       if (input.devices[s * t + r].node != input.devices[s * t].node) {
-        return absl::InvalidArgumentError(StrCat(
-            "parallel.tensor: stage ", s, "'s TP group of ", t, " would span nodes '", input.devices[s * t].node,
-            "' and '", input.devices[s * t + r].node, "'; each node must hold whole TP groups"));
+        return absl::InvalidArgumentError(
+            StrCat("parallel.tensor: stage ", s, "'s TP group of ", t, " would span nodes '", input.devices[s * t].node,
+                   "' and '", input.devices[s * t + r].node, "'; each node must hold whole TP groups"));
       }
     }
   }
@@ -74,8 +71,7 @@ int64_t SmallestLargestStage(const PlannerInput& input, const std::vector<int64_
     for (int j = s + 1; j <= n; ++j) {
       for (int i = s; i < j; ++i) {
         if (best[s - 1][i] == kInf) continue;
-        const int64_t v =
-            std::max(best[s - 1][i], StageBytes(input, prefix, s, n_stages, i, j));
+        const int64_t v = std::max(best[s - 1][i], StageBytes(input, prefix, s, n_stages, i, j));
         best[s][j] = std::min(best[s][j], v);
       }
     }
@@ -91,8 +87,7 @@ std::vector<std::vector<int>> BalancedCuts(const PlannerInput& input, const std:
   const int n_stages = input.pipeline_size;
   // squares[s][j]: smallest sum of squared stage bytes with every stage <= limit.
   constexpr long double kInfSq = std::numeric_limits<long double>::infinity();
-  std::vector<std::vector<long double>> squares(n_stages,
-                                                std::vector<long double>(n + 1, kInfSq));
+  std::vector<std::vector<long double>> squares(n_stages, std::vector<long double>(n + 1, kInfSq));
   std::vector<std::vector<int>> cut(n_stages, std::vector<int>(n + 1, -1));
   for (int j = 1; j <= n; ++j) {
     const int64_t b = StageBytes(input, prefix, 0, n_stages, 0, j);
@@ -165,17 +160,15 @@ int64_t Plan::MaxStageBytes() const {
 }
 
 std::string Plan::ToString() const {
-  std::string out = absl::StrFormat("%-5s %-4s %-12s %-16s %-8s %-12s %7s %12s\n", "stage",
-                                    "rank", "node", "host", "device", "layers", "n", "weights");
+  std::string out = absl::StrFormat("%-5s %-4s %-12s %-16s %-8s %-12s %7s %12s\n", "stage", "rank", "node", "host",
+                                    "device", "layers", "n", "weights");
   for (const StagePlan& s : stages) {
-    absl::StrAppendFormat(&out, "%-5d %-4d %-12s %-16s %-8s %-12s %7d %8.1f MiB\n", s.pp_stage,
-                          s.rank, s.node, s.host, s.device.ToString(),
-                          absl::StrFormat("[%d, %d)", s.first_layer, s.last_layer), s.n_layers(),
+    absl::StrAppendFormat(&out, "%-5d %-4d %-12s %-16s %-8s %-12s %7d %8.1f MiB\n", s.pp_stage, s.rank, s.node, s.host,
+                          s.device.ToString(), absl::StrFormat("[%d, %d)", s.first_layer, s.last_layer), s.n_layers(),
                           static_cast<double>(s.weight_bytes) / (1 << 20));
   }
   absl::StrAppendFormat(&out, "%d layers over %d stages; largest stage %.1f MiB", n_layers,
-                        static_cast<int>(stages.size()),
-                        static_cast<double>(MaxStageBytes()) / (1 << 20));
+                        static_cast<int>(stages.size()), static_cast<double>(MaxStageBytes()) / (1 << 20));
   return out;
 }
 

@@ -47,21 +47,21 @@ struct PlannerInput {
 
 // One worker of a stage's tensor-parallel group.
 struct TpMember {
-  int tp_rank = 0;     // Rank inside the stage's TP group.
-  int rank = 0;        // Global worker rank (node/device order).
+  int tp_rank = 0;  // Rank inside the stage's TP group.
+  int rank = 0;     // Global worker rank (node/device order).
   std::string node;
   std::string host;
   Device device;
 };
 
 struct StagePlan {
-  int pp_stage = 0;       // Index of the stage, 0 .. n_stages - 1.
-  int rank = 0;           // Global worker rank (node/device order); equals pp_stage for tp 1.
-  int first_layer = 0;    // First layer held (inclusive).
-  int last_layer = 0;     // One past the last layer held (exclusive).
-  std::string node;       // Node name.
-  std::string host;       // Node host.
-  Device device;          // The worker's device.
+  int pp_stage = 0;          // Index of the stage, 0 .. n_stages - 1.
+  int rank = 0;              // Global worker rank (node/device order); equals pp_stage for tp 1.
+  int first_layer = 0;       // First layer held (inclusive).
+  int last_layer = 0;        // One past the last layer held (exclusive).
+  std::string node;          // Node name.
+  std::string host;          // Node host.
+  Device device;             // The worker's device.
   int64_t weight_bytes = 0;  // Layers' bytes plus embedding (stage 0) / head (last stage).
   std::vector<TpMember> tp;  // [tensor_size] workers of the stage; tp[0] is node/device above.
 

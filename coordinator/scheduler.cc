@@ -23,10 +23,8 @@ int32_t Scheduler::Sequence::token(int64_t i) const {
 Scheduler::Scheduler(const SchedulerOptions& options)
     : options_(options), allocator_(options.n_kv_blocks, options.kv_block_size) {
   CASCADE_CHECK(options.max_num_seqs >= 1) << "max_num_seqs " << options.max_num_seqs;
-  CASCADE_CHECK(options.max_batched_tokens >= 1)
-      << "max_batched_tokens " << options.max_batched_tokens;
-  CASCADE_CHECK(options.max_in_flight_batches >= 1)
-      << "max_in_flight_batches " << options.max_in_flight_batches;
+  CASCADE_CHECK(options.max_batched_tokens >= 1) << "max_batched_tokens " << options.max_batched_tokens;
+  CASCADE_CHECK(options.max_in_flight_batches >= 1) << "max_in_flight_batches " << options.max_in_flight_batches;
 }
 
 void Scheduler::ResetKvBlocks(int32_t n_blocks) {
@@ -41,23 +39,21 @@ absl::Status Scheduler::Add(SequenceSpec spec) {
   }
   if (spec.prompt.empty()) return absl::InvalidArgumentError("prompt: must not be empty");
   if (spec.max_tokens < 1) {
-    return absl::InvalidArgumentError(
-        StrCat("max_tokens: must be >= 1, got ", spec.max_tokens));
+    return absl::InvalidArgumentError(StrCat("max_tokens: must be >= 1, got ", spec.max_tokens));
   }
   const int64_t n_prompt = static_cast<int64_t>(spec.prompt.size());
   // The prompt plus one decode slot must fit, as for admission.
   const int64_t prompt_blocks = allocator_.BlocksForTokens(n_prompt + 1);
   if (prompt_blocks > allocator_.n_total()) {
-    return absl::InvalidArgumentError(StrCat("prompt of ", n_prompt, " tokens needs ",
-                                             prompt_blocks, " KV blocks, the cache has ",
-                                             allocator_.n_total()));
+    return absl::InvalidArgumentError(StrCat("prompt of ", n_prompt, " tokens needs ", prompt_blocks,
+                                             " KV blocks, the cache has ", allocator_.n_total()));
   }
   // The last generated token is never fed, so prompt + max_tokens - 1 positions at most.
   const int64_t full_blocks = allocator_.BlocksForTokens(n_prompt + spec.max_tokens);
   if (full_blocks > allocator_.n_total()) {
-    return absl::InvalidArgumentError(
-        StrCat("max_tokens: prompt of ", n_prompt, " tokens + max_tokens ", spec.max_tokens,
-               " need ", full_blocks, " KV blocks, the cache has ", allocator_.n_total()));
+    return absl::InvalidArgumentError(StrCat("max_tokens: prompt of ", n_prompt, " tokens + max_tokens ",
+                                             spec.max_tokens, " need ", full_blocks, " KV blocks, the cache has ",
+                                             allocator_.n_total()));
   }
   const int64_t id = spec.id;
   Sequence seq;
@@ -136,9 +132,7 @@ std::optional<Batch> Scheduler::Schedule() {
   std::vector<int64_t> batch_ids;
   int64_t budget = options_.max_batched_tokens;
   bool preempted = false;
-  auto full = [&] {
-    return static_cast<int>(batch.entries.size()) >= options_.max_num_seqs || budget <= 0;
-  };
+  auto full = [&] { return static_cast<int>(batch.entries.size()) >= options_.max_num_seqs || budget <= 0; };
 
   // 1. Decodes, oldest admission first; they may evict newer sequences for a block.
   // Iterate over a snapshot: preemption edits `running_`.
@@ -150,8 +144,7 @@ std::optional<Batch> Scheduler::Schedule() {
     Sequence& seq = found->second;
     if (!seq.running || seq.in_flight_batch >= 0 || seq.at_max_tokens()) continue;
     if (seq.n_tokens() - seq.n_cached != 1) continue;  // A prefill chunk: pass 2.
-    const int32_t need =
-        allocator_.BlocksForTokens(seq.n_cached + 1) - static_cast<int32_t>(seq.block_table.size());
+    const int32_t need = allocator_.BlocksForTokens(seq.n_cached + 1) - static_cast<int32_t>(seq.block_table.size());
     bool self_evicted = false;
     while (need > allocator_.n_free()) {
       Sequence* victim = PickVictim(batch_ids);
@@ -187,15 +180,13 @@ std::optional<Batch> Scheduler::Schedule() {
   }
 
   // 3. Admissions, FCFS: stop at the first sequence that does not fit.
-  const size_t max_running =
-      static_cast<size_t>(options_.max_num_seqs) * options_.max_in_flight_batches;
+  const size_t max_running = static_cast<size_t>(options_.max_num_seqs) * options_.max_in_flight_batches;
   while (!preempted && !waiting_.empty() && !full() && running_.size() < max_running) {
     Sequence& seq = seqs_.at(waiting_.front());
     const int64_t n_tokens = seq.n_tokens();
     if (allocator_.BlocksForTokens(n_tokens + 1) > allocator_.n_free()) break;
     waiting_.pop_front();
-    CASCADE_CHECK(
-        allocator_.AllocateInto(allocator_.BlocksForTokens(n_tokens), &seq.block_table).ok());
+    CASCADE_CHECK(allocator_.AllocateInto(allocator_.BlocksForTokens(n_tokens), &seq.block_table).ok());
     seq.running = true;
     running_.push_back(seq.spec.id);
     const int64_t n_new = std::min(n_tokens, budget);
@@ -217,8 +208,7 @@ std::optional<Batch> Scheduler::Schedule() {
   return batch;
 }
 
-absl::StatusOr<std::vector<TokenEvent>> Scheduler::Complete(
-    int64_t batch_id, std::span<const SampledToken> sampled) {
+absl::StatusOr<std::vector<TokenEvent>> Scheduler::Complete(int64_t batch_id, std::span<const SampledToken> sampled) {
   auto it = in_flight_.find(batch_id);
   if (it == in_flight_.end()) {
     return absl::NotFoundError(StrCat("batch ", batch_id, " is not in flight"));
@@ -227,11 +217,11 @@ absl::StatusOr<std::vector<TokenEvent>> Scheduler::Complete(
   // Validate before changing anything.
   absl::flat_hash_map<int64_t, std::vector<int32_t>> tokens;
   for (const SampledToken& s : sampled) {
-    const auto entry = std::find_if(entries.begin(), entries.end(),
-                                    [&](const InFlightEntry& e) { return e.seq_id == s.seq_id; });
+    const auto entry =
+        std::find_if(entries.begin(), entries.end(), [&](const InFlightEntry& e) { return e.seq_id == s.seq_id; });
     if (entry == entries.end() || !entry->wants_logits) {
-      return absl::InvalidArgumentError(StrCat("batch ", batch_id, ": sequence ", s.seq_id,
-                                               " did not ask for a token"));
+      return absl::InvalidArgumentError(
+          StrCat("batch ", batch_id, ": sequence ", s.seq_id, " did not ask for a token"));
     }
     if (s.token < 0) {
       return absl::InvalidArgumentError(
@@ -239,15 +229,14 @@ absl::StatusOr<std::vector<TokenEvent>> Scheduler::Complete(
     }
     std::vector<int32_t>& mine = tokens[s.seq_id];
     if (static_cast<int32_t>(mine.size()) > entry->draft_slots) {
-      return absl::InvalidArgumentError(StrCat("batch ", batch_id, ": more than ", entry->draft_slots + 1,
-                                               " tokens for sequence ", s.seq_id));
+      return absl::InvalidArgumentError(
+          StrCat("batch ", batch_id, ": more than ", entry->draft_slots + 1, " tokens for sequence ", s.seq_id));
     }
     mine.push_back(s.token);
   }
   for (const InFlightEntry& e : entries) {
     if (e.wants_logits && !tokens.contains(e.seq_id)) {
-      return absl::InvalidArgumentError(
-          StrCat("batch ", batch_id, ": no token for sequence ", e.seq_id));
+      return absl::InvalidArgumentError(StrCat("batch ", batch_id, ": no token for sequence ", e.seq_id));
     }
   }
 

@@ -134,16 +134,16 @@ enum class SequenceState { kWaiting, kRunning, kInFlight };
 // A snapshot of one sequence, for status pages and tests.
 struct SequenceInfo {
   SequenceState state = SequenceState::kWaiting;
-  int64_t n_cached = 0;              // Positions whose KV is in the cache.
-  int32_t n_blocks = 0;              // Blocks held.
-  int32_t n_preemptions = 0;         // Times this sequence was evicted.
-  std::vector<int32_t> generated;    // Generated tokens so far.
+  int64_t n_cached = 0;            // Positions whose KV is in the cache.
+  int32_t n_blocks = 0;            // Blocks held.
+  int32_t n_preemptions = 0;       // Times this sequence was evicted.
+  std::vector<int32_t> generated;  // Generated tokens so far.
 };
 
 struct SchedulerStats {
-  int n_running = 0;              // Holding blocks, not in flight.
-  int n_in_flight_seqs = 0;       // In a batch in flight (cancelled ones excluded).
-  int n_waiting = 0;              // Queued, holding no blocks.
+  int n_running = 0;         // Holding blocks, not in flight.
+  int n_in_flight_seqs = 0;  // In a batch in flight (cancelled ones excluded).
+  int n_waiting = 0;         // Queued, holding no blocks.
   int n_in_flight_batches = 0;
   int32_t n_free_blocks = 0;
   int32_t n_total_blocks = 0;
@@ -178,8 +178,7 @@ class Scheduler {
   // Errors (nothing changes; the batch stays in flight): NotFound for an unknown batch;
   // InvalidArgument when `sampled` misses or adds a sequence, has more tokens for one
   // than its entry allows, or has a negative token.
-  absl::StatusOr<std::vector<TokenEvent>> Complete(int64_t batch_id,
-                                                   std::span<const SampledToken> sampled);
+  absl::StatusOr<std::vector<TokenEvent>> Complete(int64_t batch_id, std::span<const SampledToken> sampled);
 
   // Gives up on batch `batch_id` (a worker failed): its sequences stop being in flight
   // with no progress, so a later batch re-feeds the same positions; cancelled ones are
@@ -214,20 +213,16 @@ class Scheduler {
     SequenceSpec spec;
     std::vector<int32_t> generated;
     std::vector<int32_t> block_table;
-    int64_t n_cached = 0;        // Positions [0, n_cached) are in the cache.
+    int64_t n_cached = 0;          // Positions [0, n_cached) are in the cache.
     int64_t in_flight_batch = -1;  // The batch it is in, or -1.
-    bool running = false;        // Holds blocks (admitted).
-    bool dropped = false;        // Finished/cancelled while in flight.
+    bool running = false;          // Holds blocks (admitted).
+    bool dropped = false;          // Finished/cancelled while in flight.
     int32_t n_preemptions = 0;
-    int32_t draft_tokens = 0;    // Wanted per decode step (SetDraftTokens).
+    int32_t draft_tokens = 0;  // Wanted per decode step (SetDraftTokens).
 
-    int64_t n_tokens() const {
-      return static_cast<int64_t>(spec.prompt.size() + generated.size());
-    }
+    int64_t n_tokens() const { return static_cast<int64_t>(spec.prompt.size() + generated.size()); }
     int32_t token(int64_t i) const;
-    bool at_max_tokens() const {
-      return static_cast<int32_t>(generated.size()) >= spec.max_tokens;
-    }
+    bool at_max_tokens() const { return static_cast<int32_t>(generated.size()) >= spec.max_tokens; }
   };
 
   struct InFlightEntry {
@@ -256,7 +251,7 @@ class Scheduler {
   SchedulerOptions options_;  // n_kv_blocks changes only in ResetKvBlocks.
   BlockAllocator allocator_;
   absl::flat_hash_map<int64_t, Sequence> seqs_;
-  std::deque<int64_t> waiting_;  // FCFS; preempted sequences go to the front.
+  std::deque<int64_t> waiting_;   // FCFS; preempted sequences go to the front.
   std::vector<int64_t> running_;  // Admitted and not dropped, in admission order.
   absl::flat_hash_map<int64_t, std::vector<InFlightEntry>> in_flight_;
   int64_t next_batch_id_ = 1;

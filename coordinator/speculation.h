@@ -34,7 +34,7 @@ struct SpeculationOptions {
   int ngram_n = 3;     // Longest suffix the n-gram drafter matches.
   int num_tokens = 4;  // Most drafts per step.
   bool adaptive = true;
-  int max_batch = 0;   // Off above this many decoding sequences; 0 = the cost model decides.
+  int max_batch = 0;  // Off above this many decoding sequences; 0 = the cost model decides.
 
   bool enabled() const { return kind != DraftKind::kNone; }
   // The drafter runs on its own worker (self or model), not in the coordinator.
@@ -51,8 +51,8 @@ class StepCostModel {
   void ObserveDraft(int64_t proposed, double seconds);
   // What one more draft per sequence costs relative to a plain step of `n_decoding`
   // sequences (>= 0): verifying it, b n / (a + b n), which grows with the batch (what switches
-  // speculation off under load), plus proposing it on a drafter worker, if any. nullopt until steps of different sizes were
-  // seen; the last fit is kept while recent steps all have one size (a settled k).
+  // speculation off under load), plus proposing it on a drafter worker, if any. nullopt until steps of different sizes
+  // were seen; the last fit is kept while recent steps all have one size (a settled k).
   std::optional<double> RowCost(int n_decoding = 1) const;
 
  private:
@@ -97,9 +97,9 @@ class SpeculativeState {
   // Per-draft acceptance as Bernoulli trials: accepted drafts over drafts examined (the
   // accepted ones plus the rejected one, if any), exponentially weighted.
   double alpha_num_ = 1, alpha_den_ = 1;
-  int32_t skip_ = 0;          // Decode steps left without drafting (back-off).
-  int32_t backoff_ = 16;      // The next back-off.
-  int32_t since_backoff_ = 0; // Verify steps since the last back-off.
+  int32_t skip_ = 0;           // Decode steps left without drafting (back-off).
+  int32_t backoff_ = 16;       // The next back-off.
+  int32_t since_backoff_ = 0;  // Verify steps since the last back-off.
   v1::SpeculativeStats stats_;
 };
 

@@ -3,8 +3,8 @@
 #include <algorithm>
 
 #include "absl/strings/numbers.h"
-#include "core/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/str_cat.h"
 
 namespace cascade {
 

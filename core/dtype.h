@@ -39,9 +39,7 @@ inline int64_t BlockBytes(DType d) { return GetDTypeInfo(d).block_bytes; }
 inline bool IsQuantized(DType d) { return GetDTypeInfo(d).quantized; }
 
 // Bytes of a row of `n_elems` elements; `n_elems` must be a multiple of BlockElems().
-inline int64_t RowBytes(DType d, int64_t n_elems) {
-  return n_elems / BlockElems(d) * BlockBytes(d);
-}
+inline int64_t RowBytes(DType d, int64_t n_elems) { return n_elems / BlockElems(d) * BlockBytes(d); }
 
 // Parses a name such as "f32", "q4_1" (case-insensitive).
 std::optional<DType> DTypeFromName(std::string_view name);

@@ -54,14 +54,14 @@ inline uint16_t F32ToF16(float f) {
   std::memcpy(&bits, &f, 4);
   const uint32_t sign = (bits >> 16) & 0x8000u;
   const uint32_t abs = bits & 0x7fffffffu;
-  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
   if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // Overflow -> inf
-  if (abs < 0x38800000u) {  // Subnormal or zero in f16.
+  if (abs < 0x38800000u) {                                               // Subnormal or zero in f16.
     if (abs < 0x33000000u) return static_cast<uint16_t>(sign);
     const uint32_t exp = abs >> 23;
     const uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
     const uint32_t shift = 126 - exp;  // 14..24
-    uint32_t half = mant >> shift;  // Units of 2^-24, the f16 subnormal step.
+    uint32_t half = mant >> shift;     // Units of 2^-24, the f16 subnormal step.
     const uint32_t rem = mant & ((1u << shift) - 1);
     const uint32_t halfway = 1u << (shift - 1);
     if (rem > halfway || (rem == halfway && (half & 1u))) ++half;

@@ -22,9 +22,7 @@ const char* LevelChar(LogLevel level) {
 }  // namespace
 
 void SetMinLogLevel(LogLevel level) { g_min_level.store(static_cast<int>(level)); }
-bool LogEnabled(LogLevel level) {
-  return level == LogLevel::kFatal || static_cast<int>(level) >= g_min_level.load();
-}
+bool LogEnabled(LogLevel level) { return level == LogLevel::kFatal || static_cast<int>(level) >= g_min_level.load(); }
 
 LogMessage::LogMessage(LogLevel level, const char* file, int line) : level_(level) {
   const char* base = std::strrchr(file, '/');

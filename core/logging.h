@@ -30,14 +30,11 @@ bool LogEnabled(LogLevel level);
 
 }  // namespace cascade::internal
 
-#define CASCADE_LOG(level)                                                            \
-  if (::cascade::internal::LogEnabled(::cascade::internal::LogLevel::k##level))       \
-  ::cascade::internal::LogMessage(::cascade::internal::LogLevel::k##level, __FILE__, \
-                                  __LINE__)                                            \
-      .stream()
+#define CASCADE_LOG(level)                                                      \
+  if (::cascade::internal::LogEnabled(::cascade::internal::LogLevel::k##level)) \
+  ::cascade::internal::LogMessage(::cascade::internal::LogLevel::k##level, __FILE__, __LINE__).stream()
 
-#define CASCADE_CHECK(cond)                                                               \
-  if (!(cond))                                                                            \
-  ::cascade::internal::LogMessage(::cascade::internal::LogLevel::kFatal, __FILE__, __LINE__) \
-          .stream()                                                                       \
+#define CASCADE_CHECK(cond)                                                                           \
+  if (!(cond))                                                                                        \
+  ::cascade::internal::LogMessage(::cascade::internal::LogLevel::kFatal, __FILE__, __LINE__).stream() \
       << "Check failed: " #cond " "

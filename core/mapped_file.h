@@ -34,8 +34,7 @@ class MappedFile {
   void DontNeed(size_t offset, size_t bytes) const;
 
  private:
-  MappedFile(std::string path, const uint8_t* data, size_t size)
-      : path_(std::move(path)), data_(data), size_(size) {}
+  MappedFile(std::string path, const uint8_t* data, size_t size) : path_(std::move(path)), data_(data), size_(size) {}
   std::string path_;
   const uint8_t* data_;
   size_t size_;

@@ -23,9 +23,9 @@ inline absl::Status Annotate(const absl::Status& status, std::string_view contex
 #define CASCADE_STATUS_CONCAT_(a, b) CASCADE_STATUS_CONCAT_INNER_(a, b)
 
 // Returns from the enclosing function when `expr` (an absl::Status) is not OK.
-#define CASCADE_RETURN_IF_ERROR(expr)                \
-  do {                                               \
-    ::absl::Status cascade_status_ = (expr);         \
+#define CASCADE_RETURN_IF_ERROR(expr)                  \
+  do {                                                 \
+    ::absl::Status cascade_status_ = (expr);           \
     if (!cascade_status_.ok()) return cascade_status_; \
   } while (0)
 

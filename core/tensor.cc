@@ -1,9 +1,9 @@
 #include "core/tensor.h"
 
-#include "core/str_cat.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "core/logging.h"
+#include "core/str_cat.h"
 
 namespace cascade {
 

@@ -49,7 +49,9 @@ struct TensorView {
   int64_t NumBytes() const { return Rows() * RowBytes(); }
 
   template <typename T>
-  T* As() const { return static_cast<T*>(data); }
+  T* As() const {
+    return static_cast<T*>(data);
+  }
   // View of rows [begin, end) of a tensor seen as [Rows(), Cols()].
   TensorView RowSlice(int64_t begin, int64_t end) const;
   std::string ShapeString() const;

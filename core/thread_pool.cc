@@ -32,8 +32,7 @@ bool SpinUntil(Pred pred, int spin_us) {
 
 }  // namespace
 
-ThreadPool::ThreadPool(const ThreadPoolOptions& options)
-    : n_threads_(options.n_threads), spin_us_(options.spin_us) {
+ThreadPool::ThreadPool(const ThreadPoolOptions& options) : n_threads_(options.n_threads), spin_us_(options.spin_us) {
   CASCADE_CHECK(n_threads_ >= 1) << "ThreadPool needs at least one thread, got " << n_threads_;
   threads_.reserve(n_threads_ - 1);
   for (int t = 1; t < n_threads_; ++t) threads_.emplace_back([this, t] { WorkerLoop(t); });
@@ -65,8 +64,7 @@ void ThreadPool::RunErased(CallFn call, void* ctx) {
   call(ctx, 0);
 
   // Close the region: workers that have not joined yet stay out of it.
-  const uint32_t joined =
-      static_cast<uint32_t>(state_.fetch_or(kClosed, std::memory_order_acq_rel) & kJoinedMask);
+  const uint32_t joined = static_cast<uint32_t>(state_.fetch_or(kClosed, std::memory_order_acq_rel) & kJoinedMask);
   if (!SpinUntil([&] { return finished_.load(std::memory_order_acquire) == joined; }, spin_us_)) {
     caller_sleeping_.store(1, std::memory_order_seq_cst);
     for (uint32_t f; (f = finished_.load(std::memory_order_seq_cst)) != joined;) finished_.wait(f);
@@ -77,8 +75,7 @@ void ThreadPool::RunErased(CallFn call, void* ctx) {
 void ThreadPool::WorkerLoop(int thread) {
   uint32_t seen = 0;
   for (;;) {
-    if (!SpinUntil([&] { return generation_.load(std::memory_order_acquire) != seen; },
-                   spin_us_)) {
+    if (!SpinUntil([&] { return generation_.load(std::memory_order_acquire) != seen; }, spin_us_)) {
       sleepers_.fetch_add(1, std::memory_order_seq_cst);
       while (generation_.load(std::memory_order_seq_cst) == seen) generation_.wait(seen);
       sleepers_.fetch_sub(1, std::memory_order_relaxed);

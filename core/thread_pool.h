@@ -116,7 +116,7 @@ class ThreadPool {
   alignas(64) std::atomic<uint32_t> sleepers_{0};    // Workers asleep on `generation_`.
   // (generation << 32) | kClosed bit | number of workers that joined the region.
   alignas(64) std::atomic<uint64_t> state_{0};
-  alignas(64) std::atomic<uint32_t> finished_{0};    // Joined workers that are done.
+  alignas(64) std::atomic<uint32_t> finished_{0};  // Joined workers that are done.
   alignas(64) std::atomic<uint32_t> caller_sleeping_{0};
 };
 

@@ -57,12 +57,12 @@ absl::Status CheckLinearParts(std::span<const TensorView> outs, const TensorView
   int64_t rows = 0;
   for (size_t i = 0; i < outs.size(); ++i) {
     if (outs[i].Rows() != in.Rows()) {
-      return absl::InvalidArgumentError(StrCat("LinearParts: out ", i, " ", outs[i].ShapeString(), " for input ",
-                                               in.ShapeString()));
+      return absl::InvalidArgumentError(
+          StrCat("LinearParts: out ", i, " ", outs[i].ShapeString(), " for input ", in.ShapeString()));
     }
     if (i + 1 < outs.size() && outs[i].Cols() % Backend::kLinearPartRows != 0) {
-      return absl::InvalidArgumentError(StrCat("LinearParts: part ", i, " has ", outs[i].Cols(), " rows, not a multiple of ",
-                                               Backend::kLinearPartRows));
+      return absl::InvalidArgumentError(StrCat("LinearParts: part ", i, " has ", outs[i].Cols(),
+                                               " rows, not a multiple of ", Backend::kLinearPartRows));
     }
     rows += outs[i].Cols();
   }

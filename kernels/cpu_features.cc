@@ -28,8 +28,8 @@ CpuFeatures Detect() {
   const bool avx = (ecx >> 28) & 1;
   if (!osxsave || !avx) return f;
   const uint64_t xcr0 = ReadXcr0();
-  const bool ymm_state = (xcr0 & 0x6) == 0x6;            // SSE + AVX state.
-  const bool zmm_state = (xcr0 & 0xe6) == 0xe6;          // + opmask, ZMM_Hi256, Hi16_ZMM.
+  const bool ymm_state = (xcr0 & 0x6) == 0x6;    // SSE + AVX state.
+  const bool zmm_state = (xcr0 & 0xe6) == 0xe6;  // + opmask, ZMM_Hi256, Hi16_ZMM.
   if (!ymm_state) return f;
   f.fma = fma;
   f.f16c = f16c;
@@ -64,12 +64,9 @@ const CpuFeatures& GetCpuFeatures() {
 
 std::string_view CpuIsaName(CpuIsa isa) {
   switch (isa) {
-    case CpuIsa::kGeneric:
-      return "generic";
-    case CpuIsa::kAvx2:
-      return "avx2";
-    case CpuIsa::kAvx512:
-      return "avx512";
+    case CpuIsa::kGeneric: return "generic";
+    case CpuIsa::kAvx2: return "avx2";
+    case CpuIsa::kAvx512: return "avx512";
   }
   return "unknown";
 }
@@ -77,13 +74,10 @@ std::string_view CpuIsaName(CpuIsa isa) {
 bool CpuSupportsIsa(CpuIsa isa) {
   const CpuFeatures& f = GetCpuFeatures();
   switch (isa) {
-    case CpuIsa::kGeneric:
-      return true;
-    case CpuIsa::kAvx2:
-      return f.avx2 && f.fma && f.f16c;
+    case CpuIsa::kGeneric: return true;
+    case CpuIsa::kAvx2: return f.avx2 && f.fma && f.f16c;
     case CpuIsa::kAvx512:
-      return f.avx2 && f.fma && f.f16c && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq &&
-             f.avx512vnni;
+      return f.avx2 && f.fma && f.f16c && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni;
   }
   return false;
 }
@@ -103,8 +97,6 @@ CpuIsa ActiveCpuIsa() {
   return static_cast<CpuIsa>(cap < best ? cap : best);
 }
 
-void SetMaxCpuIsaForTesting(CpuIsa isa) {
-  MaxIsa().store(static_cast<int>(isa), std::memory_order_relaxed);
-}
+void SetMaxCpuIsaForTesting(CpuIsa isa) { MaxIsa().store(static_cast<int>(isa), std::memory_order_relaxed); }
 
 }  // namespace cascade::kernels

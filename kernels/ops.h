@@ -63,8 +63,8 @@ struct AttentionSeq {
 };
 
 struct AttentionParams {
-  int64_t n_heads = 0;      // Query heads; a multiple of the cache's n_kv_heads (GQA).
-  float scale = 1.0f;       // Usually 1 / sqrt(head_dim).
+  int64_t n_heads = 0;  // Query heads; a multiple of the cache's n_kv_heads (GQA).
+  float scale = 1.0f;   // Usually 1 / sqrt(head_dim).
 };
 
 // A weight matrix [n_out, n_in] as a backend prepared it once at load (`PrepareWeight`):
@@ -169,22 +169,19 @@ class Backend {
   // and quantized where the kernels need it, once. The default runs `Linear` on row slices
   // of `weight.source()`: for backends whose prepared weights read their source.
   static constexpr int64_t kLinearPartRows = 16;
-  virtual absl::Status LinearParts(std::span<const TensorView> outs, const TensorView& in,
-                                   const PreparedWeight& weight, std::span<const TensorView> biases);
+  virtual absl::Status LinearParts(std::span<const TensorView> outs, const TensorView& in, const PreparedWeight& weight,
+                                   std::span<const TensorView> biases);
   // `Embedding` over a prepared table (optional: the default reads `table.source()`).
-  virtual absl::Status Embedding(TensorView out, const PreparedWeight& table,
-                                 std::span<const int32_t> ids) {
+  virtual absl::Status Embedding(TensorView out, const PreparedWeight& table, std::span<const int32_t> ids) {
     if (!table.reads_source()) return absl::InternalError("Embedding: table prepared by another backend");
     return Embedding(out, table.source(), ids);
   }
 
   // out [n_tokens, n] = in * weight[n] / rms(in row), f32. `out` may alias `in`.
-  virtual absl::Status RmsNorm(TensorView out, const TensorView& in, const TensorView& weight,
-                               float eps) = 0;
+  virtual absl::Status RmsNorm(TensorView out, const TensorView& in, const TensorView& weight, float eps) = 0;
 
   // Rotates x [n_tokens, n_heads * head_dim] in place; positions [n_tokens].
-  virtual absl::Status Rope(TensorView x, std::span<const int32_t> positions,
-                            const RopeParams& params) = 0;
+  virtual absl::Status Rope(TensorView x, std::span<const int32_t> positions, const RopeParams& params) = 0;
 
   // out [n, d] = silu(gate) * up; gate and up [n, d]. `out` may alias `gate`.
   virtual absl::Status SiluMul(TensorView out, const TensorView& gate, const TensorView& up) = 0;
@@ -194,8 +191,7 @@ class Backend {
 
   // out [n_ids, n_embd] f32 = rows `ids` of table [n_vocab, n_embd] (any supported dtype).
   // InvalidArgument for an id outside [0, n_vocab).
-  virtual absl::Status Embedding(TensorView out, const TensorView& table,
-                                 std::span<const int32_t> ids) = 0;
+  virtual absl::Status Embedding(TensorView out, const TensorView& table, std::span<const int32_t> ids) = 0;
 
   // Writes k and v [n_tokens, n_kv_heads * head_dim] into the cache slots of each
   // sequence's new positions.
@@ -206,8 +202,7 @@ class Backend {
   // the cache (which must already hold the new tokens' K/V). q has out's shape.
   // Computed flash-style: online softmax over KV tiles, no score matrix.
   virtual absl::Status Attention(TensorView out, const TensorView& q, const KvCacheLayer& cache,
-                                 std::span<const AttentionSeq> seqs,
-                                 const AttentionParams& params) = 0;
+                                 std::span<const AttentionSeq> seqs, const AttentionParams& params) = 0;
 };
 
 // A 64-byte aligned, uninitialised host allocation (what Backend::Allocate does by

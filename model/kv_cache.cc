@@ -1,14 +1,13 @@
 #include "model/kv_cache.h"
 
-
 #include "core/str_cat.h"
 
 namespace cascade::model {
 
 absl::StatusOr<KvCache> KvCache::Create(const KvCacheOptions& o, kernels::Backend* backend) {
   if (o.n_layers < 0 || o.n_blocks <= 0 || o.block_size <= 0 || o.n_kv_heads <= 0 || o.head_dim <= 0) {
-    return absl::InvalidArgumentError(StrCat("kv cache: bad geometry: ", o.n_layers, " layers, ", o.n_blocks,
-                                             " blocks of ", o.block_size));
+    return absl::InvalidArgumentError(
+        StrCat("kv cache: bad geometry: ", o.n_layers, " layers, ", o.n_blocks, " blocks of ", o.block_size));
   }
   KvCache c;
   c.options_ = o;

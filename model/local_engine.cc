@@ -36,7 +36,8 @@ absl::StatusOr<std::unique_ptr<LocalEngine>> LocalEngine::Create(const std::stri
   e->max_context_ = options.max_context > 0 ? options.max_context : std::max<int64_t>(c.n_ctx_train, 1);
   const int64_t bs = options.kv_block_size;
   const int64_t n_blocks = (e->max_context_ + bs - 1) / bs;
-  CASCADE_ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(e->transformer_->CacheOptions(n_blocks, bs), e->backend_.get()));
+  CASCADE_ASSIGN_OR_RETURN(KvCache cache,
+                           KvCache::Create(e->transformer_->CacheOptions(n_blocks, bs), e->backend_.get()));
   e->cache_ = std::make_unique<KvCache>(std::move(cache));
   // One sequence owns every block, in order.
   for (int64_t b = 0; b < n_blocks; ++b) e->block_table_.push_back(static_cast<int32_t>(b));
@@ -57,8 +58,8 @@ absl::Status LocalEngine::Step(std::span<const int32_t> tokens, int64_t n_past, 
 absl::StatusOr<std::vector<float>> LocalEngine::PromptLogits(const std::vector<int32_t>& ids, int64_t first_row) {
   const int64_t n = static_cast<int64_t>(ids.size());
   if (n == 0 || n > max_context_ || first_row < 0 || first_row >= n) {
-    return absl::InvalidArgumentError(StrCat("prompt of ", n, " tokens (1 to ", max_context_,
-                                             " allowed), logits from row ", first_row));
+    return absl::InvalidArgumentError(
+        StrCat("prompt of ", n, " tokens (1 to ", max_context_, " allowed), logits from row ", first_row));
   }
   positions_.resize(n);
   for (int64_t i = 0; i < n; ++i) positions_[i] = static_cast<int32_t>(i);
@@ -67,8 +68,9 @@ absl::StatusOr<std::vector<float>> LocalEngine::PromptLogits(const std::vector<i
   const kernels::AttentionSeq seq{0, n, 0, block_table_};
   const int64_t V = config().n_vocab;
   std::vector<float> logits(rows.size() * V);
-  CASCADE_RETURN_IF_ERROR(transformer_->Forward({ids, positions_, {&seq, 1}, rows}, *cache_,
-                                                TensorView(logits.data(), DType::kF32, {static_cast<int64_t>(rows.size()), V})));
+  CASCADE_RETURN_IF_ERROR(
+      transformer_->Forward({ids, positions_, {&seq, 1}, rows}, *cache_,
+                            TensorView(logits.data(), DType::kF32, {static_cast<int64_t>(rows.size()), V})));
   return logits;
 }
 
@@ -79,12 +81,13 @@ absl::StatusOr<GenerateResult> LocalEngine::Generate(const GenerateRequest& req,
   if (n_prompt == 0) return absl::InvalidArgumentError("the prompt is empty");
   if (req.max_tokens < 1) return absl::InvalidArgumentError(StrCat("max_tokens = ", req.max_tokens, ": must be >= 1"));
   if (n_prompt >= max_context_) {
-    return absl::InvalidArgumentError(StrCat("the prompt has ", n_prompt, " tokens; the context holds ",
-                                             max_context_, " (leave room for at least one new token)"));
+    return absl::InvalidArgumentError(StrCat("the prompt has ", n_prompt, " tokens; the context holds ", max_context_,
+                                             " (leave room for at least one new token)"));
   }
   for (int32_t id : req.prompt_ids) {
     if (id < 0 || id >= config().n_vocab) {
-      return absl::InvalidArgumentError(StrCat("prompt token id ", id, " is outside the vocabulary [0, ", config().n_vocab, ")"));
+      return absl::InvalidArgumentError(
+          StrCat("prompt token id ", id, " is outside the vocabulary [0, ", config().n_vocab, ")"));
     }
   }
   const int64_t budget = std::min<int64_t>(req.max_tokens, max_context_ - n_prompt);

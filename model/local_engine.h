@@ -15,35 +15,35 @@
 #include "absl/status/statusor.h"
 #include "kernels/ops.h"
 #include "model/format/model_files.h"
+#include "model/transformer.h"
 #include "sampling/sampler.h"
 #include "text/output_filter.h"
 #include "text/tokenizer.h"
-#include "model/transformer.h"
 
 namespace cascade::model {
 
 struct LocalEngineOptions {
-  int n_threads = 1;             // CPU threads, the caller's included.
-  int64_t kv_block_size = 16;    // Positions per KV block.
-  int64_t max_context = 0;       // Positions per sequence; 0 = the model's trained context.
+  int n_threads = 1;           // CPU threads, the caller's included.
+  int64_t kv_block_size = 16;  // Positions per KV block.
+  int64_t max_context = 0;     // Positions per sequence; 0 = the model's trained context.
   // Called while the weights are faulted in, with the fraction done (optional).
   std::function<void(double)> on_load_progress;
 };
 
 struct GenerateRequest {
-  std::vector<int32_t> prompt_ids;    // REQUIRES non-empty.
+  std::vector<int32_t> prompt_ids;  // REQUIRES non-empty.
   sampling::SamplingParams sampling;
-  int32_t max_tokens = 256;           // Generated tokens at most. REQUIRES >= 1.
-  text::StopConditions stops;         // EOS handling, stop strings and stop ids.
+  int32_t max_tokens = 256;    // Generated tokens at most. REQUIRES >= 1.
+  text::StopConditions stops;  // EOS handling, stop strings and stop ids.
 };
 
 struct GenerateResult {
-  std::vector<int32_t> token_ids;      // Generated ids (an ending EOS/stop id included).
+  std::vector<int32_t> token_ids;              // Generated ids (an ending EOS/stop id included).
   std::vector<sampling::SampledToken> tokens;  // Per generated id: logprob and top-n.
-  std::string text;                    // Decoded output, without any stop string.
+  std::string text;                            // Decoded output, without any stop string.
   text::FinishReason finish_reason = text::FinishReason::kLength;
-  double prefill_s = 0;                // Prompt forward time.
-  double decode_s = 0;                 // Time of the remaining steps.
+  double prefill_s = 0;  // Prompt forward time.
+  double decode_s = 0;   // Time of the remaining steps.
   int64_t n_decode_steps = 0;
 };
 

@@ -3,8 +3,8 @@
 #include <cmath>
 #include <utility>
 
-#include "core/status.h"
 #include "comm/communicator.h"
+#include "core/status.h"
 #include "core/str_cat.h"
 #include "model/format/arch/llama.h"
 #include "model/layers/linear.h"
@@ -42,22 +42,20 @@ absl::StatusOr<std::vector<float>> RopeInvFreq(const ModelConfig& c) {
         if (wavelen > low_wavelen) {
           f /= c.rope_scaling_factor;
         } else if (wavelen >= high_wavelen) {
-          const double smooth = (old_ctx / wavelen - c.rope_low_freq_factor) /
-                                (c.rope_high_freq_factor - c.rope_low_freq_factor);
+          const double smooth =
+              (old_ctx / wavelen - c.rope_low_freq_factor) / (c.rope_high_freq_factor - c.rope_low_freq_factor);
           f = (1 - smooth) * f / c.rope_scaling_factor + smooth * f;
         }
         break;
       }
-      case RopeScaling::kYarn:
-        return absl::UnimplementedError("YaRN RoPE scaling is not supported yet");
+      case RopeScaling::kYarn: return absl::UnimplementedError("YaRN RoPE scaling is not supported yet");
     }
     inv[i] = static_cast<float>(f);
   }
   return inv;
 }
 
-absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Load(const ModelFiles& files,
-                                                               kernels::Backend* backend,
+absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Load(const ModelFiles& files, kernels::Backend* backend,
                                                                const StageOptions& options,
                                                                comm::Communicator* tp_comm) {
   std::unique_ptr<Transformer> t(new Transformer());
@@ -69,8 +67,8 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Load(const ModelFiles&
   t->fuse_projections_ = options.fuse_projections;
   if (t->first_layer_ < 0 || t->first_layer_ >= t->last_layer_ || t->last_layer_ > files.config.n_layers) {
     return absl::InvalidArgumentError(StrCat("stage layers [", t->first_layer_, ", ", t->last_layer_,
-                                             ") are not a non-empty range of the model's ",
-                                             files.config.n_layers, " layers"));
+                                             ") are not a non-empty range of the model's ", files.config.n_layers,
+                                             " layers"));
   }
   if (options.tp_size > 1) {
     if (tp_comm == nullptr || tp_comm->size() != options.tp_size || tp_comm->rank() != options.tp_rank) {
@@ -80,11 +78,11 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Load(const ModelFiles&
     t->tp_comm_ = tp_comm;
     CASCADE_ASSIGN_OR_RETURN(t->tp_, BackendComm::Create(backend, tp_comm));
   }
-  CASCADE_ASSIGN_OR_RETURN(t->shard_, TpShard::ForFiles(files, t->first_layer_, t->last_layer_, options.tp_rank,
-                                                        options.tp_size));
+  CASCADE_ASSIGN_OR_RETURN(t->shard_,
+                           TpShard::ForFiles(files, t->first_layer_, t->last_layer_, options.tp_rank, options.tp_size));
   CASCADE_ASSIGN_OR_RETURN(t->inv_freq_, RopeInvFreq(t->config_));
-  t->rope_.style = t->config_.rope_layout == RopeLayout::kAdjacentPairs ? RopeStyle::kAdjacentPairs
-                                                                         : RopeStyle::kRotateHalf;
+  t->rope_.style =
+      t->config_.rope_layout == RopeLayout::kAdjacentPairs ? RopeStyle::kAdjacentPairs : RopeStyle::kRotateHalf;
   t->rope_.head_dim = t->config_.head_dim;
   t->rope_.inv_freq = t->inv_freq_;
   CASCADE_RETURN_IF_ERROR(Annotate(t->LoadWeights(files), StrCat("loading ", files.path)));
@@ -111,8 +109,8 @@ absl::Status Transformer::LoadWeights(const ModelFiles& files) {
     if (c.tied_embeddings) {
       head_ = VocabParallelHead(backend_, embedding_.table(), c.n_vocab, s, group);
     } else {
-      CASCADE_ASSIGN_OR_RETURN(head_, VocabParallelHead::Load(*loader_, name(LlamaTensor::kOutput), c.n_vocab,
-                                                              c.n_embd, s, group));
+      CASCADE_ASSIGN_OR_RETURN(
+          head_, VocabParallelHead::Load(*loader_, name(LlamaTensor::kOutput), c.n_vocab, c.n_embd, s, group));
     }
   }
   for (int64_t l = first_layer_; l < last_layer_; ++l) {
@@ -138,8 +136,7 @@ absl::StatusOr<Transformer::Layer> Transformer::LoadLayer(const ModelFiles& file
   const std::string qkv[] = {name(LlamaTensor::kAttnQ), name(LlamaTensor::kAttnK), name(LlamaTensor::kAttnV)};
   const int64_t qkv_rows[] = {c.q_dim(), c.kv_dim(), c.kv_dim()};
   const IndexRange qkv_ranges[] = {q, kv, kv};
-  CASCADE_ASSIGN_OR_RETURN(L.qkv, StackedLinear::LoadColumn(w, qkv, qkv_rows, c.n_embd, qkv_ranges,
-                                                            fuse_projections_));
+  CASCADE_ASSIGN_OR_RETURN(L.qkv, StackedLinear::LoadColumn(w, qkv, qkv_rows, c.n_embd, qkv_ranges, fuse_projections_));
   CASCADE_ASSIGN_OR_RETURN(L.o, Linear::LoadRow(w, name(LlamaTensor::kAttnOutput), c.n_embd, c.q_dim(), q, group));
   if (c.qkv_bias) {
     CASCADE_ASSIGN_OR_RETURN(L.bq, w.Vector(name(LlamaTensor::kAttnQBias), c.q_dim(), q));
@@ -150,8 +147,8 @@ absl::StatusOr<Transformer::Layer> Transformer::LoadLayer(const ModelFiles& file
   const std::string gate_up[] = {name(LlamaTensor::kFfnGate), name(LlamaTensor::kFfnUp)};
   const int64_t ff_rows[] = {c.n_ff, c.n_ff};
   const IndexRange ff_ranges[] = {ff, ff};
-  CASCADE_ASSIGN_OR_RETURN(L.gate_up, StackedLinear::LoadColumn(w, gate_up, ff_rows, c.n_embd, ff_ranges,
-                                                                fuse_projections_));
+  CASCADE_ASSIGN_OR_RETURN(L.gate_up,
+                           StackedLinear::LoadColumn(w, gate_up, ff_rows, c.n_embd, ff_ranges, fuse_projections_));
   CASCADE_ASSIGN_OR_RETURN(L.down, Linear::LoadRow(w, name(LlamaTensor::kFfnDown), c.n_embd, c.n_ff, ff, group));
   return L;
 }
@@ -192,17 +189,17 @@ absl::Status Transformer::RunLayers(TensorView hidden, const ForwardBatch& batch
   const ModelConfig& c = config_;
   const int64_t n = hidden.Rows();
   if (hidden.Cols() != c.n_embd || static_cast<int64_t>(batch.positions.size()) != n) {
-    return absl::InvalidArgumentError(StrCat("forward: hidden ", hidden.ShapeString(), " with ",
-                                             batch.positions.size(), " positions"));
+    return absl::InvalidArgumentError(
+        StrCat("forward: hidden ", hidden.ShapeString(), " with ", batch.positions.size(), " positions"));
   }
   if (cache.options().n_layers != n_layers_here()) {
-    return absl::InvalidArgumentError(StrCat("forward: the cache holds ", cache.options().n_layers,
-                                             " layers, this stage runs ", n_layers_here()));
+    return absl::InvalidArgumentError(
+        StrCat("forward: the cache holds ", cache.options().n_layers, " layers, this stage runs ", n_layers_here()));
   }
   if (cache.options().n_kv_heads != shard_.n_kv_heads() || cache.options().head_dim != c.head_dim) {
-    return absl::InvalidArgumentError(StrCat("forward: the cache holds ", cache.options().n_kv_heads,
-                                             " kv heads of ", cache.options().head_dim, ", this rank computes ",
-                                             shard_.n_kv_heads(), " of ", c.head_dim));
+    return absl::InvalidArgumentError(StrCat("forward: the cache holds ", cache.options().n_kv_heads, " kv heads of ",
+                                             cache.options().head_dim, ", this rank computes ", shard_.n_kv_heads(),
+                                             " of ", c.head_dim));
   }
   CASCADE_RETURN_IF_ERROR(EnsureWorkspace(n));
   kernels::Backend& b = *backend_;

@@ -37,9 +37,9 @@
 #include "absl/status/statusor.h"
 #include "kernels/ops.h"
 #include "model/backend_comm.h"
-#include "model/kv_cache.h"
 #include "model/format/model_files.h"
 #include "model/format/tp_shard.h"
+#include "model/kv_cache.h"
 #include "model/layers/vocab_parallel.h"
 #include "model/layers/weight_loader.h"
 
@@ -50,8 +50,8 @@ class Communicator;
 namespace cascade::model {
 
 struct StageOptions {
-  int64_t first_layer = 0;   // Layers [first_layer, last_layer) run here.
-  int64_t last_layer = -1;   // -1: through the last layer.
+  int64_t first_layer = 0;  // Layers [first_layer, last_layer) run here.
+  int64_t last_layer = -1;  // -1: through the last layer.
   // Derived from the range unless forced: the first stage embeds, the last has the head.
   // This process's place in the stage's tensor-parallel group (1: no TP).
   int tp_rank = 0;
@@ -82,8 +82,7 @@ class Transformer {
   // must outlive the Transformer and is used only by its calls); InvalidArgument when it is
   // missing or does not match, or when the layout cannot split (TpShard::Plan's reasons).
   // `tp_comm` may be null when tp_size is 1.
-  static absl::StatusOr<std::unique_ptr<Transformer>> Load(const ModelFiles& files,
-                                                           kernels::Backend* backend,
+  static absl::StatusOr<std::unique_ptr<Transformer>> Load(const ModelFiles& files, kernels::Backend* backend,
                                                            const StageOptions& options,
                                                            comm::Communicator* tp_comm = nullptr);
   ~Transformer();
@@ -138,7 +137,7 @@ class Transformer {
   TensorView View(const kernels::Buffer& b, int64_t rows, int64_t cols) const;
 
   ModelConfig config_;
-  kernels::Backend* backend_ = nullptr;  // Borrowed.
+  kernels::Backend* backend_ = nullptr;    // Borrowed.
   comm::Communicator* tp_comm_ = nullptr;  // Borrowed; null when shard_.tp_size is 1.
   BackendComm tp_;                         // tp_comm_ over the backend's memory.
   TpShard shard_;
@@ -158,7 +157,7 @@ class Transformer {
   int64_t ws_tokens_ = 0;
   std::unique_ptr<kernels::Buffer> norm_, q_, k_, v_, attn_, proj_, gate_, up_;
   std::unique_ptr<kernels::Buffer> hidden_;  // Forward()'s residual stream.
-  std::vector<int32_t> picked_rows_;  // Logits' rows, as embedding ids into hidden.
+  std::vector<int32_t> picked_rows_;         // Logits' rows, as embedding ids into hidden.
 };
 
 // Inverse RoPE frequencies [head_dim / 2] with the config's scaling applied.

@@ -18,8 +18,10 @@ absl::Status SamplingParams::Validate() const {
   if (top_k < 0) return bad("top_k", top_k, "must be >= 0 (0 disables it)");
   if (!(top_p > 0 && top_p <= 1)) return bad("top_p", top_p, "must be in (0, 1]");
   if (!(min_p >= 0 && min_p <= 1)) return bad("min_p", min_p, "must be in [0, 1]");
-  if (!(repetition_penalty > 0) || !std::isfinite(repetition_penalty)) return bad("repetition_penalty", repetition_penalty, "must be > 0");
-  if (!std::isfinite(presence_penalty) || !std::isfinite(frequency_penalty)) return bad("presence/frequency_penalty", presence_penalty, "must be finite");
+  if (!(repetition_penalty > 0) || !std::isfinite(repetition_penalty))
+    return bad("repetition_penalty", repetition_penalty, "must be > 0");
+  if (!std::isfinite(presence_penalty) || !std::isfinite(frequency_penalty))
+    return bad("presence/frequency_penalty", presence_penalty, "must be finite");
   if (n_logprobs < 0 || n_logprobs > 20) return bad("logprobs", n_logprobs, "must be in [0, 20]");
   return absl::OkStatus();
 }
@@ -71,8 +73,9 @@ size_t Sampler::Shape(std::span<const float> logits) {
   candidates_.clear();
   for (int32_t i = 0; i < n_vocab; ++i) candidates_.emplace_back(logits[i], i);
   const size_t k = params_.top_k > 0 ? std::min<size_t>(params_.top_k, candidates_.size()) : candidates_.size();
-  std::partial_sort(candidates_.begin(), candidates_.begin() + k, candidates_.end(),
-                    [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+  std::partial_sort(candidates_.begin(), candidates_.begin() + k, candidates_.end(), [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  });
   candidates_.resize(k);
   const float inv_t = 1.0f / params_.temperature;
   const float m = candidates_[0].first;
@@ -161,13 +164,13 @@ std::vector<SampledToken> Sampler::Verify(std::span<const float> logits, std::sp
       const size_t keep = Shape(row);
       double kept_sum = 0;
       for (size_t j = 0; j < keep; ++j) kept_sum += candidates_[j].first;
-      for (size_t j = 0; j < keep; ++j) out[candidates_[j].second] = static_cast<float>(candidates_[j].first / kept_sum);
+      for (size_t j = 0; j < keep; ++j)
+        out[candidates_[j].second] = static_cast<float>(candidates_[j].first / kept_sum);
     }
     if (i < k) seen.push_back(drafts[i]);
   }
-  const VerifyResult v = params_.greedy()
-                             ? VerifyGreedy(target, drafts, static_cast<int32_t>(n_vocab))
-                             : VerifyDrafts(target, {}, drafts, static_cast<int32_t>(n_vocab), rng_);
+  const VerifyResult v = params_.greedy() ? VerifyGreedy(target, drafts, static_cast<int32_t>(n_vocab))
+                                          : VerifyDrafts(target, {}, drafts, static_cast<int32_t>(n_vocab), rng_);
   std::vector<SampledToken> emitted;
   for (int32_t i = 0; i <= v.n_accepted; ++i) {
     const int32_t id = i < v.n_accepted ? drafts[i] : v.next_token;

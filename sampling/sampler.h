@@ -35,8 +35,8 @@ struct SamplingParams {
 
 struct SampledToken {
   int32_t id = -1;
-  float logprob = 0.0f;                            // log p(id) under the raw logits.
-  std::vector<std::pair<int32_t, float>> top;      // (id, logprob), most likely first.
+  float logprob = 0.0f;                        // log p(id) under the raw logits.
+  std::vector<std::pair<int32_t, float>> top;  // (id, logprob), most likely first.
 };
 
 class Sampler {

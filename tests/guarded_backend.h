@@ -40,8 +40,8 @@ class GuardedBackend final : public kernels::Backend {
   absl::StatusOr<std::unique_ptr<kernels::PreparedWeight>> PrepareWeight(const TensorView& weight) override;
   absl::Status Linear(TensorView out, const TensorView& in, const kernels::PreparedWeight& weight,
                       const TensorView& bias) override;
-  absl::Status LinearParts(std::span<const TensorView> outs, const TensorView& in, const kernels::PreparedWeight& weight,
-                           std::span<const TensorView> biases) override;
+  absl::Status LinearParts(std::span<const TensorView> outs, const TensorView& in,
+                           const kernels::PreparedWeight& weight, std::span<const TensorView> biases) override;
   absl::Status Embedding(TensorView out, const kernels::PreparedWeight& table, std::span<const int32_t> ids) override;
   absl::Status Linear(TensorView out, const TensorView& in, const TensorView& weight, const TensorView& bias) override;
   absl::Status RmsNorm(TensorView out, const TensorView& in, const TensorView& weight, float eps) override;

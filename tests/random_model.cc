@@ -52,10 +52,14 @@ void WriteRandomModel(const RandomModelSpec& s, const std::string& path) {
   // merge "!!", then filler tokens.
   std::vector<std::string> tokens;
   for (int64_t i = 0; i < s.n_vocab; ++i) {
-    if (i < 94) tokens.push_back(std::string(1, static_cast<char>('!' + i)));
-    else if (i == 94) tokens.push_back("\xc4\xa0");
-    else if (i == 95) tokens.push_back("!!");
-    else tokens.push_back(StrCat("<filler", i, ">"));
+    if (i < 94)
+      tokens.push_back(std::string(1, static_cast<char>('!' + i)));
+    else if (i == 94)
+      tokens.push_back("\xc4\xa0");
+    else if (i == 95)
+      tokens.push_back("!!");
+    else
+      tokens.push_back(StrCat("<filler", i, ">"));
   }
   w.SetString("tokenizer.ggml.model", "gpt2");
   w.SetString("tokenizer.ggml.pre", "gpt-2");

@@ -18,9 +18,9 @@ struct RandomModelSpec {
   int64_t n_ff = 256;
   int64_t n_vocab = 96;
   bool tied = false;
-  bool qkv_bias = false;            // Writes a qwen2 model with Q/K/V biases.
+  bool qkv_bias = false;  // Writes a qwen2 model with Q/K/V biases.
   uint32_t seed = 1;
-  int64_t n_ctx = 256;              // context_length in the metadata.
+  int64_t n_ctx = 256;  // context_length in the metadata.
   // > 0: draw only this many random values per tensor and repeat them (benchmarks of
   // large shapes, where drawing billions of normals would dominate).
   int64_t distinct_values = 0;

@@ -16,9 +16,8 @@ std::string SafetensorsBytes(const std::vector<SafetensorsEntry>& entries, bool 
   if (with_metadata) header["__metadata__"] = {{"format", "pt"}};
   std::string data;
   for (const SafetensorsEntry& e : entries) {
-    header[e.name] = {{"dtype", e.dtype},
-                      {"shape", e.shape},
-                      {"data_offsets", {data.size(), data.size() + e.data.size()}}};
+    header[e.name] = {
+        {"dtype", e.dtype}, {"shape", e.shape}, {"data_offsets", {data.size(), data.size() + e.data.size()}}};
     data += e.data;
   }
   std::string text = header.dump();

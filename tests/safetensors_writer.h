@@ -13,7 +13,7 @@ struct SafetensorsEntry {
   std::string name;
   std::string dtype;  // "F32", "F16", "I32", ...
   std::vector<int64_t> shape;
-  std::string data;   // Raw little-endian bytes.
+  std::string data;  // Raw little-endian bytes.
 };
 
 // 8-byte little-endian header length, the header text, then the data section.

@@ -43,18 +43,19 @@ inline std::string StatusMessage(const absl::Status& s) { return std::string(s.m
 }  // namespace cascade::testing
 
 // Skips the current test with a printed reason when a shared test file is missing.
-#define CASCADE_REQUIRE_FILE(path_var, expr)                                  \
-  const std::string path_var = (expr);                                        \
-  if (path_var.empty() || !::cascade::testing::internal::Exists(path_var)) {  \
-    GTEST_SKIP() << "test file not available (" #expr "): set CASCADE_TESTDATA " \
-                    "or run scripts/setup.sh";                                \
+#define CASCADE_REQUIRE_FILE(path_var, expr)                                 \
+  const std::string path_var = (expr);                                       \
+  if (path_var.empty() || !::cascade::testing::internal::Exists(path_var)) { \
+    GTEST_SKIP() << "test file not available (" #expr                        \
+                    "): set CASCADE_TESTDATA "                               \
+                    "or run scripts/setup.sh";                               \
   }
 
 // Asserts an absl::Status (or StatusOr) has the given code.
-#define EXPECT_STATUS_CODE(expr, code_name)                                   \
-  do {                                                                        \
+#define EXPECT_STATUS_CODE(expr, code_name)                                          \
+  do {                                                                               \
     const ::absl::Status cascade_s_ = ::cascade::testing::internal::GetStatus(expr); \
-    EXPECT_EQ(cascade_s_.code(), ::absl::StatusCode::code_name) << cascade_s_; \
+    EXPECT_EQ(cascade_s_.code(), ::absl::StatusCode::code_name) << cascade_s_;       \
   } while (0)
 
 #include "absl/status/statusor.h"
@@ -63,7 +64,9 @@ namespace cascade::testing::internal {
 bool Exists(const std::string& path);
 inline const absl::Status& GetStatus(const absl::Status& s) { return s; }
 template <typename T>
-const absl::Status& GetStatus(const absl::StatusOr<T>& s) { return s.status(); }
+const absl::Status& GetStatus(const absl::StatusOr<T>& s) {
+  return s.status();
+}
 }  // namespace cascade::testing::internal
 
 namespace cascade::testing {

@@ -24,9 +24,7 @@
 namespace cascade::text {
 namespace {
 
-bool Contains(std::string_view s, std::string_view part) {
-  return s.find(part) != std::string_view::npos;
-}
+bool Contains(std::string_view s, std::string_view part) { return s.find(part) != std::string_view::npos; }
 
 // Python's str.strip() / Jinja's trim for ASCII whitespace.
 std::string_view Strip(std::string_view s) {
@@ -75,8 +73,7 @@ std::string RenderLlama2(const std::vector<ChatMessage>& messages) {
 std::string RenderLlama3(const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
   std::string out;
   for (const ChatMessage& m : messages) {
-    cascade::StrAppend(&out, "<|start_header_id|>", m.role, "<|end_header_id|>\n\n",
-                       Strip(m.content), "<|eot_id|>");
+    cascade::StrAppend(&out, "<|start_header_id|>", m.role, "<|end_header_id|>\n\n", Strip(m.content), "<|eot_id|>");
   }
   if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
   return out;
@@ -93,8 +90,8 @@ absl::StatusOr<ChatTemplateKind> DetectChatTemplate(std::string_view jinja) {
     return ChatTemplateKind::kLlama2;
   }
   if (jinja.empty()) {
-    return absl::InvalidArgumentError(cascade::StrCat(
-        "the model has no chat template; pass --chat-template NAME (one of: ", kNames, ")"));
+    return absl::InvalidArgumentError(
+        cascade::StrCat("the model has no chat template; pass --chat-template NAME (one of: ", kNames, ")"));
   }
   return absl::InvalidArgumentError(
       cascade::StrCat("the model's chat template is not one Cascade recognises; pass "
@@ -106,18 +103,14 @@ absl::StatusOr<ChatTemplateKind> ChatTemplateFromName(std::string_view name) {
   if (name == "chatml") return ChatTemplateKind::kChatMl;
   if (name == "llama2") return ChatTemplateKind::kLlama2;
   if (name == "llama3") return ChatTemplateKind::kLlama3;
-  return absl::InvalidArgumentError(
-      cascade::StrCat("unknown chat template '", name, "' (one of: ", kNames, ")"));
+  return absl::InvalidArgumentError(cascade::StrCat("unknown chat template '", name, "' (one of: ", kNames, ")"));
 }
 
 std::string_view ChatTemplateName(ChatTemplateKind kind) {
   switch (kind) {
-    case ChatTemplateKind::kChatMl:
-      return "chatml";
-    case ChatTemplateKind::kLlama2:
-      return "llama2";
-    case ChatTemplateKind::kLlama3:
-      return "llama3";
+    case ChatTemplateKind::kChatMl: return "chatml";
+    case ChatTemplateKind::kLlama2: return "llama2";
+    case ChatTemplateKind::kLlama3: return "llama3";
   }
   return "?";
 }
@@ -125,12 +118,9 @@ std::string_view ChatTemplateName(ChatTemplateKind kind) {
 std::string ApplyChatTemplate(ChatTemplateKind kind, const std::vector<ChatMessage>& messages,
                               bool add_generation_prompt) {
   switch (kind) {
-    case ChatTemplateKind::kChatMl:
-      return RenderChatMl(messages, add_generation_prompt);
-    case ChatTemplateKind::kLlama2:
-      return RenderLlama2(messages);
-    case ChatTemplateKind::kLlama3:
-      return RenderLlama3(messages, add_generation_prompt);
+    case ChatTemplateKind::kChatMl: return RenderChatMl(messages, add_generation_prompt);
+    case ChatTemplateKind::kLlama2: return RenderLlama2(messages);
+    case ChatTemplateKind::kLlama3: return RenderLlama3(messages, add_generation_prompt);
   }
   return "";
 }

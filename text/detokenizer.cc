@@ -45,8 +45,7 @@ std::string TakeCompleteUtf8(std::string* bytes, bool final) {
       continue;
     }
     int k = 1;
-    while (k < len && i + k < b.size() &&
-           ValidContinuation(lead, k, static_cast<uint8_t>(b[i + k]))) {
+    while (k < len && i + k < b.size() && ValidContinuation(lead, k, static_cast<uint8_t>(b[i + k]))) {
       ++k;
     }
     if (k == len) {

@@ -25,7 +25,7 @@ class StopMatcher {
 
  private:
   std::vector<std::string> stops_;
-  std::string held_;     // Suffix that might begin a stop string.
+  std::string held_;  // Suffix that might begin a stop string.
   std::string emitted_;
   bool stopped_ = false;
 };

@@ -72,8 +72,7 @@ bool Tokenizer::add_bos() const { return vocab_->spec().add_bos; }
 bool Tokenizer::IsSpecial(int32_t id) const { return vocab_->is_special(id); }
 bool Tokenizer::IsEog(int32_t id) const { return vocab_->is_eog(id); }
 bool Tokenizer::strips_leading_space() const {
-  return vocab_->spec().kind == TokenizerSpec::Kind::kSentencePieceBpe &&
-         vocab_->spec().add_space_prefix;
+  return vocab_->spec().kind == TokenizerSpec::Kind::kSentencePieceBpe && vocab_->spec().add_space_prefix;
 }
 TokenizerSpec::Kind Tokenizer::kind() const { return vocab_->spec().kind; }
 const std::string& Tokenizer::chat_template() const { return vocab_->spec().chat_template; }

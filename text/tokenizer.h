@@ -74,8 +74,7 @@ class Tokenizer {
   explicit Tokenizer(std::unique_ptr<const Vocab> vocab);
   // Appends the ids of `text`, which holds no special-token text. `after_special` is true
   // at the start of the input and right after a special token (SPM dummy-prefix rule).
-  virtual void EncodeText(std::string_view text, bool after_special,
-                          std::vector<int32_t>& out) const = 0;
+  virtual void EncodeText(std::string_view text, bool after_special, std::vector<int32_t>& out) const = 0;
   const Vocab& vocab() const { return *vocab_; }
 
  private:

@@ -22,9 +22,9 @@
 
 #include "absl/strings/str_replace.h"
 #include "core/str_cat.h"
+#include "re2/re2.h"
 #include "text/tokenizer.h"
 #include "text/tokenizer_vocab.h"
-#include "re2/re2.h"
 
 namespace cascade::text {
 namespace {
@@ -36,8 +36,7 @@ constexpr std::string_view kWs =
 
 bool IsWhitespace(uint32_t cp) {
   return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
-         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F ||
-         cp == 0x205F || cp == 0x3000;
+         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
 }
 
 // Expands `\s` / `[^\s` / `[\s` in a pattern written with llama.cpp's spelling. `WS`
@@ -48,8 +47,7 @@ std::string Expand(std::string_view pattern) {
 }
 
 // GPT-2: 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-constexpr std::string_view kGpt2 =
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^WS\\p{L}\\p{N}]+|[WS]+";
+constexpr std::string_view kGpt2 = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^WS\\p{L}\\p{N}]+|[WS]+";
 // Llama 3 (llama.cpp's case-spelled form of `(?i:'s|...)`); Qwen2 is the same with \p{N}.
 constexpr std::string_view kLlama3 =
     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
@@ -75,20 +73,17 @@ absl::StatusOr<std::vector<PrePattern>> PreTokenizerPatterns(const std::string& 
   if (name == "gpt-2" || name == "gpt2" || name == "mpt" || name == "olmo" || name == "jais") {
     return std::vector<PrePattern>{gpt2};
   }
-  if (name == "llama-bpe" || name == "llama3" || name == "llama-v3" || name == "dbrx" ||
-      name == "smaug-bpe") {
+  if (name == "llama-bpe" || name == "llama3" || name == "llama-v3" || name == "dbrx" || name == "smaug-bpe") {
     return std::vector<PrePattern>{{Expand(kLlama3), Lookahead::kRunWithoutNewline}};
   }
   if (name == "qwen2" || name == "deepseek-r1-qwen") {
     return std::vector<PrePattern>{{Expand(kQwen2), Lookahead::kRunWithoutNewline}};
   }
-  if (name == "smollm" || name == "starcoder" || name == "refact" || name == "command-r" ||
-      name == "codeshell") {
+  if (name == "smollm" || name == "starcoder" || name == "refact" || name == "command-r" || name == "codeshell") {
     return std::vector<PrePattern>{{"\\p{N}"}, gpt2};
   }
   if (name == "default" || name.empty()) {
-    return std::vector<PrePattern>{
-        {"[\\p{P}\\$\\+<=>\\^~\\|]+"}, gpt2, {"\\p{N}+"}, {"[0-9][0-9][0-9]"}};
+    return std::vector<PrePattern>{{"[\\p{P}\\$\\+<=>\\^~\\|]+"}, gpt2, {"\\p{N}+"}, {"[0-9][0-9][0-9]"}};
   }
   return absl::UnimplementedError(cascade::StrCat("unknown byte-level BPE pre-tokenizer '", name,
                                                   "' (supported: gpt-2, llama-bpe, qwen2, "
@@ -105,8 +100,7 @@ class BpeTokenizer final : public Tokenizer {
       : Tokenizer(std::move(vocab)), regexes_(std::move(regexes)) {}
 
  protected:
-  void EncodeText(std::string_view text, bool /*after_special*/,
-                  std::vector<int32_t>& out) const override {
+  void EncodeText(std::string_view text, bool /*after_special*/, std::vector<int32_t>& out) const override {
     const Vocab& v = vocab();
     const auto& byte_map = ByteToUnicode();
     std::string word;
@@ -157,8 +151,7 @@ class BpeTokenizer final : public Tokenizer {
     return true;
   }
 
-  static void SplitOne(const RE2& re, Lookahead mode, std::string_view p,
-                       std::vector<std::string_view>& out) {
+  static void SplitOne(const RE2& re, Lookahead mode, std::string_view p, std::vector<std::string_view>& out) {
     re2::StringPiece input(p.data(), p.size());
     re2::StringPiece match[1];
     size_t pos = 0;
@@ -194,9 +187,8 @@ class BpeTokenizer final : public Tokenizer {
 absl::StatusOr<std::unique_ptr<Tokenizer>> NewBpeTokenizer(std::unique_ptr<const Vocab> vocab) {
   auto patterns = PreTokenizerPatterns(vocab->spec().pre_tokenizer);
   if (!patterns.ok()) {
-    return absl::Status(
-        patterns.status().code(),
-        cascade::StrCat(vocab->spec().source, ": ", ToStd(patterns.status().message())));
+    return absl::Status(patterns.status().code(),
+                        cascade::StrCat(vocab->spec().source, ": ", ToStd(patterns.status().message())));
   }
   std::vector<BpeTokenizer::Regex> regexes;
   RE2::Options options;
@@ -204,8 +196,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> NewBpeTokenizer(std::unique_ptr<const
   for (const PrePattern& pattern : *patterns) {
     auto re = std::make_unique<RE2>(pattern.regex, options);
     if (!re->ok()) {
-      return absl::InternalError(cascade::StrCat("pre-tokenizer regex '", pattern.regex,
-                                                 "' does not compile: ", re->error()));
+      return absl::InternalError(
+          cascade::StrCat("pre-tokenizer regex '", pattern.regex, "' does not compile: ", re->error()));
     }
     regexes.push_back({std::move(re), pattern.lookahead});
   }

@@ -25,8 +25,7 @@ class SpmTokenizer final : public Tokenizer {
   explicit SpmTokenizer(std::unique_ptr<const Vocab> vocab) : Tokenizer(std::move(vocab)) {}
 
  protected:
-  void EncodeText(std::string_view text, bool after_special,
-                  std::vector<int32_t>& out) const override {
+  void EncodeText(std::string_view text, bool after_special, std::vector<int32_t>& out) const override {
     if (text.empty()) return;
     // Escape: optional dummy prefix, then every space as "▁".
     std::string s;
@@ -81,8 +80,7 @@ class SpmTokenizer final : public Tokenizer {
     std::vector<Symbol> syms;
     syms.reserve(s.size());
     for (size_t offs = 0; offs < s.size();) {
-      const size_t len =
-          std::min(Utf8SequenceLength(static_cast<uint8_t>(s[offs])), s.size() - offs);
+      const size_t len = std::min(Utf8SequenceLength(static_cast<uint8_t>(s[offs])), s.size() - offs);
       const int32_t index = static_cast<int32_t>(syms.size());
       offs += len;
       syms.push_back({static_cast<uint32_t>(offs - len), static_cast<uint32_t>(len), index - 1,
@@ -129,8 +127,7 @@ class SpmTokenizer final : public Tokenizer {
     ids.reserve(s.size());
     bool last_unk = false;
     for (size_t offs = 0; offs < s.size();) {
-      const size_t len =
-          std::min(Utf8SequenceLength(static_cast<uint8_t>(s[offs])), s.size() - offs);
+      const size_t len = std::min(Utf8SequenceLength(static_cast<uint8_t>(s[offs])), s.size() - offs);
       const std::string_view ch = s.substr(offs, len);
       offs += len;
       const int32_t id = v.Find(ch);

@@ -37,7 +37,6 @@ void AppendUtf8(uint32_t cp, std::string& out) {
   }
 }
 
-
 // "<0xAB>" -> 0xAB, else -1.
 int ParseByteToken(std::string_view text) {
   if (text.size() != 6 || text.substr(0, 3) != "<0x" || text[5] != '>') return -1;
@@ -121,8 +120,7 @@ absl::Status ValidateSpec(const TokenizerSpec& spec) {
     return absl::InvalidArgumentError(cascade::StrCat(src, ": vocabulary too large"));
   }
   if (!spec.scores.empty() && spec.scores.size() != n) {
-    return absl::InvalidArgumentError(
-        cascade::StrCat(src, ": ", spec.scores.size(), " scores for ", n, " tokens"));
+    return absl::InvalidArgumentError(cascade::StrCat(src, ": ", spec.scores.size(), " scores for ", n, " tokens"));
   }
   if (!spec.token_types.empty() && spec.token_types.size() != n) {
     return absl::InvalidArgumentError(
@@ -132,14 +130,11 @@ absl::Status ValidateSpec(const TokenizerSpec& spec) {
       {"bos", spec.bos_id}, {"eos", spec.eos_id}, {"unk", spec.unk_id}, {"pad", spec.pad_id}};
   for (const auto& [name, id] : ids) {
     if (id < -1 || id >= static_cast<int64_t>(n)) {
-      return absl::InvalidArgumentError(
-          cascade::StrCat(src, ": ", name, " token id ", id, " is outside [0, ", n, ")"));
+      return absl::InvalidArgumentError(cascade::StrCat(src, ": ", name, " token id ", id, " is outside [0, ", n, ")"));
     }
   }
-  if (spec.kind == TokenizerSpec::Kind::kByteLevelBpe && spec.merges.empty() &&
-      spec.merge_pairs.empty()) {
-    return absl::InvalidArgumentError(
-        cascade::StrCat(src, ": a byte-level BPE vocabulary needs merges"));
+  if (spec.kind == TokenizerSpec::Kind::kByteLevelBpe && spec.merges.empty() && spec.merge_pairs.empty()) {
+    return absl::InvalidArgumentError(cascade::StrCat(src, ": a byte-level BPE vocabulary needs merges"));
   }
   return absl::OkStatus();
 }
@@ -182,12 +177,9 @@ size_t DecodeUtf8(std::string_view s, size_t i, uint32_t& cp) {
 
 const std::array<std::string, 256>& ByteToUnicode() { return GetByteTables().to_unicode; }
 
-int ByteFromUnicode(uint32_t code_point) {
-  return code_point < 512 ? GetByteTables().from_unicode[code_point] : -1;
-}
+int ByteFromUnicode(uint32_t code_point) { return code_point < 512 ? GetByteTables().from_unicode[code_point] : -1; }
 
-absl::Status Vocab::AddMerge(std::string_view left, std::string_view right, int32_t rank,
-                             size_t index) {
+absl::Status Vocab::AddMerge(std::string_view left, std::string_view right, int32_t rank, size_t index) {
   const int32_t l = Find(left), r = Find(right);
   std::string& joined = merge_scratch_;
   joined.assign(left);
@@ -195,9 +187,8 @@ absl::Status Vocab::AddMerge(std::string_view left, std::string_view right, int3
   const int32_t result = Find(joined);
   std::string_view missing = l < 0 ? left : r < 0 ? right : result < 0 ? joined : "";
   if (l < 0 || r < 0 || result < 0) {
-    return absl::InvalidArgumentError(cascade::StrCat(spec_.source, ": merges[", index, "] '", left,
-                                                      " ", right, "': token '", missing,
-                                                      "' is not in the vocabulary"));
+    return absl::InvalidArgumentError(cascade::StrCat(spec_.source, ": merges[", index, "] '", left, " ", right,
+                                                      "': token '", missing, "' is not in the vocabulary"));
   }
   merges_.try_emplace(PairKey(l, r), RankedMerge{rank, result});
   return absl::OkStatus();
@@ -212,15 +203,13 @@ absl::Status Vocab::AddMerges(const std::vector<std::string>& merges,
     const std::string& m = merges[i];
     const size_t sp = m.size() > 1 ? m.find(' ', 1) : std::string::npos;
     if (sp == std::string::npos) {
-      return absl::InvalidArgumentError(cascade::StrCat(
-          spec_.source, ": merges[", i, "] '", m, "' is not of the form 'left right'"));
+      return absl::InvalidArgumentError(
+          cascade::StrCat(spec_.source, ": merges[", i, "] '", m, "' is not of the form 'left right'"));
     }
-    CASCADE_RETURN_IF_ERROR(
-        AddMerge(std::string_view(m).substr(0, sp), std::string_view(m).substr(sp + 1), rank, i));
+    CASCADE_RETURN_IF_ERROR(AddMerge(std::string_view(m).substr(0, sp), std::string_view(m).substr(sp + 1), rank, i));
   }
   for (size_t i = 0; i < merge_pairs.size(); ++i, ++rank) {
-    CASCADE_RETURN_IF_ERROR(
-        AddMerge(merge_pairs[i].first, merge_pairs[i].second, rank, merges.size() + i));
+    CASCADE_RETURN_IF_ERROR(AddMerge(merge_pairs[i].first, merge_pairs[i].second, rank, merges.size() + i));
   }
   return absl::OkStatus();
 }
@@ -236,20 +225,17 @@ void Vocab::BuildPieces(bool byte_level) {
     if (type == kTokenTypeControl || type == kTokenTypeUnknown || type == kTokenTypeUnused) {
       special_.insert(static_cast<int32_t>(i));
     }
-    if ((type == kTokenTypeControl || type == kTokenTypeUserDefined || type == kTokenTypeUnknown) &&
-        !t.empty()) {
+    if ((type == kTokenTypeControl || type == kTokenTypeUserDefined || type == kTokenTypeUnknown) && !t.empty()) {
       split_candidates_[static_cast<uint8_t>(t[0])].push_back(static_cast<int32_t>(i));
     }
-    if (type != kTokenTypeNormal &&
-        std::find(std::begin(kEogTexts), std::end(kEogTexts), t) != std::end(kEogTexts)) {
+    if (type != kTokenTypeNormal && std::find(std::begin(kEogTexts), std::end(kEogTexts), t) != std::end(kEogTexts)) {
       eog_.insert(static_cast<int32_t>(i));
     }
   }
   if (spec_.eos_id >= 0) eog_.insert(spec_.eos_id);
   for (auto& cands : split_candidates_) {
-    std::stable_sort(cands.begin(), cands.end(), [&](int32_t a, int32_t b) {
-      return tokens_[a].size() > tokens_[b].size();
-    });
+    std::stable_sort(cands.begin(), cands.end(),
+                     [&](int32_t a, int32_t b) { return tokens_[a].size() > tokens_[b].size(); });
   }
 }
 
@@ -276,8 +262,7 @@ absl::StatusOr<std::unique_ptr<Vocab>> Vocab::Build(TokenizerSpec spec) {
   const bool byte_level = spec.kind == TokenizerSpec::Kind::kByteLevelBpe;
 
   v->tokens_ = std::move(spec.tokens);
-  v->types_ = spec.token_types.empty() ? std::vector<int32_t>(n, kTokenTypeNormal)
-                                       : std::move(spec.token_types);
+  v->types_ = spec.token_types.empty() ? std::vector<int32_t>(n, kTokenTypeNormal) : std::move(spec.token_types);
   v->scores_ = spec.scores.empty() ? std::vector<float>(n, 0.0f) : std::move(spec.scores);
   std::vector<std::string> merges = std::move(spec.merges);
   std::vector<std::pair<std::string, std::string>> merge_pairs = std::move(spec.merge_pairs);
@@ -345,8 +330,7 @@ void ApplyRankedMerges(const Vocab& vocab, std::vector<int32_t>& ids) {
   for (int32_t i = 0; i < n; ++i) syms[i] = {ids[i], i - 1, i + 1 < n ? i + 1 : -1};
   std::vector<Candidate> heap_storage;
   heap_storage.reserve(n);
-  std::priority_queue<Candidate, std::vector<Candidate>, decltype(later)> queue(
-      later, std::move(heap_storage));
+  std::priority_queue<Candidate, std::vector<Candidate>, decltype(later)> queue(later, std::move(heap_storage));
   auto try_add = [&](int32_t left) {
     if (left < 0) return;
     const int32_t right = syms[left].next;

@@ -68,8 +68,7 @@ class Vocab {
  private:
   Vocab() = default;
   static uint64_t PairKey(int32_t left, int32_t right) {
-    return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) |
-           static_cast<uint32_t>(right);
+    return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
   }
   absl::Status AddMerge(std::string_view left, std::string_view right, int32_t rank, size_t index);
   // `Build` step: ranks "left right" `merges`, then `merge_pairs`, in list order.

@@ -26,16 +26,19 @@ sampling::SamplingParams FromProto(const v1::StepSampling& s) {
 
 absl::StatusOr<std::unique_ptr<kernels::Backend>> MakeBackend(const StageExecutorOptions& options) {
   if (options.device.kind == DeviceKind::kCpu) return kernels::MakeCpuBackend({.n_threads = options.n_threads});
-  absl::StatusOr<std::unique_ptr<kernels::CudaBackend>> gpu = kernels::CudaBackend::Create({.device = options.device.index});
+  absl::StatusOr<std::unique_ptr<kernels::CudaBackend>> gpu =
+      kernels::CudaBackend::Create({.device = options.device.index});
   if (!gpu.ok()) return Annotate(gpu.status(), StrCat("device cuda:", options.device.index));
   return std::unique_ptr<kernels::Backend>(*std::move(gpu));
 }
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Create(
-    const StageExecutorOptions& options, comm::Communicator* pp_comm, comm::Communicator* tp_comm,
-    const std::function<void(double)>& progress, std::unique_ptr<kernels::Backend> backend) {
+absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Create(const StageExecutorOptions& options,
+                                                                     comm::Communicator* pp_comm,
+                                                                     comm::Communicator* tp_comm,
+                                                                     const std::function<void(double)>& progress,
+                                                                     std::unique_ptr<kernels::Backend> backend) {
   std::unique_ptr<StageExecutor> e(new StageExecutor());
   e->options_ = options;
   if (options.n_stages > 1 && pp_comm == nullptr) {
@@ -68,16 +71,17 @@ absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Create(
   CASCADE_ASSIGN_OR_RETURN(e->transformer_, model::Transformer::Load(e->files_, e->backend_.get(), stage, tp_comm));
   if (e->transformer_->has_embedding() != (options.stage == 0) ||
       e->transformer_->has_head() != (options.stage == options.n_stages - 1)) {
-    return absl::InvalidArgumentError(StrCat("stage ", options.stage, " of ", options.n_stages, " got layers [",
-                                             options.first_layer, ", ", options.last_layer,
-                                             "): the first stage must start at layer 0 and the last end at the last layer"));
+    return absl::InvalidArgumentError(
+        StrCat("stage ", options.stage, " of ", options.n_stages, " got layers [", options.first_layer, ", ",
+               options.last_layer, "): the first stage must start at layer 0 and the last end at the last layer"));
   }
   e->transformer_->Prefault(progress);
   absl::StatusOr<model::KvCache> cache = model::KvCache::Create(
       e->transformer_->CacheOptions(options.kv_blocks, options.kv_block_size), e->backend_.get());
   if (!cache.ok()) {
-    return Annotate(cache.status(), StrCat("on ", options.device.ToString(), " after ", e->transformer_->weight_bytes(),
-                                           " bytes of weights (lower scheduler.kv_cache_mb or scheduler.gpu_memory_fraction)"));
+    return Annotate(cache.status(),
+                    StrCat("on ", options.device.ToString(), " after ", e->transformer_->weight_bytes(),
+                           " bytes of weights (lower scheduler.kv_cache_mb or scheduler.gpu_memory_fraction)"));
   }
   e->cache_ = std::make_unique<model::KvCache>(*std::move(cache));
   return e;
@@ -87,7 +91,8 @@ absl::Status StageExecutor::CheckIds(const std::string& what, const v1::StepSequ
   const int64_t n_vocab = transformer_->config().n_vocab, n_blocks = cache_->options().n_blocks;
   for (int32_t id : s.tokens()) {
     if (id < 0 || id >= n_vocab) {
-      return absl::InvalidArgumentError(StrCat(what, ": token id ", id, " is outside the vocabulary [0, ", n_vocab, ")"));
+      return absl::InvalidArgumentError(
+          StrCat(what, ": token id ", id, " is outside the vocabulary [0, ", n_vocab, ")"));
     }
     if (id == options_.refuse_token) {
       return absl::InvalidArgumentError(StrCat(what, ": token id ", id, " refused (--refuse-token-for-testing)"));
@@ -95,8 +100,8 @@ absl::Status StageExecutor::CheckIds(const std::string& what, const v1::StepSequ
   }
   const int64_t block_size = cache_->options().block_size;
   if (static_cast<int64_t>(s.block_table_size()) * block_size < n_positions) {
-    return absl::InvalidArgumentError(StrCat(what, ": ", s.block_table_size(), " KV blocks do not cover ", n_positions,
-                                             " positions"));
+    return absl::InvalidArgumentError(
+        StrCat(what, ": ", s.block_table_size(), " KV blocks do not cover ", n_positions, " positions"));
   }
   for (int32_t b : s.block_table()) {
     if (b < 0 || b >= n_blocks) {
@@ -118,8 +123,8 @@ absl::Status StageExecutor::Flatten(const v1::StepRequest& step, Rows& rows) con
       return absl::InvalidArgumentError(StrCat(what, " positions [", s.n_past(), ", ", end_pos, ") exceed the cache"));
     }
     if (s.n_draft() < 0 || s.n_draft() >= s.tokens_size() || (s.n_draft() > 0 && !s.sample())) {
-      return absl::InvalidArgumentError(StrCat(what, ": n_draft ", s.n_draft(), " must be in [0, ", s.tokens_size(),
-                                               ") and needs sample"));
+      return absl::InvalidArgumentError(
+          StrCat(what, ": n_draft ", s.n_draft(), " must be in [0, ", s.tokens_size(), ") and needs sample"));
     }
     if (s.propose() < 0 || (s.propose() > 0 && !options_.draft)) {
       return absl::InvalidArgumentError(StrCat(what, ": propose ", s.propose(), " on a worker that does not draft"));
@@ -191,8 +196,8 @@ absl::Status StageExecutor::Forward(const Rows& rows, int64_t step_id) {
   if (options_.stage == 0) {
     CASCADE_RETURN_IF_ERROR(transformer_->Embed(rows.tokens, hidden));
   } else {
-    CASCADE_RETURN_IF_ERROR(Annotate(ReceiveHidden(n, tag),
-                                     StrCat("receiving step ", step_id, " from stage ", options_.stage - 1)));
+    CASCADE_RETURN_IF_ERROR(
+        Annotate(ReceiveHidden(n, tag), StrCat("receiving step ", step_id, " from stage ", options_.stage - 1)));
   }
   const model::ForwardBatch batch{rows.tokens, rows.positions, rows.seqs, rows.logit_rows};
   CASCADE_RETURN_IF_ERROR(transformer_->RunLayers(hidden, batch, *cache_));

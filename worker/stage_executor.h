@@ -18,25 +18,25 @@
 #include "comm/communicator.h"
 #include "kernels/ops.h"
 #include "model/backend_comm.h"
-#include "model/kv_cache.h"
 #include "model/format/model_files.h"
-#include "sampling/sampler.h"
+#include "model/kv_cache.h"
 #include "model/transformer.h"
+#include "sampling/sampler.h"
 
 namespace cascade::worker {
 
 struct StageExecutorOptions {
-  std::string model_path;        // GGUF file or HF directory.
-  int64_t first_layer = 0;       // Layers [first_layer, last_layer).
+  std::string model_path;   // GGUF file or HF directory.
+  int64_t first_layer = 0;  // Layers [first_layer, last_layer).
   int64_t last_layer = 0;
-  int stage = 0;                 // Pipeline stage index.
+  int stage = 0;  // Pipeline stage index.
   int n_stages = 1;
-  int64_t kv_blocks = 0;         // Blocks in this stage's KV cache.
+  int64_t kv_blocks = 0;  // Blocks in this stage's KV cache.
   int64_t kv_block_size = 16;
-  int n_threads = 1;             // CPU compute threads.
-  Device device;                 // cpu, or cuda:N (weights, KV cache and activations there).
-  int tp_rank = 0;               // Rank in the stage's tensor-parallel group.
-  int tp_size = 1;               // Its size (1: no tensor parallelism).
+  int n_threads = 1;  // CPU compute threads.
+  Device device;      // cpu, or cuda:N (weights, KV cache and activations there).
+  int tp_rank = 0;    // Rank in the stage's tensor-parallel group.
+  int tp_size = 1;    // Its size (1: no tensor parallelism).
   // A drafter (speculative decoding): one process holding layers [first_layer,
   // last_layer) of its model and the model's head (an early exit when last_layer is not
   // the last layer). Its steps carry `propose`; see Draft.
@@ -57,9 +57,10 @@ class StageExecutor {
   // each cross-stage link carries 1/t of the bytes. On cuda:N the communicators may work on
   // host memory (UCX: staged through host copies) or GPU memory (NCCL).
   // `backend` (optional) is the one to run on; by default one is made for options.device.
-  static absl::StatusOr<std::unique_ptr<StageExecutor>> Create(
-      const StageExecutorOptions& options, comm::Communicator* pp_comm, comm::Communicator* tp_comm,
-      const std::function<void(double)>& progress, std::unique_ptr<kernels::Backend> backend = nullptr);
+  static absl::StatusOr<std::unique_ptr<StageExecutor>> Create(const StageExecutorOptions& options,
+                                                               comm::Communicator* pp_comm, comm::Communicator* tp_comm,
+                                                               const std::function<void(double)>& progress,
+                                                               std::unique_ptr<kernels::Backend> backend = nullptr);
 
   // Runs one step. On the last stage the result carries a sampled token for every
   // sequence with `sample` set, or, for a verification (`n_draft` > 0), the accepted
@@ -84,7 +85,7 @@ class StageExecutor {
   struct Rows {
     std::vector<int32_t> tokens, positions;
     std::vector<kernels::AttentionSeq> seqs;
-    std::vector<int64_t> logit_rows;  // Last row per sampled sequence; n_draft + 1 rows to verify.
+    std::vector<int64_t> logit_rows;           // Last row per sampled sequence; n_draft + 1 rows to verify.
     std::vector<std::vector<int32_t>> tables;  // Reserved up front: `seqs` points into it.
   };
   StageExecutor() = default;

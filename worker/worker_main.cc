@@ -8,8 +8,8 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <thread>
 
@@ -18,8 +18,8 @@
 #include "core/args.h"
 #include "core/logging.h"
 #include "grpcpp/create_channel.h"
-#include "kernels/cuda_device.h"
 #include "grpcpp/server_builder.h"
+#include "kernels/cuda_device.h"
 #include "worker/worker_service.h"
 
 namespace {
@@ -54,9 +54,9 @@ int main(int argc, char** argv) {
     // Refuse now, with the runtime's reason, rather than register and fail at load.
     const kernels::CudaAvailability cuda = kernels::QueryCudaDevices();
     if (cuda.device_count <= parsed->index) {
-      return UsageError("--device " + device + ": no usable GPU: " +
-                        (cuda.device_count > 0 ? "only " + std::to_string(cuda.device_count) + " CUDA devices"
-                                               : cuda.reason));
+      return UsageError(
+          "--device " + device + ": no usable GPU: " +
+          (cuda.device_count > 0 ? "only " + std::to_string(cuda.device_count) + " CUDA devices" : cuda.reason));
     }
   }
   auto threads = args.GetInt("threads", 1);

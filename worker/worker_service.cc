@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <chrono>
 
+#include "comm/nccl_communicator.h"
 #include "core/logging.h"
 #include "core/status.h"
-#include "comm/nccl_communicator.h"
 #include "core/str_cat.h"
 #include "proto/grpc_status.h"
 #include "worker/grpc_rendezvous.h"
@@ -22,8 +22,8 @@ grpc::Status WorkerService::LoadShard(grpc::ServerContext* context, const v1::Lo
   comm_.reset();
   tp_comm_.reset();
   CASCADE_LOG(Info) << "loading stage " << req->stage() << "/" << req->n_stages() << " tp " << req->tp_rank() << "/"
-                    << std::max(1, req->tp_size()) << ": layers ["
-                    << req->first_layer() << ", " << req->last_layer() << ") of " << req->model_path();
+                    << std::max(1, req->tp_size()) << ": layers [" << req->first_layer() << ", " << req->last_layer()
+                    << ") of " << req->model_path();
   // The data plane first, through the rendezvous: the TP group of this stage, then the
   // pipeline link of this TP rank (TP rank r of every stage).
   const int tp_size = std::max(1, req->tp_size());
@@ -57,8 +57,8 @@ grpc::Status WorkerService::LoadShard(grpc::ServerContext* context, const v1::Lo
     tp_comm_ = std::move(*c);
   }
   if (req->n_stages() > 1) {
-    auto c = connect(StrCat(req->group(), "/pp", req->tp_rank()), req->stage(), req->n_stages(), 0,
-                     req->pp_transport());
+    auto c =
+        connect(StrCat(req->group(), "/pp", req->tp_rank()), req->stage(), req->n_stages(), 0, req->pp_transport());
     if (!c.ok()) return ToGrpc(Annotate(c.status(), "connecting the pipeline stages"));
     comm_ = std::move(*c);
   }

@@ -20,12 +20,12 @@
 namespace cascade::worker {
 
 struct WorkerServiceOptions {
-  int n_threads = 1;                       // CPU compute threads for the stage.
-  Device device;                           // Where the stage runs: cpu or cuda:N.
-  std::string coordinator;                 // host:port, for the rendezvous keys.
-  int64_t comm_timeout_ms = 30000;         // Data-plane operations give up after this.
-  int64_t tp_spin_us = 50;                 // TP collectives poll this long before sleeping.
-  int32_t refuse_token = -1;               // StageExecutorOptions::refuse_token (tests only).
+  int n_threads = 1;                          // CPU compute threads for the stage.
+  Device device;                              // Where the stage runs: cpu or cuda:N.
+  std::string coordinator;                    // host:port, for the rendezvous keys.
+  int64_t comm_timeout_ms = 30000;            // Data-plane operations give up after this.
+  int64_t tp_spin_us = 50;                    // TP collectives poll this long before sleeping.
+  int32_t refuse_token = -1;                  // StageExecutorOptions::refuse_token (tests only).
   std::string ucx_keepalive_interval = "1s";  // comm::UcxOptions::keepalive_interval.
 };
 

@@ -146,30 +146,35 @@ void PrintSummary(const std::string& label, const BenchOptions& opts, const Benc
   std::printf("%-12s %4lld %4lld %8.1fms %8.1fms %8.1fms %8.1fms %8.1fms %8.1fms %10.1f %9lld\n", label.c_str(),
               static_cast<long long>(opts.requests), static_cast<long long>(opts.concurrency),
               1e3 * Percentile(r.ttft, 50), 1e3 * Percentile(r.ttft, 99), 1e3 * Percentile(r.tpot, 50),
-              1e3 * Percentile(r.tpot, 99), 1e3 * Percentile(r.itl, 50), 1e3 * Percentile(r.itl, 99),
-              r.tokens / wall, static_cast<long long>(r.failures));
+              1e3 * Percentile(r.tpot, 99), 1e3 * Percentile(r.itl, 50), 1e3 * Percentile(r.itl, 99), r.tokens / wall,
+              static_cast<long long>(r.failures));
 }
 
 // Writes the --json report: settings, latency percentiles, throughput and speculation stats.
-void WriteJsonReport(const std::string& path, const std::string& label, const BenchOptions& opts,
-                     const BenchResults& r, double wall) {
+void WriteJsonReport(const std::string& path, const std::string& label, const BenchOptions& opts, const BenchResults& r,
+                     double wall) {
   const v1::SpeculativeStats& spec = r.spec;
-  nlohmann::json j{{"label", label}, {"requests", opts.requests}, {"concurrency", opts.concurrency},
-                   {"prompt_tokens", opts.prompt_tokens}, {"max_tokens", opts.max_tokens},
-                   {"wall_s", wall}, {"output_tokens", r.tokens}, {"throughput_tok_s", r.tokens / wall},
-                   {"failures", r.failures},
-                   {"ttft_ms", {{"p50", 1e3 * Percentile(r.ttft, 50)}, {"p99", 1e3 * Percentile(r.ttft, 99)}}},
-                   {"tpot_ms", {{"p50", 1e3 * Percentile(r.tpot, 50)}, {"p99", 1e3 * Percentile(r.tpot, 99)}}},
-                   {"itl_ms", {{"p50", 1e3 * Percentile(r.itl, 50)}, {"p99", 1e3 * Percentile(r.itl, 99)}}},
-                   {"decode_tok_s_p50", Percentile(r.tpot, 50) > 0 ? 1.0 / Percentile(r.tpot, 50) : 0.0},
-                   {"speculative",
-                    {{"verify_steps", spec.steps()},
-                     {"drafted_tokens", spec.drafted_tokens()},
-                     {"accepted_tokens", spec.accepted_tokens()},
-                     {"acceptance_rate",
-                      spec.drafted_tokens() > 0 ? 1.0 * spec.accepted_tokens() / spec.drafted_tokens() : 0.0},
-                     {"mean_accepted_length",
-                      spec.steps() > 0 ? 1.0 * (spec.accepted_tokens() + spec.steps()) / spec.steps() : 0.0}}}};
+  nlohmann::json j{
+      {"label", label},
+      {"requests", opts.requests},
+      {"concurrency", opts.concurrency},
+      {"prompt_tokens", opts.prompt_tokens},
+      {"max_tokens", opts.max_tokens},
+      {"wall_s", wall},
+      {"output_tokens", r.tokens},
+      {"throughput_tok_s", r.tokens / wall},
+      {"failures", r.failures},
+      {"ttft_ms", {{"p50", 1e3 * Percentile(r.ttft, 50)}, {"p99", 1e3 * Percentile(r.ttft, 99)}}},
+      {"tpot_ms", {{"p50", 1e3 * Percentile(r.tpot, 50)}, {"p99", 1e3 * Percentile(r.tpot, 99)}}},
+      {"itl_ms", {{"p50", 1e3 * Percentile(r.itl, 50)}, {"p99", 1e3 * Percentile(r.itl, 99)}}},
+      {"decode_tok_s_p50", Percentile(r.tpot, 50) > 0 ? 1.0 / Percentile(r.tpot, 50) : 0.0},
+      {"speculative",
+       {{"verify_steps", spec.steps()},
+        {"drafted_tokens", spec.drafted_tokens()},
+        {"accepted_tokens", spec.accepted_tokens()},
+        {"acceptance_rate", spec.drafted_tokens() > 0 ? 1.0 * spec.accepted_tokens() / spec.drafted_tokens() : 0.0},
+        {"mean_accepted_length",
+         spec.steps() > 0 ? 1.0 * (spec.accepted_tokens() + spec.steps()) / spec.steps() : 0.0}}}};
   std::ofstream(path) << j.dump(1) << "\n";
 }
 

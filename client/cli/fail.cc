@@ -7,7 +7,8 @@ namespace cascade::cli {
 
 int Fail(const char* command, const absl::Status& status) {
   std::string msg(status.message());
-  for (char& c : msg) if (c == '\n') c = ' ';
+  for (char& c : msg)
+    if (c == '\n') c = ' ';
   std::fprintf(stderr, "cascade %s: %s\n", command, msg.c_str());
   return 2;
 }

@@ -5,8 +5,8 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_format.h"
-#include "core/args.h"
 #include "client/cli/commands.h"
+#include "core/args.h"
 #include "model/format/gguf.h"
 #include "model/format/model_files.h"
 
@@ -14,14 +14,23 @@ namespace cascade::cli {
 namespace {
 
 nlohmann::json ConfigJson(const model::ModelConfig& c) {
-  return {{"arch", c.arch}, {"name", c.name}, {"n_layers", c.n_layers}, {"n_embd", c.n_embd},
-          {"n_heads", c.n_heads}, {"n_kv_heads", c.n_kv_heads}, {"head_dim", c.head_dim},
-          {"n_ff", c.n_ff}, {"n_vocab", c.n_vocab}, {"n_ctx_train", c.n_ctx_train},
+  return {{"arch", c.arch},
+          {"name", c.name},
+          {"n_layers", c.n_layers},
+          {"n_embd", c.n_embd},
+          {"n_heads", c.n_heads},
+          {"n_kv_heads", c.n_kv_heads},
+          {"head_dim", c.head_dim},
+          {"n_ff", c.n_ff},
+          {"n_vocab", c.n_vocab},
+          {"n_ctx_train", c.n_ctx_train},
           {"rope_theta", c.rope_theta},
           {"rope_layout", c.rope_layout == model::RopeLayout::kAdjacentPairs ? "adjacent_pairs" : "rotate_half"},
           {"rope_scaling", std::string(model::RopeScalingName(c.rope_scaling))},
-          {"rope_scaling_factor", c.rope_scaling_factor}, {"norm_eps", c.norm_eps},
-          {"tied_embeddings", c.tied_embeddings}, {"qkv_bias", c.qkv_bias}};
+          {"rope_scaling_factor", c.rope_scaling_factor},
+          {"norm_eps", c.norm_eps},
+          {"tied_embeddings", c.tied_embeddings},
+          {"qkv_bias", c.qkv_bias}};
 }
 
 }  // namespace
@@ -62,8 +71,8 @@ int InfoCommand(int argc, char** argv) {
   std::printf("tensors         %zu (%.2f M parameters, %.2f MiB)\n", files->weights->tensors().size(),
               total_params / 1e6, total_bytes / 1048576.0);
   for (const auto& [type, cb] : by_type) {
-    std::printf("  %-6s        %4lld tensors  %10.2f MiB\n", type.c_str(),
-                static_cast<long long>(cb.first), cb.second / 1048576.0);
+    std::printf("  %-6s        %4lld tensors  %10.2f MiB\n", type.c_str(), static_cast<long long>(cb.first),
+                cb.second / 1048576.0);
   }
   return 0;
 }

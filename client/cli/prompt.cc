@@ -45,7 +45,8 @@ absl::StatusOr<std::vector<int32_t>> PromptIds(const Args& args, const text::Tok
     CASCADE_ASSIGN_OR_RETURN(std::vector<int32_t> ids, ParseIds(*args.Get("prompt-ids")));
     for (int32_t id : ids) {
       if (id < 0 || id >= tokenizer.n_vocab()) {
-        return absl::InvalidArgumentError(StrCat("--prompt-ids: id ", id, " is outside the vocabulary [0, ", tokenizer.n_vocab(), ")"));
+        return absl::InvalidArgumentError(
+            StrCat("--prompt-ids: id ", id, " is outside the vocabulary [0, ", tokenizer.n_vocab(), ")"));
       }
     }
     return ids;

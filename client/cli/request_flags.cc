@@ -8,8 +8,8 @@
 namespace cascade::cli {
 
 std::vector<std::string> GenerationValuedFlags() {
-  return {"max-tokens", "temperature", "top-k", "top-p", "min-p", "seed", "repeat-penalty",
-          "presence-penalty", "frequency-penalty", "logprobs", "stop", "stop-ids"};
+  return {"max-tokens",       "temperature",       "top-k",    "top-p", "min-p",   "seed", "repeat-penalty",
+          "presence-penalty", "frequency-penalty", "logprobs", "stop",  "stop-ids"};
 }
 
 std::vector<std::string> GenerationBoolFlags() { return {"ignore-eos"}; }
@@ -90,8 +90,8 @@ absl::StatusOr<v1::GenerateRequest> ProtoRequestFromArgs(const Args& args) {
 }
 
 std::string ResultJson(const std::vector<int32_t>& prompt_ids, const std::vector<int32_t>& token_ids,
-                       const std::string& text, const std::string& finish_reason, double load_s,
-                       double prefill_tok_s, double decode_tok_s) {
+                       const std::string& text, const std::string& finish_reason, double load_s, double prefill_tok_s,
+                       double decode_tok_s) {
   nlohmann::json j{{"prompt_ids", prompt_ids},
                    {"token_ids", token_ids},
                    {"text", text},

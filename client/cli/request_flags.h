@@ -28,7 +28,7 @@ absl::StatusOr<v1::GenerateRequest> ProtoRequestFromArgs(const Args& args);
 
 // The JSON of `cascade run --json` / `cascade generate --json`.
 std::string ResultJson(const std::vector<int32_t>& prompt_ids, const std::vector<int32_t>& token_ids,
-                       const std::string& text, const std::string& finish_reason, double load_s,
-                       double prefill_tok_s, double decode_tok_s);
+                       const std::string& text, const std::string& finish_reason, double load_s, double prefill_tok_s,
+                       double decode_tok_s);
 
 }  // namespace cascade::cli

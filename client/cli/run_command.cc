@@ -7,10 +7,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/args.h"
 #include "client/cli/commands.h"
 #include "client/cli/prompt.h"
 #include "client/cli/request_flags.h"
+#include "core/args.h"
 #include "model/local_engine.h"
 
 namespace cascade::cli {
@@ -40,7 +40,8 @@ absl::StatusOr<model::GenerateRequest> RequestFromArgs(const Args& args, const t
 }  // namespace
 
 int RunCommand(int argc, char** argv) {
-  std::vector<std::string> valued = {"model", "prompt", "prompt-ids", "chat", "system", "chat-template", "threads", "ctx"};
+  std::vector<std::string> valued = {"model",  "prompt",        "prompt-ids", "chat",
+                                     "system", "chat-template", "threads",    "ctx"};
   std::vector<std::string> flags = {"json"};
   for (auto& f : GenerationValuedFlags()) valued.push_back(f);
   for (auto& f : GenerationBoolFlags()) flags.push_back(f);
@@ -78,8 +79,9 @@ int RunCommand(int argc, char** argv) {
   }
   const double prefill_tok_s = res->prefill_s > 0 ? req->prompt_ids.size() / res->prefill_s : 0;
   const double decode_tok_s = res->decode_s > 0 && res->n_decode_steps > 0 ? res->n_decode_steps / res->decode_s : 0;
-  nlohmann::json j = nlohmann::json::parse(
-      ResultJson(req->prompt_ids, res->token_ids, res->text, std::string(text::FinishReasonName(res->finish_reason)), load_s, prefill_tok_s, decode_tok_s));
+  nlohmann::json j = nlohmann::json::parse(ResultJson(req->prompt_ids, res->token_ids, res->text,
+                                                      std::string(text::FinishReasonName(res->finish_reason)), load_s,
+                                                      prefill_tok_s, decode_tok_s));
   if (req->sampling.n_logprobs > 0) {
     nlohmann::json lp = nlohmann::json::array();
     for (const auto& t : res->tokens) {

@@ -3,11 +3,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/args.h"
 #include "client/cli/commands.h"
 #include "client/cli/prompt.h"
-#include "model/format/tokenizer_files.h"
+#include "core/args.h"
 #include "model/format/model_files.h"
+#include "model/format/tokenizer_files.h"
 
 namespace cascade::cli {
 

@@ -14,21 +14,21 @@ namespace cascade::comm {
 namespace {
 
 // Check macros: a failing CUDA/NCCL call becomes a Status with file, line and the call.
-#define CASCADE_CUDA_STATUS(call)                                                                    \
-  do {                                                                                               \
-    const cudaError_t e_ = (call);                                                                   \
-    if (e_ != cudaSuccess) {                                                                         \
-      return absl::UnavailableError(::cascade::StrCat(__FILE__, ":", __LINE__, ": ", #call, ": ",     \
-                                                      cudaGetErrorString(e_), " (", int(e_), ")"));  \
-    }                                                                                                \
+#define CASCADE_CUDA_STATUS(call)                                                                                     \
+  do {                                                                                                                \
+    const cudaError_t e_ = (call);                                                                                    \
+    if (e_ != cudaSuccess) {                                                                                          \
+      return absl::UnavailableError(                                                                                  \
+          ::cascade::StrCat(__FILE__, ":", __LINE__, ": ", #call, ": ", cudaGetErrorString(e_), " (", int(e_), ")")); \
+    }                                                                                                                 \
   } while (0)
-#define CASCADE_NCCL_STATUS(call)                                                                    \
-  do {                                                                                               \
-    const ncclResult_t r_ = (call);                                                                  \
-    if (r_ != ncclSuccess && r_ != ncclInProgress) {                                                 \
-      return absl::UnavailableError(::cascade::StrCat(__FILE__, ":", __LINE__, ": ", #call, ": ",     \
-                                                      ncclGetErrorString(r_)));                      \
-    }                                                                                                \
+#define CASCADE_NCCL_STATUS(call)                                                                 \
+  do {                                                                                            \
+    const ncclResult_t r_ = (call);                                                               \
+    if (r_ != ncclSuccess && r_ != ncclInProgress) {                                              \
+      return absl::UnavailableError(                                                              \
+          ::cascade::StrCat(__FILE__, ":", __LINE__, ": ", #call, ": ", ncclGetErrorString(r_))); \
+    }                                                                                             \
   } while (0)
 
 class NcclComm final : public Communicator {
@@ -137,7 +137,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateImpl(const GroupOptions& g, 
   int count = 0;  // cudaGetDeviceCount leaves it untouched on error 35 (no driver).
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0 || device < 0 || device >= count) {
-    return absl::UnavailableError(StrCat("nccl: no CUDA device ", device, " (", e == cudaSuccess ? "found " : cudaGetErrorString(e),
+    return absl::UnavailableError(StrCat("nccl: no CUDA device ", device, " (",
+                                         e == cudaSuccess ? "found " : cudaGetErrorString(e),
                                          e == cudaSuccess ? std::to_string(count) + " devices" : "", ")"));
   }
   CASCADE_CUDA_STATUS(cudaSetDevice(device));
@@ -148,7 +149,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateImpl(const GroupOptions& g, 
     CASCADE_RETURN_IF_ERROR(rendezvous->Put(key, std::string_view(reinterpret_cast<const char*>(&id), sizeof(id))));
   } else {
     CASCADE_ASSIGN_OR_RETURN(const std::string v, rendezvous->Wait(key, g.timeout_ms));
-    if (v.size() != sizeof(id)) return absl::DataLossError(StrCat("nccl: rendezvous key ", key, " has ", v.size(), " bytes"));
+    if (v.size() != sizeof(id))
+      return absl::DataLossError(StrCat("nccl: rendezvous key ", key, " has ", v.size(), " bytes"));
     std::memcpy(&id, v.data(), sizeof(id));
   }
   // Non-blocking, so a rank that never joins (dead, or its group misconfigured) ends in
@@ -182,8 +184,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateImpl(const GroupOptions& g, 
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::Create(const GroupOptions& group, Rendezvous* rendezvous,
-                                                                       int device) {
+absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::Create(const GroupOptions& group,
+                                                                       Rendezvous* rendezvous, int device) {
   return CreateImpl(group, rendezvous, device);
 }
 

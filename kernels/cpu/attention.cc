@@ -25,23 +25,22 @@ using internal::kAttnMaxHeadDim;
 // whole blocks, at least this many positions each, and the partial softmaxes are merged.
 constexpr int64_t kMinSplitPositions = 128;
 
-absl::Status CheckSeqs(const KvCacheLayer& cache, std::span<const AttentionSeq> seqs,
-                       int64_t n_rows) {
+absl::Status CheckSeqs(const KvCacheLayer& cache, std::span<const AttentionSeq> seqs, int64_t n_rows) {
   const int64_t n_blocks = cache.k.dim(0);
   for (const AttentionSeq& s : seqs) {
     if (s.row_begin < 0 || s.n_new < 0 || s.row_begin + s.n_new > n_rows || s.n_past < 0) {
-      return absl::InvalidArgumentError(StrCat("attention: sequence rows [", s.row_begin, ", ",
-                                               s.row_begin + s.n_new, ") outside the batch of ", n_rows));
+      return absl::InvalidArgumentError(StrCat("attention: sequence rows [", s.row_begin, ", ", s.row_begin + s.n_new,
+                                               ") outside the batch of ", n_rows));
     }
     const int64_t need = (s.n_past + s.n_new + cache.block_size - 1) / cache.block_size;
     if (static_cast<int64_t>(s.block_table.size()) < need) {
-      return absl::InvalidArgumentError(StrCat("attention: block table has ", s.block_table.size(),
-                                               " blocks, positions need ", need));
+      return absl::InvalidArgumentError(
+          StrCat("attention: block table has ", s.block_table.size(), " blocks, positions need ", need));
     }
     for (int64_t b = 0; b < need; ++b) {
       if (s.block_table[b] < 0 || s.block_table[b] >= n_blocks) {
-        return absl::InvalidArgumentError(StrCat("attention: block id ", s.block_table[b],
-                                                 " outside the cache's ", n_blocks, " blocks"));
+        return absl::InvalidArgumentError(
+            StrCat("attention: block id ", s.block_table[b], " outside the cache's ", n_blocks, " blocks"));
       }
     }
   }
@@ -143,26 +142,26 @@ absl::Status WriteKvCpu(KvCacheLayer& cache, const TensorView& k, const TensorVi
 }
 
 absl::Status AttentionCpu(TensorView out, const TensorView& q, const KvCacheLayer& cache,
-                          std::span<const AttentionSeq> seqs, const AttentionParams& params,
-                          ThreadPool& pool) {
+                          std::span<const AttentionSeq> seqs, const AttentionParams& params, ThreadPool& pool) {
   const int64_t d = cache.head_dim;
   const int64_t n_kv = cache.n_kv_heads;
-  if (n_kv <= 0 || params.n_heads % n_kv != 0 || params.n_heads / n_kv > kAttnMaxGroup ||
-      d > kAttnMaxHeadDim || cache.block_size > kAttnMaxBlock) {
-    return absl::UnimplementedError(StrCat("attention: ", params.n_heads, " heads over ", n_kv,
-                                           " KV heads of dim ", d, ", block ", cache.block_size,
-                                           " is outside the CPU kernel's limits"));
+  if (n_kv <= 0 || params.n_heads % n_kv != 0 || params.n_heads / n_kv > kAttnMaxGroup || d > kAttnMaxHeadDim ||
+      cache.block_size > kAttnMaxBlock) {
+    return absl::UnimplementedError(StrCat("attention: ", params.n_heads, " heads over ", n_kv, " KV heads of dim ", d,
+                                           ", block ", cache.block_size, " is outside the CPU kernel's limits"));
   }
   if (q.Cols() != params.n_heads * d || out.Cols() != q.Cols() || out.Rows() != q.Rows()) {
-    return absl::InvalidArgumentError(StrCat("attention: q ", q.ShapeString(), " / out ",
-                                             out.ShapeString(), " do not match ", params.n_heads,
-                                             " heads of ", d));
+    return absl::InvalidArgumentError(StrCat("attention: q ", q.ShapeString(), " / out ", out.ShapeString(),
+                                             " do not match ", params.n_heads, " heads of ", d));
   }
   if (absl::Status s = CheckSeqs(cache, seqs, q.Rows()); !s.ok()) return s;
 
   // Items: (row, kv head) pairs, rows listed sequence by sequence. Each item runs as one
   // or more units over ranges of its positions (see kMinSplitPositions).
-  struct RowRef { int32_t seq; int32_t i; };
+  struct RowRef {
+    int32_t seq;
+    int32_t i;
+  };
   std::vector<RowRef> rows;
   for (size_t si = 0; si < seqs.size(); ++si) {
     for (int64_t i = 0; i < seqs[si].n_new; ++i) rows.push_back({static_cast<int32_t>(si), static_cast<int32_t>(i)});
@@ -179,7 +178,11 @@ absl::Status AttentionCpu(TensorView out, const TensorView& q, const KvCacheLaye
     int64_t pos_begin, pos_end;
   };
   std::vector<Unit> units;
-  struct Split { int32_t item; int32_t first_partial; int32_t n; };
+  struct Split {
+    int32_t item;
+    int32_t first_partial;
+    int32_t n;
+  };
   std::vector<Split> splits;  // Items run as several units, merged after.
   int32_t n_partials = 0;
   for (int64_t item = 0; item < n_items; ++item) {

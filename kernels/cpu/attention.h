@@ -20,7 +20,6 @@ absl::Status WriteKvCpu(KvCacheLayer& cache, const TensorView& k, const TensorVi
                         std::span<const AttentionSeq> seqs);
 
 absl::Status AttentionCpu(TensorView out, const TensorView& q, const KvCacheLayer& cache,
-                          std::span<const AttentionSeq> seqs, const AttentionParams& params,
-                          ThreadPool& pool);
+                          std::span<const AttentionSeq> seqs, const AttentionParams& params, ThreadPool& pool);
 
 }  // namespace cascade::kernels::cpu

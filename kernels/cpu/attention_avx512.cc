@@ -50,20 +50,16 @@ inline __m512 Exp(__m512 x) {
 inline __m512 Reduce16(const __m512* p) {
   __m512 r1[8];  // Per 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3] for the pair (a, b).
   for (int i = 0; i < 8; ++i) {
-    r1[i] = _mm512_add_ps(_mm512_unpacklo_ps(p[2 * i], p[2 * i + 1]),
-                          _mm512_unpackhi_ps(p[2 * i], p[2 * i + 1]));
+    r1[i] = _mm512_add_ps(_mm512_unpacklo_ps(p[2 * i], p[2 * i + 1]), _mm512_unpackhi_ps(p[2 * i], p[2 * i + 1]));
   }
   __m512 r2[4];  // Per 128-bit lane: positions 4i..4i+3, each summed within the lane.
   for (int i = 0; i < 4; ++i) {
     const __m512d a = _mm512_castps_pd(r1[2 * i]), b = _mm512_castps_pd(r1[2 * i + 1]);
-    r2[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
-                          _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+    r2[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
   }
   constexpr int kEven = _MM_SHUFFLE(2, 0, 2, 0), kOdd = _MM_SHUFFLE(3, 1, 3, 1);
-  const __m512 x0 = _mm512_add_ps(_mm512_shuffle_f32x4(r2[0], r2[1], kEven),
-                                  _mm512_shuffle_f32x4(r2[0], r2[1], kOdd));
-  const __m512 x1 = _mm512_add_ps(_mm512_shuffle_f32x4(r2[2], r2[3], kEven),
-                                  _mm512_shuffle_f32x4(r2[2], r2[3], kOdd));
+  const __m512 x0 = _mm512_add_ps(_mm512_shuffle_f32x4(r2[0], r2[1], kEven), _mm512_shuffle_f32x4(r2[0], r2[1], kOdd));
+  const __m512 x1 = _mm512_add_ps(_mm512_shuffle_f32x4(r2[2], r2[3], kEven), _mm512_shuffle_f32x4(r2[2], r2[3], kOdd));
   return _mm512_add_ps(_mm512_shuffle_f32x4(x0, x1, kEven), _mm512_shuffle_f32x4(x0, x1, kOdd));
 }
 
@@ -142,12 +138,10 @@ void AttendImpl(const AttendArgs& a) {
 }  // namespace
 
 void AttendAvx512(const AttendArgs& args) {
-  static constexpr AttendFn kTable[] = {nullptr,          &AttendImpl<1>,  &AttendImpl<2>,
-                                        &AttendImpl<3>,  &AttendImpl<4>,  &AttendImpl<5>,
-                                        &AttendImpl<6>,  &AttendImpl<7>,  &AttendImpl<8>,
-                                        &AttendImpl<9>,  &AttendImpl<10>, &AttendImpl<11>,
-                                        &AttendImpl<12>, &AttendImpl<13>, &AttendImpl<14>,
-                                        &AttendImpl<15>, &AttendImpl<16>};
+  static constexpr AttendFn kTable[] = {
+      nullptr,         &AttendImpl<1>,  &AttendImpl<2>,  &AttendImpl<3>,  &AttendImpl<4>,  &AttendImpl<5>,
+      &AttendImpl<6>,  &AttendImpl<7>,  &AttendImpl<8>,  &AttendImpl<9>,  &AttendImpl<10>, &AttendImpl<11>,
+      &AttendImpl<12>, &AttendImpl<13>, &AttendImpl<14>, &AttendImpl<15>, &AttendImpl<16>};
   static_assert(sizeof(kTable) / sizeof(kTable[0]) == kAttnMaxHeadDim / 16 + 1);
   kTable[args.d / 16](args);
 }

@@ -17,12 +17,12 @@ inline constexpr int64_t kAttnMaxBlock = 256;
 inline constexpr float kAttnNoMax = -1e30f;
 
 struct AttendArgs {
-  const float* q = nullptr;       // [n_group, d]: the group's query heads, contiguous.
-  const float* k_base = nullptr;  // Cache K at this KV head: position p of block b at
-  const float* v_base = nullptr;  //   base + (b * bs + p) * kv_stride. Same for V.
+  const float* q = nullptr;        // [n_group, d]: the group's query heads, contiguous.
+  const float* k_base = nullptr;   // Cache K at this KV head: position p of block b at
+  const float* v_base = nullptr;   //   base + (b * bs + p) * kv_stride. Same for V.
   const int32_t* table = nullptr;  // Block table of the sequence.
-  int64_t pos_begin = 0;  // Positions [pos_begin, pos_end); pos_begin a multiple of bs,
-  int64_t pos_end = 0;    //   pos_end > pos_begin.
+  int64_t pos_begin = 0;           // Positions [pos_begin, pos_end); pos_begin a multiple of bs,
+  int64_t pos_end = 0;             //   pos_end > pos_begin.
   int64_t bs = 16;
   int64_t kv_stride = 0;  // Floats between consecutive positions (n_kv_heads * d).
   int64_t n_group = 1;    // <= kAttnMaxGroup.

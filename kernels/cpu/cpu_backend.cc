@@ -52,16 +52,16 @@ class CpuBackend final : public Backend {
 
   bool SupportsWeight(DType dtype) const override { return cpu::LinearSupports(dtype); }
 
-  absl::Status Linear(TensorView out, const TensorView& in, const TensorView& weight,
-                      const TensorView& bias) override {
+  absl::Status Linear(TensorView out, const TensorView& in, const TensorView& weight, const TensorView& bias) override {
     if (auto s = CheckF32(out, "linear out"); !s.ok()) return s;
     if (auto s = CheckF32(in, "linear in"); !s.ok()) return s;
     if (!SupportsWeight(weight.dtype)) {
-      return absl::UnimplementedError(StrCat("linear: CPU backend has no kernel for ", DTypeName(weight.dtype), " weights"));
+      return absl::UnimplementedError(
+          StrCat("linear: CPU backend has no kernel for ", DTypeName(weight.dtype), " weights"));
     }
     if (in.Cols() != weight.Cols() || out.Cols() != weight.Rows() || out.Rows() != in.Rows()) {
-      return absl::InvalidArgumentError(StrCat("linear: in ", in.ShapeString(), " x weight ",
-                                               weight.ShapeString(), " -> out ", out.ShapeString()));
+      return absl::InvalidArgumentError(
+          StrCat("linear: in ", in.ShapeString(), " x weight ", weight.ShapeString(), " -> out ", out.ShapeString()));
     }
     if (auto s = cpu::Linear(out.As<float>(), in.As<float>(), weight, in.Rows(), pool_.get()); !s.ok()) return s;
     return AddBias(out, bias);
@@ -71,7 +71,8 @@ class CpuBackend final : public Backend {
   // per weight); everything else is borrowed as is.
   absl::StatusOr<std::unique_ptr<PreparedWeight>> PrepareWeight(const TensorView& weight) override {
     if (!SupportsWeight(weight.dtype)) {
-      return absl::UnimplementedError(StrCat("prepare weight: CPU backend has no kernel for ", DTypeName(weight.dtype)));
+      return absl::UnimplementedError(
+          StrCat("prepare weight: CPU backend has no kernel for ", DTypeName(weight.dtype)));
     }
     if (weight.n_dims != 2) {
       return absl::InvalidArgumentError(StrCat("prepare weight: expected [n_out, n_in], got ", weight.ShapeString()));
@@ -92,7 +93,8 @@ class CpuBackend final : public Backend {
       return absl::InvalidArgumentError(StrCat("linear: in ", in.ShapeString(), " x weight ",
                                                weight.source().ShapeString(), " -> out ", out.ShapeString()));
     }
-    if (auto s = cpu::LinearPacked(out.As<float>(), in.As<float>(), packed->packed(), in.Rows(), pool_.get()); !s.ok()) {
+    if (auto s = cpu::LinearPacked(out.As<float>(), in.As<float>(), packed->packed(), in.Rows(), pool_.get());
+        !s.ok()) {
       return s;
     }
     return AddBias(out, bias);
@@ -108,9 +110,9 @@ class CpuBackend final : public Backend {
       parts.push_back({o.As<float>(), o.Cols()});
     }
     const auto* packed = dynamic_cast<const CpuPackedWeight*>(&weight);
-    CASCADE_RETURN_IF_ERROR(packed != nullptr
-                                ? cpu::LinearPartsPacked(parts, in.As<float>(), packed->packed(), in.Rows(), pool_.get())
-                                : cpu::LinearParts(parts, in.As<float>(), weight.source(), in.Rows(), pool_.get()));
+    CASCADE_RETURN_IF_ERROR(
+        packed != nullptr ? cpu::LinearPartsPacked(parts, in.As<float>(), packed->packed(), in.Rows(), pool_.get())
+                          : cpu::LinearParts(parts, in.As<float>(), weight.source(), in.Rows(), pool_.get()));
     for (size_t i = 0; i < biases.size(); ++i) CASCADE_RETURN_IF_ERROR(AddBias(outs[i], biases[i]));
     return absl::OkStatus();
   }
@@ -125,7 +127,8 @@ class CpuBackend final : public Backend {
     }
     for (size_t i = 0; i < ids.size(); ++i) {
       if (ids[i] < 0 || ids[i] >= table.n_out()) {
-        return absl::InvalidArgumentError(StrCat("token id ", ids[i], " is outside the vocabulary [0, ", table.n_out(), ")"));
+        return absl::InvalidArgumentError(
+            StrCat("token id ", ids[i], " is outside the vocabulary [0, ", table.n_out(), ")"));
       }
       packed->packed().DequantizeRow(ids[i], out.As<float>() + i * out.Cols());
     }
@@ -135,8 +138,8 @@ class CpuBackend final : public Backend {
   absl::Status RmsNorm(TensorView out, const TensorView& in, const TensorView& weight, float eps) override {
     if (auto s = SameShape(out, in, "rms_norm"); !s.ok()) return s;
     if (weight.dtype != DType::kF32 || weight.NumElements() != in.Cols()) {
-      return absl::InvalidArgumentError(StrCat("rms_norm: weight ", weight.ShapeString(), " ",
-                                               DTypeName(weight.dtype), " for rows of ", in.Cols()));
+      return absl::InvalidArgumentError(
+          StrCat("rms_norm: weight ", weight.ShapeString(), " ", DTypeName(weight.dtype), " for rows of ", in.Cols()));
     }
     const int64_t n = in.Cols();
     RowParallel(in.Rows(), [&](int64_t r) {
@@ -149,13 +152,11 @@ class CpuBackend final : public Backend {
     if (p.head_dim <= 0 || p.head_dim % 2 != 0 || p.head_dim > 1024 || x.Cols() % p.head_dim != 0 ||
         static_cast<int64_t>(p.inv_freq.size()) < p.head_dim / 2 ||
         static_cast<int64_t>(positions.size()) != x.Rows()) {
-      return absl::InvalidArgumentError(StrCat("rope: x ", x.ShapeString(), ", head_dim ", p.head_dim,
-                                               ", ", positions.size(), " positions"));
+      return absl::InvalidArgumentError(
+          StrCat("rope: x ", x.ShapeString(), ", head_dim ", p.head_dim, ", ", positions.size(), " positions"));
     }
     const int64_t n_heads = x.Cols() / p.head_dim;
-    RowParallel(x.Rows(), [&](int64_t r) {
-      cpu::RopeRow(x.As<float>() + r * x.Cols(), n_heads, positions[r], p);
-    });
+    RowParallel(x.Rows(), [&](int64_t r) { cpu::RopeRow(x.As<float>() + r * x.Cols(), n_heads, positions[r], p); });
     return absl::OkStatus();
   }
 
@@ -177,18 +178,20 @@ class CpuBackend final : public Backend {
 
   absl::Status Embedding(TensorView out, const TensorView& table, std::span<const int32_t> ids) override {
     if (out.Cols() != table.Cols() || out.Rows() != static_cast<int64_t>(ids.size())) {
-      return absl::InvalidArgumentError(StrCat("embedding: out ", out.ShapeString(), " for ", ids.size(),
-                                               " ids of table ", table.ShapeString()));
+      return absl::InvalidArgumentError(
+          StrCat("embedding: out ", out.ShapeString(), " for ", ids.size(), " ids of table ", table.ShapeString()));
     }
     for (int32_t id : ids) {
       if (id < 0 || id >= table.Rows()) {
-        return absl::InvalidArgumentError(StrCat("token id ", id, " is outside the vocabulary [0, ", table.Rows(), ")"));
+        return absl::InvalidArgumentError(
+            StrCat("token id ", id, " is outside the vocabulary [0, ", table.Rows(), ")"));
       }
     }
     const int64_t row_bytes = table.RowBytes();
     for (size_t i = 0; i < ids.size(); ++i) {
       const auto* src = static_cast<const uint8_t*>(table.data) + ids[i] * row_bytes;
-      if (auto s = cpu::DequantizeRow(table.dtype, src, out.As<float>() + i * out.Cols(), out.Cols()); !s.ok()) return s;
+      if (auto s = cpu::DequantizeRow(table.dtype, src, out.As<float>() + i * out.Cols(), out.Cols()); !s.ok())
+        return s;
     }
     return absl::OkStatus();
   }
@@ -209,7 +212,8 @@ class CpuBackend final : public Backend {
       if (bias.NumElements() != out.Cols()) {
         return absl::InvalidArgumentError(StrCat("linear: bias ", bias.ShapeString(), " for ", out.Cols(), " outputs"));
       }
-      for (int64_t r = 0; r < out.Rows(); ++r) cpu::AddRow(out.As<float>() + r * out.Cols(), bias.As<float>(), out.Cols());
+      for (int64_t r = 0; r < out.Rows(); ++r)
+        cpu::AddRow(out.As<float>() + r * out.Cols(), bias.As<float>(), out.Cols());
     }
     return absl::OkStatus();
   }

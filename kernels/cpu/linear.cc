@@ -40,12 +40,9 @@ const KernelTable& ActiveKernels() {
 
 int64_t FormatBlock(ActivationFormat f) {
   switch (f) {
-    case ActivationFormat::kF32:
-      return 1;
-    case ActivationFormat::kQ8Block:
-      return kQK;
-    case ActivationFormat::kQ8K:
-      return kQKK;
+    case ActivationFormat::kF32: return 1;
+    case ActivationFormat::kQ8Block: return kQK;
+    case ActivationFormat::kQ8K: return kQKK;
   }
   return 1;
 }
@@ -94,8 +91,8 @@ absl::Status CheckParts(std::span<const LinearPart> parts, int64_t n_out, bool p
 // weight from its first row (`row_offset` bytes per stacked row: one row of the GGUF
 // layout, or 1/16 of a packed group), so kernels index its rows from 0 and store to its
 // own output.
-void RunRows(internal::GemmFn gemm, const internal::GemmArgs& args, std::span<const LinearPart> parts,
-             bool packed, ThreadPool* pool) {
+void RunRows(internal::GemmFn gemm, const internal::GemmArgs& args, std::span<const LinearPart> parts, bool packed,
+             ThreadPool* pool) {
   int64_t n_out = 0;
   for (const LinearPart& p : parts) n_out += p.rows;
   const auto run = [&](int64_t begin, int64_t end) {
@@ -117,7 +114,8 @@ void RunRows(internal::GemmFn gemm, const internal::GemmArgs& args, std::span<co
     run(0, n_out);
     return;
   }
-  pool->ParallelForChunked(n_out, RowChunk(n_out, n_threads), [&](int64_t begin, int64_t end, int) { run(begin, end); });
+  pool->ParallelForChunked(n_out, RowChunk(n_out, n_threads),
+                           [&](int64_t begin, int64_t end, int) { run(begin, end); });
 }
 
 absl::Status CheckWeight(const TensorView& weight) {
@@ -137,8 +135,7 @@ absl::Status CheckWeight(const TensorView& weight) {
   }
   const int64_t n_in = weight.Cols();
   if (n_in % BlockElems(weight.dtype) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("Linear: n_in ", n_in,
-                                                   " is not a multiple of the ",
+    return absl::InvalidArgumentError(absl::StrCat("Linear: n_in ", n_in, " is not a multiple of the ",
                                                    std::string(DTypeName(weight.dtype)), " block (",
                                                    BlockElems(weight.dtype), ")"));
   }
@@ -157,10 +154,8 @@ bool LinearSupports(DType weight_dtype) {
     case DType::kQ4_1:
     case DType::kQ4_K:
     case DType::kQ6_K:
-    case DType::kI4_G128:
-      return true;
-    default:
-      return false;
+    case DType::kI4_G128: return true;
+    default: return false;
   }
 }
 
@@ -169,36 +164,30 @@ ActivationFormat ActivationFormatFor(DType weight_dtype) {
     case DType::kQ8_0:
     case DType::kQ4_0:
     case DType::kQ4_1:
-    case DType::kI4_G128:
-      return ActivationFormat::kQ8Block;
+    case DType::kI4_G128: return ActivationFormat::kQ8Block;
     case DType::kQ4_K:
-    case DType::kQ6_K:
-      return ActivationFormat::kQ8K;
-    default:
-      return ActivationFormat::kF32;
+    case DType::kQ6_K: return ActivationFormat::kQ8K;
+    default: return ActivationFormat::kF32;
   }
 }
 
-absl::Status QuantizedActivations::Quantize(const float* in, int64_t n_tokens, int64_t n_in,
-                                            ActivationFormat format, ThreadPool* pool) {
+absl::Status QuantizedActivations::Quantize(const float* in, int64_t n_tokens, int64_t n_in, ActivationFormat format,
+                                            ThreadPool* pool) {
   n_tokens_ = 0;
   n_in_ = 0;
   f32_ = nullptr;
   format_ = format;
   const int64_t block = FormatBlock(format);
   if (n_tokens < 0 || n_in < 0 || n_in % block != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("QuantizeActivations: n_in ", n_in,
-                                                   " is not a multiple of ", block,
-                                                   " or a size is negative"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("QuantizeActivations: n_in ", n_in, " is not a multiple of ", block, " or a size is negative"));
   }
   if (in == nullptr && n_tokens * n_in != 0) {
     return absl::InvalidArgumentError("QuantizeActivations: null input");
   }
   const int64_t n = n_tokens * n_in;
   switch (format) {
-    case ActivationFormat::kF32:
-      f32_ = in;
-      break;
+    case ActivationFormat::kF32: f32_ = in; break;
     case ActivationFormat::kQ8Block: {
       if (static_cast<int64_t>(q8_quants_.size()) < n) q8_quants_.resize(n);
       if (static_cast<int64_t>(q8_scales_.size()) < n / kQK) {
@@ -264,13 +253,12 @@ absl::Status LinearQuantizedParts(std::span<const LinearPart> parts, const Quant
   CASCADE_RETURN_IF_ERROR(CheckParts(parts, weight.Rows(), false));
   const int64_t n_in = weight.Cols();
   if (in.format() != ActivationFormatFor(weight.dtype)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Linear: activations are not in the format ", std::string(DTypeName(weight.dtype)),
-                     " weights need"));
+    return absl::InvalidArgumentError(absl::StrCat("Linear: activations are not in the format ",
+                                                   std::string(DTypeName(weight.dtype)), " weights need"));
   }
   if (in.n_in() != n_in && in.n_tokens() != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("Linear: activations have n_in ", in.n_in(),
-                                                   ", weight ", weight.ShapeString()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Linear: activations have n_in ", in.n_in(), ", weight ", weight.ShapeString()));
   }
   if (auto done = TrivialLinear(parts, in.n_tokens(), n_in)) return *done;
   GemmArgs args = ActivationArgs(in);
@@ -278,8 +266,7 @@ absl::Status LinearQuantizedParts(std::span<const LinearPart> parts, const Quant
   args.w_row_bytes = weight.RowBytes();
   const internal::GemmFn gemm = ActiveKernels().gemm[static_cast<int>(weight.dtype)];
   if (gemm == nullptr) {
-    return absl::UnimplementedError(
-        absl::StrCat("Linear: no kernel for ", std::string(DTypeName(weight.dtype))));
+    return absl::UnimplementedError(absl::StrCat("Linear: no kernel for ", std::string(DTypeName(weight.dtype))));
   }
   RunRows(gemm, args, parts, false, pool);
   return absl::OkStatus();
@@ -293,8 +280,8 @@ absl::Status LinearPackedParts(std::span<const LinearPart> parts, const Quantize
     return absl::InvalidArgumentError("Linear: packed weights need kQ8Block activations");
   }
   if (in.n_in() != n_in && in.n_tokens() != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("Linear: activations have n_in ", in.n_in(),
-                                                   ", packed weight [", weight.n_out(), ", ", n_in, "]"));
+    return absl::InvalidArgumentError(absl::StrCat("Linear: activations have n_in ", in.n_in(), ", packed weight [",
+                                                   weight.n_out(), ", ", n_in, "]"));
   }
   if (auto done = TrivialLinear(parts, in.n_tokens(), n_in)) return *done;
   GemmArgs args = ActivationArgs(in);
@@ -317,24 +304,21 @@ absl::Status CheckInput(const float* in, int64_t n_tokens, int64_t n_in) {
 
 }  // namespace
 
-absl::Status LinearQuantized(float* out, const QuantizedActivations& in, const TensorView& weight,
-                             ThreadPool* pool) {
+absl::Status LinearQuantized(float* out, const QuantizedActivations& in, const TensorView& weight, ThreadPool* pool) {
   const LinearPart part{out, weight.Rows()};
   return LinearQuantizedParts({&part, 1}, in, weight, pool);
 }
 
-absl::Status LinearParts(std::span<const LinearPart> parts, const float* in, const TensorView& weight,
-                         int64_t n_tokens, ThreadPool* pool) {
+absl::Status LinearParts(std::span<const LinearPart> parts, const float* in, const TensorView& weight, int64_t n_tokens,
+                         ThreadPool* pool) {
   CASCADE_RETURN_IF_ERROR(CheckWeight(weight));
   CASCADE_RETURN_IF_ERROR(CheckInput(in, n_tokens, weight.Cols()));
   thread_local QuantizedActivations scratch;
-  CASCADE_RETURN_IF_ERROR(scratch.Quantize(in, n_tokens, weight.Cols(),
-                                           ActivationFormatFor(weight.dtype), pool));
+  CASCADE_RETURN_IF_ERROR(scratch.Quantize(in, n_tokens, weight.Cols(), ActivationFormatFor(weight.dtype), pool));
   return LinearQuantizedParts(parts, scratch, weight, pool);
 }
 
-absl::Status Linear(float* out, const float* in, const TensorView& weight, int64_t n_tokens,
-                    ThreadPool* pool) {
+absl::Status Linear(float* out, const float* in, const TensorView& weight, int64_t n_tokens, ThreadPool* pool) {
   if (n_tokens > 0 && weight.Cols() > 0 && weight.Rows() > 0 && out == nullptr) {
     return absl::InvalidArgumentError("Linear: null input or output");
   }
@@ -342,12 +326,9 @@ absl::Status Linear(float* out, const float* in, const TensorView& weight, int64
   return LinearParts({&part, 1}, in, weight, n_tokens, pool);
 }
 
-bool PackedLayoutPreferred(DType dtype) {
-  return PackedWeight::Supports(dtype) && ActiveCpuIsa() == CpuIsa::kAvx512;
-}
+bool PackedLayoutPreferred(DType dtype) { return PackedWeight::Supports(dtype) && ActiveCpuIsa() == CpuIsa::kAvx512; }
 
-absl::Status LinearPacked(float* out, const QuantizedActivations& in, const PackedWeight& weight,
-                          ThreadPool* pool) {
+absl::Status LinearPacked(float* out, const QuantizedActivations& in, const PackedWeight& weight, ThreadPool* pool) {
   const LinearPart part{out, weight.n_out()};
   return LinearPackedParts({&part, 1}, in, weight, pool);
 }
@@ -356,13 +337,11 @@ absl::Status LinearPartsPacked(std::span<const LinearPart> parts, const float* i
                                int64_t n_tokens, ThreadPool* pool) {
   CASCADE_RETURN_IF_ERROR(CheckInput(in, n_tokens, weight.n_in()));
   thread_local QuantizedActivations scratch;
-  CASCADE_RETURN_IF_ERROR(
-      scratch.Quantize(in, n_tokens, weight.n_in(), ActivationFormat::kQ8Block, pool));
+  CASCADE_RETURN_IF_ERROR(scratch.Quantize(in, n_tokens, weight.n_in(), ActivationFormat::kQ8Block, pool));
   return LinearPackedParts(parts, scratch, weight, pool);
 }
 
-absl::Status LinearPacked(float* out, const float* in, const PackedWeight& weight, int64_t n_tokens,
-                          ThreadPool* pool) {
+absl::Status LinearPacked(float* out, const float* in, const PackedWeight& weight, int64_t n_tokens, ThreadPool* pool) {
   if (n_tokens > 0 && weight.n_in() > 0 && weight.n_out() > 0 && out == nullptr) {
     return absl::InvalidArgumentError("Linear: null input or output");
   }

@@ -26,10 +26,10 @@
 
 #include "absl/status/status.h"
 #include "core/dtype.h"
+#include "core/quant_blocks.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/packed_weight.h"
-#include "core/quant_blocks.h"
 
 namespace cascade::kernels::cpu {
 
@@ -57,8 +57,7 @@ class QuantizedActivations {
   // which must then outlive every use of this object. InvalidArgument when `n_in` is not a
   // multiple of the format's block (32 or 256), or a size is negative; the object is
   // left empty (n_tokens() == 0) on error. `pool` may be null (runs on the caller).
-  absl::Status Quantize(const float* in, int64_t n_tokens, int64_t n_in, ActivationFormat format,
-                        ThreadPool* pool);
+  absl::Status Quantize(const float* in, int64_t n_tokens, int64_t n_in, ActivationFormat format, ThreadPool* pool);
 
   ActivationFormat format() const { return format_; }
   int64_t n_tokens() const { return n_tokens_; }
@@ -92,23 +91,19 @@ class QuantizedActivations {
 //   InvalidArgument  weight not 2-D, n_in not a multiple of the dtype's block (32 for
 //                    Q8_0/Q4_0/Q4_1, 256 for Q4_K/Q6_K), null pointers, n_tokens < 0.
 // `out` must not alias `in` or the weight.
-absl::Status Linear(float* out, const float* in, const TensorView& weight, int64_t n_tokens,
-                    ThreadPool* pool);
+absl::Status Linear(float* out, const float* in, const TensorView& weight, int64_t n_tokens, ThreadPool* pool);
 
 // As `Linear`, with activations prepared by `QuantizedActivations::Quantize` in
 // ActivationFormatFor(weight.dtype) and n_in == weight.Cols(); InvalidArgument otherwise.
-absl::Status LinearQuantized(float* out, const QuantizedActivations& in, const TensorView& weight,
-                             ThreadPool* pool);
+absl::Status LinearQuantized(float* out, const QuantizedActivations& in, const TensorView& weight, ThreadPool* pool);
 
 // As `LinearQuantized` over a weight repacked at load (packed_weight.h), with activations
 // in ActivationFormat::kQ8Block and n_in == weight.n_in(); InvalidArgument otherwise. Runs
 // the active ISA's packed kernel (AVX-512 VNNI; the portable one below it).
-absl::Status LinearPacked(float* out, const QuantizedActivations& in, const PackedWeight& weight,
-                          ThreadPool* pool);
+absl::Status LinearPacked(float* out, const QuantizedActivations& in, const PackedWeight& weight, ThreadPool* pool);
 
 // As `Linear` over a packed weight (quantizes `in` [n_tokens, weight.n_in()] first).
-absl::Status LinearPacked(float* out, const float* in, const PackedWeight& weight, int64_t n_tokens,
-                          ThreadPool* pool);
+absl::Status LinearPacked(float* out, const float* in, const PackedWeight& weight, int64_t n_tokens, ThreadPool* pool);
 
 // One projection of a weight whose rows stack several (Q, K, V; gate, up): the next `rows`
 // rows of the weight, written to out [n_tokens, rows].
@@ -121,8 +116,8 @@ struct LinearPart {
 // once and all parts' rows are spread over the pool in one dispatch. The part rows must
 // sum to the weight's n_out; for a packed weight every part but the last must be a
 // multiple of 16 rows (its row groups). InvalidArgument otherwise.
-absl::Status LinearParts(std::span<const LinearPart> parts, const float* in, const TensorView& weight,
-                         int64_t n_tokens, ThreadPool* pool);
+absl::Status LinearParts(std::span<const LinearPart> parts, const float* in, const TensorView& weight, int64_t n_tokens,
+                         ThreadPool* pool);
 absl::Status LinearPartsPacked(std::span<const LinearPart> parts, const float* in, const PackedWeight& weight,
                                int64_t n_tokens, ThreadPool* pool);
 

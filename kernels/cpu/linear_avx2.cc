@@ -56,29 +56,21 @@ void QuantQ8BlockAvx2(const float* x, int64_t n, int8_t* q, float* d, float* s) 
 // ---- Float weights ---------------------------------------------------------------------
 
 struct LoadF32 {
-  static __m256 Load8(const uint8_t* w, int64_t k) {
-    return _mm256_loadu_ps(reinterpret_cast<const float*>(w) + k);
-  }
+  static __m256 Load8(const uint8_t* w, int64_t k) { return _mm256_loadu_ps(reinterpret_cast<const float*>(w) + k); }
   static float Load1(const uint8_t* w, int64_t k) { return reinterpret_cast<const float*>(w)[k]; }
 };
 struct LoadF16 {
   static __m256 Load8(const uint8_t* w, int64_t k) {
-    return _mm256_cvtph_ps(
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(reinterpret_cast<const uint16_t*>(w) + k)));
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(reinterpret_cast<const uint16_t*>(w) + k)));
   }
-  static float Load1(const uint8_t* w, int64_t k) {
-    return F16ToF32(reinterpret_cast<const uint16_t*>(w)[k]);
-  }
+  static float Load1(const uint8_t* w, int64_t k) { return F16ToF32(reinterpret_cast<const uint16_t*>(w)[k]); }
 };
 struct LoadBF16 {
   static __m256 Load8(const uint8_t* w, int64_t k) {
-    const __m128i h =
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(reinterpret_cast<const uint16_t*>(w) + k));
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(reinterpret_cast<const uint16_t*>(w) + k));
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
   }
-  static float Load1(const uint8_t* w, int64_t k) {
-    return Bf16ToF32(reinterpret_cast<const uint16_t*>(w)[k]);
-  }
+  static float Load1(const uint8_t* w, int64_t k) { return Bf16ToF32(reinterpret_cast<const uint16_t*>(w)[k]); }
 };
 
 // R rows x T tokens of output, full dot products over n_in.
@@ -205,17 +197,10 @@ void GemmQuantAvx2(const GemmArgs& a, int64_t rb, int64_t re) {
   int64_t t = 0;
   for (; t + 4 <= a.n_tokens; t += 4) Tokens<K, 4>(a, rb, re, t);
   switch (a.n_tokens - t) {
-    case 3:
-      Tokens<K, 3>(a, rb, re, t);
-      break;
-    case 2:
-      Tokens<K, 2>(a, rb, re, t);
-      break;
-    case 1:
-      Tokens<K, 1>(a, rb, re, t);
-      break;
-    default:
-      break;
+    case 3: Tokens<K, 3>(a, rb, re, t); break;
+    case 2: Tokens<K, 2>(a, rb, re, t); break;
+    case 1: Tokens<K, 1>(a, rb, re, t); break;
+    default: break;
   }
 }
 

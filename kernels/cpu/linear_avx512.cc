@@ -119,8 +119,7 @@ void BuildTileFromPacked(const GemmArgs& a, int64_t r0, int64_t b0, int n_blk, T
         _mm512_store_si512(t + k + 4, _mm512_and_si512(_mm512_srli_epi16(v, 4), low4));
       }
     }
-    const __m512 dw = _mm512_cvtph_ps(
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(d + b * kTileRows)));
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(d + b * kTileRows)));
     __m512 off;
     if constexpr (K == Kind::kQ4_1) {
       off = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(m + b * kTileRows)));
@@ -135,8 +134,8 @@ void BuildTileFromPacked(const GemmArgs& a, int64_t r0, int64_t b0, int n_blk, T
 // Tokens [t0, t0 + T) x the tile's 16 rows over its n_blk blocks (starting at block b0 of the
 // activations); adds into `out` rows [r0, r0 + 16) under `rmask` when `accumulate`.
 template <int T>
-void TileTokens(const GemmArgs& a, const Tile& tile, int64_t b0, int n_blk, int64_t r0,
-                __mmask16 rmask, int64_t t0, bool accumulate) {
+void TileTokens(const GemmArgs& a, const Tile& tile, int64_t b0, int n_blk, int64_t r0, __mmask16 rmask, int64_t t0,
+                bool accumulate) {
   const int64_t nb = a.n_in / 32;
   __m512 facc[T];
   for (int t = 0; t < T; ++t) facc[t] = _mm512_setzero_ps();
@@ -179,11 +178,10 @@ void TileTokens(const GemmArgs& a, const Tile& tile, int64_t b0, int n_blk, int6
   }
 }
 
-using TileTokensFn = void (*)(const GemmArgs&, const Tile&, int64_t, int, int64_t, __mmask16,
-                              int64_t, bool);
-constexpr TileTokensFn kTileTokens[kTokenGroup + 1] = {
-    nullptr,        TileTokens<1>, TileTokens<2>, TileTokens<3>, TileTokens<4>,
-    TileTokens<5>,  TileTokens<6>, TileTokens<7>, TileTokens<8>};
+using TileTokensFn = void (*)(const GemmArgs&, const Tile&, int64_t, int, int64_t, __mmask16, int64_t, bool);
+constexpr TileTokensFn kTileTokens[kTokenGroup + 1] = {nullptr,       TileTokens<1>, TileTokens<2>,
+                                                       TileTokens<3>, TileTokens<4>, TileTokens<5>,
+                                                       TileTokens<6>, TileTokens<7>, TileTokens<8>};
 
 template <Kind K, bool kPacked>
 void GemmTiled(const GemmArgs& a, int64_t rb, int64_t re) {

@@ -57,11 +57,9 @@ void GemvTile(const GemmArgs& a, int64_t r, int64_t t0) {
   constexpr int kBytes = kBlockBytes<K>;
   constexpr bool kQ4 = K != Kind::kQ8_0;
   const int64_t nb = a.n_in / 32;
-  const __m512i gidx = _mm512_mullo_epi32(
-      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-      _mm512_set1_epi32(kBytes / 2));
-  const __m256i nib_mask =
-      _mm256_setr_m128i(_mm_set1_epi8(0x0f), _mm_set1_epi8(static_cast<char>(0xf0)));
+  const __m512i gidx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                          _mm512_set1_epi32(kBytes / 2));
+  const __m256i nib_mask = _mm256_setr_m128i(_mm_set1_epi8(0x0f), _mm_set1_epi8(static_cast<char>(0xf0)));
   const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
 
   const uint8_t* rows[R];
@@ -94,8 +92,7 @@ void GemvTile(const GemmArgs& a, int64_t r, int64_t t0) {
       for (int c = 0; c < n_chunk; c += 16) {
         const int n = std::min(16, n_chunk - c);
         const __mmask16 m = static_cast<__mmask16>((1u << n) - 1);
-        const __m512i dm = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, gidx,
-                                                       rows[i] + (b0 + c) * kBytes, 2);
+        const __m512i dm = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, gidx, rows[i] + (b0 + c) * kBytes, 2);
         const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
         __m512 off;
         if constexpr (K == Kind::kQ4_1) {
@@ -111,8 +108,8 @@ void GemvTile(const GemmArgs& a, int64_t r, int64_t t0) {
         }
       }
       for (int t = 0; t < T; ++t) {
-        ovec[t][i] = _mm256_add_ps(ovec[t][i], _mm256_add_ps(_mm512_castps512_ps256(o[t]),
-                                                             _mm512_extractf32x8_ps(o[t], 1)));
+        ovec[t][i] =
+            _mm256_add_ps(ovec[t][i], _mm256_add_ps(_mm512_castps512_ps256(o[t]), _mm512_extractf32x8_ps(o[t], 1)));
       }
     }
     // Main loop: four vector ops per block, row and token.
@@ -122,27 +119,24 @@ void GemvTile(const GemmArgs& a, int64_t r, int64_t t0) {
       for (int i = 0; i < R; ++i) {
         const uint8_t* q = rows[i] + (b0 + b) * kBytes + kQuantOffset<K>;
         if constexpr (kQ4) {
-          wv[i] = _mm256_and_si256(
-              _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q))),
-              nib_mask);
+          wv[i] = _mm256_and_si256(_mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q))),
+                                   nib_mask);
         } else {
           wv[i] = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)), flip);
         }
       }
       for (int t = 0; t < T; ++t) {
-        const __m256i xv =
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[t] + (b0 + b) * 32));
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[t] + (b0 + b) * 32));
         for (int i = 0; i < R; ++i) {
           const __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), wv[i], xv);
-          acc[t][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcast_ss(&sc[t][i][b]),
-                                      acc[t][i]);
+          acc[t][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcast_ss(&sc[t][i][b]), acc[t][i]);
         }
       }
     }
   }
 
-  const __m256 hi_fix = kQ4 ? _mm256_setr_ps(1, 1, 1, 1, 1.0f / 16, 1.0f / 16, 1.0f / 16, 1.0f / 16)
-                            : _mm256_set1_ps(1.0f);
+  const __m256 hi_fix =
+      kQ4 ? _mm256_setr_ps(1, 1, 1, 1, 1.0f / 16, 1.0f / 16, 1.0f / 16, 1.0f / 16) : _mm256_set1_ps(1.0f);
   for (int t = 0; t < T; ++t) {
     float* o = a.out + (t0 + t) * a.ld_out + r;
     __m256 v[R];
@@ -180,17 +174,10 @@ void GemvAll(const GemmArgs& a, int64_t rb, int64_t re) {
   int64_t t = 0;
   for (; t + 4 <= a.n_tokens; t += 4) GemvTokens<K, 4>(a, rb, re, t);
   switch (a.n_tokens - t) {
-    case 3:
-      GemvTokens<K, 3>(a, rb, re, t);
-      break;
-    case 2:
-      GemvTokens<K, 2>(a, rb, re, t);
-      break;
-    case 1:
-      GemvTokens<K, 1>(a, rb, re, t);
-      break;
-    default:
-      break;
+    case 3: GemvTokens<K, 3>(a, rb, re, t); break;
+    case 2: GemvTokens<K, 2>(a, rb, re, t); break;
+    case 1: GemvTokens<K, 1>(a, rb, re, t); break;
+    default: break;
   }
 }
 

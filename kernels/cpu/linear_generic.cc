@@ -42,19 +42,13 @@ void GemmFloat(const GemmArgs& a, int64_t row_begin, int64_t row_end, Load load)
 }
 
 void GemmF32(const GemmArgs& a, int64_t rb, int64_t re) {
-  GemmFloat(a, rb, re, [](const uint8_t* w, int64_t k) {
-    return reinterpret_cast<const float*>(w)[k];
-  });
+  GemmFloat(a, rb, re, [](const uint8_t* w, int64_t k) { return reinterpret_cast<const float*>(w)[k]; });
 }
 void GemmF16(const GemmArgs& a, int64_t rb, int64_t re) {
-  GemmFloat(a, rb, re, [](const uint8_t* w, int64_t k) {
-    return F16ToF32(reinterpret_cast<const uint16_t*>(w)[k]);
-  });
+  GemmFloat(a, rb, re, [](const uint8_t* w, int64_t k) { return F16ToF32(reinterpret_cast<const uint16_t*>(w)[k]); });
 }
 void GemmBF16(const GemmArgs& a, int64_t rb, int64_t re) {
-  GemmFloat(a, rb, re, [](const uint8_t* w, int64_t k) {
-    return Bf16ToF32(reinterpret_cast<const uint16_t*>(w)[k]);
-  });
+  GemmFloat(a, rb, re, [](const uint8_t* w, int64_t k) { return Bf16ToF32(reinterpret_cast<const uint16_t*>(w)[k]); });
 }
 
 // Row r, token t: sum over blocks of (weight scale * activation scale * int dot) plus the
@@ -159,8 +153,8 @@ void GemmQ4_K(const GemmArgs& a, int64_t rb, int64_t re) {
           sum_scaled += sc * dot;
           sum_mins += mn * (x[b].bsums[2 * j] + x[b].bsums[2 * j + 1]);
         }
-        acc += x[b].d * (F16ToF32(w[b].d) * static_cast<float>(sum_scaled) -
-                         F16ToF32(w[b].dmin) * static_cast<float>(sum_mins));
+        acc += x[b].d *
+               (F16ToF32(w[b].d) * static_cast<float>(sum_scaled) - F16ToF32(w[b].dmin) * static_cast<float>(sum_mins));
       }
       a.out[t * a.ld_out + r] = acc;
     }

@@ -24,11 +24,11 @@ struct GemmArgs {
   int64_t n_in = 0;
   int64_t n_tokens = 0;
   // Activations, per ActivationFormat of the weight dtype.
-  const float* x = nullptr;          // kF32: [n_tokens, n_in].
-  const int8_t* xq = nullptr;        // kQ8Block: [n_tokens, n_in].
-  const float* xd = nullptr;         //   [n_tokens, n_in / 32] scales.
-  const float* xs = nullptr;         //   [n_tokens, n_in / 32] scale * sum of quants.
-  const BlockQ8_K* xk = nullptr;     // kQ8K: [n_tokens, n_in / 256].
+  const float* x = nullptr;       // kF32: [n_tokens, n_in].
+  const int8_t* xq = nullptr;     // kQ8Block: [n_tokens, n_in].
+  const float* xd = nullptr;      //   [n_tokens, n_in / 32] scales.
+  const float* xs = nullptr;      //   [n_tokens, n_in / 32] scale * sum of quants.
+  const BlockQ8_K* xk = nullptr;  // kQ8K: [n_tokens, n_in / 256].
 };
 
 using GemmFn = void (*)(const GemmArgs& args, int64_t row_begin, int64_t row_end);

@@ -115,16 +115,13 @@ void GemvGroup(const GemmArgs& a, int64_t r0, int64_t r_end, int64_t t0) {
         ha = _mm512_dpbusd_epi32(ha, w[6], Bcast(x + 24));
         hb = _mm512_dpbusd_epi32(hb, w[7], Bcast(x + 28));
         // The high products are exact multiples of 16.
-        sum = _mm512_add_epi32(_mm512_add_epi32(ia, ib),
-                               _mm512_srai_epi32(_mm512_add_epi32(ha, hb), 4));
+        sum = _mm512_add_epi32(_mm512_add_epi32(ia, ib), _mm512_srai_epi32(_mm512_add_epi32(ha, hb), 4));
       }
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dw, _mm512_set1_ps(xd[t][b])),
-                               acc[t]);
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dw, _mm512_set1_ps(xd[t][b])), acc[t]);
       oacc[t] = _mm512_fmadd_ps(ow, _mm512_set1_ps(xs[t][b]), oacc[t]);
     }
   }
-  const __mmask16 m = static_cast<__mmask16>(
-      r_end - r0 >= 16 ? 0xffff : (1u << static_cast<unsigned>(r_end - r0)) - 1);
+  const __mmask16 m = static_cast<__mmask16>(r_end - r0 >= 16 ? 0xffff : (1u << static_cast<unsigned>(r_end - r0)) - 1);
   const float off_scale = K == Kind::kQ4_1 ? 1.0f : (K == Kind::kQ4_0 ? -8.0f : -128.0f);
   for (int t = 0; t < T; ++t) {
     const __m512 v = _mm512_fmadd_ps(oacc[t], _mm512_set1_ps(off_scale), acc[t]);
@@ -142,30 +139,17 @@ void GemvAll(const GemmArgs& a, int64_t rb, int64_t re) {
   int64_t t = 0;
   for (; t + 4 <= a.n_tokens; t += 4) GemvTokens<K, 4>(a, rb, re, t);
   switch (a.n_tokens - t) {
-    case 3:
-      GemvTokens<K, 3>(a, rb, re, t);
-      break;
-    case 2:
-      GemvTokens<K, 2>(a, rb, re, t);
-      break;
-    case 1:
-      GemvTokens<K, 1>(a, rb, re, t);
-      break;
-    default:
-      break;
+    case 3: GemvTokens<K, 3>(a, rb, re, t); break;
+    case 2: GemvTokens<K, 2>(a, rb, re, t); break;
+    case 1: GemvTokens<K, 1>(a, rb, re, t); break;
+    default: break;
   }
 }
 
 }  // namespace
 
-void GemvPackedQ8_0Avx512(const GemmArgs& a, int64_t rb, int64_t re) {
-  GemvAll<Kind::kQ8_0>(a, rb, re);
-}
-void GemvPackedQ4_0Avx512(const GemmArgs& a, int64_t rb, int64_t re) {
-  GemvAll<Kind::kQ4_0>(a, rb, re);
-}
-void GemvPackedQ4_1Avx512(const GemmArgs& a, int64_t rb, int64_t re) {
-  GemvAll<Kind::kQ4_1>(a, rb, re);
-}
+void GemvPackedQ8_0Avx512(const GemmArgs& a, int64_t rb, int64_t re) { GemvAll<Kind::kQ8_0>(a, rb, re); }
+void GemvPackedQ4_0Avx512(const GemmArgs& a, int64_t rb, int64_t re) { GemvAll<Kind::kQ4_0>(a, rb, re); }
+void GemvPackedQ4_1Avx512(const GemmArgs& a, int64_t rb, int64_t re) { GemvAll<Kind::kQ4_1>(a, rb, re); }
 
 }  // namespace cascade::kernels::cpu::internal

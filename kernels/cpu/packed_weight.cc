@@ -14,8 +14,7 @@ int64_t ScaleVectors(DType dtype) { return dtype == DType::kQ4_1 ? 2 : 1; }
 
 // Packs rows [16 g, 16 g + n_rows) of GGUF blocks (`row(i)` = row 16 g + i) into `dst`.
 template <typename B>
-void PackGroup(DType dtype, const uint8_t* src, int64_t row_bytes, int64_t r0, int n_rows,
-               int64_t nb, uint8_t* dst) {
+void PackGroup(DType dtype, const uint8_t* src, int64_t row_bytes, int64_t r0, int n_rows, int64_t nb, uint8_t* dst) {
   const int64_t qb = PackedWeight::QuantBytes(dtype);
   uint8_t* quants = dst;
   auto* d = reinterpret_cast<uint16_t*>(dst + nb * qb);
@@ -47,12 +46,12 @@ bool PackedWeight::Supports(DType dtype) {
 
 absl::StatusOr<PackedWeight> PackedWeight::Pack(const TensorView& weight) {
   if (!Supports(weight.dtype)) {
-    return absl::UnimplementedError(absl::StrCat("PackedWeight: no packed layout for ",
-                                                 std::string(DTypeName(weight.dtype))));
+    return absl::UnimplementedError(
+        absl::StrCat("PackedWeight: no packed layout for ", std::string(DTypeName(weight.dtype))));
   }
   if (weight.device.kind != DeviceKind::kCpu || weight.n_dims != 2 || weight.Cols() % kQK != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("PackedWeight: need a 2-D CPU weight with n_in a multiple of 32, got ",
-                                                   weight.ShapeString()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("PackedWeight: need a 2-D CPU weight with n_in a multiple of 32, got ", weight.ShapeString()));
   }
   if (weight.data == nullptr && weight.NumElements() != 0) {
     return absl::InvalidArgumentError("PackedWeight: null weight data");
@@ -76,15 +75,9 @@ absl::StatusOr<PackedWeight> PackedWeight::Pack(const TensorView& weight) {
     const int n_rows = static_cast<int>(std::min<int64_t>(kPackRows, p.n_out_ - g * kPackRows));
     uint8_t* dst = p.data_.get() + g * p.group_bytes_;
     switch (p.dtype_) {
-      case DType::kQ8_0:
-        PackGroup<BlockQ8_0>(p.dtype_, src, row_bytes, g * kPackRows, n_rows, nb, dst);
-        break;
-      case DType::kQ4_0:
-        PackGroup<BlockQ4_0>(p.dtype_, src, row_bytes, g * kPackRows, n_rows, nb, dst);
-        break;
-      default:
-        PackGroup<BlockQ4_1>(p.dtype_, src, row_bytes, g * kPackRows, n_rows, nb, dst);
-        break;
+      case DType::kQ8_0: PackGroup<BlockQ8_0>(p.dtype_, src, row_bytes, g * kPackRows, n_rows, nb, dst); break;
+      case DType::kQ4_0: PackGroup<BlockQ4_0>(p.dtype_, src, row_bytes, g * kPackRows, n_rows, nb, dst); break;
+      default: PackGroup<BlockQ4_1>(p.dtype_, src, row_bytes, g * kPackRows, n_rows, nb, dst); break;
     }
   }
   return p;

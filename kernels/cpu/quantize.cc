@@ -15,9 +15,8 @@ inline int NearestInt(float x) { return static_cast<int>(std::lrintf(x)); }
 
 absl::Status CheckRow(DType dtype, int64_t n) {
   if (n < 0 || n % BlockElems(dtype) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("row of ", n, " elements is not a multiple of ",
-                                                   BlockElems(dtype), " (", std::string(DTypeName(dtype)),
-                                                   " block)"));
+    return absl::InvalidArgumentError(absl::StrCat("row of ", n, " elements is not a multiple of ", BlockElems(dtype),
+                                                   " (", std::string(DTypeName(dtype)), " block)"));
   }
   return absl::OkStatus();
 }
@@ -211,8 +210,7 @@ void QuantQ4_K(const float* x, BlockQ4_K* y, int64_t nb) {
     uint8_t ls[8], lm[8];
     for (int j = 0; j < 8; ++j) {
       // Round the scale up so that the sub-block's range never clips.
-      ls[j] = static_cast<uint8_t>(
-          std::clamp(static_cast<int>(std::ceil(scales[j] * id)), 0, 63));
+      ls[j] = static_cast<uint8_t>(std::clamp(static_cast<int>(std::ceil(scales[j] * id)), 0, 63));
       lm[j] = static_cast<uint8_t>(std::clamp(NearestInt(mins[j] * idmin), 0, 63));
     }
     // Inverse of `UnpackQ4KScaleMin`.
@@ -233,14 +231,12 @@ void QuantQ4_K(const float* x, BlockQ4_K* y, int64_t nb) {
       const float mn = dmin_stored * lm[j];
       const float isc = sc != 0.0f ? 1.0f / sc : 0.0f;
       for (int l = 0; l < 32; ++l) {
-        q[32 * j + l] =
-            static_cast<uint8_t>(std::clamp(NearestInt((x[32 * j + l] + mn) * isc), 0, 15));
+        q[32 * j + l] = static_cast<uint8_t>(std::clamp(NearestInt((x[32 * j + l] + mn) * isc), 0, 15));
       }
     }
     for (int pair = 0; pair < 4; ++pair) {
       for (int l = 0; l < 32; ++l) {
-        y[i].qs[32 * pair + l] =
-            static_cast<uint8_t>(q[64 * pair + l] | (q[64 * pair + 32 + l] << 4));
+        y[i].qs[32 * pair + l] = static_cast<uint8_t>(q[64 * pair + l] | (q[64 * pair + 32 + l] << 4));
       }
     }
   }
@@ -278,18 +274,15 @@ void QuantQ6_K(const float* x, BlockQ6_K* y, int64_t nb) {
       const float s = d_stored * y[i].scales[g];
       const float is = s != 0.0f ? 1.0f / s : 0.0f;
       for (int l = 0; l < 16; ++l) {
-        q[16 * g + l] =
-            static_cast<uint8_t>(std::clamp(NearestInt(x[16 * g + l] * is), -32, 31) + 32);
+        q[16 * g + l] = static_cast<uint8_t>(std::clamp(NearestInt(x[16 * g + l] * is), -32, 31) + 32);
       }
     }
     for (int h = 0; h < 2; ++h) {
       const uint8_t* qq = q + 128 * h;
       for (int l = 0; l < 32; ++l) {
         y[i].ql[64 * h + l] = static_cast<uint8_t>((qq[l] & 0x0f) | ((qq[l + 64] & 0x0f) << 4));
-        y[i].ql[64 * h + l + 32] =
-            static_cast<uint8_t>((qq[l + 32] & 0x0f) | ((qq[l + 96] & 0x0f) << 4));
-        y[i].qh[32 * h + l] = static_cast<uint8_t>((qq[l] >> 4) | ((qq[l + 32] >> 4) << 2) |
-                                                   ((qq[l + 64] >> 4) << 4) |
+        y[i].ql[64 * h + l + 32] = static_cast<uint8_t>((qq[l + 32] & 0x0f) | ((qq[l + 96] & 0x0f) << 4));
+        y[i].qh[32 * h + l] = static_cast<uint8_t>((qq[l] >> 4) | ((qq[l + 32] >> 4) << 2) | ((qq[l + 64] >> 4) << 4) |
                                                    ((qq[l + 96] >> 4) << 6));
       }
     }
@@ -322,9 +315,7 @@ absl::Status DequantizeRow(DType dtype, const void* src, float* dst, int64_t n) 
   if (!row.ok()) return row;
   const int64_t nb = n / BlockElems(dtype);
   switch (dtype) {
-    case DType::kF32:
-      std::memcpy(dst, src, n * sizeof(float));
-      return absl::OkStatus();
+    case DType::kF32: std::memcpy(dst, src, n * sizeof(float)); return absl::OkStatus();
     case DType::kF16: {
       const uint16_t* s = static_cast<const uint16_t*>(src);
       for (int64_t i = 0; i < n; ++i) dst[i] = F16ToF32(s[i]);
@@ -335,30 +326,15 @@ absl::Status DequantizeRow(DType dtype, const void* src, float* dst, int64_t n) 
       for (int64_t i = 0; i < n; ++i) dst[i] = Bf16ToF32(s[i]);
       return absl::OkStatus();
     }
-    case DType::kQ8_0:
-      DequantQ8_0(static_cast<const BlockQ8_0*>(src), dst, nb);
-      return absl::OkStatus();
-    case DType::kQ4_0:
-      DequantQ4_0(static_cast<const BlockQ4_0*>(src), dst, nb);
-      return absl::OkStatus();
-    case DType::kQ4_1:
-      DequantQ4_1(static_cast<const BlockQ4_1*>(src), dst, nb);
-      return absl::OkStatus();
-    case DType::kQ4_K:
-      DequantQ4_K(static_cast<const BlockQ4_K*>(src), dst, nb);
-      return absl::OkStatus();
-    case DType::kQ6_K:
-      DequantQ6_K(static_cast<const BlockQ6_K*>(src), dst, nb);
-      return absl::OkStatus();
-    case DType::kQ8_K:
-      DequantQ8_K(static_cast<const BlockQ8_K*>(src), dst, nb);
-      return absl::OkStatus();
-    case DType::kI4_G128:
-      DequantI4G128(static_cast<const BlockI4G128*>(src), dst, nb);
-      return absl::OkStatus();
+    case DType::kQ8_0: DequantQ8_0(static_cast<const BlockQ8_0*>(src), dst, nb); return absl::OkStatus();
+    case DType::kQ4_0: DequantQ4_0(static_cast<const BlockQ4_0*>(src), dst, nb); return absl::OkStatus();
+    case DType::kQ4_1: DequantQ4_1(static_cast<const BlockQ4_1*>(src), dst, nb); return absl::OkStatus();
+    case DType::kQ4_K: DequantQ4_K(static_cast<const BlockQ4_K*>(src), dst, nb); return absl::OkStatus();
+    case DType::kQ6_K: DequantQ6_K(static_cast<const BlockQ6_K*>(src), dst, nb); return absl::OkStatus();
+    case DType::kQ8_K: DequantQ8_K(static_cast<const BlockQ8_K*>(src), dst, nb); return absl::OkStatus();
+    case DType::kI4_G128: DequantI4G128(static_cast<const BlockI4G128*>(src), dst, nb); return absl::OkStatus();
     default:
-      return absl::UnimplementedError(
-          absl::StrCat("DequantizeRow: unsupported dtype ", std::string(DTypeName(dtype))));
+      return absl::UnimplementedError(absl::StrCat("DequantizeRow: unsupported dtype ", std::string(DTypeName(dtype))));
   }
 }
 
@@ -367,9 +343,7 @@ absl::Status QuantizeRow(DType dtype, const float* src, void* dst, int64_t n) {
   if (!row.ok()) return row;
   const int64_t nb = n / BlockElems(dtype);
   switch (dtype) {
-    case DType::kF32:
-      std::memcpy(dst, src, n * sizeof(float));
-      return absl::OkStatus();
+    case DType::kF32: std::memcpy(dst, src, n * sizeof(float)); return absl::OkStatus();
     case DType::kF16: {
       uint16_t* d = static_cast<uint16_t*>(dst);
       for (int64_t i = 0; i < n; ++i) d[i] = F32ToF16(src[i]);
@@ -380,30 +354,15 @@ absl::Status QuantizeRow(DType dtype, const float* src, void* dst, int64_t n) {
       for (int64_t i = 0; i < n; ++i) d[i] = F32ToBf16(src[i]);
       return absl::OkStatus();
     }
-    case DType::kQ8_0:
-      QuantQ8_0(src, static_cast<BlockQ8_0*>(dst), nb);
-      return absl::OkStatus();
-    case DType::kQ4_0:
-      QuantQ4_0(src, static_cast<BlockQ4_0*>(dst), nb);
-      return absl::OkStatus();
-    case DType::kQ4_1:
-      QuantQ4_1(src, static_cast<BlockQ4_1*>(dst), nb);
-      return absl::OkStatus();
-    case DType::kQ4_K:
-      QuantQ4_K(src, static_cast<BlockQ4_K*>(dst), nb);
-      return absl::OkStatus();
-    case DType::kQ6_K:
-      QuantQ6_K(src, static_cast<BlockQ6_K*>(dst), nb);
-      return absl::OkStatus();
-    case DType::kQ8_K:
-      QuantQ8_K(src, static_cast<BlockQ8_K*>(dst), nb);
-      return absl::OkStatus();
-    case DType::kI4_G128:
-      QuantI4G128(src, static_cast<BlockI4G128*>(dst), nb);
-      return absl::OkStatus();
+    case DType::kQ8_0: QuantQ8_0(src, static_cast<BlockQ8_0*>(dst), nb); return absl::OkStatus();
+    case DType::kQ4_0: QuantQ4_0(src, static_cast<BlockQ4_0*>(dst), nb); return absl::OkStatus();
+    case DType::kQ4_1: QuantQ4_1(src, static_cast<BlockQ4_1*>(dst), nb); return absl::OkStatus();
+    case DType::kQ4_K: QuantQ4_K(src, static_cast<BlockQ4_K*>(dst), nb); return absl::OkStatus();
+    case DType::kQ6_K: QuantQ6_K(src, static_cast<BlockQ6_K*>(dst), nb); return absl::OkStatus();
+    case DType::kQ8_K: QuantQ8_K(src, static_cast<BlockQ8_K*>(dst), nb); return absl::OkStatus();
+    case DType::kI4_G128: QuantI4G128(src, static_cast<BlockI4G128*>(dst), nb); return absl::OkStatus();
     default:
-      return absl::UnimplementedError(
-          absl::StrCat("QuantizeRow: unsupported dtype ", std::string(DTypeName(dtype))));
+      return absl::UnimplementedError(absl::StrCat("QuantizeRow: unsupported dtype ", std::string(DTypeName(dtype))));
   }
 }
 

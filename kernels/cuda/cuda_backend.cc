@@ -34,10 +34,10 @@ absl::Status CublasError(cublasStatus_t st, std::string_view what) {
   return absl::InternalError(StrCat(what, ": cuBLAS status ", static_cast<int>(st)));
 }
 
-#define CASCADE_CUDA_RETURN(expr, what) \
-  do {                                 \
+#define CASCADE_CUDA_RETURN(expr, what)          \
+  do {                                           \
     absl::Status _s = CudaError((expr), (what)); \
-    if (!_s.ok()) return _s;           \
+    if (!_s.ok()) return _s;                     \
   } while (0)
 
 // The kernels take a DType's value as their weight code.
@@ -146,7 +146,8 @@ class CudaBackendImpl final : public CudaBackend {
     }
     const size_t bytes = static_cast<size_t>(weight.NumBytes());
     absl::StatusOr<DeviceBuffer> buf = DeviceBuffer::Create(device_, std::max<size_t>(bytes, 64));
-    if (!buf.ok()) return absl::ResourceExhaustedError(StrCat("weight ", weight.ShapeString(), ": ", buf.status().message()));
+    if (!buf.ok())
+      return absl::ResourceExhaustedError(StrCat("weight ", weight.ShapeString(), ": ", buf.status().message()));
     CASCADE_RETURN_IF_ERROR(buf->Upload(weight.data, bytes));
     return std::unique_ptr<PreparedWeight>(std::make_unique<CudaWeight>(weight, *std::move(buf), device_));
   }
@@ -166,8 +167,8 @@ class CudaBackendImpl final : public CudaBackend {
 
   absl::Status Linear(TensorView out, const TensorView& in, const TensorView& weight, const TensorView& bias) override {
     if (weight.Cols() != in.Cols() || out.Rows() != in.Rows() || out.Cols() != weight.Rows()) {
-      return absl::InvalidArgumentError(StrCat("Linear: in ", in.ShapeString(), ", weight ", weight.ShapeString(),
-                                               ", out ", out.ShapeString()));
+      return absl::InvalidArgumentError(
+          StrCat("Linear: in ", in.ShapeString(), ", weight ", weight.ShapeString(), ", out ", out.ShapeString()));
     }
     return LinearStacked({&out, 1}, in, weight, {&bias, 1});
   }
@@ -178,7 +179,8 @@ class CudaBackendImpl final : public CudaBackend {
     if (w == nullptr) return absl::InternalError("LinearParts: weight prepared by another backend");
     CASCADE_RETURN_IF_ERROR(CheckLinearParts(outs, in, weight, biases));
     if (outs.size() > static_cast<size_t>(cuda::kMaxGemvParts)) {
-      return absl::InvalidArgumentError(StrCat("LinearParts: ", outs.size(), " parts (at most ", cuda::kMaxGemvParts, ")"));
+      return absl::InvalidArgumentError(
+          StrCat("LinearParts: ", outs.size(), " parts (at most ", cuda::kMaxGemvParts, ")"));
     }
     return LinearStacked(outs, in, w->view(), biases);
   }
@@ -217,7 +219,8 @@ class CudaBackendImpl final : public CudaBackend {
 
   absl::Status Embedding(TensorView out, const TensorView& table, std::span<const int32_t> ids) override {
     Bind();
-    if (!Supported(table.dtype)) return absl::UnimplementedError(StrCat("Embedding: no CUDA kernel for ", DTypeName(table.dtype)));
+    if (!Supported(table.dtype))
+      return absl::UnimplementedError(StrCat("Embedding: no CUDA kernel for ", DTypeName(table.dtype)));
     for (int32_t id : ids) {
       if (id < 0 || id >= table.Rows()) {
         return absl::InvalidArgumentError(StrCat("Embedding: id ", id, " is outside [0, ", table.Rows(), ")"));
@@ -300,7 +303,8 @@ class CudaBackendImpl final : public CudaBackend {
     CASCADE_RETURN_IF_ERROR(ScratchError());
     cuda::Argmax(dev, F32(logits), n_rows, logits.Cols(), stream_);
     CASCADE_RETURN_IF_ERROR(LastError("Argmax"));
-    CASCADE_CUDA_RETURN(cudaMemcpyAsync(out.data(), dev, out.size_bytes(), cudaMemcpyDeviceToHost, stream_), "Argmax copy");
+    CASCADE_CUDA_RETURN(cudaMemcpyAsync(out.data(), dev, out.size_bytes(), cudaMemcpyDeviceToHost, stream_),
+                        "Argmax copy");
     return Synchronize();
   }
 
@@ -311,21 +315,35 @@ class CudaBackendImpl final : public CudaBackend {
       return absl::InvalidArgumentError("Sample: one SampleRow and one SampleResult per logits row");
     }
     for (const SampleRow& r : rows) {
-      if (r.draft >= logits.Cols()) return absl::InvalidArgumentError(StrCat("Sample: draft ", r.draft, " outside the vocabulary"));
+      if (r.draft >= logits.Cols())
+        return absl::InvalidArgumentError(StrCat("Sample: draft ", r.draft, " outside the vocabulary"));
     }
     const SampleRow* dev_rows = Upload(kSampleRows, rows);
     auto* dev_out = static_cast<SampleResult*>(Scratch(kSampleOut, out.size_bytes()));
     CASCADE_RETURN_IF_ERROR(ScratchError());
     cuda::Sample(dev_out, F32(logits), dev_rows, n_rows, logits.Cols(), stream_);
     CASCADE_RETURN_IF_ERROR(LastError("Sample"));
-    CASCADE_CUDA_RETURN(cudaMemcpyAsync(out.data(), dev_out, out.size_bytes(), cudaMemcpyDeviceToHost, stream_), "Sample copy");
+    CASCADE_CUDA_RETURN(cudaMemcpyAsync(out.data(), dev_out, out.size_bytes(), cudaMemcpyDeviceToHost, stream_),
+                        "Sample copy");
     return Synchronize();
   }
 
  private:
   enum ScratchSlot {
-    kConvert, kDequant, kPositions, kFreq, kIds, kSlots, kRowPos, kRowTable, kTables, kPartial, kArgmax,
-    kSampleRows, kSampleOut, kNumSlots
+    kConvert,
+    kDequant,
+    kPositions,
+    kFreq,
+    kIds,
+    kSlots,
+    kRowPos,
+    kRowTable,
+    kTables,
+    kPartial,
+    kArgmax,
+    kSampleRows,
+    kSampleOut,
+    kNumSlots
   };
 
   absl::Status LastError(std::string_view what) { return CudaError(cudaGetLastError(), what); }

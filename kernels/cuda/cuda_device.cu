@@ -11,8 +11,8 @@ CudaAvailability QueryCudaDevices() {
   int count = 0;  // cudaGetDeviceCount leaves it untouched on error 35.
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
-    out.reason = std::string("CUDA runtime reports error ") + std::to_string(static_cast<int>(err)) +
-                 " (" + cudaGetErrorString(err) + ")";
+    out.reason = std::string("CUDA runtime reports error ") + std::to_string(static_cast<int>(err)) + " (" +
+                 cudaGetErrorString(err) + ")";
     return out;
   }
   if (count == 0) {

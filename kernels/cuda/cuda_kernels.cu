@@ -42,7 +42,12 @@ __device__ __forceinline__ float Half(const uint8_t* p) {
 // Elements and bytes per block of a quantized code (1 and the element size when dense).
 __host__ __device__ constexpr int64_t BlockElems(int code) { return code == kWI4G128 ? 128 : code >= kWQ8_0 ? 32 : 1; }
 __host__ __device__ constexpr int64_t BlockBytes(int code) {
-  return code == kWQ8_0 ? 34 : code == kWQ4_0 ? 18 : code == kWQ4_1 ? 20 : code == kWI4G128 ? 68 : code == kWF32 ? 4 : 2;
+  return code == kWQ8_0     ? 34
+         : code == kWQ4_0   ? 18
+         : code == kWQ4_1   ? 20
+         : code == kWI4G128 ? 68
+         : code == kWF32    ? 4
+                            : 2;
 }
 __host__ __device__ inline int64_t RowBytes(int code, int64_t n) { return n / BlockElems(code) * BlockBytes(code); }
 
@@ -114,8 +119,8 @@ __global__ void RmsNormKernel(float* out, const float* in, const float* w, int64
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) y[i] = x[i] * inv * w[i];
 }
 
-__global__ void RopeKernel(float* x, const int32_t* positions, const float* inv_freq, int64_t n_heads,
-                           int64_t head_dim, int style) {
+__global__ void RopeKernel(float* x, const int32_t* positions, const float* inv_freq, int64_t n_heads, int64_t head_dim,
+                           int style) {
   const int64_t t = blockIdx.x;
   const int64_t half = head_dim / 2;
   const float pos = static_cast<float>(positions[t]);
@@ -158,11 +163,13 @@ __global__ void DequantizeKernel(float* out, const uint8_t* w, int code, int64_t
 }
 
 __global__ void ToHalfKernel(__half* out, const float* in, int64_t n) {
-  for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) out[i] = __float2half(in[i]);
+  for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+    out[i] = __float2half(in[i]);
 }
 
 __global__ void ToBf16Kernel(__nv_bfloat16* out, const float* in, int64_t n) {
-  for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) out[i] = __float2bfloat16(in[i]);
+  for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+    out[i] = __float2bfloat16(in[i]);
 }
 
 // One warp per output row o; lane l takes blocks l, l + 32, ...; T tokens per pass.
@@ -205,7 +212,8 @@ __global__ void QuantGemvKernel(GemvOut out, const float* x, const uint8_t* w, i
   }
 }
 
-__global__ void WriteKvKernel(float* kc, float* vc, const float* k, const float* v, const int32_t* slot, int64_t kv_dim) {
+__global__ void WriteKvKernel(float* kc, float* vc, const float* k, const float* v, const int32_t* slot,
+                              int64_t kv_dim) {
   const int64_t r = blockIdx.x;
   const int64_t base = static_cast<int64_t>(slot[r]) * kv_dim;
   for (int64_t i = threadIdx.x; i < kv_dim; i += blockDim.x) {
@@ -382,7 +390,8 @@ void RmsNorm(float* out, const float* in, const float* w, int64_t n_rows, int64_
 
 void Rope(float* x, const int32_t* positions, const float* inv_freq, int64_t n_tokens, int64_t n_heads,
           int64_t head_dim, int style, cudaStream_t stream) {
-  if (n_tokens > 0) RopeKernel<<<static_cast<unsigned>(n_tokens), 256, 0, stream>>>(x, positions, inv_freq, n_heads, head_dim, style);
+  if (n_tokens > 0)
+    RopeKernel<<<static_cast<unsigned>(n_tokens), 256, 0, stream>>>(x, positions, inv_freq, n_heads, head_dim, style);
 }
 
 void SiluMul(float* out, const float* gate, const float* up, int64_t n, cudaStream_t stream) {
@@ -400,12 +409,14 @@ void AddBias(float* out, const float* bias, int64_t n_tokens, int64_t n_out, cud
 void Embedding(float* out, const void* table, int code, const int32_t* ids, int64_t n_ids, int64_t n_embd,
                cudaStream_t stream) {
   if (n_ids > 0) {
-    EmbeddingKernel<<<static_cast<unsigned>(n_ids), 256, 0, stream>>>(out, static_cast<const uint8_t*>(table), code, ids, n_embd);
+    EmbeddingKernel<<<static_cast<unsigned>(n_ids), 256, 0, stream>>>(out, static_cast<const uint8_t*>(table), code,
+                                                                      ids, n_embd);
   }
 }
 
 void Dequantize(float* out, const void* w, int code, int64_t rows, int64_t cols, cudaStream_t stream) {
-  if (rows > 0) DequantizeKernel<<<static_cast<unsigned>(rows), 256, 0, stream>>>(out, static_cast<const uint8_t*>(w), code, cols);
+  if (rows > 0)
+    DequantizeKernel<<<static_cast<unsigned>(rows), 256, 0, stream>>>(out, static_cast<const uint8_t*>(w), code, cols);
 }
 
 void ConvertActivations(void* out, const float* in, int code, int64_t n, cudaStream_t stream) {
@@ -433,9 +444,10 @@ void QuantGemv(const GemvOut& out, const float* x, const void* w, int code, int6
   }
 }
 
-void WriteKv(float* k_cache, float* v_cache, const float* k, const float* v, const int32_t* slot_of_row,
-             int64_t n_rows, int64_t kv_dim, cudaStream_t stream) {
-  if (n_rows > 0) WriteKvKernel<<<static_cast<unsigned>(n_rows), 256, 0, stream>>>(k_cache, v_cache, k, v, slot_of_row, kv_dim);
+void WriteKv(float* k_cache, float* v_cache, const float* k, const float* v, const int32_t* slot_of_row, int64_t n_rows,
+             int64_t kv_dim, cudaStream_t stream) {
+  if (n_rows > 0)
+    WriteKvKernel<<<static_cast<unsigned>(n_rows), 256, 0, stream>>>(k_cache, v_cache, k, v, slot_of_row, kv_dim);
 }
 
 void Attention(const AttentionArgs& args, cudaStream_t stream) {
@@ -449,7 +461,8 @@ void Attention(const AttentionArgs& args, cudaStream_t stream) {
 
 void FillRandom(void* w, int code, int64_t n, float scale, uint32_t seed, cudaStream_t stream) {
   const int64_t units = code == kWF32 || code == kWF16 || code == kWBF16 ? n : RowBytes(code, n);
-  if (units > 0) FillRandomKernel<<<Grid(units, 256), 256, 0, stream>>>(static_cast<uint8_t*>(w), code, units, scale, seed);
+  if (units > 0)
+    FillRandomKernel<<<Grid(units, 256), 256, 0, stream>>>(static_cast<uint8_t*>(w), code, units, scale, seed);
 }
 
 void Argmax(int32_t* out, const float* logits, int64_t n_rows, int64_t n_vocab, cudaStream_t stream) {

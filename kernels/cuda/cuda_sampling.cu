@@ -22,15 +22,21 @@ __device__ __forceinline__ uint32_t Key(float f) {
 
 struct Sum {
   template <typename T>
-  __device__ T operator()(T a, T b) const { return a + b; }
+  __device__ T operator()(T a, T b) const {
+    return a + b;
+  }
 };
 struct Max {
   template <typename T>
-  __device__ T operator()(T a, T b) const { return a > b ? a : b; }
+  __device__ T operator()(T a, T b) const {
+    return a > b ? a : b;
+  }
 };
 struct Min {
   template <typename T>
-  __device__ T operator()(T a, T b) const { return a < b ? a : b; }
+  __device__ T operator()(T a, T b) const {
+    return a < b ? a : b;
+  }
 };
 
 // Reduces v over the block; every thread gets the result. `sh` holds 32 T.
@@ -147,7 +153,8 @@ __global__ void SampleKernel(SampleResult* out, const float* logits, const Sampl
   // Argmax, first on ties: the largest (key << 32 | ~index).
   unsigned long long best = 0;
   for (int64_t i = threadIdx.x; i < n_vocab; i += blockDim.x) {
-    const unsigned long long v = (static_cast<unsigned long long>(Key(row.z[i])) << 32) | (0xffffffffu - static_cast<uint32_t>(i));
+    const unsigned long long v =
+        (static_cast<unsigned long long>(Key(row.z[i])) << 32) | (0xffffffffu - static_cast<uint32_t>(i));
     best = v > best ? v : best;
   }
   best = BlockReduce(best, Max(), 0ull, shc);

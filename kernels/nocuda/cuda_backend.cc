@@ -4,7 +4,9 @@
 namespace cascade::kernels {
 namespace {
 
-absl::Status NoCuda() { return absl::UnimplementedError("this build has no CUDA backend (CASCADE_WITH_CUDA=OFF or no nvcc)"); }
+absl::Status NoCuda() {
+  return absl::UnimplementedError("this build has no CUDA backend (CASCADE_WITH_CUDA=OFF or no nvcc)");
+}
 
 }  // namespace
 

@@ -5,9 +5,9 @@
 #include <utility>
 #include <vector>
 
-#include "core/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/status.h"
+#include "core/str_cat.h"
 #include "core/utf8.h"
 
 namespace cascade::model {
@@ -35,20 +35,26 @@ std::optional<DType> DTypeFromGgml(uint32_t t) {
 
 std::string GgmlTypeName(uint32_t t) {
   static constexpr const char* kNames[] = {
-      "F32", "F16", "Q4_0", "Q4_1", "Q4_2", "Q4_3", "Q5_0", "Q5_1", "Q8_0", "Q8_1",
-      "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K", "IQ2_XXS", "IQ2_XS", "IQ3_XXS",
-      "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS", "I8", "I16", "I32", "I64", "F64",
-      "IQ1_M", "BF16"};
+      "F32",   "F16",    "Q4_0", "Q4_1", "Q4_2", "Q4_3",    "Q5_0",   "Q5_1",    "Q8_0",  "Q8_1",   "Q2_K",
+      "Q3_K",  "Q4_K",   "Q5_K", "Q6_K", "Q8_K", "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S",
+      "IQ2_S", "IQ4_XS", "I8",   "I16",  "I32",  "I64",     "F64",    "IQ1_M",   "BF16"};
   if (t < std::size(kNames)) return cascade::StrCat(kNames[t], " (type ", t, ")");
   return cascade::StrCat("unknown type ", t);
 }
 
 size_t ScalarSize(GgufType t) {
   switch (t) {
-    case GgufType::kU8: case GgufType::kI8: case GgufType::kBool: return 1;
-    case GgufType::kU16: case GgufType::kI16: return 2;
-    case GgufType::kU32: case GgufType::kI32: case GgufType::kF32: return 4;
-    case GgufType::kU64: case GgufType::kI64: case GgufType::kF64: return 8;
+    case GgufType::kU8:
+    case GgufType::kI8:
+    case GgufType::kBool: return 1;
+    case GgufType::kU16:
+    case GgufType::kI16: return 2;
+    case GgufType::kU32:
+    case GgufType::kI32:
+    case GgufType::kF32: return 4;
+    case GgufType::kU64:
+    case GgufType::kI64:
+    case GgufType::kF64: return 8;
     default: return 0;
   }
 }
@@ -56,8 +62,7 @@ size_t ScalarSize(GgufType t) {
 // A bounds-checked little-endian cursor over the file bytes.
 class Cursor {
  public:
-  Cursor(const uint8_t* data, size_t size, const std::string& name)
-      : data_(data), size_(size), name_(name) {}
+  Cursor(const uint8_t* data, size_t size, const std::string& name) : data_(data), size_(size), name_(name) {}
 
   size_t pos() const { return pos_; }
   size_t remaining() const { return size_ - pos_; }
@@ -65,8 +70,7 @@ class Cursor {
   absl::Status Need(uint64_t n, std::string_view what) const {
     if (n > remaining()) {
       return absl::DataLossError(absl::StrFormat(
-          "%s: truncated file: %s needs %u bytes at offset %u but only %u remain", name_, what,
-          n, pos_, remaining()));
+          "%s: truncated file: %s needs %u bytes at offset %u but only %u remain", name_, what, n, pos_, remaining()));
     }
     return absl::OkStatus();
   }
@@ -96,27 +100,76 @@ class Cursor {
 };
 
 // Reads one value of type `type` (recursing into arrays) into `out`.
-absl::Status ReadValue(Cursor& c, GgufType type, GgufValue& out, int depth,
-                       const std::string& name, std::string_view key) {
+absl::Status ReadValue(Cursor& c, GgufType type, GgufValue& out, int depth, const std::string& name,
+                       std::string_view key) {
   out.type = type;
   const auto bad = [&](std::string_view problem) {
     return absl::DataLossError(cascade::StrCat(name, ": metadata key '", key, "': ", problem));
   };
   switch (type) {
-    case GgufType::kU8: { CASCADE_ASSIGN_OR_RETURN(uint8_t v, c.Read<uint8_t>(key)); out.u = v; out.i = v; return absl::OkStatus(); }
-    case GgufType::kI8: { CASCADE_ASSIGN_OR_RETURN(int8_t v, c.Read<int8_t>(key)); out.i = v; out.u = static_cast<uint64_t>(v); return absl::OkStatus(); }
-    case GgufType::kU16: { CASCADE_ASSIGN_OR_RETURN(uint16_t v, c.Read<uint16_t>(key)); out.u = v; out.i = v; return absl::OkStatus(); }
-    case GgufType::kI16: { CASCADE_ASSIGN_OR_RETURN(int16_t v, c.Read<int16_t>(key)); out.i = v; out.u = static_cast<uint64_t>(v); return absl::OkStatus(); }
-    case GgufType::kU32: { CASCADE_ASSIGN_OR_RETURN(uint32_t v, c.Read<uint32_t>(key)); out.u = v; out.i = v; return absl::OkStatus(); }
-    case GgufType::kI32: { CASCADE_ASSIGN_OR_RETURN(int32_t v, c.Read<int32_t>(key)); out.i = v; out.u = static_cast<uint64_t>(v); return absl::OkStatus(); }
-    case GgufType::kU64: { CASCADE_ASSIGN_OR_RETURN(uint64_t v, c.Read<uint64_t>(key)); out.u = v; out.i = static_cast<int64_t>(v); return absl::OkStatus(); }
-    case GgufType::kI64: { CASCADE_ASSIGN_OR_RETURN(int64_t v, c.Read<int64_t>(key)); out.i = v; out.u = static_cast<uint64_t>(v); return absl::OkStatus(); }
-    case GgufType::kF32: { CASCADE_ASSIGN_OR_RETURN(float v, c.Read<float>(key)); out.f = v; return absl::OkStatus(); }
-    case GgufType::kF64: { CASCADE_ASSIGN_OR_RETURN(double v, c.Read<double>(key)); out.f = v; return absl::OkStatus(); }
+    case GgufType::kU8: {
+      CASCADE_ASSIGN_OR_RETURN(uint8_t v, c.Read<uint8_t>(key));
+      out.u = v;
+      out.i = v;
+      return absl::OkStatus();
+    }
+    case GgufType::kI8: {
+      CASCADE_ASSIGN_OR_RETURN(int8_t v, c.Read<int8_t>(key));
+      out.i = v;
+      out.u = static_cast<uint64_t>(v);
+      return absl::OkStatus();
+    }
+    case GgufType::kU16: {
+      CASCADE_ASSIGN_OR_RETURN(uint16_t v, c.Read<uint16_t>(key));
+      out.u = v;
+      out.i = v;
+      return absl::OkStatus();
+    }
+    case GgufType::kI16: {
+      CASCADE_ASSIGN_OR_RETURN(int16_t v, c.Read<int16_t>(key));
+      out.i = v;
+      out.u = static_cast<uint64_t>(v);
+      return absl::OkStatus();
+    }
+    case GgufType::kU32: {
+      CASCADE_ASSIGN_OR_RETURN(uint32_t v, c.Read<uint32_t>(key));
+      out.u = v;
+      out.i = v;
+      return absl::OkStatus();
+    }
+    case GgufType::kI32: {
+      CASCADE_ASSIGN_OR_RETURN(int32_t v, c.Read<int32_t>(key));
+      out.i = v;
+      out.u = static_cast<uint64_t>(v);
+      return absl::OkStatus();
+    }
+    case GgufType::kU64: {
+      CASCADE_ASSIGN_OR_RETURN(uint64_t v, c.Read<uint64_t>(key));
+      out.u = v;
+      out.i = static_cast<int64_t>(v);
+      return absl::OkStatus();
+    }
+    case GgufType::kI64: {
+      CASCADE_ASSIGN_OR_RETURN(int64_t v, c.Read<int64_t>(key));
+      out.i = v;
+      out.u = static_cast<uint64_t>(v);
+      return absl::OkStatus();
+    }
+    case GgufType::kF32: {
+      CASCADE_ASSIGN_OR_RETURN(float v, c.Read<float>(key));
+      out.f = v;
+      return absl::OkStatus();
+    }
+    case GgufType::kF64: {
+      CASCADE_ASSIGN_OR_RETURN(double v, c.Read<double>(key));
+      out.f = v;
+      return absl::OkStatus();
+    }
     case GgufType::kBool: {
       CASCADE_ASSIGN_OR_RETURN(uint8_t v, c.Read<uint8_t>(key));
       if (v > 1) return bad(cascade::StrCat("bool value ", v, " is neither 0 nor 1"));
-      out.u = v; out.i = v;
+      out.u = v;
+      out.i = v;
       return absl::OkStatus();
     }
     case GgufType::kString: {
@@ -134,13 +187,12 @@ absl::Status ReadValue(Cursor& c, GgufType type, GgufValue& out, int depth,
       out.elems = c.here();
       // Every element takes at least one byte (8 for a string's length): refuse counts
       // that cannot fit before allocating anything.
-      const size_t min_elem = out.elem_type == GgufType::kString ? 8
+      const size_t min_elem = out.elem_type == GgufType::kString  ? 8
                               : out.elem_type == GgufType::kArray ? 12
                                                                   : ScalarSize(out.elem_type);
       if (out.count > c.remaining() / min_elem) {
         return bad(cascade::StrCat("array of ", out.count, " ", GgufTypeName(out.elem_type),
-                                " elements does not fit in the ", c.remaining(),
-                                " bytes left in the file"));
+                                   " elements does not fit in the ", c.remaining(), " bytes left in the file"));
       }
       if (out.elem_type == GgufType::kString) {
         out.strings.reserve(out.count);
@@ -171,7 +223,7 @@ bool MulWithin(uint64_t a, uint64_t b, uint64_t limit, uint64_t* out) {
 
 // Reads metadata key/value pair #`k`: a non-empty UTF-8 key, its value type and value.
 absl::StatusOr<std::pair<std::string_view, GgufValue>> ReadMetadataEntry(Cursor& c, uint64_t k,
-                                                                          const std::string& name) {
+                                                                         const std::string& name) {
   CASCADE_ASSIGN_OR_RETURN(std::string_view key, c.ReadString("metadata key"));
   if (!IsValidUtf8(key)) {
     return absl::DataLossError(cascade::StrCat(name, ": metadata key #", k, " is not valid UTF-8"));
@@ -179,8 +231,7 @@ absl::StatusOr<std::pair<std::string_view, GgufValue>> ReadMetadataEntry(Cursor&
   if (key.empty()) return absl::DataLossError(cascade::StrCat(name, ": metadata key #", k, " is empty"));
   CASCADE_ASSIGN_OR_RETURN(uint32_t type, c.Read<uint32_t>(key));
   if (type > static_cast<uint32_t>(GgufType::kF64)) {
-    return absl::DataLossError(
-        cascade::StrCat(name, ": metadata key '", key, "': unknown value type ", type));
+    return absl::DataLossError(cascade::StrCat(name, ": metadata key '", key, "': unknown value type ", type));
   }
   GgufValue value;
   CASCADE_RETURN_IF_ERROR(ReadValue(c, static_cast<GgufType>(type), value, 0, name, key));
@@ -194,8 +245,7 @@ struct RawTensor {
 };
 
 // Reads and validates tensor info #`t` (name, shape, type, aligned data offset); `file_offset` is left unset.
-absl::StatusOr<RawTensor> ReadTensorInfo(Cursor& c, uint64_t t, const std::string& name,
-                                         uint64_t alignment) {
+absl::StatusOr<RawTensor> ReadTensorInfo(Cursor& c, uint64_t t, const std::string& name, uint64_t alignment) {
   CASCADE_ASSIGN_OR_RETURN(std::string_view tname, c.ReadString("tensor name"));
   if (!IsValidUtf8(tname) || tname.empty()) {
     return absl::DataLossError(cascade::StrCat(name, ": tensor #", t, " has an empty or non-UTF-8 name"));
@@ -220,19 +270,18 @@ absl::StatusOr<RawTensor> ReadTensorInfo(Cursor& c, uint64_t t, const std::strin
   CASCADE_ASSIGN_OR_RETURN(uint32_t ggml_type, c.Read<uint32_t>(tname));
   const std::optional<DType> dtype = DTypeFromGgml(ggml_type);
   if (!dtype) {
-    return absl::UnimplementedError(cascade::StrCat(name, ": tensor '", info.name,
-                                                 "': unsupported tensor type ", GgmlTypeName(ggml_type)));
+    return absl::UnimplementedError(
+        cascade::StrCat(name, ": tensor '", info.name, "': unsupported tensor type ", GgmlTypeName(ggml_type)));
   }
   info.dtype = *dtype;
   if (info.Cols() % BlockElems(info.dtype) != 0) {
-    return bad(cascade::StrCat("row length ", info.Cols(), " is not a multiple of the ",
-                            DTypeName(info.dtype), " block of ", BlockElems(info.dtype)));
+    return bad(cascade::StrCat("row length ", info.Cols(), " is not a multiple of the ", DTypeName(info.dtype),
+                               " block of ", BlockElems(info.dtype)));
   }
   info.n_bytes = static_cast<uint64_t>(info.Rows()) * RowBytes(info.dtype, info.Cols());
   CASCADE_ASSIGN_OR_RETURN(raw.rel_offset, c.Read<uint64_t>(tname));
   if (raw.rel_offset % alignment != 0) {
-    return bad(cascade::StrCat("data offset ", raw.rel_offset, " is not a multiple of the alignment ",
-                            alignment));
+    return bad(cascade::StrCat("data offset ", raw.rel_offset, " is not a multiple of the alignment ", alignment));
   }
   return raw;
 }
@@ -241,17 +290,16 @@ absl::StatusOr<RawTensor> ReadTensorInfo(Cursor& c, uint64_t t, const std::strin
 absl::Status PlaceTensorData(uint64_t data_start, size_t file_size, const std::vector<uint64_t>& rel_offsets,
                              const std::string& name, std::vector<TensorInfo>& tensors) {
   if (!tensors.empty() && data_start > file_size) {
-    return absl::DataLossError(cascade::StrCat(name, ": truncated file: tensor data would start at byte ",
-                                            data_start, " of a ", file_size, "-byte file"));
+    return absl::DataLossError(cascade::StrCat(name, ": truncated file: tensor data would start at byte ", data_start,
+                                               " of a ", file_size, "-byte file"));
   }
   const uint64_t data_bytes = file_size > data_start ? file_size - data_start : 0;
   for (size_t t = 0; t < tensors.size(); ++t) {
     TensorInfo& info = tensors[t];
     if (rel_offsets[t] > data_bytes || info.n_bytes > data_bytes - rel_offsets[t]) {
-      return absl::DataLossError(cascade::StrCat(
-          name, ": tensor '", info.name, "': data [", rel_offsets[t], ", ",
-          rel_offsets[t] + info.n_bytes, ") runs past the end of the file's ", data_bytes,
-          " data bytes (truncated file?)"));
+      return absl::DataLossError(cascade::StrCat(name, ": tensor '", info.name, "': data [", rel_offsets[t], ", ",
+                                                 rel_offsets[t] + info.n_bytes, ") runs past the end of the file's ",
+                                                 data_bytes, " data bytes (truncated file?)"));
     }
     info.file_offset = data_start + rel_offsets[t];
   }
@@ -261,7 +309,7 @@ absl::Status PlaceTensorData(uint64_t data_start, size_t file_size, const std::v
 }  // namespace
 
 std::string_view GgufTypeName(GgufType type) {
-  static constexpr const char* kNames[] = {"u8", "i8", "u16", "i16", "u32", "i32", "f32",
+  static constexpr const char* kNames[] = {"u8",   "i8",     "u16",   "i16", "u32", "i32", "f32",
                                            "bool", "string", "array", "u64", "i64", "f64"};
   const auto i = static_cast<uint32_t>(type);
   return i < std::size(kNames) ? kNames[i] : "?";
@@ -269,11 +317,15 @@ std::string_view GgufTypeName(GgufType type) {
 
 bool GgufValue::IsInteger() const {
   switch (type) {
-    case GgufType::kU8: case GgufType::kI8: case GgufType::kU16: case GgufType::kI16:
-    case GgufType::kU32: case GgufType::kI32: case GgufType::kU64: case GgufType::kI64:
-      return true;
-    default:
-      return false;
+    case GgufType::kU8:
+    case GgufType::kI8:
+    case GgufType::kU16:
+    case GgufType::kI16:
+    case GgufType::kU32:
+    case GgufType::kI32:
+    case GgufType::kU64:
+    case GgufType::kI64: return true;
+    default: return false;
   }
 }
 
@@ -282,12 +334,14 @@ std::string GgufValue::ToString() const {
     case GgufType::kString: {
       std::string s(str.substr(0, 80));
       if (str.size() > 80) cascade::StrAppend(&s, "…(", str.size(), " bytes)");
-      for (char& ch : s) if (ch == '\n') ch = ' ';
+      for (char& ch : s)
+        if (ch == '\n') ch = ' ';
       return cascade::StrCat("\"", s, "\"");
     }
     case GgufType::kArray: return cascade::StrCat("[", GgufTypeName(elem_type), " x ", count, "]");
     case GgufType::kBool: return u ? "true" : "false";
-    case GgufType::kF32: case GgufType::kF64: return absl::StrFormat("%g", f);
+    case GgufType::kF32:
+    case GgufType::kF64: return absl::StrFormat("%g", f);
     case GgufType::kU64: return cascade::StrCat(u);
     default: return cascade::StrCat(i);
   }
@@ -304,8 +358,7 @@ absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path
   return f;
 }
 
-absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::OpenBytes(std::string_view bytes,
-                                                              std::string name) {
+absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::OpenBytes(std::string_view bytes, std::string name) {
   std::unique_ptr<GgufFile> f(new GgufFile());
   f->name_ = std::move(name);
   f->data_ = reinterpret_cast<const uint8_t*>(bytes.data());
@@ -318,21 +371,20 @@ absl::Status GgufFile::Parse() {
   Cursor c(data_, size_, name_);
   CASCADE_ASSIGN_OR_RETURN(uint32_t magic, c.Read<uint32_t>("magic"));
   if (magic != kGgufMagic) {
-    return absl::DataLossError(absl::StrFormat(
-        "%s: not a GGUF file (magic 0x%08x, expected 0x%08x \"GGUF\")", name_, magic, kGgufMagic));
+    return absl::DataLossError(
+        absl::StrFormat("%s: not a GGUF file (magic 0x%08x, expected 0x%08x \"GGUF\")", name_, magic, kGgufMagic));
   }
   CASCADE_ASSIGN_OR_RETURN(version_, c.Read<uint32_t>("version"));
   if (version_ != 2 && version_ != 3) {
-    return absl::UnimplementedError(cascade::StrCat(
-        name_, ": unsupported GGUF version ", version_, " (Cascade reads versions 2 and 3)"));
+    return absl::UnimplementedError(
+        cascade::StrCat(name_, ": unsupported GGUF version ", version_, " (Cascade reads versions 2 and 3)"));
   }
   CASCADE_ASSIGN_OR_RETURN(uint64_t n_tensors, c.Read<uint64_t>("tensor count"));
   CASCADE_ASSIGN_OR_RETURN(uint64_t n_kv, c.Read<uint64_t>("metadata count"));
   // A key/value pair is at least 12 bytes, a tensor info at least 24.
   if (n_kv > c.remaining() / 12 || n_tensors > c.remaining() / 24) {
-    return absl::DataLossError(cascade::StrCat(name_, ": header claims ", n_kv, " metadata keys and ",
-                                            n_tensors, " tensors, more than the ", size_,
-                                            "-byte file can hold"));
+    return absl::DataLossError(cascade::StrCat(name_, ": header claims ", n_kv, " metadata keys and ", n_tensors,
+                                               " tensors, more than the ", size_, "-byte file can hold"));
   }
 
   kv_.reserve(n_kv);
@@ -347,7 +399,7 @@ absl::Status GgufFile::Parse() {
   if (const GgufValue* a = Find("general.alignment"); a != nullptr) {
     if (!a->IsInteger() || a->u == 0 || a->u > kMaxAlignment || (a->u & (a->u - 1)) != 0) {
       return absl::DataLossError(cascade::StrCat(name_, ": general.alignment ", a->ToString(),
-                                              " is not a power of two up to ", kMaxAlignment));
+                                                 " is not a power of two up to ", kMaxAlignment));
     }
     alignment_ = a->u;
   }
@@ -377,10 +429,9 @@ namespace {
 absl::Status NotFoundKey(const std::string& file, std::string_view key) {
   return absl::NotFoundError(cascade::StrCat(file, ": metadata key '", key, "' is missing"));
 }
-absl::Status WrongType(const std::string& file, std::string_view key, const GgufValue& v,
-                       std::string_view wanted) {
-  return absl::InvalidArgumentError(cascade::StrCat(file, ": metadata key '", key, "' is ",
-                                                 GgufTypeName(v.type), ", expected ", wanted));
+absl::Status WrongType(const std::string& file, std::string_view key, const GgufValue& v, std::string_view wanted) {
+  return absl::InvalidArgumentError(
+      cascade::StrCat(file, ": metadata key '", key, "' is ", GgufTypeName(v.type), ", expected ", wanted));
 }
 }  // namespace
 
@@ -396,7 +447,8 @@ absl::StatusOr<int64_t> GgufFile::GetInt(std::string_view key) const {
   if (v == nullptr) return NotFoundKey(name_, key);
   if (!v->IsInteger()) return WrongType(name_, key, *v, "an integer");
   if (v->type == GgufType::kU64 && v->u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-    return absl::InvalidArgumentError(cascade::StrCat(name_, ": metadata key '", key, "' = ", v->u, " is out of range"));
+    return absl::InvalidArgumentError(
+        cascade::StrCat(name_, ": metadata key '", key, "' = ", v->u, " is out of range"));
   }
   return v->i;
 }
@@ -428,8 +480,7 @@ absl::StatusOr<std::vector<std::string_view>> GgufFile::GetStringArray(std::stri
 absl::StatusOr<std::vector<float>> GgufFile::GetFloatArray(std::string_view key) const {
   const GgufValue* v = Find(key);
   if (v == nullptr) return NotFoundKey(name_, key);
-  if (v->type != GgufType::kArray ||
-      (v->elem_type != GgufType::kF32 && v->elem_type != GgufType::kF64)) {
+  if (v->type != GgufType::kArray || (v->elem_type != GgufType::kF32 && v->elem_type != GgufType::kF64)) {
     return WrongType(name_, key, *v, "array of f32");
   }
   std::vector<float> out(v->count);
@@ -460,11 +511,36 @@ absl::StatusOr<std::vector<int64_t>> GgufFile::GetIntArray(std::string_view key)
     switch (v->elem_type) {
       case GgufType::kU8: out[k] = *p; break;
       case GgufType::kI8: out[k] = static_cast<int8_t>(*p); break;
-      case GgufType::kU16: { uint16_t x; std::memcpy(&x, p, 2); out[k] = x; break; }
-      case GgufType::kI16: { int16_t x; std::memcpy(&x, p, 2); out[k] = x; break; }
-      case GgufType::kU32: { uint32_t x; std::memcpy(&x, p, 4); out[k] = x; break; }
-      case GgufType::kI32: { int32_t x; std::memcpy(&x, p, 4); out[k] = x; break; }
-      default: { int64_t x; std::memcpy(&x, p, 8); out[k] = x; break; }
+      case GgufType::kU16: {
+        uint16_t x;
+        std::memcpy(&x, p, 2);
+        out[k] = x;
+        break;
+      }
+      case GgufType::kI16: {
+        int16_t x;
+        std::memcpy(&x, p, 2);
+        out[k] = x;
+        break;
+      }
+      case GgufType::kU32: {
+        uint32_t x;
+        std::memcpy(&x, p, 4);
+        out[k] = x;
+        break;
+      }
+      case GgufType::kI32: {
+        int32_t x;
+        std::memcpy(&x, p, 4);
+        out[k] = x;
+        break;
+      }
+      default: {
+        int64_t x;
+        std::memcpy(&x, p, 8);
+        out[k] = x;
+        break;
+      }
     }
   }
   return out;
@@ -482,15 +558,14 @@ void GgufFile::ReleasePages(const TensorView& view) const {
   file_->DontNeed(static_cast<size_t>(p - file_->data()), static_cast<size_t>(view.NumBytes()));
 }
 
-absl::StatusOr<TensorView> GgufFile::ReadRows(std::string_view name, int64_t row_begin,
-                                              int64_t row_end) const {
+absl::StatusOr<TensorView> GgufFile::ReadRows(std::string_view name, int64_t row_begin, int64_t row_end) const {
   const TensorInfo* info = FindTensor(name);
   if (info == nullptr) {
     return absl::NotFoundError(cascade::StrCat(name_, ": tensor '", name, "' is missing"));
   }
   if (row_begin < 0 || row_begin > row_end || row_end > info->Rows()) {
-    return absl::OutOfRangeError(cascade::StrCat(name_, ": tensor '", name, "': rows [", row_begin,
-                                              ", ", row_end, ") outside [0, ", info->Rows(), ")"));
+    return absl::OutOfRangeError(cascade::StrCat(name_, ": tensor '", name, "': rows [", row_begin, ", ", row_end,
+                                                 ") outside [0, ", info->Rows(), ")"));
   }
   const int64_t row_bytes = RowBytes(info->dtype, info->Cols());
   TensorView v;

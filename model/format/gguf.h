@@ -20,8 +20,19 @@
 namespace cascade::model {
 
 enum class GgufType : uint32_t {
-  kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3, kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7,
-  kString = 8, kArray = 9, kU64 = 10, kI64 = 11, kF64 = 12,
+  kU8 = 0,
+  kI8 = 1,
+  kU16 = 2,
+  kI16 = 3,
+  kU32 = 4,
+  kI32 = 5,
+  kF32 = 6,
+  kBool = 7,
+  kString = 8,
+  kArray = 9,
+  kU64 = 10,
+  kI64 = 11,
+  kF64 = 12,
 };
 std::string_view GgufTypeName(GgufType type);
 
@@ -51,8 +62,7 @@ class GgufFile final : public WeightSource {
   // file, Unimplemented for an unsupported version or tensor type.
   static absl::StatusOr<std::unique_ptr<GgufFile>> Open(const std::string& path);
   // Same, over bytes already in memory (the fuzz target); `bytes` must outlive the file.
-  static absl::StatusOr<std::unique_ptr<GgufFile>> OpenBytes(std::string_view bytes,
-                                                             std::string name);
+  static absl::StatusOr<std::unique_ptr<GgufFile>> OpenBytes(std::string_view bytes, std::string name);
 
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }
@@ -62,8 +72,8 @@ class GgufFile final : public WeightSource {
   const GgufValue* Find(std::string_view key) const;
   // Typed getters: NotFound when absent, InvalidArgument for the wrong type.
   absl::StatusOr<std::string> GetString(std::string_view key) const;
-  absl::StatusOr<int64_t> GetInt(std::string_view key) const;  // Any integer type.
-  absl::StatusOr<double> GetFloat(std::string_view key) const; // Any float or integer type.
+  absl::StatusOr<int64_t> GetInt(std::string_view key) const;   // Any integer type.
+  absl::StatusOr<double> GetFloat(std::string_view key) const;  // Any float or integer type.
   absl::StatusOr<bool> GetBool(std::string_view key) const;
   absl::StatusOr<std::vector<std::string_view>> GetStringArray(std::string_view key) const;
   absl::StatusOr<std::vector<float>> GetFloatArray(std::string_view key) const;
@@ -73,8 +83,7 @@ class GgufFile final : public WeightSource {
   const std::string& path() const override { return name_; }
   const std::vector<TensorInfo>& tensors() const override { return tensors_; }
   const TensorInfo* FindTensor(std::string_view name) const override;
-  absl::StatusOr<TensorView> ReadRows(std::string_view name, int64_t row_begin,
-                                      int64_t row_end) const override;
+  absl::StatusOr<TensorView> ReadRows(std::string_view name, int64_t row_begin, int64_t row_end) const override;
   // Drops the mapping's pages under `view` (a no-op for OpenBytes).
   void ReleasePages(const TensorView& view) const override;
 

@@ -2,8 +2,8 @@
 
 #include <fstream>
 
-#include "core/str_cat.h"
 #include "core/logging.h"
+#include "core/str_cat.h"
 
 namespace cascade::model {
 namespace {
@@ -46,9 +46,18 @@ void GgufWriter::SetString(const std::string& key, const std::string& value) {
   Key(key, 8);
   PutString(kv_, value);
 }
-void GgufWriter::SetU32(const std::string& key, uint32_t value) { Key(key, 4); Put(kv_, value); }
-void GgufWriter::SetI32(const std::string& key, int32_t value) { Key(key, 5); Put(kv_, value); }
-void GgufWriter::SetF32(const std::string& key, float value) { Key(key, 6); Put(kv_, value); }
+void GgufWriter::SetU32(const std::string& key, uint32_t value) {
+  Key(key, 4);
+  Put(kv_, value);
+}
+void GgufWriter::SetI32(const std::string& key, int32_t value) {
+  Key(key, 5);
+  Put(kv_, value);
+}
+void GgufWriter::SetF32(const std::string& key, float value) {
+  Key(key, 6);
+  Put(kv_, value);
+}
 void GgufWriter::SetBool(const std::string& key, bool value) {
   Key(key, 7);
   Put<uint8_t>(kv_, value ? 1 : 0);
@@ -72,8 +81,7 @@ void GgufWriter::SetI32Array(const std::string& key, const std::vector<int32_t>&
   for (int32_t v : values) Put(kv_, v);
 }
 
-void GgufWriter::AddTensor(const std::string& name, DType dtype, const std::vector<int64_t>& shape,
-                           std::string data) {
+void GgufWriter::AddTensor(const std::string& name, DType dtype, const std::vector<int64_t>& shape, std::string data) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   CASCADE_CHECK(static_cast<int64_t>(data.size()) == n / BlockElems(dtype) * BlockBytes(dtype))
@@ -108,8 +116,8 @@ std::string GgufWriter::Serialize() const {
 absl::Status GgufWriter::WriteFile(const std::string& path) const {
   for (const Tensor& t : tensors_) {
     if (!GgmlTypeId(t.dtype).has_value()) {
-      return absl::InvalidArgumentError(cascade::StrCat(path, ": tensor '", t.name, "' is ", DTypeName(t.dtype),
-                                                        ", which GGUF cannot store"));
+      return absl::InvalidArgumentError(
+          cascade::StrCat(path, ": tensor '", t.name, "' is ", DTypeName(t.dtype), ", which GGUF cannot store"));
     }
   }
   std::ofstream f(path, std::ios::binary | std::ios::trunc);

@@ -26,8 +26,7 @@ class GgufWriter {
 
   // Adds a tensor with `shape` outermost first (written innermost first, as GGUF wants);
   // `data` must hold exactly the tensor's bytes in `dtype`'s layout.
-  void AddTensor(const std::string& name, DType dtype, const std::vector<int64_t>& shape,
-                 std::string data);
+  void AddTensor(const std::string& name, DType dtype, const std::vector<int64_t>& shape, std::string data);
 
   // The whole file as bytes.
   std::string Serialize() const;

@@ -63,14 +63,12 @@ class HfKeys {
   }
 
   absl::Status Missing(const char* key) const {
-    return absl::InvalidArgumentError(
-        cascade::StrCat(source_, ": required key \"", prefix_, key, "\" is missing"));
+    return absl::InvalidArgumentError(cascade::StrCat(source_, ": required key \"", prefix_, key, "\" is missing"));
   }
   absl::Status Bad(const char* key, const Json& v, std::string_view why) const {
     std::string shown = v.dump();
     if (shown.size() > 60) shown = shown.substr(0, 60) + "...";
-    return absl::InvalidArgumentError(
-        cascade::StrCat(source_, ": key \"", prefix_, key, "\" = ", shown, ": ", why));
+    return absl::InvalidArgumentError(cascade::StrCat(source_, ": key \"", prefix_, key, "\" = ", shown, ": ", why));
   }
 
  private:
@@ -97,8 +95,7 @@ class HfKeys {
 
 absl::Status ParseRopeScaling(const Json& rs, const std::string& source, ModelConfig& c) {
   if (!rs.is_object()) {
-    return absl::InvalidArgumentError(
-        cascade::StrCat(source, ": key \"rope_scaling\" must be an object or null"));
+    return absl::InvalidArgumentError(cascade::StrCat(source, ": key \"rope_scaling\" must be an object or null"));
   }
   const HfKeys keys(rs, source, "rope_scaling.");
   // Newer transformers write `rope_type`, older ones `type`.
@@ -108,8 +105,8 @@ absl::Status ParseRopeScaling(const Json& rs, const std::string& source, ModelCo
   } else if (keys.Find("type") != nullptr) {
     CASCADE_ASSIGN_OR_RETURN(type, keys.String("type"));
   } else {
-    return absl::InvalidArgumentError(cascade::StrCat(
-        source, ": required key \"rope_scaling.rope_type\" (or \"rope_scaling.type\") is missing"));
+    return absl::InvalidArgumentError(
+        cascade::StrCat(source, ": required key \"rope_scaling.rope_type\" (or \"rope_scaling.type\") is missing"));
   }
   if (type == "default") return absl::OkStatus();
   if (type == "linear") {
@@ -119,8 +116,8 @@ absl::Status ParseRopeScaling(const Json& rs, const std::string& source, ModelCo
   } else if (type == "yarn") {
     c.rope_scaling = RopeScaling::kYarn;
   } else {
-    return absl::UnimplementedError(cascade::StrCat(source, ": rope_scaling type '", type,
-                                                    "' is not supported (linear, llama3, yarn)"));
+    return absl::UnimplementedError(
+        cascade::StrCat(source, ": rope_scaling type '", type, "' is not supported (linear, llama3, yarn)"));
   }
   CASCADE_ASSIGN_OR_RETURN(c.rope_scaling_factor, keys.Double("factor"));
   if (!(c.rope_scaling_factor > 0)) {
@@ -131,16 +128,14 @@ absl::Status ParseRopeScaling(const Json& rs, const std::string& source, ModelCo
     CASCADE_ASSIGN_OR_RETURN(c.rope_high_freq_factor, keys.Double("high_freq_factor", 4.0));
     CASCADE_ASSIGN_OR_RETURN(c.rope_original_ctx, keys.Int("original_max_position_embeddings"));
   } else if (c.rope_scaling == RopeScaling::kYarn) {
-    CASCADE_ASSIGN_OR_RETURN(c.rope_original_ctx,
-                             keys.Int("original_max_position_embeddings", c.n_ctx_train));
+    CASCADE_ASSIGN_OR_RETURN(c.rope_original_ctx, keys.Int("original_max_position_embeddings", c.n_ctx_train));
   }
   return absl::OkStatus();
 }
 
 }  // namespace
 
-absl::StatusOr<ModelConfig> ModelConfigFromHfJson(std::string_view json_text,
-                                                  const std::string& source) {
+absl::StatusOr<ModelConfig> ModelConfigFromHfJson(std::string_view json_text, const std::string& source) {
   Json root;
   try {
     root = Json::parse(json_text.begin(), json_text.end());
@@ -154,8 +149,8 @@ absl::StatusOr<ModelConfig> ModelConfigFromHfJson(std::string_view json_text,
   ModelConfig c;
   CASCADE_ASSIGN_OR_RETURN(c.arch, keys.String("model_type"));
   if (c.arch != "llama" && c.arch != "mistral" && c.arch != "qwen2") {
-    return absl::UnimplementedError(cascade::StrCat(source, ": model_type '", c.arch,
-                                                    "' is not supported (llama, mistral, qwen2)"));
+    return absl::UnimplementedError(
+        cascade::StrCat(source, ": model_type '", c.arch, "' is not supported (llama, mistral, qwen2)"));
   }
   if (const Json* n = keys.Find("_name_or_path"); n != nullptr && n->is_string()) {
     c.name = n->get<std::string>();

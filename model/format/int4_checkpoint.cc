@@ -3,16 +3,16 @@
 #include <cstring>
 #include <map>
 #include <mutex>
-#include <tuple>
 #include <nlohmann/json.hpp>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "core/half.h"
+#include "core/quant_blocks.h"
 #include "core/status.h"
 #include "core/str_cat.h"
-#include "core/quant_blocks.h"
 
 namespace cascade::model {
 namespace {
@@ -44,7 +44,7 @@ std::string StringKey(const Json& q, const char* key, const char* fallback) {
 }  // namespace
 
 absl::StatusOr<std::optional<Int4Scheme>> Int4SchemeFromHfConfig(const std::string& config_text,
-                                                                  const std::string& source) {
+                                                                 const std::string& source) {
   const Json config = Json::parse(config_text, nullptr, /*allow_exceptions=*/false);
   if (config.is_discarded() || !config.is_object()) {
     return absl::InvalidArgumentError(StrCat(source, ": not a JSON object"));
@@ -67,8 +67,8 @@ absl::StatusOr<std::optional<Int4Scheme>> Int4SchemeFromHfConfig(const std::stri
     s.method = Int4Scheme::Method::kAwq;
     const std::string version = StringKey(q, "version", "gemm");
     if (version != "gemm" && version != "GEMM") {
-      return absl::UnimplementedError(StrCat(source, ": AWQ version '", version,
-                                             "' is not supported (Cascade reads the 'gemm' packing)"));
+      return absl::UnimplementedError(
+          StrCat(source, ": AWQ version '", version, "' is not supported (Cascade reads the 'gemm' packing)"));
     }
     const auto zp = q.find("zero_point");
     if (zp != q.end() && zp->is_boolean() && !zp->get<bool>()) {
@@ -105,8 +105,7 @@ struct Int4Tensor {
 
 class Int4Source final : public WeightSource {
  public:
-  Int4Source(std::unique_ptr<WeightSource> packed, Int4Scheme scheme)
-      : packed_(std::move(packed)), scheme_(scheme) {}
+  Int4Source(std::unique_ptr<WeightSource> packed, Int4Scheme scheme) : packed_(std::move(packed)), scheme_(scheme) {}
 
   absl::Status Init() {
     for (const TensorInfo& t : packed_->tensors()) {
@@ -154,7 +153,8 @@ class Int4Source final : public WeightSource {
   absl::StatusOr<TensorView> ReadRows(std::string_view name, int64_t row_begin, int64_t row_end) const override {
     const auto it = virtual_.find(std::string(name));
     if (it == virtual_.end()) {
-      if (hidden_.contains(std::string(name))) return absl::NotFoundError(StrCat(path(), ": tensor '", name, "' is read as part of a quantized weight"));
+      if (hidden_.contains(std::string(name)))
+        return absl::NotFoundError(StrCat(path(), ": tensor '", name, "' is read as part of a quantized weight"));
       return packed_->ReadRows(name, row_begin, row_end);
     }
     const Int4Tensor& q = it->second;
@@ -234,8 +234,9 @@ class Int4Source final : public WeightSource {
       std::memcpy(&v, static_cast<const uint8_t*>(g.data) + 4 * i, 4);
       const int64_t want = scheme_.group_size == -1 ? 0 : i / scheme_.group_size;
       if (v != want) {
-        return absl::UnimplementedError(StrCat(path(), ": tensor '", name, "': input ", i, " is in group ", v,
-                                               ", not ", want, ": act-order (desc_act) GPTQ checkpoints are not "
+        return absl::UnimplementedError(StrCat(path(), ": tensor '", name, "': input ", i, " is in group ", v, ", not ",
+                                               want,
+                                               ": act-order (desc_act) GPTQ checkpoints are not "
                                                "supported; use one quantized with desc_act=false"));
       }
     }
@@ -293,7 +294,7 @@ class Int4Source final : public WeightSource {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<WeightSource>> OpenInt4Checkpoint(std::unique_ptr<WeightSource> packed,
-                                                                  const Int4Scheme& scheme) {
+                                                                 const Int4Scheme& scheme) {
   auto source = std::make_unique<Int4Source>(std::move(packed), scheme);
   CASCADE_RETURN_IF_ERROR(source->Init());
   return std::unique_ptr<WeightSource>(std::move(source));

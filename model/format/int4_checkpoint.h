@@ -45,13 +45,13 @@ struct Int4Scheme {
 // an AWQ packing other than "gemm", AWQ without zero points); InvalidArgument for a
 // malformed object.
 absl::StatusOr<std::optional<Int4Scheme>> Int4SchemeFromHfConfig(const std::string& config_text,
-                                                                  const std::string& source);
+                                                                 const std::string& source);
 
 // Wraps `packed` (a checkpoint's safetensors tensors) so that every `P.qweight` triple
 // reads as `P.weight` of dtype I4_G128; other tensors pass through. DataLoss when a
 // triple is incomplete or its shapes or dtypes disagree (naming the tensor);
 // Unimplemented for act-order GPTQ or an n_in that is not a multiple of 128.
 absl::StatusOr<std::unique_ptr<WeightSource>> OpenInt4Checkpoint(std::unique_ptr<WeightSource> packed,
-                                                                  const Int4Scheme& scheme);
+                                                                 const Int4Scheme& scheme);
 
 }  // namespace cascade::model

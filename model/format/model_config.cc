@@ -4,9 +4,9 @@
 #include <cmath>
 #include <cstring>
 
-#include "core/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/status.h"
+#include "core/str_cat.h"
 #include "model/format/gguf.h"
 
 namespace cascade::model {
@@ -27,8 +27,7 @@ std::string_view RopeScalingName(RopeScaling scaling) {
 
 absl::Status ModelConfig::Validate() const {
   const auto bad = [&](std::string_view field, int64_t v, std::string_view why) {
-    return absl::InvalidArgumentError(
-        cascade::StrCat("model '", name, "': ", field, " = ", v, ": ", why));
+    return absl::InvalidArgumentError(cascade::StrCat("model '", name, "': ", field, " = ", v, ": ", why));
   };
   if (n_layers <= 0) return bad("n_layers", n_layers, "must be positive");
   if (n_embd <= 0) return bad("n_embd", n_embd, "must be positive");
@@ -39,8 +38,10 @@ absl::Status ModelConfig::Validate() const {
   if (head_dim <= 0 || head_dim % 2 != 0) return bad("head_dim", head_dim, "must be positive and even");
   if (n_ff <= 0) return bad("n_ff", n_ff, "must be positive");
   if (n_vocab <= 0) return bad("n_vocab", n_vocab, "must be positive");
-  if (!(rope_theta > 0)) return absl::InvalidArgumentError(cascade::StrCat("model '", name, "': rope_theta must be positive"));
-  if (!(norm_eps > 0 && norm_eps < 1)) return absl::InvalidArgumentError(cascade::StrCat("model '", name, "': norm_eps must be in (0, 1)"));
+  if (!(rope_theta > 0))
+    return absl::InvalidArgumentError(cascade::StrCat("model '", name, "': rope_theta must be positive"));
+  if (!(norm_eps > 0 && norm_eps < 1))
+    return absl::InvalidArgumentError(cascade::StrCat("model '", name, "': norm_eps must be in (0, 1)"));
   return absl::OkStatus();
 }
 
@@ -69,19 +70,19 @@ std::string ModelConfig::ToString() const {
 bool ModelConfig::SameLogicalModel(const ModelConfig& o) const {
   // Files store eps and theta as f32 (GGUF) or decimal text (JSON): compare to f32 precision.
   const auto close = [](double a, double b) { return std::abs(a - b) <= 1e-6 * std::max(std::abs(a), std::abs(b)); };
-  return n_layers == o.n_layers && n_embd == o.n_embd && n_heads == o.n_heads &&
-         n_kv_heads == o.n_kv_heads && head_dim == o.head_dim && n_ff == o.n_ff &&
-         n_vocab == o.n_vocab && n_ctx_train == o.n_ctx_train && close(rope_theta, o.rope_theta) &&
-         rope_scaling == o.rope_scaling && close(rope_scaling_factor, o.rope_scaling_factor) &&
-         close(norm_eps, o.norm_eps) && tied_embeddings == o.tied_embeddings && qkv_bias == o.qkv_bias;
+  return n_layers == o.n_layers && n_embd == o.n_embd && n_heads == o.n_heads && n_kv_heads == o.n_kv_heads &&
+         head_dim == o.head_dim && n_ff == o.n_ff && n_vocab == o.n_vocab && n_ctx_train == o.n_ctx_train &&
+         close(rope_theta, o.rope_theta) && rope_scaling == o.rope_scaling &&
+         close(rope_scaling_factor, o.rope_scaling_factor) && close(norm_eps, o.norm_eps) &&
+         tied_embeddings == o.tied_embeddings && qkv_bias == o.qkv_bias;
 }
 
 absl::StatusOr<ModelConfig> ModelConfigFromGguf(const GgufFile& f) {
   ModelConfig c;
   CASCADE_ASSIGN_OR_RETURN(c.arch, f.GetString("general.architecture"));
   if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "mistral") {
-    return absl::UnimplementedError(cascade::StrCat(
-        f.path(), ": architecture '", c.arch, "' is not supported (llama, qwen2, mistral are)"));
+    return absl::UnimplementedError(
+        cascade::StrCat(f.path(), ": architecture '", c.arch, "' is not supported (llama, qwen2, mistral are)"));
   }
   if (auto n = f.GetString("general.name"); n.ok()) c.name = *n;
   const std::string p = c.arch + ".";
@@ -93,8 +94,7 @@ absl::StatusOr<ModelConfig> ModelConfigFromGguf(const GgufFile& f) {
   c.n_ctx_train = f.GetInt(p + "context_length").value_or(2048);
   c.rope_theta = f.GetFloat(p + "rope.freq_base").value_or(10000.0);
   CASCADE_ASSIGN_OR_RETURN(c.norm_eps, f.GetFloat(p + "attention.layer_norm_rms_epsilon"));
-  c.head_dim = f.GetInt(p + "attention.key_length")
-                   .value_or(c.n_heads > 0 ? c.n_embd / c.n_heads : 0);
+  c.head_dim = f.GetInt(p + "attention.key_length").value_or(c.n_heads > 0 ? c.n_embd / c.n_heads : 0);
   if (auto v = f.GetInt(p + "vocab_size"); v.ok()) {
     c.n_vocab = *v;
   } else if (const TensorInfo* emb = f.FindTensor("token_embd.weight"); emb != nullptr) {
@@ -103,9 +103,12 @@ absl::StatusOr<ModelConfig> ModelConfigFromGguf(const GgufFile& f) {
     c.n_vocab = static_cast<int64_t>(toks->size());
   }
   if (auto t = f.GetString(p + "rope.scaling.type"); t.ok() && *t != "none") {
-    if (*t == "linear") c.rope_scaling = RopeScaling::kLinear;
-    else if (*t == "yarn") c.rope_scaling = RopeScaling::kYarn;
-    else return absl::UnimplementedError(cascade::StrCat(f.path(), ": rope scaling '", *t, "' is not supported"));
+    if (*t == "linear")
+      c.rope_scaling = RopeScaling::kLinear;
+    else if (*t == "yarn")
+      c.rope_scaling = RopeScaling::kYarn;
+    else
+      return absl::UnimplementedError(cascade::StrCat(f.path(), ": rope scaling '", *t, "' is not supported"));
     c.rope_scaling_factor = f.GetFloat(p + "rope.scaling.factor").value_or(1.0);
     c.rope_original_ctx = f.GetInt(p + "rope.scaling.original_context_length").value_or(0);
   }

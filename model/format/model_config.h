@@ -20,26 +20,26 @@ enum class RopeLayout { kAdjacentPairs, kRotateHalf };
 enum class RopeScaling { kNone, kLinear, kLlama3, kYarn };
 
 struct ModelConfig {
-  std::string arch = "llama";   // "llama", "qwen2", "mistral".
-  std::string name;             // general.name, or the directory name.
+  std::string arch = "llama";  // "llama", "qwen2", "mistral".
+  std::string name;            // general.name, or the directory name.
   int64_t n_layers = 0;
-  int64_t n_embd = 0;           // Hidden size.
+  int64_t n_embd = 0;  // Hidden size.
   int64_t n_heads = 0;
-  int64_t n_kv_heads = 0;       // < n_heads for GQA, 1 for MQA.
-  int64_t head_dim = 0;         // Usually n_embd / n_heads.
-  int64_t n_ff = 0;             // Intermediate (FFN) size.
+  int64_t n_kv_heads = 0;  // < n_heads for GQA, 1 for MQA.
+  int64_t head_dim = 0;    // Usually n_embd / n_heads.
+  int64_t n_ff = 0;        // Intermediate (FFN) size.
   int64_t n_vocab = 0;
-  int64_t n_ctx_train = 0;      // Trained context length (positions).
+  int64_t n_ctx_train = 0;  // Trained context length (positions).
   double rope_theta = 10000.0;
   RopeLayout rope_layout = RopeLayout::kAdjacentPairs;
   RopeScaling rope_scaling = RopeScaling::kNone;
-  double rope_scaling_factor = 1.0;       // Linear/llama3/yarn factor.
-  double rope_low_freq_factor = 1.0;      // llama3 only.
-  double rope_high_freq_factor = 4.0;     // llama3 only.
-  int64_t rope_original_ctx = 0;          // llama3/yarn: original max positions.
-  double norm_eps = 1e-5;                 // RMSNorm epsilon.
-  bool tied_embeddings = false;           // LM head shares the token embedding.
-  bool qkv_bias = false;                  // Qwen2: Q/K/V projections have biases.
+  double rope_scaling_factor = 1.0;    // Linear/llama3/yarn factor.
+  double rope_low_freq_factor = 1.0;   // llama3 only.
+  double rope_high_freq_factor = 4.0;  // llama3 only.
+  int64_t rope_original_ctx = 0;       // llama3/yarn: original max positions.
+  double norm_eps = 1e-5;              // RMSNorm epsilon.
+  bool tied_embeddings = false;        // LM head shares the token embedding.
+  bool qkv_bias = false;               // Qwen2: Q/K/V projections have biases.
 
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
@@ -59,7 +59,6 @@ std::string_view RopeScalingName(RopeScaling scaling);
 absl::StatusOr<ModelConfig> ModelConfigFromGguf(const GgufFile& file);
 
 // From a Hugging Face config.json text; `source` names the file in messages.
-absl::StatusOr<ModelConfig> ModelConfigFromHfJson(std::string_view json_text,
-                                                  const std::string& source);
+absl::StatusOr<ModelConfig> ModelConfigFromHfJson(std::string_view json_text, const std::string& source);
 
 }  // namespace cascade::model

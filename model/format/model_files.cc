@@ -2,16 +2,14 @@
 
 #include <filesystem>
 
-#include "core/str_cat.h"
 #include "core/status.h"
+#include "core/str_cat.h"
 #include "model/format/gguf.h"
 #include "model/format/hf_model.h"
 
 namespace cascade::model {
 
-std::string_view ModelFormatName(ModelFormat format) {
-  return format == ModelFormat::kGguf ? "gguf" : "huggingface";
-}
+std::string_view ModelFormatName(ModelFormat format) { return format == ModelFormat::kGguf ? "gguf" : "huggingface"; }
 
 absl::StatusOr<ModelFiles> OpenModelFiles(const std::string& path) {
   namespace fs = std::filesystem;

@@ -19,7 +19,7 @@ enum class ModelFormat { kGguf, kHuggingFace };
 
 struct ModelFiles {
   ModelFormat format = ModelFormat::kGguf;
-  std::string path;                       // As given.
+  std::string path;  // As given.
   ModelConfig config;
   std::unique_ptr<WeightSource> weights;  // Owns the mappings.
   // The GGUF file behind `weights` when format == kGguf (borrowed from `weights`).

@@ -46,10 +46,7 @@ std::optional<DType> DTypeFromSafetensors(std::string_view name) {
 // Debian's Abseil has its own `absl::string_view`; this converts from the standard one.
 absl::string_view AbslView(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
-std::string ShapeText(const std::vector<int64_t>& dims) {
-  return cascade::StrCat("[", absl::StrJoin(dims, ", "), "]");
-}
-
+std::string ShapeText(const std::vector<int64_t>& dims) { return cascade::StrCat("[", absl::StrJoin(dims, ", "), "]"); }
 
 // Maximum nesting depth of arrays/objects outside strings (a cheap pre-scan).
 int JsonNestingDepth(std::string_view s) {
@@ -94,11 +91,9 @@ struct ParsedEntry {
 
 // Validates one header entry. Messages returned here are prefixed by the caller with
 // the file and tensor name.
-absl::StatusOr<ParsedEntry> ParseEntry(const std::string& name, const Json& entry,
-                                       uint64_t data_bytes) {
+absl::StatusOr<ParsedEntry> ParseEntry(const std::string& name, const Json& entry, uint64_t data_bytes) {
   if (!entry.is_object()) {
-    return absl::DataLossError(
-        cascade::StrCat("entry is a JSON ", entry.type_name(), ", expected an object"));
+    return absl::DataLossError(cascade::StrCat("entry is a JSON ", entry.type_name(), ", expected an object"));
   }
   const auto dtype_it = entry.find("dtype");
   const auto shape_it = entry.find("shape");
@@ -125,28 +120,24 @@ absl::StatusOr<ParsedEntry> ParseEntry(const std::string& name, const Json& entr
     const int64_t dim = static_cast<int64_t>(*v);
     dims.push_back(dim);
     if (__builtin_mul_overflow(n_elements, dim, &n_elements)) {
-      return absl::DataLossError(
-          cascade::StrCat("shape ", ShapeText(dims), " overflows the 64-bit element count"));
+      return absl::DataLossError(cascade::StrCat("shape ", ShapeText(dims), " overflows the 64-bit element count"));
     }
   }
 
   const std::string dtype_name = dtype_it->get<std::string>();
   const std::optional<DType> dtype = DTypeFromSafetensors(dtype_name);
   if (!dtype.has_value()) {
-    const bool known =
-        std::find(std::begin(kKnownUnsupportedDTypes), std::end(kKnownUnsupportedDTypes),
-                  dtype_name) != std::end(kKnownUnsupportedDTypes);
+    const bool known = std::find(std::begin(kKnownUnsupportedDTypes), std::end(kKnownUnsupportedDTypes), dtype_name) !=
+                       std::end(kKnownUnsupportedDTypes);
     if (known) {
-      return absl::UnimplementedError(cascade::StrCat(
-          "dtype ", dtype_name, " is not supported (supported: F32, F16, BF16, I32)"));
+      return absl::UnimplementedError(
+          cascade::StrCat("dtype ", dtype_name, " is not supported (supported: F32, F16, BF16, I32)"));
     }
-    return absl::DataLossError(
-        cascade::StrCat("unknown dtype \"", absl::CHexEscape(dtype_name), "\""));
+    return absl::DataLossError(cascade::StrCat("unknown dtype \"", absl::CHexEscape(dtype_name), "\""));
   }
   if (dims.size() > static_cast<size_t>(kMaxDims)) {
     return absl::UnimplementedError(cascade::StrCat("shape ", ShapeText(dims), " has ", dims.size(),
-                                                    " dimensions; at most ", kMaxDims,
-                                                    " are supported"));
+                                                    " dimensions; at most ", kMaxDims, " are supported"));
   }
   int64_t n_bytes = 0;
   if (__builtin_mul_overflow(n_elements, BlockBytes(*dtype), &n_bytes)) {
@@ -159,18 +150,16 @@ absl::StatusOr<ParsedEntry> ParseEntry(const std::string& name, const Json& entr
   absl::StatusOr<uint64_t> end = NonNegativeInt((*offsets_it)[1]);
   if (!end.ok()) return Annotate(end.status(), "bad \"data_offsets\" end");
   if (*begin > *end) {
-    return absl::DataLossError(
-        cascade::StrCat("data_offsets [", *begin, ", ", *end, ") are reversed"));
+    return absl::DataLossError(cascade::StrCat("data_offsets [", *begin, ", ", *end, ") are reversed"));
   }
   if (*end > data_bytes) {
     return absl::DataLossError(cascade::StrCat("data_offsets [", *begin, ", ", *end,
-                                               ") run past the end of the data section (",
-                                               data_bytes, " bytes)"));
+                                               ") run past the end of the data section (", data_bytes, " bytes)"));
   }
   if (*end - *begin != static_cast<uint64_t>(n_bytes)) {
-    return absl::DataLossError(cascade::StrCat("data_offsets [", *begin, ", ", *end, ") hold ",
-                                               *end - *begin, " bytes but shape ", ShapeText(dims),
-                                               " of ", dtype_name, " needs ", n_bytes));
+    return absl::DataLossError(cascade::StrCat("data_offsets [", *begin, ", ", *end, ") hold ", *end - *begin,
+                                               " bytes but shape ", ShapeText(dims), " of ", dtype_name, " needs ",
+                                               n_bytes));
   }
 
   ParsedEntry out;
@@ -191,16 +180,14 @@ absl::Status CheckHeaderText(std::string_view header, const std::string& file) {
     const size_t from = bad >= 40 ? bad - 40 : 0;
     const size_t quote = header.rfind('"', bad);
     const size_t ctx = (quote != std::string_view::npos && quote >= from) ? quote : from;
-    return absl::DataLossError(cascade::StrCat(
-        file, ": header is not valid UTF-8 at byte ", 8 + bad,
-        " (in a tensor name or string "
-        "near \"",
-        absl::CHexEscape(AbslView(header.substr(ctx, std::min<size_t>(bad - ctx + 4, 64)))),
-        "\")"));
+    return absl::DataLossError(
+        cascade::StrCat(file, ": header is not valid UTF-8 at byte ", 8 + bad,
+                        " (in a tensor name or string "
+                        "near \"",
+                        absl::CHexEscape(AbslView(header.substr(ctx, std::min<size_t>(bad - ctx + 4, 64)))), "\")"));
   }
   if (JsonNestingDepth(header) > kMaxJsonDepth) {
-    return absl::DataLossError(
-        cascade::StrCat(file, ": header JSON nests deeper than ", kMaxJsonDepth, " levels"));
+    return absl::DataLossError(cascade::StrCat(file, ": header JSON nests deeper than ", kMaxJsonDepth, " levels"));
   }
   return absl::OkStatus();
 }
@@ -225,12 +212,10 @@ absl::StatusOr<Json> ParseHeaderJson(std::string_view header, const std::string&
     return absl::DataLossError(cascade::StrCat(file, ": cannot parse header: ", e.what()));
   }
   if (!duplicate.empty()) {
-    return absl::DataLossError(
-        cascade::StrCat(file, ": tensor '", duplicate, "' appears twice in the header"));
+    return absl::DataLossError(cascade::StrCat(file, ": tensor '", duplicate, "' appears twice in the header"));
   }
   if (!root.is_object()) {
-    return absl::DataLossError(
-        cascade::StrCat(file, ": header is a JSON ", root.type_name(), ", expected an object"));
+    return absl::DataLossError(cascade::StrCat(file, ": header is a JSON ", root.type_name(), ", expected an object"));
   }
   return root;
 }
@@ -247,10 +232,9 @@ absl::StatusOr<std::vector<TensorInfo>> SortAndCheckOverlaps(std::vector<ParsedE
   const ParsedEntry* max_end_owner = nullptr;
   for (const ParsedEntry& e : entries) {
     if (max_end_owner != nullptr && e.begin < max_end) {
-      return absl::DataLossError(
-          cascade::StrCat(file, ": tensor '", e.info.name, "' data_offsets [", e.begin, ", ", e.end,
-                          ") overlap tensor '", max_end_owner->info.name, "' [",
-                          max_end_owner->begin, ", ", max_end_owner->end, ")"));
+      return absl::DataLossError(cascade::StrCat(file, ": tensor '", e.info.name, "' data_offsets [", e.begin, ", ",
+                                                 e.end, ") overlap tensor '", max_end_owner->info.name, "' [",
+                                                 max_end_owner->begin, ", ", max_end_owner->end, ")"));
     }
     if (max_end_owner == nullptr || e.end > max_end) {
       max_end = e.end;
@@ -261,25 +245,23 @@ absl::StatusOr<std::vector<TensorInfo>> SortAndCheckOverlaps(std::vector<ParsedE
   return out;
 }
 
-absl::StatusOr<std::vector<TensorInfo>> ParseHeaderImpl(std::string_view bytes,
-                                                        const std::string& file) {
+absl::StatusOr<std::vector<TensorInfo>> ParseHeaderImpl(std::string_view bytes, const std::string& file) {
   if (bytes.size() < 8) {
-    return absl::DataLossError(cascade::StrCat(file, ": truncated: ", bytes.size(),
-                                               " bytes, too short for the 8-byte header length"));
+    return absl::DataLossError(
+        cascade::StrCat(file, ": truncated: ", bytes.size(), " bytes, too short for the 8-byte header length"));
   }
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) {
     header_len = (header_len << 8) | static_cast<uint8_t>(bytes[i]);
   }
   if (header_len > kMaxSafetensorsHeaderBytes) {
-    return absl::DataLossError(cascade::StrCat(file, ": header length ", header_len,
-                                               " exceeds the limit of ", kMaxSafetensorsHeaderBytes,
+    return absl::DataLossError(cascade::StrCat(file, ": header length ", header_len, " exceeds the limit of ",
+                                               kMaxSafetensorsHeaderBytes,
                                                " bytes (corrupt, or not a safetensors file)"));
   }
   if (header_len > bytes.size() - 8) {
     return absl::DataLossError(cascade::StrCat(file, ": truncated: header length ", header_len,
-                                               " runs past the end of the file (", bytes.size(),
-                                               " bytes)"));
+                                               " runs past the end of the file (", bytes.size(), " bytes)"));
   }
   const std::string_view header = bytes.substr(8, header_len);
   const uint64_t data_start = 8 + header_len;
@@ -320,8 +302,7 @@ absl::StatusOr<std::string> ReadSmallFile(const std::string& path) {
 
 }  // namespace
 
-absl::StatusOr<std::vector<TensorInfo>> ParseSafetensorsHeader(std::string_view file_bytes,
-                                                               const std::string& name) {
+absl::StatusOr<std::vector<TensorInfo>> ParseSafetensorsHeader(std::string_view file_bytes, const std::string& name) {
   try {
     return ParseHeaderImpl(file_bytes, name);
   } catch (const std::exception& e) {  // E.g. bad_alloc; nothing may escape.
@@ -332,14 +313,12 @@ absl::StatusOr<std::vector<TensorInfo>> ParseSafetensorsHeader(std::string_view 
 absl::Status SafetensorsSource::AddShard(Shard shard) {
   CASCADE_ASSIGN_OR_RETURN(
       std::vector<TensorInfo> tensors,
-      ParseSafetensorsHeader(
-          std::string_view(reinterpret_cast<const char*>(shard.data), shard.size), shard.path));
+      ParseSafetensorsHeader(std::string_view(reinterpret_cast<const char*>(shard.data), shard.size), shard.path));
   const size_t shard_index = shards_.size();
   for (TensorInfo& t : tensors) {
     auto [it, inserted] = tensor_index_.emplace(t.name, tensors_.size());
     if (!inserted) {
-      return absl::DataLossError(cascade::StrCat(shard.path, ": tensor '", t.name,
-                                                 "' is also stored in ",
+      return absl::DataLossError(cascade::StrCat(shard.path, ": tensor '", t.name, "' is also stored in ",
                                                  shards_[tensor_shard_[it->second]].path));
     }
     tensors_.push_back(std::move(t));
@@ -349,8 +328,7 @@ absl::Status SafetensorsSource::AddShard(Shard shard) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<SafetensorsSource>> SafetensorsSource::OpenFile(
-    const std::string& path) {
+absl::StatusOr<std::unique_ptr<SafetensorsSource>> SafetensorsSource::OpenFile(const std::string& path) {
   CASCADE_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file, MappedFile::Open(path));
   std::unique_ptr<SafetensorsSource> source(new SafetensorsSource(path));
   Shard shard;
@@ -362,8 +340,8 @@ absl::StatusOr<std::unique_ptr<SafetensorsSource>> SafetensorsSource::OpenFile(
   return source;
 }
 
-absl::StatusOr<std::unique_ptr<SafetensorsSource>> SafetensorsSource::OpenBytes(
-    std::string_view bytes, std::string name) {
+absl::StatusOr<std::unique_ptr<SafetensorsSource>> SafetensorsSource::OpenBytes(std::string_view bytes,
+                                                                                std::string name) {
   std::unique_ptr<SafetensorsSource> source(new SafetensorsSource(name));
   Shard shard;
   shard.path = std::move(name);
@@ -373,8 +351,7 @@ absl::StatusOr<std::unique_ptr<SafetensorsSource>> SafetensorsSource::OpenBytes(
   return source;
 }
 
-absl::StatusOr<std::unique_ptr<SafetensorsSource>> SafetensorsSource::OpenDirectory(
-    const std::string& dir) {
+absl::StatusOr<std::unique_ptr<SafetensorsSource>> SafetensorsSource::OpenDirectory(const std::string& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
     return absl::NotFoundError(cascade::StrCat(dir, ": not a directory"));
@@ -384,8 +361,8 @@ absl::StatusOr<std::unique_ptr<SafetensorsSource>> SafetensorsSource::OpenDirect
 
   const std::string index_path = (fs::path(dir) / "model.safetensors.index.json").string();
   if (!fs::exists(index_path, ec)) {
-    return absl::NotFoundError(cascade::StrCat(
-        dir, ": neither model.safetensors nor model.safetensors.index.json is present"));
+    return absl::NotFoundError(
+        cascade::StrCat(dir, ": neither model.safetensors nor model.safetensors.index.json is present"));
   }
   CASCADE_ASSIGN_OR_RETURN(const std::string index_text, ReadSmallFile(index_path));
 
@@ -418,10 +395,9 @@ absl::StatusOr<std::unique_ptr<SafetensorsSource>> SafetensorsSource::OpenDirect
   // it should hold for messages.
   std::map<std::string, std::string> shard_example;
   for (const auto& [tensor, file] : weight_map) {
-    if (file.empty() || file.find('/') != std::string::npos ||
-        file.find('\\') != std::string::npos || file == "." || file == "..") {
-      return absl::DataLossError(cascade::StrCat(index_path, ": tensor '", tensor,
-                                                 "' maps to invalid shard name \"",
+    if (file.empty() || file.find('/') != std::string::npos || file.find('\\') != std::string::npos || file == "." ||
+        file == "..") {
+      return absl::DataLossError(cascade::StrCat(index_path, ": tensor '", tensor, "' maps to invalid shard name \"",
                                                  absl::CHexEscape(file), "\""));
     }
     shard_example.emplace(file, tensor);
@@ -434,8 +410,7 @@ absl::StatusOr<std::unique_ptr<SafetensorsSource>> SafetensorsSource::OpenDirect
     absl::StatusOr<std::unique_ptr<MappedFile>> mapped = MappedFile::Open(shard_path);
     if (!mapped.ok()) {
       return Annotate(mapped.status(),
-                      cascade::StrCat(index_path, ": shard '", file, "' (holding tensor '",
-                                      example_tensor, "')"));
+                      cascade::StrCat(index_path, ": shard '", file, "' (holding tensor '", example_tensor, "')"));
     }
     Shard shard;
     shard.path = shard_path;
@@ -449,15 +424,13 @@ absl::StatusOr<std::unique_ptr<SafetensorsSource>> SafetensorsSource::OpenDirect
   for (const auto& [tensor, file] : weight_map) {
     const auto it = source->tensor_index_.find(tensor);
     if (it == source->tensor_index_.end()) {
-      return absl::DataLossError(cascade::StrCat(index_path, ": tensor '", tensor,
-                                                 "' is mapped to shard '", file,
+      return absl::DataLossError(cascade::StrCat(index_path, ": tensor '", tensor, "' is mapped to shard '", file,
                                                  "', which does not contain it"));
     }
     const size_t actual = source->tensor_shard_[it->second];
     if (actual != shard_index[file]) {
-      return absl::DataLossError(
-          cascade::StrCat(index_path, ": tensor '", tensor, "' is mapped to shard '", file,
-                          "' but is stored in ", source->shards_[actual].path));
+      return absl::DataLossError(cascade::StrCat(index_path, ": tensor '", tensor, "' is mapped to shard '", file,
+                                                 "' but is stored in ", source->shards_[actual].path));
     }
   }
   return source;
@@ -484,9 +457,8 @@ absl::StatusOr<TensorView> SafetensorsSource::ReadRows(std::string_view name, in
   const Shard& shard = shards_[tensor_shard_[it->second]];
   const int64_t rows = RowsOf(t);
   if (row_begin < 0 || row_begin > row_end || row_end > rows) {
-    return absl::OutOfRangeError(cascade::StrCat(shard.path, ": tensor '", t.name, "': rows [",
-                                                 row_begin, ", ", row_end, ") are outside [0, ",
-                                                 rows, ")"));
+    return absl::OutOfRangeError(cascade::StrCat(shard.path, ": tensor '", t.name, "': rows [", row_begin, ", ",
+                                                 row_end, ") are outside [0, ", rows, ")"));
   }
   const int64_t cols = t.n_dims == 0 ? 1 : t.shape[t.n_dims - 1];
   const int64_t row_bytes = cols * BlockBytes(t.dtype);  // Dense types only.
@@ -498,12 +470,10 @@ absl::StatusOr<TensorView> SafetensorsSource::ReadRows(std::string_view name, in
 absl::StatusOr<std::unique_ptr<WeightSource>> OpenHfWeights(const std::string& path) {
   std::error_code ec;
   if (fs::is_regular_file(path, ec)) {
-    CASCADE_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsSource> file,
-                             SafetensorsSource::OpenFile(path));
+    CASCADE_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsSource> file, SafetensorsSource::OpenFile(path));
     return std::unique_ptr<WeightSource>(std::move(file));
   }
-  CASCADE_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsSource> dir,
-                           SafetensorsSource::OpenDirectory(path));
+  CASCADE_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsSource> dir, SafetensorsSource::OpenDirectory(path));
   // A GPTQ/AWQ checkpoint declares itself in config.json; its packed tensors are then
   // read through the INT4 repacking source.
   const std::string config_path = (fs::path(path) / "config.json").string();

@@ -30,8 +30,7 @@ inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 100ull << 20;
 // inside it. DataLoss for a truncated or corrupt header, Unimplemented for a dtype other
 // than F32/F16/BF16/I32 or a tensor of more than 4 dimensions. `__metadata__` is ignored.
 // Never throws; safe on arbitrary bytes (this is the fuzz target's entry point).
-absl::StatusOr<std::vector<TensorInfo>> ParseSafetensorsHeader(std::string_view file_bytes,
-                                                               const std::string& name);
+absl::StatusOr<std::vector<TensorInfo>> ParseSafetensorsHeader(std::string_view file_bytes, const std::string& name);
 
 class SafetensorsSource final : public WeightSource {
  public:
@@ -48,8 +47,7 @@ class SafetensorsSource final : public WeightSource {
 
   // Same as OpenFile over bytes already in memory (tests, fuzzing); `bytes` must outlive
   // the source.
-  static absl::StatusOr<std::unique_ptr<SafetensorsSource>> OpenBytes(std::string_view bytes,
-                                                                      std::string name);
+  static absl::StatusOr<std::unique_ptr<SafetensorsSource>> OpenBytes(std::string_view bytes, std::string name);
 
   SafetensorsSource(const SafetensorsSource&) = delete;
   SafetensorsSource& operator=(const SafetensorsSource&) = delete;
@@ -63,8 +61,7 @@ class SafetensorsSource final : public WeightSource {
   // promise alignment: the view is aligned to the element size when the writer aligned
   // the data (the reference writer pads the header to 8 bytes and orders tensors by
   // dtype, so Hugging Face files are); callers that need alignment check `data`.
-  absl::StatusOr<TensorView> ReadRows(std::string_view name, int64_t row_begin,
-                                      int64_t row_end) const override;
+  absl::StatusOr<TensorView> ReadRows(std::string_view name, int64_t row_begin, int64_t row_end) const override;
 
   // The file a tensor's `file_offset` refers to (for messages and prefetch hints).
   // REQUIRES: `name` is one of tensors().

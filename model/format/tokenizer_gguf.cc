@@ -45,9 +45,9 @@ absl::StatusOr<TokenizerSpec> TokenizerSpecFromGguf(const GgufFile& gguf) {
   } else if (*model == "gpt2") {
     spec.kind = TokenizerSpec::Kind::kByteLevelBpe;
   } else {
-    return absl::UnimplementedError(cascade::StrCat(
-        gguf.path(), ": tokenizer.ggml.model '", *model,
-        "' is not supported (supported: 'llama' = SentencePiece BPE, 'gpt2' = byte-level BPE)"));
+    return absl::UnimplementedError(
+        cascade::StrCat(gguf.path(), ": tokenizer.ggml.model '", *model,
+                        "' is not supported (supported: 'llama' = SentencePiece BPE, 'gpt2' = byte-level BPE)"));
   }
   const bool spm = spec.kind == TokenizerSpec::Kind::kSentencePieceBpe;
 
@@ -60,23 +60,19 @@ absl::StatusOr<TokenizerSpec> TokenizerSpecFromGguf(const GgufFile& gguf) {
     CASCADE_ASSIGN_OR_RETURN(spec.scores, gguf.GetFloatArray("tokenizer.ggml.scores"));
   }
   if (gguf.Find("tokenizer.ggml.token_type") != nullptr) {
-    CASCADE_ASSIGN_OR_RETURN(std::vector<int64_t> types,
-                             gguf.GetIntArray("tokenizer.ggml.token_type"));
+    CASCADE_ASSIGN_OR_RETURN(std::vector<int64_t> types, gguf.GetIntArray("tokenizer.ggml.token_type"));
     spec.token_types.assign(types.begin(), types.end());
   }
   if (gguf.Find("tokenizer.ggml.merges") != nullptr) {
-    CASCADE_ASSIGN_OR_RETURN(std::vector<std::string_view> merges,
-                             gguf.GetStringArray("tokenizer.ggml.merges"));
+    CASCADE_ASSIGN_OR_RETURN(std::vector<std::string_view> merges, gguf.GetStringArray("tokenizer.ggml.merges"));
     spec.merges.assign(merges.begin(), merges.end());
   } else if (!spm) {
-    return absl::InvalidArgumentError(
-        cascade::StrCat(gguf.path(),
-                        ": metadata key 'tokenizer.ggml.merges' is missing "
-                        "(required for tokenizer.ggml.model 'gpt2')"));
+    return absl::InvalidArgumentError(cascade::StrCat(gguf.path(),
+                                                      ": metadata key 'tokenizer.ggml.merges' is missing "
+                                                      "(required for tokenizer.ggml.model 'gpt2')"));
   }
   spec.pre_tokenizer = "default";
-  CASCADE_RETURN_IF_ERROR(
-      Optional(gguf, "tokenizer.ggml.pre", &GgufFile::GetString, spec.pre_tokenizer));
+  CASCADE_RETURN_IF_ERROR(Optional(gguf, "tokenizer.ggml.pre", &GgufFile::GetString, spec.pre_tokenizer));
 
   // Special ids. llama.cpp's SPM defaults are <unk>=0, <s>=1, </s>=2.
   if (spm && n_vocab > 2) {
@@ -96,8 +92,7 @@ absl::StatusOr<TokenizerSpec> TokenizerSpecFromGguf(const GgufFile& gguf) {
     if (id < 0 || id >= n_vocab) {
       // 0xFFFFFFFF is how converters write "none"; anything else is ignored with a warning.
       if (id != 0xFFFFFFFFll && id != -1) {
-        CASCADE_LOG(Warning) << gguf.path() << ": " << key << " = " << id
-                             << " is outside the vocabulary; ignored";
+        CASCADE_LOG(Warning) << gguf.path() << ": " << key << " = " << id << " is outside the vocabulary; ignored";
       }
       *out = -1;
     } else {
@@ -108,16 +103,12 @@ absl::StatusOr<TokenizerSpec> TokenizerSpecFromGguf(const GgufFile& gguf) {
   spec.add_bos = spm || spec.pre_tokenizer == "llama-bpe";
   spec.add_eos = false;
   spec.add_space_prefix = spm;
-  CASCADE_RETURN_IF_ERROR(
-      Optional(gguf, "tokenizer.ggml.add_bos_token", &GgufFile::GetBool, spec.add_bos));
-  CASCADE_RETURN_IF_ERROR(
-      Optional(gguf, "tokenizer.ggml.add_eos_token", &GgufFile::GetBool, spec.add_eos));
-  CASCADE_RETURN_IF_ERROR(
-      Optional(gguf, "tokenizer.ggml.add_space_prefix", &GgufFile::GetBool, spec.add_space_prefix));
+  CASCADE_RETURN_IF_ERROR(Optional(gguf, "tokenizer.ggml.add_bos_token", &GgufFile::GetBool, spec.add_bos));
+  CASCADE_RETURN_IF_ERROR(Optional(gguf, "tokenizer.ggml.add_eos_token", &GgufFile::GetBool, spec.add_eos));
+  CASCADE_RETURN_IF_ERROR(Optional(gguf, "tokenizer.ggml.add_space_prefix", &GgufFile::GetBool, spec.add_space_prefix));
   // llama.cpp sets ignore_merges for Llama 3's pre-tokenizer.
   spec.ignore_merges = spec.pre_tokenizer == "llama-bpe" || spec.pre_tokenizer == "llama3";
-  CASCADE_RETURN_IF_ERROR(
-      Optional(gguf, "tokenizer.chat_template", &GgufFile::GetString, spec.chat_template));
+  CASCADE_RETURN_IF_ERROR(Optional(gguf, "tokenizer.chat_template", &GgufFile::GetString, spec.chat_template));
   return spec;
 }
 

@@ -21,9 +21,9 @@
 namespace cascade::model {
 namespace {
 
+using text::kSpmSpace;
 using text::Tokenizer;
 using text::TokenizerSpec;
-using text::kSpmSpace;
 
 using Json = nlohmann::json;
 
@@ -54,8 +54,7 @@ void Flatten(const Json& node, const char* members, std::vector<const Json*>& ou
 }
 
 bool HasType(const std::vector<const Json*>& nodes, std::string_view type) {
-  return std::any_of(nodes.begin(), nodes.end(),
-                     [&](const Json* n) { return n->value("type", "") == type; });
+  return std::any_of(nodes.begin(), nodes.end(), [&](const Json* n) { return n->value("type", "") == type; });
 }
 
 // A special-token field of tokenizer_config.json: "text" or {"content": "text"}.
@@ -76,20 +75,18 @@ int32_t IdOf(const std::vector<std::string>& tokens, const std::string& text) {
 }
 
 // Name of the llama.cpp pre-tokenizer equivalent to a byte-level pre-tokenizer chain.
-absl::StatusOr<std::string> ByteLevelPreTokenizer(const std::vector<const Json*>& pre,
-                                                  const std::string& path) {
+absl::StatusOr<std::string> ByteLevelPreTokenizer(const std::vector<const Json*>& pre, const std::string& path) {
   std::vector<std::string> kinds;
   for (const Json* n : pre) kinds.push_back(n->value("type", "?"));
   const std::string described = absl::StrJoin(kinds, ", ");
   if (pre.size() == 1 && kinds[0] == "ByteLevel" && pre[0]->value("use_regex", true)) {
     return std::string("gpt-2");
   }
-  if (pre.size() == 2 && kinds[0] == "Digits" && kinds[1] == "ByteLevel" &&
-      pre[0]->value("individual_digits", false) && pre[1]->value("use_regex", true)) {
+  if (pre.size() == 2 && kinds[0] == "Digits" && kinds[1] == "ByteLevel" && pre[0]->value("individual_digits", false) &&
+      pre[1]->value("use_regex", true)) {
     return std::string("smollm");
   }
-  if (pre.size() == 2 && kinds[0] == "Split" && kinds[1] == "ByteLevel" &&
-      !pre[1]->value("use_regex", true)) {
+  if (pre.size() == 2 && kinds[0] == "Split" && kinds[1] == "ByteLevel" && !pre[1]->value("use_regex", true)) {
     const Json& pattern = pre[0]->value("pattern", Json::object());
     const std::string regex = pattern.value("Regex", "");
     if (regex == kHfLlama3Pattern) return std::string("llama-bpe");
@@ -108,8 +105,7 @@ absl::Status ReadVocab(const Json& j, const Json& model, const std::string& path
   int64_t max_id = -1;
   for (const auto& [text, id] : model.at("vocab").items()) {
     if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > 10'000'000) {
-      return absl::InvalidArgumentError(
-          cascade::StrCat(path, ": model.vocab['", text, "'] is not a valid id"));
+      return absl::InvalidArgumentError(cascade::StrCat(path, ": model.vocab['", text, "'] is not a valid id"));
     }
     max_id = std::max(max_id, id.get<int64_t>());
   }
@@ -121,8 +117,7 @@ absl::Status ReadVocab(const Json& j, const Json& model, const std::string& path
     }
     max_id = std::max(max_id, id);
   }
-  if (max_id < 0)
-    return absl::InvalidArgumentError(cascade::StrCat(path, ": model.vocab is empty"));
+  if (max_id < 0) return absl::InvalidArgumentError(cascade::StrCat(path, ": model.vocab is empty"));
   spec.tokens.assign(max_id + 1, "");
   spec.token_types.assign(max_id + 1, text::kTokenTypeUnused);  // Ids nothing names.
   for (const auto& [text, id] : model.at("vocab").items()) {
@@ -158,8 +153,7 @@ struct MetaspaceHints {
   bool prepend = false;    // A "▁" is prepended to the input.
 };
 
-MetaspaceHints FindMetaspaceHints(const std::vector<const Json*>& normalizers,
-                                  const std::vector<const Json*>& pre,
+MetaspaceHints FindMetaspaceHints(const std::vector<const Json*>& normalizers, const std::vector<const Json*>& pre,
                                   const std::vector<const Json*>& decoders) {
   bool prepend = false, metaspace = false;
   for (const Json* n : normalizers) {
@@ -171,8 +165,7 @@ MetaspaceHints FindMetaspaceHints(const std::vector<const Json*>& normalizers,
     if (n->value("type", "") == "Metaspace") {
       metaspace = true;
       const std::string scheme = n->value("prepend_scheme", "");
-      prepend =
-          prepend || n->value("add_prefix_space", false) || scheme == "always" || scheme == "first";
+      prepend = prepend || n->value("add_prefix_space", false) || scheme == "always" || scheme == "first";
     }
   }
   for (const Json* n : decoders) {
@@ -186,8 +179,7 @@ MetaspaceHints FindMetaspaceHints(const std::vector<const Json*>& normalizers,
 void MarkByteTokens(TokenizerSpec& spec) {
   for (size_t i = 0; i < spec.tokens.size(); ++i) {
     const std::string& t = spec.tokens[i];
-    if (spec.token_types[i] == text::kTokenTypeNormal && t.size() == 6 && t.rfind("<0x", 0) == 0 &&
-        t[5] == '>') {
+    if (spec.token_types[i] == text::kTokenTypeNormal && t.size() == 6 && t.rfind("<0x", 0) == 0 && t[5] == '>') {
       spec.token_types[i] = text::kTokenTypeByte;
     }
   }
@@ -198,9 +190,7 @@ absl::Status ReadSetUp(const Json& j, const std::string& path, TokenizerSpec& sp
   std::vector<const Json*> normalizers, pre, decoders;
   // Pointers into `j` (not into copies: `Flatten` keeps addresses).
   static const Json* const kNull = new Json();
-  auto member = [&](const char* key) -> const Json& {
-    return j.contains(key) ? j.at(key) : *kNull;
-  };
+  auto member = [&](const char* key) -> const Json& { return j.contains(key) ? j.at(key) : *kNull; };
   Flatten(member("normalizer"), "normalizers", normalizers);
   Flatten(member("pre_tokenizer"), "pretokenizers", pre);
   Flatten(member("decoder"), "decoders", decoders);
@@ -224,8 +214,8 @@ absl::Status ReadSetUp(const Json& j, const std::string& path, TokenizerSpec& sp
 // BOS/EOS from the post-processor template (tokenizer_config.json may override them later).
 void ReadPostProcessor(const Json& j, TokenizerSpec& spec) {
   const Json post = j.value("post_processor", Json());
-  if (post.is_object() && post.value("type", "") == "TemplateProcessing" &&
-      post.contains("single") && post.at("single").is_array() && !post.at("single").empty()) {
+  if (post.is_object() && post.value("type", "") == "TemplateProcessing" && post.contains("single") &&
+      post.at("single").is_array() && !post.at("single").empty()) {
     const Json& single = post.at("single");
     auto special_id = [&](const Json& item) -> int32_t {
       if (!item.contains("SpecialToken")) return -1;
@@ -251,8 +241,7 @@ absl::StatusOr<TokenizerSpec> ParseTokenizerJson(const Json& j, const std::strin
   const Json& model = j.at("model");
   const std::string type = model.value("type", model.contains("merges") ? "BPE" : "");
   if (type != "BPE") {
-    return absl::UnimplementedError(
-        cascade::StrCat(path, ": model.type '", type, "' is not supported (only 'BPE')"));
+    return absl::UnimplementedError(cascade::StrCat(path, ": model.type '", type, "' is not supported (only 'BPE')"));
   }
   if (!model.contains("vocab") || !model.at("vocab").is_object()) {
     return absl::InvalidArgumentError(cascade::StrCat(path, ": model.vocab is missing"));
@@ -276,8 +265,7 @@ absl::Status ApplyTokenizerConfig(const Json& c, const std::string& path, Tokeni
     if (text.empty()) return absl::OkStatus();
     const int32_t id = IdOf(spec.tokens, text);
     if (id < 0) {
-      return absl::InvalidArgumentError(
-          cascade::StrCat(path, ": ", key, " '", text, "' is not in the vocabulary"));
+      return absl::InvalidArgumentError(cascade::StrCat(path, ": ", key, " '", text, "' is not in the vocabulary"));
     }
     out = id;
     return absl::OkStatus();
@@ -337,8 +325,7 @@ absl::StatusOr<TokenizerSpec> TokenizerSpecFromHfJson(const std::string& tokeniz
   return spec;
 }
 
-absl::StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromHfJson(
-    const std::string& tokenizer_json_path) {
+absl::StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromHfJson(const std::string& tokenizer_json_path) {
   CASCADE_ASSIGN_OR_RETURN(TokenizerSpec spec, TokenizerSpecFromHfJson(tokenizer_json_path));
   return Tokenizer::FromSpec(std::move(spec));
 }

@@ -31,8 +31,8 @@ absl::StatusOr<TpShard> TpShard::Plan(const ModelConfig& c, int tp_rank, int tp_
     return absl::InvalidArgumentError(StrCat("tensor parallel: rank ", tp_rank, " outside a group of ", tp_size));
   }
   if (c.n_kv_heads <= 0 || c.n_heads <= 0 || c.n_heads % c.n_kv_heads != 0 || c.head_dim <= 0) {
-    return absl::InvalidArgumentError(StrCat("tensor parallel: bad head layout ", c.n_heads, " heads / ", c.n_kv_heads,
-                                             " kv heads"));
+    return absl::InvalidArgumentError(
+        StrCat("tensor parallel: bad head layout ", c.n_heads, " heads / ", c.n_kv_heads, " kv heads"));
   }
   if (ffn_block < 1 || attn_out_block < 1) {
     return absl::InvalidArgumentError("tensor parallel: weight blocks must be >= 1 element");
@@ -54,8 +54,8 @@ absl::StatusOr<TpShard> TpShard::Plan(const ModelConfig& c, int tp_rank, int tp_
     const int64_t sharing = last - first;
     if (sharing > group) {
       return absl::InvalidArgumentError(StrCat("tensor parallel: ", tp_size, " ranks over ", c.n_kv_heads,
-                                               " kv heads put ", sharing, " ranks on kv head ", kv,
-                                               ", which has only ", group, " query heads"));
+                                               " kv heads put ", sharing, " ranks on kv head ", kv, ", which has only ",
+                                               group, " query heads"));
     }
     s.kv_replicated = true;
     s.kv_head_begin = kv;
@@ -84,12 +84,13 @@ absl::StatusOr<TpShard> TpShard::Plan(const ModelConfig& c, int tp_rank, int tp_
   }
   // FFN in whole blocks of the down weight.
   if (c.n_ff % ffn_block != 0) {
-    return absl::InvalidArgumentError(StrCat("tensor parallel: FFN size ", c.n_ff, " is not whole blocks of ", ffn_block));
+    return absl::InvalidArgumentError(
+        StrCat("tensor parallel: FFN size ", c.n_ff, " is not whole blocks of ", ffn_block));
   }
   const int64_t ff_blocks = c.n_ff / ffn_block;
   if (ff_blocks < tp_size) {
-    return absl::InvalidArgumentError(StrCat("tensor parallel: ", tp_size, " ranks cannot split the FFN's ", ff_blocks,
-                                             " blocks of ", ffn_block));
+    return absl::InvalidArgumentError(
+        StrCat("tensor parallel: ", tp_size, " ranks cannot split the FFN's ", ff_blocks, " blocks of ", ffn_block));
   }
   const auto [b0, b1] = EvenSplit(ff_blocks, tp_size, tp_rank);
   s.ff_begin = b0 * ffn_block;
@@ -97,20 +98,21 @@ absl::StatusOr<TpShard> TpShard::Plan(const ModelConfig& c, int tp_rank, int tp_
   // Vocabulary in equal chunks (the last may be short).
   s.vocab_chunk = (c.n_vocab + tp_size - 1) / tp_size;
   if (c.n_vocab <= 0 || (tp_size - 1) * s.vocab_chunk >= c.n_vocab) {
-    return absl::InvalidArgumentError(StrCat("tensor parallel: ", tp_size, " ranks cannot split a vocabulary of ",
-                                             c.n_vocab));
+    return absl::InvalidArgumentError(
+        StrCat("tensor parallel: ", tp_size, " ranks cannot split a vocabulary of ", c.n_vocab));
   }
   s.vocab_begin = tp_rank * s.vocab_chunk;
   s.vocab_end = std::min(c.n_vocab, s.vocab_begin + s.vocab_chunk);
   return s;
 }
 
-absl::StatusOr<TpShard> TpShard::ForFiles(const ModelFiles& files, int64_t first_layer, int64_t last_layer,
-                                          int tp_rank, int tp_size) {
+absl::StatusOr<TpShard> TpShard::ForFiles(const ModelFiles& files, int64_t first_layer, int64_t last_layer, int tp_rank,
+                                          int tp_size) {
   if (last_layer < 0) last_layer = files.config.n_layers;
   int64_t ffn_block = 1, attn_out_block = 1;
   for (int64_t l = first_layer; l < last_layer; ++l) {
-    if (const TensorInfo* t = files.weights->FindTensor(arch::LlamaTensorName(files.format, arch::LlamaTensor::kFfnDown, l))) {
+    if (const TensorInfo* t =
+            files.weights->FindTensor(arch::LlamaTensorName(files.format, arch::LlamaTensor::kFfnDown, l))) {
       ffn_block = std::max(ffn_block, BlockElems(t->dtype));
     }
     if (const TensorInfo* t =

@@ -53,12 +53,12 @@ struct TpShard {
   // owned query heads, so every head-group boundary must fall on a block). InvalidArgument
   // with the reason for a layout that cannot split (more ranks than FFN blocks, than query
   // heads, or than vocabulary rows; head-group boundaries inside a block; a bad rank).
-  static absl::StatusOr<TpShard> Plan(const ModelConfig& config, int tp_rank, int tp_size,
-                                      int64_t ffn_block = 1, int64_t attn_out_block = 1);
+  static absl::StatusOr<TpShard> Plan(const ModelConfig& config, int tp_rank, int tp_size, int64_t ffn_block = 1,
+                                      int64_t attn_out_block = 1);
   // Plan() with the blocks read from the weight types of layers [first_layer, last_layer)
   // (last_layer -1: through the last) of `files`: the worker's check at start.
-  static absl::StatusOr<TpShard> ForFiles(const ModelFiles& files, int64_t first_layer, int64_t last_layer,
-                                          int tp_rank, int tp_size);
+  static absl::StatusOr<TpShard> ForFiles(const ModelFiles& files, int64_t first_layer, int64_t last_layer, int tp_rank,
+                                          int tp_size);
 };
 
 }  // namespace cascade::model

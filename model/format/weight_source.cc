@@ -1,7 +1,7 @@
 #include "model/format/weight_source.h"
 
-#include "core/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/str_cat.h"
 
 namespace cascade::model {
 

@@ -18,11 +18,11 @@ namespace cascade::model {
 // One stored tensor. `shape` is row-major, outermost first: a linear weight is
 // [n_out, n_in], an embedding [n_vocab, n_embd], a norm [n_embd].
 struct TensorInfo {
-  std::string name;            // Name as stored in the file.
+  std::string name;  // Name as stored in the file.
   DType dtype = DType::kF32;
   int n_dims = 0;
   std::array<int64_t, 4> shape{};
-  uint64_t file_offset = 0;    // Absolute byte offset of the data in its file.
+  uint64_t file_offset = 0;  // Absolute byte offset of the data in its file.
   uint64_t n_bytes = 0;
 
   int64_t NumElements() const;
@@ -44,8 +44,7 @@ class WeightSource {
   // A read-only view of rows [row_begin, row_end) of tensor `name` seen as [Rows(), Cols()]
   // (for quantized types a row is whole blocks). NotFound for an unknown name,
   // OutOfRange for a bad row range. The view lives as long as this source.
-  virtual absl::StatusOr<TensorView> ReadRows(std::string_view name, int64_t row_begin,
-                                              int64_t row_end) const = 0;
+  virtual absl::StatusOr<TensorView> ReadRows(std::string_view name, int64_t row_begin, int64_t row_end) const = 0;
   // The whole tensor, with its stored shape.
   absl::StatusOr<TensorView> Read(std::string_view name) const;
   // (optional) Tells the source that `view` (returned by ReadRows/Read) will not be read

@@ -20,7 +20,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::string(argv[i]) == "--json") json_path = argv[i + 1];
   }
-  const int kRanks = 2, kRounds = 400, kWarmup = 200;  // Warm-up: connections, caches.
+  const int kRanks = 2, kRounds = 400, kWarmup = 200;                     // Warm-up: connections, caches.
   const std::vector<size_t> sizes = {576, 576 * 8, 576 * 64, 576 * 512};  // 1, 8, 64, 512 tokens of SmolLM2.
   comm::InProcessRendezvous rendezvous;
   std::vector<std::vector<double>> us(sizes.size());
@@ -54,8 +54,8 @@ int main(int argc, char** argv) {
     std::sort(v.begin(), v.end());
     const double p50 = v[v.size() / 2], p99 = v[v.size() * 99 / 100];
     std::printf("%-10zu %10zu %12.1f %12.1f\n", sizes[s], sizes[s] * 4, p50, p99);
-    json += (s ? "," : "") + std::string("{\"floats\":") + std::to_string(sizes[s]) + ",\"p50_us\":" + std::to_string(p50) +
-            ",\"p99_us\":" + std::to_string(p99) + "}";
+    json += (s ? "," : "") + std::string("{\"floats\":") + std::to_string(sizes[s]) +
+            ",\"p50_us\":" + std::to_string(p50) + ",\"p99_us\":" + std::to_string(p99) + "}";
   }
   json += "]";
   if (!json_path.empty()) std::ofstream(json_path) << json << "\n";

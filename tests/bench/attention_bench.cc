@@ -48,8 +48,8 @@ int Main(int argc, char** argv) {
           KvCacheLayer cache{TensorView(ks[l].data(), DType::kF32, {n_blocks, kBs, kKv, d}),
                              TensorView(vs[l].data(), DType::kF32, {n_blocks, kBs, kKv, d}), kBs, kKv, d};
           absl::Status s = cpu::AttentionCpu(TensorView(out.data(), DType::kF32, {1, kHeads * d}),
-                                             TensorView(q.data(), DType::kF32, {1, kHeads * d}), cache,
-                                             {&seq, 1}, {kHeads, 0.125f}, pool);
+                                             TensorView(q.data(), DType::kF32, {1, kHeads * d}), cache, {&seq, 1},
+                                             {kHeads, 0.125f}, pool);
           if (!s.ok()) std::abort();
         };
         for (int64_t l = 0; l < kLayers; ++l) run(l);
@@ -60,9 +60,8 @@ int Main(int argc, char** argv) {
         }
         const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
                           (kReps * kLayers);
-        std::printf("ctx %5lld d %3lld %-8s threads %d: %8.2f us/layer  %6.2f GB/s\n",
-                    static_cast<long long>(n_ctx), static_cast<long long>(d),
-                    std::string(CpuIsaName(isa)).c_str(), threads, us,
+        std::printf("ctx %5lld d %3lld %-8s threads %d: %8.2f us/layer  %6.2f GB/s\n", static_cast<long long>(n_ctx),
+                    static_cast<long long>(d), std::string(CpuIsaName(isa)).c_str(), threads, us,
                     2.0 * n_ctx * kKv * d * 4 / (us * 1e3));
       }
     }

@@ -93,11 +93,11 @@ std::string SampleBench(cascade::kernels::CudaBackend& backend) {
       };
       const double sample_ms = time([&] { (void)backend.Sample(out, view, params); });
       const double argmax_ms = time([&] { (void)backend.Argmax(ids, view); });
-      std::printf("%-8lld %7lld %14.3f %14.3f\n", static_cast<long long>(vocab), static_cast<long long>(rows), sample_ms,
-                  argmax_ms);
-      json += std::string(json.size() > 1 ? ", " : "") + "{\"vocab\": " + std::to_string(vocab) + ", \"rows\": " +
-              std::to_string(rows) + ", \"sample_ms\": " + std::to_string(sample_ms) + ", \"argmax_ms\": " +
-              std::to_string(argmax_ms) + "}";
+      std::printf("%-8lld %7lld %14.3f %14.3f\n", static_cast<long long>(vocab), static_cast<long long>(rows),
+                  sample_ms, argmax_ms);
+      json += std::string(json.size() > 1 ? ", " : "") + "{\"vocab\": " + std::to_string(vocab) +
+              ", \"rows\": " + std::to_string(rows) + ", \"sample_ms\": " + std::to_string(sample_ms) +
+              ", \"argmax_ms\": " + std::to_string(argmax_ms) + "}";
     }
   }
   return json + "]";
@@ -138,14 +138,15 @@ int main(int argc, char** argv) {
     auto y = DeviceBuffer::Create(0, static_cast<size_t>(max_tokens * max_dim) * 4);
     if (!x.ok() || !y.ok()) return 1;
     cudaMemset(x->data(), 0, x->bytes());
-    json += std::string(si ? ", " : "") + "{\"name\": \"" + s.name + "\", \"weight_bytes\": " +
-            std::to_string(weight_bytes) + ", \"runs\": [";
+    json += std::string(si ? ", " : "") + "{\"name\": \"" + s.name +
+            "\", \"weight_bytes\": " + std::to_string(weight_bytes) + ", \"runs\": [";
     bool first = true;
     for (int64_t n_tokens : {1, 32, 512}) {
       const auto pass = [&] {
         for (const Matrix& m : model) {
-          absl::Status st = (*backend)->Linear(y->View(DType::kF32, {n_tokens, m.n_out}),
-                                               x->View(DType::kF32, {n_tokens, m.n_in}), m.w.View(m.dtype, {m.n_out, m.n_in}), {});
+          absl::Status st =
+              (*backend)->Linear(y->View(DType::kF32, {n_tokens, m.n_out}), x->View(DType::kF32, {n_tokens, m.n_in}),
+                                 m.w.View(m.dtype, {m.n_out, m.n_in}), {});
           if (!st.ok()) {
             std::fprintf(stderr, "cuda_bench: %s\n", std::string(st.message()).c_str());
             std::exit(1);
@@ -161,10 +162,10 @@ int main(int argc, char** argv) {
       const double gbs = weight_bytes / per_pass / 1e9;
       std::printf("%-32s %7lld %12.3f %12.1f %10.0f\n", s.name, static_cast<long long>(n_tokens), 1e3 * per_pass,
                   n_tokens / per_pass, gbs);
-      json += std::string(first ? "" : ", ") + "{\"tokens\": " + std::to_string(n_tokens) + ", \"ms_per_pass\": " +
-              std::to_string(1e3 * per_pass) + ", \"tok_s\": " + std::to_string(n_tokens / per_pass) +
-              ", \"weight_gb_s\": " + std::to_string(gbs) + ", \"fraction_of_copy_bw\": " +
-              std::to_string(gbs * 1e9 / copy_bw) + "}";
+      json += std::string(first ? "" : ", ") + "{\"tokens\": " + std::to_string(n_tokens) +
+              ", \"ms_per_pass\": " + std::to_string(1e3 * per_pass) +
+              ", \"tok_s\": " + std::to_string(n_tokens / per_pass) + ", \"weight_gb_s\": " + std::to_string(gbs) +
+              ", \"fraction_of_copy_bw\": " + std::to_string(gbs * 1e9 / copy_bw) + "}";
       first = false;
     }
     json += "]}";

@@ -76,7 +76,8 @@ Result Bench(const std::string& name, const std::string& path, kernels::Backend*
   auto t = model::Transformer::Load(*files, backend, {});
   Check(t.status(), "load " + path);
   r.weight_bytes = (*t)->weight_bytes();
-  std::printf("%s on %s: loaded %.2f GB in %.1f s\n", name.c_str(), backend_name, r.weight_bytes / 1e9, Seconds(t_load));
+  std::printf("%s on %s: loaded %.2f GB in %.1f s\n", name.c_str(), backend_name, r.weight_bytes / 1e9,
+              Seconds(t_load));
   constexpr int64_t kBlock = 16, kContext = 128, kSteps = 16, kPrefill = 512;
   const int max_batch = quick ? 4 : 32;
   const int64_t blocks_per_seq = (std::max(kPrefill, kContext + kSteps) + kBlock - 1) / kBlock;
@@ -113,10 +114,14 @@ int main(int argc, char** argv) {
   int64_t llama_layers = 32;
   bool skip_llama = false;
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) json_path = argv[++i];
-    else if (std::strcmp(argv[i], "--model") == 0 && i + 1 < argc) smol = argv[++i];
-    else if (std::strcmp(argv[i], "--llama-layers") == 0 && i + 1 < argc) llama_layers = std::atoll(argv[++i]);
-    else if (std::strcmp(argv[i], "--skip-llama") == 0) skip_llama = true;
+    if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc)
+      json_path = argv[++i];
+    else if (std::strcmp(argv[i], "--model") == 0 && i + 1 < argc)
+      smol = argv[++i];
+    else if (std::strcmp(argv[i], "--llama-layers") == 0 && i + 1 < argc)
+      llama_layers = std::atoll(argv[++i]);
+    else if (std::strcmp(argv[i], "--skip-llama") == 0)
+      skip_llama = true;
   }
   const auto avail = kernels::QueryCudaDevices();
   if (avail.device_count == 0) {
@@ -138,12 +143,19 @@ int main(int argc, char** argv) {
   if (!skip_llama) {
     const std::string path = (std::filesystem::temp_directory_path() / "cascade-llama3-8b-shape.gguf").string();
     const auto t0 = std::chrono::steady_clock::now();
-    cascade::testing::WriteRandomModel({.weight_type = DType::kBF16, .n_layers = llama_layers, .n_embd = 4096,
-                                        .n_heads = 32, .n_kv_heads = 8, .n_ff = 14336, .n_vocab = 128256,
-                                        .n_ctx = 8192, .distinct_values = 1 << 20},
+    cascade::testing::WriteRandomModel({.weight_type = DType::kBF16,
+                                        .n_layers = llama_layers,
+                                        .n_embd = 4096,
+                                        .n_heads = 32,
+                                        .n_kv_heads = 8,
+                                        .n_ff = 14336,
+                                        .n_vocab = 128256,
+                                        .n_ctx = 8192,
+                                        .distinct_values = 1 << 20},
                                        path);
     std::printf("wrote %s (%lld layers) in %.1f s\n", path.c_str(), static_cast<long long>(llama_layers), Seconds(t0));
-    results.push_back(Bench(StrCat("Llama-3-8B shape BF16 (", llama_layers, " layers)"), path, gpu->get(), "cuda:0", false));
+    results.push_back(
+        Bench(StrCat("Llama-3-8B shape BF16 (", llama_layers, " layers)"), path, gpu->get(), "cuda:0", false));
     std::filesystem::remove(path);
   }
   std::printf("\n%-36s %-8s %12s %12s %14s %14s %9s\n", "model", "backend", "prefill t/s", "decode b=1", "decode b=32*",

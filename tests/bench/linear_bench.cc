@@ -19,9 +19,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <random>
 #include <string>
-#include <ctime>
 #include <vector>
 
 #include "core/dtype.h"
@@ -44,17 +44,12 @@ struct Shape {
 };
 
 constexpr Shape kShapes[] = {
-    {"attn q/o 576x576", 576, 576, 2, 30},
-    {"attn k/v 192x576", 192, 576, 2, 30},
-    {"ffn gate/up 1536x576", 1536, 576, 2, 30},
-    {"ffn down 576x1536", 576, 1536, 1, 30},
+    {"attn q/o 576x576", 576, 576, 2, 30},      {"attn k/v 192x576", 192, 576, 2, 30},
+    {"ffn gate/up 1536x576", 1536, 576, 2, 30}, {"ffn down 576x1536", 576, 1536, 1, 30},
     {"lm head 49152x576", 49152, 576, 1, 1},
 };
 
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
+double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // CPU time of the calling thread: with one thread, immune to the core being shared.
 double ThreadCpuNow() {
@@ -84,9 +79,9 @@ std::vector<uint8_t> MakeMatrix(DType dtype, int64_t n_out, int64_t n_in, int co
 // Seconds per call of Linear over `shape`, cycling over its copies (wall clock; with one
 // thread, the thread's CPU time instead, so that other processes on the core don't count).
 // With `packed` non-empty, its entries (one per copy) are used instead of `w`.
-double TimeShape(DType dtype, const Shape& s, const std::vector<uint8_t>& w,
-                 const std::vector<PackedWeight>& packed, int64_t n_tokens, ThreadPool* pool,
-                 const std::vector<float>& x, std::vector<float>* out, double min_seconds) {
+double TimeShape(DType dtype, const Shape& s, const std::vector<uint8_t>& w, const std::vector<PackedWeight>& packed,
+                 int64_t n_tokens, ThreadPool* pool, const std::vector<float>& x, std::vector<float>* out,
+                 double min_seconds) {
   const int64_t mat_bytes = s.n_out * RowBytes(dtype, s.n_in);
   auto call = [&](int copy) {
     absl::Status st;
@@ -126,8 +121,8 @@ std::vector<PackedWeight> PackCopies(DType dtype, const Shape& s, const std::vec
 // gate, up, down; then the Q8_0 LM head. Three layouts: GGUF rows, packed, and packed
 // with Q/K/V and gate/up stacked into one weight each (LinearPartsPacked, what the
 // transformer runs), so the stacking's saving shows against the same matrices.
-void WholeModelDecode(DType dtype, ThreadPool* pool1, ThreadPool* pool2, double min_s,
-                      const std::vector<float>& x, std::vector<float>* out) {
+void WholeModelDecode(DType dtype, ThreadPool* pool1, ThreadPool* pool2, double min_s, const std::vector<float>& x,
+                      std::vector<float>* out) {
   struct Mat {
     DType dtype;
     int64_t n_out, n_in;
@@ -203,8 +198,7 @@ void WholeModelDecode(DType dtype, ThreadPool* pool1, ThreadPool* pool2, double 
 void Run(const std::vector<DType>& dtypes, bool quick, bool decode_only) {
   const CpuFeatures& f = GetCpuFeatures();
   std::printf("ISA: %s (avx2=%d avx512f=%d avx512vnni=%d avx_vnni=%d)\n",
-              std::string(CpuIsaName(ActiveCpuIsa())).c_str(), f.avx2, f.avx512f, f.avx512vnni,
-              f.avx_vnni);
+              std::string(CpuIsaName(ActiveCpuIsa())).c_str(), f.avx2, f.avx512f, f.avx512vnni, f.avx_vnni);
   const double min_s = quick ? 0.05 : 0.3;
   std::vector<float> x(512 * 1536);
   std::mt19937 rng(1);
@@ -213,8 +207,8 @@ void Run(const std::vector<DType>& dtypes, bool quick, bool decode_only) {
   std::vector<float> out(512 * 49152);
   ThreadPool pool1(1), pool2(2);
 
-  std::printf("\n%-6s %-6s %-22s %6s %3s %11s %9s %9s\n", "dtype", "layout", "shape", "tokens",
-              "thr", "us/call", "GB/s", "GFLOP/s");
+  std::printf("\n%-6s %-6s %-22s %6s %3s %11s %9s %9s\n", "dtype", "layout", "shape", "tokens", "thr", "us/call",
+              "GB/s", "GFLOP/s");
   for (DType dtype : dtypes) {
     std::vector<std::vector<uint8_t>> mats;
     for (const Shape& s : kShapes) mats.push_back(MakeMatrix(dtype, s.n_out, s.n_in, s.copies));
@@ -236,16 +230,14 @@ void Run(const std::vector<DType>& dtypes, bool quick, bool decode_only) {
             const double t = TimeShape(dtype, s, mats[i], packed[i], nt, pool, x, &out, min_s);
             const double bytes = static_cast<double>(s.n_out) * RowBytes(dtype, s.n_in);
             const double flops = 2.0 * s.n_out * s.n_in * nt;
-            std::printf("%-6s %-6s %-22s %6lld %3d %11.1f %9.2f %9.1f\n",
-                        std::string(DTypeName(dtype)).c_str(), layout, s.name,
-                        static_cast<long long>(nt), pool->n_threads(), t * 1e6, bytes / t / 1e9,
+            std::printf("%-6s %-6s %-22s %6lld %3d %11.1f %9.2f %9.1f\n", std::string(DTypeName(dtype)).c_str(), layout,
+                        s.name, static_cast<long long>(nt), pool->n_threads(), t * 1e6, bytes / t / 1e9,
                         flops / t / 1e9);
             pass_s += t * s.per_layer * s.copies;
           }
           std::printf("%-6s %-6s => %s, %d thread(s): linear layers %.2f ms per pass = %.1f tok/s\n\n",
-                      std::string(DTypeName(dtype)).c_str(), layout,
-                      n_tokens == 1 ? "decode" : "prefill 512", pool->n_threads(), pass_s * 1e3,
-                      n_tokens / pass_s);
+                      std::string(DTypeName(dtype)).c_str(), layout, n_tokens == 1 ? "decode" : "prefill 512",
+                      pool->n_threads(), pass_s * 1e3, n_tokens / pass_s);
         }
       }
     }

@@ -66,8 +66,8 @@ TEST(ConfigTest, FullConfigParses) {
 }
 
 TEST(ConfigTest, DefaultsApply) {
-  absl::StatusOr<ClusterConfig> c = ParseClusterConfig(
-      "model: {path: m.gguf}\nnodes: [{name: a, host: localhost, devices: [cpu]}]\n", "min.yaml");
+  absl::StatusOr<ClusterConfig> c =
+      ParseClusterConfig("model: {path: m.gguf}\nnodes: [{name: a, host: localhost, devices: [cpu]}]\n", "min.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->model.path, "m.gguf");  // Kept as written without a file.
   EXPECT_EQ(c->parallel.pipeline, 1);
@@ -117,8 +117,7 @@ TEST(ConfigTest, SampleLocalCpuConfigLoads) {
   const std::string path = ::cascade::testing::SourceDir() + "/configs/local-cpu.yaml";
   absl::StatusOr<ClusterConfig> c = LoadClusterConfig(path);
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_EQ(c->model.path,
-            ::cascade::testing::SourceDir() + "/models/SmolLM2-135M-Instruct.Q4_1.gguf");
+  EXPECT_EQ(c->model.path, ::cascade::testing::SourceDir() + "/models/SmolLM2-135M-Instruct.Q4_1.gguf");
   EXPECT_EQ(c->parallel.pipeline, 2);
   ASSERT_EQ(c->nodes.size(), 1u);
   EXPECT_EQ(c->nodes[0].name, "n0");
@@ -132,14 +131,14 @@ TEST(ConfigTest, SampleLocalCpuConfigLoads) {
 
 TEST(ConfigTest, RelativeModelPathResolvesAgainstConfigDir) {
   TempDir dir;
-  const std::string path = dir.WriteFile(
-      "c.yaml", "model: {path: sub/../w.gguf}\nnodes: [{name: a, host: h, devices: [cpu]}]\n");
+  const std::string path =
+      dir.WriteFile("c.yaml", "model: {path: sub/../w.gguf}\nnodes: [{name: a, host: h, devices: [cpu]}]\n");
   absl::StatusOr<ClusterConfig> c = LoadClusterConfig(path);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->model.path, dir.path() + "/w.gguf");
 
-  const std::string abs = dir.WriteFile(
-      "d.yaml", "model: {path: /abs/w.gguf}\nnodes: [{name: a, host: h, devices: [cpu]}]\n");
+  const std::string abs =
+      dir.WriteFile("d.yaml", "model: {path: /abs/w.gguf}\nnodes: [{name: a, host: h, devices: [cpu]}]\n");
   c = LoadClusterConfig(abs);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->model.path, "/abs/w.gguf");
@@ -179,8 +178,7 @@ const BadConfig kBadConfigs[] = {
     // Document shape.
     {"- a\n- b\n", "top level"},
     {"model: {path: m}\nnodez: []\n", "nodez: unknown key"},
-    {"model: {path: m}\nnodes: [{name: a, host: h, devices: [cpu]}]\nnodes: []\n",
-     "nodes: duplicate key"},
+    {"model: {path: m}\nnodes: [{name: a, host: h, devices: [cpu]}]\nnodes: []\n", "nodes: duplicate key"},
     {"model: {path: [unclosed\n", "invalid YAML"},
     // model
     {"nodes: [{name: a, host: h, devices: [cpu]}]\n", "model.path: required"},
@@ -215,8 +213,7 @@ const BadConfig kBadConfigs[] = {
     {"model: {path: m}\nnodes:\n  - {name: a, host: h, devices: [cpu]}\n"
      "  - {name: b, host: h, devices: [gpu7]}\n",
      "nodes[1].devices[0]: unknown device 'gpu7' (cpu or cuda:N)"},
-    {"model: {path: m}\nnodes: [{name: a, host: h, devices: [cpu, [x]]}]\n",
-     "nodes[0].devices[1]: expected a string"},
+    {"model: {path: m}\nnodes: [{name: a, host: h, devices: [cpu, [x]]}]\n", "nodes[0].devices[1]: expected a string"},
     {"model: {path: m}\nnodes: [{name: a, host: h, devices: [cuda:0, cuda:0]}]\n",
      "nodes[0].devices[1]: duplicate device 'cuda:0'"},
     {"model: {path: m}\nnodes:\n  - {name: a, host: h, devices: [cpu]}\n"
@@ -224,8 +221,7 @@ const BadConfig kBadConfigs[] = {
      "nodes[1].name: duplicate node name 'a'"},
     {"model: {path: m}\nnodes: [{name: a, host: h, devices: [cpu], launch: ssh}]\n",
      "nodes[0].launch: unknown launch mode 'ssh' (local or external)"},
-    {"model: {path: m}\nnodes: [{name: a, host: h, devices: [cpu], lanch: local}]\n",
-     "nodes[0].lanch: unknown key"},
+    {"model: {path: m}\nnodes: [{name: a, host: h, devices: [cpu], lanch: local}]\n", "nodes[0].lanch: unknown key"},
     // server
     {"model: {path: m}\nserver: {listen: localhost}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
      "server.listen: expected HOST:PORT"},
@@ -233,14 +229,10 @@ const BadConfig kBadConfigs[] = {
      "server.listen: expected HOST:PORT with a port"},
     {"model: {path: m}\nserver: {listen: 'h:-1'}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
      "server.listen: expected HOST:PORT with a port"},
-    {"model: {path: m}\nserver: {listen: 'h:70000'}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
-     "server.listen"},
-    {"model: {path: m}\nserver: {listen: ':80'}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
-     "server.listen"},
-    {"model: {path: m}\nserver: {listen: '::1:80'}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
-     "server.listen"},
-    {"model: {path: m}\nserver: {port: 80}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
-     "server.port: unknown key"},
+    {"model: {path: m}\nserver: {listen: 'h:70000'}\nnodes: [{name: a, host: h, devices: [cpu]}]\n", "server.listen"},
+    {"model: {path: m}\nserver: {listen: ':80'}\nnodes: [{name: a, host: h, devices: [cpu]}]\n", "server.listen"},
+    {"model: {path: m}\nserver: {listen: '::1:80'}\nnodes: [{name: a, host: h, devices: [cpu]}]\n", "server.listen"},
+    {"model: {path: m}\nserver: {port: 80}\nnodes: [{name: a, host: h, devices: [cpu]}]\n", "server.port: unknown key"},
     // scheduler
     {"model: {path: m}\nscheduler: {max_num_seqs: 0}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
      "scheduler.max_num_seqs: must be >= 1"},
@@ -287,11 +279,10 @@ TEST(ConfigTest, EveryErrorNamesItsKey) {
 }
 
 TEST(ConfigTest, ErrorsCarryTheLine) {
-  absl::StatusOr<ClusterConfig> c = ParseClusterConfig(
-      "model: {path: m}\nnodes:\n  - name: a\n    host: h\n    devices: [cpu, tpu]\n", "x.yaml");
+  absl::StatusOr<ClusterConfig> c =
+      ParseClusterConfig("model: {path: m}\nnodes:\n  - name: a\n    host: h\n    devices: [cpu, tpu]\n", "x.yaml");
   ASSERT_FALSE(c.ok());
-  EXPECT_EQ(StatusMessage(c.status()),
-            "x.yaml:5: nodes[0].devices[1]: unknown device 'tpu' (cpu or cuda:N)");
+  EXPECT_EQ(StatusMessage(c.status()), "x.yaml:5: nodes[0].devices[1]: unknown device 'tpu' (cpu or cuda:N)");
 }
 
 TEST(ConfigTest, NullSectionsMeanDefaults) {
@@ -306,9 +297,9 @@ TEST(ConfigTest, NullSectionsMeanDefaults) {
 
 TEST(ConfigTest, DraftForms) {
   const std::string nodes = "nodes: [{name: a, host: h, devices: [cpu]}, {name: b, host: h2, devices: [cpu]}]\n";
-  auto c = ParseClusterConfig("model: {path: m}\n" + nodes +
-                                  "draft: {self: {layers: 4}, num_tokens: 6, adaptive: false, max_batch: 0}\n",
-                              "self.yaml");
+  auto c = ParseClusterConfig(
+      "model: {path: m}\n" + nodes + "draft: {self: {layers: 4}, num_tokens: 6, adaptive: false, max_batch: 0}\n",
+      "self.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->draft.kind, DraftKind::kSelf);
   EXPECT_EQ(c->draft.self_layers, 4);

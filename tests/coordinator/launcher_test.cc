@@ -17,7 +17,8 @@ namespace {
 
 // Starts of a stand-in worker that exits with `code`, counted over `wait`.
 int StartsOfWorkerExiting(int code, std::chrono::milliseconds wait) {
-  const auto dir = std::filesystem::temp_directory_path() / ("cascade-launcher-" + std::to_string(::getpid()) + "-" + std::to_string(code));
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("cascade-launcher-" + std::to_string(::getpid()) + "-" + std::to_string(code));
   std::filesystem::create_directories(dir);
   const std::string script = (dir / "worker").string(), starts = (dir / "starts").string();
   std::ofstream(script) << "#!/bin/sh\necho start >> " << starts << "\nexit " << code << "\n";
@@ -37,9 +38,7 @@ int StartsOfWorkerExiting(int code, std::chrono::milliseconds wait) {
   return n;
 }
 
-TEST(LauncherTest, RestartsACrashedWorker) {
-  EXPECT_GE(StartsOfWorkerExiting(1, std::chrono::milliseconds(800)), 3);
-}
+TEST(LauncherTest, RestartsACrashedWorker) { EXPECT_GE(StartsOfWorkerExiting(1, std::chrono::milliseconds(800)), 3); }
 
 TEST(LauncherTest, DoesNotRestartAWorkerThatRefusesItsArguments) {
   EXPECT_EQ(StartsOfWorkerExiting(64, std::chrono::milliseconds(800)), 1);

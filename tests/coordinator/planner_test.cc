@@ -18,16 +18,14 @@ namespace {
 
 using ::testing::HasSubstr;
 
-PlannerInput Input(std::vector<int64_t> layers, int stages, int64_t embedding = 0,
-                   int64_t head = 0) {
+PlannerInput Input(std::vector<int64_t> layers, int stages, int64_t embedding = 0, int64_t head = 0) {
   PlannerInput in;
   in.layer_bytes = std::move(layers);
   in.pipeline_size = stages;
   in.embedding_bytes = embedding;
   in.head_bytes = head;
   for (int i = 0; i < stages + 1; ++i) {
-    in.devices.push_back({i < 2 ? "n0" : "n1", i < 2 ? "10.0.0.1" : "10.0.0.2",
-                          Device{DeviceKind::kCpu, 0}});
+    in.devices.push_back({i < 2 ? "n0" : "n1", i < 2 ? "10.0.0.1" : "10.0.0.2", Device{DeviceKind::kCpu, 0}});
   }
   return in;
 }
@@ -189,8 +187,7 @@ nodes:
 }
 
 TEST(PlannerTest, ToStringPrintsATable) {
-  absl::StatusOr<Plan> plan =
-      PlanStages(Input(std::vector<int64_t>(30, 3 << 20), 2, 10 << 20, 10 << 20));
+  absl::StatusOr<Plan> plan = PlanStages(Input(std::vector<int64_t>(30, 3 << 20), 2, 10 << 20, 10 << 20));
   ASSERT_TRUE(plan.ok()) << plan.status();
   const std::string table = plan->ToString();
   EXPECT_THAT(table, HasSubstr("stage"));

@@ -25,8 +25,8 @@ namespace {
 using ::cascade::testing::StatusMessage;
 using ::testing::HasSubstr;
 
-SchedulerOptions Options(int32_t n_blocks, int32_t block_size = 4, int max_num_seqs = 64,
-                         int max_batched_tokens = 2048, int in_flight = 1) {
+SchedulerOptions Options(int32_t n_blocks, int32_t block_size = 4, int max_num_seqs = 64, int max_batched_tokens = 2048,
+                         int in_flight = 1) {
   SchedulerOptions o;
   o.n_kv_blocks = n_blocks;
   o.kv_block_size = block_size;
@@ -102,8 +102,7 @@ class FakeWorker {
 
  private:
   int32_t& Slot(const BatchEntry& e, int64_t pos) {
-    return kv_[static_cast<size_t>(e.block_table[pos / block_size_]) * block_size_ +
-               pos % block_size_];
+    return kv_[static_cast<size_t>(e.block_table[pos / block_size_]) * block_size_ + pos % block_size_];
   }
   int32_t block_size_;
   std::vector<int32_t> kv_;
@@ -134,8 +133,7 @@ class Driver {
       EXPECT_LE(e.n_past + static_cast<int64_t>(e.tokens.size()), static_cast<int64_t>(h.size()));
       EXPECT_TRUE(std::equal(e.tokens.begin(), e.tokens.end(), h.begin() + e.n_past))
           << "sequence " << e.seq_id << " fed the wrong tokens at " << e.n_past;
-      EXPECT_EQ(e.wants_logits,
-                e.n_past + static_cast<int64_t>(e.tokens.size()) == static_cast<int64_t>(h.size()));
+      EXPECT_EQ(e.wants_logits, e.n_past + static_cast<int64_t>(e.tokens.size()) == static_cast<int64_t>(h.size()));
       EXPECT_TRUE(e.draft_slots == 0 || (!e.is_prefill && e.tokens.size() == 1u));
       EXPECT_GE(static_cast<int64_t>(e.block_table.size()) * sched.options().kv_block_size,
                 e.n_past + 1 + e.draft_slots);
@@ -523,11 +521,11 @@ TEST(SchedulerTest, InFlightSequencesAreNeverEvicted) {
 
   // Now the in-flight case proper.
   Driver e(Options(4, 4, /*max_num_seqs=*/1, 2048, /*in_flight=*/2));
-  e.Add(Spec(1, 8, 8));  // 2 blocks, needs a 3rd at position 8 (first decode).
-  e.Add(Spec(2, 7, 9));  // 2 blocks.
+  e.Add(Spec(1, 8, 8));          // 2 blocks, needs a 3rd at position 8 (first decode).
+  e.Add(Spec(2, 7, 9));          // 2 blocks.
   ASSERT_TRUE(e.ScheduleOne());  // [1]
   ASSERT_TRUE(e.ScheduleOne());  // [2]
-  e.CompleteOne();  // 1 wants a block; the newer 2 is in flight: 1 waits for it.
+  e.CompleteOne();               // 1 wants a block; the newer 2 is in flight: 1 waits for it.
   EXPECT_FALSE(e.sched.Schedule().has_value());
   EXPECT_EQ(e.sched.Lookup(1)->state, SequenceState::kRunning);
   EXPECT_EQ(e.sched.Stats().n_preemptions, 0);
@@ -738,7 +736,8 @@ void RandomisedStress(int32_t draft_k) {
     std::mt19937 rng(seed);
     const int in_flight = 1 + seed % 3;
     Driver d(Options(/*n_blocks=*/12, /*block_size=*/4, /*max_num_seqs=*/1 + seed % 5,
-                     /*max_batched_tokens=*/4 + seed % 13, in_flight), draft_k);
+                     /*max_batched_tokens=*/4 + seed % 13, in_flight),
+             draft_k);
     std::vector<int64_t> cancelled;
     int64_t next_id = 1;
     for (int step = 0; step < 2000; ++step) {

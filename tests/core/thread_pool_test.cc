@@ -1,5 +1,6 @@
-// Tests of cascade::ThreadPool: every index is covered exactly once, ranges are even, regions work after workers fell asleep, and dispatch is fast. To add a case, add a
-// TEST below; timing numbers are printed, never asserted (shared CI machines).
+// Tests of cascade::ThreadPool: every index is covered exactly once, ranges are even, regions work after workers fell
+// asleep, and dispatch is fast. To add a case, add a TEST below; timing numbers are printed, never asserted (shared CI
+// machines).
 #include "core/thread_pool.h"
 
 #include <atomic>
@@ -110,8 +111,7 @@ TEST(ThreadPoolTest, DispatchLatency) {
   for (int i = 0; i < kIters; ++i) {
     pool.ParallelFor(2, [&](int64_t begin, int64_t, int) { sink.fetch_add(begin, std::memory_order_relaxed); });
   }
-  const double us =
-      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+  const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
   std::printf("ThreadPool(2) fork/join: %.2f us per region\n", us / kIters);
   EXPECT_EQ(sink.load(), static_cast<int64_t>(kIters));
 }

@@ -29,9 +29,7 @@ Json Base() {
           {"max_position_embeddings", 2048}};
 }
 
-absl::StatusOr<ModelConfig> Parse(const Json& j) {
-  return ModelConfigFromHfJson(j.dump(), kSource);
-}
+absl::StatusOr<ModelConfig> Parse(const Json& j) { return ModelConfigFromHfJson(j.dump(), kSource); }
 
 void ExpectInvalid(const absl::StatusOr<ModelConfig>& c, const std::string& key,
                    absl::StatusCode code = absl::StatusCode::kInvalidArgument) {
@@ -189,8 +187,8 @@ TEST(HfConfigTest, RopeScalingLinearYarnDefault) {
 }
 
 TEST(HfConfigTest, MissingRequiredKeys) {
-  for (const char* key : {"model_type", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                          "intermediate_size", "vocab_size", "max_position_embeddings"}) {
+  for (const char* key : {"model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                          "vocab_size", "max_position_embeddings"}) {
     SCOPED_TRACE(key);
     Json j = Base();
     j.erase(key);

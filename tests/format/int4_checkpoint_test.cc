@@ -27,10 +27,10 @@ namespace cascade::model {
 namespace {
 
 using Json = nlohmann::json;
+using ::testing::HasSubstr;
 using testing::RawBytes;
 using testing::SafetensorsEntry;
 using testing::TempDir;
-using ::testing::HasSubstr;
 
 // An INT4 matrix [n_out, n_in]: quants 0..15 and, per (output, group of `group` inputs),
 // a zero point 0..15 and an f16 scale.
@@ -74,7 +74,8 @@ QuantMatrix Rtn(const float* w, int64_t n_out, int64_t n_in, int64_t group) {
       m.s.push_back(s);
       m.z.push_back(static_cast<uint8_t>(z));
       for (int64_t i = 0; i < group; ++i) {
-        m.q[o * n_in + g * group + i] = static_cast<uint8_t>(std::clamp(static_cast<int>(std::lround(x[i] / d)) + z, 0, 15));
+        m.q[o * n_in + g * group + i] =
+            static_cast<uint8_t>(std::clamp(static_cast<int>(std::lround(x[i] / d)) + z, 0, 15));
       }
     }
   }
@@ -139,8 +140,8 @@ std::vector<SafetensorsEntry> PackAwq(const std::string& p, const QuantMatrix& m
 }
 
 Json GptqConfig(int64_t group, bool v1 = true) {
-  return {{"quant_method", "gptq"}, {"bits", 4}, {"group_size", group}, {"desc_act", false},
-          {"sym", false}, {"checkpoint_format", v1 ? "gptq" : "gptq_v2"}};
+  return {{"quant_method", "gptq"}, {"bits", 4},    {"group_size", group},
+          {"desc_act", false},      {"sym", false}, {"checkpoint_format", v1 ? "gptq" : "gptq_v2"}};
 }
 Json AwqConfig(int64_t group) {
   return {{"quant_method", "awq"}, {"bits", 4}, {"group_size", group}, {"zero_point", true}, {"version", "gemm"}};
@@ -169,9 +170,10 @@ void ExpectDecodesExactly(const WeightSource& w, const std::string& name, const 
     ASSERT_TRUE(v.ok()) << v.status();
     std::vector<float> row(m.n_in);
     for (int64_t o = r0; o < r1; ++o) {
-      ASSERT_TRUE(kernels::cpu::DequantizeRow(DType::kI4_G128,
-                                              static_cast<const uint8_t*>(v->data) + (o - r0) * RowBytes(DType::kI4_G128, m.n_in),
-                                              row.data(), m.n_in)
+      ASSERT_TRUE(kernels::cpu::DequantizeRow(
+                      DType::kI4_G128,
+                      static_cast<const uint8_t*>(v->data) + (o - r0) * RowBytes(DType::kI4_G128, m.n_in), row.data(),
+                      m.n_in)
                       .ok());
       for (int64_t i = 0; i < m.n_in; ++i) ASSERT_EQ(row[i], m.Value(o, i)) << name << " row " << o << " input " << i;
     }
@@ -180,15 +182,20 @@ void ExpectDecodesExactly(const WeightSource& w, const std::string& name, const 
 
 TEST(Int4CheckpointTest, GptqAndAwqRepackExactly) {
   TempDir dir;
-  struct Case { const char* name; int64_t n_out, n_in, group, config_group; };
+  struct Case {
+    const char* name;
+    int64_t n_out, n_in, group, config_group;
+  };
   // 128-groups, a 256-group (each 128-block repeats its scale) and per-channel (-1).
-  for (const Case& c : {Case{"g128", 40, 384, 128, 128}, Case{"g256", 24, 512, 256, 256}, Case{"gm1", 16, 256, 256, -1}}) {
+  for (const Case& c :
+       {Case{"g128", 40, 384, 128, 128}, Case{"g256", 24, 512, 256, 256}, Case{"gm1", 16, 256, 256, -1}}) {
     SCOPED_TRACE(c.name);
     const QuantMatrix m = RandomQuant(c.n_out, c.n_in, c.group, 7);
     for (bool v1 : {true, false}) {
       std::vector<SafetensorsEntry> e = PackGptq("layer.proj", m, v1);
       e.push_back({"layer.bias", "F32", {c.n_out}, RawBytes(std::vector<float>(c.n_out, 0.5f))});
-      const std::string d = WriteCheckpoint(dir, std::string("gptq_") + c.name + (v1 ? "v1" : "v2"), GptqConfig(c.config_group, v1), e);
+      const std::string d =
+          WriteCheckpoint(dir, std::string("gptq_") + c.name + (v1 ? "v1" : "v2"), GptqConfig(c.config_group, v1), e);
       absl::StatusOr<std::unique_ptr<WeightSource>> w = OpenHfWeights(d);
       ASSERT_TRUE(w.ok()) << w.status();
       ExpectDecodesExactly(**w, "layer.proj.weight", m);
@@ -196,7 +203,8 @@ TEST(Int4CheckpointTest, GptqAndAwqRepackExactly) {
       EXPECT_EQ((*w)->FindTensor("layer.proj.qweight"), nullptr);
       EXPECT_EQ((*w)->tensors().size(), 2u);
     }
-    const std::string d = WriteCheckpoint(dir, std::string("awq_") + c.name, AwqConfig(c.config_group), PackAwq("layer.proj", m));
+    const std::string d =
+        WriteCheckpoint(dir, std::string("awq_") + c.name, AwqConfig(c.config_group), PackAwq("layer.proj", m));
     absl::StatusOr<std::unique_ptr<WeightSource>> w = OpenHfWeights(d);
     ASSERT_TRUE(w.ok()) << w.status();
     ExpectDecodesExactly(**w, "layer.proj.weight", m);
@@ -257,8 +265,8 @@ TEST(Int4CheckpointTest, BadTensorsNameTheTensor) {
   }
   {  // An input width the 128-groups cannot cover.
     const QuantMatrix narrow = RandomQuant(16, 64, 64, 5);
-    ExpectRefused(WriteCheckpoint(dir, "narrow", GptqConfig(-1), PackGptq("p", narrow, true)), StatusCode::kUnimplemented,
-                  "not a multiple of 128");
+    ExpectRefused(WriteCheckpoint(dir, "narrow", GptqConfig(-1), PackGptq("p", narrow, true)),
+                  StatusCode::kUnimplemented, "not a multiple of 128");
   }
 }
 
@@ -304,7 +312,8 @@ TEST(Int4CheckpointTest, TinyStoriesRunsFromGptqAndAwq) {
     return d;
   };
   std::vector<testing::Trace> traces;
-  for (const std::string& d : {write("gptq", GptqConfig(128), gptq), write("awq", AwqConfig(128), awq), write("f32", nullptr, f32)}) {
+  for (const std::string& d :
+       {write("gptq", GptqConfig(128), gptq), write("awq", AwqConfig(128), awq), write("f32", nullptr, f32)}) {
     absl::StatusOr<ModelFiles> files = OpenModelFiles(d);
     ASSERT_TRUE(files.ok()) << files.status();
     auto backend = kernels::MakeCpuBackend({});
@@ -315,7 +324,8 @@ TEST(Int4CheckpointTest, TinyStoriesRunsFromGptqAndAwq) {
     traces.push_back(*std::move(trace));
   }
   EXPECT_EQ(traces[0].ids, traces[1].ids);
-  for (size_t s = 0; s < traces[0].logits.size(); ++s) EXPECT_EQ(traces[0].logits[s], traces[1].logits[s]) << "step " << s;
+  for (size_t s = 0; s < traces[0].logits.size(); ++s)
+    EXPECT_EQ(traces[0].logits[s], traces[1].logits[s]) << "step " << s;
   EXPECT_EQ(traces[0].ids, traces[2].ids);
   for (size_t s = 0; s < traces[0].logits.size(); ++s) {
     EXPECT_LT(testing::RelL2(traces[2].logits[s], traces[0].logits[s]), 3e-2) << "step " << s;

@@ -55,14 +55,12 @@ std::vector<float> Iota(int n, float start = 0) {
 }
 
 // Opens `bytes` written to `file_name` in `dir`.
-absl::StatusOr<std::unique_ptr<SafetensorsSource>> OpenWritten(const TempDir& dir,
-                                                               const std::string& file_name,
+absl::StatusOr<std::unique_ptr<SafetensorsSource>> OpenWritten(const TempDir& dir, const std::string& file_name,
                                                                const std::string& bytes) {
   return SafetensorsSource::OpenFile(dir.WriteFile(file_name, bytes));
 }
 
-void ExpectError(const absl::Status& s, absl::StatusCode code,
-                 const std::vector<std::string>& must_mention) {
+void ExpectError(const absl::Status& s, absl::StatusCode code, const std::vector<std::string>& must_mention) {
   EXPECT_EQ(s.code(), code) << s;
   for (const std::string& part : must_mention) {
     EXPECT_THAT(StatusMessage(s), HasSubstr(part)) << "message should mention '" << part << "'";
@@ -241,8 +239,7 @@ TEST(SafetensorsTest, MissingTensorIsNotFound) {
   auto src = OpenWritten(dir, "m.safetensors", Build({{"w", "F32", {2, 2}, Bytes(Iota(4))}}));
   ASSERT_TRUE(src.ok()) << src.status();
   EXPECT_EQ((*src)->FindTensor("nope"), nullptr);
-  ExpectError((*src)->ReadRows("nope", 0, 1).status(), absl::StatusCode::kNotFound,
-              {"m.safetensors", "nope"});
+  ExpectError((*src)->ReadRows("nope", 0, 1).status(), absl::StatusCode::kNotFound, {"m.safetensors", "nope"});
   EXPECT_STATUS_CODE((*src)->Read("nope"), kNotFound);
 }
 
@@ -250,8 +247,7 @@ TEST(SafetensorsTest, BadRowRangeIsOutOfRange) {
   TempDir dir;
   auto src = OpenWritten(dir, "m.safetensors", Build({{"w", "F32", {2, 2}, Bytes(Iota(4))}}));
   ASSERT_TRUE(src.ok()) << src.status();
-  ExpectError((*src)->ReadRows("w", 0, 3).status(), absl::StatusCode::kOutOfRange,
-              {"m.safetensors", "'w'", "[0, 3)"});
+  ExpectError((*src)->ReadRows("w", 0, 3).status(), absl::StatusCode::kOutOfRange, {"m.safetensors", "'w'", "[0, 3)"});
   EXPECT_STATUS_CODE((*src)->ReadRows("w", -1, 1), kOutOfRange);
   EXPECT_STATUS_CODE((*src)->ReadRows("w", 2, 1), kOutOfRange);
 }
@@ -259,8 +255,7 @@ TEST(SafetensorsTest, BadRowRangeIsOutOfRange) {
 TEST(SafetensorsTest, MissingFileIsNotFound) {
   TempDir dir;
   const std::string path = dir.path() + "/absent.safetensors";
-  ExpectError(SafetensorsSource::OpenFile(path).status(), absl::StatusCode::kNotFound,
-              {"absent.safetensors"});
+  ExpectError(SafetensorsSource::OpenFile(path).status(), absl::StatusCode::kNotFound, {"absent.safetensors"});
 }
 
 // ---- Corrupt files: one test per problem ----------------------------------------------
@@ -269,8 +264,7 @@ TEST(SafetensorsBadFileTest, TruncatedHeaderLength) {
   TempDir dir;
   ExpectError(OpenWritten(dir, "short.safetensors", std::string("\x10\x00\x00", 3)).status(),
               absl::StatusCode::kDataLoss, {"short.safetensors", "truncated"});
-  ExpectError(OpenWritten(dir, "zero.safetensors", "").status(), absl::StatusCode::kDataLoss,
-              {"zero.safetensors"});
+  ExpectError(OpenWritten(dir, "zero.safetensors", "").status(), absl::StatusCode::kDataLoss, {"zero.safetensors"});
 }
 
 TEST(SafetensorsBadFileTest, TruncatedHeader) {
@@ -300,8 +294,8 @@ TEST(SafetensorsBadFileTest, AbsurdHeaderLength) {
   ExpectError(OpenWritten(dir, "huge.safetensors", bytes).status(), absl::StatusCode::kDataLoss,
               {"huge.safetensors", "exceeds"});
   // All ones: must not overflow the bounds arithmetic.
-  ExpectError(ParseSafetensorsHeader(std::string(8, '\xff') + "{}", "ones").status(),
-              absl::StatusCode::kDataLoss, {"ones"});
+  ExpectError(ParseSafetensorsHeader(std::string(8, '\xff') + "{}", "ones").status(), absl::StatusCode::kDataLoss,
+              {"ones"});
 }
 
 TEST(SafetensorsBadFileTest, InvalidJson) {
@@ -311,14 +305,14 @@ TEST(SafetensorsBadFileTest, InvalidJson) {
 }
 
 TEST(SafetensorsBadFileTest, HeaderNotAnObject) {
-  ExpectError(ParseSafetensorsHeader(FileBytes("[1, 2]"), "arr.safetensors").status(),
-              absl::StatusCode::kDataLoss, {"arr.safetensors", "array"});
+  ExpectError(ParseSafetensorsHeader(FileBytes("[1, 2]"), "arr.safetensors").status(), absl::StatusCode::kDataLoss,
+              {"arr.safetensors", "array"});
 }
 
 TEST(SafetensorsBadFileTest, DeeplyNestedJson) {
   const std::string deep = R"({"w":)" + std::string(1000, '[') + std::string(1000, ']') + "}";
-  ExpectError(ParseSafetensorsHeader(FileBytes(deep), "deep.safetensors").status(),
-              absl::StatusCode::kDataLoss, {"deep.safetensors", "nests"});
+  ExpectError(ParseSafetensorsHeader(FileBytes(deep), "deep.safetensors").status(), absl::StatusCode::kDataLoss,
+              {"deep.safetensors", "nests"});
 }
 
 TEST(SafetensorsBadFileTest, MissingFields) {
@@ -332,15 +326,15 @@ TEST(SafetensorsBadFileTest, MissingFields) {
   ExpectError(ParseSafetensorsHeader(FileBytes(bad_offsets, "abcd"), "f.safetensors").status(),
               absl::StatusCode::kDataLoss, {"'w'", "data_offsets"});
   const std::string not_object = R"({"w":[1,2,3]})";
-  ExpectError(ParseSafetensorsHeader(FileBytes(not_object), "f.safetensors").status(),
-              absl::StatusCode::kDataLoss, {"'w'"});
+  ExpectError(ParseSafetensorsHeader(FileBytes(not_object), "f.safetensors").status(), absl::StatusCode::kDataLoss,
+              {"'w'"});
 }
 
 TEST(SafetensorsBadFileTest, OffsetsPastEnd) {
   TempDir dir;
   const std::string header = R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})";
-  ExpectError(OpenWritten(dir, "past.safetensors", FileBytes(header, "12345678")).status(),
-              absl::StatusCode::kDataLoss, {"past.safetensors", "'w'", "past the end"});
+  ExpectError(OpenWritten(dir, "past.safetensors", FileBytes(header, "12345678")).status(), absl::StatusCode::kDataLoss,
+              {"past.safetensors", "'w'", "past the end"});
 }
 
 TEST(SafetensorsBadFileTest, ReversedOffsets) {
@@ -359,18 +353,16 @@ TEST(SafetensorsBadFileTest, SizeDoesNotMatchShape) {
   TempDir dir;
   // [2, 3] F32 needs 24 bytes; the offsets give 20.
   const std::string header = R"({"w.weight":{"dtype":"F32","shape":[2,3],"data_offsets":[0,20]}})";
-  ExpectError(
-      OpenWritten(dir, "size.safetensors", FileBytes(header, std::string(24, 'x'))).status(),
-      absl::StatusCode::kDataLoss, {"size.safetensors", "'w.weight'", "24", "20"});
+  ExpectError(OpenWritten(dir, "size.safetensors", FileBytes(header, std::string(24, 'x'))).status(),
+              absl::StatusCode::kDataLoss, {"size.safetensors", "'w.weight'", "24", "20"});
 }
 
 TEST(SafetensorsBadFileTest, OverlappingTensors) {
   TempDir dir;
   const std::string header = R"({"first":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
                              R"("second":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})";
-  ExpectError(
-      OpenWritten(dir, "overlap.safetensors", FileBytes(header, std::string(12, 'x'))).status(),
-      absl::StatusCode::kDataLoss, {"overlap.safetensors", "'first'", "'second'", "overlap"});
+  ExpectError(OpenWritten(dir, "overlap.safetensors", FileBytes(header, std::string(12, 'x'))).status(),
+              absl::StatusCode::kDataLoss, {"overlap.safetensors", "'first'", "'second'", "overlap"});
 }
 
 TEST(SafetensorsBadFileTest, UnsupportedDtype) {
@@ -382,42 +374,38 @@ TEST(SafetensorsBadFileTest, UnsupportedDtype) {
 
 TEST(SafetensorsBadFileTest, UnknownDtype) {
   const std::string header = R"({"w":{"dtype":"F99","shape":[1],"data_offsets":[0,4]}})";
-  ExpectError(ParseSafetensorsHeader(FileBytes(header, "1234"), "u.safetensors").status(),
-              absl::StatusCode::kDataLoss, {"u.safetensors", "'w'", "F99"});
+  ExpectError(ParseSafetensorsHeader(FileBytes(header, "1234"), "u.safetensors").status(), absl::StatusCode::kDataLoss,
+              {"u.safetensors", "'w'", "F99"});
 }
 
 TEST(SafetensorsBadFileTest, AbsurdShape) {
   TempDir dir;
   // 2^60 x 2^60 elements overflows int64.
-  const std::string overflow =
-      R"({"big":{"dtype":"F32","shape":[1152921504606846976,1152921504606846976],)"
-      R"("data_offsets":[0,4]}})";
-  ExpectError(OpenWritten(dir, "big.safetensors", FileBytes(overflow, "1234")).status(),
-              absl::StatusCode::kDataLoss, {"big.safetensors", "'big'", "overflow"});
+  const std::string overflow = R"({"big":{"dtype":"F32","shape":[1152921504606846976,1152921504606846976],)"
+                               R"("data_offsets":[0,4]}})";
+  ExpectError(OpenWritten(dir, "big.safetensors", FileBytes(overflow, "1234")).status(), absl::StatusCode::kDataLoss,
+              {"big.safetensors", "'big'", "overflow"});
   // 2^60 F32 elements: 2^62 bytes, which the file cannot hold.
-  const std::string huge =
-      R"({"big":{"dtype":"F32","shape":[1152921504606846976],"data_offsets":[0,4]}})";
-  ExpectError(OpenWritten(dir, "big2.safetensors", FileBytes(huge, "1234")).status(),
-              absl::StatusCode::kDataLoss, {"big2.safetensors", "'big'"});
+  const std::string huge = R"({"big":{"dtype":"F32","shape":[1152921504606846976],"data_offsets":[0,4]}})";
+  ExpectError(OpenWritten(dir, "big2.safetensors", FileBytes(huge, "1234")).status(), absl::StatusCode::kDataLoss,
+              {"big2.safetensors", "'big'"});
   // 2^61 F32 elements: the byte count overflows.
-  const std::string bytes_overflow =
-      R"({"big":{"dtype":"F32","shape":[4,576460752303423488],"data_offsets":[0,4]}})";
-  ExpectError(ParseSafetensorsHeader(FileBytes(bytes_overflow, "1234"), "b3").status(),
-              absl::StatusCode::kDataLoss, {"b3", "'big'", "overflow"});
+  const std::string bytes_overflow = R"({"big":{"dtype":"F32","shape":[4,576460752303423488],"data_offsets":[0,4]}})";
+  ExpectError(ParseSafetensorsHeader(FileBytes(bytes_overflow, "1234"), "b3").status(), absl::StatusCode::kDataLoss,
+              {"b3", "'big'", "overflow"});
   // Above INT64_MAX.
-  const std::string above =
-      R"({"big":{"dtype":"F32","shape":[18446744073709551615],"data_offsets":[0,4]}})";
-  ExpectError(ParseSafetensorsHeader(FileBytes(above, "1234"), "b4").status(),
-              absl::StatusCode::kDataLoss, {"b4", "'big'", "too large"});
+  const std::string above = R"({"big":{"dtype":"F32","shape":[18446744073709551615],"data_offsets":[0,4]}})";
+  ExpectError(ParseSafetensorsHeader(FileBytes(above, "1234"), "b4").status(), absl::StatusCode::kDataLoss,
+              {"b4", "'big'", "too large"});
 }
 
 TEST(SafetensorsBadFileTest, NegativeOrNonIntegerShape) {
   const std::string neg = R"({"w":{"dtype":"F32","shape":[-1,4],"data_offsets":[0,0]}})";
-  ExpectError(ParseSafetensorsHeader(FileBytes(neg), "n.safetensors").status(),
-              absl::StatusCode::kDataLoss, {"n.safetensors", "'w'", "negative"});
+  ExpectError(ParseSafetensorsHeader(FileBytes(neg), "n.safetensors").status(), absl::StatusCode::kDataLoss,
+              {"n.safetensors", "'w'", "negative"});
   const std::string frac = R"({"w":{"dtype":"F32","shape":[1.5],"data_offsets":[0,0]}})";
-  ExpectError(ParseSafetensorsHeader(FileBytes(frac), "n.safetensors").status(),
-              absl::StatusCode::kDataLoss, {"'w'", "integer"});
+  ExpectError(ParseSafetensorsHeader(FileBytes(frac), "n.safetensors").status(), absl::StatusCode::kDataLoss,
+              {"'w'", "integer"});
 }
 
 TEST(SafetensorsBadFileTest, TooManyDimensions) {
@@ -431,8 +419,8 @@ TEST(SafetensorsBadFileTest, InvalidUtf8Name) {
   const std::string header =
       "{\"bad\xC3\x28name\":{\"dtype\":\"F32\",\"shape\":[1],"
       "\"data_offsets\":[0,4]}}";
-  ExpectError(OpenWritten(dir, "utf8.safetensors", FileBytes(header, "1234")).status(),
-              absl::StatusCode::kDataLoss, {"utf8.safetensors", "UTF-8", "bad"});
+  ExpectError(OpenWritten(dir, "utf8.safetensors", FileBytes(header, "1234")).status(), absl::StatusCode::kDataLoss,
+              {"utf8.safetensors", "UTF-8", "bad"});
   // An overlong encoding of '/' and an encoded surrogate are invalid too.
   for (const char* bad : {"\xC0\xAF", "\xED\xA0\x80", "\xF4\x90\x80\x80", "\xFF"}) {
     const std::string h = std::string("{\"x") + bad +
@@ -465,12 +453,10 @@ struct ShardedFixture {
   std::vector<float> norm = Iota(4, 300);
 
   void WriteShards() const {
-    dir.WriteFile(
-        "model-00001-of-00002.safetensors",
-        Build({{"embed", "F32", {6, 4}, Bytes(embed)}, {"layer0", "F32", {3, 4}, Bytes(layer0)}}));
-    dir.WriteFile(
-        "model-00002-of-00002.safetensors",
-        Build({{"layer1", "F32", {5, 4}, Bytes(layer1)}, {"norm", "F32", {4}, Bytes(norm)}}));
+    dir.WriteFile("model-00001-of-00002.safetensors",
+                  Build({{"embed", "F32", {6, 4}, Bytes(embed)}, {"layer0", "F32", {3, 4}, Bytes(layer0)}}));
+    dir.WriteFile("model-00002-of-00002.safetensors",
+                  Build({{"layer1", "F32", {5, 4}, Bytes(layer1)}, {"norm", "F32", {4}, Bytes(norm)}}));
   }
   static Json Index() {
     return {{"metadata", {{"total_size", 1000}}},
@@ -480,9 +466,7 @@ struct ShardedFixture {
               {"layer1", "model-00002-of-00002.safetensors"},
               {"norm", "model-00002-of-00002.safetensors"}}}};
   }
-  void WriteIndex(const Json& index) const {
-    dir.WriteFile("model.safetensors.index.json", index.dump(2));
-  }
+  void WriteIndex(const Json& index) const { dir.WriteFile("model.safetensors.index.json", index.dump(2)); }
 };
 
 TEST(SafetensorsDirTest, ReadsRowsAcrossShards) {
@@ -527,8 +511,7 @@ TEST(SafetensorsDirTest, ReadsRowsAcrossShards) {
 TEST(SafetensorsDirTest, MissingShardIsNotFound) {
   ShardedFixture f;
   f.dir.WriteFile("model-00001-of-00002.safetensors",
-                  Build({{"embed", "F32", {6, 4}, Bytes(f.embed)},
-                         {"layer0", "F32", {3, 4}, Bytes(f.layer0)}}));
+                  Build({{"embed", "F32", {6, 4}, Bytes(f.embed)}, {"layer0", "F32", {3, 4}, Bytes(f.layer0)}}));
   f.WriteIndex(ShardedFixture::Index());
   ExpectError(SafetensorsSource::OpenDirectory(f.dir.path()).status(), absl::StatusCode::kNotFound,
               {"model.safetensors.index.json", "model-00002-of-00002.safetensors", "layer1"});
@@ -556,13 +539,10 @@ TEST(SafetensorsDirTest, IndexNamesWrongShard) {
 
 TEST(SafetensorsDirTest, TensorInTwoShards) {
   ShardedFixture f;
-  f.dir.WriteFile("model-00001-of-00002.safetensors",
-                  Build({{"embed", "F32", {6, 4}, Bytes(f.embed)}}));
-  f.dir.WriteFile("model-00002-of-00002.safetensors",
-                  Build({{"embed", "F32", {6, 4}, Bytes(f.embed)}}));
-  f.WriteIndex({{"weight_map",
-                 {{"embed", "model-00001-of-00002.safetensors"},
-                  {"other", "model-00002-of-00002.safetensors"}}}});
+  f.dir.WriteFile("model-00001-of-00002.safetensors", Build({{"embed", "F32", {6, 4}, Bytes(f.embed)}}));
+  f.dir.WriteFile("model-00002-of-00002.safetensors", Build({{"embed", "F32", {6, 4}, Bytes(f.embed)}}));
+  f.WriteIndex(
+      {{"weight_map", {{"embed", "model-00001-of-00002.safetensors"}, {"other", "model-00002-of-00002.safetensors"}}}});
   ExpectError(SafetensorsSource::OpenDirectory(f.dir.path()).status(), absl::StatusCode::kDataLoss,
               {"'embed'", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"});
 }
@@ -589,8 +569,7 @@ TEST(SafetensorsDirTest, BadIndex) {
   ExpectError(SafetensorsSource::OpenDirectory(f.dir.path()).status(), absl::StatusCode::kDataLoss,
               {"'embed'", "invalid shard name"});
   f.WriteIndex({{"weight_map", {{"embed", 7}}}});
-  ExpectError(SafetensorsSource::OpenDirectory(f.dir.path()).status(), absl::StatusCode::kDataLoss,
-              {"'embed'"});
+  ExpectError(SafetensorsSource::OpenDirectory(f.dir.path()).status(), absl::StatusCode::kDataLoss, {"'embed'"});
 }
 
 TEST(SafetensorsDirTest, EmptyOrMissingDirectoryIsNotFound) {

@@ -31,8 +31,7 @@ std::string ByteLevelJson(const std::string& merges) {
 
 TEST(TokenizerJson, ByteLevelWithStringMerges) {
   TempDir dir;
-  auto tok = TokenizerFromHfJson(
-      dir.WriteFile("tokenizer.json", ByteLevelJson(R"(["a b", "ab c", "Ġ abc"])")));
+  auto tok = TokenizerFromHfJson(dir.WriteFile("tokenizer.json", ByteLevelJson(R"(["a b", "ab c", "Ġ abc"])")));
   ASSERT_TRUE(tok.ok()) << tok.status();
   EXPECT_EQ((*tok)->kind(), TokenizerSpec::Kind::kByteLevelBpe);
   EXPECT_EQ((*tok)->Encode("abc abc", false), (std::vector<int32_t>{5, 6}));
@@ -44,8 +43,8 @@ TEST(TokenizerJson, ByteLevelWithStringMerges) {
 
 TEST(TokenizerJson, ByteLevelWithPairMerges) {
   TempDir dir;
-  auto tok = TokenizerFromHfJson(
-      dir.WriteFile("tokenizer.json", ByteLevelJson(R"([["a", "b"], ["ab", "c"], ["Ġ", "abc"]])")));
+  auto tok =
+      TokenizerFromHfJson(dir.WriteFile("tokenizer.json", ByteLevelJson(R"([["a", "b"], ["ab", "c"], ["Ġ", "abc"]])")));
   ASSERT_TRUE(tok.ok()) << tok.status();
   EXPECT_EQ((*tok)->Encode("abc abc", false), (std::vector<int32_t>{5, 6}));
 }
@@ -114,8 +113,7 @@ TEST(TokenizerJson, Errors) {
       "vocab": {"a": "zero"}, "merges": []}, "pre_tokenizer": {"type": "ByteLevel"}})"));
   EXPECT_STATUS_CODE(wrong_type, kInvalidArgument);
 
-  auto unigram = TokenizerFromHfJson(
-      dir.WriteFile("t2.json", R"({"model": {"type": "Unigram", "vocab": []}})"));
+  auto unigram = TokenizerFromHfJson(dir.WriteFile("t2.json", R"({"model": {"type": "Unigram", "vocab": []}})"));
   EXPECT_STATUS_CODE(unigram, kUnimplemented);
   EXPECT_THAT(std::string(unigram.status().message()), HasSubstr("Unigram"));
 

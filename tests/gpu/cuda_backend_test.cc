@@ -74,7 +74,8 @@ std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {
 
 // Random weights [n_out, n_in] stored as `dtype` (seeded), and their exact values as the
 // CPU's DequantizeRow decodes them.
-std::vector<uint8_t> RandomWeights(DType dtype, int64_t n_out, int64_t n_in, uint32_t seed, std::vector<float>* decoded) {
+std::vector<uint8_t> RandomWeights(DType dtype, int64_t n_out, int64_t n_in, uint32_t seed,
+                                   std::vector<float>* decoded) {
   const std::vector<float> wf = Random(n_out * n_in, seed);
   std::vector<uint8_t> w(RowBytes(dtype, n_in) * n_out);
   decoded->resize(n_out * n_in);
@@ -103,8 +104,8 @@ double RelL2(const std::vector<float>& got, const std::vector<float>& want) {
 
 TEST_F(CudaBackendTest, LinearMatchesDoublePrecisionReference) {
   const int64_t n_out = 100, n_in = 256;  // 100 rows: the last block of warps is partial.
-  const std::pair<DType, double> cases[] = {{DType::kF32, 1e-5}, {DType::kF16, 2e-3}, {DType::kBF16, 1e-2},
-                                            {DType::kQ8_0, 1e-5}, {DType::kQ4_0, 1e-5}, {DType::kQ4_1, 1e-5},
+  const std::pair<DType, double> cases[] = {{DType::kF32, 1e-5},    {DType::kF16, 2e-3},  {DType::kBF16, 1e-2},
+                                            {DType::kQ8_0, 1e-5},   {DType::kQ4_0, 1e-5}, {DType::kQ4_1, 1e-5},
                                             {DType::kI4_G128, 1e-5}};
   for (const auto& [dtype, bound] : cases) {
     std::vector<float> decoded;
@@ -160,7 +161,8 @@ TEST_F(CudaBackendTest, LinearPartsMatchDoublePrecisionPerPart) {
         for (int64_t t = 0; t < n_tokens; ++t) {
           for (int64_t o = 0; o < rows[p]; ++o) {
             double s = p == 1 ? bias[o] : 0.0;
-            for (int64_t i = 0; i < n_in; ++i) s += static_cast<double>(x[t * n_in + i]) * decoded[(first + o) * n_in + i];
+            for (int64_t i = 0; i < n_in; ++i)
+              s += static_cast<double>(x[t * n_in + i]) * decoded[(first + o) * n_in + i];
             want[t * rows[p] + o] = s;
           }
         }
@@ -176,8 +178,12 @@ TEST_F(CudaBackendTest, ElementwiseOpsMatchTheCpuBackend) {
   const int64_t n = 7, d = 384, head_dim = 64;
   const std::vector<float> x = Random(n * d, 4), g = Random(n * d, 5), w = Random(d, 6);
   DeviceBuffer dx = Up(x), dg = Up(g), dw = Up(w);
-  const auto view = [&](const DeviceBuffer& b, int64_t rows, int64_t cols) { return b.View(DType::kF32, {rows, cols}); };
-  const auto host = [](std::vector<float>& v, int64_t rows, int64_t cols) { return TensorView(v.data(), DType::kF32, {rows, cols}); };
+  const auto view = [&](const DeviceBuffer& b, int64_t rows, int64_t cols) {
+    return b.View(DType::kF32, {rows, cols});
+  };
+  const auto host = [](std::vector<float>& v, int64_t rows, int64_t cols) {
+    return TensorView(v.data(), DType::kF32, {rows, cols});
+  };
   {  // RmsNorm.
     DeviceBuffer out = Poisoned(n * d);
     ASSERT_TRUE(gpu_->RmsNorm(view(out, n, d), view(dx, n, d), dw.View(DType::kF32, {d}), 1e-5f).ok());
@@ -210,12 +216,13 @@ TEST_F(CudaBackendTest, ElementwiseOpsMatchTheCpuBackend) {
 TEST_F(CudaBackendTest, EmbeddingDecodesEveryWeightType) {
   const int64_t n_vocab = 50, n_embd = 128;
   const std::vector<int32_t> ids = {0, 49, 7, 7, 23};
-  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
-                      DType::kI4_G128}) {
+  for (DType dtype :
+       {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kI4_G128}) {
     const std::vector<float> tf = Random(n_vocab * n_embd, 8);
     std::vector<uint8_t> table(RowBytes(dtype, n_embd) * n_vocab);
     for (int64_t r = 0; r < n_vocab; ++r) {
-      ASSERT_TRUE(cpu::QuantizeRow(dtype, tf.data() + r * n_embd, table.data() + r * RowBytes(dtype, n_embd), n_embd).ok());
+      ASSERT_TRUE(
+          cpu::QuantizeRow(dtype, tf.data() + r * n_embd, table.data() + r * RowBytes(dtype, n_embd), n_embd).ok());
     }
     DeviceBuffer dt = Up(table.data(), table.size()), out = Poisoned(ids.size() * n_embd);
     const int64_t n_ids = static_cast<int64_t>(ids.size());
@@ -230,10 +237,10 @@ TEST_F(CudaBackendTest, EmbeddingDecodesEveryWeightType) {
   const std::vector<int32_t> bad = {50};
   EXPECT_EQ(gpu_->Embedding(out.View(DType::kF32, {1, n_embd}), dt.View(DType::kF32, {n_vocab, n_embd}), bad).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(gpu_->Linear(out.View(DType::kF32, {1, 1}), out.View(DType::kF32, {1, 256}),
-                         dt.View(DType::kQ4_K, {1, 256}), {})
-                .code(),
-            absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(
+      gpu_->Linear(out.View(DType::kF32, {1, 1}), out.View(DType::kF32, {1, 256}), dt.View(DType::kQ4_K, {1, 256}), {})
+          .code(),
+      absl::StatusCode::kUnimplemented);
 }
 
 // Paged attention over shuffled block tables: a prefill chunk crossing the 256-key split
@@ -264,10 +271,11 @@ TEST_F(CudaBackendTest, PagedAttentionMatchesTheCpuBackend) {
     const std::vector<float> q = Random(rows * n_heads * head_dim, 14);
     DeviceBuffer dkc = Up(kc), dvc = Up(vc), dk = Up(k), dv = Up(v), dq = Up(q);
     DeviceBuffer out = Poisoned(rows * n_heads * head_dim);
-    KvCacheLayer gc{dkc.View(DType::kF32, {n_blocks, bs, n_kv, head_dim}), dvc.View(DType::kF32, {n_blocks, bs, n_kv, head_dim}),
-                    bs, n_kv, head_dim};
+    KvCacheLayer gc{dkc.View(DType::kF32, {n_blocks, bs, n_kv, head_dim}),
+                    dvc.View(DType::kF32, {n_blocks, bs, n_kv, head_dim}), bs, n_kv, head_dim};
     const AttentionParams params{n_heads, 1.0f / std::sqrt(static_cast<float>(head_dim))};
-    ASSERT_TRUE(gpu_->WriteKv(gc, dk.View(DType::kF32, {rows, kv_dim}), dv.View(DType::kF32, {rows, kv_dim}), seqs).ok());
+    ASSERT_TRUE(
+        gpu_->WriteKv(gc, dk.View(DType::kF32, {rows, kv_dim}), dv.View(DType::kF32, {rows, kv_dim}), seqs).ok());
     ASSERT_TRUE(gpu_->Attention(out.View(DType::kF32, {rows, n_heads * head_dim}),
                                 dq.View(DType::kF32, {rows, n_heads * head_dim}), gc, seqs, params)
                     .ok());
@@ -324,7 +332,8 @@ SampleResult ReferenceSample(std::span<const float> z, const SampleRow& r, bool*
     double mass = 0;
     int64_t cut = 0;
     while (cut < keep && mass / top_k_mass < r.top_p) mass += w[order[cut++]];
-    *near_boundary |= close(mass / top_k_mass, r.top_p) || (cut > 0 && close((mass - w[order[cut - 1]]) / top_k_mass, r.top_p));
+    *near_boundary |=
+        close(mass / top_k_mass, r.top_p) || (cut > 0 && close((mass - w[order[cut - 1]]) / top_k_mass, r.top_p));
     keep = cut;
   }
   std::vector<bool> kept(n, false);
@@ -382,7 +391,8 @@ TEST_F(CudaBackendTest, SampleFollowsTheDoublePrecisionReference) {
     int compared = 0, accepted = 0;
     for (int64_t r = 0; r < n_rows; ++r) {
       bool near = false;
-      const SampleResult want = ReferenceSample({logits.data() + r * n_vocab, static_cast<size_t>(n_vocab)}, rows[r], &near);
+      const SampleResult want =
+          ReferenceSample({logits.data() + r * n_vocab, static_cast<size_t>(n_vocab)}, rows[r], &near);
       if (near) continue;
       ++compared;
       accepted += want.accepted;

@@ -108,11 +108,12 @@ TEST_F(CudaTransformerTest, Stories260kDecodesTheGolden) {
 // the GPU (1e-2, 3e-2); the quantized types see the CPU's 8-bit activation rounding (5e-2).
 TEST_F(CudaTransformerTest, RandomModelsOfEveryWeightTypeMatchTheCpu) {
   testing::TempDir dir;
-  const std::pair<DType, double> cases[] = {{DType::kF32, 1e-4}, {DType::kF16, 1e-2}, {DType::kBF16, 3e-2},
+  const std::pair<DType, double> cases[] = {{DType::kF32, 1e-4},  {DType::kF16, 1e-2},  {DType::kBF16, 3e-2},
                                             {DType::kQ8_0, 5e-2}, {DType::kQ4_0, 5e-2}, {DType::kQ4_1, 5e-2}};
   for (const auto& [type, bound] : cases) {
     const std::string path = dir.path() + "/" + std::string(DTypeName(type)) + ".gguf";
-    testing::WriteRandomModel({.weight_type = type, .tied = type == DType::kQ8_0, .qkv_bias = type == DType::kF16}, path);
+    testing::WriteRandomModel({.weight_type = type, .tied = type == DType::kQ8_0, .qkv_bias = type == DType::kF16},
+                              path);
     ExpectGpuMatchesCpu(path, bound);
   }
 }
@@ -153,7 +154,8 @@ TEST_F(CudaTransformerTest, NcclTp2MatchesOneGpu) {
         g.rank = r;
         g.size = 2;
         CASCADE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Backend> backend, MakeGpu(r));
-        CASCADE_ASSIGN_OR_RETURN(std::unique_ptr<comm::Communicator> c, comm::NcclCommunicator::Create(g, &rendezvous, r));
+        CASCADE_ASSIGN_OR_RETURN(std::unique_ptr<comm::Communicator> c,
+                                 comm::NcclCommunicator::Create(g, &rendezvous, r));
         CASCADE_ASSIGN_OR_RETURN(std::unique_ptr<Transformer> t,
                                  Transformer::Load(*files, backend.get(), {.tp_rank = r, .tp_size = 2}, c.get()));
         return testing::Generate(*t, prompt, 8);

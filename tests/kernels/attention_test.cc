@@ -22,8 +22,8 @@ struct Case {
 };
 
 void PrintTo(const Case& c, std::ostream* os) {
-  *os << c.n_heads << "h/" << c.n_kv_heads << "kv d" << c.head_dim << " bs" << c.block_size
-      << " t" << c.threads << " seqs:";
+  *os << c.n_heads << "h/" << c.n_kv_heads << "kv d" << c.head_dim << " bs" << c.block_size << " t" << c.threads
+      << " seqs:";
   for (auto [p, n] : c.seqs) *os << " (" << p << "+" << n << ")";
 }
 
@@ -65,8 +65,10 @@ void RunCase(const Case& c) {
     const int64_t p = c.seqs[s].first;
     if (p == 0) continue;
     AttentionSeq past{0, p, 0, tables[s]};
-    ASSERT_TRUE(backend->WriteKv(cache, TensorView(hist_k[s].data(), DType::kF32, {p, kv_dim}),
-                                 TensorView(hist_v[s].data(), DType::kF32, {p, kv_dim}), {&past, 1}).ok());
+    ASSERT_TRUE(backend
+                    ->WriteKv(cache, TensorView(hist_k[s].data(), DType::kF32, {p, kv_dim}),
+                              TensorView(hist_v[s].data(), DType::kF32, {p, kv_dim}), {&past, 1})
+                    .ok());
   }
   std::vector<float> k_new(n_rows * kv_dim), v_new(n_rows * kv_dim), q(n_rows * q_dim), out(n_rows * q_dim, NAN);
   for (auto& x : q) x = normal(rng);
@@ -78,12 +80,14 @@ void RunCase(const Case& c) {
     seqs.push_back({row, n, p, tables[s]});
     row += n;
   }
-  ASSERT_TRUE(backend->WriteKv(cache, TensorView(k_new.data(), DType::kF32, {n_rows, kv_dim}),
-                               TensorView(v_new.data(), DType::kF32, {n_rows, kv_dim}), seqs).ok());
+  ASSERT_TRUE(backend
+                  ->WriteKv(cache, TensorView(k_new.data(), DType::kF32, {n_rows, kv_dim}),
+                            TensorView(v_new.data(), DType::kF32, {n_rows, kv_dim}), seqs)
+                  .ok());
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  absl::Status st = backend->Attention(TensorView(out.data(), DType::kF32, {n_rows, q_dim}),
-                                       TensorView(q.data(), DType::kF32, {n_rows, q_dim}), cache, seqs,
-                                       {c.n_heads, scale});
+  absl::Status st =
+      backend->Attention(TensorView(out.data(), DType::kF32, {n_rows, q_dim}),
+                         TensorView(q.data(), DType::kF32, {n_rows, q_dim}), cache, seqs, {c.n_heads, scale});
   ASSERT_TRUE(st.ok()) << st;
 
   // Naive reference: per sequence, row, head: softmax over positions [0, own position].
@@ -128,24 +132,23 @@ TEST_P(AttentionTest, MatchesNaiveDouble) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Cases, AttentionTest,
-    ::testing::Values(Case{4, 2, 16, 16, {{0, 1}}, 1},          // First token.
-                      Case{4, 2, 16, 16, {{0, 15}}, 1},         // Inside one block.
-                      Case{4, 2, 16, 16, {{0, 16}}, 1},         // Exactly one block.
-                      Case{4, 2, 16, 16, {{0, 17}}, 2},         // Crosses into a second block.
-                      Case{8, 4, 8, 16, {{0, 100}}, 2},         // Prefill over 7 blocks.
-                      Case{9, 3, 64, 16, {{47, 1}}, 1},         // SmolLM2 shape, decode.
-                      Case{9, 3, 64, 16, {{31, 1}, {0, 5}, {16, 3}}, 2},  // Mixed batch.
-                      Case{4, 1, 32, 8, {{63, 2}}, 1},          // MQA, small blocks.
-                      Case{4, 4, 16, 32, {{5, 40}}, 2},         // MHA, prefill after history.
-                      Case{9, 3, 64, 16, {{699, 1}}, 1},        // Long context, decode.
-                      Case{9, 3, 64, 16, {{699, 1}}, 2},        // Same, positions split.
-                      Case{8, 2, 128, 16, {{700, 1}}, 2},       // head_dim 128, split, ragged end.
-                      Case{8, 2, 128, 16, {{690, 3}}, 1},       // head_dim 128, short verify.
-                      Case{6, 2, 48, 8, {{300, 1}, {0, 2}}, 2},  // Block 8, one split row.
-                      Case{2, 1, 256, 32, {{200, 1}}, 2},       // head_dim 256, block 32.
-                      Case{4, 2, 24, 16, {{400, 1}}, 2}));      // head_dim not a multiple of 16.
+INSTANTIATE_TEST_SUITE_P(Cases, AttentionTest,
+                         ::testing::Values(Case{4, 2, 16, 16, {{0, 1}}, 1},   // First token.
+                                           Case{4, 2, 16, 16, {{0, 15}}, 1},  // Inside one block.
+                                           Case{4, 2, 16, 16, {{0, 16}}, 1},  // Exactly one block.
+                                           Case{4, 2, 16, 16, {{0, 17}}, 2},  // Crosses into a second block.
+                                           Case{8, 4, 8, 16, {{0, 100}}, 2},  // Prefill over 7 blocks.
+                                           Case{9, 3, 64, 16, {{47, 1}}, 1},  // SmolLM2 shape, decode.
+                                           Case{9, 3, 64, 16, {{31, 1}, {0, 5}, {16, 3}}, 2},  // Mixed batch.
+                                           Case{4, 1, 32, 8, {{63, 2}}, 1},                    // MQA, small blocks.
+                                           Case{4, 4, 16, 32, {{5, 40}}, 2},    // MHA, prefill after history.
+                                           Case{9, 3, 64, 16, {{699, 1}}, 1},   // Long context, decode.
+                                           Case{9, 3, 64, 16, {{699, 1}}, 2},   // Same, positions split.
+                                           Case{8, 2, 128, 16, {{700, 1}}, 2},  // head_dim 128, split, ragged end.
+                                           Case{8, 2, 128, 16, {{690, 3}}, 1},  // head_dim 128, short verify.
+                                           Case{6, 2, 48, 8, {{300, 1}, {0, 2}}, 2},  // Block 8, one split row.
+                                           Case{2, 1, 256, 32, {{200, 1}}, 2},        // head_dim 256, block 32.
+                                           Case{4, 2, 24, 16, {{400, 1}}, 2}));       // head_dim not a multiple of 16.
 
 TEST(AttentionErrors, BadBlockTableIsInvalidArgument) {
   auto backend = MakeCpuBackend({});

@@ -23,7 +23,8 @@ TEST(ElementwiseTest, RmsNorm) {
     auto x = Random(rows * n, 1), w = Random(n, 2);
     std::vector<float> out(rows * n);
     ASSERT_TRUE(b->RmsNorm(TensorView(out.data(), DType::kF32, {rows, n}), TensorView(x.data(), DType::kF32, {rows, n}),
-                           TensorView(w.data(), DType::kF32, {n}), 1e-5f).ok());
+                           TensorView(w.data(), DType::kF32, {n}), 1e-5f)
+                    .ok());
     for (int64_t r = 0; r < rows; ++r) {
       double ss = 0;
       for (int64_t i = 0; i < n; ++i) ss += double(x[r * n + i]) * x[r * n + i];
@@ -39,7 +40,8 @@ TEST(ElementwiseTest, SiluMul) {
   auto g = Random(n, 3), u = Random(n, 4);
   std::vector<float> out(n);
   ASSERT_TRUE(b->SiluMul(TensorView(out.data(), DType::kF32, {1, n}), TensorView(g.data(), DType::kF32, {1, n}),
-                         TensorView(u.data(), DType::kF32, {1, n})).ok());
+                         TensorView(u.data(), DType::kF32, {1, n}))
+                  .ok());
   for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(out[i], g[i] / (1 + std::exp(-double(g[i]))) * u[i], 1e-5);
 }
 
@@ -74,9 +76,9 @@ TEST(ElementwiseTest, EmbeddingRejectsOutOfRangeIds) {
   auto b = MakeCpuBackend({});
   std::vector<float> table(4 * 8), out(8);
   const std::vector<int32_t> ids = {4};
-  EXPECT_STATUS_CODE(b->Embedding(TensorView(out.data(), DType::kF32, {1, 8}),
-                                  TensorView(table.data(), DType::kF32, {4, 8}), ids),
-                     kInvalidArgument);
+  EXPECT_STATUS_CODE(
+      b->Embedding(TensorView(out.data(), DType::kF32, {1, 8}), TensorView(table.data(), DType::kF32, {4, 8}), ids),
+      kInvalidArgument);
 }
 
 }  // namespace

@@ -127,8 +127,7 @@ std::vector<double> NaiveDequant(DType dtype, const uint8_t* p, int64_t n) {
         }
       }
       break;
-    default:
-      ADD_FAILURE() << "no naive dequantizer for " << DTypeName(dtype);
+    default: ADD_FAILURE() << "no naive dequantizer for " << DTypeName(dtype);
   }
   return y;
 }
@@ -143,21 +142,17 @@ struct Case {
   bool packed = false;  // Through PackedWeight + LinearPacked.
   std::string ToString() const {
     std::ostringstream s;
-    s << DTypeName(dtype) << " isa=" << CpuIsaName(isa) << " n_tokens=" << n_tokens
-      << " n_out=" << n_out << " n_in=" << n_in << " threads=" << n_threads
-      << (packed ? " packed" : "");
+    s << DTypeName(dtype) << " isa=" << CpuIsaName(isa) << " n_tokens=" << n_tokens << " n_out=" << n_out
+      << " n_in=" << n_in << " threads=" << n_threads << (packed ? " packed" : "");
     return s.str();
   }
 };
 
 int64_t ActBlock(DType d) {
   switch (ActivationFormatFor(d)) {
-    case ActivationFormat::kQ8Block:
-      return 32;
-    case ActivationFormat::kQ8K:
-      return 256;
-    default:
-      return 0;
+    case ActivationFormat::kQ8Block: return 32;
+    case ActivationFormat::kQ8K: return 256;
+    default: return 0;
   }
 }
 
@@ -208,8 +203,7 @@ void RunCase(const Case& c) {
   const int64_t ab = ActBlock(c.dtype);
   double err2 = 0, ref2 = 0;
   for (int64_t r = 0; r < c.n_out; ++r) {
-    const std::vector<double> wr =
-        NaiveDequant(c.dtype, w.data() + r * RowBytes(c.dtype, c.n_in), c.n_in);
+    const std::vector<double> wr = NaiveDequant(c.dtype, w.data() + r * RowBytes(c.dtype, c.n_in), c.n_in);
     for (int64_t t = 0; t < c.n_tokens; ++t) {
       const float* xt = x.data() + t * c.n_in;
       double ref = 0, abs_sum = 0, quant_bound = 0;
@@ -317,12 +311,9 @@ TEST(LinearTest, PackedRowsDequantizeExactly) {
     }
   }
   std::vector<uint8_t> buf(4096);
-  EXPECT_STATUS_CODE(PackedWeight::Pack(TensorView(buf.data(), DType::kQ4_K, {2, 256})).status(),
-                     kUnimplemented);
-  EXPECT_STATUS_CODE(PackedWeight::Pack(TensorView(buf.data(), DType::kF32, {2, 64})).status(),
-                     kUnimplemented);
-  EXPECT_STATUS_CODE(PackedWeight::Pack(TensorView(buf.data(), DType::kQ8_0, {2, 2, 64})).status(),
-                     kInvalidArgument);
+  EXPECT_STATUS_CODE(PackedWeight::Pack(TensorView(buf.data(), DType::kQ4_K, {2, 256})).status(), kUnimplemented);
+  EXPECT_STATUS_CODE(PackedWeight::Pack(TensorView(buf.data(), DType::kF32, {2, 64})).status(), kUnimplemented);
+  EXPECT_STATUS_CODE(PackedWeight::Pack(TensorView(buf.data(), DType::kQ8_0, {2, 2, 64})).status(), kInvalidArgument);
 }
 
 TEST(LinearTest, AllDTypesAllIsasAgainstNaiveReference) {
@@ -360,8 +351,7 @@ TEST(LinearTest, QuantizedActivationsAreReusable) {
   // Activations prepared for the wrong family are refused.
   std::vector<uint8_t> wk = MakeWeights(DType::kQ4_K, 3, n_in, &rng);
   std::vector<float> o(n_tokens * 3);
-  EXPECT_STATUS_CODE(LinearQuantized(o.data(), q, TensorView(wk.data(), DType::kQ4_K, {3, n_in}),
-                                     nullptr),
+  EXPECT_STATUS_CODE(LinearQuantized(o.data(), q, TensorView(wk.data(), DType::kQ4_K, {3, n_in}), nullptr),
                      kInvalidArgument);
 }
 
@@ -410,7 +400,8 @@ TEST(LinearTest, StackedPartsMatchSeparateProjections) {
           r0 = 0;
           for (int i = 0; i < 3; ++i) {  // Packed vs GGUF layout: same sums, maybe another order.
             for (size_t j = 0; j < want[i].size(); ++j) {
-              ASSERT_NEAR(got_packed[i][j], want[i][j], 1e-4f * (1 + std::fabs(want[i][j]))) << "part " << i << " " << j;
+              ASSERT_NEAR(got_packed[i][j], want[i][j], 1e-4f * (1 + std::fabs(want[i][j])))
+                  << "part " << i << " " << j;
             }
           }
         }
@@ -438,32 +429,24 @@ TEST(LinearTest, RejectsBadInputs) {
   std::vector<uint8_t> buf(1 << 16);
   std::vector<float> x(4096), out(4096);
   // Unsupported dtypes.
-  EXPECT_STATUS_CODE(Linear(out.data(), x.data(), TensorView(buf.data(), DType::kI32, {4, 64}), 1,
-                            nullptr),
+  EXPECT_STATUS_CODE(Linear(out.data(), x.data(), TensorView(buf.data(), DType::kI32, {4, 64}), 1, nullptr),
                      kUnimplemented);
-  EXPECT_STATUS_CODE(Linear(out.data(), x.data(), TensorView(buf.data(), DType::kQ8_K, {4, 256}),
-                            1, nullptr),
+  EXPECT_STATUS_CODE(Linear(out.data(), x.data(), TensorView(buf.data(), DType::kQ8_K, {4, 256}), 1, nullptr),
                      kUnimplemented);
   // n_in not a multiple of the block.
-  EXPECT_STATUS_CODE(Linear(out.data(), x.data(), TensorView(buf.data(), DType::kQ4_1, {4, 48}), 1,
-                            nullptr),
+  EXPECT_STATUS_CODE(Linear(out.data(), x.data(), TensorView(buf.data(), DType::kQ4_1, {4, 48}), 1, nullptr),
                      kInvalidArgument);
-  EXPECT_STATUS_CODE(Linear(out.data(), x.data(), TensorView(buf.data(), DType::kQ4_K, {4, 512 + 32}),
-                            1, nullptr),
+  EXPECT_STATUS_CODE(Linear(out.data(), x.data(), TensorView(buf.data(), DType::kQ4_K, {4, 512 + 32}), 1, nullptr),
                      kInvalidArgument);
   // Not 2-D.
-  EXPECT_STATUS_CODE(Linear(out.data(), x.data(), TensorView(buf.data(), DType::kF32, {2, 4, 64}),
-                            1, nullptr),
+  EXPECT_STATUS_CODE(Linear(out.data(), x.data(), TensorView(buf.data(), DType::kF32, {2, 4, 64}), 1, nullptr),
                      kInvalidArgument);
-  EXPECT_STATUS_CODE(Linear(out.data(), x.data(), TensorView(buf.data(), DType::kF32, {4, 64}), -1,
-                            nullptr),
+  EXPECT_STATUS_CODE(Linear(out.data(), x.data(), TensorView(buf.data(), DType::kF32, {4, 64}), -1, nullptr),
                      kInvalidArgument);
-  EXPECT_STATUS_CODE(Linear(out.data(), nullptr, TensorView(buf.data(), DType::kF32, {4, 64}), 1,
-                            nullptr),
+  EXPECT_STATUS_CODE(Linear(out.data(), nullptr, TensorView(buf.data(), DType::kF32, {4, 64}), 1, nullptr),
                      kInvalidArgument);
   // Zero tokens is fine and writes nothing.
-  EXPECT_TRUE(Linear(out.data(), x.data(), TensorView(buf.data(), DType::kQ4_0, {4, 64}), 0, nullptr)
-                  .ok());
+  EXPECT_TRUE(Linear(out.data(), x.data(), TensorView(buf.data(), DType::kQ4_0, {4, 64}), 0, nullptr).ok());
   EXPECT_TRUE(LinearSupports(DType::kQ6_K));
   EXPECT_FALSE(LinearSupports(DType::kQ8_K));
 }

@@ -26,7 +26,7 @@ TEST(QuantizeLayoutTest, Q4_0NibbleOrder) {
   float y[32];
   ASSERT_TRUE(DequantizeRow(DType::kQ4_0, &b, y, 32).ok());
   for (int j = 0; j < 16; ++j) {
-    EXPECT_EQ(y[j], j - 8.0f);            // Low nibble: element j.
+    EXPECT_EQ(y[j], j - 8.0f);              // Low nibble: element j.
     EXPECT_EQ(y[j + 16], (15 - j) - 8.0f);  // High nibble: element j + 16.
   }
 }
@@ -55,8 +55,8 @@ TEST(QuantizeLayoutTest, I4G128WordsAndZeroPoint) {
   BlockI4G128 b{};
   b.d = kHalf;
   b.z = F32ToF16(3.0f);
-  b.qs[0] = 0x76543210u;  // Elements 0..7 hold quants 0..7.
-  b.qs[15] = 0xf0000000u; // Element 127 holds 15, 120..126 hold 0.
+  b.qs[0] = 0x76543210u;   // Elements 0..7 hold quants 0..7.
+  b.qs[15] = 0xf0000000u;  // Element 127 holds 15, 120..126 hold 0.
   float y[128];
   ASSERT_TRUE(DequantizeRow(DType::kI4_G128, &b, y, 128).ok());
   for (int j = 0; j < 8; ++j) EXPECT_EQ(y[j], 0.5f * (j - 3.0f)) << j;
@@ -115,12 +115,9 @@ double RoundTripBound(DType dtype, const float* x, int64_t n) {
   }
   const double f16 = std::ldexp(1.0, -10);
   switch (dtype) {
-    case DType::kF32:
-      return 0;
-    case DType::kF16:
-      return amax * std::ldexp(1.0, -11) + 6e-8;
-    case DType::kBF16:
-      return amax * std::ldexp(1.0, -8);
+    case DType::kF32: return 0;
+    case DType::kF16: return amax * std::ldexp(1.0, -11) + 6e-8;
+    case DType::kBF16: return amax * std::ldexp(1.0, -8);
     case DType::kQ8_0:  // Step amax/127, rounding to nearest.
       return amax / 254 + amax * f16;
     case DType::kQ4_0:  // Step amax/8; +amax maps to 8, clamped to 7: one full step.
@@ -148,16 +145,14 @@ double RoundTripBound(DType dtype, const float* x, int64_t n) {
         max_range = std::max(max_range, h - l);
         max_min = std::max(max_min, -l);
       }
-      return max_range / 15 * (0.5 + 1.0 / 63) + max_min / 126 + (max_range + max_min) * f16 +
-             max_range / 30;
+      return max_range / 15 * (0.5 + 1.0 / 63) + max_min / 126 + (max_range + max_min) * f16 + max_range / 30;
     }
     case DType::kQ6_K: {
       // Group steps amax_g/32, scales rounded to 1/127 of the largest: half a step plus the
       // scale rounding over 32 quants; clamping at 31 costs at most one more step.
       return amax / 32 + amax / 127 + amax * f16;
     }
-    default:
-      return 0;
+    default: return 0;
   }
 }
 
@@ -193,10 +188,7 @@ TEST(QuantizeRoundTripTest, WithinBounds) {
       // outlier trial, whose block steps are coarse by design; its elementwise bound held.)
       if (trial == 2) continue;
       const double rel = std::sqrt(err2 / std::max(ref2, 1e-30));
-      const double limit = IsQuantized(dtype) ? (BlockBytes(dtype) * 8.0 / BlockElems(dtype) > 7
-                                                     ? 0.02
-                                                     : 0.2)
-                                              : 0.005;
+      const double limit = IsQuantized(dtype) ? (BlockBytes(dtype) * 8.0 / BlockElems(dtype) > 7 ? 0.02 : 0.2) : 0.005;
       EXPECT_LT(rel, limit) << "trial " << trial;
     }
   }

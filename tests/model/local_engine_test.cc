@@ -198,7 +198,8 @@ TEST_F(RandomEngineTest, StopIdsAndStrings) {
   r.stops.stop_ids = {free->token_ids[2]};
   auto stopped = engine_->Generate(r);
   ASSERT_TRUE(stopped.ok());
-  const size_t first = std::find(free->token_ids.begin(), free->token_ids.end(), free->token_ids[2]) - free->token_ids.begin();
+  const size_t first =
+      std::find(free->token_ids.begin(), free->token_ids.end(), free->token_ids[2]) - free->token_ids.begin();
   EXPECT_EQ(stopped->token_ids.size(), first + 1);
   EXPECT_EQ(stopped->finish_reason, text::FinishReason::kStop);
   // A stop string made of two generated characters ends the text before it.

@@ -70,9 +70,10 @@ std::vector<absl::StatusOr<Trace>> RunTp(const ModelFiles& files, int tp, const 
         CASCADE_ASSIGN_OR_RETURN(std::unique_ptr<comm::Communicator> comm,
                                  comm::UcxCommunicator::Create(options, &rendezvous));
         auto backend = MakeBackend(memory);
-        CASCADE_ASSIGN_OR_RETURN(std::unique_ptr<Transformer> t,
-                                 Transformer::Load(files, backend.get(), {.tp_rank = r, .tp_size = tp, .fuse_projections = fuse},
-                                                   comm.get()));
+        CASCADE_ASSIGN_OR_RETURN(
+            std::unique_ptr<Transformer> t,
+            Transformer::Load(files, backend.get(), {.tp_rank = r, .tp_size = tp, .fuse_projections = fuse},
+                              comm.get()));
         if (t->tp_shard().tp_rank != r || t->CacheOptions(4, 16).n_kv_heads != t->tp_shard().n_kv_heads()) {
           return absl::InternalError("shard does not match the rank");
         }
@@ -185,7 +186,8 @@ TEST(TpTransformerTest, SmolLm2Tp2GreedyMatches) {
       const double gap = l[ref->ids[s]] - l[got[0]->ids[s]];
       double max_abs = 0;
       for (float x : l) max_abs = std::max(max_abs, double(std::fabs(x)));
-      EXPECT_LT(gap, kTieFraction * max_abs) << "step " << s << ": TP=2 picked " << got[0]->ids[s] << ", TP=1 " << ref->ids[s];
+      EXPECT_LT(gap, kTieFraction * max_abs)
+          << "step " << s << ": TP=2 picked " << got[0]->ids[s] << ", TP=1 " << ref->ids[s];
       std::printf("[ info ] diverged at step %zu within a tie (gap %.3g)\n", s, gap);
       break;
     }
@@ -290,7 +292,9 @@ TEST(BackendMemoryTest, WeightsLiveInBackendMemory) {
     const kernels::AttentionSeq seq{0, 3, 0, table};
     const int64_t last = 2;
     std::vector<float> logits(V, NAN);
-    ASSERT_TRUE((*t)->Forward({tokens, pos, {&seq, 1}, {&last, 1}}, *cache, TensorView(logits.data(), DType::kF32, {1, V})).ok());
+    ASSERT_TRUE(
+        (*t)->Forward({tokens, pos, {&seq, 1}, {&last, 1}}, *cache, TensorView(logits.data(), DType::kF32, {1, V}))
+            .ok());
     EXPECT_EQ(backend.bytes_out(), static_cast<size_t>(V) * sizeof(float));  // The logits, nothing else.
     EXPECT_EQ(backend.bytes_in(), loaded);  // Ids, positions and tables travel as op arguments.
     for (float x : logits) ASSERT_TRUE(std::isfinite(x));
@@ -306,8 +310,7 @@ TEST(TpTransformerTest, LoadRefusesBadGroups) {
   auto files = OpenModelFiles(path);
   ASSERT_TRUE(files.ok());
   auto backend = kernels::MakeCpuBackend({});
-  EXPECT_STATUS_CODE(Transformer::Load(*files, backend.get(), {.tp_rank = 0, .tp_size = 2}, nullptr),
-                     kInvalidArgument);
+  EXPECT_STATUS_CODE(Transformer::Load(*files, backend.get(), {.tp_rank = 0, .tp_size = 2}, nullptr), kInvalidArgument);
   // A single-rank group cannot serve as rank 0 of 2.
   comm::InProcessRendezvous rendezvous;
   comm::GroupOptions options;

@@ -22,7 +22,9 @@ using Mat = std::vector<double>;  // Row-major.
 struct RefModel {
   ModelConfig c;
   Mat embd, out_norm, output;
-  struct Layer { Mat attn_norm, wq, wk, wv, bq, bk, bv, wo, ffn_norm, gate, up, down; };
+  struct Layer {
+    Mat attn_norm, wq, wk, wv, bq, bk, bv, wo, ffn_norm, gate, up, down;
+  };
   std::vector<Layer> layers;
 };
 
@@ -34,7 +36,8 @@ Mat Load(const GgufFile& f, const std::string& name) {
   const int64_t cols = t->Cols(), row_bytes = RowBytes(t->dtype, cols);
   for (int64_t r = 0; r < t->Rows(); ++r) {
     EXPECT_TRUE(kernels::cpu::DequantizeRow(t->dtype, static_cast<const uint8_t*>(v->data) + r * row_bytes,
-                                            tmp.data() + r * cols, cols).ok());
+                                            tmp.data() + r * cols, cols)
+                    .ok());
   }
   return Mat(tmp.begin(), tmp.end());
 }
@@ -201,8 +204,8 @@ TEST_P(TransformerTest, MatchesNaiveDoubleForward) {
   };
   run(0, 37);
   for (int64_t p = 37; p < 41; ++p) run(p, 1);
-  std::printf("[ info ] %s: worst relative L2 logit error %.3g (bound %.3g)\n",
-              std::string(DTypeName(tc.type)).c_str(), worst, tc.bound);
+  std::printf("[ info ] %s: worst relative L2 logit error %.3g (bound %.3g)\n", std::string(DTypeName(tc.type)).c_str(),
+              worst, tc.bound);
 }
 
 // Bounds: f32/f16/bf16 weights reach the reference's own (dequantized) weights exactly,
@@ -212,9 +215,9 @@ TEST_P(TransformerTest, MatchesNaiveDoubleForward) {
 INSTANTIATE_TEST_SUITE_P(
     Types, TransformerTest,
     ::testing::Values(Case{DType::kF32, 1e-4}, Case{DType::kF32, 1e-4, true, false, 2},
-                      Case{DType::kF32, 1e-4, false, true}, Case{DType::kF16, 1e-4},
-                      Case{DType::kBF16, 1e-4}, Case{DType::kQ8_0, 3e-2}, Case{DType::kQ4_0, 3e-2, false, false, 2},
-                      Case{DType::kQ4_1, 3e-2}, Case{DType::kQ4_K, 3e-2}, Case{DType::kQ6_K, 3e-2, true},
+                      Case{DType::kF32, 1e-4, false, true}, Case{DType::kF16, 1e-4}, Case{DType::kBF16, 1e-4},
+                      Case{DType::kQ8_0, 3e-2}, Case{DType::kQ4_0, 3e-2, false, false, 2}, Case{DType::kQ4_1, 3e-2},
+                      Case{DType::kQ4_K, 3e-2}, Case{DType::kQ6_K, 3e-2, true},
                       // Tied and packed (on AVX-512): the embedding lookup reads the LM head's packed rows.
                       Case{DType::kQ8_0, 3e-2, true}, Case{DType::kQ4_1, 3e-2, true, false, 2}));
 
@@ -240,7 +243,8 @@ TEST(TransformerBatchTest, BatchedEqualsSeparate) {
     const int64_t last = ids.size() - 1;
     kernels::AttentionSeq s{0, static_cast<int64_t>(ids.size()), 0, table};
     std::vector<float> logits(V);
-    EXPECT_TRUE((*t)->Forward({ids, pos, {&s, 1}, {&last, 1}}, *cache, TensorView(logits.data(), DType::kF32, {1, V})).ok());
+    EXPECT_TRUE(
+        (*t)->Forward({ids, pos, {&s, 1}, {&last, 1}}, *cache, TensorView(logits.data(), DType::kF32, {1, V})).ok());
     return logits;
   };
   const auto la = alone(a, ta), lb = alone(b, tb);

@@ -58,8 +58,8 @@ void CheckLossless(bool one_hot_draft, uint64_t seed) {
         drafts[i] = d(sampler);
       }
     }
-    const VerifyResult r = VerifyDrafts(p, one_hot_draft ? std::span<const float>() : std::span<const float>(q),
-                                        drafts, V, sampler);
+    const VerifyResult r =
+        VerifyDrafts(p, one_hot_draft ? std::span<const float>() : std::span<const float>(q), drafts, V, sampler);
     ASSERT_GE(r.n_accepted, 0);
     ASSERT_LE(r.n_accepted, K);
     for (int i = 0; i < r.n_accepted; ++i) {

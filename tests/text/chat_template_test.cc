@@ -11,8 +11,8 @@
 
 #include "model/format/gguf.h"
 #include "model/format/tokenizer_files.h"
-#include "text/tokenizer.h"
 #include "tests/test_support.h"
+#include "text/tokenizer.h"
 
 namespace cascade::text {
 namespace {
@@ -70,15 +70,13 @@ TEST(ChatTemplateTest, RendersSharedConversation) {
     ASSERT_TRUE(named.ok()) << named.status();
     EXPECT_EQ(*named, c.kind);
     EXPECT_EQ(ChatTemplateName(c.kind), c.name);
-    EXPECT_EQ(ApplyChatTemplate(c.kind, Conversation(), /*add_generation_prompt=*/true),
-              c.expected);
+    EXPECT_EQ(ApplyChatTemplate(c.kind, Conversation(), /*add_generation_prompt=*/true), c.expected);
   }
 }
 
 TEST(ChatTemplateTest, WithoutGenerationPromptOrSystem) {
   const std::vector<ChatMessage> user_only = {{"user", "  Hello  "}};
-  EXPECT_EQ(ApplyChatTemplate(ChatTemplateKind::kChatMl, user_only, false),
-            "<|im_start|>user\n  Hello  <|im_end|>\n");
+  EXPECT_EQ(ApplyChatTemplate(ChatTemplateKind::kChatMl, user_only, false), "<|im_start|>user\n  Hello  <|im_end|>\n");
   EXPECT_EQ(ApplyChatTemplate(ChatTemplateKind::kLlama2, user_only, false), "[INST] Hello [/INST]");
   EXPECT_EQ(ApplyChatTemplate(ChatTemplateKind::kLlama3, user_only, false),
             "<|start_header_id|>user<|end_header_id|>\n\nHello<|eot_id|>");

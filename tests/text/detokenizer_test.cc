@@ -8,8 +8,8 @@
 
 #include "model/format/gguf.h"
 #include "model/format/tokenizer_files.h"
-#include "text/tokenizer.h"
 #include "tests/test_support.h"
+#include "text/tokenizer.h"
 
 namespace cascade::text {
 namespace {
@@ -81,7 +81,7 @@ TEST(DetokenizerTest, TakeCompleteUtf8Cases) {
       {"abc", false, "abc", ""},
       {"a\xE6\x97", false, "a", "\xE6\x97"},  // Partial 日.
       {"a\xE6\x97", true, "a\xEF\xBF\xBD", ""},
-      {"\xC0\xAF", false, "\xEF\xBF\xBD\xEF\xBF\xBD", ""},  // Overlong: both invalid.
+      {"\xC0\xAF", false, "\xEF\xBF\xBD\xEF\xBF\xBD", ""},                  // Overlong: both invalid.
       {"\xED\xA0\x80", false, "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD", ""},  // Surrogate.
       {"\x80", false, "\xEF\xBF\xBD", ""},                                  // Stray continuation.
   };

@@ -19,11 +19,11 @@
 #include <thread>
 #include <vector>
 
-#include "text/detokenizer.h"
 #include "model/format/gguf.h"
 #include "model/format/tokenizer_files.h"
-#include "text/tokenizer.h"
 #include "tests/test_support.h"
+#include "text/detokenizer.h"
+#include "text/tokenizer.h"
 
 namespace cascade::text {
 namespace {
@@ -92,8 +92,8 @@ TEST_P(TokenizerVocabConformance, EncodesEveryVectorAndDecodesBack) {
     if (ids == expected[i]) {
       ++n_encoded;
     } else {
-      ADD_FAILURE() << GetParam() << " vector " << i << " '" << tests[i] << "'\n  got      "
-                    << Ids(ids) << "\n  expected " << Ids(expected[i]);
+      ADD_FAILURE() << GetParam() << " vector " << i << " '" << tests[i] << "'\n  got      " << Ids(ids)
+                    << "\n  expected " << Ids(expected[i]);
     }
     // Decoding gives the input back. For SPM the dummy-prefix space added by Encode is
     // the one the first decoded token drops, so no exception is needed here.
@@ -101,8 +101,7 @@ TEST_P(TokenizerVocabConformance, EncodesEveryVectorAndDecodesBack) {
     if (decoded == tests[i]) {
       ++n_decoded;
     } else {
-      ADD_FAILURE() << GetParam() << " vector " << i << " decodes to '" << decoded << "', not '"
-                    << tests[i] << "'";
+      ADD_FAILURE() << GetParam() << " vector " << i << " decodes to '" << decoded << "', not '" << tests[i] << "'";
     }
     // Streaming gives the same text.
     Detokenizer detok(*tok);
@@ -122,8 +121,7 @@ TEST_P(TokenizerVocabConformance, EncodesEveryVectorAndDecodesBack) {
 }
 
 INSTANTIATE_TEST_SUITE_P(TokenizerConformance, TokenizerVocabConformance,
-                         ::testing::Values("gpt-2", "llama-spm", "llama-bpe", "qwen2"),
-                         [](const auto& info) {
+                         ::testing::Values("gpt-2", "llama-spm", "llama-bpe", "qwen2"), [](const auto& info) {
                            std::string s = info.param;
                            for (char& c : s)
                              if (c == '-') c = '_';
@@ -141,15 +139,14 @@ const std::vector<Golden>& Stories260KGoldens() {
       {"Once upon a time, there was a little girl named Lily.",
        {403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426}},
       {"Hello world", {346, 306, 414, 263, 304, 341}},
-      {" leading space and  two  spaces", {410, 278, 411, 380, 299, 262, 427, 412, 331, 269,
-                                           410, 259, 424, 414, 410, 262, 427, 412, 331, 419}},
-      {"Tim had 123 apples and 4567 pears.", {326, 381, 410, 475, 479, 472, 261, 339, 305, 419, 269,
-                                              410, 484, 480, 490, 491, 282, 411, 295, 419, 426}},
+      {" leading space and  two  spaces",
+       {410, 278, 411, 380, 299, 262, 427, 412, 331, 269, 410, 259, 424, 414, 410, 262, 427, 412, 331, 419}},
+      {"Tim had 123 apples and 4567 pears.",
+       {326, 381, 410, 475, 479, 472, 261, 339, 305, 419, 269, 410, 484, 480, 490, 491, 282, 411, 295, 419, 426}},
       {"Ünïcödé ½ months 😀 日本語",
        {410, 198, 159, 416, 198, 178, 429, 198, 185, 418, 485, 410, 197, 192, 284, 289, 413,
         415, 419, 410, 243, 162, 155, 131, 410, 233, 154, 168, 233, 159, 175, 235, 173, 161}},
-      {"tabs\tand\nnew lines\n\n",
-       {259, 412, 430, 419, 12, 412, 264, 13, 416, 411, 424, 278, 271, 406, 13, 13}},
+      {"tabs\tand\nnew lines\n\n", {259, 412, 430, 419, 12, 412, 264, 13, 416, 411, 424, 278, 271, 406, 13, 13}},
   };
   return *g;
 }
@@ -157,15 +154,12 @@ const std::vector<Golden>& Stories260KGoldens() {
 // From tests/golden/tokenizer_goldens.py (Hugging Face tokenizers on tokenizer.json).
 const std::vector<Golden>& TinyStories656KGoldens() {
   static const auto* g = new std::vector<Golden>{
-      {"Once upon a time, there was a little girl named Lily.",
-       {80, 147, 201, 282, 215, 286, 598, 629, 10}},
+      {"Once upon a time, there was a little girl named Lily.", {80, 147, 201, 282, 215, 286, 598, 629, 10}},
       {"Hello world", {80, 1288, 139, 410, 555}},
-      {" leading space and  two  spaces",
-       {80, 80, 656, 56, 149, 415, 53, 1735, 80, 1209, 80, 415, 53, 1499}},
+      {" leading space and  two  spaces", {80, 80, 656, 56, 149, 415, 53, 1735, 80, 1209, 80, 415, 53, 1499}},
       {"Tim had 123 apples and 4567 pears.",
        {80, 285, 198, 12, 13, 14, 85, 68, 125, 791, 15, 16, 17, 18, 80, 549, 101, 71, 10}},
-      {"Ünïcödé ½ months 😀 日本語",
-       {80, 0, 66, 0, 55, 0, 56, 0, 80, 0, 80, 1225, 83, 89, 0, 80, 0}},
+      {"Ünïcödé ½ months 😀 日本語", {80, 0, 66, 0, 55, 0, 56, 0, 80, 0, 80, 1225, 83, 89, 0, 80, 0}},
       {"tabs\tand\nnew lines\n\n", {80, 292, 54, 71, 0, 1059, 3, 342, 64, 96, 233, 3, 3}},
   };
   return *g;
@@ -179,13 +173,11 @@ const std::vector<Golden>& SmolLm2Goldens() {
        {6403, 1980, 253, 655, 28, 665, 436, 253, 1838, 8180, 3365, 14176, 30}},
       {"Hello world", {19556, 905}},
       {" leading space and  two  spaces", {2899, 1898, 284, 216, 827, 216, 5600}},
-      {"Tim had 123 apples and 4567 pears.",
-       {17170, 761, 216, 33, 34, 35, 13855, 284, 216, 36, 37, 38, 39, 41684, 30}},
-      {"Ünïcödé ½ months 😀 日本語", {142,  246,   94,  25972, 83,  7466, 84,    2756, 216, 16738,
-                                     2704, 40303, 218, 17097, 241, 115,  40993, 179,  120, 248}},
+      {"Tim had 123 apples and 4567 pears.", {17170, 761, 216, 33, 34, 35, 13855, 284, 216, 36, 37, 38, 39, 41684, 30}},
+      {"Ünïcödé ½ months 😀 日本語",
+       {142, 246, 94, 25972, 83, 7466, 84, 2756, 216, 16738, 2704, 40303, 218, 17097, 241, 115, 40993, 179, 120, 248}},
       {"tabs\tand\nnew lines\n\n", {100, 7366, 197, 397, 198, 2241, 3204, 1116}},
-      {"<|im_start|>user\nWhat is 2+2?<|im_end|>\n",
-       {1, 4093, 198, 1780, 314, 216, 34, 27, 34, 47, 2, 198}},
+      {"<|im_start|>user\nWhat is 2+2?<|im_end|>\n", {1, 4093, 198, 1780, 314, 216, 34, 27, 34, 47, 2, 198}},
   };
   return *g;
 }

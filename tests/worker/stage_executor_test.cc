@@ -256,7 +256,8 @@ std::vector<int32_t> RunGuardedPipeline(const std::string& path, int n_stages, i
         o.tp_size = tp;
         auto backend = std::make_unique<testing::GuardedBackend>();
         testing::GuardedBackend* guarded = backend.get();
-        auto e = StageExecutor::Create(o, pp_comm.get(), tp_comm.get(), [](double) {}, std::move(backend));
+        auto e = StageExecutor::Create(
+            o, pp_comm.get(), tp_comm.get(), [](double) {}, std::move(backend));
         if (!e.ok()) {
           ADD_FAILURE() << "stage " << stage << " tp " << r << ": " << e.status();
           ++failures;

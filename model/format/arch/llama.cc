@@ -37,8 +37,7 @@ Names NamesOf(LlamaTensor t) {
 std::string LlamaTensorName(ModelFormat format, LlamaTensor tensor, int64_t layer) {
   const Names n = NamesOf(tensor);
   if (!n.per_layer) return format == ModelFormat::kGguf ? n.gguf : n.hf;
-  return format == ModelFormat::kGguf ? StrCat("blk.", layer, ".", n.gguf)
-                                      : StrCat("model.layers.", layer, ".", n.hf);
+  return format == ModelFormat::kGguf ? StrCat("blk.", layer, ".", n.gguf) : StrCat("model.layers.", layer, ".", n.hf);
 }
 
 }  // namespace cascade::model::arch

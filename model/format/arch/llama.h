@@ -11,16 +11,28 @@
 namespace cascade::model::arch {
 
 enum class LlamaTensor {
-  kTokenEmbd, kOutputNorm, kOutput,
-  kAttnNorm, kAttnQ, kAttnK, kAttnV, kAttnOutput, kAttnQBias, kAttnKBias, kAttnVBias,
-  kFfnNorm, kFfnGate, kFfnUp, kFfnDown,
+  kTokenEmbd,
+  kOutputNorm,
+  kOutput,
+  kAttnNorm,
+  kAttnQ,
+  kAttnK,
+  kAttnV,
+  kAttnOutput,
+  kAttnQBias,
+  kAttnKBias,
+  kAttnVBias,
+  kFfnNorm,
+  kFfnGate,
+  kFfnUp,
+  kFfnDown,
 };
 
 // The per-layer tensors, in load order (the others are the embedding, final norm and head).
 inline constexpr LlamaTensor kLlamaLayerTensors[] = {
-    LlamaTensor::kAttnNorm,  LlamaTensor::kAttnQ,     LlamaTensor::kAttnK,     LlamaTensor::kAttnV,
+    LlamaTensor::kAttnNorm,   LlamaTensor::kAttnQ,     LlamaTensor::kAttnK,     LlamaTensor::kAttnV,
     LlamaTensor::kAttnOutput, LlamaTensor::kAttnQBias, LlamaTensor::kAttnKBias, LlamaTensor::kAttnVBias,
-    LlamaTensor::kFfnNorm,   LlamaTensor::kFfnGate,   LlamaTensor::kFfnUp,     LlamaTensor::kFfnDown,
+    LlamaTensor::kFfnNorm,    LlamaTensor::kFfnGate,   LlamaTensor::kFfnUp,     LlamaTensor::kFfnDown,
 };
 
 // The stored name of `tensor` (of `layer`, for per-layer tensors) in `format`.
