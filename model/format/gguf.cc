@@ -101,60 +101,67 @@ class Cursor {
 
 // Reads one value of type `type` (recursing into arrays) into `out`.
 absl::Status ReadValue(Cursor& c, GgufType type, GgufValue& out, int depth, const std::string& name,
-                       std::string_view key) {
-  out.type = type;
+                       std::string_view key);
+
+// An integer scalar: `out.u` and `out.i` both hold it (the other's two's complement).
+template <typename T>
+absl::Status ReadInteger(Cursor& c, std::string_view key, GgufValue& out) {
+  CASCADE_ASSIGN_OR_RETURN(T v, c.Read<T>(key));
+  out.u = static_cast<uint64_t>(v);
+  out.i = static_cast<int64_t>(v);
+  return absl::OkStatus();
+}
+
+// An array value: its element type and count, then its elements (strings kept as views,
+// nested arrays read and dropped, scalars skipped: readers index them in place).
+absl::Status ReadArray(Cursor& c, GgufValue& out, int depth, const std::string& name, std::string_view key) {
   const auto bad = [&](std::string_view problem) {
     return absl::DataLossError(cascade::StrCat(name, ": metadata key '", key, "': ", problem));
   };
+  if (depth >= kMaxArrayDepth) return bad("arrays nested too deeply");
+  CASCADE_ASSIGN_OR_RETURN(uint32_t et, c.Read<uint32_t>(key));
+  if (et > static_cast<uint32_t>(GgufType::kF64)) return bad(cascade::StrCat("unknown array element type ", et));
+  out.elem_type = static_cast<GgufType>(et);
+  CASCADE_ASSIGN_OR_RETURN(out.count, c.Read<uint64_t>(key));
+  out.elems = c.here();
+  // Every element takes at least one byte (8 for a string's length): refuse counts that
+  // cannot fit before allocating anything.
+  const size_t min_elem = out.elem_type == GgufType::kString  ? 8
+                          : out.elem_type == GgufType::kArray ? 12
+                                                              : ScalarSize(out.elem_type);
+  if (out.count > c.remaining() / min_elem) {
+    return bad(cascade::StrCat("array of ", out.count, " ", GgufTypeName(out.elem_type),
+                               " elements does not fit in the ", c.remaining(), " bytes left in the file"));
+  }
+  if (out.elem_type == GgufType::kString) {
+    out.strings.reserve(out.count);
+    for (uint64_t k = 0; k < out.count; ++k) {
+      CASCADE_ASSIGN_OR_RETURN(std::string_view s, c.ReadString(key));
+      out.strings.push_back(s);
+    }
+  } else if (out.elem_type == GgufType::kArray) {
+    for (uint64_t k = 0; k < out.count; ++k) {
+      GgufValue inner;
+      CASCADE_RETURN_IF_ERROR(ReadValue(c, GgufType::kArray, inner, depth + 1, name, key));
+    }
+  } else {
+    c.Skip(out.count * min_elem);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadValue(Cursor& c, GgufType type, GgufValue& out, int depth, const std::string& name,
+                       std::string_view key) {
+  out.type = type;
   switch (type) {
-    case GgufType::kU8: {
-      CASCADE_ASSIGN_OR_RETURN(uint8_t v, c.Read<uint8_t>(key));
-      out.u = v;
-      out.i = v;
-      return absl::OkStatus();
-    }
-    case GgufType::kI8: {
-      CASCADE_ASSIGN_OR_RETURN(int8_t v, c.Read<int8_t>(key));
-      out.i = v;
-      out.u = static_cast<uint64_t>(v);
-      return absl::OkStatus();
-    }
-    case GgufType::kU16: {
-      CASCADE_ASSIGN_OR_RETURN(uint16_t v, c.Read<uint16_t>(key));
-      out.u = v;
-      out.i = v;
-      return absl::OkStatus();
-    }
-    case GgufType::kI16: {
-      CASCADE_ASSIGN_OR_RETURN(int16_t v, c.Read<int16_t>(key));
-      out.i = v;
-      out.u = static_cast<uint64_t>(v);
-      return absl::OkStatus();
-    }
-    case GgufType::kU32: {
-      CASCADE_ASSIGN_OR_RETURN(uint32_t v, c.Read<uint32_t>(key));
-      out.u = v;
-      out.i = v;
-      return absl::OkStatus();
-    }
-    case GgufType::kI32: {
-      CASCADE_ASSIGN_OR_RETURN(int32_t v, c.Read<int32_t>(key));
-      out.i = v;
-      out.u = static_cast<uint64_t>(v);
-      return absl::OkStatus();
-    }
-    case GgufType::kU64: {
-      CASCADE_ASSIGN_OR_RETURN(uint64_t v, c.Read<uint64_t>(key));
-      out.u = v;
-      out.i = static_cast<int64_t>(v);
-      return absl::OkStatus();
-    }
-    case GgufType::kI64: {
-      CASCADE_ASSIGN_OR_RETURN(int64_t v, c.Read<int64_t>(key));
-      out.i = v;
-      out.u = static_cast<uint64_t>(v);
-      return absl::OkStatus();
-    }
+    case GgufType::kU8: return ReadInteger<uint8_t>(c, key, out);
+    case GgufType::kI8: return ReadInteger<int8_t>(c, key, out);
+    case GgufType::kU16: return ReadInteger<uint16_t>(c, key, out);
+    case GgufType::kI16: return ReadInteger<int16_t>(c, key, out);
+    case GgufType::kU32: return ReadInteger<uint32_t>(c, key, out);
+    case GgufType::kI32: return ReadInteger<int32_t>(c, key, out);
+    case GgufType::kU64: return ReadInteger<uint64_t>(c, key, out);
+    case GgufType::kI64: return ReadInteger<int64_t>(c, key, out);
     case GgufType::kF32: {
       CASCADE_ASSIGN_OR_RETURN(float v, c.Read<float>(key));
       out.f = v;
@@ -167,7 +174,10 @@ absl::Status ReadValue(Cursor& c, GgufType type, GgufValue& out, int depth, cons
     }
     case GgufType::kBool: {
       CASCADE_ASSIGN_OR_RETURN(uint8_t v, c.Read<uint8_t>(key));
-      if (v > 1) return bad(cascade::StrCat("bool value ", v, " is neither 0 nor 1"));
+      if (v > 1) {
+        return absl::DataLossError(
+            cascade::StrCat(name, ": metadata key '", key, "': bool value ", v, " is neither 0 nor 1"));
+      }
       out.u = v;
       out.i = v;
       return absl::OkStatus();
@@ -176,42 +186,10 @@ absl::Status ReadValue(Cursor& c, GgufType type, GgufValue& out, int depth, cons
       CASCADE_ASSIGN_OR_RETURN(out.str, c.ReadString(key));
       return absl::OkStatus();
     }
-    case GgufType::kArray: {
-      if (depth >= kMaxArrayDepth) return bad("arrays nested too deeply");
-      CASCADE_ASSIGN_OR_RETURN(uint32_t et, c.Read<uint32_t>(key));
-      if (et > static_cast<uint32_t>(GgufType::kF64)) {
-        return bad(cascade::StrCat("unknown array element type ", et));
-      }
-      out.elem_type = static_cast<GgufType>(et);
-      CASCADE_ASSIGN_OR_RETURN(out.count, c.Read<uint64_t>(key));
-      out.elems = c.here();
-      // Every element takes at least one byte (8 for a string's length): refuse counts
-      // that cannot fit before allocating anything.
-      const size_t min_elem = out.elem_type == GgufType::kString  ? 8
-                              : out.elem_type == GgufType::kArray ? 12
-                                                                  : ScalarSize(out.elem_type);
-      if (out.count > c.remaining() / min_elem) {
-        return bad(cascade::StrCat("array of ", out.count, " ", GgufTypeName(out.elem_type),
-                                   " elements does not fit in the ", c.remaining(), " bytes left in the file"));
-      }
-      if (out.elem_type == GgufType::kString) {
-        out.strings.reserve(out.count);
-        for (uint64_t k = 0; k < out.count; ++k) {
-          CASCADE_ASSIGN_OR_RETURN(std::string_view s, c.ReadString(key));
-          out.strings.push_back(s);
-        }
-      } else if (out.elem_type == GgufType::kArray) {
-        for (uint64_t k = 0; k < out.count; ++k) {
-          GgufValue inner;
-          CASCADE_RETURN_IF_ERROR(ReadValue(c, GgufType::kArray, inner, depth + 1, name, key));
-        }
-      } else {
-        c.Skip(out.count * min_elem);
-      }
-      return absl::OkStatus();
-    }
+    case GgufType::kArray: return ReadArray(c, out, depth, name, key);
   }
-  return bad(cascade::StrCat("unknown value type ", static_cast<uint32_t>(type)));
+  return absl::DataLossError(
+      cascade::StrCat(name, ": metadata key '", key, "': unknown value type ", static_cast<uint32_t>(type)));
 }
 
 // Multiplies with overflow detection; false when a * b > limit.
