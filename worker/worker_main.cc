@@ -5,6 +5,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -13,6 +14,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/status/statusor.h"
 #include "cascade/v1/cluster.grpc.pb.h"
 #include "comm/nccl_communicator.h"
 #include "core/args.h"
@@ -36,6 +38,49 @@ int Fail(const std::string& msg) {
 int UsageError(const std::string& msg) {
   Fail(msg);
   return 64;
+}
+
+// Registers `reg` with the coordinator, retrying for up to a minute while it may still be
+// starting. The assignment, or the exit code on failure.
+absl::StatusOr<cascade::v1::RegisterResponse> Register(cascade::v1::Coordinator::Stub& stub,
+                                                       const cascade::v1::RegisterRequest& reg,
+                                                       const std::string& coordinator) {
+  cascade::v1::RegisterResponse assigned;
+  for (int attempt = 0;; ++attempt) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    const grpc::Status s = stub.Register(&ctx, reg, &assigned);
+    if (s.ok()) return assigned;
+    if (s.error_code() != grpc::StatusCode::UNAVAILABLE && s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
+      return absl::FailedPreconditionError("registration refused: " + s.error_message());
+    }
+    if (attempt >= 60 || g_stop) {
+      return absl::UnavailableError("coordinator " + coordinator + " unreachable: " + s.error_message());
+    }
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+}
+
+// Heartbeats until a signal, the coordinator's shutdown, or three missed in a row (the
+// coordinator is gone).
+void Heartbeat(cascade::v1::Coordinator::Stub& stub, const cascade::v1::RegisterResponse& assigned) {
+  const auto interval = std::chrono::milliseconds(std::max<int64_t>(assigned.heartbeat_ms(), 100));
+  int missed = 0;
+  while (!g_stop) {
+    std::this_thread::sleep_for(interval);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + interval * 2);
+    cascade::v1::HeartbeatRequest hb;
+    hb.set_rank(assigned.rank());
+    cascade::v1::HeartbeatResponse resp;
+    const grpc::Status s = stub.Heartbeat(&ctx, hb, &resp);
+    if (s.ok() && resp.shutdown()) return;
+    missed = s.ok() ? 0 : missed + 1;
+    if (missed >= 3) {
+      CASCADE_LOG(Warning) << "coordinator unreachable (" << s.error_message() << "); exiting";
+      return;
+    }
+  }
 }
 
 }  // namespace
@@ -98,40 +143,12 @@ int main(int argc, char** argv) {
   reg.set_memory_bytes(opts.device.kind == DeviceKind::kCuda
                            ? static_cast<int64_t>(kernels::QueryCudaMemory(opts.device.index).free_bytes)
                            : static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE));
-  v1::RegisterResponse assigned;
-  // The coordinator may still be starting: retry for up to a minute.
-  for (int attempt = 0;; ++attempt) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
-    const grpc::Status s = stub->Register(&ctx, reg, &assigned);
-    if (s.ok()) break;
-    if (s.error_code() != grpc::StatusCode::UNAVAILABLE && s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
-      return Fail("registration refused: " + s.error_message());
-    }
-    if (attempt >= 60 || g_stop) return Fail("coordinator " + *coordinator + " unreachable: " + s.error_message());
-    std::this_thread::sleep_for(std::chrono::seconds(1));
-  }
-  CASCADE_LOG(Info) << "worker " << address << " registered as rank " << assigned.rank() << " (stage "
-                    << assigned.stage() << "/" << assigned.n_stages() << ")";
+  auto assigned = Register(*stub, reg, *coordinator);
+  if (!assigned.ok()) return Fail(std::string(assigned.status().message()));
+  CASCADE_LOG(Info) << "worker " << address << " registered as rank " << assigned->rank() << " (stage "
+                    << assigned->stage() << "/" << assigned->n_stages() << ")";
 
-  // Heartbeats; three missed in a row (coordinator gone) end the worker.
-  const auto interval = std::chrono::milliseconds(std::max<int64_t>(assigned.heartbeat_ms(), 100));
-  int missed = 0;
-  while (!g_stop) {
-    std::this_thread::sleep_for(interval);
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + interval * 2);
-    v1::HeartbeatRequest hb;
-    hb.set_rank(assigned.rank());
-    v1::HeartbeatResponse resp;
-    const grpc::Status s = stub->Heartbeat(&ctx, hb, &resp);
-    if (s.ok() && resp.shutdown()) break;
-    missed = s.ok() ? 0 : missed + 1;
-    if (missed >= 3) {
-      CASCADE_LOG(Warning) << "coordinator unreachable (" << s.error_message() << "); exiting";
-      break;
-    }
-  }
+  Heartbeat(*stub, *assigned);
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   return 0;
 }

@@ -36,21 +36,22 @@ double Percentile(std::vector<double> v, double p) {
 
 // The run's settings, from the command line.
 struct BenchOptions {
-  int64_t requests = 0;
-  int64_t concurrency = 0;
-  int64_t prompt_tokens = 0;
-  int64_t max_tokens = 0;
-  double temperature = 0;
-  int64_t draft_tokens = 0;
-  bool no_speculate = false;
+  int64_t requests = 32;            // --requests: how many requests in all.
+  int64_t concurrency = 8;          // --concurrency: requests in flight at once (client threads).
+  int64_t prompt_tokens = 64;       // --prompt-tokens: length of each synthetic prompt.
+  int64_t max_tokens = 64;          // --max-tokens: tokens generated per request.
+  double temperature = 0;           // --temperature: 0 is greedy (outputs comparable across runs).
+  int64_t draft_tokens = 0;         // --draft-tokens: drafts per step; 0 keeps the cluster's k.
+  bool no_speculate = false;        // --no-speculate: plain decoding for every request.
   std::optional<std::string> chat;  // --chat: the same chat prompt for every request.
   std::vector<int32_t> fixed_ids;   // --prompt-ids: the same id prompt for every request.
 };
 
-// What the worker threads measured; every field is guarded by `mu`.
+// What the client threads measured; every field is guarded by `mu` while they run, and
+// read without it once they have joined.
 struct BenchResults {
   std::mutex mu;
-  std::vector<double> ttft, tpot, itl, e2e;
+  std::vector<double> ttft, tpot, itl, e2e;  // Seconds, per request (itl: per token).
   int64_t tokens = 0, failures = 0;
   v1::SpeculativeStats spec;                  // Summed over requests.
   std::vector<std::vector<int32_t>> outputs;  // [requests] generated ids, in request order.
@@ -59,15 +60,15 @@ struct BenchResults {
 // Reads the bench options (all but --server, --label, --json and --ids-out) from `args`.
 absl::StatusOr<BenchOptions> ParseBenchOptions(const Args& args) {
   BenchOptions opts;
-  opts.requests = args.GetInt("requests", 32).value_or(32);
-  opts.concurrency = args.GetInt("concurrency", 8).value_or(8);
-  opts.prompt_tokens = args.GetInt("prompt-tokens", 64).value_or(64);
-  opts.max_tokens = args.GetInt("max-tokens", 64).value_or(64);
+  opts.requests = args.GetInt("requests", opts.requests).value_or(opts.requests);
+  opts.concurrency = args.GetInt("concurrency", opts.concurrency).value_or(opts.concurrency);
+  opts.prompt_tokens = args.GetInt("prompt-tokens", opts.prompt_tokens).value_or(opts.prompt_tokens);
+  opts.max_tokens = args.GetInt("max-tokens", opts.max_tokens).value_or(opts.max_tokens);
   if (opts.requests < 1 || opts.concurrency < 1 || opts.prompt_tokens < 1 || opts.max_tokens < 1) {
     return absl::InvalidArgumentError("all counts must be >= 1");
   }
-  opts.temperature = args.GetDouble("temperature", 0.0).value_or(0.0);
-  opts.draft_tokens = args.GetInt("draft-tokens", 0).value_or(0);
+  opts.temperature = args.GetDouble("temperature", opts.temperature).value_or(opts.temperature);
+  opts.draft_tokens = args.GetInt("draft-tokens", opts.draft_tokens).value_or(opts.draft_tokens);
   opts.no_speculate = args.Has("no-speculate");
   opts.chat = args.Get("chat");
   if (auto ids = args.Get("prompt-ids")) {
