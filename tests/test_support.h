@@ -71,14 +71,16 @@ const absl::Status& GetStatus(const absl::StatusOr<T>& s) {
 
 namespace cascade::testing {
 
-// Matches an absl::Status or StatusOr whose code is `code` and whose message matches
-// `message` (any message by default), as Abseil's absl/status/status_matchers.h:
+// Matches an absl::Status or StatusOr whose code matches `code` (a value or a matcher) and
+// whose message matches `message` (any message by default), as Abseil's
+// absl/status/status_matchers.h:
 //   EXPECT_THAT(OpenModelFiles(path), StatusIs(absl::StatusCode::kNotFound, HasSubstr("missing")));
 MATCHER_P2(StatusIs, code, message,
-           std::string(negation ? "is not" : "is") + " a status of code " + absl::StatusCodeToString(code)) {
+           std::string(negation ? "is not" : "is") + " a status of code " + ::testing::PrintToString(code) +
+               " with a matching message") {
   const absl::Status& s = internal::GetStatus(arg);
   *result_listener << "whose status is " << s;
-  return s.code() == code &&
+  return ::testing::ExplainMatchResult(code, s.code(), result_listener) &&
          ::testing::ExplainMatchResult(message, std::string(s.message().data(), s.message().size()), result_listener);
 }
 template <typename Code>

@@ -311,8 +311,8 @@ TEST(StageExecutorTest, MissingGpuIsACleanError) {
   o.kv_blocks = 4;
   o.device = Device{DeviceKind::kCuda, 99};
   auto e = StageExecutor::Create(o, nullptr, nullptr, [](double) {});
-  ASSERT_FALSE(e.ok());
-  EXPECT_NE(testing::StatusMessage(e.status()).find("cuda:99"), std::string::npos) << e.status();
+  // The code depends on the machine (no driver, or too few GPUs); the message names the device.
+  EXPECT_THAT(e, testing::StatusIs(::testing::Not(absl::StatusCode::kOk), ::testing::HasSubstr("cuda:99")));
 }
 
 }  // namespace
