@@ -1,0 +1,82 @@
+// Coordinator bring-up (coordinator/bring_up.h) on a random-weight model written here: the
+// KV pool counts each stage's most KV heads per TP rank (an uneven split gives one rank
+// ceil(n_kv_heads / tp)), the drafter's blocks use its own heads, and bad plans are
+// refused naming the config key. The block arithmetic is written out in each case.
+#include "coordinator/bring_up.h"
+
+#include <string>
+
+#include "core/status.h"
+#include "tests/random_model.h"
+#include "tests/test_support.h"
+
+namespace cascade::coordinator {
+namespace {
+
+using ::cascade::testing::StatusIs;
+using ::testing::HasSubstr;
+
+// 3 layers, 6 query heads and 3 KV heads of 64: TP 2 splits the KV heads 2 + 1.
+std::string WriteModel(const cascade::testing::TempDir& dir) {
+  const std::string path = dir.path() + "/model.gguf";
+  cascade::testing::WriteRandomModel({.n_layers = 3, .n_embd = 384, .n_heads = 6, .n_kv_heads = 3, .n_ff = 256}, path);
+  return path;
+}
+
+absl::StatusOr<ServingPlan> Plan(const std::string& model, const std::string& extra) {
+  const std::string yaml = "model: {path: " + model + "}\n" + extra;
+  CASCADE_ASSIGN_OR_RETURN(ClusterConfig config, ParseClusterConfig(yaml, "test.yaml"));
+  CASCADE_ASSIGN_OR_RETURN(ServedModels models, OpenServedModels(config));
+  return PlanServing(config, models);
+}
+
+TEST(BringUpTest, KvPoolCountsTheBusiestRanksHeads) {
+  cascade::testing::TempDir dir;
+  const std::string model = WriteModel(dir);
+  auto plan = Plan(model,
+                   "parallel: {pipeline: 1, tensor: 2}\n"
+                   "nodes: [{name: a, host: 127.0.0.1, devices: [cpu, cpu]}]\n"
+                   "scheduler: {kv_block_size: 16, kv_cache_mb: 1}\n");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  // K and V, f32: 2 * 3 layers * 16 positions * 2 heads * 64 * 4 bytes = 49152.
+  ASSERT_EQ(plan->cluster.stage_block_bytes.size(), 1u);
+  EXPECT_EQ(plan->cluster.stage_block_bytes[0], 49152);
+  EXPECT_EQ(plan->cluster.kv_blocks, 1048576 / 49152);  // 21 blocks in 1 MiB.
+  EXPECT_EQ(plan->scheduler.n_kv_blocks, 21);
+  EXPECT_EQ(plan->max_context, 256);  // The model's context: 21 blocks of 16 hold 336.
+}
+
+TEST(BringUpTest, SelfDrafterBlocksUseItsLayersAndAllHeads) {
+  cascade::testing::TempDir dir;
+  const std::string model = WriteModel(dir);
+  auto plan = Plan(model,
+                   "parallel: {pipeline: 1}\n"
+                   "nodes: [{name: a, host: 127.0.0.1, devices: [cpu]}]\n"
+                   "draft: {self: {layers: 1}}\n"
+                   "scheduler: {kv_block_size: 16, kv_cache_mb: 1}\n");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(plan->cluster.draft);
+  EXPECT_EQ(plan->cluster.draft_layers, 1);
+  // 2 * 1 layer * 16 * 3 heads * 64 * 4 = 24576; the target's 2 * 3 * 16 * 3 * 64 * 4 = 73728
+  // is the tighter, so 1 MiB holds 14 blocks.
+  EXPECT_EQ(plan->cluster.draft_block_bytes, 24576);
+  EXPECT_EQ(plan->cluster.stage_block_bytes[0], 73728);
+  EXPECT_EQ(plan->cluster.kv_blocks, 14);
+  EXPECT_EQ(plan->scheduler.max_in_flight_batches, 2);  // One stage plus the drafter.
+}
+
+TEST(BringUpTest, BadPlansNameTheirKey) {
+  cascade::testing::TempDir dir;
+  const std::string model = WriteModel(dir);
+  EXPECT_THAT(Plan(model,
+                   "nodes: [{name: a, host: 127.0.0.1, devices: [cpu]}]\n"
+                   "draft: {self: {layers: 3}}\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("draft.self.layers")));
+  EXPECT_THAT(Plan(model,
+                   "nodes: [{name: a, host: 127.0.0.1, devices: [cpu]}]\n"
+                   "scheduler: {kv_block_size: 16, kv_cache_mb: 0}\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("kv_cache_mb")));
+}
+
+}  // namespace
+}  // namespace cascade::coordinator
