@@ -6,7 +6,6 @@
 #include "client/cli/commands.h"
 #include "client/cli/prompt.h"
 #include "core/args.h"
-#include "model/format/model_files.h"
 #include "model/format/tokenizer_files.h"
 
 namespace cascade::cli {
@@ -16,9 +15,8 @@ int TokenizeCommand(int argc, char** argv) {
   if (auto s = args.Parse(argc, argv, 2); !s.ok()) return Fail("tokenize", s);
   auto path = args.Require("model");
   if (!path.ok()) return Fail("tokenize", path.status());
-  auto files = model::OpenModelFiles(*path);
-  if (!files.ok()) return Fail("tokenize", files.status());
-  auto tokenizer = model::LoadTokenizer(*files);
+  // The tokenizer alone: any GGUF (vocabulary-only ones included) or HF directory.
+  auto tokenizer = model::LoadTokenizerAt(*path);
   if (!tokenizer.ok()) return Fail("tokenize", tokenizer.status());
   auto ids = PromptIds(args, **tokenizer, "text", args.Has("add-special"));
   if (!ids.ok()) return Fail("tokenize", ids.status());

@@ -33,4 +33,9 @@ absl::StatusOr<std::unique_ptr<text::Tokenizer>> TokenizerFromHfJson(const std::
 // tokenizer.json. The readers' errors.
 absl::StatusOr<std::unique_ptr<text::Tokenizer>> LoadTokenizer(const ModelFiles& files);
 
+// The tokenizer at `path` alone, without opening the model: a GGUF file's (any
+// architecture, and vocabulary-only files such as llama.cpp's ggml-vocab-*.gguf) or an HF
+// directory's tokenizer.json. NotFound when `path` does not exist; the readers' errors.
+absl::StatusOr<std::unique_ptr<text::Tokenizer>> LoadTokenizerAt(const std::string& path);
+
 }  // namespace cascade::model

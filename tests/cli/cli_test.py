@@ -32,6 +32,31 @@ def fails_cleanly(*args, mention):
     assert "Check failed" not in p.stderr and "terminate" not in p.stderr
 
 
+def test_tokenize_vocab_only():
+    """`cascade tokenize` reads the tokenizer alone: llama.cpp's vocabulary-only GGUF files
+    (any architecture, e.g. gpt2) give the ids of their .inp/.out golden pairs (made by
+    the reference tokenizers), without the special tokens."""
+    vocab_dir = os.path.join(os.path.dirname(STORIES), "..", "vocab")
+    files = sorted(f for f in os.listdir(vocab_dir) if f.endswith(".gguf")) if os.path.isdir(vocab_dir) else []
+    if not files:
+        need(os.path.join(vocab_dir, "ggml-vocab-gpt-2.gguf"))
+    checked = 0
+    for name in files:
+        path = os.path.join(vocab_dir, name)
+        texts = open(path + ".inp", encoding="utf-8").read().split("\n__ggml_vocab_test__\n")
+        texts[-1] = texts[-1].removesuffix("\n__ggml_vocab_test__")
+        wants = open(path + ".out").read().split("\n")
+        # Arguments cannot carry every case (empty text, NUL): take the printable ones.
+        for text, want in list(zip(texts, wants))[:40]:
+            if not text.strip() or "\0" in text:
+                continue
+            got = cascade("tokenize", "--model", path, "--text", text).stdout.split()
+            assert [int(x) for x in got] == [int(x) for x in want.split()], (name, text, got, want)
+            checked += 1
+    assert checked > 0
+    print(f"{checked} golden cases of {len(files)} vocabulary-only GGUF files tokenized as the reference")
+
+
 def test_info_configs():
     need(STORIES, TINY_HF, TINY_GGUF, SMOL)
     # Values from ../shared/testdata/README.md.
