@@ -133,6 +133,19 @@ absl::Status ParseRopeScaling(const Json& rs, const std::string& source, ModelCo
   return absl::OkStatus();
 }
 
+// `sliding_window` (Mistral; Qwen2 only with `use_sliding_window`), then the context cap
+// of CapContextToSlidingWindow.
+absl::Status ParseSlidingWindow(const HfKeys& keys, const Json& root, ModelConfig& c) {
+  CASCADE_ASSIGN_OR_RETURN(c.sliding_window, keys.Int("sliding_window", 0));
+  if (c.sliding_window < 0) return keys.Bad("sliding_window", root["sliding_window"], "must be positive or null");
+  if (c.arch == "qwen2") {
+    CASCADE_ASSIGN_OR_RETURN(const bool used, keys.Bool("use_sliding_window", false));
+    if (!used) c.sliding_window = 0;
+  }
+  CapContextToSlidingWindow(c);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ModelConfig> ModelConfigFromHfJson(std::string_view json_text, const std::string& source) {
@@ -179,6 +192,7 @@ absl::StatusOr<ModelConfig> ModelConfigFromHfJson(std::string_view json_text, co
   if (c.n_ctx_train <= 0) {
     return keys.Bad("max_position_embeddings", root["max_position_embeddings"], "must be positive");
   }
+  CASCADE_RETURN_IF_ERROR(ParseSlidingWindow(keys, root, c));
   CASCADE_RETURN_IF_ERROR(Annotate(c.Validate(), source));
   return c;
 }

@@ -64,6 +64,10 @@ std::string ModelConfig::ToString() const {
   absl::StrAppendFormat(&s, "\nnorm_eps        %g\n", norm_eps);
   absl::StrAppendFormat(&s, "tied_embeddings %s\n", tied_embeddings ? "true" : "false");
   absl::StrAppendFormat(&s, "qkv_bias        %s\n", qkv_bias ? "true" : "false");
+  if (sliding_window > 0) {
+    absl::StrAppendFormat(&s, "sliding_window  %d (context capped to it: full attention is exact there)\n",
+                          sliding_window);
+  }
   return s;
 }
 
@@ -74,7 +78,11 @@ bool ModelConfig::SameLogicalModel(const ModelConfig& o) const {
          head_dim == o.head_dim && n_ff == o.n_ff && n_vocab == o.n_vocab && n_ctx_train == o.n_ctx_train &&
          close(rope_theta, o.rope_theta) && rope_scaling == o.rope_scaling &&
          close(rope_scaling_factor, o.rope_scaling_factor) && close(norm_eps, o.norm_eps) &&
-         tied_embeddings == o.tied_embeddings && qkv_bias == o.qkv_bias;
+         tied_embeddings == o.tied_embeddings && qkv_bias == o.qkv_bias && sliding_window == o.sliding_window;
+}
+
+void CapContextToSlidingWindow(ModelConfig& c) {
+  if (c.sliding_window > 0 && c.sliding_window < c.n_ctx_train) c.n_ctx_train = c.sliding_window;
 }
 
 absl::StatusOr<ModelConfig> ModelConfigFromGguf(const GgufFile& f) {
@@ -92,6 +100,7 @@ absl::StatusOr<ModelConfig> ModelConfigFromGguf(const GgufFile& f) {
   c.n_kv_heads = f.GetInt(p + "attention.head_count_kv").value_or(c.n_heads);
   CASCADE_ASSIGN_OR_RETURN(c.n_ff, f.GetInt(p + "feed_forward_length"));
   c.n_ctx_train = f.GetInt(p + "context_length").value_or(2048);
+  c.sliding_window = f.GetInt(p + "attention.sliding_window").value_or(0);
   c.rope_theta = f.GetFloat(p + "rope.freq_base").value_or(10000.0);
   CASCADE_ASSIGN_OR_RETURN(c.norm_eps, f.GetFloat(p + "attention.layer_norm_rms_epsilon"));
   c.head_dim = f.GetInt(p + "attention.key_length").value_or(c.n_heads > 0 ? c.n_embd / c.n_heads : 0);
@@ -126,6 +135,7 @@ absl::StatusOr<ModelConfig> ModelConfigFromGguf(const GgufFile& f) {
   }
   c.qkv_bias = f.FindTensor("blk.0.attn_q.bias") != nullptr;
   CASCADE_RETURN_IF_ERROR(Annotate(c.Validate(), f.path()));
+  CapContextToSlidingWindow(c);
   return c;
 }
 

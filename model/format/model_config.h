@@ -40,6 +40,12 @@ struct ModelConfig {
   double norm_eps = 1e-5;              // RMSNorm epsilon.
   bool tied_embeddings = false;        // LM head shares the token embedding.
   bool qkv_bias = false;               // Qwen2: Q/K/V projections have biases.
+  // Mistral-style sliding-window attention: each position attends to the last
+  // `sliding_window` positions; 0 = full attention. Cascade computes full attention, which
+  // is the same while a sequence is no longer than the window, so the readers cap
+  // n_ctx_train at the window (CapContextToSlidingWindow): longer prompts are refused
+  // with the context length, never run with the wrong attention.
+  int64_t sliding_window = 0;
 
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
@@ -50,6 +56,9 @@ struct ModelConfig {
   // Fields that define the computation (not `name`, not the RoPE row layout).
   bool SameLogicalModel(const ModelConfig& other) const;
 };
+
+// Caps n_ctx_train at a sliding window narrower than it (see `sliding_window`).
+void CapContextToSlidingWindow(ModelConfig& config);
 
 std::string_view RopeLayoutName(RopeLayout layout);
 std::string_view RopeScalingName(RopeScaling scaling);

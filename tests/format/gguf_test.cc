@@ -217,6 +217,26 @@ TEST(GgufTest, MissingRequiredMetadataNamesTheKey) {
   EXPECT_THAT(c.status().message(), HasSubstr("llama.block_count"));
 }
 
+// `<arch>.attention.sliding_window` narrower than the context caps it, as in config.json.
+TEST(GgufTest, SlidingWindowCapsTheContext) {
+  GgufWriter w;
+  w.SetString("general.architecture", "llama");
+  w.SetU32("llama.block_count", 1);
+  w.SetU32("llama.embedding_length", 64);
+  w.SetU32("llama.attention.head_count", 8);
+  w.SetU32("llama.feed_forward_length", 128);
+  w.SetU32("llama.context_length", 8192);
+  w.SetU32("llama.attention.sliding_window", 1024);
+  w.SetF32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  w.SetU32("llama.vocab_size", 100);
+  auto f = GgufFile::OpenBytes(w.Serialize(), "window.gguf");
+  ASSERT_TRUE(f.ok()) << f.status();
+  auto c = ModelConfigFromGguf(**f);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->sliding_window, 1024);
+  EXPECT_EQ(c->n_ctx_train, 1024);
+}
+
 TEST(GgufTest, Stories260K) {
   CASCADE_REQUIRE_FILE(path, testing::TestDataPath("models/stories260K.gguf"));
   auto f = GgufFile::Open(path);

@@ -37,6 +37,32 @@ void ExpectInvalid(const absl::StatusOr<ModelConfig>& c, const std::string& key,
   EXPECT_THAT(StatusMessage(c.status()), HasSubstr(kSource));
 }
 
+// Mistral v0.1 attends over the last 4096 positions of 32768: Cascade serves 4096, where
+// its full attention is exactly the sliding one; a window as long as the context, or null
+// (Mistral v0.2+), changes nothing; Qwen2 ignores the key unless use_sliding_window.
+TEST(HfConfigTest, SlidingWindowCapsTheContext) {
+  Json j = Base();
+  j["model_type"] = "mistral";
+  j["max_position_embeddings"] = 32768;
+  j["sliding_window"] = 4096;
+  absl::StatusOr<ModelConfig> c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->sliding_window, 4096);
+  EXPECT_EQ(c->n_ctx_train, 4096);
+  EXPECT_THAT(c->ToString(), HasSubstr("sliding_window  4096"));
+  j["sliding_window"] = 32768;
+  EXPECT_EQ(Parse(j)->n_ctx_train, 32768);
+  j["sliding_window"] = nullptr;
+  EXPECT_EQ(Parse(j)->sliding_window, 0);
+  j["model_type"] = "qwen2";
+  j["sliding_window"] = 4096;
+  EXPECT_EQ(Parse(j)->n_ctx_train, 32768);  // use_sliding_window defaults to false.
+  j["use_sliding_window"] = true;
+  EXPECT_EQ(Parse(j)->n_ctx_train, 4096);
+  j["sliding_window"] = -1;
+  ExpectInvalid(Parse(j), "sliding_window");
+}
+
 TEST(HfConfigTest, TinyStoriesDirectory) {
   CASCADE_REQUIRE_FILE(dir, TestDataPath("models/tinystories-656k"));
   absl::StatusOr<ModelConfig> c = ModelConfigFromHfDir(dir);
