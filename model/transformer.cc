@@ -55,6 +55,24 @@ absl::StatusOr<std::vector<float>> RopeInvFreq(const ModelConfig& c) {
   return inv;
 }
 
+absl::Status ApplyRopeFreqFactors(const ModelFiles& files, std::vector<float>& inv_freq) {
+  const std::string name = arch::LlamaTensorName(files.format, LlamaTensor::kRopeFreqs);
+  if (name.empty() || files.weights->FindTensor(name) == nullptr) return absl::OkStatus();
+  CASCADE_ASSIGN_OR_RETURN(const TensorView f, files.weights->Read(name));
+  if (f.dtype != DType::kF32 || f.NumElements() != static_cast<int64_t>(inv_freq.size())) {
+    return absl::InvalidArgumentError(StrCat("tensor '", name, "' is ", DTypeName(f.dtype), " ", f.ShapeString(),
+                                             ", RoPE needs f32 [", inv_freq.size(), "]"));
+  }
+  const auto* factors = static_cast<const float*>(f.data);
+  for (size_t i = 0; i < inv_freq.size(); ++i) {
+    if (!(factors[i] > 0)) {
+      return absl::InvalidArgumentError(StrCat("tensor '", name, "': factor ", i, " is ", factors[i]));
+    }
+    inv_freq[i] /= factors[i];
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Load(const ModelFiles& files, kernels::Backend* backend,
                                                                const StageOptions& options,
                                                                comm::Communicator* tp_comm) {
@@ -81,6 +99,7 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Load(const ModelFiles&
   CASCADE_ASSIGN_OR_RETURN(t->shard_,
                            TpShard::ForFiles(files, t->first_layer_, t->last_layer_, options.tp_rank, options.tp_size));
   CASCADE_ASSIGN_OR_RETURN(t->inv_freq_, RopeInvFreq(t->config_));
+  CASCADE_RETURN_IF_ERROR(Annotate(ApplyRopeFreqFactors(files, t->inv_freq_), StrCat("loading ", files.path)));
   t->rope_.style =
       t->config_.rope_layout == RopeLayout::kAdjacentPairs ? RopeStyle::kAdjacentPairs : RopeStyle::kRotateHalf;
   t->rope_.head_dim = t->config_.head_dim;

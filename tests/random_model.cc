@@ -48,6 +48,10 @@ void WriteRandomModel(const RandomModelSpec& s, const std::string& path) {
   w.SetU32(arch + ".context_length", static_cast<uint32_t>(s.n_ctx));
   w.SetF32(arch + ".rope.freq_base", 10000.0f);
   w.SetF32(arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
+  if (s.rope_linear_factor > 0) {
+    w.SetString(arch + ".rope.scaling.type", "linear");
+    w.SetF32(arch + ".rope.scaling.factor", s.rope_linear_factor);
+  }
   // A byte-level vocabulary: the 94 printable ASCII characters, GPT-2's space "Ġ", the
   // merge "!!", then filler tokens.
   std::vector<std::string> tokens;
@@ -78,6 +82,7 @@ void WriteRandomModel(const RandomModelSpec& s, const std::string& path) {
   w.AddTensor("token_embd.weight", t, {s.n_vocab, s.n_embd}, Encode(t, random(s.n_vocab * s.n_embd, 1.0f), s.n_embd));
   f32("output_norm.weight", random(s.n_embd, 0.1f, 1.0f));
   if (!s.tied) mat("output.weight", s.n_vocab, s.n_embd);
+  if (!s.rope_freq_factors.empty()) f32("rope_freqs.weight", s.rope_freq_factors);
   for (int64_t l = 0; l < s.n_layers; ++l) {
     const std::string p = StrCat("blk.", l, ".");
     f32(p + "attn_norm.weight", random(s.n_embd, 0.1f, 1.0f));

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "core/dtype.h"
 
@@ -24,6 +25,11 @@ struct RandomModelSpec {
   // > 0: draw only this many random values per tensor and repeat them (benchmarks of
   // large shapes, where drawing billions of normals would dominate).
   int64_t distinct_values = 0;
+  // Non-empty: written as `rope_freqs.weight` [head_dim / 2], the per-frequency divisors
+  // of Llama 3.1 GGUF files.
+  std::vector<float> rope_freq_factors = {};
+  // > 0: `rope.scaling.type` linear with this factor.
+  float rope_linear_factor = 0;
 };
 
 // Writes the model to `path` (with a tiny byte-level vocabulary so engines can load it).

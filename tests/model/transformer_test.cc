@@ -5,12 +5,14 @@
 // with full (non-paged) attention. Errors are relative L2 over each logit row.
 // To add a case, append to the INSTANTIATE list (weight type, bound, model variant).
 #include "model/transformer.h"
+#include "model/local_engine.h"
 
 #include <cmath>
 #include <numeric>
 
 #include "kernels/cpu/quantize.h"
 #include "model/format/gguf.h"
+#include "model/local_engine.h"
 #include "tests/random_model.h"
 #include "tests/test_support.h"
 
@@ -22,6 +24,7 @@ using Mat = std::vector<double>;  // Row-major.
 struct RefModel {
   ModelConfig c;
   Mat embd, out_norm, output;
+  Mat rope_freqs;  // Per-frequency divisors of the RoPE angle; empty: all 1.
   struct Layer {
     Mat attn_norm, wq, wk, wv, bq, bk, bv, wo, ffn_norm, gate, up, down;
   };
@@ -48,6 +51,7 @@ RefModel LoadRef(const GgufFile& f) {
   m.embd = Load(f, "token_embd.weight");
   m.out_norm = Load(f, "output_norm.weight");
   m.output = m.c.tied_embeddings ? m.embd : Load(f, "output.weight");
+  m.rope_freqs = Load(f, "rope_freqs.weight");
   for (int64_t l = 0; l < m.c.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     m.layers.push_back({Load(f, p + "attn_norm.weight"), Load(f, p + "attn_q.weight"), Load(f, p + "attn_k.weight"),
@@ -78,11 +82,12 @@ std::vector<double> RmsNorm(const std::vector<double>& x, const Mat& w, double e
   return y;
 }
 
-// GGUF layout: adjacent pairs rotate.
-void Rope(std::vector<double>& x, int64_t n_heads, int64_t d, int64_t pos, double theta) {
+// GGUF layout: adjacent pairs rotate; frequency i turns by pos * theta^(-2i/d) / factors[i]
+// (llama.cpp's freq_factors, Llama 3.1's rope_freqs.weight).
+void Rope(std::vector<double>& x, int64_t n_heads, int64_t d, int64_t pos, double theta, const Mat& factors) {
   for (int64_t h = 0; h < n_heads; ++h) {
     for (int64_t i = 0; i < d / 2; ++i) {
-      const double ang = pos * std::pow(theta, -2.0 * i / d);
+      const double ang = pos * std::pow(theta, -2.0 * i / d) / (factors.empty() ? 1.0 : factors[i]);
       double& a = x[h * d + 2 * i];
       double& b = x[h * d + 2 * i + 1];
       const double a0 = a, b0 = b;
@@ -106,8 +111,8 @@ std::vector<std::vector<double>> RefForward(const RefModel& m, const std::vector
       auto q = MatVec(L.wq, x, c.q_dim(), L.bq);
       auto k = MatVec(L.wk, x, c.kv_dim(), L.bk);
       auto v = MatVec(L.wv, x, c.kv_dim(), L.bv);
-      Rope(q, c.n_heads, d, pos, c.rope_theta);
-      Rope(k, c.n_kv_heads, d, pos, c.rope_theta);
+      Rope(q, c.n_heads, d, pos, c.rope_theta, m.rope_freqs);
+      Rope(k, c.n_kv_heads, d, pos, c.rope_theta, m.rope_freqs);
       K[l].push_back(k);
       V[l].push_back(v);
       std::vector<double> att(c.q_dim(), 0.0);
@@ -155,9 +160,11 @@ struct Case {
   bool tied = false;
   bool qkv_bias = false;
   int threads = 1;
+  bool rope_freqs = false;  // Writes rope_freqs.weight (Llama 3.1 GGUF) with uneven factors.
 };
 void PrintTo(const Case& c, std::ostream* os) {
-  *os << DTypeName(c.type) << (c.tied ? " tied" : "") << (c.qkv_bias ? " qkv_bias" : "") << " t" << c.threads;
+  *os << DTypeName(c.type) << (c.tied ? " tied" : "") << (c.qkv_bias ? " qkv_bias" : "") << " t" << c.threads
+      << (c.rope_freqs ? " rope_freqs" : "");
 }
 
 class TransformerTest : public ::testing::TestWithParam<Case> {};
@@ -168,10 +175,15 @@ TEST_P(TransformerTest, MatchesNaiveDoubleForward) {
   const Case& tc = GetParam();
   testing::TempDir dir;
   const std::string path = dir.path() + "/model.gguf";
-  testing::WriteRandomModel({.weight_type = tc.type, .tied = tc.tied, .qkv_bias = tc.qkv_bias}, path);
+  testing::RandomModelSpec spec{.weight_type = tc.type, .tied = tc.tied, .qkv_bias = tc.qkv_bias};
+  if (tc.rope_freqs) {
+    for (int i = 0; i < spec.n_embd / spec.n_heads / 2; ++i) spec.rope_freq_factors.push_back(1.0f + 0.75f * i);
+  }
+  testing::WriteRandomModel(spec, path);
   auto files = OpenModelFiles(path);
   ASSERT_TRUE(files.ok()) << files.status();
   const RefModel ref = LoadRef(*files->gguf);
+  ASSERT_EQ(ref.rope_freqs.size(), spec.rope_freq_factors.size());
   ASSERT_EQ(ref.c.tied_embeddings, tc.tied);
   ASSERT_EQ(ref.c.qkv_bias, tc.qkv_bias);
 
@@ -215,9 +227,10 @@ TEST_P(TransformerTest, MatchesNaiveDoubleForward) {
 INSTANTIATE_TEST_SUITE_P(
     Types, TransformerTest,
     ::testing::Values(Case{DType::kF32, 1e-4}, Case{DType::kF32, 1e-4, true, false, 2},
-                      Case{DType::kF32, 1e-4, false, true}, Case{DType::kF16, 1e-4}, Case{DType::kBF16, 1e-4},
-                      Case{DType::kQ8_0, 3e-2}, Case{DType::kQ4_0, 3e-2, false, false, 2}, Case{DType::kQ4_1, 3e-2},
-                      Case{DType::kQ4_K, 3e-2}, Case{DType::kQ6_K, 3e-2, true},
+                      Case{DType::kF32, 1e-4, false, false, 1, true}, Case{DType::kF32, 1e-4, false, true},
+                      Case{DType::kF16, 1e-4}, Case{DType::kBF16, 1e-4}, Case{DType::kQ8_0, 3e-2},
+                      Case{DType::kQ4_0, 3e-2, false, false, 2}, Case{DType::kQ4_1, 3e-2}, Case{DType::kQ4_K, 3e-2},
+                      Case{DType::kQ6_K, 3e-2, true},
                       // Tied and packed (on AVX-512): the embedding lookup reads the LM head's packed rows.
                       Case{DType::kQ8_0, 3e-2, true}, Case{DType::kQ4_1, 3e-2, true, false, 2}));
 
@@ -272,6 +285,40 @@ TEST(TransformerLoadTest, MissingTensorIsNotFound) {
   auto t = Transformer::Load(*files, backend.get(), {});
   EXPECT_STATUS_CODE(t, kNotFound);
   EXPECT_THAT(t.status().message(), ::testing::HasSubstr("blk.2.attn_norm.weight"));
+}
+
+TEST(TransformerLoadTest, RopeFreqsOfTheWrongLengthAreRefused) {
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/model.gguf";
+  testing::WriteRandomModel({.n_layers = 1, .rope_freq_factors = {1.0f, 2.0f, 3.0f}}, path);  // head_dim 64: needs 32.
+  auto files = OpenModelFiles(path);
+  ASSERT_TRUE(files.ok()) << files.status();
+  auto backend = kernels::MakeCpuBackend({});
+  EXPECT_THAT(Transformer::Load(*files, backend.get(), {}),
+              testing::StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("rope_freqs.weight")));
+}
+
+// Every factor 2 divides every frequency by 2, which is what linear RoPE scaling with
+// factor 2 does: the two files give the same logits, bit for bit.
+TEST(TransformerLoadTest, UniformRopeFreqsEqualLinearScaling) {
+  testing::TempDir dir;
+  std::vector<std::vector<float>> logits;
+  for (const bool as_factors : {true, false}) {
+    testing::RandomModelSpec spec{.n_layers = 2};
+    if (as_factors) {
+      spec.rope_freq_factors.assign(spec.n_embd / spec.n_heads / 2, 2.0f);
+    } else {
+      spec.rope_linear_factor = 2.0f;
+    }
+    const std::string path = dir.path() + (as_factors ? "/factors.gguf" : "/linear.gguf");
+    testing::WriteRandomModel(spec, path);
+    auto engine = LocalEngine::Create(path, {});
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    auto l = (*engine)->PromptLogits({5, 17, 3, 40, 8, 11, 60, 2}, 0);
+    ASSERT_TRUE(l.ok()) << l.status();
+    logits.push_back(*l);
+  }
+  EXPECT_EQ(logits[0], logits[1]);
 }
 
 }  // namespace

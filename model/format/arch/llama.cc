@@ -28,6 +28,7 @@ Names NamesOf(LlamaTensor t) {
     case LlamaTensor::kFfnGate: return {"ffn_gate.weight", "mlp.gate_proj.weight", true};
     case LlamaTensor::kFfnUp: return {"ffn_up.weight", "mlp.up_proj.weight", true};
     case LlamaTensor::kFfnDown: return {"ffn_down.weight", "mlp.down_proj.weight", true};
+    case LlamaTensor::kRopeFreqs: return {"rope_freqs.weight", "", false};
   }
   return {"", "", false};
 }

@@ -26,6 +26,9 @@ enum class LlamaTensor {
   kFfnGate,
   kFfnUp,
   kFfnDown,
+  // Llama 3.1 GGUF files: per-frequency RoPE divisors [head_dim / 2] (HF files say the same
+  // in config.json's rope_scaling instead; the HF name is empty).
+  kRopeFreqs,
 };
 
 // The per-layer tensors, in load order (the others are the embedding, final norm and head).
