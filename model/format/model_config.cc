@@ -121,7 +121,10 @@ absl::StatusOr<ModelConfig> ModelConfigFromGguf(const GgufFile& f) {
     c.rope_scaling_factor = f.GetFloat(p + "rope.scaling.factor").value_or(1.0);
     c.rope_original_ctx = f.GetInt(p + "rope.scaling.original_context_length").value_or(0);
   }
-  c.rope_layout = RopeLayout::kAdjacentPairs;
+  // llama.cpp's converter permutes the Q/K rows of `llama` models (Llama, Mistral) so that
+  // RoPE rotates adjacent pairs (its LLAMA_ROPE_TYPE_NORM); Qwen2 keeps Hugging Face's rows
+  // and rotates the two halves of each head (LLAMA_ROPE_TYPE_NEOX).
+  c.rope_layout = c.arch == "qwen2" ? RopeLayout::kRotateHalf : RopeLayout::kAdjacentPairs;
   // Tied when the LM head is absent, or stored as a byte-identical copy of the embedding
   // (llama2.c exports do that). memcmp stops at the first difference, so an untied model
   // costs a few pages.

@@ -82,14 +82,17 @@ std::vector<double> RmsNorm(const std::vector<double>& x, const Mat& w, double e
   return y;
 }
 
-// GGUF layout: adjacent pairs rotate; frequency i turns by pos * theta^(-2i/d) / factors[i]
-// (llama.cpp's freq_factors, Llama 3.1's rope_freqs.weight).
-void Rope(std::vector<double>& x, int64_t n_heads, int64_t d, int64_t pos, double theta, const Mat& factors) {
+// Frequency i turns by pos * theta^(-2i/d) / factors[i] (llama.cpp's freq_factors, Llama
+// 3.1's rope_freqs.weight). It rotates elements (2i, 2i + 1) of each head in llama.cpp's
+// NORM layout (GGUF `llama`, whose Q/K rows the converter permuted), and (i, i + d/2) in its
+// NEOX layout (GGUF `qwen2`: Hugging Face's rows).
+void Rope(std::vector<double>& x, int64_t n_heads, int64_t d, int64_t pos, double theta, const Mat& factors,
+          bool neox) {
   for (int64_t h = 0; h < n_heads; ++h) {
     for (int64_t i = 0; i < d / 2; ++i) {
       const double ang = pos * std::pow(theta, -2.0 * i / d) / (factors.empty() ? 1.0 : factors[i]);
-      double& a = x[h * d + 2 * i];
-      double& b = x[h * d + 2 * i + 1];
+      double& a = x[h * d + (neox ? i : 2 * i)];
+      double& b = x[h * d + (neox ? i + d / 2 : 2 * i + 1)];
       const double a0 = a, b0 = b;
       a = a0 * std::cos(ang) - b0 * std::sin(ang);
       b = a0 * std::sin(ang) + b0 * std::cos(ang);
@@ -111,8 +114,9 @@ std::vector<std::vector<double>> RefForward(const RefModel& m, const std::vector
       auto q = MatVec(L.wq, x, c.q_dim(), L.bq);
       auto k = MatVec(L.wk, x, c.kv_dim(), L.bk);
       auto v = MatVec(L.wv, x, c.kv_dim(), L.bv);
-      Rope(q, c.n_heads, d, pos, c.rope_theta, m.rope_freqs);
-      Rope(k, c.n_kv_heads, d, pos, c.rope_theta, m.rope_freqs);
+      const bool neox = c.arch == "qwen2";  // From the file's architecture, not the config's layout.
+      Rope(q, c.n_heads, d, pos, c.rope_theta, m.rope_freqs, neox);
+      Rope(k, c.n_kv_heads, d, pos, c.rope_theta, m.rope_freqs, neox);
       K[l].push_back(k);
       V[l].push_back(v);
       std::vector<double> att(c.q_dim(), 0.0);
