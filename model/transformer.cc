@@ -17,10 +17,11 @@ using kernels::RopeStyle;
 
 struct Transformer::Layer {
   TensorView attn_norm, bq, bk, bv, ffn_norm;
-  StackedLinear qkv;      // Column-parallel: this rank's Q, K and V heads.
-  Linear o;               // Row-parallel: the O columns of this rank's query heads.
-  StackedLinear gate_up;  // Column-parallel: FFN columns [ff_begin, ff_end).
-  Linear down;            // Row-parallel: the same columns of down.
+  TensorView q_norm, k_norm;  // Qwen3: [head_dim], over each head of Q and K; empty otherwise.
+  StackedLinear qkv;          // Column-parallel: this rank's Q, K and V heads.
+  Linear o;                   // Row-parallel: the O columns of this rank's query heads.
+  StackedLinear gate_up;      // Column-parallel: FFN columns [ff_begin, ff_end).
+  Linear down;                // Row-parallel: the same columns of down.
 };
 
 Transformer::~Transformer() = default;
@@ -162,6 +163,10 @@ absl::StatusOr<Transformer::Layer> Transformer::LoadLayer(const ModelFiles& file
     CASCADE_ASSIGN_OR_RETURN(L.bk, w.Vector(name(LlamaTensor::kAttnKBias), c.kv_dim(), kv));
     CASCADE_ASSIGN_OR_RETURN(L.bv, w.Vector(name(LlamaTensor::kAttnVBias), c.kv_dim(), kv));
   }
+  if (c.qk_norm) {  // The same weights for every head: every rank holds them whole.
+    CASCADE_ASSIGN_OR_RETURN(L.q_norm, w.Vector(name(LlamaTensor::kAttnQNorm), c.head_dim));
+    CASCADE_ASSIGN_OR_RETURN(L.k_norm, w.Vector(name(LlamaTensor::kAttnKNorm), c.head_dim));
+  }
   CASCADE_ASSIGN_OR_RETURN(L.ffn_norm, w.Vector(name(LlamaTensor::kFfnNorm), c.n_embd));
   const std::string gate_up[] = {name(LlamaTensor::kFfnGate), name(LlamaTensor::kFfnUp)};
   const int64_t ff_rows[] = {c.n_ff, c.n_ff};
@@ -239,6 +244,7 @@ absl::Status Transformer::RunLayers(TensorView hidden, const ForwardBatch& batch
     CASCADE_RETURN_IF_ERROR(b.RmsNorm(norm, hidden, L.attn_norm, static_cast<float>(c.norm_eps)));
     const TensorView qkv[] = {q, k, v}, qkv_bias[] = {L.bq, L.bk, L.bv};
     CASCADE_RETURN_IF_ERROR(L.qkv.Forward(qkv, norm, qkv_bias));
+    if (L.q_norm.data != nullptr) CASCADE_RETURN_IF_ERROR(NormHeads(q, k, L.q_norm, L.k_norm));
     CASCADE_RETURN_IF_ERROR(b.Rope(q, batch.positions, rope_));
     CASCADE_RETURN_IF_ERROR(b.Rope(k, batch.positions, rope_));
     CASCADE_RETURN_IF_ERROR(b.WriteKv(kv, k, v, batch.seqs));
@@ -253,6 +259,17 @@ absl::Status Transformer::RunLayers(TensorView hidden, const ForwardBatch& batch
     CASCADE_RETURN_IF_ERROR(b.AddInPlace(hidden, proj));
   }
   return absl::OkStatus();
+}
+
+absl::Status Transformer::NormHeads(TensorView q, TensorView k, const TensorView& q_norm, const TensorView& k_norm) {
+  // q [n, heads * head_dim] read as [n * heads, head_dim] rows: RMSNorm each head in place.
+  const int64_t d = config_.head_dim;
+  const auto heads = [&](TensorView x) {
+    return TensorView(x.data, DType::kF32, {x.Rows() * (x.Cols() / d), d}, backend_->device());
+  };
+  const float eps = static_cast<float>(config_.norm_eps);
+  CASCADE_RETURN_IF_ERROR(backend_->RmsNorm(heads(q), heads(q), q_norm, eps));
+  return backend_->RmsNorm(heads(k), heads(k), k_norm, eps);
 }
 
 absl::Status Transformer::Logits(const TensorView& hidden, std::span<const int64_t> rows, TensorView logits) {

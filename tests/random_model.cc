@@ -35,7 +35,7 @@ void WriteRandomModel(const RandomModelSpec& s, const std::string& path) {
     for (int64_t i = distinct; i < n; ++i) v[i] = v[i % distinct];
     return v;
   };
-  const std::string arch = s.qkv_bias ? "qwen2" : "llama";
+  const std::string arch = s.qk_norm ? "qwen3" : s.qkv_bias ? "qwen2" : "llama";
   const int64_t head_dim = s.n_embd / s.n_heads;
   model::GgufWriter w;
   w.SetString("general.architecture", arch);
@@ -93,6 +93,10 @@ void WriteRandomModel(const RandomModelSpec& s, const std::string& path) {
       f32(p + "attn_q.bias", random(s.n_heads * head_dim, 0.1f));
       f32(p + "attn_k.bias", random(s.n_kv_heads * head_dim, 0.1f));
       f32(p + "attn_v.bias", random(s.n_kv_heads * head_dim, 0.1f));
+    }
+    if (s.qk_norm) {
+      f32(p + "attn_q_norm.weight", random(head_dim, 0.1f, 1.0f));
+      f32(p + "attn_k_norm.weight", random(head_dim, 0.1f, 1.0f));
     }
     mat(p + "attn_output.weight", s.n_embd, s.n_heads * head_dim);
     f32(p + "ffn_norm.weight", random(s.n_embd, 0.1f, 1.0f));

@@ -20,6 +20,7 @@ struct RandomModelSpec {
   int64_t n_vocab = 96;
   bool tied = false;
   bool qkv_bias = false;  // Writes a qwen2 model with Q/K/V biases.
+  bool qk_norm = false;   // Writes a qwen3 model with q_norm / k_norm weights (wins over qkv_bias's arch).
   uint32_t seed = 1;
   int64_t n_ctx = 256;  // context_length in the metadata.
   // > 0: draw only this many random values per tensor and repeat them (benchmarks of

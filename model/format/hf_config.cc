@@ -133,12 +133,12 @@ absl::Status ParseRopeScaling(const Json& rs, const std::string& source, ModelCo
   return absl::OkStatus();
 }
 
-// `sliding_window` (Mistral; Qwen2 only with `use_sliding_window`), then the context cap
+// `sliding_window` (Mistral; Qwen2/3 only with `use_sliding_window`), then the context cap
 // of CapContextToSlidingWindow.
 absl::Status ParseSlidingWindow(const HfKeys& keys, const Json& root, ModelConfig& c) {
   CASCADE_ASSIGN_OR_RETURN(c.sliding_window, keys.Int("sliding_window", 0));
   if (c.sliding_window < 0) return keys.Bad("sliding_window", root["sliding_window"], "must be positive or null");
-  if (c.arch == "qwen2") {
+  if (c.arch == "qwen2" || c.arch == "qwen3") {
     CASCADE_ASSIGN_OR_RETURN(const bool used, keys.Bool("use_sliding_window", false));
     if (!used) c.sliding_window = 0;
   }
@@ -161,9 +161,9 @@ absl::StatusOr<ModelConfig> ModelConfigFromHfJson(std::string_view json_text, co
   const HfKeys keys(root, source);
   ModelConfig c;
   CASCADE_ASSIGN_OR_RETURN(c.arch, keys.String("model_type"));
-  if (c.arch != "llama" && c.arch != "mistral" && c.arch != "qwen2") {
+  if (c.arch != "llama" && c.arch != "mistral" && c.arch != "qwen2" && c.arch != "qwen3") {
     return absl::UnimplementedError(
-        cascade::StrCat(source, ": model_type '", c.arch, "' is not supported (llama, mistral, qwen2)"));
+        cascade::StrCat(source, ": model_type '", c.arch, "' is not supported (llama, mistral, qwen2, qwen3)"));
   }
   if (const Json* n = keys.Find("_name_or_path"); n != nullptr && n->is_string()) {
     c.name = n->get<std::string>();
@@ -185,6 +185,7 @@ absl::StatusOr<ModelConfig> ModelConfigFromHfJson(std::string_view json_text, co
   // Qwen2 always has Q/K/V biases; Llama has them when `attention_bias` is set.
   CASCADE_ASSIGN_OR_RETURN(c.qkv_bias, keys.Bool("attention_bias", false));
   if (c.arch == "qwen2") c.qkv_bias = true;
+  c.qk_norm = c.arch == "qwen3";  // Qwen3Attention's q_norm / k_norm (RMSNorm over head_dim).
   c.rope_layout = RopeLayout::kRotateHalf;
   if (const Json* rs = keys.Find("rope_scaling"); rs != nullptr) {
     CASCADE_RETURN_IF_ERROR(ParseRopeScaling(*rs, source, c));

@@ -64,6 +64,7 @@ std::string ModelConfig::ToString() const {
   absl::StrAppendFormat(&s, "\nnorm_eps        %g\n", norm_eps);
   absl::StrAppendFormat(&s, "tied_embeddings %s\n", tied_embeddings ? "true" : "false");
   absl::StrAppendFormat(&s, "qkv_bias        %s\n", qkv_bias ? "true" : "false");
+  if (qk_norm) absl::StrAppendFormat(&s, "qk_norm         true\n");
   if (sliding_window > 0) {
     absl::StrAppendFormat(&s, "sliding_window  %d (context capped to it: full attention is exact there)\n",
                           sliding_window);
@@ -78,7 +79,8 @@ bool ModelConfig::SameLogicalModel(const ModelConfig& o) const {
          head_dim == o.head_dim && n_ff == o.n_ff && n_vocab == o.n_vocab && n_ctx_train == o.n_ctx_train &&
          close(rope_theta, o.rope_theta) && rope_scaling == o.rope_scaling &&
          close(rope_scaling_factor, o.rope_scaling_factor) && close(norm_eps, o.norm_eps) &&
-         tied_embeddings == o.tied_embeddings && qkv_bias == o.qkv_bias && sliding_window == o.sliding_window;
+         tied_embeddings == o.tied_embeddings && qkv_bias == o.qkv_bias && qk_norm == o.qk_norm &&
+         sliding_window == o.sliding_window;
 }
 
 void CapContextToSlidingWindow(ModelConfig& c) {
@@ -88,9 +90,9 @@ void CapContextToSlidingWindow(ModelConfig& c) {
 absl::StatusOr<ModelConfig> ModelConfigFromGguf(const GgufFile& f) {
   ModelConfig c;
   CASCADE_ASSIGN_OR_RETURN(c.arch, f.GetString("general.architecture"));
-  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "mistral") {
+  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "mistral") {
     return absl::UnimplementedError(
-        cascade::StrCat(f.path(), ": architecture '", c.arch, "' is not supported (llama, qwen2, mistral are)"));
+        cascade::StrCat(f.path(), ": architecture '", c.arch, "' is not supported (llama, mistral, qwen2, qwen3 are)"));
   }
   if (auto n = f.GetString("general.name"); n.ok()) c.name = *n;
   const std::string p = c.arch + ".";
@@ -124,7 +126,7 @@ absl::StatusOr<ModelConfig> ModelConfigFromGguf(const GgufFile& f) {
   // llama.cpp's converter permutes the Q/K rows of `llama` models (Llama, Mistral) so that
   // RoPE rotates adjacent pairs (its LLAMA_ROPE_TYPE_NORM); Qwen2 keeps Hugging Face's rows
   // and rotates the two halves of each head (LLAMA_ROPE_TYPE_NEOX).
-  c.rope_layout = c.arch == "qwen2" ? RopeLayout::kRotateHalf : RopeLayout::kAdjacentPairs;
+  c.rope_layout = c.arch == "qwen2" || c.arch == "qwen3" ? RopeLayout::kRotateHalf : RopeLayout::kAdjacentPairs;
   // Tied when the LM head is absent, or stored as a byte-identical copy of the embedding
   // (llama2.c exports do that). memcmp stops at the first difference, so an untied model
   // costs a few pages.
@@ -137,6 +139,7 @@ absl::StatusOr<ModelConfig> ModelConfigFromGguf(const GgufFile& f) {
     c.tied_embeddings = a.ok() && b.ok() && std::memcmp(a->data, b->data, out->n_bytes) == 0;
   }
   c.qkv_bias = f.FindTensor("blk.0.attn_q.bias") != nullptr;
+  c.qk_norm = f.FindTensor("blk.0.attn_q_norm.weight") != nullptr;
   CASCADE_RETURN_IF_ERROR(Annotate(c.Validate(), f.path()));
   CapContextToSlidingWindow(c);
   return c;

@@ -20,7 +20,7 @@ enum class RopeLayout { kAdjacentPairs, kRotateHalf };
 enum class RopeScaling { kNone, kLinear, kLlama3, kYarn };
 
 struct ModelConfig {
-  std::string arch = "llama";  // "llama", "qwen2", "mistral".
+  std::string arch = "llama";  // "llama", "mistral", "qwen2", "qwen3".
   std::string name;            // general.name, or the directory name.
   int64_t n_layers = 0;
   int64_t n_embd = 0;  // Hidden size.
@@ -40,6 +40,7 @@ struct ModelConfig {
   double norm_eps = 1e-5;              // RMSNorm epsilon.
   bool tied_embeddings = false;        // LM head shares the token embedding.
   bool qkv_bias = false;               // Qwen2: Q/K/V projections have biases.
+  bool qk_norm = false;                // Qwen3: RMSNorm over each head of Q and K before RoPE.
   // Mistral-style sliding-window attention: each position attends to the last
   // `sliding_window` positions; 0 = full attention. Cascade computes full attention, which
   // is the same while a sequence is no longer than the window, so the readers cap

@@ -140,6 +140,14 @@ TEST(HfConfigTest, ModelTypes) {
   EXPECT_EQ(c->arch, "qwen2");
   EXPECT_TRUE(c->qkv_bias);
 
+  j["model_type"] = "qwen3";  // Per-head q/k norms, no biases, halves rotate.
+  c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->arch, "qwen3");
+  EXPECT_TRUE(c->qk_norm);
+  EXPECT_FALSE(c->qkv_bias);
+  EXPECT_EQ(c->rope_layout, RopeLayout::kRotateHalf);
+
   j["model_type"] = "mistral";
   c = Parse(j);
   ASSERT_TRUE(c.ok()) << c.status();

@@ -112,9 +112,11 @@ struct RandomCase {
   bool tied = false;
   bool qkv_bias = false;
   double bound = 1e-4;
+  bool qk_norm = false;  // A Qwen3 model: per-head norms replicated on every rank.
 };
 void PrintTo(const RandomCase& c, std::ostream* os) {
-  *os << DTypeName(c.type) << (c.tied ? " tied" : "") << (c.qkv_bias ? " qkv_bias" : "");
+  *os << DTypeName(c.type) << (c.tied ? " tied" : "") << (c.qkv_bias ? " qkv_bias" : "")
+      << (c.qk_norm ? " qk_norm" : "");
 }
 
 class TpRandomModelTest : public ::testing::TestWithParam<RandomCase> {};
@@ -124,7 +126,8 @@ TEST_P(TpRandomModelTest, MatchesSingleRank) {
   const RandomCase& tc = GetParam();
   testing::TempDir dir;
   const std::string path = dir.path() + "/model.gguf";
-  testing::WriteRandomModel({.weight_type = tc.type, .tied = tc.tied, .qkv_bias = tc.qkv_bias}, path);
+  testing::WriteRandomModel({.weight_type = tc.type, .tied = tc.tied, .qkv_bias = tc.qkv_bias, .qk_norm = tc.qk_norm},
+                            path);
   auto files = OpenModelFiles(path);
   ASSERT_TRUE(files.ok()) << files.status();
   for (int tp : {2, 3, 4}) ExpectParity(*files, tp, tc.bound);
@@ -137,7 +140,8 @@ TEST_P(TpRandomModelTest, MatchesSingleRank) {
 INSTANTIATE_TEST_SUITE_P(Types, TpRandomModelTest,
                          ::testing::Values(RandomCase{DType::kF32}, RandomCase{DType::kF32, true, true},
                                            RandomCase{DType::kQ8_0, false, false, 1e-3},
-                                           RandomCase{DType::kQ4_1, true, false, 1e-3}));
+                                           RandomCase{DType::kQ4_1, true, false, 1e-3},
+                                           RandomCase{DType::kF32, false, false, 1e-4, true}));
 
 TEST(TpTransformerTest, Stories260kMatchesSingleRank) {
   CASCADE_REQUIRE_FILE(path, testing::TestDataPath("models/stories260K.gguf"));

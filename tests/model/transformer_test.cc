@@ -27,6 +27,7 @@ struct RefModel {
   Mat rope_freqs;  // Per-frequency divisors of the RoPE angle; empty: all 1.
   struct Layer {
     Mat attn_norm, wq, wk, wv, bq, bk, bv, wo, ffn_norm, gate, up, down;
+    Mat q_norm, k_norm;  // Qwen3: [head_dim] RMSNorm weights over each head; empty otherwise.
   };
   std::vector<Layer> layers;
 };
@@ -57,7 +58,8 @@ RefModel LoadRef(const GgufFile& f) {
     m.layers.push_back({Load(f, p + "attn_norm.weight"), Load(f, p + "attn_q.weight"), Load(f, p + "attn_k.weight"),
                         Load(f, p + "attn_v.weight"), Load(f, p + "attn_q.bias"), Load(f, p + "attn_k.bias"),
                         Load(f, p + "attn_v.bias"), Load(f, p + "attn_output.weight"), Load(f, p + "ffn_norm.weight"),
-                        Load(f, p + "ffn_gate.weight"), Load(f, p + "ffn_up.weight"), Load(f, p + "ffn_down.weight")});
+                        Load(f, p + "ffn_gate.weight"), Load(f, p + "ffn_up.weight"), Load(f, p + "ffn_down.weight"),
+                        Load(f, p + "attn_q_norm.weight"), Load(f, p + "attn_k_norm.weight")});
   }
   return m;
 }
@@ -79,6 +81,16 @@ std::vector<double> RmsNorm(const std::vector<double>& x, const Mat& w, double e
   const double inv = 1.0 / std::sqrt(ss / x.size() + eps);
   std::vector<double> y(x.size());
   for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * inv * w[i];
+  return y;
+}
+
+// RMSNorm with weights `w` [d] over each d-element head of `x`.
+std::vector<double> NormHeads(const std::vector<double>& x, const Mat& w, int64_t d, double eps) {
+  std::vector<double> y;
+  for (size_t h = 0; h * d < x.size(); ++h) {
+    const auto head = RmsNorm(std::vector<double>(x.begin() + h * d, x.begin() + (h + 1) * d), w, eps);
+    y.insert(y.end(), head.begin(), head.end());
+  }
   return y;
 }
 
@@ -114,7 +126,12 @@ std::vector<std::vector<double>> RefForward(const RefModel& m, const std::vector
       auto q = MatVec(L.wq, x, c.q_dim(), L.bq);
       auto k = MatVec(L.wk, x, c.kv_dim(), L.bk);
       auto v = MatVec(L.wv, x, c.kv_dim(), L.bv);
-      const bool neox = c.arch == "qwen2";  // From the file's architecture, not the config's layout.
+      if (!L.q_norm.empty()) {  // Qwen3Attention: RMSNorm of each head before RoPE.
+        q = NormHeads(q, L.q_norm, d, c.norm_eps);
+        k = NormHeads(k, L.k_norm, d, c.norm_eps);
+      }
+      // From the file's architecture, not the config's layout.
+      const bool neox = c.arch == "qwen2" || c.arch == "qwen3";
       Rope(q, c.n_heads, d, pos, c.rope_theta, m.rope_freqs, neox);
       Rope(k, c.n_kv_heads, d, pos, c.rope_theta, m.rope_freqs, neox);
       K[l].push_back(k);
@@ -165,10 +182,11 @@ struct Case {
   bool qkv_bias = false;
   int threads = 1;
   bool rope_freqs = false;  // Writes rope_freqs.weight (Llama 3.1 GGUF) with uneven factors.
+  bool qk_norm = false;     // A Qwen3 model (q_norm / k_norm).
 };
 void PrintTo(const Case& c, std::ostream* os) {
   *os << DTypeName(c.type) << (c.tied ? " tied" : "") << (c.qkv_bias ? " qkv_bias" : "") << " t" << c.threads
-      << (c.rope_freqs ? " rope_freqs" : "");
+      << (c.rope_freqs ? " rope_freqs" : "") << (c.qk_norm ? " qk_norm" : "");
 }
 
 class TransformerTest : public ::testing::TestWithParam<Case> {};
@@ -179,7 +197,8 @@ TEST_P(TransformerTest, MatchesNaiveDoubleForward) {
   const Case& tc = GetParam();
   testing::TempDir dir;
   const std::string path = dir.path() + "/model.gguf";
-  testing::RandomModelSpec spec{.weight_type = tc.type, .tied = tc.tied, .qkv_bias = tc.qkv_bias};
+  testing::RandomModelSpec spec{
+      .weight_type = tc.type, .tied = tc.tied, .qkv_bias = tc.qkv_bias, .qk_norm = tc.qk_norm};
   if (tc.rope_freqs) {
     for (int i = 0; i < spec.n_embd / spec.n_heads / 2; ++i) spec.rope_freq_factors.push_back(1.0f + 0.75f * i);
   }
@@ -231,7 +250,9 @@ TEST_P(TransformerTest, MatchesNaiveDoubleForward) {
 INSTANTIATE_TEST_SUITE_P(
     Types, TransformerTest,
     ::testing::Values(Case{DType::kF32, 1e-4}, Case{DType::kF32, 1e-4, true, false, 2},
-                      Case{DType::kF32, 1e-4, false, false, 1, true}, Case{DType::kF32, 1e-4, false, true},
+                      Case{DType::kF32, 1e-4, false, false, 1, true},
+                      Case{DType::kF32, 1e-4, false, false, 2, false, true},
+                      Case{DType::kQ8_0, 3e-2, false, false, 1, false, true}, Case{DType::kF32, 1e-4, false, true},
                       Case{DType::kF16, 1e-4}, Case{DType::kBF16, 1e-4}, Case{DType::kQ8_0, 3e-2},
                       Case{DType::kQ4_0, 3e-2, false, false, 2}, Case{DType::kQ4_1, 3e-2}, Case{DType::kQ4_K, 3e-2},
                       Case{DType::kQ6_K, 3e-2, true},

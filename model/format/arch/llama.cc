@@ -28,6 +28,8 @@ Names NamesOf(LlamaTensor t) {
     case LlamaTensor::kFfnGate: return {"ffn_gate.weight", "mlp.gate_proj.weight", true};
     case LlamaTensor::kFfnUp: return {"ffn_up.weight", "mlp.up_proj.weight", true};
     case LlamaTensor::kFfnDown: return {"ffn_down.weight", "mlp.down_proj.weight", true};
+    case LlamaTensor::kAttnQNorm: return {"attn_q_norm.weight", "self_attn.q_norm.weight", true};
+    case LlamaTensor::kAttnKNorm: return {"attn_k_norm.weight", "self_attn.k_norm.weight", true};
     case LlamaTensor::kRopeFreqs: return {"rope_freqs.weight", "", false};
   }
   return {"", "", false};

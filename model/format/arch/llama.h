@@ -26,6 +26,8 @@ enum class LlamaTensor {
   kFfnGate,
   kFfnUp,
   kFfnDown,
+  kAttnQNorm,  // Qwen3: RMSNorm weights [head_dim] over each head of Q (and of K below).
+  kAttnKNorm,
   // Llama 3.1 GGUF files: per-frequency RoPE divisors [head_dim / 2] (HF files say the same
   // in config.json's rope_scaling instead; the HF name is empty).
   kRopeFreqs,
@@ -36,6 +38,7 @@ inline constexpr LlamaTensor kLlamaLayerTensors[] = {
     LlamaTensor::kAttnNorm,   LlamaTensor::kAttnQ,     LlamaTensor::kAttnK,     LlamaTensor::kAttnV,
     LlamaTensor::kAttnOutput, LlamaTensor::kAttnQBias, LlamaTensor::kAttnKBias, LlamaTensor::kAttnVBias,
     LlamaTensor::kFfnNorm,    LlamaTensor::kFfnGate,   LlamaTensor::kFfnUp,     LlamaTensor::kFfnDown,
+    LlamaTensor::kAttnQNorm,  LlamaTensor::kAttnKNorm,
 };
 
 // The stored name of `tensor` (of `layer`, for per-layer tensors) in `format`.
