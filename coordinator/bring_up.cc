@@ -110,7 +110,7 @@ absl::Status SizeKvPool(const ClusterConfig& config, const ServedModels& models,
   if (n_blocks == INT64_MAX) n_blocks = (mc.n_ctx_train + bs - 1) / bs * std::max(1, sched.max_num_seqs);
   co.kv_blocks = n_blocks;
   co.size_kv_from_gpus = any_gpu;
-  out.max_context = std::min<int64_t>(mc.n_ctx_train, n_blocks * bs);
+  out.max_context = MaxContext(mc, n_blocks, bs);
   return absl::OkStatus();
 }
 
@@ -149,6 +149,10 @@ WorkerLaunch LocalWorker(int stage, bool draft, const std::string& node, const D
 }
 
 }  // namespace
+
+int64_t MaxContext(const model::ModelConfig& config, int64_t n_blocks, int64_t block_size) {
+  return std::min<int64_t>(config.n_ctx_train, n_blocks * block_size);
+}
 
 absl::StatusOr<ServedModels> OpenServedModels(const ClusterConfig& config) {
   ServedModels models;

@@ -55,6 +55,10 @@ struct ServingPlan {
 // (InvalidArgument under scheduler.kv_cache_mb when not one block fits).
 absl::StatusOr<ServingPlan> PlanServing(const ClusterConfig& config, const ServedModels& models);
 
+// Positions per sequence the cluster serves with `n_blocks` KV blocks of `block_size`: the
+// pool's, at most the model's trained context.
+int64_t MaxContext(const model::ModelConfig& config, int64_t n_blocks, int64_t block_size);
+
 // For scripts/launch_cluster.sh: one line per worker of an external node,
 // "STAGE NODE HOST DEVICE" ("draft NODE HOST DEVICE" for the drafter).
 void PrintExternalWorkers(const ClusterConfig& config, const ServingPlan& plan, std::FILE* out);

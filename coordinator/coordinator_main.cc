@@ -91,7 +91,7 @@ int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coor
     return Fail(st);
   }
   const int64_t n_blocks = cluster.kv_blocks();
-  const int64_t max_context = std::min<int64_t>(mc.n_ctx_train, n_blocks * bs);
+  const int64_t max_context = MaxContext(mc, n_blocks, bs);
   if (n_blocks != serving.cluster.kv_blocks) {  // The GPUs hold fewer blocks than the budget.
     engine.ResetKvBlocks(static_cast<int32_t>(std::min<int64_t>(n_blocks, INT32_MAX)));
     inference.SetMaxContext(max_context);

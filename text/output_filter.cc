@@ -16,14 +16,14 @@ std::string_view FinishReasonName(FinishReason reason) {
 
 OutputFilter::OutputFilter(const Tokenizer& tokenizer, StopConditions stops)
     : tokenizer_(&tokenizer),
-      conditions_{stops.ignore_eos, {}, std::move(stops.stop_ids)},
+      ignore_eos_(stops.ignore_eos),
+      stop_ids_(std::move(stops.stop_ids)),
       detok_(tokenizer),
       stops_(std::move(stops.stop_strings)) {}
 
 std::string OutputFilter::Push(int32_t id, bool last_allowed) {
-  const std::vector<int32_t>& ids = conditions_.stop_ids;
-  const bool eog = !conditions_.ignore_eos && tokenizer_->IsEog(id);
-  if (eog || std::find(ids.begin(), ids.end(), id) != ids.end()) {
+  const bool eog = !ignore_eos_ && tokenizer_->IsEog(id);
+  if (eog || std::find(stop_ids_.begin(), stop_ids_.end(), id) != stop_ids_.end()) {
     reason_ = FinishReason::kStop;
     return {};
   }

@@ -52,7 +52,8 @@ class OutputFilter {
 
  private:
   const Tokenizer* tokenizer_;  // Borrowed.
-  StopConditions conditions_;
+  bool ignore_eos_;
+  std::vector<int32_t> stop_ids_;
   Detokenizer detok_;
   StopMatcher stops_;
   FinishReason reason_ = FinishReason::kNone;

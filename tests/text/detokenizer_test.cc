@@ -9,30 +9,17 @@
 #include "model/format/gguf.h"
 #include "model/format/tokenizer_files.h"
 #include "tests/test_support.h"
+#include "tests/text/byte_tokenizer.h"
 #include "text/tokenizer.h"
 
 namespace cascade::text {
 namespace {
 
+using ::cascade::testing::ByteTokenizer;
+
 using ::cascade::testing::TestDataPath;
 
 // A vocabulary of byte tokens only (SPM style), so any byte sequence can be fed.
-std::unique_ptr<Tokenizer> ByteTokenizer() {
-  TokenizerSpec spec;
-  spec.kind = TokenizerSpec::Kind::kSentencePieceBpe;
-  spec.add_space_prefix = false;
-  static constexpr char kHex[] = "0123456789ABCDEF";
-  for (int b = 0; b < 256; ++b) {
-    spec.tokens.push_back(std::string("<0x") + kHex[b >> 4] + kHex[b & 15] + ">");
-    spec.token_types.push_back(kTokenTypeByte);
-  }
-  spec.tokens.push_back("</s>");
-  spec.token_types.push_back(kTokenTypeControl);
-  spec.eos_id = 256;
-  auto tok = Tokenizer::FromSpec(spec);
-  EXPECT_TRUE(tok.ok()) << tok.status();
-  return std::move(*tok);
-}
 
 TEST(DetokenizerTest, HoldsBackPartialCharacters) {
   auto tok = ByteTokenizer();

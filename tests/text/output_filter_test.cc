@@ -7,28 +7,14 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/text/byte_tokenizer.h"
 
 namespace cascade::text {
 namespace {
 
-constexpr int32_t kEos = 256;
+using ::cascade::testing::ByteTokenizer;
 
-std::unique_ptr<Tokenizer> ByteTokenizer() {
-  TokenizerSpec spec;
-  spec.kind = TokenizerSpec::Kind::kSentencePieceBpe;
-  spec.add_space_prefix = false;
-  static constexpr char kHex[] = "0123456789ABCDEF";
-  for (int b = 0; b < 256; ++b) {
-    spec.tokens.push_back(std::string("<0x") + kHex[b >> 4] + kHex[b & 15] + ">");
-    spec.token_types.push_back(kTokenTypeByte);
-  }
-  spec.tokens.push_back("</s>");
-  spec.token_types.push_back(kTokenTypeControl);
-  spec.eos_id = kEos;
-  auto tok = Tokenizer::FromSpec(spec);
-  EXPECT_TRUE(tok.ok()) << tok.status();
-  return std::move(*tok);
-}
+constexpr int32_t kEos = ::cascade::testing::kByteEos;
 
 struct Outcome {
   std::string shown;  // Everything Push and Flush returned, concatenated.

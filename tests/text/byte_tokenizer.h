@@ -1,0 +1,17 @@
+// A tokenizer whose ids are bytes (SPM byte tokens <0x00>..<0xFF>) plus EOS "</s>" at id
+// 256 (`kByteEos`), so a test can feed any byte sequence and state its expectations as
+// plain string arithmetic. Shared by the text tests.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "text/tokenizer.h"
+
+namespace cascade::testing {
+
+inline constexpr int32_t kByteEos = 256;
+
+std::unique_ptr<text::Tokenizer> ByteTokenizer();
+
+}  // namespace cascade::testing
