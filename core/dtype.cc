@@ -7,7 +7,7 @@
 
 namespace cascade {
 namespace {
-constexpr std::array<DTypeInfo, 11> kInfos = {{
+constexpr std::array<DTypeInfo, 18> kInfos = {{
     {"f32", 1, 4, false},
     {"f16", 1, 2, false},
     {"bf16", 1, 2, false},
@@ -19,6 +19,13 @@ constexpr std::array<DTypeInfo, 11> kInfos = {{
     {"q6_k", 256, 210, true},
     {"q8_k", 256, 292, true},
     {"i4_g128", 128, 68, true},
+    {"q5_0", 32, 22, true},
+    {"q5_1", 32, 24, true},
+    {"q2_k", 256, 84, true},
+    {"q3_k", 256, 110, true},
+    {"q5_k", 256, 176, true},
+    {"iq4_nl", 32, 18, true},
+    {"iq4_xs", 256, 136, true},
 }};
 }  // namespace
 

@@ -23,6 +23,14 @@ enum class DType : uint8_t {
   // 128 elements: f16 scale, f16 zero point, 16 x uint32 of 8 nibbles each, value =
   // d * (q - z). The row-major form of GPTQ/AWQ group-128 INT4 (model/format/int4_checkpoint.h).
   kI4_G128,
+  // The rest of GGUF's common types (llama.cpp's ggml-common.h; see core/quant_blocks.h).
+  kQ5_0,    // 32 elements: f16 scale, 32 high bits, 16 bytes of nibbles: d * (q - 16).
+  kQ5_1,    // 32 elements: f16 scale and min, 32 high bits, nibbles: d * q + m.
+  kQ2_K,    // 256 elements: 16 x 16 with 4-bit scales and mins, 2-bit quants.
+  kQ3_K,    // 256 elements: 16 x 16 with 6-bit signed scales, 3-bit quants.
+  kQ5_K,    // 256 elements: 8 x 32 with 6-bit scales and mins (as Q4_K), 5-bit quants.
+  kIQ4_NL,  // 32 elements: f16 scale, 4-bit indices into a fixed non-linear table.
+  kIQ4_XS,  // 256 elements: 8 x 32 with 6-bit scales, indices as IQ4_NL.
 };
 
 struct DTypeInfo {

@@ -14,6 +14,19 @@
 //   Q6_K: 256 = 16 groups of 16 with int8 scales: x = d * scales[g] * (q - 32), q 6-bit
 //         (4 low bits in ql, 2 high bits in qh; see kernels/cpu/quantize.cc).
 //   Q8_K: x = d * q (f32 d); bsums[g] = sum of qs[16 g .. 16 g + 15]. Activations only.
+//   Q5_0: x = d * (q - 16), q 5-bit: nibbles as Q4_0, bit e of the little-endian qh word is
+//         element e's fifth bit.  Q5_1: x = d * q + m, likewise.
+//   Q2_K: 256 = 16 groups of 16; scales[g] holds the group's 4-bit scale (low nibble) and
+//         min (high nibble): x = d * sc * q - dmin * mn, q 2-bit. Element e = 128 n + 32 j + l
+//         (n < 2, j < 4, l < 32) is bits [2 j, 2 j + 2) of qs[32 n + l].
+//   Q3_K: 256 = 16 groups of 16 with 6-bit scales (packed in 12 bytes, see
+//         kernels/cpu/quantize.cc): x = d * (sc - 32) * (q - 4), q 3-bit: its low 2 bits as
+//         Q2_K's, its third bit is bit (4 n + j) of hmask[l].
+//   Q5_K: scales and mins as Q4_K; nibble of element e as Q4_K's, its fifth bit is bit
+//         e / 32 of qh[e % 32]: x = d * sc * q - dmin * mn.
+//   IQ4_NL: x = d * kIq4nlValues[q], q 4-bit in Q4_0's nibble order.
+//   IQ4_XS: 256 = 8 sub-blocks of 32 with 6-bit scales ls (low 4 bits in scales_l, high 2
+//         in scales_h): x = d * (ls - 32) * kIq4nlValues[q], nibbles as IQ4_NL per sub-block.
 //   I4_G128 (Cascade's own, not ggml's): 128 elements with one f16 scale d and one f16 zero
 //         point z: x = d * (q - z). Element 8 w + j sits in bits [4 j, 4 j + 4) of qs[w]:
 //         the nibble order of GPTQ/AWQ's int32 words, stored row-major ([n_out, n_in], so
@@ -60,6 +73,46 @@ struct BlockQ8_K {  // ggml `block_q8_K`.
   int8_t qs[kQKK];
   int16_t bsums[kQKK / 16];
 };
+struct BlockQ5_0 {  // ggml `block_q5_0`.
+  uint16_t d;
+  uint8_t qh[4];
+  uint8_t qs[kQK / 2];
+};
+struct BlockQ5_1 {  // ggml `block_q5_1`.
+  uint16_t d;
+  uint16_t m;
+  uint8_t qh[4];
+  uint8_t qs[kQK / 2];
+};
+struct BlockQ2_K {  // ggml `block_q2_K`.
+  uint8_t scales[kQKK / 16];
+  uint8_t qs[kQKK / 4];
+  uint16_t d;
+  uint16_t dmin;
+};
+struct BlockQ3_K {  // ggml `block_q3_K`.
+  uint8_t hmask[kQKK / 8];
+  uint8_t qs[kQKK / 4];
+  uint8_t scales[12];
+  uint16_t d;
+};
+struct BlockQ5_K {  // ggml `block_q5_K`.
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[12];
+  uint8_t qh[kQKK / 8];
+  uint8_t qs[kQKK / 2];
+};
+struct BlockIQ4_NL {  // ggml `block_iq4_nl`.
+  uint16_t d;
+  uint8_t qs[kQK / 2];
+};
+struct BlockIQ4_XS {  // ggml `block_iq4_xs`.
+  uint16_t d;
+  uint16_t scales_h;
+  uint8_t scales_l[kQKK / 64];
+  uint8_t qs[kQKK / 2];
+};
 struct BlockI4G128 {
   uint16_t d;
   uint16_t z;
@@ -74,6 +127,27 @@ static_assert(sizeof(BlockQ4_K) == 144);
 static_assert(sizeof(BlockQ6_K) == 210);
 static_assert(sizeof(BlockQ8_K) == 292);
 static_assert(sizeof(BlockI4G128) == 68);
+static_assert(sizeof(BlockQ5_0) == 22);
+static_assert(sizeof(BlockQ5_1) == 24);
+static_assert(sizeof(BlockQ2_K) == 84);
+static_assert(sizeof(BlockQ3_K) == 110);
+static_assert(sizeof(BlockQ5_K) == 176);
+static_assert(sizeof(BlockIQ4_NL) == 18);
+static_assert(sizeof(BlockIQ4_XS) == 136);
+
+// The 16 values of IQ4_NL / IQ4_XS quants (ggml's `kvalues_iq4nl`).
+inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+// The 16 6-bit scales of a Q3_K super-block, unsigned (subtract 32 for the signed scale):
+// scale g keeps its low 4 bits in a nibble of scales[g % 8] (the low one for g < 8) and its
+// high 2 bits in bits [2 (g / 4), 2 (g / 4) + 2) of scales[8 + g % 4] (ggml's kmask unpacking).
+inline void UnpackQ3KScales(const uint8_t* scales, uint8_t out[16]) {
+  for (int g = 0; g < 16; ++g) {
+    const int low = g < 8 ? scales[g] & 0x0f : scales[g - 8] >> 4;
+    const int high = (scales[8 + g % 4] >> (2 * (g / 4))) & 3;
+    out[g] = static_cast<uint8_t>(low | (high << 4));
+  }
+}
 
 // Quant `j` (0..127) of an I4_G128 block.
 inline int I4G128Quant(const BlockI4G128& b, int j) { return static_cast<int>((b.qs[j / 8] >> (4 * (j % 8))) & 0xf); }

@@ -47,6 +47,15 @@ int64_t FormatBlock(ActivationFormat f) {
   return 1;
 }
 
+// Per 16 elements: scale * (sum of quants), for the weights with 16-element groups.
+void HalfBlockSums(const int8_t* q, const float* d, int64_t nb, float* s16) {
+  for (int64_t h = 0; h < 2 * nb; ++h) {
+    int sum = 0;
+    for (int e = 0; e < 16; ++e) sum += q[16 * h + e];
+    s16[h] = d[h / 2] * static_cast<float>(sum);
+  }
+}
+
 // Rows per work item: a multiple of 16 (the micro-kernels' row tile, and whole cache lines
 // of f32 output), about four items per thread so that a slow thread can be helped.
 int64_t RowChunk(int64_t n_out, int n_threads) {
@@ -154,7 +163,14 @@ bool LinearSupports(DType weight_dtype) {
     case DType::kQ4_1:
     case DType::kQ4_K:
     case DType::kQ6_K:
-    case DType::kI4_G128: return true;
+    case DType::kI4_G128:
+    case DType::kQ5_0:
+    case DType::kQ5_1:
+    case DType::kQ2_K:
+    case DType::kQ3_K:
+    case DType::kQ5_K:
+    case DType::kIQ4_NL:
+    case DType::kIQ4_XS: return true;
     default: return false;
   }
 }
@@ -164,7 +180,14 @@ ActivationFormat ActivationFormatFor(DType weight_dtype) {
     case DType::kQ8_0:
     case DType::kQ4_0:
     case DType::kQ4_1:
-    case DType::kI4_G128: return ActivationFormat::kQ8Block;
+    case DType::kI4_G128:
+    case DType::kQ5_0:
+    case DType::kQ5_1:
+    case DType::kQ2_K:
+    case DType::kQ3_K:
+    case DType::kQ5_K:
+    case DType::kIQ4_NL:
+    case DType::kIQ4_XS: return ActivationFormat::kQ8Block;
     case DType::kQ4_K:
     case DType::kQ6_K: return ActivationFormat::kQ8K;
     default: return ActivationFormat::kF32;
@@ -193,6 +216,7 @@ absl::Status QuantizedActivations::Quantize(const float* in, int64_t n_tokens, i
       if (static_cast<int64_t>(q8_scales_.size()) < n / kQK) {
         q8_scales_.resize(n / kQK);
         q8_sums_.resize(n / kQK);
+        q8_sums16_.resize(n / 16);
       }
       const internal::QuantQ8BlockFn quant = ActiveKernels().quant_q8_block;
       const int64_t nb = n_in / kQK;
@@ -200,6 +224,7 @@ absl::Status QuantizedActivations::Quantize(const float* in, int64_t n_tokens, i
         for (int64_t t = begin; t < end; ++t) {
           quant(in + t * n_in, n_in, q8_quants_.data() + t * n_in, q8_scales_.data() + t * nb,
                 q8_sums_.data() + t * nb);
+          HalfBlockSums(q8_quants_.data() + t * n_in, q8_scales_.data() + t * nb, nb, q8_sums16_.data() + t * 2 * nb);
         }
       };
       if (pool != nullptr && n >= 16384) {
@@ -241,6 +266,7 @@ internal::GemmArgs ActivationArgs(const QuantizedActivations& in) {
     args.xq = in.q8_quants();
     args.xd = in.q8_scales();
     args.xs = in.q8_sums();
+    args.xs16 = in.q8_sums16();
   } else if (in.format() == ActivationFormat::kQ8K) {
     args.xk = in.q8k_blocks();
   }
@@ -326,7 +352,14 @@ absl::Status Linear(float* out, const float* in, const TensorView& weight, int64
   return LinearParts({&part, 1}, in, weight, n_tokens, pool);
 }
 
-bool PackedLayoutPreferred(DType dtype) { return PackedWeight::Supports(dtype) && ActiveCpuIsa() == CpuIsa::kAvx512; }
+// Q8_0 / Q4_0 / Q4_1 have GGUF-layout kernels for every ISA, and packing pays only with
+// AVX-512; every other type runs packed on every ISA (its GGUF-layout kernel is a slow
+// dequantizing fallback).
+bool PackedLayoutPreferred(DType dtype) {
+  if (!PackedWeight::Supports(dtype)) return false;
+  const bool classic = dtype == DType::kQ8_0 || dtype == DType::kQ4_0 || dtype == DType::kQ4_1;
+  return !classic || ActiveCpuIsa() == CpuIsa::kAvx512;
+}
 
 absl::Status LinearPacked(float* out, const QuantizedActivations& in, const PackedWeight& weight, ThreadPool* pool) {
   const LinearPart part{out, weight.n_out()};

@@ -70,6 +70,8 @@ class QuantizedActivations {
   const int8_t* q8_quants() const { return q8_quants_.data(); }
   const float* q8_scales() const { return q8_scales_.data(); }
   const float* q8_sums() const { return q8_sums_.data(); }
+  // The same sums per 16 elements [n_tokens, n_in / 16] (weights with 16-element groups).
+  const float* q8_sums16() const { return q8_sums16_.data(); }
   // Format kQ8K: [n_tokens, n_in / 256].
   const BlockQ8_K* q8k_blocks() const { return q8k_.data(); }
 
@@ -81,6 +83,7 @@ class QuantizedActivations {
   std::vector<int8_t> q8_quants_;
   std::vector<float> q8_scales_;
   std::vector<float> q8_sums_;
+  std::vector<float> q8_sums16_;
   std::vector<BlockQ8_K> q8k_;
 };
 

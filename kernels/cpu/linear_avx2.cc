@@ -8,6 +8,7 @@
 
 #include "core/half.h"
 #include "kernels/cpu/linear_kernels.h"
+#include "kernels/cpu/linear_packed_portable.h"
 
 namespace cascade::kernels::cpu::internal {
 namespace {
@@ -263,6 +264,7 @@ KernelTable MakeAvx2() {
   t.gemm[static_cast<int>(DType::kQ4_1)] = GemmQuantAvx2<Kind::kQ4_1>;
   t.gemm[static_cast<int>(DType::kI4_G128)] = GemmQuantAvx2<Kind::kI4G128>;
   t.quant_q8_block = QuantQ8BlockAvx2;
+  portable::AddPackedCodeKernels(t);  // The portable packed kernel, vectorised for AVX2.
   return t;
 }
 

@@ -17,6 +17,7 @@
 
 #include "core/half.h"
 #include "kernels/cpu/linear_kernels.h"
+#include "kernels/cpu/packed_avx512.h"
 
 // GCC 12 warns about the `_mm512_undefined_*` placeholders inside its own intrinsics.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -56,8 +57,10 @@ constexpr int kTokenGroup = 8;
 struct alignas(64) Tile {
   // Block b, group k (elements 4k..4k+3), row i: bytes at w[((b * 8 + k) * 16 + i) * 4].
   uint8_t w[kTileBlocks * 8 * kTileRows * 4];
-  float d[kTileBlocks * kTileRows];    // Weight scale per block and row.
-  float off[kTileBlocks * kTileRows];  // Value of u8 0 per block and row (x = d * u + off).
+  // Weight scale and value of u8 0 (x = d * u + off) per block (or half block, for the
+  // 16-element-group types: index 2 b + h) and row.
+  float d[2 * kTileBlocks * kTileRows];
+  float off[2 * kTileBlocks * kTileRows];
 };
 
 template <Kind K>
@@ -97,43 +100,35 @@ void BuildTile(const GemmArgs& a, int64_t r0, int n_rows, int64_t b0, int n_blk,
 }
 
 // A tile from packed weights (packed_weight.h): rows are already interleaved in the tile's
-// order, so this is 4 (Q4) or 8 (Q8_0) vector copies per block plus the scale conversion;
-// padding rows of the last group arrive as zeros.
-template <Kind K>
+// order, so this is the block unpacking of the GEMV kernels stored to the tile plus the
+// scale conversion; padding rows of the last group arrive as zeros.
+template <DType D>
 void BuildTileFromPacked(const GemmArgs& a, int64_t r0, int64_t b0, int n_blk, Tile* tile) {
-  constexpr int64_t kQ = K == Kind::kQ8_0 ? 512 : 256;
+  using L = PackedLayout<D>;
   const int64_t nb = a.n_in / 32;
   const uint8_t* g = a.w + (r0 / kTileRows) * a.w_row_bytes;
-  const uint16_t* d = reinterpret_cast<const uint16_t*>(g + nb * kQ) + b0 * kTileRows;
-  const uint16_t* m = d + nb * kTileRows;
-  const __m512i low4 = _mm512_set1_epi8(0x0f);
+  const uint16_t* d = reinterpret_cast<const uint16_t*>(g + nb * L::kQuant) + b0 * L::kHalves * kTileRows;
+  const uint16_t* m = d + nb * L::kHalves * kTileRows;
+  const BlockUnpacker<D> unpack;
   for (int b = 0; b < n_blk; ++b) {
-    const __m512i* q = reinterpret_cast<const __m512i*>(g + (b0 + b) * kQ);
+    __m512i w[8];
+    unpack(g + (b0 + b) * L::kQuant, w);
     __m512i* t = reinterpret_cast<__m512i*>(tile->w) + b * 8;
-    if constexpr (K == Kind::kQ8_0) {
-      for (int k = 0; k < 8; ++k) _mm512_store_si512(t + k, _mm512_load_si512(q + k));
-    } else {
-      for (int k = 0; k < 4; ++k) {
-        const __m512i v = _mm512_load_si512(q + k);
-        _mm512_store_si512(t + k, _mm512_and_si512(v, low4));
-        _mm512_store_si512(t + k + 4, _mm512_and_si512(_mm512_srli_epi16(v, 4), low4));
-      }
+    for (int k = 0; k < 8; ++k) _mm512_store_si512(t + k, w[k]);
+    for (int h = 0; h < L::kHalves; ++h) {
+      const int s = (b * L::kHalves + h) * kTileRows;
+      const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(d + s)));
+      const __m512 off = L::kStoredMin ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(m + s)))
+                                       : _mm512_mul_ps(dw, _mm512_set1_ps(L::kOffsetFactor));
+      _mm512_store_ps(tile->d + s, dw);
+      _mm512_store_ps(tile->off + s, off);
     }
-    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(d + b * kTileRows)));
-    __m512 off;
-    if constexpr (K == Kind::kQ4_1) {
-      off = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(m + b * kTileRows)));
-    } else {
-      off = _mm512_mul_ps(dw, _mm512_set1_ps(K == Kind::kQ4_0 ? -8.0f : -128.0f));
-    }
-    _mm512_store_ps(tile->d + b * kTileRows, dw);
-    _mm512_store_ps(tile->off + b * kTileRows, off);
   }
 }
 
 // Tokens [t0, t0 + T) x the tile's 16 rows over its n_blk blocks (starting at block b0 of the
 // activations); adds into `out` rows [r0, r0 + 16) under `rmask` when `accumulate`.
-template <int T>
+template <int T, int kHalves>
 void TileTokens(const GemmArgs& a, const Tile& tile, int64_t b0, int n_blk, int64_t r0, __mmask16 rmask, int64_t t0,
                 bool accumulate) {
   const int64_t nb = a.n_in / 32;
@@ -145,7 +140,7 @@ void TileTokens(const GemmArgs& a, const Tile& tile, int64_t b0, int n_blk, int6
   for (int t = 0; t < T; ++t) {
     xq[t] = a.xq + (t0 + t) * a.n_in + b0 * 32;
     xd[t] = a.xd + (t0 + t) * nb + b0;
-    xs[t] = a.xs + (t0 + t) * nb + b0;
+    xs[t] = kHalves == 2 ? a.xs16 + (t0 + t) * 2 * nb + 2 * b0 : a.xs + (t0 + t) * nb + b0;
   }
   for (int b = 0; b < n_blk; ++b) {
     const __m512i* wp = reinterpret_cast<const __m512i*>(tile.w) + b * 8;
@@ -153,6 +148,30 @@ void TileTokens(const GemmArgs& a, const Tile& tile, int64_t b0, int n_blk, int6
     const __m512i w2 = _mm512_load_si512(wp + 2), w3 = _mm512_load_si512(wp + 3);
     const __m512i w4 = _mm512_load_si512(wp + 4), w5 = _mm512_load_si512(wp + 5);
     const __m512i w6 = _mm512_load_si512(wp + 6), w7 = _mm512_load_si512(wp + 7);
+    if constexpr (kHalves == 2) {
+      const __m512 d0 = _mm512_load_ps(tile.d + 2 * b * kTileRows),
+                   d1 = _mm512_load_ps(tile.d + (2 * b + 1) * kTileRows);
+      const __m512 o0 = _mm512_load_ps(tile.off + 2 * b * kTileRows);
+      const __m512 o1 = _mm512_load_ps(tile.off + (2 * b + 1) * kTileRows);
+      for (int t = 0; t < T; ++t) {
+        const int8_t* x = xq[t] + b * 32;
+        // Elements 0..15 (operands 0-3) and 16..31 (4-7) have their own scales.
+        __m512i ia = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w0, _mm512_set1_epi32(Load32(x)));
+        __m512i ib = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w1, _mm512_set1_epi32(Load32(x + 4)));
+        __m512i ha = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w4, _mm512_set1_epi32(Load32(x + 16)));
+        __m512i hb = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w5, _mm512_set1_epi32(Load32(x + 20)));
+        ia = _mm512_dpbusd_epi32(ia, w2, _mm512_set1_epi32(Load32(x + 8)));
+        ib = _mm512_dpbusd_epi32(ib, w3, _mm512_set1_epi32(Load32(x + 12)));
+        ha = _mm512_dpbusd_epi32(ha, w6, _mm512_set1_epi32(Load32(x + 24)));
+        hb = _mm512_dpbusd_epi32(hb, w7, _mm512_set1_epi32(Load32(x + 28)));
+        const __m512 sx = _mm512_set1_ps(xd[t][b]);
+        facc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(ia, ib)), _mm512_mul_ps(d0, sx), facc[t]);
+        facc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(ha, hb)), _mm512_mul_ps(d1, sx), facc[t]);
+        facc[t] = _mm512_fmadd_ps(o0, _mm512_set1_ps(xs[t][2 * b]), facc[t]);
+        facc[t] = _mm512_fmadd_ps(o1, _mm512_set1_ps(xs[t][2 * b + 1]), facc[t]);
+      }
+      continue;
+    }
     const __m512 dw = _mm512_load_ps(tile.d + b * kTileRows);
     const __m512 ow = _mm512_load_ps(tile.off + b * kTileRows);
     for (int t = 0; t < T; ++t) {
@@ -179,12 +198,14 @@ void TileTokens(const GemmArgs& a, const Tile& tile, int64_t b0, int n_blk, int6
 }
 
 using TileTokensFn = void (*)(const GemmArgs&, const Tile&, int64_t, int, int64_t, __mmask16, int64_t, bool);
-constexpr TileTokensFn kTileTokens[kTokenGroup + 1] = {nullptr,       TileTokens<1>, TileTokens<2>,
-                                                       TileTokens<3>, TileTokens<4>, TileTokens<5>,
-                                                       TileTokens<6>, TileTokens<7>, TileTokens<8>};
+template <int H>
+constexpr TileTokensFn kTileTokens[kTokenGroup + 1] = {nullptr,          TileTokens<1, H>, TileTokens<2, H>,
+                                                       TileTokens<3, H>, TileTokens<4, H>, TileTokens<5, H>,
+                                                       TileTokens<6, H>, TileTokens<7, H>, TileTokens<8, H>};
 
-template <Kind K, bool kPacked>
-void GemmTiled(const GemmArgs& a, int64_t rb, int64_t re) {
+// The tiles of rows [rb, re), each filled by `build(r0, n_rows, b0, n_blk, &tile)`.
+template <int kHalves, typename Build>
+void GemmTiled(const GemmArgs& a, int64_t rb, int64_t re, const Build& build) {
   const int64_t nb = a.n_in / 32;
   Tile tile;
   for (int64_t r0 = rb; r0 < re; r0 += kTileRows) {
@@ -192,18 +213,14 @@ void GemmTiled(const GemmArgs& a, int64_t rb, int64_t re) {
     const __mmask16 rmask = static_cast<__mmask16>((1u << n_rows) - 1);
     for (int64_t b0 = 0; b0 < nb; b0 += kTileBlocks) {
       const int n_blk = static_cast<int>(std::min<int64_t>(kTileBlocks, nb - b0));
-      if constexpr (kPacked) {
-        BuildTileFromPacked<K>(a, r0, b0, n_blk, &tile);
-      } else {
-        BuildTile<K>(a, r0, n_rows, b0, n_blk, &tile);
-      }
+      build(r0, n_rows, b0, n_blk, &tile);
       const bool accumulate = b0 > 0;
       int64_t t = 0;
       for (; t + kTokenGroup <= a.n_tokens; t += kTokenGroup) {
-        TileTokens<kTokenGroup>(a, tile, b0, n_blk, r0, rmask, t, accumulate);
+        TileTokens<kTokenGroup, kHalves>(a, tile, b0, n_blk, r0, rmask, t, accumulate);
       }
       if (t < a.n_tokens) {
-        kTileTokens[a.n_tokens - t](a, tile, b0, n_blk, r0, rmask, t, accumulate);
+        kTileTokens<kHalves>[a.n_tokens - t](a, tile, b0, n_blk, r0, rmask, t, accumulate);
       }
     }
   }
@@ -215,7 +232,9 @@ constexpr int64_t kMinTiledTokens = 6;
 template <Kind K>
 void GemmQuantAvx512(const GemmArgs& a, int64_t rb, int64_t re) {
   if (a.n_tokens >= kMinTiledTokens) {
-    GemmTiled<K, false>(a, rb, re);
+    GemmTiled<1>(a, rb, re, [&](int64_t r0, int n_rows, int64_t b0, int n_blk, Tile* tile) {
+      BuildTile<K>(a, r0, n_rows, b0, n_blk, tile);
+    });
   } else if constexpr (K == Kind::kQ8_0) {
     GemvQ8_0Avx512(a, rb, re);
   } else if constexpr (K == Kind::kQ4_0) {
@@ -226,16 +245,14 @@ void GemmQuantAvx512(const GemmArgs& a, int64_t rb, int64_t re) {
 }
 
 // Packed weights: the matrix-vector kernels for few tokens, tiles for more.
-template <Kind K>
+template <DType D>
 void GemmPackedAvx512(const GemmArgs& a, int64_t rb, int64_t re) {
   if (a.n_tokens >= kMinTiledTokens) {
-    GemmTiled<K, true>(a, rb, re);
-  } else if constexpr (K == Kind::kQ8_0) {
-    GemvPackedQ8_0Avx512(a, rb, re);
-  } else if constexpr (K == Kind::kQ4_0) {
-    GemvPackedQ4_0Avx512(a, rb, re);
+    GemmTiled<PackedLayout<D>::kHalves>(a, rb, re, [&](int64_t r0, int, int64_t b0, int n_blk, Tile* tile) {
+      BuildTileFromPacked<D>(a, r0, b0, n_blk, tile);
+    });
   } else {
-    GemvPackedQ4_1Avx512(a, rb, re);
+    GemvPackedAvx512<D>(a, rb, re);
   }
 }
 
@@ -244,9 +261,9 @@ KernelTable MakeAvx512() {
   t.gemm[static_cast<int>(DType::kQ8_0)] = GemmQuantAvx512<Kind::kQ8_0>;
   t.gemm[static_cast<int>(DType::kQ4_0)] = GemmQuantAvx512<Kind::kQ4_0>;
   t.gemm[static_cast<int>(DType::kQ4_1)] = GemmQuantAvx512<Kind::kQ4_1>;
-  t.packed[static_cast<int>(DType::kQ8_0)] = GemmPackedAvx512<Kind::kQ8_0>;
-  t.packed[static_cast<int>(DType::kQ4_0)] = GemmPackedAvx512<Kind::kQ4_0>;
-  t.packed[static_cast<int>(DType::kQ4_1)] = GemmPackedAvx512<Kind::kQ4_1>;
+#define CASCADE_PACKED_ENTRY(D) t.packed[static_cast<int>(D)] = GemmPackedAvx512<D>;
+  CASCADE_FOR_EACH_PACKED_DTYPE(CASCADE_PACKED_ENTRY)
+#undef CASCADE_PACKED_ENTRY
   return t;
 }
 

@@ -3,9 +3,12 @@
 // f32), in plain loops.
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "core/half.h"
 #include "kernels/cpu/linear_kernels.h"
+#include "kernels/cpu/linear_packed_portable.h"
+#include "kernels/cpu/quantize.h"
 
 namespace cascade::kernels::cpu::internal {
 namespace {
@@ -194,44 +197,53 @@ void GemmQ6_K(const GemmArgs& a, int64_t rb, int64_t re) {
   }
 }
 
-// Packed layout (packed_weight.h): the reference for the packed SIMD kernels, also used
-// when a weight packed on an AVX-512 machine is run with a lower ISA (tests).
-template <DType D>
-void GemmPacked(const GemmArgs& a, int64_t rb, int64_t re) {
+// Packed Q8_0 (packed_weight.h): the reference for the packed SIMD kernel, also used when
+// a weight packed on an AVX-512 machine is run with a lower ISA (tests). The block-code
+// types' portable packed kernel is linear_packed_portable.h.
+void GemmPackedQ8_0(const GemmArgs& a, int64_t rb, int64_t re) {
   constexpr int kR = 16;
-  constexpr int64_t kQuant = D == DType::kQ8_0 ? 512 : 256;
   const int64_t nb = a.n_in / kQK;
   for (int64_t r0 = rb; r0 < re; r0 += kR) {
     const uint8_t* g = a.w + (r0 / kR) * a.w_row_bytes;
-    const auto* d = reinterpret_cast<const uint16_t*>(g + nb * kQuant);
-    const uint16_t* m = d + nb * kR;
+    const auto* d = reinterpret_cast<const uint16_t*>(g + nb * 512);
     const int n_rows = static_cast<int>(std::min<int64_t>(kR, re - r0));
     for (int i = 0; i < n_rows; ++i) {
       for (int64_t t = 0; t < a.n_tokens; ++t) {
         const int8_t* x = a.xq + t * a.n_in;
         const float* xd = a.xd + t * nb;
-        const float* xs = a.xs + t * nb;
         float acc = 0.0f;
         for (int64_t b = 0; b < nb; ++b) {
-          const uint8_t* q = g + b * kQuant;
+          const uint8_t* q = g + b * 512;
           const int8_t* xb = x + b * kQK;
           int dot = 0;
-          float off;
-          const float db = F16ToF32(d[b * kR + i]);
-          if constexpr (D == DType::kQ8_0) {
-            for (int e = 0; e < kQK; ++e) dot += (q[64 * (e / 4) + 4 * i + e % 4] - 128) * xb[e];
-            off = 0.0f;
-          } else {
-            for (int e = 0; e < 16; ++e) {
-              const uint8_t byte = q[64 * (e / 4) + 4 * i + e % 4];
-              dot += (byte & 0x0f) * xb[e] + (byte >> 4) * xb[e + 16];
-            }
-            off = D == DType::kQ4_1 ? F16ToF32(m[b * kR + i]) : -8.0f * db;
-          }
-          acc += db * xd[b] * static_cast<float>(dot) + off * xs[b];
+          for (int e = 0; e < kQK; ++e) dot += (q[64 * (e / 4) + 4 * i + e % 4] - 128) * xb[e];
+          acc += F16ToF32(d[b * kR + i]) * xd[b] * static_cast<float>(dot);
         }
         a.out[t * a.ld_out + r0 + i] = acc;
       }
+    }
+  }
+}
+
+// GGUF layout of the types that normally run packed (Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL,
+// IQ4_XS): each row is dequantized to f32 (quantize.h) and dotted with the dequantized
+// activations. Slow; it only serves `Linear` over an unprepared weight.
+template <DType D>
+void GemmDequant(const GemmArgs& a, int64_t rb, int64_t re) {
+  thread_local std::vector<float> row;
+  row.resize(static_cast<size_t>(a.n_in));
+  const int64_t nb = a.n_in / kQK;
+  for (int64_t r = rb; r < re; ++r) {
+    (void)DequantizeRow(D, a.w + r * a.w_row_bytes, row.data(), a.n_in);  // Shapes checked by the caller.
+    for (int64_t t = 0; t < a.n_tokens; ++t) {
+      const int8_t* x = a.xq + t * a.n_in;
+      float acc = 0.0f;
+      for (int64_t b = 0; b < nb; ++b) {
+        float dot = 0.0f;
+        for (int e = 0; e < kQK; ++e) dot += row[b * kQK + e] * static_cast<float>(x[b * kQK + e]);
+        acc += a.xd[t * nb + b] * dot;
+      }
+      a.out[t * a.ld_out + r] = acc;
     }
   }
 }
@@ -247,9 +259,15 @@ KernelTable MakeGeneric() {
   t.gemm[static_cast<int>(DType::kQ4_K)] = GemmQ4_K;
   t.gemm[static_cast<int>(DType::kQ6_K)] = GemmQ6_K;
   t.gemm[static_cast<int>(DType::kI4_G128)] = GemmI4G128;
-  t.packed[static_cast<int>(DType::kQ8_0)] = GemmPacked<DType::kQ8_0>;
-  t.packed[static_cast<int>(DType::kQ4_0)] = GemmPacked<DType::kQ4_0>;
-  t.packed[static_cast<int>(DType::kQ4_1)] = GemmPacked<DType::kQ4_1>;
+  t.gemm[static_cast<int>(DType::kQ5_0)] = GemmDequant<DType::kQ5_0>;
+  t.gemm[static_cast<int>(DType::kQ5_1)] = GemmDequant<DType::kQ5_1>;
+  t.gemm[static_cast<int>(DType::kQ2_K)] = GemmDequant<DType::kQ2_K>;
+  t.gemm[static_cast<int>(DType::kQ3_K)] = GemmDequant<DType::kQ3_K>;
+  t.gemm[static_cast<int>(DType::kQ5_K)] = GemmDequant<DType::kQ5_K>;
+  t.gemm[static_cast<int>(DType::kIQ4_NL)] = GemmDequant<DType::kIQ4_NL>;
+  t.gemm[static_cast<int>(DType::kIQ4_XS)] = GemmDequant<DType::kIQ4_XS>;
+  t.packed[static_cast<int>(DType::kQ8_0)] = GemmPackedQ8_0;
+  portable::AddPackedCodeKernels(t);
   t.quant_q8_block = QuantQ8BlockGeneric;
   return t;
 }

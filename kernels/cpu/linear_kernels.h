@@ -28,6 +28,7 @@ struct GemmArgs {
   const int8_t* xq = nullptr;     // kQ8Block: [n_tokens, n_in].
   const float* xd = nullptr;      //   [n_tokens, n_in / 32] scales.
   const float* xs = nullptr;      //   [n_tokens, n_in / 32] scale * sum of quants.
+  const float* xs16 = nullptr;    //   [n_tokens, n_in / 16] the same per 16 elements.
   const BlockQ8_K* xk = nullptr;  // kQ8K: [n_tokens, n_in / 256].
 };
 
@@ -35,12 +36,12 @@ using GemmFn = void (*)(const GemmArgs& args, int64_t row_begin, int64_t row_end
 // Quantizes x [n] (n a multiple of 32) to quants [n], scales and sums [n / 32].
 using QuantQ8BlockFn = void (*)(const float* x, int64_t n, int8_t* q, float* d, float* s);
 
-inline constexpr int kNumDTypes = 11;
+inline constexpr int kNumDTypes = 18;
 
 // Null entries fall back to the next lower ISA's kernel.
 struct KernelTable {
   GemmFn gemm[kNumDTypes] = {};
-  GemmFn packed[kNumDTypes] = {};  // Over a PackedWeight (Q8_0, Q4_0, Q4_1).
+  GemmFn packed[kNumDTypes] = {};  // Over a PackedWeight (packed_weight.h).
   QuantQ8BlockFn quant_q8_block = nullptr;
 };
 
@@ -53,10 +54,18 @@ void GemvQ8_0Avx512(const GemmArgs& args, int64_t row_begin, int64_t row_end);
 void GemvQ4_0Avx512(const GemmArgs& args, int64_t row_begin, int64_t row_end);
 void GemvQ4_1Avx512(const GemmArgs& args, int64_t row_begin, int64_t row_end);
 
-// AVX-512 VNNI kernels for 1..5 tokens over packed weights (linear_packed_avx512.cc).
-void GemvPackedQ8_0Avx512(const GemmArgs& args, int64_t row_begin, int64_t row_end);
-void GemvPackedQ4_0Avx512(const GemmArgs& args, int64_t row_begin, int64_t row_end);
-void GemvPackedQ4_1Avx512(const GemmArgs& args, int64_t row_begin, int64_t row_end);
+// The dtypes PackedWeight packs (packed_weight.h), for explicit instantiations.
+// clang-format off
+#define CASCADE_FOR_EACH_PACKED_DTYPE(X)                                                 \
+  X(DType::kQ8_0) X(DType::kQ4_0) X(DType::kQ4_1) X(DType::kQ5_0) X(DType::kQ5_1)        \
+  X(DType::kQ2_K) X(DType::kQ3_K) X(DType::kQ4_K) X(DType::kQ5_K) X(DType::kQ6_K)        \
+  X(DType::kIQ4_NL) X(DType::kIQ4_XS)
+// clang-format on
+
+// AVX-512 VNNI kernels for 1..5 tokens over packed weights of dtype D
+// (linear_packed_avx512.cc; instantiated for every CASCADE_FOR_EACH_PACKED_DTYPE).
+template <DType D>
+void GemvPackedAvx512(const GemmArgs& args, int64_t row_begin, int64_t row_end);
 
 // Portable Q8_K activation quantizer (one super-block per 256 elements).
 void QuantizeQ8K(const float* x, int64_t n, BlockQ8_K* y);

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/half.h"
 #include "core/quant_blocks.h"
+#include "kernels/cpu/block_codes.h"
 
 namespace cascade::kernels::cpu {
 namespace {
@@ -96,6 +97,19 @@ void DequantQ6_K(const BlockQ6_K* x, float* y, int64_t nb) {
         y[l + 64] = d * sc[l / 16 + 4] * q2;
         y[l + 96] = d * sc[l / 16 + 6] * q3;
       }
+    }
+  }
+}
+
+// The other block types through their common decoded form (block_codes.h).
+void DequantCodes(DType dtype, const void* src, float* y, int64_t n) {
+  const bool lut = CodeFormatOf(dtype).lut;
+  BlockCodes c;
+  for (int64_t b = 0; b < n / kQK; ++b, y += kQK) {
+    DecodeBlock(dtype, static_cast<const uint8_t*>(src), b, &c);
+    for (int e = 0; e < kQK; ++e) {
+      const float v = lut ? static_cast<float>(kIq4nlValues[c.code[e]]) : static_cast<float>(c.code[e]);
+      y[e] = c.d[e / 16] * v + c.m[e / 16];
     }
   }
 }
@@ -333,6 +347,13 @@ absl::Status DequantizeRow(DType dtype, const void* src, float* dst, int64_t n) 
     case DType::kQ6_K: DequantQ6_K(static_cast<const BlockQ6_K*>(src), dst, nb); return absl::OkStatus();
     case DType::kQ8_K: DequantQ8_K(static_cast<const BlockQ8_K*>(src), dst, nb); return absl::OkStatus();
     case DType::kI4_G128: DequantI4G128(static_cast<const BlockI4G128*>(src), dst, nb); return absl::OkStatus();
+    case DType::kQ5_0:
+    case DType::kQ5_1:
+    case DType::kQ2_K:
+    case DType::kQ3_K:
+    case DType::kQ5_K:
+    case DType::kIQ4_NL:
+    case DType::kIQ4_XS: DequantCodes(dtype, src, dst, n); return absl::OkStatus();
     default:
       return absl::UnimplementedError(absl::StrCat("DequantizeRow: unsupported dtype ", std::string(DTypeName(dtype))));
   }

@@ -24,9 +24,16 @@ std::optional<DType> DTypeFromGgml(uint32_t t) {
     case 1: return DType::kF16;
     case 2: return DType::kQ4_0;
     case 3: return DType::kQ4_1;
+    case 6: return DType::kQ5_0;
+    case 7: return DType::kQ5_1;
     case 8: return DType::kQ8_0;
+    case 10: return DType::kQ2_K;
+    case 11: return DType::kQ3_K;
     case 12: return DType::kQ4_K;
+    case 13: return DType::kQ5_K;
     case 14: return DType::kQ6_K;
+    case 20: return DType::kIQ4_NL;
+    case 23: return DType::kIQ4_XS;
     case 26: return DType::kI32;
     case 30: return DType::kBF16;
     default: return std::nullopt;

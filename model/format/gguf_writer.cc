@@ -25,9 +25,16 @@ std::optional<uint32_t> GgmlTypeId(DType dtype) {
     case DType::kF16: return 1;
     case DType::kQ4_0: return 2;
     case DType::kQ4_1: return 3;
+    case DType::kQ5_0: return 6;
+    case DType::kQ5_1: return 7;
     case DType::kQ8_0: return 8;
+    case DType::kQ2_K: return 10;
+    case DType::kQ3_K: return 11;
     case DType::kQ4_K: return 12;
+    case DType::kQ5_K: return 13;
     case DType::kQ6_K: return 14;
+    case DType::kIQ4_NL: return 20;
+    case DType::kIQ4_XS: return 23;
     case DType::kQ8_K: return 15;
     case DType::kI32: return 26;
     case DType::kBF16: return 30;

@@ -112,11 +112,11 @@ TEST(GgufTest, UnsupportedTensorType) {
   std::string bytes = SmallWriter().Serialize();
   // The tensor table entry of "matrix": name, n_dims, ne[2], type, offset.
   const size_t type_at = After(bytes, "matrix") + 4 + 2 * 8;
-  Patch<uint32_t>(bytes, type_at, 6);  // Q5_0.
+  Patch<uint32_t>(bytes, type_at, 16);  // IQ2_XXS: not read.
   auto f = GgufFile::OpenBytes(bytes, "type.gguf");
   EXPECT_STATUS_CODE(f, kUnimplemented);
   EXPECT_THAT(f.status().message(), HasSubstr("'matrix'"));
-  EXPECT_THAT(f.status().message(), HasSubstr("Q5_0"));
+  EXPECT_THAT(f.status().message(), HasSubstr("IQ2_XXS"));
 }
 
 TEST(GgufTest, ShapeNotMatchingBlockSize) {

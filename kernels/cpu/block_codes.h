@@ -1,0 +1,75 @@
+// One common decoded form for every 4/5/6-bit GGUF block type, per 32 elements: the
+// element codes (unsigned, 4 to 6 bits) and, per 16-element half, a scale and an offset, so
+// that element e is
+//     x[e] = d[e / 16] * V(code[e]) + m[e / 16],
+// with V(c) = c for the linear types and V(c) = kIq4nlValues[c] (m = 0) for IQ4_NL / IQ4_XS.
+// Scales are the products ggml itself forms in f32 (d * sc, dmin * mn), so dequantizing from
+// this form gives the file's values. The packer (packed_weight.cc) and the scalar
+// dequantizer (quantize.cc) both read blocks through it, so the bit layouts live in one place.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace cascade::kernels::cpu {
+
+struct BlockCodes {
+  uint8_t code[32];
+  float d[2];
+  float m[2];
+};
+
+// How a dtype's codes are represented (see packed_weight.h for the packed layout).
+struct CodeFormat {
+  int bits = 4;             // Bits per code: 4, 5 or 6.
+  bool lut = false;         // V is the IQ4_NL table.
+  bool sub16 = false;       // d/m differ between the halves (the 16-element group types).
+  bool stored_min = false;  // m is free; otherwise m = min_factor * d.
+  float min_factor = 0.0f;  // For !stored_min (0 for the table types).
+};
+
+// Whether DecodeBlock reads `dtype`: Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
+// IQ4_NL, IQ4_XS.
+constexpr bool HasBlockCodes(DType dtype) {
+  switch (dtype) {
+    case DType::kQ4_0:
+    case DType::kQ4_1:
+    case DType::kQ5_0:
+    case DType::kQ5_1:
+    case DType::kQ2_K:
+    case DType::kQ3_K:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
+    case DType::kIQ4_NL:
+    case DType::kIQ4_XS: return true;
+    default: return false;
+  }
+}
+
+// The representation of `dtype` (HasBlockCodes(dtype) must hold). Q3_K's 3-bit and Q2_K's
+// 2-bit codes are kept in 4 bits.
+constexpr CodeFormat CodeFormatOf(DType dtype) {
+  switch (dtype) {
+    case DType::kQ4_0: return {.bits = 4, .min_factor = -8.0f};
+    case DType::kQ5_0: return {.bits = 5, .min_factor = -16.0f};
+    case DType::kQ4_1:
+    case DType::kQ4_K: return {.bits = 4, .stored_min = true};
+    case DType::kQ5_1:
+    case DType::kQ5_K: return {.bits = 5, .stored_min = true};
+    case DType::kQ6_K: return {.bits = 6, .sub16 = true, .min_factor = -32.0f};
+    case DType::kQ3_K: return {.bits = 4, .sub16 = true, .min_factor = -4.0f};
+    case DType::kQ2_K: return {.bits = 4, .sub16 = true, .stored_min = true};
+    case DType::kIQ4_NL:
+    case DType::kIQ4_XS: return {.bits = 4, .lut = true};
+    default: return {};
+  }
+}
+
+// Decodes 32-element block `b` of a row stored as `dtype` (HasBlockCodes) at `row`.
+void DecodeBlock(DType dtype, const uint8_t* row, int64_t b, BlockCodes* out);
+
+}  // namespace cascade::kernels::cpu

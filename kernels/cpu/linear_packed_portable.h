@@ -1,0 +1,112 @@
+// Private to kernels/cpu/linear_generic.cc and linear_avx2.cc: the portable kernel over
+// packed weights of the block-code types (packed_weight.h), in plain C++ written so that
+// the compiler vectorises it across the 16 rows of a group. linear_generic.cc compiles it
+// for the baseline ISA (the reference the AVX-512 kernels are tested against), and
+// linear_avx2.cc for AVX2 + FMA, where it is the packed kernel of AVX2-only CPUs.
+//
+// Per group and block: the 16 rows x 32 codes are unpacked once into values V (int16,
+// element-major so that row i is the inner index), then every token's int8 activations
+// meet them in int32 dot products per half (one scale per 16 or 32 elements), scaled in
+// f32: out += d * xd * dot + m * xs (xs: the activation block sums, per 16 or 32).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "core/half.h"
+#include "core/quant_blocks.h"
+#include "kernels/cpu/block_codes.h"
+#include "kernels/cpu/linear_kernels.h"
+#include "kernels/cpu/packed_weight.h"
+
+// An unnamed namespace: each including file gets its own copy, compiled for its own ISA.
+namespace cascade::kernels::cpu::internal {
+namespace {
+namespace portable {
+
+// Values of block `q` (QuantBytes(D) bytes of one group), element-major: v[e][i].
+template <DType D>
+inline void UnpackBlock(const uint8_t* q, int16_t v[32][kPackRows]) {
+  constexpr CodeFormat f = CodeFormatOf(D);
+  uint64_t masks[2][8] = {};
+  for (int p = 0; p < f.bits - 4; ++p) std::memcpy(masks[p], q + 256 + 64 * p, 64);
+  for (int k = 0; k < 4; ++k) {
+    for (int i = 0; i < kPackRows; ++i) {
+      for (int j = 0; j < 4; ++j) {
+        const uint8_t byte = q[64 * k + 4 * i + j];
+        int lo = byte & 0x0f, hi = byte >> 4;
+        for (int p = 0; p < f.bits - 4; ++p) {
+          lo |= static_cast<int>((masks[p][2 * k] >> (4 * i + j)) & 1) << (4 + p);
+          hi |= static_cast<int>((masks[p][2 * k + 1] >> (4 * i + j)) & 1) << (4 + p);
+        }
+        if constexpr (f.lut) {
+          lo = kIq4nlValues[lo];
+          hi = kIq4nlValues[hi];
+        }
+        v[4 * k + j][i] = static_cast<int16_t>(lo);
+        v[16 + 4 * k + j][i] = static_cast<int16_t>(hi);
+      }
+    }
+  }
+}
+
+template <DType D>
+void GemmPackedCodes(const GemmArgs& a, int64_t rb, int64_t re) {
+  constexpr CodeFormat f = CodeFormatOf(D);
+  constexpr int64_t kQ = PackedWeight::QuantBytes(D);
+  constexpr int kH = f.sub16 ? 2 : 1;
+  const int64_t nb = a.n_in / kQK;
+  alignas(64) int16_t v[32][kPackRows];
+  for (int64_t r0 = rb; r0 < re; r0 += kPackRows) {
+    const uint8_t* g = a.w + (r0 / kPackRows) * a.w_row_bytes;
+    const auto* d16 = reinterpret_cast<const uint16_t*>(g + nb * kQ);
+    const uint16_t* m16 = d16 + nb * kH * kPackRows;
+    const int n_rows = static_cast<int>(std::min<int64_t>(kPackRows, re - r0));
+    for (int64_t t = 0; t < a.n_tokens; ++t) std::fill_n(a.out + t * a.ld_out + r0, n_rows, 0.0f);
+    for (int64_t b = 0; b < nb; ++b) {
+      UnpackBlock<D>(g + b * kQ, v);
+      float d[kH][kPackRows], m[kH][kPackRows];
+      for (int h = 0; h < kH; ++h) {
+        for (int i = 0; i < kPackRows; ++i) {
+          const int64_t s = (b * kH + h) * kPackRows + i;
+          d[h][i] = F16ToF32(d16[s]);
+          m[h][i] = f.stored_min ? F16ToF32(m16[s]) : f.min_factor * d[h][i];
+        }
+      }
+      for (int64_t t = 0; t < a.n_tokens; ++t) {
+        const int8_t* x = a.xq + t * a.n_in + b * kQK;
+        int32_t dot[kH][kPackRows] = {};
+        for (int e = 0; e < kQK; ++e) {
+          const int h = kH == 2 ? e / 16 : 0;
+          for (int i = 0; i < kPackRows; ++i) dot[h][i] += v[e][i] * x[e];
+        }
+        const float xd = a.xd[t * nb + b];
+        float* o = a.out + t * a.ld_out + r0;
+        for (int h = 0; h < kH; ++h) {
+          const float xs = kH == 2 ? a.xs16[t * 2 * nb + 2 * b + h] : a.xs[t * nb + b];
+          for (int i = 0; i < n_rows; ++i) o[i] += d[h][i] * xd * static_cast<float>(dot[h][i]) + m[h][i] * xs;
+        }
+      }
+    }
+  }
+}
+
+// Fills `t.packed` for every block-code dtype.
+inline void AddPackedCodeKernels(KernelTable& t) {
+  t.packed[static_cast<int>(DType::kQ4_0)] = GemmPackedCodes<DType::kQ4_0>;
+  t.packed[static_cast<int>(DType::kQ4_1)] = GemmPackedCodes<DType::kQ4_1>;
+  t.packed[static_cast<int>(DType::kQ5_0)] = GemmPackedCodes<DType::kQ5_0>;
+  t.packed[static_cast<int>(DType::kQ5_1)] = GemmPackedCodes<DType::kQ5_1>;
+  t.packed[static_cast<int>(DType::kQ2_K)] = GemmPackedCodes<DType::kQ2_K>;
+  t.packed[static_cast<int>(DType::kQ3_K)] = GemmPackedCodes<DType::kQ3_K>;
+  t.packed[static_cast<int>(DType::kQ4_K)] = GemmPackedCodes<DType::kQ4_K>;
+  t.packed[static_cast<int>(DType::kQ5_K)] = GemmPackedCodes<DType::kQ5_K>;
+  t.packed[static_cast<int>(DType::kQ6_K)] = GemmPackedCodes<DType::kQ6_K>;
+  t.packed[static_cast<int>(DType::kIQ4_NL)] = GemmPackedCodes<DType::kIQ4_NL>;
+  t.packed[static_cast<int>(DType::kIQ4_XS)] = GemmPackedCodes<DType::kIQ4_XS>;
+}
+
+}  // namespace portable
+}  // namespace
+}  // namespace cascade::kernels::cpu::internal
