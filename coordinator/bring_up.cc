@@ -88,7 +88,8 @@ absl::Status SizeKvPool(const ClusterConfig& config, const ServedModels& models,
   int64_t n_blocks = INT64_MAX;
   bool any_gpu = models.draft_layers > 0 && OnGpu(config.draft.devices[0]);
   for (size_t i = 0; i < out.plan.stages.size(); ++i) {
-    const int64_t block_bytes = KvBlockBytes(out.plan.stages[i].n_layers(), bs, kv_heads[i], mc.head_dim);
+    const int64_t block_bytes =
+        KvBlockBytes(out.plan.stages[i].n_layers(), bs, kv_heads[i], mc.head_dim, sched.kv_cache_dtype);
     co.stage_block_bytes.push_back(block_bytes);
     const bool gpu = StageOnGpu(out.plan.stages[i]);
     any_gpu = any_gpu || gpu;
@@ -97,7 +98,8 @@ absl::Status SizeKvPool(const ClusterConfig& config, const ServedModels& models,
   if (models.draft_layers > 0) {
     // The drafter holds the same block ids, over its own layers and heads.
     const model::ModelFiles& df = models.draft_files ? *models.draft_files : models.target;
-    co.draft_block_bytes = KvBlockBytes(models.draft_layers, bs, df.config.n_kv_heads, df.config.head_dim);
+    co.draft_block_bytes =
+        KvBlockBytes(models.draft_layers, bs, df.config.n_kv_heads, df.config.head_dim, sched.kv_cache_dtype);
     if (!OnGpu(config.draft.devices[0]) || sched.kv_cache_mb_given) {
       n_blocks = std::min(n_blocks, budget / co.draft_block_bytes);
     }
@@ -121,6 +123,7 @@ void CopyOptions(const ClusterConfig& config, const ServedModels& models, Servin
   co.model_path = config.model.path;
   co.group = StrCat("cascade-", getpid());
   co.kv_block_size = config.scheduler.kv_block_size;
+  co.kv_cache_dtype = config.scheduler.kv_cache_dtype;
   co.gpu_memory_fraction = config.scheduler.gpu_memory_fraction;
   co.max_batched_tokens = config.scheduler.max_batched_tokens;
   co.pp_nccl = config.transport.activations == ActivationTransport::kNccl;

@@ -294,6 +294,9 @@ absl::Status Cluster::LoadOne(int i, const std::string& group) {
   req.set_n_stages(draft ? 1 : n_stages());
   req.set_kv_blocks(kv_blocks);
   req.set_kv_block_size(options_.kv_block_size);
+  req.set_kv_cache_dtype(options_.kv_cache_dtype == DType::kF32    ? v1::KV_CACHE_F32
+                         : options_.kv_cache_dtype == DType::kQ8_0 ? v1::KV_CACHE_Q8_0
+                                                                   : v1::KV_CACHE_F16);
   req.set_group(draft ? StrCat(group, "/draft") : group);
   req.set_max_batched_tokens(options_.max_batched_tokens);
   req.set_tp_rank(draft ? 0 : tp_rank);
@@ -328,6 +331,7 @@ absl::Status Cluster::LoadOne(int i, const std::string& group) {
                     << " MiB KV";
   absl::MutexLock lock(&mu_);
   slots_[i]->stage.weight_bytes = p.weight_bytes();  // This worker's share.
+  slots_[i]->kv_bytes = p.kv_bytes();
   return absl::OkStatus();
 }
 
@@ -472,6 +476,7 @@ void Cluster::FillStatus(v1::ClusterStatus* st) const {
     out->set_state(std::string(WorkerStateName(s->state)));
     out->set_worker_state(WorkerStateProto(s->state));
     out->set_weight_bytes(s->stage.weight_bytes);
+    out->set_kv_bytes(s->kv_bytes);
     out->set_draft(s->draft);
     ready = ready && s->state == WorkerState::kReady;
     dead = dead || s->state == WorkerState::kDead;

@@ -41,6 +41,7 @@ struct ClusterOptions {
   int64_t draft_block_bytes = 0;
   int64_t draft_weight_bytes = 0;  // The drafter's weights (its layers, embedding and head).
   int64_t kv_block_size = 16;
+  DType kv_cache_dtype = DType::kF16;  // scheduler.kv_cache_dtype
   int64_t max_batched_tokens = 2048;
   // Stage hand-off over NCCL (transport.activations: nccl; all devices cuda) rather than UCX.
   bool pp_nccl = false;
@@ -121,6 +122,7 @@ class Cluster {
     Device device;
     bool nccl = false;         // The registered worker's binary has NCCL.
     int64_t memory_bytes = 0;  // What it reported it can use (a GPU's free memory).
+    int64_t kv_bytes = 0;      // KV cache it allocated (reported when loaded).
     WorkerState state = WorkerState::kWaiting;
     std::string address;
     int pid = 0;

@@ -222,9 +222,9 @@ absl::Status Parser::ParseServer(const YAML::Node& node, ServerSection* out) con
 
 absl::Status Parser::ParseScheduler(const YAML::Node& node, SchedulerSection* out) const {
   if (!node.IsDefined()) return absl::OkStatus();
-  CASCADE_RETURN_IF_ERROR(
-      CheckMap(node, "scheduler",
-               {"max_num_seqs", "max_batched_tokens", "kv_block_size", "kv_cache_mb", "gpu_memory_fraction"}));
+  CASCADE_RETURN_IF_ERROR(CheckMap(
+      node, "scheduler",
+      {"max_num_seqs", "max_batched_tokens", "kv_block_size", "kv_cache_mb", "gpu_memory_fraction", "kv_cache_dtype"}));
   constexpr int64_t kIntMax = std::numeric_limits<int>::max();
   if (const YAML::Node n = Child(node, "max_num_seqs"); n.IsDefined()) {
     CASCADE_ASSIGN_OR_RETURN(out->max_num_seqs, GetInt(n, "scheduler.max_num_seqs", 1, kIntMax));
@@ -253,6 +253,14 @@ absl::Status Parser::ParseScheduler(const YAML::Node& node, SchedulerSection* ou
                    StrCat("must be a number in (0, 1], got '", n.IsScalar() ? n.Scalar() : "", "'"));
     }
     out->gpu_memory_fraction = value;
+  }
+  if (const YAML::Node n = Child(node, "kv_cache_dtype"); n.IsDefined()) {
+    const std::optional<DType> d = n.IsScalar() ? DTypeFromName(n.Scalar()) : std::nullopt;
+    if (!d || (*d != DType::kF32 && *d != DType::kF16 && *d != DType::kQ8_0)) {
+      return Error(n, "scheduler.kv_cache_dtype",
+                   StrCat("must be one of f32, f16, q8_0, got '", n.IsScalar() ? n.Scalar() : "", "'"));
+    }
+    out->kv_cache_dtype = *d;
   }
   return absl::OkStatus();
 }

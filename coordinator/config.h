@@ -95,6 +95,9 @@ struct SchedulerSection {
   // it when registering) that the worker's weights and KV cache may take; the rest is left
   // for workspaces and the CUDA context. Default 0.9. REQUIRES (0, 1].
   double gpu_memory_fraction = 0.9;
+  // `scheduler.kv_cache_dtype`: element type of the KV cache, f32 | f16 | q8_0 (q8_0
+  // needs head_dim a multiple of 32). Default f16. The budget above counts its real bytes.
+  DType kv_cache_dtype = DType::kF16;
 };
 
 // Data-plane transport for hidden states between pipeline stages.

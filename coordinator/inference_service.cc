@@ -182,6 +182,7 @@ grpc::Status InferenceService::GetClusterStatus(grpc::ServerContext*, const v1::
   resp->set_kv_blocks_total(st.scheduler.n_total_blocks);
   resp->set_kv_blocks_free(st.scheduler.n_free_blocks);
   resp->set_kv_block_size(cluster_->options().kv_block_size);
+  resp->set_kv_cache_dtype(std::string(DTypeName(cluster_->options().kv_cache_dtype)));
   resp->set_running(st.scheduler.n_running + st.scheduler.n_in_flight_seqs);
   resp->set_waiting(st.scheduler.n_waiting);
   resp->set_max_batch_seen(st.scheduler.max_batch_seqs_seen);

@@ -11,8 +11,8 @@ std::string MiB(double bytes) { return StrCat(static_cast<int64_t>(std::llround(
 
 }  // namespace
 
-int64_t KvBlockBytes(int64_t n_layers, int64_t block_size, int64_t n_kv_heads, int64_t head_dim) {
-  return 2 * n_layers * block_size * n_kv_heads * head_dim * static_cast<int64_t>(sizeof(float));
+int64_t KvBlockBytes(int64_t n_layers, int64_t block_size, int64_t n_kv_heads, int64_t head_dim, DType dtype) {
+  return 2 * n_layers * block_size * RowBytes(dtype, n_kv_heads * head_dim);
 }
 
 absl::StatusOr<int64_t> GpuKvBlocks(int64_t free_bytes, int64_t weight_bytes, int64_t block_bytes, double fraction,

@@ -9,11 +9,12 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "core/dtype.h"
 
 namespace cascade::coordinator {
 
 // Bytes of one KV block (K and V, f32) over `n_layers` layers of `n_kv_heads` heads.
-int64_t KvBlockBytes(int64_t n_layers, int64_t block_size, int64_t n_kv_heads, int64_t head_dim);
+int64_t KvBlockBytes(int64_t n_layers, int64_t block_size, int64_t n_kv_heads, int64_t head_dim, DType dtype);
 
 // Blocks a GPU worker can hold: (fraction * free_bytes - weight_bytes) / block_bytes,
 // rounded down. FailedPrecondition naming `who` (e.g. "stage 0 tp 1 on node a, cuda:1")

@@ -1,5 +1,7 @@
 // Storage for the paged KV cache of the layers one process holds: per layer, K and V
-// of [n_blocks, block_size, n_kv_heads, head_dim] f32. Which block belongs to which
+// of [n_blocks, block_size, n_kv_heads, head_dim] in the cache dtype: f32, f16 (the
+// default: half the bytes, ~1e-3 relative rounding of each K/V element) or q8_0 (a
+// quarter plus scales: 34 bytes per 32 elements, ~1/254 of each 32-block's max). Which block belongs to which
 // sequence is decided elsewhere (the coordinator's block allocator, or the local engine)
 // and arrives as block tables. The storage is the backend's memory (device memory for a
 // GPU backend), so attention reads it in place.
@@ -8,9 +10,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/dtype.h"
 #include "kernels/ops.h"
 
 namespace cascade::model {
@@ -21,7 +25,11 @@ struct KvCacheOptions {
   int64_t block_size = 16;  // Positions per block.
   int64_t n_kv_heads = 0;
   int64_t head_dim = 0;
+  DType dtype = DType::kF16;  // kF32, kF16 or kQ8_0 (head_dim a multiple of 32).
 };
+
+// Parses "f32" | "f16" | "q8_0" (the config's scheduler.kv_cache_dtype, `--kv-type`).
+absl::StatusOr<DType> KvCacheDTypeFromName(std::string_view name);
 
 class KvCache {
  public:
@@ -31,10 +39,10 @@ class KvCache {
 
   kernels::KvCacheLayer& layer(int64_t i) { return layers_[i]; }
   const KvCacheOptions& options() const { return options_; }
-  int64_t bytes() const { return n_floats_ * static_cast<int64_t>(sizeof(float)); }
+  int64_t bytes() const { return bytes_; }
   // Bytes one block takes across all layers here (K and V).
   static int64_t BlockBytes(const KvCacheOptions& o) {
-    return 2 * o.n_layers * o.block_size * o.n_kv_heads * o.head_dim * static_cast<int64_t>(sizeof(float));
+    return 2 * o.n_layers * o.block_size * RowBytes(o.dtype, o.n_kv_heads * o.head_dim);
   }
 
  private:
@@ -42,7 +50,7 @@ class KvCache {
   // Left uninitialised: a large host allocation is fresh zero pages from the kernel, so
   // only the blocks sequences actually write become resident; attention reads only those.
   std::unique_ptr<kernels::Buffer> storage_;
-  int64_t n_floats_ = 0;
+  int64_t bytes_ = 0;
   std::vector<kernels::KvCacheLayer> layers_;
 };
 

@@ -36,13 +36,15 @@ absl::StatusOr<std::unique_ptr<LocalEngine>> LocalEngine::Create(const std::stri
   e->max_context_ = options.max_context > 0 ? options.max_context : std::max<int64_t>(c.n_ctx_train, 1);
   const int64_t bs = options.kv_block_size;
   const int64_t n_blocks = (e->max_context_ + bs - 1) / bs;
-  CASCADE_ASSIGN_OR_RETURN(KvCache cache,
-                           KvCache::Create(e->transformer_->CacheOptions(n_blocks, bs), e->backend_.get()));
+  CASCADE_ASSIGN_OR_RETURN(
+      KvCache cache, KvCache::Create(e->transformer_->CacheOptions(n_blocks, bs, options.kv_dtype), e->backend_.get()));
   e->cache_ = std::make_unique<KvCache>(std::move(cache));
   // One sequence owns every block, in order.
   for (int64_t b = 0; b < n_blocks; ++b) e->block_table_.push_back(static_cast<int32_t>(b));
   return e;
 }
+
+int64_t LocalEngine::kv_bytes() const { return cache_->bytes(); }
 
 absl::Status LocalEngine::Step(std::span<const int32_t> tokens, int64_t n_past, std::vector<float>& logits) {
   const int64_t n = static_cast<int64_t>(tokens.size());

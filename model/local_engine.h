@@ -23,9 +23,10 @@
 namespace cascade::model {
 
 struct LocalEngineOptions {
-  int n_threads = 1;           // CPU threads, the caller's included.
-  int64_t kv_block_size = 16;  // Positions per KV block.
-  int64_t max_context = 0;     // Positions per sequence; 0 = the model's trained context.
+  int n_threads = 1;             // CPU threads, the caller's included.
+  int64_t kv_block_size = 16;    // Positions per KV block.
+  DType kv_dtype = DType::kF16;  // KV cache element type (f32, f16, q8_0).
+  int64_t max_context = 0;       // Positions per sequence; 0 = the model's trained context.
   // Called while the weights are faulted in, with the fraction done (optional).
   std::function<void(double)> on_load_progress;
 };
@@ -53,6 +54,9 @@ class LocalEngine {
   static absl::StatusOr<std::unique_ptr<LocalEngine>> Create(const std::string& model_path,
                                                              const LocalEngineOptions& options);
 
+  // Bytes of the KV cache (allocated for max_context positions; pages become resident as
+  // sequences write them).
+  int64_t kv_bytes() const;
   const ModelConfig& config() const { return files_.config; }
   const text::Tokenizer& tokenizer() const { return *tokenizer_; }
   const ModelFiles& files() const { return files_; }

@@ -179,8 +179,8 @@ absl::StatusOr<Transformer::Layer> Transformer::LoadLayer(const ModelFiles& file
 
 void Transformer::Prefault(const std::function<void(double)>& progress) const { loader_->Prefault(progress); }
 
-KvCacheOptions Transformer::CacheOptions(int64_t n_blocks, int64_t block_size) const {
-  return {n_layers_here(), n_blocks, block_size, shard_.n_kv_heads(), config_.head_dim};
+KvCacheOptions Transformer::CacheOptions(int64_t n_blocks, int64_t block_size, DType kv_dtype) const {
+  return {n_layers_here(), n_blocks, block_size, shard_.n_kv_heads(), config_.head_dim, kv_dtype};
 }
 
 TensorView Transformer::View(const kernels::Buffer& b, int64_t rows, int64_t cols) const {

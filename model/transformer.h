@@ -105,7 +105,7 @@ class Transformer {
 
   // The KV cache geometry this stage needs for `n_blocks` blocks of `block_size`: with TP,
   // only this rank's KV heads (tp_shard().n_kv_heads()).
-  KvCacheOptions CacheOptions(int64_t n_blocks, int64_t block_size) const;
+  KvCacheOptions CacheOptions(int64_t n_blocks, int64_t block_size, DType kv_dtype = DType::kF16) const;
 
   // The backend the stage runs on (borrowed).
   kernels::Backend* backend() const { return backend_; }

@@ -29,7 +29,8 @@ double RelL2(const std::vector<float>& ref, const std::vector<float>& got) {
 
 absl::StatusOr<Trace> Generate(model::Transformer& t, const std::vector<int32_t>& prompt, int n_decode) {
   const int64_t V = t.config().n_vocab;
-  CASCADE_ASSIGN_OR_RETURN(model::KvCache cache, model::KvCache::Create(t.CacheOptions(4, 16), t.backend()));
+  CASCADE_ASSIGN_OR_RETURN(model::KvCache cache,
+                           model::KvCache::Create(t.CacheOptions(4, 16, DType::kF32), t.backend()));
   const std::vector<int32_t> table = {2, 0, 3, 1};  // Non-contiguous blocks; 64 positions.
   Trace trace;
   std::vector<int32_t> tokens = prompt;

@@ -77,7 +77,7 @@ absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Create(const Stage
   }
   e->transformer_->Prefault(progress);
   absl::StatusOr<model::KvCache> cache = model::KvCache::Create(
-      e->transformer_->CacheOptions(options.kv_blocks, options.kv_block_size), e->backend_.get());
+      e->transformer_->CacheOptions(options.kv_blocks, options.kv_block_size, options.kv_dtype), e->backend_.get());
   if (!cache.ok()) {
     return Annotate(cache.status(),
                     StrCat("on ", options.device.ToString(), " after ", e->transformer_->weight_bytes(),

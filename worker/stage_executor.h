@@ -33,10 +33,11 @@ struct StageExecutorOptions {
   int n_stages = 1;
   int64_t kv_blocks = 0;  // Blocks in this stage's KV cache.
   int64_t kv_block_size = 16;
-  int n_threads = 1;  // CPU compute threads.
-  Device device;      // cpu, or cuda:N (weights, KV cache and activations there).
-  int tp_rank = 0;    // Rank in the stage's tensor-parallel group.
-  int tp_size = 1;    // Its size (1: no tensor parallelism).
+  DType kv_dtype = DType::kF16;  // The KV cache's element type (f32, f16, q8_0).
+  int n_threads = 1;             // CPU compute threads.
+  Device device;                 // cpu, or cuda:N (weights, KV cache and activations there).
+  int tp_rank = 0;               // Rank in the stage's tensor-parallel group.
+  int tp_size = 1;               // Its size (1: no tensor parallelism).
   // A drafter (speculative decoding): one process holding layers [first_layer,
   // last_layer) of its model and the model's head (an early exit when last_layer is not
   // the last layer). Its steps carry `propose`; see Draft.

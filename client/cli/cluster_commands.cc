@@ -192,20 +192,20 @@ int StatusCommand(int argc, char** argv) {
   if (!st.ok()) return FailRpc("status", st.status());
   std::printf("cluster %s%s%s\n", ClusterStateText(st->cluster_state()).c_str(), st->detail().empty() ? "" : ": ",
               st->detail().c_str());
-  std::printf("%-6s %-14s %-6s %-8s %-22s %-8s %10s\n", "stage", "layers", "node", "device", "worker", "state",
-              "weights");
+  std::printf("%-6s %-14s %-6s %-8s %-22s %-8s %12s %12s\n", "stage", "layers", "node", "device", "worker", "state",
+              "weights", "kv cache");
   for (const auto& s : st->stages()) {
     const std::string stage = s.draft() ? "draft" : std::to_string(s.stage());
-    std::printf("%-6s [%3lld, %3lld)     %-6s %-8s %-22s %-8s %8.1f MiB\n", stage.c_str(),
+    std::printf("%-6s [%3lld, %3lld)     %-6s %-8s %-22s %-8s %8.1f MiB %8.1f MiB\n", stage.c_str(),
                 static_cast<long long>(s.first_layer()), static_cast<long long>(s.last_layer()), s.node().c_str(),
                 s.device().c_str(), s.worker_address().c_str(), WorkerStateText(s.worker_state()).c_str(),
-                s.weight_bytes() / 1048576.0);
+                s.weight_bytes() / 1048576.0, s.kv_bytes() / 1048576.0);
   }
   std::printf(
-      "kv blocks %lld free of %lld (block size %lld); running %lld, waiting %lld; steps %lld, "
+      "kv blocks %lld free of %lld (block size %lld, %s); running %lld, waiting %lld; steps %lld, "
       "largest batch %lld, preemptions %lld, finished %lld\n",
       static_cast<long long>(st->kv_blocks_free()), static_cast<long long>(st->kv_blocks_total()),
-      static_cast<long long>(st->kv_block_size()), static_cast<long long>(st->running()),
+      static_cast<long long>(st->kv_block_size()), st->kv_cache_dtype().c_str(), static_cast<long long>(st->running()),
       static_cast<long long>(st->waiting()), static_cast<long long>(st->steps()),
       static_cast<long long>(st->max_batch_seen()), static_cast<long long>(st->preemptions()),
       static_cast<long long>(st->requests_finished()));

@@ -11,6 +11,8 @@
 #include "client/cli/prompt.h"
 #include "client/cli/request_flags.h"
 #include "core/args.h"
+#include "core/str_cat.h"
+#include "model/kv_cache.h"
 #include "model/local_engine.h"
 
 namespace cascade::cli {
@@ -40,8 +42,8 @@ absl::StatusOr<model::GenerateRequest> RequestFromArgs(const Args& args, const t
 }  // namespace
 
 int RunCommand(int argc, char** argv) {
-  std::vector<std::string> valued = {"model",  "prompt",        "prompt-ids", "chat",
-                                     "system", "chat-template", "threads",    "ctx"};
+  std::vector<std::string> valued = {"model",         "prompt",  "prompt-ids", "chat",   "system",
+                                     "chat-template", "threads", "ctx",        "kv-type"};
   std::vector<std::string> flags = {"json"};
   for (auto& f : GenerationValuedFlags()) valued.push_back(f);
   for (auto& f : GenerationBoolFlags()) flags.push_back(f);
@@ -59,6 +61,11 @@ int RunCommand(int argc, char** argv) {
   model::LocalEngineOptions options;
   options.n_threads = static_cast<int>(*threads);
   options.max_context = *ctx;
+  if (auto kv = args.Get("kv-type")) {
+    auto dtype = model::KvCacheDTypeFromName(*kv);
+    if (!dtype.ok()) return Fail("run", absl::InvalidArgumentError(StrCat("--kv-type: ", dtype.status().message())));
+    options.kv_dtype = *dtype;
+  }
   if (isatty(STDERR_FILENO)) options.on_load_progress = DrawProgress;
   auto engine = model::LocalEngine::Create(*path, options);
   if (!engine.ok()) return Fail("run", engine.status());
@@ -91,6 +98,7 @@ int RunCommand(int argc, char** argv) {
     }
     j["logprobs"] = lp;
   }
+  j["kv_cache"] = {{"dtype", std::string(DTypeName(options.kv_dtype))}, {"bytes", (*engine)->kv_bytes()}};
   std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   return 0;
 }

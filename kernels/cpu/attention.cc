@@ -5,9 +5,13 @@
 #include <limits>
 #include <vector>
 
+#include "core/half.h"
+#include "core/quant_blocks.h"
+#include "core/status.h"
 #include "core/str_cat.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/attention_kernels.h"
+#include "kernels/cpu/quantize.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/cpu_features.h"
 
@@ -47,6 +51,19 @@ absl::Status CheckSeqs(const KvCacheLayer& cache, std::span<const AttentionSeq> 
   return absl::OkStatus();
 }
 
+absl::Status CheckKvDtype(const KvCacheLayer& cache) {
+  const DType t = cache.k.dtype;
+  if (cache.v.dtype != t || (t != DType::kF32 && t != DType::kF16 && t != DType::kQ8_0)) {
+    return absl::UnimplementedError(StrCat("attention: KV cache of ", DTypeName(t), " / ", DTypeName(cache.v.dtype),
+                                           " (the CPU kernels read f32, f16 and q8_0)"));
+  }
+  if (t == DType::kQ8_0 && cache.head_dim % kQK != 0) {
+    return absl::UnimplementedError(
+        StrCat("attention: a q8_0 KV cache needs head_dim a multiple of 32, got ", cache.head_dim));
+  }
+  return absl::OkStatus();
+}
+
 AttendFn PickAttend(int64_t d) {
   if (ActiveCpuIsa() == CpuIsa::kAvx512 && d % 16 == 0) return internal::AttendAvx512;
   return internal::AttendGeneric;
@@ -61,7 +78,15 @@ namespace internal {
 // never -inf.
 CASCADE_SIMD_CLONES
 void AttendGeneric(const AttendArgs& a) {
-  const int64_t bs = a.bs, kv_stride = a.kv_stride, n_group = a.n_group, d = a.d;
+  const int64_t bs = a.bs, n_group = a.n_group, d = a.d;
+  const bool f32 = a.kv_dtype == DType::kF32;
+  // F16 / Q8_0 caches: each block's rows are converted once into these, then read as f32.
+  thread_local std::vector<float> k_tile, v_tile;
+  if (!f32) {
+    k_tile.resize(static_cast<size_t>(bs * d));
+    v_tile.resize(static_cast<size_t>(bs * d));
+  }
+  const int64_t kv_stride = f32 ? a.kv_row_bytes / static_cast<int64_t>(sizeof(float)) : d;
   float m[kAttnMaxGroup], l[kAttnMaxGroup];
   float acc[kAttnMaxGroup][kAttnMaxHeadDim];
   float s[kAttnMaxBlock];
@@ -73,8 +98,16 @@ void AttendGeneric(const AttendArgs& a) {
   for (int64_t start = a.pos_begin; start < a.pos_end; start += bs) {
     const int64_t len = std::min(bs, a.pos_end - start);
     const int64_t block = a.table[start / bs];
-    const float* kb = a.k_base + block * bs * kv_stride;
-    const float* vb = a.v_base + block * bs * kv_stride;
+    const uint8_t* kraw = a.k_base + block * bs * a.kv_row_bytes;
+    const uint8_t* vraw = a.v_base + block * bs * a.kv_row_bytes;
+    const float* kb = reinterpret_cast<const float*>(kraw);
+    const float* vb = reinterpret_cast<const float*>(vraw);
+    if (!f32) {
+      KvRowsToF32(a.kv_dtype, kraw, a.kv_row_bytes, len, d, k_tile.data());
+      KvRowsToF32(a.kv_dtype, vraw, a.kv_row_bytes, len, d, v_tile.data());
+      kb = k_tile.data();
+      vb = v_tile.data();
+    }
     for (int64_t g = 0; g < n_group; ++g) {
       const float* qg = a.q + g * d;
       for (int64_t t = 0; t < len; ++t) {
@@ -119,6 +152,18 @@ void AttendGeneric(const AttendArgs& a) {
   }
 }
 
+void KvRowsToF32(DType dtype, const uint8_t* src, int64_t row_bytes, int64_t n, int64_t d, float* dst) {
+  for (int64_t r = 0; r < n; ++r, src += row_bytes, dst += d) {
+    if (dtype == DType::kF16) {
+      const auto* h = reinterpret_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < d; ++i) dst[i] = F16ToF32(h[i]);
+    } else {  // Q8_0: d / 32 blocks of an f16 scale and 32 int8.
+      const auto* b = reinterpret_cast<const BlockQ8_0*>(src);
+      for (int64_t i = 0; i < d; ++i) dst[i] = F16ToF32(b[i / kQK].d) * static_cast<float>(b[i / kQK].qs[i % kQK]);
+    }
+  }
+}
+
 }  // namespace internal
 
 absl::Status WriteKvCpu(KvCacheLayer& cache, const TensorView& k, const TensorView& v,
@@ -129,13 +174,19 @@ absl::Status WriteKvCpu(KvCacheLayer& cache, const TensorView& k, const TensorVi
                                              " do not match the cache's ", kv_dim, " columns"));
   }
   if (absl::Status s = CheckSeqs(cache, seqs, k.Rows()); !s.ok()) return s;
-  const int64_t bs = cache.block_size;
+  CASCADE_RETURN_IF_ERROR(CheckKvDtype(cache));
+  const DType dtype = cache.k.dtype;
+  const int64_t bs = cache.block_size, row_bytes = RowBytes(dtype, kv_dim);
+  auto* kc = static_cast<uint8_t*>(cache.k.data);
+  auto* vc = static_cast<uint8_t*>(cache.v.data);
   for (const AttentionSeq& s : seqs) {
     for (int64_t i = 0; i < s.n_new; ++i) {
       const int64_t pos = s.n_past + i;
       const int64_t slot = static_cast<int64_t>(s.block_table[pos / bs]) * bs + pos % bs;
-      std::copy_n(k.As<float>() + (s.row_begin + i) * kv_dim, kv_dim, cache.k.As<float>() + slot * kv_dim);
-      std::copy_n(v.As<float>() + (s.row_begin + i) * kv_dim, kv_dim, cache.v.As<float>() + slot * kv_dim);
+      const float* kr = k.As<float>() + (s.row_begin + i) * kv_dim;
+      const float* vr = v.As<float>() + (s.row_begin + i) * kv_dim;
+      CASCADE_RETURN_IF_ERROR(QuantizeRow(dtype, kr, kc + slot * row_bytes, kv_dim));  // F32: a copy.
+      CASCADE_RETURN_IF_ERROR(QuantizeRow(dtype, vr, vc + slot * row_bytes, kv_dim));
     }
   }
   return absl::OkStatus();
@@ -155,6 +206,7 @@ absl::Status AttentionCpu(TensorView out, const TensorView& q, const KvCacheLaye
                                              " do not match ", params.n_heads, " heads of ", d));
   }
   if (absl::Status s = CheckSeqs(cache, seqs, q.Rows()); !s.ok()) return s;
+  CASCADE_RETURN_IF_ERROR(CheckKvDtype(cache));
 
   // Items: (row, kv head) pairs, rows listed sequence by sequence. Each item runs as one
   // or more units over ranges of its positions (see kMinSplitPositions).
@@ -167,7 +219,9 @@ absl::Status AttentionCpu(TensorView out, const TensorView& q, const KvCacheLaye
     for (int64_t i = 0; i < seqs[si].n_new; ++i) rows.push_back({static_cast<int32_t>(si), static_cast<int32_t>(i)});
   }
   const int64_t n_group = params.n_heads / n_kv;
-  const int64_t kv_stride = n_kv * d;
+  const DType kv_dtype = cache.k.dtype;
+  const int64_t kv_row_bytes = RowBytes(kv_dtype, n_kv * d);
+  const int64_t head_bytes = RowBytes(kv_dtype, d);  // Offset of one KV head within a position.
   const int64_t bs = cache.block_size;
   const int64_t n_items = static_cast<int64_t>(rows.size()) * n_kv;
   const int64_t n_threads = pool.n_threads();
@@ -215,13 +269,14 @@ absl::Status AttentionCpu(TensorView out, const TensorView& q, const KvCacheLaye
       const AttentionSeq& s = seqs[r.seq];
       const int64_t off = (s.row_begin + r.i) * params.n_heads * d + h * n_group * d;
       AttendArgs args{.q = q.As<float>() + off,
-                      .k_base = cache.k.As<float>() + h * d,
-                      .v_base = cache.v.As<float>() + h * d,
+                      .k_base = static_cast<const uint8_t*>(cache.k.data) + h * head_bytes,
+                      .v_base = static_cast<const uint8_t*>(cache.v.data) + h * head_bytes,
+                      .kv_dtype = kv_dtype,
                       .table = s.block_table.data(),
                       .pos_begin = unit.pos_begin,
                       .pos_end = unit.pos_end,
                       .bs = bs,
-                      .kv_stride = kv_stride,
+                      .kv_row_bytes = kv_row_bytes,
                       .n_group = n_group,
                       .d = d,
                       .scale = params.scale};

@@ -21,6 +21,7 @@
 
 #include <algorithm>
 
+#include "core/quant_blocks.h"
 #include "kernels/cpu/attention_kernels.h"
 
 namespace cascade::kernels::cpu::internal {
@@ -63,10 +64,37 @@ inline __m512 Reduce16(const __m512* p) {
   return _mm512_add_ps(_mm512_shuffle_f32x4(x0, x1, kEven), _mm512_shuffle_f32x4(x0, x1, kOdd));
 }
 
+// `n` (<= 16) cache rows of d = 16 kD elements (F16, or Q8_0 with kD even) to f32.
+template <int kD>
+void KvRowsToF32Avx512(DType dtype, const uint8_t* src, int64_t row_bytes, int n, float (*dst)[kD * 16]) {
+  for (int r = 0; r < n; ++r, src += row_bytes) {
+    if (dtype == DType::kF16) {
+      for (int j = 0; j < kD; ++j) {
+        _mm512_store_ps(dst[r] + 16 * j,
+                        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src) + j)));
+      }
+    } else {
+      const auto* b = reinterpret_cast<const BlockQ8_0*>(src);
+      for (int j = 0; j < kD; ++j) {
+        const BlockQ8_0& blk = b[j / 2];
+        const __m512 scale = _mm512_set1_ps(_cvtsh_ss(blk.d));
+        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.qs + 16 * (j % 2)));
+        _mm512_store_ps(dst[r] + 16 * j, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), scale));
+      }
+    }
+  }
+}
+
 // kD = d / 16 vectors per head row.
 template <int kD>
 void AttendImpl(const AttendArgs& a) {
-  const int64_t n_group = a.n_group, stride = a.kv_stride;
+  const int64_t n_group = a.n_group;
+  const bool f32 = a.kv_dtype == DType::kF32;
+  const int64_t stride = f32 ? a.kv_row_bytes / static_cast<int64_t>(sizeof(float)) : kD * 16;
+  // F16 / Q8_0 caches: each 16-position chunk is converted once into these (L1), then
+  // read by every query head of the group as f32.
+  alignas(64) float k_tile[16][kD * 16];
+  alignas(64) float v_tile[16][kD * 16];
   alignas(64) float acc[kAttnMaxGroup][kD * 16];
   alignas(64) float qs[kAttnMaxGroup][kD * 16];  // q * scale.
   alignas(64) float lsum[kAttnMaxGroup][16];     // Row sums, per lane.
@@ -85,13 +113,19 @@ void AttendImpl(const AttendArgs& a) {
   for (int64_t start = a.pos_begin; start < a.pos_end; start += a.bs) {
     const int64_t block_len = std::min(a.bs, a.pos_end - start);
     const int64_t block = a.table[start / a.bs];
-    const float* kb = a.k_base + block * a.bs * stride;
-    const float* vb = a.v_base + block * a.bs * stride;
+    const uint8_t* kb = a.k_base + block * a.bs * a.kv_row_bytes;
+    const uint8_t* vb = a.v_base + block * a.bs * a.kv_row_bytes;
     for (int64_t c = 0; c < block_len; c += 16) {
       const int len = static_cast<int>(std::min<int64_t>(16, block_len - c));
       const __mmask16 valid = static_cast<__mmask16>((1u << len) - 1);
-      const float* kc = kb + c * stride;
-      const float* vc = vb + c * stride;
+      const float* kc = reinterpret_cast<const float*>(kb + c * a.kv_row_bytes);
+      const float* vc = reinterpret_cast<const float*>(vb + c * a.kv_row_bytes);
+      if (!f32) {
+        KvRowsToF32Avx512<kD>(a.kv_dtype, kb + c * a.kv_row_bytes, a.kv_row_bytes, len, k_tile);
+        KvRowsToF32Avx512<kD>(a.kv_dtype, vb + c * a.kv_row_bytes, a.kv_row_bytes, len, v_tile);
+        kc = k_tile[0];
+        vc = v_tile[0];
+      }
       for (int64_t g = 0; g < n_group; ++g) {
         __m512 q[kD];
         for (int j = 0; j < kD; ++j) q[j] = _mm512_load_ps(qs[g] + 16 * j);

@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "core/dtype.h"
+
 namespace cascade::kernels::cpu::internal {
 
 inline constexpr int64_t kAttnMaxGroup = 16;  // Query heads per KV head handled in one pass.
@@ -17,16 +19,19 @@ inline constexpr int64_t kAttnMaxBlock = 256;
 inline constexpr float kAttnNoMax = -1e30f;
 
 struct AttendArgs {
-  const float* q = nullptr;        // [n_group, d]: the group's query heads, contiguous.
-  const float* k_base = nullptr;   // Cache K at this KV head: position p of block b at
-  const float* v_base = nullptr;   //   base + (b * bs + p) * kv_stride. Same for V.
+  const float* q = nullptr;  // [n_group, d]: the group's query heads, contiguous.
+  // Cache K at this KV head: position p of block b at base + (b * bs + p) * kv_row_bytes,
+  // d elements of `kv_dtype` (F32, F16, or Q8_0 with d % 32 == 0). Same for V.
+  const uint8_t* k_base = nullptr;
+  const uint8_t* v_base = nullptr;
+  DType kv_dtype = DType::kF32;
   const int32_t* table = nullptr;  // Block table of the sequence.
   int64_t pos_begin = 0;           // Positions [pos_begin, pos_end); pos_begin a multiple of bs,
   int64_t pos_end = 0;             //   pos_end > pos_begin.
   int64_t bs = 16;
-  int64_t kv_stride = 0;  // Floats between consecutive positions (n_kv_heads * d).
-  int64_t n_group = 1;    // <= kAttnMaxGroup.
-  int64_t d = 0;          // <= kAttnMaxHeadDim.
+  int64_t kv_row_bytes = 0;  // Bytes between consecutive positions (all KV heads).
+  int64_t n_group = 1;       // <= kAttnMaxGroup.
+  int64_t d = 0;             // <= kAttnMaxHeadDim.
   float scale = 1.0f;
   // normalize: out [n_group, d] = softmax-weighted sum of V (m, l unused).
   // Otherwise a partial for a later merge: out = sum_t exp(s_t - m[g]) v_t unnormalised,
@@ -38,6 +43,10 @@ struct AttendArgs {
 };
 
 using AttendFn = void (*)(const AttendArgs& args);
+
+// Converts `n` cache rows of d elements of `dtype` (F16 or Q8_0), `row_bytes` apart from
+// `src`, to f32 rows of d floats at `dst`. Portable version (attention.cc).
+void KvRowsToF32(DType dtype, const uint8_t* src, int64_t row_bytes, int64_t n, int64_t d, float* dst);
 
 void AttendGeneric(const AttendArgs& args);  // attention.cc; any shape.
 // attention_avx512.cc; REQUIRES d % 16 == 0 and an AVX-512 CPU.

@@ -50,6 +50,16 @@ bool Supported(DType d) {
 
 float* F32(const TensorView& v) { return static_cast<float*>(v.data); }
 
+// The kernels' encoding of a KV cache's dtype (f32, f16, q8_0 with head_dim % 32 == 0).
+absl::StatusOr<int> KvCode(const KvCacheLayer& cache) {
+  const DType t = cache.k.dtype;
+  if (t == DType::kF32) return cuda::kWF32;
+  if (t == DType::kF16) return cuda::kWF16;
+  if (t == DType::kQ8_0 && cache.head_dim % 32 == 0) return cuda::kWQ8_0;
+  return absl::UnimplementedError(StrCat("CUDA attention: KV cache of ", DTypeName(t), " with head_dim ",
+                                         cache.head_dim, " (reads f32, f16, q8_0 with head_dim % 32 == 0)"));
+}
+
 // Backend memory of a CudaBackend: a DeviceBuffer behind the Buffer interface.
 class CudaBuffer final : public Buffer {
  public:
@@ -247,9 +257,10 @@ class CudaBackendImpl final : public CudaBackend {
         slots.push_back(static_cast<int32_t>(s.block_table[b] * cache.block_size + pos % cache.block_size));
       }
     }
+    CASCADE_ASSIGN_OR_RETURN(const int code, KvCode(cache));
     int32_t* dev = Upload(kSlots, std::span<const int32_t>(slots));
     CASCADE_RETURN_IF_ERROR(ScratchError());
-    cuda::WriteKv(F32(cache.k), F32(cache.v), F32(k), F32(v), dev, static_cast<int64_t>(slots.size()),
+    cuda::WriteKv(cache.k.data, cache.v.data, code, F32(k), F32(v), dev, static_cast<int64_t>(slots.size()),
                   cache.n_kv_heads * cache.head_dim, stream_);
     return LastError("WriteKv");
   }
@@ -273,10 +284,11 @@ class CudaBackendImpl final : public CudaBackend {
       max_keys = std::max(max_keys, s.n_past + s.n_new);
     }
     cuda::AttentionArgs a;
+    CASCADE_ASSIGN_OR_RETURN(a.kv_code, KvCode(cache));
     a.out = F32(out);
     a.q = F32(q);
-    a.k_cache = F32(cache.k);
-    a.v_cache = F32(cache.v);
+    a.k_cache = cache.k.data;
+    a.v_cache = cache.v.data;
     a.row_pos = Upload(kRowPos, std::span<const int32_t>(row_pos));
     a.row_table = Upload(kRowTable, std::span<const int32_t>(row_table));
     a.tables = Upload(kTables, std::span<const int32_t>(tables));

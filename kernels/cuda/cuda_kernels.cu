@@ -212,13 +212,43 @@ __global__ void QuantGemvKernel(GemvOut out, const float* x, const uint8_t* w, i
   }
 }
 
-__global__ void WriteKvKernel(float* kc, float* vc, const float* k, const float* v, const int32_t* slot,
+// Element i (flat index) of a KV cache in encoding `code`.
+__device__ __forceinline__ float KvAt(const void* cache, int code, int64_t i) {
+  if (code == kWF32) return static_cast<const float*>(cache)[i];
+  if (code == kWF16) return __half2float(static_cast<const __half*>(cache)[i]);
+  const uint8_t* b = static_cast<const uint8_t*>(cache) + (i / 32) * 34;  // Q8_0.
+  return Half(b) * static_cast<float>(static_cast<int8_t>(b[2 + i % 32]));
+}
+
+// One block per row; f32 / f16: a thread per element; q8_0: a thread per 32-block
+// (amax / 127 scale, round to nearest as ggml's reference quantizer).
+__global__ void WriteKvKernel(void* kc, void* vc, int code, const float* k, const float* v, const int32_t* slot,
                               int64_t kv_dim) {
   const int64_t r = blockIdx.x;
   const int64_t base = static_cast<int64_t>(slot[r]) * kv_dim;
-  for (int64_t i = threadIdx.x; i < kv_dim; i += blockDim.x) {
-    kc[base + i] = k[r * kv_dim + i];
-    vc[base + i] = v[r * kv_dim + i];
+  for (int which = 0; which < 2; ++which) {
+    void* cache = which == 0 ? kc : vc;
+    const float* src = (which == 0 ? k : v) + r * kv_dim;
+    if (code == kWF32 || code == kWF16) {
+      for (int64_t i = threadIdx.x; i < kv_dim; i += blockDim.x) {
+        if (code == kWF32) {
+          static_cast<float*>(cache)[base + i] = src[i];
+        } else {
+          static_cast<__half*>(cache)[base + i] = __float2half_rn(src[i]);
+        }
+      }
+      continue;
+    }
+    for (int64_t blk = threadIdx.x; blk < kv_dim / 32; blk += blockDim.x) {
+      const float* x = src + 32 * blk;
+      float amax = 0.0f;
+      for (int j = 0; j < 32; ++j) amax = fmaxf(amax, fabsf(x[j]));
+      const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+      uint8_t* out = static_cast<uint8_t*>(cache) + ((base / 32) + blk) * 34;
+      const __half dh = __float2half_rn(d);
+      memcpy(out, &dh, 2);
+      for (int j = 0; j < 32; ++j) out[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(roundf(x[j] * id)));
+    }
   }
 }
 
@@ -252,7 +282,7 @@ __global__ void AttentionSplitKernel(AttentionArgs a) {
     float s = 0.0f;
     for (int i = 0; i < per_lane; ++i) {
       const int64_t d = lane + kWarp * i;
-      if (d < hd) s += q[i] * a.k_cache[base + d];
+      if (d < hd) s += q[i] * KvAt(a.k_cache, a.kv_code, base + d);
     }
     s = WarpSum(s);
     const float m_new = fmaxf(m, s);
@@ -260,7 +290,7 @@ __global__ void AttentionSplitKernel(AttentionArgs a) {
     l = l * corr + p;
     for (int i = 0; i < per_lane; ++i) {
       const int64_t d = lane + kWarp * i;
-      if (d < hd) acc[i] = acc[i] * corr + p * a.v_cache[base + d];
+      if (d < hd) acc[i] = acc[i] * corr + p * KvAt(a.v_cache, a.kv_code, base + d);
     }
     m = m_new;
   }
@@ -444,10 +474,12 @@ void QuantGemv(const GemvOut& out, const float* x, const void* w, int code, int6
   }
 }
 
-void WriteKv(float* k_cache, float* v_cache, const float* k, const float* v, const int32_t* slot_of_row, int64_t n_rows,
-             int64_t kv_dim, cudaStream_t stream) {
-  if (n_rows > 0)
-    WriteKvKernel<<<static_cast<unsigned>(n_rows), 256, 0, stream>>>(k_cache, v_cache, k, v, slot_of_row, kv_dim);
+void WriteKv(void* k_cache, void* v_cache, int kv_code, const float* k, const float* v, const int32_t* slot_of_row,
+             int64_t n_rows, int64_t kv_dim, cudaStream_t stream) {
+  if (n_rows > 0) {
+    WriteKvKernel<<<static_cast<unsigned>(n_rows), 256, 0, stream>>>(k_cache, v_cache, kv_code, k, v, slot_of_row,
+                                                                     kv_dim);
+  }
 }
 
 void Attention(const AttentionArgs& args, cudaStream_t stream) {

@@ -48,10 +48,12 @@ struct GemvOut {
 };
 void QuantGemv(const GemvOut& out, const float* x, const void* w, int code, int64_t n_tokens, int64_t n_out,
                int64_t n_in, cudaStream_t stream);
-// Scatters k, v [n_rows, kv_dim] into the paged caches at slot_of_row[r] (slot = block *
-// block_size + position % block_size).
-void WriteKv(float* k_cache, float* v_cache, const float* k, const float* v, const int32_t* slot_of_row, int64_t n_rows,
-             int64_t kv_dim, cudaStream_t stream);
+// KV cache encodings: the weight codes kWF32, kWF16 and kWQ8_0 (q8_0 needs kv_dim and
+// head_dim multiples of 32; the element at flat index i of the cache is in block i / 32).
+// Scatters k, v [n_rows, kv_dim] (f32) into the paged caches at slot_of_row[r] (slot =
+// block * block_size + position % block_size), converting to `kv_code`.
+void WriteKv(void* k_cache, void* v_cache, int kv_code, const float* k, const float* v, const int32_t* slot_of_row,
+             int64_t n_rows, int64_t kv_dim, cudaStream_t stream);
 
 // Paged attention for any mix of prefill and decode rows (flash-decoding): each (row,
 // head, split) block runs an online softmax over its share of the row's keys, then a
@@ -60,10 +62,11 @@ void WriteKv(float* k_cache, float* v_cache, const float* k, const float* v, con
 // h / (n_heads / n_kv_heads). `partial` holds n_rows * n_heads * n_splits * (head_dim + 2)
 // floats. REQUIRES head_dim <= 256 and a multiple of 32.
 struct AttentionArgs {
-  float* out = nullptr;            // [n_rows, n_heads * head_dim]
-  const float* q = nullptr;        // [n_rows, n_heads * head_dim]
-  const float* k_cache = nullptr;  // [n_blocks, block_size, n_kv_heads, head_dim]
-  const float* v_cache = nullptr;
+  float* out = nullptr;           // [n_rows, n_heads * head_dim]
+  const float* q = nullptr;       // [n_rows, n_heads * head_dim]
+  const void* k_cache = nullptr;  // [n_blocks, block_size, n_kv_heads, head_dim] in kv_code
+  const void* v_cache = nullptr;
+  int kv_code = 0;                     // kWF32, kWF16 or kWQ8_0.
   const int32_t* row_pos = nullptr;    // [n_rows]
   const int32_t* row_table = nullptr;  // [n_rows] offsets into tables
   const int32_t* tables = nullptr;

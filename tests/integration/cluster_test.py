@@ -27,12 +27,13 @@ CASCADE = os.path.join(BIN, "cascade")
 COORDINATOR = os.path.join(BIN, "cascade-coordinator")
 
 
-def config_yaml(model, pipeline, kv_cache_mb=64, max_num_seqs=32, extra="", tensor=1):
+def config_yaml(model, pipeline, kv_cache_mb=64, max_num_seqs=32, extra="", tensor=1, kv_cache_dtype="f16"):
     return (f"model: {{path: {model}}}\n"
             f"parallel: {{pipeline: {pipeline}, tensor: {tensor}}}\n"
             f"nodes:\n  - {{name: n0, host: 127.0.0.1, devices: [{', '.join(['cpu'] * pipeline * tensor)}], launch: local}}\n"
             f"server: {{listen: 127.0.0.1:0}}\n"
-            f"scheduler: {{max_num_seqs: {max_num_seqs}, max_batched_tokens: 1024, kv_block_size: 16, kv_cache_mb: {kv_cache_mb}}}\n"
+            f"scheduler: {{max_num_seqs: {max_num_seqs}, max_batched_tokens: 1024, kv_block_size: 16, kv_cache_mb: {kv_cache_mb},"
+            f" kv_cache_dtype: {kv_cache_dtype}}}\n"
             + extra)
 
 
@@ -219,6 +220,32 @@ def test_parity_smollm2():
     prompts = [("--chat", "What is the capital of France?"), ("--prompt", "The quick brown fox"),
                ("--prompt", "def fibonacci(n):")]
     check_parity(SMOL, prompts, [1, 2, 3], 24)
+
+
+def test_kv_cache_dtypes():
+    """scheduler.kv_cache_dtype end to end: the same 8 MiB budget holds 2x the blocks in f16
+    and 128/34x in q8_0 (each block's bytes halved / 34/128 of f32's, from `cascade status`),
+    and a 2-stage cluster's greedy ids equal `cascade run --kv-type` with the same dtype."""
+    need(SMOL)
+    per_block = {}
+    for dtype in ("f32", "f16", "q8_0"):
+        with cluster(SMOL, 2, kv_cache_mb=8, kv_cache_dtype=dtype) as (address, _, _):
+            rc, text = status(address)
+            assert rc == 0, text
+            assert f"block size 16, {dtype})" in text, text
+            total = int(re.search(r"kv blocks \d+ free of (\d+)", text).group(1))
+            kv_mib = [float(m) for m in re.findall(r"MiB +([0-9.]+) MiB", text)]
+            assert len(kv_mib) == 2, text
+            per_block[dtype] = max(kv_mib) * 1048576 / total
+            got = generate(address, "--prompt", "The quick brown fox", "--temperature", "0", "--max-tokens", "16",
+                           "--ignore-eos")["token_ids"]
+        local = run_json("run", "--model", SMOL, "--prompt", "The quick brown fox", "--temperature", "0",
+                         "--max-tokens", "16", "--ignore-eos", "--kv-type", dtype)
+        assert local["kv_cache"]["dtype"] == dtype, local["kv_cache"]
+        assert got == local["token_ids"], f"{dtype}: cluster {got} != local {local['token_ids']}"
+        print(f"kv {dtype}: {total} blocks in 8 MiB per stage, {per_block[dtype]:.0f} bytes per block (stage of 15 layers)")
+    assert abs(per_block["f16"] / per_block["f32"] - 0.5) < 0.01, per_block
+    assert abs(per_block["q8_0"] / per_block["f32"] - 34 / 128) < 0.01, per_block
 
 
 def test_tp_parity_stories():

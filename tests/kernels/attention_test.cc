@@ -2,12 +2,18 @@
 // Cases cross block boundaries, use shuffled (non-contiguous) block tables, GQA groups,
 // several sequences per batch with different histories, and 1 or 2 threads (decode with 2
 // threads splits each row's positions across them, flash-decoding style). Every case runs
-// on each ISA path this CPU has (portable, AVX-512). To add a case, append to kCases.
+// on each ISA path this CPU has (portable, AVX-512), with the cache in f32, f16 and q8_0
+// (head_dim a multiple of 32). For f16 / q8_0 the reference uses the values the cache holds
+// (the inputs rounded to the format, checked against the format's rounding bound), so the
+// kernels' reading of each format is checked to f32 accuracy. To add a case, append to the
+// INSTANTIATE list.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <random>
 
+#include "core/half.h"
+#include "kernels/cpu/quantize.h"
 #include "kernels/cpu_features.h"
 #include "kernels/ops.h"
 #include "tests/test_support.h"
@@ -29,7 +35,31 @@ void PrintTo(const Case& c, std::ostream* os) {
 
 class AttentionTest : public ::testing::TestWithParam<Case> {};
 
-void RunCase(const Case& c) {
+// x rounded as a cache of `dtype` stores it (row by row of `cols`), after checking that the
+// rounding is within the format's bound: f16 half an ulp (2^-11 relative, or 2^-25 near
+// zero), q8_0 half a step of its 32-block (amax / 254, plus the f16 rounding of the scale).
+std::vector<float> AsStored(DType dtype, const std::vector<float>& x, int64_t cols) {
+  if (dtype == DType::kF32) return x;
+  std::vector<float> out(x.size());
+  std::vector<uint8_t> row(RowBytes(dtype, cols));
+  for (size_t r = 0; r < x.size() / cols; ++r) {
+    const float* in = x.data() + r * cols;
+    EXPECT_TRUE(cpu::QuantizeRow(dtype, in, row.data(), cols).ok());
+    EXPECT_TRUE(cpu::DequantizeRow(dtype, row.data(), out.data() + r * cols, cols).ok());
+    for (int64_t b = 0; b < cols; b += 32) {
+      float amax = 0;
+      for (int64_t i = b; i < std::min(cols, b + 32); ++i) amax = std::max(amax, std::fabs(in[i]));
+      for (int64_t i = b; i < std::min(cols, b + 32); ++i) {
+        const float bound = dtype == DType::kF16 ? std::ldexp(std::fabs(in[i]), -11) + 3e-8f
+                                                 : amax / 254.0f * 1.002f + std::ldexp(amax, -11);
+        EXPECT_LE(std::fabs(out[r * cols + i] - in[i]), bound) << DTypeName(dtype) << " element " << i;
+      }
+    }
+  }
+  return out;
+}
+
+void RunCase(const Case& c, DType kv_dtype) {
   std::mt19937 rng(42);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const int64_t kv_dim = c.n_kv_heads * c.head_dim, q_dim = c.n_heads * c.head_dim;
@@ -39,10 +69,11 @@ void RunCase(const Case& c) {
   std::vector<int32_t> perm(n_blocks);
   std::iota(perm.begin(), perm.end(), 0);
   std::shuffle(perm.begin(), perm.end(), rng);
-  std::vector<float> kc(n_blocks * c.block_size * kv_dim, NAN), vc(kc.size(), NAN);
-  KvCacheLayer cache{TensorView(kc.data(), DType::kF32, {n_blocks, c.block_size, c.n_kv_heads, c.head_dim}),
-                     TensorView(vc.data(), DType::kF32, {n_blocks, c.block_size, c.n_kv_heads, c.head_dim}),
-                     c.block_size, c.n_kv_heads, c.head_dim};
+  // 0xff bytes: NaN in f32 and f16, a NaN scale in q8_0, so a stale slot read shows.
+  std::vector<uint8_t> kc(n_blocks * c.block_size * RowBytes(kv_dtype, kv_dim), 0xff), vc(kc.size(), 0xff);
+  KvCacheLayer cache{TensorView(kc.data(), kv_dtype, {n_blocks, c.block_size, c.n_kv_heads, c.head_dim}),
+                     TensorView(vc.data(), kv_dtype, {n_blocks, c.block_size, c.n_kv_heads, c.head_dim}), c.block_size,
+                     c.n_kv_heads, c.head_dim};
   // Full K/V history per sequence (reference), the new rows go in the batch.
   std::vector<std::vector<float>> hist_k, hist_v;
   std::vector<std::vector<int32_t>> tables;
@@ -90,7 +121,10 @@ void RunCase(const Case& c) {
                          TensorView(q.data(), DType::kF32, {n_rows, q_dim}), cache, seqs, {c.n_heads, scale});
   ASSERT_TRUE(st.ok()) << st;
 
-  // Naive reference: per sequence, row, head: softmax over positions [0, own position].
+  // Naive reference: per sequence, row, head: softmax over positions [0, own position],
+  // over the K/V values as the cache stores them.
+  for (auto& h : hist_k) h = AsStored(kv_dtype, h, kv_dim);
+  for (auto& h : hist_v) h = AsStored(kv_dtype, h, kv_dim);
   const int64_t group = c.n_heads / c.n_kv_heads;
   double max_err = 0;
   for (size_t s = 0; s < c.seqs.size(); ++s) {
@@ -123,12 +157,15 @@ void RunCase(const Case& c) {
 }
 
 TEST_P(AttentionTest, MatchesNaiveDouble) {
-  for (CpuIsa isa : kAllCpuIsas) {
-    if (!CpuSupportsIsa(isa)) continue;
-    SCOPED_TRACE(CpuIsaName(isa));
-    SetMaxCpuIsaForTesting(isa);
-    RunCase(GetParam());
-    SetMaxCpuIsaForTesting(BestCpuIsa());
+  for (DType kv : {DType::kF32, DType::kF16, DType::kQ8_0}) {
+    if (kv == DType::kQ8_0 && GetParam().head_dim % 32 != 0) continue;
+    for (CpuIsa isa : kAllCpuIsas) {
+      if (!CpuSupportsIsa(isa)) continue;
+      SCOPED_TRACE(::testing::Message() << CpuIsaName(isa) << " kv " << DTypeName(kv));
+      SetMaxCpuIsaForTesting(isa);
+      RunCase(GetParam(), kv);
+      SetMaxCpuIsaForTesting(BestCpuIsa());
+    }
   }
 }
 

@@ -289,7 +289,7 @@ TEST(BackendMemoryTest, WeightsLiveInBackendMemory) {
     EXPECT_EQ(backend.n_buffers(), 2u * 6 + 3);
     const size_t loaded = backend.bytes_in();
     EXPECT_GE(static_cast<int64_t>(loaded), (*t)->weight_bytes());
-    auto cache = KvCache::Create((*t)->CacheOptions(4, 16), &backend);
+    auto cache = KvCache::Create((*t)->CacheOptions(4, 16, DType::kF32), &backend);
     ASSERT_TRUE(cache.ok()) << cache.status();
     const int64_t V = files->config.n_vocab;
     const std::vector<int32_t> tokens = {1, 2, 3}, pos = {0, 1, 2}, table = {0};
@@ -352,7 +352,7 @@ TEST(TpTransformerTest, SmolLm2Tp2HiddenWithinQuantNoise) {
       auto t = Transformer::Load(*files, backend.get(),
                                  {.first_layer = 0, .last_layer = layers, .tp_rank = r, .tp_size = tp}, c);
       ASSERT_TRUE(t.ok()) << t.status();
-      auto cache = KvCache::Create((*t)->CacheOptions(4, 16));
+      auto cache = KvCache::Create((*t)->CacheOptions(4, 16, DType::kF32));
       ASSERT_TRUE(cache.ok());
       std::vector<float> h(n * E);
       TensorView hv(h.data(), DType::kF32, {n, E});
