@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <vector>
 
@@ -9,9 +12,13 @@
 #include "core/str_cat.h"
 #include "kernels/cpu/quantize.h"
 #include "model/format/gguf_writer.h"
+#include "tests/safetensors_writer.h"
 
 namespace cascade::testing {
 namespace {
+
+constexpr float kRopeTheta = 10000.0f;
+constexpr float kNormEps = 1e-5f;
 
 std::string Encode(DType t, const std::vector<float>& v, int64_t cols) {
   const int64_t rows = static_cast<int64_t>(v.size()) / cols;
@@ -23,9 +30,45 @@ std::string Encode(DType t, const std::vector<float>& v, int64_t cols) {
   return out;
 }
 
-}  // namespace
+std::string Arch(const RandomModelSpec& s) { return s.qk_norm ? "qwen3" : s.qkv_bias ? "qwen2" : "llama"; }
 
-void WriteRandomModel(const RandomModelSpec& s, const std::string& path) {
+// One tensor of the model under both files' names, its values as the GGUF file holds them.
+struct Tensor {
+  std::string gguf, hf;  // `hf` empty: Hugging Face files do not have it.
+  DType dtype;
+  std::vector<int64_t> shape;  // Outermost first.
+  std::vector<float> values;
+  // > 0: Q or K of a GGUF `llama` model, whose rows (of this many heads) llama.cpp's
+  // converter permuted from Hugging Face's order.
+  int64_t permuted_heads = 0;
+};
+
+// llama.cpp's convert_hf_to_gguf.py (LlamaModel, rope_type "llama3"): rope_freqs.weight[i]
+// divides frequency i. (The converter reads original_max_position_embeddings from the top
+// level of config.json, where Llama 3.1 has none, and falls back to 8192, the value inside
+// its rope_scaling; here the value given is used.)
+std::vector<float> Llama3RopeFreqFactors(const Llama3RopeScaling& r, int64_t head_dim) {
+  const double old_ctx = static_cast<double>(r.original_max_position_embeddings);
+  const double low_freq_wavelen = old_ctx / r.low_freq_factor;
+  const double high_freq_wavelen = old_ctx / r.high_freq_factor;
+  std::vector<float> factors;
+  for (int64_t i = 0; i < head_dim / 2; ++i) {
+    const double freq = 1.0 / std::pow(double{kRopeTheta}, 2.0 * i / head_dim);
+    const double wavelen = 2 * M_PI / freq;
+    if (wavelen < high_freq_wavelen) {
+      factors.push_back(1.0f);
+    } else if (wavelen > low_freq_wavelen) {
+      factors.push_back(static_cast<float>(r.factor));
+    } else {
+      const double smooth = (old_ctx / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+      factors.push_back(static_cast<float>(1 / ((1 - smooth) / r.factor + smooth)));
+    }
+  }
+  return factors;
+}
+
+// Every tensor, drawn in one fixed order from the spec's seed.
+std::vector<Tensor> RandomTensors(const RandomModelSpec& s) {
   std::mt19937 rng(s.seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const auto random = [&](int64_t n, float scale, float offset = 0.0f) {
@@ -35,25 +78,72 @@ void WriteRandomModel(const RandomModelSpec& s, const std::string& path) {
     for (int64_t i = distinct; i < n; ++i) v[i] = v[i % distinct];
     return v;
   };
-  const std::string arch = s.qk_norm ? "qwen3" : s.qkv_bias ? "qwen2" : "llama";
   const int64_t head_dim = s.n_embd / s.n_heads;
-  model::GgufWriter w;
-  w.SetString("general.architecture", arch);
-  w.SetString("general.name", "random");
-  w.SetU32(arch + ".block_count", static_cast<uint32_t>(s.n_layers));
-  w.SetU32(arch + ".embedding_length", static_cast<uint32_t>(s.n_embd));
-  w.SetU32(arch + ".attention.head_count", static_cast<uint32_t>(s.n_heads));
-  w.SetU32(arch + ".attention.head_count_kv", static_cast<uint32_t>(s.n_kv_heads));
-  w.SetU32(arch + ".feed_forward_length", static_cast<uint32_t>(s.n_ff));
-  w.SetU32(arch + ".context_length", static_cast<uint32_t>(s.n_ctx));
-  w.SetF32(arch + ".rope.freq_base", 10000.0f);
-  w.SetF32(arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
-  if (s.rope_linear_factor > 0) {
-    w.SetString(arch + ".rope.scaling.type", "linear");
-    w.SetF32(arch + ".rope.scaling.factor", s.rope_linear_factor);
+  const DType t = s.weight_type;
+  const bool permuted = Arch(s) == "llama";
+  std::vector<Tensor> out;
+  const auto mat = [&](std::string gguf, std::string hf, int64_t rows, int64_t cols, int64_t heads = 0) {
+    out.push_back({std::move(gguf),
+                   std::move(hf),
+                   t,
+                   {rows, cols},
+                   random(rows * cols, 1.0f / std::sqrt(float(cols))),
+                   permuted ? heads : 0});
+  };
+  const auto f32 = [&](std::string gguf, std::string hf, std::vector<float> v) {
+    const int64_t n = static_cast<int64_t>(v.size());
+    out.push_back({std::move(gguf), std::move(hf), DType::kF32, {n}, std::move(v)});
+  };
+  out.push_back(
+      {"token_embd.weight", "model.embed_tokens.weight", t, {s.n_vocab, s.n_embd}, random(s.n_vocab * s.n_embd, 1.0f)});
+  f32("output_norm.weight", "model.norm.weight", random(s.n_embd, 0.1f, 1.0f));
+  if (!s.tied) mat("output.weight", "lm_head.weight", s.n_vocab, s.n_embd);
+  CASCADE_CHECK(s.rope_freq_factors.empty() || !s.llama3_rope.has_value());
+  if (!s.rope_freq_factors.empty()) f32("rope_freqs.weight", "", s.rope_freq_factors);
+  if (s.llama3_rope.has_value()) f32("rope_freqs.weight", "", Llama3RopeFreqFactors(*s.llama3_rope, head_dim));
+  for (int64_t l = 0; l < s.n_layers; ++l) {
+    const std::string g = StrCat("blk.", l, "."), h = StrCat("model.layers.", l, ".");
+    f32(g + "attn_norm.weight", h + "input_layernorm.weight", random(s.n_embd, 0.1f, 1.0f));
+    mat(g + "attn_q.weight", h + "self_attn.q_proj.weight", s.n_heads * head_dim, s.n_embd, s.n_heads);
+    mat(g + "attn_k.weight", h + "self_attn.k_proj.weight", s.n_kv_heads * head_dim, s.n_embd, s.n_kv_heads);
+    mat(g + "attn_v.weight", h + "self_attn.v_proj.weight", s.n_kv_heads * head_dim, s.n_embd);
+    if (s.qkv_bias) {
+      f32(g + "attn_q.bias", h + "self_attn.q_proj.bias", random(s.n_heads * head_dim, 0.1f));
+      f32(g + "attn_k.bias", h + "self_attn.k_proj.bias", random(s.n_kv_heads * head_dim, 0.1f));
+      f32(g + "attn_v.bias", h + "self_attn.v_proj.bias", random(s.n_kv_heads * head_dim, 0.1f));
+    }
+    if (s.qk_norm) {
+      f32(g + "attn_q_norm.weight", h + "self_attn.q_norm.weight", random(head_dim, 0.1f, 1.0f));
+      f32(g + "attn_k_norm.weight", h + "self_attn.k_norm.weight", random(head_dim, 0.1f, 1.0f));
+    }
+    mat(g + "attn_output.weight", h + "self_attn.o_proj.weight", s.n_embd, s.n_heads * head_dim);
+    f32(g + "ffn_norm.weight", h + "post_attention_layernorm.weight", random(s.n_embd, 0.1f, 1.0f));
+    mat(g + "ffn_gate.weight", h + "mlp.gate_proj.weight", s.n_ff, s.n_embd);
+    mat(g + "ffn_up.weight", h + "mlp.up_proj.weight", s.n_ff, s.n_embd);
+    mat(g + "ffn_down.weight", h + "mlp.down_proj.weight", s.n_embd, s.n_ff);
   }
-  // A byte-level vocabulary: the 94 printable ASCII characters, GPT-2's space "Ġ", the
-  // merge "!!", then filler tokens.
+  return out;
+}
+
+// Undoes llama.cpp's `permute` (convert_hf_to_gguf.py) of Q/K rows: HF row h*d + j*d/2 + i
+// is GGUF row h*d + 2*i + j.
+std::vector<float> ToHfRowOrder(const std::vector<float>& v, int64_t rows, int64_t cols, int64_t heads) {
+  const int64_t d = rows / heads;
+  std::vector<float> out(v.size());
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t j = 0; j < 2; ++j) {
+      for (int64_t i = 0; i < d / 2; ++i) {
+        const float* src = v.data() + (h * d + 2 * i + j) * cols;
+        std::copy(src, src + cols, out.data() + (h * d + j * d / 2 + i) * cols);
+      }
+    }
+  }
+  return out;
+}
+
+// A byte-level vocabulary: the 94 printable ASCII characters, GPT-2's space "Ġ", the merge
+// "!!", then filler tokens.
+std::vector<std::string> Vocabulary(const RandomModelSpec& s) {
   std::vector<std::string> tokens;
   for (int64_t i = 0; i < s.n_vocab; ++i) {
     if (i < 94)
@@ -65,46 +155,115 @@ void WriteRandomModel(const RandomModelSpec& s, const std::string& path) {
     else
       tokens.push_back(StrCat("<filler", i, ">"));
   }
+  return tokens;
+}
+
+void WriteFile(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out << bytes;
+  CASCADE_CHECK(out.good()) << path;
+}
+
+}  // namespace
+
+void WriteRandomModel(const RandomModelSpec& s, const std::string& path) {
+  const std::string arch = Arch(s);
+  model::GgufWriter w;
+  w.SetString("general.architecture", arch);
+  w.SetString("general.name", "random");
+  w.SetU32(arch + ".block_count", static_cast<uint32_t>(s.n_layers));
+  w.SetU32(arch + ".embedding_length", static_cast<uint32_t>(s.n_embd));
+  w.SetU32(arch + ".attention.head_count", static_cast<uint32_t>(s.n_heads));
+  w.SetU32(arch + ".attention.head_count_kv", static_cast<uint32_t>(s.n_kv_heads));
+  w.SetU32(arch + ".feed_forward_length", static_cast<uint32_t>(s.n_ff));
+  w.SetU32(arch + ".context_length", static_cast<uint32_t>(s.n_ctx));
+  w.SetF32(arch + ".rope.freq_base", kRopeTheta);
+  w.SetF32(arch + ".attention.layer_norm_rms_epsilon", kNormEps);
+  if (s.rope_linear_factor > 0) {
+    w.SetString(arch + ".rope.scaling.type", "linear");
+    w.SetF32(arch + ".rope.scaling.factor", s.rope_linear_factor);
+  }
   w.SetString("tokenizer.ggml.model", "gpt2");
   w.SetString("tokenizer.ggml.pre", "gpt-2");
-  w.SetStringArray("tokenizer.ggml.tokens", tokens);
+  w.SetStringArray("tokenizer.ggml.tokens", Vocabulary(s));
   w.SetI32Array("tokenizer.ggml.token_type", std::vector<int32_t>(s.n_vocab, 1));
   w.SetStringArray("tokenizer.ggml.merges", {"! !"});
   w.SetU32("tokenizer.ggml.eos_token_id", 0);
-
-  const DType t = s.weight_type;
-  const auto mat = [&](const std::string& name, int64_t rows, int64_t cols) {
-    w.AddTensor(name, t, {rows, cols}, Encode(t, random(rows * cols, 1.0f / std::sqrt(float(cols))), cols));
-  };
-  const auto f32 = [&](const std::string& name, std::vector<float> v) {
-    w.AddTensor(name, DType::kF32, {static_cast<int64_t>(v.size())}, Encode(DType::kF32, v, v.size()));
-  };
-  w.AddTensor("token_embd.weight", t, {s.n_vocab, s.n_embd}, Encode(t, random(s.n_vocab * s.n_embd, 1.0f), s.n_embd));
-  f32("output_norm.weight", random(s.n_embd, 0.1f, 1.0f));
-  if (!s.tied) mat("output.weight", s.n_vocab, s.n_embd);
-  if (!s.rope_freq_factors.empty()) f32("rope_freqs.weight", s.rope_freq_factors);
-  for (int64_t l = 0; l < s.n_layers; ++l) {
-    const std::string p = StrCat("blk.", l, ".");
-    f32(p + "attn_norm.weight", random(s.n_embd, 0.1f, 1.0f));
-    mat(p + "attn_q.weight", s.n_heads * head_dim, s.n_embd);
-    mat(p + "attn_k.weight", s.n_kv_heads * head_dim, s.n_embd);
-    mat(p + "attn_v.weight", s.n_kv_heads * head_dim, s.n_embd);
-    if (s.qkv_bias) {
-      f32(p + "attn_q.bias", random(s.n_heads * head_dim, 0.1f));
-      f32(p + "attn_k.bias", random(s.n_kv_heads * head_dim, 0.1f));
-      f32(p + "attn_v.bias", random(s.n_kv_heads * head_dim, 0.1f));
-    }
-    if (s.qk_norm) {
-      f32(p + "attn_q_norm.weight", random(head_dim, 0.1f, 1.0f));
-      f32(p + "attn_k_norm.weight", random(head_dim, 0.1f, 1.0f));
-    }
-    mat(p + "attn_output.weight", s.n_embd, s.n_heads * head_dim);
-    f32(p + "ffn_norm.weight", random(s.n_embd, 0.1f, 1.0f));
-    mat(p + "ffn_gate.weight", s.n_ff, s.n_embd);
-    mat(p + "ffn_up.weight", s.n_ff, s.n_embd);
-    mat(p + "ffn_down.weight", s.n_embd, s.n_ff);
-  }
+  for (const Tensor& t : RandomTensors(s))
+    w.AddTensor(t.gguf, t.dtype, t.shape, Encode(t.dtype, t.values, t.shape.back()));
   CASCADE_CHECK(w.WriteFile(path).ok());
+}
+
+void WriteRandomHfModel(const RandomModelSpec& s, const std::string& dir) {
+  using Json = nlohmann::json;
+  const DType wt = s.weight_type;
+  CASCADE_CHECK(wt == DType::kF32 || wt == DType::kF16 || wt == DType::kBF16) << DTypeName(wt);
+  CASCADE_CHECK(s.rope_freq_factors.empty()) << "config.json has no per-frequency RoPE divisors";
+  const auto st_dtype = [](DType t) { return t == DType::kF32 ? "F32" : t == DType::kF16 ? "F16" : "BF16"; };
+  std::vector<SafetensorsEntry> entries;
+  for (Tensor& t : RandomTensors(s)) {
+    if (t.hf.empty()) continue;
+    const int64_t cols = t.shape.back();
+    if (t.permuted_heads > 0) t.values = ToHfRowOrder(t.values, t.shape[0], cols, t.permuted_heads);
+    entries.push_back({t.hf, st_dtype(t.dtype), t.shape, Encode(t.dtype, t.values, cols)});
+  }
+  // Wider types first, so that every tensor is aligned to its element size.
+  std::stable_sort(entries.begin(), entries.end(), [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
+    return a.dtype == "F32" && b.dtype != "F32";
+  });
+
+  const std::string arch = Arch(s);
+  Json c = {
+      {"architectures", Json::array({arch == "qwen3"   ? "Qwen3ForCausalLM"
+                                     : arch == "qwen2" ? "Qwen2ForCausalLM"
+                                                       : "LlamaForCausalLM"})},
+      {"model_type", arch},
+      {"hidden_size", s.n_embd},
+      {"num_hidden_layers", s.n_layers},
+      {"num_attention_heads", s.n_heads},
+      {"num_key_value_heads", s.n_kv_heads},
+      {"head_dim", s.n_embd / s.n_heads},
+      {"intermediate_size", s.n_ff},
+      {"vocab_size", s.n_vocab},
+      {"max_position_embeddings", s.n_ctx},
+      {"rope_theta", kRopeTheta},
+      {"rms_norm_eps", 1e-5},
+      {"hidden_act", "silu"},
+      {"tie_word_embeddings", s.tied},
+      {"torch_dtype", wt == DType::kF32   ? "float32"
+                      : wt == DType::kF16 ? "float16"
+                                          : "bfloat16"},
+      {"eos_token_id", 0},
+      {"rope_scaling", nullptr},
+  };
+  if (arch != "qwen2") c["attention_bias"] = false;  // Qwen2 always has Q/K/V biases.
+  if (s.rope_linear_factor > 0) c["rope_scaling"] = {{"rope_type", "linear"}, {"factor", s.rope_linear_factor}};
+  if (const auto& r = s.llama3_rope; r.has_value()) {
+    c["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", r->factor},
+                         {"low_freq_factor", r->low_freq_factor},
+                         {"high_freq_factor", r->high_freq_factor},
+                         {"original_max_position_embeddings", r->original_max_position_embeddings}};
+  }
+  // The GGUF's vocabulary as a byte-level BPE tokenizer.json.
+  Json vocab = Json::object();
+  const std::vector<std::string> tokens = Vocabulary(s);
+  for (size_t i = 0; i < tokens.size(); ++i) vocab[tokens[i]] = i;
+  const Json byte_level = {
+      {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
+  const Json tokenizer = {{"version", "1.0"},
+                          {"added_tokens", Json::array()},
+                          {"normalizer", nullptr},
+                          {"pre_tokenizer", byte_level},
+                          {"post_processor", nullptr},
+                          {"decoder", byte_level},
+                          {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", Json::array({"! !"})}}}};
+
+  std::filesystem::create_directories(dir);
+  WriteFile(dir + "/config.json", c.dump(2));
+  WriteFile(dir + "/model.safetensors", SafetensorsBytes(entries));
+  WriteFile(dir + "/tokenizer.json", tokenizer.dump());
+  WriteFile(dir + "/tokenizer_config.json", Json{{"eos_token", tokens[0]}}.dump(2));
 }
 
 }  // namespace cascade::testing

@@ -1,14 +1,23 @@
-// Random-weight Llama models written as GGUF files, for forward tests. Shapes are small
-// but real (GQA, several layers, blocks of every quantized type fit: n_embd and n_ff are
-// multiples of 256).
+// Random-weight Llama models written as GGUF files or Hugging Face directories, for forward
+// tests. Shapes are small but real (GQA, several layers, blocks of every quantized type fit:
+// n_embd and n_ff are multiples of 256).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/dtype.h"
 
 namespace cascade::testing {
+
+// Llama 3.1's RoPE scaling: transformers' `rope_scaling` with rope_type "llama3".
+struct Llama3RopeScaling {
+  double factor = 8.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int64_t original_max_position_embeddings = 8192;
+};
 
 struct RandomModelSpec {
   DType weight_type = DType::kF32;  // Matrices (and the embedding); norms stay f32.
@@ -27,13 +36,28 @@ struct RandomModelSpec {
   // large shapes, where drawing billions of normals would dominate).
   int64_t distinct_values = 0;
   // Non-empty: written as `rope_freqs.weight` [head_dim / 2], the per-frequency divisors
-  // of Llama 3.1 GGUF files.
+  // of Llama 3.1 GGUF files (GGUF only).
   std::vector<float> rope_freq_factors = {};
   // > 0: `rope.scaling.type` linear with this factor.
   float rope_linear_factor = 0;
+  // Llama 3.1's scaling (excludes rope_freq_factors): config.json's rope_scaling in a
+  // Hugging Face directory; in a GGUF file, `rope_freqs.weight` holding the divisors that
+  // llama.cpp's converter (convert_hf_to_gguf.py, LlamaModel) computes from it.
+  std::optional<Llama3RopeScaling> llama3_rope = std::nullopt;
 };
 
 // Writes the model to `path` (with a tiny byte-level vocabulary so engines can load it).
 void WriteRandomModel(const RandomModelSpec& spec, const std::string& path);
+
+// Writes the same model (the same values) as a Hugging Face directory `dir` (created if
+// missing): config.json, model.safetensors with transformers' tensor names (no lm_head.weight
+// when tied), and tokenizer.json + tokenizer_config.json holding the GGUF's vocabulary.
+// REQUIRES: weight_type F32, F16 or BF16; rope_freq_factors empty (config.json cannot say
+// them; use llama3_rope). The values are those of the GGUF file, so that both files are one
+// model: Llama Q/K rows are written in Hugging Face's order, i.e. with the permutation of
+// llama.cpp's converter undone (HF row h*d + j*d/2 + i is GGUF row h*d + 2*i + j of head h),
+// as GGUF `llama` rotates adjacent pairs and HF the halves of each head; qwen2/qwen3 rows
+// are the same in both (llama.cpp keeps HF's order and rotates halves).
+void WriteRandomHfModel(const RandomModelSpec& spec, const std::string& dir);
 
 }  // namespace cascade::testing

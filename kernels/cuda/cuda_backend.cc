@@ -42,10 +42,29 @@ absl::Status CublasError(cublasStatus_t st, std::string_view what) {
 
 // The kernels take a DType's value as their weight code.
 static_assert(cuda::kWQ4_1 == static_cast<int>(DType::kQ4_1) && cuda::kWI4G128 == static_cast<int>(DType::kI4_G128));
+static_assert(cuda::kWQ4_K == static_cast<int>(DType::kQ4_K) && cuda::kWQ6_K == static_cast<int>(DType::kQ6_K));
+static_assert(cuda::kWQ5_0 == static_cast<int>(DType::kQ5_0) && cuda::kWIQ4_XS == static_cast<int>(DType::kIQ4_XS));
 
 bool Supported(DType d) {
-  return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16 || d == DType::kQ8_0 || d == DType::kQ4_0 ||
-         d == DType::kQ4_1 || d == DType::kI4_G128;
+  switch (d) {
+    case DType::kF32:
+    case DType::kF16:
+    case DType::kBF16:
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+    case DType::kQ4_1:
+    case DType::kI4_G128:
+    case DType::kQ4_K:
+    case DType::kQ6_K:
+    case DType::kQ5_0:
+    case DType::kQ5_1:
+    case DType::kQ2_K:
+    case DType::kQ3_K:
+    case DType::kQ5_K:
+    case DType::kIQ4_NL:
+    case DType::kIQ4_XS: return true;
+    default: return false;
+  }
 }
 
 float* F32(const TensorView& v) { return static_cast<float*>(v.data); }

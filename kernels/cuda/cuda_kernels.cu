@@ -40,14 +40,35 @@ __device__ __forceinline__ float Half(const uint8_t* p) {
 }
 
 // Elements and bytes per block of a quantized code (1 and the element size when dense).
-__host__ __device__ constexpr int64_t BlockElems(int code) { return code == kWI4G128 ? 128 : code >= kWQ8_0 ? 32 : 1; }
+// The K types and IQ4_XS have 256-element super-blocks (core/quant_blocks.h).
+__host__ __device__ constexpr bool SuperBlockCode(int code) {
+  return code == kWQ4_K || code == kWQ6_K || code == kWQ2_K || code == kWQ3_K || code == kWQ5_K || code == kWIQ4_XS;
+}
+__host__ __device__ constexpr int64_t BlockElems(int code) {
+  return code == kWI4G128 ? 128 : SuperBlockCode(code) ? 256 : code >= kWQ8_0 ? 32 : 1;
+}
 __host__ __device__ constexpr int64_t BlockBytes(int code) {
-  return code == kWQ8_0     ? 34
-         : code == kWQ4_0   ? 18
-         : code == kWQ4_1   ? 20
-         : code == kWI4G128 ? 68
-         : code == kWF32    ? 4
-                            : 2;
+  switch (code) {
+    case kWQ8_0: return 34;
+    case kWQ4_0: return 18;
+    case kWQ4_1: return 20;
+    case kWI4G128: return 68;
+    case kWF32: return 4;
+    case kWQ4_K: return 144;
+    case kWQ6_K: return 210;
+    case kWQ5_0: return 22;
+    case kWQ5_1: return 24;
+    case kWQ2_K: return 84;
+    case kWQ3_K: return 110;
+    case kWQ5_K: return 176;
+    case kWIQ4_NL: return 18;
+    case kWIQ4_XS: return 136;
+    default: return 2;
+  }
+}
+// The codes decoded by CodeValue below (every block type but Q8_0, Q4_0, Q4_1, I4_G128).
+__host__ __device__ constexpr bool CodeTypeCode(int code) {
+  return SuperBlockCode(code) || code == kWQ5_0 || code == kWQ5_1 || code == kWIQ4_NL;
 }
 __host__ __device__ inline int64_t RowBytes(int code, int64_t n) { return n / BlockElems(code) * BlockBytes(code); }
 
@@ -56,8 +77,82 @@ __device__ __forceinline__ uint32_t I4Word(const uint8_t* block, int w) {
   return reinterpret_cast<const uint32_t*>(block + 4)[w];  // Blocks are 68 bytes: words stay 4-aligned.
 }
 
+__constant__ int8_t kIq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+__device__ __forceinline__ uint32_t Le32(const uint8_t* p) {
+  return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 | static_cast<uint32_t>(p[2]) << 16 |
+         static_cast<uint32_t>(p[3]) << 24;
+}
+// Element j of a 32-element block in Q4_0's nibble order (qs[j] low = j, high = j + 16).
+__device__ __forceinline__ int Nibble(const uint8_t* qs, int j) { return j < 16 ? qs[j] & 0x0f : qs[j - 16] >> 4; }
+// The 6-bit scale and min of sub-block s of a Q4_K / Q5_K super-block (ggml's get_scale_min_k4).
+__device__ __forceinline__ void ScaleMinK4(const uint8_t* sc, int s, int* scale, int* mn) {
+  if (s < 4) {
+    *scale = sc[s] & 63;
+    *mn = sc[s + 4] & 63;
+  } else {
+    *scale = (sc[s + 4] & 0x0f) | ((sc[s - 4] >> 6) << 4);
+    *mn = (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
+  }
+}
+
+// Element i of a row of the Q5_0 / Q5_1 / IQ4_NL / K / IQ4_XS types, from the bit layouts of
+// core/quant_blocks.h (the same decoding as kernels/cpu/block_codes.cc, element by element).
+__device__ float CodeValue(const uint8_t* row, int code, int64_t i) {
+  const int64_t c = i / 32;
+  const int j = static_cast<int>(i % 32);
+  if (code == kWQ5_0 || code == kWQ5_1) {
+    const uint8_t* b = row + c * BlockBytes(code);
+    const int off = code == kWQ5_1 ? 4 : 2;
+    const int q = Nibble(b + off + 4, j) | static_cast<int>((Le32(b + off) >> j) & 1) << 4;
+    return code == kWQ5_0 ? Half(b) * static_cast<float>(q - 16) : Half(b) * static_cast<float>(q) + Half(b + 2);
+  }
+  if (code == kWIQ4_NL) {
+    const uint8_t* b = row + c * 18;
+    return Half(b) * static_cast<float>(kIq4nl[Nibble(b + 2, j)]);
+  }
+  const uint8_t* sb = row + (c / 8) * BlockBytes(code);
+  const int s = static_cast<int>(c % 8), g = 2 * s + j / 16;  // Sub-block of 32, group of 16.
+  switch (code) {
+    case kWQ4_K:
+    case kWQ5_K: {
+      int scale, mn;
+      ScaleMinK4(sb + 4, s, &scale, &mn);
+      const uint8_t* qs = sb + (code == kWQ4_K ? 16 : 48);
+      int q = (qs[32 * (s / 2) + j] >> (4 * (s % 2))) & 0x0f;
+      if (code == kWQ5_K) q |= ((sb[16 + j] >> s) & 1) << 4;
+      return Half(sb) * static_cast<float>(scale * q) - Half(sb + 2) * static_cast<float>(mn);
+    }
+    case kWQ6_K: {
+      const int h = s / 4, quarter = s % 4;
+      const int low = (sb[64 * h + 32 * (quarter % 2) + j] >> (4 * (quarter / 2))) & 0x0f;
+      const int high = (sb[128 + 32 * h + j] >> (2 * quarter)) & 3;
+      const int8_t scale = static_cast<int8_t>(sb[192 + g]);
+      return Half(sb + 208) * static_cast<float>(scale) * static_cast<float>((low | high << 4) - 32);
+    }
+    case kWQ2_K: {
+      const int q = (sb[16 + 32 * (s / 4) + j] >> (2 * (s % 4))) & 3;
+      const uint8_t sc = sb[g];
+      return Half(sb + 80) * static_cast<float>((sc & 0x0f) * q) - Half(sb + 82) * static_cast<float>(sc >> 4);
+    }
+    case kWQ3_K: {
+      const int q = ((sb[32 + 32 * (s / 4) + j] >> (2 * (s % 4))) & 3) | ((sb[j] >> s) & 1) << 2;
+      const uint8_t* sc = sb + 96;
+      const int low = g < 8 ? sc[g] & 0x0f : sc[g - 8] >> 4;
+      const int scale = (low | ((sc[8 + g % 4] >> (2 * (g / 4))) & 3) << 4) - 32;
+      return Half(sb + 108) * static_cast<float>(scale) * static_cast<float>(q - 4);
+    }
+    default: {  // IQ4_XS
+      const int scales_h = sb[2] | sb[3] << 8;
+      const int ls = ((sb[4 + s / 2] >> (4 * (s % 2))) & 0x0f) | ((scales_h >> (2 * s)) & 3) << 4;
+      return Half(sb) * static_cast<float>(ls - 32) * static_cast<float>(kIq4nl[Nibble(sb + 8 + 16 * s, j)]);
+    }
+  }
+}
+
 // Element i of a row in any encoding (the slow generic path: embedding, dequantize).
 __device__ float Decode(const uint8_t* row, int code, int64_t i) {
+  if (CodeTypeCode(code)) return CodeValue(row, code, i);
   switch (code) {
     case kWF32: return reinterpret_cast<const float*>(row)[i];
     case kWF16: return __half2float(reinterpret_cast<const __half*>(row)[i]);
@@ -82,6 +177,11 @@ __device__ float Decode(const uint8_t* row, int code, int64_t i) {
 // Weights [32 c, 32 c + 32) of a quantized row into w[32]: one block of the 32-element
 // codes, a quarter of an I4_G128 group.
 __device__ __forceinline__ void DecodeChunk(const uint8_t* row, int code, int64_t c, float* w) {
+  if (CodeTypeCode(code)) {
+#pragma unroll
+    for (int j = 0; j < 32; ++j) w[j] = CodeValue(row, code, 32 * c + j);
+    return;
+  }
   if (code == kWI4G128) {
     const uint8_t* b = row + (c / 4) * 68;
     const float d = Half(b), z = Half(b + 2);

@@ -17,7 +17,24 @@
 namespace cascade::kernels::cuda {
 
 // Weight encodings the kernels decode; values match cascade::DType.
-enum WeightCode : int { kWF32 = 0, kWF16 = 1, kWBF16 = 2, kWQ8_0 = 4, kWQ4_0 = 5, kWQ4_1 = 6, kWI4G128 = 10 };
+enum WeightCode : int {
+  kWF32 = 0,
+  kWF16 = 1,
+  kWBF16 = 2,
+  kWQ8_0 = 4,
+  kWQ4_0 = 5,
+  kWQ4_1 = 6,
+  kWQ4_K = 7,
+  kWQ6_K = 8,
+  kWI4G128 = 10,
+  kWQ5_0 = 11,
+  kWQ5_1 = 12,
+  kWQ2_K = 13,
+  kWQ3_K = 14,
+  kWQ5_K = 15,
+  kWIQ4_NL = 16,
+  kWIQ4_XS = 17,
+};
 
 // out[r, :] = in[r, :] * w / rms(in[r, :]); one block per row.
 void RmsNorm(float* out, const float* in, const float* w, int64_t n_rows, int64_t n, float eps, cudaStream_t stream);

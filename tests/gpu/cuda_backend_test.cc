@@ -18,10 +18,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <span>
 
+#include "core/half.h"
 #include "kernels/cpu/quantize.h"
 #include "kernels/cuda_device.h"
 #include "tests/test_support.h"
@@ -87,6 +89,38 @@ std::vector<uint8_t> RandomWeights(DType dtype, int64_t n_out, int64_t n_in, uin
   return w;
 }
 
+// Random blocks of a GGUF block type (any bit pattern is a valid block) with finite f16
+// scale fields, and their values by the CPU's dequantizer (itself checked against the gguf
+// package in tests/quant/); for the types QuantizeRow does not write.
+std::vector<uint8_t> RandomBlocks(DType dtype, int64_t n_out, int64_t n_in, uint32_t seed,
+                                  std::vector<float>* decoded) {
+  std::vector<int> f16_fields;  // Byte offsets in a block (core/quant_blocks.h).
+  switch (dtype) {
+    case DType::kQ5_1:
+    case DType::kQ4_K:
+    case DType::kQ5_K: f16_fields = {0, 2}; break;
+    case DType::kQ2_K: f16_fields = {80, 82}; break;
+    case DType::kQ3_K: f16_fields = {108}; break;
+    case DType::kQ6_K: f16_fields = {208}; break;
+    default: f16_fields = {0}; break;  // Q5_0, IQ4_NL, IQ4_XS.
+  }
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> w(RowBytes(dtype, n_in) * n_out);
+  for (auto& b : w) b = static_cast<uint8_t>(rng());
+  std::uniform_real_distribution<float> scale(0.5e-3f, 4e-3f);
+  for (size_t b = 0; b < w.size() / BlockBytes(dtype); ++b) {
+    for (int off : f16_fields) {
+      const uint16_t h = F32ToF16(scale(rng));
+      std::memcpy(w.data() + b * BlockBytes(dtype) + off, &h, 2);
+    }
+  }
+  decoded->resize(n_out * n_in);
+  for (int64_t r = 0; r < n_out; ++r) {
+    EXPECT_TRUE(cpu::DequantizeRow(dtype, w.data() + r * RowBytes(dtype, n_in), decoded->data() + r * n_in, n_in).ok());
+  }
+  return w;
+}
+
 // Relative L2 error; NaN (an unwritten element) counts as infinitely wrong.
 double RelL2(const std::vector<float>& got, const std::vector<double>& want) {
   double num = 0, den = 0;
@@ -128,6 +162,44 @@ TEST_F(CudaBackendTest, LinearMatchesDoublePrecisionReference) {
       }
       EXPECT_LT(RelL2(Down(out, n_tokens * n_out), want), bound) << DTypeName(dtype) << " tokens " << n_tokens;
     }
+  }
+}
+
+// The K types, Q5_0/Q5_1 and the IQ4 types, dequantized in registers by the GEMV kernel
+// and by the dequantize-then-GEMM path (40 tokens), and by the embedding lookup.
+TEST_F(CudaBackendTest, EveryGgufBlockTypeMatchesDoublePrecision) {
+  const int64_t n_out = 100, n_in = 512;
+  for (DType dtype : {DType::kQ4_K, DType::kQ6_K, DType::kQ5_0, DType::kQ5_1, DType::kQ2_K, DType::kQ3_K, DType::kQ5_K,
+                      DType::kIQ4_NL, DType::kIQ4_XS}) {
+    std::vector<float> decoded;
+    const std::vector<uint8_t> w = RandomBlocks(dtype, n_out, n_in, 21, &decoded);
+    DeviceBuffer dw = Up(w.data(), w.size());
+    for (int64_t n_tokens : {1, 3, 8, 17, 40}) {
+      const std::vector<float> x = Random(n_tokens * n_in, 22 + n_tokens);
+      DeviceBuffer dx = Up(x), out = Poisoned(n_tokens * n_out);
+      ASSERT_TRUE(gpu_->Linear(out.View(DType::kF32, {n_tokens, n_out}), dx.View(DType::kF32, {n_tokens, n_in}),
+                               dw.View(dtype, {n_out, n_in}), TensorView())
+                      .ok())
+          << DTypeName(dtype);
+      std::vector<double> want(n_tokens * n_out);
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        for (int64_t o = 0; o < n_out; ++o) {
+          double s = 0;
+          for (int64_t i = 0; i < n_in; ++i) s += static_cast<double>(x[t * n_in + i]) * decoded[o * n_in + i];
+          want[t * n_out + o] = s;
+        }
+      }
+      // The GEMM path multiplies in f16 / bf16 after dequantizing: as those types' bound.
+      EXPECT_LT(RelL2(Down(out, n_tokens * n_out), want), n_tokens > 16 ? 1e-2 : 1e-5)
+          << DTypeName(dtype) << " tokens " << n_tokens;
+    }
+    const std::vector<int32_t> ids = {0, 99, 7, 7, 23};
+    const int64_t n_ids = static_cast<int64_t>(ids.size());
+    DeviceBuffer emb = Poisoned(n_ids * n_in);
+    ASSERT_TRUE(gpu_->Embedding(emb.View(DType::kF32, {n_ids, n_in}), dw.View(dtype, {n_out, n_in}), ids).ok());
+    std::vector<float> want;
+    for (int32_t id : ids) want.insert(want.end(), decoded.begin() + id * n_in, decoded.begin() + (id + 1) * n_in);
+    EXPECT_LT(RelL2(Down(emb, want.size()), want), 1e-6) << DTypeName(dtype) << " embedding";
   }
 }
 
