@@ -1,6 +1,8 @@
 #include "kernels/cpu_features.h"
 
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -50,8 +52,20 @@ CpuFeatures Detect() {
   return f;
 }
 
+// The cap starts at $CASCADE_CPU_ISA (generic | avx2 | avx512) when set: to measure the
+// lower ISAs' kernels on a machine that has the higher ones.
+int InitialMaxIsa() {
+  const char* env = std::getenv("CASCADE_CPU_ISA");
+  if (env == nullptr) return static_cast<int>(CpuIsa::kAvx512);
+  for (CpuIsa isa : kAllCpuIsas) {
+    if (CpuIsaName(isa) == env) return static_cast<int>(isa);
+  }
+  std::fprintf(stderr, "CASCADE_CPU_ISA=%s is not generic, avx2 or avx512; ignored\n", env);
+  return static_cast<int>(CpuIsa::kAvx512);
+}
+
 std::atomic<int>& MaxIsa() {
-  static std::atomic<int> max_isa{static_cast<int>(CpuIsa::kAvx512)};
+  static std::atomic<int> max_isa{InitialMaxIsa()};
   return max_isa;
 }
 

@@ -39,7 +39,8 @@ CpuIsa BestCpuIsa();
 // Whether this CPU can run kernels of `isa`.
 bool CpuSupportsIsa(CpuIsa isa);
 
-// The level the kernels dispatch to: `BestCpuIsa()` unless capped by
+// The level the kernels dispatch to: `BestCpuIsa()` unless capped by the environment
+// variable CASCADE_CPU_ISA (generic | avx2 | avx512, read once) or by
 // `SetMaxCpuIsaForTesting`. Thread-safe (relaxed atomic read).
 CpuIsa ActiveCpuIsa();
 

@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # The whole test suite: set up the machine (packages, default model), configure, build,
-# and run every test with ctest (unit, integration, fuzz and slow ones alike).
+# fetch the references (gguf package, llama.cpp tools), and run every test with ctest
+# (unit, integration, fuzz and slow ones alike).
 # GPU tests report themselves as skipped, with the reason, on machines without a GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 ./scripts/build.sh
+# The independent references some tests compare against, cached outside the clone: the
+# `gguf` package (block-type dequantizers) and llama.cpp's tools (~5 min to build once).
+./scripts/python_deps.sh
+./scripts/llama_cpp.sh >/dev/null
 cd "${CASCADE_BUILD_DIR:-build}"
 ctest --output-on-failure --timeout 900 -j "${CASCADE_JOBS:-$(nproc)}" "$@"
