@@ -78,82 +78,53 @@ inline void BlockDot(const __m512i w[8], const BlockX& bx, const __m512 dw[2], c
   }
 }
 
-// Rows [r0, r_end) of G consecutive groups (G = 1, or 2 with one token: the two groups
-// then share each block's activation broadcasts, which at one token are as many
-// instructions as the dot products) x tokens [t0, t0 + T).
-template <DType D, int T, int G>
-void GemvGroups(const GemmArgs& a, int64_t r0, int64_t r_end, int64_t t0) {
-  static_assert(G == 1 || T == 1);
+// Rows [r0, r_end) of the group at r0 x tokens [t0, t0 + T). (Sharing one token's
+// broadcasts between two groups measured no faster: broadcasts from memory issue on the
+// load ports, and decode is bound by memory.)
+template <DType D, int T>
+void GemvGroup(const GemmArgs& a, int64_t r0, int64_t r_end, int64_t t0) {
   using L = PackedLayout<D>;
   const int64_t nb = a.n_in / 32;
-  const uint8_t* g[G];
-  const __m256i* dptr[G];
-  const __m256i* mptr[G];
-  for (int gi = 0; gi < G; ++gi) {
-    g[gi] = a.w + (r0 / 16 + gi) * a.w_row_bytes;
-    dptr[gi] = reinterpret_cast<const __m256i*>(g[gi] + nb * L::kQuant);
-    mptr[gi] = dptr[gi] + nb * L::kHalves;
-  }
+  const uint8_t* g = a.w + (r0 / 16) * a.w_row_bytes;
+  const auto* dptr = reinterpret_cast<const __m256i*>(g + nb * L::kQuant);
+  const __m256i* mptr = dptr + nb * L::kHalves;
   const int8_t* xq[T];
   const float* xd[T];
   const float* xs[T];
+  __m512 acc[T], oacc[T];
   for (int t = 0; t < T; ++t) {
     xq[t] = a.xq + (t0 + t) * a.n_in;
     xd[t] = a.xd + (t0 + t) * nb;
     xs[t] = L::kHalves == 2 ? a.xs16 + (t0 + t) * 2 * nb : a.xs + (t0 + t) * nb;
-  }
-  __m512 acc[G][T], oacc[G][T];
-  for (int gi = 0; gi < G; ++gi) {
-    for (int t = 0; t < T; ++t) acc[gi][t] = oacc[gi][t] = _mm512_setzero_ps();
+    acc[t] = oacc[t] = _mm512_setzero_ps();
   }
   const BlockUnpacker<D> unpack;
-  const auto scales = [&](int gi, int64_t b, __m512 dw[2], __m512 ow[2]) {
-    for (int h = 0; h < L::kHalves; ++h) {
-      dw[h] = _mm512_cvtph_ps(_mm256_load_si256(dptr[gi] + b * L::kHalves + h));
-      ow[h] = L::kStoredMin ? _mm512_cvtph_ps(_mm256_load_si256(mptr[gi] + b * L::kHalves + h)) : dw[h];
-    }
-  };
   for (int64_t b = 0; b < nb; ++b) {
-    for (int gi = 0; gi < G; ++gi) {
-      const uint8_t* pf = g[gi] + kPrefetchBytes + b * L::kStreamPerBlock;
-      for (int64_t l = 0; l < L::kStreamPerBlock; l += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(pf + l), _MM_HINT_T0);
-      }
-    }
+    const uint8_t* pf = g + kPrefetchBytes + b * L::kStreamPerBlock;
+    for (int64_t l = 0; l < L::kStreamPerBlock; l += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(pf + l), _MM_HINT_T0);
     __m512i w[8];
+    unpack(g + b * L::kQuant, w);
     __m512 dw[2], ow[2];
-    if constexpr (G == 1) {  // Unpack once, for every token.
-      unpack(g[0] + b * L::kQuant, w);
-      scales(0, b, dw, ow);
-      for (int t = 0; t < T; ++t) {
-        BlockDot<D>(w, BlockX(xq[t] + b * 32), dw, ow, xd[t][b], xs[t] + b * L::kHalves, acc[0][t], oacc[0][t]);
-      }
-    } else {  // Broadcast once, for every group.
-      const BlockX bx(xq[0] + b * 32);
-      for (int gi = 0; gi < G; ++gi) {
-        unpack(g[gi] + b * L::kQuant, w);
-        scales(gi, b, dw, ow);
-        BlockDot<D>(w, bx, dw, ow, xd[0][b], xs[0] + b * L::kHalves, acc[gi][0], oacc[gi][0]);
-      }
+    for (int h = 0; h < L::kHalves; ++h) {
+      dw[h] = _mm512_cvtph_ps(_mm256_load_si256(dptr + b * L::kHalves + h));
+      ow[h] = L::kStoredMin ? _mm512_cvtph_ps(_mm256_load_si256(mptr + b * L::kHalves + h)) : dw[h];
+    }
+    for (int t = 0; t < T; ++t) {
+      BlockDot<D>(w, BlockX(xq[t] + b * 32), dw, ow, xd[t][b], xs[t] + b * L::kHalves, acc[t], oacc[t]);
     }
   }
-  for (int gi = 0; gi < G; ++gi) {
-    const int64_t rows = std::min<int64_t>(16, r_end - (r0 + 16 * gi));
-    const __mmask16 m = static_cast<__mmask16>(rows >= 16 ? 0xffff : (1u << static_cast<unsigned>(rows)) - 1);
-    for (int t = 0; t < T; ++t) {
-      const __m512 v = _mm512_fmadd_ps(oacc[gi][t], _mm512_set1_ps(L::kOffsetFactor), acc[gi][t]);
-      _mm512_mask_storeu_ps(a.out + (t0 + t) * a.ld_out + r0 + 16 * gi, m, v);
-    }
+  const int64_t rows = std::min<int64_t>(16, r_end - r0);
+  const __mmask16 m = static_cast<__mmask16>(rows >= 16 ? 0xffff : (1u << static_cast<unsigned>(rows)) - 1);
+  for (int t = 0; t < T; ++t) {
+    const __m512 v = _mm512_fmadd_ps(oacc[t], _mm512_set1_ps(L::kOffsetFactor), acc[t]);
+    _mm512_mask_storeu_ps(a.out + (t0 + t) * a.ld_out + r0, m, v);
   }
 }
 
 template <DType D, int T>
 void GemvTokens(const GemmArgs& a, int64_t rb, int64_t re, int64_t t0) {
-  int64_t r = rb;
-  if constexpr (T == 1) {
-    for (; r + 16 < re; r += 32) GemvGroups<D, 1, 2>(a, r, re, t0);
-  }
-  for (; r < re; r += 16) GemvGroups<D, T, 1>(a, r, re, t0);
+  for (int64_t r = rb; r < re; r += 16) GemvGroup<D, T>(a, r, re, t0);
 }
 
 }  // namespace
