@@ -29,17 +29,12 @@ namespace portable {
 template <DType D>
 inline void UnpackBlock(const uint8_t* q, int16_t v[32][kPackRows]) {
   constexpr CodeFormat f = CodeFormatOf(D);
-  uint64_t masks[2][8] = {};
-  for (int p = 0; p < f.bits - 4; ++p) std::memcpy(masks[p], q + 256 + 64 * p, 64);
   for (int k = 0; k < 4; ++k) {
     for (int i = 0; i < kPackRows; ++i) {
       for (int j = 0; j < 4; ++j) {
         const uint8_t byte = q[64 * k + 4 * i + j];
-        int lo = byte & 0x0f, hi = byte >> 4;
-        for (int p = 0; p < f.bits - 4; ++p) {
-          lo |= static_cast<int>((masks[p][2 * k] >> (4 * i + j)) & 1) << (4 + p);
-          hi |= static_cast<int>((masks[p][2 * k + 1] >> (4 * i + j)) & 1) << (4 + p);
-        }
+        int lo = (byte & 0x0f) | PackedHighBits(q, f.bits, i, 0, k, j) << 4;
+        int hi = (byte >> 4) | PackedHighBits(q, f.bits, i, 1, k, j) << 4;
         if constexpr (f.lut) {
           lo = kIq4nlValues[lo];
           hi = kIq4nlValues[hi];

@@ -55,13 +55,22 @@ struct BlockUnpacker {
         const __m512i v = _mm512_load_si512(q + k);
         __m512i lo = _mm512_and_si512(v, low4);
         __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
-        for (int p = 0; p < L::kFormat.bits - 4; ++p) {
+        if constexpr (L::kFormat.bits == 5) {
           uint64_t mlo, mhi;
-          std::memcpy(&mlo, block + 256 + 64 * p + 16 * k, 8);
-          std::memcpy(&mhi, block + 256 + 64 * p + 16 * k + 8, 8);
-          const __m512i bit = _mm512_set1_epi8(static_cast<char>(0x10 << p));
+          std::memcpy(&mlo, block + 256 + 16 * k, 8);
+          std::memcpy(&mhi, block + 256 + 16 * k + 8, 8);
+          const __m512i bit = _mm512_set1_epi8(0x10);
           lo = _mm512_mask_add_epi8(lo, mlo, lo, bit);
           hi = _mm512_mask_add_epi8(hi, mhi, hi, bit);
+        } else if constexpr (L::kFormat.bits == 6) {
+          // Bits [2k, 2k + 2) of each byte to [4, 6): 16-bit shifts leak neighbour bits only
+          // outside the 0x30 mask; vpternlogd computes lo | (shifted & 0x30) (imm 0xf8).
+          const __m512i plo = _mm512_load_si512(block + 256), phi = _mm512_load_si512(block + 320);
+          const __m512i m30 = _mm512_set1_epi8(0x30);
+          const __m512i slo = 2 * k <= 4 ? _mm512_slli_epi16(plo, 4 - 2 * k) : _mm512_srli_epi16(plo, 2 * k - 4);
+          const __m512i shi = 2 * k <= 4 ? _mm512_slli_epi16(phi, 4 - 2 * k) : _mm512_srli_epi16(phi, 2 * k - 4);
+          lo = _mm512_ternarylogic_epi32(lo, slo, m30, 0xf8);
+          hi = _mm512_ternarylogic_epi32(hi, shi, m30, 0xf8);
         }
         if constexpr (L::kFormat.lut) {
           lo = _mm512_shuffle_epi8(lut, lo);

@@ -56,15 +56,9 @@ absl::Status PackCodeGroup(DType dtype, const uint8_t* src, int64_t row_bytes, i
               static_cast<uint8_t>((c.code[4 * k + j] & 0x0f) | (c.code[16 + 4 * k + j] & 0x0f) << 4);
         }
       }
-      for (int p = 0; p < f.bits - 4; ++p) {
-        auto* masks = reinterpret_cast<uint64_t*>(q + 256 + 64 * p);
-        for (int k = 0; k < 4; ++k) {
-          for (int h = 0; h < 2; ++h) {
-            for (int j = 0; j < 4; ++j) {
-              const uint64_t bit = (c.code[16 * h + 4 * k + j] >> (4 + p)) & 1;
-              masks[2 * k + h] |= bit << (4 * i + j);
-            }
-          }
+      for (int k = 0; k < 4 && f.bits > 4; ++k) {
+        for (int h = 0; h < 2; ++h) {
+          for (int j = 0; j < 4; ++j) SetPackedHighBits(q, f.bits, i, h, k, j, c.code[16 * h + 4 * k + j] >> 4);
         }
       }
       for (int h = 0; h < halves; ++h) {
@@ -139,12 +133,7 @@ void PackedWeight::DequantizeRow(int64_t r, float* out) const {
     const CodeFormat f = CodeFormatOf(dtype_);
     for (int e = 0; e < kQK; ++e) {
       const int h = e / 16, k = (e % 16) / 4, j = e % 4;
-      int code = (q[64 * k + 4 * i + j] >> (4 * h)) & 0x0f;
-      for (int p = 0; p < f.bits - 4; ++p) {
-        uint64_t mask;
-        std::memcpy(&mask, q + 256 + 64 * p + 8 * (2 * k + h), 8);
-        code |= static_cast<int>((mask >> (4 * i + j)) & 1) << (4 + p);
-      }
+      const int code = ((q[64 * k + 4 * i + j] >> (4 * h)) & 0x0f) | PackedHighBits(q, f.bits, i, h, k, j) << 4;
       const int s = static_cast<int>((b * halves + (halves == 2 ? h : 0)) * kPackRows + i);
       const float db = F16ToF32(d[s]);
       const float off = f.stored_min ? F16ToF32(m[s]) : f.min_factor * db;

@@ -10,10 +10,13 @@
 //           at 64 k + 4 i holds in its low nibbles the low 4 bits of codes 4k..4k+3 and in
 //           its high nibbles those of codes 16+4k..16+4k+3, so one AND (0x0f / 0xf0) gives
 //           16 rows x 4 consecutive weights, the operand order of `vpdpbusd` with a
-//           broadcast dword of the Q8 activations. Then one 64-byte plane per code bit
-//           above 4: 8 little-endian u64 masks, mask 2 k + h holding in bit 4 i + j that
-//           bit of code 16 h + 4 k + j of row i: the byte order of the chunk, so an
-//           AVX-512 masked OR puts the bit in place.
+//           broadcast dword of the Q8 activations. Then the code bits above 4:
+//           5-bit codes: one 64-byte plane of 8 little-endian u64 masks, mask 2 k + h holding
+//             in bit 4 i + j the fifth bit of code 16 h + 4 k + j of row i: the byte order of
+//             the chunk, so an AVX-512 masked add puts the bit in place;
+//           6-bit codes: two 64-byte vectors (h = 0, 1) whose byte 4 i + j holds in bits
+//             [2 k, 2 k + 2) bits 4-5 of code 16 h + 4 k + j of row i, so one shift and one
+//             `vpternlogd` per operand put them in place (PackedHighBits below).
 //           Q8_0 (512 bytes): 8 chunks k of 64 bytes, row i's dword at 64 k + 4 i is
 //           elements 4k..4k+3 stored as q + 128 (u8), so `vpdpbusd` needs no sign fix; the
 //           kernels subtract 128 * d * sum(x) instead.
@@ -33,6 +36,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 
 #include "absl/status/statusor.h"
@@ -43,6 +47,28 @@
 namespace cascade::kernels::cpu {
 
 inline constexpr int kPackRows = 16;
+
+// The code bits above the low 4 (0 for 4-bit codes) of code 16 h + 4 k + j of row i in a
+// packed block of `bits`-bit codes, and the writer the packer uses (layouts above).
+inline int PackedHighBits(const uint8_t* block, int bits, int i, int h, int k, int j) {
+  if (bits == 5) {
+    uint64_t mask;
+    std::memcpy(&mask, block + 256 + 8 * (2 * k + h), 8);
+    return static_cast<int>((mask >> (4 * i + j)) & 1);
+  }
+  if (bits == 6) return (block[256 + 64 * h + 4 * i + j] >> (2 * k)) & 3;
+  return 0;
+}
+inline void SetPackedHighBits(uint8_t* block, int bits, int i, int h, int k, int j, int high) {
+  if (bits == 5) {
+    uint64_t mask;
+    std::memcpy(&mask, block + 256 + 8 * (2 * k + h), 8);
+    mask |= static_cast<uint64_t>(high & 1) << (4 * i + j);
+    std::memcpy(block + 256 + 8 * (2 * k + h), &mask, 8);
+  } else if (bits == 6) {
+    block[256 + 64 * h + 4 * i + j] |= static_cast<uint8_t>((high & 3) << (2 * k));
+  }
+}
 
 class PackedWeight {
  public:
