@@ -100,7 +100,8 @@ def test_run_json_stories():
     need(STORIES)
     out = json.loads(cascade("run", "--model", STORIES, "--prompt-ids", "1", "--temperature", "0",
                              "--max-tokens", "20", "--json").stdout)
-    assert set(out) == {"prompt_ids", "token_ids", "text", "finish_reason", "timings"}, out.keys()
+    assert set(out) == {"prompt_ids", "token_ids", "text", "finish_reason", "timings", "kv_cache"}, out.keys()
+    assert out["kv_cache"]["dtype"] == "f16" and out["kv_cache"]["bytes"] > 0, out["kv_cache"]  # The default.
     assert set(out["timings"]) == {"load_s", "prefill_tok_s", "decode_tok_s"}
     assert out["prompt_ids"] == [1]
     assert out["token_ids"] == STORIES_IDS, out["token_ids"]

@@ -36,7 +36,7 @@ TEST(BringUpTest, KvPoolCountsTheBusiestRanksHeads) {
   auto plan = Plan(model,
                    "parallel: {pipeline: 1, tensor: 2}\n"
                    "nodes: [{name: a, host: 127.0.0.1, devices: [cpu, cpu]}]\n"
-                   "scheduler: {kv_block_size: 16, kv_cache_mb: 1}\n");
+                   "scheduler: {kv_block_size: 16, kv_cache_mb: 1, kv_cache_dtype: f32}\n");
   ASSERT_TRUE(plan.ok()) << plan.status();
   // K and V, f32: 2 * 3 layers * 16 positions * 2 heads * 64 * 4 bytes = 49152.
   ASSERT_EQ(plan->cluster.stage_block_bytes.size(), 1u);
@@ -57,11 +57,11 @@ TEST(BringUpTest, SelfDrafterBlocksUseItsLayersAndAllHeads) {
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_TRUE(plan->cluster.draft);
   EXPECT_EQ(plan->cluster.draft_layers, 1);
-  // 2 * 1 layer * 16 * 3 heads * 64 * 4 = 24576; the target's 2 * 3 * 16 * 3 * 64 * 4 = 73728
-  // is the tighter, so 1 MiB holds 14 blocks.
-  EXPECT_EQ(plan->cluster.draft_block_bytes, 24576);
-  EXPECT_EQ(plan->cluster.stage_block_bytes[0], 73728);
-  EXPECT_EQ(plan->cluster.kv_blocks, 14);
+  // The default f16 cache: 2 * 1 layer * 16 * 3 heads * 64 * 2 = 12288; the target's
+  // 2 * 3 * 16 * 3 * 64 * 2 = 36864 is the tighter, so 1 MiB holds 28 blocks.
+  EXPECT_EQ(plan->cluster.draft_block_bytes, 12288);
+  EXPECT_EQ(plan->cluster.stage_block_bytes[0], 36864);
+  EXPECT_EQ(plan->cluster.kv_blocks, 28);
   EXPECT_EQ(plan->scheduler.max_in_flight_batches, 2);  // One stage plus the drafter.
 }
 
