@@ -31,23 +31,19 @@ struct CodeFormat {
   float min_factor = 0.0f;  // For !stored_min (0 for the table types).
 };
 
-// Whether DecodeBlock reads `dtype`: Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
-// IQ4_NL, IQ4_XS.
+// The dtypes DecodeBlock reads, as an X-macro (kernel tables, explicit instantiations).
+// clang-format off
+#define CASCADE_FOR_EACH_CODE_DTYPE(X)                                                   \
+  X(DType::kQ4_0) X(DType::kQ4_1) X(DType::kQ5_0) X(DType::kQ5_1) X(DType::kQ2_K)        \
+  X(DType::kQ3_K) X(DType::kQ4_K) X(DType::kQ5_K) X(DType::kQ6_K) X(DType::kIQ4_NL)      \
+  X(DType::kIQ4_XS)
+// clang-format on
+
+// Whether DecodeBlock reads `dtype` (one of CASCADE_FOR_EACH_CODE_DTYPE).
 constexpr bool HasBlockCodes(DType dtype) {
-  switch (dtype) {
-    case DType::kQ4_0:
-    case DType::kQ4_1:
-    case DType::kQ5_0:
-    case DType::kQ5_1:
-    case DType::kQ2_K:
-    case DType::kQ3_K:
-    case DType::kQ4_K:
-    case DType::kQ5_K:
-    case DType::kQ6_K:
-    case DType::kIQ4_NL:
-    case DType::kIQ4_XS: return true;
-    default: return false;
-  }
+#define CASCADE_IS_CODE_DTYPE(D) dtype == D ||
+  return CASCADE_FOR_EACH_CODE_DTYPE(CASCADE_IS_CODE_DTYPE) false;
+#undef CASCADE_IS_CODE_DTYPE
 }
 
 // The representation of `dtype` (HasBlockCodes(dtype) must hold). Q3_K's 3-bit and Q2_K's

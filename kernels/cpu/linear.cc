@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
+#include "kernels/cpu/block_codes.h"
 #include "kernels/cpu/linear_kernels.h"
 #include "kernels/cpu_features.h"
 
@@ -153,45 +154,17 @@ absl::Status CheckWeight(const TensorView& weight) {
 
 }  // namespace
 
-bool LinearSupports(DType weight_dtype) {
-  switch (weight_dtype) {
-    case DType::kF32:
-    case DType::kF16:
-    case DType::kBF16:
-    case DType::kQ8_0:
-    case DType::kQ4_0:
-    case DType::kQ4_1:
-    case DType::kQ4_K:
-    case DType::kQ6_K:
-    case DType::kI4_G128:
-    case DType::kQ5_0:
-    case DType::kQ5_1:
-    case DType::kQ2_K:
-    case DType::kQ3_K:
-    case DType::kQ5_K:
-    case DType::kIQ4_NL:
-    case DType::kIQ4_XS: return true;
-    default: return false;
-  }
+bool LinearSupports(DType d) {
+  return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16 || d == DType::kQ8_0 || d == DType::kI4_G128 ||
+         HasBlockCodes(d);
 }
 
-ActivationFormat ActivationFormatFor(DType weight_dtype) {
-  switch (weight_dtype) {
-    case DType::kQ8_0:
-    case DType::kQ4_0:
-    case DType::kQ4_1:
-    case DType::kI4_G128:
-    case DType::kQ5_0:
-    case DType::kQ5_1:
-    case DType::kQ2_K:
-    case DType::kQ3_K:
-    case DType::kQ5_K:
-    case DType::kIQ4_NL:
-    case DType::kIQ4_XS: return ActivationFormat::kQ8Block;
-    case DType::kQ4_K:
-    case DType::kQ6_K: return ActivationFormat::kQ8K;
-    default: return ActivationFormat::kF32;
-  }
+// The GGUF-layout Q4_K / Q6_K kernels take Q8_K activations; every other quantized type
+// (and every packed weight) Q8 blocks of 32.
+ActivationFormat ActivationFormatFor(DType d) {
+  if (d == DType::kQ4_K || d == DType::kQ6_K) return ActivationFormat::kQ8K;
+  if (d == DType::kQ8_0 || d == DType::kI4_G128 || HasBlockCodes(d)) return ActivationFormat::kQ8Block;
+  return ActivationFormat::kF32;
 }
 
 absl::Status QuantizedActivations::Quantize(const float* in, int64_t n_tokens, int64_t n_in, ActivationFormat format,

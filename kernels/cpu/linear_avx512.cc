@@ -1,4 +1,5 @@
-// AVX-512 VNNI kernels for Q8_0 / Q4_0 / Q4_1 weights (`vpdpbusd`).
+// AVX-512 VNNI kernels (`vpdpbusd`): Q8_0 / Q4_0 / Q4_1 in the GGUF layout, and every type
+// PackedWeight packs.
 //
 // Few tokens (decode, short verify steps): linear_gemv_avx512.cc over the GGUF layout,
 // linear_packed_avx512.cc over weights packed at load (packed_weight.h).
@@ -7,8 +8,9 @@
 // L1-resident tile laid out so that one zmm holds 4 consecutive u8 weights of each of the
 // 16 rows; a token's 4 matching activations are a 32-bit broadcast, so 8 `vpdpbusd` give
 // the 16 rows' block dot products in the 16 lanes, and 8 tokens share each tile load.
-// Packed weights are already in the tile's row order, so their tiles are plain vector
-// copies (Q4: one AND / one shift+AND per 64 bytes) instead of the GGUF path's scatters.
+// Packed weights are already in the tile's row order, so their tiles are the GEMV's block
+// unpacking stored to L1 (packed_avx512.h) instead of the GGUF path's scatters; the
+// 16-element-group types keep two scales per block in the tile.
 // Compiled with AVX-512 F/BW/VL/DQ/VNNI (+AVX2/FMA/F16C); called only on such CPUs.
 #include <immintrin.h>
 

@@ -253,19 +253,17 @@ KernelTable MakeGeneric() {
   t.gemm[static_cast<int>(DType::kF32)] = GemmF32;
   t.gemm[static_cast<int>(DType::kF16)] = GemmF16;
   t.gemm[static_cast<int>(DType::kBF16)] = GemmBF16;
+  // The block-code types without a GGUF-layout kernel of their own dequantize (overridden
+  // just below for Q4_0, Q4_1, Q4_K and Q6_K).
+#define CASCADE_DEQUANT_ENTRY(D) t.gemm[static_cast<int>(D)] = GemmDequant<D>;
+  CASCADE_FOR_EACH_CODE_DTYPE(CASCADE_DEQUANT_ENTRY)
+#undef CASCADE_DEQUANT_ENTRY
   t.gemm[static_cast<int>(DType::kQ8_0)] = GemmQ8_0;
   t.gemm[static_cast<int>(DType::kQ4_0)] = GemmQ4_0;
   t.gemm[static_cast<int>(DType::kQ4_1)] = GemmQ4_1;
   t.gemm[static_cast<int>(DType::kQ4_K)] = GemmQ4_K;
   t.gemm[static_cast<int>(DType::kQ6_K)] = GemmQ6_K;
   t.gemm[static_cast<int>(DType::kI4_G128)] = GemmI4G128;
-  t.gemm[static_cast<int>(DType::kQ5_0)] = GemmDequant<DType::kQ5_0>;
-  t.gemm[static_cast<int>(DType::kQ5_1)] = GemmDequant<DType::kQ5_1>;
-  t.gemm[static_cast<int>(DType::kQ2_K)] = GemmDequant<DType::kQ2_K>;
-  t.gemm[static_cast<int>(DType::kQ3_K)] = GemmDequant<DType::kQ3_K>;
-  t.gemm[static_cast<int>(DType::kQ5_K)] = GemmDequant<DType::kQ5_K>;
-  t.gemm[static_cast<int>(DType::kIQ4_NL)] = GemmDequant<DType::kIQ4_NL>;
-  t.gemm[static_cast<int>(DType::kIQ4_XS)] = GemmDequant<DType::kIQ4_XS>;
   t.packed[static_cast<int>(DType::kQ8_0)] = GemmPackedQ8_0;
   portable::AddPackedCodeKernels(t);
   t.quant_q8_block = QuantQ8BlockGeneric;

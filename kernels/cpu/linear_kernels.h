@@ -9,6 +9,7 @@
 
 #include "core/dtype.h"
 #include "core/quant_blocks.h"
+#include "kernels/cpu/block_codes.h"
 
 namespace cascade::kernels::cpu::internal {
 
@@ -55,12 +56,7 @@ void GemvQ4_0Avx512(const GemmArgs& args, int64_t row_begin, int64_t row_end);
 void GemvQ4_1Avx512(const GemmArgs& args, int64_t row_begin, int64_t row_end);
 
 // The dtypes PackedWeight packs (packed_weight.h), for explicit instantiations.
-// clang-format off
-#define CASCADE_FOR_EACH_PACKED_DTYPE(X)                                                 \
-  X(DType::kQ8_0) X(DType::kQ4_0) X(DType::kQ4_1) X(DType::kQ5_0) X(DType::kQ5_1)        \
-  X(DType::kQ2_K) X(DType::kQ3_K) X(DType::kQ4_K) X(DType::kQ5_K) X(DType::kQ6_K)        \
-  X(DType::kIQ4_NL) X(DType::kIQ4_XS)
-// clang-format on
+#define CASCADE_FOR_EACH_PACKED_DTYPE(X) X(DType::kQ8_0) CASCADE_FOR_EACH_CODE_DTYPE(X)
 
 // AVX-512 VNNI kernels for 1..5 tokens over packed weights of dtype D
 // (linear_packed_avx512.cc; instantiated for every CASCADE_FOR_EACH_PACKED_DTYPE).

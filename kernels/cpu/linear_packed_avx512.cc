@@ -3,9 +3,10 @@
 //
 // One group of 16 rows at a time, each row a dword lane of a zmm, accumulators in registers.
 // Per block of 32 weights: the code types load 4 zmm of nibbles and split each into its low
-// (elements 4k..4k+3 of all 16 rows) and high (16+4k..) nibbles; each extra code bit is one
-// masked byte add per operand from a 64-bit mask loaded straight into a k-register, and
-// IQ4's table is one `vpshufb` (its values stored + 128, as u8). Q8_0 loads 8 zmm already
+// (elements 4k..4k+3 of all 16 rows) and high (16+4k..) nibbles; a fifth code bit is one
+// masked byte add per operand from a 64-bit mask loaded straight into a k-register, bits
+// 4-5 one shift and one `vpternlogd` (packed_avx512.h), and IQ4's table is one `vpshufb`
+// (its values stored + 128, as u8). Q8_0 loads 8 zmm already
 // biased to u8. Each of the 8 operands meets a broadcast dword of the token's Q8
 // activations in one `vpdpbusd` (two chains per half), then the block's 16 f16 scales (one
 // 32-byte load + `vcvtph2ps`) times the activation scale give one FMA into the row

@@ -89,17 +89,9 @@ void GemmPackedCodes(const GemmArgs& a, int64_t rb, int64_t re) {
 
 // Fills `t.packed` for every block-code dtype.
 inline void AddPackedCodeKernels(KernelTable& t) {
-  t.packed[static_cast<int>(DType::kQ4_0)] = GemmPackedCodes<DType::kQ4_0>;
-  t.packed[static_cast<int>(DType::kQ4_1)] = GemmPackedCodes<DType::kQ4_1>;
-  t.packed[static_cast<int>(DType::kQ5_0)] = GemmPackedCodes<DType::kQ5_0>;
-  t.packed[static_cast<int>(DType::kQ5_1)] = GemmPackedCodes<DType::kQ5_1>;
-  t.packed[static_cast<int>(DType::kQ2_K)] = GemmPackedCodes<DType::kQ2_K>;
-  t.packed[static_cast<int>(DType::kQ3_K)] = GemmPackedCodes<DType::kQ3_K>;
-  t.packed[static_cast<int>(DType::kQ4_K)] = GemmPackedCodes<DType::kQ4_K>;
-  t.packed[static_cast<int>(DType::kQ5_K)] = GemmPackedCodes<DType::kQ5_K>;
-  t.packed[static_cast<int>(DType::kQ6_K)] = GemmPackedCodes<DType::kQ6_K>;
-  t.packed[static_cast<int>(DType::kIQ4_NL)] = GemmPackedCodes<DType::kIQ4_NL>;
-  t.packed[static_cast<int>(DType::kIQ4_XS)] = GemmPackedCodes<DType::kIQ4_XS>;
+#define CASCADE_PACKED_CODE_ENTRY(D) t.packed[static_cast<int>(D)] = GemmPackedCodes<D>;
+  CASCADE_FOR_EACH_CODE_DTYPE(CASCADE_PACKED_CODE_ENTRY)
+#undef CASCADE_PACKED_CODE_ENTRY
 }
 
 }  // namespace portable

@@ -347,14 +347,11 @@ absl::Status DequantizeRow(DType dtype, const void* src, float* dst, int64_t n) 
     case DType::kQ6_K: DequantQ6_K(static_cast<const BlockQ6_K*>(src), dst, nb); return absl::OkStatus();
     case DType::kQ8_K: DequantQ8_K(static_cast<const BlockQ8_K*>(src), dst, nb); return absl::OkStatus();
     case DType::kI4_G128: DequantI4G128(static_cast<const BlockI4G128*>(src), dst, nb); return absl::OkStatus();
-    case DType::kQ5_0:
-    case DType::kQ5_1:
-    case DType::kQ2_K:
-    case DType::kQ3_K:
-    case DType::kQ5_K:
-    case DType::kIQ4_NL:
-    case DType::kIQ4_XS: DequantCodes(dtype, src, dst, n); return absl::OkStatus();
     default:
+      if (HasBlockCodes(dtype)) {  // The other block types, through their decoded form.
+        DequantCodes(dtype, src, dst, n);
+        return absl::OkStatus();
+      }
       return absl::UnimplementedError(absl::StrCat("DequantizeRow: unsupported dtype ", std::string(DTypeName(dtype))));
   }
 }

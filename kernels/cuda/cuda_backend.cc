@@ -16,6 +16,7 @@
 
 #include "core/status.h"
 #include "core/str_cat.h"
+#include "kernels/cpu/block_codes.h"
 #include "kernels/cuda/cuda_kernels.h"
 
 namespace cascade::kernels {
@@ -45,26 +46,10 @@ static_assert(cuda::kWQ4_1 == static_cast<int>(DType::kQ4_1) && cuda::kWI4G128 =
 static_assert(cuda::kWQ4_K == static_cast<int>(DType::kQ4_K) && cuda::kWQ6_K == static_cast<int>(DType::kQ6_K));
 static_assert(cuda::kWQ5_0 == static_cast<int>(DType::kQ5_0) && cuda::kWIQ4_XS == static_cast<int>(DType::kIQ4_XS));
 
+// Dense types, Q8_0, I4_G128 and every block-code type (decoded in registers: cuda_kernels.cu).
 bool Supported(DType d) {
-  switch (d) {
-    case DType::kF32:
-    case DType::kF16:
-    case DType::kBF16:
-    case DType::kQ8_0:
-    case DType::kQ4_0:
-    case DType::kQ4_1:
-    case DType::kI4_G128:
-    case DType::kQ4_K:
-    case DType::kQ6_K:
-    case DType::kQ5_0:
-    case DType::kQ5_1:
-    case DType::kQ2_K:
-    case DType::kQ3_K:
-    case DType::kQ5_K:
-    case DType::kIQ4_NL:
-    case DType::kIQ4_XS: return true;
-    default: return false;
-  }
+  return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16 || d == DType::kQ8_0 || d == DType::kI4_G128 ||
+         cpu::HasBlockCodes(d);
 }
 
 float* F32(const TensorView& v) { return static_cast<float*>(v.data); }

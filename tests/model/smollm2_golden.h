@@ -1,0 +1,26 @@
+// SmolLM2-135M against llama.cpp's greedy ids (tests/golden/smollm2_q4_1_greedy.json, made
+// by tests/golden/make_smollm2_goldens.py), shared by the engine and KV-type tests.
+#pragma once
+
+#include "model/local_engine.h"
+
+namespace cascade::model::testing_golden {
+
+// SmolLM2 amplifies a 1e-7 input change to ~1.3% relative L2 in its logits (see
+// tests/model/tp_transformer_test.cc); with logits up to ~25 one token moves by up to
+// ~0.7 nats between two implementations that round activations differently.
+inline constexpr double kTieNats = 0.75;
+
+struct GoldenAgreement {
+  int exact = 0;       // Teacher-forced positions whose argmax is llama.cpp's token.
+  int total = 0;       // Teacher-forced positions.
+  int free_equal = 0;  // Leading free-running greedy ids equal to llama.cpp's, summed.
+};
+
+// Runs every golden case through `e` teacher-forced over llama.cpp's 32 greedy ids: at each
+// position our argmax is llama.cpp's token, or that token is within kTieNats of our best
+// (EXPECTed, naming the case and position). Also runs each prompt free (greedy, 32 tokens)
+// and prints per case how long both agree. Adds a test failure if the goldens are missing.
+GoldenAgreement CompareWithLlamaCppGreedy(LocalEngine& e);
+
+}  // namespace cascade::model::testing_golden
