@@ -73,6 +73,21 @@ absl::Status CheckLinearParts(std::span<const TensorView> outs, const TensorView
   return absl::OkStatus();
 }
 
+absl::Status CheckScaledRows(const TensorView& out, const TensorView& in, std::span<const int32_t> rows,
+                             std::span<const float> scales) {
+  if (out.dtype != DType::kF32 || in.dtype != DType::kF32 || out.Cols() != in.Cols() ||
+      in.Rows() != static_cast<int64_t>(rows.size()) || rows.size() != scales.size()) {
+    return absl::InvalidArgumentError(StrCat("AddScaledRows: out ", out.ShapeString(), ", in ", in.ShapeString(), ", ",
+                                             rows.size(), " rows, ", scales.size(), " scales"));
+  }
+  for (int32_t r : rows) {
+    if (r < 0 || r >= out.Rows()) {
+      return absl::InvalidArgumentError(StrCat("AddScaledRows: row ", r, " outside [0, ", out.Rows(), ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Backend::LinearParts(std::span<const TensorView> outs, const TensorView& in, const PreparedWeight& weight,
                                   std::span<const TensorView> biases) {
   CASCADE_RETURN_IF_ERROR(CheckLinearParts(outs, in, weight, biases));

@@ -189,6 +189,13 @@ class Backend {
   // out += in, both [n, d] f32.
   virtual absl::Status AddInPlace(TensorView out, const TensorView& in) = 0;
 
+  // out[rows[i], :] += scales[i] * in[i, :] for every i, in order of i (rows may repeat):
+  // the weighted scatter that sums each token's experts back into its row. out [n, d] and
+  // in [rows.size(), d] f32; rows and scales (host memory) of one length. InvalidArgument
+  // for a row outside out.
+  virtual absl::Status AddScaledRows(TensorView out, const TensorView& in, std::span<const int32_t> rows,
+                                     std::span<const float> scales) = 0;
+
   // out [n_ids, n_embd] f32 = rows `ids` of table [n_vocab, n_embd] (any supported dtype).
   // InvalidArgument for an id outside [0, n_vocab).
   virtual absl::Status Embedding(TensorView out, const TensorView& table, std::span<const int32_t> ids) = 0;
@@ -214,6 +221,9 @@ absl::StatusOr<std::unique_ptr<Buffer>> AllocateHost(size_t bytes);
 // multiple of kLinearPartRows), one bias per part or none.
 absl::Status CheckLinearParts(std::span<const TensorView> outs, const TensorView& in, const PreparedWeight& weight,
                               std::span<const TensorView> biases);
+// The shape and row checks of AddScaledRows.
+absl::Status CheckScaledRows(const TensorView& out, const TensorView& in, std::span<const int32_t> rows,
+                             std::span<const float> scales);
 
 // Makes `buf` hold at least `bytes` of `backend`'s memory (its staging memory when
 // `staging`), reallocating (contents lost) only when it is smaller: for workspaces that

@@ -22,6 +22,8 @@ struct Transformer::Layer {
   Linear o;                   // Row-parallel: the O columns of this rank's query heads.
   StackedLinear gate_up;      // Column-parallel: FFN columns [ff_begin, ff_end).
   Linear down;                // Row-parallel: the same columns of down.
+  std::unique_ptr<MoeBlock> moe;  // A MoE layer's FFN (then gate_up and down are empty).
+  int64_t moe_index = -1;         // Its place in moe_layers_.
 };
 
 Transformer::~Transformer() = default;
@@ -98,7 +100,8 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Load(const ModelFiles&
     CASCADE_ASSIGN_OR_RETURN(t->tp_, BackendComm::Create(backend, tp_comm));
   }
   CASCADE_ASSIGN_OR_RETURN(t->shard_,
-                           TpShard::ForFiles(files, t->first_layer_, t->last_layer_, options.tp_rank, options.tp_size));
+                           TpShard::ForFiles(files, t->first_layer_, t->last_layer_, options.tp_rank, options.tp_size,
+                                             options.expert_parallel));
   CASCADE_ASSIGN_OR_RETURN(t->inv_freq_, RopeInvFreq(t->config_));
   CASCADE_RETURN_IF_ERROR(Annotate(ApplyRopeFreqFactors(files, t->inv_freq_), StrCat("loading ", files.path)));
   t->rope_.style =
@@ -168,6 +171,14 @@ absl::StatusOr<Transformer::Layer> Transformer::LoadLayer(const ModelFiles& file
     CASCADE_ASSIGN_OR_RETURN(L.k_norm, w.Vector(name(LlamaTensor::kAttnKNorm), c.head_dim));
   }
   CASCADE_ASSIGN_OR_RETURN(L.ffn_norm, w.Vector(name(LlamaTensor::kFfnNorm), c.n_embd));
+  if (c.IsMoeLayer(l)) {
+    CASCADE_ASSIGN_OR_RETURN(MoeBlock moe, MoeBlock::Load(w, files, l, s, group, fuse_projections_));
+    L.moe = std::make_unique<MoeBlock>(std::move(moe));
+    L.moe_index = static_cast<int64_t>(moe_layers_.size());
+    moe_layers_.push_back(l);
+    expert_load_.resize(moe_layers_.size() * c.n_experts, 0);
+    return L;
+  }
   const std::string gate_up[] = {name(LlamaTensor::kFfnGate), name(LlamaTensor::kFfnUp)};
   const int64_t ff_rows[] = {c.n_ff, c.n_ff};
   const IndexRange ff_ranges[] = {ff, ff};
@@ -252,6 +263,11 @@ absl::Status Transformer::RunLayers(TensorView hidden, const ForwardBatch& batch
     CASCADE_RETURN_IF_ERROR(L.o.Forward(proj, attn));  // Reduced over the group's heads.
     CASCADE_RETURN_IF_ERROR(b.AddInPlace(hidden, proj));
     CASCADE_RETURN_IF_ERROR(b.RmsNorm(norm, hidden, L.ffn_norm, static_cast<float>(c.norm_eps)));
+    if (L.moe != nullptr) {  // Adds its (reduced) output to hidden itself.
+      const std::span<int64_t> load = std::span(expert_load_).subspan(L.moe_index * c.n_experts, c.n_experts);
+      CASCADE_RETURN_IF_ERROR(L.moe->Forward(hidden, norm, moe_scratch_, load));
+      continue;
+    }
     const TensorView gate_up[] = {gate, up};
     CASCADE_RETURN_IF_ERROR(L.gate_up.Forward(gate_up, norm, {}));
     CASCADE_RETURN_IF_ERROR(b.SiluMul(gate, gate, up));

@@ -28,6 +28,7 @@
 // Thread-safety: single owner (the device thread). Forward calls run one at a time.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -40,6 +41,7 @@
 #include "model/format/model_files.h"
 #include "model/format/tp_shard.h"
 #include "model/kv_cache.h"
+#include "model/layers/moe.h"
 #include "model/layers/vocab_parallel.h"
 #include "model/layers/weight_loader.h"
 
@@ -63,6 +65,9 @@ struct StageOptions {
   // input, one dispatch) where their types agree and the rows split into whole groups of
   // Backend::kLinearPartRows; false keeps separate projections (tests compare the two).
   bool fuse_projections = true;
+  // MoE layers under TP: shard whole experts over the group (parallel.expert) instead of
+  // slicing every expert's FFN columns (TpShard).
+  bool expert_parallel = false;
 };
 
 // One forward step over a batch of sequences. Rows are tokens, sequence by sequence.
@@ -106,6 +111,13 @@ class Transformer {
   // The KV cache geometry this stage needs for `n_blocks` blocks of `block_size`: with TP,
   // only this rank's KV heads (tp_shard().n_kv_heads()).
   KvCacheOptions CacheOptions(int64_t n_blocks, int64_t block_size, DType kv_dtype = DType::kF16) const;
+
+  // Tokens routed to each expert of this stage's MoE layers since the last
+  // ResetExpertLoad: [moe_layers().size() * n_experts], layer-major. Empty for a dense model.
+  const std::vector<int64_t>& expert_load() const { return expert_load_; }
+  // The global indices of this stage's MoE layers, in order.
+  const std::vector<int64_t>& moe_layers() const { return moe_layers_; }
+  void ResetExpertLoad() { std::fill(expert_load_.begin(), expert_load_.end(), 0); }
 
   // The backend the stage runs on (borrowed).
   kernels::Backend* backend() const { return backend_; }
@@ -162,6 +174,9 @@ class Transformer {
   std::unique_ptr<kernels::Buffer> norm_, q_, k_, v_, attn_, proj_, gate_, up_;
   std::unique_ptr<kernels::Buffer> hidden_;  // Forward()'s residual stream.
   std::vector<int32_t> picked_rows_;         // Logits' rows, as embedding ids into hidden.
+  MoeScratch moe_scratch_;                   // Shared by the MoE layers.
+  std::vector<int64_t> moe_layers_;          // Global indices of the MoE layers here.
+  std::vector<int64_t> expert_load_;         // See expert_load().
 };
 
 // Inverse RoPE frequencies [head_dim / 2] with the config's scaling applied.

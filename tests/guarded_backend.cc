@@ -158,6 +158,12 @@ absl::Status GuardedBackend::AddInPlace(TensorView out, const TensorView& in) {
   return inner_->AddInPlace(out, in);
 }
 
+absl::Status GuardedBackend::AddScaledRows(TensorView out, const TensorView& in, std::span<const int32_t> rows,
+                                           std::span<const float> scales) {
+  Open open(this);
+  return inner_->AddScaledRows(out, in, rows, scales);
+}
+
 absl::Status GuardedBackend::Embedding(TensorView out, const TensorView& table, std::span<const int32_t> ids) {
   Open open(this);
   return inner_->Embedding(out, table, ids);

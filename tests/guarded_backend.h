@@ -48,6 +48,8 @@ class GuardedBackend final : public kernels::Backend {
   absl::Status Rope(TensorView x, std::span<const int32_t> positions, const kernels::RopeParams& params) override;
   absl::Status SiluMul(TensorView out, const TensorView& gate, const TensorView& up) override;
   absl::Status AddInPlace(TensorView out, const TensorView& in) override;
+  absl::Status AddScaledRows(TensorView out, const TensorView& in, std::span<const int32_t> rows,
+                             std::span<const float> scales) override;
   absl::Status Embedding(TensorView out, const TensorView& table, std::span<const int32_t> ids) override;
   absl::Status WriteKv(kernels::KvCacheLayer& cache, const TensorView& k, const TensorView& v,
                        std::span<const kernels::AttentionSeq> seqs) override;

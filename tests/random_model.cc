@@ -30,7 +30,36 @@ std::string Encode(DType t, const std::vector<float>& v, int64_t cols) {
   return out;
 }
 
-std::string Arch(const RandomModelSpec& s) { return s.qk_norm ? "qwen3" : s.qkv_bias ? "qwen2" : "llama"; }
+// The GGUF architecture name (llama.cpp's).
+std::string Arch(const RandomModelSpec& s) {
+  switch (s.moe) {
+    case MoeFamily::kMixtral: return "llama";
+    case MoeFamily::kQwen2Moe: return "qwen2moe";
+    case MoeFamily::kQwen3Moe: return "qwen3moe";
+    case MoeFamily::kNone: break;
+  }
+  return s.qk_norm ? "qwen3" : s.qkv_bias ? "qwen2" : "llama";
+}
+
+// config.json's model_type and architectures entry.
+std::pair<std::string, std::string> HfArch(const RandomModelSpec& s) {
+  switch (s.moe) {
+    case MoeFamily::kMixtral: return {"mixtral", "MixtralForCausalLM"};
+    case MoeFamily::kQwen2Moe: return {"qwen2_moe", "Qwen2MoeForCausalLM"};
+    case MoeFamily::kQwen3Moe: return {"qwen3_moe", "Qwen3MoeForCausalLM"};
+    case MoeFamily::kNone: break;
+  }
+  if (s.qk_norm) return {"qwen3", "Qwen3ForCausalLM"};
+  if (s.qkv_bias) return {"qwen2", "Qwen2ForCausalLM"};
+  return {"llama", "LlamaForCausalLM"};
+}
+
+bool QkNorm(const RandomModelSpec& s) { return s.qk_norm || s.moe == MoeFamily::kQwen3Moe; }
+bool QkvBias(const RandomModelSpec& s) { return s.qkv_bias || s.moe == MoeFamily::kQwen2Moe; }
+bool Mlp(const RandomModelSpec& s, int64_t layer) {
+  return s.moe == MoeFamily::kNone ||
+         std::find(s.mlp_only_layers.begin(), s.mlp_only_layers.end(), layer) != s.mlp_only_layers.end();
+}
 
 // One tensor of the model under both files' names, its values as the GGUF file holds them.
 struct Tensor {
@@ -41,6 +70,10 @@ struct Tensor {
   // > 0: Q or K of a GGUF `llama` model, whose rows (of this many heads) llama.cpp's
   // converter permuted from Hugging Face's order.
   int64_t permuted_heads = 0;
+  // > 0: a GGUF merged expert tensor [experts, rows, cols]; Hugging Face stores one tensor
+  // per expert, named `hf` with "{e}" replaced by the expert's index.
+  int64_t experts = 0;
+  std::vector<int64_t> hf_shape = {};  // Non-empty: the Hugging Face shape, when it differs.
 };
 
 // llama.cpp's convert_hf_to_gguf.py (LlamaModel, rope_type "llama3"): rope_freqs.weight[i]
@@ -65,6 +98,35 @@ std::vector<float> Llama3RopeFreqFactors(const Llama3RopeScaling& r, int64_t hea
     }
   }
   return factors;
+}
+
+// Layer l's router and experts (GGUF merged, Hugging Face per expert), and Qwen2-MoE's
+// shared expert; `random(n, scale)` draws values.
+template <typename Random>
+void AddExperts(const RandomModelSpec& s, int64_t l, DType t, Random& random, std::vector<Tensor>& out) {
+  const bool mixtral = s.moe == MoeFamily::kMixtral;
+  const std::string g = StrCat("blk.", l, "."), h = StrCat("model.layers.", l, mixtral ? ".block_sparse_moe." : ".mlp.");
+  const int64_t E = s.n_experts, ff = s.n_ff_expert, d = s.n_embd;
+  std::vector<float> router = random(E * d, 1.0f / std::sqrt(float(d)));
+  if (s.hot_expert >= 0) router[s.hot_expert * d] = 5.0f;
+  out.push_back({g + "ffn_gate_inp.weight", h + "gate.weight", DType::kF32, {E, d}, std::move(router)});
+  const auto experts = [&](const char* gguf, const char* hf, int64_t rows, int64_t cols) {
+    out.push_back({g + gguf, h + "experts.{e}." + hf, t, {E, rows, cols},
+                   random(E * rows * cols, 1.0f / std::sqrt(float(cols))), 0, E});
+  };
+  experts("ffn_gate_exps.weight", mixtral ? "w1.weight" : "gate_proj.weight", ff, d);
+  experts("ffn_up_exps.weight", mixtral ? "w3.weight" : "up_proj.weight", ff, d);
+  experts("ffn_down_exps.weight", mixtral ? "w2.weight" : "down_proj.weight", d, ff);
+  if (s.moe != MoeFamily::kQwen2Moe) return;
+  const int64_t sh = s.n_ff_shared_expert;
+  const auto mat = [&](const char* gguf, const char* hf, int64_t rows, int64_t cols) {
+    out.push_back({g + gguf, h + hf, t, {rows, cols}, random(rows * cols, 1.0f / std::sqrt(float(cols)))});
+  };
+  mat("ffn_gate_shexp.weight", "shared_expert.gate_proj.weight", sh, d);
+  mat("ffn_up_shexp.weight", "shared_expert.up_proj.weight", sh, d);
+  mat("ffn_down_shexp.weight", "shared_expert.down_proj.weight", d, sh);
+  out.push_back({g + "ffn_gate_inp_shexp.weight", h + "shared_expert_gate.weight", DType::kF32, {d},
+                 random(d, 1.0f / std::sqrt(float(d))), 0, 0, {1, d}});
 }
 
 // Every tensor, drawn in one fixed order from the spec's seed.
@@ -96,6 +158,9 @@ std::vector<Tensor> RandomTensors(const RandomModelSpec& s) {
   };
   out.push_back(
       {"token_embd.weight", "model.embed_tokens.weight", t, {s.n_vocab, s.n_embd}, random(s.n_vocab * s.n_embd, 1.0f)});
+  if (s.hot_expert >= 0) {
+    for (int64_t v = 0; v < s.n_vocab; ++v) out.back().values[v * s.n_embd] = 3.0f;
+  }
   f32("output_norm.weight", "model.norm.weight", random(s.n_embd, 0.1f, 1.0f));
   if (!s.tied) mat("output.weight", "lm_head.weight", s.n_vocab, s.n_embd);
   CASCADE_CHECK(s.rope_freq_factors.empty() || !s.llama3_rope.has_value());
@@ -107,20 +172,24 @@ std::vector<Tensor> RandomTensors(const RandomModelSpec& s) {
     mat(g + "attn_q.weight", h + "self_attn.q_proj.weight", s.n_heads * head_dim, s.n_embd, s.n_heads);
     mat(g + "attn_k.weight", h + "self_attn.k_proj.weight", s.n_kv_heads * head_dim, s.n_embd, s.n_kv_heads);
     mat(g + "attn_v.weight", h + "self_attn.v_proj.weight", s.n_kv_heads * head_dim, s.n_embd);
-    if (s.qkv_bias) {
+    if (QkvBias(s)) {
       f32(g + "attn_q.bias", h + "self_attn.q_proj.bias", random(s.n_heads * head_dim, 0.1f));
       f32(g + "attn_k.bias", h + "self_attn.k_proj.bias", random(s.n_kv_heads * head_dim, 0.1f));
       f32(g + "attn_v.bias", h + "self_attn.v_proj.bias", random(s.n_kv_heads * head_dim, 0.1f));
     }
-    if (s.qk_norm) {
+    if (QkNorm(s)) {
       f32(g + "attn_q_norm.weight", h + "self_attn.q_norm.weight", random(head_dim, 0.1f, 1.0f));
       f32(g + "attn_k_norm.weight", h + "self_attn.k_norm.weight", random(head_dim, 0.1f, 1.0f));
     }
     mat(g + "attn_output.weight", h + "self_attn.o_proj.weight", s.n_embd, s.n_heads * head_dim);
     f32(g + "ffn_norm.weight", h + "post_attention_layernorm.weight", random(s.n_embd, 0.1f, 1.0f));
-    mat(g + "ffn_gate.weight", h + "mlp.gate_proj.weight", s.n_ff, s.n_embd);
-    mat(g + "ffn_up.weight", h + "mlp.up_proj.weight", s.n_ff, s.n_embd);
-    mat(g + "ffn_down.weight", h + "mlp.down_proj.weight", s.n_embd, s.n_ff);
+    if (Mlp(s, l)) {
+      mat(g + "ffn_gate.weight", h + "mlp.gate_proj.weight", s.n_ff, s.n_embd);
+      mat(g + "ffn_up.weight", h + "mlp.up_proj.weight", s.n_ff, s.n_embd);
+      mat(g + "ffn_down.weight", h + "mlp.down_proj.weight", s.n_embd, s.n_ff);
+    } else {
+      AddExperts(s, l, t, random, out);
+    }
   }
   return out;
 }
@@ -175,7 +244,22 @@ void WriteRandomModel(const RandomModelSpec& s, const std::string& path) {
   w.SetU32(arch + ".embedding_length", static_cast<uint32_t>(s.n_embd));
   w.SetU32(arch + ".attention.head_count", static_cast<uint32_t>(s.n_heads));
   w.SetU32(arch + ".attention.head_count_kv", static_cast<uint32_t>(s.n_kv_heads));
-  w.SetU32(arch + ".feed_forward_length", static_cast<uint32_t>(s.n_ff));
+  CASCADE_CHECK(s.mlp_only_layers.empty()) << "llama.cpp's MoE models have no dense layers";
+  w.SetU32(arch + ".feed_forward_length",
+           static_cast<uint32_t>(s.moe == MoeFamily::kMixtral ? s.n_ff_expert : s.n_ff));
+  if (s.moe != MoeFamily::kNone) {
+    w.SetU32(arch + ".expert_count", static_cast<uint32_t>(s.n_experts));
+    w.SetU32(arch + ".expert_used_count", static_cast<uint32_t>(s.n_experts_used));
+    if (s.moe != MoeFamily::kMixtral) {
+      w.SetU32(arch + ".expert_feed_forward_length", static_cast<uint32_t>(s.n_ff_expert));
+    }
+    if (s.moe == MoeFamily::kQwen2Moe) {
+      w.SetU32(arch + ".expert_shared_feed_forward_length", static_cast<uint32_t>(s.n_ff_shared_expert));
+    }
+    // llama.cpp renormalises for Mixtral and Qwen3-MoE, not Qwen2-MoE; say it otherwise.
+    CASCADE_CHECK(s.moe != MoeFamily::kMixtral || s.norm_topk_prob);
+    if (s.norm_topk_prob != (s.moe != MoeFamily::kQwen2Moe)) w.SetBool(arch + ".expert_weights_norm", s.norm_topk_prob);
+  }
   w.SetU32(arch + ".context_length", static_cast<uint32_t>(s.n_ctx));
   w.SetF32(arch + ".rope.freq_base", kRopeTheta);
   w.SetF32(arch + ".attention.layer_norm_rms_epsilon", kNormEps);
@@ -205,25 +289,34 @@ void WriteRandomHfModel(const RandomModelSpec& s, const std::string& dir) {
     if (t.hf.empty()) continue;
     const int64_t cols = t.shape.back();
     if (t.permuted_heads > 0) t.values = ToHfRowOrder(t.values, t.shape[0], cols, t.permuted_heads);
-    entries.push_back({t.hf, st_dtype(t.dtype), t.shape, Encode(t.dtype, t.values, cols)});
+    if (t.experts == 0) {
+      entries.push_back(
+          {t.hf, st_dtype(t.dtype), t.hf_shape.empty() ? t.shape : t.hf_shape, Encode(t.dtype, t.values, cols)});
+      continue;
+    }
+    const size_t per = t.values.size() / t.experts;
+    for (int64_t e = 0; e < t.experts; ++e) {
+      std::string name = t.hf;
+      name.replace(name.find("{e}"), 3, std::to_string(e));
+      const std::vector<float> part(t.values.begin() + e * per, t.values.begin() + (e + 1) * per);
+      entries.push_back({name, st_dtype(t.dtype), {t.shape[1], t.shape[2]}, Encode(t.dtype, part, cols)});
+    }
   }
   // Wider types first, so that every tensor is aligned to its element size.
   std::stable_sort(entries.begin(), entries.end(), [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
     return a.dtype == "F32" && b.dtype != "F32";
   });
 
-  const std::string arch = Arch(s);
+  const auto [arch, architecture] = HfArch(s);
   Json c = {
-      {"architectures", Json::array({arch == "qwen3"   ? "Qwen3ForCausalLM"
-                                     : arch == "qwen2" ? "Qwen2ForCausalLM"
-                                                       : "LlamaForCausalLM"})},
+      {"architectures", Json::array({architecture})},
       {"model_type", arch},
       {"hidden_size", s.n_embd},
       {"num_hidden_layers", s.n_layers},
       {"num_attention_heads", s.n_heads},
       {"num_key_value_heads", s.n_kv_heads},
       {"head_dim", s.n_embd / s.n_heads},
-      {"intermediate_size", s.n_ff},
+      {"intermediate_size", s.moe == MoeFamily::kMixtral ? s.n_ff_expert : s.n_ff},
       {"vocab_size", s.n_vocab},
       {"max_position_embeddings", s.n_ctx},
       {"rope_theta", kRopeTheta},
@@ -236,7 +329,20 @@ void WriteRandomHfModel(const RandomModelSpec& s, const std::string& dir) {
       {"eos_token_id", 0},
       {"rope_scaling", nullptr},
   };
-  if (arch != "qwen2") c["attention_bias"] = false;  // Qwen2 always has Q/K/V biases.
+  if (arch != "qwen2" && arch != "qwen2_moe") c["attention_bias"] = false;  // Qwen2 always has Q/K/V biases.
+  if (s.moe == MoeFamily::kMixtral) {
+    c["num_local_experts"] = s.n_experts;
+    c["num_experts_per_tok"] = s.n_experts_used;
+    c["sliding_window"] = nullptr;
+  } else if (s.moe != MoeFamily::kNone) {
+    c["num_experts"] = s.n_experts;
+    c["num_experts_per_tok"] = s.n_experts_used;
+    c["moe_intermediate_size"] = s.n_ff_expert;
+    c["norm_topk_prob"] = s.norm_topk_prob;
+    c["decoder_sparse_step"] = 1;
+    c["mlp_only_layers"] = s.mlp_only_layers;
+    if (s.moe == MoeFamily::kQwen2Moe) c["shared_expert_intermediate_size"] = s.n_ff_shared_expert;
+  }
   if (s.rope_linear_factor > 0) c["rope_scaling"] = {{"rope_type", "linear"}, {"factor", s.rope_linear_factor}};
   if (const auto& r = s.llama3_rope; r.has_value()) {
     c["rope_scaling"] = {{"rope_type", "llama3"},

@@ -19,6 +19,10 @@ struct Llama3RopeScaling {
   int64_t original_max_position_embeddings = 8192;
 };
 
+// The mixture-of-experts families (transformers' MixtralForCausalLM, Qwen2MoeForCausalLM,
+// Qwen3MoeForCausalLM; llama.cpp's `llama` with experts, `qwen2moe`, `qwen3moe`).
+enum class MoeFamily { kNone, kMixtral, kQwen2Moe, kQwen3Moe };
+
 struct RandomModelSpec {
   DType weight_type = DType::kF32;  // Matrices (and the embedding); norms stay f32.
   int64_t n_layers = 2;
@@ -44,6 +48,20 @@ struct RandomModelSpec {
   // Hugging Face directory; in a GGUF file, `rope_freqs.weight` holding the divisors that
   // llama.cpp's converter (convert_hf_to_gguf.py, LlamaModel) computes from it.
   std::optional<Llama3RopeScaling> llama3_rope = std::nullopt;
+  // A MoE model of this family (Qwen3-MoE with q/k norms, Qwen2-MoE with Q/K/V biases and a
+  // shared expert of n_ff_shared_expert). Every layer is MoE unless listed in
+  // mlp_only_layers (Hugging Face only: llama.cpp has no dense layers in these models).
+  // The router and shared-expert gate stay f32, as llama-quantize keeps them.
+  MoeFamily moe = MoeFamily::kNone;
+  int64_t n_experts = 8;
+  int64_t n_experts_used = 2;
+  int64_t n_ff_expert = 128;
+  int64_t n_ff_shared_expert = 256;
+  bool norm_topk_prob = true;  // Mixtral always renormalises.
+  std::vector<int64_t> mlp_only_layers = {};
+  // >= 0: a router biased to this expert: the embedding's column 0 is 3 for every token and
+  // this expert's router row is 5 there, so every token chooses it.
+  int64_t hot_expert = -1;
 };
 
 // Writes the model to `path` (with a tiny byte-level vocabulary so engines can load it).

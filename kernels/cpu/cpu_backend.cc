@@ -176,6 +176,27 @@ class CpuBackend final : public Backend {
     return absl::OkStatus();
   }
 
+  absl::Status AddScaledRows(TensorView out, const TensorView& in, std::span<const int32_t> rows,
+                             std::span<const float> scales) override {
+    CASCADE_RETURN_IF_ERROR(CheckScaledRows(out, in, rows, scales));
+    const int64_t d = in.Cols();
+    // Split by columns, so that rows naming the same output row never race.
+    const auto columns = [&](int64_t c0, int64_t c1) {
+      for (size_t i = 0; i < rows.size(); ++i) {
+        cpu::ScaleAxpy(out.As<float>() + rows[i] * d + c0, 1.0f, scales[i], in.As<float>() + i * d + c0, c1 - c0);
+      }
+    };
+    constexpr int64_t kChunk = 64;
+    if (static_cast<int64_t>(rows.size()) * d < (1 << 16)) {
+      columns(0, d);
+      return absl::OkStatus();
+    }
+    pool_->ParallelFor((d + kChunk - 1) / kChunk, [&](int64_t b, int64_t e, int) {
+      columns(b * kChunk, std::min(d, e * kChunk));
+    });
+    return absl::OkStatus();
+  }
+
   absl::Status Embedding(TensorView out, const TensorView& table, std::span<const int32_t> ids) override {
     if (out.Cols() != table.Cols() || out.Rows() != static_cast<int64_t>(ids.size())) {
       return absl::InvalidArgumentError(

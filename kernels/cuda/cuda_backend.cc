@@ -231,6 +231,17 @@ class CudaBackendImpl final : public CudaBackend {
     return LastError("AddInPlace");
   }
 
+  absl::Status AddScaledRows(TensorView out, const TensorView& in, std::span<const int32_t> rows,
+                             std::span<const float> scales) override {
+    Bind();
+    CASCADE_RETURN_IF_ERROR(CheckScaledRows(out, in, rows, scales));
+    const int32_t* dev_rows = Upload(kScatterRows, rows);
+    const float* dev_scales = Upload(kScatterScales, scales);
+    CASCADE_RETURN_IF_ERROR(ScratchError());
+    cuda::AddScaledRows(F32(out), F32(in), dev_rows, dev_scales, in.Rows(), in.Cols(), stream_);
+    return LastError("AddScaledRows");
+  }
+
   absl::Status Embedding(TensorView out, const TensorView& table, std::span<const int32_t> ids) override {
     Bind();
     if (!Supported(table.dtype))
@@ -359,6 +370,8 @@ class CudaBackendImpl final : public CudaBackend {
     kArgmax,
     kSampleRows,
     kSampleOut,
+    kScatterRows,
+    kScatterScales,
     kNumSlots
   };
 

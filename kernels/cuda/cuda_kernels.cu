@@ -247,6 +247,13 @@ __global__ void AddKernel(float* out, const float* in, int64_t n) {
   for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) out[i] += in[i];
 }
 
+__global__ void AddScaledRowsKernel(float* out, const float* in, const int32_t* rows, const float* scales,
+                                    int64_t n_rows, int64_t d) {
+  for (int64_t c = blockIdx.x * blockDim.x + threadIdx.x; c < d; c += gridDim.x * blockDim.x) {
+    for (int64_t i = 0; i < n_rows; ++i) out[rows[i] * d + c] += scales[i] * in[i * d + c];
+  }
+}
+
 __global__ void AddBiasKernel(float* out, const float* bias, int64_t n_tokens, int64_t n_out) {
   const int64_t n = n_tokens * n_out;
   for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) out[i] += bias[i % n_out];
@@ -522,6 +529,11 @@ void Rope(float* x, const int32_t* positions, const float* inv_freq, int64_t n_t
           int64_t head_dim, int style, cudaStream_t stream) {
   if (n_tokens > 0)
     RopeKernel<<<static_cast<unsigned>(n_tokens), 256, 0, stream>>>(x, positions, inv_freq, n_heads, head_dim, style);
+}
+
+void AddScaledRows(float* out, const float* in, const int32_t* rows, const float* scales, int64_t n_rows, int64_t d,
+                   cudaStream_t stream) {
+  if (n_rows > 0 && d > 0) AddScaledRowsKernel<<<Grid(d, 128), 128, 0, stream>>>(out, in, rows, scales, n_rows, d);
 }
 
 void SiluMul(float* out, const float* gate, const float* up, int64_t n, cudaStream_t stream) {

@@ -43,6 +43,10 @@ void Rope(float* x, const int32_t* positions, const float* inv_freq, int64_t n_t
           int64_t head_dim, int style, cudaStream_t stream);
 void SiluMul(float* out, const float* gate, const float* up, int64_t n, cudaStream_t stream);
 void Add(float* out, const float* in, int64_t n, cudaStream_t stream);
+// out[rows[i], :] += scales[i] * in[i, :] for i in [0, n_rows), in order of i (rows may
+// repeat: one thread per column walks every row); in [n_rows, d].
+void AddScaledRows(float* out, const float* in, const int32_t* rows, const float* scales, int64_t n_rows, int64_t d,
+                   cudaStream_t stream);
 // out[t, o] += bias[o].
 void AddBias(float* out, const float* bias, int64_t n_tokens, int64_t n_out, cudaStream_t stream);
 // out [n_ids, n_embd] = rows `ids` of table (any WeightCode), as f32.

@@ -1,6 +1,7 @@
 // ModelConfig from a Hugging Face `config.json` (transformers' LlamaConfig,
 // MistralConfig, Qwen2Config field names and defaults).
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -138,11 +139,46 @@ absl::Status ParseRopeScaling(const Json& rs, const std::string& source, ModelCo
 absl::Status ParseSlidingWindow(const HfKeys& keys, const Json& root, ModelConfig& c) {
   CASCADE_ASSIGN_OR_RETURN(c.sliding_window, keys.Int("sliding_window", 0));
   if (c.sliding_window < 0) return keys.Bad("sliding_window", root["sliding_window"], "must be positive or null");
-  if (c.arch == "qwen2" || c.arch == "qwen3") {
+  if (c.arch != "llama" && c.arch != "mistral" && c.arch != "mixtral") {
     CASCADE_ASSIGN_OR_RETURN(const bool used, keys.Bool("use_sliding_window", false));
     if (!used) c.sliding_window = 0;
   }
   CapContextToSlidingWindow(c);
+  return absl::OkStatus();
+}
+
+// The experts of transformers' MixtralConfig (num_local_experts, intermediate_size is each
+// expert's, every layer MoE, top-k renormalised), Qwen2MoeConfig and Qwen3MoeConfig
+// (num_experts, moe_intermediate_size, norm_topk_prob, decoder_sparse_step,
+// mlp_only_layers; Qwen2-MoE's shared_expert_intermediate_size).
+absl::Status ParseExperts(const HfKeys& keys, const Json& root, ModelConfig& c) {
+  if (c.arch == "mixtral") {
+    CASCADE_ASSIGN_OR_RETURN(c.n_experts, keys.Int("num_local_experts", 8));
+    CASCADE_ASSIGN_OR_RETURN(c.n_experts_used, keys.Int("num_experts_per_tok", 2));
+    c.n_ff_expert = c.n_ff;
+    c.norm_topk_prob = true;
+    return absl::OkStatus();
+  }
+  CASCADE_ASSIGN_OR_RETURN(c.n_experts, keys.Int("num_experts"));
+  CASCADE_ASSIGN_OR_RETURN(c.n_experts_used, keys.Int("num_experts_per_tok"));
+  CASCADE_ASSIGN_OR_RETURN(c.n_ff_expert, keys.Int("moe_intermediate_size"));
+  CASCADE_ASSIGN_OR_RETURN(c.norm_topk_prob, keys.Bool("norm_topk_prob", false));
+  CASCADE_ASSIGN_OR_RETURN(c.decoder_sparse_step, keys.Int("decoder_sparse_step", 1));
+  if (c.decoder_sparse_step <= 0) {
+    return keys.Bad("decoder_sparse_step", root["decoder_sparse_step"], "must be positive");
+  }
+  if (const Json* only = keys.Find("mlp_only_layers"); only != nullptr) {
+    if (!only->is_array()) return keys.Bad("mlp_only_layers", *only, "expected a list of layer indices");
+    for (const Json& l : *only) {
+      if (!l.is_number_integer() || l.get<int64_t>() < 0 || l.get<int64_t>() >= c.n_layers) {
+        return keys.Bad("mlp_only_layers", *only, cascade::StrCat("every entry must be a layer in [0, ", c.n_layers, ")"));
+      }
+      c.mlp_only_layers.push_back(l.get<int64_t>());
+    }
+  }
+  if (c.arch == "qwen2_moe") {
+    CASCADE_ASSIGN_OR_RETURN(c.n_ff_shared_expert, keys.Int("shared_expert_intermediate_size", 0));
+  }
   return absl::OkStatus();
 }
 
@@ -161,9 +197,11 @@ absl::StatusOr<ModelConfig> ModelConfigFromHfJson(std::string_view json_text, co
   const HfKeys keys(root, source);
   ModelConfig c;
   CASCADE_ASSIGN_OR_RETURN(c.arch, keys.String("model_type"));
-  if (c.arch != "llama" && c.arch != "mistral" && c.arch != "qwen2" && c.arch != "qwen3") {
-    return absl::UnimplementedError(
-        cascade::StrCat(source, ": model_type '", c.arch, "' is not supported (llama, mistral, qwen2, qwen3)"));
+  static constexpr std::string_view kTypes[] = {"llama", "mistral",   "mixtral",  "qwen2",
+                                                 "qwen3", "qwen2_moe", "qwen3_moe"};
+  if (std::find(std::begin(kTypes), std::end(kTypes), c.arch) == std::end(kTypes)) {
+    return absl::UnimplementedError(cascade::StrCat(
+        source, ": model_type '", c.arch, "' is not supported (llama, mistral, mixtral, qwen2, qwen3, qwen2_moe, qwen3_moe)"));
   }
   if (const Json* n = keys.Find("_name_or_path"); n != nullptr && n->is_string()) {
     c.name = n->get<std::string>();
@@ -184,8 +222,12 @@ absl::StatusOr<ModelConfig> ModelConfigFromHfJson(std::string_view json_text, co
   CASCADE_ASSIGN_OR_RETURN(c.tied_embeddings, keys.Bool("tie_word_embeddings", false));
   // Qwen2 always has Q/K/V biases; Llama has them when `attention_bias` is set.
   CASCADE_ASSIGN_OR_RETURN(c.qkv_bias, keys.Bool("attention_bias", false));
-  if (c.arch == "qwen2") c.qkv_bias = true;
-  c.qk_norm = c.arch == "qwen3";  // Qwen3Attention's q_norm / k_norm (RMSNorm over head_dim).
+  if (c.arch == "qwen2" || c.arch == "qwen2_moe") c.qkv_bias = true;
+  // Qwen3Attention's q_norm / k_norm (RMSNorm over head_dim).
+  c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3_moe";
+  if (c.arch == "mixtral" || c.arch == "qwen2_moe" || c.arch == "qwen3_moe") {
+    CASCADE_RETURN_IF_ERROR(ParseExperts(keys, root, c));
+  }
   c.rope_layout = RopeLayout::kRotateHalf;
   if (const Json* rs = keys.Find("rope_scaling"); rs != nullptr) {
     CASCADE_RETURN_IF_ERROR(ParseRopeScaling(*rs, source, c));

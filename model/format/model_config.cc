@@ -38,6 +38,16 @@ absl::Status ModelConfig::Validate() const {
   if (head_dim <= 0 || head_dim % 2 != 0) return bad("head_dim", head_dim, "must be positive and even");
   if (n_ff <= 0) return bad("n_ff", n_ff, "must be positive");
   if (n_vocab <= 0) return bad("n_vocab", n_vocab, "must be positive");
+  if (n_experts < 0 || n_experts_used < 0 || n_ff_expert < 0 || n_ff_shared_expert < 0) {
+    return bad("n_experts", n_experts, "expert counts and sizes must not be negative");
+  }
+  if (n_experts > 0) {
+    if (n_experts_used <= 0 || n_experts_used > n_experts) {
+      return bad("n_experts_used", n_experts_used, cascade::StrCat("must be in [1, n_experts = ", n_experts, "]"));
+    }
+    if (n_ff_expert <= 0) return bad("n_ff_expert", n_ff_expert, "must be positive in a MoE model");
+    if (decoder_sparse_step <= 0) return bad("decoder_sparse_step", decoder_sparse_step, "must be positive");
+  }
   if (!(rope_theta > 0))
     return absl::InvalidArgumentError(cascade::StrCat("model '", name, "': rope_theta must be positive"));
   if (!(norm_eps > 0 && norm_eps < 1))
@@ -65,6 +75,14 @@ std::string ModelConfig::ToString() const {
   absl::StrAppendFormat(&s, "tied_embeddings %s\n", tied_embeddings ? "true" : "false");
   absl::StrAppendFormat(&s, "qkv_bias        %s\n", qkv_bias ? "true" : "false");
   if (qk_norm) absl::StrAppendFormat(&s, "qk_norm         true\n");
+  if (n_experts > 0) {
+    absl::StrAppendFormat(&s, "experts         %d, top %d, expert FFN %d%s\n", n_experts, n_experts_used, n_ff_expert,
+                          norm_topk_prob ? ", top-k renormalised" : "");
+    if (n_ff_shared_expert > 0) absl::StrAppendFormat(&s, "shared expert   FFN %d (sigmoid gate)\n", n_ff_shared_expert);
+    int64_t moe_layers = 0;
+    for (int64_t l = 0; l < n_layers; ++l) moe_layers += IsMoeLayer(l) ? 1 : 0;
+    absl::StrAppendFormat(&s, "moe layers      %d of %d\n", moe_layers, n_layers);
+  }
   if (sliding_window > 0) {
     absl::StrAppendFormat(&s, "sliding_window  %d (context capped to it: full attention is exact there)\n",
                           sliding_window);
@@ -80,19 +98,61 @@ bool ModelConfig::SameLogicalModel(const ModelConfig& o) const {
          close(rope_theta, o.rope_theta) && rope_scaling == o.rope_scaling &&
          close(rope_scaling_factor, o.rope_scaling_factor) && close(norm_eps, o.norm_eps) &&
          tied_embeddings == o.tied_embeddings && qkv_bias == o.qkv_bias && qk_norm == o.qk_norm &&
-         sliding_window == o.sliding_window;
+         sliding_window == o.sliding_window && n_experts == o.n_experts && n_experts_used == o.n_experts_used &&
+         n_ff_expert == o.n_ff_expert && n_ff_shared_expert == o.n_ff_shared_expert &&
+         norm_topk_prob == o.norm_topk_prob && decoder_sparse_step == o.decoder_sparse_step &&
+         mlp_only_layers == o.mlp_only_layers;
+}
+
+bool ModelConfig::IsMoeLayer(int64_t layer) const {
+  if (n_experts <= 0 || (layer + 1) % decoder_sparse_step != 0) return false;
+  return std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) == mlp_only_layers.end();
 }
 
 void CapContextToSlidingWindow(ModelConfig& c) {
   if (c.sliding_window > 0 && c.sliding_window < c.n_ctx_train) c.n_ctx_train = c.sliding_window;
 }
 
+namespace {
+
+// llama.cpp's MoE keys: `<arch>.expert_count`, `expert_used_count`, and for qwen2moe /
+// qwen3moe `expert_feed_forward_length` (Mixtral, arch `llama`, uses feed_forward_length)
+// and `expert_shared_feed_forward_length`. Every layer of a GGUF MoE model is MoE
+// (llama.cpp has no dense layers in these architectures). The top-k weights are
+// renormalised as llama.cpp does per architecture (Mixtral and Qwen3-MoE yes, Qwen2-MoE
+// no), unless the file says `expert_weights_norm`.
+absl::Status ReadGgufExperts(const GgufFile& f, const std::string& p, ModelConfig& c) {
+  c.n_experts = f.GetInt(p + "expert_count").value_or(0);
+  const bool moe_arch = c.arch == "qwen2moe" || c.arch == "qwen3moe";
+  if (c.n_experts <= 0) {
+    if (moe_arch) return absl::InvalidArgumentError(cascade::StrCat(f.path(), ": ", p, "expert_count is missing"));
+    c.n_experts = 0;
+    return absl::OkStatus();
+  }
+  CASCADE_ASSIGN_OR_RETURN(c.n_experts_used, f.GetInt(p + "expert_used_count"));
+  if (moe_arch) {
+    CASCADE_ASSIGN_OR_RETURN(c.n_ff_expert, f.GetInt(p + "expert_feed_forward_length"));
+  } else {
+    c.n_ff_expert = c.n_ff;
+  }
+  // llama.cpp falls back to feed_forward_length for a shared expert without its own key.
+  if (f.FindTensor("blk.0.ffn_gate_shexp.weight") != nullptr) {
+    c.n_ff_shared_expert = f.GetInt(p + "expert_shared_feed_forward_length").value_or(c.n_ff);
+  }
+  c.norm_topk_prob = f.GetBool(p + "expert_weights_norm").value_or(c.arch != "qwen2moe");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<ModelConfig> ModelConfigFromGguf(const GgufFile& f) {
   ModelConfig c;
   CASCADE_ASSIGN_OR_RETURN(c.arch, f.GetString("general.architecture"));
-  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "mistral") {
-    return absl::UnimplementedError(
-        cascade::StrCat(f.path(), ": architecture '", c.arch, "' is not supported (llama, mistral, qwen2, qwen3 are)"));
+  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "mistral" && c.arch != "qwen2moe" &&
+      c.arch != "qwen3moe") {
+    return absl::UnimplementedError(cascade::StrCat(f.path(), ": architecture '", c.arch,
+                                                    "' is not supported (llama, mistral, qwen2, qwen3, qwen2moe, "
+                                                    "qwen3moe are)"));
   }
   if (auto n = f.GetString("general.name"); n.ok()) c.name = *n;
   const std::string p = c.arch + ".";
@@ -101,6 +161,7 @@ absl::StatusOr<ModelConfig> ModelConfigFromGguf(const GgufFile& f) {
   CASCADE_ASSIGN_OR_RETURN(c.n_heads, f.GetInt(p + "attention.head_count"));
   c.n_kv_heads = f.GetInt(p + "attention.head_count_kv").value_or(c.n_heads);
   CASCADE_ASSIGN_OR_RETURN(c.n_ff, f.GetInt(p + "feed_forward_length"));
+  CASCADE_RETURN_IF_ERROR(ReadGgufExperts(f, p, c));
   c.n_ctx_train = f.GetInt(p + "context_length").value_or(2048);
   c.sliding_window = f.GetInt(p + "attention.sliding_window").value_or(0);
   c.rope_theta = f.GetFloat(p + "rope.freq_base").value_or(10000.0);
@@ -126,7 +187,7 @@ absl::StatusOr<ModelConfig> ModelConfigFromGguf(const GgufFile& f) {
   // llama.cpp's converter permutes the Q/K rows of `llama` models (Llama, Mistral) so that
   // RoPE rotates adjacent pairs (its LLAMA_ROPE_TYPE_NORM); Qwen2 keeps Hugging Face's rows
   // and rotates the two halves of each head (LLAMA_ROPE_TYPE_NEOX).
-  c.rope_layout = c.arch == "qwen2" || c.arch == "qwen3" ? RopeLayout::kRotateHalf : RopeLayout::kAdjacentPairs;
+  c.rope_layout = c.arch == "llama" || c.arch == "mistral" ? RopeLayout::kAdjacentPairs : RopeLayout::kRotateHalf;
   // Tied when the LM head is absent, or stored as a byte-identical copy of the embedding
   // (llama2.c exports do that). memcmp stops at the first difference, so an untied model
   // costs a few pages.

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -20,7 +21,10 @@ enum class RopeLayout { kAdjacentPairs, kRotateHalf };
 enum class RopeScaling { kNone, kLinear, kLlama3, kYarn };
 
 struct ModelConfig {
-  std::string arch = "llama";  // "llama", "mistral", "qwen2", "qwen3".
+  // The file's own name: GGUF "llama" (also Mixtral), "mistral", "qwen2", "qwen3",
+  // "qwen2moe", "qwen3moe"; config.json's "llama", "mistral", "mixtral", "qwen2", "qwen3",
+  // "qwen2_moe", "qwen3_moe".
+  std::string arch = "llama";
   std::string name;            // general.name, or the directory name.
   int64_t n_layers = 0;
   int64_t n_embd = 0;  // Hidden size.
@@ -47,7 +51,23 @@ struct ModelConfig {
   // n_ctx_train at the window (CapContextToSlidingWindow): longer prompts are refused
   // with the context length, never run with the wrong attention.
   int64_t sliding_window = 0;
+  // Mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE). A MoE layer's FFN is a router
+  // (softmax over the experts' logits, top n_experts_used) over expert FFNs of n_ff_expert,
+  // the chosen experts' outputs weighted by their probabilities, renormalised to sum 1 when
+  // norm_topk_prob; plus, with n_ff_shared_expert > 0, a shared expert FFN scaled by
+  // sigmoid(shared gate) (Qwen2-MoE). n_experts 0: every layer is dense.
+  int64_t n_experts = 0;
+  int64_t n_experts_used = 0;
+  int64_t n_ff_expert = 0;
+  int64_t n_ff_shared_expert = 0;
+  bool norm_topk_prob = false;
+  // Which layers are MoE (Qwen2/3-MoE's config.json): layer l when (l + 1) is a multiple
+  // of decoder_sparse_step and l is not in mlp_only_layers; the others are dense (n_ff).
+  int64_t decoder_sparse_step = 1;
+  std::vector<int64_t> mlp_only_layers;
 
+  bool is_moe() const { return n_experts > 0; }
+  bool IsMoeLayer(int64_t layer) const;
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
   // Checks that the numbers are consistent and usable. InvalidArgument naming the field.

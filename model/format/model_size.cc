@@ -1,5 +1,8 @@
 #include "model/format/model_size.h"
 
+#include <charconv>
+#include <string_view>
+
 #include "model/format/arch/llama.h"
 
 namespace cascade::model {
@@ -26,8 +29,17 @@ ModelSize MeasureModel(const ModelFiles& files) {
   const auto name = [&](LlamaTensor t, int64_t layer = -1) { return arch::LlamaTensorName(files.format, t, layer); };
   ModelSize size;
   size.layer_bytes.assign(files.config.n_layers, 0);
-  for (int64_t l = 0; l < files.config.n_layers; ++l) {
-    for (LlamaTensor t : arch::kLlamaLayerTensors) size.layer_bytes[l] += BytesOf(w, name(t, l));
+  // Every tensor under a layer's prefix is that layer's: attention, dense FFN and MoE
+  // experts alike (an HF MoE layer has hundreds of per-expert tensors).
+  const std::string_view prefix = files.format == ModelFormat::kGguf ? "blk." : "model.layers.";
+  for (const TensorInfo& t : w.tensors()) {
+    std::string_view n = t.name;
+    if (n.substr(0, prefix.size()) != prefix) continue;
+    n.remove_prefix(prefix.size());
+    int64_t layer = 0;
+    const auto [end, ec] = std::from_chars(n.data(), n.data() + n.size(), layer);
+    if (ec != std::errc() || end == n.data() || *end != '.' || layer >= files.config.n_layers) continue;
+    size.layer_bytes[layer] += static_cast<int64_t>(t.n_bytes);
   }
   // HF tied checkpoints may store only lm_head.weight (as the transformer's loader knows).
   size.embedding_bytes = BytesOf(w, name(LlamaTensor::kTokenEmbd));

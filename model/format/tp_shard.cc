@@ -3,7 +3,9 @@
 #include <algorithm>
 
 #include "core/str_cat.h"
+#include "core/status.h"
 #include "model/format/arch/llama.h"
+#include "model/format/arch/moe.h"
 #include "model/format/model_files.h"
 
 namespace cascade::model {
@@ -17,12 +19,51 @@ std::pair<int64_t, int64_t> EvenSplit(int64_t n, int64_t parts, int64_t i) {
   return {begin, begin + base + (i < extra ? 1 : 0)};
 }
 
+// Columns [begin, end) of rank `rank` when `n` columns split among `parts` in whole blocks.
+absl::StatusOr<std::pair<int64_t, int64_t>> BlockSplit(int64_t n, int64_t block, int parts, int rank,
+                                                       std::string_view what) {
+  if (n % block != 0) {
+    return absl::InvalidArgumentError(StrCat("tensor parallel: ", what, " size ", n, " is not whole blocks of ", block));
+  }
+  if (n / block < parts) {
+    return absl::InvalidArgumentError(
+        StrCat("tensor parallel: ", parts, " ranks cannot split the ", what, "'s ", n / block, " blocks of ", block));
+  }
+  const auto [b0, b1] = EvenSplit(n / block, parts, rank);
+  return std::make_pair(b0 * block, b1 * block);
+}
+
 }  // namespace
 
 std::string TpShard::ToString() const {
+  std::string experts;
+  if (expert_end > 0 || ffe_end > 0) {
+    experts = expert_parallel ? StrCat(", experts [", expert_begin, ", ", expert_end, ")")
+                              : StrCat(", expert ffn [", ffe_begin, ", ", ffe_end, ")");
+  }
   return StrCat("tp rank ", tp_rank, "/", tp_size, ": kv heads [", kv_head_begin, ", ", kv_head_end, ")",
                 kv_replicated ? " (replicated)" : "", ", q heads [", q_head_begin, ", ", q_head_end, "), ffn [",
-                ff_begin, ", ", ff_end, "), vocab [", vocab_begin, ", ", vocab_end, ")");
+                ff_begin, ", ", ff_end, ")", experts, ", vocab [", vocab_begin, ", ", vocab_end, ")");
+}
+
+absl::Status TpShard::PlanExperts(const ModelConfig& c, bool ep, int64_t expert_block, int64_t shared_block) {
+  expert_parallel = ep;
+  if (!c.is_moe()) return absl::OkStatus();
+  if (ep) {
+    std::tie(expert_begin, expert_end) = EvenSplit(c.n_experts, tp_size, tp_rank);
+    ffe_begin = 0;
+    ffe_end = c.n_ff_expert;
+  } else {
+    expert_begin = 0;
+    expert_end = c.n_experts;
+    CASCADE_ASSIGN_OR_RETURN(std::tie(ffe_begin, ffe_end),
+                             BlockSplit(c.n_ff_expert, expert_block, tp_size, tp_rank, "expert FFN"));
+  }
+  if (c.n_ff_shared_expert > 0) {
+    CASCADE_ASSIGN_OR_RETURN(std::tie(ffs_begin, ffs_end),
+                             BlockSplit(c.n_ff_shared_expert, shared_block, tp_size, tp_rank, "shared expert FFN"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<TpShard> TpShard::Plan(const ModelConfig& c, int tp_rank, int tp_size, int64_t ffn_block,
@@ -107,9 +148,12 @@ absl::StatusOr<TpShard> TpShard::Plan(const ModelConfig& c, int tp_rank, int tp_
 }
 
 absl::StatusOr<TpShard> TpShard::ForFiles(const ModelFiles& files, int64_t first_layer, int64_t last_layer, int tp_rank,
-                                          int tp_size) {
+                                          int tp_size, bool expert_parallel) {
   if (last_layer < 0) last_layer = files.config.n_layers;
-  int64_t ffn_block = 1, attn_out_block = 1;
+  int64_t ffn_block = 1, attn_out_block = 1, expert_block = 1, shared_block = 1;
+  const auto block_of = [&](const std::string& name, int64_t& block) {
+    if (const TensorInfo* t = files.weights->FindTensor(name)) block = std::max(block, BlockElems(t->dtype));
+  };
   for (int64_t l = first_layer; l < last_layer; ++l) {
     if (const TensorInfo* t =
             files.weights->FindTensor(arch::LlamaTensorName(files.format, arch::LlamaTensor::kFfnDown, l))) {
@@ -120,7 +164,15 @@ absl::StatusOr<TpShard> TpShard::ForFiles(const ModelFiles& files, int64_t first
       attn_out_block = std::max(attn_out_block, BlockElems(t->dtype));
     }
   }
-  return Plan(files.config, tp_rank, tp_size, ffn_block, attn_out_block);
+  const ModelConfig& c = files.config;
+  for (int64_t l = first_layer; l < last_layer && c.is_moe(); ++l) {
+    if (!c.IsMoeLayer(l)) continue;
+    block_of(arch::ExpertMatrixOf(c, files.format, arch::MoeTensor::kDown, l, 0).name, expert_block);
+    block_of(arch::MoeTensorName(c, files.format, arch::MoeTensor::kSharedDown, l), shared_block);
+  }
+  CASCADE_ASSIGN_OR_RETURN(TpShard s, Plan(c, tp_rank, tp_size, ffn_block, attn_out_block));
+  CASCADE_RETURN_IF_ERROR(s.PlanExperts(c, expert_parallel, expert_block, shared_block));
+  return s;
 }
 
 }  // namespace cascade::model

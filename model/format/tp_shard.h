@@ -10,6 +10,12 @@
 //    share it. The O projection is row-parallel over the owned query heads' columns.
 //  * FFN: gate/up own rows [ff_begin, ff_end) of the intermediate size, down the same
 //    columns; the split is in whole quantization blocks of the column-sliced weight.
+//  * MoE layers: with expert parallelism (`parallel.expert`) a rank holds whole experts
+//    [expert_begin, expert_end), split as evenly as possible (a rank may hold none);
+//    otherwise it holds every expert cut to columns [ffe_begin, ffe_end) of its FFN, in
+//    whole blocks, like the dense FFN. The router is replicated, and Qwen2-MoE's shared
+//    expert is always cut by columns [ffs_begin, ffs_end). Either way each rank's output
+//    is a partial sum that the group all-reduces once per layer.
 //  * Embedding and LM head: vocabulary rows [vocab_begin, vocab_end), in chunks of
 //    ceil(n_vocab / tp_size) (the last rank's may be shorter), so that logits gather in
 //    equal-sized pieces.
@@ -45,6 +51,14 @@ struct TpShard {
   int64_t kv_dim() const { return n_kv_heads() * head_dim; }
   // Whether other ranks hold the same KV head(s) (tp_size > n_kv_heads).
   bool kv_replicated = false;
+  // MoE layers (see above); all zero for a dense model.
+  bool expert_parallel = false;
+  int64_t expert_begin = 0, expert_end = 0;  // Experts held here.
+  int64_t ffe_begin = 0, ffe_end = 0;        // Columns of each held expert's FFN.
+  int64_t ffs_begin = 0, ffs_end = 0;        // Columns of the shared expert's FFN.
+  int64_t n_experts() const { return expert_end - expert_begin; }
+  int64_t n_ff_expert() const { return ffe_end - ffe_begin; }
+  int64_t n_ff_shared() const { return ffs_end - ffs_begin; }
   std::string ToString() const;
 
   // The plan of `tp_rank` in a group of `tp_size`. `ffn_block` is the element block of the
@@ -55,10 +69,16 @@ struct TpShard {
   // heads, or than vocabulary rows; head-group boundaries inside a block; a bad rank).
   static absl::StatusOr<TpShard> Plan(const ModelConfig& config, int tp_rank, int tp_size, int64_t ffn_block = 1,
                                       int64_t attn_out_block = 1);
-  // Plan() with the blocks read from the weight types of layers [first_layer, last_layer)
-  // (last_layer -1: through the last) of `files`: the worker's check at start.
+  // Fills the MoE fields (nothing for a dense model): `expert_block` is the element block
+  // of the experts' down weight (column-sliced without expert parallelism), `shared_block`
+  // that of the shared expert's. InvalidArgument when the columns cannot split.
+  absl::Status PlanExperts(const ModelConfig& config, bool expert_parallel, int64_t expert_block = 1,
+                           int64_t shared_block = 1);
+  // Plan() and PlanExperts() with the blocks read from the weight types of layers
+  // [first_layer, last_layer) (last_layer -1: through the last) of `files`: the worker's
+  // check at start.
   static absl::StatusOr<TpShard> ForFiles(const ModelFiles& files, int64_t first_layer, int64_t last_layer, int tp_rank,
-                                          int tp_size);
+                                          int tp_size, bool expert_parallel = false);
 };
 
 }  // namespace cascade::model

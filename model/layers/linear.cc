@@ -18,8 +18,8 @@ absl::StatusOr<Linear> Linear::LoadColumn(WeightLoader& loader, const std::strin
 }
 
 absl::StatusOr<Linear> Linear::LoadRow(WeightLoader& loader, const std::string& name, int64_t rows, int64_t cols,
-                                       IndexRange in_cols, BackendComm* group) {
-  CASCADE_ASSIGN_OR_RETURN(const kernels::PreparedWeight* w, loader.Matrix(name, rows, cols, {}, in_cols));
+                                       IndexRange in_cols, BackendComm* group, IndexRange out_rows) {
+  CASCADE_ASSIGN_OR_RETURN(const kernels::PreparedWeight* w, loader.Matrix(name, rows, cols, out_rows, in_cols));
   return Linear(loader.backend(), w, ParallelKind::kRow, group);
 }
 

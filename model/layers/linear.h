@@ -46,8 +46,9 @@ class Linear {
   // Input columns `in_cols` of weight `name` [rows, cols] (whole blocks of its type); the
   // partial sums are all-reduced over `group` (borrowed; null without TP, when the slice
   // is the whole weight).
+  // `out_rows` keeps only those rows of the stored tensor (one expert of a merged one).
   static absl::StatusOr<Linear> LoadRow(WeightLoader& loader, const std::string& name, int64_t rows, int64_t cols,
-                                        IndexRange in_cols, BackendComm* group);
+                                        IndexRange in_cols, BackendComm* group, IndexRange out_rows = {});
 
   ParallelKind kind() const { return kind_; }
   const kernels::PreparedWeight& weight() const { return *weight_; }

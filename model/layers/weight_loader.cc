@@ -37,7 +37,9 @@ absl::StatusOr<WeightLoader::Slice> WeightLoader::ReadSlice(const std::string& n
   const int64_t c0 = col_range.begin, c1 = col_range.end < 0 ? cols : col_range.end;
   const TensorInfo* info = w.FindTensor(n);
   if (info == nullptr) return absl::NotFoundError(StrCat(w.path(), ": tensor '", n, "' is missing"));
-  if (info->n_dims != 2 || info->shape[0] != rows || info->shape[1] != cols) {
+  // Read as [Rows(), Cols()]: a GGUF merged expert tensor [n_experts, rows, cols] is
+  // [n_experts * rows, cols], and a [cols] vector one row.
+  if (info->n_dims < 1 || info->Rows() != rows || info->Cols() != cols) {
     return absl::InvalidArgumentError(
         StrCat("tensor '", n, "' has shape ", info->ShapeString(), ", the config needs [", rows, ", ", cols, "]"));
   }
@@ -106,7 +108,7 @@ absl::StatusOr<const kernels::PreparedWeight*> WeightLoader::Stacked(std::span<c
   int64_t total = 0;
   for (size_t i = 0; i < names.size(); ++i) {
     const TensorInfo* a = w.FindTensor(names[i]);
-    if (a == nullptr || a->dtype != dtype || a->n_dims != 2 || a->shape[0] != rows[i] || a->shape[1] != cols) {
+    if (a == nullptr || a->dtype != dtype || a->n_dims < 2 || a->Rows() != rows[i] || a->Cols() != cols) {
       return nullptr;
     }
     kept[i] = {ranges[i].begin, ranges[i].end < 0 ? rows[i] : ranges[i].end};

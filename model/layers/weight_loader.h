@@ -47,7 +47,8 @@ class WeightLoader {
   kernels::Backend* backend() const { return backend_; }
   const WeightSource& source() const { return *source_; }
 
-  // Matrix `name` [rows, cols] in any type the backend can multiply by, cut to `row_range`
+  // Matrix `name` [rows, cols] (a stored tensor of more dimensions read as [Rows(), Cols()],
+  // e.g. a GGUF merged expert tensor) in any type the backend can multiply by, cut to `row_range`
   // and `col_range`, prepared. NotFound for a missing tensor, InvalidArgument for another
   // shape or columns that are not whole blocks, Unimplemented for a type the backend lacks.
   absl::StatusOr<const kernels::PreparedWeight*> Matrix(const std::string& name, int64_t rows, int64_t cols,

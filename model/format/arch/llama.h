@@ -33,14 +33,6 @@ enum class LlamaTensor {
   kRopeFreqs,
 };
 
-// The per-layer tensors, in load order (the others are the embedding, final norm and head).
-inline constexpr LlamaTensor kLlamaLayerTensors[] = {
-    LlamaTensor::kAttnNorm,   LlamaTensor::kAttnQ,     LlamaTensor::kAttnK,     LlamaTensor::kAttnV,
-    LlamaTensor::kAttnOutput, LlamaTensor::kAttnQBias, LlamaTensor::kAttnKBias, LlamaTensor::kAttnVBias,
-    LlamaTensor::kFfnNorm,    LlamaTensor::kFfnGate,   LlamaTensor::kFfnUp,     LlamaTensor::kFfnDown,
-    LlamaTensor::kAttnQNorm,  LlamaTensor::kAttnKNorm,
-};
-
 // The stored name of `tensor` (of `layer`, for per-layer tensors) in `format`.
 std::string LlamaTensorName(ModelFormat format, LlamaTensor tensor, int64_t layer = -1);
 

@@ -1,0 +1,210 @@
+#include "model/layers/moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <string>
+
+#include "core/status.h"
+#include "core/str_cat.h"
+#include "model/format/arch/moe.h"
+
+namespace cascade::model {
+
+using arch::MoeTensor;
+using kernels::GrowBuffer;
+
+void RouteToken(std::span<const float> logits, int64_t k, bool norm, std::span<int32_t> experts,
+                std::span<float> weights) {
+  const int64_t n = static_cast<int64_t>(logits.size());
+  // Softmax over every expert (the chosen weights are its probabilities, as transformers'
+  // MoE blocks compute them), in double so the renormalised weights lose nothing.
+  const float mx = *std::max_element(logits.begin(), logits.end());
+  double z = 0;
+  for (float v : logits) z += std::exp(static_cast<double>(v - mx));
+  // Top k by logit (the softmax is monotonic), lower id first on ties.
+  std::vector<int32_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                    [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+  double chosen = 0;
+  for (int64_t i = 0; i < k; ++i) chosen += std::exp(static_cast<double>(logits[order[i]] - mx)) / z;
+  for (int64_t i = 0; i < k; ++i) {
+    const double p = std::exp(static_cast<double>(logits[order[i]] - mx)) / z;
+    experts[i] = order[i];
+    weights[i] = static_cast<float>(norm ? p / chosen : p);
+  }
+}
+
+namespace {
+
+// One expert's (or the shared expert's) FFN columns [f0, f1): gate and up stacked, down.
+struct ExpertNames {
+  arch::ExpertMatrix gate, up, down;
+};
+
+}  // namespace
+
+absl::StatusOr<MoeBlock> MoeBlock::Load(WeightLoader& w, const ModelFiles& files, int64_t l, const TpShard& s,
+                                        BackendComm* group, bool fuse) {
+  const ModelConfig& c = files.config;
+  MoeBlock m;
+  m.backend_ = w.backend();
+  m.group_ = group;
+  m.n_embd_ = c.n_embd;
+  m.n_experts_ = c.n_experts;
+  m.top_k_ = c.n_experts_used;
+  m.norm_topk_ = c.norm_topk_prob;
+  m.expert_begin_ = s.expert_begin;
+  m.n_ff_ = s.n_ff_expert();
+  m.n_ff_shared_ = s.n_ff_shared();
+  const auto name = [&](MoeTensor t) { return arch::MoeTensorName(c, files.format, t, l); };
+  CASCADE_ASSIGN_OR_RETURN(m.router_, Linear::LoadReplicated(w, name(MoeTensor::kRouter), c.n_experts, c.n_embd));
+  // Columns [f0, f1) of an FFN whose matrices are stored at `n` (each expert's rows of a
+  // merged tensor, or a tensor of its own).
+  const auto load = [&](const ExpertNames& n, int64_t n_ff, int64_t f0, int64_t f1) -> absl::StatusOr<Expert> {
+    Expert e;
+    const std::string names[] = {n.gate.name, n.up.name};
+    const int64_t rows[] = {n.gate.stored_rows, n.up.stored_rows};
+    const IndexRange ranges[] = {{n.gate.row_begin + f0, n.gate.row_begin + f1}, {n.up.row_begin + f0, n.up.row_begin + f1}};
+    CASCADE_ASSIGN_OR_RETURN(e.gate_up, StackedLinear::LoadColumn(w, names, rows, c.n_embd, ranges, fuse));
+    CASCADE_ASSIGN_OR_RETURN(e.down, Linear::LoadRow(w, n.down.name, n.down.stored_rows, n_ff, {f0, f1}, nullptr,
+                                                     {n.down.row_begin, n.down.row_begin + c.n_embd}));
+    return e;
+  };
+  for (int64_t e = s.expert_begin; e < s.expert_end; ++e) {
+    const auto matrix = [&](MoeTensor t) { return arch::ExpertMatrixOf(c, files.format, t, l, e); };
+    const ExpertNames n{matrix(MoeTensor::kGate), matrix(MoeTensor::kUp), matrix(MoeTensor::kDown)};
+    CASCADE_ASSIGN_OR_RETURN(Expert ex, load(n, c.n_ff_expert, s.ffe_begin, s.ffe_end));
+    m.experts_.push_back(std::move(ex));
+  }
+  if (c.n_ff_shared_expert > 0) {
+    const int64_t f = c.n_ff_shared_expert;
+    const ExpertNames n{{name(MoeTensor::kSharedGate), 0, f}, {name(MoeTensor::kSharedUp), 0, f},
+                        {name(MoeTensor::kSharedDown), 0, c.n_embd}};
+    CASCADE_ASSIGN_OR_RETURN(m.shared_, load(n, f, s.ffs_begin, s.ffs_end));
+    CASCADE_ASSIGN_OR_RETURN(m.shared_router_, Linear::LoadReplicated(w, name(MoeTensor::kSharedRouter), 1, c.n_embd));
+  }
+  return m;
+}
+
+TensorView MoeBlock::View(const kernels::Buffer& b, int64_t rows, int64_t cols) const {
+  return TensorView(b.data(), DType::kF32, {rows, cols}, backend_->device());
+}
+
+absl::Status MoeBlock::Grow(MoeScratch& s, int64_t n) const {
+  kernels::Backend& b = *backend_;
+  const auto f32 = [](int64_t rows, int64_t cols) { return static_cast<size_t>(rows * cols) * sizeof(float); };
+  const int64_t grouped = n * top_k_;  // Every routed row, at most.
+  const int64_t ff = std::max(n_ff_, n_ff_shared_);
+  CASCADE_RETURN_IF_ERROR(GrowBuffer(b, s.logits, f32(n, n_experts_)));
+  CASCADE_RETURN_IF_ERROR(GrowBuffer(b, s.shared_logits, f32(n, 1)));
+  CASCADE_RETURN_IF_ERROR(GrowBuffer(b, s.x, f32(std::max(grouped, n), n_embd_)));
+  CASCADE_RETURN_IF_ERROR(GrowBuffer(b, s.gate, f32(std::max(grouped, n), ff)));
+  CASCADE_RETURN_IF_ERROR(GrowBuffer(b, s.up, f32(std::max(grouped, n), ff)));
+  CASCADE_RETURN_IF_ERROR(GrowBuffer(b, s.out, f32(std::max(grouped, n), n_embd_)));
+  if (group_ != nullptr) CASCADE_RETURN_IF_ERROR(GrowBuffer(b, s.partial, f32(n, n_embd_)));
+  return absl::OkStatus();
+}
+
+absl::Status MoeBlock::Route(const TensorView& x, int64_t n, MoeScratch& s, std::span<int64_t> load) const {
+  const TensorView logits = View(*s.logits, n, n_experts_);
+  CASCADE_RETURN_IF_ERROR(router_.Forward(logits, x));
+  s.host_logits.resize(static_cast<size_t>(n * n_experts_));
+  CASCADE_RETURN_IF_ERROR(backend_->CopyOut(s.host_logits.data(), logits.data, s.host_logits.size() * sizeof(float)));
+  // Route every token, then list the held experts' rows expert by expert.
+  const int64_t k = top_k_;
+  std::vector<int32_t> chosen(static_cast<size_t>(n * k));
+  std::vector<float> weights(static_cast<size_t>(n * k));
+  for (int64_t t = 0; t < n; ++t) {
+    RouteToken(std::span<const float>(s.host_logits).subspan(t * n_experts_, n_experts_), k, norm_topk_,
+               std::span(chosen).subspan(t * k, k), std::span(weights).subspan(t * k, k));
+  }
+  const int64_t held = static_cast<int64_t>(experts_.size());
+  s.expert_rows.assign(held + 1, 0);
+  for (int64_t i = 0; i < n * k; ++i) {
+    if (!load.empty()) ++load[chosen[i]];
+    const int64_t e = chosen[i] - expert_begin_;
+    if (e >= 0 && e < held) ++s.expert_rows[e + 1];
+  }
+  std::partial_sum(s.expert_rows.begin(), s.expert_rows.end(), s.expert_rows.begin());
+  s.token_of_row.resize(s.expert_rows[held]);
+  s.weight_of_row.resize(s.expert_rows[held]);
+  std::vector<int64_t> next(s.expert_rows.begin(), s.expert_rows.end() - 1);
+  for (int64_t i = 0; i < n * k; ++i) {
+    const int64_t e = chosen[i] - expert_begin_;
+    if (e < 0 || e >= held) continue;
+    s.token_of_row[next[e]] = static_cast<int32_t>(i / k);
+    s.weight_of_row[next[e]++] = weights[i];
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MoeBlock::RunExperts(TensorView acc, const TensorView& x, MoeScratch& s) const {
+  const int64_t rows = static_cast<int64_t>(s.token_of_row.size());
+  if (rows == 0) return absl::OkStatus();
+  kernels::Backend& b = *backend_;
+  // Gather each held expert's tokens into one block of rows (x read as an f32 table).
+  const TensorView gathered = View(*s.x, rows, n_embd_);
+  CASCADE_RETURN_IF_ERROR(b.Embedding(gathered, x, s.token_of_row));
+  const TensorView out = View(*s.out, rows, n_embd_);
+  for (size_t e = 0; e < experts_.size(); ++e) {
+    const int64_t r0 = s.expert_rows[e], r1 = s.expert_rows[e + 1];
+    if (r0 == r1) continue;
+    const auto slice = [&](const kernels::Buffer& buf, int64_t cols) {
+      return TensorView(static_cast<float*>(buf.data()) + r0 * cols, DType::kF32, {r1 - r0, cols}, b.device());
+    };
+    const TensorView gate = slice(*s.gate, n_ff_), up = slice(*s.up, n_ff_);
+    const TensorView gate_up[] = {gate, up};
+    CASCADE_RETURN_IF_ERROR(experts_[e].gate_up.Forward(gate_up, slice(*s.x, n_embd_), {}));
+    CASCADE_RETURN_IF_ERROR(b.SiluMul(gate, gate, up));
+    CASCADE_RETURN_IF_ERROR(experts_[e].down.Forward(slice(*s.out, n_embd_), gate));
+  }
+  return b.AddScaledRows(acc, out, s.token_of_row, s.weight_of_row);
+}
+
+absl::Status MoeBlock::RunShared(TensorView acc, const TensorView& x, MoeScratch& s) const {
+  kernels::Backend& b = *backend_;
+  const int64_t n = x.Rows();
+  const TensorView g = View(*s.shared_logits, n, 1);
+  CASCADE_RETURN_IF_ERROR(shared_router_.Forward(g, x));
+  s.host_shared.resize(n);
+  CASCADE_RETURN_IF_ERROR(b.CopyOut(s.host_shared.data(), g.data, static_cast<size_t>(n) * sizeof(float)));
+  for (float& v : s.host_shared) v = 1.0f / (1.0f + std::exp(-v));
+  const TensorView gate = View(*s.gate, n, n_ff_shared_), up = View(*s.up, n, n_ff_shared_);
+  const TensorView gate_up[] = {gate, up};
+  CASCADE_RETURN_IF_ERROR(shared_.gate_up.Forward(gate_up, x, {}));
+  CASCADE_RETURN_IF_ERROR(b.SiluMul(gate, gate, up));
+  const TensorView out = View(*s.out, n, n_embd_);
+  CASCADE_RETURN_IF_ERROR(shared_.down.Forward(out, gate));
+  s.all_rows.resize(n);
+  std::iota(s.all_rows.begin(), s.all_rows.end(), 0);
+  return b.AddScaledRows(acc, out, s.all_rows, s.host_shared);
+}
+
+absl::Status MoeBlock::Forward(TensorView hidden, const TensorView& x, MoeScratch& s, std::span<int64_t> load) const {
+  const int64_t n = x.Rows();
+  if (x.Cols() != n_embd_ || hidden.Rows() != n || hidden.Cols() != n_embd_) {
+    return absl::InvalidArgumentError(StrCat("moe: x ", x.ShapeString(), ", hidden ", hidden.ShapeString()));
+  }
+  if (!load.empty() && static_cast<int64_t>(load.size()) != n_experts_) {
+    return absl::InvalidArgumentError(StrCat("moe: load counts for ", load.size(), " of ", n_experts_, " experts"));
+  }
+  CASCADE_RETURN_IF_ERROR(Grow(s, n));
+  CASCADE_RETURN_IF_ERROR(Route(x, n, s, load));
+  // Without TP the experts add straight into the residual stream; with TP into a zeroed
+  // partial sum that the group reduces before it joins the residual.
+  TensorView acc = hidden;
+  if (group_ != nullptr) {
+    acc = View(*s.partial, n, n_embd_);
+    s.zeros.resize(static_cast<size_t>(n * n_embd_), 0.0f);
+    CASCADE_RETURN_IF_ERROR(backend_->CopyIn(acc.data, s.zeros.data(), static_cast<size_t>(n * n_embd_) * sizeof(float)));
+  }
+  CASCADE_RETURN_IF_ERROR(RunExperts(acc, x, s));
+  if (n_ff_shared_ > 0) CASCADE_RETURN_IF_ERROR(RunShared(acc, x, s));
+  if (group_ == nullptr) return absl::OkStatus();
+  CASCADE_RETURN_IF_ERROR(group_->AllReduceSum(acc.As<float>(), static_cast<size_t>(acc.NumElements())));
+  return backend_->AddInPlace(hidden, acc);
+}
+
+}  // namespace cascade::model

@@ -1,0 +1,97 @@
+// The mixture-of-experts FFN of one layer (Mixtral, Qwen2-MoE, Qwen3-MoE), beside the dense
+// MLP (docs/ARCHITECTURE.md §4):
+//
+//  1. Router: logits [n, n_experts] = x * router^T (replicated on every rank, so every rank
+//     routes alike), read back to the host; per token the softmax over all experts, the
+//     top n_experts_used, their probabilities renormalised to sum 1 when the family does
+//     (ModelConfig::norm_topk_prob).
+//  2. Tokens grouped by expert: the rows of x for each held expert are gathered into one
+//     contiguous block (one Embedding gather over x as an f32 table), so each active expert
+//     runs one stacked gate/up matmul and one down matmul over its tokens: a grouped GEMM
+//     for prefill, k GEMVs for a decode token. Experts no token chose cost nothing.
+//  3. One weighted scatter (Backend::AddScaledRows) adds every expert row back into its
+//     token's row, scaled by its routing weight; Qwen2-MoE's shared expert adds its output
+//     scaled by sigmoid(shared gate) the same way.
+//
+// Tensor parallelism (TpShard): with expert parallelism a rank holds whole experts
+// [expert_begin, expert_end) and computes only the routed tokens of those; otherwise it
+// holds every expert's FFN columns [ffe_begin, ffe_end). Either way a rank's output is a
+// partial sum, all-reduced once per layer over the group (the existing collective).
+//
+// Weights are borrowed from the WeightLoader, the backend and group from the model.
+// Thread-safety: single owner (the device thread); Forward is a collective over the group.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/tensor.h"
+#include "kernels/ops.h"
+#include "model/backend_comm.h"
+#include "model/format/model_files.h"
+#include "model/format/tp_shard.h"
+#include "model/layers/linear.h"
+#include "model/layers/weight_loader.h"
+
+namespace cascade::model {
+
+// Workspaces of MoeBlock::Forward, shared by every MoE layer of a stage and grown to the
+// largest batch seen.
+struct MoeScratch {
+  std::unique_ptr<kernels::Buffer> logits, shared_logits;  // Router outputs (backend memory).
+  std::unique_ptr<kernels::Buffer> x, gate, up, out;       // Grouped rows (backend memory).
+  std::unique_ptr<kernels::Buffer> partial;                // The rank's partial sum under TP.
+  std::vector<float> host_logits, host_shared, zeros;
+  std::vector<int32_t> token_of_row;  // Grouped row -> token.
+  std::vector<float> weight_of_row;   // Grouped row -> routing weight.
+  std::vector<int64_t> expert_rows;   // Held expert -> its first grouped row (+ end).
+  std::vector<int32_t> all_rows;      // 0..n-1 (the shared expert's scatter).
+};
+
+// The top `k` experts of one token's router logits [n_experts] and their weights: the
+// softmax probabilities over all experts, renormalised over the chosen k when `norm`.
+// Ties go to the lower expert id. `experts` and `weights` receive k entries each.
+void RouteToken(std::span<const float> logits, int64_t k, bool norm, std::span<int32_t> experts,
+                std::span<float> weights);
+
+class MoeBlock {
+ public:
+  MoeBlock() = default;
+  // Layer `layer`'s router, this rank's experts (or expert columns) and shared expert.
+  // NotFound / InvalidArgument naming a missing or misshapen tensor.
+  static absl::StatusOr<MoeBlock> Load(WeightLoader& loader, const ModelFiles& files, int64_t layer,
+                                       const TpShard& shard, BackendComm* group, bool fuse);
+
+  // hidden [n, n_embd] += the FFN's output for x [n, n_embd] (the normed hidden state),
+  // complete on every rank of the group. `load` [n_experts] gains, per expert, the number
+  // of tokens routed to it (every expert's, held here or not).
+  absl::Status Forward(TensorView hidden, const TensorView& x, MoeScratch& scratch, std::span<int64_t> load) const;
+
+ private:
+  struct Expert {
+    StackedLinear gate_up;  // This rank's columns of the expert's gate and up.
+    Linear down;            // The same columns of down: a partial sum, reduced by the block.
+  };
+  // Routes every token and groups the rows of held experts (scratch's host vectors).
+  absl::Status Route(const TensorView& x, int64_t n, MoeScratch& s, std::span<int64_t> load) const;
+  // Runs the held experts over their grouped rows and scatters them into `acc`.
+  absl::Status RunExperts(TensorView acc, const TensorView& x, MoeScratch& s) const;
+  // Qwen2-MoE: acc += sigmoid(shared gate) * shared expert(x).
+  absl::Status RunShared(TensorView acc, const TensorView& x, MoeScratch& s) const;
+  absl::Status Grow(MoeScratch& s, int64_t n) const;
+  TensorView View(const kernels::Buffer& b, int64_t rows, int64_t cols) const;
+
+  kernels::Backend* backend_ = nullptr;  // Borrowed.
+  BackendComm* group_ = nullptr;         // Borrowed; null without TP.
+  int64_t n_embd_ = 0, n_experts_ = 0, top_k_ = 0, expert_begin_ = 0, n_ff_ = 0, n_ff_shared_ = 0;
+  bool norm_topk_ = false;
+  Linear router_;
+  std::vector<Expert> experts_;  // Held experts, from expert_begin_.
+  Linear shared_router_;         // [1, n_embd]; with a shared expert only.
+  Expert shared_;
+};
+
+}  // namespace cascade::model
