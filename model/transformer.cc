@@ -17,11 +17,11 @@ using kernels::RopeStyle;
 
 struct Transformer::Layer {
   TensorView attn_norm, bq, bk, bv, ffn_norm;
-  TensorView q_norm, k_norm;  // Qwen3: [head_dim], over each head of Q and K; empty otherwise.
-  StackedLinear qkv;          // Column-parallel: this rank's Q, K and V heads.
-  Linear o;                   // Row-parallel: the O columns of this rank's query heads.
-  StackedLinear gate_up;      // Column-parallel: FFN columns [ff_begin, ff_end).
-  Linear down;                // Row-parallel: the same columns of down.
+  TensorView q_norm, k_norm;      // Qwen3: [head_dim], over each head of Q and K; empty otherwise.
+  StackedLinear qkv;              // Column-parallel: this rank's Q, K and V heads.
+  Linear o;                       // Row-parallel: the O columns of this rank's query heads.
+  StackedLinear gate_up;          // Column-parallel: FFN columns [ff_begin, ff_end).
+  Linear down;                    // Row-parallel: the same columns of down.
   std::unique_ptr<MoeBlock> moe;  // A MoE layer's FFN (then gate_up and down are empty).
   int64_t moe_index = -1;         // Its place in moe_layers_.
 };
@@ -99,9 +99,8 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Load(const ModelFiles&
     t->tp_comm_ = tp_comm;
     CASCADE_ASSIGN_OR_RETURN(t->tp_, BackendComm::Create(backend, tp_comm));
   }
-  CASCADE_ASSIGN_OR_RETURN(t->shard_,
-                           TpShard::ForFiles(files, t->first_layer_, t->last_layer_, options.tp_rank, options.tp_size,
-                                             options.expert_parallel));
+  CASCADE_ASSIGN_OR_RETURN(t->shard_, TpShard::ForFiles(files, t->first_layer_, t->last_layer_, options.tp_rank,
+                                                        options.tp_size, options.expert_parallel));
   CASCADE_ASSIGN_OR_RETURN(t->inv_freq_, RopeInvFreq(t->config_));
   CASCADE_RETURN_IF_ERROR(Annotate(ApplyRopeFreqFactors(files, t->inv_freq_), StrCat("loading ", files.path)));
   t->rope_.style =

@@ -105,14 +105,20 @@ std::vector<float> Llama3RopeFreqFactors(const Llama3RopeScaling& r, int64_t hea
 template <typename Random>
 void AddExperts(const RandomModelSpec& s, int64_t l, DType t, Random& random, std::vector<Tensor>& out) {
   const bool mixtral = s.moe == MoeFamily::kMixtral;
-  const std::string g = StrCat("blk.", l, "."), h = StrCat("model.layers.", l, mixtral ? ".block_sparse_moe." : ".mlp.");
+  const std::string g = StrCat("blk.", l, "."),
+                    h = StrCat("model.layers.", l, mixtral ? ".block_sparse_moe." : ".mlp.");
   const int64_t E = s.n_experts, ff = s.n_ff_expert, d = s.n_embd;
   std::vector<float> router = random(E * d, 1.0f / std::sqrt(float(d)));
   if (s.hot_expert >= 0) router[s.hot_expert * d] = 5.0f;
   out.push_back({g + "ffn_gate_inp.weight", h + "gate.weight", DType::kF32, {E, d}, std::move(router)});
   const auto experts = [&](const char* gguf, const char* hf, int64_t rows, int64_t cols) {
-    out.push_back({g + gguf, h + "experts.{e}." + hf, t, {E, rows, cols},
-                   random(E * rows * cols, 1.0f / std::sqrt(float(cols))), 0, E});
+    out.push_back({g + gguf,
+                   h + "experts.{e}." + hf,
+                   t,
+                   {E, rows, cols},
+                   random(E * rows * cols, 1.0f / std::sqrt(float(cols))),
+                   0,
+                   E});
   };
   experts("ffn_gate_exps.weight", mixtral ? "w1.weight" : "gate_proj.weight", ff, d);
   experts("ffn_up_exps.weight", mixtral ? "w3.weight" : "up_proj.weight", ff, d);
@@ -125,8 +131,14 @@ void AddExperts(const RandomModelSpec& s, int64_t l, DType t, Random& random, st
   mat("ffn_gate_shexp.weight", "shared_expert.gate_proj.weight", sh, d);
   mat("ffn_up_shexp.weight", "shared_expert.up_proj.weight", sh, d);
   mat("ffn_down_shexp.weight", "shared_expert.down_proj.weight", d, sh);
-  out.push_back({g + "ffn_gate_inp_shexp.weight", h + "shared_expert_gate.weight", DType::kF32, {d},
-                 random(d, 1.0f / std::sqrt(float(d))), 0, 0, {1, d}});
+  out.push_back({g + "ffn_gate_inp_shexp.weight",
+                 h + "shared_expert_gate.weight",
+                 DType::kF32,
+                 {d},
+                 random(d, 1.0f / std::sqrt(float(d))),
+                 0,
+                 0,
+                 {1, d}});
 }
 
 // Every tensor, drawn in one fixed order from the spec's seed.
@@ -245,8 +257,7 @@ void WriteRandomModel(const RandomModelSpec& s, const std::string& path) {
   w.SetU32(arch + ".attention.head_count", static_cast<uint32_t>(s.n_heads));
   w.SetU32(arch + ".attention.head_count_kv", static_cast<uint32_t>(s.n_kv_heads));
   CASCADE_CHECK(s.mlp_only_layers.empty()) << "llama.cpp's MoE models have no dense layers";
-  w.SetU32(arch + ".feed_forward_length",
-           static_cast<uint32_t>(s.moe == MoeFamily::kMixtral ? s.n_ff_expert : s.n_ff));
+  w.SetU32(arch + ".feed_forward_length", static_cast<uint32_t>(s.moe == MoeFamily::kMixtral ? s.n_ff_expert : s.n_ff));
   if (s.moe != MoeFamily::kNone) {
     w.SetU32(arch + ".expert_count", static_cast<uint32_t>(s.n_experts));
     w.SetU32(arch + ".expert_used_count", static_cast<uint32_t>(s.n_experts_used));

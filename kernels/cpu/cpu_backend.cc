@@ -191,9 +191,8 @@ class CpuBackend final : public Backend {
       columns(0, d);
       return absl::OkStatus();
     }
-    pool_->ParallelFor((d + kChunk - 1) / kChunk, [&](int64_t b, int64_t e, int) {
-      columns(b * kChunk, std::min(d, e * kChunk));
-    });
+    pool_->ParallelFor((d + kChunk - 1) / kChunk,
+                       [&](int64_t b, int64_t e, int) { columns(b * kChunk, std::min(d, e * kChunk)); });
     return absl::OkStatus();
   }
 

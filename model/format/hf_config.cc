@@ -171,7 +171,8 @@ absl::Status ParseExperts(const HfKeys& keys, const Json& root, ModelConfig& c) 
     if (!only->is_array()) return keys.Bad("mlp_only_layers", *only, "expected a list of layer indices");
     for (const Json& l : *only) {
       if (!l.is_number_integer() || l.get<int64_t>() < 0 || l.get<int64_t>() >= c.n_layers) {
-        return keys.Bad("mlp_only_layers", *only, cascade::StrCat("every entry must be a layer in [0, ", c.n_layers, ")"));
+        return keys.Bad("mlp_only_layers", *only,
+                        cascade::StrCat("every entry must be a layer in [0, ", c.n_layers, ")"));
       }
       c.mlp_only_layers.push_back(l.get<int64_t>());
     }
@@ -198,10 +199,11 @@ absl::StatusOr<ModelConfig> ModelConfigFromHfJson(std::string_view json_text, co
   ModelConfig c;
   CASCADE_ASSIGN_OR_RETURN(c.arch, keys.String("model_type"));
   static constexpr std::string_view kTypes[] = {"llama", "mistral",   "mixtral",  "qwen2",
-                                                 "qwen3", "qwen2_moe", "qwen3_moe"};
+                                                "qwen3", "qwen2_moe", "qwen3_moe"};
   if (std::find(std::begin(kTypes), std::end(kTypes), c.arch) == std::end(kTypes)) {
-    return absl::UnimplementedError(cascade::StrCat(
-        source, ": model_type '", c.arch, "' is not supported (llama, mistral, mixtral, qwen2, qwen3, qwen2_moe, qwen3_moe)"));
+    return absl::UnimplementedError(
+        cascade::StrCat(source, ": model_type '", c.arch,
+                        "' is not supported (llama, mistral, mixtral, qwen2, qwen3, qwen2_moe, qwen3_moe)"));
   }
   if (const Json* n = keys.Find("_name_or_path"); n != nullptr && n->is_string()) {
     c.name = n->get<std::string>();

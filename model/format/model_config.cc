@@ -78,7 +78,8 @@ std::string ModelConfig::ToString() const {
   if (n_experts > 0) {
     absl::StrAppendFormat(&s, "experts         %d, top %d, expert FFN %d%s\n", n_experts, n_experts_used, n_ff_expert,
                           norm_topk_prob ? ", top-k renormalised" : "");
-    if (n_ff_shared_expert > 0) absl::StrAppendFormat(&s, "shared expert   FFN %d (sigmoid gate)\n", n_ff_shared_expert);
+    if (n_ff_shared_expert > 0)
+      absl::StrAppendFormat(&s, "shared expert   FFN %d (sigmoid gate)\n", n_ff_shared_expert);
     int64_t moe_layers = 0;
     for (int64_t l = 0; l < n_layers; ++l) moe_layers += IsMoeLayer(l) ? 1 : 0;
     absl::StrAppendFormat(&s, "moe layers      %d of %d\n", moe_layers, n_layers);

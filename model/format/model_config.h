@@ -25,7 +25,7 @@ struct ModelConfig {
   // "qwen2moe", "qwen3moe"; config.json's "llama", "mistral", "mixtral", "qwen2", "qwen3",
   // "qwen2_moe", "qwen3_moe".
   std::string arch = "llama";
-  std::string name;            // general.name, or the directory name.
+  std::string name;  // general.name, or the directory name.
   int64_t n_layers = 0;
   int64_t n_embd = 0;  // Hidden size.
   int64_t n_heads = 0;

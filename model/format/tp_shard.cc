@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "core/str_cat.h"
 #include "core/status.h"
+#include "core/str_cat.h"
 #include "model/format/arch/llama.h"
 #include "model/format/arch/moe.h"
 #include "model/format/model_files.h"
@@ -23,7 +23,8 @@ std::pair<int64_t, int64_t> EvenSplit(int64_t n, int64_t parts, int64_t i) {
 absl::StatusOr<std::pair<int64_t, int64_t>> BlockSplit(int64_t n, int64_t block, int parts, int rank,
                                                        std::string_view what) {
   if (n % block != 0) {
-    return absl::InvalidArgumentError(StrCat("tensor parallel: ", what, " size ", n, " is not whole blocks of ", block));
+    return absl::InvalidArgumentError(
+        StrCat("tensor parallel: ", what, " size ", n, " is not whole blocks of ", block));
   }
   if (n / block < parts) {
     return absl::InvalidArgumentError(

@@ -66,7 +66,8 @@ absl::StatusOr<MoeBlock> MoeBlock::Load(WeightLoader& w, const ModelFiles& files
     Expert e;
     const std::string names[] = {n.gate.name, n.up.name};
     const int64_t rows[] = {n.gate.stored_rows, n.up.stored_rows};
-    const IndexRange ranges[] = {{n.gate.row_begin + f0, n.gate.row_begin + f1}, {n.up.row_begin + f0, n.up.row_begin + f1}};
+    const IndexRange ranges[] = {{n.gate.row_begin + f0, n.gate.row_begin + f1},
+                                 {n.up.row_begin + f0, n.up.row_begin + f1}};
     CASCADE_ASSIGN_OR_RETURN(e.gate_up, StackedLinear::LoadColumn(w, names, rows, c.n_embd, ranges, fuse));
     CASCADE_ASSIGN_OR_RETURN(e.down, Linear::LoadRow(w, n.down.name, n.down.stored_rows, n_ff, {f0, f1}, nullptr,
                                                      {n.down.row_begin, n.down.row_begin + c.n_embd}));
@@ -80,7 +81,8 @@ absl::StatusOr<MoeBlock> MoeBlock::Load(WeightLoader& w, const ModelFiles& files
   }
   if (c.n_ff_shared_expert > 0) {
     const int64_t f = c.n_ff_shared_expert;
-    const ExpertNames n{{name(MoeTensor::kSharedGate), 0, f}, {name(MoeTensor::kSharedUp), 0, f},
+    const ExpertNames n{{name(MoeTensor::kSharedGate), 0, f},
+                        {name(MoeTensor::kSharedUp), 0, f},
                         {name(MoeTensor::kSharedDown), 0, c.n_embd}};
     CASCADE_ASSIGN_OR_RETURN(m.shared_, load(n, f, s.ffs_begin, s.ffs_end));
     CASCADE_ASSIGN_OR_RETURN(m.shared_router_, Linear::LoadReplicated(w, name(MoeTensor::kSharedRouter), 1, c.n_embd));
@@ -198,7 +200,8 @@ absl::Status MoeBlock::Forward(TensorView hidden, const TensorView& x, MoeScratc
   if (group_ != nullptr) {
     acc = View(*s.partial, n, n_embd_);
     s.zeros.resize(static_cast<size_t>(n * n_embd_), 0.0f);
-    CASCADE_RETURN_IF_ERROR(backend_->CopyIn(acc.data, s.zeros.data(), static_cast<size_t>(n * n_embd_) * sizeof(float)));
+    CASCADE_RETURN_IF_ERROR(
+        backend_->CopyIn(acc.data, s.zeros.data(), static_cast<size_t>(n * n_embd_) * sizeof(float)));
   }
   CASCADE_RETURN_IF_ERROR(RunExperts(acc, x, s));
   if (n_ff_shared_ > 0) CASCADE_RETURN_IF_ERROR(RunShared(acc, x, s));

@@ -144,8 +144,8 @@ TEST_P(MoeModelTest, MatchesNaiveDoubleForwardFromBothFormats) {
     WorstRelL2(ref_logits, RefForward(LoadRef(*gguf, std::nullopt, routing), ids), 1e-6);
     gguf_err = WorstRelL2(ref_logits, CascadeLogits(*gguf, ids, tc.threads), tc.bound);
   }
-  std::printf("[ info ] %s: worst relative L2 logit error HF %.3g, GGUF %.3g (bound %.3g)\n", tc.name, hf_err,
-              gguf_err, tc.bound);
+  std::printf("[ info ] %s: worst relative L2 logit error HF %.3g, GGUF %.3g (bound %.3g)\n", tc.name, hf_err, gguf_err,
+              tc.bound);
 
   // 32 greedy tokens from each format, each the reference's argmax.
   const std::vector<int32_t> prompt(ids.begin(), ids.begin() + 7);

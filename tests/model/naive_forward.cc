@@ -197,8 +197,8 @@ std::vector<double> Ffn(const Mat& gate, const Mat& up, const Mat& down, const s
 // probability; the lower id first on ties), renormalised when the family does, each chosen
 // expert's FFN weighted by its probability; plus Qwen2-MoE's shared expert scaled by
 // sigmoid(shared_expert_gate(x)).
-std::vector<double> MoeFfn(const RefModel::Layer& L, const RefRouting& r, const std::vector<double>& x,
-                           int64_t n_embd, std::vector<int64_t>* load) {
+std::vector<double> MoeFfn(const RefModel::Layer& L, const RefRouting& r, const std::vector<double>& x, int64_t n_embd,
+                           std::vector<int64_t>* load) {
   const int64_t n_experts = static_cast<int64_t>(L.exp_gate.size());
   const auto logits = MatVec(L.router, x, n_experts);
   const double mx = *std::max_element(logits.begin(), logits.end());
