@@ -53,8 +53,11 @@ std::string UniqueGroup() {
 }
 
 // One trace per rank of a TP group of `tp` threads.
+// `weight_bytes` (optional) receives each rank's.
 std::vector<absl::StatusOr<Trace>> RunTp(const ModelFiles& files, int tp, const std::vector<int32_t>& prompt,
-                                         int n_decode, Memory memory = Memory::kHost, bool fuse = true) {
+                                         int n_decode, Memory memory = Memory::kHost, bool fuse = true,
+                                         bool expert_parallel = false, std::vector<int64_t>* weight_bytes = nullptr) {
+  if (weight_bytes != nullptr) weight_bytes->assign(tp, 0);
   comm::InProcessRendezvous rendezvous;
   const std::string group = UniqueGroup();
   std::vector<absl::StatusOr<Trace>> traces(tp, absl::UnknownError("not run"));
@@ -72,8 +75,11 @@ std::vector<absl::StatusOr<Trace>> RunTp(const ModelFiles& files, int tp, const 
         auto backend = MakeBackend(memory);
         CASCADE_ASSIGN_OR_RETURN(
             std::unique_ptr<Transformer> t,
-            Transformer::Load(files, backend.get(), {.tp_rank = r, .tp_size = tp, .fuse_projections = fuse},
-                              comm.get()));
+            Transformer::Load(
+                files, backend.get(),
+                {.tp_rank = r, .tp_size = tp, .fuse_projections = fuse, .expert_parallel = expert_parallel},
+                comm.get()));
+        if (weight_bytes != nullptr) (*weight_bytes)[r] = t->weight_bytes();
         if (t->tp_shard().tp_rank != r || t->CacheOptions(4, 16).n_kv_heads != t->tp_shard().n_kv_heads()) {
           return absl::InternalError("shard does not match the rank");
         }
@@ -87,12 +93,14 @@ std::vector<absl::StatusOr<Trace>> RunTp(const ModelFiles& files, int tp, const 
 
 // TP=tp against TP=1: every rank's every step within `bound` relative L2, every greedy id
 // equal, and all ranks bit-identical (they gather the same logits).
-void ExpectParity(const ModelFiles& files, int tp, double bound, int n_prompt = 20, int n_decode = 3) {
-  SCOPED_TRACE(::testing::Message() << files.path << " at TP=" << tp);
+void ExpectParity(const ModelFiles& files, int tp, double bound, int n_prompt = 20, int n_decode = 3,
+                  bool expert_parallel = false, std::vector<int64_t>* weight_bytes = nullptr) {
+  SCOPED_TRACE(::testing::Message() << files.path << " at TP=" << tp << (expert_parallel ? " EP" : ""));
   const std::vector<int32_t> prompt = Prompt(n_prompt, files.config.n_vocab);
   absl::StatusOr<Trace> ref = RunSingle(files, prompt, n_decode);
   ASSERT_TRUE(ref.ok()) << ref.status();
-  std::vector<absl::StatusOr<Trace>> got = RunTp(files, tp, prompt, n_decode);
+  std::vector<absl::StatusOr<Trace>> got =
+      RunTp(files, tp, prompt, n_decode, Memory::kHost, true, expert_parallel, weight_bytes);
   double worst = 0;
   for (int r = 0; r < tp; ++r) {
     ASSERT_TRUE(got[r].ok()) << "rank " << r << ": " << got[r].status();
@@ -142,6 +150,33 @@ INSTANTIATE_TEST_SUITE_P(Types, TpRandomModelTest,
                                            RandomCase{DType::kQ8_0, false, false, 1e-3},
                                            RandomCase{DType::kQ4_1, true, false, 1e-3},
                                            RandomCase{DType::kF32, false, false, 1e-4, true}));
+
+// MoE layers under TP, experts sharded whole over the group (EP: 8 experts as 4 + 4 or
+// 3 + 3 + 2) or every expert's FFN columns sliced: the logits of TP=1 and its greedy ids.
+// Each rank reads only what it holds: EP swaps the slices of every expert for whole experts
+// of its own, so its weight bytes differ from the sliced rank's by exactly
+// layers * 3 matrices * (held experts * n_ff_expert - n_experts * its columns) * n_embd * 4.
+TEST(TpTransformerTest, MoeExpertAndTensorParallelMatchSingleRank) {
+  for (const testing::MoeFamily family :
+       {testing::MoeFamily::kQwen3Moe, testing::MoeFamily::kMixtral, testing::MoeFamily::kQwen2Moe}) {
+    testing::TempDir dir;
+    const std::string path = dir.path() + "/model.gguf";
+    const testing::RandomModelSpec spec{.n_layers = 2, .moe = family, .n_experts = 8, .n_ff_expert = 128};
+    testing::WriteRandomModel(spec, path);
+    auto files = OpenModelFiles(path);
+    ASSERT_TRUE(files.ok()) << files.status();
+    for (int tp : {2, 3}) {
+      std::vector<int64_t> sliced, ep;
+      ExpectParity(*files, tp, 1e-4, 20, 3, false, &sliced);
+      ExpectParity(*files, tp, 1e-4, 20, 3, true, &ep);
+      for (int r = 0; r < tp; ++r) {
+        const int64_t held = 8 / tp + (r < 8 % tp ? 1 : 0), cols = 128 / tp + (r < 128 % tp ? 1 : 0);
+        const int64_t delta = spec.n_layers * 3 * (held * 128 - 8 * cols) * spec.n_embd * 4;
+        EXPECT_EQ(ep[r] - sliced[r], delta) << "TP=" << tp << " rank " << r;
+      }
+    }
+  }
+}
 
 TEST(TpTransformerTest, Stories260kMatchesSingleRank) {
   CASCADE_REQUIRE_FILE(path, testing::TestDataPath("models/stories260K.gguf"));
