@@ -67,7 +67,8 @@ absl::StatusOr<std::vector<int64_t>> StageKvHeads(const ClusterConfig& config, c
   for (const StagePlan& s : plan.stages) {
     int64_t most = 0;
     for (int r = 0; r < config.parallel.tensor; ++r) {
-      auto shard = model::TpShard::ForFiles(files, s.first_layer, s.last_layer, r, config.parallel.tensor);
+      auto shard = model::TpShard::ForFiles(files, s.first_layer, s.last_layer, r, config.parallel.tensor,
+                                            config.parallel.expert);
       if (!shard.ok()) return Annotate(shard.status(), "parallel.tensor");
       most = std::max(most, shard->n_kv_heads());
     }
@@ -127,6 +128,7 @@ void CopyOptions(const ClusterConfig& config, const ServedModels& models, Servin
   co.gpu_memory_fraction = config.scheduler.gpu_memory_fraction;
   co.max_batched_tokens = config.scheduler.max_batched_tokens;
   co.pp_nccl = config.transport.activations == ActivationTransport::kNccl;
+  co.expert_parallel = config.parallel.expert;
   if (models.draft_layers > 0) {
     co.draft = true;
     co.draft_model_path = draft.kind == DraftKind::kModel ? draft.model_path : config.model.path;

@@ -1,5 +1,7 @@
 #include "coordinator/cluster.h"
 
+#include <algorithm>
+
 #include "coordinator/kv_budget.h"
 
 #include "core/logging.h"
@@ -9,6 +11,16 @@
 #include "proto/grpc_status.h"
 
 namespace cascade::coordinator {
+namespace {
+
+// The busiest expert's tokens over the mean (1 = perfectly balanced; 0 before any token).
+double MaxMeanRatio(const std::vector<int64_t>& tokens) {
+  int64_t sum = 0, max = 0;
+  for (int64_t t : tokens) sum += t, max = std::max(max, t);
+  return sum == 0 ? 0.0 : static_cast<double>(max) * static_cast<double>(tokens.size()) / static_cast<double>(sum);
+}
+
+}  // namespace
 
 std::string_view WorkerStateName(WorkerState s) {
   switch (s) {
@@ -302,6 +314,7 @@ absl::Status Cluster::LoadOne(int i, const std::string& group) {
   req.set_tp_rank(draft ? 0 : tp_rank);
   req.set_tp_size(draft ? 1 : tp_size());
   req.set_draft(draft);
+  req.set_expert_parallel(!draft && options_.expert_parallel);
   if (!draft) {
     req.set_tp_transport(tp_transport);
     req.set_pp_transport(options_.pp_nccl ? v1::TRANSPORT_NCCL : v1::TRANSPORT_UCX);
@@ -332,6 +345,8 @@ absl::Status Cluster::LoadOne(int i, const std::string& group) {
   absl::MutexLock lock(&mu_);
   slots_[i]->stage.weight_bytes = p.weight_bytes();  // This worker's share.
   slots_[i]->kv_bytes = p.kv_bytes();
+  slots_[i]->expert_begin = p.expert_begin();
+  slots_[i]->expert_end = p.expert_end();
   return absl::OkStatus();
 }
 
@@ -353,8 +368,13 @@ void Cluster::ReadResults(int i) {
       error = r.error();
       break;
     }
-    if (!last) continue;
     absl::MutexLock lock(&mu_);
+    for (const v1::LayerExpertTokens& layer : r.expert_tokens()) {
+      std::vector<int64_t>& total = expert_tokens_[layer.layer()];
+      total.resize(std::max<size_t>(total.size(), layer.tokens_size()), 0);
+      for (int e = 0; e < layer.tokens_size(); ++e) total[e] += layer.tokens(e);
+    }
+    if (!last) continue;
     results_.push_back(r);
   }
   const grpc::Status s = stream->Finish();
@@ -478,6 +498,9 @@ void Cluster::FillStatus(v1::ClusterStatus* st) const {
     out->set_weight_bytes(s->stage.weight_bytes);
     out->set_kv_bytes(s->kv_bytes);
     out->set_draft(s->draft);
+    out->set_expert_begin(s->expert_begin);
+    out->set_expert_end(s->expert_end);
+    out->set_expert_parallel(options_.expert_parallel && !s->draft);
     ready = ready && s->state == WorkerState::kReady;
     dead = dead || s->state == WorkerState::kDead;
   }
@@ -487,6 +510,19 @@ void Cluster::FillStatus(v1::ClusterStatus* st) const {
                         : dead ? v1::CLUSTER_STATE_DEGRADED
                                : v1::CLUSTER_STATE_STARTING);
   if (dead) st->set_detail(DeadDescription());
+  for (const auto& [layer, tokens] : expert_tokens_) {
+    v1::ExpertLoad* load = st->add_expert_load();
+    load->set_layer(layer);
+    load->mutable_tokens()->Add(tokens.begin(), tokens.end());
+    load->set_max_mean_ratio(MaxMeanRatio(tokens));
+  }
+}
+
+double Cluster::ExpertLoadMaxMean() const {
+  absl::MutexLock lock(&mu_);
+  double worst = 0;
+  for (const auto& [layer, tokens] : expert_tokens_) worst = std::max(worst, MaxMeanRatio(tokens));
+  return worst;
 }
 
 }  // namespace cascade::coordinator

@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <deque>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -45,6 +46,7 @@ struct ClusterOptions {
   int64_t max_batched_tokens = 2048;
   // Stage hand-off over NCCL (transport.activations: nccl; all devices cuda) rather than UCX.
   bool pp_nccl = false;
+  bool expert_parallel = false;  // parallel.expert (MoE layers).
 
   int64_t heartbeat_ms = 500;    // Interval workers are told to use.
   int64_t dead_after_ms = 3000;  // No heartbeat for this long = dead.
@@ -101,6 +103,9 @@ class Cluster {
 
   // Every stage ready and alive.
   bool Healthy() const;
+  // MoE: the worst layer's busiest-expert tokens over its mean, over every token routed so
+  // far (0 for a dense model or before any step).
+  double ExpertLoadMaxMean() const;
   // Marks dead the workers whose heartbeats stopped; returns a description of the dead
   // ones (empty when none).
   std::string CheckHeartbeats();
@@ -123,6 +128,7 @@ class Cluster {
     bool nccl = false;         // The registered worker's binary has NCCL.
     int64_t memory_bytes = 0;  // What it reported it can use (a GPU's free memory).
     int64_t kv_bytes = 0;      // KV cache it allocated (reported when loaded).
+    int64_t expert_begin = 0, expert_end = 0;  // MoE experts it holds (reported when loaded).
     WorkerState state = WorkerState::kWaiting;
     std::string address;
     int pid = 0;
@@ -152,6 +158,9 @@ class Cluster {
   // contents change under mu_.
   std::vector<std::unique_ptr<Slot>> slots_ ABSL_GUARDED_BY(mu_);
   std::deque<v1::StepResult> results_ ABSL_GUARDED_BY(mu_);
+  // Tokens routed to each expert of each MoE layer since start, by global layer (from the
+  // step results of every stage's TP rank 0).
+  std::map<int64_t, std::vector<int64_t>> expert_tokens_ ABSL_GUARDED_BY(mu_);
   bool streams_open_ ABSL_GUARDED_BY(mu_) = false;
   std::string startup_error_ ABSL_GUARDED_BY(mu_);  // AbortStartup's reason.
   int64_t kv_blocks_ ABSL_GUARDED_BY(mu_) = 0;      // options_.kv_blocks, lowered at bring-up.

@@ -112,13 +112,16 @@ absl::Status Parser::ParseModel(const YAML::Node& node, ModelSection* out) const
 
 absl::Status Parser::ParseParallel(const YAML::Node& node, ParallelSection* out) const {
   if (!node.IsDefined()) return absl::OkStatus();
-  CASCADE_RETURN_IF_ERROR(CheckMap(node, "parallel", {"pipeline", "tensor"}));
+  CASCADE_RETURN_IF_ERROR(CheckMap(node, "parallel", {"pipeline", "tensor", "expert"}));
   constexpr int64_t kMaxRanks = 1 << 16;
   if (const YAML::Node n = Child(node, "pipeline"); n.IsDefined()) {
     CASCADE_ASSIGN_OR_RETURN(out->pipeline, GetInt(n, "parallel.pipeline", 1, kMaxRanks));
   }
   if (const YAML::Node n = Child(node, "tensor"); n.IsDefined()) {
     CASCADE_ASSIGN_OR_RETURN(out->tensor, GetInt(n, "parallel.tensor", 1, kMaxRanks));
+  }
+  if (const YAML::Node n = Child(node, "expert"); n.IsDefined()) {
+    CASCADE_ASSIGN_OR_RETURN(out->expert, GetBool(n, "parallel.expert"));
   }
   return absl::OkStatus();
 }

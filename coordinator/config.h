@@ -38,6 +38,10 @@ struct ParallelSection {
   // `parallel.tensor`: tensor-parallel ranks per stage, all on one node. Default 1.
   // REQUIRES >= 1, and a split the model's heads and FFN allow (checked at start).
   int tensor = 1;
+  // `parallel.expert`: in MoE layers, shard whole experts over each stage's tensor-parallel
+  // ranks (expert parallelism; uneven counts allowed) instead of slicing every expert's
+  // FFN columns. Attention stays tensor-parallel. Default false; no effect on dense models.
+  bool expert = false;
 };
 
 // How the coordinator obtains a node's workers.

@@ -432,6 +432,7 @@ void Engine::Finish(int64_t seq_id, Active& a, v1::GenerateResponse& last) {
   u->set_total_s(Since(a.arrival));
   const v1::SpeculativeStats spec = a.spec->Stats();
   if (a.spec->used()) *u->mutable_speculative() = spec;
+  u->set_expert_load_max_mean(cluster_->ExpertLoadMaxMean());
   (void)scheduler_.Finish(seq_id);
   release_.push_back(seq_id);
   Push(*a.channel, std::move(last), true);

@@ -167,6 +167,8 @@ grpc::Status InferenceService::GetModelInfo(grpc::ServerContext*, const v1::Mode
   resp->set_n_heads(config_.n_heads);
   resp->set_n_kv_heads(config_.n_kv_heads);
   resp->set_n_ff(config_.n_ff);
+  resp->set_n_experts(config_.n_experts);
+  resp->set_n_experts_used(config_.n_experts_used);
   resp->set_n_vocab(config_.n_vocab);
   resp->set_max_context(max_context_.load());
   if (auto kind = text::DetectChatTemplate(tokenizer_->chat_template()); kind.ok()) {

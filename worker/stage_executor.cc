@@ -64,6 +64,7 @@ absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Create(const Stage
   stage.last_layer = options.last_layer;
   stage.tp_rank = options.tp_rank;
   stage.tp_size = options.tp_size;
+  stage.expert_parallel = options.expert_parallel;
   stage.exit_head = options.draft;
   if (options.draft && (options.n_stages != 1 || options.tp_size != 1)) {
     return absl::InvalidArgumentError("a drafter runs in one process: 1 stage, tensor 1");
@@ -174,7 +175,24 @@ absl::StatusOr<v1::StepResult> StageExecutor::Execute(const v1::StepRequest& ste
     return absl::InternalError(StrCat("step ", step.step_id(), " failed after validation: ", st.message()));
   }
   result.set_forward_s(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  ReportExpertLoad(result);
   return result;
+}
+
+void StageExecutor::ReportExpertLoad(v1::StepResult& result) {
+  model::Transformer& t = *transformer_;
+  if (t.moe_layers().empty()) return;
+  // Every rank routes alike; one per stage reports.
+  if (options_.tp_rank == 0 && !options_.draft) {
+    const int64_t n_experts = t.config().n_experts;
+    for (size_t i = 0; i < t.moe_layers().size(); ++i) {
+      v1::LayerExpertTokens* layer = result.add_expert_tokens();
+      layer->set_layer(t.moe_layers()[i]);
+      const auto counts = std::span(t.expert_load()).subspan(i * n_experts, n_experts);
+      layer->mutable_tokens()->Add(counts.begin(), counts.end());
+    }
+  }
+  t.ResetExpertLoad();
 }
 
 absl::Status StageExecutor::Run(const v1::StepRequest& step, Rows& rows, v1::StepResult& result) {

@@ -38,6 +38,7 @@ struct StageExecutorOptions {
   Device device;                 // cpu, or cuda:N (weights, KV cache and activations there).
   int tp_rank = 0;               // Rank in the stage's tensor-parallel group.
   int tp_size = 1;               // Its size (1: no tensor parallelism).
+  bool expert_parallel = false;  // MoE layers: whole experts per TP rank (TpShard).
   // A drafter (speculative decoding): one process holding layers [first_layer,
   // last_layer) of its model and the model's head (an early exit when last_layer is not
   // the last layer). Its steps carry `propose`; see Draft.
@@ -75,6 +76,7 @@ class StageExecutor {
 
   int64_t weight_bytes() const { return transformer_->weight_bytes(); }
   int64_t kv_bytes() const { return cache_->bytes(); }
+  const model::TpShard& shard() const { return transformer_->tp_shard(); }
   bool is_last() const { return options_.stage == options_.n_stages - 1; }
 
  private:
@@ -94,6 +96,8 @@ class StageExecutor {
   // Token ids in the vocabulary, block ids in the cache, blocks covering `n_positions`.
   absl::Status CheckIds(const std::string& what, const v1::StepSequence& s, int64_t n_positions) const;
   // Everything after validation: the forward (or the drafts) and sampling.
+  // TP rank 0 of a stage with MoE layers: the step's tokens per expert into `result`.
+  void ReportExpertLoad(v1::StepResult& result);
   absl::Status Run(const v1::StepRequest& step, Rows& rows, v1::StepResult& result);
   // Starts or extends each sequence's sampler history (last stage, TP rank 0).
   void TrackHistory(const v1::StepRequest& step);

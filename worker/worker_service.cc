@@ -77,6 +77,7 @@ grpc::Status WorkerService::LoadShard(grpc::ServerContext* context, const v1::Lo
   o.device = options_.device;
   o.tp_rank = req->tp_rank();
   o.tp_size = tp_size;
+  o.expert_parallel = req->expert_parallel();
   o.draft = req->draft();
   o.refuse_token = options_.refuse_token;
   double last_sent = -1;
@@ -94,6 +95,8 @@ grpc::Status WorkerService::LoadShard(grpc::ServerContext* context, const v1::Lo
   done.set_done(true);
   done.set_weight_bytes(executor_->weight_bytes());
   done.set_kv_bytes(executor_->kv_bytes());
+  done.set_expert_begin(executor_->shard().expert_begin);
+  done.set_expert_end(executor_->shard().expert_end);
   writer->Write(done);
   CASCADE_LOG(Info) << "stage " << req->stage() << " ready: " << executor_->weight_bytes() / 1048576.0
                     << " MiB weights, " << executor_->kv_bytes() / 1048576.0 << " MiB KV";

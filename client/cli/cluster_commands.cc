@@ -1,5 +1,6 @@
 // The cluster commands of `cascade`: generate (streamed or --json), chat (interactive),
 // status (waits until the cluster is ready, prints plan, workers and KV usage).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -11,6 +12,7 @@
 #include "client/cli/request_flags.h"
 #include "client/client.h"
 #include "core/args.h"
+#include "core/str_cat.h"
 #include "proto/grpc_status.h"
 
 namespace cascade::cli {
@@ -92,6 +94,20 @@ nlohmann::json SpeculativeJson(const v1::SpeculativeStats& s) {
           {"mean_accepted_length", s.mean_accepted_length()},
           {"draft_s", s.draft_s()},
           {"verify_s", s.verify_s()}};
+}
+
+// MoE models: per layer, the busiest expert's tokens over the mean and every expert's
+// tokens since the cluster started.
+void PrintExpertLoad(const v1::ClusterStatus& st) {
+  for (const v1::ExpertLoad& l : st.expert_load()) {
+    const auto busiest = std::max_element(l.tokens().begin(), l.tokens().end());
+    std::string tokens;
+    for (int64_t t : l.tokens()) tokens += StrCat(tokens.empty() ? "" : " ", t);
+    std::printf("moe layer %3lld: max/mean %.2f (busiest expert %lld), tokens per expert: %s\n",
+                static_cast<long long>(l.layer()), l.max_mean_ratio(),
+                static_cast<long long>(busiest == l.tokens().end() ? -1 : busiest - l.tokens().begin()),
+                tokens.c_str());
+  }
 }
 
 }  // namespace
@@ -196,10 +212,15 @@ int StatusCommand(int argc, char** argv) {
               "weights", "kv cache");
   for (const auto& s : st->stages()) {
     const std::string stage = s.draft() ? "draft" : std::to_string(s.stage());
-    std::printf("%-6s [%3lld, %3lld)     %-6s %-8s %-22s %-8s %8.1f MiB %8.1f MiB\n", stage.c_str(),
+    std::string experts;
+    if (s.expert_end() > 0) {
+      experts = s.expert_parallel() ? StrCat("  experts [", s.expert_begin(), ", ", s.expert_end(), ")")
+                                    : StrCat("  experts [0, ", s.expert_end(), ") sliced");
+    }
+    std::printf("%-6s [%3lld, %3lld)     %-6s %-8s %-22s %-8s %8.1f MiB %8.1f MiB%s\n", stage.c_str(),
                 static_cast<long long>(s.first_layer()), static_cast<long long>(s.last_layer()), s.node().c_str(),
                 s.device().c_str(), s.worker_address().c_str(), WorkerStateText(s.worker_state()).c_str(),
-                s.weight_bytes() / 1048576.0, s.kv_bytes() / 1048576.0);
+                s.weight_bytes() / 1048576.0, s.kv_bytes() / 1048576.0, experts.c_str());
   }
   std::printf(
       "kv blocks %lld free of %lld (block size %lld, %s); running %lld, waiting %lld; steps %lld, "
@@ -217,6 +238,7 @@ int StatusCommand(int argc, char** argv) {
         st->drafter().c_str(), static_cast<long long>(sp.steps()), 100 * sp.acceptance_rate(),
         sp.mean_accepted_length(), sp.draft_s(), sp.verify_s());
   }
+  PrintExpertLoad(*st);
   return st->ready() ? 0 : 1;
 }
 
