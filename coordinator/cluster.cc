@@ -347,6 +347,7 @@ absl::Status Cluster::LoadOne(int i, const std::string& group) {
   slots_[i]->kv_bytes = p.kv_bytes();
   slots_[i]->expert_begin = p.expert_begin();
   slots_[i]->expert_end = p.expert_end();
+  slots_[i]->expert_bytes = p.expert_bytes();
   return absl::OkStatus();
 }
 
@@ -500,6 +501,7 @@ void Cluster::FillStatus(v1::ClusterStatus* st) const {
     out->set_draft(s->draft);
     out->set_expert_begin(s->expert_begin);
     out->set_expert_end(s->expert_end);
+    out->set_expert_bytes(s->expert_bytes);
     out->set_expert_parallel(options_.expert_parallel && !s->draft);
     ready = ready && s->state == WorkerState::kReady;
     dead = dead || s->state == WorkerState::kDead;

@@ -125,10 +125,11 @@ class Cluster {
     int rank = 0;        // Global worker rank.
     std::string node;
     Device device;
-    bool nccl = false;         // The registered worker's binary has NCCL.
-    int64_t memory_bytes = 0;  // What it reported it can use (a GPU's free memory).
-    int64_t kv_bytes = 0;      // KV cache it allocated (reported when loaded).
+    bool nccl = false;                         // The registered worker's binary has NCCL.
+    int64_t memory_bytes = 0;                  // What it reported it can use (a GPU's free memory).
+    int64_t kv_bytes = 0;                      // KV cache it allocated (reported when loaded).
     int64_t expert_begin = 0, expert_end = 0;  // MoE experts it holds (reported when loaded).
+    int64_t expert_bytes = 0;
     WorkerState state = WorkerState::kWaiting;
     std::string address;
     int pid = 0;

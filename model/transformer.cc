@@ -172,6 +172,7 @@ absl::StatusOr<Transformer::Layer> Transformer::LoadLayer(const ModelFiles& file
   CASCADE_ASSIGN_OR_RETURN(L.ffn_norm, w.Vector(name(LlamaTensor::kFfnNorm), c.n_embd));
   if (c.IsMoeLayer(l)) {
     CASCADE_ASSIGN_OR_RETURN(MoeBlock moe, MoeBlock::Load(w, files, l, s, group, fuse_projections_));
+    expert_bytes_ += moe.expert_bytes();
     L.moe = std::make_unique<MoeBlock>(std::move(moe));
     L.moe_index = static_cast<int64_t>(moe_layers_.size());
     moe_layers_.push_back(l);

@@ -118,6 +118,8 @@ class Transformer {
   // The global indices of this stage's MoE layers, in order.
   const std::vector<int64_t>& moe_layers() const { return moe_layers_; }
   void ResetExpertLoad() { std::fill(expert_load_.begin(), expert_load_.end(), 0); }
+  // Bytes of the routed experts' weights this rank holds (as read from the file).
+  int64_t expert_bytes() const { return expert_bytes_; }
 
   // The backend the stage runs on (borrowed).
   kernels::Backend* backend() const { return backend_; }
@@ -177,6 +179,7 @@ class Transformer {
   MoeScratch moe_scratch_;                   // Shared by the MoE layers.
   std::vector<int64_t> moe_layers_;          // Global indices of the MoE layers here.
   std::vector<int64_t> expert_load_;         // See expert_load().
+  int64_t expert_bytes_ = 0;
 };
 
 // Inverse RoPE frequencies [head_dim / 2] with the config's scaling applied.

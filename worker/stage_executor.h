@@ -77,6 +77,7 @@ class StageExecutor {
   int64_t weight_bytes() const { return transformer_->weight_bytes(); }
   int64_t kv_bytes() const { return cache_->bytes(); }
   const model::TpShard& shard() const { return transformer_->tp_shard(); }
+  int64_t expert_bytes() const { return transformer_->expert_bytes(); }
   bool is_last() const { return options_.stage == options_.n_stages - 1; }
 
  private:

@@ -97,6 +97,7 @@ grpc::Status WorkerService::LoadShard(grpc::ServerContext* context, const v1::Lo
   done.set_kv_bytes(executor_->kv_bytes());
   done.set_expert_begin(executor_->shard().expert_begin);
   done.set_expert_end(executor_->shard().expert_end);
+  done.set_expert_bytes(executor_->expert_bytes());
   writer->Write(done);
   CASCADE_LOG(Info) << "stage " << req->stage() << " ready: " << executor_->weight_bytes() / 1048576.0
                     << " MiB weights, " << executor_->kv_bytes() / 1048576.0 << " MiB KV";

@@ -140,6 +140,7 @@ int GenerateCommand(int argc, char** argv) {
     }
     if (u.has_speculative()) j["speculative"] = SpeculativeJson(u.speculative());
     j["usage"] = {{"ttft_s", u.ttft_s()}, {"total_s", u.total_s()}, {"completion_tokens", u.completion_tokens()}};
+    if (u.expert_load_max_mean() > 0) j["usage"]["expert_load_max_mean"] = u.expert_load_max_mean();
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return 0;
   }
@@ -214,8 +215,9 @@ int StatusCommand(int argc, char** argv) {
     const std::string stage = s.draft() ? "draft" : std::to_string(s.stage());
     std::string experts;
     if (s.expert_end() > 0) {
-      experts = s.expert_parallel() ? StrCat("  experts [", s.expert_begin(), ", ", s.expert_end(), ")")
-                                    : StrCat("  experts [0, ", s.expert_end(), ") sliced");
+      experts = StrCat(s.expert_parallel() ? StrCat("  experts [", s.expert_begin(), ", ", s.expert_end(), ")")
+                                           : StrCat("  experts [0, ", s.expert_end(), ") sliced"),
+                       " ", s.expert_bytes(), " B");
     }
     std::printf("%-6s [%3lld, %3lld)     %-6s %-8s %-22s %-8s %8.1f MiB %8.1f MiB%s\n", stage.c_str(),
                 static_cast<long long>(s.first_layer()), static_cast<long long>(s.last_layer()), s.node().c_str(),

@@ -14,23 +14,32 @@ namespace cascade::cli {
 namespace {
 
 nlohmann::json ConfigJson(const model::ModelConfig& c) {
-  return {{"arch", c.arch},
-          {"name", c.name},
-          {"n_layers", c.n_layers},
-          {"n_embd", c.n_embd},
-          {"n_heads", c.n_heads},
-          {"n_kv_heads", c.n_kv_heads},
-          {"head_dim", c.head_dim},
-          {"n_ff", c.n_ff},
-          {"n_vocab", c.n_vocab},
-          {"n_ctx_train", c.n_ctx_train},
-          {"rope_theta", c.rope_theta},
-          {"rope_layout", c.rope_layout == model::RopeLayout::kAdjacentPairs ? "adjacent_pairs" : "rotate_half"},
-          {"rope_scaling", std::string(model::RopeScalingName(c.rope_scaling))},
-          {"rope_scaling_factor", c.rope_scaling_factor},
-          {"norm_eps", c.norm_eps},
-          {"tied_embeddings", c.tied_embeddings},
-          {"qkv_bias", c.qkv_bias}};
+  nlohmann::json j = {
+      {"arch", c.arch},
+      {"name", c.name},
+      {"n_layers", c.n_layers},
+      {"n_embd", c.n_embd},
+      {"n_heads", c.n_heads},
+      {"n_kv_heads", c.n_kv_heads},
+      {"head_dim", c.head_dim},
+      {"n_ff", c.n_ff},
+      {"n_vocab", c.n_vocab},
+      {"n_ctx_train", c.n_ctx_train},
+      {"rope_theta", c.rope_theta},
+      {"rope_layout", c.rope_layout == model::RopeLayout::kAdjacentPairs ? "adjacent_pairs" : "rotate_half"},
+      {"rope_scaling", std::string(model::RopeScalingName(c.rope_scaling))},
+      {"rope_scaling_factor", c.rope_scaling_factor},
+      {"norm_eps", c.norm_eps},
+      {"tied_embeddings", c.tied_embeddings},
+      {"qkv_bias", c.qkv_bias}};
+  if (c.is_moe()) {
+    int64_t moe_layers = 0;
+    for (int64_t l = 0; l < c.n_layers; ++l) moe_layers += c.IsMoeLayer(l) ? 1 : 0;
+    j["moe"] = {{"n_experts", c.n_experts},           {"n_experts_used", c.n_experts_used},
+                {"n_ff_expert", c.n_ff_expert},       {"n_ff_shared_expert", c.n_ff_shared_expert},
+                {"norm_topk_prob", c.norm_topk_prob}, {"moe_layers", moe_layers}};
+  }
+  return j;
 }
 
 }  // namespace

@@ -73,12 +73,14 @@ absl::StatusOr<MoeBlock> MoeBlock::Load(WeightLoader& w, const ModelFiles& files
                                                      {n.down.row_begin, n.down.row_begin + c.n_embd}));
     return e;
   };
+  const int64_t before = w.weight_bytes();
   for (int64_t e = s.expert_begin; e < s.expert_end; ++e) {
     const auto matrix = [&](MoeTensor t) { return arch::ExpertMatrixOf(c, files.format, t, l, e); };
     const ExpertNames n{matrix(MoeTensor::kGate), matrix(MoeTensor::kUp), matrix(MoeTensor::kDown)};
     CASCADE_ASSIGN_OR_RETURN(Expert ex, load(n, c.n_ff_expert, s.ffe_begin, s.ffe_end));
     m.experts_.push_back(std::move(ex));
   }
+  m.expert_bytes_ = w.weight_bytes() - before;
   if (c.n_ff_shared_expert > 0) {
     const int64_t f = c.n_ff_shared_expert;
     const ExpertNames n{{name(MoeTensor::kSharedGate), 0, f},

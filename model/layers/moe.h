@@ -69,6 +69,8 @@ class MoeBlock {
   // complete on every rank of the group. `load` [n_experts] gains, per expert, the number
   // of tokens routed to it (every expert's, held here or not).
   absl::Status Forward(TensorView hidden, const TensorView& x, MoeScratch& scratch, std::span<int64_t> load) const;
+  // Bytes of the routed experts' weights held here (as read from the file).
+  int64_t expert_bytes() const { return expert_bytes_; }
 
  private:
   struct Expert {
@@ -88,6 +90,7 @@ class MoeBlock {
   BackendComm* group_ = nullptr;         // Borrowed; null without TP.
   int64_t n_embd_ = 0, n_experts_ = 0, top_k_ = 0, expert_begin_ = 0, n_ff_ = 0, n_ff_shared_ = 0;
   bool norm_topk_ = false;
+  int64_t expert_bytes_ = 0;
   Linear router_;
   std::vector<Expert> experts_;  // Held experts, from expert_begin_.
   Linear shared_router_;         // [1, n_embd]; with a shared expert only.

@@ -39,10 +39,16 @@ def config_yaml(model, pipeline, kv_cache_mb=64, max_num_seqs=32, extra="", tens
 
 @contextlib.contextmanager
 def cluster(model, pipeline, **kw):
+    with cluster_from_yaml(config_yaml(model, pipeline, **kw)) as c:
+        yield c
+
+
+@contextlib.contextmanager
+def cluster_from_yaml(text):
     with tempfile.TemporaryDirectory() as d:
         cfg = os.path.join(d, "cluster.yaml")
         with open(cfg, "w") as f:
-            f.write(config_yaml(model, pipeline, **kw))
+            f.write(text)
         log_path = os.path.join(d, "coordinator.log")
         log = open(log_path, "w")
         proc = subprocess.Popen([COORDINATOR, "--config", cfg], stdout=log, stderr=subprocess.STDOUT,
@@ -579,6 +585,96 @@ def test_worker_killed_mid_stream():
         got = generate(address, "--prompt-ids", "1", "--temperature", "0", "--max-tokens", "20")
         assert got["token_ids"][:3] == [403, 407, 261], got
         print(f"whole again {time.time() - t0:.1f} s later; serving the same greedy ids")
+
+
+# --- Mixture of experts ----------------------------------------------------------------
+
+def moe_model(d, hot_expert=None):
+    """A random-weight Qwen3-MoE GGUF (scripts/make_random_gguf.py moe-tiny: 4 layers, 8
+    experts, top-2, SmolLM2's tokenizer) in `d`."""
+    need(SMOL)
+    path = os.path.join(d, "moe-tiny.gguf")
+    extra = ["--hot-expert", str(hot_expert)] if hot_expert is not None else []
+    subprocess.run([os.path.join(ROOT, "scripts", "python_deps.sh"), os.path.join(ROOT, "scripts", "make_random_gguf.py"),
+                    "moe-tiny", SMOL, path, *extra], check=True, capture_output=True)
+    return path
+
+
+def worker_rows(text):
+    """(stage, weights MiB, expert range or None, expert bytes) of each worker in `cascade status`."""
+    rows = []
+    for m in re.finditer(r"^(\d+|draft)\s+\[.*?MiB\s+[\d.]+ MiB(?:\s+experts \[(\d+), (\d+)\)( sliced)? (\d+) B)?$",
+                         text, re.M):
+        rows.append((m.group(1), (int(m.group(2)), int(m.group(3))) if m.group(2) else None,
+                     m.group(4) is not None, int(m.group(5) or 0)))
+    return rows
+
+
+# One routed expert of one moe-tiny layer: gate and up [128, 256], down [256, 128], F16.
+MOE_TINY_EXPERT_BYTES = 3 * 128 * 256 * 2
+
+
+def test_moe_parity():
+    """Greedy ids through the cluster equal `cascade run`'s for a MoE model: experts sharded
+    whole (parallel.expert) over TP 2 and 3, x PP 1 and 2, with and without speculation,
+    and sliced by columns (expert: false). Each worker holds only its experts' bytes."""
+    with tempfile.TemporaryDirectory() as d:
+        model = moe_model(d)
+        per_expert = MOE_TINY_EXPERT_BYTES
+        prompts = [("--prompt", "The experts of a mixture"), ("--prompt-ids", "1,2,3,4,5,6,7,8")]
+        ref = {p: run_json("run", "--model", model, *p, "--temperature", "0", "--max-tokens", "24",
+                           "--ignore-eos")["token_ids"] for p in prompts}
+        assert len(set(ref[prompts[0]])) > 4, ref  # The text varies: a meaningful comparison.
+        for pp, tp, ep, draft in [(1, 2, True, None), (1, 3, True, None), (2, 2, True, None), (2, 3, True, None),
+                                  (2, 2, False, None), (1, 3, False, None),
+                                  (2, 2, True, "{ngram: {n: 2}, adaptive: false}"),
+                                  (1, 2, True, "{self: {layers: 2}, num_tokens: 3, adaptive: false}")]:
+            extra = f"draft: {draft}\n" if draft else ""
+            cfg = config_yaml(model, pp, tensor=tp, extra=extra).replace(
+                f"tensor: {tp}}}", f"tensor: {tp}, expert: {'true' if ep else 'false'}}}")
+            with cluster_from_yaml(cfg) as (address, _, _):
+                for prompt in prompts:
+                    got = generate(address, *prompt, "--temperature", "0", "--max-tokens", "24", "--ignore-eos")
+                    assert got["token_ids"] == ref[prompt], f"PP={pp} TP={tp} EP={ep} {draft}: {got['token_ids']} != {ref[prompt]}"
+                    if draft and "self" in draft:  # (Random text gives n-grams little to draft.)
+                        assert got.get("speculative", {}).get("steps", 0) > 0, got
+                rc, text = status(address)
+                assert rc == 0, text
+                workers = [w for w in worker_rows(text) if w[0] != "draft"]
+                assert len(workers) == pp * tp, text
+                for stage in range(pp):
+                    ranks = [w for w in workers if w[0] == str(stage)]
+                    layers = 4 // pp
+                    if ep:  # Disjoint whole experts covering all 8, each worker holding exactly their bytes.
+                        ranges = sorted(w[1] for w in ranks)
+                        assert ranges[0][0] == 0 and ranges[-1][1] == 8, text
+                        assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:])), text
+                        for w in ranks:
+                            assert not w[2] and w[3] == (w[1][1] - w[1][0]) * layers * per_expert, (w, per_expert, text)
+                    else:  # Every expert, sliced: the stage's experts once in all.
+                        assert all(w[2] and w[1] == (0, 8) for w in ranks), text
+                        assert sum(w[3] for w in ranks) == 8 * layers * per_expert, text
+            print(f"PP={pp} TP={tp} EP={ep} draft={draft}: identical to cascade run; experts held as planned")
+
+
+def test_moe_expert_load():
+    """A router biased to expert 3: every token chooses it, so `cascade status` shows expert
+    3 busiest in every MoE layer at max/mean = 8 experts / top-2 = 4.00, and the request's
+    usage carries the same ratio."""
+    with tempfile.TemporaryDirectory() as d:
+        model = moe_model(d, hot_expert=3)
+        with cluster(model, 2, tensor=2) as (address, _, _):
+            got = generate(address, "--prompt", "Balance the load", "--max-tokens", "8", "--temperature", "0")
+            assert abs(got["usage"]["expert_load_max_mean"] - 4.0) < 1e-9, got
+            rc, text = status(address)
+            assert rc == 0, text
+            lines = re.findall(r"^moe layer +(\d+): max/mean ([\d.]+) \(busiest expert (\d+)\), tokens per expert: (.*)$",
+                               text, re.M)
+            assert [int(l[0]) for l in lines] == [0, 1, 2, 3], text
+            for layer, ratio, busiest, tokens in lines:
+                counts = [int(t) for t in tokens.split()]
+                assert ratio == "4.00" and busiest == "3" and counts[3] * 2 == sum(counts), text
+            print(text)
 
 
 # --- Speculative decoding -----------------------------------------------------------
