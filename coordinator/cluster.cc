@@ -4,6 +4,7 @@
 
 #include "coordinator/kv_budget.h"
 
+#include "core/load_balance.h"
 #include "core/logging.h"
 #include "core/status.h"
 #include "core/str_cat.h"
@@ -11,16 +12,6 @@
 #include "proto/grpc_status.h"
 
 namespace cascade::coordinator {
-namespace {
-
-// The busiest expert's tokens over the mean (1 = perfectly balanced; 0 before any token).
-double MaxMeanRatio(const std::vector<int64_t>& tokens) {
-  int64_t sum = 0, max = 0;
-  for (int64_t t : tokens) sum += t, max = std::max(max, t);
-  return sum == 0 ? 0.0 : static_cast<double>(max) * static_cast<double>(tokens.size()) / static_cast<double>(sum);
-}
-
-}  // namespace
 
 std::string_view WorkerStateName(WorkerState s) {
   switch (s) {

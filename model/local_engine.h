@@ -61,6 +61,8 @@ class LocalEngine {
   const text::Tokenizer& tokenizer() const { return *tokenizer_; }
   const ModelFiles& files() const { return files_; }
   int64_t max_context() const { return max_context_; }
+  // The transformer (for its expert load counts on MoE models).
+  const Transformer& transformer() const { return *transformer_; }
 
   // Generates for one request; `on_text` (optional) receives the text as it becomes
   // safe to show (complete UTF-8, not part of a possible stop string).

@@ -40,46 +40,22 @@ for shape in $SHAPES; do
 done
 
 exec python3 - "$OUT" <<'PYEOF'
-import json, os, random, subprocess, sys
+import json, os, subprocess, sys
 out_path = sys.argv[1]
 shapes, types = os.environ["SHAPES"].split(), os.environ["TYPES"].split()
 threads, repeats = [int(t) for t in os.environ["THREADS"].split()], int(os.environ["REPEATS"])
 llama, models = os.environ["LLAMA_BIN"], os.environ["MODELS"]
 LENGTHS = {"1b": (512, 128), "8b": (128, 32)}
 
-def rss_run(cmd):
-    """Runs cmd; returns (stdout, peak RSS MiB) of that child alone."""
-    wrap = [sys.executable, "-c",
-            "import resource,subprocess,sys; r=subprocess.run(sys.argv[1:],capture_output=True,text=True); "
-            "sys.stdout.write(r.stdout); sys.stderr.write(r.stderr); "
-            "print('PEAK_RSS_KB', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); "
-            "sys.exit(r.returncode)"] + cmd
-    p = subprocess.run(wrap, capture_output=True, text=True)
-    if p.returncode != 0:
-        raise SystemExit(f"bench_scale: {' '.join(cmd[:4])} failed:\n{p.stderr[-2000:]}")
-    kb = int([l for l in p.stderr.splitlines() if l.startswith("PEAK_RSS_KB")][-1].split()[1])
-    return p.stdout, kb / 1024
+sys.path.insert(0, "scripts")
+from bench_lib import cascade_run, llama_bench  # noqa: E402
+
 
 def cascade(model, n_prompt, n_decode, t):
-    rng = random.Random(1)
-    ids = ",".join(str(rng.randrange(100, 40000)) for _ in range(n_prompt))
-    best = None
-    for _ in range(repeats):
-        out, rss = rss_run(["build/bin/cascade", "run", "--model", model, "--prompt-ids", ids, "--max-tokens",
-                            str(n_decode), "--ignore-eos", "--temperature", "0", "--threads", str(t), "--json"])
-        j = json.loads(out.strip().splitlines()[-1])
-        row = {"prefill": j["timings"]["prefill_tok_s"], "decode": j["timings"]["decode_tok_s"], "rss_mib": rss}
-        if best is None or row["decode"] > best["decode"]:
-            best = row
-    return best
+    row = cascade_run(model, n_prompt, n_decode, t, repeats)
+    row.pop("json")
+    return row
 
-def llama_bench(model, n_prompt, n_decode, t):
-    out, rss = rss_run([f"{llama}/llama-bench", "-m", model, "-p", str(n_prompt), "-n", str(n_decode), "-t", str(t),
-                        "-r", str(max(repeats, 2)), "-o", "json"])
-    rows = json.loads(out)
-    pp = [r["avg_ts"] for r in rows if r["n_prompt"] > 0][0]
-    tg = [r["avg_ts"] for r in rows if r["n_gen"] > 0][0]
-    return {"prefill": pp, "decode": tg, "rss_mib": rss}
 
 probe_json = os.path.join(os.path.dirname(os.path.abspath(out_path)), "read_bandwidth.json")
 subprocess.run(["build/bin/read_bandwidth", f"--threads={max(threads)}", f"--json={probe_json}"], check=True,
@@ -98,7 +74,7 @@ for shape in shapes:
         file_mib = os.path.getsize(model) / 1048576
         for t in threads:
             c = cascade(model, n_prompt, n_decode, t)
-            l = llama_bench(model, n_prompt, n_decode, t)
+            l = llama_bench(llama, model, n_prompt, n_decode, t, repeats)
             gbs = os.path.getsize(model) * c["decode"] / 1e9
             row = {"shape": shape, "type": ty, "threads": t, "n_prompt": n_prompt, "n_decode": n_decode,
                    "file_mib": file_mib, "cascade": c, "llama_cpp": l, "cascade_decode_gb_s": gbs,

@@ -8,7 +8,10 @@ Shapes:
   1b        Llama-3.2-1B: hidden 2048, 16 layers, 32/8 heads (head 64), ffn 8192, tied output
   8b        Llama-3-8B:   hidden 4096, 32 layers, 32/8 heads (head 128), ffn 14336, own output
   moe       Qwen3-30B-A3B scaled to fit (qwen3moe): hidden 1024, 8 layers, 16/4 heads (head
-            64, q/k norms), 64 experts, top-8, expert FFN 512, every layer MoE, own output
+            64, q/k norms), 64 experts, top-8, expert FFN 512, every layer MoE, own output;
+            embedding N(0, 1), so that each token's own features dominate its hidden state and
+            the router spreads tokens over the experts as a trained one does (with 0.02, the
+            deeper layers send every token to the same 8 experts)
   moe-tiny  the same architecture for cluster tests: hidden 256, 4 layers, 4/2 heads, 8
             experts, top-2, expert FFN 128; weights N(0, 1/fan_in), so text varies
 Options: --hot-expert N makes every token choose expert N (the embedding's column 0 is 10
@@ -27,7 +30,7 @@ SHAPES = {
     "1b": dict(hidden=2048, layers=16, heads=32, kv_heads=8, ffn=8192, tied=True, rope_base=500000.0),
     "8b": dict(hidden=4096, layers=32, heads=32, kv_heads=8, ffn=14336, tied=False, rope_base=500000.0),
     "moe": dict(hidden=1024, layers=8, heads=16, kv_heads=4, ffn=3072, tied=False, rope_base=1000000.0, experts=64,
-                experts_used=8, expert_ffn=512),
+                experts_used=8, expert_ffn=512, embd_std=1.0),
     "moe-tiny": dict(hidden=256, layers=4, heads=4, kv_heads=2, ffn=512, tied=False, rope_base=1000000.0, experts=8,
                      experts_used=2, expert_ffn=128, fan_in=True),
 }
@@ -108,6 +111,8 @@ def main(shape, tokenizer_path, out_path, hot_expert=-1):
             w.write_tensor_data(np.ones(shp, dtype=np.float32))
             continue
         x = rng.standard_normal(shp, dtype=np.float32) * 0.02
+        if name == "token_embd.weight" and "embd_std" in s:
+            x *= s["embd_std"] / 0.02
         if s.get("fan_in"):  # N(0, 1/fan_in) (embedding N(0, 1)): outputs that vary token to token.
             x *= 1 / (0.02 * np.sqrt(1 if name == "token_embd.weight" else shp[-1]))
         if "ffn_gate_inp" in name:

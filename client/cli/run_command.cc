@@ -2,6 +2,7 @@
 // one JSON object with --json.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -11,11 +12,32 @@
 #include "client/cli/prompt.h"
 #include "client/cli/request_flags.h"
 #include "core/args.h"
+#include "core/load_balance.h"
 #include "core/str_cat.h"
 #include "model/kv_cache.h"
 #include "model/local_engine.h"
+#include "model/transformer.h"
 
 namespace cascade::cli {
+namespace {
+
+// MoE models: per MoE layer, the tokens routed to each expert during the run and the
+// busiest expert's share over the mean.
+nlohmann::json ExpertLoadJson(const model::Transformer& t) {
+  const int64_t n_experts = t.config().n_experts;
+  nlohmann::json layers = nlohmann::json::array();
+  double worst = 0;
+  for (size_t i = 0; i < t.moe_layers().size(); ++i) {
+    const auto tokens = std::span(t.expert_load()).subspan(i * n_experts, n_experts);
+    const double ratio = MaxMeanRatio(tokens);
+    worst = std::max(worst, ratio);
+    layers.push_back({{"layer", t.moe_layers()[i]}, {"tokens", std::vector<int64_t>(tokens.begin(), tokens.end())},
+                      {"max_mean_ratio", ratio}});
+  }
+  return {{"max_mean_ratio", worst}, {"layers", layers}};
+}
+
+}  // namespace
 namespace {
 
 // A one-line progress bar on stderr, drawn only when stderr is a terminal.
@@ -99,6 +121,7 @@ int RunCommand(int argc, char** argv) {
     j["logprobs"] = lp;
   }
   j["kv_cache"] = {{"dtype", std::string(DTypeName(options.kv_dtype))}, {"bytes", (*engine)->kv_bytes()}};
+  if (const model::Transformer& t = (*engine)->transformer(); !t.moe_layers().empty()) j["expert_load"] = ExpertLoadJson(t);
   std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   return 0;
 }

@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# Mixture of experts against llama.cpp: a Qwen3-30B-A3B-shaped model scaled to fit (qwen3moe:
+# hidden 1024, 8 layers, 16/4 heads, 64 experts, top-8, expert FFN 512; random weights from
+# scripts/make_random_gguf.py moe, SmolLM2's 49152-token vocabulary), quantized to Q4_K_M
+# and Q8_0 by llama.cpp's own `llama-quantize`, then in the same run:
+#   1. `cascade run` against `llama-bench`: prefill and decode tok/s at 1 and 2 threads
+#      (prompt N_PROMPT, decode N_DECODE), peak RSS, and Cascade's expert load (the worst
+#      layer's busiest expert over the mean);
+#   2. expert parallelism: batch-1 decode of a cluster with one worker (EP=1, 1 thread)
+#      against two workers holding 32 experts each (EP=2, parallel.expert, 1 thread each),
+#      and against two workers slicing every expert (TP=2, expert: false).
+# llama.cpp is built by scripts/llama_cpp.sh; models are cached in ~/.cache/cascade/models/
+# (F16 1.8 GB, Q8_0 1 GB, Q4_K_M 0.6 GB).
+#
+# Usage: scripts/bench_moe.sh [OUT.json]     (default build/bench_moe.json)
+# Env: TYPES="Q4_K_M Q8_0"  THREADS="1 2"  N_PROMPT=512  N_DECODE=128  REPEATS=1  EP=1 (0: skip 2.)
+# Prints markdown tables (docs/PERFORMANCE.md holds the latest) and writes JSON.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:-build/bench_moe.json}
+export TYPES=${TYPES:-"Q4_K_M Q8_0"} THREADS=${THREADS:-"1 2"} N_PROMPT=${N_PROMPT:-512} N_DECODE=${N_DECODE:-128}
+export REPEATS=${REPEATS:-1} EP=${EP:-1}
+MODELS="${XDG_CACHE_HOME:-$HOME/.cache}/cascade/models"
+mkdir -p "$MODELS" "$(dirname "$OUT")"
+[[ -x build/bin/cascade && -x build/bin/cascade-coordinator ]] || ./scripts/build.sh >/dev/null
+[[ -f models/SmolLM2-135M-Instruct.Q4_1.gguf ]] || ./scripts/setup.sh
+LLAMA_BIN=$(./scripts/llama_cpp.sh)
+export LLAMA_BIN MODELS
+
+f16="$MODELS/random-qwen3moe-f16.gguf"
+[[ -f $f16 && $f16 -nt scripts/make_random_gguf.py ]] ||
+  ./scripts/python_deps.sh scripts/make_random_gguf.py moe models/SmolLM2-135M-Instruct.Q4_1.gguf "$f16"
+for t in $TYPES; do
+  q="$MODELS/random-qwen3moe-$t.gguf"
+  if [[ ! -f $q || $q -ot $f16 ]]; then
+    echo "bench_moe: llama-quantize $t" >&2
+    "$LLAMA_BIN/llama-quantize" "$f16" "$q.tmp" "$t" "$(nproc)" >"$q.log" 2>&1 || { tail -5 "$q.log" >&2; exit 1; }
+    mv "$q.tmp" "$q"
+  fi
+done
+
+TMP=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$TMP"' EXIT
+source scripts/cluster_lib.sh
+# Batch-1 decode of a cluster of $2 workers (one thread each) on model $1, experts sharded
+# whole when $3 is true: writes $TMP/ep-$4.json (cascade bench) and $TMP/ep-$4.status.
+cluster_decode() {
+  local model=$1 tp=$2 expert=$3 label=$4
+  local devices; devices=$(printf 'cpu, %.0s' $(seq 1 "$tp")); devices=${devices%, }
+  cat >"$TMP/$label.yaml" <<YAML
+model: {path: $model}
+parallel: {pipeline: 1, tensor: $tp, expert: $expert}
+nodes: [{name: n0, host: 127.0.0.1, devices: [$devices], launch: local}]
+server: {listen: 127.0.0.1:0}
+scheduler: {kv_cache_mb: 256}
+YAML
+  start_cluster "$TMP/$label.yaml" "$TMP/$label.log"
+  build/bin/cascade bench --server "$CLUSTER_ADDR" --requests 1 --concurrency 1 --prompt-tokens 8 --max-tokens 8 >/dev/null
+  build/bin/cascade bench --server "$CLUSTER_ADDR" --requests 3 --concurrency 1 --prompt-tokens 32 \
+    --max-tokens "$N_DECODE" --label "$label" --json "$TMP/ep-$label.json" >/dev/null
+  build/bin/cascade status --server "$CLUSTER_ADDR" >"$TMP/ep-$label.status"
+  kill "$CLUSTER_PID"; wait "$CLUSTER_PID" 2>/dev/null || true
+}
+if [[ $EP == 1 ]]; then
+  for t in $TYPES; do
+    q="$MODELS/random-qwen3moe-$t.gguf"
+    cluster_decode "$q" 1 false "$t-ep1"
+    cluster_decode "$q" 2 true "$t-ep2"
+    cluster_decode "$q" 2 false "$t-tp2"
+  done
+fi
+
+exec python3 - "$OUT" "$TMP" <<'PYEOF'
+import json, os, re, sys
+sys.path.insert(0, "scripts")
+from bench_lib import cascade_run, llama_bench  # noqa: E402
+
+out_path, tmp = sys.argv[1], sys.argv[2]
+types, threads = os.environ["TYPES"].split(), [int(t) for t in os.environ["THREADS"].split()]
+n_prompt, n_decode, repeats = int(os.environ["N_PROMPT"]), int(os.environ["N_DECODE"]), int(os.environ["REPEATS"])
+llama, models = os.environ["LLAMA_BIN"], os.environ["MODELS"]
+results = {"model": "qwen3moe hidden 1024, 8 layers, 64 experts top-8, expert FFN 512", "n_prompt": n_prompt,
+           "n_decode": n_decode, "rows": [], "expert_parallel": []}
+print(f"## Single process against llama-bench (prompt {n_prompt}, decode {n_decode})\n")
+print("| type | threads | cascade prefill / decode tok/s | llama.cpp prefill / decode | prefill ratio | decode ratio "
+      "| peak RSS cascade / llama.cpp / file MiB | expert load max/mean |")
+print("|---|---|---|---|---|---|---|---|", flush=True)
+for ty in types:
+    model = f"{models}/random-qwen3moe-{ty}.gguf"
+    file_mib = os.path.getsize(model) / 1048576
+    for t in threads:
+        c = cascade_run(model, n_prompt, n_decode, t, repeats)
+        load = c.pop("json").get("expert_load", {})
+        c["expert_load_max_mean"] = load.get("max_mean_ratio", 0)
+        c["expert_load"] = load.get("layers", [])
+        l = llama_bench(llama, model, n_prompt, n_decode, t, repeats)
+        results["rows"].append({"type": ty, "threads": t, "file_mib": file_mib, "cascade": c, "llama_cpp": l,
+                                "prefill_ratio": c["prefill"] / l["prefill"], "decode_ratio": c["decode"] / l["decode"]})
+        print(f"| {ty} | {t} | {c['prefill']:.1f} / {c['decode']:.1f} | {l['prefill']:.1f} / {l['decode']:.1f} "
+              f"| {c['prefill'] / l['prefill']:.2f}x | {c['decode'] / l['decode']:.2f}x "
+              f"| {c['rss_mib']:.0f} / {l['rss_mib']:.0f} / {file_mib:.0f} | {c['expert_load_max_mean']:.2f} |", flush=True)
+
+runs = {}
+for ty in types:
+    for label in ("ep1", "ep2", "tp2"):
+        path = f"{tmp}/ep-{ty}-{label}.json"
+        if os.path.exists(path):
+            r = json.load(open(path))
+            r["decode_tok_s"] = 1000.0 / r["tpot_ms"]["p50"]
+            status = open(f"{tmp}/ep-{ty}-{label}.status").read()
+            r["worker_weight_mib"] = [float(m) for m in re.findall(r"ready\s+([\d.]+) MiB", status)]
+            r["expert_load_max_mean"] = max([float(m) for m in re.findall(r"max/mean ([\d.]+)", status)] or [0])
+            runs[(ty, label)] = r
+if runs:
+    print("\n## Expert parallelism: batch-1 decode through a cluster, 1 thread per worker\n")
+    print("| type | EP=1 (1 worker) tok/s | EP=2 (2 workers, 32 experts each) tok/s | EP=2 / EP=1 | TP=2 sliced experts tok/s "
+          "| weights per worker MiB (EP=1; EP=2) |")
+    print("|---|---|---|---|---|---|")
+    for ty in types:
+        if (ty, "ep1") not in runs:
+            continue
+        e1, e2, t2 = runs[(ty, "ep1")], runs[(ty, "ep2")], runs[(ty, "tp2")]
+        ratio = e2["decode_tok_s"] / e1["decode_tok_s"]
+        results["expert_parallel"].append({"type": ty, "ep1": e1, "ep2": e2, "tp2": t2, "ep2_over_ep1": ratio})
+        print(f"| {ty} | {e1['decode_tok_s']:.1f} | {e2['decode_tok_s']:.1f} | {ratio:.2f}x | {t2['decode_tok_s']:.1f} "
+              f"| {', '.join(f'{m:.0f}' for m in e1['worker_weight_mib'])}; "
+              f"{', '.join(f'{m:.0f}' for m in e2['worker_weight_mib'])} |")
+with open(out_path, "w") as f:
+    json.dump(results, f, indent=1)
+print(f"\nwrote {out_path}")
+PYEOF
