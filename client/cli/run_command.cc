@@ -31,7 +31,8 @@ nlohmann::json ExpertLoadJson(const model::Transformer& t) {
     const auto tokens = std::span(t.expert_load()).subspan(i * n_experts, n_experts);
     const double ratio = MaxMeanRatio(tokens);
     worst = std::max(worst, ratio);
-    layers.push_back({{"layer", t.moe_layers()[i]}, {"tokens", std::vector<int64_t>(tokens.begin(), tokens.end())},
+    layers.push_back({{"layer", t.moe_layers()[i]},
+                      {"tokens", std::vector<int64_t>(tokens.begin(), tokens.end())},
                       {"max_mean_ratio", ratio}});
   }
   return {{"max_mean_ratio", worst}, {"layers", layers}};
@@ -121,7 +122,8 @@ int RunCommand(int argc, char** argv) {
     j["logprobs"] = lp;
   }
   j["kv_cache"] = {{"dtype", std::string(DTypeName(options.kv_dtype))}, {"bytes", (*engine)->kv_bytes()}};
-  if (const model::Transformer& t = (*engine)->transformer(); !t.moe_layers().empty()) j["expert_load"] = ExpertLoadJson(t);
+  if (const model::Transformer& t = (*engine)->transformer(); !t.moe_layers().empty())
+    j["expert_load"] = ExpertLoadJson(t);
   std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   return 0;
 }

@@ -73,6 +73,7 @@ TEST(ConfigTest, DefaultsApply) {
   EXPECT_EQ(c->model.path, "m.gguf");  // Kept as written without a file.
   EXPECT_EQ(c->parallel.pipeline, 1);
   EXPECT_EQ(c->parallel.tensor, 1);
+  EXPECT_FALSE(c->parallel.expert);
   EXPECT_EQ(c->nodes[0].launch, LaunchMode::kLocal);
   EXPECT_EQ(c->server.listen, "127.0.0.1:50051");
   EXPECT_EQ(c->server.listen_port, 50051);
@@ -198,6 +199,8 @@ const BadConfig kBadConfigs[] = {
      "parallel.pipeline: expected an integer"},
     {"model: {path: m}\nparallel: {tensor: 0}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
      "parallel.tensor: must be"},
+    {"model: {path: m}\nparallel: {expert: 2}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
+     "parallel.expert: expected true or false"},
     {"model: {path: m}\nparallel: {pipelines: 2}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
      "parallel.pipelines: unknown key"},
     {"model: {path: m}\nparallel: {pipeline: 3}\nnodes: [{name: a, host: h, devices: [cpu, cpu]}]\n",

@@ -4,6 +4,7 @@
 #include "model/format/gguf.h"
 
 #include <cstring>
+#include <functional>
 
 #include "model/format/gguf_writer.h"
 #include "model/format/model_config.h"
@@ -235,6 +236,56 @@ TEST(GgufTest, SlidingWindowCapsTheContext) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->sliding_window, 1024);
   EXPECT_EQ(c->n_ctx_train, 1024);
+}
+
+// llama.cpp's MoE keys: qwen3moe's expert_count / expert_used_count /
+// expert_feed_forward_length, renormalised top-k by default (Qwen2-MoE's default is not,
+// `expert_weights_norm` overrides); Mixtral is `llama` with expert_count and its experts'
+// FFN is feed_forward_length; bad counts name the field.
+TEST(GgufTest, MixtureOfExpertsKeys) {
+  const auto parse = [](const std::string& arch, const std::function<void(GgufWriter&)>& edit, uint32_t used = 4) {
+    GgufWriter w;
+    w.SetString("general.architecture", arch);
+    w.SetU32(arch + ".block_count", 2);
+    w.SetU32(arch + ".embedding_length", 64);
+    w.SetU32(arch + ".attention.head_count", 8);
+    w.SetU32(arch + ".feed_forward_length", 128);
+    w.SetF32(arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
+    w.SetU32(arch + ".vocab_size", 100);
+    w.SetU32(arch + ".expert_count", 16);
+    w.SetU32(arch + ".expert_used_count", used);
+    edit(w);
+    auto f = GgufFile::OpenBytes(w.Serialize(), "moe.gguf");
+    EXPECT_TRUE(f.ok()) << f.status();
+    return ModelConfigFromGguf(**f);
+  };
+  auto c = parse("qwen3moe", [](GgufWriter& w) { w.SetU32("qwen3moe.expert_feed_forward_length", 32); });
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->n_experts, 16);
+  EXPECT_EQ(c->n_experts_used, 4);
+  EXPECT_EQ(c->n_ff_expert, 32);
+  EXPECT_TRUE(c->norm_topk_prob);
+  EXPECT_EQ(c->rope_layout, RopeLayout::kRotateHalf);
+  EXPECT_TRUE(c->IsMoeLayer(0) && c->IsMoeLayer(1));
+  c = parse("qwen2moe", [](GgufWriter& w) { w.SetU32("qwen2moe.expert_feed_forward_length", 32); });
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->norm_topk_prob);
+  c = parse("qwen2moe", [](GgufWriter& w) {
+    w.SetU32("qwen2moe.expert_feed_forward_length", 32);
+    w.SetBool("qwen2moe.expert_weights_norm", true);
+  });
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->norm_topk_prob);
+  c = parse("llama", [](GgufWriter&) {});  // Mixtral.
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->n_ff_expert, 128);
+  EXPECT_EQ(c->rope_layout, RopeLayout::kAdjacentPairs);
+  // Refusals naming what to fix.
+  EXPECT_THAT(parse("qwen3moe", [](GgufWriter&) {}),
+              testing::StatusIs(absl::StatusCode::kNotFound, HasSubstr("qwen3moe.expert_feed_forward_length")));
+  EXPECT_THAT(parse(
+                  "qwen3moe", [](GgufWriter& w) { w.SetU32("qwen3moe.expert_feed_forward_length", 32); }, 17),
+              testing::StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("n_experts_used")));
 }
 
 TEST(GgufTest, Stories260K) {

@@ -258,6 +258,63 @@ TEST(HfConfigTest, InconsistentNumbers) {
   ExpectInvalid(Parse(j), "max_position_embeddings");
 }
 
+// The MoE families: transformers' defaults and field names, which layers are MoE, and a
+// message naming the key for each bad value.
+TEST(HfConfigTest, MixtureOfExperts) {
+  Json j = Base();
+  j["model_type"] = "mixtral";  // Defaults: 8 experts, top 2, intermediate_size is each expert's.
+  absl::StatusOr<ModelConfig> c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->n_experts, 8);
+  EXPECT_EQ(c->n_experts_used, 2);
+  EXPECT_EQ(c->n_ff_expert, 512);
+  EXPECT_TRUE(c->norm_topk_prob);
+  EXPECT_TRUE(c->IsMoeLayer(0) && c->IsMoeLayer(3));
+
+  j = Base();
+  j["model_type"] = "qwen3_moe";
+  j["num_experts"] = 128;
+  j["num_experts_per_tok"] = 8;
+  j["moe_intermediate_size"] = 768;
+  j["norm_topk_prob"] = true;
+  j["decoder_sparse_step"] = 2;
+  j["mlp_only_layers"] = {3};
+  c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->qk_norm);
+  EXPECT_EQ(c->n_ff_expert, 768);
+  EXPECT_EQ(c->n_ff_shared_expert, 0);
+  // (l + 1) % 2 == 0 and not in mlp_only_layers: only layer 1.
+  EXPECT_FALSE(c->IsMoeLayer(0));
+  EXPECT_TRUE(c->IsMoeLayer(1));
+  EXPECT_FALSE(c->IsMoeLayer(2));
+  EXPECT_FALSE(c->IsMoeLayer(3));
+
+  j["model_type"] = "qwen2_moe";  // Q/K/V biases, a shared expert, norm_topk_prob false by default.
+  j.erase("norm_topk_prob");
+  j["shared_expert_intermediate_size"] = 1024;
+  c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->qkv_bias);
+  EXPECT_FALSE(c->norm_topk_prob);
+  EXPECT_EQ(c->n_ff_shared_expert, 1024);
+
+  const auto bad = [&](const char* key, Json value, const std::string& named) {
+    Json k = j;
+    k[key] = value;
+    ExpectInvalid(Parse(k), named);
+  };
+  bad("num_experts_per_tok", 200, "n_experts_used");
+  bad("num_experts_per_tok", 0, "n_experts_used");
+  bad("moe_intermediate_size", 0, "n_ff_expert");
+  bad("decoder_sparse_step", 0, "decoder_sparse_step");
+  bad("mlp_only_layers", {9}, "mlp_only_layers");
+  bad("mlp_only_layers", "all", "mlp_only_layers");
+  Json missing = j;
+  missing.erase("num_experts");
+  ExpectInvalid(Parse(missing), "num_experts");
+}
+
 TEST(HfConfigTest, NotJsonOrNotObject) {
   absl::StatusOr<ModelConfig> c = ModelConfigFromHfJson("{\"model_type\": ", kSource);
   EXPECT_STATUS_CODE(c, kInvalidArgument);

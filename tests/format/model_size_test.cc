@@ -1,5 +1,5 @@
 // model::MeasureModel against an independent count over the file's tensor table: every
-// tensor named "blk.<l>." belongs to layer l, "token_embd.weight" is the embedding, the
+// tensor named "blk.<l>." (MoE experts included) belongs to layer l, "token_embd.weight" is the embedding, the
 // rest is the head (final norm and LM head), and a tied head reads the embedding again.
 // To add a case, add a RandomModelSpec to the list.
 #include "model/format/model_size.h"
@@ -34,7 +34,10 @@ ModelSize CountByName(const ModelFiles& files) {
 TEST(ModelSizeTest, PartsMatchTheTensorTable) {
   testing::RandomModelSpec untied{.weight_type = DType::kQ8_0, .n_layers = 3, .qkv_bias = true};
   testing::RandomModelSpec tied{.weight_type = DType::kQ4_0, .n_layers = 2, .tied = true};
-  for (const testing::RandomModelSpec& spec : {untied, tied}) {
+  // MoE layers: the router and the merged expert tensors count for their layer (the
+  // planner balances stages by bytes, experts included).
+  testing::RandomModelSpec moe{.weight_type = DType::kQ8_0, .n_layers = 3, .moe = testing::MoeFamily::kQwen2Moe};
+  for (const testing::RandomModelSpec& spec : {untied, tied, moe}) {
     testing::TempDir dir;
     const std::string path = dir.path() + "/model.gguf";
     testing::WriteRandomModel(spec, path);
@@ -45,6 +48,9 @@ TEST(ModelSizeTest, PartsMatchTheTensorTable) {
     EXPECT_EQ(got.embedding_bytes, want.embedding_bytes);
     EXPECT_EQ(got.head_bytes, want.head_bytes);
     EXPECT_GT(got.layer_bytes[0], 0);
+    if (spec.moe != testing::MoeFamily::kNone) {  // 8 experts of 3 x 128 x 256 Q8_0 dominate.
+      EXPECT_GT(got.layer_bytes[0], spec.n_experts * 3 * RowBytes(DType::kQ8_0, 256) * 128);
+    }
     // A drafter of one layer holds layer 0, the embedding and the head.
     EXPECT_EQ(got.PrefixBytes(1), want.layer_bytes[0] + want.embedding_bytes + want.head_bytes);
   }

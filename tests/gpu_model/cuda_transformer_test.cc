@@ -11,6 +11,7 @@
 //  * Tensor parallelism over NCCL, when the machine has two GPUs: TP=2 against TP=1.
 // Without a GPU every test skips with the CUDA runtime's reason.
 #include <gtest/gtest.h>
+#include <tuple>
 
 #include <cmath>
 #include <cstdio>
@@ -114,6 +115,23 @@ TEST_F(CudaTransformerTest, RandomModelsOfEveryWeightTypeMatchTheCpu) {
     const std::string path = dir.path() + "/" + std::string(DTypeName(type)) + ".gguf";
     testing::WriteRandomModel({.weight_type = type, .tied = type == DType::kQ8_0, .qkv_bias = type == DType::kF16},
                               path);
+    ExpectGpuMatchesCpu(path, bound);
+  }
+}
+
+// MoE layers on the GPU (router logits read back, experts run by the GPU's linear kernels
+// over gathered rows, Backend::AddScaledRows scattering them back) against the CPU, for
+// each family: Qwen3-MoE in F32 and Q8_0, Mixtral, and Qwen2-MoE with its shared expert.
+TEST_F(CudaTransformerTest, MoeModelsMatchTheCpu) {
+  testing::TempDir dir;
+  const std::tuple<testing::MoeFamily, DType, double> cases[] = {{testing::MoeFamily::kQwen3Moe, DType::kF32, 1e-4},
+                                                                 {testing::MoeFamily::kQwen3Moe, DType::kQ8_0, 5e-2},
+                                                                 {testing::MoeFamily::kMixtral, DType::kF16, 1e-2},
+                                                                 {testing::MoeFamily::kQwen2Moe, DType::kF32, 1e-4}};
+  int i = 0;
+  for (const auto& [family, type, bound] : cases) {
+    const std::string path = dir.path() + "/moe" + std::to_string(i++) + ".gguf";
+    testing::WriteRandomModel({.weight_type = type, .moe = family, .n_experts = 8, .n_ff_expert = 128}, path);
     ExpectGpuMatchesCpu(path, bound);
   }
 }
