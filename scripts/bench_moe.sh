@@ -13,13 +13,14 @@
 # (F16 1.8 GB, Q8_0 1 GB, Q4_K_M 0.6 GB).
 #
 # Usage: scripts/bench_moe.sh [OUT.json]     (default build/bench_moe.json)
-# Env: TYPES="Q4_K_M Q8_0"  THREADS="1 2"  N_PROMPT=512  N_DECODE=128  REPEATS=1  EP=1 (0: skip 2.)
+# Env: TYPES="Q4_K_M Q8_0"  THREADS="1 2"  N_PROMPT=512  N_DECODE=128  REPEATS=3  EP=1 (0: skip 2.)
+# Both sides report their best of REPEATS runs (llama-bench: of its repetitions).
 # Prints markdown tables (docs/PERFORMANCE.md holds the latest) and writes JSON.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-build/bench_moe.json}
 export TYPES=${TYPES:-"Q4_K_M Q8_0"} THREADS=${THREADS:-"1 2"} N_PROMPT=${N_PROMPT:-512} N_DECODE=${N_DECODE:-128}
-export REPEATS=${REPEATS:-1} EP=${EP:-1}
+export REPEATS=${REPEATS:-3} EP=${EP:-1}
 MODELS="${XDG_CACHE_HOME:-$HOME/.cache}/cascade/models"
 mkdir -p "$MODELS" "$(dirname "$OUT")"
 [[ -x build/bin/cascade && -x build/bin/cascade-coordinator ]] || ./scripts/build.sh >/dev/null

@@ -17,9 +17,12 @@
 //
 // The group stream is contiguous, so a software prefetch kPrefetchBytes ahead of the block
 // being read covers the next groups. Measured on the whole-model decode pass of
-// linear_bench (1 thread, a shared 2-core VM, so noisy): 2-8 KiB all reach ~11 GB/s from
-// memory and up to ~16 GB/s when part of the model stays in L3; 1 KiB and no prefetch were
-// no better, sometimes worse (the first load of each block then shows as the stall).
+// linear_bench (1 thread, a shared 2-core AMD VM, so noisy): 2-8 KiB all reach ~11 GB/s
+// from memory and up to ~16 GB/s when part of the model stays in L3; 1 KiB and no prefetch
+// were no better. On a 2-core Intel Xeon VM (AVX-512 VNNI), streaming 128 Q4_K experts of
+// [1024, 1024] out of cache: 4 KiB ~9.5 GB/s, 16 KiB ~14 GB/s (6 runs each, interleaved),
+// 32-64 KiB no better; Q6_K and Q8_0 alike. Intel's fewer outstanding misses per core want
+// the longer lead, so 16 KiB.
 //
 // Compiled with AVX-512 F/BW/VL/DQ/VNNI (+AVX2/FMA/F16C); called only on such CPUs.
 #include <immintrin.h>
@@ -35,7 +38,7 @@
 namespace cascade::kernels::cpu::internal {
 namespace {
 
-constexpr int64_t kPrefetchBytes = 4096;
+constexpr int64_t kPrefetchBytes = 16384;
 
 inline __m512i Bcast(const int8_t* p) {
   int32_t v;
