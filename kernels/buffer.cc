@@ -73,6 +73,11 @@ absl::Status CheckLinearParts(std::span<const TensorView> outs, const TensorView
   return absl::OkStatus();
 }
 
+absl::Status Backend::LinearBatch(std::span<const LinearJob> jobs) {
+  for (const LinearJob& job : jobs) CASCADE_RETURN_IF_ERROR(LinearParts(job.outs, job.in, *job.weight, {}));
+  return absl::OkStatus();
+}
+
 absl::Status CheckScaledRows(const TensorView& out, const TensorView& in, std::span<const int32_t> rows,
                              std::span<const float> scales) {
   if (out.dtype != DType::kF32 || in.dtype != DType::kF32 || out.Cols() != in.Cols() ||

@@ -171,6 +171,16 @@ class Backend {
   static constexpr int64_t kLinearPartRows = 16;
   virtual absl::Status LinearParts(std::span<const TensorView> outs, const TensorView& in, const PreparedWeight& weight,
                                    std::span<const TensorView> biases);
+  // (optional) Several independent LinearParts calls (no biases) at once: the active
+  // experts of a MoE layer, each its own weight and input. A backend may run them as one
+  // parallel loop (the CPU backend does for packed weights) instead of one per job; the
+  // default calls LinearParts for each.
+  struct LinearJob {
+    std::span<const TensorView> outs;
+    TensorView in;
+    const PreparedWeight* weight = nullptr;
+  };
+  virtual absl::Status LinearBatch(std::span<const LinearJob> jobs);
   // `Embedding` over a prepared table (optional: the default reads `table.source()`).
   virtual absl::Status Embedding(TensorView out, const PreparedWeight& table, std::span<const int32_t> ids) {
     if (!table.reads_source()) return absl::InternalError("Embedding: table prepared by another backend");

@@ -117,6 +117,28 @@ class CpuBackend final : public Backend {
     return absl::OkStatus();
   }
 
+  absl::Status LinearBatch(std::span<const LinearJob> jobs) override {
+    // One dispatch when every weight is packed (the common case); otherwise job by job.
+    absl::InlinedVector<cpu::PackedJob, 32> packed_jobs;
+    absl::InlinedVector<cpu::LinearPart, 64> parts;
+    for (const LinearJob& job : jobs) parts.resize(parts.size() + job.outs.size());
+    size_t at = 0;
+    for (const LinearJob& job : jobs) {
+      const auto* packed = dynamic_cast<const CpuPackedWeight*>(job.weight);
+      if (packed == nullptr) return Backend::LinearBatch(jobs);
+      CASCADE_RETURN_IF_ERROR(CheckLinearParts(job.outs, job.in, *job.weight, {}));
+      CASCADE_RETURN_IF_ERROR(CheckF32(job.in, "linear in"));
+      const size_t first = at;
+      for (const TensorView& o : job.outs) {
+        CASCADE_RETURN_IF_ERROR(CheckF32(o, "linear out"));
+        parts[at++] = {o.As<float>(), o.Cols()};
+      }
+      packed_jobs.push_back(
+          {std::span(parts).subspan(first, job.outs.size()), job.in.As<float>(), job.in.Rows(), &packed->packed()});
+    }
+    return cpu::LinearPackedBatch(packed_jobs, pool_.get());
+  }
+
   absl::Status Embedding(TensorView out, const PreparedWeight& table, std::span<const int32_t> ids) override {
     const auto* packed = dynamic_cast<const CpuPackedWeight*>(&table);
     if (packed == nullptr) return Embedding(out, table.source(), ids);

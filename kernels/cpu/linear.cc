@@ -1,8 +1,11 @@
 #include "kernels/cpu/linear.h"
 
 #include <algorithm>
+#include <memory>
 #include <optional>
+#include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
 #include "kernels/cpu/block_codes.h"
@@ -353,6 +356,60 @@ absl::Status LinearPacked(float* out, const float* in, const PackedWeight& weigh
   }
   const LinearPart part{out, weight.n_out()};
   return LinearPartsPacked({&part, 1}, in, weight, n_tokens, pool);
+}
+
+absl::Status LinearPackedBatch(std::span<const PackedJob> jobs, ThreadPool* pool) {
+  thread_local std::vector<std::unique_ptr<QuantizedActivations>> scratch;
+  while (scratch.size() < jobs.size()) scratch.push_back(std::make_unique<QuantizedActivations>());
+  // Every part of every job is a segment of one index space, each starting on a multiple
+  // of 16 (RowChunk's pieces then start on packed groups; the padding rows run nothing).
+  struct Segment {
+    internal::GemmFn gemm;
+    GemmArgs args;
+    int64_t start, rows;
+  };
+  absl::InlinedVector<Segment, 32> segments;
+  int64_t total = 0;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const PackedJob& job = jobs[j];
+    const PackedWeight& w = *job.weight;
+    CASCADE_RETURN_IF_ERROR(CheckInput(job.in, job.n_tokens, w.n_in()));
+    CASCADE_RETURN_IF_ERROR(CheckParts(job.parts, w.n_out(), true));
+    if (TrivialLinear(job.parts, job.n_tokens, w.n_in()).has_value()) {
+      CASCADE_RETURN_IF_ERROR(*TrivialLinear(job.parts, job.n_tokens, w.n_in()));
+      continue;
+    }
+    const internal::GemmFn gemm = ActiveKernels().packed[static_cast<int>(w.dtype())];
+    if (gemm == nullptr) {
+      return absl::UnimplementedError(absl::StrCat("Linear: no packed kernel for ", std::string(DTypeName(w.dtype()))));
+    }
+    CASCADE_RETURN_IF_ERROR(scratch[j]->Quantize(job.in, job.n_tokens, w.n_in(), ActivationFormat::kQ8Block, pool));
+    GemmArgs args = ActivationArgs(*scratch[j]);
+    args.w_row_bytes = w.group_bytes();
+    int64_t first = 0;
+    for (const LinearPart& p : job.parts) {
+      GemmArgs a = args;
+      a.out = p.out;
+      a.ld_out = p.rows;
+      a.w = w.data() + first / kPackRows * w.group_bytes();
+      segments.push_back({gemm, a, total, p.rows});
+      total += (p.rows + kPackRows - 1) / kPackRows * kPackRows;
+      first += p.rows;
+    }
+  }
+  const auto run = [&](int64_t begin, int64_t end) {
+    for (const Segment& s : segments) {
+      const int64_t lo = std::max(begin, s.start) - s.start, hi = std::min(end - s.start, s.rows);
+      if (lo < hi) s.gemm(s.args, lo, hi);
+    }
+  };
+  const int n_threads = pool == nullptr ? 1 : pool->n_threads();
+  if (n_threads == 1) {
+    run(0, total);
+  } else {
+    pool->ParallelForChunked(total, RowChunk(total, n_threads), [&](int64_t b, int64_t e, int) { run(b, e); });
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace cascade::kernels::cpu

@@ -124,6 +124,21 @@ absl::Status LinearParts(std::span<const LinearPart> parts, const float* in, con
 absl::Status LinearPartsPacked(std::span<const LinearPart> parts, const float* in, const PackedWeight& weight,
                                int64_t n_tokens, ThreadPool* pool);
 
+// One matmul of a LinearPackedBatch: parts of `weight` (as LinearPartsPacked) over its own
+// input [n_tokens, weight->n_in()].
+struct PackedJob {
+  std::span<const LinearPart> parts;
+  const float* in = nullptr;
+  int64_t n_tokens = 0;
+  const PackedWeight* weight = nullptr;
+};
+
+// Several independent packed matmuls (the active experts of a MoE layer) in one dispatch:
+// each input is quantized, then the rows of every job are spread over the pool together,
+// so a batch of small matrices pays one fork/join instead of one per matrix. Each job as
+// LinearPartsPacked (its errors too).
+absl::Status LinearPackedBatch(std::span<const PackedJob> jobs, ThreadPool* pool);
+
 // Whether the active ISA has a native kernel for packed weights of `dtype`, so that packing
 // them at load pays off (otherwise the GGUF-layout kernels are faster).
 bool PackedLayoutPreferred(DType dtype);

@@ -78,8 +78,9 @@ class StackedLinear {
                                                   std::span<const int64_t> rows, int64_t cols,
                                                   std::span<const IndexRange> out_rows, bool fuse);
 
-  // Whether the parts run as one stacked weight.
+  // Whether the parts run as one stacked weight, and that weight (for Backend::LinearBatch).
   bool stacked() const { return stacked_ != nullptr; }
+  const kernels::PreparedWeight* stacked_weight() const { return stacked_; }
 
   // outs[i] [n_tokens, rows of part i] = in * part i^T (+ biases[i] when that view has
   // data); `biases` is empty or has one view per part.

@@ -1,6 +1,7 @@
 #include "model/layers/moe.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <numeric>
 #include <string>
@@ -149,22 +150,35 @@ absl::Status MoeBlock::RunExperts(TensorView acc, const TensorView& x, MoeScratc
   if (rows == 0) return absl::OkStatus();
   kernels::Backend& b = *backend_;
   // Gather each held expert's tokens into one block of rows (x read as an f32 table).
-  const TensorView gathered = View(*s.x, rows, n_embd_);
-  CASCADE_RETURN_IF_ERROR(b.Embedding(gathered, x, s.token_of_row));
-  const TensorView out = View(*s.out, rows, n_embd_);
-  for (size_t e = 0; e < experts_.size(); ++e) {
+  CASCADE_RETURN_IF_ERROR(b.Embedding(View(*s.x, rows, n_embd_), x, s.token_of_row));
+  // Every active expert's gate/up in one batch (one dispatch on the CPU), one SiluMul over
+  // all their rows, every down in one batch.
+  const size_t n = experts_.size();
+  std::vector<std::array<TensorView, 2>> gate_up(n);
+  std::vector<TensorView> xs(n), down(n);
+  std::vector<kernels::Backend::LinearJob> gate_up_jobs, down_jobs;
+  for (size_t e = 0; e < n; ++e) {
     const int64_t r0 = s.expert_rows[e], r1 = s.expert_rows[e + 1];
     if (r0 == r1) continue;
     const auto slice = [&](const kernels::Buffer& buf, int64_t cols) {
       return TensorView(static_cast<float*>(buf.data()) + r0 * cols, DType::kF32, {r1 - r0, cols}, b.device());
     };
-    const TensorView gate = slice(*s.gate, n_ff_), up = slice(*s.up, n_ff_);
-    const TensorView gate_up[] = {gate, up};
-    CASCADE_RETURN_IF_ERROR(experts_[e].gate_up.Forward(gate_up, slice(*s.x, n_embd_), {}));
-    CASCADE_RETURN_IF_ERROR(b.SiluMul(gate, gate, up));
-    CASCADE_RETURN_IF_ERROR(experts_[e].down.Forward(slice(*s.out, n_embd_), gate));
+    gate_up[e] = {slice(*s.gate, n_ff_), slice(*s.up, n_ff_)};
+    xs[e] = slice(*s.x, n_embd_);
+    down[e] = slice(*s.out, n_embd_);
+    const StackedLinear& gu = experts_[e].gate_up;
+    if (gu.stacked()) {
+      gate_up_jobs.push_back({gate_up[e], xs[e], gu.stacked_weight()});
+    } else {
+      CASCADE_RETURN_IF_ERROR(gu.Forward(gate_up[e], xs[e], {}));
+    }
+    down_jobs.push_back({std::span(&down[e], 1), gate_up[e][0], &experts_[e].down.weight()});
   }
-  return b.AddScaledRows(acc, out, s.token_of_row, s.weight_of_row);
+  CASCADE_RETURN_IF_ERROR(b.LinearBatch(gate_up_jobs));
+  const TensorView gate = View(*s.gate, rows, n_ff_);
+  CASCADE_RETURN_IF_ERROR(b.SiluMul(gate, gate, View(*s.up, rows, n_ff_)));
+  CASCADE_RETURN_IF_ERROR(b.LinearBatch(down_jobs));
+  return b.AddScaledRows(acc, View(*s.out, rows, n_embd_), s.token_of_row, s.weight_of_row);
 }
 
 absl::Status MoeBlock::RunShared(TensorView acc, const TensorView& x, MoeScratch& s) const {

@@ -422,6 +422,53 @@ TEST(LinearTest, StackedPartsMatchSeparateProjections) {
   }
 }
 
+// A batch of independent packed matmuls (the experts of a MoE layer: stacked gate/up parts,
+// a 37-row matrix whose last group is partial, an empty job) in one dispatch gives each
+// job's own LinearPartsPacked results bit for bit, on every ISA, with and without a pool.
+TEST(LinearTest, PackedBatchMatchesEachJobAlone) {
+  const int64_t n_in = 256, n_out[3] = {64, 37, 48}, n_tokens[3] = {1, 3, 7};
+  ThreadPool pool(2);
+  for (DType d : {DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
+    std::mt19937 rng(91);
+    std::vector<std::vector<uint8_t>> w;
+    std::vector<PackedWeight> packed;
+    std::vector<std::vector<float>> x;
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (int j = 0; j < 3; ++j) {
+      w.push_back(MakeWeights(d, n_out[j], n_in, &rng));
+      packed.push_back(*PackedWeight::Pack(TensorView(w[j].data(), d, {n_out[j], n_in})));
+      x.emplace_back(n_tokens[j] * n_in);
+      for (auto& v : x[j]) v = normal(rng);
+    }
+    for (CpuIsa isa : kAllCpuIsas) {
+      if (!CpuSupportsIsa(isa)) continue;
+      SetMaxCpuIsaForTesting(isa);
+      for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+        SCOPED_TRACE(::testing::Message() << DTypeName(d) << " " << CpuIsaName(isa) << (p ? " pool" : ""));
+        // Job 0 is two parts (32 + 32 rows, as gate/up), jobs 1 and 2 one part each.
+        std::vector<std::vector<float>> got(4), want(4);
+        const int64_t part_rows[4] = {32, 32, 37, 48};
+        for (int i = 0; i < 4; ++i) got[i].assign(n_tokens[i == 0 ? 0 : i - 1] * part_rows[i], -1.0f);
+        const LinearPart parts0[2] = {{got[0].data(), 32}, {got[1].data(), 32}};
+        const LinearPart part1{got[2].data(), 37}, part2{got[3].data(), 48};
+        const LinearPart no_rows{nullptr, 48};
+        const PackedJob jobs[4] = {{parts0, x[0].data(), n_tokens[0], &packed[0]},
+                                   {{&part1, 1}, x[1].data(), n_tokens[1], &packed[1]},
+                                   {{&no_rows, 1}, nullptr, 0, &packed[2]},  // No tokens: nothing to do.
+                                   {{&part2, 1}, x[2].data(), n_tokens[2], &packed[2]}};
+        ASSERT_TRUE(LinearPackedBatch(jobs, p).ok());
+        for (int i = 0; i < 4; ++i) want[i].assign(got[i].size(), -2.0f);
+        const LinearPart w0[2] = {{want[0].data(), 32}, {want[1].data(), 32}};
+        ASSERT_TRUE(LinearPartsPacked(w0, x[0].data(), packed[0], n_tokens[0], p).ok());
+        ASSERT_TRUE(LinearPacked(want[2].data(), x[1].data(), packed[1], n_tokens[1], p).ok());
+        ASSERT_TRUE(LinearPacked(want[3].data(), x[2].data(), packed[2], n_tokens[2], p).ok());
+        for (int i = 0; i < 4; ++i) EXPECT_EQ(got[i], want[i]) << "output " << i;
+      }
+    }
+    SetMaxCpuIsaForTesting(BestCpuIsa());
+  }
+}
+
 TEST(LinearTest, StackedPartsMustCoverTheWeight) {
   std::mt19937 rng(5);
   std::vector<uint8_t> w = MakeWeights(DType::kQ8_0, 40, 64, &rng);
