@@ -16,6 +16,7 @@
 #include <numeric>
 
 #include "core/str_cat.h"
+#include "kernels/cpu_features.h"
 #include "model/layers/moe.h"
 #include "model/local_engine.h"
 #include "model/transformer.h"
@@ -169,10 +170,19 @@ INSTANTIATE_TEST_SUITE_P(
 
 // Quantized experts (the GGUF types people publish) against the same reference, which
 // dequantizes the stored blocks: the 8-bit activations of the integer kernels are the
-// only difference, as for dense models.
-TEST(MoeQuantizedTest, GgufExpertsOfEveryCommonType) {
-  for (const DType type : {DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
-    SCOPED_TRACE(DTypeName(type));
+// only difference, as for dense models. On every CPU ISA this machine has (generic, AVX2,
+// AVX-512): the experts run each ISA's packed kernels, batched (Backend::LinearBatch).
+TEST(MoeQuantizedTest, GgufExpertsOfEveryCommonTypeOnEveryIsa) {
+  for (const auto& [type, isa] :
+       {std::pair{DType::kQ8_0, kernels::CpuIsa::kGeneric}, std::pair{DType::kQ8_0, kernels::CpuIsa::kAvx2},
+        std::pair{DType::kQ8_0, kernels::CpuIsa::kAvx512}, std::pair{DType::kQ4_K, kernels::CpuIsa::kAvx2},
+        std::pair{DType::kQ4_K, kernels::CpuIsa::kAvx512}, std::pair{DType::kQ6_K, kernels::CpuIsa::kAvx512}}) {
+    if (!kernels::CpuSupportsIsa(isa)) {
+      std::printf("[ info ] %s: this CPU lacks it, skipped\n", std::string(kernels::CpuIsaName(isa)).c_str());
+      continue;
+    }
+    SCOPED_TRACE(::testing::Message() << DTypeName(type) << " " << kernels::CpuIsaName(isa));
+    kernels::SetMaxCpuIsaForTesting(isa);
     testing::RandomModelSpec spec = Spec({"q", MoeFamily::kQwen3Moe});
     spec.weight_type = type;
     spec.n_ff_expert = 256;  // Whole blocks of the K types.
@@ -184,9 +194,10 @@ TEST(MoeQuantizedTest, GgufExpertsOfEveryCommonType) {
     const RefModel ref = LoadRef(*files, std::nullopt, {2, true});
     const std::vector<int32_t> ids = TestIds(ref.c.n_vocab);
     const double e = WorstRelL2(RefForward(ref, ids), CascadeLogits(*files, ids, 2), 5e-2);
-    std::printf("[ info ] Qwen3-MoE %s experts: worst relative L2 logit error %.3g (bound 5e-2)\n",
-                std::string(DTypeName(type)).c_str(), e);
+    std::printf("[ info ] Qwen3-MoE %s experts on %s: worst relative L2 logit error %.3g (bound 5e-2)\n",
+                std::string(DTypeName(type)).c_str(), std::string(kernels::CpuIsaName(isa)).c_str(), e);
   }
+  kernels::SetMaxCpuIsaForTesting(kernels::BestCpuIsa());
 }
 
 TEST(MoeRouteTest, TopKRenormalisedAndTiesToTheLowerId) {
