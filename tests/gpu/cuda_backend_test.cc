@@ -272,6 +272,15 @@ TEST_F(CudaBackendTest, ElementwiseOpsMatchTheCpuBackend) {
     ASSERT_TRUE(cpu_->AddInPlace(host(want, n, d), host(gc, n, d)).ok());
     EXPECT_LT(RelL2(Down(out, n * d), want), 1e-5);
   }
+  {  // AddScaledRows (the MoE scatter): rows repeat, sums in order.
+    DeviceBuffer out = Up(g);
+    const std::vector<int32_t> rows = {3, 0, 3, 6, 1, 3, 0};
+    const std::vector<float> scales = {0.5f, -1.0f, 2.0f, 0.25f, 1.0f, -0.75f, 3.0f};
+    ASSERT_TRUE(gpu_->AddScaledRows(view(out, n, d), view(dx, n, d), rows, scales).ok());
+    std::vector<float> want = g, xc = x;
+    ASSERT_TRUE(cpu_->AddScaledRows(host(want, n, d), host(xc, n, d), rows, scales).ok());
+    EXPECT_LT(RelL2(Down(out, n * d), want), 1e-6);
+  }
   for (RopeStyle style : {RopeStyle::kAdjacentPairs, RopeStyle::kRotateHalf}) {
     std::vector<float> inv_freq(head_dim / 2);
     for (int64_t i = 0; i < head_dim / 2; ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / head_dim);

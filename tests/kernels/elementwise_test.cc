@@ -1,6 +1,7 @@
 // Row kernels of the CPU backend vs naive double-precision formulas written here.
 #include <cmath>
 #include <random>
+#include <tuple>
 
 #include "kernels/ops.h"
 #include "tests/test_support.h"
@@ -43,6 +44,33 @@ TEST(ElementwiseTest, SiluMul) {
                          TensorView(u.data(), DType::kF32, {1, n}))
                   .ok());
   for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(out[i], g[i] / (1 + std::exp(-double(g[i]))) * u[i], 1e-5);
+}
+
+// The MoE scatter: out[rows[i]] += scales[i] * in[i], rows repeating (a token's experts),
+// against the sum in double; small (serial) and large (split by columns over the pool);
+// a row outside out is refused.
+TEST(ElementwiseTest, AddScaledRows) {
+  for (const auto& [n_out, n_in, d, threads] :
+       {std::tuple{3, 7, 40, 1}, std::tuple{5, 64, 1100, 2}, std::tuple{9, 300, 257, 2}}) {
+    auto b = MakeCpuBackend({.n_threads = threads});
+    auto base = Random(n_out * d, 7), in = Random(n_in * d, 8), scale = Random(n_in, 9);
+    std::vector<int32_t> rows(n_in);
+    for (int i = 0; i < n_in; ++i) rows[i] = (i * 7 + 3) % n_out;
+    std::vector<float> out = base;
+    ASSERT_TRUE(b->AddScaledRows(TensorView(out.data(), DType::kF32, {n_out, d}),
+                                 TensorView(in.data(), DType::kF32, {n_in, d}), rows, scale)
+                    .ok());
+    std::vector<double> want(base.begin(), base.end());
+    for (int i = 0; i < n_in; ++i)
+      for (int c = 0; c < d; ++c) want[rows[i] * d + c] += double(scale[i]) * in[i * d + c];
+    for (size_t j = 0; j < want.size(); ++j) ASSERT_NEAR(out[j], want[j], 1e-4 * (1 + std::fabs(want[j]))) << j;
+  }
+  auto b = MakeCpuBackend({});
+  std::vector<float> out(4), in(4), scale = {1.0f, 1.0f};
+  const std::vector<int32_t> bad = {0, 2};  // out has 2 rows of 2.
+  EXPECT_STATUS_CODE(b->AddScaledRows(TensorView(out.data(), DType::kF32, {2, 2}),
+                                      TensorView(in.data(), DType::kF32, {2, 2}), bad, scale),
+                     kInvalidArgument);
 }
 
 // RoPE in both layouts against the rotation written out per pair.
