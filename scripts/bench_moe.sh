@@ -28,17 +28,8 @@ mkdir -p "$MODELS" "$(dirname "$OUT")"
 LLAMA_BIN=$(./scripts/llama_cpp.sh)
 export LLAMA_BIN MODELS
 
-f16="$MODELS/random-qwen3moe-f16.gguf"
-[[ -f $f16 && $f16 -nt scripts/make_random_gguf.py ]] ||
-  ./scripts/python_deps.sh scripts/make_random_gguf.py moe models/SmolLM2-135M-Instruct.Q4_1.gguf "$f16"
-for t in $TYPES; do
-  q="$MODELS/random-qwen3moe-$t.gguf"
-  if [[ ! -f $q || $q -ot $f16 ]]; then
-    echo "bench_moe: llama-quantize $t" >&2
-    "$LLAMA_BIN/llama-quantize" "$f16" "$q.tmp" "$t" "$(nproc)" >"$q.log" 2>&1 || { tail -5 "$q.log" >&2; exit 1; }
-    mv "$q.tmp" "$q"
-  fi
-done
+source scripts/random_models.sh
+random_models moe random-qwen3moe $TYPES
 
 TMP=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$TMP"' EXIT

@@ -26,17 +26,9 @@ mkdir -p "$MODELS" "$(dirname "$OUT")"
 LLAMA_BIN=$(./scripts/llama_cpp.sh)
 export LLAMA_BIN MODELS
 
+source scripts/random_models.sh
 for shape in $SHAPES; do
-  f16="$MODELS/random-llama-$shape-f16.gguf"
-  [[ -f $f16 ]] || ./scripts/python_deps.sh scripts/make_random_gguf.py "$shape" models/SmolLM2-135M-Instruct.Q4_1.gguf "$f16"
-  for t in $TYPES; do
-    q="$MODELS/random-llama-$shape-$t.gguf"
-    if [[ ! -f $q || $q -ot $f16 ]]; then
-      echo "bench_scale: llama-quantize $shape $t" >&2
-      "$LLAMA_BIN/llama-quantize" "$f16" "$q.tmp" "$t" "$(nproc)" >"$q.log" 2>&1 || { tail -5 "$q.log" >&2; exit 1; }
-      mv "$q.tmp" "$q"
-    fi
-  done
+  random_models "$shape" "random-llama-$shape" $TYPES
 done
 
 exec python3 - "$OUT" <<'PYEOF'
