@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -378,7 +379,22 @@ void WriteRandomHfModel(const RandomModelSpec& s, const std::string& dir) {
 
   std::filesystem::create_directories(dir);
   WriteFile(dir + "/config.json", c.dump(2));
-  WriteFile(dir + "/model.safetensors", SafetensorsBytes(entries));
+  if (s.hf_shards <= 1) {
+    WriteFile(dir + "/model.safetensors", SafetensorsBytes(entries));
+  } else {  // Contiguous runs of tensors per shard, and the index naming each one's file.
+    Json weight_map = Json::object();
+    const size_t per = (entries.size() + s.hf_shards - 1) / s.hf_shards;
+    for (int k = 0; k < s.hf_shards; ++k) {
+      char name[64];
+      std::snprintf(name, sizeof(name), "model-%05d-of-%05d.safetensors", k + 1, s.hf_shards);
+      const size_t b = std::min(entries.size(), k * per), e = std::min(entries.size(), (k + 1) * per);
+      const std::vector<SafetensorsEntry> shard(entries.begin() + b, entries.begin() + e);
+      for (const SafetensorsEntry& t : shard) weight_map[t.name] = name;
+      WriteFile(dir + "/" + name, SafetensorsBytes(shard));
+    }
+    WriteFile(dir + "/model.safetensors.index.json",
+              Json{{"metadata", Json::object()}, {"weight_map", weight_map}}.dump(2));
+  }
   WriteFile(dir + "/tokenizer.json", tokenizer.dump());
   WriteFile(dir + "/tokenizer_config.json", Json{{"eos_token", tokens[0]}}.dump(2));
 }

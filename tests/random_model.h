@@ -62,6 +62,9 @@ struct RandomModelSpec {
   // >= 0: a router biased to this expert: the embedding's column 0 is 3 for every token and
   // this expert's router row is 5 there, so every token chooses it.
   int64_t hot_expert = -1;
+  // Hugging Face only: > 1 writes the tensors as this many shards with
+  // model.safetensors.index.json (as large checkpoints come).
+  int hf_shards = 1;
 };
 
 // Writes the model to `path` (with a tiny byte-level vocabulary so engines can load it).

@@ -12,6 +12,7 @@
 //    skipped it would fail.
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <numeric>
 
@@ -38,6 +39,7 @@ struct MoeCase {
   DType type = DType::kF32;
   double bound = 1e-4;
   int threads = 1;
+  int hf_shards = 1;  // > 1: a sharded Hugging Face checkpoint (index + shards).
 };
 void PrintTo(const MoeCase& c, std::ostream* os) { *os << c.name; }
 
@@ -51,7 +53,8 @@ testing::RandomModelSpec Spec(const MoeCase& c) {
           .n_ff_expert = 128,
           .n_ff_shared_expert = 256,
           .norm_topk_prob = c.norm_topk,
-          .mlp_only_layers = c.mlp_only_layers};
+          .mlp_only_layers = c.mlp_only_layers,
+          .hf_shards = c.hf_shards};
 }
 
 // Cascade's greedy ids for `n` tokens after `prompt` (f32 KV cache, EOS ignored).
@@ -99,6 +102,7 @@ TEST_P(MoeModelTest, MatchesNaiveDoubleForwardFromBothFormats) {
 
   auto hf = OpenModelFiles(hf_dir);
   ASSERT_TRUE(hf.ok()) << hf.status();
+  EXPECT_EQ(std::filesystem::exists(hf_dir + "/model.safetensors.index.json"), tc.hf_shards > 1);
   EXPECT_EQ(hf->config.n_experts, spec.n_experts);
   EXPECT_EQ(hf->config.n_experts_used, spec.n_experts_used);
   EXPECT_EQ(hf->config.n_ff_expert, spec.n_ff_expert);
@@ -163,7 +167,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(MoeCase{"Qwen3Moe_f32", MoeFamily::kQwen3Moe},
                       MoeCase{"Qwen3Moe_no_norm_topk_t2", MoeFamily::kQwen3Moe, false, {}, DType::kF32, 1e-4, 2},
                       MoeCase{"Qwen3Moe_mlp_only_layer_1", MoeFamily::kQwen3Moe, true, {1}},
-                      MoeCase{"Mixtral_f32", MoeFamily::kMixtral},
+                      MoeCase{"Mixtral_f32_3_shards", MoeFamily::kMixtral, true, {}, DType::kF32, 1e-4, 1, 3},
                       MoeCase{"Qwen2Moe_f32_shared_expert", MoeFamily::kQwen2Moe, false},
                       MoeCase{"Qwen2Moe_bf16_norm_topk", MoeFamily::kQwen2Moe, true, {}, DType::kBF16}),
     [](const auto& info) { return std::string(info.param.name); });
