@@ -13,6 +13,7 @@
 #include "core/str_cat.h"
 #include "kernels/cpu/quantize.h"
 #include "model/format/gguf_writer.h"
+#include "tests/int4_writer.h"
 #include "tests/safetensors_writer.h"
 
 namespace cascade::testing {
@@ -20,6 +21,7 @@ namespace {
 
 constexpr float kRopeTheta = 10000.0f;
 constexpr float kNormEps = 1e-5f;
+constexpr int64_t kGptqGroup = 128;
 
 std::string Encode(DType t, const std::vector<float>& v, int64_t cols) {
   const int64_t rows = static_cast<int64_t>(v.size()) / cols;
@@ -294,6 +296,7 @@ void WriteRandomHfModel(const RandomModelSpec& s, const std::string& dir) {
   using Json = nlohmann::json;
   const DType wt = s.weight_type;
   CASCADE_CHECK(wt == DType::kF32 || wt == DType::kF16 || wt == DType::kBF16) << DTypeName(wt);
+  CASCADE_CHECK(!s.gptq_experts || (wt == DType::kF32 && s.moe != MoeFamily::kNone)) << "GPTQ experts: F32 MoE only";
   CASCADE_CHECK(s.rope_freq_factors.empty()) << "config.json has no per-frequency RoPE divisors";
   const auto st_dtype = [](DType t) { return t == DType::kF32 ? "F32" : t == DType::kF16 ? "F16" : "BF16"; };
   std::vector<SafetensorsEntry> entries;
@@ -311,12 +314,18 @@ void WriteRandomHfModel(const RandomModelSpec& s, const std::string& dir) {
       std::string name = t.hf;
       name.replace(name.find("{e}"), 3, std::to_string(e));
       const std::vector<float> part(t.values.begin() + e * per, t.values.begin() + (e + 1) * per);
+      if (s.gptq_experts) {  // `P.weight` becomes P.qweight, P.qzeros, P.g_idx, P.scales.
+        const QuantMatrix m = Rtn(part.data(), t.shape[1], cols, kGptqGroup);
+        for (SafetensorsEntry& q : PackGptq(name.substr(0, name.size() - 7), m, true)) entries.push_back(std::move(q));
+        continue;
+      }
       entries.push_back({name, st_dtype(t.dtype), {t.shape[1], t.shape[2]}, Encode(t.dtype, part, cols)});
     }
   }
   // Wider types first, so that every tensor is aligned to its element size.
   std::stable_sort(entries.begin(), entries.end(), [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
-    return a.dtype == "F32" && b.dtype != "F32";
+    const auto wide = [](const std::string& d) { return d == "F32" || d == "I32"; };
+    return wide(a.dtype) && !wide(b.dtype);
   });
 
   const auto [arch, architecture] = HfArch(s);
@@ -356,6 +365,7 @@ void WriteRandomHfModel(const RandomModelSpec& s, const std::string& dir) {
     if (s.moe == MoeFamily::kQwen2Moe) c["shared_expert_intermediate_size"] = s.n_ff_shared_expert;
   }
   if (s.rope_linear_factor > 0) c["rope_scaling"] = {{"rope_type", "linear"}, {"factor", s.rope_linear_factor}};
+  if (s.gptq_experts) c["quantization_config"] = GptqConfig(kGptqGroup);
   if (const auto& r = s.llama3_rope; r.has_value()) {
     c["rope_scaling"] = {{"rope_type", "llama3"},
                          {"factor", r->factor},

@@ -65,6 +65,10 @@ struct RandomModelSpec {
   // Hugging Face only: > 1 writes the tensors as this many shards with
   // model.safetensors.index.json (as large checkpoints come).
   int hf_shards = 1;
+  // Hugging Face only, MoE with weight_type F32: every expert matrix written as an AutoGPTQ
+  // checkpoint writes it (round-to-nearest 4 bits, groups of 128, tests/int4_writer.h),
+  // the rest F32, with config.json's quantization_config (as GPTQ MoE checkpoints come).
+  bool gptq_experts = false;
 };
 
 // Writes the model to `path` (with a tiny byte-level vocabulary so engines can load it).
