@@ -209,8 +209,8 @@ absl::Status Transformer::EnsureWorkspace(int64_t n) {
   CASCADE_RETURN_IF_ERROR(GrowBuffer(b, v_, f32(shard_.kv_dim())));
   CASCADE_RETURN_IF_ERROR(GrowBuffer(b, attn_, f32(shard_.q_dim())));
   CASCADE_RETURN_IF_ERROR(GrowBuffer(b, proj_, f32(c.n_embd)));
-  CASCADE_RETURN_IF_ERROR(GrowBuffer(b, gate_, f32(shard_.n_ff())));
-  CASCADE_RETURN_IF_ERROR(GrowBuffer(b, up_, f32(shard_.n_ff())));
+  CASCADE_RETURN_IF_ERROR(GrowBuffer(b, gate_, f32(DenseFfnColumns())));
+  CASCADE_RETURN_IF_ERROR(GrowBuffer(b, up_, f32(DenseFfnColumns())));
   ws_tokens_ = n;
   return absl::OkStatus();
 }
@@ -245,8 +245,8 @@ absl::Status Transformer::RunLayers(TensorView hidden, const ForwardBatch& batch
   TensorView v = View(*v_, n, shard_.kv_dim());
   TensorView attn = View(*attn_, n, shard_.q_dim());
   TensorView proj = View(*proj_, n, c.n_embd);
-  TensorView gate = View(*gate_, n, shard_.n_ff());
-  TensorView up = View(*up_, n, shard_.n_ff());
+  TensorView gate = View(*gate_, n, DenseFfnColumns());
+  TensorView up = View(*up_, n, DenseFfnColumns());
   const kernels::AttentionParams attn_params{shard_.n_heads(), 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
 
   for (size_t li = 0; li < layers_.size(); ++li) {

@@ -39,7 +39,7 @@ void RouteToken(std::span<const float> logits, int64_t k, bool norm, std::span<i
 
 namespace {
 
-// One expert's (or the shared expert's) FFN columns [f0, f1): gate and up stacked, down.
+// Where one expert's (or the shared expert's) gate, up and down are stored.
 struct ExpertNames {
   arch::ExpertMatrix gate, up, down;
 };
