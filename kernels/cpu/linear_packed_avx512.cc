@@ -16,13 +16,14 @@
 // No gathers, no horizontal sums: the 16 results are one masked store.
 //
 // The group stream is contiguous, so a software prefetch kPrefetchBytes ahead of the block
-// being read covers the next groups. Measured on the whole-model decode pass of
-// linear_bench (1 thread, a shared 2-core AMD VM, so noisy): 2-8 KiB all reach ~11 GB/s
-// from memory and up to ~16 GB/s when part of the model stays in L3; 1 KiB and no prefetch
-// were no better. On a 2-core Intel Xeon VM (AVX-512 VNNI), streaming 128 Q4_K experts of
-// [1024, 1024] out of cache: 4 KiB ~9.5 GB/s, 16 KiB ~14 GB/s (6 runs each, interleaved),
-// 32-64 KiB no better; Q6_K and Q8_0 alike. Intel's fewer outstanding misses per core want
-// the longer lead, so 16 KiB.
+// being read covers the next groups, into L2 (`_MM_HINT_T1`). Measured streaming packed
+// weights out of cache on one core (2-core Intel Xeon VM, AVX-512 VNNI; 128 Q4_K matrices
+// [1024, 1024] as MoE experts, and one Q6_K [49152, 1024] LM head; runs interleaved):
+// into L1 4 KiB ahead ~12 / ~13 GB/s; into L2 4-8 KiB ~12 / ~15, 16 KiB ~16 / ~19, 32 KiB
+// ~16 / ~20 GB/s; two threads 16 KiB into L2 ~21 / ~45 GB/s against ~17 / ~26 into L1;
+// Q8_0 alike. A prefetch into L1 that far ahead evicts the lines being used; Intel's
+// few outstanding L1 misses per core want the long lead in L2. (On the 2-core AMD EPYC VM
+// of an earlier session, 2-8 KiB into L1 all reached ~11 GB/s; not re-measured there.)
 //
 // Compiled with AVX-512 F/BW/VL/DQ/VNNI (+AVX2/FMA/F16C); called only on such CPUs.
 #include <immintrin.h>
@@ -106,7 +107,7 @@ void GemvGroup(const GemmArgs& a, int64_t r0, int64_t r_end, int64_t t0) {
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* pf = g + kPrefetchBytes + b * L::kStreamPerBlock;
     for (int64_t l = 0; l < L::kStreamPerBlock; l += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(pf + l), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(pf + l), _MM_HINT_T1);
     __m512i w[8];
     unpack(g + b * L::kQuant, w);
     __m512 dw[2], ow[2];
