@@ -194,9 +194,7 @@ KvCacheOptions Transformer::CacheOptions(int64_t n_blocks, int64_t block_size, D
   return {n_layers_here(), n_blocks, block_size, shard_.n_kv_heads(), config_.head_dim, kv_dtype};
 }
 
-int64_t Transformer::DenseFfnColumns() const {
-  return moe_layers_.size() == layers_.size() ? 0 : shard_.n_ff();
-}
+int64_t Transformer::DenseFfnColumns() const { return moe_layers_.size() == layers_.size() ? 0 : shard_.n_ff(); }
 
 TensorView Transformer::View(const kernels::Buffer& b, int64_t rows, int64_t cols) const {
   return TensorView(b.data(), DType::kF32, {rows, cols}, backend_->device());

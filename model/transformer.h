@@ -154,7 +154,7 @@ class Transformer {
   // This rank's dense FFN columns, 0 when every layer here is MoE (MoE layers keep their
   // workspaces in moe_scratch_).
   int64_t DenseFfnColumns() const;
-    // A view of `rows` x `cols` f32 at the start of a workspace buffer.
+  // A view of `rows` x `cols` f32 at the start of a workspace buffer.
   TensorView View(const kernels::Buffer& b, int64_t rows, int64_t cols) const;
 
   ModelConfig config_;
