@@ -230,11 +230,15 @@ class CpuBackend final : public Backend {
       }
     }
     const int64_t row_bytes = table.RowBytes();
-    for (size_t i = 0; i < ids.size(); ++i) {
+    const auto row = [&](int64_t i) {
       const auto* src = static_cast<const uint8_t*>(table.data) + ids[i] * row_bytes;
-      if (auto s = cpu::DequantizeRow(table.dtype, src, out.As<float>() + i * out.Cols(), out.Cols()); !s.ok())
-        return s;
-    }
+      return cpu::DequantizeRow(table.dtype, src, out.As<float>() + i * out.Cols(), out.Cols());
+    };
+    if (ids.empty()) return absl::OkStatus();
+    // The first row shows whether the type decodes (every row alike); the rest are split
+    // over the pool: a MoE layer gathers n_tokens x top-k rows per prefill.
+    CASCADE_RETURN_IF_ERROR(row(0));
+    RowParallel(static_cast<int64_t>(ids.size()) - 1, [&](int64_t i) { (void)row(i + 1); });
     return absl::OkStatus();
   }
 

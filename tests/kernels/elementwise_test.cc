@@ -100,6 +100,22 @@ TEST(ElementwiseTest, RopeBothLayouts) {
   }
 }
 
+// A gather of many rows (the MoE layer's tokens grouped by expert: ids repeat), split over
+// two threads: every row is the table's, in order.
+TEST(ElementwiseTest, EmbeddingGathersManyRowsOverThePool) {
+  auto b = MakeCpuBackend({.n_threads = 2});
+  const int64_t rows = 50, d = 96, n = 301;
+  const auto table = Random(rows * d, 10);
+  std::vector<int32_t> ids(n);
+  for (int64_t i = 0; i < n; ++i) ids[i] = static_cast<int32_t>((i * 13 + 5) % rows);
+  std::vector<float> out(n * d, NAN);
+  ASSERT_TRUE(
+      b->Embedding(TensorView(out.data(), DType::kF32, {n, d}), TensorView(table.data(), DType::kF32, {rows, d}), ids)
+          .ok());
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t c = 0; c < d; ++c) ASSERT_EQ(out[i * d + c], table[ids[i] * d + c]) << i << " " << c;
+}
+
 TEST(ElementwiseTest, EmbeddingRejectsOutOfRangeIds) {
   auto b = MakeCpuBackend({});
   std::vector<float> table(4 * 8), out(8);
