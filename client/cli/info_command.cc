@@ -33,11 +33,9 @@ nlohmann::json ConfigJson(const model::ModelConfig& c) {
       {"tied_embeddings", c.tied_embeddings},
       {"qkv_bias", c.qkv_bias}};
   if (c.is_moe()) {
-    int64_t moe_layers = 0;
-    for (int64_t l = 0; l < c.n_layers; ++l) moe_layers += c.IsMoeLayer(l) ? 1 : 0;
     j["moe"] = {{"n_experts", c.n_experts},           {"n_experts_used", c.n_experts_used},
                 {"n_ff_expert", c.n_ff_expert},       {"n_ff_shared_expert", c.n_ff_shared_expert},
-                {"norm_topk_prob", c.norm_topk_prob}, {"moe_layers", moe_layers}};
+                {"norm_topk_prob", c.norm_topk_prob}, {"moe_layers", c.n_moe_layers()}};
   }
   return j;
 }

@@ -38,9 +38,6 @@ nlohmann::json ExpertLoadJson(const model::Transformer& t) {
   return {{"max_mean_ratio", worst}, {"layers", layers}};
 }
 
-}  // namespace
-namespace {
-
 // A one-line progress bar on stderr, drawn only when stderr is a terminal.
 void DrawProgress(double fraction) {
   static int last = -1;

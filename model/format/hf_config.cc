@@ -151,7 +151,7 @@ absl::Status ParseSlidingWindow(const HfKeys& keys, const Json& root, ModelConfi
 // expert's, every layer MoE, top-k renormalised), Qwen2MoeConfig and Qwen3MoeConfig
 // (num_experts, moe_intermediate_size, norm_topk_prob, decoder_sparse_step,
 // mlp_only_layers; Qwen2-MoE's shared_expert_intermediate_size).
-absl::Status ParseExperts(const HfKeys& keys, const Json& root, ModelConfig& c) {
+absl::Status ParseExperts(const HfKeys& keys, ModelConfig& c) {
   if (c.arch == "mixtral") {
     CASCADE_ASSIGN_OR_RETURN(c.n_experts, keys.Int("num_local_experts", 8));
     CASCADE_ASSIGN_OR_RETURN(c.n_experts_used, keys.Int("num_experts_per_tok", 2));
@@ -163,10 +163,7 @@ absl::Status ParseExperts(const HfKeys& keys, const Json& root, ModelConfig& c) 
   CASCADE_ASSIGN_OR_RETURN(c.n_experts_used, keys.Int("num_experts_per_tok"));
   CASCADE_ASSIGN_OR_RETURN(c.n_ff_expert, keys.Int("moe_intermediate_size"));
   CASCADE_ASSIGN_OR_RETURN(c.norm_topk_prob, keys.Bool("norm_topk_prob", false));
-  CASCADE_ASSIGN_OR_RETURN(c.decoder_sparse_step, keys.Int("decoder_sparse_step", 1));
-  if (c.decoder_sparse_step <= 0) {
-    return keys.Bad("decoder_sparse_step", root["decoder_sparse_step"], "must be positive");
-  }
+  CASCADE_ASSIGN_OR_RETURN(c.decoder_sparse_step, keys.Int("decoder_sparse_step", 1));  // Validate checks it.
   if (const Json* only = keys.Find("mlp_only_layers"); only != nullptr) {
     if (!only->is_array()) return keys.Bad("mlp_only_layers", *only, "expected a list of layer indices");
     for (const Json& l : *only) {
@@ -228,7 +225,7 @@ absl::StatusOr<ModelConfig> ModelConfigFromHfJson(std::string_view json_text, co
   // Qwen3Attention's q_norm / k_norm (RMSNorm over head_dim).
   c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3_moe";
   if (c.arch == "mixtral" || c.arch == "qwen2_moe" || c.arch == "qwen3_moe") {
-    CASCADE_RETURN_IF_ERROR(ParseExperts(keys, root, c));
+    CASCADE_RETURN_IF_ERROR(ParseExperts(keys, c));
   }
   c.rope_layout = RopeLayout::kRotateHalf;
   if (const Json* rs = keys.Find("rope_scaling"); rs != nullptr) {

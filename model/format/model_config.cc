@@ -80,9 +80,7 @@ std::string ModelConfig::ToString() const {
                           norm_topk_prob ? ", top-k renormalised" : "");
     if (n_ff_shared_expert > 0)
       absl::StrAppendFormat(&s, "shared expert   FFN %d (sigmoid gate)\n", n_ff_shared_expert);
-    int64_t moe_layers = 0;
-    for (int64_t l = 0; l < n_layers; ++l) moe_layers += IsMoeLayer(l) ? 1 : 0;
-    absl::StrAppendFormat(&s, "moe layers      %d of %d\n", moe_layers, n_layers);
+    absl::StrAppendFormat(&s, "moe layers      %d of %d\n", n_moe_layers(), n_layers);
   }
   if (sliding_window > 0) {
     absl::StrAppendFormat(&s, "sliding_window  %d (context capped to it: full attention is exact there)\n",
@@ -108,6 +106,12 @@ bool ModelConfig::SameLogicalModel(const ModelConfig& o) const {
 bool ModelConfig::IsMoeLayer(int64_t layer) const {
   if (n_experts <= 0 || (layer + 1) % decoder_sparse_step != 0) return false;
   return std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) == mlp_only_layers.end();
+}
+
+int64_t ModelConfig::n_moe_layers() const {
+  int64_t n = 0;
+  for (int64_t l = 0; l < n_layers; ++l) n += IsMoeLayer(l) ? 1 : 0;
+  return n;
 }
 
 void CapContextToSlidingWindow(ModelConfig& c) {

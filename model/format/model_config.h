@@ -68,6 +68,7 @@ struct ModelConfig {
 
   bool is_moe() const { return n_experts > 0; }
   bool IsMoeLayer(int64_t layer) const;
+  int64_t n_moe_layers() const;
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
   // Checks that the numbers are consistent and usable. InvalidArgument naming the field.

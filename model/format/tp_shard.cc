@@ -125,18 +125,7 @@ absl::StatusOr<TpShard> TpShard::Plan(const ModelConfig& c, int tp_rank, int tp_
     }
   }
   // FFN in whole blocks of the down weight.
-  if (c.n_ff % ffn_block != 0) {
-    return absl::InvalidArgumentError(
-        StrCat("tensor parallel: FFN size ", c.n_ff, " is not whole blocks of ", ffn_block));
-  }
-  const int64_t ff_blocks = c.n_ff / ffn_block;
-  if (ff_blocks < tp_size) {
-    return absl::InvalidArgumentError(
-        StrCat("tensor parallel: ", tp_size, " ranks cannot split the FFN's ", ff_blocks, " blocks of ", ffn_block));
-  }
-  const auto [b0, b1] = EvenSplit(ff_blocks, tp_size, tp_rank);
-  s.ff_begin = b0 * ffn_block;
-  s.ff_end = b1 * ffn_block;
+  CASCADE_ASSIGN_OR_RETURN(std::tie(s.ff_begin, s.ff_end), BlockSplit(c.n_ff, ffn_block, tp_size, tp_rank, "FFN"));
   // Vocabulary in equal chunks (the last may be short).
   s.vocab_chunk = (c.n_vocab + tp_size - 1) / tp_size;
   if (c.n_vocab <= 0 || (tp_size - 1) * s.vocab_chunk >= c.n_vocab) {
@@ -155,18 +144,10 @@ absl::StatusOr<TpShard> TpShard::ForFiles(const ModelFiles& files, int64_t first
   const auto block_of = [&](const std::string& name, int64_t& block) {
     if (const TensorInfo* t = files.weights->FindTensor(name)) block = std::max(block, BlockElems(t->dtype));
   };
-  for (int64_t l = first_layer; l < last_layer; ++l) {
-    if (const TensorInfo* t =
-            files.weights->FindTensor(arch::LlamaTensorName(files.format, arch::LlamaTensor::kFfnDown, l))) {
-      ffn_block = std::max(ffn_block, BlockElems(t->dtype));
-    }
-    if (const TensorInfo* t =
-            files.weights->FindTensor(arch::LlamaTensorName(files.format, arch::LlamaTensor::kAttnOutput, l))) {
-      attn_out_block = std::max(attn_out_block, BlockElems(t->dtype));
-    }
-  }
   const ModelConfig& c = files.config;
-  for (int64_t l = first_layer; l < last_layer && c.is_moe(); ++l) {
+  for (int64_t l = first_layer; l < last_layer; ++l) {
+    block_of(arch::LlamaTensorName(files.format, arch::LlamaTensor::kFfnDown, l), ffn_block);
+    block_of(arch::LlamaTensorName(files.format, arch::LlamaTensor::kAttnOutput, l), attn_out_block);
     if (!c.IsMoeLayer(l)) continue;
     block_of(arch::ExpertMatrixOf(c, files.format, arch::MoeTensor::kDown, l, 0).name, expert_block);
     block_of(arch::MoeTensorName(c, files.format, arch::MoeTensor::kSharedDown, l), shared_block);

@@ -6,6 +6,7 @@
 #include <numeric>
 #include <string>
 
+#include "absl/container/inlined_vector.h"
 #include "core/status.h"
 #include "core/str_cat.h"
 #include "model/format/arch/moe.h"
@@ -28,13 +29,13 @@ void RouteToken(std::span<const float> logits, int64_t k, bool norm, std::span<i
   std::iota(order.begin(), order.end(), 0);
   std::partial_sort(order.begin(), order.begin() + k, order.end(),
                     [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+  absl::InlinedVector<double, 16> p(k);
   double chosen = 0;
-  for (int64_t i = 0; i < k; ++i) chosen += std::exp(static_cast<double>(logits[order[i]] - mx)) / z;
   for (int64_t i = 0; i < k; ++i) {
-    const double p = std::exp(static_cast<double>(logits[order[i]] - mx)) / z;
     experts[i] = order[i];
-    weights[i] = static_cast<float>(norm ? p / chosen : p);
+    chosen += p[i] = std::exp(static_cast<double>(logits[order[i]] - mx)) / z;
   }
+  for (int64_t i = 0; i < k; ++i) weights[i] = static_cast<float>(norm ? p[i] / chosen : p[i]);
 }
 
 namespace {
