@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 PACKAGES=(build-essential cmake pkg-config git python3 unzip iproute2 procps
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libyaml-cpp-dev libgtest-dev libgmock-dev libucx-dev ucx-utils libre2-dev
-  nlohmann-json3-dev clang clang-format)
+  nlohmann-json3-dev libcpp-httplib-dev clang clang-format)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
