@@ -351,6 +351,7 @@ void Cluster::ReadResults(int i) {
   // Results come from the last stage's TP rank 0 and the drafter; every other worker only
   // acknowledges.
   const bool last = i == n_workers() - tp_size() || i == n_workers();
+  const bool drafter = i == n_workers();
   v1::StepResult r;
   std::string error;
   while (stream->Read(&r)) {
@@ -360,6 +361,7 @@ void Cluster::ReadResults(int i) {
       error = r.error();
       break;
     }
+    if (metrics_ != nullptr) metrics_->ObserveStep(drafter ? -1 : i / tp_size(), drafter ? 0 : i % tp_size(), r.forward_s());
     absl::MutexLock lock(&mu_);
     for (const v1::LayerExpertTokens& layer : r.expert_tokens()) {
       std::vector<int64_t>& total = expert_tokens_[layer.layer()];

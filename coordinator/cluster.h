@@ -26,6 +26,7 @@
 #include "cascade/v1/cluster.grpc.pb.h"
 #include "cascade/v1/inference.pb.h"
 #include "coordinator/planner.h"
+#include "coordinator/serving_metrics.h"
 
 namespace cascade::coordinator {
 
@@ -116,6 +117,8 @@ class Cluster {
   int n_workers() const { return n_stages() * tp_size(); }
   const Plan& plan() const { return plan_; }
   const ClusterOptions& options() const { return options_; }
+  // Where each worker's step time is observed. REQUIRES: before BringUp.
+  void SetMetrics(ServingMetrics* metrics) { metrics_ = metrics; }
 
  private:
   struct Slot {
@@ -157,6 +160,7 @@ class Cluster {
   mutable absl::Mutex mu_;
   // The vector's length is fixed by the constructor (one slot per worker); the slots'
   // contents change under mu_.
+  ServingMetrics* metrics_ = nullptr;  // Thread-safe itself; set before the streams open.
   std::vector<std::unique_ptr<Slot>> slots_ ABSL_GUARDED_BY(mu_);
   std::deque<v1::StepResult> results_ ABSL_GUARDED_BY(mu_);
   // Tokens routed to each expert of each MoE layer since start, by global layer (from the

@@ -88,6 +88,8 @@ class Parser {
   absl::Status ParseParallel(const YAML::Node& node, ParallelSection* out) const;
   absl::Status ParseNodes(const YAML::Node& node, std::vector<NodeSection>* out) const;
   absl::Status ParseServer(const YAML::Node& node, ServerSection* out) const;
+  // A `HOST:PORT` (IPv6 as `[ADDR]:PORT`) at `key`.
+  absl::Status ParseHostPort(const YAML::Node& node, std::string_view key, std::string* host, int* port) const;
   absl::Status ParseScheduler(const YAML::Node& node, SchedulerSection* out) const;
   absl::Status ParseTransport(const YAML::Node& node, const std::vector<NodeSection>& nodes,
                               TransportSection* out) const;
@@ -189,37 +191,59 @@ absl::Status Parser::ParseNodes(const YAML::Node& node, std::vector<NodeSection>
   return absl::OkStatus();
 }
 
-absl::Status Parser::ParseServer(const YAML::Node& node, ServerSection* out) const {
-  if (!node.IsDefined()) return absl::OkStatus();
-  CASCADE_RETURN_IF_ERROR(CheckMap(node, "server", {"listen"}));
-  const YAML::Node listen = Child(node, "listen");
-  if (!listen.IsDefined()) return absl::OkStatus();
-  CASCADE_ASSIGN_OR_RETURN(const std::string text, GetString(listen, "server.listen"));
+// "models/SmolLM2-135M-Instruct.Q4_1.gguf" -> "SmolLM2-135M-Instruct.Q4_1"; a directory's name.
+std::string DefaultModelName(std::string_view path) {
+  while (path.size() > 1 && path.back() == '/') path.remove_suffix(1);
+  const size_t slash = path.rfind('/');
+  std::string_view name = slash == std::string_view::npos ? path : path.substr(slash + 1);
+  if (name.size() > 5 && name.substr(name.size() - 5) == ".gguf") name.remove_suffix(5);
+  return std::string(name);
+}
+
+absl::Status Parser::ParseHostPort(const YAML::Node& node, std::string_view key, std::string* host_out,
+                                   int* port_out) const {
+  CASCADE_ASSIGN_OR_RETURN(const std::string text, GetString(node, key));
   std::string host;
   std::string port_text;
   if (!text.empty() && text[0] == '[') {
     const size_t close = text.find("]:");
-    if (close == std::string::npos) {
-      return Error(listen, "server.listen", StrCat("expected [IPV6]:PORT, got '", text, "'"));
-    }
+    if (close == std::string::npos) return Error(node, key, StrCat("expected [IPV6]:PORT, got '", text, "'"));
     host = text.substr(1, close - 1);
     port_text = text.substr(close + 2);
   } else {
     const size_t colon = text.rfind(':');
     if (colon == std::string::npos || text.find(':') != colon) {
-      return Error(listen, "server.listen", StrCat("expected HOST:PORT (IPv6 as [ADDR]:PORT), got '", text, "'"));
+      return Error(node, key, StrCat("expected HOST:PORT (IPv6 as [ADDR]:PORT), got '", text, "'"));
     }
     host = text.substr(0, colon);
     port_text = text.substr(colon + 1);
   }
   int port = 0;
   if (host.empty() || !absl::SimpleAtoi(port_text, &port) || port < 0 || port > 65535) {
-    return Error(listen, "server.listen",
-                 StrCat("expected HOST:PORT with a port in [0, 65535] (0 = any free port), got '", text, "'"));
+    return Error(node, key, StrCat("expected HOST:PORT with a port in [0, 65535] (0 = any free port), got '", text, "'"));
   }
-  out->listen = text;
-  out->listen_host = host;
-  out->listen_port = port;
+  *host_out = host;
+  *port_out = port;
+  return absl::OkStatus();
+}
+
+absl::Status Parser::ParseServer(const YAML::Node& node, ServerSection* out) const {
+  if (!node.IsDefined()) return absl::OkStatus();
+  CASCADE_RETURN_IF_ERROR(CheckMap(node, "server", {"listen", "http_listen", "http_threads", "model_name"}));
+  if (const YAML::Node listen = Child(node, "listen"); listen.IsDefined()) {
+    CASCADE_RETURN_IF_ERROR(ParseHostPort(listen, "server.listen", &out->listen_host, &out->listen_port));
+    out->listen = listen.Scalar();
+  }
+  if (const YAML::Node http = Child(node, "http_listen"); http.IsDefined()) {
+    CASCADE_RETURN_IF_ERROR(ParseHostPort(http, "server.http_listen", &out->http_host, &out->http_port));
+    out->http_listen = http.Scalar();
+  }
+  if (const YAML::Node n = Child(node, "http_threads"); n.IsDefined()) {
+    CASCADE_ASSIGN_OR_RETURN(out->http_threads, GetInt(n, "server.http_threads", 1, 4096));
+  }
+  if (const YAML::Node n = Child(node, "model_name"); n.IsDefined()) {
+    CASCADE_ASSIGN_OR_RETURN(out->model_name, GetString(n, "server.model_name"));
+  }
   return absl::OkStatus();
 }
 
@@ -370,6 +394,7 @@ absl::StatusOr<ClusterConfig> Parser::Parse(const YAML::Node& root) {
   CASCADE_RETURN_IF_ERROR(ParseParallel(parallel, &config.parallel));
   CASCADE_RETURN_IF_ERROR(ParseNodes(root["nodes"], &config.nodes));
   CASCADE_RETURN_IF_ERROR(ParseServer(root["server"], &config.server));
+  if (config.server.model_name.empty()) config.server.model_name = DefaultModelName(config.model.path);
   CASCADE_RETURN_IF_ERROR(ParseScheduler(root["scheduler"], &config.scheduler));
   CASCADE_RETURN_IF_ERROR(ParseTransport(root["transport"], config.nodes, &config.transport));
   CASCADE_RETURN_IF_ERROR(ParseDraft(root["draft"], config.nodes, &config.draft));

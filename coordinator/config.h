@@ -76,6 +76,17 @@ struct ServerSection {
   // Parts of `listen` (derived).
   std::string listen_host = "127.0.0.1";
   int listen_port = 50051;
+  // `server.http_listen`: `HOST:PORT` of the HTTP front (OpenAI-compatible API, /health,
+  // /metrics). Empty (the default): no HTTP front. Port 0 picks any free port.
+  std::string http_listen;
+  std::string http_host;  // Parts of `http_listen` (derived).
+  int http_port = 0;
+  // `server.http_threads`: HTTP connections served at once (a stream holds one for its
+  // whole life). Default 64. REQUIRES in [1, 4096].
+  int http_threads = 64;
+  // `server.model_name`: the model's name in the OpenAI API (`model` in requests,
+  // /v1/models). Default: the model file's or directory's name without `.gguf`.
+  std::string model_name;
 };
 
 // `scheduler:` — batching and KV cache limits.

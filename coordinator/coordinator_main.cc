@@ -13,10 +13,12 @@
 #include "coordinator/cluster_service.h"
 #include "coordinator/config.h"
 #include "coordinator/engine.h"
+#include "coordinator/http_front.h"
 #include "coordinator/inference_service.h"
 #include "coordinator/key_value_store.h"
 #include "coordinator/launcher.h"
 #include "coordinator/planner.h"
+#include "coordinator/serving_metrics.h"
 #include "core/args.h"
 #include "core/logging.h"
 #include "core/status.h"
@@ -59,6 +61,10 @@ int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coor
   ClusterService cluster_service(&cluster, &store);
   InferenceService inference(&engine, &cluster, models.tokenizer.get(), mc,
                              {config.model.path, serving.max_context, std::string(DraftKindName(draft.kind))});
+  ServingMetrics metrics;
+  cluster.SetMetrics(&metrics);
+  engine.SetMetrics(&metrics);
+  inference.SetMetrics(&metrics);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
@@ -72,6 +78,19 @@ int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coor
   }
   const std::string address = StrCat(config.server.listen_host, ":", port);
   server->GetHealthCheckService()->SetServingStatus(false);
+  std::unique_ptr<HttpFront> http;
+  if (!config.server.http_listen.empty()) {
+    http = std::make_unique<HttpFront>(&inference, &engine, &cluster, models.tokenizer.get(), &metrics,
+                                       HttpFrontOptions{.host = config.server.http_host,
+                                                        .port = config.server.http_port,
+                                                        .threads = config.server.http_threads,
+                                                        .model_id = config.server.model_name});
+    if (absl::Status st = http->Start(); !st.ok()) return Fail(st);
+    CASCADE_LOG(Info) << "http front on " << config.server.http_host << ":" << http->port() << " (model '"
+                      << config.server.model_name << "')";
+  }
+  // A client that closes its HTTP connection must fail a write, not kill the process.
+  std::signal(SIGPIPE, SIG_IGN);
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
 
@@ -105,6 +124,7 @@ int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coor
                     << ")";
   while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   CASCADE_LOG(Info) << "shutting down";
+  if (http != nullptr) http->Stop();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   launcher.StopAll();
   return 0;

@@ -198,6 +198,10 @@ v1::StepRequest Engine::BuildStep(const Batch& batch, bool* needs_drafter) {
   release_.clear();
   for (const BatchEntry& e : batch.entries) {
     Active& a = *active_.at(e.seq_id);
+    if (!a.scheduled) {
+      a.scheduled = true;
+      if (metrics_ != nullptr) metrics_->queue_time.Observe(Since(a.arrival));
+    }
     v1::StepSequence* s = step.add_seqs();
     s->set_seq_id(e.seq_id);
     s->mutable_tokens()->Add(e.tokens.begin(), e.tokens.end());
@@ -391,13 +395,16 @@ void Engine::Emit(const std::vector<TokenEvent>& events, const TokensBySeq& by_s
   // One message per sequence and step, carrying all of its new tokens.
   absl::flat_hash_map<int64_t, v1::GenerateResponse> pending;
   std::vector<int64_t> order;
-  absl::flat_hash_map<int64_t, int> seen;  // Events of each sequence so far.
+  absl::flat_hash_map<int64_t, int> seen;   // Events of each sequence so far.
+  absl::flat_hash_map<int64_t, int> n_new;  // Events of each sequence in all.
+  for (const TokenEvent& ev : events) ++n_new[ev.seq_id];
+  const auto now = std::chrono::steady_clock::now();
   for (const TokenEvent& ev : events) {
     auto it = active_.find(ev.seq_id);
     if (it == active_.end()) continue;
     Active& a = *it->second;
     const int index = seen[ev.seq_id]++;
-    if (a.ttft_s < 0) a.ttft_s = Since(a.arrival);
+    ObserveOutput(a, index, n_new[ev.seq_id], now);
     a.generated.push_back(ev.token);
     if (!pending.contains(ev.seq_id)) order.push_back(ev.seq_id);
     v1::GenerateResponse& msg = pending[ev.seq_id];
@@ -420,6 +427,17 @@ void Engine::Emit(const std::vector<TokenEvent>& events, const TokensBySeq& by_s
   }
 }
 
+void Engine::ObserveOutput(Active& a, int index, int n_new, std::chrono::steady_clock::time_point now) {
+  if (a.ttft_s < 0) {  // The request's first token.
+    a.ttft_s = std::chrono::duration<double>(now - a.arrival).count();
+    if (metrics_ != nullptr) metrics_->ttft.Observe(a.ttft_s);
+  } else if (metrics_ != nullptr) {
+    // Tokens that arrive together share the time since the previous output.
+    metrics_->itl.Observe(std::chrono::duration<double>(now - a.last_output).count() / n_new);
+  }
+  if (index == n_new - 1) a.last_output = now;
+}
+
 void Engine::Finish(int64_t seq_id, Active& a, v1::GenerateResponse& last) {
   last.mutable_text()->append(a.output->Flush());
   last.set_finish_reason(std::string(text::FinishReasonName(a.output->reason())));
@@ -430,6 +448,10 @@ void Engine::Finish(int64_t seq_id, Active& a, v1::GenerateResponse& last) {
   u->set_completion_tokens(static_cast<int32_t>(a.generated.size()));
   u->set_ttft_s(a.ttft_s);
   u->set_total_s(Since(a.arrival));
+  if (metrics_ != nullptr) {
+    metrics_->e2e.Observe(u->total_s());
+    if (a.generated.size() > 1) metrics_->tpot.Observe((u->total_s() - a.ttft_s) / (a.generated.size() - 1));
+  }
   const v1::SpeculativeStats spec = a.spec->Stats();
   if (a.spec->used()) *u->mutable_speculative() = spec;
   u->set_expert_load_max_mean(cluster_->ExpertLoadMaxMean());
@@ -438,6 +460,8 @@ void Engine::Finish(int64_t seq_id, Active& a, v1::GenerateResponse& last) {
   Push(*a.channel, std::move(last), true);
   absl::MutexLock lock(&mu_);
   ++stats_.finished;
+  stats_.prompt_tokens += static_cast<int64_t>(a.req.prompt.size());
+  stats_.generation_tokens += static_cast<int64_t>(a.generated.size());
   AccumulateStats(spec, &stats_.speculative);
   stats_.scheduler = scheduler_.Stats();
 }

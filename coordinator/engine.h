@@ -34,6 +34,7 @@
 #include "cascade/v1/inference.pb.h"
 #include "coordinator/cluster.h"
 #include "coordinator/scheduler.h"
+#include "coordinator/serving_metrics.h"
 #include "coordinator/speculation.h"
 #include "sampling/sampler.h"
 #include "text/output_filter.h"
@@ -66,6 +67,8 @@ struct EngineStats {
   SchedulerStats scheduler;
   int64_t steps = 0;
   int64_t finished = 0;
+  int64_t prompt_tokens = 0;         // Over finished requests.
+  int64_t generation_tokens = 0;     // Over finished requests.
   v1::SpeculativeStats speculative;  // Over finished requests.
 };
 
@@ -79,6 +82,8 @@ class Engine {
   void Start();
   // Sizes the KV block pool (Scheduler::ResetKvBlocks). REQUIRES: before Start.
   void ResetKvBlocks(int32_t n_blocks);
+  // Where latencies are observed (nullptr: nowhere). REQUIRES: before Start.
+  void SetMetrics(ServingMetrics* metrics) { metrics_ = metrics; }
   // Queues a request; its output arrives on the returned channel.
   std::shared_ptr<RequestChannel> Submit(EngineRequest request);
   // Wakes the loop (after a channel was cancelled).
@@ -92,6 +97,8 @@ class Engine {
     std::unique_ptr<text::OutputFilter> output;  // Detokenizer, stops, finish reason.
     std::vector<int32_t> generated;
     std::chrono::steady_clock::time_point arrival;
+    std::chrono::steady_clock::time_point last_output;  // When tokens last reached the channel.
+    bool scheduled = false;                             // A step has carried it.
     double ttft_s = -1;
     std::unique_ptr<SpeculativeState> spec;
   };
@@ -138,6 +145,8 @@ class Engine {
   void FailAll(const absl::Status& status);
   // Ends a finished sequence: the held-back text, finish reason and usage in `last`.
   void Finish(int64_t seq_id, Active& a, v1::GenerateResponse& last);
+  // Latency metrics of the `index`-th of `n_new` tokens the request got from one step.
+  void ObserveOutput(Active& a, int index, int n_new, std::chrono::steady_clock::time_point now);
   static void Push(RequestChannel& c, v1::GenerateResponse msg, bool done, absl::Status status = absl::OkStatus());
 
   Cluster* cluster_;
@@ -145,6 +154,7 @@ class Engine {
   Scheduler scheduler_;  // Loop thread only (ResetKvBlocks before Start); not guarded.
   const SpeculationOptions speculation_;
   StepCostModel step_cost_;  // Decode-step time against rows, for the choice of k. Loop thread only.
+  ServingMetrics* metrics_ = nullptr;  // Thread-safe itself; set before Start.
   std::thread thread_;       // Start and the destructor only (the owner's thread).
   std::atomic<bool> stop_{false};
 

@@ -91,50 +91,92 @@ absl::StatusOr<EngineRequest> InferenceService::Prepare(const v1::GenerateReques
   return r;
 }
 
-grpc::Status InferenceService::Run(grpc::ServerContext* ctx, const v1::GenerateRequest& req,
-                                   const std::function<bool(const v1::GenerateResponse&)>& on_message) {
+InferenceCall::InferenceCall(std::shared_ptr<RequestChannel> channel, Engine* engine, ServingMetrics* metrics,
+                             std::string api)
+    : channel_(std::move(channel)), engine_(engine), metrics_(metrics), api_(std::move(api)) {}
+
+InferenceCall::~InferenceCall() {
+  if (!ended_) Cancel("the caller went away");
+  if (metrics_ != nullptr) metrics_->CountRequest(api_, RequestOutcomeOf(status_, finish_));
+}
+
+bool InferenceCall::Read(absl::Duration timeout, std::vector<v1::GenerateResponse>* out) {
+  if (ended_) return true;
+  std::deque<v1::GenerateResponse> batch;
+  bool done;
+  {
+    // Until the engine pushed output or ended the request (releasing mu re-evaluates the
+    // condition), at most `timeout`.
+    absl::MutexLock lock(&channel_->mu);
+    const auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(channel_->mu) {
+      return !channel_->out.empty() || channel_->done;
+    };
+    channel_->mu.AwaitWithTimeout(absl::Condition(&ready), timeout);
+    batch.swap(channel_->out);
+    done = channel_->done;
+    if (done) status_ = channel_->status;
+  }
+  for (auto& m : batch) {
+    if (m.finish() != v1::FINISH_REASON_UNSPECIFIED) finish_ = m.finish();
+    out->push_back(std::move(m));
+  }
+  ended_ = done;
+  return done;
+}
+
+void InferenceCall::Cancel(std::string_view why) {
+  if (ended_) return;
+  channel_->cancelled = true;
+  engine_->Wake();
+  ended_ = true;
+  status_ = absl::CancelledError(std::string(why));
+}
+
+absl::StatusOr<std::unique_ptr<InferenceCall>> InferenceService::Begin(std::string_view api,
+                                                                      const v1::GenerateRequest& req) {
   auto prepared = Prepare(req);
-  if (!prepared.ok()) return ToGrpc(prepared.status());
-  std::shared_ptr<RequestChannel> ch = engine_->Submit(std::move(*prepared));
+  if (!prepared.ok()) {
+    if (metrics_ != nullptr) metrics_->CountRequest(api, RequestOutcomeOf(prepared.status(), {}));
+    return prepared.status();
+  }
+  return std::make_unique<InferenceCall>(engine_->Submit(std::move(*prepared)), engine_, metrics_, std::string(api));
+}
+
+absl::Status InferenceService::Execute(std::string_view api, const v1::GenerateRequest& req,
+                                       const std::function<bool(const v1::GenerateResponse&)>& on_message,
+                                       const std::function<bool()>& cancelled) {
+  CASCADE_ASSIGN_OR_RETURN(std::unique_ptr<InferenceCall> call, Begin(api, req));
+  std::vector<v1::GenerateResponse> batch;
   while (true) {
-    std::deque<v1::GenerateResponse> batch;
-    bool done;
-    absl::Status status;
-    {
-      // Up to 100 ms, until the engine pushed output or ended the request (releasing ch->mu
-      // re-evaluates the condition).
-      absl::MutexLock lock(&ch->mu);
-      const auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(ch->mu) { return !ch->out.empty() || ch->done; };
-      ch->mu.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(100));
-      batch.swap(ch->out);
-      done = ch->done;
-      status = ch->status;
-    }
+    batch.clear();
+    const bool done = call->Read(absl::Milliseconds(100), &batch);
     for (const auto& m : batch) {
       if (!on_message(m)) {
-        ch->cancelled = true;
-        engine_->Wake();
-        return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+        call->Cancel("the client went away");
+        return call->status();
       }
     }
-    if (done) return ToGrpc(status);
-    if (ctx->IsCancelled()) {
-      ch->cancelled = true;
-      engine_->Wake();
-      return grpc::Status(grpc::StatusCode::CANCELLED, "the request was cancelled or its deadline passed");
+    if (done) return call->status();
+    if (cancelled()) {
+      call->Cancel("the request was cancelled or its deadline passed");
+      return call->status();
     }
   }
 }
 
 grpc::Status InferenceService::Generate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
                                         grpc::ServerWriter<v1::GenerateResponse>* writer) {
-  return Run(ctx, *req, [&](const v1::GenerateResponse& m) { return writer->Write(m); });
+  return ToGrpc(Execute(
+      "grpc", *req, [&](const v1::GenerateResponse& m) { return writer->Write(m); },
+      [ctx] { return ctx->IsCancelled(); }));
 }
 
 grpc::Status InferenceService::Complete(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
                                         v1::CompleteResponse* resp) {
   if (auto ids = PromptIds(req->prompt(), true); ids.ok()) resp->mutable_prompt_ids()->Add(ids->begin(), ids->end());
-  grpc::Status s = Run(ctx, *req, [&](const v1::GenerateResponse& m) {
+  absl::Status s = Execute(
+      "grpc", *req,
+      [&](const v1::GenerateResponse& m) {
     resp->mutable_token_ids()->Add(m.token_ids().begin(), m.token_ids().end());
     resp->mutable_text()->append(m.text());
     for (const auto& lp : m.logprobs()) *resp->add_logprobs() = lp;
@@ -143,8 +185,9 @@ grpc::Status InferenceService::Complete(grpc::ServerContext* ctx, const v1::Gene
     if (m.has_usage()) *resp->mutable_usage() = m.usage();
     resp->set_request_id(m.request_id());
     return true;
-  });
-  return s;
+      },
+      [ctx] { return ctx->IsCancelled(); });
+  return ToGrpc(s);
 }
 
 grpc::Status InferenceService::Tokenize(grpc::ServerContext*, const v1::TokenizeRequest* req,

@@ -7,12 +7,17 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
+#include <memory>
+#include <string_view>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "cascade/v1/inference.grpc.pb.h"
 #include "coordinator/cluster.h"
 #include "coordinator/engine.h"
+#include "coordinator/serving_metrics.h"
 #include "model/format/model_config.h"
 #include "text/tokenizer.h"
 
@@ -22,6 +27,33 @@ struct InferenceServiceOptions {
   std::string model_path;
   int64_t max_context = 0;  // Positions per sequence the cluster serves.
   std::string drafter;      // DraftKindName of the configured drafter ("" for none).
+};
+
+// A request in flight, read by one front-end thread. Destroying it before the request
+// ended cancels the request; either way the outcome is counted then.
+class InferenceCall {
+ public:
+  InferenceCall(std::shared_ptr<RequestChannel> channel, Engine* engine, ServingMetrics* metrics, std::string api);
+  ~InferenceCall();
+  InferenceCall(const InferenceCall&) = delete;
+  InferenceCall& operator=(const InferenceCall&) = delete;
+
+  // Waits up to `timeout` for output and appends it to `out`. True once the request has
+  // ended (everything read; `status()` is final).
+  bool Read(absl::Duration timeout, std::vector<v1::GenerateResponse>* out);
+  // Ends the request (its KV blocks are freed at once) with CANCELLED and `why`.
+  void Cancel(std::string_view why);
+  bool ended() const { return ended_; }
+  const absl::Status& status() const { return status_; }
+
+ private:
+  std::shared_ptr<RequestChannel> channel_;
+  Engine* engine_;
+  ServingMetrics* metrics_;
+  std::string api_;
+  bool ended_ = false;
+  absl::Status status_;
+  v1::FinishReason finish_ = v1::FINISH_REASON_UNSPECIFIED;
 };
 
 class InferenceService final : public v1::Inference::Service {
@@ -39,22 +71,33 @@ class InferenceService final : public v1::Inference::Service {
 
   // The context once the KV pool is sized (at bring-up, before serving starts).
   void SetMaxContext(int64_t max_context) { max_context_.store(max_context); }
+  int64_t max_context() const { return max_context_.load(); }
+
+  // Runs a request for any front end (gRPC here, HTTP in http_front): `on_message` gets
+  // each output message and returns false when the client went away; `cancelled` is asked
+  // at least every 100 ms while no output comes. Either cancels the request (its KV blocks
+  // are freed at once). The final status; the outcome is counted under `api`.
+  absl::Status Execute(std::string_view api, const v1::GenerateRequest& req,
+                       const std::function<bool(const v1::GenerateResponse&)>& on_message,
+                       const std::function<bool()>& cancelled);
+  // Validates and submits a request for any front end; its outcome is counted under `api`.
+  absl::StatusOr<std::unique_ptr<InferenceCall>> Begin(std::string_view api, const v1::GenerateRequest& req);
+  // Where request outcomes are counted (nullptr: nowhere). REQUIRES: before serving.
+  void SetMetrics(ServingMetrics* metrics) { metrics_ = metrics; }
 
   // Validation and tokenization of a request (public for tests).
   absl::StatusOr<EngineRequest> Prepare(const v1::GenerateRequest& req) const;
   absl::StatusOr<std::vector<int32_t>> PromptIds(const v1::Prompt& prompt, bool add_special) const;
 
  private:
-  // Runs a request, calling `on_message` for each output message; the final status.
-  grpc::Status Run(grpc::ServerContext* ctx, const v1::GenerateRequest& req,
-                   const std::function<bool(const v1::GenerateResponse&)>& on_message);
 
   Engine* engine_;
   Cluster* cluster_;
   const text::Tokenizer* tokenizer_;
   model::ModelConfig config_;
   InferenceServiceOptions options_;
-  std::atomic<int64_t> max_context_;  // options_.max_context until SetMaxContext.
+  std::atomic<int64_t> max_context_;
+  ServingMetrics* metrics_ = nullptr;  // options_.max_context until SetMaxContext.
 };
 
 }  // namespace cascade::coordinator

@@ -104,6 +104,29 @@ TEST(ConfigTest, Ipv6Listen) {
   EXPECT_EQ(c->server.listen_port, 0);
 }
 
+TEST(ConfigTest, HttpFront) {
+  // Off unless set; the OpenAI model name defaults to the file's name without .gguf.
+  absl::StatusOr<ClusterConfig> c =
+      ParseClusterConfig("model: {path: /m/SmolLM2.Q4_1.gguf}\nnodes: [{name: a, host: h, devices: [cpu]}]\n", "a.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->server.http_listen, "");
+  EXPECT_EQ(c->server.http_threads, 64);
+  EXPECT_EQ(c->server.model_name, "SmolLM2.Q4_1");
+  c = ParseClusterConfig(
+      "model: {path: /m/llama-dir/}\nnodes: [{name: a, host: h, devices: [cpu]}]\n"
+      "server: {http_listen: '127.0.0.1:8000', http_threads: 16}\n",
+      "b.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->server.http_host, "127.0.0.1");
+  EXPECT_EQ(c->server.http_port, 8000);
+  EXPECT_EQ(c->server.http_threads, 16);
+  EXPECT_EQ(c->server.model_name, "llama-dir");
+  c = ParseClusterConfig(
+      "model: {path: m.gguf}\nnodes: [{name: a, host: h, devices: [cpu]}]\nserver: {model_name: my-model}\n", "c.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->server.model_name, "my-model");
+}
+
 TEST(ConfigTest, SampleLocalGpuConfigLoads) {
   absl::StatusOr<ClusterConfig> c = LoadClusterConfig(::cascade::testing::SourceDir() + "/configs/local-gpu.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
@@ -238,6 +261,14 @@ const BadConfig kBadConfigs[] = {
     {"model: {path: m}\nserver: {listen: ':80'}\nnodes: [{name: a, host: h, devices: [cpu]}]\n", "server.listen"},
     {"model: {path: m}\nserver: {listen: '::1:80'}\nnodes: [{name: a, host: h, devices: [cpu]}]\n", "server.listen"},
     {"model: {path: m}\nserver: {port: 80}\nnodes: [{name: a, host: h, devices: [cpu]}]\n", "server.port: unknown key"},
+    {"model: {path: m}\nserver: {http_listen: 8000}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
+     "server.http_listen: expected HOST:PORT"},
+    {"model: {path: m}\nserver: {http_listen: 'h:99999'}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
+     "server.http_listen: expected HOST:PORT with a port"},
+    {"model: {path: m}\nserver: {http_threads: 0}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
+     "server.http_threads: must be >= 1"},
+    {"model: {path: m}\nserver: {model_name: ''}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
+     "server.model_name: must not be empty"},
     // scheduler
     {"model: {path: m}\nscheduler: {max_num_seqs: 0}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
      "scheduler.max_num_seqs: must be >= 1"},

@@ -1,0 +1,204 @@
+#include "coordinator/http_front.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/logging.h"
+#include "core/str_cat.h"
+#include "coordinator/openai_api.h"
+#include "httplib.h"
+
+namespace cascade::coordinator {
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kKeepAlive = std::chrono::seconds(1);
+constexpr absl::Duration kPoll = absl::Milliseconds(100);
+
+void SendJson(httplib::Response& res, int status, const json& body) {
+  res.status = status;
+  res.set_content(DumpJson(body), "application/json");
+}
+
+void SendError(httplib::Response& res, const absl::Status& status) {
+  const OpenAiError e = ToOpenAiError(status);
+  SendJson(res, e.http_status, e.body);
+}
+
+bool WriteText(httplib::DataSink& sink, const std::string& text) { return sink.write(text.data(), text.size()); }
+
+bool WriteEvent(httplib::DataSink& sink, const json& data) {
+  return WriteText(sink, StrCat("data: ", DumpJson(data), "\n\n"));
+}
+
+// One OpenAI request after its first output: streams the rest of it into `sink` (SSE
+// events, or one JSON body for a whole response), writing keep-alives while nothing comes.
+// Returns when the request ended or the client went away (which cancels it).
+void Finish(InferenceCall& call, OpenAiResponder& responder, const OpenAiRequest& request,
+            std::vector<v1::GenerateResponse> pending, httplib::DataSink& sink) {
+  auto last_write = Clock::now();
+  bool alive = true;
+  while (alive) {
+    for (const v1::GenerateResponse& m : pending) {
+      if (!request.stream) {
+        responder.Add(m);
+        continue;
+      }
+      for (const json& chunk : responder.Chunks(m)) alive = alive && WriteEvent(sink, chunk);
+      last_write = Clock::now();
+    }
+    pending.clear();
+    if (!alive || call.ended()) break;
+    call.Read(kPoll, &pending);
+    // A whole response writes nothing until the end, however much output comes.
+    if (!call.ended() && Clock::now() - last_write > kKeepAlive) {
+      // SSE comments and leading JSON whitespace are ignored by clients; a gone client
+      // fails the write.
+      alive = WriteText(sink, request.stream ? ": keep-alive\n\n" : " ");
+      last_write = Clock::now();
+    }
+  }
+  if (!alive) {
+    call.Cancel("the HTTP client went away");
+    return;
+  }
+  const absl::Status& status = call.status();
+  if (request.stream) {
+    if (!status.ok()) {
+      WriteEvent(sink, ToOpenAiError(status).body);
+    } else if (request.include_usage) {
+      WriteEvent(sink, responder.UsageChunk());
+    }
+    WriteText(sink, "data: [DONE]\n\n");
+  } else {
+    WriteText(sink, DumpJson(status.ok() ? responder.Whole() : ToOpenAiError(status).body));
+  }
+  sink.done();
+}
+
+}  // namespace
+
+HttpFront::HttpFront(InferenceService* inference, Engine* engine, Cluster* cluster, const text::Tokenizer* tokenizer,
+                     ServingMetrics* metrics, HttpFrontOptions options)
+    : inference_(inference),
+      engine_(engine),
+      cluster_(cluster),
+      tokenizer_(tokenizer),
+      metrics_(metrics),
+      options_(std::move(options)),
+      server_(std::make_unique<httplib::Server>()) {}
+
+HttpFront::~HttpFront() { Stop(); }
+
+absl::Status HttpFront::Start() {
+  created_ = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const int threads = options_.threads;
+  // Each streamed request holds a pool thread for its whole life: size the pool for the
+  // concurrency served, not for the cores (httplib's default is max(8, cores - 1)).
+  server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  server_->set_payload_max_length(options_.max_body_bytes);
+  server_->set_read_timeout(30, 0);
+  server_->set_write_timeout(30, 0);
+  Route();
+  port_ = options_.port == 0 ? server_->bind_to_any_port(options_.host)
+                             : (server_->bind_to_port(options_.host, options_.port) ? options_.port : -1);
+  if (port_ <= 0) {
+    return absl::UnavailableError(
+        StrCat("server.http_listen: cannot listen on ", options_.host, ":", options_.port, " (in use?)"));
+  }
+  thread_ = std::thread([this] { server_->listen_after_bind(); });
+  return absl::OkStatus();
+}
+
+void HttpFront::Stop() {
+  if (!thread_.joinable()) return;
+  server_->stop();
+  thread_.join();
+}
+
+void HttpFront::Route() {
+  httplib::Server& s = *server_;
+  const auto completion = [this](OpenAiEndpoint endpoint) {
+    return [this, endpoint](const httplib::Request& req, httplib::Response& res) {
+      auto parsed = ParseOpenAiRequest(endpoint, req.body, options_.model_id);
+      if (!parsed.ok()) {
+        metrics_->CountRequest("http", RequestOutcomeOf(parsed.status(), v1::FINISH_REASON_UNSPECIFIED));
+        return SendError(res, parsed.status());
+      }
+      auto call = inference_->Begin("http", parsed->request);
+      if (!call.ok()) return SendError(res, call.status());
+      // Until the first output, errors (a full cache, a degraded cluster) still get their
+      // own HTTP status; after it the status line is out.
+      std::vector<v1::GenerateResponse> first;
+      while (first.empty() && !(*call)->Read(kPoll, &first)) {
+      }
+      const bool output = std::any_of(first.begin(), first.end(), [](const v1::GenerateResponse& m) {
+        return m.token_ids_size() > 0 || !m.text().empty();
+      });
+      if (!output && (*call)->ended() && !(*call)->status().ok()) return SendError(res, (*call)->status());
+      auto shared_call = std::shared_ptr<InferenceCall>(std::move(*call));
+      auto responder = std::make_shared<OpenAiResponder>(*parsed, *tokenizer_, options_.model_id);
+      const OpenAiRequest request = *parsed;
+      res.set_header("Cache-Control", "no-cache");
+      res.set_chunked_content_provider(
+          request.stream ? "text/event-stream" : "application/json",
+          [shared_call, responder, request, first](size_t, httplib::DataSink& sink) mutable {
+            Finish(*shared_call, *responder, request, std::move(first), sink);
+            return true;
+          },
+          // Runs when the response is over, written or not: a client gone before the
+          // provider ran still cancels the request.
+          [shared_call](bool) { shared_call->Cancel("the HTTP client went away"); });
+    };
+  };
+  s.Post("/v1/completions", completion(OpenAiEndpoint::kCompletions));
+  s.Post("/v1/chat/completions", completion(OpenAiEndpoint::kChat));
+  s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    json model = {{"id", options_.model_id},
+                  {"object", "model"},
+                  {"created", created_},
+                  {"owned_by", "cascade"},
+                  {"max_model_len", inference_->max_context()}};
+    SendJson(res, 200, {{"object", "list"}, {"data", json::array({model})}});
+  });
+  s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    v1::ClusterStatus st;
+    cluster_->FillStatus(&st);
+    json body = {{"status", st.state()}};
+    if (!st.detail().empty()) body["detail"] = st.detail();
+    SendJson(res, st.ready() ? 200 : 503, body);
+  });
+  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    v1::ClusterStatus st;
+    cluster_->FillStatus(&st);
+    res.set_content(metrics_->Render(engine_->Stats(), st), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;  // A handler's own error (an unknown model is 404 too).
+    if (res.status == 404) {
+      SendJson(res, 404,
+               {{"error",
+                 {{"message", StrCat("no route ", req.method, " ", req.path,
+                                     " (POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET "
+                                     "/health, GET /metrics)")},
+                  {"type", "invalid_request_error"},
+                  {"param", nullptr},
+                  {"code", nullptr}}}});
+    } else {
+      SendJson(res, res.status,
+               {{"error",
+                 {{"message", StrCat("HTTP ", res.status)}, {"type", "invalid_request_error"}, {"param", nullptr},
+                  {"code", nullptr}}}});
+    }
+  });
+  s.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    // Paths of known routes only, so a scanner cannot grow the label set.
+    const bool known = req.path == "/v1/completions" || req.path == "/v1/chat/completions" ||
+                       req.path == "/v1/models" || req.path == "/health" || req.path == "/metrics";
+    metrics_->CountHttp(known ? req.path : "other", res.status);
+  });
+}
+
+}  // namespace cascade::coordinator

@@ -1,0 +1,68 @@
+// The coordinator's HTTP front (`server.http_listen`): OpenAI's `/v1/completions` and
+// `/v1/chat/completions` (streamed as server-sent events or whole), `/v1/models`,
+// `/health` (503 while the cluster is not ready) and Prometheus' `/metrics`. It runs
+// every request through InferenceService::Execute, the path the gRPC API takes, so
+// validation, limits, cancellation and outcomes are the same on both. Bodies are
+// translated by coordinator/openai_api.h; this file is routing, status codes and I/O.
+//
+// A client that goes away cancels its request: a stream finds out at its next write, and
+// while a request has nothing to send (queued, or a whole response still running) the
+// front writes a keep-alive every second (an SSE comment, or a JSON-legal leading space),
+// which fails once the client is gone.
+//
+// Thread-safety: Start/Stop from the owner's thread; handlers run on the server's pool.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "coordinator/cluster.h"
+#include "coordinator/engine.h"
+#include "coordinator/inference_service.h"
+#include "coordinator/serving_metrics.h"
+#include "text/tokenizer.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace cascade::coordinator {
+
+struct HttpFrontOptions {
+  std::string host = "127.0.0.1";
+  int port = 0;              // 0: any free port.
+  int threads = 64;          // Connections served at once (each stream holds one).
+  std::string model_id;      // The `model` clients name, listed by /v1/models.
+  int64_t max_body_bytes = 16 << 20;
+};
+
+class HttpFront {
+ public:
+  // Borrows everything; all must outlive the front.
+  HttpFront(InferenceService* inference, Engine* engine, Cluster* cluster, const text::Tokenizer* tokenizer,
+            ServingMetrics* metrics, HttpFrontOptions options);
+  ~HttpFront();
+
+  // Binds and starts serving on a thread of its own. Unavailable when it cannot bind.
+  absl::Status Start();
+  int port() const { return port_; }
+  void Stop();
+
+ private:
+  void Route();
+
+  InferenceService* inference_;
+  Engine* engine_;
+  Cluster* cluster_;
+  const text::Tokenizer* tokenizer_;
+  ServingMetrics* metrics_;
+  HttpFrontOptions options_;
+  std::unique_ptr<httplib::Server> server_;
+  std::thread thread_;
+  int port_ = 0;
+  int64_t created_ = 0;  // /v1/models' `created`: when the front started.
+};
+
+}  // namespace cascade::coordinator

@@ -1,0 +1,58 @@
+// What the coordinator measures while it serves, and its Prometheus exposition
+// (`GET /metrics` on the HTTP front). Latencies are histograms observed as requests run
+// (the engine, the API handlers, the step streams); counts and gauges the engine and the
+// scheduler already keep are read at scrape time, so nothing is counted twice.
+//
+// Thread-safe: every member may be touched from any thread.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "cascade/v1/inference.pb.h"
+#include "core/prometheus.h"
+
+namespace cascade::coordinator {
+
+struct EngineStats;
+
+// How a request ended, as a client sees it.
+enum class RequestOutcome { kStop, kLength, kCancelled, kInvalid, kRefused, kError, kCount };
+std::string_view RequestOutcomeName(RequestOutcome o);
+// The outcome of a request that ended with `status` (and `finish`, when it is OK).
+RequestOutcome RequestOutcomeOf(const absl::Status& status, v1::FinishReason finish);
+
+class ServingMetrics {
+ public:
+  ServingMetrics();
+
+  Histogram ttft;        // Arrival to the first token, seconds.
+  Histogram tpot;        // Per finished request: (end - first token) / (tokens - 1).
+  Histogram itl;         // Per output token: time since the request's previous output.
+  Histogram queue_time;  // Arrival to the first step that carries the request.
+  Histogram e2e;         // Arrival to the end, finished requests.
+
+  void CountRequest(std::string_view api, RequestOutcome outcome);
+  // A Step result of worker (stage, tp_rank), or the drafter (stage -1): its forward time.
+  void ObserveStep(int stage, int tp_rank, double forward_s);
+  void CountHttp(std::string_view path, int status);
+
+  // The whole exposition: the histograms and counters above, then gauges and counters from
+  // the engine's stats and the cluster's status.
+  std::string Render(const EngineStats& engine, const v1::ClusterStatus& cluster) const;
+
+ private:
+  mutable absl::Mutex mu_;
+  // (api, outcome) -> requests.
+  std::map<std::pair<std::string, RequestOutcome>, int64_t> requests_ ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<int, int>, std::unique_ptr<Histogram>> steps_ ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<std::string, int>, int64_t> http_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace cascade::coordinator

@@ -1,0 +1,305 @@
+#!/usr/bin/env python3
+"""The HTTP front through clients nobody here wrote: the official `openai` SDK (PyPI) for
+/v1/completions, /v1/chat/completions and /v1/models, `prometheus_client`'s own parser for
+/metrics, and plain sockets for what SDKs hide (disconnects, health). A real coordinator
+with real workers on loopback, the default model (SmolLM2-135M-Instruct Q4_1).
+
+Usage: scripts/python_deps.sh http_test.py BUILD_BIN_DIR TEST_NAME
+"""
+import concurrent.futures
+import contextlib
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import openai
+from prometheus_client.parser import text_string_to_metric_families
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cluster_test  # noqa: E402  (reads BUILD_BIN_DIR from argv[1] too)
+from cluster_test import cluster_from_yaml, config_yaml, generate  # noqa: E402
+from testdata import SMOL, need  # noqa: E402
+
+MODEL_ID = "SmolLM2-135M-Instruct.Q4_1"
+
+
+@contextlib.contextmanager
+def http_cluster(pipeline=1, extra=""):
+    need(SMOL)
+    text = config_yaml(SMOL, pipeline, kv_cache_mb=64, extra=extra)
+    text = text.replace("server: {listen: 127.0.0.1:0}", "server: {listen: 127.0.0.1:0, http_listen: 127.0.0.1:0}")
+    with cluster_from_yaml(text) as (address, proc, log_path):
+        m = re.search(r"http front on (\S+) \(model '([^']+)'\)", open(log_path).read())
+        assert m, open(log_path).read()
+        assert m.group(2) == MODEL_ID, m.group(2)
+        yield address, m.group(1), proc
+
+
+def client(http_address, **kw):
+    return openai.OpenAI(base_url=f"http://{http_address}/v1", api_key="unused", max_retries=0, **kw)
+
+
+def get(http_address, path):
+    host, port = http_address.rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    conn.request("GET", path)
+    r = conn.getresponse()
+    body = r.read().decode()
+    conn.close()
+    return r.status, body
+
+
+def metrics(http_address):
+    status, text = get(http_address, "/metrics")
+    assert status == 200, status
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return samples
+
+
+def metric(samples, name, **labels):
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def kv_used(http_address):
+    return metric(metrics(http_address), "cascade_kv_blocks_used")
+
+
+SYSTEM, QUESTION = "You are a concise assistant.", "Name three colors of the rainbow."
+CHAT = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}]
+
+
+def test_openai_sdk():
+    with http_cluster() as (address, http_address, _):
+        c = client(http_address)
+        models = c.models.list().data
+        assert [m.id for m in models] == [MODEL_ID], models
+
+        # Chat, whole: greedy text equals the gRPC API's for the same conversation.
+        whole = c.chat.completions.create(model=MODEL_ID, messages=CHAT, max_tokens=24, temperature=0)
+        text = whole.choices[0].message.content
+        assert whole.choices[0].message.role == "assistant" and text, whole
+        assert whole.object == "chat.completion" and whole.id.startswith("chatcmpl-"), whole
+        grpc = generate(address, "--chat", QUESTION, "--system", SYSTEM, "--temperature", "0", "--max-tokens", "24")
+        assert text == grpc["text"], (text, grpc["text"])
+        assert whole.usage.completion_tokens == len(grpc["token_ids"]), (whole.usage, grpc)
+        assert whole.usage.prompt_tokens == len(grpc["prompt_ids"]), (whole.usage, grpc["prompt_ids"])
+        assert whole.usage.total_tokens == whole.usage.prompt_tokens + whole.usage.completion_tokens
+        assert whole.choices[0].finish_reason in ("stop", "length"), whole
+
+        # Chat, streamed, with usage: the deltas add up to the whole answer.
+        chunks = list(c.chat.completions.create(model=MODEL_ID, messages=CHAT, max_tokens=24, temperature=0,
+                                                stream=True, stream_options={"include_usage": True}))
+        assert chunks[0].choices[0].delta.role == "assistant", chunks[0]
+        streamed = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+        assert streamed == text, (streamed, text)
+        finishes = [ch.choices[0].finish_reason for ch in chunks if ch.choices and ch.choices[0].finish_reason]
+        assert finishes == [whole.choices[0].finish_reason], finishes
+        assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+        assert all(ch.usage is None for ch in chunks[:-1])
+        print(f"chat: {whole.usage.completion_tokens} tokens, streamed in {len(chunks)} chunks, equal to gRPC: {text!r}")
+
+        # Completions, whole and streamed; max_tokens ends it with "length".
+        prompt = "The capital of France is"
+        comp = c.completions.create(model=MODEL_ID, prompt=prompt, max_tokens=12, temperature=0)
+        assert comp.choices[0].finish_reason == "length" and comp.usage.completion_tokens == 12, comp
+        grpc = generate(address, "--prompt", prompt, "--temperature", "0", "--max-tokens", "12")
+        assert comp.choices[0].text == grpc["text"], (comp.choices[0].text, grpc["text"])
+        parts = list(c.completions.create(model=MODEL_ID, prompt=prompt, max_tokens=12, temperature=0, stream=True))
+        assert "".join(p.choices[0].text for p in parts) == comp.choices[0].text
+        # A token-id prompt gives the same answer.
+        by_ids = c.completions.create(model=MODEL_ID, prompt=grpc["prompt_ids"], max_tokens=12, temperature=0)
+        assert by_ids.choices[0].text == comp.choices[0].text, by_ids
+
+        # Stop strings: the text ends before the first one, finish_reason "stop".
+        full = comp.choices[0].text
+        cut = full.find(" ", 3)
+        if cut > 0:
+            stop = full[cut:cut + 2]
+            stopped = c.completions.create(model=MODEL_ID, prompt=prompt, max_tokens=12, temperature=0, stop=[stop])
+            assert stopped.choices[0].finish_reason == "stop", stopped
+            assert stopped.choices[0].text == full[:full.find(stop)], (stopped.choices[0].text, full, stop)
+            print(f"stop {stop!r}: {stopped.choices[0].text!r}")
+
+        # Logprobs: the chosen (greedy) token is the most likely one, top_logprobs sorted.
+        lp = c.chat.completions.create(model=MODEL_ID, messages=CHAT, max_tokens=6, temperature=0, logprobs=True,
+                                       top_logprobs=3)
+        content = lp.choices[0].logprobs.content
+        assert len(content) == lp.usage.completion_tokens, (len(content), lp.usage)
+        for t in content:
+            tops = [x.logprob for x in t.top_logprobs]
+            assert len(tops) == 3 and tops == sorted(tops, reverse=True), t
+            assert abs(t.logprob - tops[0]) < 1e-5 and t.logprob <= 0, t
+        assert "".join(t.token for t in content) == lp.choices[0].message.content
+
+        # Seeded sampling repeats; penalties are accepted.
+        a = c.completions.create(model=MODEL_ID, prompt=prompt, max_tokens=16, temperature=1.0, seed=7,
+                                 presence_penalty=0.5, frequency_penalty=0.5, top_p=0.9)
+        b = c.completions.create(model=MODEL_ID, prompt=prompt, max_tokens=16, temperature=1.0, seed=7,
+                                 presence_penalty=0.5, frequency_penalty=0.5, top_p=0.9)
+        assert a.choices[0].text == b.choices[0].text, (a, b)
+
+        # Refusals: OpenAI's error shape, the right status, the field named.
+        for kwargs, status, param in [
+            (dict(n=2), 400, "n"),
+            (dict(temperature=5), 400, "temperature"),
+            (dict(max_tokens=0), 400, "max_tokens"),
+            (dict(logit_bias={"1": 5}), 400, "logit_bias"),
+        ]:
+            try:
+                c.chat.completions.create(model=MODEL_ID, messages=CHAT, **kwargs)
+                raise AssertionError(f"{kwargs} was accepted")
+            except openai.APIStatusError as e:
+                assert e.status_code == status and e.body["param"] == param, (kwargs, e.status_code, e.body)
+                assert e.body["type"] == "invalid_request_error" and e.body["message"], e.body
+        try:
+            c.chat.completions.create(model="gpt-4o", messages=CHAT)
+            raise AssertionError("an unknown model was accepted")
+        except openai.NotFoundError as e:
+            assert "gpt-4o" in e.body["message"] and MODEL_ID in e.body["message"], e.body
+        try:
+            c.completions.create(model=MODEL_ID, prompt="hello " * 5000, max_tokens=4)
+            raise AssertionError("an oversized prompt was accepted")
+        except openai.BadRequestError as e:
+            assert "context" in e.body["message"] and e.body["param"] == "prompt", e.body
+        print("refusals: n=2, temperature=5, max_tokens=0, logit_bias, unknown model, oversized prompt")
+
+        # Concurrency 32 through the SDK: no errors, every answer whole.
+        def one(i):
+            r = c.completions.create(model=MODEL_ID, prompt=f"Story number {i}:", max_tokens=16, temperature=0.7,
+                                     seed=i, extra_body={"ignore_eos": True})
+            return r.usage.completion_tokens
+        t0 = time.time()
+        with concurrent.futures.ThreadPoolExecutor(32) as pool:
+            counts = list(pool.map(one, range(64)))
+        assert counts == [16] * 64, counts
+        print(f"64 requests at concurrency 32: no errors, {64 * 16 / (time.time() - t0):.0f} tok/s")
+
+
+def test_metrics():
+    with http_cluster(pipeline=2) as (_, http_address, _):
+        before = metrics(http_address)
+        c = client(http_address)
+        for i in range(3):
+            c.completions.create(model=MODEL_ID, prompt=f"Count to {i + 3}:", max_tokens=8, temperature=0,
+                                 extra_body={"ignore_eos": True})
+        with contextlib.suppress(openai.BadRequestError):
+            c.completions.create(model=MODEL_ID, prompt="x", max_tokens=0)
+        after = metrics(http_address)
+
+        def moved(name, **labels):
+            return metric(after, name, **labels) - metric(before, name, **labels)
+        assert moved("cascade_requests_total", api="http", outcome="length") == 3, after
+        assert moved("cascade_requests_total", api="http", outcome="invalid") == 1
+        assert moved("cascade_http_requests_total", path="/v1/completions", code="200") == 3
+        assert moved("cascade_http_requests_total", path="/v1/completions", code="400") == 1
+        assert moved("cascade_generation_tokens_total") == 24
+        for h in ("cascade_time_to_first_token_seconds", "cascade_e2e_request_latency_seconds",
+                  "cascade_queue_time_seconds", "cascade_time_per_output_token_seconds"):
+            assert moved(h + "_count") == 3, h
+            assert metric(after, h + "_bucket", le="+Inf") == metric(after, h + "_count"), h
+        assert moved("cascade_inter_token_latency_seconds_count") == 3 * 7
+        for stage in ("0", "1"):
+            assert moved("cascade_stage_step_seconds_count", stage=stage, tp_rank="0") >= 8, stage
+        assert metric(after, "cascade_kv_blocks_total") > 0 and metric(after, "cascade_kv_blocks_used") == 0
+        assert metric(after, "cascade_cluster_ready") == 1 and metric(after, "cascade_workers", state="ready") == 2
+        for name in ("cascade_running_sequences", "cascade_waiting_sequences", "cascade_preemptions_total",
+                     "cascade_spec_acceptance_rate", "cascade_spec_mean_accepted_length"):
+            assert (name, ()) in after, name
+        print(f"metrics: {len(after)} samples; counters moved by the 3 requests and 1 refusal")
+
+
+def open_stream(http_address, body):
+    host, port = http_address.rsplit(":", 1)
+    s = socket.create_connection((host, int(port)), timeout=30)
+    data = json.dumps(body).encode()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              + f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+    return s
+
+
+def wait_blocks_free(http_address, deadline_s):
+    t0 = time.time()
+    while time.time() - t0 < deadline_s:
+        if kv_used(http_address) == 0:
+            return time.time() - t0
+        time.sleep(0.2)
+    raise AssertionError(f"KV blocks not freed in {deadline_s} s: {kv_used(http_address)} used")
+
+
+def test_disconnect_cancels():
+    with http_cluster() as (_, http_address, _):
+        before = metrics(http_address)
+        # A stream read for a while, then dropped.
+        s = open_stream(http_address, {"prompt": "Once upon a time", "max_tokens": 2000, "temperature": 0,
+                                       "stream": True, "ignore_eos": True})
+        got = b""
+        while got.count(b"data: ") < 5:
+            got += s.recv(4096)
+        assert b"HTTP/1.1 200" in got and b"text/event-stream" in got, got[:200]
+        assert kv_used(http_address) > 0
+        s.close()
+        took = wait_blocks_free(http_address, 10)
+        print(f"stream dropped: blocks free again {took:.2f} s later")
+        # A whole response waited on, then dropped: found by the keep-alive writes.
+        s = open_stream(http_address, {"prompt": "Once upon a time", "max_tokens": 2000, "temperature": 0,
+                                       "ignore_eos": True})
+        time.sleep(1.5)
+        assert kv_used(http_address) > 0
+        s.close()
+        took = wait_blocks_free(http_address, 10)
+        print(f"whole request dropped: blocks free again {took:.2f} s later")
+        after = metrics(http_address)
+        assert metric(after, "cascade_requests_total", api="http", outcome="cancelled") - \
+            metric(before, "cascade_requests_total", api="http", outcome="cancelled") == 2
+        # The server still serves.
+        r = client(http_address).completions.create(model=MODEL_ID, prompt="Hi", max_tokens=3, temperature=0)
+        assert r.usage.completion_tokens == 3
+
+
+def test_health_follows_cluster():
+    with http_cluster(pipeline=2) as (_, http_address, proc):
+        status, body = get(http_address, "/health")
+        assert status == 200 and json.loads(body)["status"] == "ready", (status, body)
+        # A stopped worker misses its heartbeats: dead, and (not having exited) not restarted
+        # until it runs again, so the degraded window lasts.
+        workers = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        victim = int(workers[1])
+        os.kill(victim, signal.SIGSTOP)
+        t0 = time.time()
+        while time.time() - t0 < 15:
+            status, body = get(http_address, "/health")
+            if status == 503:
+                break
+            time.sleep(0.1)
+        assert status == 503 and json.loads(body)["status"] == "degraded", (status, body)
+        print(f"/health 503 {time.time() - t0:.2f} s after SIGSTOP: {body}")
+        # While degraded, a request is refused with 503 in OpenAI's shape.
+        try:
+            client(http_address).completions.create(model=MODEL_ID, prompt="Hi", max_tokens=3)
+            raise AssertionError("served while degraded")
+        except openai.APIStatusError as e:
+            assert e.status_code == 503 and "degraded" in e.body["message"], (e.status_code, e.body)
+        os.kill(victim, signal.SIGCONT)  # It learns it was declared dead, exits, and is restarted.
+        t0 = time.time()
+        while time.time() - t0 < 60:
+            status, body = get(http_address, "/health")
+            if status == 200:
+                break
+            time.sleep(0.5)
+        assert status == 200, body
+        r = client(http_address).completions.create(model=MODEL_ID, prompt="Hi", max_tokens=3, temperature=0)
+        assert r.usage.completion_tokens == 3
+        print(f"/health 200 again {time.time() - t0:.1f} s after SIGCONT, serving")
+
+
+if __name__ == "__main__":
+    globals()["test_" + sys.argv[2]]()
