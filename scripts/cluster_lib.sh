@@ -1,7 +1,7 @@
 # Sourced by the scripts that run a local cluster (serve.sh, bench_serving.sh,
 # bench_tp.sh). start_cluster CONFIG LOG [tee]: starts cascade-coordinator in the
 # background with its output in LOG (and on stderr with "tee"), waits for its "ready on"
-# line, and sets CLUSTER_PID and CLUSTER_ADDR. Fails, showing the log, if the
+# line, and sets CLUSTER_PID, CLUSTER_ADDR and (with server.http_listen) CLUSTER_HTTP. Fails, showing the log, if the
 # coordinator exits or is not ready within 60 s.
 start_cluster() {
   local config=$1 log=$2 mode=${3:-}
@@ -15,7 +15,10 @@ start_cluster() {
   CLUSTER_ADDR=""
   for _ in $(seq 1 600); do
     CLUSTER_ADDR=$(grep -o 'ready on [^ ]*' "$log" 2>/dev/null | head -1 | cut -d' ' -f3 || true)
-    [[ -n $CLUSTER_ADDR ]] && return 0
+    if [[ -n $CLUSTER_ADDR ]]; then
+      CLUSTER_HTTP=$(grep -o 'http front on [^ ]*' "$log" 2>/dev/null | head -1 | cut -d' ' -f4 || true)
+      return 0
+    fi
     if ! kill -0 "$CLUSTER_PID" 2>/dev/null; then
       [[ $mode == tee ]] || cat "$log" >&2
       echo "the coordinator exited (config $config)" >&2

@@ -27,6 +27,10 @@ echo
 "$BIN/cascade" status --server "$ADDR" --wait 0
 echo
 echo "Talk to it:  $BIN/cascade chat --server $ADDR      (or: $BIN/cascade generate --server $ADDR --prompt \"...\")"
+if [[ -n ${CLUSTER_HTTP:-} ]]; then
+  echo "OpenAI API:  base_url=http://$CLUSTER_HTTP/v1  (GET /v1/models, POST /v1/chat/completions; /health, /metrics)"
+  echo "  curl -sN http://$CLUSTER_HTTP/v1/chat/completions -d '{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"stream\": true}'"
+fi
 [[ $ONCE == 1 ]] && exit 0
 echo "Serving in the foreground; Ctrl-C stops the cluster."
 wait $COORD
