@@ -115,8 +115,16 @@ int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coor
 int main(int argc, char** argv) {
   using namespace cascade;
   using namespace cascade::coordinator;
-  Args args({"config", "worker-threads", "startup-timeout"}, {"list-workers"});
+  Args args("cascade-coordinator", "--config FILE [options]",
+            {{"config", "FILE", "the cluster's YAML config (required; keys in configs/README.md)"},
+             {"worker-threads", "N", "CPU threads of each local worker (default 1)"},
+             {"startup-timeout", "SECONDS", "how long to wait for every worker to register and load (default 120)"},
+             {"list-workers", "", "print the command line of each external worker and exit"}});
   if (auto s = args.Parse(argc, argv, 1); !s.ok()) return Fail(s);
+  if (args.help_requested()) {
+    std::fputs(args.Usage().c_str(), stdout);
+    return 0;
+  }
   auto path = args.Require("config");
   if (!path.ok()) return Fail(path.status());
   auto config = LoadClusterConfig(*path);
