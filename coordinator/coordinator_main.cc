@@ -13,6 +13,7 @@
 #include "coordinator/cluster_service.h"
 #include "coordinator/config.h"
 #include "coordinator/engine.h"
+#include "coordinator/health_watch.h"
 #include "coordinator/inference_service.h"
 #include "coordinator/key_value_store.h"
 #include "coordinator/launcher.h"
@@ -21,6 +22,7 @@
 #include "core/logging.h"
 #include "core/status.h"
 #include "core/str_cat.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server_builder.h"
 
@@ -61,6 +63,7 @@ int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coor
                              {config.model.path, serving.max_context, std::string(DraftKindName(draft.kind))});
 
   grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();  // grpcurl and friends list the services.
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(config.server.listen, grpc::InsecureServerCredentials(), &port);
@@ -71,7 +74,7 @@ int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coor
     return Fail(absl::UnavailableError(StrCat("server.listen: cannot listen on ", config.server.listen)));
   }
   const std::string address = StrCat(config.server.listen_host, ":", port);
-  server->GetHealthCheckService()->SetServingStatus(false);
+  HealthWatch health(server->GetHealthCheckService());  // NOT_SERVING until the cluster is ready.
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
 
@@ -97,13 +100,16 @@ int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coor
     inference.SetMaxContext(max_context);
   }
   engine.Start();
-  server->GetHealthCheckService()->SetServingStatus(true);
+  health.Update(cluster);
   CASCADE_LOG(Info) << "ready on " << address << " (" << cluster.n_stages() << " stage(s) x tp " << cluster.tp_size()
                     << ", " << n_blocks << " KV blocks of " << bs << ", context " << max_context
                     << (draft.kind == DraftKind::kNone ? std::string()
                                                        : StrCat(", drafter ", DraftKindName(draft.kind)))
                     << ")";
-  while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  while (!g_stop) {
+    health.Update(cluster);  // NOT_SERVING while a worker is dead, until the cluster rebuilds.
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
   CASCADE_LOG(Info) << "shutting down";
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   launcher.StopAll();

@@ -1,25 +1,54 @@
 #!/usr/bin/env bash
-# Runs python3 with the test-only Python packages, installing them the first time:
-# `gguf` (llama.cpp's gguf-py from PyPI, the independent dequantizer of tests/quant/) and
-# `numpy`, both into a cache outside the clone (pip --target; Debian's own python3 stays
-# untouched, so no venv or --break-system-packages is needed). Fresh clones reuse it.
+# Runs python3 with the test-only Python packages, installing them the first time, into a
+# cache outside the clone (pip --target; Debian's own python3 stays untouched, so no venv
+# or --break-system-packages is needed). Fresh clones reuse it. The packages:
+#   * `gguf` (llama.cpp's gguf-py from PyPI, the independent dequantizer of tests/quant/)
+#     and `numpy`;
+#   * gRPC for Python, pinned as one set that works together on Python 3.11: `grpcio`,
+#     `grpcio-tools` (protoc for the Python client in clients/python), `grpcio-reflection`,
+#     `grpcio-health-checking` and `protobuf` (the cluster tests' reflection and health
+#     clients, and the Python client's tests), and `wheel` (setuptools < 70.1, Debian's,
+#     builds wheels through it: the client's test installs it with --no-build-isolation).
+# Each set is checked by one import (and its version) and installed only when it fails.
 # Usage: scripts/python_deps.sh [python args...]   (no args: only install)
 set -euo pipefail
 GGUF_VERSION=0.19.0
+GRPC_VERSION=1.84.0      # grpcio, grpcio-tools, grpcio-reflection, grpcio-health-checking
+PROTOBUF_VERSION=7.36.2  # what grpcio-tools $GRPC_VERSION generates code for (>= 7.35.1)
+WHEEL_VERSION=0.45.1     # the last wheel with its own bdist_wheel (for setuptools < 70.1)
 CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/cascade/python/$(python3 -c 'import sys; print(f"py{sys.version_info[0]}{sys.version_info[1]}")')"
 export PYTHONPATH="$CACHE${PYTHONPATH:+:$PYTHONPATH}"
-if ! python3 -c "import numpy, gguf; assert gguf.__file__.startswith('$CACHE')" >/dev/null 2>&1; then
-  echo "python_deps: installing gguf==$GGUF_VERSION and numpy into $CACHE" >&2
+
+# pip_install WHAT ARGS...: installs into the cache, or says why not and exits 1.
+pip_install() {
+  local what=$1 log
+  shift
+  echo "python_deps: installing $what into $CACHE" >&2
   mkdir -p "$CACHE"
   log=$(mktemp)
-  if ! { python3 -m pip install -q --disable-pip-version-check --target "$CACHE" --no-deps "gguf==$GGUF_VERSION" &&
-    { python3 -c "import numpy" 2>/dev/null ||
-      python3 -m pip install -q --disable-pip-version-check --target "$CACHE" numpy; }; } >"$log" 2>&1; then
+  if ! "$@" >"$log" 2>&1; then
     echo "python_deps: pip install failed (offline? PyPI is needed once):" >&2
     tail -n 5 "$log" >&2
+    rm -f "$log"
     exit 1
   fi
   rm -f "$log"
+}
+PIP=(python3 -m pip install -q --disable-pip-version-check --target "$CACHE" --upgrade)
+
+if ! python3 -c "import numpy, gguf; assert gguf.__file__.startswith('$CACHE')" >/dev/null 2>&1; then
+  pip_install "gguf==$GGUF_VERSION and numpy" bash -c "$(printf '%q ' "${PIP[@]}") --no-deps gguf==$GGUF_VERSION &&
+    { python3 -c 'import numpy' 2>/dev/null || $(printf '%q ' "${PIP[@]}") numpy; }"
+fi
+if ! python3 -c "
+import grpc, grpc_tools.protoc, grpc_reflection.v1alpha.reflection_pb2_grpc, grpc_health.v1.health_pb2_grpc
+import google.protobuf, wheel
+assert wheel.__version__ == '$WHEEL_VERSION'
+assert grpc.__version__ == '$GRPC_VERSION' and google.protobuf.__version__ == '$PROTOBUF_VERSION'
+assert grpc.__file__.startswith('$CACHE')" >/dev/null 2>&1; then
+  pip_install "grpcio $GRPC_VERSION (+ tools, reflection, health), protobuf $PROTOBUF_VERSION and wheel" \
+    "${PIP[@]}" --no-deps "grpcio==$GRPC_VERSION" "grpcio-tools==$GRPC_VERSION" "grpcio-reflection==$GRPC_VERSION" \
+    "grpcio-health-checking==$GRPC_VERSION" "protobuf==$PROTOBUF_VERSION" "wheel==$WHEEL_VERSION"
 fi
 (($#)) || exit 0
 exec python3 "$@"

@@ -20,6 +20,7 @@
 #include "core/args.h"
 #include "core/logging.h"
 #include "grpcpp/create_channel.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/server_builder.h"
 #include "kernels/cuda_device.h"
 #include "worker/worker_service.h"
@@ -131,6 +132,7 @@ int main(int argc, char** argv) {
   // UCX's own variable wins over our one-second keepalive (read here, once).
   if (std::getenv("UCX_KEEPALIVE_INTERVAL") != nullptr) opts.ucx_keepalive_interval.clear();
   worker::WorkerService service(opts);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();  // grpcurl and friends list the services.
   grpc::ServerBuilder builder;
   int port = 0;
   const std::string listen = args.GetOr("listen", "127.0.0.1:0");
