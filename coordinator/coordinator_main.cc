@@ -13,6 +13,7 @@
 #include "coordinator/cluster_service.h"
 #include "coordinator/config.h"
 #include "coordinator/engine.h"
+#include "coordinator/health_watch.h"
 #include "coordinator/http_front.h"
 #include "coordinator/inference_service.h"
 #include "coordinator/key_value_store.h"
@@ -23,6 +24,7 @@
 #include "core/logging.h"
 #include "core/status.h"
 #include "core/str_cat.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server_builder.h"
 
@@ -67,6 +69,7 @@ int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coor
   inference.SetMetrics(&metrics);
 
   grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();  // grpcurl and friends list the services.
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(config.server.listen, grpc::InsecureServerCredentials(), &port);
@@ -77,7 +80,7 @@ int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coor
     return Fail(absl::UnavailableError(StrCat("server.listen: cannot listen on ", config.server.listen)));
   }
   const std::string address = StrCat(config.server.listen_host, ":", port);
-  server->GetHealthCheckService()->SetServingStatus(false);
+  HealthWatch health(server->GetHealthCheckService());  // NOT_SERVING until the cluster is ready.
   std::unique_ptr<HttpFront> http;
   if (!config.server.http_listen.empty()) {
     http = std::make_unique<HttpFront>(&inference, &engine, &cluster, models.tokenizer.get(), &metrics,
@@ -116,13 +119,16 @@ int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coor
     inference.SetMaxContext(max_context);
   }
   engine.Start();
-  server->GetHealthCheckService()->SetServingStatus(true);
+  health.Update(cluster);
   CASCADE_LOG(Info) << "ready on " << address << " (" << cluster.n_stages() << " stage(s) x tp " << cluster.tp_size()
                     << ", " << n_blocks << " KV blocks of " << bs << ", context " << max_context
                     << (draft.kind == DraftKind::kNone ? std::string()
                                                        : StrCat(", drafter ", DraftKindName(draft.kind)))
                     << ")";
-  while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  while (!g_stop) {
+    health.Update(cluster);  // NOT_SERVING while a worker is dead, until the cluster rebuilds.
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
   CASCADE_LOG(Info) << "shutting down";
   if (http != nullptr) http->Stop();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
@@ -135,8 +141,16 @@ int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coor
 int main(int argc, char** argv) {
   using namespace cascade;
   using namespace cascade::coordinator;
-  Args args({"config", "worker-threads", "startup-timeout"}, {"list-workers"});
+  Args args("cascade-coordinator", "--config FILE [options]",
+            {{"config", "FILE", "the cluster's YAML config (required; keys in configs/README.md)"},
+             {"worker-threads", "N", "CPU threads of each local worker (default 1)"},
+             {"startup-timeout", "SECONDS", "how long to wait for every worker to register and load (default 120)"},
+             {"list-workers", "", "print the command line of each external worker and exit"}});
   if (auto s = args.Parse(argc, argv, 1); !s.ok()) return Fail(s);
+  if (args.help_requested()) {
+    std::fputs(args.Usage().c_str(), stdout);
+    return 0;
+  }
   auto path = args.Require("config");
   if (!path.ok()) return Fail(path.status());
   auto config = LoadClusterConfig(*path);

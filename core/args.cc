@@ -3,16 +3,28 @@
 #include <algorithm>
 
 #include "absl/strings/numbers.h"
-#include "absl/strings/str_join.h"
 #include "core/str_cat.h"
 
 namespace cascade {
 
+Args::Args(std::string program, std::string synopsis, std::vector<ArgOption> options)
+    : program_(std::move(program)), synopsis_(std::move(synopsis)), options_(std::move(options)) {}
+
+const ArgOption* Args::Find(const std::string& name) const {
+  auto it = std::find_if(options_.begin(), options_.end(), [&](const ArgOption& o) { return o.name == name; });
+  return it == options_.end() ? nullptr : &*it;
+}
+
 absl::Status Args::Parse(int argc, char** argv, int first) {
   for (int i = first; i < argc; ++i) {
     std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      help_requested_ = true;
+      return absl::OkStatus();
+    }
     if (arg.rfind("--", 0) != 0) {
-      return absl::InvalidArgumentError(cascade::StrCat("unexpected argument '", arg, "'"));
+      return absl::InvalidArgumentError(
+          cascade::StrCat("unexpected argument '", arg, "' (see `", program_, " --help`)"));
     }
     std::string name = arg.substr(2);
     std::optional<std::string> inline_value;
@@ -20,16 +32,11 @@ absl::Status Args::Parse(int argc, char** argv, int first) {
       inline_value = name.substr(eq + 1);
       name = name.substr(0, eq);
     }
-    const bool is_valued = std::find(valued_.begin(), valued_.end(), name) != valued_.end();
-    const bool is_flag = std::find(flags_.begin(), flags_.end(), name) != flags_.end();
-    if (!is_valued && !is_flag) {
-      std::vector<std::string> all;
-      for (const auto& v : valued_) all.push_back("--" + v + " V");
-      for (const auto& f : flags_) all.push_back("--" + f);
-      return absl::InvalidArgumentError(
-          cascade::StrCat("unknown option '--", name, "' (options: ", absl::StrJoin(all, ", "), ")"));
+    const ArgOption* option = Find(name);
+    if (option == nullptr) {
+      return absl::InvalidArgumentError(cascade::StrCat("unknown option '--", name, "' (see `", program_, " --help`)"));
     }
-    if (is_flag) {
+    if (option->value.empty()) {
       values_[name] = "1";
       continue;
     }
@@ -42,6 +49,21 @@ absl::Status Args::Parse(int argc, char** argv, int first) {
     }
   }
   return absl::OkStatus();
+}
+
+std::string Args::Usage() const {
+  std::vector<std::pair<std::string, std::string>> rows;  // ("--name VALUE", help)
+  for (const ArgOption& o : options_) {
+    rows.emplace_back(o.value.empty() ? "--" + o.name : cascade::StrCat("--", o.name, " ", o.value), o.help);
+  }
+  rows.emplace_back("-h, --help", "print this help and exit");
+  size_t width = 0;
+  for (const auto& [flag, help] : rows) width = std::max(width, flag.size());
+  std::string out = cascade::StrCat("usage: ", program_, synopsis_.empty() ? "" : " ", synopsis_, "\noptions:\n");
+  for (const auto& [flag, help] : rows) {
+    out += cascade::StrCat("  ", flag, std::string(width + 2 - flag.size(), ' '), help, "\n");
+  }
+  return out;
 }
 
 std::optional<std::string> Args::Get(const std::string& name) const {

@@ -1,40 +1,65 @@
 #!/usr/bin/env bash
-# Runs python3 with the test-only Python packages, installing them the first time, each
-# group into its own folder of a cache outside the clone (pip --target; Debian's own
-# python3 stays untouched, so no venv or --break-system-packages is needed). Fresh clones
-# reuse it. Groups:
-#   - `gguf` (llama.cpp's gguf-py, the independent dequantizer of tests/quant/) and numpy;
-#   - http: the official `openai` SDK and `prometheus_client` (clients of the HTTP front).
+# Runs python3 with the test-only Python packages, installing them the first time, into a
+# cache outside the clone (pip --target; Debian's own python3 stays untouched, so no venv
+# or --break-system-packages is needed). Fresh clones reuse it. The sets:
+#   * `gguf` (llama.cpp's gguf-py from PyPI, the independent dequantizer of tests/quant/)
+#     and `numpy`;
+#   * gRPC for Python, pinned as one set that works together on Python 3.11: `grpcio`,
+#     `grpcio-tools` (protoc for the Python client in clients/python), `grpcio-reflection`,
+#     `grpcio-health-checking` and `protobuf` (the cluster tests' reflection and health
+#     clients, and the Python client's tests), and `wheel` (setuptools < 70.1, Debian's,
+#     builds wheels through it: the client's test installs it with --no-build-isolation);
+#   * http/: the official `openai` SDK and `prometheus_client` (clients of the HTTP front),
+#     with their dependencies, in a folder of their own.
+# Each set is checked by one import (and its version) and installed only when it fails.
 # Usage: scripts/python_deps.sh [python args...]   (no args: only install)
 set -euo pipefail
 GGUF_VERSION=0.19.0
+GRPC_VERSION=1.84.0      # grpcio, grpcio-tools, grpcio-reflection, grpcio-health-checking
+PROTOBUF_VERSION=7.36.2  # what grpcio-tools $GRPC_VERSION generates code for (>= 7.35.1)
+WHEEL_VERSION=0.45.1     # the last wheel with its own bdist_wheel (for setuptools < 70.1)
 OPENAI_VERSION=3.60.0
 PROMETHEUS_CLIENT_VERSION=0.26.0
 CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/cascade/python/$(python3 -c 'import sys; print(f"py{sys.version_info[0]}{sys.version_info[1]}")')"
+export PYTHONPATH="$CACHE/http:$CACHE${PYTHONPATH:+:$PYTHONPATH}"
 
-# install_group DIR CHECK PIP-ARGS...: puts DIR on PYTHONPATH and, unless python can run
-# CHECK, pip-installs PIP-ARGS into it.
-install_group() {
-  local dir=$1 check=$2
-  shift 2
-  export PYTHONPATH="$dir${PYTHONPATH:+:$PYTHONPATH}"
-  python3 -c "$check" >/dev/null 2>&1 && return 0
-  echo "python_deps: installing $* into $dir" >&2
-  mkdir -p "$dir"
-  local log
+# pip_install WHAT ARGS...: installs into the cache, or says why not and exits 1.
+pip_install() {
+  local what=$1 log
+  shift
+  echo "python_deps: installing $what into $CACHE" >&2
+  mkdir -p "$CACHE"
   log=$(mktemp)
-  if ! python3 -m pip install -q --disable-pip-version-check --upgrade --target "$dir" "$@" >"$log" 2>&1; then
+  if ! "$@" >"$log" 2>&1; then
     echo "python_deps: pip install failed (offline? PyPI is needed once):" >&2
     tail -n 5 "$log" >&2
+    rm -f "$log"
     exit 1
   fi
   rm -f "$log"
 }
+PIP=(python3 -m pip install -q --disable-pip-version-check --upgrade --target)
 
-install_group "$CACHE" "import gguf; assert gguf.__file__.startswith('$CACHE')" --no-deps "gguf==$GGUF_VERSION"
-python3 -c "import numpy" >/dev/null 2>&1 || install_group "$CACHE" "import numpy" numpy
-install_group "$CACHE/http" \
-  "import openai, prometheus_client; assert openai.__version__ == '$OPENAI_VERSION' and prometheus_client.__file__.startswith('$CACHE')" \
-  "openai==$OPENAI_VERSION" "prometheus_client==$PROMETHEUS_CLIENT_VERSION"
+if ! python3 -c "import numpy, gguf; assert gguf.__file__.startswith('$CACHE')" >/dev/null 2>&1; then
+  pip_install "gguf==$GGUF_VERSION and numpy" bash -c "$(printf '%q ' "${PIP[@]}" "$CACHE") --no-deps gguf==$GGUF_VERSION &&
+    { python3 -c 'import numpy' 2>/dev/null || $(printf '%q ' "${PIP[@]}" "$CACHE") numpy; }"
+fi
+if ! python3 -c "
+import grpc, grpc_tools.protoc, grpc_reflection.v1alpha.reflection_pb2_grpc, grpc_health.v1.health_pb2_grpc
+import google.protobuf, wheel
+assert wheel.__version__ == '$WHEEL_VERSION'
+assert grpc.__version__ == '$GRPC_VERSION' and google.protobuf.__version__ == '$PROTOBUF_VERSION'
+assert grpc.__file__.startswith('$CACHE')" >/dev/null 2>&1; then
+  pip_install "grpcio $GRPC_VERSION (+ tools, reflection, health), protobuf $PROTOBUF_VERSION and wheel" \
+    "${PIP[@]}" "$CACHE" --no-deps "grpcio==$GRPC_VERSION" "grpcio-tools==$GRPC_VERSION" \
+    "grpcio-reflection==$GRPC_VERSION" "grpcio-health-checking==$GRPC_VERSION" "protobuf==$PROTOBUF_VERSION" \
+    "wheel==$WHEEL_VERSION"
+fi
+if ! python3 -c "
+import openai, prometheus_client
+assert openai.__version__ == '$OPENAI_VERSION' and prometheus_client.__file__.startswith('$CACHE/http')" >/dev/null 2>&1; then
+  pip_install "openai $OPENAI_VERSION and prometheus_client $PROMETHEUS_CLIENT_VERSION" \
+    "${PIP[@]}" "$CACHE/http" "openai==$OPENAI_VERSION" "prometheus_client==$PROMETHEUS_CLIENT_VERSION"
+fi
 (($#)) || exit 0
 exec python3 "$@"

@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 ./scripts/build.sh
 # The independent references some tests compare against, cached outside the clone: the
-# `gguf` package (block-type dequantizers) and llama.cpp's tools (~5 min to build once).
+# `gguf` package (block-type dequantizers), gRPC for Python (reflection and health clients,
+# the Python client's build and tests) and llama.cpp's tools (~5 min to build once).
 ./scripts/python_deps.sh
 ./scripts/llama_cpp.sh >/dev/null
 cd "${CASCADE_BUILD_DIR:-build}"

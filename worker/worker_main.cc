@@ -20,6 +20,7 @@
 #include "core/args.h"
 #include "core/logging.h"
 #include "grpcpp/create_channel.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/server_builder.h"
 #include "kernels/cuda_device.h"
 #include "worker/worker_service.h"
@@ -87,8 +88,20 @@ void Heartbeat(cascade::v1::Coordinator::Stub& stub, const cascade::v1::Register
 
 int main(int argc, char** argv) {
   using namespace cascade;
-  Args args({"coordinator", "node", "device", "threads", "listen", "advertise", "refuse-token-for-testing"}, {"draft"});
+  Args args("cascade-worker", "--coordinator HOST:PORT [options]",
+            {{"coordinator", "HOST:PORT", "the coordinator's address to register with (required)"},
+             {"node", "NAME", "the node this worker runs on, as named in the cluster config (default n0)"},
+             {"device", "cpu|cuda:N", "the device it computes on (default cpu)"},
+             {"threads", "N", "CPU threads for compute (default 1)"},
+             {"listen", "HOST:PORT", "where to serve the Worker RPCs (default 127.0.0.1:0, any free port)"},
+             {"advertise", "HOST", "the host the coordinator and peers reach it at (default: --listen's host)"},
+             {"draft", "", "register as the drafter worker (speculative decoding)"},
+             {"refuse-token-for-testing", "ID", "refuse every step that carries this token id (tests only)"}});
   if (auto s = args.Parse(argc, argv, 1); !s.ok()) return UsageError(std::string(s.message()));
+  if (args.help_requested()) {
+    std::fputs(args.Usage().c_str(), stdout);
+    return 0;
+  }
   auto coordinator = args.Require("coordinator");
   if (!coordinator.ok()) return UsageError(std::string(coordinator.status().message()));
   const std::string node = args.GetOr("node", "n0");
@@ -119,6 +132,7 @@ int main(int argc, char** argv) {
   // UCX's own variable wins over our one-second keepalive (read here, once).
   if (std::getenv("UCX_KEEPALIVE_INTERVAL") != nullptr) opts.ucx_keepalive_interval.clear();
   worker::WorkerService service(opts);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();  // grpcurl and friends list the services.
   grpc::ServerBuilder builder;
   int port = 0;
   const std::string listen = args.GetOr("listen", "127.0.0.1:0");

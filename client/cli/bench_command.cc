@@ -23,6 +23,7 @@
 #include "client/cli/commands.h"
 #include "client/client.h"
 #include "core/args.h"
+#include "core/str_cat.h"
 
 namespace cascade::cli {
 namespace {
@@ -182,10 +183,26 @@ void WriteJsonReport(const std::string& path, const std::string& label, const Be
 }  // namespace
 
 int BenchCommand(int argc, char** argv) {
-  Args args({"server", "requests", "concurrency", "prompt-tokens", "max-tokens", "json", "label", "chat", "prompt-ids",
-             "temperature", "draft-tokens", "ids-out"},
-            {"no-speculate"});
+  const BenchOptions d;
+  Args args("cascade bench", "--server HOST:PORT [options]",
+            {{"server", "HOST:PORT", "the coordinator's address (required)"},
+             {"requests", "N", StrCat("requests in all (default ", d.requests, ")")},
+             {"concurrency", "C", StrCat("requests in flight at once (default ", d.concurrency, ")")},
+             {"prompt-tokens", "P", StrCat("length of each synthetic prompt (default ", d.prompt_tokens, ")")},
+             {"max-tokens", "M", StrCat("tokens generated per request (default ", d.max_tokens, ")")},
+             {"temperature", "T", StrCat("sampling temperature, 0 = greedy (default ", d.temperature, ")")},
+             {"chat", "TEXT", "the same chat prompt for every request (instead of synthetic ones)"},
+             {"prompt-ids", "IDS", "the same comma-separated id prompt for every request"},
+             {"no-speculate", "", "plain decoding for every request"},
+             {"draft-tokens", "K", "drafts per step (default: the cluster's)"},
+             {"label", "NAME", "the row's label (default: the server address)"},
+             {"json", "FILE", "also write the report as JSON to FILE"},
+             {"ids-out", "FILE", "write each request's generated ids to FILE, one JSON line each"}});
   if (auto s = args.Parse(argc, argv, 2); !s.ok()) return Fail("bench", s);
+  if (args.help_requested()) {
+    std::fputs(args.Usage().c_str(), stdout);
+    return 0;
+  }
   auto server = args.Require("server");
   if (!server.ok()) return Fail("bench", server.status());
   auto opts = ParseBenchOptions(args);

@@ -57,14 +57,30 @@ std::string WorkerStateText(v1::WorkerState state) {
   }
 }
 
-Args GenerateArgs(std::vector<std::string> extra_valued) {
-  std::vector<std::string> valued = {"server", "prompt",        "prompt-ids", "chat",
-                                     "system", "chat-template", "timeout",    "draft-tokens"};
-  std::vector<std::string> flags = {"json", "no-speculate"};
-  for (auto& f : GenerationValuedFlags()) valued.push_back(f);
-  for (auto& f : GenerationBoolFlags()) flags.push_back(f);
-  for (auto& f : extra_valued) valued.push_back(f);
-  return Args(valued, flags);
+// The options of `cascade generate`.
+Args GenerateArgs() {
+  std::vector<ArgOption> options = {{"server", "HOST:PORT", "the coordinator's address (required)"}};
+  for (ArgOption& o : PromptOptions()) options.push_back(std::move(o));
+  for (ArgOption& o : GenerationOptions()) options.push_back(std::move(o));
+  options.insert(options.end(),
+                 {{"no-speculate", "", "plain decoding for this request, even with a drafter configured"},
+                  {"draft-tokens", "K", "most drafted tokens per step, in [1, 16] (default: the cluster's)"},
+                  {"timeout", "SECONDS", "deadline of the request (default 600)"},
+                  {"json", "", "print one JSON object (ids, text, usage) instead of streaming"}});
+  return Args("cascade generate", "--server HOST:PORT (--prompt T | --prompt-ids 1,2,3 | --chat T) [options]",
+              std::move(options));
+}
+
+// The options of `cascade chat`.
+Args ChatArgs() {
+  std::vector<ArgOption> options = {{"server", "HOST:PORT", "the coordinator's address (required)"},
+                                    {"system", "TEXT", "a system message that opens the conversation"}};
+  for (ArgOption& o : GenerationOptions()) {
+    if (o.name != "logprobs") options.push_back(std::move(o));  // A chat prints text only.
+  }
+  options.push_back({"timeout", "SECONDS", "deadline of each answer (default 600)"});
+  return Args("cascade chat", "--server HOST:PORT [options]   (interactive: one message a line, answers streamed)",
+              std::move(options));
 }
 
 absl::StatusOr<client::Client> Connect(const Args& args) {
@@ -113,8 +129,12 @@ void PrintExpertLoad(const v1::ClusterStatus& st) {
 }  // namespace
 
 int GenerateCommand(int argc, char** argv) {
-  Args args = GenerateArgs({});
+  Args args = GenerateArgs();
   if (auto s = args.Parse(argc, argv, 2); !s.ok()) return Fail("generate", s);
+  if (args.help_requested()) {
+    std::fputs(args.Usage().c_str(), stdout);
+    return 0;
+  }
   auto req = ProtoRequestFromArgs(args);
   if (!req.ok()) return Fail("generate", req.status());
   if (absl::Status s = FillSpeculative(args, &*req); !s.ok()) return Fail("generate", s);
@@ -154,8 +174,12 @@ int GenerateCommand(int argc, char** argv) {
 }
 
 int ChatCommand(int argc, char** argv) {
-  Args args = GenerateArgs({});
+  Args args = ChatArgs();
   if (auto s = args.Parse(argc, argv, 2); !s.ok()) return Fail("chat", s);
+  if (args.help_requested()) {
+    std::fputs(args.Usage().c_str(), stdout);
+    return 0;
+  }
   auto c = Connect(args);
   if (!c.ok()) return Fail("chat", c.status());
   v1::GenerateRequest base;
@@ -192,8 +216,15 @@ int ChatCommand(int argc, char** argv) {
 }
 
 int StatusCommand(int argc, char** argv) {
-  Args args({"server", "wait", "timeout"}, {});
+  Args args("cascade status", "--server HOST:PORT [options]   (exit 0 once the cluster is ready)",
+            {{"server", "HOST:PORT", "the coordinator's address (required)"},
+             {"wait", "SECONDS", "wait up to this long for the cluster to be ready (default 60)"},
+             {"timeout", "SECONDS", "deadline of each status call (default 600)"}});
   if (auto s = args.Parse(argc, argv, 2); !s.ok()) return Fail("status", s);
+  if (args.help_requested()) {
+    std::fputs(args.Usage().c_str(), stdout);
+    return 0;
+  }
   auto c = Connect(args);
   if (!c.ok()) return Fail("status", c.status());
   auto wait = args.GetInt("wait", 60);

@@ -43,8 +43,14 @@ nlohmann::json ConfigJson(const model::ModelConfig& c) {
 }  // namespace
 
 int InfoCommand(int argc, char** argv) {
-  Args args({"model"}, {"json"});
+  Args args("cascade info", "--model PATH [--json]",
+            {{"model", "PATH", "a GGUF file or Hugging Face directory (required)"},
+             {"json", "", "print the config, tensor counts and sizes as JSON"}});
   if (auto s = args.Parse(argc, argv, 2); !s.ok()) return Fail("info", s);
+  if (args.help_requested()) {
+    std::fputs(args.Usage().c_str(), stdout);
+    return 0;
+  }
   auto path = args.Require("model");
   if (!path.ok()) return Fail("info", path.status());
   auto files = model::OpenModelFiles(*path);

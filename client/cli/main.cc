@@ -17,12 +17,14 @@ constexpr char kUsage[] =
     "  generate  --server ADDR (--prompt T | --prompt-ids 1,2,3 | --chat T) [flags as run] [--json]\n"
     "  chat      --server ADDR [--system T] [sampling flags]   interactive, streamed\n"
     "  status    --server ADDR [--wait SECONDS]                 exit 0 once the cluster is ready\n"
-    "  bench     --server ADDR [--requests N] [--concurrency C] [--prompt-tokens P] [--max-tokens M] [--json FILE]\n";
+    "  bench     --server ADDR [--requests N] [--concurrency C] [--prompt-tokens P] [--max-tokens M] [--json FILE]\n"
+    "`cascade COMMAND --help` lists every option of a command.\n";
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2 || std::strcmp(argv[1], "help") == 0 || std::strcmp(argv[1], "--help") == 0) {
+  if (argc < 2 || std::strcmp(argv[1], "help") == 0 || std::strcmp(argv[1], "--help") == 0 ||
+      std::strcmp(argv[1], "-h") == 0) {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }

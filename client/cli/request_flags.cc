@@ -4,15 +4,39 @@
 
 #include "client/cli/prompt.h"
 #include "core/status.h"
+#include "core/str_cat.h"
 
 namespace cascade::cli {
 
-std::vector<std::string> GenerationValuedFlags() {
-  return {"max-tokens",       "temperature",       "top-k",    "top-p", "min-p",   "seed", "repeat-penalty",
-          "presence-penalty", "frequency-penalty", "logprobs", "stop",  "stop-ids"};
+std::vector<ArgOption> GenerationOptions() {
+  const model::GenerateRequest r;  // The defaults are the request's own.
+  const sampling::SamplingParams& d = r.sampling;
+  return {
+      {"max-tokens", "N", StrCat("tokens to generate at most (default ", r.max_tokens, ")")},
+      {"temperature", "T", StrCat("sampling temperature, 0 = greedy (default ", d.temperature, ")")},
+      {"top-k", "K", StrCat("keep the K most likely tokens, 0 = off (default ", d.top_k, ")")},
+      {"top-p", "P", StrCat("nucleus sampling mass, 1 = off (default ", d.top_p, ")")},
+      {"min-p", "P", StrCat("drop tokens below P x the most likely one, 0 = off (default ", d.min_p, ")")},
+      {"seed", "S", StrCat("random seed; same seed, same output (default ", d.seed, ")")},
+      {"repeat-penalty", "X", StrCat("penalty on tokens already seen, 1 = off (default ", d.repetition_penalty, ")")},
+      {"presence-penalty", "X", StrCat("subtracted once from seen tokens (default ", d.presence_penalty, ")")},
+      {"frequency-penalty", "X", StrCat("subtracted per occurrence (default ", d.frequency_penalty, ")")},
+      {"logprobs", "N", "also report the top-N logprobs of each token (--json)"},
+      {"stop", "STR", "stop before this text"},
+      {"stop-ids", "IDS", "comma-separated token ids that end generation"},
+      {"ignore-eos", "", "keep generating past end-of-generation tokens"},
+  };
 }
 
-std::vector<std::string> GenerationBoolFlags() { return {"ignore-eos"}; }
+std::vector<ArgOption> PromptOptions() {
+  return {
+      {"prompt", "TEXT", "the prompt, as plain text"},
+      {"prompt-ids", "IDS", "the prompt, as comma-separated token ids"},
+      {"chat", "TEXT", "the prompt, as a user message rendered with the chat template"},
+      {"system", "TEXT", "a system message before --chat"},
+      {"chat-template", "NAME", "chatml, llama2 or llama3 (default: the model's own)"},
+  };
+}
 
 absl::StatusOr<model::GenerateRequest> GenerationFromArgs(const Args& args) {
   model::GenerateRequest req;  // Unset flags keep the request's defaults.

@@ -12,9 +12,12 @@
 
 namespace cascade::cli {
 
-// Valued and boolean flag names, to declare in an Args parser.
-std::vector<std::string> GenerationValuedFlags();
-std::vector<std::string> GenerationBoolFlags();
+// The generation options (sampling, length, stops, logprobs) with their help lines and
+// defaults, to declare in an Args parser.
+std::vector<ArgOption> GenerationOptions();
+
+// The prompt options: --prompt, --prompt-ids, --chat, --system, --chat-template.
+std::vector<ArgOption> PromptOptions();
 
 // Everything but the prompt, with `cascade run`'s defaults. InvalidArgument naming the flag.
 absl::StatusOr<model::GenerateRequest> GenerationFromArgs(const Args& args);

@@ -62,13 +62,21 @@ absl::StatusOr<model::GenerateRequest> RequestFromArgs(const Args& args, const t
 }  // namespace
 
 int RunCommand(int argc, char** argv) {
-  std::vector<std::string> valued = {"model",         "prompt",  "prompt-ids", "chat",   "system",
-                                     "chat-template", "threads", "ctx",        "kv-type"};
-  std::vector<std::string> flags = {"json"};
-  for (auto& f : GenerationValuedFlags()) valued.push_back(f);
-  for (auto& f : GenerationBoolFlags()) flags.push_back(f);
-  Args args(valued, flags);
+  std::vector<ArgOption> arg_options = {{"model", "PATH", "a GGUF file or Hugging Face directory (required)"}};
+  for (ArgOption& o : PromptOptions()) arg_options.push_back(std::move(o));
+  for (ArgOption& o : GenerationOptions()) arg_options.push_back(std::move(o));
+  arg_options.insert(arg_options.end(),
+                     {{"threads", "N", "CPU threads, in [1, 256] (default 1)"},
+                      {"ctx", "N", "positions per sequence (default: the model's trained context)"},
+                      {"kv-type", "TYPE", "KV cache type: f32, f16 or q8_0 (default f16)"},
+                      {"json", "", "print one JSON object (ids, text, timings) instead of streaming"}});
+  Args args("cascade run", "--model PATH (--prompt T | --prompt-ids 1,2,3 | --chat T) [options]",
+            std::move(arg_options));
   if (auto s = args.Parse(argc, argv, 2); !s.ok()) return Fail("run", s);
+  if (args.help_requested()) {
+    std::fputs(args.Usage().c_str(), stdout);
+    return 0;
+  }
   auto path = args.Require("model");
   if (!path.ok()) return Fail("run", path.status());
   auto threads = args.GetInt("threads", 1);

@@ -11,8 +11,19 @@
 namespace cascade::cli {
 
 int TokenizeCommand(int argc, char** argv) {
-  Args args({"model", "text", "chat", "system", "chat-template"}, {"add-special", "json"});
+  Args args("cascade tokenize", "--model PATH (--text T | --chat T) [options]",
+            {{"model", "PATH", "a GGUF file (vocabulary-only ones too) or Hugging Face directory (required)"},
+             {"text", "TEXT", "the text to tokenize"},
+             {"chat", "TEXT", "a user message, rendered with the chat template first"},
+             {"system", "TEXT", "a system message before --chat"},
+             {"chat-template", "NAME", "chatml, llama2 or llama3 (default: the model's own)"},
+             {"add-special", "", "add BOS/EOS as the tokenizer says (--text)"},
+             {"json", "", "print ids and pieces as JSON"}});
   if (auto s = args.Parse(argc, argv, 2); !s.ok()) return Fail("tokenize", s);
+  if (args.help_requested()) {
+    std::fputs(args.Usage().c_str(), stdout);
+    return 0;
+  }
   auto path = args.Require("model");
   if (!path.ok()) return Fail("tokenize", path.status());
   // The tokenizer alone: any GGUF (vocabulary-only ones included) or HF directory.

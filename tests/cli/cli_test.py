@@ -9,6 +9,7 @@ it in CMakeLists.txt.
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -161,6 +162,52 @@ def test_errors_are_one_line_exit_2():
     fails_cleanly("run", "--model", STORIES, "--chat", "hello", mention="--chat-template")
     # An oversized prompt is refused, not truncated.
     fails_cleanly("run", "--model", STORIES, "--ctx", "8", "--prompt-ids", ",".join(["1"] * 9), mention="context")
+
+
+# Every option of every binary (and `cascade` subcommand), as its --help must list it.
+GENERATION = ["max-tokens", "temperature", "top-k", "top-p", "min-p", "seed", "repeat-penalty", "presence-penalty",
+              "frequency-penalty", "logprobs", "stop", "stop-ids", "ignore-eos"]
+PROMPT = ["prompt", "prompt-ids", "chat", "system", "chat-template"]
+OPTIONS = {
+    ("cascade-coordinator",): ["config", "worker-threads", "startup-timeout", "list-workers"],
+    ("cascade-worker",): ["coordinator", "node", "device", "threads", "listen", "advertise", "draft",
+                          "refuse-token-for-testing"],
+    ("cascade", "info"): ["model", "json"],
+    ("cascade", "tokenize"): ["model", "text", "chat", "system", "chat-template", "add-special", "json"],
+    ("cascade", "run"): ["model", *PROMPT, *GENERATION, "threads", "ctx", "kv-type", "json"],
+    ("cascade", "generate"): ["server", *PROMPT, *GENERATION, "no-speculate", "draft-tokens", "timeout", "json"],
+    ("cascade", "chat"): ["server", "system", *[g for g in GENERATION if g != "logprobs"], "timeout"],
+    ("cascade", "status"): ["server", "wait", "timeout"],
+    ("cascade", "bench"): ["server", "requests", "concurrency", "prompt-tokens", "max-tokens", "temperature", "chat",
+                           "prompt-ids", "no-speculate", "draft-tokens", "label", "json", "ids-out"],
+}
+
+
+def test_help_every_binary():
+    """`--help` and `-h` print the usage on stdout and exit 0 for every binary and `cascade`
+    command, one line per option; every option listed is accepted (`--name=x --help` still
+    exits 0), and an unknown option fails pointing to --help."""
+    bin_dir = os.path.dirname(BIN)
+    for command, options in OPTIONS.items():
+        argv = [os.path.join(bin_dir, command[0]), *command[1:]]
+        name = " ".join(command)
+        for flag in ("--help", "-h"):
+            p = subprocess.run([*argv, flag], capture_output=True, text=True, timeout=60)
+            assert p.returncode == 0 and p.stderr == "", f"{name} {flag}: rc {p.returncode}, stderr {p.stderr!r}"
+            assert p.stdout.startswith(f"usage: {name} "), p.stdout
+        listed = re.findall(r"^  --([a-z-]+)\b", p.stdout, re.M)
+        assert listed == options, f"{name} --help lists {listed}, want {options}:\n{p.stdout}"
+        for line in p.stdout.splitlines()[2:]:
+            assert re.match(r"^  (-h, )?--[a-z-]+( \S+)?  +\S", line), f"{name}: option line without help: {line!r}"
+        for option in options:
+            p = subprocess.run([*argv, f"--{option}=x", "--help"], capture_output=True, text=True, timeout=60)
+            assert p.returncode == 0, f"{name} --{option}=x --help: rc {p.returncode}: {p.stderr}"
+        p = subprocess.run([*argv, "--no-such-option"], capture_output=True, text=True, timeout=60)
+        assert p.returncode in (2, 64) and f"unknown option '--no-such-option' (see `{name} --help`)" in p.stderr, \
+            (name, p.returncode, p.stderr)
+    p = subprocess.run([BIN, "-h"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and "cascade COMMAND --help" in p.stdout, p
+    print(f"{len(OPTIONS)} commands: --help lists every option")
 
 
 if __name__ == "__main__":

@@ -587,6 +587,65 @@ def test_worker_killed_mid_stream():
         print(f"whole again {time.time() - t0:.1f} s later; serving the same greedy ids")
 
 
+def test_reflection_and_health():
+    """The coordinator serves gRPC reflection (its services listed, the Inference service's
+    file resolvable; the workers' too) and grpc.health.v1 follows the cluster: SERVING when
+    ready, NOT_SERVING while a SIGKILLed worker is dead, SERVING again once the restarted
+    worker is back, for the whole server ("") and for cascade.v1.Inference alike. Runs
+    under scripts/python_deps.sh (grpcio, grpcio-reflection, grpcio-health-checking)."""
+    need(STORIES)
+    import grpc
+    from google.protobuf.descriptor_pool import DescriptorPool
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
+    serving, not_serving = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
+    names = ("", "cascade.v1.Inference")
+    with cluster(STORIES, 2) as (address, proc, log_path), grpc.insecure_channel(address) as channel:
+        db = ProtoReflectionDescriptorDatabase(channel)
+        services = set(db.get_services())
+        assert {"cascade.v1.Inference", "grpc.health.v1.Health", "cascade.v1.Coordinator"} <= services, services
+        inference = DescriptorPool(db).FindServiceByName("cascade.v1.Inference")
+        assert inference.file.name == "cascade/v1/inference.proto", inference.file.name
+        assert {m.name for m in inference.methods} == {"Generate", "Complete", "Tokenize", "GetModelInfo",
+                                                        "GetClusterStatus"}, [m.name for m in inference.methods]
+        assert inference.methods_by_name["Generate"].output_type.full_name == "cascade.v1.GenerateResponse"
+        rc, text = status(address)
+        worker_addresses = re.findall(r"\b(127\.0\.0\.1:\d+)\b", text)
+        assert rc == 0 and len(worker_addresses) == 2, text
+        with grpc.insecure_channel(worker_addresses[0]) as w:
+            assert "cascade.v1.Worker" in ProtoReflectionDescriptorDatabase(w).get_services()
+        print(f"reflection lists {sorted(services)}; the workers' list cascade.v1.Worker")
+
+        health = health_pb2_grpc.HealthStub(channel)
+
+        def check():
+            return [health.Check(health_pb2.HealthCheckRequest(service=n), timeout=5).status for n in names]
+
+        def wait_for(want, seconds):
+            t0 = time.time()
+            while time.time() - t0 < seconds:
+                got = check()
+                if got == [want, want]:
+                    return time.time() - t0
+                time.sleep(0.05)
+            raise AssertionError(f"health {got} (want {want} for {names}) after {seconds} s:\n" + open(log_path).read())
+
+        assert check() == [serving, serving], check()
+        workers = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        assert len(workers) == 2, workers
+        os.kill(int(workers[1]), signal.SIGKILL)
+        down = wait_for(not_serving, 5)
+        rc, text = status(address)
+        assert rc == 1 and "degraded" in text, text  # Still dead: the restart waits a second.
+        print(f"NOT_SERVING {down:.2f} s after kill -9 of worker {workers[1]}, while the cluster is degraded")
+        up = wait_for(serving, 60)
+        rc, text = status(address)
+        assert rc == 0, text
+        got = generate(address, "--prompt-ids", "1", "--temperature", "0", "--max-tokens", "20")
+        assert got["token_ids"] == STORIES_IDS, got
+        print(f"SERVING again {up:.1f} s later, with the restarted worker; same greedy ids")
+
+
 # --- Mixture of experts ----------------------------------------------------------------
 
 def moe_model(d, hot_expert=None):

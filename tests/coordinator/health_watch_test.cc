@@ -1,0 +1,89 @@
+// Tests of coordinator::HealthWatch against a recording health service: both services
+// start NOT_SERVING, change together and only on a change, and a cluster that is not
+// whole (starting, or a worker dead) is NOT_SERVING. The SERVING side with real workers,
+// and a worker killed and restarted, is tests/integration/cluster_test.py's
+// `reflection_and_health`. To add a case, add a TEST below.
+#include "coordinator/health_watch.h"
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace cascade::coordinator {
+namespace {
+
+// Records every SetServingStatus call as (service, serving).
+class RecordingHealth : public grpc::HealthCheckServiceInterface {
+ public:
+  void SetServingStatus(const std::string& service_name, bool serving) override {
+    calls.emplace_back(service_name, serving);
+  }
+  void SetServingStatus(bool serving) override { calls.emplace_back("*", serving); }
+  std::vector<std::pair<std::string, bool>> calls;
+};
+
+using Calls = std::vector<std::pair<std::string, bool>>;
+
+// One CPU stage of two layers, no worker registered yet.
+Cluster OneStageCluster(int64_t dead_after_ms) {
+  Plan plan;
+  plan.n_layers = 2;
+  StagePlan stage;
+  stage.last_layer = 2;
+  stage.node = "n0";
+  plan.stages.push_back(stage);
+  ClusterOptions options;
+  options.dead_after_ms = dead_after_ms;
+  return Cluster(plan, options);
+}
+
+TEST(HealthWatchTest, StartsNotServingForBothServices) {
+  RecordingHealth health;
+  HealthWatch watch(&health);
+  EXPECT_EQ(health.calls, (Calls{{"", false}, {"cascade.v1.Inference", false}}));
+  EXPECT_FALSE(watch.serving());
+}
+
+TEST(HealthWatchTest, ChangesBothServicesOnlyOnAChange) {
+  RecordingHealth health;
+  HealthWatch watch(&health);
+  health.calls.clear();
+  watch.Set(true, "ready");
+  EXPECT_EQ(health.calls, (Calls{{"", true}, {"cascade.v1.Inference", true}}));
+  EXPECT_TRUE(watch.serving());
+  watch.Set(true, "ready");
+  EXPECT_EQ(health.calls.size(), 2u);
+  watch.Set(false, "degraded");
+  EXPECT_EQ(health.calls,
+            (Calls{{"", true}, {"cascade.v1.Inference", true}, {"", false}, {"cascade.v1.Inference", false}}));
+  EXPECT_FALSE(watch.serving());
+}
+
+TEST(HealthWatchTest, ClusterNotWholeIsNotServing) {
+  Cluster cluster = OneStageCluster(/*dead_after_ms=*/0);
+  RecordingHealth health;
+  HealthWatch watch(&health);
+  watch.Set(true, "as if it had been ready");
+  health.calls.clear();
+  watch.Update(cluster);  // Starting: no worker registered.
+  EXPECT_EQ(health.calls, (Calls{{"", false}, {"cascade.v1.Inference", false}}));
+
+  // A worker registers and its heartbeats stop: the cluster is degraded, still NOT_SERVING.
+  v1::RegisterRequest reg;
+  reg.set_address("127.0.0.1:1");
+  reg.set_node("n0");
+  reg.set_device("cpu");
+  ASSERT_TRUE(cluster.Register(reg).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  EXPECT_NE(cluster.CheckHeartbeats(), "");
+  watch.Update(cluster);
+  EXPECT_FALSE(watch.serving());
+  EXPECT_EQ(health.calls.size(), 2u);
+}
+
+}  // namespace
+}  // namespace cascade::coordinator
