@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""Load generator for any OpenAI-compatible server (Cascade's HTTP front, llama-server),
+with the standard library only: streamed requests over http.client, one thread per
+request in flight. Prints one JSON row (the keys of `cascade bench --json`).
+
+  openai_load.py load URL --requests N --concurrency C --prompt-tokens P --max-tokens M
+      N streamed /v1/completions requests, C at a time, each prompt P random token ids
+      (distinct per request, so no prefix is shared), exactly M tokens generated (ignore_eos).
+  openai_load.py chat URL --chats N --concurrency C --turns T --max-tokens M
+      N multi-turn conversations, C at a time, through /v1/chat/completions: each turn sends
+      the whole history (a shared system prompt, earlier questions and answers) plus a new
+      question; reports TTFT of first turns and of later turns apart.
+"""
+import argparse
+import concurrent.futures
+import http.client
+import json
+import random
+import sys
+import threading
+import time
+import urllib.parse
+
+
+def percentile(values, p):
+    if not values:
+        return 0.0
+    v = sorted(values)
+    k = (len(v) - 1) * p / 100
+    lo = int(k)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (k - lo)
+
+
+def stream(url, path, body, timeout=600):
+    """POSTs a streamed request; returns (ttft_s, [arrival times of text chunks], usage, error)."""
+    u = urllib.parse.urlparse(url)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=timeout)
+    t0 = time.perf_counter()
+    try:
+        conn.request("POST", path, json.dumps({**body, "stream": True, "stream_options": {"include_usage": True}}),
+                     {"Content-Type": "application/json"})
+        r = conn.getresponse()
+        if r.status != 200:
+            return None, [], None, f"HTTP {r.status}: {r.read()[:200]!r}", ""
+        times, usage, text = [], None, []
+        for raw in r:
+            line = raw.decode().strip()
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            event = json.loads(line[6:])
+            if "error" in event:
+                return None, times, None, str(event["error"]), ""
+            if event.get("usage"):
+                usage = event["usage"]
+            for choice in event.get("choices", []):
+                piece = choice.get("text") or (choice.get("delta") or {}).get("content") or ""
+                if piece:
+                    times.append(time.perf_counter() - t0)
+                    text.append(piece)
+        return (times[0] if times else None), times, usage, None, "".join(text)
+    except Exception as e:  # noqa: BLE001 - any failure is a failed request, counted.
+        return None, [], None, repr(e), ""
+    finally:
+        conn.close()
+
+
+def summary(label, wall, tokens, failures, ttft, itl, tpot, **extra):
+    ms = lambda v: {"p50": 1e3 * percentile(v, 50), "p99": 1e3 * percentile(v, 99)}  # noqa: E731
+    return {"label": label, **extra, "wall_s": wall, "output_tokens": tokens,
+            "throughput_tok_s": tokens / wall if wall > 0 else 0.0, "failures": failures,
+            "ttft_ms": ms(ttft), "itl_ms": ms(itl), "tpot_ms": ms(tpot)}
+
+
+def run_load(a):
+    lock = threading.Lock()
+    ttft, itl, tpot, errors = [], [], [], []
+    tokens = 0
+
+    def one(i):
+        nonlocal tokens
+        rng = random.Random(1000 + i)
+        prompt = [rng.randrange(200, 20000) for _ in range(a.prompt_tokens)]
+        first, times, usage, err, _ = stream(a.url, "/v1/completions", {
+            "model": a.model, "prompt": prompt, "max_tokens": a.max_tokens, "temperature": 0, "ignore_eos": True})
+        with lock:
+            if err or usage is None:
+                errors.append(err or "no usage")
+                return
+            tokens += usage["completion_tokens"]
+            ttft.append(first)
+            itl.extend(b - a_ for a_, b in zip(times, times[1:]))
+            if usage["completion_tokens"] > 1:
+                tpot.append((times[-1] - first) / (usage["completion_tokens"] - 1))
+
+    t0 = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(a.concurrency) as pool:
+        list(pool.map(one, range(a.requests)))
+    wall = time.perf_counter() - t0
+    for e in errors[:3]:
+        print(f"openai_load: failed: {e}", file=sys.stderr)
+    return summary(a.label, wall, tokens, len(errors), ttft, itl, tpot, requests=a.requests,
+                   concurrency=a.concurrency, prompt_tokens=a.prompt_tokens, max_tokens=a.max_tokens)
+
+
+SYSTEM = ("You are a patient tutor. Answer every question in plain words, with one short example, "
+          "and never more than three sentences. ") * 12
+TOPICS = ["rivers", "volcanoes", "bridges", "owls", "comets", "glaciers", "deserts", "tides", "forests", "bees",
+          "lighthouses", "clouds", "mountains", "coral", "trains", "maps"]
+
+
+def run_chat(a):
+    lock = threading.Lock()
+    first_ttft, later_ttft, itl, errors, cached = [], [], [], [], []
+    tokens = 0
+
+    def conversation(i):
+        nonlocal tokens
+        messages = [{"role": "system", "content": SYSTEM}]
+        for turn in range(a.turns):
+            topic = TOPICS[(i + turn) % len(TOPICS)]
+            messages.append({"role": "user", "content": f"Question {turn + 1} of chat {i}: tell me about {topic}."})
+            first, times, usage, err, text = stream(a.url, "/v1/chat/completions", {
+                "model": a.model, "messages": messages, "max_tokens": a.max_tokens, "temperature": 0,
+                "ignore_eos": True})
+            with lock:
+                if err or usage is None:
+                    errors.append(err or "no usage")
+                    return
+                tokens += usage["completion_tokens"]
+                (first_ttft if turn == 0 else later_ttft).append(first)
+                itl.extend(b - a_ for a_, b in zip(times, times[1:]))
+                if turn > 0:
+                    details = usage.get("prompt_tokens_details") or {}
+                    cached.append((details.get("cached_tokens", 0), usage["prompt_tokens"]))
+            messages.append({"role": "assistant", "content": text})
+
+    t0 = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(a.concurrency) as pool:
+        list(pool.map(conversation, range(a.chats)))
+    wall = time.perf_counter() - t0
+    for e in errors[:3]:
+        print(f"openai_load: failed: {e}", file=sys.stderr)
+    ms = lambda v: {"p50": 1e3 * percentile(v, 50), "p99": 1e3 * percentile(v, 99), "mean": 1e3 * sum(v) / max(1, len(v))}  # noqa: E731
+    out = summary(a.label, wall, tokens, len(errors), first_ttft + later_ttft, itl, [], chats=a.chats,
+                  concurrency=a.concurrency, turns=a.turns, max_tokens=a.max_tokens)
+    out["ttft_first_turn_ms"] = ms(first_ttft)
+    out["ttft_later_turns_ms"] = ms(later_ttft)
+    out["later_turn_prompt_tokens"] = sum(p for _, p in cached)
+    out["later_turn_cached_tokens"] = sum(c for c, _ in cached)
+    return out
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("mode", choices=["load", "chat"])
+    p.add_argument("url", help="server base URL, e.g. http://127.0.0.1:8000")
+    p.add_argument("--model", default=None)
+    p.add_argument("--label", default="")
+    p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--requests", type=int, default=64)
+    p.add_argument("--prompt-tokens", type=int, default=64)
+    p.add_argument("--chats", type=int, default=16)
+    p.add_argument("--turns", type=int, default=4)
+    p.add_argument("--json", help="also write the row here")
+    a = p.parse_args()
+    row = run_load(a) if a.mode == "load" else run_chat(a)
+    print(json.dumps(row))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(row, f, indent=1)
+    sys.exit(1 if row["failures"] else 0)
+
+
+if __name__ == "__main__":
+    main()
