@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Prefix caching on multi-turn chats: the same load against one cluster with
+# scheduler.prefix_caching on and one with it off, in the same run. CHATS conversations,
+# CONCURRENCY at a time, TURNS turns each, through the OpenAI chat endpoint
+# (scripts/openai_load.py chat): every turn resends the whole history (a ~300-token system
+# prompt shared by all chats, earlier questions and answers) plus a new question, and
+# generates exactly MAX_TOKENS tokens (greedy, ignore_eos). SmolLM2-135M-Instruct Q4_1, PP=1,
+# one CPU worker of THREADS threads. Prints TTFT of first turns and of later turns (which a
+# prefix cache serves mostly from cached blocks), their ratio off/on, and writes JSON.
+#   CHATS=16 CONCURRENCY=8 TURNS=4 MAX_TOKENS=32 THREADS=2 scripts/bench_chat.sh [OUT.json]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:-build/bench_chat.json}
+CHATS=${CHATS:-16} CONCURRENCY=${CONCURRENCY:-8} TURNS=${TURNS:-4} MAX_TOKENS=${MAX_TOKENS:-32} THREADS=${THREADS:-2}
+MODEL=${MODEL:-$PWD/models/SmolLM2-135M-Instruct.Q4_1.gguf}
+BIN=${CASCADE_BUILD_DIR:-build}/bin
+[[ -x $BIN/cascade-coordinator ]] || ./scripts/build.sh >/dev/null
+[[ -f $MODEL ]] || ./scripts/setup.sh
+TMP=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$TMP"' EXIT
+
+rows=()
+for CACHING in true false; do
+  cat > "$TMP/$CACHING.yaml" <<YAML
+model: {path: $MODEL}
+parallel: {pipeline: 1, tensor: 1}
+nodes: [{name: n0, host: 127.0.0.1, devices: [cpu], launch: local}]
+server: {listen: 127.0.0.1:0, http_listen: 127.0.0.1:0}
+scheduler: {max_num_seqs: 64, max_batched_tokens: 2048, kv_block_size: 16, kv_cache_mb: 256, prefix_caching: $CACHING}
+YAML
+  "$BIN/cascade-coordinator" --config "$TMP/$CACHING.yaml" --worker-threads "$THREADS" >"$TMP/$CACHING.log" 2>&1 &
+  PID=$!
+  for _ in $(seq 1 600); do grep -q "ready on" "$TMP/$CACHING.log" && break; sleep 0.1; done
+  HTTP=$(grep -o 'http front on [^ ]*' "$TMP/$CACHING.log" | cut -d' ' -f4)
+  [[ -n $HTTP ]] || { cat "$TMP/$CACHING.log" >&2; exit 1; }
+  python3 scripts/openai_load.py load "http://$HTTP" --requests 4 --concurrency 4 --max-tokens 4 >/dev/null  # warm-up
+  python3 scripts/openai_load.py chat "http://$HTTP" --chats "$CHATS" --concurrency "$CONCURRENCY" --turns "$TURNS" \
+    --max-tokens "$MAX_TOKENS" --label "prefix_caching: $CACHING" --json "$TMP/$CACHING.json" >/dev/null
+  curl -s "http://$HTTP/metrics" | grep -E '^cascade_prefix_cache_(query|hit)_tokens_total' >"$TMP/$CACHING.metrics" || true
+  kill $PID; wait $PID 2>/dev/null || true
+  rows+=("$TMP/$CACHING.json")
+done
+
+python3 - "$OUT" "${rows[@]}" <<'PY'
+import json, sys
+on, off = (json.load(open(f)) for f in sys.argv[2:])
+json.dump({"on": on, "off": off}, open(sys.argv[1], "w"), indent=1)
+print(f"{on['chats']} chats x {on['turns']} turns at concurrency {on['concurrency']}, {on['max_tokens']} tokens per answer\n")
+print("| prefix caching | turn-1 TTFT p50 ms | turn-2+ TTFT p50 ms | turn-2+ TTFT mean ms | turn-2+ p99 ms | cached / prompt tokens (turns 2+) | tok/s | failed |")
+print("|---|---|---|---|---|---|---|---|")
+for name, r in (("on", on), ("off", off)):
+    f, l = r["ttft_first_turn_ms"], r["ttft_later_turns_ms"]
+    share = r["later_turn_cached_tokens"] / max(1, r["later_turn_prompt_tokens"])
+    print(f"| {name} | {f['p50']:.0f} | {l['p50']:.0f} | {l['mean']:.0f} | {l['p99']:.0f} | "
+          f"{r['later_turn_cached_tokens']} / {r['later_turn_prompt_tokens']} ({100 * share:.0f}%) | "
+          f"{r['throughput_tok_s']:.0f} | {r['failures']} |")
+ratio = off["ttft_later_turns_ms"]["p50"] / max(1e-9, on["ttft_later_turns_ms"]["p50"])
+print(f"\nturn-2+ TTFT p50: {ratio:.2f}x lower with prefix caching (goal >= 3x)")
+print(f"wrote {sys.argv[1]}")
+PY
