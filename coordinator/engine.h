@@ -67,6 +67,7 @@ struct EngineStats {
   int64_t steps = 0;
   int64_t finished = 0;
   v1::SpeculativeStats speculative;  // Over finished requests.
+  bool prefix_caching = false;       // SchedulerOptions::prefix_caching.
 };
 
 class Engine {
