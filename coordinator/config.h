@@ -113,6 +113,9 @@ struct SchedulerSection {
   // `scheduler.kv_cache_dtype`: element type of the KV cache, f32 | f16 | q8_0 (q8_0
   // needs head_dim a multiple of 32). Default f16. The budget above counts its real bytes.
   DType kv_cache_dtype = DType::kF16;
+  // `scheduler.prefix_caching`: reuse the KV of full blocks across requests that share a
+  // prefix (automatic prefix caching, coordinator/scheduler.h). Default true.
+  bool prefix_caching = true;
 };
 
 // Data-plane transport for hidden states between pipeline stages.

@@ -44,6 +44,7 @@ Engine::Engine(Cluster* cluster, const text::Tokenizer* tokenizer, const Schedul
                const SpeculationOptions& speculation)
     : cluster_(cluster), tokenizer_(tokenizer), scheduler_(options), speculation_(speculation) {
   stats_.scheduler = scheduler_.Stats();
+  stats_.prefix_caching = options.prefix_caching;
 }
 
 Engine::~Engine() {
@@ -107,6 +108,8 @@ void Engine::Loop() {
     }
     if (in_flight_.empty() && drafting_.empty() && cluster_->CanRecover()) {
       // A restarted worker registered: rebuild the pipeline, then serve again.
+      // The restarted worker's KV cache is empty: no cached prefix may be matched again.
+      scheduler_.ClearPrefixCache();
       if (absl::Status st = cluster_->Recover(); !st.ok()) CASCADE_LOG(Error) << "recovery failed: " << st.ToString();
       continue;
     }
@@ -208,14 +211,22 @@ v1::StepRequest Engine::BuildStep(const Batch& batch, bool* needs_drafter) {
     s->set_n_past(e.n_past);
     s->mutable_block_table()->Add(e.block_table.begin(), e.block_table.end());
     s->set_sample(e.wants_logits);
-    if (e.n_past == 0) {
-      // New, or recomputed after a preemption: the last stage starts its sampler and
-      // penalty history afresh from everything the sequence holds.
+    if (e.first_chunk) {
+      // New, or recomputed after a preemption (n_past > 0 after a prefix-cache hit): the
+      // last stage starts its sampler and penalty history afresh from everything the
+      // sequence holds.
       s->set_reset(true);
       ToProto(a.req.sampling, s->mutable_sampling());
       s->mutable_history()->Add(a.req.prompt.begin(), a.req.prompt.end());
       s->mutable_history()->Add(a.generated.begin(), a.generated.end());
-      a.spec->draft_cached = 0;  // Its blocks were given back: the drafter starts over too.
+      // Its blocks were given back (or are new, or shared): the drafter starts over from
+      // position 0. The drafter keeps its own KV under the same block ids, and whether a
+      // shared prefix block holds this prefix in the drafter's cache is unknown (its
+      // first owner may never have drafted), so the drafter rewrites the shared blocks
+      // of its cache with the same tokens: the same values up to rounding, and harmless
+      // even if they differ, since the target verifies every draft. The target's shared
+      // blocks are never written (it writes positions >= n_past only).
+      a.spec->draft_cached = 0;
     }
     if (e.draft_slots == 0) continue;
     if (speculation_.has_worker()) {
@@ -446,6 +457,9 @@ void Engine::Finish(int64_t seq_id, Active& a, v1::GenerateResponse& last) {
   v1::Usage* u = last.mutable_usage();
   u->set_prompt_tokens(static_cast<int32_t>(a.req.prompt.size()));
   u->set_completion_tokens(static_cast<int32_t>(a.generated.size()));
+  if (const std::optional<SequenceInfo> info = scheduler_.Lookup(seq_id)) {
+    u->set_cached_tokens(static_cast<int32_t>(info->n_cached_prompt_tokens));
+  }
   u->set_ttft_s(a.ttft_s);
   u->set_total_s(Since(a.arrival));
   if (metrics_ != nullptr) {

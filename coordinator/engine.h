@@ -70,6 +70,7 @@ struct EngineStats {
   int64_t prompt_tokens = 0;         // Over finished requests.
   int64_t generation_tokens = 0;     // Over finished requests.
   v1::SpeculativeStats speculative;  // Over finished requests.
+  bool prefix_caching = false;       // SchedulerOptions::prefix_caching.
 };
 
 class Engine {

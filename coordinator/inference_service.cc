@@ -233,6 +233,10 @@ grpc::Status InferenceService::GetClusterStatus(grpc::ServerContext*, const v1::
   resp->set_max_batch_seen(st.scheduler.max_batch_seqs_seen);
   resp->set_steps(st.steps);
   resp->set_preemptions(st.scheduler.n_preemptions);
+  resp->set_prefix_caching(st.prefix_caching);
+  resp->set_prefix_query_tokens(st.scheduler.prefix_query_tokens);
+  resp->set_prefix_hit_tokens(st.scheduler.prefix_hit_tokens);
+  resp->set_kv_blocks_cached(st.scheduler.n_cached_blocks);
   resp->set_requests_finished(st.finished);
   resp->set_drafter(options_.drafter);
   *resp->mutable_speculative() = st.speculative;

@@ -63,7 +63,15 @@ absl::Status Scheduler::Add(SequenceSpec spec) {
   return absl::OkStatus();
 }
 
-void Scheduler::AddEntry(Sequence& seq, int64_t n_new, bool is_prefill, Batch& batch) {
+void Scheduler::ClearPrefixCache() {
+  allocator_.ClearPrefixCache();
+  for (auto& [id, seq] : seqs_) {
+    seq.chain.clear();
+    seq.chain_open = false;  // Its blocks' KV may be gone too; never register them.
+  }
+}
+
+void Scheduler::AddEntry(Sequence& seq, int64_t n_new, bool is_prefill, Batch& batch, bool first_chunk) {
   BatchEntry entry;
   entry.seq_id = seq.spec.id;
   entry.n_past = seq.n_cached;
@@ -72,6 +80,7 @@ void Scheduler::AddEntry(Sequence& seq, int64_t n_new, bool is_prefill, Batch& b
   entry.block_table = seq.block_table;
   entry.wants_logits = seq.n_cached + n_new == seq.n_tokens();
   entry.is_prefill = is_prefill;
+  entry.first_chunk = first_chunk;
   batch.entries.push_back(std::move(entry));
 }
 
@@ -97,10 +106,72 @@ void Scheduler::SetDraftTokens(int64_t seq_id, int32_t k) {
   if (auto it = seqs_.find(seq_id); it != seqs_.end()) it->second.draft_tokens = k;
 }
 
+void Scheduler::FreeBlocks(Sequence& seq) {
+  const std::vector<int32_t> tail_first(seq.block_table.rbegin(), seq.block_table.rend());
+  allocator_.Free(tail_first);
+  seq.block_table.clear();
+  seq.chain.clear();
+}
+
+void Scheduler::RegisterCachedBlocks(Sequence& seq) {
+  if (!options_.prefix_caching) return;
+  const int64_t bs = options_.kv_block_size;
+  std::vector<int32_t> tokens(bs);
+  while (seq.chain_open && static_cast<int64_t>(seq.chain.size() + 1) * bs <= seq.n_cached) {
+    const int64_t i = static_cast<int64_t>(seq.chain.size());
+    for (int64_t j = 0; j < bs; ++j) tokens[j] = seq.token(i * bs + j);
+    const PrefixLink parent = i == 0 ? PrefixLink{} : seq.chain.back();
+    std::optional<PrefixLink> link = allocator_.Register(parent, tokens, seq.block_table[i]);
+    if (!link) {
+      seq.chain_open = false;  // Its parent was evicted, or a hash collision: stop here.
+      break;
+    }
+    seq.chain.push_back(*link);
+  }
+}
+
+bool Scheduler::AdmitHead(int64_t budget, Batch& batch) {
+  Sequence& seq = seqs_.at(waiting_.front());
+  const int64_t n_tokens = seq.n_tokens();
+  std::vector<PrefixLink> hit;
+  if (options_.prefix_caching) {
+    // At least one token is computed: its logits give the next token.
+    const int32_t max_blocks = static_cast<int32_t>((n_tokens - 1) / options_.kv_block_size);
+    if (seq.generated.empty()) {
+      hit = allocator_.Match(seq.spec.prompt, max_blocks);
+    } else {
+      std::vector<int32_t> tokens = seq.spec.prompt;
+      tokens.insert(tokens.end(), seq.generated.begin(), seq.generated.end());
+      hit = allocator_.Match(tokens, max_blocks);
+    }
+  }
+  const int32_t n_hit = static_cast<int32_t>(hit.size());
+  int32_t n_revived = 0;  // Cached-free blocks it revives leave the free pool too.
+  for (const PrefixLink& link : hit) n_revived += allocator_.ref_count(link.block) == 0 ? 1 : 0;
+  // The rest of its tokens plus one decode slot must fit.
+  if (allocator_.BlocksForTokens(n_tokens + 1) - n_hit + n_revived > allocator_.n_free()) return false;
+  waiting_.pop_front();
+  allocator_.Share(hit, &seq.block_table);  // First: the allocation below must not evict them.
+  CASCADE_CHECK(allocator_.AllocateInto(allocator_.BlocksForTokens(n_tokens) - n_hit, &seq.block_table).ok());
+  seq.chain = std::move(hit);
+  seq.chain_open = true;
+  seq.n_cached = static_cast<int64_t>(n_hit) * options_.kv_block_size;
+  if (options_.prefix_caching) {
+    prefix_query_tokens_ += n_tokens;
+    prefix_hit_tokens_ += seq.n_cached;
+  }
+  if (!seq.admitted) seq.n_cached_prompt_tokens = seq.n_cached;
+  seq.admitted = true;
+  seq.running = true;
+  running_.push_back(seq.spec.id);
+  const int64_t n_new = std::min(n_tokens - seq.n_cached, budget);
+  AddEntry(seq, n_new, /*is_prefill=*/true, batch, /*first_chunk=*/true);
+  return true;
+}
+
 void Scheduler::Preempt(Sequence& seq) {
   CASCADE_CHECK(seq.running && seq.in_flight_batch < 0) << "preempting sequence " << seq.spec.id;
-  allocator_.Free(seq.block_table);
-  seq.block_table.clear();
+  FreeBlocks(seq);  // Its registered blocks stay matchable: a readmission may find them.
   seq.n_cached = 0;
   seq.running = false;
   ++seq.n_preemptions;
@@ -182,17 +253,9 @@ std::optional<Batch> Scheduler::Schedule() {
   // 3. Admissions, FCFS: stop at the first sequence that does not fit.
   const size_t max_running = static_cast<size_t>(options_.max_num_seqs) * options_.max_in_flight_batches;
   while (!preempted && !waiting_.empty() && !full() && running_.size() < max_running) {
-    Sequence& seq = seqs_.at(waiting_.front());
-    const int64_t n_tokens = seq.n_tokens();
-    if (allocator_.BlocksForTokens(n_tokens + 1) > allocator_.n_free()) break;
-    waiting_.pop_front();
-    CASCADE_CHECK(allocator_.AllocateInto(allocator_.BlocksForTokens(n_tokens), &seq.block_table).ok());
-    seq.running = true;
-    running_.push_back(seq.spec.id);
-    const int64_t n_new = std::min(n_tokens, budget);
-    AddEntry(seq, n_new, /*is_prefill=*/true, batch);
-    batch_ids.push_back(seq.spec.id);
-    budget -= n_new;
+    if (!AdmitHead(budget, batch)) break;
+    batch_ids.push_back(batch.entries.back().seq_id);
+    budget -= static_cast<int64_t>(batch.entries.back().tokens.size());
   }
 
   if (batch.entries.empty()) return std::nullopt;
@@ -245,7 +308,10 @@ absl::StatusOr<std::vector<TokenEvent>> Scheduler::Complete(int64_t batch_id, st
     Sequence& seq = seqs_.at(e.seq_id);
     if (seq.dropped) continue;  // ReleaseBatch frees it.
     seq.n_cached += e.n_new;
-    if (!e.wants_logits) continue;
+    if (!e.wants_logits) {
+      RegisterCachedBlocks(seq);
+      continue;
+    }
     const std::vector<int32_t>& emitted = tokens.at(e.seq_id);
     // The fed token is cached; so are the accepted drafts, all emitted tokens but the last.
     seq.n_cached += static_cast<int64_t>(emitted.size()) - 1;
@@ -267,6 +333,7 @@ absl::StatusOr<std::vector<TokenEvent>> Scheduler::Complete(int64_t batch_id, st
         seq.block_table.resize(keep);
       }
     }
+    RegisterCachedBlocks(seq);
   }
   ReleaseBatch(batch_id);
   return events;
@@ -296,7 +363,7 @@ void Scheduler::ReleaseBatch(int64_t batch_id) {
 void Scheduler::Drop(int64_t seq_id) {
   auto it = seqs_.find(seq_id);
   CASCADE_CHECK(it != seqs_.end());
-  allocator_.Free(it->second.block_table);
+  FreeBlocks(it->second);
   seqs_.erase(it);
 }
 
@@ -334,6 +401,7 @@ std::optional<SequenceInfo> Scheduler::Lookup(int64_t seq_id) const {
   info.n_blocks = static_cast<int32_t>(seq.block_table.size());
   info.n_preemptions = seq.n_preemptions;
   info.generated = seq.generated;
+  info.n_cached_prompt_tokens = seq.n_cached_prompt_tokens;
   return info;
 }
 
@@ -354,6 +422,9 @@ SchedulerStats Scheduler::Stats() const {
   stats.n_batches = n_batches_;
   stats.max_batch_seqs_seen = max_batch_seqs_seen_;
   stats.max_batch_tokens_seen = max_batch_tokens_seen_;
+  stats.prefix_query_tokens = prefix_query_tokens_;
+  stats.prefix_hit_tokens = prefix_hit_tokens_;
+  stats.n_cached_blocks = allocator_.n_registered();
   return stats;
 }
 

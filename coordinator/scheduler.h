@@ -8,7 +8,8 @@
 //   2. then prefill chunks of running sequences whose prompt is only partly cached;
 //   3. then new admissions, strictly FCFS from the waiting queue, while the head's
 //      prompt (plus generated tokens after a preemption) and one decode slot fit in the
-//      free KV blocks. Admission allocates the blocks for the whole prompt at once.
+//      free KV blocks (those of a cached prefix apart, below). Admission allocates the
+//      blocks for the whole prompt at once.
 // A batch holds at most `max_num_seqs` sequences and `max_batched_tokens` tokens. A
 // prompt that does not fit in the batch's remaining token budget is split into chunks
 // (chunked prefill): the first chunk goes in this batch and the rest in later ones, each
@@ -36,6 +37,16 @@
 // and the accepted drafts become cached positions, and the blocks reserved past the
 // sequence's tokens go back to the pool (rollback of rejected drafts: their KV is garbage
 // that the next step's positions overwrite, on every stage).
+//
+// Automatic prefix caching (`prefix_caching`, coordinator/prefix_cache.h): once all
+// positions of a full block are cached (drafts only once accepted), the block is
+// registered under its tokens and its parent chain. Admission (and readmission after a
+// preemption) looks up the longest registered chain for the sequence's tokens and starts
+// with those blocks in its table and n_past past them, keeping at least one token to
+// compute (its logits are needed). Shared blocks are reference counted and never written:
+// a sequence writes positions >= n_past only, past its shared prefix. A block nobody
+// holds stays matchable in the allocator's cached-free LRU until a new allocation evicts
+// it; admission counts only the blocks it takes from the free pool (new or revived).
 //
 // Progress guarantee: `Add` rejects a sequence whose prompt + max_tokens could not fit
 // in the whole cache, so a sequence left alone can always run to max_tokens.
@@ -72,6 +83,9 @@ struct SchedulerOptions {
   // Batches that may be outstanding at once; the pipeline size. Default 1.
   // REQUIRES >= 1.
   int max_in_flight_batches = 1;
+  // Reuse the KV of registered full blocks across sequences with a common prefix
+  // (automatic prefix caching, above). Default true.
+  bool prefix_caching = true;
 };
 
 // A request's sequence as handed to `Add`.
@@ -99,6 +113,10 @@ struct BatchEntry {
   // or the next chunk of such a prompt), false for a decode step. Informational: a
   // worker runs both the same way, positions [n_past, n_past + n_new).
   bool is_prefill = false;
+  // True for the first entry of a sequence since its admission or readmission: workers
+  // start its per-sequence state (sampler, penalty history) afresh. With a prefix hit
+  // n_past is > 0 then, so n_past == 0 does not tell.
+  bool first_chunk = false;
   // Decode entries: positions reserved after `tokens[0]` for drafted tokens (the block
   // table covers them). The caller may append up to this many drafts to `tokens`.
   int32_t draft_slots = 0;
@@ -138,6 +156,8 @@ struct SequenceInfo {
   int32_t n_blocks = 0;            // Blocks held.
   int32_t n_preemptions = 0;       // Times this sequence was evicted.
   std::vector<int32_t> generated;  // Generated tokens so far.
+  // Prompt tokens served from the prefix cache at its first admission (0 before it).
+  int64_t n_cached_prompt_tokens = 0;
 };
 
 struct SchedulerStats {
@@ -151,6 +171,11 @@ struct SchedulerStats {
   int64_t n_batches = 0;          // Batches scheduled since construction.
   int max_batch_seqs_seen = 0;    // Largest batch, in sequences.
   int max_batch_tokens_seen = 0;  // Largest batch, in tokens.
+  // Prefix caching, since construction: tokens looked up at admissions (prompt, plus the
+  // generated tokens at a readmission), and of those the tokens served from cached blocks.
+  int64_t prefix_query_tokens = 0;
+  int64_t prefix_hit_tokens = 0;
+  int32_t n_cached_blocks = 0;  // Blocks registered as reusable prefixes now (held or cached-free).
 };
 
 class Scheduler {
@@ -207,6 +232,9 @@ class Scheduler {
   // Replaces the block pool with `n_blocks` free blocks (the pool is sized once the
   // workers' memory is known). REQUIRES: no sequence was ever added.
   void ResetKvBlocks(int32_t n_blocks);
+  // Forgets every cached prefix (the workers' KV is gone: a worker restarted). Blocks held
+  // by live sequences stay theirs; no block is matched again until registered anew.
+  void ClearPrefixCache();
 
  private:
   struct Sequence {
@@ -218,7 +246,13 @@ class Scheduler {
     bool running = false;          // Holds blocks (admitted).
     bool dropped = false;          // Finished/cancelled while in flight.
     int32_t n_preemptions = 0;
-    int32_t draft_tokens = 0;  // Wanted per decode step (SetDraftTokens).
+    int32_t draft_tokens = 0;            // Wanted per decode step (SetDraftTokens).
+    bool admitted = false;               // Admitted at least once.
+    int64_t n_cached_prompt_tokens = 0;  // Prefix hit at its first admission.
+    // Prefix caching: the registered block holding each of its first full blocks' content
+    // (its own block or an identical one registered earlier), [n_registered_blocks].
+    std::vector<PrefixLink> chain;
+    bool chain_open = true;  // False once a registration failed: no later block is registered.
 
     int64_t n_tokens() const { return static_cast<int64_t>(spec.prompt.size() + generated.size()); }
     int32_t token(int64_t i) const;
@@ -235,8 +269,16 @@ class Scheduler {
   // Evicts `seq` (running, not in flight): frees its blocks and puts it at the front
   // of the waiting queue.
   void Preempt(Sequence& seq);
+  // Admits the head of the waiting queue if its blocks fit, reusing its longest cached
+  // prefix, and adds its first chunk to `batch`; false (nothing changes) when it does not fit.
+  bool AdmitHead(int64_t budget, Batch& batch);
+  // Registers the full blocks of `seq` whose positions are all cached now.
+  void RegisterCachedBlocks(Sequence& seq);
+  // Frees `seq`'s blocks, tail first (so its cached-free tail is evicted first), and
+  // forgets its chain.
+  void FreeBlocks(Sequence& seq);
   // Appends an entry feeding the next `n_new` uncached tokens of `seq` to `batch`.
-  void AddEntry(Sequence& seq, int64_t n_new, bool is_prefill, Batch& batch);
+  void AddEntry(Sequence& seq, int64_t n_new, bool is_prefill, Batch& batch, bool first_chunk = false);
   // Reserves up to seq.draft_tokens draft positions for the decode `entry` of `seq`.
   void ReserveDraftSlots(Sequence& seq, int64_t budget, BatchEntry& entry);
   // Frees the blocks of `seq` and forgets it.
@@ -259,6 +301,8 @@ class Scheduler {
   int64_t n_batches_ = 0;
   int max_batch_seqs_seen_ = 0;
   int max_batch_tokens_seen_ = 0;
+  int64_t prefix_query_tokens_ = 0;
+  int64_t prefix_hit_tokens_ = 0;
 };
 
 }  // namespace cascade::coordinator

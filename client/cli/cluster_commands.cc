@@ -159,7 +159,11 @@ int GenerateCommand(int argc, char** argv) {
       j["logprobs"] = lp;
     }
     if (u.has_speculative()) j["speculative"] = SpeculativeJson(u.speculative());
-    j["usage"] = {{"ttft_s", u.ttft_s()}, {"total_s", u.total_s()}, {"completion_tokens", u.completion_tokens()}};
+    j["usage"] = {{"ttft_s", u.ttft_s()},
+                  {"total_s", u.total_s()},
+                  {"prompt_tokens", u.prompt_tokens()},
+                  {"completion_tokens", u.completion_tokens()},
+                  {"cached_tokens", u.cached_tokens()}};
     if (u.expert_load_max_mean() > 0) j["usage"]["expert_load_max_mean"] = u.expert_load_max_mean();
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return 0;
@@ -263,6 +267,15 @@ int StatusCommand(int argc, char** argv) {
       static_cast<long long>(st->waiting()), static_cast<long long>(st->steps()),
       static_cast<long long>(st->max_batch_seen()), static_cast<long long>(st->preemptions()),
       static_cast<long long>(st->requests_finished()));
+  if (st->prefix_caching()) {
+    const int64_t query = st->prefix_query_tokens();
+    std::printf("prefix cache: on, hit %lld/%lld tokens (%.1f%%), %lld cached blocks\n",
+                static_cast<long long>(st->prefix_hit_tokens()), static_cast<long long>(query),
+                query > 0 ? 100.0 * static_cast<double>(st->prefix_hit_tokens()) / static_cast<double>(query) : 0.0,
+                static_cast<long long>(st->kv_blocks_cached()));
+  } else {
+    std::printf("prefix cache: off\n");
+  }
   if (!st->drafter().empty()) {
     const v1::SpeculativeStats& sp = st->speculative();
     std::printf(

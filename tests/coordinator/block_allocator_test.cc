@@ -1,5 +1,7 @@
 // Tests for BlockAllocator (coordinator/block_allocator.cc): allocation, exhaustion that
-// allocates nothing, reuse, block arithmetic, and the death of double/foreign frees.
+// allocates nothing, reuse, block arithmetic, the death of double/foreign frees, and the
+// reference counts and cached-free blocks of prefix caching (sharing, revival, LRU
+// eviction after the plain free blocks).
 // To add a case: make a small pool and assert n_free() around the calls.
 
 #include <algorithm>
@@ -75,6 +77,94 @@ TEST(BlockAllocatorTest, BlocksForTokens) {
   EXPECT_EQ(a.BlocksForTokens(17), 2);
   EXPECT_EQ(a.BlocksForTokens(32), 2);
   EXPECT_EQ(a.BlocksForTokens(33), 3);
+}
+
+// Registers `blocks` (held) as one chain, block i holding tokens [base + 4i, base + 4i + 4).
+std::vector<PrefixLink> RegisterChain(BlockAllocator& a, const std::vector<int32_t>& blocks, int32_t base) {
+  std::vector<PrefixLink> chain;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const int32_t t = base + 4 * static_cast<int32_t>(i);
+    const std::vector<int32_t> tokens = {t, t + 1, t + 2, t + 3};
+    std::optional<PrefixLink> link = a.Register(chain.empty() ? PrefixLink{} : chain.back(), tokens, blocks[i]);
+    EXPECT_TRUE(link.has_value());
+    if (link) chain.push_back(*link);
+  }
+  return chain;
+}
+
+std::vector<int32_t> Tokens(int n, int32_t base) {
+  std::vector<int32_t> v(n);
+  for (int i = 0; i < n; ++i) v[i] = base + i;
+  return v;
+}
+
+TEST(BlockAllocatorTest, SharedBlocksReturnWhenTheLastReferenceGoes) {
+  BlockAllocator a(4, 4);
+  std::vector<int32_t> x = *a.Allocate(2);
+  const std::vector<PrefixLink> chain = RegisterChain(a, x, 100);
+  EXPECT_EQ(a.n_registered(), 2);
+  std::vector<int32_t> y;
+  a.Share(a.Match(Tokens(9, 100), 8), &y);  // A second sharer: 2 full blocks of 9 tokens.
+  EXPECT_EQ(y, x);
+  EXPECT_EQ(a.ref_count(x[0]), 2);
+  EXPECT_EQ(a.n_free(), 2);
+  a.Free(x);
+  EXPECT_EQ(a.n_free(), 2);  // Still held by the sharer.
+  EXPECT_EQ(a.ref_count(x[0]), 1);
+  a.Free(y);
+  EXPECT_EQ(a.n_free(), 4);  // Registered blocks come back cached-free: free, and matchable.
+  EXPECT_EQ(a.n_cached_free(), 2);
+  EXPECT_EQ(a.Match(Tokens(8, 100), 8), chain);
+  std::vector<int32_t> z;
+  a.Share(chain, &z);  // A hit revives them: they leave the free pool.
+  EXPECT_EQ(a.n_free(), 2);
+  EXPECT_EQ(a.n_cached_free(), 0);
+  a.Free(z);
+  EXPECT_DEATH(a.Free(z), "double free of KV block");
+}
+
+TEST(BlockAllocatorTest, AllocationTakesPlainFreeBlocksThenTheLeastRecentlyUsed) {
+  BlockAllocator a(5, 4);
+  std::vector<int32_t> x = *a.Allocate(2);
+  std::vector<int32_t> y = *a.Allocate(2);
+  RegisterChain(a, x, 100);
+  RegisterChain(a, y, 200);
+  a.Free(std::vector<int32_t>{x[1], x[0]});  // Tail first: x[1] is evicted before x[0].
+  a.Free(std::vector<int32_t>{y[1], y[0]});
+  EXPECT_EQ(a.n_free(), 5);
+  EXPECT_EQ(a.n_cached_free(), 4);
+  EXPECT_EQ(*a.Allocate(1), (std::vector<int32_t>{4}));  // The plain free one first.
+  EXPECT_EQ(*a.Allocate(1), (std::vector<int32_t>{x[1]}));
+  EXPECT_EQ(a.n_registered(), 3);                    // Evicted: unregistered.
+  EXPECT_EQ(a.Match(Tokens(9, 100), 8).size(), 1u);  // x[0] is left of that chain.
+  EXPECT_EQ(a.Match(Tokens(9, 200), 8).size(), 2u);
+  std::vector<int32_t> revived;
+  a.Share(a.Match(Tokens(9, 200), 8), &revived);            // y's blocks are in use again...
+  EXPECT_EQ(*a.Allocate(1), (std::vector<int32_t>{x[0]}));  // ...so x[0] goes next.
+  EXPECT_STATUS_CODE(a.Allocate(1), kResourceExhausted);
+}
+
+TEST(BlockAllocatorTest, UnregisteredBlocksAndClearGoToThePlainFreeList) {
+  BlockAllocator a(3, 4);
+  std::vector<int32_t> x = *a.Allocate(3);
+  RegisterChain(a, {x[0]}, 100);
+  a.Free(x);
+  EXPECT_EQ(a.n_free(), 3);
+  EXPECT_EQ(a.n_cached_free(), 1);
+  a.ClearPrefixCache();
+  EXPECT_EQ(a.n_free(), 3);
+  EXPECT_EQ(a.n_cached_free(), 0);
+  EXPECT_EQ(a.n_registered(), 0);
+  EXPECT_TRUE(a.Match(Tokens(8, 100), 8).empty());
+}
+
+TEST(BlockAllocatorDeathTest, SharingOrRegisteringWhatIsNotHeldAborts) {
+  BlockAllocator a(2, 4);
+  std::vector<int32_t> x = *a.Allocate(1);
+  const std::vector<int32_t> tokens = Tokens(4, 0);
+  EXPECT_DEATH(a.Register({}, tokens, 1), "registering unheld KV block 1");
+  std::vector<int32_t> table;
+  EXPECT_DEATH(a.Share(std::vector<PrefixLink>{{x[0], 1}}, &table), "sharing unregistered KV block");
 }
 
 TEST(BlockAllocatorDeathTest, DoubleFreeAborts) {

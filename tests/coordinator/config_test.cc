@@ -26,7 +26,8 @@ nodes:
     devices: [cuda:0, cuda:1]
     launch: external
 server: {listen: 0.0.0.0:6000}
-scheduler: {max_num_seqs: 8, max_batched_tokens: 512, kv_block_size: 32, kv_cache_mb: 128, kv_cache_dtype: q8_0}
+scheduler: {max_num_seqs: 8, max_batched_tokens: 512, kv_block_size: 32, kv_cache_mb: 128, kv_cache_dtype: q8_0,
+            prefix_caching: false}
 transport: {activations: ucx}
 draft: {ngram: {n: 3}}
 )";
@@ -57,6 +58,7 @@ TEST(ConfigTest, FullConfigParses) {
   EXPECT_EQ(c->scheduler.kv_cache_mb, 128);
   EXPECT_TRUE(c->scheduler.kv_cache_mb_given);
   EXPECT_EQ(c->scheduler.kv_cache_dtype, DType::kQ8_0);
+  EXPECT_FALSE(c->scheduler.prefix_caching);
   EXPECT_EQ(c->scheduler.gpu_memory_fraction, 0.9);
   EXPECT_EQ(c->transport.activations, ActivationTransport::kUcx);
   EXPECT_EQ(c->draft.kind, DraftKind::kNgram);
@@ -82,6 +84,7 @@ TEST(ConfigTest, DefaultsApply) {
   EXPECT_EQ(c->scheduler.kv_block_size, 16);
   EXPECT_EQ(c->scheduler.kv_cache_mb, 512);
   EXPECT_FALSE(c->scheduler.kv_cache_mb_given);
+  EXPECT_TRUE(c->scheduler.prefix_caching);
   EXPECT_EQ(c->transport.activations, ActivationTransport::kUcx);
   EXPECT_EQ(c->draft.kind, DraftKind::kNone);
 }
@@ -293,6 +296,8 @@ const BadConfig kBadConfigs[] = {
      "scheduler.gpu_memory_fraction: must be a number in (0, 1], got 'most'"},
     {"model: {path: m}\nscheduler: {kv_cache_dtype: q4_0}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
      "scheduler.kv_cache_dtype: must be one of f32, f16, q8_0, got 'q4_0'"},
+    {"model: {path: m}\nscheduler: {prefix_caching: yes}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
+     "scheduler.prefix_caching: expected true or false"},
     {"model: {path: m}\nscheduler: {max_num_seqs: 99999999999}\n"
      "nodes: [{name: a, host: h, devices: [cpu]}]\n",
      "scheduler.max_num_seqs: must be <= 2147483647"},

@@ -51,10 +51,14 @@ SequenceSpec Spec(int64_t id, int n_prompt, int32_t max_tokens) {
   return s;
 }
 
-// The "model": a token determined by the whole history.
+constexpr uint64_t kFnvBasis = 1469598103934665603ull;
+constexpr uint64_t kFnvPrime = 1099511628211ull;
+
+// The "model": a token determined by the whole history (FakeWorker computes the same
+// from its cache).
 int32_t NextToken(const std::vector<int32_t>& history) {
-  uint64_t h = 1469598103934665603ull;
-  for (int32_t t : history) h = (h ^ static_cast<uint32_t>(t)) * 1099511628211ull;
+  uint64_t h = kFnvBasis;
+  for (int32_t t : history) h = (h ^ static_cast<uint32_t>(t)) * kFnvPrime;
   return static_cast<int32_t>(h % 5000);
 }
 
@@ -68,11 +72,17 @@ std::vector<int32_t> Reference(const SequenceSpec& spec) {
   return out;
 }
 
+// One more token into a history hash (NextToken's recurrence).
+uint64_t Extend(uint64_t h, int32_t t) { return (h ^ static_cast<uint32_t>(t)) * kFnvPrime; }
+
 class FakeWorker {
  public:
   FakeWorker(int32_t n_blocks, int32_t block_size)
-      : block_size_(block_size), kv_(static_cast<size_t>(n_blocks) * block_size, -1) {}
+      : block_size_(block_size), kv_(static_cast<size_t>(n_blocks) * block_size) {}
 
+  // Each position's "KV" is its token and the hash of the history through it, computed
+  // from the previous position's KV as read from the cache (as attention would): a block
+  // reused after another prefix, or overwritten while shared, changes later tokens.
   std::vector<SampledToken> Run(const Batch& batch) {
     std::vector<SampledToken> out;
     for (const BatchEntry& e : batch.entries) {
@@ -80,16 +90,18 @@ class FakeWorker {
       EXPECT_GE(static_cast<int64_t>(e.block_table.size()) * block_size_, end)
           << "block table too short for sequence " << e.seq_id;
       if (static_cast<int64_t>(e.block_table.size()) * block_size_ < end) continue;
-      for (size_t i = 0; i < e.tokens.size(); ++i) Slot(e, e.n_past + i) = e.tokens[i];
+      for (size_t i = 0; i < e.tokens.size(); ++i) {
+        const int64_t pos = e.n_past + static_cast<int64_t>(i);
+        const uint64_t prev = pos == 0 ? kFnvBasis : Slot(e, pos - 1).history_hash;
+        Slot(e, pos) = {e.tokens[i], Extend(prev, e.tokens[i])};
+      }
       if (!e.wants_logits) continue;
       // Verification: the history is read back from the cache, so positions the scheduler
       // failed to roll back would change the tokens. Drafts are tokens[1..].
       const int64_t n_draft = e.draft_slots > 0 ? static_cast<int64_t>(e.tokens.size()) - 1 : 0;
       EXPECT_LE(n_draft, e.draft_slots);
       for (int64_t i = 0; i <= n_draft; ++i) {
-        std::vector<int32_t> history;
-        for (int64_t p = 0; p < end - n_draft + i; ++p) history.push_back(Slot(e, p));
-        const int32_t next = NextToken(history);
+        const int32_t next = static_cast<int32_t>(Slot(e, end - 1 - n_draft + i).history_hash % 5000);
         out.push_back({e.seq_id, next});
         if (i == n_draft || e.tokens[1 + i] != next) break;
         ++accepted;
@@ -101,11 +113,15 @@ class FakeWorker {
   int64_t accepted = 0;  // Drafts accepted so far.
 
  private:
-  int32_t& Slot(const BatchEntry& e, int64_t pos) {
+  struct Kv {
+    int32_t token = -1;
+    uint64_t history_hash = 0;  // Of tokens [0, pos]; 0 for a never-written slot.
+  };
+  Kv& Slot(const BatchEntry& e, int64_t pos) {
     return kv_[static_cast<size_t>(e.block_table[pos / block_size_]) * block_size_ + pos % block_size_];
   }
   int32_t block_size_;
-  std::vector<int32_t> kv_;
+  std::vector<Kv> kv_;
 };
 
 // Drives a scheduler with a fake worker, checking what each entry feeds against the true
@@ -137,6 +153,12 @@ class Driver {
       EXPECT_TRUE(e.draft_slots == 0 || (!e.is_prefill && e.tokens.size() == 1u));
       EXPECT_GE(static_cast<int64_t>(e.block_table.size()) * sched.options().kv_block_size,
                 e.n_past + 1 + e.draft_slots);
+      if (e.first_chunk) {
+        // A (re)admission: it starts at a block boundary, past its cached prefix only.
+        EXPECT_TRUE(e.is_prefill);
+        EXPECT_EQ(e.n_past % sched.options().kv_block_size, 0);
+        firsts.push_back({e.seq_id, e.n_past});
+      }
     }
     for (BatchEntry& e : b->entries) {
       std::vector<int32_t> truth = history.at(e.seq_id);
@@ -191,6 +213,7 @@ class Driver {
   std::map<int64_t, SequenceSpec> specs;
   std::deque<Batch> in_flight;
   std::vector<int64_t> finished;
+  std::vector<std::pair<int64_t, int64_t>> firsts;  // (sequence, n_past) of each first chunk.
   int max_seqs = 0;
   int32_t draft_k = 0;
   double wrong = 0;
@@ -726,11 +749,14 @@ TEST(SchedulerTest, ConcurrentSequencesMatchTheirSoloRuns) {
 // fake KV cache is consistent throughout, and every block is free at the end.
 // The randomised workload below, with or without drafts (draft_k > 0: speculation with
 // a third of the drafts wrong).
-void RandomisedStress(int32_t draft_k) {
+// With `shared_prefixes`, prompts start with one of three "system prompts" or continue a
+// finished sequence (prompt + answer + a new turn), so prefix hits happen throughout.
+void RandomisedStress(int32_t draft_k, bool shared_prefixes = false) {
   int64_t total_preemptions = 0;
   size_t total_cancelled = 0;
   int max_batch_seqs = 0;
   int64_t accepted = 0, drafted = 0;
+  int64_t hit_tokens = 0;
   for (int seed = 1; seed <= 20; ++seed) {
     SCOPED_TRACE(::testing::Message() << "seed " << seed);
     std::mt19937 rng(seed);
@@ -744,8 +770,20 @@ void RandomisedStress(int32_t draft_k) {
       const int action = static_cast<int>(rng() % 10);
       if (action < 2 && next_id <= 40) {
         const int n_prompt = 1 + static_cast<int>(rng() % 20);
-        const int max_tokens = 1 + static_cast<int>(rng() % (48 - n_prompt));
-        d.Add(Spec(next_id++, n_prompt, max_tokens));
+        SequenceSpec spec = Spec(next_id++, n_prompt, 1);
+        if (shared_prefixes && !d.finished.empty() && rng() % 3 == 0) {
+          // The next turn of a finished conversation.
+          const std::vector<int32_t>& h = d.history.at(d.finished[rng() % d.finished.size()]);
+          spec.prompt.assign(h.begin(), h.begin() + std::min<size_t>(h.size(), 36));
+          spec.prompt.push_back(static_cast<int32_t>(rng() % 100));
+        } else if (shared_prefixes) {
+          std::vector<int32_t> prompt =
+              Iota(static_cast<int>(rng() % 17), 50000 + 100 * static_cast<int32_t>(rng() % 3));
+          prompt.insert(prompt.end(), spec.prompt.begin(), spec.prompt.begin() + std::min(n_prompt, 8));
+          spec.prompt = prompt;
+        }
+        spec.max_tokens = 1 + static_cast<int>(rng() % (48 - spec.prompt.size()));
+        d.Add(spec);
       } else if (action == 2 && !d.history.empty() && rng() % 4 == 0) {
         // Cancel a random live sequence in whatever state it is.
         const int64_t id = 1 + static_cast<int64_t>(rng() % (next_id - 1));
@@ -775,6 +813,10 @@ void RandomisedStress(int32_t draft_k) {
     max_batch_seqs = std::max(max_batch_seqs, d.sched.Stats().max_batch_seqs_seen);
     accepted += d.worker.accepted;
     drafted += d.drafted;
+    hit_tokens += d.sched.Stats().prefix_hit_tokens;
+  }
+  if (shared_prefixes) {
+    EXPECT_GT(hit_tokens, 500);
   }
   // The workload really exercises the interesting paths.
   EXPECT_GT(total_preemptions, 0);
@@ -791,6 +833,11 @@ TEST(SchedulerTest, RandomisedStressAgainstReference) { RandomisedStress(0); }
 // Speculation changes no token, under preemption, chunking, cancellation and several
 // batches in flight, and every reserved block comes back.
 TEST(SchedulerTest, SpeculativeStressAgainstReference) { RandomisedStress(4); }
+
+// Prefix hits change no token either (the fake KV depends on the whole prefix, so a block
+// reused after another prefix or written while shared would), with and without drafts.
+TEST(SchedulerTest, SharedPrefixStressAgainstReference) { RandomisedStress(0, /*shared_prefixes=*/true); }
+TEST(SchedulerTest, SharedPrefixSpeculativeStressAgainstReference) { RandomisedStress(4, /*shared_prefixes=*/true); }
 
 TEST(SchedulerTest, DraftSlotsRespectMaxTokensAndRollBack) {
   Scheduler s(Options(/*n_blocks=*/8, /*block_size=*/4));
@@ -834,6 +881,269 @@ TEST(SchedulerTest, StressPreemptsAndBatches) {
   EXPECT_GT(st.max_batch_seqs_seen, 1);
   for (int id = 1; id <= 12; ++id) EXPECT_EQ(d.generated[id], Reference(d.specs[id])) << id;
   ExpectAllFree(d.sched);
+}
+
+// --- Prefix caching ---------------------------------------------------------------
+
+SequenceSpec WithPrompt(int64_t id, std::vector<int32_t> prompt, int32_t max_tokens) {
+  SequenceSpec s;
+  s.id = id;
+  s.prompt = std::move(prompt);
+  s.max_tokens = max_tokens;
+  s.user_tag = static_cast<uint64_t>(id) + 7;
+  return s;
+}
+
+std::vector<int32_t> Concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+std::vector<int32_t> Head(const std::vector<int32_t>& v, size_t n) { return {v.begin(), v.begin() + n}; }
+
+const BatchEntry* Find(const Batch& b, int64_t id) {
+  for (const BatchEntry& e : b.entries) {
+    if (e.seq_id == id) return &e;
+  }
+  return nullptr;
+}
+
+// n_past of each first chunk of `id` (one per admission), in order.
+std::vector<int64_t> FirstNPast(const Driver& d, int64_t id) {
+  std::vector<int64_t> out;
+  for (const auto& [seq, n_past] : d.firsts) {
+    if (seq == id) out.push_back(n_past);
+  }
+  return out;
+}
+
+void ExpectReference(Driver& d) {
+  for (const auto& [id, spec] : d.specs) EXPECT_EQ(d.generated[id], Reference(spec)) << "sequence " << id;
+}
+
+TEST(SchedulerTest, PrefixHitReusesFullBlocksOnly) {
+  Driver d(Options(/*n_blocks=*/16, /*block_size=*/4));
+  const std::vector<int32_t> p = Iota(10, 500);
+  d.Add(WithPrompt(1, p, 6));
+  ASSERT_TRUE(d.ScheduleOne());
+  const std::vector<int32_t> table1 = d.in_flight[0].entries[0].block_table;
+  d.CompleteOne();  // 10 positions cached: blocks 0 and 1 are full and registered.
+  SchedulerStats st = d.sched.Stats();
+  EXPECT_EQ(st.n_cached_blocks, 2);
+  EXPECT_EQ(st.prefix_query_tokens, 10);
+  EXPECT_EQ(st.prefix_hit_tokens, 0);
+
+  // 2 shares 9 tokens with 1: two full blocks. 3 shares 7: one (a partial block never matches).
+  d.Add(WithPrompt(2, Concat(Head(p, 9), {7, 7}), 6));
+  d.Add(WithPrompt(3, Concat(Head(p, 7), {9, 9, 9, 9}), 6));
+  ASSERT_TRUE(d.ScheduleOne());
+  const Batch& b = d.in_flight[0];
+  const BatchEntry* e2 = Find(b, 2);
+  const BatchEntry* e3 = Find(b, 3);
+  ASSERT_TRUE(e2 != nullptr && e3 != nullptr && Find(b, 1) != nullptr);
+  EXPECT_FALSE(Find(b, 1)->first_chunk);  // A decode.
+  EXPECT_TRUE(e2->first_chunk);
+  EXPECT_EQ(e2->n_past, 8);
+  EXPECT_EQ(e2->tokens, (std::vector<int32_t>{p[8], 7, 7}));
+  EXPECT_EQ(Head(e2->block_table, 2), Head(table1, 2));
+  EXPECT_NE(e2->block_table[2], table1[2]);
+  EXPECT_EQ(e3->n_past, 4);
+  EXPECT_EQ(e3->block_table[0], table1[0]);
+  EXPECT_EQ(d.sched.Lookup(1)->n_cached_prompt_tokens, 0);
+  EXPECT_EQ(d.sched.Lookup(2)->n_cached_prompt_tokens, 8);
+  EXPECT_EQ(d.sched.Lookup(3)->n_cached_prompt_tokens, 4);
+  st = d.sched.Stats();
+  EXPECT_EQ(st.prefix_query_tokens, 10 + 11 + 11);
+  EXPECT_EQ(st.prefix_hit_tokens, 8 + 4);
+  d.RunAll();
+  ExpectReference(d);
+  ExpectAllFree(d.sched);
+  EXPECT_GT(d.sched.Stats().n_cached_blocks, 2);  // Cached-free now, still registered.
+}
+
+TEST(SchedulerTest, SameBlockAfterAnotherPrefixIsNoHit) {
+  Driver d(Options(16, 4));
+  const std::vector<int32_t> x = Iota(4, 500), y = Iota(4, 600), w = Iota(4, 700);
+  d.Add(WithPrompt(1, Concat(Concat(x, y), {1}), 2));
+  d.RunAll();
+  d.Add(WithPrompt(2, Concat(Concat(w, y), {1}), 2));  // y's block follows w here, x in 1.
+  d.Add(WithPrompt(3, Concat(Concat(x, y), {2}), 2));
+  d.RunAll();
+  EXPECT_EQ(FirstNPast(d, 2), (std::vector<int64_t>{0}));
+  EXPECT_EQ(FirstNPast(d, 3), (std::vector<int64_t>{8}));
+  ExpectReference(d);
+}
+
+TEST(SchedulerTest, PrefixHitLeavesOneTokenToCompute) {
+  Driver d(Options(16, 4));
+  const std::vector<int32_t> p = Iota(8, 500);
+  d.Add(WithPrompt(1, p, 1));
+  d.RunAll();                               // Both blocks registered.
+  d.Add(WithPrompt(2, p, 3));               // The same 8 tokens: 1 block reused, 4 computed.
+  d.Add(WithPrompt(3, Concat(p, {5}), 3));  // 9 tokens: both blocks, 1 computed.
+  d.RunAll();
+  EXPECT_EQ(FirstNPast(d, 2), (std::vector<int64_t>{4}));
+  EXPECT_EQ(FirstNPast(d, 3), (std::vector<int64_t>{8}));
+  ExpectReference(d);
+}
+
+TEST(SchedulerTest, SharersKeepTheirBlocksWhenOneIsCancelled) {
+  for (bool in_flight : {false, true}) {
+    SCOPED_TRACE(in_flight ? "cancelled in flight" : "cancelled while running");
+    Driver d(Options(8, 4));
+    const std::vector<int32_t> p = Iota(9, 500);
+    d.Add(WithPrompt(1, p, 6));
+    ASSERT_TRUE(d.ScheduleOne());
+    d.CompleteOne();  // 1 holds 3 blocks, 2 of them full and registered.
+    d.Add(WithPrompt(2, Concat(Head(p, 8), {4}), 6));
+    ASSERT_TRUE(d.ScheduleOne());  // 1 decodes; 2 shares 2 blocks and takes 1.
+    EXPECT_EQ(FirstNPast(d, 2), (std::vector<int64_t>{8}));
+    EXPECT_EQ(d.sched.Stats().n_free_blocks, 8 - 3 - 1);
+    if (in_flight) {  // Dropped when the batch is back.
+      ASSERT_TRUE(d.sched.Cancel(1).ok());
+    }
+    d.CompleteOne();
+    if (!in_flight) {
+      ASSERT_TRUE(d.sched.Cancel(1).ok());
+    }
+    // 1's partial block is free; the shared ones are 2's alone now.
+    EXPECT_EQ(d.sched.Stats().n_free_blocks, 8 - 3);
+    EXPECT_EQ(d.sched.Stats().n_cached_blocks, 2);
+    d.RunAll();
+    EXPECT_EQ(d.generated[2], Reference(d.specs[2]));
+    ExpectAllFree(d.sched);
+  }
+}
+
+TEST(SchedulerTest, AdmissionCountsOnlyBlocksTakenFromThePool) {
+  for (bool caching : {true, false}) {
+    SCOPED_TRACE(caching ? "prefix caching" : "no prefix caching");
+    SchedulerOptions o = Options(5, 4);
+    o.prefix_caching = caching;
+    Driver d(o);
+    const std::vector<int32_t> p = Iota(12, 500);
+    d.Add(WithPrompt(1, p, 4));  // 3 blocks, a 4th at its first decode.
+    ASSERT_TRUE(d.ScheduleOne());
+    d.CompleteOne();
+    d.Add(WithPrompt(2, Concat(p, {1, 2, 3}), 1));  // 15 tokens + a slot: 4 blocks, 3 cached.
+    ASSERT_TRUE(d.ScheduleOne());                   // 1's decode takes the 4th block: 1 left.
+    EXPECT_EQ(Ids(d.in_flight[0]), caching ? (std::vector<int64_t>{1, 2}) : (std::vector<int64_t>{1}));
+    d.RunAll();
+    ExpectReference(d);
+    ExpectAllFree(d.sched);
+  }
+}
+
+TEST(SchedulerTest, CachedFreeBlocksAreRevivedOrEvictedLeastRecentlyUsedFirst) {
+  Driver d(Options(6, 4));
+  const std::vector<int32_t> a = Iota(8, 500), b = Iota(8, 600);
+  d.Add(WithPrompt(1, a, 1));
+  d.RunAll();  // a0 a1 cached-free, the tail a1 first in line.
+  d.Add(WithPrompt(2, b, 1));
+  d.RunAll();  // Plain free blocks first: b0 b1 are new ones, then cached-free too.
+  EXPECT_EQ(d.sched.Stats().n_cached_blocks, 4);
+  EXPECT_EQ(d.sched.Stats().n_free_blocks, 6);  // Cached-free blocks count as free.
+  d.Add(WithPrompt(3, Iota(9, 700), 1));
+  d.RunAll();                               // 3 blocks: the 2 plain free ones, then a1 is evicted.
+  d.Add(WithPrompt(4, Concat(b, {1}), 1));  // Revives b0 b1, takes 3's plain free block.
+  d.Add(WithPrompt(5, Concat(a, {1}), 1));  // a0 is left of a.
+  d.RunAll();
+  EXPECT_EQ(FirstNPast(d, 4), (std::vector<int64_t>{8}));
+  EXPECT_EQ(FirstNPast(d, 5), (std::vector<int64_t>{4}));
+  ExpectReference(d);
+  ExpectAllFree(d.sched);
+}
+
+TEST(SchedulerTest, ReadmissionAfterPreemptionReusesItsCachedBlocks) {
+  // As PreemptsTheNewestRunningSequence: 2 is evicted when 1 needs a third block. 1 takes
+  // 2's tail block (least recently used), so 2 comes back with its first block cached.
+  Driver d(Options(4, 4));
+  d.Add(Spec(1, 7, 3));
+  d.Add(Spec(2, 7, 9));
+  d.RunAll();
+  EXPECT_EQ(d.sched.Stats().n_preemptions, 1);
+  EXPECT_EQ(FirstNPast(d, 2), (std::vector<int64_t>{0, 4}));
+  EXPECT_EQ(d.sched.Stats().prefix_query_tokens, 7 + 7 + 9);  // The readmission looks up prompt + 2 generated.
+  EXPECT_EQ(d.sched.Stats().prefix_hit_tokens, 4);
+  ExpectReference(d);
+  ExpectAllFree(d.sched);
+}
+
+TEST(SchedulerTest, DraftsOnSharedPrefixesChangeNoToken) {
+  Driver d(Options(64, 4), /*draft_k=*/4, /*wrong=*/0.5);
+  const std::vector<int32_t> system = Iota(10, 500);
+  d.Add(WithPrompt(1, Concat(system, {1}), 20));
+  d.RunAll();
+  for (int id = 2; id <= 5; ++id) d.Add(WithPrompt(id, Concat(system, {id}), 20));
+  d.Add(WithPrompt(6, Concat(d.history[1], {9}), 20));  // The next turn of 1's conversation.
+  d.RunAll();
+  for (int id = 2; id <= 5; ++id) EXPECT_EQ(FirstNPast(d, id), (std::vector<int64_t>{8})) << id;
+  EXPECT_EQ(FirstNPast(d, 6), (std::vector<int64_t>{28}));  // 31 + 1 tokens; 30 were cached.
+  EXPECT_GT(d.worker.accepted, 0);
+  EXPECT_LT(d.worker.accepted, d.drafted);
+  ExpectReference(d);
+  ExpectAllFree(d.sched);
+}
+
+TEST(SchedulerTest, PrefixCachingOffNeverHits) {
+  SchedulerOptions o = Options(16, 4);
+  o.prefix_caching = false;
+  Driver d(o);
+  const std::vector<int32_t> p = Iota(9, 500);
+  d.Add(WithPrompt(1, p, 3));
+  d.RunAll();
+  d.Add(WithPrompt(2, p, 3));
+  d.RunAll();
+  EXPECT_EQ(FirstNPast(d, 2), (std::vector<int64_t>{0}));
+  const SchedulerStats st = d.sched.Stats();
+  EXPECT_EQ(st.prefix_query_tokens, 0);
+  EXPECT_EQ(st.prefix_hit_tokens, 0);
+  EXPECT_EQ(st.n_cached_blocks, 0);
+  ExpectReference(d);
+}
+
+TEST(SchedulerTest, ClearPrefixCacheForgetsEveryBlock) {
+  Driver d(Options(16, 4));
+  const std::vector<int32_t> p = Iota(9, 500);
+  d.Add(WithPrompt(1, p, 1));
+  d.RunAll();
+  d.Add(WithPrompt(2, Concat(p, {3}), 6));
+  ASSERT_TRUE(d.ScheduleOne());
+  d.CompleteOne();
+  EXPECT_EQ(d.sched.Stats().n_cached_blocks, 2);
+  d.sched.ClearPrefixCache();  // A worker restarted: 2 keeps its blocks, none is matchable.
+  EXPECT_EQ(d.sched.Stats().n_cached_blocks, 0);
+  EXPECT_EQ(d.sched.Stats().n_free_blocks, 16 - 3);
+  d.RunAll();
+  EXPECT_EQ(d.sched.Stats().n_cached_blocks, 0);  // Nor registered later.
+  d.Add(WithPrompt(3, Concat(p, {3}), 2));
+  d.RunAll();
+  EXPECT_EQ(FirstNPast(d, 3), (std::vector<int64_t>{0}));
+  ExpectReference(d);
+  ExpectAllFree(d.sched);
+}
+
+TEST(SchedulerTest, ChunkedPrefillAfterAPrefixHit) {
+  Driver d(Options(32, 4, 64, /*max_batched_tokens=*/8));
+  const std::vector<int32_t> p = Iota(16, 500);
+  d.Add(WithPrompt(1, p, 1));
+  d.RunAll();
+  d.Add(WithPrompt(2, Concat(p, Iota(12, 900)), 2));  // 16 cached, 12 in chunks of 8 and 4.
+  ASSERT_TRUE(d.ScheduleOne());
+  const BatchEntry first = d.in_flight[0].entries[0];
+  EXPECT_EQ(first.n_past, 16);
+  EXPECT_EQ(first.tokens.size(), 8u);
+  EXPECT_TRUE(first.first_chunk);
+  EXPECT_FALSE(first.wants_logits);
+  d.CompleteOne();
+  ASSERT_TRUE(d.ScheduleOne());
+  const BatchEntry second = d.in_flight[0].entries[0];
+  EXPECT_EQ(second.n_past, 24);
+  EXPECT_EQ(second.tokens.size(), 4u);
+  EXPECT_FALSE(second.first_chunk);
+  EXPECT_TRUE(second.wants_logits);
+  d.RunAll();
+  ExpectReference(d);
 }
 
 }  // namespace
