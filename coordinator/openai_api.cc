@@ -402,7 +402,8 @@ json OpenAiResponder::Logprobs(const v1::GenerateResponse& m) {
 json OpenAiResponder::UsageJson() const {
   return {{"prompt_tokens", usage_.prompt_tokens()},
           {"completion_tokens", usage_.completion_tokens()},
-          {"total_tokens", usage_.prompt_tokens() + usage_.completion_tokens()}};
+          {"total_tokens", usage_.prompt_tokens() + usage_.completion_tokens()},
+          {"prompt_tokens_details", {{"cached_tokens", usage_.cached_tokens()}}}};
 }
 
 std::vector<json> OpenAiResponder::Chunks(const v1::GenerateResponse& m) {

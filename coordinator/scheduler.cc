@@ -117,7 +117,12 @@ void Scheduler::RegisterCachedBlocks(Sequence& seq) {
   if (!options_.prefix_caching) return;
   const int64_t bs = options_.kv_block_size;
   std::vector<int32_t> tokens(bs);
-  while (seq.chain_open && static_cast<int64_t>(seq.chain.size() + 1) * bs <= seq.n_cached) {
+  // Only blocks a prefill computed: on the quantized CPU path a decode step's KV differs
+  // from a prefill's in the last bits (one-row GEMV against the tiled GEMM), so reusing it
+  // would make a cached answer differ from an uncached one. Prefill blocks reused are
+  // bit-identical to recomputing them; a chat's next turn recomputes only the last answer.
+  const int64_t end = std::min(seq.n_cached, seq.n_prefilled);
+  while (seq.chain_open && static_cast<int64_t>(seq.chain.size() + 1) * bs <= end) {
     const int64_t i = static_cast<int64_t>(seq.chain.size());
     for (int64_t j = 0; j < bs; ++j) tokens[j] = seq.token(i * bs + j);
     const PrefixLink parent = i == 0 ? PrefixLink{} : seq.chain.back();
@@ -156,6 +161,7 @@ bool Scheduler::AdmitHead(int64_t budget, Batch& batch) {
   seq.chain = std::move(hit);
   seq.chain_open = true;
   seq.n_cached = static_cast<int64_t>(n_hit) * options_.kv_block_size;
+  seq.n_prefilled = seq.n_cached;
   if (options_.prefix_caching) {
     prefix_query_tokens_ += n_tokens;
     prefix_hit_tokens_ += seq.n_cached;
@@ -173,6 +179,7 @@ void Scheduler::Preempt(Sequence& seq) {
   CASCADE_CHECK(seq.running && seq.in_flight_batch < 0) << "preempting sequence " << seq.spec.id;
   FreeBlocks(seq);  // Its registered blocks stay matchable: a readmission may find them.
   seq.n_cached = 0;
+  seq.n_prefilled = 0;
   seq.running = false;
   ++seq.n_preemptions;
   ++n_preemptions_;
@@ -263,7 +270,7 @@ std::optional<Batch> Scheduler::Schedule() {
   std::vector<InFlightEntry>& record = in_flight_[batch.id];
   for (const BatchEntry& e : batch.entries) {
     seqs_.at(e.seq_id).in_flight_batch = batch.id;
-    record.push_back({e.seq_id, static_cast<int64_t>(e.tokens.size()), e.wants_logits, e.draft_slots});
+    record.push_back({e.seq_id, static_cast<int64_t>(e.tokens.size()), e.wants_logits, e.draft_slots, e.is_prefill});
   }
   ++n_batches_;
   max_batch_seqs_seen_ = std::max(max_batch_seqs_seen_, static_cast<int>(batch.entries.size()));
@@ -308,6 +315,7 @@ absl::StatusOr<std::vector<TokenEvent>> Scheduler::Complete(int64_t batch_id, st
     Sequence& seq = seqs_.at(e.seq_id);
     if (seq.dropped) continue;  // ReleaseBatch frees it.
     seq.n_cached += e.n_new;
+    if (e.is_prefill) seq.n_prefilled = seq.n_cached;
     if (!e.wants_logits) {
       RegisterCachedBlocks(seq);
       continue;

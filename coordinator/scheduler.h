@@ -253,6 +253,9 @@ class Scheduler {
     // (its own block or an identical one registered earlier), [n_registered_blocks].
     std::vector<PrefixLink> chain;
     bool chain_open = true;  // False once a registration failed: no later block is registered.
+    // Positions [0, n_prefilled) got their KV from prefill chunks or a prefix hit; only
+    // blocks inside it are registered (RegisterCachedBlocks says why).
+    int64_t n_prefilled = 0;
 
     int64_t n_tokens() const { return static_cast<int64_t>(spec.prompt.size() + generated.size()); }
     int32_t token(int64_t i) const;
@@ -264,6 +267,7 @@ class Scheduler {
     int64_t n_new = 0;
     bool wants_logits = false;
     int32_t draft_slots = 0;
+    bool is_prefill = false;
   };
 
   // Evicts `seq` (running, not in flight): frees its blocks and puts it at the front

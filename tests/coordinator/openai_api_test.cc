@@ -229,6 +229,7 @@ v1::GenerateResponse Message(std::vector<int32_t> ids, std::string text, bool la
     m.set_finish(v1::FINISH_REASON_LENGTH);
     m.mutable_usage()->set_prompt_tokens(5);
     m.mutable_usage()->set_completion_tokens(3);
+    m.mutable_usage()->set_cached_tokens(4);
   }
   return m;
 }
@@ -253,6 +254,7 @@ TEST(OpenAiApiTest, ChatStreamChunks) {
   const json usage = r.UsageChunk();
   EXPECT_TRUE(usage["choices"].empty());
   EXPECT_EQ(usage["usage"]["total_tokens"], 8);
+  EXPECT_EQ(usage["usage"]["prompt_tokens_details"]["cached_tokens"], 4);
 }
 
 TEST(OpenAiApiTest, WholeChatWithLogprobs) {

@@ -1069,6 +1069,25 @@ TEST(SchedulerTest, ReadmissionAfterPreemptionReusesItsCachedBlocks) {
   ExpectAllFree(d.sched);
 }
 
+TEST(SchedulerTest, OnlyPrefilledBlocksAreRegistered) {
+  // 1's prompt fills one block of 4 and a token of the next; decoding fills that block
+  // and two more, none registered. A next turn that resends them prefills them, and then
+  // they are reused.
+  Driver d(Options(16, 4));
+  d.Add(WithPrompt(1, Iota(5, 500), 8));
+  d.RunAll();
+  EXPECT_EQ(d.sched.Stats().n_cached_blocks, 1);
+  d.Add(WithPrompt(2, Concat(d.history[1], {7}), 1));
+  d.RunAll();
+  EXPECT_EQ(FirstNPast(d, 2), (std::vector<int64_t>{4}));
+  EXPECT_EQ(d.sched.Stats().n_cached_blocks, 3);  // 2's prompt: 14 tokens, 3 full blocks.
+  d.Add(WithPrompt(3, Concat(d.history[1], {8}), 1));
+  d.RunAll();
+  EXPECT_EQ(FirstNPast(d, 3), (std::vector<int64_t>{12}));
+  ExpectReference(d);
+  ExpectAllFree(d.sched);
+}
+
 TEST(SchedulerTest, DraftsOnSharedPrefixesChangeNoToken) {
   Driver d(Options(64, 4), /*draft_k=*/4, /*wrong=*/0.5);
   const std::vector<int32_t> system = Iota(10, 500);
@@ -1078,7 +1097,9 @@ TEST(SchedulerTest, DraftsOnSharedPrefixesChangeNoToken) {
   d.Add(WithPrompt(6, Concat(d.history[1], {9}), 20));  // The next turn of 1's conversation.
   d.RunAll();
   for (int id = 2; id <= 5; ++id) EXPECT_EQ(FirstNPast(d, id), (std::vector<int64_t>{8})) << id;
-  EXPECT_EQ(FirstNPast(d, 6), (std::vector<int64_t>{28}));  // 31 + 1 tokens; 30 were cached.
+  // 31 + 1 tokens, 30 of them cached, but only 1's prefilled prompt blocks are reused: its
+  // answer's KV came from decode (and verify) steps, which are never registered.
+  EXPECT_EQ(FirstNPast(d, 6), (std::vector<int64_t>{8}));
   EXPECT_GT(d.worker.accepted, 0);
   EXPECT_LT(d.worker.accepted, d.drafted);
   ExpectReference(d);
