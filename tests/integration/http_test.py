@@ -104,6 +104,10 @@ def test_openai_sdk():
         finishes = [ch.choices[0].finish_reason for ch in chunks if ch.choices and ch.choices[0].finish_reason]
         assert finishes == [whole.choices[0].finish_reason], finishes
         assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+        # The same conversation again: its prompt's full blocks come from the prefix cache.
+        n_prompt = whole.usage.prompt_tokens
+        assert whole.usage.prompt_tokens_details.cached_tokens == 0, whole.usage
+        assert chunks[-1].usage.prompt_tokens_details.cached_tokens == 16 * ((n_prompt - 1) // 16), chunks[-1].usage
         assert all(ch.usage is None for ch in chunks[:-1])
         print(f"chat: {whole.usage.completion_tokens} tokens, streamed in {len(chunks)} chunks, equal to gRPC: {text!r}")
 
@@ -202,6 +206,17 @@ def test_metrics():
         assert moved("cascade_http_requests_total", path="/v1/completions", code="200") == 3
         assert moved("cascade_http_requests_total", path="/v1/completions", code="400") == 1
         assert moved("cascade_generation_tokens_total") == 24
+        # Three prompts sharing "Count to " (no full block) looked up; none hit.
+        assert moved("cascade_prefix_cache_query_tokens_total") >= 3 * 4, after
+        assert moved("cascade_prefix_cache_hit_tokens_total") == 0
+        long_prompt = "The quick brown fox jumps over the lazy dog. " * 6
+        for _ in range(2):
+            c.completions.create(model=MODEL_ID, prompt=long_prompt, max_tokens=2, temperature=0)
+        again = metrics(http_address)
+        hit = metric(again, "cascade_prefix_cache_hit_tokens_total") - metric(after, "cascade_prefix_cache_hit_tokens_total")
+        assert hit >= 48 and hit % 16 == 0, hit
+        assert metric(again, "cascade_kv_blocks_cached") >= hit / 16
+        assert 0 < metric(again, "cascade_prefix_cache_hit_rate") < 1
         for h in ("cascade_time_to_first_token_seconds", "cascade_e2e_request_latency_seconds",
                   "cascade_queue_time_seconds", "cascade_time_per_output_token_seconds"):
             assert moved(h + "_count") == 3, h
