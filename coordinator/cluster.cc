@@ -361,7 +361,8 @@ void Cluster::ReadResults(int i) {
       error = r.error();
       break;
     }
-    if (metrics_ != nullptr) metrics_->ObserveStep(drafter ? -1 : i / tp_size(), drafter ? 0 : i % tp_size(), r.forward_s());
+    if (metrics_ != nullptr)
+      metrics_->ObserveStep(drafter ? -1 : i / tp_size(), drafter ? 0 : i % tp_size(), r.forward_s());
     absl::MutexLock lock(&mu_);
     for (const v1::LayerExpertTokens& layer : r.expert_tokens()) {
       std::vector<int64_t>& total = expert_tokens_[layer.layer()];

@@ -220,7 +220,8 @@ absl::Status Parser::ParseHostPort(const YAML::Node& node, std::string_view key,
   }
   int port = 0;
   if (host.empty() || !absl::SimpleAtoi(port_text, &port) || port < 0 || port > 65535) {
-    return Error(node, key, StrCat("expected HOST:PORT with a port in [0, 65535] (0 = any free port), got '", text, "'"));
+    return Error(node, key,
+                 StrCat("expected HOST:PORT with a port in [0, 65535] (0 = any free port), got '", text, "'"));
   }
   *host_out = host;
   *port_out = port;

@@ -154,9 +154,9 @@ class Engine {
   const text::Tokenizer* tokenizer_;
   Scheduler scheduler_;  // Loop thread only (ResetKvBlocks before Start); not guarded.
   const SpeculationOptions speculation_;
-  StepCostModel step_cost_;  // Decode-step time against rows, for the choice of k. Loop thread only.
+  StepCostModel step_cost_;            // Decode-step time against rows, for the choice of k. Loop thread only.
   ServingMetrics* metrics_ = nullptr;  // Thread-safe itself; set before Start.
-  std::thread thread_;       // Start and the destructor only (the owner's thread).
+  std::thread thread_;                 // Start and the destructor only (the owner's thread).
   std::atomic<bool> stop_{false};
 
   mutable absl::Mutex mu_;  // Guards the submission queue and the stats copy.

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <chrono>
 
+#include "coordinator/openai_api.h"
 #include "core/logging.h"
 #include "core/str_cat.h"
-#include "coordinator/openai_api.h"
 #include "httplib.h"
 
 namespace cascade::coordinator {
@@ -93,7 +93,8 @@ HttpFront::HttpFront(InferenceService* inference, Engine* engine, Cluster* clust
 HttpFront::~HttpFront() { Stop(); }
 
 absl::Status HttpFront::Start() {
-  created_ = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  created_ =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   const int threads = options_.threads;
   // Each streamed request holds a pool thread for its whole life: size the pool for the
   // concurrency served, not for the cores (httplib's default is max(8, cores - 1)).
@@ -189,7 +190,9 @@ void HttpFront::Route() {
     } else {
       SendJson(res, res.status,
                {{"error",
-                 {{"message", StrCat("HTTP ", res.status)}, {"type", "invalid_request_error"}, {"param", nullptr},
+                 {{"message", StrCat("HTTP ", res.status)},
+                  {"type", "invalid_request_error"},
+                  {"param", nullptr},
                   {"code", nullptr}}}});
     }
   });

@@ -32,9 +32,9 @@ namespace cascade::coordinator {
 
 struct HttpFrontOptions {
   std::string host = "127.0.0.1";
-  int port = 0;              // 0: any free port.
-  int threads = 64;          // Connections served at once (each stream holds one).
-  std::string model_id;      // The `model` clients name, listed by /v1/models.
+  int port = 0;          // 0: any free port.
+  int threads = 64;      // Connections served at once (each stream holds one).
+  std::string model_id;  // The `model` clients name, listed by /v1/models.
   int64_t max_body_bytes = 16 << 20;
 };
 

@@ -133,7 +133,7 @@ void InferenceCall::Cancel(std::string_view why) {
 }
 
 absl::StatusOr<std::unique_ptr<InferenceCall>> InferenceService::Begin(std::string_view api,
-                                                                      const v1::GenerateRequest& req) {
+                                                                       const v1::GenerateRequest& req) {
   auto prepared = Prepare(req);
   if (!prepared.ok()) {
     if (metrics_ != nullptr) metrics_->CountRequest(api, RequestOutcomeOf(prepared.status(), {}));
@@ -177,14 +177,14 @@ grpc::Status InferenceService::Complete(grpc::ServerContext* ctx, const v1::Gene
   absl::Status s = Execute(
       "grpc", *req,
       [&](const v1::GenerateResponse& m) {
-    resp->mutable_token_ids()->Add(m.token_ids().begin(), m.token_ids().end());
-    resp->mutable_text()->append(m.text());
-    for (const auto& lp : m.logprobs()) *resp->add_logprobs() = lp;
-    if (!m.finish_reason().empty()) resp->set_finish_reason(m.finish_reason());
-    if (m.finish() != v1::FINISH_REASON_UNSPECIFIED) resp->set_finish(m.finish());
-    if (m.has_usage()) *resp->mutable_usage() = m.usage();
-    resp->set_request_id(m.request_id());
-    return true;
+        resp->mutable_token_ids()->Add(m.token_ids().begin(), m.token_ids().end());
+        resp->mutable_text()->append(m.text());
+        for (const auto& lp : m.logprobs()) *resp->add_logprobs() = lp;
+        if (!m.finish_reason().empty()) resp->set_finish_reason(m.finish_reason());
+        if (m.finish() != v1::FINISH_REASON_UNSPECIFIED) resp->set_finish(m.finish());
+        if (m.has_usage()) *resp->mutable_usage() = m.usage();
+        resp->set_request_id(m.request_id());
+        return true;
       },
       [ctx] { return ctx->IsCancelled(); });
   return ToGrpc(s);

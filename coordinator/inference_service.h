@@ -9,8 +9,8 @@
 #include <atomic>
 #include <functional>
 #include <memory>
-#include <string_view>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -90,7 +90,6 @@ class InferenceService final : public v1::Inference::Service {
   absl::StatusOr<std::vector<int32_t>> PromptIds(const v1::Prompt& prompt, bool add_special) const;
 
  private:
-
   Engine* engine_;
   Cluster* cluster_;
   const text::Tokenizer* tokenizer_;

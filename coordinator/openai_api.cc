@@ -41,7 +41,8 @@ class Fields {
     const json* v = Get(key);
     if (v == nullptr) return absl::OkStatus();
     if (!v->is_number_integer()) return Bad(key, "expected an integer");
-    const int64_t x = v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(hi) ? hi + 1 : v->get<int64_t>();
+    const int64_t x =
+        v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(hi) ? hi + 1 : v->get<int64_t>();
     if (x < lo || x > hi) return Bad(key, StrCat(x, " is outside [", lo, ", ", hi, "]"));
     *out = x;
     return absl::OkStatus();
@@ -119,7 +120,8 @@ absl::Status ParsePrompt(const json& body, v1::GenerateRequest* req) {
     for (const json& id : *p) {
       if (!id.is_number_integer()) return Bad("prompt", "a token-id prompt must hold integers only");
       const int64_t v = id.get<int64_t>();
-      if (v < 0 || v > std::numeric_limits<int32_t>::max()) return Bad("prompt", StrCat("token id ", v, " is negative or too large"));
+      if (v < 0 || v > std::numeric_limits<int32_t>::max())
+        return Bad("prompt", StrCat("token id ", v, " is negative or too large"));
       ids->add_ids(static_cast<int32_t>(v));
     }
     return absl::OkStatus();
@@ -196,7 +198,8 @@ absl::Status ParseSampling(const Fields& f, v1::GenerateRequest* req) {
   s->set_presence_penalty(static_cast<float>(presence.value_or(0.0)));
   s->set_frequency_penalty(static_cast<float>(frequency.value_or(0.0)));
   // Without a seed, each request samples differently, as OpenAI's do.
-  s->set_seed(seed ? static_cast<uint64_t>(*seed) : (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}());
+  s->set_seed(seed ? static_cast<uint64_t>(*seed)
+                   : (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}());
   return absl::OkStatus();
 }
 
@@ -373,7 +376,8 @@ json OpenAiResponder::Logprobs(const v1::GenerateResponse& m) {
       json top = json::array();
       for (int i = 0; i < std::min(lp.top_size(), request_.top_logprobs); ++i) {
         const std::string t = TokenString(lp.top(i).id());
-        top.push_back({{"token", t}, {"logprob", lp.top(i).logprob()}, {"bytes", std::vector<uint8_t>(t.begin(), t.end())}});
+        top.push_back(
+            {{"token", t}, {"logprob", lp.top(i).logprob()}, {"bytes", std::vector<uint8_t>(t.begin(), t.end())}});
       }
       content.push_back({{"token", token},
                          {"logprob", lp.logprob()},
@@ -382,7 +386,9 @@ json OpenAiResponder::Logprobs(const v1::GenerateResponse& m) {
     }
     return {{"content", content}};
   }
-  json out = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
+  json out = {{"tokens", json::array()},
+              {"token_logprobs", json::array()},
+              {"top_logprobs", json::array()},
               {"text_offset", json::array()}};
   for (const v1::TokenLogprob& lp : m.logprobs()) {
     const std::string token = TokenString(lp.id());
@@ -469,7 +475,8 @@ void OpenAiResponder::Add(const v1::GenerateResponse& m) {
 
 json OpenAiResponder::Whole() const {
   const bool chat = request_.endpoint == OpenAiEndpoint::kChat;
-  json choice = {{"index", 0}, {"logprobs", request_.logprobs ? logprobs_ : json(nullptr)}, {"finish_reason", finish_reason_}};
+  json choice = {
+      {"index", 0}, {"logprobs", request_.logprobs ? logprobs_ : json(nullptr)}, {"finish_reason", finish_reason_}};
   if (chat) {
     choice["message"] = {{"role", "assistant"}, {"content", text_}};
   } else {

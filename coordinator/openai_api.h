@@ -70,10 +70,10 @@ class OpenAiResponder {
   std::string model_id_;
   std::string id_;
   int64_t created_;
-  bool sent_role_ = false;    // Chat streams open with the assistant role.
-  std::string text_;          // Whole: all text so far.
-  nlohmann::json logprobs_;   // Whole: merged logprobs.
-  int64_t text_offset_ = 0;   // Completions' logprobs.text_offset.
+  bool sent_role_ = false;   // Chat streams open with the assistant role.
+  std::string text_;         // Whole: all text so far.
+  nlohmann::json logprobs_;  // Whole: merged logprobs.
+  int64_t text_offset_ = 0;  // Completions' logprobs.text_offset.
   std::string finish_reason_;
   v1::Usage usage_;
   bool has_usage_ = false;

@@ -77,7 +77,8 @@ std::string ServingMetrics::Render(const EngineStats& engine, const v1::ClusterS
     absl::MutexLock lock(&mu_);
     out.Family("cascade_requests_total", "counter", "Requests ended, by API and outcome.");
     for (const auto& [key, n] : requests_) {
-      out.Sample("cascade_requests_total", {{"api", key.first}, {"outcome", std::string(RequestOutcomeName(key.second))}},
+      out.Sample("cascade_requests_total",
+                 {{"api", key.first}, {"outcome", std::string(RequestOutcomeName(key.second))}},
                  static_cast<double>(n));
     }
     out.Family("cascade_http_requests_total", "counter", "HTTP requests answered, by path and status code.");
@@ -93,10 +94,8 @@ std::string ServingMetrics::Render(const EngineStats& engine, const v1::ClusterS
     }
   }
   const std::pair<const char*, const Histogram*> latencies[] = {
-      {"cascade_time_to_first_token_seconds", &ttft},
-      {"cascade_time_per_output_token_seconds", &tpot},
-      {"cascade_inter_token_latency_seconds", &itl},
-      {"cascade_queue_time_seconds", &queue_time},
+      {"cascade_time_to_first_token_seconds", &ttft}, {"cascade_time_per_output_token_seconds", &tpot},
+      {"cascade_inter_token_latency_seconds", &itl},  {"cascade_queue_time_seconds", &queue_time},
       {"cascade_e2e_request_latency_seconds", &e2e},
   };
   const char* helps[] = {

@@ -19,8 +19,8 @@ namespace cascade {
 class Histogram {
  public:
   struct Snapshot {
-    std::vector<double> bounds;      // Ascending upper bounds.
-    std::vector<uint64_t> buckets;   // Observations <= bounds[i], cumulative; one more for +Inf.
+    std::vector<double> bounds;     // Ascending upper bounds.
+    std::vector<uint64_t> buckets;  // Observations <= bounds[i], cumulative; one more for +Inf.
     double sum = 0;
     uint64_t count = 0;
   };

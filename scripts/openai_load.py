@@ -65,6 +65,16 @@ def stream(url, path, body, timeout=600):
         conn.close()
 
 
+def run_all(fn, n, concurrency, errors):
+    """Runs fn(0..n-1), `concurrency` at a time; prints the first errors; the wall time."""
+    t0 = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
+        list(pool.map(fn, range(n)))
+    for e in errors[:3]:
+        print(f"openai_load: failed: {e}", file=sys.stderr)
+    return time.perf_counter() - t0
+
+
 def summary(label, wall, tokens, failures, ttft, itl, tpot, **extra):
     ms = lambda v: {"p50": 1e3 * percentile(v, 50), "p99": 1e3 * percentile(v, 99)}  # noqa: E731
     return {"label": label, **extra, "wall_s": wall, "output_tokens": tokens,
@@ -93,12 +103,7 @@ def run_load(a):
             if usage["completion_tokens"] > 1:
                 tpot.append((times[-1] - first) / (usage["completion_tokens"] - 1))
 
-    t0 = time.perf_counter()
-    with concurrent.futures.ThreadPoolExecutor(a.concurrency) as pool:
-        list(pool.map(one, range(a.requests)))
-    wall = time.perf_counter() - t0
-    for e in errors[:3]:
-        print(f"openai_load: failed: {e}", file=sys.stderr)
+    wall = run_all(one, a.requests, a.concurrency, errors)
     return summary(a.label, wall, tokens, len(errors), ttft, itl, tpot, requests=a.requests,
                    concurrency=a.concurrency, prompt_tokens=a.prompt_tokens, max_tokens=a.max_tokens)
 
@@ -135,12 +140,7 @@ def run_chat(a):
                     cached.append((details.get("cached_tokens", 0), usage["prompt_tokens"]))
             messages.append({"role": "assistant", "content": text})
 
-    t0 = time.perf_counter()
-    with concurrent.futures.ThreadPoolExecutor(a.concurrency) as pool:
-        list(pool.map(conversation, range(a.chats)))
-    wall = time.perf_counter() - t0
-    for e in errors[:3]:
-        print(f"openai_load: failed: {e}", file=sys.stderr)
+    wall = run_all(conversation, a.chats, a.concurrency, errors)
     ms = lambda v: {"p50": 1e3 * percentile(v, 50), "p99": 1e3 * percentile(v, 99), "mean": 1e3 * sum(v) / max(1, len(v))}  # noqa: E731
     out = summary(a.label, wall, tokens, len(errors), first_ttft + later_ttft, itl, [], chats=a.chats,
                   concurrency=a.concurrency, turns=a.turns, max_tokens=a.max_tokens)

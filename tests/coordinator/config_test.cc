@@ -109,8 +109,8 @@ TEST(ConfigTest, Ipv6Listen) {
 
 TEST(ConfigTest, HttpFront) {
   // Off unless set; the OpenAI model name defaults to the file's name without .gguf.
-  absl::StatusOr<ClusterConfig> c =
-      ParseClusterConfig("model: {path: /m/SmolLM2.Q4_1.gguf}\nnodes: [{name: a, host: h, devices: [cpu]}]\n", "a.yaml");
+  absl::StatusOr<ClusterConfig> c = ParseClusterConfig(
+      "model: {path: /m/SmolLM2.Q4_1.gguf}\nnodes: [{name: a, host: h, devices: [cpu]}]\n", "a.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->server.http_listen, "");
   EXPECT_EQ(c->server.http_threads, 64);

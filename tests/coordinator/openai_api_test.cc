@@ -6,8 +6,8 @@
 
 #include <limits>
 
-#include "tests/test_support.h"
 #include "core/logging.h"
+#include "tests/test_support.h"
 #include "text/tokenizer_spec.h"
 
 namespace cascade::coordinator {
@@ -34,9 +34,10 @@ const json kChat = {{"model", kModel}, {"messages", {{{"role", "user"}, {"conten
 
 TEST(OpenAiApiTest, ChatMapsMessagesAndOpenAiDefaults) {
   json body = kChat;
-  body["messages"] = {{{"role", "developer"}, {"content", "be brief"}},
-                      {{"role", "user"}, {"content", {{{"type", "text"}, {"text", "a"}}, {{"type", "text"}, {"text", "b"}}}}},
-                      {{"role", "assistant"}, {"content", nullptr}}};
+  body["messages"] = {
+      {{"role", "developer"}, {"content", "be brief"}},
+      {{"role", "user"}, {"content", {{{"type", "text"}, {"text", "a"}}, {{"type", "text"}, {"text", "b"}}}}},
+      {{"role", "assistant"}, {"content", nullptr}}};
   const OpenAiRequest r = Parse(OpenAiEndpoint::kChat, body);
   const v1::ChatMessages& chat = r.request.prompt().chat();
   ASSERT_EQ(chat.messages_size(), 3);
@@ -135,7 +136,8 @@ TEST(OpenAiApiTest, RefusesBadAndUnsupportedFieldsNamingThem) {
   const Refusal refusals[] = {
       {C, "not json", kInvalid, "body: not valid JSON"},
       {C, "[1]", kInvalid, "body: expected a JSON object"},
-      {C, R"({"prompt": "x", "model": "gpt-4"})", absl::StatusCode::kNotFound, "model: the model 'gpt-4' does not exist"},
+      {C, R"({"prompt": "x", "model": "gpt-4"})", absl::StatusCode::kNotFound,
+       "model: the model 'gpt-4' does not exist"},
       {C, R"({"prompt": "x", "model": 3})", kInvalid, "model: expected a string"},
       {C, R"({})", kInvalid, "prompt: required"},
       {C, R"({"prompt": ["a", "b"]})", kInvalid, "prompt: batches of prompts are not supported"},

@@ -280,6 +280,17 @@ def test_disconnect_cancels():
         assert r.usage.completion_tokens == 3
 
 
+def wait_health(http_address, want, timeout_s):
+    """Polls /health until it answers `want`; (seconds taken, body)."""
+    t0 = time.time()
+    while time.time() - t0 < timeout_s:
+        status, body = get(http_address, "/health")
+        if status == want:
+            return time.time() - t0, body
+        time.sleep(0.1)
+    raise AssertionError(f"/health not {want} within {timeout_s} s: {status} {body}")
+
+
 def test_health_follows_cluster():
     with http_cluster(pipeline=2) as (_, http_address, proc):
         status, body = get(http_address, "/health")
@@ -289,14 +300,9 @@ def test_health_follows_cluster():
         workers = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
         victim = int(workers[1])
         os.kill(victim, signal.SIGSTOP)
-        t0 = time.time()
-        while time.time() - t0 < 15:
-            status, body = get(http_address, "/health")
-            if status == 503:
-                break
-            time.sleep(0.1)
-        assert status == 503 and json.loads(body)["status"] == "degraded", (status, body)
-        print(f"/health 503 {time.time() - t0:.2f} s after SIGSTOP: {body}")
+        took, body = wait_health(http_address, 503, 15)
+        assert json.loads(body)["status"] == "degraded", body
+        print(f"/health 503 {took:.2f} s after SIGSTOP: {body}")
         # While degraded, a request is refused with 503 in OpenAI's shape.
         try:
             client(http_address).completions.create(model=MODEL_ID, prompt="Hi", max_tokens=3)
@@ -304,16 +310,10 @@ def test_health_follows_cluster():
         except openai.APIStatusError as e:
             assert e.status_code == 503 and "degraded" in e.body["message"], (e.status_code, e.body)
         os.kill(victim, signal.SIGCONT)  # It learns it was declared dead, exits, and is restarted.
-        t0 = time.time()
-        while time.time() - t0 < 60:
-            status, body = get(http_address, "/health")
-            if status == 200:
-                break
-            time.sleep(0.5)
-        assert status == 200, body
+        took, _ = wait_health(http_address, 200, 60)
         r = client(http_address).completions.create(model=MODEL_ID, prompt="Hi", max_tokens=3, temperature=0)
         assert r.usage.completion_tokens == 3
-        print(f"/health 200 again {time.time() - t0:.1f} s after SIGCONT, serving")
+        print(f"/health 200 again {took:.1f} s after SIGCONT, serving")
 
 
 if __name__ == "__main__":
