@@ -154,11 +154,16 @@ void StageExecutor::TrackHistory(const v1::StepRequest& step) {
       st.sampler = std::make_unique<sampling::Sampler>(FromProto(s.sampling()));
       st.history.assign(s.history().begin(), s.history().end());
       if (st.history.empty()) st.history.assign(s.tokens().begin(), s.tokens().end() - s.n_draft());
-    } else if (s.n_draft() == 0 && s.tokens_size() > 1) {
-      // A prefill chunk. Decode and verify steps feed the token sampled last first, which
-      // history already holds; drafts join it only once accepted.
+    } else if (s.n_draft() == 0) {
+      // History holds positions [0, size): the reset entry's whole history (the coordinator
+      // sends prompt and generated tokens there), then each sampled token. A later prefill
+      // chunk adds only positions past it (none, when the reset carried the history);
+      // decode and verify steps feed the token sampled last, which it already holds, and
+      // drafts join it only once accepted.
       auto& h = seqs_[s.seq_id()].history;
-      h.insert(h.end(), s.tokens().begin(), s.tokens().end());
+      for (int i = 0; i < s.tokens_size(); ++i) {
+        if (s.n_past() + i >= static_cast<int64_t>(h.size())) h.push_back(s.tokens(i));
+      }
     }
   }
 }

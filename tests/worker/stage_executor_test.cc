@@ -114,6 +114,41 @@ TEST(StageExecutorTest, GreedyVerificationEmitsExactlyThePlainDecode) {
   EXPECT_GE(max_emitted, 4);
 }
 
+// Penalties see each prompt token once however the prompt is chunked: the coordinator's
+// first chunk carries the whole history (prompt and generated tokens), so later chunks
+// add nothing to it. Sampled at temperature 1 with a frequency penalty over many seeds, a
+// prompt fed in one step and the same prompt fed in two chunks give the same tokens.
+TEST(StageExecutorTest, ChunkedPromptCountsEachTokenOnceForPenalties) {
+  CASCADE_REQUIRE_FILE(path, testing::TestDataPath("models/stories260K.gguf"));
+  const std::vector<int32_t> prompt = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315};
+  const auto sample = [&](uint64_t seed, bool chunked) {
+    auto e = Make(path);
+    const auto configure = [&](v1::StepSequence* s) {
+      s->mutable_sampling()->set_temperature(4);  // A flat distribution: every logit counts.
+      s->mutable_sampling()->set_frequency_penalty(2);
+      s->mutable_sampling()->set_seed(seed);
+    };
+    v1::StepRequest first;
+    first.set_step_id(1);
+    const size_t n_first = chunked ? 6 : prompt.size();
+    v1::StepSequence* s = AddSeq(first, std::vector<int32_t>(prompt.begin(), prompt.begin() + n_first), 0);
+    s->set_reset(true);
+    s->mutable_history()->Add(prompt.begin(), prompt.end());
+    s->set_sample(!chunked);
+    configure(s);
+    auto r = e->Execute(first);
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!chunked) return Tokens(*r);
+    v1::StepRequest second;
+    second.set_step_id(2);
+    configure(AddSeq(second, std::vector<int32_t>(prompt.begin() + n_first, prompt.end()), n_first));
+    r = e->Execute(second);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return Tokens(*r);
+  };
+  for (uint64_t seed = 1; seed <= 24; ++seed) EXPECT_EQ(sample(seed, true), sample(seed, false)) << "seed " << seed;
+}
+
 // Verification at temperature > 0 emits 1..k+1 tokens whose logprobs are the model's.
 TEST(StageExecutorTest, SampledVerificationReportsEachTokensLogprob) {
   CASCADE_REQUIRE_FILE(path, testing::TestDataPath("models/stories260K.gguf"));
