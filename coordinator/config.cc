@@ -230,7 +230,8 @@ absl::Status Parser::ParseHostPort(const YAML::Node& node, std::string_view key,
 
 absl::Status Parser::ParseServer(const YAML::Node& node, ServerSection* out) const {
   if (!node.IsDefined()) return absl::OkStatus();
-  CASCADE_RETURN_IF_ERROR(CheckMap(node, "server", {"listen", "http_listen", "http_threads", "model_name"}));
+  CASCADE_RETURN_IF_ERROR(
+      CheckMap(node, "server", {"listen", "http_listen", "http_threads", "model_name", "drain_timeout_s"}));
   if (const YAML::Node listen = Child(node, "listen"); listen.IsDefined()) {
     CASCADE_RETURN_IF_ERROR(ParseHostPort(listen, "server.listen", &out->listen_host, &out->listen_port));
     out->listen = listen.Scalar();
@@ -241,6 +242,9 @@ absl::Status Parser::ParseServer(const YAML::Node& node, ServerSection* out) con
   }
   if (const YAML::Node n = Child(node, "http_threads"); n.IsDefined()) {
     CASCADE_ASSIGN_OR_RETURN(out->http_threads, GetInt(n, "server.http_threads", 1, 4096));
+  }
+  if (const YAML::Node n = Child(node, "drain_timeout_s"); n.IsDefined()) {
+    CASCADE_ASSIGN_OR_RETURN(out->drain_timeout_s, GetInt(n, "server.drain_timeout_s", 0, 3600));
   }
   if (const YAML::Node n = Child(node, "model_name"); n.IsDefined()) {
     CASCADE_ASSIGN_OR_RETURN(out->model_name, GetString(n, "server.model_name"));

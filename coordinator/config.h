@@ -84,6 +84,10 @@ struct ServerSection {
   // `server.http_threads`: HTTP connections served at once (a stream holds one for its
   // whole life). Default 64. REQUIRES in [1, 4096].
   int http_threads = 64;
+  // `server.drain_timeout_s`: on SIGTERM or SIGINT the coordinator stops taking requests,
+  // lets the ones it has finish for up to this many seconds (then ends the rest with
+  // UNAVAILABLE), stops its workers and exits 0. Default 30. REQUIRES in [0, 3600].
+  int drain_timeout_s = 30;
   // `server.model_name`: the model's name in the OpenAI API (`model` in requests,
   // /v1/models). Default: the model file's or directory's name without `.gguf`.
   std::string model_name;

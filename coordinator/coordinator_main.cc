@@ -30,8 +30,8 @@
 
 namespace {
 
-std::atomic<bool> g_stop{false};
-void OnSignal(int) { g_stop = true; }
+std::atomic<int> g_signals{0};  // SIGINT/SIGTERM received: 1 drains, 2 stops waiting.
+void OnSignal(int) { ++g_signals; }
 
 int Fail(const absl::Status& s) {
   std::string msg(s.message());
@@ -47,6 +47,25 @@ struct Flags {
   int64_t startup_s = 120;  // --startup-timeout: seconds to wait for every worker.
   bool list_workers = false;
 };
+
+// Graceful shutdown (SIGTERM or SIGINT): new requests are refused (UNAVAILABLE, health
+// NOT_SERVING), the ones begun run to their end for up to `timeout_s` (a second signal
+// stops waiting), then the engine stops and ends any left with UNAVAILABLE.
+void Drain(cascade::coordinator::InferenceService& inference, cascade::coordinator::Engine& engine,
+           cascade::coordinator::HealthWatch& health, int timeout_s) {
+  inference.Drain();
+  health.Set(false, "draining");
+  CASCADE_LOG(Info) << "draining: " << inference.live_calls() << " request(s) in flight, taking no new ones (up to "
+                    << timeout_s << " s; signal again to stop now)";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  while (inference.live_calls() > 0 && g_signals < 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (const int left = inference.live_calls(); left > 0) {
+    CASCADE_LOG(Warning) << "drain ended with " << left << " request(s) unfinished: they end with UNAVAILABLE";
+  }
+  engine.Stop();
+}
 
 // Serves the planned cluster until SIGINT/SIGTERM: the gRPC services, the local workers,
 // bring-up (with the KV pool lowered to what the GPUs hold), then the engine. The exit code.
@@ -125,10 +144,11 @@ int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coor
                     << (draft.kind == DraftKind::kNone ? std::string()
                                                        : StrCat(", drafter ", DraftKindName(draft.kind)))
                     << ")";
-  while (!g_stop) {
+  while (g_signals == 0) {
     health.Update(cluster);  // NOT_SERVING while a worker is dead, until the cluster rebuilds.
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
+  Drain(inference, engine, health, config.server.drain_timeout_s);
   CASCADE_LOG(Info) << "shutting down";
   if (http != nullptr) http->Stop();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));

@@ -47,7 +47,9 @@ Engine::Engine(Cluster* cluster, const text::Tokenizer* tokenizer, const Schedul
   stats_.prefix_caching = options.prefix_caching;
 }
 
-Engine::~Engine() {
+Engine::~Engine() { Stop(); }
+
+void Engine::Stop() {
   stop_ = true;
   Wake();
   if (thread_.joinable()) thread_.join();
@@ -74,6 +76,10 @@ std::shared_ptr<RequestChannel> Engine::Submit(EngineRequest request) {
   auto channel = a->channel;
   {
     absl::MutexLock lock(&mu_);
+    if (stop_) {  // The loop is gone (or going): nothing would ever answer.
+      Push(*channel, {}, true, absl::UnavailableError("the coordinator is shutting down"));
+      return channel;
+    }
     submitted_.emplace_back(next_seq_id_++, std::move(a));
   }
   cv_.SignalAll();
@@ -134,7 +140,14 @@ void Engine::Loop() {
       }
     }
   }
-  FailAll(absl::UnavailableError("the coordinator is shutting down"));
+  const absl::Status shutting_down = absl::UnavailableError("the coordinator is shutting down");
+  FailAll(shutting_down);
+  std::vector<std::pair<int64_t, std::shared_ptr<Active>>> never_admitted;
+  {
+    absl::MutexLock lock(&mu_);  // Submit refuses by itself from now on (stop_ is set).
+    never_admitted.swap(submitted_);
+  }
+  for (auto& [id, a] : never_admitted) Push(*a->channel, {}, true, shutting_down);
 }
 
 void Engine::Admit() {

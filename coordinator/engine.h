@@ -78,9 +78,12 @@ class Engine {
   // Borrows `cluster` and `tokenizer`, which must outlive the engine.
   Engine(Cluster* cluster, const text::Tokenizer* tokenizer, const SchedulerOptions& options,
          const SpeculationOptions& speculation = {});
-  ~Engine();  // Stops the loop; pending requests end with UNAVAILABLE.
+  ~Engine();  // Stop().
 
   void Start();
+  // Stops the loop: requests not finished end with UNAVAILABLE, and later submissions are
+  // refused at once. Idempotent.
+  void Stop();
   // Sizes the KV block pool (Scheduler::ResetKvBlocks). REQUIRES: before Start.
   void ResetKvBlocks(int32_t n_blocks);
   // Where latencies are observed (nullptr: nowhere). REQUIRES: before Start.

@@ -167,9 +167,10 @@ void HttpFront::Route() {
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     v1::ClusterStatus st;
     cluster_->FillStatus(&st);
-    json body = {{"status", st.state()}};
+    const bool draining = inference_->draining();
+    json body = {{"status", draining ? "draining" : st.state()}};
     if (!st.detail().empty()) body["detail"] = st.detail();
-    SendJson(res, st.ready() ? 200 : 503, body);
+    SendJson(res, st.ready() && !draining ? 200 : 503, body);
   });
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     v1::ClusterStatus st;

@@ -92,12 +92,15 @@ absl::StatusOr<EngineRequest> InferenceService::Prepare(const v1::GenerateReques
 }
 
 InferenceCall::InferenceCall(std::shared_ptr<RequestChannel> channel, Engine* engine, ServingMetrics* metrics,
-                             std::string api)
-    : channel_(std::move(channel)), engine_(engine), metrics_(metrics), api_(std::move(api)) {}
+                             std::string api, std::atomic<int>* live)
+    : channel_(std::move(channel)), engine_(engine), metrics_(metrics), api_(std::move(api)), live_(live) {
+  ++*live_;
+}
 
 InferenceCall::~InferenceCall() {
   if (!ended_) Cancel("the caller went away");
   if (metrics_ != nullptr) metrics_->CountRequest(api_, RequestOutcomeOf(status_, finish_));
+  --*live_;
 }
 
 bool InferenceCall::Read(absl::Duration timeout, std::vector<v1::GenerateResponse>* out) {
@@ -134,12 +137,17 @@ void InferenceCall::Cancel(std::string_view why) {
 
 absl::StatusOr<std::unique_ptr<InferenceCall>> InferenceService::Begin(std::string_view api,
                                                                        const v1::GenerateRequest& req) {
-  auto prepared = Prepare(req);
+  absl::StatusOr<EngineRequest> prepared = draining_.load()
+                                               ? absl::UnavailableError(
+                                                     "the server is shutting down: it finishes the requests it has and "
+                                                     "takes no new ones (retry on another replica)")
+                                               : Prepare(req);
   if (!prepared.ok()) {
     if (metrics_ != nullptr) metrics_->CountRequest(api, RequestOutcomeOf(prepared.status(), {}));
     return prepared.status();
   }
-  return std::make_unique<InferenceCall>(engine_->Submit(std::move(*prepared)), engine_, metrics_, std::string(api));
+  return std::make_unique<InferenceCall>(engine_->Submit(std::move(*prepared)), engine_, metrics_, std::string(api),
+                                         &live_);
 }
 
 absl::Status InferenceService::Execute(std::string_view api, const v1::GenerateRequest& req,

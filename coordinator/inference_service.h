@@ -33,7 +33,9 @@ struct InferenceServiceOptions {
 // ended cancels the request; either way the outcome is counted then.
 class InferenceCall {
  public:
-  InferenceCall(std::shared_ptr<RequestChannel> channel, Engine* engine, ServingMetrics* metrics, std::string api);
+  // `live` counts the calls not yet destroyed (InferenceService::live_calls).
+  InferenceCall(std::shared_ptr<RequestChannel> channel, Engine* engine, ServingMetrics* metrics, std::string api,
+                std::atomic<int>* live);
   ~InferenceCall();
   InferenceCall(const InferenceCall&) = delete;
   InferenceCall& operator=(const InferenceCall&) = delete;
@@ -51,6 +53,7 @@ class InferenceCall {
   Engine* engine_;
   ServingMetrics* metrics_;
   std::string api_;
+  std::atomic<int>* live_;
   bool ended_ = false;
   absl::Status status_;
   v1::FinishReason finish_ = v1::FINISH_REASON_UNSPECIFIED;
@@ -82,6 +85,12 @@ class InferenceService final : public v1::Inference::Service {
                        const std::function<bool()>& cancelled);
   // Validates and submits a request for any front end; its outcome is counted under `api`.
   absl::StatusOr<std::unique_ptr<InferenceCall>> Begin(std::string_view api, const v1::GenerateRequest& req);
+  // Graceful shutdown: from now on `Begin` refuses new requests with UNAVAILABLE, while
+  // the calls already begun run to their end.
+  void Drain() { draining_.store(true); }
+  bool draining() const { return draining_.load(); }
+  // Requests begun and not yet over (on any front).
+  int live_calls() const { return live_.load(); }
   // Where request outcomes are counted (nullptr: nowhere). REQUIRES: before serving.
   void SetMetrics(ServingMetrics* metrics) { metrics_ = metrics; }
 
@@ -95,8 +104,10 @@ class InferenceService final : public v1::Inference::Service {
   const text::Tokenizer* tokenizer_;
   model::ModelConfig config_;
   InferenceServiceOptions options_;
-  std::atomic<int64_t> max_context_;
-  ServingMetrics* metrics_ = nullptr;  // options_.max_context until SetMaxContext.
+  std::atomic<int64_t> max_context_;  // options_.max_context until SetMaxContext.
+  ServingMetrics* metrics_ = nullptr;
+  std::atomic<bool> draining_{false};
+  std::atomic<int> live_{0};
 };
 
 }  // namespace cascade::coordinator

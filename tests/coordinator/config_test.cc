@@ -114,6 +114,7 @@ TEST(ConfigTest, HttpFront) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->server.http_listen, "");
   EXPECT_EQ(c->server.http_threads, 64);
+  EXPECT_EQ(c->server.drain_timeout_s, 30);
   EXPECT_EQ(c->server.model_name, "SmolLM2.Q4_1");
   c = ParseClusterConfig(
       "model: {path: /m/llama-dir/}\nnodes: [{name: a, host: h, devices: [cpu]}]\n"
@@ -270,6 +271,8 @@ const BadConfig kBadConfigs[] = {
      "server.http_listen: expected HOST:PORT with a port"},
     {"model: {path: m}\nserver: {http_threads: 0}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
      "server.http_threads: must be >= 1"},
+    {"model: {path: m}\nserver: {drain_timeout_s: 4000}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
+     "server.drain_timeout_s: must be <= 3600"},
     {"model: {path: m}\nserver: {model_name: ''}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
      "server.model_name: must not be empty"},
     // scheduler

@@ -80,7 +80,11 @@ def run_json(*args):
 
 def stop(proc):
     """SIGTERM to the process group, SIGKILL after 10 s."""
-    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:  # Exited already (a test stopped it), workers with it.
+        proc.wait()
+        return
     try:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
@@ -645,6 +649,60 @@ def test_reflection_and_health():
         got = generate(address, "--prompt-ids", "1", "--temperature", "0", "--max-tokens", "20")
         assert got["token_ids"] == STORIES_IDS, got
         print(f"SERVING again {up:.1f} s later, with the restarted worker; same greedy ids")
+
+
+def drain_cluster(drain_timeout_s):
+    text = config_yaml(STORIES, 2).replace("server: {listen: 127.0.0.1:0}",
+                                          f"server: {{listen: 127.0.0.1:0, drain_timeout_s: {drain_timeout_s}}}")
+    return cluster_from_yaml(text)
+
+
+def start_stream(address, n_tokens):
+    return subprocess.Popen([CASCADE, "generate", "--server", address, "--prompt-ids", "1", "--temperature", "0",
+                             "--max-tokens", str(n_tokens), "--ignore-eos", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_sigterm_drain():
+    """SIGTERM: in-flight streams run to their end, new requests are refused with
+    UNAVAILABLE, the workers stop, and the coordinator exits 0; past the drain timeout the
+    rest end with UNAVAILABLE and it still exits 0."""
+    need(STORIES)
+    with drain_cluster(60) as (address, proc, log_path):
+        workers = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        streams = [start_stream(address, 600) for _ in range(3)]
+        time.sleep(0.5)
+        assert all(s.poll() is None for s in streams), "the streams ended before SIGTERM"
+        t0 = time.time()
+        os.kill(proc.pid, signal.SIGTERM)
+        time.sleep(0.2)
+        err = generate(address, "--prompt-ids", "1", "--max-tokens", "3", expect_rc=2)
+        assert "UNAVAILABLE" in err and "shutting down" in err, err
+        for s in streams:
+            out, err = s.communicate(timeout=120)
+            assert s.returncode == 0, err
+            got = json.loads(out)
+            assert len(got["token_ids"]) == 600 and got["finish_reason"] == "length", got["finish_reason"]
+            assert got["token_ids"][:3] == [403, 407, 261], got["token_ids"][:3]
+        assert proc.wait(timeout=30) == 0, open(log_path).read()
+        print(f"3 streams of 600 tokens completed, a new request refused, exit 0 {time.time() - t0:.1f} s after SIGTERM")
+        time.sleep(0.5)
+        alive = [w for w in workers if os.path.exists(f"/proc/{w}") and "zombie" not in open(f"/proc/{w}/status").read()]
+        assert not alive, f"workers still running: {alive}"
+        log = open(log_path).read()
+        assert "draining: 3 request(s) in flight" in log, log
+    with drain_cluster(1) as (address, proc, log_path):
+        stream = start_stream(address, 100000)
+        time.sleep(0.5)
+        t0 = time.time()
+        os.kill(proc.pid, signal.SIGTERM)
+        out, err = stream.communicate(timeout=60)
+        assert stream.returncode == 2 and "UNAVAILABLE" in err and "shutting down" in err, (stream.returncode, err)
+        assert proc.wait(timeout=30) == 0
+        took = time.time() - t0
+        assert 1 <= took < 10, took
+        assert "drain ended with 1 request(s) unfinished" in open(log_path).read()
+        print(f"past a 1 s drain timeout: the stream ended with UNAVAILABLE, exit 0 {took:.1f} s after SIGTERM")
 
 
 # --- Mixture of experts ----------------------------------------------------------------
