@@ -141,6 +141,7 @@ void CopyOptions(const ClusterConfig& config, const ServedModels& models, Servin
   so.max_batched_tokens = config.scheduler.max_batched_tokens;
   so.kv_block_size = static_cast<int32_t>(config.scheduler.kv_block_size);
   so.prefix_caching = config.scheduler.prefix_caching;
+  so.max_queued = config.scheduler.max_queued;
   so.n_kv_blocks = static_cast<int32_t>(std::min<int64_t>(co.kv_blocks, INT32_MAX));
   // One more batch with a drafter worker: it drafts one while the stages verify others.
   so.max_in_flight_batches = static_cast<int>(out.plan.stages.size()) + (models.draft_layers > 0 ? 1 : 0);

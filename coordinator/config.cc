@@ -231,7 +231,8 @@ absl::Status Parser::ParseHostPort(const YAML::Node& node, std::string_view key,
 absl::Status Parser::ParseServer(const YAML::Node& node, ServerSection* out) const {
   if (!node.IsDefined()) return absl::OkStatus();
   CASCADE_RETURN_IF_ERROR(
-      CheckMap(node, "server", {"listen", "http_listen", "http_threads", "model_name", "drain_timeout_s"}));
+      CheckMap(node, "server",
+               {"listen", "http_listen", "http_threads", "model_name", "drain_timeout_s", "recovery_timeout_s"}));
   if (const YAML::Node listen = Child(node, "listen"); listen.IsDefined()) {
     CASCADE_RETURN_IF_ERROR(ParseHostPort(listen, "server.listen", &out->listen_host, &out->listen_port));
     out->listen = listen.Scalar();
@@ -242,6 +243,9 @@ absl::Status Parser::ParseServer(const YAML::Node& node, ServerSection* out) con
   }
   if (const YAML::Node n = Child(node, "http_threads"); n.IsDefined()) {
     CASCADE_ASSIGN_OR_RETURN(out->http_threads, GetInt(n, "server.http_threads", 1, 4096));
+  }
+  if (const YAML::Node n = Child(node, "recovery_timeout_s"); n.IsDefined()) {
+    CASCADE_ASSIGN_OR_RETURN(out->recovery_timeout_s, GetInt(n, "server.recovery_timeout_s", 1, 86400));
   }
   if (const YAML::Node n = Child(node, "drain_timeout_s"); n.IsDefined()) {
     CASCADE_ASSIGN_OR_RETURN(out->drain_timeout_s, GetInt(n, "server.drain_timeout_s", 0, 3600));
@@ -256,7 +260,7 @@ absl::Status Parser::ParseScheduler(const YAML::Node& node, SchedulerSection* ou
   if (!node.IsDefined()) return absl::OkStatus();
   CASCADE_RETURN_IF_ERROR(CheckMap(node, "scheduler",
                                    {"max_num_seqs", "max_batched_tokens", "kv_block_size", "kv_cache_mb",
-                                    "gpu_memory_fraction", "kv_cache_dtype", "prefix_caching"}));
+                                    "gpu_memory_fraction", "kv_cache_dtype", "prefix_caching", "max_queued"}));
   constexpr int64_t kIntMax = std::numeric_limits<int>::max();
   if (const YAML::Node n = Child(node, "max_num_seqs"); n.IsDefined()) {
     CASCADE_ASSIGN_OR_RETURN(out->max_num_seqs, GetInt(n, "scheduler.max_num_seqs", 1, kIntMax));
@@ -293,6 +297,9 @@ absl::Status Parser::ParseScheduler(const YAML::Node& node, SchedulerSection* ou
                    StrCat("must be one of f32, f16, q8_0, got '", n.IsScalar() ? n.Scalar() : "", "'"));
     }
     out->kv_cache_dtype = *d;
+  }
+  if (const YAML::Node n = Child(node, "max_queued"); n.IsDefined()) {
+    CASCADE_ASSIGN_OR_RETURN(out->max_queued, GetInt(n, "scheduler.max_queued", 1, 1000000));
   }
   if (const YAML::Node n = Child(node, "prefix_caching"); n.IsDefined()) {
     CASCADE_ASSIGN_OR_RETURN(out->prefix_caching, GetBool(n, "scheduler.prefix_caching"));

@@ -88,6 +88,11 @@ struct ServerSection {
   // lets the ones it has finish for up to this many seconds (then ends the rest with
   // UNAVAILABLE), stops its workers and exits 0. Default 30. REQUIRES in [0, 3600].
   int drain_timeout_s = 30;
+  // `server.recovery_timeout_s`: when a worker dies, its requests (and new arrivals) wait
+  // this long for the cluster to rebuild with a restarted worker, then resume by
+  // recomputing their KV; past it they fail with UNAVAILABLE. Default 60. REQUIRES in
+  // [1, 86400].
+  int recovery_timeout_s = 60;
   // `server.model_name`: the model's name in the OpenAI API (`model` in requests,
   // /v1/models). Default: the model file's or directory's name without `.gguf`.
   std::string model_name;
@@ -120,6 +125,10 @@ struct SchedulerSection {
   // `scheduler.prefix_caching`: reuse the KV of full blocks across requests that share a
   // prefix (automatic prefix caching, coordinator/scheduler.h). Default true.
   bool prefix_caching = true;
+  // `scheduler.max_queued`: most requests waiting for admission (while the cluster is
+  // busy, or rebuilds after a worker's death); more are refused with RESOURCE_EXHAUSTED.
+  // Default 4096. REQUIRES in [1, 1000000].
+  int max_queued = 4096;
 };
 
 // Data-plane transport for hidden states between pipeline stages.

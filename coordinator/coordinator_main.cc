@@ -85,6 +85,7 @@ int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coor
   ServingMetrics metrics;
   cluster.SetMetrics(&metrics);
   engine.SetMetrics(&metrics);
+  engine.SetRecoveryTimeout(std::chrono::seconds(config.server.recovery_timeout_s));
   inference.SetMetrics(&metrics);
 
   grpc::EnableDefaultHealthCheckService(true);

@@ -108,15 +108,18 @@ void Engine::Loop() {
     DropCancelled();
     if (Since(last_check) > 0.2) {
       last_check = std::chrono::steady_clock::now();
-      if (const std::string dead = cluster_->CheckHeartbeats(); !dead.empty() && !active_.empty()) {
-        FailAll(absl::UnavailableError(dead));
-      }
+      if (const std::string dead = cluster_->CheckHeartbeats(); !dead.empty()) Suspend(dead);
+      CheckRecoveryBudget();
     }
     if (in_flight_.empty() && drafting_.empty() && cluster_->CanRecover()) {
       // A restarted worker registered: rebuild the pipeline, then serve again.
       // The restarted worker's KV cache is empty: no cached prefix may be matched again.
       scheduler_.ClearPrefixCache();
-      if (absl::Status st = cluster_->Recover(); !st.ok()) CASCADE_LOG(Error) << "recovery failed: " << st.ToString();
+      if (absl::Status st = cluster_->Recover(); !st.ok()) {
+        CASCADE_LOG(Error) << "recovery failed: " << st.ToString();
+      } else {
+        Resume();
+      }
       continue;
     }
     const bool sent = FillPipeline();
@@ -127,7 +130,7 @@ void Engine::Loop() {
       } else if (r.ok()) {
         OnResult(*r);
       } else if (r.status().code() == absl::StatusCode::kUnavailable) {
-        FailAll(r.status());
+        Suspend(std::string(r.status().message()));
       }
       continue;
     }
@@ -157,7 +160,9 @@ void Engine::Admit() {
     batch.swap(submitted_);
   }
   for (auto& [id, a] : batch) {
-    if (!cluster_->Healthy()) {
+    // While a dead worker is being replaced, arrivals wait in the queue (bounded by their
+    // deadline and the queue's cap); once the recovery timeout passed, they are refused.
+    if (recovery_failed_ && !cluster_->Healthy()) {
       v1::GenerateResponse last;
       Push(*a->channel, last, true, absl::UnavailableError(StrCat("the cluster is degraded, not serving: ", [&] {
         v1::ClusterStatus st;
@@ -301,6 +306,7 @@ absl::Status Engine::SendTarget(v1::StepRequest step, Sent sent) {
 
 bool Engine::FillPipeline() {
   bool sent = false;
+  if (!cluster_->Healthy()) return sent;  // Requests wait for the cluster to rebuild.
   // One more batch than stages with a drafter worker: one drafts while the others verify.
   const int limit = cluster_->n_stages() + (speculation_.has_worker() ? 1 : 0);
   while (static_cast<int>(in_flight_.size() + drafting_.size()) < limit) {
@@ -319,7 +325,7 @@ bool Engine::FillPipeline() {
     }
     if (!st.ok()) {
       (void)scheduler_.FailBatch(batch->id);
-      FailAll(st);
+      Suspend(std::string(st.message()));
       return sent;
     }
     sent = true;
@@ -353,7 +359,7 @@ void Engine::OnDraft(const v1::StepResult& r) {
   }
   if (absl::Status st = SendTarget(std::move(d.step), {}); !st.ok()) {
     (void)scheduler_.FailBatch(r.step_id());
-    FailAll(st);
+    Suspend(std::string(st.message()));
   }
 }
 
@@ -506,6 +512,41 @@ void Engine::FailStep(int64_t step_id, const std::vector<int64_t>& seqs, const a
   }
   absl::MutexLock lock(&mu_);
   stats_.scheduler = scheduler_.Stats();
+}
+
+void Engine::Suspend(std::string_view why) {
+  // Batches in flight will never complete: give them up (their positions are re-fed).
+  for (int64_t id : in_flight_) (void)scheduler_.FailBatch(id);
+  for (const auto& [id, d] : drafting_) (void)scheduler_.FailBatch(id);
+  in_flight_.clear();
+  drafting_.clear();
+  sent_.clear();
+  scheduler_.RequeueAll();
+  if (!suspended_at_) {
+    suspended_at_ = std::chrono::steady_clock::now();
+    down_reason_ = std::string(why);
+    CASCADE_LOG(Warning) << why << ": " << active_.size() << " request(s) wait for the cluster to rebuild (up to "
+                         << recovery_timeout_.count() << " s), then recompute their KV and go on";
+  }
+  absl::MutexLock lock(&mu_);
+  stats_.scheduler = scheduler_.Stats();
+}
+
+void Engine::Resume() {
+  if (suspended_at_) {
+    CASCADE_LOG(Info) << "resuming " << active_.size() << " request(s) after " << Since(*suspended_at_)
+                      << " s: their KV is recomputed from the tokens they hold";
+  }
+  suspended_at_.reset();
+  recovery_failed_ = false;
+}
+
+void Engine::CheckRecoveryBudget() {
+  if (!suspended_at_ || recovery_failed_ || cluster_->Healthy()) return;
+  if (Since(*suspended_at_) < static_cast<double>(recovery_timeout_.count())) return;
+  recovery_failed_ = true;
+  FailAll(absl::UnavailableError(StrCat(down_reason_, "; the cluster did not rebuild within ",
+                                        recovery_timeout_.count(), " s (server.recovery_timeout_s)")));
 }
 
 void Engine::FailAll(const absl::Status& status) {

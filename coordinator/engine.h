@@ -21,6 +21,7 @@
 #include <chrono>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -86,6 +87,9 @@ class Engine {
   void Stop();
   // Sizes the KV block pool (Scheduler::ResetKvBlocks). REQUIRES: before Start.
   void ResetKvBlocks(int32_t n_blocks);
+  // How long requests wait for a dead worker's replacement before they fail
+  // (server.recovery_timeout_s). REQUIRES: before Start.
+  void SetRecoveryTimeout(std::chrono::seconds timeout) { recovery_timeout_ = timeout; }
   // Where latencies are observed (nullptr: nowhere). REQUIRES: before Start.
   void SetMetrics(ServingMetrics* metrics) { metrics_ = metrics; }
   // Queues a request; its output arrives on the returned channel.
@@ -147,6 +151,13 @@ class Engine {
   // the others go on.
   void FailStep(int64_t step_id, const std::vector<int64_t>& seqs, const absl::Status& status);
   void FailAll(const absl::Status& status);
+  // A worker died (`why`): batches in flight are given up and every request goes back to
+  // the queue, keeping its tokens, to recompute its KV once the cluster has rebuilt.
+  void Suspend(std::string_view why);
+  // The cluster rebuilt: the queued requests are scheduled again.
+  void Resume();
+  // Fails every request once the cluster stayed down past the recovery timeout.
+  void CheckRecoveryBudget();
   // Ends a finished sequence: the held-back text, finish reason and usage in `last`.
   void Finish(int64_t seq_id, Active& a, v1::GenerateResponse& last);
   // Latency metrics of the `index`-th of `n_new` tokens the request got from one step.
@@ -159,7 +170,8 @@ class Engine {
   const SpeculationOptions speculation_;
   StepCostModel step_cost_;            // Decode-step time against rows, for the choice of k. Loop thread only.
   ServingMetrics* metrics_ = nullptr;  // Thread-safe itself; set before Start.
-  std::thread thread_;                 // Start and the destructor only (the owner's thread).
+  std::chrono::seconds recovery_timeout_{60};
+  std::thread thread_;  // Start and the destructor only (the owner's thread).
   std::atomic<bool> stop_{false};
 
   mutable absl::Mutex mu_;  // Guards the submission queue and the stats copy.
@@ -174,6 +186,11 @@ class Engine {
   std::deque<int64_t> in_flight_;  // Batch ids sent, oldest first (results come in order).
   absl::flat_hash_map<int64_t, Sent> sent_;
   absl::flat_hash_map<int64_t, Drafting> drafting_;  // Batch id -> step awaiting drafts.
+  // While a worker is dead: since when, and why; `recovery_failed_` once the timeout passed
+  // (then arrivals are refused until the cluster is whole again).
+  std::optional<std::chrono::steady_clock::time_point> suspended_at_;
+  std::string down_reason_;
+  bool recovery_failed_ = false;
 };
 
 }  // namespace cascade::coordinator

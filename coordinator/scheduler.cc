@@ -38,6 +38,10 @@ absl::Status Scheduler::Add(SequenceSpec spec) {
     return absl::AlreadyExistsError(StrCat("sequence ", spec.id, " is already live"));
   }
   if (spec.prompt.empty()) return absl::InvalidArgumentError("prompt: must not be empty");
+  if (static_cast<int64_t>(waiting_.size()) >= options_.max_queued) {
+    return absl::ResourceExhaustedError(StrCat("the queue is full: ", waiting_.size(),
+                                               " requests wait for admission (scheduler.max_queued); retry later"));
+  }
   if (spec.max_tokens < 1) {
     return absl::InvalidArgumentError(StrCat("max_tokens: must be >= 1, got ", spec.max_tokens));
   }
@@ -61,6 +65,20 @@ absl::Status Scheduler::Add(SequenceSpec spec) {
   seqs_.emplace(id, std::move(seq));
   waiting_.push_back(id);
   return absl::OkStatus();
+}
+
+void Scheduler::RequeueAll() {
+  CASCADE_CHECK(in_flight_.empty()) << "RequeueAll with " << in_flight_.size() << " batch(es) in flight";
+  // Newest first to the front: the queue ends in admission order, ahead of later arrivals.
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+    Sequence& seq = seqs_.at(*it);
+    FreeBlocks(seq);
+    seq.n_cached = 0;
+    seq.n_prefilled = 0;
+    seq.running = false;
+    waiting_.push_front(*it);
+  }
+  running_.clear();
 }
 
 void Scheduler::ClearPrefixCache() {

@@ -86,6 +86,8 @@ struct SchedulerOptions {
   // Reuse the KV of registered full blocks across sequences with a common prefix
   // (automatic prefix caching, above). Default true.
   bool prefix_caching = true;
+  // Most sequences waiting for admission; `Add` refuses more. Default 4096. REQUIRES >= 1.
+  int max_queued = 4096;
 };
 
 // A request's sequence as handed to `Add`.
@@ -188,7 +190,8 @@ class Scheduler {
   // Queues a sequence at the back of the waiting queue.
   // Errors (nothing is queued): AlreadyExists for a live id; InvalidArgument for an
   // empty prompt, max_tokens < 1, "prompt of N tokens needs M KV blocks, the cache has
-  // K", or when prompt + max_tokens cannot fit in the whole cache.
+  // K", or when prompt + max_tokens cannot fit in the whole cache; ResourceExhausted when
+  // max_queued sequences wait already.
   absl::Status Add(SequenceSpec spec);
 
   // Builds the next batch, or nullopt when `max_in_flight_batches` are outstanding or
@@ -232,6 +235,11 @@ class Scheduler {
   // Replaces the block pool with `n_blocks` free blocks (the pool is sized once the
   // workers' memory is known). REQUIRES: no sequence was ever added.
   void ResetKvBlocks(int32_t n_blocks);
+  // A worker died: every running sequence goes back to the front of the waiting queue, in
+  // admission order, holding no blocks and keeping its generated tokens, so that its
+  // readmission recomputes prompt + generated (as after a preemption, not counted as one).
+  // REQUIRES: no batch in flight (FailBatch them first).
+  void RequeueAll();
   // Forgets every cached prefix (the workers' KV is gone: a worker restarted). Blocks held
   // by live sequences stay theirs; no block is matched again until registered anew.
   void ClearPrefixCache();

@@ -36,6 +36,19 @@ int32_t Argmax(std::span<const float> v) {
 
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
 
+void Sampler::SeedFor(size_t position) {
+  // splitmix64 of the seed and the position: the draws for a position depend on nothing
+  // else, so a sequence recomputed after a preemption or a worker's death (its sampler
+  // made anew) draws what it would have drawn.
+  const auto mix = [](uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+  };
+  rng_.seed(mix(params_.seed ^ mix(static_cast<uint64_t>(position))));
+}
+
 namespace {
 
 // log-softmax normaliser of `logits`: max + log(sum exp(x - max)).
@@ -131,6 +144,7 @@ SampledToken Sampler::Sample(std::span<float> logits, std::span<const int32_t> h
     const size_t keep = Shape(logits);
     double kept_sum = 0;
     for (size_t i = 0; i < keep; ++i) kept_sum += candidates_[i].first;
+    SeedFor(history.size());
     const double u = std::uniform_real_distribution<double>(0.0, kept_sum)(rng_);
     double acc = 0;
     id = candidates_[keep - 1].second;
@@ -169,6 +183,7 @@ std::vector<SampledToken> Sampler::Verify(std::span<const float> logits, std::sp
     }
     if (i < k) seen.push_back(drafts[i]);
   }
+  if (!params_.greedy()) SeedFor(history.size());
   const VerifyResult v = params_.greedy() ? VerifyGreedy(target, drafts, static_cast<int32_t>(n_vocab))
                                           : VerifyDrafts(target, {}, drafts, static_cast<int32_t>(n_vocab), rng_);
   std::vector<SampledToken> emitted;

@@ -67,6 +67,8 @@ class Sampler {
   size_t Shape(std::span<const float> logits);
   // `id` with its logprob (and the top-n) under the raw logits.
   SampledToken Describe(std::span<const float> raw, int32_t id) const;
+  // Reseeds the RNG for the token at `position` (the history's length).
+  void SeedFor(size_t position);
 
   SamplingParams params_;
   std::mt19937_64 rng_;

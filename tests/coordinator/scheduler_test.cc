@@ -1088,6 +1088,51 @@ TEST(SchedulerTest, OnlyPrefilledBlocksAreRegistered) {
   ExpectAllFree(d.sched);
 }
 
+TEST(SchedulerTest, RequeueAllRecomputesEverySequenceInOrder) {
+  // A worker died: the batch in flight is given up, every sequence goes back to the queue
+  // holding no blocks, and readmission recomputes prompt + generated from position 0 (the
+  // prefix cache forgotten, as the engine does), in admission order, to the same tokens.
+  Driver d(Options(/*n_blocks=*/32, /*block_size=*/4));
+  d.Add(Spec(1, 7, 12));
+  d.Add(Spec(2, 5, 12));
+  d.Add(Spec(3, 9, 12));
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(d.ScheduleOne());
+    d.CompleteOne();
+  }
+  ASSERT_TRUE(d.ScheduleOne());
+  ASSERT_TRUE(d.sched.FailBatch(d.in_flight[0].id).ok());
+  d.in_flight.clear();
+  d.sched.RequeueAll();
+  d.sched.ClearPrefixCache();
+  SchedulerStats st = d.sched.Stats();
+  EXPECT_EQ(st.n_running, 0);
+  EXPECT_EQ(st.n_waiting, 3);
+  EXPECT_EQ(st.n_free_blocks, 32);
+  EXPECT_EQ(st.n_preemptions, 0);  // Not a preemption.
+  for (int64_t id : {1, 2, 3}) EXPECT_EQ(d.sched.Lookup(id)->generated.size(), 4u) << id;
+  d.firsts.clear();
+  ASSERT_TRUE(d.ScheduleOne());
+  EXPECT_EQ(Ids(d.in_flight[0]), (std::vector<int64_t>{1, 2, 3}));
+  for (const auto& [id, n_past] : d.firsts) EXPECT_EQ(n_past, 0) << id;
+  d.RunAll();
+  ExpectReference(d);
+  ExpectAllFree(d.sched);
+}
+
+TEST(SchedulerTest, QueueCapRefusesMore) {
+  SchedulerOptions o = Options(16, 4);
+  o.max_queued = 2;
+  Scheduler s(o);
+  EXPECT_TRUE(s.Add(Spec(1, 3, 2)).ok());
+  EXPECT_TRUE(s.Add(Spec(2, 3, 2)).ok());
+  const absl::Status st = s.Add(Spec(3, 3, 2));
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("scheduler.max_queued"));
+  ASSERT_TRUE(s.Schedule().has_value());  // Both admitted: the queue is empty again.
+  EXPECT_TRUE(s.Add(Spec(3, 3, 2)).ok());
+}
+
 TEST(SchedulerTest, DraftsOnSharedPrefixesChangeNoToken) {
   Driver d(Options(64, 4), /*draft_k=*/4, /*wrong=*/0.5);
   const std::vector<int32_t> system = Iota(10, 500);

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <random>
+#include <set>
 
 #include "tests/test_support.h"
 
@@ -147,15 +148,18 @@ TEST(SamplerVerifyTest, FirstEmittedTokenFollowsTheShapedDistribution) {
   params.top_k = 4;
   params.top_p = 1;  // Only top-k shapes the expected distribution below.
   params.min_p = 0;
-  params.seed = 9;
-  Sampler s(params);
   std::vector<double> expected(V, 0.0);
   double z = 0;
   for (int v = V - 4; v < V; ++v) z += std::exp(0.3 * v);
   for (int v = V - 4; v < V; ++v) expected[v] = std::exp(0.3 * v) / z;
   std::vector<int> counts(V, 0);
   const std::vector<int32_t> draft = {8};  // Accepted with p(8), else drawn from p without 8.
-  for (int t = 0; t < kTrials; ++t) ++counts[s.Verify(logits, draft, {}).front().id];
+  // A sampler's draws for a position depend on its seed and the position only (Sampler::
+  // SeedFor): one seed per trial.
+  for (int t = 0; t < kTrials; ++t) {
+    params.seed = 9 + t;
+    ++counts[Sampler(params).Verify(logits, draft, {}).front().id];
+  }
   double chi2 = 0;
   for (int v = 0; v < V; ++v) {
     if (expected[v] == 0) {
@@ -166,6 +170,43 @@ TEST(SamplerVerifyTest, FirstEmittedTokenFollowsTheShapedDistribution) {
     chi2 += (counts[v] - e) * (counts[v] - e) / e;
   }
   EXPECT_LT(chi2, ChiSquareCritical(3));
+}
+
+// A sampler made anew for a sequence (after a preemption or a worker's death) continues
+// its stream: the draw for a position depends on the seed and the position only.
+TEST(SamplerTest, AFreshSamplerContinuesWhereTheOldOneWas) {
+  constexpr int V = 50;
+  std::mt19937_64 rng(3);
+  std::normal_distribution<float> n(0, 1);
+  std::vector<std::vector<float>> rows(40, std::vector<float>(V));
+  for (auto& row : rows) {
+    for (float& x : row) x = n(rng);
+  }
+  SamplingParams params;
+  params.temperature = 1;
+  params.top_k = 0;
+  params.top_p = 1;
+  params.min_p = 0;
+  params.seed = 42;
+  const auto run = [&](std::vector<int32_t> history, size_t from) {
+    Sampler s(params);
+    std::vector<int32_t> out;
+    for (size_t i = from; i < rows.size(); ++i) {
+      std::vector<float> row = rows[i];
+      out.push_back(s.Sample(row, history).id);
+      history.push_back(out.back());
+    }
+    return out;
+  };
+  const std::vector<int32_t> whole = run({7, 8}, 0);
+  std::vector<int32_t> history = {7, 8};
+  history.insert(history.end(), whole.begin(), whole.begin() + 25);
+  const std::vector<int32_t> resumed = run(history, 25);
+  EXPECT_EQ(resumed, std::vector<int32_t>(whole.begin() + 25, whole.end()));
+  // And the draws are not all alike: 40 tokens over 50 candidates take many values.
+  EXPECT_GT(std::set<int32_t>(whole.begin(), whole.end()).size(), 15u);
+  params.seed = 43;  // Another seed, another stream.
+  EXPECT_NE(run({7, 8}, 0), whole);
 }
 
 }  // namespace
