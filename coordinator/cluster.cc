@@ -95,6 +95,7 @@ absl::StatusOr<v1::RegisterResponse> Cluster::Register(const v1::RegisterRequest
     const bool open = s->state == WorkerState::kWaiting || s->state == WorkerState::kDead;
     if (!open || s->draft != req.draft() || s->node != req.node() || s->device.ToString() != device) continue;
     s->state = WorkerState::kRegistered;
+    s->worker_id = ++last_worker_id_;
     s->address = req.address();
     s->pid = req.pid();
     s->nccl = req.nccl();
@@ -110,6 +111,7 @@ absl::StatusOr<v1::RegisterResponse> Cluster::Register(const v1::RegisterRequest
     resp.set_tp_size(tp_size());
     resp.set_group(options_.group);
     resp.set_heartbeat_ms(options_.heartbeat_ms);
+    resp.set_worker_id(s->worker_id);
     CASCADE_LOG(Info) << "worker " << req.address() << " (pid " << req.pid() << ", node " << req.node() << ", "
                       << device << ") registered as "
                       << (s->draft ? std::string("the drafter")
@@ -126,11 +128,12 @@ absl::StatusOr<v1::RegisterResponse> Cluster::Register(const v1::RegisterRequest
                                               "'; waiting: ", open.empty() ? "none" : open));
 }
 
-bool Cluster::Heartbeat(int rank) {
+bool Cluster::Heartbeat(int rank, int64_t worker_id) {
   absl::MutexLock lock(&mu_);
   for (auto& s : slots_) {
     if (s->rank != rank) continue;
-    if (s->state == WorkerState::kDead) return false;
+    // A replaced worker must not keep its successor's slot looking alive.
+    if (s->state == WorkerState::kDead || s->worker_id != worker_id) return false;
     s->last_seen = std::chrono::steady_clock::now();
     return true;
   }

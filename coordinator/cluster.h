@@ -75,8 +75,9 @@ class Cluster {
   // A worker registers: it gets the first waiting stage on its node and device.
   // FailedPrecondition when no such stage is waiting (the message says which exist).
   absl::StatusOr<v1::RegisterResponse> Register(const v1::RegisterRequest& request);
-  // False when the rank is unknown or dead (the worker should exit).
-  bool Heartbeat(int rank);
+  // False when the rank is unknown or dead, or now held by another registration than
+  // `worker_id` (the worker was declared dead and replaced): the worker should exit.
+  bool Heartbeat(int rank, int64_t worker_id);
 
   // Waits up to `timeout` for every stage to register, then loads them and opens the
   // step streams. Unavailable / DeadlineExceeded naming the stage that failed.
@@ -123,9 +124,10 @@ class Cluster {
  private:
   struct Slot {
     StagePlan stage;
-    int tp_rank = 0;     // This worker's rank in the stage's TP group.
-    bool draft = false;  // The drafter worker (last slot).
-    int rank = 0;        // Global worker rank.
+    int tp_rank = 0;        // This worker's rank in the stage's TP group.
+    bool draft = false;     // The drafter worker (last slot).
+    int rank = 0;           // Global worker rank.
+    int64_t worker_id = 0;  // Its current registration (RegisterResponse.worker_id).
     std::string node;
     Device device;
     bool nccl = false;                         // The registered worker's binary has NCCL.
@@ -162,6 +164,7 @@ class Cluster {
   // contents change under mu_.
   ServingMetrics* metrics_ = nullptr;  // Thread-safe itself; set before the streams open.
   std::vector<std::unique_ptr<Slot>> slots_ ABSL_GUARDED_BY(mu_);
+  int64_t last_worker_id_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<v1::StepResult> results_ ABSL_GUARDED_BY(mu_);
   // Tokens routed to each expert of each MoE layer since start, by global layer (from the
   // step results of every stage's TP rank 0).

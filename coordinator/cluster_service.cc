@@ -14,7 +14,7 @@ grpc::Status ClusterService::Register(grpc::ServerContext*, const v1::RegisterRe
 
 grpc::Status ClusterService::Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
                                        v1::HeartbeatResponse* resp) {
-  resp->set_shutdown(!cluster_->Heartbeat(req->rank()));
+  resp->set_shutdown(!cluster_->Heartbeat(req->rank(), req->worker_id()));
   return grpc::Status::OK;
 }
 

@@ -1,7 +1,11 @@
 #include "coordinator/http_front.h"
 
+#include <sys/socket.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 
 #include "coordinator/openai_api.h"
 #include "core/logging.h"
@@ -103,11 +107,22 @@ absl::Status HttpFront::Start() {
   server_->set_read_timeout(30, 0);
   server_->set_write_timeout(30, 0);
   Route();
+  // httplib 0.11 listens with a backlog of 5: a burst of connections overflows it and the
+  // kernel resets some. Note the socket here, then listen() again with a real backlog
+  // (Linux takes a second listen() as a new backlog).
+  int listen_fd = -1;
+  server_->set_socket_options([&listen_fd](socket_t fd) {
+    httplib::default_socket_options(fd);
+    listen_fd = fd;
+  });
   port_ = options_.port == 0 ? server_->bind_to_any_port(options_.host)
                              : (server_->bind_to_port(options_.host, options_.port) ? options_.port : -1);
   if (port_ <= 0) {
     return absl::UnavailableError(
         StrCat("server.http_listen: cannot listen on ", options_.host, ":", options_.port, " (in use?)"));
+  }
+  if (listen_fd >= 0 && ::listen(listen_fd, SOMAXCONN) != 0) {
+    return absl::UnavailableError(StrCat("server.http_listen: listen(): ", std::strerror(errno)));
   }
   thread_ = std::thread([this] { server_->listen_after_bind(); });
   return absl::OkStatus();

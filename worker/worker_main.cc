@@ -73,6 +73,7 @@ void Heartbeat(cascade::v1::Coordinator::Stub& stub, const cascade::v1::Register
     ctx.set_deadline(std::chrono::system_clock::now() + interval * 2);
     cascade::v1::HeartbeatRequest hb;
     hb.set_rank(assigned.rank());
+    hb.set_worker_id(assigned.worker_id());
     cascade::v1::HeartbeatResponse resp;
     const grpc::Status s = stub.Heartbeat(&ctx, hb, &resp);
     if (s.ok() && resp.shutdown()) return;

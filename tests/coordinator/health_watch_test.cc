@@ -85,5 +85,28 @@ TEST(HealthWatchTest, ClusterNotWholeIsNotServing) {
   EXPECT_EQ(health.calls.size(), 2u);
 }
 
+// A worker declared dead whose slot a restarted worker took must hear "exit" on its next
+// heartbeat, and must not keep the slot looking alive (the successor's heartbeats do).
+TEST(ClusterTest, AReplacedWorkerIsToldToExit) {
+  Cluster cluster = OneStageCluster(/*dead_after_ms=*/0);
+  v1::RegisterRequest reg;
+  reg.set_address("127.0.0.1:1");
+  reg.set_node("n0");
+  reg.set_device("cpu");
+  absl::StatusOr<v1::RegisterResponse> old_worker = cluster.Register(reg);
+  ASSERT_TRUE(old_worker.ok());
+  EXPECT_TRUE(cluster.Heartbeat(old_worker->rank(), old_worker->worker_id()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  EXPECT_NE(cluster.CheckHeartbeats(), "");  // Dead: its slot is open again.
+  EXPECT_FALSE(cluster.Heartbeat(old_worker->rank(), old_worker->worker_id()));
+  reg.set_address("127.0.0.1:2");
+  absl::StatusOr<v1::RegisterResponse> successor = cluster.Register(reg);
+  ASSERT_TRUE(successor.ok());
+  EXPECT_EQ(successor->rank(), old_worker->rank());
+  EXPECT_NE(successor->worker_id(), old_worker->worker_id());
+  EXPECT_FALSE(cluster.Heartbeat(old_worker->rank(), old_worker->worker_id()));
+  EXPECT_TRUE(cluster.Heartbeat(successor->rank(), successor->worker_id()));
+}
+
 }  // namespace
 }  // namespace cascade::coordinator
