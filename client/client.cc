@@ -1,5 +1,7 @@
 #include "client/client.h"
 
+#include <cstdlib>
+
 #include "grpcpp/create_channel.h"
 #include "proto/grpc_status.h"
 
@@ -9,9 +11,15 @@ Client::Client(const ClientOptions& options)
     : options_(options),
       stub_(v1::Inference::NewStub(grpc::CreateChannel(options.address, grpc::InsecureChannelCredentials()))) {}
 
+std::string ApiKeyFromEnv() {
+  const char* key = std::getenv("CASCADE_API_KEY");
+  return key == nullptr ? "" : key;
+}
+
 std::unique_ptr<grpc::ClientContext> Client::Context() const {
   auto ctx = std::make_unique<grpc::ClientContext>();
   ctx->set_deadline(std::chrono::system_clock::now() + options_.timeout);
+  if (!options_.api_key.empty()) ctx->AddMetadata("authorization", "Bearer " + options_.api_key);
   return ctx;
 }
 

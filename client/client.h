@@ -16,7 +16,12 @@ namespace cascade::client {
 struct ClientOptions {
   std::string address;                        // host:port of the coordinator.
   std::chrono::milliseconds timeout{600000};  // Deadline of each call.
+  std::string api_key;                        // Sent as `authorization: Bearer KEY` when set.
 };
+
+// The API key in the environment (CASCADE_API_KEY), or "": the CLI's source of keys (a
+// flag would show the key in `ps`).
+std::string ApiKeyFromEnv();
 
 class Client {
  public:

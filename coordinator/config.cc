@@ -94,6 +94,7 @@ class Parser {
   absl::Status ParseTransport(const YAML::Node& node, const std::vector<NodeSection>& nodes,
                               TransportSection* out) const;
   absl::Status ParseDraft(const YAML::Node& node, const std::vector<NodeSection>& nodes, DraftSection* out) const;
+  absl::Status ParseSecurity(const YAML::Node& node, SecuritySection* out) const;
 
   absl::StatusOr<bool> GetBool(const YAML::Node& node, std::string_view path) const {
     if (node.IsScalar() && (node.Scalar() == "true" || node.Scalar() == "false")) return node.Scalar() == "true";
@@ -225,6 +226,21 @@ absl::Status Parser::ParseHostPort(const YAML::Node& node, std::string_view key,
   }
   *host_out = host;
   *port_out = port;
+  return absl::OkStatus();
+}
+
+absl::Status Parser::ParseSecurity(const YAML::Node& node, SecuritySection* out) const {
+  if (!node.IsDefined() || node.IsNull()) return absl::OkStatus();
+  CASCADE_RETURN_IF_ERROR(CheckMap(node, "security", {"api_keys_file", "health_needs_key", "metrics_needs_key"}));
+  if (const YAML::Node n = Child(node, "api_keys_file"); n.IsDefined()) {
+    CASCADE_ASSIGN_OR_RETURN(out->api_keys_file, GetString(n, "security.api_keys_file"));
+  }
+  if (const YAML::Node n = Child(node, "health_needs_key"); n.IsDefined()) {
+    CASCADE_ASSIGN_OR_RETURN(out->health_needs_key, GetBool(n, "security.health_needs_key"));
+  }
+  if (const YAML::Node n = Child(node, "metrics_needs_key"); n.IsDefined()) {
+    CASCADE_ASSIGN_OR_RETURN(out->metrics_needs_key, GetBool(n, "security.metrics_needs_key"));
+  }
   return absl::OkStatus();
 }
 
@@ -401,7 +417,7 @@ absl::StatusOr<ClusterConfig> Parser::Parse(const YAML::Node& root) {
         StrCat(source_, ": expected a mapping with model, parallel, nodes, ... at the top level"));
   }
   CASCADE_RETURN_IF_ERROR(
-      CheckMap(root, "", {"model", "draft", "parallel", "nodes", "server", "scheduler", "transport"}));
+      CheckMap(root, "", {"model", "draft", "parallel", "nodes", "server", "scheduler", "transport", "security"}));
   ClusterConfig config;
   config.source = source_;
   CASCADE_RETURN_IF_ERROR(ParseModel(root["model"], &config.model));
@@ -413,6 +429,7 @@ absl::StatusOr<ClusterConfig> Parser::Parse(const YAML::Node& root) {
   CASCADE_RETURN_IF_ERROR(ParseScheduler(root["scheduler"], &config.scheduler));
   CASCADE_RETURN_IF_ERROR(ParseTransport(root["transport"], config.nodes, &config.transport));
   CASCADE_RETURN_IF_ERROR(ParseDraft(root["draft"], config.nodes, &config.draft));
+  CASCADE_RETURN_IF_ERROR(ParseSecurity(root["security"], &config.security));
 
   const int64_t needed = int64_t{config.parallel.pipeline} * config.parallel.tensor;
   if (config.TotalDevices() < needed) {
@@ -482,6 +499,10 @@ absl::StatusOr<ClusterConfig> LoadClusterConfig(const std::string& path) {
   if (model.is_relative()) {
     const std::filesystem::path dir = std::filesystem::path(path).parent_path();
     config.model.path = (dir / model).lexically_normal().string();
+  }
+  const std::filesystem::path keys(config.security.api_keys_file);
+  if (!config.security.api_keys_file.empty() && keys.is_relative()) {
+    config.security.api_keys_file = (std::filesystem::path(path).parent_path() / keys).lexically_normal().string();
   }
   const std::filesystem::path draft(config.draft.model_path);
   if (!config.draft.model_path.empty() && draft.is_relative()) {

@@ -186,6 +186,18 @@ struct DraftSection {
   int max_batch = 0;
 };
 
+// `security:` — who may call the public API.
+struct SecuritySection {
+  // `security.api_keys_file`: a file of API keys, one per line ('#' comments), 16+
+  // characters each; callers send `authorization: Bearer KEY` (gRPC metadata or HTTP
+  // header). Relative to the config file. Empty (the default): the public API is open.
+  std::string api_keys_file;
+  // `security.health_needs_key` / `security.metrics_needs_key`: whether HTTP /health and
+  // /metrics also want a key (gRPC health stays open for load balancers). Default false.
+  bool health_needs_key = false;
+  bool metrics_needs_key = false;
+};
+
 struct ClusterConfig {
   ModelSection model;
   ParallelSection parallel;
@@ -197,6 +209,7 @@ struct ClusterConfig {
   SchedulerSection scheduler;
   TransportSection transport;
   DraftSection draft;
+  SecuritySection security;
   // Where the config came from (the file path or the `source_name` given), for messages.
   std::string source;
 

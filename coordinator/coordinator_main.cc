@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "coordinator/api_keys.h"
 #include "coordinator/bring_up.h"
 #include "coordinator/cluster.h"
 #include "coordinator/cluster_service.h"
@@ -83,6 +84,14 @@ int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coor
   InferenceService inference(&engine, &cluster, models.tokenizer.get(), mc,
                              {config.model.path, serving.max_context, std::string(DraftKindName(draft.kind))});
   ServingMetrics metrics;
+  ApiKeys keys;
+  if (!config.security.api_keys_file.empty()) {
+    auto loaded = ApiKeys::Load(config.security.api_keys_file);
+    if (!loaded.ok()) return Fail(loaded.status());
+    keys = std::move(*loaded);
+    CASCADE_LOG(Info) << "API keys: " << keys.size() << " loaded; the public API wants one";  // Never the keys.
+  }
+  inference.SetApiKeys(&keys);
   cluster.SetMetrics(&metrics);
   engine.SetMetrics(&metrics);
   engine.SetRecoveryTimeout(std::chrono::seconds(config.server.recovery_timeout_s));
@@ -107,7 +116,10 @@ int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coor
                                        HttpFrontOptions{.host = config.server.http_host,
                                                         .port = config.server.http_port,
                                                         .threads = config.server.http_threads,
-                                                        .model_id = config.server.model_name});
+                                                        .model_id = config.server.model_name,
+                                                        .keys = &keys,
+                                                        .health_needs_key = config.security.health_needs_key,
+                                                        .metrics_needs_key = config.security.metrics_needs_key});
     if (absl::Status st = http->Start(); !st.ok()) return Fail(st);
     CASCADE_LOG(Info) << "http front on " << config.server.http_host << ":" << http->port() << " (model '"
                       << config.server.model_name << "')";

@@ -169,6 +169,18 @@ void HttpFront::Route() {
           [shared_call](bool) { shared_call->Cancel("the HTTP client went away"); });
     };
   };
+  // API keys first: a request without a valid one never reaches a handler.
+  s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    const bool needs_key = req.path.rfind("/v1/", 0) == 0 || (req.path == "/health" && options_.health_needs_key) ||
+                           (req.path == "/metrics" && options_.metrics_needs_key);
+    if (!needs_key || options_.keys == nullptr) return httplib::Server::HandlerResponse::Unhandled;
+    absl::Status st = options_.keys->Check(req.get_header_value("Authorization"));
+    if (st.ok()) return httplib::Server::HandlerResponse::Unhandled;
+    OpenAiError e = ToOpenAiError(st);
+    e.body["error"]["code"] = "invalid_api_key";
+    SendJson(res, e.http_status, e.body);
+    return httplib::Server::HandlerResponse::Handled;
+  });
   s.Post("/v1/completions", completion(OpenAiEndpoint::kCompletions));
   s.Post("/v1/chat/completions", completion(OpenAiEndpoint::kChat));
   s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "absl/status/status.h"
+#include "coordinator/api_keys.h"
 #include "coordinator/cluster.h"
 #include "coordinator/engine.h"
 #include "coordinator/inference_service.h"
@@ -32,9 +33,12 @@ namespace cascade::coordinator {
 
 struct HttpFrontOptions {
   std::string host = "127.0.0.1";
-  int port = 0;          // 0: any free port.
-  int threads = 64;      // Connections served at once (each stream holds one).
-  std::string model_id;  // The `model` clients name, listed by /v1/models.
+  int port = 0;                   // 0: any free port.
+  int threads = 64;               // Connections served at once (each stream holds one).
+  std::string model_id;           // The `model` clients name, listed by /v1/models.
+  const ApiKeys* keys = nullptr;  // Wanted by /v1/* (and /health, /metrics when set below).
+  bool health_needs_key = false;
+  bool metrics_needs_key = false;
   int64_t max_body_bytes = 16 << 20;
 };
 

@@ -172,8 +172,18 @@ absl::Status InferenceService::Execute(std::string_view api, const v1::GenerateR
   }
 }
 
+grpc::Status InferenceService::Authorize(const grpc::ServerContext* ctx) const {
+  if (keys_ == nullptr || !keys_->enabled()) return grpc::Status::OK;
+  const auto& md = ctx->client_metadata();
+  const auto it = md.find("authorization");
+  const std::string_view value =
+      it == md.end() ? std::string_view() : std::string_view(it->second.data(), it->second.size());
+  return ToGrpc(keys_->Check(value));
+}
+
 grpc::Status InferenceService::Generate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
                                         grpc::ServerWriter<v1::GenerateResponse>* writer) {
+  if (grpc::Status st = Authorize(ctx); !st.ok()) return st;
   return ToGrpc(Execute(
       "grpc", *req, [&](const v1::GenerateResponse& m) { return writer->Write(m); },
       [ctx] { return ctx->IsCancelled(); }));
@@ -181,6 +191,7 @@ grpc::Status InferenceService::Generate(grpc::ServerContext* ctx, const v1::Gene
 
 grpc::Status InferenceService::Complete(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
                                         v1::CompleteResponse* resp) {
+  if (grpc::Status st = Authorize(ctx); !st.ok()) return st;
   if (auto ids = PromptIds(req->prompt(), true); ids.ok()) resp->mutable_prompt_ids()->Add(ids->begin(), ids->end());
   absl::Status s = Execute(
       "grpc", *req,
@@ -198,8 +209,9 @@ grpc::Status InferenceService::Complete(grpc::ServerContext* ctx, const v1::Gene
   return ToGrpc(s);
 }
 
-grpc::Status InferenceService::Tokenize(grpc::ServerContext*, const v1::TokenizeRequest* req,
+grpc::Status InferenceService::Tokenize(grpc::ServerContext* ctx, const v1::TokenizeRequest* req,
                                         v1::TokenizeResponse* resp) {
+  if (grpc::Status st = Authorize(ctx); !st.ok()) return st;
   auto ids = PromptIds(req->prompt(), req->add_special());
   if (!ids.ok()) return ToGrpc(ids.status());
   for (int32_t id : *ids) {
@@ -209,7 +221,9 @@ grpc::Status InferenceService::Tokenize(grpc::ServerContext*, const v1::Tokenize
   return grpc::Status::OK;
 }
 
-grpc::Status InferenceService::GetModelInfo(grpc::ServerContext*, const v1::ModelInfoRequest*, v1::ModelInfo* resp) {
+grpc::Status InferenceService::GetModelInfo(grpc::ServerContext* ctx, const v1::ModelInfoRequest*,
+                                            v1::ModelInfo* resp) {
+  if (grpc::Status st = Authorize(ctx); !st.ok()) return st;
   resp->set_name(config_.name);
   resp->set_path(options_.model_path);
   resp->set_arch(config_.arch);
@@ -228,8 +242,9 @@ grpc::Status InferenceService::GetModelInfo(grpc::ServerContext*, const v1::Mode
   return grpc::Status::OK;
 }
 
-grpc::Status InferenceService::GetClusterStatus(grpc::ServerContext*, const v1::ClusterStatusRequest*,
+grpc::Status InferenceService::GetClusterStatus(grpc::ServerContext* ctx, const v1::ClusterStatusRequest*,
                                                 v1::ClusterStatus* resp) {
+  if (grpc::Status st = Authorize(ctx); !st.ok()) return st;
   cluster_->FillStatus(resp);
   const EngineStats st = engine_->Stats();
   resp->set_kv_blocks_total(st.scheduler.n_total_blocks);

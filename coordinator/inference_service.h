@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "cascade/v1/inference.grpc.pb.h"
+#include "coordinator/api_keys.h"
 #include "coordinator/cluster.h"
 #include "coordinator/engine.h"
 #include "coordinator/serving_metrics.h"
@@ -91,6 +92,8 @@ class InferenceService final : public v1::Inference::Service {
   bool draining() const { return draining_.load(); }
   // Requests begun and not yet over (on any front).
   int live_calls() const { return live_.load(); }
+  // The API keys every RPC wants (nullptr or empty: open). REQUIRES: before serving.
+  void SetApiKeys(const ApiKeys* keys) { keys_ = keys; }
   // Where request outcomes are counted (nullptr: nowhere). REQUIRES: before serving.
   void SetMetrics(ServingMetrics* metrics) { metrics_ = metrics; }
 
@@ -99,6 +102,9 @@ class InferenceService final : public v1::Inference::Service {
   absl::StatusOr<std::vector<int32_t>> PromptIds(const v1::Prompt& prompt, bool add_special) const;
 
  private:
+  // UNAUTHENTICATED unless the call's `authorization` metadata carries a configured key.
+  grpc::Status Authorize(const grpc::ServerContext* ctx) const;
+
   Engine* engine_;
   Cluster* cluster_;
   const text::Tokenizer* tokenizer_;
@@ -106,6 +112,7 @@ class InferenceService final : public v1::Inference::Service {
   InferenceServiceOptions options_;
   std::atomic<int64_t> max_context_;  // options_.max_context until SetMaxContext.
   ServingMetrics* metrics_ = nullptr;
+  const ApiKeys* keys_ = nullptr;
   std::atomic<bool> draining_{false};
   std::atomic<int> live_{0};
 };

@@ -207,7 +207,7 @@ int BenchCommand(int argc, char** argv) {
   if (!server.ok()) return Fail("bench", server.status());
   auto opts = ParseBenchOptions(args);
   if (!opts.ok()) return Fail("bench", opts.status());
-  client::Client cl({*server, std::chrono::seconds(600)});
+  client::Client cl({*server, std::chrono::seconds(600), client::ApiKeyFromEnv()});
   BenchResults results;
   results.outputs.resize(opts->requests);
 

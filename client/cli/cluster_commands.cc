@@ -88,7 +88,7 @@ absl::StatusOr<client::Client> Connect(const Args& args) {
   if (!server.ok()) return server.status();
   auto timeout = args.GetInt("timeout", 600);
   if (!timeout.ok()) return timeout.status();
-  return client::Client({*server, std::chrono::seconds(*timeout)});
+  return client::Client({*server, std::chrono::seconds(*timeout), client::ApiKeyFromEnv()});
 }
 
 // --no-speculate and --draft-tokens N: the request's speculative field.

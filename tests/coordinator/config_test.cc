@@ -131,6 +131,20 @@ TEST(ConfigTest, HttpFront) {
   EXPECT_EQ(c->server.model_name, "my-model");
 }
 
+TEST(ConfigTest, SecurityKeysFileIsRelativeToTheConfig) {
+  TempDir dir;
+  const std::string path = dir.WriteFile(
+      "c.yaml",
+      "model: {path: m.gguf}\nnodes: [{name: a, host: h, devices: [cpu]}]\nsecurity: {api_keys_file: keys}\n");
+  absl::StatusOr<ClusterConfig> c = LoadClusterConfig(path);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->security.api_keys_file, dir.path() + "/keys");
+  EXPECT_FALSE(c->security.health_needs_key);
+  EXPECT_FALSE(c->security.metrics_needs_key);
+  EXPECT_EQ(c->server.recovery_timeout_s, 60);
+  EXPECT_EQ(c->scheduler.max_queued, 4096);
+}
+
 TEST(ConfigTest, SampleLocalGpuConfigLoads) {
   absl::StatusOr<ClusterConfig> c = LoadClusterConfig(::cascade::testing::SourceDir() + "/configs/local-gpu.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
@@ -273,6 +287,14 @@ const BadConfig kBadConfigs[] = {
      "server.http_threads: must be >= 1"},
     {"model: {path: m}\nserver: {drain_timeout_s: 4000}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
      "server.drain_timeout_s: must be <= 3600"},
+    {"model: {path: m}\nserver: {recovery_timeout_s: 0}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
+     "server.recovery_timeout_s: must be >= 1"},
+    {"model: {path: m}\nscheduler: {max_queued: 0}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
+     "scheduler.max_queued: must be >= 1"},
+    {"model: {path: m}\nsecurity: {api_keys: [a]}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
+     "security.api_keys: unknown key"},
+    {"model: {path: m}\nsecurity: {metrics_needs_key: yes please}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
+     "security.metrics_needs_key: expected true or false"},
     {"model: {path: m}\nserver: {model_name: ''}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
      "server.model_name: must not be empty"},
     // scheduler

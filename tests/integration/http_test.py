@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import openai
@@ -314,6 +315,61 @@ def test_health_follows_cluster():
         r = client(http_address).completions.create(model=MODEL_ID, prompt="Hi", max_tokens=3, temperature=0)
         assert r.usage.completion_tokens == 3
         print(f"/health 200 again {took:.1f} s after SIGCONT; the request sent while degraded was served")
+
+
+def run_cli(address, *args, key=None):
+    env = {k: v for k, v in os.environ.items() if k != "CASCADE_API_KEY"}
+    if key:
+        env["CASCADE_API_KEY"] = key
+    return subprocess.run([cluster_test.CASCADE, *args, "--server", address], capture_output=True, text=True,
+                          timeout=120, env=env)
+
+
+def test_api_keys():
+    """security.api_keys_file: gRPC and HTTP calls without a key or with a wrong one are
+    refused (UNAUTHENTICATED, 401 in OpenAI's shape), with a right one served; /health
+    stays open, /metrics wants a key (metrics_needs_key); the keys never reach the log."""
+    keys = ["k-" + "a1b2c3d4" * 3, "k-" + "e5f6a7b8" * 3]
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "keys")
+        with open(path, "w") as f:
+            f.write(f"# two keys\n{keys[0]}\n\n{keys[1]}  # the second\n")
+        extra = f"security: {{api_keys_file: {path}, metrics_needs_key: true}}\n"
+        with http_cluster(extra=extra) as (address, http_address, proc):
+            prompt = ("generate", "--prompt-ids", "1,2,3", "--max-tokens", "3", "--temperature", "0")
+            p = run_cli(address, *prompt)
+            assert p.returncode == 2 and "UNAUTHENTICATED" in p.stderr and "no API key" in p.stderr, p.stderr
+            p = run_cli(address, *prompt, key="k-wrong-but-long-enough")
+            assert p.returncode == 2 and "UNAUTHENTICATED" in p.stderr and "not valid" in p.stderr, p.stderr
+            assert "k-wrong" not in p.stderr
+            for key in keys:
+                p = run_cli(address, *prompt, key=key)
+                assert p.returncode == 0, p.stderr
+            p = run_cli(address, "status", "--wait", "0")
+            assert p.returncode != 0 and "UNAUTHENTICATED" in p.stdout + p.stderr, p.stdout + p.stderr
+            assert run_cli(address, "status", "--wait", "0", key=keys[1]).returncode == 0
+            # HTTP: the OpenAI SDK's api_key is the bearer token.
+            for bad in ("unused", keys[0] + "x"):
+                try:
+                    client(http_address, ).with_options(api_key=bad).completions.create(model=MODEL_ID, prompt="Hi",
+                                                                                         max_tokens=2)
+                    raise AssertionError(f"served with key {bad!r}")
+                except openai.AuthenticationError as e:
+                    assert e.status_code == 401 and e.body["code"] == "invalid_api_key", e.body
+            r = client(http_address).with_options(api_key=keys[0]).completions.create(model=MODEL_ID, prompt="Hi",
+                                                                                       max_tokens=2, temperature=0)
+            assert r.usage.completion_tokens == 2
+            assert get(http_address, "/health")[0] == 200  # Open for load balancers.
+            assert get(http_address, "/metrics")[0] == 401
+            host, port = http_address.rsplit(":", 1)
+            conn = http.client.HTTPConnection(host, int(port), timeout=30)
+            conn.request("GET", "/metrics", headers={"Authorization": f"Bearer {keys[1]}"})
+            assert conn.getresponse().status == 200
+            log = open(proc.args[2].replace("cluster.yaml", "coordinator.log")).read()
+            assert "API keys: 2 loaded" in log, log
+            assert not any(k in log for k in keys), "a key reached the log"
+            print("API keys: refused without and with a wrong key (gRPC UNAUTHENTICATED, HTTP 401), served with "
+                  "either right key; /health open, /metrics keyed; no key in the log")
 
 
 if __name__ == "__main__":

@@ -30,9 +30,12 @@ class Client:
     """
 
     def __init__(self, address: str, timeout: Optional[float] = 600.0,
-                 options: Sequence[Tuple[str, Union[int, str]]] = ()):
+                 options: Sequence[Tuple[str, Union[int, str]]] = (), api_key: Optional[str] = None):
         self.address = address
         self.timeout = timeout
+        # Sent as `authorization: Bearer KEY` with every call when the server wants keys
+        # (its security.api_keys_file).
+        self._metadata = (("authorization", f"Bearer {api_key}"),) if api_key else None
         self._channel = grpc.insecure_channel(address, options=list(options))
         self._stub = pb_grpc.InferenceStub(self._channel)
         self._health = health_pb2_grpc.HealthStub(self._channel)
@@ -61,7 +64,7 @@ class Client:
         """
         req = build_request(prompt, messages, **params)
         try:
-            resp = self._stub.Complete(req, timeout=self._timeout(timeout))
+            resp = self._stub.Complete(req, timeout=self._timeout(timeout), metadata=self._metadata)
         except grpc.RpcError as e:
             raise CascadeError.from_rpc_error(e) from None
         return GenerateResult(text=resp.text, token_ids=list(resp.token_ids), prompt_ids=list(resp.prompt_ids),
@@ -75,7 +78,7 @@ class Client:
         tokens and text); the last carries `finish_reason` and `usage`. Takes the
         arguments of `generate`. Closing the iterator early cancels the request."""
         req = build_request(prompt, messages, **params)
-        call = self._stub.Generate(req, timeout=self._timeout(timeout))
+        call = self._stub.Generate(req, timeout=self._timeout(timeout), metadata=self._metadata)
         try:
             for resp in call:
                 last = resp.HasField("usage") or bool(resp.finish_reason)
@@ -147,7 +150,7 @@ class Client:
 
     def _call(self, method, request, timeout: Optional[float]):
         try:
-            return method(request, timeout=self._timeout(timeout))
+            return method(request, timeout=self._timeout(timeout), metadata=self._metadata)
         except grpc.RpcError as e:
             raise CascadeError.from_rpc_error(e) from None
 
