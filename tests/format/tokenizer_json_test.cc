@@ -131,6 +131,25 @@ TEST(TokenizerJson, Errors) {
   EXPECT_STATUS_CODE(pre, kUnimplemented);
 }
 
+TEST(TokenizerJson, FromTextWithoutFiles) {
+  // The same reader over the files' contents (what the fuzz target calls); empty config
+  // text means there is none, and errors name the sources given.
+  auto spec = TokenizerSpecFromHfJsonText(ByteLevelJson(R"(["a b"])"), "mem/tokenizer.json",
+                                          R"({"eos_token": "<|end|>", "chat_template": "<|im_start|>"})");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->source, "mem/tokenizer.json");
+  EXPECT_EQ(spec->eos_id, 7);
+  EXPECT_EQ(spec->chat_template, "<|im_start|>");
+  EXPECT_EQ(TokenizerSpecFromHfJsonText(ByteLevelJson("[]"), "t.json")->eos_id, -1);
+
+  auto bad_json = TokenizerSpecFromHfJsonText("{", "mem/tokenizer.json");
+  EXPECT_STATUS_CODE(bad_json, kInvalidArgument);
+  EXPECT_THAT(std::string(bad_json.status().message()), HasSubstr("mem/tokenizer.json"));
+  auto bad_config = TokenizerSpecFromHfJsonText(ByteLevelJson("[]"), "t.json", R"({"bos_token": "<x>"})", "mem/c.json");
+  EXPECT_STATUS_CODE(bad_config, kInvalidArgument);
+  EXPECT_THAT(std::string(bad_config.status().message()), HasSubstr("mem/c.json: bos_token '<x>'"));
+}
+
 TEST(TokenizerSpecValidation, Errors) {
   TokenizerSpec empty;
   empty.source = "spec.gguf";
