@@ -119,6 +119,13 @@ absl::Status ReadVocab(const Json& j, const Json& model, const std::string& path
     max_id = std::max(max_id, id);
   }
   if (max_id < 0) return absl::InvalidArgumentError(cascade::StrCat(path, ": model.vocab is empty"));
+  // Ids are (nearly) dense in real files. Every id up to the largest gets a table entry, so
+  // a few sparse ids in a tiny file would otherwise cost gigabytes and seconds.
+  const int64_t n_named = static_cast<int64_t>(model.at("vocab").size() + added.size());
+  if (max_id >= 2 * n_named + 1024) {
+    return absl::InvalidArgumentError(cascade::StrCat(path, ": token ids reach ", max_id, " but only ", n_named,
+                                                      " tokens are named (a vocabulary of mostly unused ids)"));
+  }
   spec.tokens.assign(max_id + 1, "");
   spec.token_types.assign(max_id + 1, text::kTokenTypeUnused);  // Ids nothing names.
   for (const auto& [text, id] : model.at("vocab").items()) {

@@ -125,6 +125,17 @@ TEST(TokenizerJson, Errors) {
   auto merge_shape = TokenizerFromHfJson(dir.WriteFile("t4.json", ByteLevelJson("[[1, 2, 3]]")));
   EXPECT_STATUS_CODE(merge_shape, kInvalidArgument);
 
+  // Ids far beyond the named tokens (seen while fuzzing tokenizer_json: a 95-byte file took 1 GB
+  // and 49 s under ASan to build; tests/fuzz/corpus/tokenizer_json/sparse_ids.json).
+  auto sparse = TokenizerFromHfJson(dir.WriteFile("t6.json", R"({"pre_tokenizer": {"type": "Metaspace"},
+      "model": {"type": "BPE", "vocab": {"a": 9999999}, "merges": []}})"));
+  EXPECT_STATUS_CODE(sparse, kInvalidArgument);
+  EXPECT_THAT(std::string(sparse.status().message()), HasSubstr("token ids reach 9999999 but only 1 tokens are named"));
+  auto holes = TokenizerFromHfJson(dir.WriteFile("t7.json", R"({"pre_tokenizer": {"type": "Metaspace"},
+      "added_tokens": [{"id": 1025, "content": "<s>", "special": true}],
+      "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})"));
+  EXPECT_TRUE(holes.ok()) << holes.status();  // A few holes are allowed.
+
   auto pre = TokenizerFromHfJson(dir.WriteFile("t5.json", R"({
     "pre_tokenizer": {"type": "Whitespace"}, "decoder": {"type": "ByteLevel"},
     "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})"));
