@@ -34,6 +34,7 @@
 #include "absl/synchronization/mutex.h"
 #include "cascade/v1/inference.pb.h"
 #include "coordinator/cluster.h"
+#include "coordinator/request_validation.h"
 #include "coordinator/scheduler.h"
 #include "coordinator/serving_metrics.h"
 #include "coordinator/speculation.h"
@@ -51,17 +52,6 @@ struct RequestChannel {
   bool done ABSL_GUARDED_BY(mu) = false;
   absl::Status status ABSL_GUARDED_BY(mu);  // Final status once done.
   std::atomic<bool> cancelled{false};       // Set by the API thread (client gone, deadline).
-};
-
-// A validated request, already tokenized.
-struct EngineRequest {
-  std::string request_id;
-  std::vector<int32_t> prompt;
-  sampling::SamplingParams sampling;
-  int32_t max_tokens = 256;
-  text::StopConditions stops;  // EOS handling, stop strings and stop ids.
-  bool speculate = true;       // Off: plain decoding for this request.
-  int32_t num_tokens = 0;      // Most drafts per step; 0: the cluster's draft.num_tokens.
 };
 
 struct EngineStats {

@@ -97,7 +97,9 @@ class InferenceService final : public v1::Inference::Service {
   // Where request outcomes are counted (nullptr: nowhere). REQUIRES: before serving.
   void SetMetrics(ServingMetrics* metrics) { metrics_ = metrics; }
 
-  // Validation and tokenization of a request (public for tests).
+  // Validation and tokenization of a request (public for tests): `ValidateGenerateRequest`
+  // and `TokenizePrompt` (coordinator/request_validation.h) with this model's vocabulary
+  // size and the current context.
   absl::StatusOr<EngineRequest> Prepare(const v1::GenerateRequest& req) const;
   absl::StatusOr<std::vector<int32_t>> PromptIds(const v1::Prompt& prompt, bool add_special) const;
 

@@ -41,8 +41,11 @@ class Fields {
     const json* v = Get(key);
     if (v == nullptr) return absl::OkStatus();
     if (!v->is_number_integer()) return Bad(key, "expected an integer");
-    const int64_t x =
-        v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(hi) ? hi + 1 : v->get<int64_t>();
+    // An unsigned JSON integer may exceed every int64_t (`hi + 1` would overflow).
+    if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(hi)) {
+      return Bad(key, StrCat(v->get<uint64_t>(), " is outside [", lo, ", ", hi, "]"));
+    }
+    const int64_t x = v->get<int64_t>();
     if (x < lo || x > hi) return Bad(key, StrCat(x, " is outside [", lo, ", ", hi, "]"));
     *out = x;
     return absl::OkStatus();
@@ -59,6 +62,13 @@ class Fields {
   const json& body_;
 };
 
+// `obj[key]` when it is a string, else "" (absent, or of another type). Unlike
+// json::value(key, ""), which throws when the member is not a string.
+std::string StringMember(const json& obj, const char* key) {
+  auto it = obj.find(key);
+  return it != obj.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
 // A chat message's content: a string, or text parts ([{"type": "text", "text": ...}]).
 absl::StatusOr<std::string> MessageContent(const json& content, size_t i) {
   const std::string field = StrCat("messages[", i, "].content");
@@ -67,7 +77,8 @@ absl::StatusOr<std::string> MessageContent(const json& content, size_t i) {
   if (!content.is_array()) return Bad(field, "expected a string or an array of text parts");
   std::string text;
   for (const json& part : content) {
-    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string()) {
+    if (!part.is_object() || StringMember(part, "type") != "text" || !part.contains("text") ||
+        !part["text"].is_string()) {
       return Bad(field, "only text parts ({\"type\": \"text\", \"text\": ...}) are supported; this model reads text");
     }
     text += part["text"].get<std::string>();
@@ -83,7 +94,8 @@ absl::Status ParseMessages(const json& body, v1::GenerateRequest* req) {
   for (size_t i = 0; i < it->size(); ++i) {
     const json& m = (*it)[i];
     if (!m.is_object()) return Bad(StrCat("messages[", i, "]"), "expected an object with role and content");
-    const std::string role = m.value("role", "");
+    if (m.contains("role") && !m["role"].is_string()) return Bad(StrCat("messages[", i, "].role"), "expected a string");
+    const std::string role = StringMember(m, "role");
     std::string mapped;
     if (role == "system" || role == "developer") {
       mapped = "system";
@@ -167,7 +179,8 @@ absl::Status RefuseUnsupported(const Fields& f, OpenAiEndpoint endpoint) {
   for (const char* key : {"tools", "functions"}) {
     if (const json* t = f.Get(key); t != nullptr && !t->empty()) return Bad(key, "tool calling is not supported");
   }
-  if (const json* r = f.Get("response_format"); r != nullptr && !(r->is_object() && r->value("type", "") == "text")) {
+  if (const json* r = f.Get("response_format");
+      r != nullptr && !(r->is_object() && StringMember(*r, "type") == "text")) {
     return Bad("response_format", "only {\"type\": \"text\"} is supported");
   }
   (void)endpoint;
@@ -219,6 +232,11 @@ absl::Status ParseLimits(const Fields& f, OpenAiEndpoint endpoint, OpenAiRequest
     if (!ids->is_array()) return Bad("stop_token_ids", "expected an array of token ids");
     for (const json& id : *ids) {
       if (!id.is_number_integer()) return Bad("stop_token_ids", "expected integers");
+      // get<int32_t> would wrap a larger id onto another token's.
+      if (id.is_number_unsigned() ? id.get<uint64_t>() > uint64_t{std::numeric_limits<int32_t>::max()}
+                                  : id.get<int64_t>() < 0 || id.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
+        return Bad("stop_token_ids", StrCat("token id ", id.dump(), " is negative or too large"));
+      }
       out->request.add_stop_ids(id.get<int32_t>());
     }
   }

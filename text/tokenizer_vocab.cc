@@ -185,8 +185,10 @@ absl::Status Vocab::AddMerge(std::string_view left, std::string_view right, int3
   joined.assign(left);
   joined.append(right);
   const int32_t result = Find(joined);
-  std::string_view missing = l < 0 ? left : r < 0 ? right : result < 0 ? joined : "";
   if (l < 0 || r < 0 || result < 0) {
+    // Every branch a view of storage that outlives the message (`joined` is a member; a
+    // `joined : ""` branch would make a temporary std::string and leave `missing` dangling).
+    const std::string_view missing = l < 0 ? left : r < 0 ? right : std::string_view(joined);
     return absl::InvalidArgumentError(cascade::StrCat(spec_.source, ": merges[", index, "] '", left, " ", right,
                                                       "': token '", missing, "' is not in the vocabulary"));
   }

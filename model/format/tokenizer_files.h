@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "model/format/model_files.h"
@@ -28,6 +29,13 @@ absl::StatusOr<std::unique_ptr<text::Tokenizer>> TokenizerFromGguf(const GgufFil
 // malformed JSON or fields, Unimplemented for other model types or pre-tokenizers.
 absl::StatusOr<text::TokenizerSpec> TokenizerSpecFromHfJson(const std::string& tokenizer_json_path);
 absl::StatusOr<std::unique_ptr<text::Tokenizer>> TokenizerFromHfJson(const std::string& tokenizer_json_path);
+// The same from the files' contents, without touching the file system: `tokenizer_json` is
+// the text of a tokenizer.json, named `source` in errors; `tokenizer_config_json` is the
+// text of its tokenizer_config.json, named `config_source` in errors, or empty when there
+// is none. The errors of `TokenizerSpecFromHfJson` except NotFound.
+absl::StatusOr<text::TokenizerSpec> TokenizerSpecFromHfJsonText(
+    std::string_view tokenizer_json, std::string_view source, std::string_view tokenizer_config_json = {},
+    std::string_view config_source = "tokenizer_config.json");
 
 // The tokenizer that belongs to a model: the GGUF's embedded one, or the HF directory's
 // tokenizer.json. The readers' errors.

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -111,13 +112,26 @@ absl::Status ReadVocab(const Json& j, const Json& model, const std::string& path
   }
   const Json added = j.value("added_tokens", Json::array());
   for (const Json& a : added) {
-    const int64_t id = a.at("id").get<int64_t>();
+    // Integers only: get<int64_t> of a float out of range is undefined behaviour.
+    const Json& json_id = a.at("id");
+    if (!json_id.is_number_integer()) {
+      return absl::InvalidArgumentError(
+          cascade::StrCat(path, ": added_tokens id ", json_id.dump(), " is not an integer"));
+    }
+    const int64_t id = json_id.get<int64_t>();
     if (id < 0 || id > 10'000'000) {
       return absl::InvalidArgumentError(cascade::StrCat(path, ": added_tokens id ", id));
     }
     max_id = std::max(max_id, id);
   }
   if (max_id < 0) return absl::InvalidArgumentError(cascade::StrCat(path, ": model.vocab is empty"));
+  // Ids are (nearly) dense in real files. Every id up to the largest gets a table entry, so
+  // a few sparse ids in a tiny file would otherwise cost gigabytes and seconds.
+  const int64_t n_named = static_cast<int64_t>(model.at("vocab").size() + added.size());
+  if (max_id >= 2 * n_named + 1024) {
+    return absl::InvalidArgumentError(cascade::StrCat(path, ": token ids reach ", max_id, " but only ", n_named,
+                                                      " tokens are named (a vocabulary of mostly unused ids)"));
+  }
   spec.tokens.assign(max_id + 1, "");
   spec.token_types.assign(max_id + 1, text::kTokenTypeUnused);  // Ids nothing names.
   for (const auto& [text, id] : model.at("vocab").items()) {
@@ -293,34 +307,46 @@ absl::Status ApplyTokenizerConfig(const Json& c, const std::string& path, Tokeni
   return absl::OkStatus();
 }
 
+// `ApplyTokenizerConfig` over the text of a tokenizer_config.json named `path`.
+absl::Status ApplyTokenizerConfigText(std::string_view text, const std::string& path, TokenizerSpec& spec) {
+  try {
+    Json c = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (c.is_discarded()) return absl::InvalidArgumentError(cascade::StrCat(path, ": not valid JSON"));
+    return ApplyTokenizerConfig(c, path, spec);
+  } catch (const Json::exception& e) {
+    return absl::InvalidArgumentError(cascade::StrCat(path, ": ", e.what()));
+  }
+}
+
 }  // namespace
+
+absl::StatusOr<TokenizerSpec> TokenizerSpecFromHfJsonText(std::string_view tokenizer_json, std::string_view source,
+                                                          std::string_view tokenizer_config_json,
+                                                          std::string_view config_source) {
+  const std::string path(source);
+  TokenizerSpec spec;
+  try {
+    Json j = Json::parse(tokenizer_json, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) return absl::InvalidArgumentError(cascade::StrCat(path, ": not valid JSON"));
+    CASCADE_ASSIGN_OR_RETURN(spec, ParseTokenizerJson(j, path));
+  } catch (const Json::exception& e) {
+    return absl::InvalidArgumentError(cascade::StrCat(path, ": ", e.what()));
+  }
+  if (!tokenizer_config_json.empty()) {
+    CASCADE_RETURN_IF_ERROR(ApplyTokenizerConfigText(tokenizer_config_json, std::string(config_source), spec));
+  }
+  return spec;
+}
 
 absl::StatusOr<TokenizerSpec> TokenizerSpecFromHfJson(const std::string& tokenizer_json_path) {
   CASCADE_ASSIGN_OR_RETURN(std::string text, ReadFile(tokenizer_json_path));
-  TokenizerSpec spec;
-  try {
-    Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded()) {
-      return absl::InvalidArgumentError(cascade::StrCat(tokenizer_json_path, ": not valid JSON"));
-    }
-    CASCADE_ASSIGN_OR_RETURN(spec, ParseTokenizerJson(j, tokenizer_json_path));
-  } catch (const Json::exception& e) {
-    return absl::InvalidArgumentError(cascade::StrCat(tokenizer_json_path, ": ", e.what()));
-  }
+  CASCADE_ASSIGN_OR_RETURN(TokenizerSpec spec, TokenizerSpecFromHfJsonText(text, tokenizer_json_path));
   const std::string config_path =
       (std::filesystem::path(tokenizer_json_path).parent_path() / "tokenizer_config.json").string();
   std::error_code ec;
   if (std::filesystem::exists(config_path, ec)) {
     CASCADE_ASSIGN_OR_RETURN(std::string config_text, ReadFile(config_path));
-    try {
-      Json c = Json::parse(config_text, nullptr, /*allow_exceptions=*/false);
-      if (c.is_discarded()) {
-        return absl::InvalidArgumentError(cascade::StrCat(config_path, ": not valid JSON"));
-      }
-      CASCADE_RETURN_IF_ERROR(ApplyTokenizerConfig(c, config_path, spec));
-    } catch (const Json::exception& e) {
-      return absl::InvalidArgumentError(cascade::StrCat(config_path, ": ", e.what()));
-    }
+    CASCADE_RETURN_IF_ERROR(ApplyTokenizerConfigText(config_text, config_path, spec));
   }
   return spec;
 }

@@ -170,6 +170,24 @@ TEST(OpenAiApiTest, RefusesBadAndUnsupportedFieldsNamingThem) {
        "response_format:"},
       {H, R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", kInvalid,
        "top_logprobs: needs logprobs: true"},
+      // Found with tests/fuzz/openai_request_fuzz.cc (by it: "role": null; the others while
+      // writing it; inputs in its seed corpus): a member of another type than the one read
+      // used to throw json::type_error out of the parser, and an unsigned integer above
+      // INT64_MAX overflowed `hi + 1`.
+      {H, R"({"messages": [{"role": "developer", "role": null}]})", kInvalid, "messages[0].role: expected a string"},
+      {H, R"({"messages": [{"role": 1, "content": "x"}]})", kInvalid, "messages[0].role: expected a string"},
+      {H, R"({"messages": [{"role": "user", "content": [{"type": 1, "text": "x"}]}]})", kInvalid,
+       "messages[0].content: only text parts"},
+      {H, R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": 1}})", kInvalid,
+       "response_format: only"},
+      {C, R"({"prompt": "x", "seed": 18446744073709551615})", kInvalid,
+       "seed: 18446744073709551615 is outside [-9223372036854775808, 9223372036854775807]"},
+      {C, R"({"prompt": "x", "max_tokens": 18446744073709551615})", kInvalid,
+       "max_tokens: 18446744073709551615 is outside [1, 2147483647]"},
+      // And a stop id beyond int32 used to wrap onto another token's id (4294967298 -> 2).
+      {C, R"({"prompt": "x", "stop_token_ids": [4294967298]})", kInvalid,
+       "stop_token_ids: token id 4294967298 is negative or too large"},
+      {C, R"({"prompt": "x", "stop_token_ids": [-1]})", kInvalid, "stop_token_ids: token id -1"},
   };
   for (const Refusal& r : refusals) {
     const absl::Status st = ParseError(r.endpoint, r.body);

@@ -125,10 +125,49 @@ TEST(TokenizerJson, Errors) {
   auto merge_shape = TokenizerFromHfJson(dir.WriteFile("t4.json", ByteLevelJson("[[1, 2, 3]]")));
   EXPECT_STATUS_CODE(merge_shape, kInvalidArgument);
 
+  // Ids far beyond the named tokens (seen while fuzzing tokenizer_json: a 95-byte file took 1 GB
+  // and 49 s under ASan to build; tests/fuzz/corpus/tokenizer_json/sparse_ids.json).
+  auto sparse = TokenizerFromHfJson(dir.WriteFile("t6.json", R"({"pre_tokenizer": {"type": "Metaspace"},
+      "model": {"type": "BPE", "vocab": {"a": 9999999}, "merges": []}})"));
+  EXPECT_STATUS_CODE(sparse, kInvalidArgument);
+  EXPECT_THAT(std::string(sparse.status().message()), HasSubstr("token ids reach 9999999 but only 1 tokens are named"));
+  auto holes = TokenizerFromHfJson(dir.WriteFile("t7.json", R"({"pre_tokenizer": {"type": "Metaspace"},
+      "added_tokens": [{"id": 1025, "content": "<s>", "special": true}],
+      "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})"));
+  EXPECT_TRUE(holes.ok()) << holes.status();  // A few holes are allowed.
+
+  // An added token's id too large for an integer is a float; converting it was undefined
+  // behaviour (UBSan; found by tokenizer_json_fuzz, crash_added_id_float.json in its seeds).
+  auto float_id = TokenizerFromHfJson(dir.WriteFile("t8.json", R"({"pre_tokenizer": {"type": "Metaspace"},
+      "added_tokens": [{"id": 177777777777777777777777777777777777777, "content": "<s>"}],
+      "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})"));
+  EXPECT_STATUS_CODE(float_id, kInvalidArgument);
+  EXPECT_THAT(std::string(float_id.status().message()),
+              HasSubstr("added_tokens id 1.7777777777777777e+38 is not an integer"));
+
   auto pre = TokenizerFromHfJson(dir.WriteFile("t5.json", R"({
     "pre_tokenizer": {"type": "Whitespace"}, "decoder": {"type": "ByteLevel"},
     "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})"));
   EXPECT_STATUS_CODE(pre, kUnimplemented);
+}
+
+TEST(TokenizerJson, FromTextWithoutFiles) {
+  // The same reader over the files' contents (what the fuzz target calls); empty config
+  // text means there is none, and errors name the sources given.
+  auto spec = TokenizerSpecFromHfJsonText(ByteLevelJson(R"(["a b"])"), "mem/tokenizer.json",
+                                          R"({"eos_token": "<|end|>", "chat_template": "<|im_start|>"})");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->source, "mem/tokenizer.json");
+  EXPECT_EQ(spec->eos_id, 7);
+  EXPECT_EQ(spec->chat_template, "<|im_start|>");
+  EXPECT_EQ(TokenizerSpecFromHfJsonText(ByteLevelJson("[]"), "t.json")->eos_id, -1);
+
+  auto bad_json = TokenizerSpecFromHfJsonText("{", "mem/tokenizer.json");
+  EXPECT_STATUS_CODE(bad_json, kInvalidArgument);
+  EXPECT_THAT(std::string(bad_json.status().message()), HasSubstr("mem/tokenizer.json"));
+  auto bad_config = TokenizerSpecFromHfJsonText(ByteLevelJson("[]"), "t.json", R"({"bos_token": "<x>"})", "mem/c.json");
+  EXPECT_STATUS_CODE(bad_config, kInvalidArgument);
+  EXPECT_THAT(std::string(bad_config.status().message()), HasSubstr("mem/c.json: bos_token '<x>'"));
 }
 
 TEST(TokenizerSpecValidation, Errors) {
