@@ -82,7 +82,8 @@ class HfKeys {
     }
     if (v.is_number_float()) {  // Accept 4096.0, not 4096.5.
       const double d = v.get<double>();
-      if (d == static_cast<double>(static_cast<int64_t>(d)) && d >= -1e15 && d <= 1e15) {
+      // Range first: converting a double outside int64_t is undefined behaviour.
+      if (d >= -1e15 && d <= 1e15 && d == static_cast<double>(static_cast<int64_t>(d))) {
         return static_cast<int64_t>(d);
       }
     }

@@ -112,7 +112,13 @@ absl::Status ReadVocab(const Json& j, const Json& model, const std::string& path
   }
   const Json added = j.value("added_tokens", Json::array());
   for (const Json& a : added) {
-    const int64_t id = a.at("id").get<int64_t>();
+    // Integers only: get<int64_t> of a float out of range is undefined behaviour.
+    const Json& json_id = a.at("id");
+    if (!json_id.is_number_integer()) {
+      return absl::InvalidArgumentError(
+          cascade::StrCat(path, ": added_tokens id ", json_id.dump(), " is not an integer"));
+    }
+    const int64_t id = json_id.get<int64_t>();
     if (id < 0 || id > 10'000'000) {
       return absl::InvalidArgumentError(cascade::StrCat(path, ": added_tokens id ", id));
     }

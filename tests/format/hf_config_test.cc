@@ -244,6 +244,11 @@ TEST(HfConfigTest, WrongTypes) {
   j = Base();
   j["model_type"] = 3;
   ExpectInvalid(Parse(j), "model_type");
+  // A whole float beyond int64_t: refused before the conversion, which would be undefined
+  // behaviour (found reviewing the readers while fuzzing tokenizer.json's).
+  j = Base();
+  j["hidden_size"] = 1e300;
+  ExpectInvalid(Parse(j), "hidden_size");
 }
 
 TEST(HfConfigTest, InconsistentNumbers) {

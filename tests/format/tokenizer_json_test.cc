@@ -136,6 +136,15 @@ TEST(TokenizerJson, Errors) {
       "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})"));
   EXPECT_TRUE(holes.ok()) << holes.status();  // A few holes are allowed.
 
+  // An added token's id too large for an integer is a float; converting it was undefined
+  // behaviour (UBSan; found by tokenizer_json_fuzz, crash_added_id_float.json in its seeds).
+  auto float_id = TokenizerFromHfJson(dir.WriteFile("t8.json", R"({"pre_tokenizer": {"type": "Metaspace"},
+      "added_tokens": [{"id": 177777777777777777777777777777777777777, "content": "<s>"}],
+      "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})"));
+  EXPECT_STATUS_CODE(float_id, kInvalidArgument);
+  EXPECT_THAT(std::string(float_id.status().message()),
+              HasSubstr("added_tokens id 1.7777777777777777e+38 is not an integer"));
+
   auto pre = TokenizerFromHfJson(dir.WriteFile("t5.json", R"({
     "pre_tokenizer": {"type": "Whitespace"}, "decoder": {"type": "ByteLevel"},
     "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})"));
