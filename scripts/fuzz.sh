@@ -20,7 +20,7 @@ while (($#)); do
   case $1 in
     --runs) runs=$2; shift 2 ;;
     --max-seconds) max_seconds=$2; shift 2 ;;
-    -h | --help) sed -n '2,15p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,14p' "$0"; exit 0 ;;
     -*) echo "fuzz: unknown option $1" >&2; exit 2 ;;
     *) targets+=("$1"); shift ;;
   esac
