@@ -514,13 +514,16 @@ void Engine::FailStep(int64_t step_id, const std::vector<int64_t>& seqs, const a
   stats_.scheduler = scheduler_.Stats();
 }
 
-void Engine::Suspend(std::string_view why) {
-  // Batches in flight will never complete: give them up (their positions are re-fed).
+void Engine::GiveUpInFlight() {
   for (int64_t id : in_flight_) (void)scheduler_.FailBatch(id);
   for (const auto& [id, d] : drafting_) (void)scheduler_.FailBatch(id);
   in_flight_.clear();
   drafting_.clear();
   sent_.clear();
+}
+
+void Engine::Suspend(std::string_view why) {
+  GiveUpInFlight();  // Their positions are re-fed once the cluster is whole.
   scheduler_.RequeueAll();
   if (!suspended_at_) {
     suspended_at_ = std::chrono::steady_clock::now();
@@ -555,12 +558,7 @@ void Engine::FailAll(const absl::Status& status) {
     Push(*a->channel, {}, true, status);
   }
   active_.clear();
-  // Batches in flight will never complete: give them up.
-  for (int64_t id : in_flight_) (void)scheduler_.FailBatch(id);
-  for (const auto& [id, d] : drafting_) (void)scheduler_.FailBatch(id);
-  in_flight_.clear();
-  drafting_.clear();
-  sent_.clear();
+  GiveUpInFlight();
   absl::MutexLock lock(&mu_);
   stats_.scheduler = scheduler_.Stats();
 }

@@ -141,6 +141,8 @@ class Engine {
   // the others go on.
   void FailStep(int64_t step_id, const std::vector<int64_t>& seqs, const absl::Status& status);
   void FailAll(const absl::Status& status);
+  // Batches in flight will never complete (a worker died): gives them up, without progress.
+  void GiveUpInFlight();
   // A worker died (`why`): batches in flight are given up and every request goes back to
   // the queue, keeping its tokens, to recompute its KV once the cluster has rebuilt.
   void Suspend(std::string_view why);

@@ -160,7 +160,7 @@ absl::Status ParseStop(const json& body, v1::GenerateRequest* req) {
 }
 
 // Options that would change the answer's meaning: refused, never silently ignored.
-absl::Status RefuseUnsupported(const Fields& f, OpenAiEndpoint endpoint) {
+absl::Status RefuseUnsupported(const Fields& f) {
   std::optional<int64_t> n, best_of;
   if (auto st = f.Int("n", 1, 128, &n); !st.ok()) return st;
   if (n && *n != 1) {
@@ -183,7 +183,6 @@ absl::Status RefuseUnsupported(const Fields& f, OpenAiEndpoint endpoint) {
       r != nullptr && !(r->is_object() && StringMember(*r, "type") == "text")) {
     return Bad("response_format", "only {\"type\": \"text\"} is supported");
   }
-  (void)endpoint;
   return absl::OkStatus();
 }
 
@@ -300,7 +299,7 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, std::s
   }
   OpenAiRequest out;
   out.endpoint = endpoint;
-  CASCADE_RETURN_IF_ERROR(RefuseUnsupported(f, endpoint));
+  CASCADE_RETURN_IF_ERROR(RefuseUnsupported(f));
   CASCADE_RETURN_IF_ERROR(endpoint == OpenAiEndpoint::kChat ? ParseMessages(j, &out.request)
                                                             : ParsePrompt(j, &out.request));
   CASCADE_RETURN_IF_ERROR(ParseSampling(f, &out.request));

@@ -70,14 +70,7 @@ absl::Status Scheduler::Add(SequenceSpec spec) {
 void Scheduler::RequeueAll() {
   CASCADE_CHECK(in_flight_.empty()) << "RequeueAll with " << in_flight_.size() << " batch(es) in flight";
   // Newest first to the front: the queue ends in admission order, ahead of later arrivals.
-  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
-    Sequence& seq = seqs_.at(*it);
-    FreeBlocks(seq);
-    seq.n_cached = 0;
-    seq.n_prefilled = 0;
-    seq.running = false;
-    waiting_.push_front(*it);
-  }
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it) Unadmit(seqs_.at(*it));
   running_.clear();
 }
 
@@ -193,16 +186,20 @@ bool Scheduler::AdmitHead(int64_t budget, Batch& batch) {
   return true;
 }
 
-void Scheduler::Preempt(Sequence& seq) {
-  CASCADE_CHECK(seq.running && seq.in_flight_batch < 0) << "preempting sequence " << seq.spec.id;
+void Scheduler::Unadmit(Sequence& seq) {
   FreeBlocks(seq);  // Its registered blocks stay matchable: a readmission may find them.
   seq.n_cached = 0;
   seq.n_prefilled = 0;
   seq.running = false;
+  waiting_.push_front(seq.spec.id);
+}
+
+void Scheduler::Preempt(Sequence& seq) {
+  CASCADE_CHECK(seq.running && seq.in_flight_batch < 0) << "preempting sequence " << seq.spec.id;
   ++seq.n_preemptions;
   ++n_preemptions_;
   running_.erase(std::find(running_.begin(), running_.end(), seq.spec.id));
-  waiting_.push_front(seq.spec.id);
+  Unadmit(seq);
 }
 
 Scheduler::Sequence* Scheduler::PickVictim(const std::vector<int64_t>& batch_ids) {

@@ -281,6 +281,9 @@ class Scheduler {
   // Evicts `seq` (running, not in flight): frees its blocks and puts it at the front
   // of the waiting queue.
   void Preempt(Sequence& seq);
+  // Preempt's work without the bookkeeping: frees `seq`'s blocks, forgets its cached
+  // positions and puts it at the front of the waiting queue (the caller updates running_).
+  void Unadmit(Sequence& seq);
   // Admits the head of the waiting queue if its blocks fit, reusing its longest cached
   // prefix, and adds its first chunk to `batch`; false (nothing changes) when it does not fit.
   bool AdmitHead(int64_t budget, Batch& batch);
