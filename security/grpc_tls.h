@@ -5,7 +5,11 @@
 // one is sent. They do not require it at the handshake so that a caller without one gets
 // a clear UNAUTHENTICATED from the handler instead of a bare handshake failure; a
 // certificate from another CA still fails the handshake. Handlers then authorize with
-// PeerCommonName.
+// PeerCommonName. (Checked with gRPC 1.51 in tests/security/grpc_tls_test.cc: a caller
+// without a certificate completes the handshake and its PeerCommonName is "".)
+//
+// A failed handshake (a certificate of another CA, the wrong role, TLS against
+// plaintext) reaches the caller as UNAVAILABLE, like an unreachable peer.
 //
 // Channels verify the server against the cluster CA *and its role*: they dial with the
 // role's DNS name (kCoordinatorName or kWorkerName) as the TLS target name, so a worker's
