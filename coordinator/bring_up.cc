@@ -150,9 +150,17 @@ void CopyOptions(const ClusterConfig& config, const ServedModels& models, Servin
 
 // Debian's UCX disables error handling on its shared-memory transports unless told
 // otherwise: without these, peer-failure detection forces TCP on one host.
-WorkerLaunch LocalWorker(int stage, bool draft, const std::string& node, const Device& device, int n_threads) {
-  return {
-      stage, draft, node, device.ToString(), n_threads, {"UCX_POSIX_ERROR_HANDLING=y", "UCX_SYSV_ERROR_HANDLING=y"}};
+WorkerLaunch LocalWorker(int stage, bool draft, const std::string& node, const Device& device, int n_threads,
+                         const WorkerExtras& extras) {
+  WorkerLaunch l{stage,
+                 draft,
+                 node,
+                 device.ToString(),
+                 n_threads,
+                 extras.args,
+                 {"UCX_POSIX_ERROR_HANDLING=y", "UCX_SYSV_ERROR_HANDLING=y"}};
+  l.extra_env.insert(l.extra_env.end(), extras.env.begin(), extras.env.end());
+  return l;
 }
 
 }  // namespace
@@ -191,11 +199,17 @@ absl::StatusOr<ServingPlan> PlanServing(const ClusterConfig& config, const Serve
 }
 
 void PrintExternalWorkers(const ClusterConfig& config, const ServingPlan& plan, std::FILE* out) {
+  std::fprintf(out, "control %s\n", config.server.cluster_listen.c_str());
+  if (config.security.insecure) {
+    std::fprintf(out, "security insecure\n");
+  } else {
+    std::fprintf(out, "security tls %s\n", config.security.cluster_dir.c_str());
+  }
   for (const StagePlan& s : plan.plan.stages) {
     for (const TpMember& m : s.tp) {
       for (const NodeSection& node : config.nodes) {
         if (node.name == m.node && node.launch == LaunchMode::kExternal) {
-          std::fprintf(out, "%d %s %s %s\n", s.pp_stage, node.name.c_str(), node.host.c_str(),
+          std::fprintf(out, "worker %d %s %s %s\n", s.pp_stage, node.name.c_str(), node.host.c_str(),
                        m.device.ToString().c_str());
         }
       }
@@ -203,25 +217,27 @@ void PrintExternalWorkers(const ClusterConfig& config, const ServingPlan& plan, 
   }
   for (const NodeSection& node : config.nodes) {
     if (plan.cluster.draft && node.name == plan.cluster.draft_node && node.launch == LaunchMode::kExternal) {
-      std::fprintf(out, "draft %s %s %s\n", node.name.c_str(), node.host.c_str(),
+      std::fprintf(out, "worker draft %s %s %s\n", node.name.c_str(), node.host.c_str(),
                    plan.cluster.draft_device.ToString().c_str());
     }
   }
 }
 
 absl::Status LaunchLocalWorkers(const ClusterConfig& config, const ServingPlan& plan, int n_threads,
-                                Launcher& launcher) {
+                                const WorkerExtras& extras, Launcher& launcher) {
   for (const NodeSection& node : config.nodes) {
     if (node.launch != LaunchMode::kLocal) continue;
     for (const StagePlan& s : plan.plan.stages) {
       for (const TpMember& m : s.tp) {
         if (m.node == node.name) {
-          CASCADE_RETURN_IF_ERROR(launcher.Launch(LocalWorker(s.pp_stage, false, node.name, m.device, n_threads)));
+          CASCADE_RETURN_IF_ERROR(
+              launcher.Launch(LocalWorker(s.pp_stage, false, node.name, m.device, n_threads, extras)));
         }
       }
     }
     if (plan.cluster.draft && node.name == plan.cluster.draft_node) {
-      CASCADE_RETURN_IF_ERROR(launcher.Launch(LocalWorker(-1, true, node.name, plan.cluster.draft_device, n_threads)));
+      CASCADE_RETURN_IF_ERROR(
+          launcher.Launch(LocalWorker(-1, true, node.name, plan.cluster.draft_device, n_threads, extras)));
     }
   }
   return absl::OkStatus();

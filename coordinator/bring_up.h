@@ -59,12 +59,21 @@ absl::StatusOr<ServingPlan> PlanServing(const ClusterConfig& config, const Serve
 // pool's, at most the model's trained context.
 int64_t MaxContext(const model::ModelConfig& config, int64_t n_blocks, int64_t block_size);
 
-// For scripts/launch_cluster.sh: one line per worker of an external node,
-// "STAGE NODE HOST DEVICE" ("draft NODE HOST DEVICE" for the drafter).
+// For scripts/launch_cluster.sh: first "control ADDR" (the control plane workers dial),
+// then "security insecure" or "security tls CLUSTER_DIR" (where ca.pem and join.token
+// are), then one line per worker of an external node, "worker STAGE NODE HOST DEVICE"
+// (STAGE is "draft" for the drafter).
 void PrintExternalWorkers(const ClusterConfig& config, const ServingPlan& plan, std::FILE* out);
+
+// What every launched worker is given besides its place: arguments and "KEY=VALUE"
+// environment entries (the cluster's trust, coordinator/cluster_trust.h).
+struct WorkerExtras {
+  std::vector<std::string> args;
+  std::vector<std::string> env;
+};
 
 // Starts the workers of `launch: local` nodes, each with `n_threads` CPU threads.
 absl::Status LaunchLocalWorkers(const ClusterConfig& config, const ServingPlan& plan, int n_threads,
-                                Launcher& launcher);
+                                const WorkerExtras& extras, Launcher& launcher);
 
 }  // namespace cascade::coordinator

@@ -8,8 +8,9 @@
 #include "core/logging.h"
 #include "core/status.h"
 #include "core/str_cat.h"
-#include "grpcpp/create_channel.h"
 #include "proto/grpc_status.h"
+#include "security/cluster_ca.h"
+#include "security/grpc_tls.h"
 
 namespace cascade::coordinator {
 
@@ -101,7 +102,7 @@ absl::StatusOr<v1::RegisterResponse> Cluster::Register(const v1::RegisterRequest
     s->nccl = req.nccl();
     s->memory_bytes = req.memory_bytes();
     s->last_seen = std::chrono::steady_clock::now();
-    s->channel = grpc::CreateChannel(req.address(), grpc::InsecureChannelCredentials());
+    s->channel = security::ClusterChannel(req.address(), options_.tls.get(), security::kWorkerName);
     s->stub = v1::Worker::NewStub(s->channel);
     v1::RegisterResponse resp;
     resp.set_rank(s->rank);
@@ -112,6 +113,9 @@ absl::StatusOr<v1::RegisterResponse> Cluster::Register(const v1::RegisterRequest
     resp.set_group(options_.group);
     resp.set_heartbeat_ms(options_.heartbeat_ms);
     resp.set_worker_id(s->worker_id);
+    resp.set_model_path(s->draft ? options_.draft_model_path : options_.model_path);
+    resp.set_first_layer(s->stage.first_layer);
+    resp.set_last_layer(s->stage.last_layer);
     CASCADE_LOG(Info) << "worker " << req.address() << " (pid " << req.pid() << ", node " << req.node() << ", "
                       << device << ") registered as "
                       << (s->draft ? std::string("the drafter")
@@ -126,6 +130,13 @@ absl::StatusOr<v1::RegisterResponse> Cluster::Register(const v1::RegisterRequest
   }
   return absl::FailedPreconditionError(StrCat("no stage waits for a worker on node '", req.node(), "' device '", device,
                                               "'; waiting: ", open.empty() ? "none" : open));
+}
+
+bool Cluster::PlansNode(std::string_view node) const {
+  for (const auto& s : slots_) {
+    if (s->node == node) return true;
+  }
+  return false;
 }
 
 bool Cluster::Heartbeat(int rank, int64_t worker_id) {

@@ -27,6 +27,7 @@
 #include "cascade/v1/inference.pb.h"
 #include "coordinator/planner.h"
 #include "coordinator/serving_metrics.h"
+#include "security/grpc_tls.h"
 
 namespace cascade::coordinator {
 
@@ -48,6 +49,10 @@ struct ClusterOptions {
   // Stage hand-off over NCCL (transport.activations: nccl; all devices cuda) rather than UCX.
   bool pp_nccl = false;
   bool expert_parallel = false;  // parallel.expert (MoE layers).
+
+  // The coordinator's cluster certificate for its calls to workers (mutual TLS); null:
+  // plaintext (security.insecure).
+  std::shared_ptr<const security::TlsIdentity> tls;
 
   int64_t heartbeat_ms = 500;    // Interval workers are told to use.
   int64_t dead_after_ms = 3000;  // No heartbeat for this long = dead.
@@ -116,6 +121,9 @@ class Cluster {
   int tp_size() const { return plan_.stages.empty() ? 1 : static_cast<int>(plan_.stages[0].tp.size()); }
   // Target workers (the drafter, when there is one, comes after them).
   int n_workers() const { return n_stages() * tp_size(); }
+  // Whether any worker (or the drafter) is planned on `node`. Slots' nodes are fixed at
+  // construction: no lock.
+  bool PlansNode(std::string_view node) const;
   const Plan& plan() const { return plan_; }
   const ClusterOptions& options() const { return options_; }
   // Where each worker's step time is observed. REQUIRES: before BringUp.

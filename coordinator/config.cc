@@ -231,7 +231,14 @@ absl::Status Parser::ParseHostPort(const YAML::Node& node, std::string_view key,
 
 absl::Status Parser::ParseSecurity(const YAML::Node& node, SecuritySection* out) const {
   if (!node.IsDefined() || node.IsNull()) return absl::OkStatus();
-  CASCADE_RETURN_IF_ERROR(CheckMap(node, "security", {"api_keys_file", "health_needs_key", "metrics_needs_key"}));
+  CASCADE_RETURN_IF_ERROR(CheckMap(
+      node, "security", {"api_keys_file", "health_needs_key", "metrics_needs_key", "insecure", "cluster_dir"}));
+  if (const YAML::Node n = Child(node, "insecure"); n.IsDefined()) {
+    CASCADE_ASSIGN_OR_RETURN(out->insecure, GetBool(n, "security.insecure"));
+  }
+  if (const YAML::Node n = Child(node, "cluster_dir"); n.IsDefined()) {
+    CASCADE_ASSIGN_OR_RETURN(out->cluster_dir, GetString(n, "security.cluster_dir"));
+  }
   if (const YAML::Node n = Child(node, "api_keys_file"); n.IsDefined()) {
     CASCADE_ASSIGN_OR_RETURN(out->api_keys_file, GetString(n, "security.api_keys_file"));
   }
@@ -246,12 +253,20 @@ absl::Status Parser::ParseSecurity(const YAML::Node& node, SecuritySection* out)
 
 absl::Status Parser::ParseServer(const YAML::Node& node, ServerSection* out) const {
   if (!node.IsDefined()) return absl::OkStatus();
-  CASCADE_RETURN_IF_ERROR(
-      CheckMap(node, "server",
-               {"listen", "http_listen", "http_threads", "model_name", "drain_timeout_s", "recovery_timeout_s"}));
+  CASCADE_RETURN_IF_ERROR(CheckMap(node, "server",
+                                   {"listen", "cluster_listen", "http_listen", "http_threads", "model_name",
+                                    "drain_timeout_s", "recovery_timeout_s"}));
   if (const YAML::Node listen = Child(node, "listen"); listen.IsDefined()) {
     CASCADE_RETURN_IF_ERROR(ParseHostPort(listen, "server.listen", &out->listen_host, &out->listen_port));
     out->listen = listen.Scalar();
+  }
+  if (const YAML::Node cluster = Child(node, "cluster_listen"); cluster.IsDefined()) {
+    CASCADE_RETURN_IF_ERROR(ParseHostPort(cluster, "server.cluster_listen", &out->cluster_host, &out->cluster_port));
+    out->cluster_listen = cluster.Scalar();
+    if (out->cluster_port != 0 && out->cluster_port == out->listen_port) {
+      return Error(cluster, "server.cluster_listen",
+                   StrCat("port ", out->cluster_port, " is server.listen's: the control plane needs its own"));
+    }
   }
   if (const YAML::Node http = Child(node, "http_listen"); http.IsDefined()) {
     CASCADE_RETURN_IF_ERROR(ParseHostPort(http, "server.http_listen", &out->http_host, &out->http_port));
@@ -425,11 +440,26 @@ absl::StatusOr<ClusterConfig> Parser::Parse(const YAML::Node& root) {
   CASCADE_RETURN_IF_ERROR(ParseParallel(parallel, &config.parallel));
   CASCADE_RETURN_IF_ERROR(ParseNodes(root["nodes"], &config.nodes));
   CASCADE_RETURN_IF_ERROR(ParseServer(root["server"], &config.server));
+  ServerSection& server = config.server;
+  if (server.cluster_listen.empty()) {  // The next port; any free one beside an ephemeral API.
+    server.cluster_host = server.listen_host;
+    server.cluster_port = server.listen_port == 0 || server.listen_port == 65535 ? 0 : server.listen_port + 1;
+    server.cluster_listen = HostPort(server.cluster_host, server.cluster_port);
+  }
   if (config.server.model_name.empty()) config.server.model_name = DefaultModelName(config.model.path);
   CASCADE_RETURN_IF_ERROR(ParseScheduler(root["scheduler"], &config.scheduler));
   CASCADE_RETURN_IF_ERROR(ParseTransport(root["transport"], config.nodes, &config.transport));
   CASCADE_RETURN_IF_ERROR(ParseDraft(root["draft"], config.nodes, &config.draft));
   CASCADE_RETURN_IF_ERROR(ParseSecurity(root["security"], &config.security));
+  for (const NodeSection& n : config.nodes) {
+    if (n.launch == LaunchMode::kExternal && config.security.cluster_dir.empty() && !config.security.insecure) {
+      return Error(root["nodes"], "security.cluster_dir",
+                   StrCat("node '", n.name,
+                          "' is launch: external: its workers need the cluster's CA bundle and join token, which "
+                          "live in security.cluster_dir; set it (or security.insecure: true for a plaintext "
+                          "cluster)"));
+    }
+  }
 
   const int64_t needed = int64_t{config.parallel.pipeline} * config.parallel.tensor;
   if (config.TotalDevices() < needed) {
@@ -441,6 +471,15 @@ absl::StatusOr<ClusterConfig> Parser::Parse(const YAML::Node& root) {
 }
 
 }  // namespace
+
+std::string HostPort(std::string_view host, int port) {
+  const bool v6 = host.find(':') != std::string_view::npos;
+  return StrCat(v6 ? "[" : "", host, v6 ? "]:" : ":", port);
+}
+
+bool IsLoopbackHost(std::string_view host) {
+  return host == "localhost" || host == "::1" || host.substr(0, 4) == "127.";
+}
 
 std::string_view LaunchModeName(LaunchMode mode) {
   switch (mode) {
@@ -503,6 +542,10 @@ absl::StatusOr<ClusterConfig> LoadClusterConfig(const std::string& path) {
   const std::filesystem::path keys(config.security.api_keys_file);
   if (!config.security.api_keys_file.empty() && keys.is_relative()) {
     config.security.api_keys_file = (std::filesystem::path(path).parent_path() / keys).lexically_normal().string();
+  }
+  const std::filesystem::path cluster_dir(config.security.cluster_dir);
+  if (!config.security.cluster_dir.empty() && cluster_dir.is_relative()) {
+    config.security.cluster_dir = (std::filesystem::path(path).parent_path() / cluster_dir).lexically_normal().string();
   }
   const std::filesystem::path draft(config.draft.model_path);
   if (!config.draft.model_path.empty() && draft.is_relative()) {

@@ -52,6 +52,12 @@ enum class LaunchMode {
 
 std::string_view LaunchModeName(LaunchMode mode);
 
+// `HOST:PORT`, with an IPv6 host in brackets.
+std::string HostPort(std::string_view host, int port);
+
+// Whether `host` names this machine's loopback (127.0.0.0/8, ::1, localhost).
+bool IsLoopbackHost(std::string_view host);
+
 // One entry of `nodes:` — a machine and the devices that run one worker each.
 struct NodeSection {
   // `nodes[i].name` (REQUIRED): unique node name; workers register with
@@ -67,15 +73,22 @@ struct NodeSection {
   LaunchMode launch = LaunchMode::kLocal;
 };
 
-// `server:` — the public API endpoint.
+// `server:` — the public API endpoint and the control plane's.
 struct ServerSection {
-  // `server.listen`: `HOST:PORT` (IPv6 as `[ADDR]:PORT`) of the gRPC API and control
-  // plane. Default `127.0.0.1:50051`. REQUIRES port in [0, 65535]; 0 picks any free
-  // port (tests).
+  // `server.listen`: `HOST:PORT` (IPv6 as `[ADDR]:PORT`) of the public gRPC API
+  // (cascade.v1.Inference, health, reflection). Default `127.0.0.1:50051`. REQUIRES port
+  // in [0, 65535]; 0 picks any free port (tests).
   std::string listen = "127.0.0.1:50051";
   // Parts of `listen` (derived).
   std::string listen_host = "127.0.0.1";
   int listen_port = 50051;
+  // `server.cluster_listen`: `HOST:PORT` of the control plane (cascade.v1.Coordinator:
+  // Join, Register, Heartbeat, rendezvous keys), which workers dial; mutual TLS unless
+  // security.insecure. Default: `server.listen`'s host and the next port (any free port
+  // when `server.listen`'s is 0). REQUIRES a port other than `server.listen`'s.
+  std::string cluster_listen;
+  std::string cluster_host;  // Parts of `cluster_listen` (derived).
+  int cluster_port = 0;
   // `server.http_listen`: `HOST:PORT` of the HTTP front (OpenAI-compatible API, /health,
   // /metrics). Empty (the default): no HTTP front. Port 0 picks any free port.
   std::string http_listen;
@@ -186,8 +199,20 @@ struct DraftSection {
   int max_batch = 0;
 };
 
-// `security:` — who may call the public API.
+// `security:` — who may call the public API, and how the cluster trusts its workers.
 struct SecuritySection {
+  // `security.insecure`: run the control plane in plaintext, with no worker
+  // authentication (anyone who reaches `server.cluster_listen` can join). Default false:
+  // mutual TLS with the cluster's own CA, and workers join with its token. A warning is
+  // logged when set with a non-loopback `server.cluster_listen`.
+  bool insecure = false;
+  // `security.cluster_dir`: where the cluster's CA (`ca.pem`, `ca.key`) and join token
+  // (`join.token`) live; created on first start (0700/0600) and reused afterwards, so
+  // external workers can be given `ca.pem` and the token before or after the coordinator
+  // starts. Relative to the config file. Empty (the default): a private directory for
+  // this run, removed at exit. REQUIRED when a node is `launch: external` (unless
+  // security.insecure).
+  std::string cluster_dir;
   // `security.api_keys_file`: a file of API keys, one per line ('#' comments), 16+
   // characters each; callers send `authorization: Bearer KEY` (gRPC metadata or HTTP
   // header). Relative to the config file. Empty (the default): the public API is open.

@@ -1,7 +1,8 @@
 // `cascade-coordinator --config FILE [--worker-threads N]`: loads the config and the
 // model's metadata and tokenizer (never its weights), plans the stages, serves the
-// public API and the control plane, launches the local workers, waits for every stage,
-// and logs one line with `ready` and the address. Config errors exit 2 naming the key.
+// public API (server.listen) and the control plane (server.cluster_listen, mutual TLS
+// with the cluster's CA), launches the local workers, waits for every stage, and logs one
+// line with `ready` and the public address. Config errors exit 2 naming the key.
 #include <algorithm>
 #include <atomic>
 #include <csignal>
@@ -12,6 +13,7 @@
 #include "coordinator/bring_up.h"
 #include "coordinator/cluster.h"
 #include "coordinator/cluster_service.h"
+#include "coordinator/cluster_trust.h"
 #include "coordinator/config.h"
 #include "coordinator/engine.h"
 #include "coordinator/health_watch.h"
@@ -28,6 +30,7 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server_builder.h"
+#include "security/grpc_tls.h"
 
 namespace {
 
@@ -68,6 +71,16 @@ void Drain(cascade::coordinator::InferenceService& inference, cascade::coordinat
   engine.Stop();
 }
 
+// A started gRPC server with one service on `listen` (the port it got in *port), or null.
+std::unique_ptr<grpc::Server> StartServer(const std::string& listen, std::shared_ptr<grpc::ServerCredentials> creds,
+                                          grpc::Service* service, int* port) {
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(listen, std::move(creds), port);
+  builder.RegisterService(service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  return server != nullptr && *port != 0 ? std::move(server) : nullptr;
+}
+
 // Serves the planned cluster until SIGINT/SIGTERM: the gRPC services, the local workers,
 // bring-up (with the KV pool lowered to what the GPUs hold), then the engine. The exit code.
 int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coordinator::ServedModels& models,
@@ -77,10 +90,14 @@ int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coor
   const model::ModelConfig& mc = models.target.config;
   const int64_t bs = config.scheduler.kv_block_size;
   const DraftSection& draft = config.draft;
-  Cluster cluster(serving.plan, serving.cluster);
+  auto trust = ClusterTrust::Create(config);
+  if (!trust.ok()) return Fail(trust.status());
+  ClusterOptions cluster_options = serving.cluster;
+  cluster_options.tls = (*trust)->identity();
+  Cluster cluster(serving.plan, cluster_options);
   KeyValueStore store;
   Engine engine(&cluster, models.tokenizer.get(), serving.scheduler, serving.speculation);
-  ClusterService cluster_service(&cluster, &store);
+  ClusterService cluster_service(&cluster, &store, {(*trust)->ca(), (*trust)->join_token()});
   InferenceService inference(&engine, &cluster, models.tokenizer.get(), mc,
                              {config.model.path, serving.max_context, std::string(DraftKindName(draft.kind))});
   ServingMetrics metrics;
@@ -99,16 +116,26 @@ int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coor
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();  // grpcurl and friends list the services.
-  grpc::ServerBuilder builder;
+  // The public API and the control plane listen apart: clients never reach Register,
+  // rendezvous keys or Join, and the control plane can stay on the cluster's network.
   int port = 0;
-  builder.AddListeningPort(config.server.listen, grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&cluster_service);
-  builder.RegisterService(&inference);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || port == 0) {
+  std::unique_ptr<grpc::Server> server =
+      StartServer(config.server.listen, grpc::InsecureServerCredentials(), &inference, &port);
+  if (server == nullptr) {
     return Fail(absl::UnavailableError(StrCat("server.listen: cannot listen on ", config.server.listen)));
   }
-  const std::string address = StrCat(config.server.listen_host, ":", port);
+  int control_port = 0;
+  std::unique_ptr<grpc::Server> control =
+      StartServer(config.server.cluster_listen, security::ClusterServerCredentials((*trust)->identity().get()),
+                  &cluster_service, &control_port);
+  if (control == nullptr) {
+    return Fail(
+        absl::UnavailableError(StrCat("server.cluster_listen: cannot listen on ", config.server.cluster_listen)));
+  }
+  const std::string address = HostPort(config.server.listen_host, port);
+  // What the workers dial: a wildcard listener is reached through loopback here.
+  const std::string& ch = config.server.cluster_host;
+  const std::string control_address = HostPort(ch == "0.0.0.0" ? "127.0.0.1" : ch == "::" ? "::1" : ch, control_port);
   HealthWatch health(server->GetHealthCheckService());  // NOT_SERVING until the cluster is ready.
   std::unique_ptr<HttpFront> http;
   if (!config.server.http_listen.empty()) {
@@ -129,7 +156,7 @@ int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coor
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
 
-  Launcher launcher(DefaultWorkerBinary(), address);
+  Launcher launcher(DefaultWorkerBinary(), control_address);
   // A worker that refuses its device (no usable GPU for cuda:N) will never register: stop
   // waiting for it and say why.
   launcher.OnExit([&cluster](int stage, const std::string& why, bool final) {
@@ -138,8 +165,12 @@ int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coor
                                      : StrCat("the worker for stage ", stage, " ", why));
     }
   });
-  if (absl::Status st = LaunchLocalWorkers(config, serving, flags.n_threads, launcher); !st.ok()) return Fail(st);
-  CASCADE_LOG(Info) << "waiting for " << cluster.n_workers() << " worker(s) on " << address;
+  if (absl::Status st = LaunchLocalWorkers(config, serving, flags.n_threads,
+                                           {(*trust)->worker_args(), (*trust)->worker_env()}, launcher);
+      !st.ok())
+    return Fail(st);
+  CASCADE_LOG(Info) << "waiting for " << cluster.n_workers() << " worker(s) on " << control_address
+                    << ((*trust)->insecure() ? " (plaintext)" : " (mutual TLS)");
   if (absl::Status st = cluster.BringUp(std::chrono::seconds(flags.startup_s)); !st.ok()) {
     CASCADE_LOG(Error) << st.ToString();
     return Fail(st);
@@ -166,6 +197,7 @@ int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coor
   if (http != nullptr) http->Stop();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   launcher.StopAll();
+  control->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   return 0;
 }
 

@@ -52,6 +52,7 @@ absl::Status Launcher::Spawn(Child* c) {
                                    "--node",       l.node,          "--device",
                                    l.device,       "--threads",     std::to_string(l.n_threads)};
   if (l.draft) args.push_back("--draft");
+  args.insert(args.end(), l.extra_args.begin(), l.extra_args.end());
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
   for (const auto& e : l.extra_env) env.push_back(e);

@@ -28,7 +28,8 @@ struct WorkerLaunch {
   std::string node;
   std::string device;  // "cpu".
   int n_threads = 1;
-  std::vector<std::string> extra_env;  // "KEY=VALUE" added to the worker's environment.
+  std::vector<std::string> extra_args;  // After the launcher's own (the cluster's trust).
+  std::vector<std::string> extra_env;   // "KEY=VALUE" added to the worker's environment.
 };
 
 class Launcher {

@@ -1,33 +1,66 @@
 #!/usr/bin/env bash
 # Starts the external workers (`launch: external` nodes) of a cluster config on their
 # hosts: through `srun` inside a Slurm allocation, otherwise through ssh. The coordinator
-# must already run (cascade-coordinator --config FILE) and be reachable at ADDR.
-#   scripts/launch_cluster.sh CONFIG COORDINATOR_ADDR [--threads N] [--remote-dir DIR] [--dry-run]
-# Each worker runs `$REMOTE_DIR/build/bin/cascade-worker` (default: this checkout's path,
-# so a shared filesystem or an identical checkout on every host is assumed).
+# must already run (cascade-coordinator --config FILE): it made the cluster's CA bundle
+# and join token in security.cluster_dir, which this script carries to each worker (over
+# ssh's stdin into a 0700 directory, or in srun's environment), never on a command line.
+#   scripts/launch_cluster.sh CONFIG [CONTROL_ADDR] [--threads N] [--remote-dir DIR] [--dry-run]
+# CONTROL_ADDR: the coordinator's control plane as workers reach it (default:
+# server.cluster_listen). Each worker runs `$REMOTE_DIR/build/bin/cascade-worker`
+# (default: this checkout's path, so a shared filesystem or an identical checkout on
+# every host is assumed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-CONFIG=${1:?usage: launch_cluster.sh CONFIG COORDINATOR_ADDR [--threads N] [--remote-dir DIR] [--dry-run]}
-ADDR=${2:?coordinator address HOST:PORT}
-shift 2
+USAGE="usage: launch_cluster.sh CONFIG [CONTROL_ADDR] [--threads N] [--remote-dir DIR] [--dry-run]"
+CONFIG=${1:?$USAGE}
+shift
+ADDR=
+if (($#)) && [[ $1 != --* ]]; then ADDR=$1; shift; fi
 THREADS=1 REMOTE_DIR=$PWD DRY=0
 while (($#)); do
   case $1 in
     --threads) THREADS=$2; shift 2 ;;
     --remote-dir) REMOTE_DIR=$2; shift 2 ;;
     --dry-run) DRY=1; shift ;;
-    *) echo "launch_cluster: unknown option $1" >&2; exit 2 ;;
+    *) echo "launch_cluster: unknown option $1 ($USAGE)" >&2; exit 2 ;;
   esac
 done
 BIN=${CASCADE_BUILD_DIR:-build}/bin
 [[ -x $BIN/cascade-coordinator ]] || ./scripts/build.sh >/dev/null
-mapfile -t WORKERS < <("$BIN/cascade-coordinator" --config "$CONFIG" --list-workers)
+mapfile -t LINES < <("$BIN/cascade-coordinator" --config "$CONFIG" --list-workers)
+WORKERS=() TRUST=insecure TRUST_DIR=
+for line in "${LINES[@]}"; do
+  read -r kind a b c d e <<<"$line"
+  case $kind in
+    control) [[ -n $ADDR ]] || ADDR=$a ;;
+    security) TRUST=$a TRUST_DIR=$b ;;
+    worker) WORKERS+=("$a $b $c $d") ;;
+  esac
+done
 ((${#WORKERS[@]})) || { echo "launch_cluster: $CONFIG has no external workers"; exit 0; }
+if [[ $ADDR == *:0 || $ADDR == 0.0.0.0:* || $ADDR == "[::]:"* ]]; then
+  echo "launch_cluster: the control plane is $ADDR; give the address workers reach it at (CONTROL_ADDR)" >&2
+  exit 2
+fi
+if [[ $TRUST == tls ]] && ((!DRY)); then
+  for f in ca.pem join.token; do
+    [[ -r $TRUST_DIR/$f ]] || { echo "launch_cluster: no $TRUST_DIR/$f: start the coordinator first (it makes them)" >&2; exit 2; }
+  done
+fi
+REMOTE_TRUST='$HOME/.cascade/trust'  # Expanded on the worker's host.
 pids=()
 for w in "${WORKERS[@]}"; do
   read -r stage node host device <<<"$w"
   cmd="$REMOTE_DIR/build/bin/cascade-worker --coordinator $ADDR --node $node --device $device --threads $THREADS --listen $host:0"
   [[ $stage == draft ]] && cmd+=" --draft"  # The speculative drafter worker.
+  if [[ $TRUST == insecure ]]; then
+    cmd+=" --insecure"
+  elif [[ -n ${SLURM_JOB_ID:-} ]]; then
+    # srun passes the environment: the CA goes to a private file on the node, the token stays in the environment.
+    cmd="d=\$(mktemp -d) && printf '%s\n' \"\$CASCADE_CA_PEM\" > \$d/ca.pem && exec $cmd --ca \$d/ca.pem"
+  else
+    cmd+=" --ca $REMOTE_TRUST/ca.pem --token-file $REMOTE_TRUST/join.token"
+  fi
   if [[ -n ${SLURM_JOB_ID:-} ]]; then
     launcher=(srun --nodes=1 --ntasks=1 --nodelist="$host" --kill-on-bad-exit=1 bash -c "$cmd")
   else
@@ -35,6 +68,14 @@ for w in "${WORKERS[@]}"; do
   fi
   echo "stage $stage on $node ($host): ${launcher[*]}"
   ((DRY)) && continue
+  if [[ $TRUST == tls && -n ${SLURM_JOB_ID:-} ]]; then
+    export CASCADE_CA_PEM CASCADE_JOIN_TOKEN
+    CASCADE_CA_PEM=$(<"$TRUST_DIR/ca.pem") CASCADE_JOIN_TOKEN=$(<"$TRUST_DIR/join.token")
+  elif [[ $TRUST == tls ]]; then
+    for f in ca.pem join.token; do
+      ssh -o BatchMode=yes "$host" "umask 077 && mkdir -p $REMOTE_TRUST && cat > $REMOTE_TRUST/$f" <"$TRUST_DIR/$f"
+    done
+  fi
   "${launcher[@]}" 2>&1 | sed -u "s/^/[stage $stage] /" &
   pids+=($!)
 done

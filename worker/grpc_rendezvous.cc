@@ -2,13 +2,13 @@
 
 #include <chrono>
 
-#include "grpcpp/create_channel.h"
 #include "proto/grpc_status.h"
+#include "security/cluster_ca.h"
 
 namespace cascade::worker {
 
-GrpcRendezvous::GrpcRendezvous(const std::string& address)
-    : stub_(v1::Coordinator::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {}
+GrpcRendezvous::GrpcRendezvous(const std::string& address, const security::TlsIdentity* tls)
+    : stub_(v1::Coordinator::NewStub(security::ClusterChannel(address, tls, security::kCoordinatorName))) {}
 
 absl::Status GrpcRendezvous::Put(std::string_view key, std::string_view value) {
   grpc::ClientContext ctx;

@@ -1,7 +1,8 @@
 // `cascade-worker --coordinator HOST:PORT --node NAME --device cpu|cuda:N [--threads N]
-// [--listen HOST:PORT] [--draft]`: one worker per device. It serves the Worker RPCs,
-// registers with the coordinator (as the drafter with --draft), heartbeats, and exits
-// when the coordinator goes away.
+// [--listen HOST:PORT] [--draft] (--ca FILE --token-file FILE | --insecure)`: one worker
+// per device. It joins the cluster (its join token buys a certificate from the cluster
+// CA), serves the Worker RPCs to the coordinator alone, registers (as the drafter with
+// --draft), heartbeats, and exits when the coordinator goes away.
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <thread>
 
@@ -19,10 +21,11 @@
 #include "comm/nccl_communicator.h"
 #include "core/args.h"
 #include "core/logging.h"
-#include "grpcpp/create_channel.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/server_builder.h"
 #include "kernels/cuda_device.h"
+#include "security/cluster_ca.h"
+#include "security/grpc_tls.h"
 #include "worker/worker_service.h"
 
 namespace {
@@ -41,25 +44,50 @@ int UsageError(const std::string& msg) {
   return 64;
 }
 
-// Registers `reg` with the coordinator, retrying for up to a minute while it may still be
-// starting. The assignment, or the exit code on failure.
-absl::StatusOr<cascade::v1::RegisterResponse> Register(cascade::v1::Coordinator::Stub& stub,
-                                                       const cascade::v1::RegisterRequest& reg,
-                                                       const std::string& coordinator) {
-  cascade::v1::RegisterResponse assigned;
-  for (int attempt = 0;; ++attempt) {
+// Calls `rpc` (Join or Register) until it answers, retrying each second for up to
+// `timeout` while the coordinator may still be starting. A refusal is final.
+// `plaintext` says how this worker dials, for the hint when nothing ever answers.
+absl::Status CallCoordinator(const std::string& what, const std::function<grpc::Status(grpc::ClientContext*)>& rpc,
+                             const std::string& coordinator, std::chrono::seconds timeout, bool plaintext) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
-    const grpc::Status s = stub.Register(&ctx, reg, &assigned);
-    if (s.ok()) return assigned;
+    const grpc::Status s = rpc(&ctx);
+    if (s.ok()) return absl::OkStatus();
     if (s.error_code() != grpc::StatusCode::UNAVAILABLE && s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
-      return absl::FailedPreconditionError("registration refused: " + s.error_message());
+      return absl::FailedPreconditionError(what + " refused: " + s.error_message());
     }
-    if (attempt >= 60 || g_stop) {
-      return absl::UnavailableError("coordinator " + coordinator + " unreachable: " + s.error_message());
+    if (std::chrono::steady_clock::now() >= deadline || g_stop) {
+      // A TLS handshake that fails looks like an unreachable server: say which mismatch
+      // it may be.
+      return absl::UnavailableError(
+          "coordinator " + coordinator + " unreachable (" + what + "): " + s.error_message() +
+          (plaintext ? "; if it runs with TLS (the default), this worker needs --ca and a join token, not --insecure"
+                     : "; if it runs with security.insecure, start this worker with --insecure; otherwise check "
+                       "that --ca is that cluster's ca.pem"));
     }
     std::this_thread::sleep_for(std::chrono::seconds(1));
   }
+}
+
+// Joins the cluster: proves the join token and gets a certificate for a key made here.
+absl::StatusOr<cascade::security::TlsIdentity> Join(const std::string& coordinator, const std::string& ca_pem,
+                                                    const std::string& token, const std::string& node,
+                                                    std::chrono::seconds timeout) {
+  using namespace cascade;
+  auto key = security::MakeKeyAndCsr(std::string(security::kWorkerCommonNamePrefix) + node);
+  if (!key.ok()) return key.status();
+  auto stub = v1::Coordinator::NewStub(security::ServerAuthChannel(coordinator, ca_pem, security::kCoordinatorName));
+  v1::JoinRequest req;
+  req.set_token(token);
+  req.set_csr_pem(key->csr_pem);
+  req.set_node(node);
+  v1::JoinResponse resp;
+  absl::Status s = CallCoordinator(
+      "join", [&](grpc::ClientContext* ctx) { return stub->Join(ctx, req, &resp); }, coordinator, timeout, false);
+  if (!s.ok()) return s;
+  return security::TlsIdentity{ca_pem, resp.cert_pem(), std::move(key->key_pem)};
 }
 
 // Heartbeats until a signal, the coordinator's shutdown, or three missed in a row (the
@@ -97,6 +125,11 @@ int main(int argc, char** argv) {
              {"listen", "HOST:PORT", "where to serve the Worker RPCs (default 127.0.0.1:0, any free port)"},
              {"advertise", "HOST", "the host the coordinator and peers reach it at (default: --listen's host)"},
              {"draft", "", "register as the drafter worker (speculative decoding)"},
+             {"ca", "FILE", "the cluster's CA bundle (security.cluster_dir/ca.pem), to join with mutual TLS"},
+             {"token-file", "FILE",
+              "the cluster's join token (security.cluster_dir/join.token; default: $CASCADE_JOIN_TOKEN)"},
+             {"insecure", "", "plaintext, no certificates: only for a coordinator with security.insecure"},
+             {"join-timeout", "SECONDS", "how long to retry joining and registering (default 60)"},
              {"refuse-token-for-testing", "ID", "refuse every step that carries this token id (tests only)"}});
   if (auto s = args.Parse(argc, argv, 1); !s.ok()) return UsageError(std::string(s.message()));
   if (args.help_requested()) {
@@ -125,7 +158,36 @@ int main(int argc, char** argv) {
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
 
+  auto join_timeout = args.GetInt("join-timeout", 60);
+  if (!join_timeout.ok() || *join_timeout < 1) return UsageError("--join-timeout must be a positive integer");
+  const std::chrono::seconds timeout(*join_timeout);
+  // Mutual TLS unless --insecure: join with the token (a certificate for a key made here),
+  // then serve and call with that certificate.
+  std::shared_ptr<const security::TlsIdentity> tls;
+  const bool insecure = args.Has("insecure");
+  if (insecure && (args.Has("ca") || args.Has("token-file"))) {
+    return UsageError("--insecure with --ca or --token-file: choose plaintext or mutual TLS");
+  }
+  if (!insecure) {
+    const char* env_token = std::getenv("CASCADE_JOIN_TOKEN");
+    if (!args.Has("ca") || (!args.Has("token-file") && (env_token == nullptr || *env_token == '\0'))) {
+      return UsageError(
+          "joining a cluster needs its CA bundle (--ca FILE) and join token (--token-file FILE or "
+          "$CASCADE_JOIN_TOKEN), both in the coordinator's security.cluster_dir; or --insecure for a "
+          "coordinator with security.insecure: true");
+    }
+    auto ca = security::ReadSecretFile(args.GetOr("ca", ""));
+    if (!ca.ok()) return UsageError("--ca: " + std::string(ca.status().message()));
+    absl::StatusOr<std::string> token = env_token != nullptr ? std::string(env_token) : std::string();
+    if (args.Has("token-file")) token = security::ReadSecretFile(args.GetOr("token-file", ""));
+    if (!token.ok()) return UsageError("--token-file: " + std::string(token.status().message()));
+    auto identity = Join(*coordinator, *ca, *token, node, timeout);
+    if (!identity.ok()) return Fail(std::string(identity.status().message()));
+    tls = std::make_shared<security::TlsIdentity>(*std::move(identity));
+  }
+
   worker::WorkerServiceOptions opts;
+  opts.tls = tls;
   opts.n_threads = static_cast<int>(*threads);
   opts.device = *parsed;
   opts.coordinator = *coordinator;
@@ -137,7 +199,7 @@ int main(int argc, char** argv) {
   grpc::ServerBuilder builder;
   int port = 0;
   const std::string listen = args.GetOr("listen", "127.0.0.1:0");
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(listen, security::ClusterServerCredentials(tls.get()), &port);
   builder.RegisterService(&service);
   builder.SetMaxReceiveMessageSize(64 << 20);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
@@ -145,7 +207,7 @@ int main(int argc, char** argv) {
   const std::string host = args.GetOr("advertise", listen.substr(0, listen.rfind(':')));
   const std::string address = host + ":" + std::to_string(port);
 
-  auto stub = v1::Coordinator::NewStub(grpc::CreateChannel(*coordinator, grpc::InsecureChannelCredentials()));
+  auto stub = v1::Coordinator::NewStub(security::ClusterChannel(*coordinator, tls.get(), security::kCoordinatorName));
   v1::RegisterRequest reg;
   reg.set_address(address);
   reg.set_node(node);
@@ -158,12 +220,19 @@ int main(int argc, char** argv) {
   reg.set_memory_bytes(opts.device.kind == DeviceKind::kCuda
                            ? static_cast<int64_t>(kernels::QueryCudaMemory(opts.device.index).free_bytes)
                            : static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE));
-  auto assigned = Register(*stub, reg, *coordinator);
-  if (!assigned.ok()) return Fail(std::string(assigned.status().message()));
-  CASCADE_LOG(Info) << "worker " << address << " registered as rank " << assigned->rank() << " (stage "
-                    << assigned->stage() << "/" << assigned->n_stages() << ")";
+  v1::RegisterResponse assigned;
+  if (absl::Status s = CallCoordinator(
+          "registration", [&](grpc::ClientContext* ctx) { return stub->Register(ctx, reg, &assigned); }, *coordinator,
+          timeout, insecure);
+      !s.ok()) {
+    return Fail(std::string(s.message()));
+  }
+  service.SetPlanned(assigned, reg.draft());
+  CASCADE_LOG(Info) << "worker " << address << " registered as rank " << assigned.rank() << " (stage "
+                    << assigned.stage() << "/" << assigned.n_stages() << ")"
+                    << (insecure ? ", plaintext" : ", mutual TLS");
 
-  Heartbeat(*stub, *assigned);
+  Heartbeat(*stub, assigned);
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   return 0;
 }

@@ -8,6 +8,7 @@
 #include "core/status.h"
 #include "core/str_cat.h"
 #include "proto/grpc_status.h"
+#include "security/cluster_ca.h"
 #include "worker/grpc_rendezvous.h"
 
 namespace cascade::worker {
@@ -15,8 +16,54 @@ namespace cascade::worker {
 WorkerService::WorkerService(const WorkerServiceOptions& options) : options_(options) {}
 WorkerService::~WorkerService() = default;
 
+void WorkerService::SetPlanned(const v1::RegisterResponse& assigned, bool draft) {
+  absl::MutexLock lock(&plan_mu_);
+  planned_ = assigned;
+  planned_draft_ = draft;
+}
+
+grpc::Status WorkerService::Authorize(const grpc::ServerContext& context) const {
+  if (options_.tls == nullptr) return grpc::Status::OK;
+  const std::string cn = security::PeerCommonName(context);
+  if (cn.empty()) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        "a worker takes calls only from its coordinator (with the cluster's certificate)");
+  }
+  if (cn != security::kCoordinatorCommonName) {
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, StrCat("'", cn, "' is not the coordinator"));
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::CheckPlanned(const v1::LoadShardRequest& req) {
+  absl::MutexLock lock(&plan_mu_);
+  const auto known = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(plan_mu_) { return planned_.has_value(); };
+  if (!plan_mu_.AwaitWithTimeout(absl::Condition(&known), absl::Seconds(10))) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "LoadShard before this worker registered");
+  }
+  const v1::RegisterResponse& p = *planned_;
+  const int tp_size = std::max(1, req.tp_size());
+  // The drafter's stage and TP fields are its own (one stage, no TP), not the target's.
+  const bool place =
+      req.draft() || (req.stage() == p.stage() && req.tp_rank() == p.tp_rank() && tp_size == std::max(1, p.tp_size()));
+  if (req.model_path() == p.model_path() && req.first_layer() == p.first_layer() &&
+      req.last_layer() == p.last_layer() && req.draft() == planned_draft_ && place) {
+    return grpc::Status::OK;
+  }
+  return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                      StrCat("LoadShard of ", req.model_path(), " layers [", req.first_layer(), ", ", req.last_layer(),
+                             ") stage ", req.stage(), " tp ", req.tp_rank(), "/", tp_size,
+                             " is not this worker's planned shard (", p.model_path(), " layers [", p.first_layer(),
+                             ", ", p.last_layer(), ") stage ", p.stage(), " tp ", p.tp_rank(), "/", p.tp_size(), ")"));
+}
+
 grpc::Status WorkerService::LoadShard(grpc::ServerContext* context, const v1::LoadShardRequest* req,
                                       grpc::ServerWriter<v1::LoadProgress>* writer) {
+  if (grpc::Status s = Authorize(*context); !s.ok()) return s;
+  if (grpc::Status s = CheckPlanned(*req); !s.ok()) {
+    CASCADE_LOG(Error) << "refused LoadShard: " << s.error_message();
+    return s;
+  }
   absl::MutexLock lock(&mu_);
   executor_.reset();
   comm_.reset();
@@ -27,7 +74,7 @@ grpc::Status WorkerService::LoadShard(grpc::ServerContext* context, const v1::Lo
   // The data plane first, through the rendezvous: the TP group of this stage, then the
   // pipeline link of this TP rank (TP rank r of every stage).
   const int tp_size = std::max(1, req->tp_size());
-  rendezvous_ = std::make_unique<GrpcRendezvous>(options_.coordinator);
+  rendezvous_ = std::make_unique<GrpcRendezvous>(options_.coordinator, options_.tls.get());
   const auto connect = [&](const std::string& group, int rank, int size, int64_t spin_us, v1::Transport transport)
                            ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::StatusOr<std::unique_ptr<comm::Communicator>> {
     comm::GroupOptions g;
@@ -106,6 +153,7 @@ grpc::Status WorkerService::LoadShard(grpc::ServerContext* context, const v1::Lo
 
 grpc::Status WorkerService::Step(grpc::ServerContext* context,
                                  grpc::ServerReaderWriter<v1::StepResult, v1::StepRequest>* stream) {
+  if (grpc::Status s = Authorize(*context); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   if (executor_ == nullptr) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "Step before LoadShard");

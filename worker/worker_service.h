@@ -2,12 +2,17 @@
 // weights and KV cache), `Step` streams steps to the StageExecutor in arrival order.
 // One step stream at a time; LoadShard and Step never run concurrently (the coordinator
 // loads before it steps), which a mutex enforces.
+// Only the coordinator may call (with mutual TLS, its certificate's common name; in an
+// insecure cluster, anyone), and LoadShard only for the shard the coordinator planned for
+// this worker when it registered (SetPlanned): a model path or layer range it was not
+// given is refused with PERMISSION_DENIED.
 // Thread-safety: the gRPC handlers may run on any thread; the stage (rendezvous,
-// communicators, executor) is guarded by `mu_`, held for the whole of each handler.
-// `options_` is set at construction and read-only afterwards.
+// communicators, executor) is guarded by `mu_`, held for the whole of each handler; the
+// planned shard by `plan_mu_`. `options_` is set at construction and read-only afterwards.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -15,6 +20,7 @@
 #include "cascade/v1/cluster.grpc.pb.h"
 #include "comm/communicator.h"
 #include "comm/ucx_communicator.h"
+#include "security/grpc_tls.h"
 #include "worker/stage_executor.h"
 
 namespace cascade::worker {
@@ -27,6 +33,9 @@ struct WorkerServiceOptions {
   int64_t tp_spin_us = 50;                    // TP collectives poll this long before sleeping.
   int32_t refuse_token = -1;                  // StageExecutorOptions::refuse_token (tests only).
   std::string ucx_keepalive_interval = "1s";  // comm::UcxOptions::keepalive_interval.
+  // This worker's cluster certificate (its calls to the coordinator, and who may call it);
+  // null: an insecure cluster.
+  std::shared_ptr<const security::TlsIdentity> tls;
 };
 
 class WorkerService final : public v1::Worker::Service {
@@ -39,13 +48,26 @@ class WorkerService final : public v1::Worker::Service {
   grpc::Status Step(grpc::ServerContext* context,
                     grpc::ServerReaderWriter<v1::StepResult, v1::StepRequest>* stream) override;
 
+  // The shard the coordinator assigned at registration: the only one LoadShard accepts.
+  // `draft`: it registered as the drafter.
+  void SetPlanned(const v1::RegisterResponse& assigned, bool draft);
+
  private:
+  // OK for the coordinator; UNAUTHENTICATED / PERMISSION_DENIED for anyone else.
+  grpc::Status Authorize(const grpc::ServerContext& context) const;
+  // OK when `req` is the planned shard (waiting briefly for Register's answer, which can
+  // reach this process after the coordinator's LoadShard); PERMISSION_DENIED otherwise.
+  grpc::Status CheckPlanned(const v1::LoadShardRequest& req);
+
   const WorkerServiceOptions options_;
   absl::Mutex mu_;  // Serialises LoadShard and Step.
   std::unique_ptr<comm::Rendezvous> rendezvous_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<comm::Communicator> comm_ ABSL_GUARDED_BY(mu_);     // Pipeline link of this TP rank.
   std::unique_ptr<comm::Communicator> tp_comm_ ABSL_GUARDED_BY(mu_);  // The stage's TP group.
   std::unique_ptr<StageExecutor> executor_ ABSL_GUARDED_BY(mu_);
+  absl::Mutex plan_mu_;
+  std::optional<v1::RegisterResponse> planned_ ABSL_GUARDED_BY(plan_mu_);
+  bool planned_draft_ ABSL_GUARDED_BY(plan_mu_) = false;
 };
 
 }  // namespace cascade::worker

@@ -170,8 +170,8 @@ GENERATION = ["max-tokens", "temperature", "top-k", "top-p", "min-p", "seed", "r
 PROMPT = ["prompt", "prompt-ids", "chat", "system", "chat-template"]
 OPTIONS = {
     ("cascade-coordinator",): ["config", "worker-threads", "startup-timeout", "list-workers"],
-    ("cascade-worker",): ["coordinator", "node", "device", "threads", "listen", "advertise", "draft",
-                          "refuse-token-for-testing"],
+    ("cascade-worker",): ["coordinator", "node", "device", "threads", "listen", "advertise", "draft", "ca",
+                          "token-file", "insecure", "join-timeout", "refuse-token-for-testing"],
     ("cascade", "info"): ["model", "json"],
     ("cascade", "tokenize"): ["model", "text", "chat", "system", "chat-template", "add-special", "json"],
     ("cascade", "run"): ["model", *PROMPT, *GENERATION, "threads", "ctx", "kv-type", "json"],

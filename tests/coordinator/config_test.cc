@@ -30,6 +30,7 @@ scheduler: {max_num_seqs: 8, max_batched_tokens: 512, kv_block_size: 32, kv_cach
             prefix_caching: false}
 transport: {activations: ucx}
 draft: {ngram: {n: 3}}
+security: {cluster_dir: /etc/cascade/trust}
 )";
 
 TEST(ConfigTest, FullConfigParses) {
@@ -52,6 +53,8 @@ TEST(ConfigTest, FullConfigParses) {
   EXPECT_EQ(c->server.listen, "0.0.0.0:6000");
   EXPECT_EQ(c->server.listen_host, "0.0.0.0");
   EXPECT_EQ(c->server.listen_port, 6000);
+  EXPECT_EQ(c->server.cluster_listen, "0.0.0.0:6001");
+  EXPECT_EQ(c->security.cluster_dir, "/etc/cascade/trust");
   EXPECT_EQ(c->scheduler.max_num_seqs, 8);
   EXPECT_EQ(c->scheduler.max_batched_tokens, 512);
   EXPECT_EQ(c->scheduler.kv_block_size, 32);
@@ -143,6 +146,45 @@ TEST(ConfigTest, SecurityKeysFileIsRelativeToTheConfig) {
   EXPECT_FALSE(c->security.metrics_needs_key);
   EXPECT_EQ(c->server.recovery_timeout_s, 60);
   EXPECT_EQ(c->scheduler.max_queued, 4096);
+}
+
+TEST(ConfigTest, ControlPlaneListensApartByDefault) {
+  const char* nodes = "model: {path: m.gguf}\nnodes: [{name: a, host: h, devices: [cpu]}]\n";
+  absl::StatusOr<ClusterConfig> c = ParseClusterConfig(nodes, "a.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->server.cluster_listen, "127.0.0.1:50052");  // The next port after server.listen's.
+  EXPECT_FALSE(c->security.insecure);
+  c = ParseClusterConfig(std::string(nodes) + "server: {listen: 127.0.0.1:0}\n", "b.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->server.cluster_port, 0);  // Any free port beside an ephemeral API.
+  c = ParseClusterConfig(std::string(nodes) +
+                             "server: {listen: '[::1]:7000', cluster_listen: '10.0.0.1:7100'}\n"
+                             "security: {insecure: true}\n",
+                         "c.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->server.cluster_host, "10.0.0.1");
+  EXPECT_EQ(c->server.cluster_port, 7100);
+  EXPECT_TRUE(c->security.insecure);
+  EXPECT_EQ(HostPort("::1", 7000), "[::1]:7000");
+  c = ParseClusterConfig(std::string(nodes) + "server: {listen: '127.0.0.1:7000', cluster_listen: '127.0.0.1:7000'}\n",
+                         "d.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("server.cluster_listen"));
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("needs its own"));
+}
+
+TEST(ConfigTest, ExternalNodesNeedTheClusterDir) {
+  const char* external = "model: {path: m.gguf}\nnodes: [{name: a, host: h, devices: [cpu], launch: external}]\n";
+  absl::StatusOr<ClusterConfig> c = ParseClusterConfig(external, "a.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("security.cluster_dir"));
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("node 'a'"));
+  EXPECT_TRUE(ParseClusterConfig(std::string(external) + "security: {insecure: true}\n", "b.yaml").ok());
+  TempDir dir;
+  const std::string path = dir.WriteFile("c.yaml", std::string(external) + "security: {cluster_dir: trust}\n");
+  c = LoadClusterConfig(path);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->security.cluster_dir, dir.path() + "/trust");  // Relative to the config file.
 }
 
 TEST(ConfigTest, SampleLocalGpuConfigLoads) {

@@ -434,18 +434,21 @@ def two_nodes(tp):
                 f"model: {{path: {STORIES}}}\nparallel: {{pipeline: 2, tensor: {tp}}}\n"
                 f"nodes:\n  - {{name: a, host: 10.77.0.1, devices: [{', '.join(['cpu'] * tp)}], launch: local}}\n"
                 f"  - {{name: b, host: 10.77.0.2, devices: [{', '.join(['cpu'] * tp)}], launch: external}}\n"
-                "server: {listen: 10.77.0.1:0}\nscheduler: {kv_cache_mb: 16}\n")
+                "server: {listen: 10.77.0.1:0}\nscheduler: {kv_cache_mb: 16}\n"
+                f"security: {{cluster_dir: {d}/cluster}}\n")
             log_path = os.path.join(d, "coordinator.log")
             log = open(log_path, "w")
             coord = subprocess.Popen(["ip", "netns", "exec", ns_a, COORDINATOR, "--config", cfg], stdout=log,
                                      stderr=subprocess.STDOUT, env=env, start_new_session=True)
-            address = wait_for_log(log_path, r"waiting for \d+ worker\(s\) on (\S+)", 300).group(1)
+            # The control plane (mutual TLS) is where workers go; the public API is "ready on".
+            control = wait_for_log(log_path, r"waiting for \d+ worker\(s\) on (\S+) \(mutual TLS\)", 300).group(1)
             workers = [subprocess.Popen(["ip", "netns", "exec", ns_b, os.path.join(BIN, "cascade-worker"), "--coordinator",
-                                         address, "--node", "b", "--device", "cpu", "--listen", "10.77.0.2:0"],
+                                         control, "--node", "b", "--device", "cpu", "--listen", "10.77.0.2:0",
+                                         "--ca", f"{d}/cluster/ca.pem", "--token-file", f"{d}/cluster/join.token"],
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
                        for _ in range(tp)]
             try:
-                wait_for_log(log_path, "ready on", 600)
+                address = wait_for_log(log_path, r"ready on (\S+)", 600).group(1)
                 p = subprocess.run(["ip", "netns", "exec", ns_a, CASCADE, "generate", "--server", address, "--prompt-ids", "1",
                                     "--temperature", "0", "--max-tokens", "20", "--json"], capture_output=True, text=True,
                                    timeout=120)
@@ -475,19 +478,21 @@ def test_refused_step():
         open(cfg, "w").write(
             f"model: {{path: {STORIES}}}\nparallel: {{pipeline: 2, tensor: 1}}\n"
             "nodes:\n  - {name: x, host: 127.0.0.1, devices: [cpu, cpu], launch: external}\n"
-            "server: {listen: 127.0.0.1:0}\nscheduler: {kv_cache_mb: 16}\n")
+            "server: {listen: 127.0.0.1:0}\nscheduler: {kv_cache_mb: 16}\n"
+            f"security: {{cluster_dir: {d}/cluster}}\n")
         log_path = os.path.join(d, "coordinator.log")
         log = open(log_path, "w")
         coord = subprocess.Popen([COORDINATOR, "--config", cfg], stdout=log, stderr=subprocess.STDOUT,
                                  start_new_session=True)
         workers = []
         try:
-            address = wait_for_log(log_path, r"waiting for \d+ worker\(s\) on (\S+)", 300).group(1)
-            workers = [subprocess.Popen([os.path.join(BIN, "cascade-worker"), "--coordinator", address, "--node", "x",
-                                         "--device", "cpu", "--refuse-token-for-testing", str(refused)],
+            control = wait_for_log(log_path, r"waiting for \d+ worker\(s\) on (\S+)", 300).group(1)
+            workers = [subprocess.Popen([os.path.join(BIN, "cascade-worker"), "--coordinator", control, "--node", "x",
+                                         "--device", "cpu", "--refuse-token-for-testing", str(refused),
+                                         "--ca", f"{d}/cluster/ca.pem", "--token-file", f"{d}/cluster/join.token"],
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
                        for _ in range(2)]
-            wait_for_log(log_path, "ready on", 600)
+            address = wait_for_log(log_path, r"ready on (\S+)", 600).group(1)
             err = generate(address, "--prompt-ids", f"1,{refused}", "--max-tokens", "4", expect_rc=2)
             assert "INVALID_ARGUMENT" in err and f"token id {refused} refused" in err, err
             rc, out = status(address)
@@ -605,10 +610,14 @@ def test_reflection_and_health():
     from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
     serving, not_serving = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
     names = ("", "cascade.v1.Inference")
-    with cluster(STORIES, 2) as (address, proc, log_path), grpc.insecure_channel(address) as channel:
+    with tempfile.TemporaryDirectory() as d, \
+            cluster_from_yaml(config_yaml(STORIES, 2) + f"security: {{cluster_dir: {d}}}\n") as (address, proc, log_path), \
+            grpc.insecure_channel(address) as channel:
         db = ProtoReflectionDescriptorDatabase(channel)
         services = set(db.get_services())
-        assert {"cascade.v1.Inference", "grpc.health.v1.Health", "cascade.v1.Coordinator"} <= services, services
+        # The public port: the API, health and reflection; the control plane listens apart.
+        assert {"cascade.v1.Inference", "grpc.health.v1.Health"} <= services, services
+        assert "cascade.v1.Coordinator" not in services, services
         inference = DescriptorPool(db).FindServiceByName("cascade.v1.Inference")
         assert inference.file.name == "cascade/v1/inference.proto", inference.file.name
         assert {m.name for m in inference.methods} == {"Generate", "Complete", "Tokenize", "GetModelInfo",
@@ -617,7 +626,10 @@ def test_reflection_and_health():
         rc, text = status(address)
         worker_addresses = re.findall(r"\b(127\.0\.0\.1:\d+)\b", text)
         assert rc == 0 and len(worker_addresses) == 2, text
-        with grpc.insecure_channel(worker_addresses[0]) as w:
+        # Workers speak mutual TLS; reflection needs only the cluster CA to verify them.
+        creds = grpc.ssl_channel_credentials(open(os.path.join(d, "ca.pem"), "rb").read())
+        with grpc.secure_channel(worker_addresses[0], creds,
+                                 options=[("grpc.ssl_target_name_override", "worker.cascade")]) as w:
             assert "cascade.v1.Worker" in ProtoReflectionDescriptorDatabase(w).get_services()
         print(f"reflection lists {sorted(services)}; the workers' list cascade.v1.Worker")
 
