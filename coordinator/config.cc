@@ -246,9 +246,9 @@ absl::Status Parser::ParseSecurity(const YAML::Node& node, SecuritySection* out)
 
 absl::Status Parser::ParseServer(const YAML::Node& node, ServerSection* out) const {
   if (!node.IsDefined()) return absl::OkStatus();
-  CASCADE_RETURN_IF_ERROR(
-      CheckMap(node, "server",
-               {"listen", "http_listen", "http_threads", "model_name", "drain_timeout_s", "recovery_timeout_s"}));
+  CASCADE_RETURN_IF_ERROR(CheckMap(node, "server",
+                                   {"listen", "http_listen", "http_threads", "model_name", "drain_timeout_s",
+                                    "recovery_timeout_s", "tls_cert_file", "tls_key_file"}));
   if (const YAML::Node listen = Child(node, "listen"); listen.IsDefined()) {
     CASCADE_RETURN_IF_ERROR(ParseHostPort(listen, "server.listen", &out->listen_host, &out->listen_port));
     out->listen = listen.Scalar();
@@ -268,6 +268,18 @@ absl::Status Parser::ParseServer(const YAML::Node& node, ServerSection* out) con
   }
   if (const YAML::Node n = Child(node, "model_name"); n.IsDefined()) {
     CASCADE_ASSIGN_OR_RETURN(out->model_name, GetString(n, "server.model_name"));
+  }
+  const YAML::Node cert = Child(node, "tls_cert_file");
+  const YAML::Node key = Child(node, "tls_key_file");
+  if (cert.IsDefined()) {
+    CASCADE_ASSIGN_OR_RETURN(out->tls_cert_file, GetString(cert, "server.tls_cert_file"));
+  }
+  if (key.IsDefined()) {
+    CASCADE_ASSIGN_OR_RETURN(out->tls_key_file, GetString(key, "server.tls_key_file"));
+  }
+  if (cert.IsDefined() != key.IsDefined()) {  // TLS needs both; neither is plaintext.
+    return cert.IsDefined() ? Error(cert, "server.tls_key_file", "required with server.tls_cert_file (both or neither)")
+                            : Error(key, "server.tls_cert_file", "required with server.tls_key_file (both or neither)");
   }
   return absl::OkStatus();
 }
@@ -503,6 +515,11 @@ absl::StatusOr<ClusterConfig> LoadClusterConfig(const std::string& path) {
   const std::filesystem::path keys(config.security.api_keys_file);
   if (!config.security.api_keys_file.empty() && keys.is_relative()) {
     config.security.api_keys_file = (std::filesystem::path(path).parent_path() / keys).lexically_normal().string();
+  }
+  for (std::string* tls : {&config.server.tls_cert_file, &config.server.tls_key_file}) {
+    if (!tls->empty() && std::filesystem::path(*tls).is_relative()) {
+      *tls = (std::filesystem::path(path).parent_path() / *tls).lexically_normal().string();
+    }
   }
   const std::filesystem::path draft(config.draft.model_path);
   if (!config.draft.model_path.empty() && draft.is_relative()) {

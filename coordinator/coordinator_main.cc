@@ -20,6 +20,7 @@
 #include "coordinator/key_value_store.h"
 #include "coordinator/launcher.h"
 #include "coordinator/planner.h"
+#include "coordinator/public_tls.h"
 #include "coordinator/serving_metrics.h"
 #include "core/args.h"
 #include "core/logging.h"
@@ -99,16 +100,36 @@ int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coor
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();  // grpcurl and friends list the services.
+  // TLS with server.tls_cert_file; the certificate and key are checked here, before anything listens.
+  auto public_credentials = PublicServerCredentials(config.server);
+  if (!public_credentials.ok()) return Fail(public_credentials.status());
+  const bool public_tls = !config.server.tls_cert_file.empty();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(config.server.listen, grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&cluster_service);
+  builder.AddListeningPort(config.server.listen, *public_credentials, &port);
+  if (!public_tls) builder.RegisterService(&cluster_service);
   builder.RegisterService(&inference);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     return Fail(absl::UnavailableError(StrCat("server.listen: cannot listen on ", config.server.listen)));
   }
   const std::string address = StrCat(config.server.listen_host, ":", port);
+  // Until the control plane has a listener of its own, a TLS public API leaves it on a
+  // plaintext port beside it (any free one, same host), which the workers dial.
+  std::unique_ptr<grpc::Server> control_server;
+  std::string control_address = address;
+  if (public_tls) {
+    grpc::ServerBuilder control;
+    int control_port = 0;
+    control.AddListeningPort(StrCat(config.server.listen_host, ":0"), grpc::InsecureServerCredentials(), &control_port);
+    control.RegisterService(&cluster_service);
+    control_server = control.BuildAndStart();
+    if (control_server == nullptr || control_port == 0) {
+      return Fail(absl::UnavailableError(StrCat("the control plane cannot listen on ", config.server.listen_host)));
+    }
+    control_address = StrCat(config.server.listen_host, ":", control_port);
+    CASCADE_LOG(Info) << "public API over TLS; control plane (plaintext) on " << control_address;
+  }
   HealthWatch health(server->GetHealthCheckService());  // NOT_SERVING until the cluster is ready.
   std::unique_ptr<HttpFront> http;
   if (!config.server.http_listen.empty()) {
@@ -119,17 +140,19 @@ int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coor
                                                         .model_id = config.server.model_name,
                                                         .keys = &keys,
                                                         .health_needs_key = config.security.health_needs_key,
-                                                        .metrics_needs_key = config.security.metrics_needs_key});
+                                                        .metrics_needs_key = config.security.metrics_needs_key,
+                                                        .tls_cert_file = config.server.tls_cert_file,
+                                                        .tls_key_file = config.server.tls_key_file});
     if (absl::Status st = http->Start(); !st.ok()) return Fail(st);
-    CASCADE_LOG(Info) << "http front on " << config.server.http_host << ":" << http->port() << " (model '"
-                      << config.server.model_name << "')";
+    CASCADE_LOG(Info) << (public_tls ? "https" : "http") << " front on " << config.server.http_host << ":"
+                      << http->port() << " (model '" << config.server.model_name << "')";
   }
   // A client that closes its HTTP connection must fail a write, not kill the process.
   std::signal(SIGPIPE, SIG_IGN);
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
 
-  Launcher launcher(DefaultWorkerBinary(), address);
+  Launcher launcher(DefaultWorkerBinary(), control_address);
   // A worker that refuses its device (no usable GPU for cuda:N) will never register: stop
   // waiting for it and say why.
   launcher.OnExit([&cluster](int stage, const std::string& why, bool final) {
@@ -139,7 +162,7 @@ int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coor
     }
   });
   if (absl::Status st = LaunchLocalWorkers(config, serving, flags.n_threads, launcher); !st.ok()) return Fail(st);
-  CASCADE_LOG(Info) << "waiting for " << cluster.n_workers() << " worker(s) on " << address;
+  CASCADE_LOG(Info) << "waiting for " << cluster.n_workers() << " worker(s) on " << control_address;
   if (absl::Status st = cluster.BringUp(std::chrono::seconds(flags.startup_s)); !st.ok()) {
     CASCADE_LOG(Error) << st.ToString();
     return Fail(st);
@@ -165,6 +188,7 @@ int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coor
   CASCADE_LOG(Info) << "shutting down";
   if (http != nullptr) http->Stop();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  if (control_server != nullptr) control_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   launcher.StopAll();
   return 0;
 }
