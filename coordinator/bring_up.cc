@@ -189,9 +189,18 @@ absl::StatusOr<ServingPlan> PlanServing(const ClusterConfig& config, const Serve
   in.head_bytes = models.target_size.head_bytes;
   in.pipeline_size = config.parallel.pipeline;
   in.tensor_size = config.parallel.tensor;
-  in.devices = ClusterDevices(config);
+  const std::vector<PlannerDevice> devices = ClusterDevices(config);
   ServingPlan out;
-  CASCADE_ASSIGN_OR_RETURN(out.plan, PlanStages(in));
+  // Replica r plans on the r-th run of pipeline × tensor devices; the layer cut depends on
+  // the model alone, so every replica's stages hold the same layers.
+  const size_t per_replica = static_cast<size_t>(config.parallel.pipeline) * config.parallel.tensor;
+  for (int r = 0; r < config.parallel.data; ++r) {
+    in.devices.assign(devices.begin() + r * per_replica, devices.begin() + (r + 1) * per_replica);
+    auto plan = PlanStages(in);
+    if (!plan.ok()) return Annotate(plan.status(), StrCat("replica ", r));
+    out.replicas.push_back(*std::move(plan));
+  }
+  out.plan = out.replicas[0];
   CASCADE_ASSIGN_OR_RETURN(const std::vector<int64_t> kv_heads, StageKvHeads(config, models.target, out.plan));
   CASCADE_RETURN_IF_ERROR(SizeKvPool(config, models, kv_heads, out));
   CopyOptions(config, models, out);
@@ -205,12 +214,14 @@ void PrintExternalWorkers(const ClusterConfig& config, const ServingPlan& plan, 
   } else {
     std::fprintf(out, "security tls %s\n", config.security.cluster_dir.c_str());
   }
-  for (const StagePlan& s : plan.plan.stages) {
-    for (const TpMember& m : s.tp) {
-      for (const NodeSection& node : config.nodes) {
-        if (node.name == m.node && node.launch == LaunchMode::kExternal) {
-          std::fprintf(out, "worker %d %s %s %s\n", s.pp_stage, node.name.c_str(), node.host.c_str(),
-                       m.device.ToString().c_str());
+  for (const Plan& replica : plan.replicas) {
+    for (const StagePlan& s : replica.stages) {
+      for (const TpMember& m : s.tp) {
+        for (const NodeSection& node : config.nodes) {
+          if (node.name == m.node && node.launch == LaunchMode::kExternal) {
+            std::fprintf(out, "worker %d %s %s %s\n", s.pp_stage, node.name.c_str(), node.host.c_str(),
+                         m.device.ToString().c_str());
+          }
         }
       }
     }
@@ -227,11 +238,13 @@ absl::Status LaunchLocalWorkers(const ClusterConfig& config, const ServingPlan& 
                                 const WorkerExtras& extras, Launcher& launcher) {
   for (const NodeSection& node : config.nodes) {
     if (node.launch != LaunchMode::kLocal) continue;
-    for (const StagePlan& s : plan.plan.stages) {
-      for (const TpMember& m : s.tp) {
-        if (m.node == node.name) {
-          CASCADE_RETURN_IF_ERROR(
-              launcher.Launch(LocalWorker(s.pp_stage, false, node.name, m.device, n_threads, extras)));
+    for (const Plan& replica : plan.replicas) {
+      for (const StagePlan& s : replica.stages) {
+        for (const TpMember& m : s.tp) {
+          if (m.node == node.name) {
+            CASCADE_RETURN_IF_ERROR(
+                launcher.Launch(LocalWorker(s.pp_stage, false, node.name, m.device, n_threads, extras)));
+          }
         }
       }
     }

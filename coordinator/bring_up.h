@@ -43,7 +43,8 @@ absl::StatusOr<ServedModels> OpenServedModels(const ClusterConfig& config);
 // What the coordinator runs with: the stage plan, and the options of the cluster, the
 // scheduler and the speculative pipeline derived from the config and the models.
 struct ServingPlan {
-  Plan plan;
+  Plan plan;                   // Replica 0's; every replica's stages hold the same layers.
+  std::vector<Plan> replicas;  // [parallel.data]: each replica's stages on its own devices.
   ClusterOptions cluster;
   SchedulerOptions scheduler;
   SpeculationOptions speculation;

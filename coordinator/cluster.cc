@@ -116,10 +116,12 @@ absl::StatusOr<v1::RegisterResponse> Cluster::Register(const v1::RegisterRequest
     resp.set_model_path(s->draft ? options_.draft_model_path : options_.model_path);
     resp.set_first_layer(s->stage.first_layer);
     resp.set_last_layer(s->stage.last_layer);
+    resp.set_replica(options_.replica);
     CASCADE_LOG(Info) << "worker " << req.address() << " (pid " << req.pid() << ", node " << req.node() << ", "
                       << device << ") registered as "
                       << (s->draft ? std::string("the drafter")
-                                   : StrCat("stage ", s->stage.pp_stage, " tp rank ", s->tp_rank));
+                                   : StrCat("stage ", s->stage.pp_stage, " tp rank ", s->tp_rank))
+                      << (options_.replica > 0 ? StrCat(" of replica ", options_.replica) : std::string());
     return resp;
   }
   std::string open;
@@ -377,7 +379,7 @@ void Cluster::ReadResults(int i) {
       break;
     }
     if (metrics_ != nullptr)
-      metrics_->ObserveStep(drafter ? -1 : i / tp_size(), drafter ? 0 : i % tp_size(), r.forward_s());
+      metrics_->ObserveStep(options_.replica, drafter ? -1 : i / tp_size(), drafter ? 0 : i % tp_size(), r.forward_s());
     absl::MutexLock lock(&mu_);
     for (const v1::LayerExpertTokens& layer : r.expert_tokens()) {
       std::vector<int64_t>& total = expert_tokens_[layer.layer()];
@@ -512,6 +514,7 @@ void Cluster::FillStatus(v1::ClusterStatus* st) const {
     out->set_expert_end(s->expert_end);
     out->set_expert_bytes(s->expert_bytes);
     out->set_expert_parallel(options_.expert_parallel && !s->draft);
+    out->set_replica(options_.replica);
     ready = ready && s->state == WorkerState::kReady;
     dead = dead || s->state == WorkerState::kDead;
   }

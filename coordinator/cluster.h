@@ -33,7 +33,8 @@ namespace cascade::coordinator {
 
 struct ClusterOptions {
   std::string model_path;         // As the workers should open it.
-  std::string group = "cascade";  // Rendezvous key prefix of this run.
+  std::string group = "cascade";  // Rendezvous key prefix of this run (and replica).
+  int replica = 0;                // Its data-parallel replica (parallel.data).
   int64_t kv_blocks = 0;          // KV blocks per stage (an upper bound with size_kv_from_gpus).
   // At bring-up, lower kv_blocks to what every registered cuda:N worker holds after its
   // weights (coordinator/kv_budget.h): gpu_memory_fraction of the free memory it reported,

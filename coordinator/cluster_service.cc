@@ -1,5 +1,7 @@
 #include "coordinator/cluster_service.h"
 
+#include <algorithm>
+
 #include "core/logging.h"
 #include "core/str_cat.h"
 #include "proto/grpc_status.h"
@@ -45,7 +47,9 @@ grpc::Status ClusterService::Join(grpc::ServerContext*, const v1::JoinRequest* r
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                         "wrong join token: give the worker the cluster's (security.cluster_dir/join.token)");
   }
-  if (!ValidNodeName(req->node()) || !cluster_->PlansNode(req->node())) {
+  const bool planned =
+      std::any_of(clusters_.begin(), clusters_.end(), [&](const Cluster* c) { return c->PlansNode(req->node()); });
+  if (!ValidNodeName(req->node()) || !planned) {
     return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
                         StrCat("no worker is planned on node '", req->node(), "' (see the config's nodes)"));
   }
@@ -65,16 +69,25 @@ grpc::Status ClusterService::Register(grpc::ServerContext* ctx, const v1::Regist
     return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
                         StrCat("the caller's certificate is for node '", *node, "', not '", req->node(), "'"));
   }
-  auto r = cluster_->Register(*req);
-  if (!r.ok()) return ToGrpc(r.status());
-  *resp = *r;
-  return grpc::Status::OK;
+  // The first replica with an open slot takes it; the last refusal says what waits.
+  absl::Status refused;
+  for (Cluster* cluster : clusters_) {
+    auto r = cluster->Register(*req);
+    if (r.ok()) {
+      *resp = *r;
+      return grpc::Status::OK;
+    }
+    refused = r.status();
+  }
+  return ToGrpc(refused);
 }
 
 grpc::Status ClusterService::Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
                                        v1::HeartbeatResponse* resp) {
   if (auto node = CallerNode(*ctx); !node.ok()) return ToGrpc(node.status());
-  resp->set_shutdown(!cluster_->Heartbeat(req->rank(), req->worker_id()));
+  const int r = req->replica();
+  resp->set_shutdown(r < 0 || r >= static_cast<int>(clusters_.size()) ||
+                     !clusters_[r]->Heartbeat(req->rank(), req->worker_id()));
   return grpc::Status::OK;
 }
 

@@ -1,6 +1,8 @@
 // The control-plane RPCs workers call (cluster.proto `Coordinator`), on the coordinator's
-// own listener (server.cluster_listen): thin handlers over Cluster (registration,
-// heartbeats) and KeyValueStore (rendezvous), and the gate in front of them.
+// own listener (server.cluster_listen): thin handlers over the Clusters of the replicas
+// (registration goes to the first replica with an open slot for the worker's node and
+// device; heartbeats to the replica they name) and KeyValueStore (rendezvous, keys
+// prefixed by each replica's group), and the gate in front of them.
 //
 // Who may call what (docs/ARCHITECTURE.md §1, "Trust"): with a cluster CA, Join wants the
 // join token and signs the caller's certificate request for the node it names; every
@@ -12,6 +14,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "cascade/v1/cluster.grpc.pb.h"
@@ -29,8 +32,9 @@ struct ControlPlaneTrust {
 
 class ClusterService final : public v1::Coordinator::Service {
  public:
-  ClusterService(Cluster* cluster, KeyValueStore* store, ControlPlaneTrust trust)
-      : cluster_(cluster), store_(store), trust_(std::move(trust)) {}
+  // `clusters`: one per data-parallel replica, in replica order.
+  ClusterService(std::vector<Cluster*> clusters, KeyValueStore* store, ControlPlaneTrust trust)
+      : clusters_(std::move(clusters)), store_(store), trust_(std::move(trust)) {}
   grpc::Status Join(grpc::ServerContext*, const v1::JoinRequest*, v1::JoinResponse*) override;
   grpc::Status Register(grpc::ServerContext*, const v1::RegisterRequest*, v1::RegisterResponse*) override;
   grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest*, v1::HeartbeatResponse*) override;
@@ -42,8 +46,8 @@ class ClusterService final : public v1::Coordinator::Service {
   // why the caller may not use the control plane.
   absl::StatusOr<std::string> CallerNode(const grpc::ServerContext& ctx) const;
 
-  Cluster* cluster_;      // Borrowed.
-  KeyValueStore* store_;  // Borrowed.
+  std::vector<Cluster*> clusters_;  // Borrowed.
+  KeyValueStore* store_;            // Borrowed.
   const ControlPlaneTrust trust_;
 };
 

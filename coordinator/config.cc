@@ -115,8 +115,11 @@ absl::Status Parser::ParseModel(const YAML::Node& node, ModelSection* out) const
 
 absl::Status Parser::ParseParallel(const YAML::Node& node, ParallelSection* out) const {
   if (!node.IsDefined()) return absl::OkStatus();
-  CASCADE_RETURN_IF_ERROR(CheckMap(node, "parallel", {"pipeline", "tensor", "expert"}));
+  CASCADE_RETURN_IF_ERROR(CheckMap(node, "parallel", {"pipeline", "tensor", "expert", "data"}));
   constexpr int64_t kMaxRanks = 1 << 16;
+  if (const YAML::Node n = Child(node, "data"); n.IsDefined()) {
+    CASCADE_ASSIGN_OR_RETURN(out->data, GetInt(n, "parallel.data", 1, 256));
+  }
   if (const YAML::Node n = Child(node, "pipeline"); n.IsDefined()) {
     CASCADE_ASSIGN_OR_RETURN(out->pipeline, GetInt(n, "parallel.pipeline", 1, kMaxRanks));
   }
@@ -473,11 +476,17 @@ absl::StatusOr<ClusterConfig> Parser::Parse(const YAML::Node& root) {
     }
   }
 
-  const int64_t needed = int64_t{config.parallel.pipeline} * config.parallel.tensor;
+  const int64_t needed = int64_t{config.parallel.data} * config.parallel.pipeline * config.parallel.tensor;
   if (config.TotalDevices() < needed) {
     return Error(parallel.IsDefined() ? parallel : root["nodes"], "parallel.pipeline",
-                 StrCat("pipeline ", config.parallel.pipeline, " x tensor ", config.parallel.tensor, " needs ", needed,
+                 StrCat(config.parallel.data > 1 ? StrCat("data ", config.parallel.data, " x ") : std::string(),
+                        "pipeline ", config.parallel.pipeline, " x tensor ", config.parallel.tensor, " needs ", needed,
                         " devices, but nodes list ", config.TotalDevices()));
+  }
+  if (config.parallel.data > 1 && (config.draft.kind == DraftKind::kSelf || config.draft.kind == DraftKind::kModel)) {
+    return Error(parallel, "parallel.data",
+                 "replicas with a drafter worker (draft.self / draft.model) are not supported yet; use draft.ngram "
+                 "or parallel.data: 1");
   }
   return config;
 }

@@ -42,6 +42,11 @@ struct ParallelSection {
   // ranks (expert parallelism; uneven counts allowed) instead of slicing every expert's
   // FFN columns. Attention stays tensor-parallel. Default false; no effect on dense models.
   bool expert = false;
+  // `parallel.data`: data-parallel replicas, each a whole pipeline.tensor × pipeline
+  // pipeline on its own devices (replica r takes the r-th run of pipeline × tensor devices
+  // in node order), behind the one coordinator and its one queue. Default 1. REQUIRES
+  // [1, 256]; not with a drafter worker (draft.self / draft.model) yet.
+  int data = 1;
 };
 
 // How the coordinator obtains a node's workers.
@@ -233,8 +238,8 @@ struct ClusterConfig {
   ModelSection model;
   ParallelSection parallel;
   // `nodes:` (REQUIRED, non-empty), in order: stages map onto their devices in this
-  // order. REQUIRES at least parallel.pipeline × parallel.tensor devices in total; extra
-  // devices are left idle.
+  // order. REQUIRES at least parallel.data × parallel.pipeline × parallel.tensor devices
+  // in total; extra devices are left idle.
   std::vector<NodeSection> nodes;
   ServerSection server;
   SchedulerSection scheduler;

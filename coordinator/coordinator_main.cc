@@ -15,7 +15,6 @@
 #include "coordinator/cluster_service.h"
 #include "coordinator/cluster_trust.h"
 #include "coordinator/config.h"
-#include "coordinator/engine.h"
 #include "coordinator/health_watch.h"
 #include "coordinator/http_front.h"
 #include "coordinator/inference_service.h"
@@ -23,6 +22,7 @@
 #include "coordinator/launcher.h"
 #include "coordinator/planner.h"
 #include "coordinator/public_tls.h"
+#include "coordinator/replicas.h"
 #include "coordinator/serving_metrics.h"
 #include "core/args.h"
 #include "core/logging.h"
@@ -55,8 +55,8 @@ struct Flags {
 
 // Graceful shutdown (SIGTERM or SIGINT): new requests are refused (UNAVAILABLE, health
 // NOT_SERVING), the ones begun run to their end for up to `timeout_s` (a second signal
-// stops waiting), then the engine stops and ends any left with UNAVAILABLE.
-void Drain(cascade::coordinator::InferenceService& inference, cascade::coordinator::Engine& engine,
+// stops waiting), then the engines stop and end any left with UNAVAILABLE.
+void Drain(cascade::coordinator::InferenceService& inference, cascade::coordinator::Replicas& replicas,
            cascade::coordinator::HealthWatch& health, int timeout_s) {
   inference.Drain();
   health.Set(false, "draining");
@@ -69,7 +69,7 @@ void Drain(cascade::coordinator::InferenceService& inference, cascade::coordinat
   if (const int left = inference.live_calls(); left > 0) {
     CASCADE_LOG(Warning) << "drain ended with " << left << " request(s) unfinished: they end with UNAVAILABLE";
   }
-  engine.Stop();
+  replicas.Stop();
 }
 
 // A started gRPC server with one service on `listen` (the port it got in *port), or null.
@@ -83,7 +83,8 @@ std::unique_ptr<grpc::Server> StartServer(const std::string& listen, std::shared
 }
 
 // Serves the planned cluster until SIGINT/SIGTERM: the gRPC services, the local workers,
-// bring-up (with the KV pool lowered to what the GPUs hold), then the engine. The exit code.
+// bring-up (with the KV pool lowered to what the GPUs hold), then the replicas' engines.
+// The exit code.
 int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coordinator::ServedModels& models,
           const cascade::coordinator::ServingPlan& serving, const Flags& flags) {
   using namespace cascade;
@@ -95,11 +96,10 @@ int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coor
   if (!trust.ok()) return Fail(trust.status());
   ClusterOptions cluster_options = serving.cluster;
   cluster_options.tls = (*trust)->identity();
-  Cluster cluster(serving.plan, cluster_options);
+  Replicas replicas(serving.replicas, cluster_options, models.tokenizer.get(), serving.scheduler, serving.speculation);
   KeyValueStore store;
-  Engine engine(&cluster, models.tokenizer.get(), serving.scheduler, serving.speculation);
-  ClusterService cluster_service(&cluster, &store, {(*trust)->ca(), (*trust)->join_token()});
-  InferenceService inference(&engine, &cluster, models.tokenizer.get(), mc,
+  ClusterService cluster_service(replicas.clusters(), &store, {(*trust)->ca(), (*trust)->join_token()});
+  InferenceService inference(&replicas, models.tokenizer.get(), mc,
                              {config.model.path, serving.max_context, std::string(DraftKindName(draft.kind))});
   ServingMetrics metrics;
   ApiKeys keys;
@@ -110,9 +110,8 @@ int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coor
     CASCADE_LOG(Info) << "API keys: " << keys.size() << " loaded; the public API wants one";  // Never the keys.
   }
   inference.SetApiKeys(&keys);
-  cluster.SetMetrics(&metrics);
-  engine.SetMetrics(&metrics);
-  engine.SetRecoveryTimeout(std::chrono::seconds(config.server.recovery_timeout_s));
+  replicas.SetMetrics(&metrics);
+  replicas.SetRecoveryTimeout(std::chrono::seconds(config.server.recovery_timeout_s));
   inference.SetMetrics(&metrics);
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -145,7 +144,7 @@ int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coor
   HealthWatch health(server->GetHealthCheckService());  // NOT_SERVING until the cluster is ready.
   std::unique_ptr<HttpFront> http;
   if (!config.server.http_listen.empty()) {
-    http = std::make_unique<HttpFront>(&inference, &engine, &cluster, models.tokenizer.get(), &metrics,
+    http = std::make_unique<HttpFront>(&inference, &replicas, models.tokenizer.get(), &metrics,
                                        HttpFrontOptions{.host = config.server.http_host,
                                                         .port = config.server.http_port,
                                                         .threads = config.server.http_threads,
@@ -167,40 +166,41 @@ int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coor
   Launcher launcher(DefaultWorkerBinary(), control_address);
   // A worker that refuses its device (no usable GPU for cuda:N) will never register: stop
   // waiting for it and say why.
-  launcher.OnExit([&cluster](int stage, const std::string& why, bool final) {
-    if (final) {
-      cluster.AbortStartup(stage < 0 ? StrCat("the drafter's worker ", why)
-                                     : StrCat("the worker for stage ", stage, " ", why));
+  launcher.OnExit([&replicas](int stage, const std::string& why, bool final) {
+    if (!final) return;
+    for (Cluster* cluster : replicas.clusters()) {
+      cluster->AbortStartup(stage < 0 ? StrCat("the drafter's worker ", why)
+                                      : StrCat("the worker for stage ", stage, " ", why));
     }
   });
   if (absl::Status st = LaunchLocalWorkers(config, serving, flags.n_threads,
                                            {(*trust)->worker_args(), (*trust)->worker_env()}, launcher);
       !st.ok())
     return Fail(st);
-  CASCADE_LOG(Info) << "waiting for " << cluster.n_workers() << " worker(s) on " << control_address
+  CASCADE_LOG(Info) << "waiting for " << replicas.n_workers() << " worker(s) on " << control_address
                     << ((*trust)->insecure() ? " (plaintext)" : " (mutual TLS)");
-  if (absl::Status st = cluster.BringUp(std::chrono::seconds(flags.startup_s)); !st.ok()) {
+  if (absl::Status st = replicas.BringUp(std::chrono::seconds(flags.startup_s)); !st.ok()) {
     CASCADE_LOG(Error) << st.ToString();
     return Fail(st);
   }
-  const int64_t n_blocks = cluster.kv_blocks();
+  const int64_t n_blocks = replicas.min_kv_blocks();
   const int64_t max_context = MaxContext(mc, n_blocks, bs);
-  if (n_blocks != serving.cluster.kv_blocks) {  // The GPUs hold fewer blocks than the budget.
-    engine.ResetKvBlocks(static_cast<int32_t>(std::min<int64_t>(n_blocks, INT32_MAX)));
-    inference.SetMaxContext(max_context);
-  }
-  engine.Start();
-  health.Update(cluster);
-  CASCADE_LOG(Info) << "ready on " << address << " (" << cluster.n_stages() << " stage(s) x tp " << cluster.tp_size()
-                    << ", " << n_blocks << " KV blocks of " << bs << ", context " << max_context
+  if (n_blocks != serving.cluster.kv_blocks) inference.SetMaxContext(max_context);  // GPUs hold fewer.
+  replicas.Start();
+  health.Update(replicas);
+  const Cluster& first = replicas.cluster(0);
+  CASCADE_LOG(Info) << "ready on " << address << " ("
+                    << (replicas.size() > 1 ? StrCat(replicas.size(), " replicas x ") : std::string())
+                    << first.n_stages() << " stage(s) x tp " << first.tp_size() << ", " << n_blocks << " KV blocks of "
+                    << bs << ", context " << max_context
                     << (draft.kind == DraftKind::kNone ? std::string()
                                                        : StrCat(", drafter ", DraftKindName(draft.kind)))
                     << ")";
   while (g_signals == 0) {
-    health.Update(cluster);  // NOT_SERVING while a worker is dead, until the cluster rebuilds.
+    health.Update(replicas);  // NOT_SERVING while no replica has every worker, until one rebuilds.
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  Drain(inference, engine, health, config.server.drain_timeout_s);
+  Drain(inference, replicas, health, config.server.drain_timeout_s);
   CASCADE_LOG(Info) << "shutting down";
   if (http != nullptr) http->Stop();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
@@ -243,6 +243,9 @@ int main(int argc, char** argv) {
     PrintExternalWorkers(*config, *serving, stdout);
     return 0;
   }
-  std::fprintf(stderr, "%s\n", serving->plan.ToString().c_str());
+  for (size_t r = 0; r < serving->replicas.size(); ++r) {
+    if (serving->replicas.size() > 1) std::fprintf(stderr, "replica %zu:\n", r);
+    std::fprintf(stderr, "%s\n", serving->replicas[r].ToString().c_str());
+  }
   return Serve(*config, *models, *serving, flags);
 }

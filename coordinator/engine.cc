@@ -44,6 +44,7 @@ Engine::Engine(Cluster* cluster, const text::Tokenizer* tokenizer, const Schedul
                const SpeculationOptions& speculation)
     : cluster_(cluster), tokenizer_(tokenizer), scheduler_(options), speculation_(speculation) {
   stats_.scheduler = scheduler_.Stats();
+  stats_.n_live = static_cast<int64_t>(active_.size());
   stats_.prefix_caching = options.prefix_caching;
 }
 
@@ -86,9 +87,23 @@ std::shared_ptr<RequestChannel> Engine::Submit(EngineRequest request) {
   return channel;
 }
 
+void Engine::Adopt(std::shared_ptr<Active> a) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stop_) {
+      Push(*a->channel, {}, true, absl::UnavailableError("the coordinator is shutting down"));
+      return;
+    }
+    submitted_.emplace_back(next_seq_id_++, std::move(a));
+  }
+  cv_.SignalAll();
+}
+
 EngineStats Engine::Stats() const {
   absl::MutexLock lock(&mu_);
-  return stats_;
+  EngineStats st = stats_;
+  st.n_live += static_cast<int64_t>(submitted_.size());
+  return st;
 }
 
 void Engine::Push(RequestChannel& c, v1::GenerateResponse msg, bool done, absl::Status status) {
@@ -174,7 +189,10 @@ void Engine::Admit() {
     SequenceSpec spec;
     spec.id = id;
     spec.prompt = a->req.prompt;
-    spec.max_tokens = a->req.max_tokens;
+    // An adopted request goes on: what it generated is prefilled with its prompt, and it
+    // may generate the rest.
+    spec.prompt.insert(spec.prompt.end(), a->generated.begin(), a->generated.end());
+    spec.max_tokens = a->req.max_tokens - static_cast<int32_t>(a->generated.size());
     spec.user_tag = static_cast<uint64_t>(id);
     if (absl::Status s = scheduler_.Add(spec); !s.ok()) {
       Push(*a->channel, {}, true, s);
@@ -182,6 +200,8 @@ void Engine::Admit() {
     }
     active_[id] = a;
   }
+  absl::MutexLock lock(&mu_);
+  stats_.n_live = static_cast<int64_t>(active_.size());
 }
 
 void Engine::DropCancelled() {
@@ -200,6 +220,7 @@ void Engine::DropCancelled() {
   if (dropped) {
     absl::MutexLock lock(&mu_);
     stats_.scheduler = scheduler_.Stats();
+    stats_.n_live = static_cast<int64_t>(active_.size());
   }
 }
 
@@ -387,6 +408,7 @@ void Engine::OnResult(const v1::StepResult& r) {
   }
   absl::MutexLock lock(&mu_);
   stats_.scheduler = scheduler_.Stats();
+  stats_.n_live = static_cast<int64_t>(active_.size());
 }
 
 absl::StatusOr<std::vector<TokenEvent>> Engine::Complete(const v1::StepResult& r) {
@@ -497,6 +519,7 @@ void Engine::Finish(int64_t seq_id, Active& a, v1::GenerateResponse& last) {
   stats_.generation_tokens += static_cast<int64_t>(a.generated.size());
   AccumulateStats(spec, &stats_.speculative);
   stats_.scheduler = scheduler_.Stats();
+  stats_.n_live = static_cast<int64_t>(active_.size());
 }
 
 void Engine::FailStep(int64_t step_id, const std::vector<int64_t>& seqs, const absl::Status& status) {
@@ -512,6 +535,7 @@ void Engine::FailStep(int64_t step_id, const std::vector<int64_t>& seqs, const a
   }
   absl::MutexLock lock(&mu_);
   stats_.scheduler = scheduler_.Stats();
+  stats_.n_live = static_cast<int64_t>(active_.size());
 }
 
 void Engine::GiveUpInFlight() {
@@ -524,6 +548,7 @@ void Engine::GiveUpInFlight() {
 
 void Engine::Suspend(std::string_view why) {
   GiveUpInFlight();  // Their positions are re-fed once the cluster is whole.
+  Evacuate(why);
   scheduler_.RequeueAll();
   if (!suspended_at_) {
     suspended_at_ = std::chrono::steady_clock::now();
@@ -533,6 +558,27 @@ void Engine::Suspend(std::string_view why) {
   }
   absl::MutexLock lock(&mu_);
   stats_.scheduler = scheduler_.Stats();
+  stats_.n_live = static_cast<int64_t>(active_.size());
+}
+
+void Engine::Evacuate(std::string_view why) {
+  if (!evacuate_ || active_.empty()) return;
+  int moved = 0;
+  const size_t before = active_.size();
+  for (auto it = active_.begin(); it != active_.end();) {
+    if (!evacuate_(it->second)) {
+      ++it;
+      continue;
+    }
+    (void)scheduler_.Cancel(it->first);  // Its blocks here are free; its tokens went with it.
+    release_.push_back(it->first);
+    active_.erase(it++);
+    ++moved;
+  }
+  if (moved > 0) {
+    CASCADE_LOG(Warning) << why << ": " << moved << " of " << before
+                         << " request(s) moved to another replica, to go on there";
+  }
 }
 
 void Engine::Resume() {
@@ -561,6 +607,7 @@ void Engine::FailAll(const absl::Status& status) {
   GiveUpInFlight();
   absl::MutexLock lock(&mu_);
   stats_.scheduler = scheduler_.Stats();
+  stats_.n_live = static_cast<int64_t>(active_.size());
 }
 
 }  // namespace cascade::coordinator

@@ -20,6 +20,7 @@
 #include <atomic>
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -62,10 +63,24 @@ struct EngineStats {
   int64_t generation_tokens = 0;     // Over finished requests.
   v1::SpeculativeStats speculative;  // Over finished requests.
   bool prefix_caching = false;       // SchedulerOptions::prefix_caching.
+  int64_t n_live = 0;                // Requests submitted or adopted and not finished.
 };
 
 class Engine {
  public:
+  // A request as the engine carries it. Only engines read it; others hand it between the
+  // engines of data-parallel replicas when one's worker dies (OnEvacuate, Adopt).
+  struct Active {
+    EngineRequest req;
+    std::shared_ptr<RequestChannel> channel;
+    std::unique_ptr<text::OutputFilter> output;  // Detokenizer, stops, finish reason.
+    std::vector<int32_t> generated;
+    std::chrono::steady_clock::time_point arrival;
+    std::chrono::steady_clock::time_point last_output;  // When tokens last reached the channel.
+    bool scheduled = false;                             // A step has carried it.
+    double ttft_s = -1;
+    std::unique_ptr<SpeculativeState> spec;
+  };
   // Borrows `cluster` and `tokenizer`, which must outlive the engine.
   Engine(Cluster* cluster, const text::Tokenizer* tokenizer, const SchedulerOptions& options,
          const SpeculationOptions& speculation = {});
@@ -86,20 +101,17 @@ class Engine {
   std::shared_ptr<RequestChannel> Submit(EngineRequest request);
   // Wakes the loop (after a channel was cancelled).
   void Wake();
+  // Takes over a request another engine gave up (OnEvacuate): it goes on where it was,
+  // its prompt and generated tokens prefilled here, on the same channel, with the same
+  // sampler positions (so the same tokens as if nothing had happened).
+  void Adopt(std::shared_ptr<Active> request);
+  // When a worker of this engine's cluster dies, each request is offered to `fn` first
+  // (another replica's Adopt); those it takes leave this engine, the rest wait here for
+  // the cluster to rebuild. `fn` runs on the loop thread. REQUIRES: before Start.
+  void OnEvacuate(std::function<bool(std::shared_ptr<Active>)> fn) { evacuate_ = std::move(fn); }
   EngineStats Stats() const;
 
  private:
-  struct Active {
-    EngineRequest req;
-    std::shared_ptr<RequestChannel> channel;
-    std::unique_ptr<text::OutputFilter> output;  // Detokenizer, stops, finish reason.
-    std::vector<int32_t> generated;
-    std::chrono::steady_clock::time_point arrival;
-    std::chrono::steady_clock::time_point last_output;  // When tokens last reached the channel.
-    bool scheduled = false;                             // A step has carried it.
-    double ttft_s = -1;
-    std::unique_ptr<SpeculativeState> spec;
-  };
   // A batch sent to the target: what verification needs to account for it.
   struct Verified {
     int32_t n_draft = 0;  // Drafts sent.
@@ -146,6 +158,8 @@ class Engine {
   // A worker died (`why`): batches in flight are given up and every request goes back to
   // the queue, keeping its tokens, to recompute its KV once the cluster has rebuilt.
   void Suspend(std::string_view why);
+  // Offers every request to `evacuate_` (another replica); those taken leave this engine.
+  void Evacuate(std::string_view why);
   // The cluster rebuilt: the queued requests are scheduled again.
   void Resume();
   // Fails every request once the cluster stayed down past the recovery timeout.
@@ -163,7 +177,8 @@ class Engine {
   StepCostModel step_cost_;            // Decode-step time against rows, for the choice of k. Loop thread only.
   ServingMetrics* metrics_ = nullptr;  // Thread-safe itself; set before Start.
   std::chrono::seconds recovery_timeout_{60};
-  std::thread thread_;  // Start and the destructor only (the owner's thread).
+  std::function<bool(std::shared_ptr<Active>)> evacuate_;  // Set before Start; loop thread.
+  std::thread thread_;                                     // Start and the destructor only (the owner's thread).
   std::atomic<bool> stop_{false};
 
   mutable absl::Mutex mu_;  // Guards the submission queue and the stats copy.

@@ -12,14 +12,14 @@ HealthWatch::HealthWatch(grpc::HealthCheckServiceInterface* health) : health_(he
   for (std::string_view name : kServices) health_->SetServingStatus(std::string(name), false);
 }
 
-void HealthWatch::Update(const Cluster& cluster) {
-  if (cluster.Healthy()) {
-    Set(true, "every worker is ready");
+void HealthWatch::Update(const Replicas& replicas) {
+  if (replicas.Serving()) {
+    Set(true, replicas.size() == 1 ? "every worker is ready" : "a replica has every worker ready");
     return;
   }
   if (serving_ == false) return;  // Already said; spare the status walk.
   v1::ClusterStatus status;
-  cluster.FillStatus(&status);
+  replicas.FillStatus(&status);
   Set(false, status.detail().empty() ? status.state() : StrCat(status.state(), ": ", status.detail()));
 }
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <string_view>
 
-#include "coordinator/cluster.h"
+#include "coordinator/replicas.h"
 #include "grpcpp/health_check_service_interface.h"
 
 namespace cascade::coordinator {
@@ -25,9 +25,9 @@ class HealthWatch {
   HealthWatch(const HealthWatch&) = delete;
   HealthWatch& operator=(const HealthWatch&) = delete;
 
-  // SERVING when every worker of `cluster` is ready, else NOT_SERVING naming the cluster's
-  // state and why (the dead worker).
-  void Update(const Cluster& cluster);
+  // SERVING while some replica has every worker ready (with one replica: every worker),
+  // else NOT_SERVING naming the cluster's state and why (the dead worker).
+  void Update(const Replicas& replicas);
   // Sets both services to `serving` when it changed since the last call, and logs the
   // change with `why` (what `Update` calls; tests call it directly).
   void Set(bool serving, std::string_view why);

@@ -91,11 +91,10 @@ std::unique_ptr<httplib::Server> MakeServer(const HttpFrontOptions& options) {
 
 }  // namespace
 
-HttpFront::HttpFront(InferenceService* inference, Engine* engine, Cluster* cluster, const text::Tokenizer* tokenizer,
+HttpFront::HttpFront(InferenceService* inference, Replicas* replicas, const text::Tokenizer* tokenizer,
                      ServingMetrics* metrics, HttpFrontOptions options)
     : inference_(inference),
-      engine_(engine),
-      cluster_(cluster),
+      replicas_(replicas),
       tokenizer_(tokenizer),
       metrics_(metrics),
       options_(std::move(options)),
@@ -204,16 +203,17 @@ void HttpFront::Route() {
   });
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     v1::ClusterStatus st;
-    cluster_->FillStatus(&st);
+    replicas_->FillStatus(&st);
     const bool draining = inference_->draining();
     json body = {{"status", draining ? "draining" : st.state()}};
     if (!st.detail().empty()) body["detail"] = st.detail();
-    SendJson(res, st.ready() && !draining ? 200 : 503, body);
+    // With replicas, one serving replica serves (requests go to it).
+    SendJson(res, st.replicas_serving() > 0 && !draining ? 200 : 503, body);
   });
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     v1::ClusterStatus st;
-    cluster_->FillStatus(&st);
-    res.set_content(metrics_->Render(engine_->Stats(), st), "text/plain; version=0.0.4; charset=utf-8");
+    replicas_->FillStatus(&st);
+    res.set_content(metrics_->Render(replicas_->Stats(), st), "text/plain; version=0.0.4; charset=utf-8");
   });
   s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;  // A handler's own error (an unknown model is 404 too).

@@ -22,9 +22,8 @@
 
 #include "absl/status/status.h"
 #include "coordinator/api_keys.h"
-#include "coordinator/cluster.h"
-#include "coordinator/engine.h"
 #include "coordinator/inference_service.h"
+#include "coordinator/replicas.h"
 #include "coordinator/serving_metrics.h"
 #include "text/tokenizer.h"
 
@@ -52,8 +51,8 @@ struct HttpFrontOptions {
 class HttpFront {
  public:
   // Borrows everything; all must outlive the front.
-  HttpFront(InferenceService* inference, Engine* engine, Cluster* cluster, const text::Tokenizer* tokenizer,
-            ServingMetrics* metrics, HttpFrontOptions options);
+  HttpFront(InferenceService* inference, Replicas* replicas, const text::Tokenizer* tokenizer, ServingMetrics* metrics,
+            HttpFrontOptions options);
   ~HttpFront();
 
   // Binds and starts serving on a thread of its own. Unavailable when it cannot bind;
@@ -66,8 +65,7 @@ class HttpFront {
   void Route();
 
   InferenceService* inference_;
-  Engine* engine_;
-  Cluster* cluster_;
+  Replicas* replicas_;
   const text::Tokenizer* tokenizer_;
   ServingMetrics* metrics_;
   HttpFrontOptions options_;

@@ -9,10 +9,9 @@
 
 namespace cascade::coordinator {
 
-InferenceService::InferenceService(Engine* engine, Cluster* cluster, const text::Tokenizer* tokenizer,
+InferenceService::InferenceService(Replicas* replicas, const text::Tokenizer* tokenizer,
                                    const model::ModelConfig& config, const InferenceServiceOptions& options)
-    : engine_(engine),
-      cluster_(cluster),
+    : replicas_(replicas),
       tokenizer_(tokenizer),
       config_(config),
       options_(options),
@@ -26,9 +25,9 @@ absl::StatusOr<EngineRequest> InferenceService::Prepare(const v1::GenerateReques
   return ValidateGenerateRequest(req, *tokenizer_, config_.n_vocab, max_context_.load());
 }
 
-InferenceCall::InferenceCall(std::shared_ptr<RequestChannel> channel, Engine* engine, ServingMetrics* metrics,
+InferenceCall::InferenceCall(std::shared_ptr<RequestChannel> channel, Replicas* replicas, ServingMetrics* metrics,
                              std::string api, std::atomic<int>* live)
-    : channel_(std::move(channel)), engine_(engine), metrics_(metrics), api_(std::move(api)), live_(live) {
+    : channel_(std::move(channel)), replicas_(replicas), metrics_(metrics), api_(std::move(api)), live_(live) {
   ++*live_;
 }
 
@@ -65,7 +64,7 @@ bool InferenceCall::Read(absl::Duration timeout, std::vector<v1::GenerateRespons
 void InferenceCall::Cancel(std::string_view why) {
   if (ended_) return;
   channel_->cancelled = true;
-  engine_->Wake();
+  replicas_->Wake();
   ended_ = true;
   status_ = absl::CancelledError(std::string(why));
 }
@@ -81,7 +80,7 @@ absl::StatusOr<std::unique_ptr<InferenceCall>> InferenceService::Begin(std::stri
     if (metrics_ != nullptr) metrics_->CountRequest(api, RequestOutcomeOf(prepared.status(), {}));
     return prepared.status();
   }
-  return std::make_unique<InferenceCall>(engine_->Submit(std::move(*prepared)), engine_, metrics_, std::string(api),
+  return std::make_unique<InferenceCall>(replicas_->Submit(std::move(*prepared)), replicas_, metrics_, std::string(api),
                                          &live_);
 }
 
@@ -180,12 +179,12 @@ grpc::Status InferenceService::GetModelInfo(grpc::ServerContext* ctx, const v1::
 grpc::Status InferenceService::GetClusterStatus(grpc::ServerContext* ctx, const v1::ClusterStatusRequest*,
                                                 v1::ClusterStatus* resp) {
   if (grpc::Status st = Authorize(ctx); !st.ok()) return st;
-  cluster_->FillStatus(resp);
-  const EngineStats st = engine_->Stats();
+  replicas_->FillStatus(resp);
+  const EngineStats st = replicas_->Stats();
   resp->set_kv_blocks_total(st.scheduler.n_total_blocks);
   resp->set_kv_blocks_free(st.scheduler.n_free_blocks);
-  resp->set_kv_block_size(cluster_->options().kv_block_size);
-  resp->set_kv_cache_dtype(std::string(DTypeName(cluster_->options().kv_cache_dtype)));
+  resp->set_kv_block_size(replicas_->cluster(0).options().kv_block_size);
+  resp->set_kv_cache_dtype(std::string(DTypeName(replicas_->cluster(0).options().kv_cache_dtype)));
   resp->set_running(st.scheduler.n_running + st.scheduler.n_in_flight_seqs);
   resp->set_waiting(st.scheduler.n_waiting);
   resp->set_max_batch_seen(st.scheduler.max_batch_seqs_seen);

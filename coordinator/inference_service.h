@@ -16,8 +16,8 @@
 #include "absl/time/time.h"
 #include "cascade/v1/inference.grpc.pb.h"
 #include "coordinator/api_keys.h"
-#include "coordinator/cluster.h"
 #include "coordinator/engine.h"
+#include "coordinator/replicas.h"
 #include "coordinator/serving_metrics.h"
 #include "model/format/model_config.h"
 #include "text/tokenizer.h"
@@ -35,7 +35,7 @@ struct InferenceServiceOptions {
 class InferenceCall {
  public:
   // `live` counts the calls not yet destroyed (InferenceService::live_calls).
-  InferenceCall(std::shared_ptr<RequestChannel> channel, Engine* engine, ServingMetrics* metrics, std::string api,
+  InferenceCall(std::shared_ptr<RequestChannel> channel, Replicas* replicas, ServingMetrics* metrics, std::string api,
                 std::atomic<int>* live);
   ~InferenceCall();
   InferenceCall(const InferenceCall&) = delete;
@@ -51,7 +51,7 @@ class InferenceCall {
 
  private:
   std::shared_ptr<RequestChannel> channel_;
-  Engine* engine_;
+  Replicas* replicas_;
   ServingMetrics* metrics_;
   std::string api_;
   std::atomic<int>* live_;
@@ -62,7 +62,7 @@ class InferenceCall {
 
 class InferenceService final : public v1::Inference::Service {
  public:
-  InferenceService(Engine* engine, Cluster* cluster, const text::Tokenizer* tokenizer, const model::ModelConfig& config,
+  InferenceService(Replicas* replicas, const text::Tokenizer* tokenizer, const model::ModelConfig& config,
                    const InferenceServiceOptions& options);
 
   grpc::Status Generate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
@@ -107,8 +107,7 @@ class InferenceService final : public v1::Inference::Service {
   // UNAUTHENTICATED unless the call's `authorization` metadata carries a configured key.
   grpc::Status Authorize(const grpc::ServerContext* ctx) const;
 
-  Engine* engine_;
-  Cluster* cluster_;
+  Replicas* replicas_;
   const text::Tokenizer* tokenizer_;
   model::ModelConfig config_;
   InferenceServiceOptions options_;

@@ -54,11 +54,11 @@ void ServingMetrics::CountRequest(std::string_view api, RequestOutcome outcome) 
   ++requests_[{std::string(api), outcome}];
 }
 
-void ServingMetrics::ObserveStep(int stage, int tp_rank, double forward_s) {
+void ServingMetrics::ObserveStep(int replica, int stage, int tp_rank, double forward_s) {
   Histogram* h;
   {
     absl::MutexLock lock(&mu_);
-    std::unique_ptr<Histogram>& slot = steps_[{stage, tp_rank}];
+    std::unique_ptr<Histogram>& slot = steps_[{replica, stage, tp_rank}];
     if (slot == nullptr) slot = std::make_unique<Histogram>(LatencyBuckets());
     h = slot.get();  // Never erased: safe to use outside the lock.
   }
@@ -87,10 +87,14 @@ std::string ServingMetrics::Render(const EngineStats& engine, const v1::ClusterS
                  static_cast<double>(n));
     }
     out.Family("cascade_stage_step_seconds", "histogram",
-               "Forward time of one step on each worker (stage, tp_rank; stage \"draft\" is the drafter).");
+               "Forward time of one step on each worker (replica, stage, tp_rank; stage \"draft\" is the "
+               "drafter).");
     for (const auto& [key, h] : steps_) {
-      const std::string stage = key.first < 0 ? "draft" : StrCat(key.first);
-      out.Histogram("cascade_stage_step_seconds", {{"stage", stage}, {"tp_rank", StrCat(key.second)}}, h->Get());
+      const auto& [replica, stage, tp_rank] = key;
+      out.Histogram(
+          "cascade_stage_step_seconds",
+          {{"replica", StrCat(replica)}, {"stage", stage < 0 ? "draft" : StrCat(stage)}, {"tp_rank", StrCat(tp_rank)}},
+          h->Get());
     }
   }
   const std::pair<const char*, const Histogram*> latencies[] = {

@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -39,8 +40,9 @@ class ServingMetrics {
   Histogram e2e;         // Arrival to the end, finished requests.
 
   void CountRequest(std::string_view api, RequestOutcome outcome);
-  // A Step result of worker (stage, tp_rank), or the drafter (stage -1): its forward time.
-  void ObserveStep(int stage, int tp_rank, double forward_s);
+  // A Step result of worker (stage, tp_rank) of a data-parallel replica, or the drafter
+  // (stage -1): its forward time.
+  void ObserveStep(int replica, int stage, int tp_rank, double forward_s);
   void CountHttp(std::string_view path, int status);
 
   // The whole exposition: the histograms and counters above, then gauges and counters from
@@ -51,7 +53,8 @@ class ServingMetrics {
   mutable absl::Mutex mu_;
   // (api, outcome) -> requests.
   std::map<std::pair<std::string, RequestOutcome>, int64_t> requests_ ABSL_GUARDED_BY(mu_);
-  std::map<std::pair<int, int>, std::unique_ptr<Histogram>> steps_ ABSL_GUARDED_BY(mu_);
+  // (replica, stage, tp_rank) -> forward times.
+  std::map<std::tuple<int, int, int>, std::unique_ptr<Histogram>> steps_ ABSL_GUARDED_BY(mu_);
   std::map<std::pair<std::string, int>, int64_t> http_ ABSL_GUARDED_BY(mu_);
 };
 

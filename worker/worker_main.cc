@@ -102,6 +102,7 @@ void Heartbeat(cascade::v1::Coordinator::Stub& stub, const cascade::v1::Register
     cascade::v1::HeartbeatRequest hb;
     hb.set_rank(assigned.rank());
     hb.set_worker_id(assigned.worker_id());
+    hb.set_replica(assigned.replica());
     cascade::v1::HeartbeatResponse resp;
     const grpc::Status s = stub.Heartbeat(&ctx, hb, &resp);
     if (s.ok() && resp.shutdown()) return;

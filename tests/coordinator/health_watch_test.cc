@@ -64,12 +64,23 @@ TEST(HealthWatchTest, ChangesBothServicesOnlyOnAChange) {
 }
 
 TEST(HealthWatchTest, ClusterNotWholeIsNotServing) {
-  Cluster cluster = OneStageCluster(/*dead_after_ms=*/0);
+  Plan plan;
+  plan.n_layers = 2;
+  StagePlan stage;
+  stage.last_layer = 2;
+  stage.node = "n0";
+  plan.stages.push_back(stage);
+  ClusterOptions options;
+  options.dead_after_ms = 0;
+  SchedulerOptions scheduler;
+  scheduler.n_kv_blocks = 16;
+  Replicas replicas({plan}, options, /*tokenizer=*/nullptr, scheduler, {});
+  Cluster& cluster = replicas.cluster(0);
   RecordingHealth health;
   HealthWatch watch(&health);
   watch.Set(true, "as if it had been ready");
   health.calls.clear();
-  watch.Update(cluster);  // Starting: no worker registered.
+  watch.Update(replicas);  // Starting: no worker registered.
   EXPECT_EQ(health.calls, (Calls{{"", false}, {"cascade.v1.Inference", false}}));
 
   // A worker registers and its heartbeats stop: the cluster is degraded, still NOT_SERVING.
@@ -80,7 +91,7 @@ TEST(HealthWatchTest, ClusterNotWholeIsNotServing) {
   ASSERT_TRUE(cluster.Register(reg).ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(2));
   EXPECT_NE(cluster.CheckHeartbeats(), "");
-  watch.Update(cluster);
+  watch.Update(replicas);
   EXPECT_FALSE(watch.serving());
   EXPECT_EQ(health.calls.size(), 2u);
 }

@@ -224,7 +224,7 @@ def test_metrics():
             assert metric(after, h + "_bucket", le="+Inf") == metric(after, h + "_count"), h
         assert moved("cascade_inter_token_latency_seconds_count") == 3 * 7
         for stage in ("0", "1"):
-            assert moved("cascade_stage_step_seconds_count", stage=stage, tp_rank="0") >= 8, stage
+            assert moved("cascade_stage_step_seconds_count", replica="0", stage=stage, tp_rank="0") >= 8, stage
         assert metric(after, "cascade_kv_blocks_total") > 0 and metric(after, "cascade_kv_blocks_used") == 0
         assert metric(after, "cascade_cluster_ready") == 1 and metric(after, "cascade_workers", state="ready") == 2
         for name in ("cascade_running_sequences", "cascade_waiting_sequences", "cascade_preemptions_total",

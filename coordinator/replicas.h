@@ -1,0 +1,87 @@
+// Data parallelism (`parallel.data`): the replicas behind the one coordinator, each a
+// whole pipeline on its own devices with its own Cluster (workers, step streams) and
+// Engine (scheduler, KV pool), and the router in front of them. With one replica it is
+// a thin shell over that replica, so every front (gRPC, HTTP, health, metrics) takes one
+// path whatever parallel.data says.
+//
+// Routing: a request goes to the serving replica with the most headroom: its free KV
+// fraction less its live requests over scheduler.max_num_seqs (ties to the lower index).
+// A replica whose worker dies gives its requests to the others (Engine::OnEvacuate ->
+// Adopt): they go on there from the tokens they hold, with the same sampler positions, so
+// greedy and seeded outputs are those of an undisturbed run; with no other replica
+// serving they wait for their own to rebuild, as a single pipeline does.
+//
+// Thread-safety: Submit, Wake, Stats, FillStatus, Serving are thread-safe (the clusters
+// and engines are). The rest (construction, BringUp, Start, Stop, setters) is the owner's
+// thread, before or after serving as each says.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "cascade/v1/inference.pb.h"
+#include "coordinator/cluster.h"
+#include "coordinator/engine.h"
+#include "coordinator/planner.h"
+#include "coordinator/scheduler.h"
+#include "coordinator/serving_metrics.h"
+#include "coordinator/speculation.h"
+#include "text/tokenizer.h"
+
+namespace cascade::coordinator {
+
+class Replicas {
+ public:
+  // One replica per plan, with `options` (its group suffixed "/rN" when there are several,
+  // and its replica index set). Borrows `tokenizer`.
+  Replicas(const std::vector<Plan>& plans, const ClusterOptions& options, const text::Tokenizer* tokenizer,
+           const SchedulerOptions& scheduler, const SpeculationOptions& speculation);
+  ~Replicas();  // Stop().
+  Replicas(const Replicas&) = delete;
+  Replicas& operator=(const Replicas&) = delete;
+
+  int size() const { return static_cast<int>(replicas_.size()); }
+  Cluster& cluster(int r) { return *replicas_[r].cluster; }
+  const Cluster& cluster(int r) const { return *replicas_[r].cluster; }
+  std::vector<Cluster*> clusters();
+  int n_workers() const;
+
+  // Before Start: where latencies go, how long requests wait for a dead worker's return.
+  void SetMetrics(ServingMetrics* metrics);
+  void SetRecoveryTimeout(std::chrono::seconds timeout);
+  // Brings every replica up at once (Cluster::BringUp), then sizes each engine's KV pool
+  // to what its cluster holds. The first error, naming its replica when there are several.
+  absl::Status BringUp(std::chrono::milliseconds timeout);
+  // The fewest KV blocks of any replica (what sets the context length).
+  int64_t min_kv_blocks() const;
+  void Start();
+  void Stop();  // Idempotent.
+
+  // Routes a request (see above); its output arrives on the returned channel.
+  std::shared_ptr<RequestChannel> Submit(EngineRequest request);
+  void Wake();
+  // The engines' stats, summed (largest batch: the largest).
+  EngineStats Stats() const;
+  // Every replica's workers (StageStatus.replica), the sums of their KV and queues, and
+  // the cluster's state: ready when every replica is, degraded (naming the dead workers)
+  // when one is down, starting otherwise; n_replicas and replicas_serving.
+  void FillStatus(v1::ClusterStatus* status) const;
+  // Whether some replica serves (every worker of it ready).
+  bool Serving() const;
+
+ private:
+  struct Replica {
+    std::unique_ptr<Cluster> cluster;
+    std::unique_ptr<Engine> engine;
+  };
+  // The serving replica with the most headroom other than `except` (-1: any); -1 when none
+  // serves.
+  int Pick(int except) const;
+
+  std::vector<Replica> replicas_;
+  const int max_num_seqs_;
+};
+
+}  // namespace cascade::coordinator
