@@ -17,15 +17,25 @@ struct ClientOptions {
   std::string address;                        // host:port of the coordinator.
   std::chrono::milliseconds timeout{600000};  // Deadline of each call.
   std::string api_key;                        // Sent as `authorization: Bearer KEY` when set.
+  // A PEM bundle of the CAs that may have issued the server's certificate: when set, the
+  // channel is TLS and verifies the server (its certificate must name the host dialled;
+  // an IP address needs an IP subjectAltName). Empty (the default): plaintext.
+  std::string tls_ca_file;
 };
 
 // The API key in the environment (CASCADE_API_KEY), or "": the CLI's source of keys (a
 // flag would show the key in `ps`).
 std::string ApiKeyFromEnv();
 
+// The CA bundle in the environment (CASCADE_TLS_CA), or "": the CLI's fallback for --tls-ca.
+std::string TlsCaFromEnv();
+
 class Client {
  public:
-  explicit Client(const ClientOptions& options);
+  // A client of `options.address`; no connection is made yet. NotFound / PermissionDenied
+  // naming the file when `tls_ca_file` cannot be read, InvalidArgument when it holds no
+  // PEM certificate.
+  static absl::StatusOr<Client> Create(const ClientOptions& options);
 
   // Streams a generation: `on_chunk` gets every message, the last one with
   // finish_reason and usage. Returns the call's status (the server's error as is).
@@ -37,6 +47,7 @@ class Client {
   absl::StatusOr<v1::ClusterStatus> GetClusterStatus();
 
  private:
+  Client(const ClientOptions& options, const std::shared_ptr<grpc::Channel>& channel);
   std::unique_ptr<grpc::ClientContext> Context() const;
   ClientOptions options_;
   std::unique_ptr<v1::Inference::Stub> stub_;

@@ -133,6 +133,7 @@ absl::StatusOr<v1::RegisterResponse> Cluster::Register(const v1::RegisterRequest
 }
 
 bool Cluster::PlansNode(std::string_view node) const {
+  absl::MutexLock lock(&mu_);
   for (const auto& s : slots_) {
     if (s->node == node) return true;
   }

@@ -121,8 +121,7 @@ class Cluster {
   int tp_size() const { return plan_.stages.empty() ? 1 : static_cast<int>(plan_.stages[0].tp.size()); }
   // Target workers (the drafter, when there is one, comes after them).
   int n_workers() const { return n_stages() * tp_size(); }
-  // Whether any worker (or the drafter) is planned on `node`. Slots' nodes are fixed at
-  // construction: no lock.
+  // Whether any worker (or the drafter) is planned on `node`.
   bool PlansNode(std::string_view node) const;
   const Plan& plan() const { return plan_; }
   const ClusterOptions& options() const { return options_; }

@@ -255,7 +255,7 @@ absl::Status Parser::ParseServer(const YAML::Node& node, ServerSection* out) con
   if (!node.IsDefined()) return absl::OkStatus();
   CASCADE_RETURN_IF_ERROR(CheckMap(node, "server",
                                    {"listen", "cluster_listen", "http_listen", "http_threads", "model_name",
-                                    "drain_timeout_s", "recovery_timeout_s"}));
+                                    "drain_timeout_s", "recovery_timeout_s", "tls_cert_file", "tls_key_file"}));
   if (const YAML::Node listen = Child(node, "listen"); listen.IsDefined()) {
     CASCADE_RETURN_IF_ERROR(ParseHostPort(listen, "server.listen", &out->listen_host, &out->listen_port));
     out->listen = listen.Scalar();
@@ -283,6 +283,18 @@ absl::Status Parser::ParseServer(const YAML::Node& node, ServerSection* out) con
   }
   if (const YAML::Node n = Child(node, "model_name"); n.IsDefined()) {
     CASCADE_ASSIGN_OR_RETURN(out->model_name, GetString(n, "server.model_name"));
+  }
+  const YAML::Node cert = Child(node, "tls_cert_file");
+  const YAML::Node key = Child(node, "tls_key_file");
+  if (cert.IsDefined()) {
+    CASCADE_ASSIGN_OR_RETURN(out->tls_cert_file, GetString(cert, "server.tls_cert_file"));
+  }
+  if (key.IsDefined()) {
+    CASCADE_ASSIGN_OR_RETURN(out->tls_key_file, GetString(key, "server.tls_key_file"));
+  }
+  if (cert.IsDefined() != key.IsDefined()) {  // TLS needs both; neither is plaintext.
+    return cert.IsDefined() ? Error(cert, "server.tls_key_file", "required with server.tls_cert_file (both or neither)")
+                            : Error(key, "server.tls_cert_file", "required with server.tls_key_file (both or neither)");
   }
   return absl::OkStatus();
 }
@@ -546,6 +558,11 @@ absl::StatusOr<ClusterConfig> LoadClusterConfig(const std::string& path) {
   const std::filesystem::path cluster_dir(config.security.cluster_dir);
   if (!config.security.cluster_dir.empty() && cluster_dir.is_relative()) {
     config.security.cluster_dir = (std::filesystem::path(path).parent_path() / cluster_dir).lexically_normal().string();
+  }
+  for (std::string* tls : {&config.server.tls_cert_file, &config.server.tls_key_file}) {
+    if (!tls->empty() && std::filesystem::path(*tls).is_relative()) {
+      *tls = (std::filesystem::path(path).parent_path() / *tls).lexically_normal().string();
+    }
   }
   const std::filesystem::path draft(config.draft.model_path);
   if (!config.draft.model_path.empty() && draft.is_relative()) {

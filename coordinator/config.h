@@ -109,6 +109,12 @@ struct ServerSection {
   // `server.model_name`: the model's name in the OpenAI API (`model` in requests,
   // /v1/models). Default: the model file's or directory's name without `.gguf`.
   std::string model_name;
+  // `server.tls_cert_file` / `server.tls_key_file`: a PEM certificate (chain) and its
+  // private key; both or neither. When set, the public gRPC API (`listen`) and the HTTP
+  // front (`http_listen`) serve TLS with them; the files are read and checked at start-up
+  // (coordinator/public_tls.h). Relative to the config file. Empty (the default): plaintext.
+  std::string tls_cert_file;
+  std::string tls_key_file;
 };
 
 // `scheduler:` — batching and KV cache limits.

@@ -22,6 +22,7 @@
 #include "coordinator/key_value_store.h"
 #include "coordinator/launcher.h"
 #include "coordinator/planner.h"
+#include "coordinator/public_tls.h"
 #include "coordinator/serving_metrics.h"
 #include "core/args.h"
 #include "core/logging.h"
@@ -117,10 +118,14 @@ int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coor
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();  // grpcurl and friends list the services.
   // The public API and the control plane listen apart: clients never reach Register,
-  // rendezvous keys or Join, and the control plane can stay on the cluster's network.
+  // rendezvous keys or Join, and the control plane can stay on the cluster's network. The
+  // public API serves TLS with server.tls_cert_file (the certificate and key are checked
+  // here, before anything listens).
+  auto public_credentials = PublicServerCredentials(config.server);
+  if (!public_credentials.ok()) return Fail(public_credentials.status());
+  const bool public_tls = !config.server.tls_cert_file.empty();
   int port = 0;
-  std::unique_ptr<grpc::Server> server =
-      StartServer(config.server.listen, grpc::InsecureServerCredentials(), &inference, &port);
+  std::unique_ptr<grpc::Server> server = StartServer(config.server.listen, *public_credentials, &inference, &port);
   if (server == nullptr) {
     return Fail(absl::UnavailableError(StrCat("server.listen: cannot listen on ", config.server.listen)));
   }
@@ -133,6 +138,7 @@ int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coor
         absl::UnavailableError(StrCat("server.cluster_listen: cannot listen on ", config.server.cluster_listen)));
   }
   const std::string address = HostPort(config.server.listen_host, port);
+  if (public_tls) CASCADE_LOG(Info) << "public API over TLS on " << address;
   // What the workers dial: a wildcard listener is reached through loopback here.
   const std::string& ch = config.server.cluster_host;
   const std::string control_address = HostPort(ch == "0.0.0.0" ? "127.0.0.1" : ch == "::" ? "::1" : ch, control_port);
@@ -146,10 +152,12 @@ int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coor
                                                         .model_id = config.server.model_name,
                                                         .keys = &keys,
                                                         .health_needs_key = config.security.health_needs_key,
-                                                        .metrics_needs_key = config.security.metrics_needs_key});
+                                                        .metrics_needs_key = config.security.metrics_needs_key,
+                                                        .tls_cert_file = config.server.tls_cert_file,
+                                                        .tls_key_file = config.server.tls_key_file});
     if (absl::Status st = http->Start(); !st.ok()) return Fail(st);
-    CASCADE_LOG(Info) << "http front on " << config.server.http_host << ":" << http->port() << " (model '"
-                      << config.server.model_name << "')";
+    CASCADE_LOG(Info) << (public_tls ? "https" : "http") << " front on " << config.server.http_host << ":"
+                      << http->port() << " (model '" << config.server.model_name << "')";
   }
   // A client that closes its HTTP connection must fail a write, not kill the process.
   std::signal(SIGPIPE, SIG_IGN);

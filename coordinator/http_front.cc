@@ -82,6 +82,13 @@ void Finish(InferenceCall& call, OpenAiResponder& responder, const OpenAiRequest
   sink.done();
 }
 
+// HTTPS with the options' certificate and key, or plain HTTP. Everything else (routes,
+// pool, timeouts, keep-alives) is the same on both: SSLServer is a Server over TLS streams.
+std::unique_ptr<httplib::Server> MakeServer(const HttpFrontOptions& options) {
+  if (options.tls_cert_file.empty()) return std::make_unique<httplib::Server>();
+  return std::make_unique<httplib::SSLServer>(options.tls_cert_file.c_str(), options.tls_key_file.c_str());
+}
+
 }  // namespace
 
 HttpFront::HttpFront(InferenceService* inference, Engine* engine, Cluster* cluster, const text::Tokenizer* tokenizer,
@@ -92,13 +99,17 @@ HttpFront::HttpFront(InferenceService* inference, Engine* engine, Cluster* clust
       tokenizer_(tokenizer),
       metrics_(metrics),
       options_(std::move(options)),
-      server_(std::make_unique<httplib::Server>()) {}
+      server_(MakeServer(options_)) {}
 
 HttpFront::~HttpFront() { Stop(); }
 
 absl::Status HttpFront::Start() {
   created_ =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  if (!server_->is_valid()) {  // An SSLServer whose certificate or key did not load.
+    return absl::InvalidArgumentError(StrCat("server.tls_cert_file: the HTTP front cannot serve TLS with '",
+                                             options_.tls_cert_file, "' and '", options_.tls_key_file, "'"));
+  }
   const int threads = options_.threads;
   // Each streamed request holds a pool thread for its whole life: size the pool for the
   // concurrency served, not for the cores (httplib's default is max(8, cores - 1)).

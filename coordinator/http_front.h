@@ -10,6 +10,9 @@
 // front writes a keep-alive every second (an SSE comment, or a JSON-legal leading space),
 // which fails once the client is gone.
 //
+// With a certificate and key in the options it serves HTTPS (httplib's SSLServer), the
+// same routes with the same pool, keep-alives and disconnect detection.
+//
 // Thread-safety: Start/Stop from the owner's thread; handlers run on the server's pool.
 #pragma once
 
@@ -40,6 +43,10 @@ struct HttpFrontOptions {
   bool health_needs_key = false;
   bool metrics_needs_key = false;
   int64_t max_body_bytes = 16 << 20;
+  // HTTPS with this PEM certificate (chain) and key (server.tls_cert_file / tls_key_file,
+  // checked by coordinator/public_tls.h first); both empty: plain HTTP.
+  std::string tls_cert_file;
+  std::string tls_key_file;
 };
 
 class HttpFront {
@@ -49,7 +56,8 @@ class HttpFront {
             ServingMetrics* metrics, HttpFrontOptions options);
   ~HttpFront();
 
-  // Binds and starts serving on a thread of its own. Unavailable when it cannot bind.
+  // Binds and starts serving on a thread of its own. Unavailable when it cannot bind;
+  // InvalidArgument when the TLS certificate or key does not load.
   absl::Status Start();
   int port() const { return port_; }
   void Stop();

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "client/cli/commands.h"
+#include "client/cli/connect.h"
 #include "client/client.h"
 #include "core/args.h"
 #include "core/str_cat.h"
@@ -186,6 +187,7 @@ int BenchCommand(int argc, char** argv) {
   const BenchOptions d;
   Args args("cascade bench", "--server HOST:PORT [options]",
             {{"server", "HOST:PORT", "the coordinator's address (required)"},
+             TlsCaOption(),
              {"requests", "N", StrCat("requests in all (default ", d.requests, ")")},
              {"concurrency", "C", StrCat("requests in flight at once (default ", d.concurrency, ")")},
              {"prompt-tokens", "P", StrCat("length of each synthetic prompt (default ", d.prompt_tokens, ")")},
@@ -207,7 +209,9 @@ int BenchCommand(int argc, char** argv) {
   if (!server.ok()) return Fail("bench", server.status());
   auto opts = ParseBenchOptions(args);
   if (!opts.ok()) return Fail("bench", opts.status());
-  client::Client cl({*server, std::chrono::seconds(600), client::ApiKeyFromEnv()});
+  auto connected = ConnectToServer(args, std::chrono::seconds(600));
+  if (!connected.ok()) return Fail("bench", connected.status());
+  client::Client& cl = *connected;
   BenchResults results;
   results.outputs.resize(opts->requests);
 

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "client/cli/commands.h"
+#include "client/cli/connect.h"
 #include "client/cli/request_flags.h"
 #include "client/client.h"
 #include "core/args.h"
@@ -24,7 +25,8 @@ double Since(std::chrono::steady_clock::time_point t0) {
 
 // Server errors keep their gRPC code in the message ("UNAVAILABLE: ..."), so scripts
 // can tell a refused request from a dead cluster.
-int FailRpc(const char* command, const absl::Status& s) {
+int FailRpc(const char* command, const Args& args, const absl::Status& status) {
+  const absl::Status s = WithTlsHint(args, status);
   return Fail(command, absl::Status(s.code(), absl::StatusCodeToString(s.code()) + ": " + std::string(s.message())));
 }
 
@@ -59,7 +61,7 @@ std::string WorkerStateText(v1::WorkerState state) {
 
 // The options of `cascade generate`.
 Args GenerateArgs() {
-  std::vector<ArgOption> options = {{"server", "HOST:PORT", "the coordinator's address (required)"}};
+  std::vector<ArgOption> options = {{"server", "HOST:PORT", "the coordinator's address (required)"}, TlsCaOption()};
   for (ArgOption& o : PromptOptions()) options.push_back(std::move(o));
   for (ArgOption& o : GenerationOptions()) options.push_back(std::move(o));
   options.insert(options.end(),
@@ -74,6 +76,7 @@ Args GenerateArgs() {
 // The options of `cascade chat`.
 Args ChatArgs() {
   std::vector<ArgOption> options = {{"server", "HOST:PORT", "the coordinator's address (required)"},
+                                    TlsCaOption(),
                                     {"system", "TEXT", "a system message that opens the conversation"}};
   for (ArgOption& o : GenerationOptions()) {
     if (o.name != "logprobs") options.push_back(std::move(o));  // A chat prints text only.
@@ -84,11 +87,9 @@ Args ChatArgs() {
 }
 
 absl::StatusOr<client::Client> Connect(const Args& args) {
-  auto server = args.Require("server");
-  if (!server.ok()) return server.status();
   auto timeout = args.GetInt("timeout", 600);
   if (!timeout.ok()) return timeout.status();
-  return client::Client({*server, std::chrono::seconds(*timeout), client::ApiKeyFromEnv()});
+  return ConnectToServer(args, std::chrono::seconds(*timeout));
 }
 
 // --no-speculate and --draft-tokens N: the request's speculative field.
@@ -142,7 +143,7 @@ int GenerateCommand(int argc, char** argv) {
   if (!c.ok()) return Fail("generate", c.status());
   if (args.Has("json")) {
     auto resp = c->Complete(*req);
-    if (!resp.ok()) return FailRpc("generate", resp.status());
+    if (!resp.ok()) return FailRpc("generate", args, resp.status());
     const auto& u = resp->usage();
     const double decode_s = u.total_s() - u.ttft_s();
     nlohmann::json j = nlohmann::json::parse(ResultJson(
@@ -173,7 +174,7 @@ int GenerateCommand(int argc, char** argv) {
     std::fflush(stdout);
   });
   std::printf("\n");
-  if (!s.ok()) return FailRpc("generate", s);
+  if (!s.ok()) return FailRpc("generate", args, s);
   return 0;
 }
 
@@ -211,7 +212,7 @@ int ChatCommand(int argc, char** argv) {
       std::fflush(stdout);
     });
     std::printf("\n");
-    if (!s.ok()) return FailRpc("chat", s);
+    if (!s.ok()) return FailRpc("chat", args, s);
     auto* a = history.add_messages();
     a->set_role("assistant");
     a->set_content(answer);
@@ -222,6 +223,7 @@ int ChatCommand(int argc, char** argv) {
 int StatusCommand(int argc, char** argv) {
   Args args("cascade status", "--server HOST:PORT [options]   (exit 0 once the cluster is ready)",
             {{"server", "HOST:PORT", "the coordinator's address (required)"},
+             TlsCaOption(),
              {"wait", "SECONDS", "wait up to this long for the cluster to be ready (default 60)"},
              {"timeout", "SECONDS", "deadline of each status call (default 600)"}});
   if (auto s = args.Parse(argc, argv, 2); !s.ok()) return Fail("status", s);
@@ -241,7 +243,7 @@ int StatusCommand(int argc, char** argv) {
     if (Since(t0) >= static_cast<double>(*wait)) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
   }
-  if (!st.ok()) return FailRpc("status", st.status());
+  if (!st.ok()) return FailRpc("status", args, st.status());
   std::printf("cluster %s%s%s\n", ClusterStateText(st->cluster_state()).c_str(), st->detail().empty() ? "" : ": ",
               st->detail().c_str());
   std::printf("%-6s %-14s %-6s %-8s %-22s %-8s %12s %12s\n", "stage", "layers", "node", "device", "worker", "state",

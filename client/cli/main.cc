@@ -18,6 +18,8 @@ constexpr char kUsage[] =
     "  chat      --server ADDR [--system T] [sampling flags]   interactive, streamed\n"
     "  status    --server ADDR [--wait SECONDS]                 exit 0 once the cluster is ready\n"
     "  bench     --server ADDR [--requests N] [--concurrency C] [--prompt-tokens P] [--max-tokens M] [--json FILE]\n"
+    "generate, chat, status and bench speak TLS with --tls-ca FILE (or $CASCADE_TLS_CA), the CA bundle to\n"
+    "verify the server with, and send $CASCADE_API_KEY when it is set.\n"
     "`cascade COMMAND --help` lists every option of a command.\n";
 
 }  // namespace

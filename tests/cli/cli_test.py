@@ -175,10 +175,10 @@ OPTIONS = {
     ("cascade", "info"): ["model", "json"],
     ("cascade", "tokenize"): ["model", "text", "chat", "system", "chat-template", "add-special", "json"],
     ("cascade", "run"): ["model", *PROMPT, *GENERATION, "threads", "ctx", "kv-type", "json"],
-    ("cascade", "generate"): ["server", *PROMPT, *GENERATION, "no-speculate", "draft-tokens", "timeout", "json"],
-    ("cascade", "chat"): ["server", "system", *[g for g in GENERATION if g != "logprobs"], "timeout"],
-    ("cascade", "status"): ["server", "wait", "timeout"],
-    ("cascade", "bench"): ["server", "requests", "concurrency", "prompt-tokens", "max-tokens", "temperature", "chat",
+    ("cascade", "generate"): ["server", "tls-ca", *PROMPT, *GENERATION, "no-speculate", "draft-tokens", "timeout", "json"],
+    ("cascade", "chat"): ["server", "tls-ca", "system", *[g for g in GENERATION if g != "logprobs"], "timeout"],
+    ("cascade", "status"): ["server", "tls-ca", "wait", "timeout"],
+    ("cascade", "bench"): ["server", "tls-ca", "requests", "concurrency", "prompt-tokens", "max-tokens", "temperature", "chat",
                            "prompt-ids", "no-speculate", "draft-tokens", "label", "json", "ids-out"],
 }
 

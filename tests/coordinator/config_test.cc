@@ -187,6 +187,22 @@ TEST(ConfigTest, ExternalNodesNeedTheClusterDir) {
   EXPECT_EQ(c->security.cluster_dir, dir.path() + "/trust");  // Relative to the config file.
 }
 
+TEST(ConfigTest, PublicTlsFilesAreRelativeToTheConfig) {
+  absl::StatusOr<ClusterConfig> c =
+      ParseClusterConfig("model: {path: m.gguf}\nnodes: [{name: a, host: h, devices: [cpu]}]\n", "a.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->server.tls_cert_file, "");  // Plaintext by default.
+  EXPECT_EQ(c->server.tls_key_file, "");
+  TempDir dir;
+  const std::string path = dir.WriteFile("c.yaml",
+                                         "model: {path: m.gguf}\nnodes: [{name: a, host: h, devices: [cpu]}]\n"
+                                         "server: {tls_cert_file: tls/server.pem, tls_key_file: /etc/k.pem}\n");
+  c = LoadClusterConfig(path);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->server.tls_cert_file, dir.path() + "/tls/server.pem");
+  EXPECT_EQ(c->server.tls_key_file, "/etc/k.pem");  // Absolute: kept.
+}
+
 TEST(ConfigTest, SampleLocalGpuConfigLoads) {
   absl::StatusOr<ClusterConfig> c = LoadClusterConfig(::cascade::testing::SourceDir() + "/configs/local-gpu.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
@@ -368,6 +384,15 @@ const BadConfig kBadConfigs[] = {
     {"model: {path: m}\nscheduler: {max_num_seqs: 99999999999}\n"
      "nodes: [{name: a, host: h, devices: [cpu]}]\n",
      "scheduler.max_num_seqs: must be <= 2147483647"},
+    // server TLS: both or neither, and not empty.
+    {"model: {path: m}\nnodes: [{name: a, host: h, devices: [cpu]}]\nserver: {tls_cert_file: c.pem}\n",
+     "server.tls_key_file: required with server.tls_cert_file (both or neither)"},
+    {"model: {path: m}\nnodes: [{name: a, host: h, devices: [cpu]}]\nserver: {tls_key_file: k.pem}\n",
+     "server.tls_cert_file: required with server.tls_key_file (both or neither)"},
+    {"model: {path: m}\nnodes: [{name: a, host: h, devices: [cpu]}]\nserver: {tls_cert_file: '', tls_key_file: k}\n",
+     "server.tls_cert_file: must not be empty"},
+    {"model: {path: m}\nnodes: [{name: a, host: h, devices: [cpu]}]\nserver: {tls_cert_file: c, tls_key_file: [k]}\n",
+     "server.tls_key_file: expected a string"},
     // transport
     {"model: {path: m}\ntransport: {activations: tcp}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
      "transport.activations: unknown transport 'tcp'"},

@@ -1,5 +1,6 @@
 """`Client`: a Cascade cluster's public API (cascade.v1.Inference) and its health service."""
 from typing import Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+import os
 import time
 
 import grpc
@@ -20,7 +21,14 @@ _FINISH = {pb.FINISH_REASON_STOP: "stop", pb.FINISH_REASON_LENGTH: "length"}
 
 
 class Client:
-    """A connection to a Cascade coordinator (`host:port`), over one insecure gRPC channel.
+    """A connection to a Cascade coordinator (`host:port`), over one gRPC channel:
+    plaintext, or TLS with `tls_ca`.
+
+    `tls_ca` is the CA bundle (PEM) that verifies the server's certificate: a file's path,
+    or the PEM itself as bytes. The certificate must name the host in `address` (an IP
+    address needs an IP subjectAltName). Without it the channel is plaintext, and a server
+    that serves TLS answers every call with UNAVAILABLE. `api_key` is sent as
+    `authorization: Bearer KEY` when the server wants keys (its security.api_keys_file).
 
     Every call takes the client's `timeout` (seconds; None = no deadline) unless given its
     own; past it the request is cancelled on the server and `CascadeError` is raised with
@@ -30,13 +38,16 @@ class Client:
     """
 
     def __init__(self, address: str, timeout: Optional[float] = 600.0,
-                 options: Sequence[Tuple[str, Union[int, str]]] = (), api_key: Optional[str] = None):
+                 options: Sequence[Tuple[str, Union[int, str]]] = (), api_key: Optional[str] = None,
+                 tls_ca: Optional[Union[str, bytes, "os.PathLike[str]"]] = None):
         self.address = address
         self.timeout = timeout
-        # Sent as `authorization: Bearer KEY` with every call when the server wants keys
-        # (its security.api_keys_file).
         self._metadata = (("authorization", f"Bearer {api_key}"),) if api_key else None
-        self._channel = grpc.insecure_channel(address, options=list(options))
+        if tls_ca is None:
+            self._channel = grpc.insecure_channel(address, options=list(options))
+        else:
+            credentials = grpc.ssl_channel_credentials(root_certificates=_read_ca(tls_ca))
+            self._channel = grpc.secure_channel(address, credentials, options=list(options))
         self._stub = pb_grpc.InferenceStub(self._channel)
         self._health = health_pb2_grpc.HealthStub(self._channel)
 
@@ -153,6 +164,20 @@ class Client:
             return method(request, timeout=self._timeout(timeout), metadata=self._metadata)
         except grpc.RpcError as e:
             raise CascadeError.from_rpc_error(e) from None
+
+
+def _read_ca(tls_ca: Union[str, bytes, "os.PathLike[str]"]) -> bytes:
+    """The PEM of `tls_ca`: bytes as they are, else the file at that path (OSError when it
+    cannot be read); ValueError when it holds no certificate."""
+    if isinstance(tls_ca, bytes):
+        pem = tls_ca
+    else:
+        with open(os.fspath(tls_ca), "rb") as f:
+            pem = f.read()
+    if b"-----BEGIN CERTIFICATE-----" not in pem:
+        raise ValueError(f"tls_ca: {'the bytes given' if isinstance(tls_ca, bytes) else repr(os.fspath(tls_ca))} "
+                         "hold no PEM certificate")
+    return pem
 
 
 def build_request(prompt: Optional[Prompt] = None, messages: Optional[Messages] = None, *,

@@ -7,6 +7,7 @@
 Each answer is printed as it is generated; a line of usage follows on stderr.
 """
 import argparse
+import os
 import sys
 
 from cascade_client import CascadeError, Client
@@ -15,6 +16,8 @@ from cascade_client import CascadeError, Client
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--server", default="127.0.0.1:50051", help="the coordinator's address (default %(default)s)")
+    ap.add_argument("--tls-ca", help="PEM bundle of the CA that issued the server's certificate (TLS; default: "
+                    "$CASCADE_TLS_CA, else plaintext)")
     ap.add_argument("--system", help="a system message that opens the conversation")
     ap.add_argument("--max-tokens", type=int, default=256, help="tokens per answer at most (default %(default)s)")
     ap.add_argument("--temperature", type=float, help="0 = greedy (default: the server's, 0.8)")
@@ -22,7 +25,8 @@ def main():
     args = ap.parse_args()
 
     messages = [{"role": "system", "content": args.system}] if args.system else []
-    with Client(args.server) as client:
+    tls_ca = args.tls_ca or os.environ.get("CASCADE_TLS_CA") or None
+    with Client(args.server, tls_ca=tls_ca, api_key=os.environ.get("CASCADE_API_KEY")) as client:
         try:
             client.wait_until_serving(timeout=60)
             questions = [" ".join(args.question)] if args.question else read_lines()
