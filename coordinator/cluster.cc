@@ -324,6 +324,7 @@ absl::Status Cluster::LoadOne(int i, const std::string& group) {
   if (!draft) {
     req.set_tp_transport(tp_transport);
     req.set_pp_transport(options_.pp_nccl ? v1::TRANSPORT_NCCL : v1::TRANSPORT_UCX);
+    req.set_pp_handoff(options_.pp_handoff);
   }
   // A first connection attempt to a worker that has just registered can fail
   // transiently (seen in CI as ENOENT from connect); a fail-fast RPC would then
@@ -377,7 +378,7 @@ void Cluster::ReadResults(int i) {
       break;
     }
     if (metrics_ != nullptr)
-      metrics_->ObserveStep(drafter ? -1 : i / tp_size(), drafter ? 0 : i % tp_size(), r.forward_s());
+      metrics_->ObserveStep(drafter ? -1 : i / tp_size(), drafter ? 0 : i % tp_size(), r.forward_s(), r.handoff_s());
     absl::MutexLock lock(&mu_);
     for (const v1::LayerExpertTokens& layer : r.expert_tokens()) {
       std::vector<int64_t>& total = expert_tokens_[layer.layer()];

@@ -48,7 +48,8 @@ struct ClusterOptions {
   int64_t max_batched_tokens = 2048;
   // Stage hand-off over NCCL (transport.activations: nccl; all devices cuda) rather than UCX.
   bool pp_nccl = false;
-  bool expert_parallel = false;  // parallel.expert (MoE layers).
+  v1::PpHandoff pp_handoff = v1::PP_HANDOFF_SPLIT;  // transport.pp_handoff.
+  bool expert_parallel = false;                     // parallel.expert (MoE layers).
 
   // The coordinator's cluster certificate for its calls to workers (mutual TLS); null:
   // plaintext (security.insecure).

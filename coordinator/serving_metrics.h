@@ -39,8 +39,9 @@ class ServingMetrics {
   Histogram e2e;         // Arrival to the end, finished requests.
 
   void CountRequest(std::string_view api, RequestOutcome outcome);
-  // A Step result of worker (stage, tp_rank), or the drafter (stage -1): its forward time.
-  void ObserveStep(int stage, int tp_rank, double forward_s);
+  // A Step result of worker (stage, tp_rank), or the drafter (stage -1): its forward time
+  // and, of that, its time in the stage hand-off (StepResult.handoff_s).
+  void ObserveStep(int stage, int tp_rank, double forward_s, double handoff_s);
   void CountHttp(std::string_view path, int status);
 
   // The whole exposition: the histograms and counters above, then gauges and counters from
@@ -51,7 +52,11 @@ class ServingMetrics {
   mutable absl::Mutex mu_;
   // (api, outcome) -> requests.
   std::map<std::pair<std::string, RequestOutcome>, int64_t> requests_ ABSL_GUARDED_BY(mu_);
-  std::map<std::pair<int, int>, std::unique_ptr<Histogram>> steps_ ABSL_GUARDED_BY(mu_);
+  struct StepHistograms {
+    StepHistograms();  // Latency buckets.
+    Histogram forward, handoff;
+  };
+  std::map<std::pair<int, int>, std::unique_ptr<StepHistograms>> steps_ ABSL_GUARDED_BY(mu_);
   std::map<std::pair<std::string, int>, int64_t> http_ ABSL_GUARDED_BY(mu_);
 };
 
