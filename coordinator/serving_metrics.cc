@@ -54,9 +54,10 @@ void ServingMetrics::CountRequest(std::string_view api, RequestOutcome outcome) 
   ++requests_[{std::string(api), outcome}];
 }
 
-ServingMetrics::StepHistograms::StepHistograms() : forward(LatencyBuckets()), handoff(LatencyBuckets()) {}
+ServingMetrics::StepHistograms::StepHistograms()
+    : forward(LatencyBuckets()), handoff(LatencyBuckets()), round_trip(LatencyBuckets()) {}
 
-void ServingMetrics::ObserveStep(int stage, int tp_rank, double forward_s, double handoff_s) {
+void ServingMetrics::ObserveStep(int stage, int tp_rank, const StepTimes& times) {
   StepHistograms* h;
   {
     absl::MutexLock lock(&mu_);
@@ -64,8 +65,9 @@ void ServingMetrics::ObserveStep(int stage, int tp_rank, double forward_s, doubl
     if (slot == nullptr) slot = std::make_unique<StepHistograms>();
     h = slot.get();  // Never erased: safe to use outside the lock.
   }
-  h->forward.Observe(forward_s);
-  h->handoff.Observe(handoff_s);
+  h->forward.Observe(times.forward_s);
+  h->handoff.Observe(times.handoff_s);
+  if (times.round_trip_s >= 0) h->round_trip.Observe(times.round_trip_s);
 }
 
 void ServingMetrics::CountHttp(std::string_view path, int status) {
@@ -99,6 +101,12 @@ std::string ServingMetrics::Render(const EngineStats& engine, const v1::ClusterS
                "Of each step's forward time, the time in the stage hand-off: receiving the hidden states "
                "(waiting for the previous stage included) and sending them.");
     for (const auto& [key, h] : steps_) out.Histogram("cascade_stage_handoff_seconds", labels(key), h->handoff.Get());
+    out.Family("cascade_stage_round_trip_seconds", "histogram",
+               "From the coordinator's sending a step to the worker's result arriving: its forward time plus the "
+               "step's and the result's trips.");
+    for (const auto& [key, h] : steps_) {
+      out.Histogram("cascade_stage_round_trip_seconds", labels(key), h->round_trip.Get());
+    }
   }
   const std::pair<const char*, const Histogram*> latencies[] = {
       {"cascade_time_to_first_token_seconds", &ttft}, {"cascade_time_per_output_token_seconds", &tpot},
