@@ -55,8 +55,8 @@ NETS = ENV.get("NETS", "10g 1g").split()
 CONCURRENCY = [int(c) for c in ENV.get("CONCURRENCY", "1 8 32").split()]
 PROMPT = int(ENV.get("PROMPT_TOKENS", "16"))
 MAX_TOKENS = int(ENV.get("MAX_TOKENS", "64"))
-REQUESTS = {1: int(ENV.get("REQUESTS_C1", "4")), 8: int(ENV.get("REQUESTS_C8", "16")),
-            32: int(ENV.get("REQUESTS_C32", "32"))}
+REQUESTS = {1: int(ENV.get("REQUESTS_C1", "8")), 8: int(ENV.get("REQUESTS_C8", "32")),
+            32: int(ENV.get("REQUESTS_C32", "96"))}
 UCX_TLS = ENV.get("UCX_TLS", "tcp")
 
 # name: hosts, pipeline, tensor, pp_handoff. Stage s runs in host s (its TP ranks together).
@@ -402,6 +402,8 @@ def main():
         if shutil.which(tool) is None:
             raise SystemExit(f"bench_multinode: `{tool}` is missing")
     print(DP_NOTE)
+    load0 = os.getloadavg()
+    print(f"load average at start {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f} on {os.cpu_count()} CPUs")
     rows, t0 = [], time.time()
     with tempfile.TemporaryDirectory() as tmp:
         by_hosts = {}
@@ -419,8 +421,10 @@ def main():
                 if hosts is not None:
                     hosts.close()
     print_tables(rows)
-    print(f"\n{DP_NOTE}\nwall {time.time() - t0:.0f} s")
-    settings = {"prompt_tokens": PROMPT, "max_tokens": MAX_TOKENS, "requests": REQUESTS, "ucx_tls": UCX_TLS,
+    load1 = os.getloadavg()
+    print(f"\n{DP_NOTE}\nwall {time.time() - t0:.0f} s; load average at the end {load1[0]:.2f} {load1[1]:.2f} "
+          f"{load1[2]:.2f}")
+    settings = {"load_average_start": load0, "load_average_end": load1, "cpus": os.cpu_count(),"prompt_tokens": PROMPT, "max_tokens": MAX_TOKENS, "requests": REQUESTS, "ucx_tls": UCX_TLS,
                 "nets": {n: NET_SPECS[n] for n in NETS}, "dp_layout": DP_NOTE}
     json.dump({"settings": settings, "rows": rows}, open(OUT, "w"), indent=1)
     print(f"wrote {OUT}")
