@@ -398,6 +398,8 @@ def print_tables(rows):
 def main():
     if os.geteuid() != 0:
         raise SystemExit("bench_multinode: network namespaces need root")
+    if 1 not in CONCURRENCY or any(c not in REQUESTS for c in CONCURRENCY):
+        raise SystemExit("bench_multinode: CONCURRENCY is a subset of 1 8 32 that holds 1 (the batch-1 step)")
     for tool in ("ip", "tc", "ss", "curl"):
         if shutil.which(tool) is None:
             raise SystemExit(f"bench_multinode: `{tool}` is missing")
