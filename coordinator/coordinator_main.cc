@@ -192,6 +192,9 @@ int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coor
   engine.Start();
   health.Update(cluster);
   CASCADE_LOG(Info) << "ready on " << address << " (" << cluster.n_stages() << " stage(s) x tp " << cluster.tp_size()
+                    << (cluster.tp_size() > 1 && cluster.n_stages() > 1
+                            ? StrCat(", ", PpHandoffName(config.transport.pp_handoff), " hand-off")
+                            : std::string())
                     << ", " << n_blocks << " KV blocks of " << bs << ", context " << max_context
                     << (draft.kind == DraftKind::kNone ? std::string()
                                                        : StrCat(", drafter ", DraftKindName(draft.kind)))
