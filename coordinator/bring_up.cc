@@ -128,6 +128,7 @@ void CopyOptions(const ClusterConfig& config, const ServedModels& models, Servin
   co.gpu_memory_fraction = config.scheduler.gpu_memory_fraction;
   co.max_batched_tokens = config.scheduler.max_batched_tokens;
   co.pp_nccl = config.transport.activations == ActivationTransport::kNccl;
+  co.pp_handoff = config.transport.pp_handoff == PpHandoff::kFull ? v1::PP_HANDOFF_FULL : v1::PP_HANDOFF_SPLIT;
   co.expert_parallel = config.parallel.expert;
   if (models.draft_layers > 0) {
     co.draft = true;

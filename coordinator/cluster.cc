@@ -326,6 +326,7 @@ absl::Status Cluster::LoadOne(int i, const std::string& group) {
   if (!draft) {
     req.set_tp_transport(tp_transport);
     req.set_pp_transport(options_.pp_nccl ? v1::TRANSPORT_NCCL : v1::TRANSPORT_UCX);
+    req.set_pp_handoff(options_.pp_handoff);
   }
   // A first connection attempt to a worker that has just registered can fail
   // transiently (seen in CI as ENOENT from connect); a fail-fast RPC would then
@@ -378,9 +379,15 @@ void Cluster::ReadResults(int i) {
       error = r.error();
       break;
     }
-    if (metrics_ != nullptr)
-      metrics_->ObserveStep(options_.replica, drafter ? -1 : i / tp_size(), drafter ? 0 : i % tp_size(), r.forward_s());
     absl::MutexLock lock(&mu_);
+    if (metrics_ != nullptr) {
+      ServingMetrics::StepTimes times{.forward_s = r.forward_s(), .handoff_s = r.handoff_s()};
+      const auto& [sent_id, sent_at] = sent_[r.step_id() % sent_.size()];
+      if (!drafter && sent_id == r.step_id()) {
+        times.round_trip_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - sent_at).count();
+      }
+      metrics_->ObserveStep(options_.replica, drafter ? -1 : i / tp_size(), drafter ? 0 : i % tp_size(), times);
+    }
     for (const v1::LayerExpertTokens& layer : r.expert_tokens()) {
       std::vector<int64_t>& total = expert_tokens_[layer.layer()];
       total.resize(std::max<size_t>(total.size(), layer.tokens_size()), 0);
@@ -428,6 +435,7 @@ absl::Status Cluster::SendStep(const v1::StepRequest& step) {
     if (const std::string dead = DeadDescription(); !dead.empty()) return absl::UnavailableError(dead);
     if (!streams_open_) return absl::FailedPreconditionError("the cluster is not up yet");
     for (int i = 0; i < n_workers(); ++i) streams.push_back(slots_[i]->stream.get());
+    sent_[step.step_id() % sent_.size()] = {step.step_id(), std::chrono::steady_clock::now()};
   }
   for (size_t i = 0; i < streams.size(); ++i) {
     if (!streams[i]->Write(step)) {

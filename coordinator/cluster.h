@@ -12,6 +12,7 @@
 // marked ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) run under it.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <deque>
 #include <map>
@@ -49,7 +50,8 @@ struct ClusterOptions {
   int64_t max_batched_tokens = 2048;
   // Stage hand-off over NCCL (transport.activations: nccl; all devices cuda) rather than UCX.
   bool pp_nccl = false;
-  bool expert_parallel = false;  // parallel.expert (MoE layers).
+  v1::PpHandoff pp_handoff = v1::PP_HANDOFF_SPLIT;  // transport.pp_handoff.
+  bool expert_parallel = false;                     // parallel.expert (MoE layers).
 
   // The coordinator's cluster certificate for its calls to workers (mutual TLS); null:
   // plaintext (security.insecure).
@@ -174,6 +176,8 @@ class Cluster {
   std::vector<std::unique_ptr<Slot>> slots_ ABSL_GUARDED_BY(mu_);
   int64_t last_worker_id_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<v1::StepResult> results_ ABSL_GUARDED_BY(mu_);
+  // When SendStep sent each of the last steps, at step_id % size (the round-trip metric).
+  std::array<std::pair<int64_t, std::chrono::steady_clock::time_point>, 64> sent_ ABSL_GUARDED_BY(mu_);
   // Tokens routed to each expert of each MoE layer since start, by global layer (from the
   // step results of every stage's TP rank 0).
   std::map<int64_t, std::vector<int64_t>> expert_tokens_ ABSL_GUARDED_BY(mu_);

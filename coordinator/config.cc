@@ -356,7 +356,17 @@ absl::Status Parser::ParseScheduler(const YAML::Node& node, SchedulerSection* ou
 absl::Status Parser::ParseTransport(const YAML::Node& node, const std::vector<NodeSection>& nodes,
                                     TransportSection* out) const {
   if (!node.IsDefined()) return absl::OkStatus();
-  CASCADE_RETURN_IF_ERROR(CheckMap(node, "transport", {"activations"}));
+  CASCADE_RETURN_IF_ERROR(CheckMap(node, "transport", {"activations", "pp_handoff"}));
+  if (const YAML::Node handoff = Child(node, "pp_handoff"); handoff.IsDefined()) {
+    CASCADE_ASSIGN_OR_RETURN(const std::string name, GetString(handoff, "transport.pp_handoff"));
+    if (name == "split") {
+      out->pp_handoff = PpHandoff::kSplit;
+    } else if (name == "full") {
+      out->pp_handoff = PpHandoff::kFull;
+    } else {
+      return Error(handoff, "transport.pp_handoff", StrCat("unknown hand-off '", name, "' (split or full)"));
+    }
+  }
   const YAML::Node activations = Child(node, "activations");
   if (!activations.IsDefined()) return absl::OkStatus();
   CASCADE_ASSIGN_OR_RETURN(const std::string name, GetString(activations, "transport.activations"));
@@ -524,6 +534,14 @@ std::string_view ActivationTransportName(ActivationTransport transport) {
   switch (transport) {
     case ActivationTransport::kUcx: return "ucx";
     case ActivationTransport::kNccl: return "nccl";
+  }
+  return "?";
+}
+
+std::string_view PpHandoffName(PpHandoff handoff) {
+  switch (handoff) {
+    case PpHandoff::kSplit: return "split";
+    case PpHandoff::kFull: return "full";
   }
   return "?";
 }

@@ -164,12 +164,25 @@ enum class ActivationTransport {
 
 std::string_view ActivationTransportName(ActivationTransport transport);
 
+// How a stage hands its hidden states to the next under tensor parallelism.
+enum class PpHandoff {
+  kSplit,  // `split`: TP rank r sends its 1/t of the rows to TP rank r of the next stage,
+           // whose TP group all-gathers them (each cross-stage link carries 1/t).
+  kFull,   // `full`: every TP rank sends all the rows to its peer rank and the next stage
+           // gathers nothing (t times the bytes across stages; the plain baseline).
+};
+
+std::string_view PpHandoffName(PpHandoff handoff);
+
 // `transport:` — the data plane.
 struct TransportSection {
   // `transport.activations`: `ucx` or `nccl` (all devices cuda:N). Default `ucx`. The
   // collectives inside a TP group use NCCL whenever all its devices are cuda:N and the
   // binary has NCCL, whatever this says.
   ActivationTransport activations = ActivationTransport::kUcx;
+  // `transport.pp_handoff`: `split` or `full` (see PpHandoff). Default `split`. Without
+  // tensor parallelism both send the same bytes.
+  PpHandoff pp_handoff = PpHandoff::kSplit;
 };
 
 // Which drafter proposes tokens for speculative decoding (docs/ARCHITECTURE.md §5).

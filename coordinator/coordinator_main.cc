@@ -191,8 +191,11 @@ int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coor
   const Cluster& first = replicas.cluster(0);
   CASCADE_LOG(Info) << "ready on " << address << " ("
                     << (replicas.size() > 1 ? StrCat(replicas.size(), " replicas x ") : std::string())
-                    << first.n_stages() << " stage(s) x tp " << first.tp_size() << ", " << n_blocks << " KV blocks of "
-                    << bs << ", context " << max_context
+                    << first.n_stages() << " stage(s) x tp " << first.tp_size()
+                    << (first.tp_size() > 1 && first.n_stages() > 1
+                            ? StrCat(", ", PpHandoffName(config.transport.pp_handoff), " hand-off")
+                            : std::string())
+                    << ", " << n_blocks << " KV blocks of " << bs << ", context " << max_context
                     << (draft.kind == DraftKind::kNone ? std::string()
                                                        : StrCat(", drafter ", DraftKindName(draft.kind)))
                     << ")";

@@ -54,15 +54,20 @@ void ServingMetrics::CountRequest(std::string_view api, RequestOutcome outcome) 
   ++requests_[{std::string(api), outcome}];
 }
 
-void ServingMetrics::ObserveStep(int replica, int stage, int tp_rank, double forward_s) {
-  Histogram* h;
+ServingMetrics::StepHistograms::StepHistograms()
+    : forward(LatencyBuckets()), handoff(LatencyBuckets()), round_trip(LatencyBuckets()) {}
+
+void ServingMetrics::ObserveStep(int replica, int stage, int tp_rank, const StepTimes& times) {
+  StepHistograms* h;
   {
     absl::MutexLock lock(&mu_);
-    std::unique_ptr<Histogram>& slot = steps_[{replica, stage, tp_rank}];
-    if (slot == nullptr) slot = std::make_unique<Histogram>(LatencyBuckets());
+    std::unique_ptr<StepHistograms>& slot = steps_[{replica, stage, tp_rank}];
+    if (slot == nullptr) slot = std::make_unique<StepHistograms>();
     h = slot.get();  // Never erased: safe to use outside the lock.
   }
-  h->Observe(forward_s);
+  h->forward.Observe(times.forward_s);
+  h->handoff.Observe(times.handoff_s);
+  if (times.round_trip_s >= 0) h->round_trip.Observe(times.round_trip_s);
 }
 
 void ServingMetrics::CountHttp(std::string_view path, int status) {
@@ -89,12 +94,20 @@ std::string ServingMetrics::Render(const EngineStats& engine, const v1::ClusterS
     out.Family("cascade_stage_step_seconds", "histogram",
                "Forward time of one step on each worker (replica, stage, tp_rank; stage \"draft\" is the "
                "drafter).");
-    for (const auto& [key, h] : steps_) {
+    const auto labels = [](const std::tuple<int, int, int>& key) -> MetricLabels {
       const auto& [replica, stage, tp_rank] = key;
-      out.Histogram(
-          "cascade_stage_step_seconds",
-          {{"replica", StrCat(replica)}, {"stage", stage < 0 ? "draft" : StrCat(stage)}, {"tp_rank", StrCat(tp_rank)}},
-          h->Get());
+      return {{"replica", StrCat(replica)}, {"stage", stage < 0 ? "draft" : StrCat(stage)}, {"tp_rank", StrCat(tp_rank)}};
+    };
+    for (const auto& [key, h] : steps_) out.Histogram("cascade_stage_step_seconds", labels(key), h->forward.Get());
+    out.Family("cascade_stage_handoff_seconds", "histogram",
+               "Of each step's forward time, the time in the stage hand-off: receiving the hidden states "
+               "(waiting for the previous stage included) and sending them.");
+    for (const auto& [key, h] : steps_) out.Histogram("cascade_stage_handoff_seconds", labels(key), h->handoff.Get());
+    out.Family("cascade_stage_round_trip_seconds", "histogram",
+               "From the coordinator's sending a step to the worker's result arriving: its forward time plus the "
+               "step's and the result's trips.");
+    for (const auto& [key, h] : steps_) {
+      out.Histogram("cascade_stage_round_trip_seconds", labels(key), h->round_trip.Get());
     }
   }
   const std::pair<const char*, const Histogram*> latencies[] = {

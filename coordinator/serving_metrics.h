@@ -41,8 +41,13 @@ class ServingMetrics {
 
   void CountRequest(std::string_view api, RequestOutcome outcome);
   // A Step result of worker (stage, tp_rank) of a data-parallel replica, or the drafter
-  // (stage -1): its forward time.
-  void ObserveStep(int replica, int stage, int tp_rank, double forward_s);
+  // (stage -1), in seconds.
+  struct StepTimes {
+    double forward_s = 0;      // StepResult.forward_s: the worker's time on the step.
+    double handoff_s = 0;      // StepResult.handoff_s: of it, the stage hand-off's.
+    double round_trip_s = -1;  // From sending the step to its result's arrival; < 0: unknown.
+  };
+  void ObserveStep(int replica, int stage, int tp_rank, const StepTimes& times);
   void CountHttp(std::string_view path, int status);
 
   // The whole exposition: the histograms and counters above, then gauges and counters from
@@ -53,8 +58,12 @@ class ServingMetrics {
   mutable absl::Mutex mu_;
   // (api, outcome) -> requests.
   std::map<std::pair<std::string, RequestOutcome>, int64_t> requests_ ABSL_GUARDED_BY(mu_);
-  // (replica, stage, tp_rank) -> forward times.
-  std::map<std::tuple<int, int, int>, std::unique_ptr<Histogram>> steps_ ABSL_GUARDED_BY(mu_);
+  struct StepHistograms {
+    StepHistograms();  // Latency buckets.
+    Histogram forward, handoff, round_trip;
+  };
+  // (replica, stage, tp_rank) -> its step times.
+  std::map<std::tuple<int, int, int>, std::unique_ptr<StepHistograms>> steps_ ABSL_GUARDED_BY(mu_);
   std::map<std::pair<std::string, int>, int64_t> http_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -8,7 +8,13 @@
 # CONTROL_ADDR: the coordinator's control plane as workers reach it (default:
 # server.cluster_listen). Each worker runs `$REMOTE_DIR/build/bin/cascade-worker`
 # (default: this checkout's path, so a shared filesystem or an identical checkout on
-# every host is assumed).
+# every host is assumed; $CASCADE_BUILD_DIR replaces build/ here and there).
+# Environment:
+#   CASCADE_SSH_OPTS  extra ssh options, word-split, before the host on every ssh call, e.g.
+#                     "-F ~/cluster/ssh_config" or "-i ~/.ssh/cluster_key -p 2222"
+#   UCX_*             passed on to every worker (`UCX_TLS=tcp` where only TCP joins the hosts):
+#                     srun carries the environment, and over ssh (which carries none) they
+#                     prefix the remote command.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 USAGE="usage: launch_cluster.sh CONFIG [CONTROL_ADDR] [--threads N] [--remote-dir DIR] [--dry-run]"
@@ -48,23 +54,39 @@ if [[ $TRUST == tls ]] && ((!DRY)); then
   done
 fi
 REMOTE_TRUST='$HOME/.cascade/trust'  # Expanded on the worker's host.
+# The worker binary on the hosts: this checkout's build directory under REMOTE_DIR.
+BUILD=${CASCADE_BUILD_DIR:-build}
+BUILD=${BUILD#"$PWD"/}
+if [[ $BUILD == /* ]]; then WORKER=$BUILD/bin/cascade-worker; else WORKER=$REMOTE_DIR/$BUILD/bin/cascade-worker; fi
+read -ra SSH_OPTS <<<"${CASCADE_SSH_OPTS:-}"
+SSH=(ssh "${SSH_OPTS[@]}" -o BatchMode=yes)
+# UCX_* for the remote command line, each value quoted for a POSIX shell where needed.
+REMOTE_ENV=
+while read -r var; do
+  val=${!var}
+  [[ $val =~ ^[A-Za-z0-9_.,:/+=@%-]*$ ]] || val="'${val//\'/\'\\\'\'}'"
+  REMOTE_ENV+="$var=$val "
+done < <(compgen -e | grep '^UCX_' || true)
 pids=()
 for w in "${WORKERS[@]}"; do
   read -r stage node host device <<<"$w"
-  cmd="$REMOTE_DIR/build/bin/cascade-worker --coordinator $ADDR --node $node --device $device --threads $THREADS --listen $host:0"
+  cmd="$WORKER --coordinator $ADDR --node $node --device $device --threads $THREADS --listen $host:0"
   [[ $stage == draft ]] && cmd+=" --draft"  # The speculative drafter worker.
   if [[ $TRUST == insecure ]]; then
     cmd+=" --insecure"
   elif [[ -n ${SLURM_JOB_ID:-} ]]; then
-    # srun passes the environment: the CA goes to a private file on the node, the token stays in the environment.
-    cmd="d=\$(mktemp -d) && printf '%s\n' \"\$CASCADE_CA_PEM\" > \$d/ca.pem && exec $cmd --ca \$d/ca.pem"
+    # srun passes the environment: the CA goes to a private file on the node (removed when
+    # the worker ends), the token stays in the environment.
+    cmd="d=\$(mktemp -d) && trap 'rm -rf \"\$d\"' EXIT && printf '%s\n' \"\$CASCADE_CA_PEM\" > \$d/ca.pem && $cmd --ca \$d/ca.pem"
   else
     cmd+=" --ca $REMOTE_TRUST/ca.pem --token-file $REMOTE_TRUST/join.token"
   fi
   if [[ -n ${SLURM_JOB_ID:-} ]]; then
-    launcher=(srun --nodes=1 --ntasks=1 --nodelist="$host" --kill-on-bad-exit=1 bash -c "$cmd")
+    # --overlap: the workers of one node are concurrent steps of the allocation; without
+    # it a second step waits for the first one's CPUs, which a worker never gives back.
+    launcher=(srun --nodes=1 --ntasks=1 --nodelist="$host" --overlap --kill-on-bad-exit=1 bash -c "$cmd")
   else
-    launcher=(ssh -o BatchMode=yes "$host" "$cmd")
+    launcher=("${SSH[@]}" "$host" "$REMOTE_ENV$cmd")
   fi
   echo "stage $stage on $node ($host): ${launcher[*]}"
   ((DRY)) && continue
@@ -73,7 +95,7 @@ for w in "${WORKERS[@]}"; do
     CASCADE_CA_PEM=$(<"$TRUST_DIR/ca.pem") CASCADE_JOIN_TOKEN=$(<"$TRUST_DIR/join.token")
   elif [[ $TRUST == tls ]]; then
     for f in ca.pem join.token; do
-      ssh -o BatchMode=yes "$host" "umask 077 && mkdir -p $REMOTE_TRUST && cat > $REMOTE_TRUST/$f" <"$TRUST_DIR/$f"
+      "${SSH[@]}" "$host" "umask 077 && mkdir -p $REMOTE_TRUST && cat > $REMOTE_TRUST/$f" <"$TRUST_DIR/$f"
     done
   fi
   "${launcher[@]}" 2>&1 | sed -u "s/^/[stage $stage] /" &

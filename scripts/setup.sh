@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Idempotent machine set-up for Cascade on Debian 12:
-#   1. installs the Debian packages the build needs (a fast no-op when present);
+#   1. installs the Debian packages the build and the tests need (a fast no-op when present);
 #   2. fetches the default model SmolLM2-135M-Instruct (Q4_1 GGUF) into models/,
 #      verifying its sha256, through a cache outside the clone so fresh clones reuse it.
 # Usage: scripts/setup.sh [--no-model]
@@ -10,7 +10,13 @@ cd "$(dirname "$0")/.."
 PACKAGES=(build-essential cmake pkg-config git python3 unzip iproute2 procps
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libyaml-cpp-dev libgtest-dev libgmock-dev libucx-dev ucx-utils libre2-dev
-  nlohmann-json3-dev libcpp-httplib-dev clang clang-format)
+  nlohmann-json3-dev libcpp-httplib-dev clang clang-format
+  openssh-server slurm-wlm munge)
+# openssh-server, slurm-wlm and munge: tests/integration/launch_test.py starts its own sshd,
+# munged, slurmctld and slurmd (own configs, keys and ports in private network namespaces) to
+# launch clusters through scripts/launch_cluster.sh and scripts/slurm/cascade.sbatch. Where
+# an init system runs, Debian enables their services on install (slurmd and slurmctld stay
+# down without /etc/slurm/slurm.conf).
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -24,6 +24,10 @@ sampling::SamplingParams FromProto(const v1::StepSampling& s) {
   return p;
 }
 
+double SecondsSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
 absl::StatusOr<std::unique_ptr<kernels::Backend>> MakeBackend(const StageExecutorOptions& options) {
   if (options.device.kind == DeviceKind::kCpu) return kernels::MakeCpuBackend({.n_threads = options.n_threads});
   absl::StatusOr<std::unique_ptr<kernels::CudaBackend>> gpu =
@@ -170,6 +174,7 @@ void StageExecutor::TrackHistory(const v1::StepRequest& step) {
 
 absl::StatusOr<v1::StepResult> StageExecutor::Execute(const v1::StepRequest& step) {
   const auto t0 = std::chrono::steady_clock::now();
+  handoff_s_ = 0;
   v1::StepResult result;
   result.set_step_id(step.step_id());
   for (int64_t id : step.release()) seqs_.erase(id);
@@ -179,7 +184,8 @@ absl::StatusOr<v1::StepResult> StageExecutor::Execute(const v1::StepRequest& ste
     if (st.code() != absl::StatusCode::kInvalidArgument) return st;
     return absl::InternalError(StrCat("step ", step.step_id(), " failed after validation: ", st.message()));
   }
-  result.set_forward_s(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  result.set_forward_s(SecondsSince(t0));
+  result.set_handoff_s(handoff_s_);
   ReportExpertLoad(result);
   return result;
 }
@@ -219,13 +225,18 @@ absl::Status StageExecutor::Forward(const Rows& rows, int64_t step_id) {
   if (options_.stage == 0) {
     CASCADE_RETURN_IF_ERROR(transformer_->Embed(rows.tokens, hidden));
   } else {
-    CASCADE_RETURN_IF_ERROR(
-        Annotate(ReceiveHidden(n, tag), StrCat("receiving step ", step_id, " from stage ", options_.stage - 1)));
+    const auto t = std::chrono::steady_clock::now();
+    const absl::Status received = ReceiveHidden(n, tag);
+    handoff_s_ += SecondsSince(t);
+    CASCADE_RETURN_IF_ERROR(Annotate(received, StrCat("receiving step ", step_id, " from stage ", options_.stage - 1)));
   }
   const model::ForwardBatch batch{rows.tokens, rows.positions, rows.seqs, rows.logit_rows};
   CASCADE_RETURN_IF_ERROR(transformer_->RunLayers(hidden, batch, *cache_));
   if (!is_last()) {
-    return Annotate(SendHidden(n, tag), StrCat("sending step ", step_id, " to stage ", options_.stage + 1));
+    const auto t = std::chrono::steady_clock::now();
+    const absl::Status sent = SendHidden(n, tag);
+    handoff_s_ += SecondsSince(t);
+    return Annotate(sent, StrCat("sending step ", step_id, " to stage ", options_.stage + 1));
   }
   if (rows.logit_rows.empty()) return absl::OkStatus();
   const int64_t V = transformer_->config().n_vocab;
@@ -276,22 +287,31 @@ absl::Status StageExecutor::Draft(const v1::StepRequest& step, Rows& rows, v1::S
   return absl::OkStatus();
 }
 
-// Every TP rank holds the full hidden state: each sends its slice of c rows (with TP 1,
-// all n), padding rows past n included, so every link carries the same bytes.
-absl::Status StageExecutor::SendHidden(int64_t n, uint64_t tag) {
-  const int64_t d = transformer_->config().n_embd, c = SliceRows(n);
-  const float* slice = hidden_->f32() + options_.tp_rank * c * d;
-  return pp_.Send(slice, static_cast<size_t>(c * d) * sizeof(float), options_.stage + 1, tag);
+StageExecutor::HandoffRows StageExecutor::Handoff(int64_t n) const {
+  if (options_.full_handoff) return {0, n};
+  const int64_t c = SliceRows(n);
+  return {options_.tp_rank * c, c};
 }
 
-// Receives this rank's slice in place, then the TP group all-gathers the slices, each
-// already at its own offset.
+// Every TP rank holds the full hidden state: each sends its slice of c rows (with TP 1,
+// all n), padding rows past n included, so every link carries the same bytes; or, with
+// `full_handoff`, all n rows.
+absl::Status StageExecutor::SendHidden(int64_t n, uint64_t tag) {
+  const int64_t d = transformer_->config().n_embd;
+  const HandoffRows rows = Handoff(n);
+  return pp_.Send(hidden_->f32() + rows.first * d, static_cast<size_t>(rows.count * d) * sizeof(float),
+                  options_.stage + 1, tag);
+}
+
+// Receives this rank's rows in place; from split hand-offs the TP group then all-gathers
+// the slices, each already at its own offset.
 absl::Status StageExecutor::ReceiveHidden(int64_t n, uint64_t tag) {
-  const int64_t d = transformer_->config().n_embd, c = SliceRows(n);
-  const size_t bytes = static_cast<size_t>(c * d) * sizeof(float);
-  float* mine = hidden_->f32() + options_.tp_rank * c * d;
+  const int64_t d = transformer_->config().n_embd;
+  const HandoffRows rows = Handoff(n);
+  const size_t bytes = static_cast<size_t>(rows.count * d) * sizeof(float);
+  float* mine = hidden_->f32() + rows.first * d;
   CASCADE_RETURN_IF_ERROR(pp_.Recv(mine, bytes, options_.stage - 1, tag));
-  if (options_.tp_size == 1) return absl::OkStatus();
+  if (options_.tp_size == 1 || options_.full_handoff) return absl::OkStatus();
   return tp_.AllGather(mine, bytes, hidden_->data());
 }
 

@@ -39,6 +39,9 @@ struct StageExecutorOptions {
   int tp_rank = 0;               // Rank in the stage's tensor-parallel group.
   int tp_size = 1;               // Its size (1: no tensor parallelism).
   bool expert_parallel = false;  // MoE layers: whole experts per TP rank (TpShard).
+  // Hand-off under TP (transport.pp_handoff): false, `split`: each TP rank sends its 1/t
+  // of the rows and the next stage all-gathers; true, `full`: each sends every row.
+  bool full_handoff = false;
   // A drafter (speculative decoding): one process holding layers [first_layer,
   // last_layer) of its model and the model's head (an early exit when last_layer is not
   // the last layer). Its steps carry `propose`; see Draft.
@@ -56,7 +59,8 @@ class StageExecutor {
   // the stage. `tp_comm` (borrowed, null when tp_size is 1) is the stage's TP group.
   // Hand-off between stages of TP size t: TP rank r sends rows [r*c, (r+1)*c) (c =
   // ceil(n/t)) to TP rank r of the next stage, which all-gathers them inside its group, so
-  // each cross-stage link carries 1/t of the bytes. On cuda:N the communicators may work on
+  // each cross-stage link carries 1/t of the bytes; with `full_handoff` it sends all n
+  // rows and the next stage gathers nothing. On cuda:N the communicators may work on
   // host memory (UCX: staged through host copies) or GPU memory (NCCL).
   // `backend` (optional) is the one to run on; by default one is made for options.device.
   static absl::StatusOr<std::unique_ptr<StageExecutor>> Create(const StageExecutorOptions& options,
@@ -114,6 +118,12 @@ class StageExecutor {
   absl::Status SendHidden(int64_t n_rows, uint64_t tag);
   // Rows per TP rank in a hand-off of n rows: ceil(n / t).
   int64_t SliceRows(int64_t n) const { return (n + options_.tp_size - 1) / options_.tp_size; }
+  // The rows [first, first + count) of hidden_ this TP rank sends to (or receives from)
+  // its peer rank in a hand-off of n rows: its slice, or all n with `full_handoff`.
+  struct HandoffRows {
+    int64_t first = 0, count = 0;
+  };
+  HandoffRows Handoff(int64_t n) const;
 
   StageExecutorOptions options_;
   model::BackendComm pp_;  // Pipeline link (this TP rank across stages), when n_stages > 1.
@@ -127,6 +137,7 @@ class StageExecutor {
   // SliceRows(n)), so each TP rank's hand-off slice is whole; rows past n are padding.
   std::unique_ptr<kernels::Buffer> hidden_;
   std::vector<float> logits_;  // Host memory, for the samplers.
+  double handoff_s_ = 0;       // This step's time in ReceiveHidden and SendHidden.
 };
 
 }  // namespace cascade::worker

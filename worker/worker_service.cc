@@ -70,7 +70,10 @@ grpc::Status WorkerService::LoadShard(grpc::ServerContext* context, const v1::Lo
   tp_comm_.reset();
   CASCADE_LOG(Info) << "loading stage " << req->stage() << "/" << req->n_stages() << " tp " << req->tp_rank() << "/"
                     << std::max(1, req->tp_size()) << ": layers [" << req->first_layer() << ", " << req->last_layer()
-                    << ") of " << req->model_path();
+                    << ") of " << req->model_path()
+                    << (req->tp_size() > 1 && req->n_stages() > 1
+                            ? (req->pp_handoff() == v1::PP_HANDOFF_FULL ? ", full hand-off" : ", split hand-off")
+                            : "");
   // The data plane first, through the rendezvous: the TP group of this stage, then the
   // pipeline link of this TP rank (TP rank r of every stage).
   const int tp_size = std::max(1, req->tp_size());
@@ -125,6 +128,7 @@ grpc::Status WorkerService::LoadShard(grpc::ServerContext* context, const v1::Lo
   o.tp_rank = req->tp_rank();
   o.tp_size = tp_size;
   o.expert_parallel = req->expert_parallel();
+  o.full_handoff = req->pp_handoff() == v1::PP_HANDOFF_FULL;
   o.draft = req->draft();
   o.refuse_token = options_.refuse_token;
   double last_sent = -1;

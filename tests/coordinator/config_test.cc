@@ -262,6 +262,22 @@ TEST(ConfigTest, NcclActivationsOnCudaDevices) {
   EXPECT_EQ(ActivationTransportName(c->transport.activations), "nccl");
 }
 
+TEST(ConfigTest, PpHandoff) {
+  const std::string nodes = "nodes: [{name: a, host: h, devices: [cpu, cpu, cpu, cpu]}]\n";
+  auto c = ParseClusterConfig("model: {path: m}\n" + nodes, "t.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->transport.pp_handoff, PpHandoff::kSplit);  // The default.
+  c = ParseClusterConfig("model: {path: m}\ntransport: {pp_handoff: full}\n" + nodes, "t.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->transport.pp_handoff, PpHandoff::kFull);
+  EXPECT_EQ(c->transport.activations, ActivationTransport::kUcx);
+  EXPECT_EQ(PpHandoffName(c->transport.pp_handoff), "full");
+  c = ParseClusterConfig("model: {path: m}\ntransport: {activations: ucx, pp_handoff: split}\n" + nodes, "t.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->transport.pp_handoff, PpHandoff::kSplit);
+  EXPECT_EQ(PpHandoffName(c->transport.pp_handoff), "split");
+}
+
 TEST(ConfigTest, ParseDevice) {
   EXPECT_EQ(*ParseDevice("cpu"), (Device{DeviceKind::kCpu, 0}));
   EXPECT_EQ(*ParseDevice("cuda:0"), (Device{DeviceKind::kCuda, 0}));
@@ -400,6 +416,10 @@ const BadConfig kBadConfigs[] = {
      "transport.activations: nccl moves GPU memory, but nodes[0].devices[0] is cpu"},
     {"model: {path: m}\ntransport: {weights: ucx}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
      "transport.weights: unknown key"},
+    {"model: {path: m}\ntransport: {pp_handoff: gather}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
+     "transport.pp_handoff: unknown hand-off 'gather' (split or full)"},
+    {"model: {path: m}\ntransport: {pp_handoff: [full]}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
+     "transport.pp_handoff: expected a string"},
 };
 
 TEST(ConfigTest, EveryErrorNamesItsKey) {

@@ -305,6 +305,36 @@ def test_tp_parity_smollm2():
                 print(f"TP=2 PP={pp} {p[1][:30]!r}: identical for {same}/{n}" + ("" if same == n else f", then a tie"))
 
 
+def test_pp_handoff_parity():
+    """`transport.pp_handoff: full` (every TP rank sends the whole hidden state to its peer,
+    no all-gather) against the default `split` at TP=2 x PP=2. Both hand the next stage the
+    same hidden states, so ids and logprobs must be equal bit for bit: on stories260K (and
+    there equal to `cascade run`) and on SmolLM2 Q4_1 (whose TP ids are not cascade run's
+    bit for bit, see test_tp_parity_smollm2, so split is its reference)."""
+    need(STORIES, SMOL)
+    cases = [(STORIES, [("--prompt-ids", "1"), ("--prompt", "Once upon a time")], 32),
+             (SMOL, [("--prompt", "The quick brown fox"), ("--chat", "What is the capital of France?")], 24)]
+    for model, prompts, n in cases:
+        got = {}
+        for handoff in ("split", "full"):
+            with cluster(model, 2, tensor=2, extra=f"transport: {{pp_handoff: {handoff}}}\n") as (address, _, log_path):
+                log = open(log_path).read()
+                # The coordinator says it, and each of the 4 workers took it (their lines reach this log).
+                assert f"{handoff} hand-off" in log.split("ready on")[1] and log.count(f", {handoff} hand-off") == 5, log
+                got[handoff] = [generate(address, *p, "--temperature", "0", "--max-tokens", str(n), "--ignore-eos",
+                                         "--logprobs", "2") for p in prompts]
+        for p, split, full in zip(prompts, got["split"], got["full"]):
+            assert full["token_ids"] == split["token_ids"], f"{p}: full {full['token_ids']} != split {split['token_ids']}"
+            assert full["logprobs"] == split["logprobs"], f"{p}: logprobs differ"
+        if model == STORIES:
+            for p, split in zip(prompts, got["split"]):
+                local = run_json("run", "--model", model, *p, "--temperature", "0", "--max-tokens", str(n),
+                                 "--ignore-eos")["token_ids"]
+                assert split["token_ids"] == local, f"{p}: TP=2 x PP=2 {split['token_ids']} != cascade run {local}"
+        print(f"{os.path.basename(model)}: TP=2 x PP=2, full and split hand-offs give the same ids and logprobs"
+              f" for {len(prompts)} prompts")
+
+
 def test_chat_session():
     """`cascade chat`: two turns typed on stdin, answers streamed, history kept."""
     need(SMOL)

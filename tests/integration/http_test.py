@@ -225,6 +225,14 @@ def test_metrics():
         assert moved("cascade_inter_token_latency_seconds_count") == 3 * 7
         for stage in ("0", "1"):
             assert moved("cascade_stage_step_seconds_count", replica="0", stage=stage, tp_rank="0") >= 8, stage
+            assert moved("cascade_stage_handoff_seconds_count", replica="0", stage=stage, tp_rank="0") >= 8, stage
+            # A round trip (the coordinator's view) holds the worker's forward time.
+            assert moved("cascade_stage_round_trip_seconds_count", replica="0", stage=stage, tp_rank="0") >= 8, stage
+            assert moved("cascade_stage_round_trip_seconds_sum", replica="0", stage=stage, tp_rank="0") > \
+                moved("cascade_stage_step_seconds_sum", replica="0", stage=stage, tp_rank="0"), stage
+        # Stage 1 receives what stage 0 computed: its hand-off is part of its forward time.
+        assert 0 < moved("cascade_stage_handoff_seconds_sum", replica="0", stage="1", tp_rank="0") < \
+            moved("cascade_stage_step_seconds_sum", replica="0", stage="1", tp_rank="0")
         assert metric(after, "cascade_kv_blocks_total") > 0 and metric(after, "cascade_kv_blocks_used") == 0
         assert metric(after, "cascade_cluster_ready") == 1 and metric(after, "cascade_workers", state="ready") == 2
         for name in ("cascade_running_sequences", "cascade_waiting_sequences", "cascade_preemptions_total",

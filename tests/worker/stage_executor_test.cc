@@ -254,7 +254,9 @@ TEST(StageExecutorTest, MalformedIdsAndBlocksAreRefusedAndTheNextStepRuns) {
 
 // Stages x tp executors on guarded backends, connected by UCX in process; each runs the
 // same steps (a prefill of BOS, then greedy decode), and the last stage's TP rank 0 answers.
-std::vector<int32_t> RunGuardedPipeline(const std::string& path, int n_stages, int tp, int n_tokens) {
+// `full_handoff`: every TP rank sends all rows and nothing is gathered (transport.pp_handoff).
+std::vector<int32_t> RunGuardedPipeline(const std::string& path, int n_stages, int tp, int n_tokens,
+                                        bool full_handoff = false) {
   auto files = model::OpenModelFiles(path);
   EXPECT_TRUE(files.ok());
   const int64_t n_layers = files->config.n_layers;
@@ -289,6 +291,7 @@ std::vector<int32_t> RunGuardedPipeline(const std::string& path, int n_stages, i
         o.kv_block_size = 4;
         o.tp_rank = r;
         o.tp_size = tp;
+        o.full_handoff = full_handoff;
         auto backend = std::make_unique<testing::GuardedBackend>();
         testing::GuardedBackend* guarded = backend.get();
         auto e = StageExecutor::Create(
@@ -334,6 +337,7 @@ TEST(StageExecutorTest, GuardedPipelineDecodesTheGolden) {
   const std::vector<int32_t> want(kGolden.begin(), kGolden.begin() + 12);
   EXPECT_EQ(RunGuardedPipeline(path, 2, 1, 12), want) << "PP=2";
   EXPECT_EQ(RunGuardedPipeline(path, 2, 2, 12), want) << "PP=2 x TP=2";
+  EXPECT_EQ(RunGuardedPipeline(path, 2, 2, 12, /*full_handoff=*/true), want) << "PP=2 x TP=2, full hand-off";
 }
 
 // A cuda:N stage on a machine without that GPU fails at Create, naming the device and the
