@@ -303,7 +303,7 @@ def step_overhead(m0, m1, m2, pp):
 
     stages = []
     for s in range(pp):
-        lab = dict(stage=str(s), tp_rank="0")
+        lab = dict(replica="0", stage=str(s), tp_rank="0")
         fwd = per_decode_step("cascade_stage_step_seconds", lab)
         hand = per_decode_step("cascade_stage_handoff_seconds", lab)
         trip = per_decode_step("cascade_stage_round_trip_seconds", lab)
