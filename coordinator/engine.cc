@@ -124,6 +124,8 @@ void Engine::Loop() {
     if (Since(last_check) > 0.2) {
       last_check = std::chrono::steady_clock::now();
       if (const std::string dead = cluster_->CheckHeartbeats(); !dead.empty()) Suspend(dead);
+      // Requests that arrived (or were adopted) since the death move on too.
+      if (suspended_at_) Evacuate("this replica is rebuilding");
       CheckRecoveryBudget();
     }
     if (in_flight_.empty() && drafting_.empty() && cluster_->CanRecover()) {

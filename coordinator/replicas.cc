@@ -201,6 +201,17 @@ void Replicas::FillStatus(v1::ClusterStatus* st) const {
     ready = ready && p.ready();
     dead = dead || p.cluster_state() == v1::CLUSTER_STATE_DEGRADED;
     serving += p.ready() ? 1 : 0;
+    const EngineStats e = replicas_[r].engine->Stats();
+    v1::ReplicaStatus* rs = st->add_replicas();
+    rs->set_replica(static_cast<int32_t>(r));
+    rs->set_serving(p.ready());
+    rs->set_running(e.scheduler.n_running + e.scheduler.n_in_flight_seqs);
+    rs->set_waiting(e.scheduler.n_waiting);
+    rs->set_kv_blocks_free(e.scheduler.n_free_blocks);
+    rs->set_kv_blocks_total(e.scheduler.n_total_blocks);
+    rs->set_steps(e.steps);
+    rs->set_requests_finished(e.finished);
+    rs->set_generation_tokens(e.generation_tokens);
     if (!p.detail().empty()) {
       StrAppend(&detail, detail.empty() ? "" : "; ", size() > 1 ? StrCat("replica ", r, ": ") : "", p.detail());
     }

@@ -50,7 +50,7 @@ import time
 BIN, NFQ_DELAY, OUT = sys.argv[1:4]
 ENV = os.environ
 MODELS = ENV.get("MODELS", "models/SmolLM2-135M-Instruct.Q4_1.gguf").split()
-LAYOUTS = ENV.get("LAYOUTS", "pp1 pp2 pp4 tp2pp2-split tp2pp2-full").split()
+LAYOUTS = ENV.get("LAYOUTS", "pp1 pp2 pp4 tp2pp2-split tp2pp2-full dp2").split()
 NETS = ENV.get("NETS", "10g 1g").split()
 CONCURRENCY = [int(c) for c in ENV.get("CONCURRENCY", "1 8 32").split()]
 PROMPT = int(ENV.get("PROMPT_TOKENS", "16"))
@@ -59,17 +59,16 @@ REQUESTS = {1: int(ENV.get("REQUESTS_C1", "8")), 8: int(ENV.get("REQUESTS_C8", "
             32: int(ENV.get("REQUESTS_C32", "96"))}
 UCX_TLS = ENV.get("UCX_TLS", "tcp")
 
-# name: hosts, pipeline, tensor, pp_handoff. Stage s runs in host s (its TP ranks together).
+# name: hosts, data, pipeline, tensor, pp_handoff. Host i holds `tensor` devices: stage i
+# (its TP ranks together) under PP, replica i (a whole PP=1 pipeline) under DP.
 LAYOUT_SPECS = {
-    "pp1": (1, 1, 1, "split"),  # The reference: one host, no link.
-    "pp2": (2, 2, 1, "split"),
-    "pp4": (4, 4, 1, "split"),
-    "tp2pp2-split": (2, 2, 2, "split"),
-    "tp2pp2-full": (2, 2, 2, "full"),
+    "pp1": (1, 1, 1, 1, "split"),  # The reference: one host, no link.
+    "pp2": (2, 1, 2, 1, "split"),
+    "pp4": (4, 1, 4, 1, "split"),
+    "tp2pp2-split": (2, 1, 2, 2, "split"),
+    "tp2pp2-full": (2, 1, 2, 2, "full"),
+    "dp2": (2, 2, 1, 1, "split"),  # Two replicas, one per host; only replica 1's steps cross a link.
 }
-# TODO(multinode): "DP across hosts" (parallel.data, one replica per host) once parallel.data is in the config.
-DP_NOTE = ("note: no \"DP across hosts\" layout: parallel.data (data parallelism) is not in this build's config "
-           "yet; see the TODO in scripts/bench_multinode.py")
 # name: tbf rate, its bucket, one-way delay in microseconds (each host's egress).
 NET_SPECS = {"10g": ("10gbit", "2mb", 100), "1g": ("1gbit", "256kb", 1000)}
 SUBNET = "10.78.0"
@@ -221,14 +220,14 @@ class Cluster:
 
     def start(self, model, layout, tmp):
         hosts = self.hosts
-        _, pp, tp, handoff = LAYOUT_SPECS[layout]
+        n_hosts, dp, pp, tp, handoff = LAYOUT_SPECS[layout]
         devices = ", ".join(["cpu"] * tp)
         nodes = "".join(f"  - {{name: h{i}, host: {hosts.ip(i)}, devices: [{devices}], "
-                        f"launch: {'local' if i == 0 else 'external'}}}\n" for i in range(pp))
+                        f"launch: {'local' if i == 0 else 'external'}}}\n" for i in range(n_hosts))
         trust = os.path.join(tmp, "cluster")
         cfg = os.path.join(tmp, f"{layout}.yaml")
         open(cfg, "w").write(
-            f"model: {{path: {os.path.abspath(model)}}}\nparallel: {{pipeline: {pp}, tensor: {tp}}}\nnodes:\n{nodes}"
+            f"model: {{path: {os.path.abspath(model)}}}\nparallel: {{data: {dp}, pipeline: {pp}, tensor: {tp}}}\nnodes:\n{nodes}"
             f"server: {{listen: {hosts.ip(0)}:0, http_listen: {hosts.ip(0)}:0}}\n"
             f"scheduler: {{max_num_seqs: 32, kv_cache_mb: 128, prefix_caching: false}}\n"
             f"transport: {{pp_handoff: {handoff}}}\nsecurity: {{cluster_dir: {trust}}}\n")
@@ -239,7 +238,7 @@ class Cluster:
                                             "--config", cfg], stdout=log, stderr=subprocess.STDOUT, env=env,
                                            start_new_session=True))
         control = wait_for(self.log, r"waiting for \d+ worker\(s\) on (\S+) \(mutual TLS\)", 120, self.procs).group(1)
-        for s in range(1, pp):
+        for s in range(1, n_hosts):
             for _ in range(tp):
                 self.procs.append(subprocess.Popen(
                     ["ip", "netns", "exec", hosts.names[s], f"{BIN}/cascade-worker", "--coordinator", control,
@@ -320,7 +319,7 @@ def step_overhead(m0, m1, m2, pp):
 
 
 def run_layout(hosts, model, layout, nets, tmp):
-    _, pp, tp, handoff = LAYOUT_SPECS[layout]
+    _, dp, pp, tp, handoff = LAYOUT_SPECS[layout]
     rows = []
     cluster = Cluster(hosts, model, layout, tmp)
     try:
@@ -329,7 +328,7 @@ def run_layout(hosts, model, layout, nets, tmp):
                 hosts.shape(net)
             rtt = hosts.rtt_us() if hosts.n > 1 else 0.0
             cluster.bench(1, 2, 8)  # Warm-up.
-            row = {"model": os.path.basename(model), "layout": layout, "pipeline": pp, "tensor": tp,
+            row = {"model": os.path.basename(model), "layout": layout, "data": dp, "pipeline": pp, "tensor": tp,
                    "pp_handoff": handoff, "hosts": hosts.n, "net": net, "rtt_us_measured": rtt, "runs": {}}
             if net in NET_SPECS:
                 row.update(rate=NET_SPECS[net][0], delay_us=NET_SPECS[net][2],
@@ -403,7 +402,6 @@ def main():
     for tool in ("ip", "tc", "ss", "curl"):
         if shutil.which(tool) is None:
             raise SystemExit(f"bench_multinode: `{tool}` is missing")
-    print(DP_NOTE)
     load0 = os.getloadavg()
     print(f"load average at start {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f} on {os.cpu_count()} CPUs")
     rows, t0 = [], time.time()
@@ -424,10 +422,10 @@ def main():
                     hosts.close()
     print_tables(rows)
     load1 = os.getloadavg()
-    print(f"\n{DP_NOTE}\nwall {time.time() - t0:.0f} s; load average at the end {load1[0]:.2f} {load1[1]:.2f} "
+    print(f"\nwall {time.time() - t0:.0f} s; load average at the end {load1[0]:.2f} {load1[1]:.2f} "
           f"{load1[2]:.2f}")
-    settings = {"load_average_start": load0, "load_average_end": load1, "cpus": os.cpu_count(),"prompt_tokens": PROMPT, "max_tokens": MAX_TOKENS, "requests": REQUESTS, "ucx_tls": UCX_TLS,
-                "nets": {n: NET_SPECS[n] for n in NETS}, "dp_layout": DP_NOTE}
+    settings = {"load_average_start": load0, "load_average_end": load1, "cpus": os.cpu_count(), "prompt_tokens": PROMPT, "max_tokens": MAX_TOKENS, "requests": REQUESTS, "ucx_tls": UCX_TLS,
+                "nets": {n: NET_SPECS[n] for n in NETS}}
     json.dump({"settings": settings, "rows": rows}, open(OUT, "w"), indent=1)
     print(f"wrote {OUT}")
 

@@ -4,7 +4,7 @@
 # to ~10 Gbit/s with 0.1 ms one-way delay and to ~1 Gbit/s with 1 ms; the coordinator in
 # host 0, external workers in the others, UCX over TCP. Layouts: PP=1 in one host (the
 # reference), PP=2 on 2 hosts, PP=4 on 4, TP=2 x PP=2 on 2 (transport.pp_handoff split and
-# full). Throughput at concurrency 1/8/32, TTFT and ITL, bytes per generated token on every
+# full), DP=2 on 2 (one PP=1 replica per host). Throughput at concurrency 1/8/32, TTFT and ITL, bytes per generated token on every
 # host's link, and the share of a batch-1 decode step spent outside the workers' compute
 # (scripts/bench_multinode.py says exactly what is measured). Needs root, iproute2 (ip, tc,
 # ss) and curl; on a kernel without sch_netem also iptables (the delay is then
@@ -12,7 +12,7 @@
 #
 # Settings (environment): MODELS (paths; default the SmolLM2 Q4_1 file; the random 1B of
 # scripts/random_models.sh is e.g. ~/.cache/cascade/models/random-llama-1b-Q4_K_M.gguf),
-# LAYOUTS ("pp1 pp2 pp4 tp2pp2-split tp2pp2-full"), NETS ("10g 1g"), CONCURRENCY ("1 8 32"),
+# LAYOUTS ("pp1 pp2 pp4 tp2pp2-split tp2pp2-full dp2"), NETS ("10g 1g"), CONCURRENCY ("1 8 32"),
 # PROMPT_TOKENS (16), MAX_TOKENS (64), REQUESTS_C1 / REQUESTS_C8 / REQUESTS_C32 (8 / 32 /
 # 96), UCX_TLS (tcp). Table on stdout, JSON in ${1:-build/bench_multinode.json}.
 set -euo pipefail

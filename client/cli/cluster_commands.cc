@@ -127,6 +127,17 @@ void PrintExpertLoad(const v1::ClusterStatus& st) {
   }
 }
 
+void PrintReplicas(const v1::ClusterStatus& st) {
+  std::printf("replicas: %d of %d serving\n", st.replicas_serving(), st.n_replicas());
+  for (const v1::ReplicaStatus& r : st.replicas()) {
+    std::printf("replica %d: %s; running %lld, waiting %lld; kv blocks %lld free of %lld; steps %lld, finished %lld\n",
+                r.replica(), r.serving() ? "serving" : "down", static_cast<long long>(r.running()),
+                static_cast<long long>(r.waiting()), static_cast<long long>(r.kv_blocks_free()),
+                static_cast<long long>(r.kv_blocks_total()), static_cast<long long>(r.steps()),
+                static_cast<long long>(r.requests_finished()));
+  }
+}
+
 }  // namespace
 
 int GenerateCommand(int argc, char** argv) {
@@ -248,8 +259,12 @@ int StatusCommand(int argc, char** argv) {
               st->detail().c_str());
   std::printf("%-6s %-14s %-6s %-8s %-22s %-8s %12s %12s\n", "stage", "layers", "node", "device", "worker", "state",
               "weights", "kv cache");
+  const bool replicas = st->n_replicas() > 1;
   for (const auto& s : st->stages()) {
-    const std::string stage = s.draft() ? "draft" : std::to_string(s.stage());
+    // With replicas, stage "R.S": stage S of replica R.
+    const std::string stage = s.draft()    ? "draft"
+                              : replicas ? StrCat(s.replica(), ".", s.stage())
+                                         : std::to_string(s.stage());
     std::string experts;
     if (s.expert_end() > 0) {
       experts = StrCat(s.expert_parallel() ? StrCat("  experts [", s.expert_begin(), ", ", s.expert_end(), ")")
@@ -269,6 +284,7 @@ int StatusCommand(int argc, char** argv) {
       static_cast<long long>(st->waiting()), static_cast<long long>(st->steps()),
       static_cast<long long>(st->max_batch_seen()), static_cast<long long>(st->preemptions()),
       static_cast<long long>(st->requests_finished()));
+  if (replicas) PrintReplicas(*st);
   if (st->prefix_caching()) {
     const int64_t query = st->prefix_query_tokens();
     std::printf("prefix cache: on, hit %lld/%lld tokens (%.1f%%), %lld cached blocks\n",

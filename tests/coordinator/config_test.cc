@@ -278,6 +278,19 @@ TEST(ConfigTest, PpHandoff) {
   EXPECT_EQ(PpHandoffName(c->transport.pp_handoff), "split");
 }
 
+TEST(ConfigTest, DataParallelReplicas) {
+  auto c = ParseClusterConfig("model: {path: m}\nnodes: [{name: a, host: h, devices: [cpu]}]\n", "t.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->parallel.data, 1);  // The default: one pipeline.
+  c = ParseClusterConfig(
+      "model: {path: m}\nparallel: {data: 2, pipeline: 2}\ndraft: {ngram: {n: 3}}\n"
+      "nodes: [{name: a, host: h, devices: [cpu, cpu]}, {name: b, host: h2, devices: [cpu, cpu]}]\n",
+      "t.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();  // Prompt lookup needs no drafter worker.
+  EXPECT_EQ(c->parallel.data, 2);
+  EXPECT_EQ(c->parallel.pipeline, 2);
+}
+
 TEST(ConfigTest, ParseDevice) {
   EXPECT_EQ(*ParseDevice("cpu"), (Device{DeviceKind::kCpu, 0}));
   EXPECT_EQ(*ParseDevice("cuda:0"), (Device{DeviceKind::kCuda, 0}));
@@ -320,6 +333,11 @@ const BadConfig kBadConfigs[] = {
      "parallel.pipelines: unknown key"},
     {"model: {path: m}\nparallel: {pipeline: 3}\nnodes: [{name: a, host: h, devices: [cpu, cpu]}]\n",
      "parallel.pipeline: pipeline 3 x tensor 1 needs 3 devices, but nodes list 2"},
+    {"model: {path: m}\nparallel: {data: 2, pipeline: 2}\nnodes: [{name: a, host: h, devices: [cpu, cpu, cpu]}]\n",
+     "parallel.pipeline: data 2 x pipeline 2 x tensor 1 needs 4 devices, but nodes list 3"},
+    {"model: {path: m}\nparallel: {data: 0}\nnodes: [{name: a, host: h, devices: [cpu]}]\n", "parallel.data:"},
+    {"model: {path: m}\nparallel: {data: 2}\ndraft: {self: {layers: 1}}\nnodes: [{name: a, host: h, devices: [cpu, cpu]}]\n",
+     "parallel.data: replicas with a drafter worker"},
     // nodes
     {"model: {path: m}\n", "nodes: required"},
     {"model: {path: m}\nnodes: []\n", "nodes: expected a non-empty list"},
