@@ -10,7 +10,11 @@
 #     clients, and the Python client's tests), and `wheel` (setuptools < 70.1, Debian's,
 #     builds wheels through it: the client's test installs it with --no-build-isolation);
 #   * http/: the official `openai` SDK and `prometheus_client` (clients of the HTTP front),
-#     with their dependencies, in a folder of their own.
+#     with their dependencies, in a folder of their own;
+#   * k8s/: `kubernetes-validate` (the Kubernetes API's JSON schemas, bundled, checked
+#     offline) with its dependencies (jsonschema, PyYAML, packaging, ...), for deploy/k8s's
+#     manifests. Not on PYTHONPATH, so that no other test imports its packages in place of
+#     its own: the test that wants it adds $CASCADE_PYTHON_CACHE/k8s to sys.path.
 # Each set is checked by one import (and its version) and installed only when it fails.
 # Usage: scripts/python_deps.sh [python args...]   (no args: only install)
 set -euo pipefail
@@ -20,8 +24,10 @@ PROTOBUF_VERSION=7.36.2  # what grpcio-tools $GRPC_VERSION generates code for (>
 WHEEL_VERSION=0.45.1     # the last wheel with its own bdist_wheel (for setuptools < 70.1)
 OPENAI_VERSION=3.60.0
 PROMETHEUS_CLIENT_VERSION=0.26.0
+KUBERNETES_VALIDATE_VERSION=1.37.0
 CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/cascade/python/$(python3 -c 'import sys; print(f"py{sys.version_info[0]}{sys.version_info[1]}")')"
 export PYTHONPATH="$CACHE/http:$CACHE${PYTHONPATH:+:$PYTHONPATH}"
+export CASCADE_PYTHON_CACHE=$CACHE
 
 # pip_install WHAT ARGS...: installs into the cache, or says why not and exits 1.
 pip_install() {
@@ -60,6 +66,14 @@ import openai, prometheus_client
 assert openai.__version__ == '$OPENAI_VERSION' and prometheus_client.__file__.startswith('$CACHE/http')" >/dev/null 2>&1; then
   pip_install "openai $OPENAI_VERSION and prometheus_client $PROMETHEUS_CLIENT_VERSION" \
     "${PIP[@]}" "$CACHE/http" "openai==$OPENAI_VERSION" "prometheus_client==$PROMETHEUS_CLIENT_VERSION"
+fi
+if ! PYTHONPATH="$CACHE/k8s" python3 -c "
+import kubernetes_validate, yaml
+from importlib.metadata import version
+assert version('kubernetes-validate') == '$KUBERNETES_VALIDATE_VERSION'
+assert kubernetes_validate.__file__.startswith('$CACHE/k8s')" >/dev/null 2>&1; then
+  pip_install "kubernetes-validate $KUBERNETES_VALIDATE_VERSION" \
+    "${PIP[@]}" "$CACHE/k8s" "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION"
 fi
 (($#)) || exit 0
 exec python3 "$@"
