@@ -81,6 +81,7 @@ Replicas::Replicas(const std::vector<Plan>& plans, const ClusterOptions& options
   }
   for (int r = 0; r < size(); ++r) {
     replicas_[r].engine->OnEvacuate([this, r](std::shared_ptr<Engine::Active> request) {
+      absl::MutexLock lock(&route_mu_);
       const int to = Pick(r);
       if (to < 0) return false;
       replicas_[to].engine->Adopt(std::move(request));
@@ -165,6 +166,9 @@ int Replicas::Pick(int except) const {
 }
 
 std::shared_ptr<RequestChannel> Replicas::Submit(EngineRequest request) {
+  // One routing at a time: two requests arriving together would otherwise both see the
+  // same idle replica and go there.
+  absl::MutexLock lock(&route_mu_);
   int r = Pick(-1);
   if (r < 0) {  // None serves: the least loaded one's queue, to wait for its rebuild.
     r = 0;

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "cascade/v1/inference.pb.h"
 #include "coordinator/cluster.h"
 #include "coordinator/engine.h"
@@ -78,10 +79,11 @@ class Replicas {
   };
   // The serving replica with the most headroom other than `except` (-1: any); -1 when none
   // serves.
-  int Pick(int except) const;
+  int Pick(int except) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(route_mu_);
 
   std::vector<Replica> replicas_;
   const int max_num_seqs_;
+  absl::Mutex route_mu_;  // Held across a Submit's choice and its hand-over.
 };
 
 }  // namespace cascade::coordinator

@@ -103,7 +103,8 @@ void RenderReplicas(const v1::ClusterStatus& cluster, PrometheusText& out) {
   };
   for (const auto& f : families) {
     out.Family(f.name, f.type, f.help);
-    for (const v1::ReplicaStatus& r : cluster.replicas()) out.Sample(f.name, {{"replica", StrCat(r.replica())}}, f.value(r));
+    for (const v1::ReplicaStatus& r : cluster.replicas())
+      out.Sample(f.name, {{"replica", StrCat(r.replica())}}, f.value(r));
   }
 }
 
@@ -130,7 +131,8 @@ std::string ServingMetrics::Render(const EngineStats& engine, const v1::ClusterS
                "drafter).");
     const auto labels = [](const std::tuple<int, int, int>& key) -> MetricLabels {
       const auto& [replica, stage, tp_rank] = key;
-      return {{"replica", StrCat(replica)}, {"stage", stage < 0 ? "draft" : StrCat(stage)}, {"tp_rank", StrCat(tp_rank)}};
+      return {
+          {"replica", StrCat(replica)}, {"stage", stage < 0 ? "draft" : StrCat(stage)}, {"tp_rank", StrCat(tp_rank)}};
     };
     for (const auto& [key, h] : steps_) out.Histogram("cascade_stage_step_seconds", labels(key), h->forward.Get());
     out.Family("cascade_stage_handoff_seconds", "histogram",

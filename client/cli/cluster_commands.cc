@@ -262,7 +262,7 @@ int StatusCommand(int argc, char** argv) {
   const bool replicas = st->n_replicas() > 1;
   for (const auto& s : st->stages()) {
     // With replicas, stage "R.S": stage S of replica R.
-    const std::string stage = s.draft()    ? "draft"
+    const std::string stage = s.draft()  ? "draft"
                               : replicas ? StrCat(s.replica(), ".", s.stage())
                                          : std::to_string(s.stage());
     std::string experts;

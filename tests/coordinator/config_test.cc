@@ -336,7 +336,8 @@ const BadConfig kBadConfigs[] = {
     {"model: {path: m}\nparallel: {data: 2, pipeline: 2}\nnodes: [{name: a, host: h, devices: [cpu, cpu, cpu]}]\n",
      "parallel.pipeline: data 2 x pipeline 2 x tensor 1 needs 4 devices, but nodes list 3"},
     {"model: {path: m}\nparallel: {data: 0}\nnodes: [{name: a, host: h, devices: [cpu]}]\n", "parallel.data:"},
-    {"model: {path: m}\nparallel: {data: 2}\ndraft: {self: {layers: 1}}\nnodes: [{name: a, host: h, devices: [cpu, cpu]}]\n",
+    {"model: {path: m}\nparallel: {data: 2}\ndraft: {self: {layers: 1}}\nnodes: [{name: a, host: h, devices: [cpu, "
+     "cpu]}]\n",
      "parallel.data: replicas with a drafter worker"},
     // nodes
     {"model: {path: m}\n", "nodes: required"},
