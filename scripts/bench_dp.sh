@@ -3,8 +3,8 @@
 # replica (parallel.data: 1) against two (parallel.data: 2), the same cores per replica
 # (each replica one PP=1 x TP=1 worker with --worker-threads 1), on SmolLM2-135M Q4_1 and
 # the random Llama-3.2-1B-shaped Q4_K_M of scripts/random_models.sh; greedy, fixed-length
-# outputs (--ignore-eos through `cascade bench`). Also one greedy prompt 16 times at DP=2
-# through the CLI: the ids must be identical whichever replica served them.
+# outputs (--ignore-eos through `cascade bench`). Also one greedy prompt sent twice at once,
+# four times, at DP=2: one copy per replica, and the ids must be identical.
 # Table on stdout, JSON in ${1:-build/bench_dp.json}.
 # Settings (environment): MODELS (paths), REQUESTS (default 96), MAX_TOKENS (default 64).
 set -euo pipefail
@@ -45,15 +45,18 @@ YAML
       --max-tokens "$MAX_TOKENS" --temperature 0 --label "$NAME DP=$DP" --json "$TMP/$NAME-dp$DP.json" |
       { [[ ${#rows[@]} == 0 ]] && cat || tail -n 1; }
     rows+=("$TMP/$NAME-dp$DP.json")
-    "$BIN/cascade" status --server "$ADDR" --wait 0 | grep '^replica' || true
-    if [[ $DP == 2 ]]; then  # The same greedy prompt on both replicas: identical ids.
-      pids=()
-      for i in $(seq 1 16); do
+    "$BIN/cascade" status --server "$ADDR" --wait 0 | grep '^replica' | tee "$TMP/$NAME-replicas-before.txt" || true
+    if [[ $DP == 2 ]]; then
+      # The same greedy prompt twice at once, 4 times: one copy per replica, each at batch 1
+      # (a near-tie may resolve differently at another batch size: GEMV vs tiled GEMM).
+      for i in 1 2 3 4; do
         "$BIN/cascade" generate --server "$ADDR" --prompt "The quick brown fox" --temperature 0 --max-tokens 24 \
-          --ignore-eos --json > "$TMP/$NAME-ids$i.json" &
-        pids+=($!)
+          --ignore-eos --json > "$TMP/$NAME-ids${i}a.json" &
+        a=$!
+        "$BIN/cascade" generate --server "$ADDR" --prompt "The quick brown fox" --temperature 0 --max-tokens 24 \
+          --ignore-eos --json > "$TMP/$NAME-ids${i}b.json" &
+        wait $a $!
       done
-      wait "${pids[@]}"
       "$BIN/cascade" status --server "$ADDR" --wait 0 | grep '^replica' > "$TMP/$NAME-replicas.txt" || true
     fi
     kill "$PID"; wait "$PID" 2>/dev/null || true
@@ -69,11 +72,15 @@ for m in models:
     name = os.path.basename(m)[:-len(".gguf")]
     r1, r2 = (json.load(open(f"{tmp}/{name}-dp{d}.json")) for d in (1, 2))
     ids = [json.load(open(f))["token_ids"] for f in sorted(glob.glob(f"{tmp}/{name}-ids*.json"))]
-    same = len(ids) == 16 and all(i == ids[0] for i in ids)
+    same = len(ids) == 8 and all(i == ids[0] for i in ids)
+    def finished(path):  # Requests finished per replica, from `cascade status`.
+        return [int(line.rsplit(" ", 1)[1]) for line in open(path) if line.startswith("replica ")]
+    split = [b - a for a, b in zip(finished(f"{tmp}/{name}-replicas-before.txt"), finished(f"{tmp}/{name}-replicas.txt"))]
+    same = same and split == [4, 4]  # One copy of each pair per replica.
     ratio = r2["throughput_tok_s"] / r1["throughput_tok_s"]
     print(f"| {name} | {r1['throughput_tok_s']:.1f} | {r2['throughput_tok_s']:.1f} | {ratio:.2f}x | "
           f"{r1['ttft_ms']['p50']:.0f} / {r2['ttft_ms']['p50']:.0f} | {r1['itl_ms']['p50']:.1f} / {r2['itl_ms']['p50']:.1f} | "
-          f"{'yes' if same else 'NO'} ({len(ids)} requests) |")
+          f"{'yes' if same else 'NO'} ({len(ids)} requests, {split} per replica) |")
     replicas = open(f"{tmp}/{name}-replicas.txt").read().strip().splitlines()
     for line in replicas:
         print(f"  {line}")
