@@ -19,6 +19,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 
 BIN = sys.argv[1]
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -720,6 +722,62 @@ def test_dp_worker_killed():
         print(f"kill -9 of worker {workers[-1]} under {len(streams)} streams of {n} tokens: every stream identical to "
               f"its undisturbed run ({moved.group(0).strip()}); "
               f"both replicas serving again, finished per replica {[rows[r][1] for r in (0, 1)]}")
+
+
+def http_health(http_address):
+    """GET /health on the HTTP front: the status code."""
+    try:
+        with urllib.request.urlopen(f"http://{http_address}/health", timeout=10) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def test_dp_one_replica_down():
+    """One replica's worker stopped (SIGSTOP: declared dead, and not restarted, past
+    server.recovery_timeout_s): its requests move and finish on the other replica with
+    their undisturbed ids, none fails; /health stays 200 and `cascade status` shows the
+    replica down; arrivals are served meanwhile; after SIGCONT it rejoins."""
+    need(STORIES)
+    text = config_yaml(STORIES, 1, data=2).replace(
+        "server: {listen: 127.0.0.1:0}", "server: {listen: 127.0.0.1:0, http_listen: 127.0.0.1:0, recovery_timeout_s: 2}")
+    mode = ("--temperature", "0.9", "--seed", "5")
+    with cluster_from_yaml(text) as (address, proc, log_path):
+        http_address = re.search(r"http front on (\S+)", open(log_path).read()).group(1)
+        reference = generate(address, "--prompt-ids", "1", *mode, "--max-tokens", "800", "--ignore-eos")["token_ids"]
+        workers = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        assert len(workers) == 2, workers
+        streams = [subprocess.Popen([CASCADE, "generate", "--server", address, "--prompt-ids", "1", *mode,
+                                     "--max-tokens", "800", "--ignore-eos", "--json"], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True) for _ in range(4)]
+        time.sleep(0.3)
+        os.kill(int(workers[1]), signal.SIGSTOP)
+        try:
+            t0 = time.time()
+            while "replicas: 1 of 2 serving" not in status(address)[1]:
+                assert time.time() - t0 < 20, status(address)[1]
+                assert http_health(http_address) == 200
+                time.sleep(0.2)
+            _, text = status(address)
+            assert re.search(r"^replica [01]: down;", text, re.M), text
+            for s in streams:
+                out, err = s.communicate(timeout=120)
+                assert s.returncode == 0, err
+                assert json.loads(out)["token_ids"] == reference, "a moved stream's ids differ"
+            time.sleep(2.5)  # Past the dead replica's recovery timeout: still serving.
+            assert http_health(http_address) == 200
+            got = generate(address, "--prompt-ids", "1", *mode, "--max-tokens", "40", "--ignore-eos")["token_ids"]
+            assert got == reference[:40]
+            down_s = time.time() - t0
+        finally:
+            os.kill(int(workers[1]), signal.SIGCONT)
+        t0 = time.time()
+        while "replicas: 2 of 2 serving" not in status(address)[1]:
+            assert time.time() - t0 < 60, status(address)[1]
+            time.sleep(0.3)
+        assert "moved to another replica" in open(log_path).read()
+        print(f"one replica down {down_s:.1f} s (SIGSTOP): its streams moved; all 4 finished identical, /health 200 "
+              f"throughout, an arrival served; both replicas serving {time.time() - t0:.1f} s after SIGCONT")
 
 
 def test_reflection_and_health():
