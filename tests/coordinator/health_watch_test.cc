@@ -28,17 +28,22 @@ class RecordingHealth : public grpc::HealthCheckServiceInterface {
 
 using Calls = std::vector<std::pair<std::string, bool>>;
 
-// One CPU stage of two layers, no worker registered yet.
-Cluster OneStageCluster(int64_t dead_after_ms) {
+// One CPU stage of two layers.
+Plan OneStagePlan() {
   Plan plan;
   plan.n_layers = 2;
   StagePlan stage;
   stage.last_layer = 2;
   stage.node = "n0";
   plan.stages.push_back(stage);
+  return plan;
+}
+
+// Its cluster, no worker registered yet.
+Cluster OneStageCluster(int64_t dead_after_ms) {
   ClusterOptions options;
   options.dead_after_ms = dead_after_ms;
-  return Cluster(plan, options);
+  return Cluster(OneStagePlan(), options);
 }
 
 TEST(HealthWatchTest, StartsNotServingForBothServices) {
@@ -64,12 +69,7 @@ TEST(HealthWatchTest, ChangesBothServicesOnlyOnAChange) {
 }
 
 TEST(HealthWatchTest, ClusterNotWholeIsNotServing) {
-  Plan plan;
-  plan.n_layers = 2;
-  StagePlan stage;
-  stage.last_layer = 2;
-  stage.node = "n0";
-  plan.stages.push_back(stage);
+  const Plan plan = OneStagePlan();
   ClusterOptions options;
   options.dead_after_ms = 0;
   SchedulerOptions scheduler;
