@@ -70,6 +70,10 @@ void MergeExpertLoad(const std::vector<v1::ClusterStatus>& parts, v1::ClusterSta
 Replicas::Replicas(const std::vector<Plan>& plans, const ClusterOptions& options, const text::Tokenizer* tokenizer,
                    const SchedulerOptions& scheduler, const SpeculationOptions& speculation)
     : max_num_seqs_(std::max(1, scheduler.max_num_seqs)) {
+  if (scheduler.prefix_caching && plans.size() > 1) {
+    affinity_ = std::make_unique<PrefixAffinity>(static_cast<int>(plans.size()), scheduler.kv_block_size,
+                                                 static_cast<size_t>(std::max(0, scheduler.n_kv_blocks)));
+  }
   for (size_t r = 0; r < plans.size(); ++r) {
     ClusterOptions o = options;
     o.replica = static_cast<int>(r);
@@ -84,6 +88,7 @@ Replicas::Replicas(const std::vector<Plan>& plans, const ClusterOptions& options
       absl::MutexLock lock(&route_mu_);
       const int to = Pick(r);
       if (to < 0) return false;
+      if (affinity_ != nullptr) affinity_->Record(to, request->req.prompt);
       replicas_[to].engine->Adopt(std::move(request));
       return true;
     });
@@ -150,32 +155,53 @@ void Replicas::Stop() {
   for (Replica& r : replicas_) r.engine->Stop();
 }
 
+double Replicas::Headroom(int r) const {
+  const EngineStats st = replicas_[r].engine->Stats();
+  const double kv = st.scheduler.n_total_blocks > 0
+                        ? static_cast<double>(st.scheduler.n_free_blocks) / st.scheduler.n_total_blocks
+                        : 1.0;
+  return kv - static_cast<double>(st.n_live) / max_num_seqs_;
+}
+
 int Replicas::Pick(int except) const {
   int best = -1;
   double best_room = 0;
   for (int r = 0; r < size(); ++r) {
     if (r == except || !replicas_[r].cluster->Healthy()) continue;
-    const EngineStats st = replicas_[r].engine->Stats();
-    const double kv = st.scheduler.n_total_blocks > 0
-                          ? static_cast<double>(st.scheduler.n_free_blocks) / st.scheduler.n_total_blocks
-                          : 1.0;
-    const double room = kv - static_cast<double>(st.n_live) / max_num_seqs_;
+    const double room = Headroom(r);
     if (best < 0 || room > best_room) best = r, best_room = room;
   }
   return best;
+}
+
+int Replicas::Route(std::span<const int32_t> prompt) {
+  const int best = Pick(-1);
+  if (best < 0 || affinity_ == nullptr) return best;
+  int holder = -1;
+  int32_t most = 0;
+  for (int r = 0; r < size(); ++r) {
+    if (!replicas_[r].cluster->Healthy()) {
+      affinity_->Forget(r);
+      continue;
+    }
+    if (const int32_t n = affinity_->Matched(r, prompt); n > most) holder = r, most = n;
+  }
+  if (holder < 0 || holder == best) return best;
+  return Headroom(holder) >= Headroom(best) - kAffinitySlack ? holder : best;
 }
 
 std::shared_ptr<RequestChannel> Replicas::Submit(EngineRequest request) {
   // One routing at a time: two requests arriving together would otherwise both see the
   // same idle replica and go there.
   absl::MutexLock lock(&route_mu_);
-  int r = Pick(-1);
+  int r = Route(request.prompt);
   if (r < 0) {  // None serves: the least loaded one's queue, to wait for its rebuild.
     r = 0;
     for (int i = 1; i < size(); ++i) {
       if (replicas_[i].engine->Stats().n_live < replicas_[r].engine->Stats().n_live) r = i;
     }
   }
+  if (affinity_ != nullptr) affinity_->Record(r, request.prompt);
   return replicas_[r].engine->Submit(std::move(request));
 }
 

@@ -6,6 +6,10 @@
 //
 // Routing: a request goes to the serving replica with the most headroom: its free KV
 // fraction less its live requests over scheduler.max_num_seqs (ties to the lower index).
+// With prefix caching on, a replica that was sent the request's leading prompt blocks
+// (coordinator/prefix_affinity.h: a chat's earlier turns) takes it instead, unless its
+// headroom is more than kAffinitySlack below the best: reuse, as long as the load stays
+// near even.
 // A replica whose worker dies gives its requests to the others (Engine::OnEvacuate ->
 // Adopt): they go on there from the tokens they hold, with the same sampler positions, so
 // greedy and seeded outputs are those of an undisturbed run; with no other replica
@@ -18,6 +22,7 @@
 
 #include <chrono>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -26,6 +31,7 @@
 #include "coordinator/cluster.h"
 #include "coordinator/engine.h"
 #include "coordinator/planner.h"
+#include "coordinator/prefix_affinity.h"
 #include "coordinator/scheduler.h"
 #include "coordinator/serving_metrics.h"
 #include "coordinator/speculation.h"
@@ -35,6 +41,10 @@ namespace cascade::coordinator {
 
 class Replicas {
  public:
+  // How far below the best headroom a replica holding the prompt's prefix may be and
+  // still take it: a quarter of max_num_seqs in live requests, or of the KV pool.
+  static constexpr double kAffinitySlack = 0.25;
+
   // One replica per plan, with `options` (its group suffixed "/rN" when there are several,
   // and its replica index set). Borrows `tokenizer`.
   Replicas(const std::vector<Plan>& plans, const ClusterOptions& options, const text::Tokenizer* tokenizer,
@@ -80,10 +90,17 @@ class Replicas {
   // The serving replica with the most headroom other than `except` (-1: any); -1 when none
   // serves.
   int Pick(int except) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(route_mu_);
+  // Free KV fraction less live requests over max_num_seqs.
+  double Headroom(int r) const;
+  // Pick, or the replica holding the longest prefix of `prompt` (see above); -1 when none
+  // serves. Forgets what was sent to replicas that are down (their caches restart empty).
+  int Route(std::span<const int32_t> prompt) ABSL_EXCLUSIVE_LOCKS_REQUIRED(route_mu_);
 
   std::vector<Replica> replicas_;
   const int max_num_seqs_;
   absl::Mutex route_mu_;  // Held across a Submit's choice and its hand-over.
+  // Null with prefix caching off.
+  std::unique_ptr<PrefixAffinity> affinity_ ABSL_GUARDED_BY(route_mu_);
 };
 
 }  // namespace cascade::coordinator

@@ -724,6 +724,43 @@ def test_dp_worker_killed():
               f"both replicas serving again, finished per replica {[rows[r][1] for r in (0, 1)]}")
 
 
+def test_dp_prefix_affinity():
+    """With prefix caching, a chat's next turn goes to the replica that holds its earlier
+    turn's prefix even when that replica is busier (within Replicas::kAffinitySlack): its
+    prompt blocks are served from the cache there, and its greedy ids equal `cascade run`'s.
+    Without the affinity the idler replica, whose cache is empty, would take it."""
+    need(STORIES)
+    story = run_json("run", "--model", STORIES, "--prompt-ids", "1", "--temperature", "0", "--max-tokens", "60",
+                     "--ignore-eos")["token_ids"]
+    turn1 = [1] + story[:47]  # 48 tokens: 3 full blocks of 16.
+    ids = ",".join
+    with cluster(STORIES, 1, data=2) as (address, _, _):
+        first = generate(address, "--prompt-ids", ids(map(str, turn1)), "--temperature", "0", "--max-tokens", "8")
+        served = [r for r, (_, n) in replica_lines(address).items() if n == 1]
+        assert len(served) == 1, replica_lines(address)
+        # A long stream with the same opening goes where that opening was (the affinity).
+        stream = subprocess.Popen([CASCADE, "generate", "--server", address, "--prompt-ids", ids(map(str, turn1)),
+                                   "--temperature", "0", "--max-tokens", "3000", "--ignore-eos", "--json"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(0.3)
+        _, text = status(address)
+        busy = [int(m.group(1)) for m in re.finditer(r"^replica (\d+): serving; running 1,", text, re.M)]
+        assert busy == served, text
+        turn2 = turn1 + first["token_ids"] + story[47:55]
+        reference = run_json("run", "--model", STORIES, "--prompt-ids", ids(map(str, turn2)), "--temperature", "0",
+                             "--max-tokens", "16")["token_ids"]
+        got = generate(address, "--prompt-ids", ids(map(str, turn2)), "--temperature", "0", "--max-tokens", "16")
+        stream.kill()
+        stream.wait()
+        assert got["token_ids"] == reference, (got["token_ids"], reference)
+        cached = got["usage"]["cached_tokens"]
+        assert cached >= 48, f"turn 2 found {cached} cached tokens: it went to the other replica"
+        rows = replica_lines(address)
+        assert rows[served[0]][1] == 2, rows  # Turns 1 and 2 both there.
+    print(f"turn 2 followed turn 1 to replica {served[0]} though it was running a stream: {cached} of {len(turn2)} "
+          f"prompt tokens from its prefix cache, ids equal to cascade run")
+
+
 def http_health(http_address):
     """GET /health on the HTTP front: the status code."""
     try:
