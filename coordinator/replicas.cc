@@ -184,7 +184,9 @@ int Replicas::Route(std::span<const int32_t> prompt) {
       affinity_->Forget(r);
       continue;
     }
-    if (const int32_t n = affinity_->Matched(r, prompt); n > most) holder = r, most = n;
+    // The longest match; among equal ones (a shared system prompt) the most headroom.
+    const int32_t n = affinity_->Matched(r, prompt);
+    if (n > most || (n == most && n > 0 && Headroom(r) > Headroom(holder))) holder = r, most = n;
   }
   if (holder < 0 || holder == best) return best;
   return Headroom(holder) >= Headroom(best) - kAffinitySlack ? holder : best;

@@ -7,11 +7,15 @@
 # generates exactly MAX_TOKENS tokens (greedy, ignore_eos). SmolLM2-135M-Instruct Q4_1, PP=1,
 # one CPU worker of THREADS threads. Prints TTFT of first turns and of later turns (which a
 # prefix cache serves mostly from cached blocks), their ratio off/on, and writes JSON.
-#   CHATS=16 CONCURRENCY=8 TURNS=4 MAX_TOKENS=32 THREADS=2 scripts/bench_chat.sh [OUT.json]
+# DATA=2 runs both as two data-parallel replicas of one worker each (the router follows
+# each chat's prefix to its replica; coordinator/prefix_affinity.h).
+#   CHATS=16 CONCURRENCY=8 TURNS=4 MAX_TOKENS=32 THREADS=2 DATA=1 scripts/bench_chat.sh [OUT.json]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-build/bench_chat.json}
 CHATS=${CHATS:-16} CONCURRENCY=${CONCURRENCY:-8} TURNS=${TURNS:-4} MAX_TOKENS=${MAX_TOKENS:-32} THREADS=${THREADS:-2}
+DATA=${DATA:-1}
+DEVICES=$(printf 'cpu, %.0s' $(seq 1 "$DATA")); DEVICES=${DEVICES%, }
 MODEL=${MODEL:-$PWD/models/SmolLM2-135M-Instruct.Q4_1.gguf}
 BIN=${CASCADE_BUILD_DIR:-build}/bin
 [[ -x $BIN/cascade-coordinator ]] || ./scripts/build.sh >/dev/null
@@ -23,8 +27,8 @@ rows=()
 for CACHING in true false; do
   cat > "$TMP/$CACHING.yaml" <<YAML
 model: {path: $MODEL}
-parallel: {pipeline: 1, tensor: 1}
-nodes: [{name: n0, host: 127.0.0.1, devices: [cpu], launch: local}]
+parallel: {data: $DATA, pipeline: 1, tensor: 1}
+nodes: [{name: n0, host: 127.0.0.1, devices: [$DEVICES], launch: local}]
 server: {listen: 127.0.0.1:0, http_listen: 127.0.0.1:0}
 scheduler: {max_num_seqs: 64, max_batched_tokens: 2048, kv_block_size: 16, kv_cache_mb: 256, prefix_caching: $CACHING}
 YAML
@@ -37,6 +41,7 @@ YAML
   python3 scripts/openai_load.py chat "http://$HTTP" --chats "$CHATS" --concurrency "$CONCURRENCY" --turns "$TURNS" \
     --max-tokens "$MAX_TOKENS" --label "prefix_caching: $CACHING" --json "$TMP/$CACHING.json" >/dev/null
   curl -s "http://$HTTP/metrics" | grep -E '^cascade_prefix_cache_(query|hit)_tokens_total' >"$TMP/$CACHING.metrics" || true
+  [[ $DATA == 1 ]] || curl -s "http://$HTTP/metrics" | grep -E '^cascade_replica_requests_finished_total' | sed 's/^/  /'
   kill $PID; wait $PID 2>/dev/null || true
   rows+=("$TMP/$CACHING.json")
 done
