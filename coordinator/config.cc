@@ -115,8 +115,11 @@ absl::Status Parser::ParseModel(const YAML::Node& node, ModelSection* out) const
 
 absl::Status Parser::ParseParallel(const YAML::Node& node, ParallelSection* out) const {
   if (!node.IsDefined()) return absl::OkStatus();
-  CASCADE_RETURN_IF_ERROR(CheckMap(node, "parallel", {"pipeline", "tensor", "expert", "data"}));
+  CASCADE_RETURN_IF_ERROR(CheckMap(node, "parallel", {"pipeline", "tensor", "expert", "data", "route_by_prefix"}));
   constexpr int64_t kMaxRanks = 1 << 16;
+  if (const YAML::Node n = Child(node, "route_by_prefix"); n.IsDefined()) {
+    CASCADE_ASSIGN_OR_RETURN(out->route_by_prefix, GetBool(n, "parallel.route_by_prefix"));
+  }
   if (const YAML::Node n = Child(node, "data"); n.IsDefined()) {
     CASCADE_ASSIGN_OR_RETURN(out->data, GetInt(n, "parallel.data", 1, 256));
   }

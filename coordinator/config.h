@@ -47,6 +47,11 @@ struct ParallelSection {
   // in node order), behind the one coordinator and its one queue. Default 1. REQUIRES
   // [1, 256]; not with a drafter worker (draft.self / draft.model) yet.
   int data = 1;
+  // `parallel.route_by_prefix`: with replicas and prefix caching, send a request to the
+  // replica that was sent its leading prompt blocks while it is not much busier
+  // (coordinator/replicas.h). Default false: by load alone (docs/PERFORMANCE.md measured
+  // no gain at two replicas here).
+  bool route_by_prefix = false;
 };
 
 // How the coordinator obtains a node's workers.

@@ -96,7 +96,8 @@ int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coor
   if (!trust.ok()) return Fail(trust.status());
   ClusterOptions cluster_options = serving.cluster;
   cluster_options.tls = (*trust)->identity();
-  Replicas replicas(serving.replicas, cluster_options, models.tokenizer.get(), serving.scheduler, serving.speculation);
+  Replicas replicas(serving.replicas, cluster_options, models.tokenizer.get(), serving.scheduler, serving.speculation,
+                    config.parallel.route_by_prefix);
   KeyValueStore store;
   ClusterService cluster_service(replicas.clusters(), &store, {(*trust)->ca(), (*trust)->join_token()});
   InferenceService inference(&replicas, models.tokenizer.get(), mc,

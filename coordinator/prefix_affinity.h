@@ -29,6 +29,7 @@ class PrefixAffinity {
   // The replica's cache is gone (its workers restarted): forget what was sent there.
   void Forget(int replica);
   size_t size(int replica) const { return replicas_[replica].index.size(); }
+  int32_t block_size() const { return block_size_; }
 
  private:
   struct Replica {

@@ -1,6 +1,7 @@
 #include "coordinator/replicas.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <thread>
 
@@ -68,9 +69,9 @@ void MergeExpertLoad(const std::vector<v1::ClusterStatus>& parts, v1::ClusterSta
 }  // namespace
 
 Replicas::Replicas(const std::vector<Plan>& plans, const ClusterOptions& options, const text::Tokenizer* tokenizer,
-                   const SchedulerOptions& scheduler, const SpeculationOptions& speculation)
+                   const SchedulerOptions& scheduler, const SpeculationOptions& speculation, bool route_by_prefix)
     : max_num_seqs_(std::max(1, scheduler.max_num_seqs)) {
-  if (scheduler.prefix_caching && plans.size() > 1) {
+  if (route_by_prefix && scheduler.prefix_caching && plans.size() > 1) {
     affinity_ = std::make_unique<PrefixAffinity>(static_cast<int>(plans.size()), scheduler.kv_block_size,
                                                  static_cast<size_t>(std::max(0, scheduler.n_kv_blocks)));
   }
@@ -189,7 +190,21 @@ int Replicas::Route(std::span<const int32_t> prompt) {
     if (n > most || (n == most && n > 0 && Headroom(r) > Headroom(holder))) holder = r, most = n;
   }
   if (holder < 0 || holder == best) return best;
-  return Headroom(holder) >= Headroom(best) - kAffinitySlack ? holder : best;
+  // What going there saves: the blocks it holds beyond what `best` holds, as a share of
+  // the prompt's. It may be busier than `best` by that share of a quarter of the mean
+  // load, rounded up: one request more at least (a chat's next turn meets its history),
+  // never a pile-up behind a prefix that one replica happened to see first.
+  const int64_t n_blocks = static_cast<int64_t>(prompt.size()) / affinity_->block_size();
+  const double saved = static_cast<double>(most - affinity_->Matched(best, prompt)) / std::max<int64_t>(1, n_blocks);
+  int64_t total_live = 0, serving = 0;
+  for (int r = 0; r < size(); ++r) {
+    if (replicas_[r].cluster->Healthy()) total_live += replicas_[r].engine->Stats().n_live, ++serving;
+  }
+  const double mean_live = static_cast<double>(total_live) / std::max<int64_t>(1, serving);
+  const auto allowance = static_cast<int64_t>(std::ceil(kAffinitySlack * saved * std::max(1.0, mean_live)));
+  const EngineStats h = replicas_[holder].engine->Stats(), b = replicas_[best].engine->Stats();
+  const bool kv_left = h.scheduler.n_free_blocks >= h.scheduler.n_total_blocks / 10;
+  return kv_left && h.n_live <= b.n_live + allowance ? holder : best;
 }
 
 std::shared_ptr<RequestChannel> Replicas::Submit(EngineRequest request) {

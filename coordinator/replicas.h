@@ -6,14 +6,11 @@
 //
 // Routing: a request goes to the serving replica with the most headroom: its free KV
 // fraction less its live requests over scheduler.max_num_seqs (ties to the lower index).
-// With prefix caching on, a replica that was sent the request's leading prompt blocks
-// (coordinator/prefix_affinity.h: a chat's earlier turns) takes it instead, unless its
-// headroom is more than kAffinitySlack below the best: reuse, as long as the load stays
-// near even.
-// A replica whose worker dies gives its requests to the others (Engine::OnEvacuate ->
-// Adopt): they go on there from the tokens they hold, with the same sampler positions, so
-// greedy and seeded outputs are those of an undisturbed run; with no other replica
-// serving they wait for their own to rebuild, as a single pipeline does.
+// With parallel.route_by_prefix and prefix caching on, a replica that was sent more of the request's leading prompt
+// blocks (coordinator/prefix_affinity.h: a chat's earlier turns) takes it instead while
+// it is not much busier: by at most ceil(kAffinitySlack x the share of the prompt's blocks
+// it holds beyond the best's x the mean live requests per replica) live requests, and
+// with a tenth of its KV pool free. Reuse, as long as the load stays near even.
 //
 // Thread-safety: Submit, Wake, Stats, FillStatus, Serving are thread-safe (the clusters
 // and engines are). The rest (construction, BringUp, Start, Stop, setters) is the owner's
@@ -41,14 +38,15 @@ namespace cascade::coordinator {
 
 class Replicas {
  public:
-  // How far below the best headroom a replica holding the prompt's prefix may be and
-  // still take it: a quarter of max_num_seqs in live requests, or of the KV pool.
+  // How much busier than the best a replica holding the prompt's prefix may be (see
+  // above): a quarter of the mean load, for a prompt it holds whole.
   static constexpr double kAffinitySlack = 0.25;
 
   // One replica per plan, with `options` (its group suffixed "/rN" when there are several,
   // and its replica index set). Borrows `tokenizer`.
+  // `route_by_prefix`: parallel.route_by_prefix (with scheduler.prefix_caching).
   Replicas(const std::vector<Plan>& plans, const ClusterOptions& options, const text::Tokenizer* tokenizer,
-           const SchedulerOptions& scheduler, const SpeculationOptions& speculation);
+           const SchedulerOptions& scheduler, const SpeculationOptions& speculation, bool route_by_prefix = false);
   ~Replicas();  // Stop().
   Replicas(const Replicas&) = delete;
   Replicas& operator=(const Replicas&) = delete;

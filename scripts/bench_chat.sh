@@ -7,14 +7,15 @@
 # generates exactly MAX_TOKENS tokens (greedy, ignore_eos). SmolLM2-135M-Instruct Q4_1, PP=1,
 # one CPU worker of THREADS threads. Prints TTFT of first turns and of later turns (which a
 # prefix cache serves mostly from cached blocks), their ratio off/on, and writes JSON.
-# DATA=2 runs both as two data-parallel replicas of one worker each (the router follows
-# each chat's prefix to its replica; coordinator/prefix_affinity.h).
+# DATA=2 runs both as two data-parallel replicas of one worker each, routed by load
+# (ROUTE_BY_PREFIX=true: the router follows each chat's prefix to its replica,
+# parallel.route_by_prefix).
 #   CHATS=16 CONCURRENCY=8 TURNS=4 MAX_TOKENS=32 THREADS=2 DATA=1 scripts/bench_chat.sh [OUT.json]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-build/bench_chat.json}
 CHATS=${CHATS:-16} CONCURRENCY=${CONCURRENCY:-8} TURNS=${TURNS:-4} MAX_TOKENS=${MAX_TOKENS:-32} THREADS=${THREADS:-2}
-DATA=${DATA:-1}
+DATA=${DATA:-1} ROUTE_BY_PREFIX=${ROUTE_BY_PREFIX:-false}
 DEVICES=$(printf 'cpu, %.0s' $(seq 1 "$DATA")); DEVICES=${DEVICES%, }
 MODEL=${MODEL:-$PWD/models/SmolLM2-135M-Instruct.Q4_1.gguf}
 BIN=${CASCADE_BUILD_DIR:-build}/bin
@@ -27,7 +28,7 @@ rows=()
 for CACHING in true false; do
   cat > "$TMP/$CACHING.yaml" <<YAML
 model: {path: $MODEL}
-parallel: {data: $DATA, pipeline: 1, tensor: 1}
+parallel: {data: $DATA, pipeline: 1, tensor: 1, route_by_prefix: $ROUTE_BY_PREFIX}
 nodes: [{name: n0, host: 127.0.0.1, devices: [$DEVICES], launch: local}]
 server: {listen: 127.0.0.1:0, http_listen: 127.0.0.1:0}
 scheduler: {max_num_seqs: 64, max_batched_tokens: 2048, kv_block_size: 16, kv_cache_mb: 256, prefix_caching: $CACHING}

@@ -289,6 +289,13 @@ TEST(ConfigTest, DataParallelReplicas) {
   ASSERT_TRUE(c.ok()) << c.status();  // Prompt lookup needs no drafter worker.
   EXPECT_EQ(c->parallel.data, 2);
   EXPECT_EQ(c->parallel.pipeline, 2);
+  EXPECT_FALSE(c->parallel.route_by_prefix);  // The default: by load alone.
+  c = ParseClusterConfig(
+      "model: {path: m}\nparallel: {data: 2, route_by_prefix: true}\nnodes: [{name: a, host: h, devices: [cpu, "
+      "cpu]}]\n",
+      "t.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->parallel.route_by_prefix);
 }
 
 TEST(ConfigTest, ParseDevice) {

@@ -30,9 +30,10 @@ COORDINATOR = os.path.join(BIN, "cascade-coordinator")
 
 
 def config_yaml(model, pipeline, kv_cache_mb=64, max_num_seqs=32, extra="", tensor=1, kv_cache_dtype="f16",
-                prefix_caching=True, data=1):
+                prefix_caching=True, data=1, route_by_prefix=False):
     return (f"model: {{path: {model}}}\n"
-            f"parallel: {{data: {data}, pipeline: {pipeline}, tensor: {tensor}}}\n"
+            f"parallel: {{data: {data}, pipeline: {pipeline}, tensor: {tensor},"
+            f" route_by_prefix: {'true' if route_by_prefix else 'false'}}}\n"
             f"nodes:\n  - {{name: n0, host: 127.0.0.1, devices: [{', '.join(['cpu'] * data * pipeline * tensor)}],"
             " launch: local}\n"
             f"server: {{listen: 127.0.0.1:0}}\n"
@@ -725,7 +726,7 @@ def test_dp_worker_killed():
 
 
 def test_dp_prefix_affinity():
-    """With prefix caching, a chat's next turn goes to the replica that holds its earlier
+    """With parallel.route_by_prefix, a chat's next turn goes to the replica that holds its earlier
     turn's prefix even when that replica is busier (within Replicas::kAffinitySlack): its
     prompt blocks are served from the cache there, and its greedy ids equal `cascade run`'s.
     Without the affinity the idler replica, whose cache is empty, would take it."""
@@ -734,7 +735,7 @@ def test_dp_prefix_affinity():
                      "--ignore-eos")["token_ids"]
     turn1 = [1] + story[:47]  # 48 tokens: 3 full blocks of 16.
     ids = ",".join
-    with cluster(STORIES, 1, data=2) as (address, _, _):
+    with cluster(STORIES, 1, data=2, route_by_prefix=True) as (address, _, _):
         first = generate(address, "--prompt-ids", ids(map(str, turn1)), "--temperature", "0", "--max-tokens", "8")
         served = [r for r, (_, n) in replica_lines(address).items() if n == 1]
         assert len(served) == 1, replica_lines(address)
