@@ -32,8 +32,8 @@ COORDINATOR = os.path.join(BIN, "cascade-coordinator")
 def config_yaml(model, pipeline, kv_cache_mb=64, max_num_seqs=32, extra="", tensor=1, kv_cache_dtype="f16",
                 prefix_caching=True, data=1, route_by_prefix=False):
     return (f"model: {{path: {model}}}\n"
-            f"parallel: {{data: {data}, pipeline: {pipeline}, tensor: {tensor},"
-            f" route_by_prefix: {'true' if route_by_prefix else 'false'}}}\n"
+            f"parallel: {{data: {data}, route_by_prefix: {'true' if route_by_prefix else 'false'},"
+            f" pipeline: {pipeline}, tensor: {tensor}}}\n"
             f"nodes:\n  - {{name: n0, host: 127.0.0.1, devices: [{', '.join(['cpu'] * data * pipeline * tensor)}],"
             " launch: local}\n"
             f"server: {{listen: 127.0.0.1:0}}\n"
