@@ -44,7 +44,6 @@ Engine::Engine(Cluster* cluster, const text::Tokenizer* tokenizer, const Schedul
                const SpeculationOptions& speculation)
     : cluster_(cluster), tokenizer_(tokenizer), scheduler_(options), speculation_(speculation) {
   stats_.scheduler = scheduler_.Stats();
-  stats_.n_live = static_cast<int64_t>(active_.size());
   stats_.prefix_caching = options.prefix_caching;
 }
 
@@ -104,6 +103,11 @@ EngineStats Engine::Stats() const {
   EngineStats st = stats_;
   st.n_live += static_cast<int64_t>(submitted_.size());
   return st;
+}
+
+void Engine::PublishStats() {
+  stats_.scheduler = scheduler_.Stats();
+  stats_.n_live = static_cast<int64_t>(active_.size());
 }
 
 void Engine::Push(RequestChannel& c, v1::GenerateResponse msg, bool done, absl::Status status) {
@@ -203,7 +207,7 @@ void Engine::Admit() {
     active_[id] = a;
   }
   absl::MutexLock lock(&mu_);
-  stats_.n_live = static_cast<int64_t>(active_.size());
+  PublishStats();
 }
 
 void Engine::DropCancelled() {
@@ -221,8 +225,7 @@ void Engine::DropCancelled() {
   }
   if (dropped) {
     absl::MutexLock lock(&mu_);
-    stats_.scheduler = scheduler_.Stats();
-    stats_.n_live = static_cast<int64_t>(active_.size());
+    PublishStats();
   }
 }
 
@@ -409,8 +412,7 @@ void Engine::OnResult(const v1::StepResult& r) {
     Emit(*events, by_seq);
   }
   absl::MutexLock lock(&mu_);
-  stats_.scheduler = scheduler_.Stats();
-  stats_.n_live = static_cast<int64_t>(active_.size());
+  PublishStats();
 }
 
 absl::StatusOr<std::vector<TokenEvent>> Engine::Complete(const v1::StepResult& r) {
@@ -520,8 +522,7 @@ void Engine::Finish(int64_t seq_id, Active& a, v1::GenerateResponse& last) {
   stats_.prompt_tokens += static_cast<int64_t>(a.req.prompt.size());
   stats_.generation_tokens += static_cast<int64_t>(a.generated.size());
   AccumulateStats(spec, &stats_.speculative);
-  stats_.scheduler = scheduler_.Stats();
-  stats_.n_live = static_cast<int64_t>(active_.size());
+  PublishStats();
 }
 
 void Engine::FailStep(int64_t step_id, const std::vector<int64_t>& seqs, const absl::Status& status) {
@@ -536,8 +537,7 @@ void Engine::FailStep(int64_t step_id, const std::vector<int64_t>& seqs, const a
     active_.erase(it);
   }
   absl::MutexLock lock(&mu_);
-  stats_.scheduler = scheduler_.Stats();
-  stats_.n_live = static_cast<int64_t>(active_.size());
+  PublishStats();
 }
 
 void Engine::GiveUpInFlight() {
@@ -559,8 +559,7 @@ void Engine::Suspend(std::string_view why) {
                          << recovery_timeout_.count() << " s), then recompute their KV and go on";
   }
   absl::MutexLock lock(&mu_);
-  stats_.scheduler = scheduler_.Stats();
-  stats_.n_live = static_cast<int64_t>(active_.size());
+  PublishStats();
 }
 
 void Engine::Evacuate(std::string_view why) {
@@ -608,8 +607,7 @@ void Engine::FailAll(const absl::Status& status) {
   active_.clear();
   GiveUpInFlight();
   absl::MutexLock lock(&mu_);
-  stats_.scheduler = scheduler_.Stats();
-  stats_.n_live = static_cast<int64_t>(active_.size());
+  PublishStats();
 }
 
 }  // namespace cascade::coordinator

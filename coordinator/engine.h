@@ -160,6 +160,9 @@ class Engine {
   void Suspend(std::string_view why);
   // Offers every request to `evacuate_` (another replica); those taken leave this engine.
   void Evacuate(std::string_view why);
+  // Copies the scheduler's stats and the live request count into stats_ (what Stats and
+  // the router read), after either changed. Loop thread.
+  void PublishStats() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The cluster rebuilt: the queued requests are scheduled again.
   void Resume();
   // Fails every request once the cluster stayed down past the recovery timeout.
