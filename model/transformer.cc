@@ -28,36 +28,6 @@ struct Transformer::Layer {
 
 Transformer::~Transformer() = default;
 
-absl::StatusOr<std::vector<float>> RopeInvFreq(const ModelConfig& c) {
-  const int64_t half = c.head_dim / 2;
-  std::vector<float> inv(half);
-  for (int64_t i = 0; i < half; ++i) {
-    double f = std::pow(c.rope_theta, -2.0 * static_cast<double>(i) / static_cast<double>(c.head_dim));
-    switch (c.rope_scaling) {
-      case RopeScaling::kNone: break;
-      case RopeScaling::kLinear: f /= c.rope_scaling_factor; break;
-      case RopeScaling::kLlama3: {
-        // Llama 3.1: keep high frequencies, divide low ones by the factor, blend between.
-        const double old_ctx = static_cast<double>(c.rope_original_ctx > 0 ? c.rope_original_ctx : 8192);
-        const double low_wavelen = old_ctx / c.rope_low_freq_factor;
-        const double high_wavelen = old_ctx / c.rope_high_freq_factor;
-        const double wavelen = 2 * M_PI / f;
-        if (wavelen > low_wavelen) {
-          f /= c.rope_scaling_factor;
-        } else if (wavelen >= high_wavelen) {
-          const double smooth =
-              (old_ctx / wavelen - c.rope_low_freq_factor) / (c.rope_high_freq_factor - c.rope_low_freq_factor);
-          f = (1 - smooth) * f / c.rope_scaling_factor + smooth * f;
-        }
-        break;
-      }
-      case RopeScaling::kYarn: return absl::UnimplementedError("YaRN RoPE scaling is not supported yet");
-    }
-    inv[i] = static_cast<float>(f);
-  }
-  return inv;
-}
-
 absl::Status ApplyRopeFreqFactors(const ModelFiles& files, std::vector<float>& inv_freq) {
   const std::string name = arch::LlamaTensorName(files.format, LlamaTensor::kRopeFreqs);
   if (name.empty() || files.weights->FindTensor(name) == nullptr) return absl::OkStatus();
@@ -101,7 +71,7 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Load(const ModelFiles&
   }
   CASCADE_ASSIGN_OR_RETURN(t->shard_, TpShard::ForFiles(files, t->first_layer_, t->last_layer_, options.tp_rank,
                                                         options.tp_size, options.expert_parallel));
-  CASCADE_ASSIGN_OR_RETURN(t->inv_freq_, RopeInvFreq(t->config_));
+  t->inv_freq_ = RopeInvFreq(t->config_);
   CASCADE_RETURN_IF_ERROR(Annotate(ApplyRopeFreqFactors(files, t->inv_freq_), StrCat("loading ", files.path)));
   t->rope_.style =
       t->config_.rope_layout == RopeLayout::kAdjacentPairs ? RopeStyle::kAdjacentPairs : RopeStyle::kRotateHalf;
@@ -249,7 +219,10 @@ absl::Status Transformer::RunLayers(TensorView hidden, const ForwardBatch& batch
   TensorView proj = View(*proj_, n, c.n_embd);
   TensorView gate = View(*gate_, n, DenseFfnColumns());
   TensorView up = View(*up_, n, DenseFfnColumns());
-  const kernels::AttentionParams attn_params{shard_.n_heads(), 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+  // YaRN and LongRoPE scale cos and sin by the attention factor, so q.k by its square.
+  const float attn_scale = static_cast<float>(c.rope_attention_factor * c.rope_attention_factor) /
+                           std::sqrt(static_cast<float>(c.head_dim));
+  const kernels::AttentionParams attn_params{shard_.n_heads(), attn_scale};
 
   for (size_t li = 0; li < layers_.size(); ++li) {
     const Layer& L = layers_[li];

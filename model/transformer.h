@@ -185,8 +185,6 @@ class Transformer {
   int64_t expert_bytes_ = 0;
 };
 
-// Inverse RoPE frequencies [head_dim / 2] with the config's scaling applied.
-absl::StatusOr<std::vector<float>> RopeInvFreq(const ModelConfig& config);
 // Divides `inv_freq` [head_dim / 2] by the file's `rope_freqs.weight` when it has one
 // (Llama 3.1 GGUF files; llama.cpp's `freq_factors`). InvalidArgument naming the tensor
 // when it is not f32 [head_dim / 2] or holds a factor that is not positive.

@@ -19,7 +19,6 @@
 namespace cascade::testing {
 namespace {
 
-constexpr float kRopeTheta = 10000.0f;
 constexpr float kNormEps = 1e-5f;
 constexpr int64_t kGptqGroup = 128;
 
@@ -54,6 +53,7 @@ std::pair<std::string, std::string> HfArch(const RandomModelSpec& s) {
   }
   if (s.qk_norm) return {"qwen3", "Qwen3ForCausalLM"};
   if (s.qkv_bias) return {"qwen2", "Qwen2ForCausalLM"};
+  if (s.mistral) return {"mistral", "MistralForCausalLM"};
   return {"llama", "LlamaForCausalLM"};
 }
 
@@ -83,13 +83,13 @@ struct Tensor {
 // divides frequency i. (The converter reads original_max_position_embeddings from the top
 // level of config.json, where Llama 3.1 has none, and falls back to 8192, the value inside
 // its rope_scaling; here the value given is used.)
-std::vector<float> Llama3RopeFreqFactors(const Llama3RopeScaling& r, int64_t head_dim) {
+std::vector<float> Llama3RopeFreqFactors(const Llama3RopeScaling& r, int64_t head_dim, double theta) {
   const double old_ctx = static_cast<double>(r.original_max_position_embeddings);
   const double low_freq_wavelen = old_ctx / r.low_freq_factor;
   const double high_freq_wavelen = old_ctx / r.high_freq_factor;
   std::vector<float> factors;
   for (int64_t i = 0; i < head_dim / 2; ++i) {
-    const double freq = 1.0 / std::pow(double{kRopeTheta}, 2.0 * i / head_dim);
+    const double freq = 1.0 / std::pow(theta, 2.0 * i / head_dim);
     const double wavelen = 2 * M_PI / freq;
     if (wavelen < high_freq_wavelen) {
       factors.push_back(1.0f);
@@ -180,7 +180,7 @@ std::vector<Tensor> RandomTensors(const RandomModelSpec& s) {
   if (!s.tied) mat("output.weight", "lm_head.weight", s.n_vocab, s.n_embd);
   CASCADE_CHECK(s.rope_freq_factors.empty() || !s.llama3_rope.has_value());
   if (!s.rope_freq_factors.empty()) f32("rope_freqs.weight", "", s.rope_freq_factors);
-  if (s.llama3_rope.has_value()) f32("rope_freqs.weight", "", Llama3RopeFreqFactors(*s.llama3_rope, head_dim));
+  if (s.llama3_rope.has_value()) f32("rope_freqs.weight", "", Llama3RopeFreqFactors(*s.llama3_rope, head_dim, s.rope_theta));
   for (int64_t l = 0; l < s.n_layers; ++l) {
     const std::string g = StrCat("blk.", l, "."), h = StrCat("model.layers.", l, ".");
     f32(g + "attn_norm.weight", h + "input_layernorm.weight", random(s.n_embd, 0.1f, 1.0f));
@@ -248,6 +248,88 @@ void WriteFile(const std::string& path, const std::string& bytes) {
   CASCADE_CHECK(out.good()) << path;
 }
 
+
+// The RoPE scaling object of config.json (without rope_theta), or null.
+nlohmann::json RopeScalingJson(const RandomModelSpec& s) {
+  using Json = nlohmann::json;
+  if (s.rope_linear_factor > 0) return {{"rope_type", "linear"}, {"factor", s.rope_linear_factor}};
+  if (const auto& r = s.llama3_rope; r.has_value()) {
+    return {{"rope_type", "llama3"},
+            {"factor", r->factor},
+            {"low_freq_factor", r->low_freq_factor},
+            {"high_freq_factor", r->high_freq_factor},
+            {"original_max_position_embeddings", r->original_max_position_embeddings}};
+  }
+  if (const auto& y = s.yarn_rope; y.has_value()) {
+    return {{"rope_type", "yarn"},
+            {"factor", y->factor},
+            {"original_max_position_embeddings", y->original_max_position_embeddings}};
+  }
+  return Json(nullptr);
+}
+
+// config.json as the spec's transformers generation saves it (checked against
+// save_pretrained of transformers 4.57.6 and 5.25.0; keys that do not change the model, such
+// as initializer_range, left out).
+nlohmann::json HfConfig(const RandomModelSpec& s) {
+  using Json = nlohmann::json;
+  const DType wt = s.weight_type;
+  const bool v5 = s.hf_layout == HfLayout::kTransformers5;
+  const auto [arch, architecture] = HfArch(s);
+  const char* dtype = wt == DType::kF32 ? "float32" : wt == DType::kF16 ? "float16" : "bfloat16";
+  Json c = {
+      {"architectures", Json::array({architecture})},
+      {"model_type", arch},
+      {"hidden_size", s.n_embd},
+      {"num_hidden_layers", s.n_layers},
+      {"num_attention_heads", s.n_heads},
+      {"num_key_value_heads", s.n_kv_heads},
+      {"head_dim", s.n_embd / s.n_heads},
+      {"intermediate_size", s.moe == MoeFamily::kMixtral ? s.n_ff_expert : s.n_ff},
+      {"vocab_size", s.n_vocab},
+      {"max_position_embeddings", s.n_ctx},
+      {"rms_norm_eps", 1e-5},
+      {"hidden_act", "silu"},
+      {"tie_word_embeddings", s.tied},
+      {v5 ? "dtype" : "torch_dtype", dtype},
+      {"eos_token_id", 0},
+      {"transformers_version", v5 ? "5.25.0" : "4.46.0"},
+  };
+  Json rope = RopeScalingJson(s);
+  if (v5) {
+    if (rope.is_null()) rope = {{"rope_type", "default"}};
+    rope["rope_theta"] = s.rope_theta;
+    c["rope_parameters"] = rope;
+  } else {
+    c["rope_theta"] = s.rope_theta;
+    c["rope_scaling"] = rope;
+  }
+  if (arch == "llama" || arch == "qwen3" || arch == "qwen3_moe") c["attention_bias"] = false;
+  if (arch == "mistral" || arch == "mixtral") c["sliding_window"] = nullptr;
+  if (arch.rfind("qwen", 0) == 0) {
+    c["use_sliding_window"] = false;
+    c["sliding_window"] = nullptr;
+    if (v5 && arch != "qwen3_moe") c["layer_types"] = std::vector<std::string>(s.n_layers, "full_attention");
+  }
+  if (s.moe == MoeFamily::kMixtral) {
+    c["num_local_experts"] = s.n_experts;
+    c["num_experts_per_tok"] = s.n_experts_used;
+  } else if (s.moe != MoeFamily::kNone) {
+    c[v5 && s.moe == MoeFamily::kQwen3Moe ? "num_local_experts" : "num_experts"] = s.n_experts;
+    c["num_experts_per_tok"] = s.n_experts_used;
+    c["moe_intermediate_size"] = s.n_ff_expert;
+    c["norm_topk_prob"] = s.norm_topk_prob;
+    c["decoder_sparse_step"] = 1;
+    c["mlp_only_layers"] = s.mlp_only_layers;
+    if (s.moe == MoeFamily::kQwen2Moe) {
+      c["shared_expert_intermediate_size"] = s.n_ff_shared_expert;
+      if (v5) c["qkv_bias"] = true;
+    }
+  }
+  if (s.gptq_experts) c["quantization_config"] = GptqConfig(kGptqGroup);
+  return c;
+}
+
 }  // namespace
 
 void WriteRandomModel(const RandomModelSpec& s, const std::string& path) {
@@ -275,11 +357,16 @@ void WriteRandomModel(const RandomModelSpec& s, const std::string& path) {
     if (s.norm_topk_prob != (s.moe != MoeFamily::kQwen2Moe)) w.SetBool(arch + ".expert_weights_norm", s.norm_topk_prob);
   }
   w.SetU32(arch + ".context_length", static_cast<uint32_t>(s.n_ctx));
-  w.SetF32(arch + ".rope.freq_base", kRopeTheta);
+  w.SetF32(arch + ".rope.freq_base", static_cast<float>(s.rope_theta));
   w.SetF32(arch + ".attention.layer_norm_rms_epsilon", kNormEps);
   if (s.rope_linear_factor > 0) {
     w.SetString(arch + ".rope.scaling.type", "linear");
     w.SetF32(arch + ".rope.scaling.factor", s.rope_linear_factor);
+  }
+  if (const auto& y = s.yarn_rope; y.has_value()) {  // As convert_hf_to_gguf.py writes YaRN.
+    w.SetString(arch + ".rope.scaling.type", "yarn");
+    w.SetF32(arch + ".rope.scaling.factor", static_cast<float>(y->factor));
+    w.SetU32(arch + ".rope.scaling.original_context_length", static_cast<uint32_t>(y->original_max_position_embeddings));
   }
   w.SetString("tokenizer.ggml.model", "gpt2");
   w.SetString("tokenizer.ggml.pre", "gpt-2");
@@ -328,51 +415,7 @@ void WriteRandomHfModel(const RandomModelSpec& s, const std::string& dir) {
     return wide(a.dtype) && !wide(b.dtype);
   });
 
-  const auto [arch, architecture] = HfArch(s);
-  Json c = {
-      {"architectures", Json::array({architecture})},
-      {"model_type", arch},
-      {"hidden_size", s.n_embd},
-      {"num_hidden_layers", s.n_layers},
-      {"num_attention_heads", s.n_heads},
-      {"num_key_value_heads", s.n_kv_heads},
-      {"head_dim", s.n_embd / s.n_heads},
-      {"intermediate_size", s.moe == MoeFamily::kMixtral ? s.n_ff_expert : s.n_ff},
-      {"vocab_size", s.n_vocab},
-      {"max_position_embeddings", s.n_ctx},
-      {"rope_theta", kRopeTheta},
-      {"rms_norm_eps", 1e-5},
-      {"hidden_act", "silu"},
-      {"tie_word_embeddings", s.tied},
-      {"torch_dtype", wt == DType::kF32   ? "float32"
-                      : wt == DType::kF16 ? "float16"
-                                          : "bfloat16"},
-      {"eos_token_id", 0},
-      {"rope_scaling", nullptr},
-  };
-  if (arch != "qwen2" && arch != "qwen2_moe") c["attention_bias"] = false;  // Qwen2 always has Q/K/V biases.
-  if (s.moe == MoeFamily::kMixtral) {
-    c["num_local_experts"] = s.n_experts;
-    c["num_experts_per_tok"] = s.n_experts_used;
-    c["sliding_window"] = nullptr;
-  } else if (s.moe != MoeFamily::kNone) {
-    c["num_experts"] = s.n_experts;
-    c["num_experts_per_tok"] = s.n_experts_used;
-    c["moe_intermediate_size"] = s.n_ff_expert;
-    c["norm_topk_prob"] = s.norm_topk_prob;
-    c["decoder_sparse_step"] = 1;
-    c["mlp_only_layers"] = s.mlp_only_layers;
-    if (s.moe == MoeFamily::kQwen2Moe) c["shared_expert_intermediate_size"] = s.n_ff_shared_expert;
-  }
-  if (s.rope_linear_factor > 0) c["rope_scaling"] = {{"rope_type", "linear"}, {"factor", s.rope_linear_factor}};
-  if (s.gptq_experts) c["quantization_config"] = GptqConfig(kGptqGroup);
-  if (const auto& r = s.llama3_rope; r.has_value()) {
-    c["rope_scaling"] = {{"rope_type", "llama3"},
-                         {"factor", r->factor},
-                         {"low_freq_factor", r->low_freq_factor},
-                         {"high_freq_factor", r->high_freq_factor},
-                         {"original_max_position_embeddings", r->original_max_position_embeddings}};
-  }
+  const Json c = HfConfig(s);
   // The GGUF's vocabulary as a byte-level BPE tokenizer.json.
   Json vocab = Json::object();
   const std::vector<std::string> tokens = Vocabulary(s);

@@ -19,6 +19,18 @@ struct Llama3RopeScaling {
   int64_t original_max_position_embeddings = 8192;
 };
 
+// YaRN: transformers' `rope_scaling` / `rope_parameters` with rope_type "yarn" (beta_fast
+// 32, beta_slow 1 and the attention factor 0.1 ln(factor) + 1 left to their defaults).
+struct YarnRopeScaling {
+  double factor = 4.0;
+  int64_t original_max_position_embeddings = 32;
+};
+
+// How config.json is written: as transformers 4.x saves it (top-level rope_theta and
+// rope_scaling, torch_dtype, Qwen3-MoE's num_experts) or as 5.x does (rope_parameters
+// holding rope_theta and the scaling, dtype, layer_types, Qwen3-MoE's num_local_experts).
+enum class HfLayout { kTransformers4, kTransformers5 };
+
 // The mixture-of-experts families (transformers' MixtralForCausalLM, Qwen2MoeForCausalLM,
 // Qwen3MoeForCausalLM; llama.cpp's `llama` with experts, `qwen2moe`, `qwen3moe`).
 enum class MoeFamily { kNone, kMixtral, kQwen2Moe, kQwen3Moe };
@@ -48,6 +60,13 @@ struct RandomModelSpec {
   // Hugging Face directory; in a GGUF file, `rope_freqs.weight` holding the divisors that
   // llama.cpp's converter (convert_hf_to_gguf.py, LlamaModel) computes from it.
   std::optional<Llama3RopeScaling> llama3_rope = std::nullopt;
+  // YaRN (either format: config.json's rope type, GGUF's rope.scaling.* keys).
+  std::optional<YarnRopeScaling> yarn_rope = std::nullopt;
+  double rope_theta = 10000.0;  // rope_theta / rope.freq_base.
+  HfLayout hf_layout = HfLayout::kTransformers4;
+  // A Mistral model: config.json's model_type "mistral" (sliding_window null); GGUF arch
+  // `llama`, as llama.cpp converts it. Not with qkv_bias, qk_norm or experts.
+  bool mistral = false;
   // A MoE model of this family (Qwen3-MoE with q/k norms, Qwen2-MoE with Q/K/V biases and a
   // shared expert of n_ff_shared_expert). Every layer is MoE unless listed in
   // mlp_only_layers (Hugging Face only: llama.cpp has no dense layers in these models).

@@ -31,7 +31,17 @@ nlohmann::json ConfigJson(const model::ModelConfig& c) {
       {"rope_scaling_factor", c.rope_scaling_factor},
       {"norm_eps", c.norm_eps},
       {"tied_embeddings", c.tied_embeddings},
-      {"qkv_bias", c.qkv_bias}};
+      {"qkv_bias", c.qkv_bias},
+      {"defaulted", nlohmann::json::array()}};
+  if (c.rope_scaling != model::RopeScaling::kNone) {
+    j["rope_original_ctx"] = c.rope_original_ctx;
+    j["rope_attention_factor"] = c.rope_attention_factor;
+  }
+  if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
+  if (!c.hf_dtype.empty()) j["dtype"] = c.hf_dtype;
+  for (const model::DefaultedKey& d : c.defaulted) {
+    j["defaulted"].push_back({{"key", d.key}, {"value", d.value}, {"rule", d.rule}});
+  }
   if (c.is_moe()) {
     j["moe"] = {{"n_experts", c.n_experts},           {"n_experts_used", c.n_experts_used},
                 {"n_ff_expert", c.n_ff_expert},       {"n_ff_shared_expert", c.n_ff_shared_expert},

@@ -1,5 +1,8 @@
-// ModelConfig from a Hugging Face `config.json` (transformers' LlamaConfig,
-// MistralConfig, Qwen2Config field names and defaults).
+// ModelConfig from a Hugging Face `config.json` as transformers 4.x and 5.x write it
+// (LlamaConfig, MistralConfig, MixtralConfig, Qwen2Config, Qwen3Config, Qwen2MoeConfig,
+// Qwen3MoeConfig field names), every missing key defaulted as transformers' own class does
+// and recorded (hf_keys.h), every key that would change the computation in a way Cascade
+// does not implement refused by name.
 
 #include <algorithm>
 #include <filesystem>
@@ -10,7 +13,9 @@
 #include "core/mapped_file.h"
 #include "core/status.h"
 #include "core/str_cat.h"
+#include "model/format/hf_keys.h"
 #include "model/format/hf_model.h"
+#include "model/format/hf_rope.h"
 #include "model/format/model_config.h"
 
 namespace cascade::model {
@@ -18,153 +23,38 @@ namespace {
 
 using Json = nlohmann::json;
 
-// Typed access to the keys of one JSON object; every error names the key and `source`.
-// A key whose value is `null` counts as absent (transformers writes `"head_dim": null`).
-class HfKeys {
- public:
-  HfKeys(const Json& obj, const std::string& source, std::string prefix = "")
-      : obj_(obj), source_(source), prefix_(std::move(prefix)) {}
-
-  const Json* Find(const char* key) const {
-    const auto it = obj_.find(key);
-    if (it == obj_.end() || it->is_null()) return nullptr;
-    return &*it;
-  }
-
-  absl::StatusOr<int64_t> Int(const char* key) const {
-    const Json* v = Find(key);
-    if (v == nullptr) return Missing(key);
-    return AsInt(key, *v);
-  }
-  absl::StatusOr<int64_t> Int(const char* key, int64_t fallback) const {
-    const Json* v = Find(key);
-    return v == nullptr ? fallback : AsInt(key, *v);
-  }
-  absl::StatusOr<double> Double(const char* key, double fallback) const {
-    const Json* v = Find(key);
-    if (v == nullptr) return fallback;
-    if (!v->is_number()) return Bad(key, *v, "expected a number");
-    return v->get<double>();
-  }
-  absl::StatusOr<double> Double(const char* key) const {
-    if (Find(key) == nullptr) return Missing(key);
-    return Double(key, 0.0);
-  }
-  absl::StatusOr<bool> Bool(const char* key, bool fallback) const {
-    const Json* v = Find(key);
-    if (v == nullptr) return fallback;
-    if (!v->is_boolean()) return Bad(key, *v, "expected true or false");
-    return v->get<bool>();
-  }
-  absl::StatusOr<std::string> String(const char* key) const {
-    const Json* v = Find(key);
-    if (v == nullptr) return Missing(key);
-    if (!v->is_string()) return Bad(key, *v, "expected a string");
-    return v->get<std::string>();
-  }
-
-  absl::Status Missing(const char* key) const {
-    return absl::InvalidArgumentError(cascade::StrCat(source_, ": required key \"", prefix_, key, "\" is missing"));
-  }
-  absl::Status Bad(const char* key, const Json& v, std::string_view why) const {
-    std::string shown = v.dump();
-    if (shown.size() > 60) shown = shown.substr(0, 60) + "...";
-    return absl::InvalidArgumentError(cascade::StrCat(source_, ": key \"", prefix_, key, "\" = ", shown, ": ", why));
-  }
-
- private:
-  absl::StatusOr<int64_t> AsInt(const char* key, const Json& v) const {
-    if (v.is_number_integer()) {
-      if (v.is_number_unsigned() && v.get<uint64_t>() > (uint64_t{1} << 62)) {
-        return Bad(key, v, "out of range");
-      }
-      return v.get<int64_t>();
-    }
-    if (v.is_number_float()) {  // Accept 4096.0, not 4096.5.
-      const double d = v.get<double>();
-      // Range first: converting a double outside int64_t is undefined behaviour.
-      if (d >= -1e15 && d <= 1e15 && d == static_cast<double>(static_cast<int64_t>(d))) {
-        return static_cast<int64_t>(d);
-      }
-    }
-    return Bad(key, v, "expected an integer");
-  }
-
-  const Json& obj_;
-  const std::string& source_;
-  std::string prefix_;
-};
-
-absl::Status ParseRopeScaling(const Json& rs, const std::string& source, ModelConfig& c) {
-  if (!rs.is_object()) {
-    return absl::InvalidArgumentError(cascade::StrCat(source, ": key \"rope_scaling\" must be an object or null"));
-  }
-  const HfKeys keys(rs, source, "rope_scaling.");
-  // Newer transformers write `rope_type`, older ones `type`.
-  std::string type;
-  if (keys.Find("rope_type") != nullptr) {
-    CASCADE_ASSIGN_OR_RETURN(type, keys.String("rope_type"));
-  } else if (keys.Find("type") != nullptr) {
-    CASCADE_ASSIGN_OR_RETURN(type, keys.String("type"));
-  } else {
-    return absl::InvalidArgumentError(
-        cascade::StrCat(source, ": required key \"rope_scaling.rope_type\" (or \"rope_scaling.type\") is missing"));
-  }
-  if (type == "default") return absl::OkStatus();
-  if (type == "linear") {
-    c.rope_scaling = RopeScaling::kLinear;
-  } else if (type == "llama3") {
-    c.rope_scaling = RopeScaling::kLlama3;
-  } else if (type == "yarn") {
-    c.rope_scaling = RopeScaling::kYarn;
-  } else {
-    return absl::UnimplementedError(
-        cascade::StrCat(source, ": rope_scaling type '", type, "' is not supported (linear, llama3, yarn)"));
-  }
-  CASCADE_ASSIGN_OR_RETURN(c.rope_scaling_factor, keys.Double("factor"));
-  if (!(c.rope_scaling_factor > 0)) {
-    return keys.Bad("factor", rs["factor"], "must be positive");
-  }
-  if (c.rope_scaling == RopeScaling::kLlama3) {
-    CASCADE_ASSIGN_OR_RETURN(c.rope_low_freq_factor, keys.Double("low_freq_factor", 1.0));
-    CASCADE_ASSIGN_OR_RETURN(c.rope_high_freq_factor, keys.Double("high_freq_factor", 4.0));
-    CASCADE_ASSIGN_OR_RETURN(c.rope_original_ctx, keys.Int("original_max_position_embeddings"));
-  } else if (c.rope_scaling == RopeScaling::kYarn) {
-    CASCADE_ASSIGN_OR_RETURN(c.rope_original_ctx, keys.Int("original_max_position_embeddings", c.n_ctx_train));
-  }
-  return absl::OkStatus();
+bool IsQwen(const std::string& arch) {
+  return arch == "qwen2" || arch == "qwen3" || arch == "qwen2_moe" || arch == "qwen3_moe";
 }
 
-// `sliding_window` (Mistral; Qwen2/3 only with `use_sliding_window`), then the context cap
-// of CapContextToSlidingWindow.
-absl::Status ParseSlidingWindow(const HfKeys& keys, const Json& root, ModelConfig& c) {
-  CASCADE_ASSIGN_OR_RETURN(c.sliding_window, keys.Int("sliding_window", 0));
-  if (c.sliding_window < 0) return keys.Bad("sliding_window", root["sliding_window"], "must be positive or null");
-  if (c.arch != "llama" && c.arch != "mistral" && c.arch != "mixtral") {
-    CASCADE_ASSIGN_OR_RETURN(const bool used, keys.Bool("use_sliding_window", false));
-    if (!used) c.sliding_window = 0;
+// The expert count: MixtralConfig says num_local_experts, Qwen2MoeConfig num_experts, and
+// Qwen3MoeConfig num_experts in 4.x but num_local_experts in 5.x (each class maps the other
+// name to it); a file may carry either, or both when they agree.
+absl::StatusOr<int64_t> ExpertCount(const HfKeys& keys, const std::string& arch) {
+  const Json* local = keys.Find("num_local_experts");
+  const Json* plain = keys.Find("num_experts");
+  if (local != nullptr && plain != nullptr && *local != *plain) {
+    return keys.Bad("num_experts", *plain, cascade::StrCat("disagrees with \"num_local_experts\" = ", local->dump()));
   }
-  CapContextToSlidingWindow(c);
-  return absl::OkStatus();
+  if (local != nullptr) return keys.Int("num_local_experts");
+  if (plain != nullptr) return keys.Int("num_experts");
+  return keys.Int(arch == "mixtral" ? "num_local_experts" : "num_experts");
 }
 
-// The experts of transformers' MixtralConfig (num_local_experts, intermediate_size is each
-// expert's, every layer MoE, top-k renormalised), Qwen2MoeConfig and Qwen3MoeConfig
-// (num_experts, moe_intermediate_size, norm_topk_prob, decoder_sparse_step,
-// mlp_only_layers; Qwen2-MoE's shared_expert_intermediate_size).
+// The experts of transformers' MixtralConfig (intermediate_size is each expert's, every
+// layer MoE, top-k renormalised), Qwen2MoeConfig and Qwen3MoeConfig (moe_intermediate_size,
+// norm_topk_prob, decoder_sparse_step, mlp_only_layers; Qwen2-MoE's shared expert).
 absl::Status ParseExperts(const HfKeys& keys, ModelConfig& c) {
+  CASCADE_ASSIGN_OR_RETURN(c.n_experts, ExpertCount(keys, c.arch));
+  CASCADE_ASSIGN_OR_RETURN(c.n_experts_used, keys.Int("num_experts_per_tok"));
   if (c.arch == "mixtral") {
-    CASCADE_ASSIGN_OR_RETURN(c.n_experts, keys.Int("num_local_experts", 8));
-    CASCADE_ASSIGN_OR_RETURN(c.n_experts_used, keys.Int("num_experts_per_tok", 2));
     c.n_ff_expert = c.n_ff;
-    c.norm_topk_prob = true;
+    c.norm_topk_prob = true;  // MixtralSparseMoeBlock always renormalises.
     return absl::OkStatus();
   }
-  CASCADE_ASSIGN_OR_RETURN(c.n_experts, keys.Int("num_experts"));
-  CASCADE_ASSIGN_OR_RETURN(c.n_experts_used, keys.Int("num_experts_per_tok"));
   CASCADE_ASSIGN_OR_RETURN(c.n_ff_expert, keys.Int("moe_intermediate_size"));
-  CASCADE_ASSIGN_OR_RETURN(c.norm_topk_prob, keys.Bool("norm_topk_prob", false));
-  CASCADE_ASSIGN_OR_RETURN(c.decoder_sparse_step, keys.Int("decoder_sparse_step", 1));  // Validate checks it.
+  CASCADE_ASSIGN_OR_RETURN(c.norm_topk_prob, keys.Bool("norm_topk_prob"));
+  CASCADE_ASSIGN_OR_RETURN(c.decoder_sparse_step, keys.Int("decoder_sparse_step"));  // Validate checks it.
   if (const Json* only = keys.Find("mlp_only_layers"); only != nullptr) {
     if (!only->is_array()) return keys.Bad("mlp_only_layers", *only, "expected a list of layer indices");
     for (const Json& l : *only) {
@@ -174,11 +64,85 @@ absl::Status ParseExperts(const HfKeys& keys, ModelConfig& c) {
       }
       c.mlp_only_layers.push_back(l.get<int64_t>());
     }
+  } else if (!keys.Has("mlp_only_layers")) {
+    keys.Record("mlp_only_layers", "[]", "the class default None: no dense-only layers");
   }
   if (c.arch == "qwen2_moe") {
-    CASCADE_ASSIGN_OR_RETURN(c.n_ff_shared_expert, keys.Int("shared_expert_intermediate_size", 0));
+    CASCADE_ASSIGN_OR_RETURN(c.n_ff_shared_expert, keys.Int("shared_expert_intermediate_size"));
   }
   return absl::OkStatus();
+}
+
+// Biases and the activation, which transformers' classes make configurable and Cascade's
+// forward does not: Q/K/V biases are served (Qwen2 always has them; Qwen2-MoE's `qkv_bias`);
+// an O-projection or MLP bias, or an activation other than SiLU, is refused by name.
+absl::Status ParseBiasesAndActivation(const HfKeys& keys, ModelConfig& c) {
+  CASCADE_ASSIGN_OR_RETURN(const std::string act, keys.String("hidden_act"));
+  if (act != "silu") {
+    return absl::UnimplementedError(
+        cascade::StrCat(keys.Bad("hidden_act", act, "").message(), "only \"silu\" is supported"));
+  }
+  if (c.arch == "qwen2") c.qkv_bias = true;  // Qwen2Attention: q/k/v_proj with bias=True, not configurable.
+  if (c.arch == "qwen2_moe") {
+    CASCADE_ASSIGN_OR_RETURN(c.qkv_bias, keys.Bool("qkv_bias"));
+  }
+  if (c.arch == "llama" || c.arch == "qwen3" || c.arch == "qwen3_moe") {
+    // attention_bias gives q, k, v *and* o_proj a bias.
+    CASCADE_ASSIGN_OR_RETURN(const bool attention_bias, keys.Bool("attention_bias"));
+    if (attention_bias) {
+      return absl::UnimplementedError(cascade::StrCat(keys.Bad("attention_bias", true, "").message(),
+                                                      "an o_proj bias is not supported"));
+    }
+  }
+  if (c.arch == "llama") {
+    CASCADE_ASSIGN_OR_RETURN(const bool mlp_bias, keys.Bool("mlp_bias"));
+    if (mlp_bias) {
+      return absl::UnimplementedError(
+          cascade::StrCat(keys.Bad("mlp_bias", true, "").message(), "MLP biases are not supported"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Which attention each layer uses: `layer_types` when the file gives it, else transformers'
+// rule per class (Qwen: sliding from layer max_window_layers on, with use_sliding_window;
+// Mistral and Mixtral: every layer, with a sliding_window; Llama: none). A sliding window
+// narrower than the context then caps the context (CapContextToSlidingWindow), where full
+// attention is exact. Returns the distinct layer types used.
+absl::StatusOr<std::vector<std::string>> ParseAttentionWindows(const HfKeys& keys, ModelConfig& c) {
+  int64_t window = 0;
+  if (c.arch == "mistral" || c.arch == "mixtral") {
+    CASCADE_ASSIGN_OR_RETURN(window, keys.Int("sliding_window", 0, "null: full attention"));
+  } else if (IsQwen(c.arch)) {
+    CASCADE_ASSIGN_OR_RETURN(const bool used, keys.Bool("use_sliding_window"));
+    if (used) {
+      CASCADE_ASSIGN_OR_RETURN(window, keys.Int("sliding_window", 0, "null: full attention"));
+    }
+  }
+  if (window < 0) return keys.Bad("sliding_window", window, "must be positive or null");
+  std::vector<std::string> types;
+  if (const Json* lt = keys.Find("layer_types"); lt != nullptr) {
+    if (!lt->is_array() || static_cast<int64_t>(lt->size()) != c.n_layers) {
+      return keys.Bad("layer_types", *lt, cascade::StrCat("expected one entry per layer (", c.n_layers, ")"));
+    }
+    for (const Json& t : *lt) {
+      if (!t.is_string() || (t != "full_attention" && t != "sliding_attention")) {
+        return absl::UnimplementedError(cascade::StrCat(
+            keys.Bad("layer_types", t, "").message(), "only full_attention and sliding_attention are supported"));
+      }
+      if (std::find(types.begin(), types.end(), t.get<std::string>()) == types.end()) types.push_back(t);
+    }
+  } else {
+    bool sliding = window > 0;
+    if (sliding && (c.arch == "qwen2" || c.arch == "qwen3")) {
+      CASCADE_ASSIGN_OR_RETURN(const int64_t full_layers, keys.Int("max_window_layers"));
+      sliding = c.n_layers > full_layers;
+    }
+    types.push_back(sliding ? "sliding_attention" : "full_attention");
+  }
+  const bool any_sliding = std::find(types.begin(), types.end(), "sliding_attention") != types.end();
+  c.sliding_window = any_sliding ? window : 0;
+  return types;
 }
 
 }  // namespace
@@ -193,9 +157,11 @@ absl::StatusOr<ModelConfig> ModelConfigFromHfJson(std::string_view json_text, co
   if (!root.is_object()) {
     return absl::InvalidArgumentError(cascade::StrCat(source, ": not a JSON object"));
   }
-  const HfKeys keys(root, source);
   ModelConfig c;
-  CASCADE_ASSIGN_OR_RETURN(c.arch, keys.String("model_type"));
+  {
+    const HfKeys untyped(root, source, "", "", nullptr);
+    CASCADE_ASSIGN_OR_RETURN(c.arch, untyped.String("model_type"));
+  }
   static constexpr std::string_view kTypes[] = {"llama", "mistral",   "mixtral",  "qwen2",
                                                 "qwen3", "qwen2_moe", "qwen3_moe"};
   if (std::find(std::begin(kTypes), std::end(kTypes), c.arch) == std::end(kTypes)) {
@@ -203,39 +169,36 @@ absl::StatusOr<ModelConfig> ModelConfigFromHfJson(std::string_view json_text, co
         cascade::StrCat(source, ": model_type '", c.arch,
                         "' is not supported (llama, mistral, mixtral, qwen2, qwen3, qwen2_moe, qwen3_moe)"));
   }
-  if (const Json* n = keys.Find("_name_or_path"); n != nullptr && n->is_string()) {
-    c.name = n->get<std::string>();
+  const HfKeys keys(root, source, "", c.arch, &c.defaulted);
+  if (const Json* n = keys.Find("_name_or_path"); n != nullptr && n->is_string()) c.name = n->get<std::string>();
+  for (const char* key : {"dtype", "torch_dtype"}) {  // 5.x and late 4.x write dtype, earlier 4.x torch_dtype.
+    if (const Json* d = keys.Find(key); d != nullptr && d->is_string() && c.hf_dtype.empty()) c.hf_dtype = *d;
   }
   CASCADE_ASSIGN_OR_RETURN(c.n_embd, keys.Int("hidden_size"));
   CASCADE_ASSIGN_OR_RETURN(c.n_layers, keys.Int("num_hidden_layers"));
   CASCADE_ASSIGN_OR_RETURN(c.n_heads, keys.Int("num_attention_heads"));
-  CASCADE_ASSIGN_OR_RETURN(c.n_kv_heads, keys.Int("num_key_value_heads", c.n_heads));
-  if (c.n_heads <= 0) {
-    return keys.Bad("num_attention_heads", root["num_attention_heads"], "must be positive");
-  }
-  CASCADE_ASSIGN_OR_RETURN(c.head_dim, keys.Int("head_dim", c.n_embd / c.n_heads));
+  if (c.n_heads <= 0) return keys.Bad("num_attention_heads", c.n_heads, "must be positive");
+  CASCADE_ASSIGN_OR_RETURN(c.n_kv_heads,
+                           keys.Int("num_key_value_heads", c.n_heads, "transformers' rule: num_attention_heads"));
+  CASCADE_ASSIGN_OR_RETURN(c.head_dim, keys.Int("head_dim", c.n_embd / c.n_heads,
+                                                "transformers' rule: hidden_size / num_attention_heads"));
   CASCADE_ASSIGN_OR_RETURN(c.n_ff, keys.Int("intermediate_size"));
   CASCADE_ASSIGN_OR_RETURN(c.n_vocab, keys.Int("vocab_size"));
   CASCADE_ASSIGN_OR_RETURN(c.n_ctx_train, keys.Int("max_position_embeddings"));
-  CASCADE_ASSIGN_OR_RETURN(c.rope_theta, keys.Double("rope_theta", 10000.0));
-  CASCADE_ASSIGN_OR_RETURN(c.norm_eps, keys.Double("rms_norm_eps", 1e-6));
-  CASCADE_ASSIGN_OR_RETURN(c.tied_embeddings, keys.Bool("tie_word_embeddings", false));
-  // Qwen2 always has Q/K/V biases; Llama has them when `attention_bias` is set.
-  CASCADE_ASSIGN_OR_RETURN(c.qkv_bias, keys.Bool("attention_bias", false));
-  if (c.arch == "qwen2" || c.arch == "qwen2_moe") c.qkv_bias = true;
+  if (c.n_ctx_train <= 0) return keys.Bad("max_position_embeddings", c.n_ctx_train, "must be positive");
+  CASCADE_ASSIGN_OR_RETURN(c.norm_eps, keys.Double("rms_norm_eps"));
+  CASCADE_ASSIGN_OR_RETURN(c.tied_embeddings, keys.Bool("tie_word_embeddings"));
+  CASCADE_RETURN_IF_ERROR(ParseBiasesAndActivation(keys, c));
   // Qwen3Attention's q_norm / k_norm (RMSNorm over head_dim).
   c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3_moe";
   if (c.arch == "mixtral" || c.arch == "qwen2_moe" || c.arch == "qwen3_moe") {
     CASCADE_RETURN_IF_ERROR(ParseExperts(keys, c));
   }
   c.rope_layout = RopeLayout::kRotateHalf;
-  if (const Json* rs = keys.Find("rope_scaling"); rs != nullptr) {
-    CASCADE_RETURN_IF_ERROR(ParseRopeScaling(*rs, source, c));
-  }
-  if (c.n_ctx_train <= 0) {
-    return keys.Bad("max_position_embeddings", root["max_position_embeddings"], "must be positive");
-  }
-  CASCADE_RETURN_IF_ERROR(ParseSlidingWindow(keys, root, c));
+  CASCADE_ASSIGN_OR_RETURN(const std::vector<std::string> layer_types, ParseAttentionWindows(keys, c));
+  CASCADE_RETURN_IF_ERROR(ParseHfRope(keys, layer_types, source, c));
+  CapContextToSlidingWindow(c);
+  CapContextToRopeScaling(c);
   CASCADE_RETURN_IF_ERROR(Annotate(c.Validate(), source));
   return c;
 }

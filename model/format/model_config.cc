@@ -19,8 +19,10 @@ std::string_view RopeScalingName(RopeScaling scaling) {
   switch (scaling) {
     case RopeScaling::kNone: return "none";
     case RopeScaling::kLinear: return "linear";
+    case RopeScaling::kDynamic: return "dynamic";
     case RopeScaling::kLlama3: return "llama3";
     case RopeScaling::kYarn: return "yarn";
+    case RopeScaling::kLongRope: return "longrope";
   }
   return "?";
 }
@@ -52,7 +54,42 @@ absl::Status ModelConfig::Validate() const {
     return absl::InvalidArgumentError(cascade::StrCat("model '", name, "': rope_theta must be positive"));
   if (!(norm_eps > 0 && norm_eps < 1))
     return absl::InvalidArgumentError(cascade::StrCat("model '", name, "': norm_eps must be in (0, 1)"));
+  return ValidateRope();
+}
+
+absl::Status ModelConfig::ValidateRope() const {
+  const auto bad = [&](std::string_view what) {
+    return absl::InvalidArgumentError(
+        cascade::StrCat("model '", name, "': RoPE scaling ", RopeScalingName(rope_scaling), ": ", what));
+  };
+  if (rope_scaling == RopeScaling::kNone) return absl::OkStatus();
+  if (!(rope_scaling_factor > 0)) return bad("factor must be positive");
+  if (rope_scaling != RopeScaling::kLinear && rope_original_ctx <= 0) {
+    return bad("original_max_position_embeddings must be positive");
+  }
+  if (!(rope_attention_factor > 0)) return bad("attention_factor must be positive");
+  if (rope_scaling == RopeScaling::kLlama3 && !(rope_high_freq_factor > rope_low_freq_factor)) {
+    return bad("high_freq_factor must exceed low_freq_factor");
+  }
+  if (rope_scaling == RopeScaling::kYarn && !(rope_beta_fast > 0 && rope_beta_slow > 0)) {
+    return bad("beta_fast and beta_slow must be positive");
+  }
+  if (rope_scaling == RopeScaling::kLongRope) {
+    if (static_cast<int64_t>(rope_ext_factors.size()) != head_dim / 2) {
+      return bad(cascade::StrCat("short_factor has ", rope_ext_factors.size(), " values, head_dim / 2 = ",
+                                 head_dim / 2));
+    }
+    for (double f : rope_ext_factors) {
+      if (!(f > 0)) return bad("every short_factor value must be positive");
+    }
+  }
   return absl::OkStatus();
+}
+
+std::string ModelConfig::DefaultedSummary() const {
+  std::string s;
+  for (const DefaultedKey& d : defaulted) absl::StrAppendFormat(&s, "%s = %s (%s)\n", d.key, d.value, d.rule);
+  return s;
 }
 
 std::string ModelConfig::ToString() const {
@@ -70,7 +107,15 @@ std::string ModelConfig::ToString() const {
   absl::StrAppendFormat(&s, "rope_theta      %g\n", rope_theta);
   absl::StrAppendFormat(&s, "rope_layout     %s\n", RopeLayoutName(rope_layout));
   absl::StrAppendFormat(&s, "rope_scaling    %s", RopeScalingName(rope_scaling));
-  if (rope_scaling != RopeScaling::kNone) absl::StrAppendFormat(&s, " (factor %g)", rope_scaling_factor);
+  if (rope_scaling != RopeScaling::kNone) absl::StrAppendFormat(&s, " (factor %g", rope_scaling_factor);
+  if (rope_scaling != RopeScaling::kNone && rope_scaling != RopeScaling::kLinear) {
+    absl::StrAppendFormat(&s, ", original context %d", rope_original_ctx);
+  }
+  if (rope_attention_factor != 1.0) absl::StrAppendFormat(&s, ", attention factor %g", rope_attention_factor);
+  if (rope_scaling == RopeScaling::kDynamic || rope_scaling == RopeScaling::kLongRope) {
+    absl::StrAppendFormat(&s, "; exact up to the original context, where the context is capped");
+  }
+  if (rope_scaling != RopeScaling::kNone) absl::StrAppendFormat(&s, ")");
   absl::StrAppendFormat(&s, "\nnorm_eps        %g\n", norm_eps);
   absl::StrAppendFormat(&s, "tied_embeddings %s\n", tied_embeddings ? "true" : "false");
   absl::StrAppendFormat(&s, "qkv_bias        %s\n", qkv_bias ? "true" : "false");
@@ -86,6 +131,13 @@ std::string ModelConfig::ToString() const {
     absl::StrAppendFormat(&s, "sliding_window  %d (context capped to it: full attention is exact there)\n",
                           sliding_window);
   }
+  if (!hf_dtype.empty()) absl::StrAppendFormat(&s, "dtype           %s (config.json)\n", hf_dtype);
+  if (defaulted.empty()) {
+    absl::StrAppendFormat(&s, "defaulted       none (every key was read from the file)\n");
+  } else {
+    absl::StrAppendFormat(&s, "defaulted       %d keys the file does not give:\n", defaulted.size());
+    for (const DefaultedKey& d : defaulted) absl::StrAppendFormat(&s, "  %s = %s (%s)\n", d.key, d.value, d.rule);
+  }
   return s;
 }
 
@@ -95,12 +147,35 @@ bool ModelConfig::SameLogicalModel(const ModelConfig& o) const {
   return n_layers == o.n_layers && n_embd == o.n_embd && n_heads == o.n_heads && n_kv_heads == o.n_kv_heads &&
          head_dim == o.head_dim && n_ff == o.n_ff && n_vocab == o.n_vocab && n_ctx_train == o.n_ctx_train &&
          close(rope_theta, o.rope_theta) && rope_scaling == o.rope_scaling &&
-         close(rope_scaling_factor, o.rope_scaling_factor) && close(norm_eps, o.norm_eps) &&
+         close(rope_scaling_factor, o.rope_scaling_factor) && SameRope(o) && close(norm_eps, o.norm_eps) &&
          tied_embeddings == o.tied_embeddings && qkv_bias == o.qkv_bias && qk_norm == o.qk_norm &&
          sliding_window == o.sliding_window && n_experts == o.n_experts && n_experts_used == o.n_experts_used &&
          n_ff_expert == o.n_ff_expert && n_ff_shared_expert == o.n_ff_shared_expert &&
          norm_topk_prob == o.norm_topk_prob && decoder_sparse_step == o.decoder_sparse_step &&
          mlp_only_layers == o.mlp_only_layers;
+}
+
+bool ModelConfig::SameRope(const ModelConfig& o) const {
+  if (rope_scaling != o.rope_scaling) return false;
+  const auto close = [](double a, double b) { return std::abs(a - b) <= 1e-6 * std::max(std::abs(a), std::abs(b)); };
+  const bool ext_same = rope_ext_factors.size() == o.rope_ext_factors.size() &&
+                        std::equal(rope_ext_factors.begin(), rope_ext_factors.end(), o.rope_ext_factors.begin(), close);
+  switch (rope_scaling) {
+    case RopeScaling::kNone:
+    case RopeScaling::kLinear: return true;
+    case RopeScaling::kDynamic: return rope_original_ctx == o.rope_original_ctx;
+    case RopeScaling::kLlama3:
+      return rope_original_ctx == o.rope_original_ctx && close(rope_low_freq_factor, o.rope_low_freq_factor) &&
+             close(rope_high_freq_factor, o.rope_high_freq_factor);
+    case RopeScaling::kYarn:
+      return rope_original_ctx == o.rope_original_ctx && close(rope_attention_factor, o.rope_attention_factor) &&
+             close(rope_beta_fast, o.rope_beta_fast) && close(rope_beta_slow, o.rope_beta_slow) &&
+             rope_yarn_truncate == o.rope_yarn_truncate;
+    case RopeScaling::kLongRope:
+      return rope_original_ctx == o.rope_original_ctx && close(rope_attention_factor, o.rope_attention_factor) &&
+             ext_same;
+  }
+  return false;
 }
 
 bool ModelConfig::IsMoeLayer(int64_t layer) const {
@@ -118,33 +193,143 @@ void CapContextToSlidingWindow(ModelConfig& c) {
   if (c.sliding_window > 0 && c.sliding_window < c.n_ctx_train) c.n_ctx_train = c.sliding_window;
 }
 
+void CapContextToRopeScaling(ModelConfig& c) {
+  const bool exact_to_original = c.rope_scaling == RopeScaling::kDynamic || c.rope_scaling == RopeScaling::kLongRope;
+  if (exact_to_original && c.rope_original_ctx > 0 && c.rope_original_ctx < c.n_ctx_train) {
+    c.n_ctx_train = c.rope_original_ctx;
+  }
+}
+
 namespace {
+
+// Metadata read as llama.cpp's llama_model::load_hparams reads it (llama-model.cpp): a key it
+// requires is required; a key it defaults takes that default, recorded in `defaulted`; a
+// key of the wrong type is an error, never a default.
+class GgufKeys {
+ public:
+  GgufKeys(const GgufFile& f, ModelConfig& c) : f_(f), c_(c) {}
+
+  absl::StatusOr<int64_t> Int(const std::string& key) const { return f_.GetInt(key); }
+  absl::StatusOr<double> Float(const std::string& key) const { return f_.GetFloat(key); }
+  absl::StatusOr<int64_t> Int(const std::string& key, int64_t fallback, std::string_view rule) const {
+    if (f_.Find(key) != nullptr) return f_.GetInt(key);
+    Record(key, cascade::StrCat(fallback), rule);
+    return fallback;
+  }
+  absl::StatusOr<double> Float(const std::string& key, double fallback, std::string_view rule) const {
+    if (f_.Find(key) != nullptr) return f_.GetFloat(key);
+    Record(key, absl::StrFormat("%g", fallback), rule);
+    return fallback;
+  }
+  absl::StatusOr<bool> Bool(const std::string& key, bool fallback, std::string_view rule) const {
+    if (f_.Find(key) != nullptr) return f_.GetBool(key);
+    Record(key, fallback ? "true" : "false", rule);
+    return fallback;
+  }
+  bool Has(const std::string& key) const { return f_.Find(key) != nullptr; }
+  void Record(const std::string& key, std::string value, std::string_view rule) const {
+    c_.defaulted.push_back({key, std::move(value), std::string(rule)});
+  }
+
+ private:
+  const GgufFile& f_;
+  ModelConfig& c_;
+};
+
+constexpr std::string_view kLlamaCppDefault = "llama.cpp's default";
 
 // llama.cpp's MoE keys: `<arch>.expert_count`, `expert_used_count`, and for qwen2moe /
 // qwen3moe `expert_feed_forward_length` (Mixtral, arch `llama`, uses feed_forward_length)
 // and `expert_shared_feed_forward_length`. Every layer of a GGUF MoE model is MoE
 // (llama.cpp has no dense layers in these architectures). The top-k weights are
-// renormalised as llama.cpp does per architecture (Mixtral and Qwen3-MoE yes, Qwen2-MoE
-// no), unless the file says `expert_weights_norm`.
-absl::Status ReadGgufExperts(const GgufFile& f, const std::string& p, ModelConfig& c) {
-  c.n_experts = f.GetInt(p + "expert_count").value_or(0);
+// renormalised as llama.cpp's graphs do per architecture (Mixtral and Qwen3-MoE yes,
+// Qwen2-MoE no), unless the file says `expert_weights_norm`.
+absl::Status ReadGgufExperts(const GgufFile& f, const GgufKeys& keys, const std::string& p, ModelConfig& c) {
   const bool moe_arch = c.arch == "qwen2moe" || c.arch == "qwen3moe";
-  if (c.n_experts <= 0) {
+  if (!keys.Has(p + "expert_count")) {
     if (moe_arch) return absl::InvalidArgumentError(cascade::StrCat(f.path(), ": ", p, "expert_count is missing"));
+    return absl::OkStatus();  // A dense model: llama.cpp's default of 0 experts.
+  }
+  CASCADE_ASSIGN_OR_RETURN(c.n_experts, keys.Int(p + "expert_count"));
+  if (c.n_experts <= 0) {
+    if (moe_arch) return absl::InvalidArgumentError(cascade::StrCat(f.path(), ": ", p, "expert_count is 0"));
     c.n_experts = 0;
     return absl::OkStatus();
   }
-  CASCADE_ASSIGN_OR_RETURN(c.n_experts_used, f.GetInt(p + "expert_used_count"));
+  CASCADE_ASSIGN_OR_RETURN(c.n_experts_used, keys.Int(p + "expert_used_count"));
   if (moe_arch) {
-    CASCADE_ASSIGN_OR_RETURN(c.n_ff_expert, f.GetInt(p + "expert_feed_forward_length"));
+    CASCADE_ASSIGN_OR_RETURN(c.n_ff_expert, keys.Int(p + "expert_feed_forward_length"));
   } else {
     c.n_ff_expert = c.n_ff;
   }
-  // llama.cpp falls back to feed_forward_length for a shared expert without its own key.
   if (f.FindTensor("blk.0.ffn_gate_shexp.weight") != nullptr) {
-    c.n_ff_shared_expert = f.GetInt(p + "expert_shared_feed_forward_length").value_or(c.n_ff);
+    CASCADE_ASSIGN_OR_RETURN(c.n_ff_shared_expert,
+                             keys.Int(p + "expert_shared_feed_forward_length", c.n_ff,
+                                      "llama.cpp's rule: feed_forward_length when absent"));
   }
-  c.norm_topk_prob = f.GetBool(p + "expert_weights_norm").value_or(c.arch != "qwen2moe");
+  const bool norm = c.arch != "qwen2moe";
+  CASCADE_ASSIGN_OR_RETURN(
+      c.norm_topk_prob,
+      keys.Bool(p + "expert_weights_norm", norm,
+                norm ? "llama.cpp's graph for this architecture renormalises the top-k weights"
+                     : "llama.cpp's qwen2moe graph does not renormalise the top-k weights"));
+  return absl::OkStatus();
+}
+
+// RoPE: llama.cpp's defaults are base 10000, scaling type "linear" with factor 1 (none);
+// the factor is `rope.scaling.factor`, else the older `rope.scale_linear`; YaRN's original
+// context defaults to the trained one, its ramp to beta_fast 32 and beta_slow 1, and its
+// attention factor is 1 + 0.1 ln(factor) (ggml's rope_yarn) times `rope.scaling.attn_factor`.
+absl::Status ReadGgufRope(const GgufFile& f, const GgufKeys& keys, const std::string& p, ModelConfig& c) {
+  CASCADE_ASSIGN_OR_RETURN(c.rope_theta, keys.Float(p + "rope.freq_base", 10000.0, kLlamaCppDefault));
+  if (keys.Has(p + "rope.dimension_count")) {
+    CASCADE_ASSIGN_OR_RETURN(const int64_t n_rot, keys.Int(p + "rope.dimension_count"));
+    if (n_rot != c.head_dim) {
+      return absl::UnimplementedError(cascade::StrCat(f.path(), ": ", p, "rope.dimension_count = ", n_rot,
+                                                      ": RoPE over part of a head (head_dim ", c.head_dim,
+                                                      ") is not supported"));
+    }
+  }
+  std::string type = "linear";
+  if (keys.Has(p + "rope.scaling.type")) {
+    CASCADE_ASSIGN_OR_RETURN(type, f.GetString(p + "rope.scaling.type"));
+  }
+  double factor = 0;
+  if (keys.Has(p + "rope.scaling.factor")) {
+    CASCADE_ASSIGN_OR_RETURN(factor, keys.Float(p + "rope.scaling.factor"));
+  } else if (keys.Has(p + "rope.scale_linear")) {
+    CASCADE_ASSIGN_OR_RETURN(factor, keys.Float(p + "rope.scale_linear"));
+  }
+  if (type == "none" || (type == "linear" && (factor == 0 || factor == 1))) return absl::OkStatus();
+  if (!keys.Has(p + "rope.scaling.type")) keys.Record(p + "rope.scaling.type", "linear", kLlamaCppDefault);
+  if (type == "linear") {
+    c.rope_scaling = RopeScaling::kLinear;
+  } else if (type == "yarn") {
+    c.rope_scaling = RopeScaling::kYarn;
+  } else {
+    return absl::UnimplementedError(cascade::StrCat(f.path(), ": ", p, "rope.scaling.type '", type,
+                                                    "' is not supported (none, linear, yarn)"));
+  }
+  if (!(factor > 0)) {
+    return absl::InvalidArgumentError(cascade::StrCat(f.path(), ": ", p, "rope.scaling.factor must be positive"));
+  }
+  c.rope_scaling_factor = factor;
+  if (c.rope_scaling != RopeScaling::kYarn) return absl::OkStatus();
+  CASCADE_ASSIGN_OR_RETURN(c.rope_original_ctx, keys.Int(p + "rope.scaling.original_context_length", c.n_ctx_train,
+                                                         "llama.cpp's rule: the trained context_length"));
+  CASCADE_ASSIGN_OR_RETURN(c.rope_beta_fast, keys.Float(p + "rope.scaling.yarn_beta_fast", 32.0, kLlamaCppDefault));
+  CASCADE_ASSIGN_OR_RETURN(c.rope_beta_slow, keys.Float(p + "rope.scaling.yarn_beta_slow", 1.0, kLlamaCppDefault));
+  CASCADE_ASSIGN_OR_RETURN(const double attn, keys.Float(p + "rope.scaling.attn_factor", 1.0, kLlamaCppDefault));
+  // ext_factor -1 means "1 for yarn" to llama.cpp; DeepSeek's log multiplier is another formula.
+  CASCADE_ASSIGN_OR_RETURN(const double ext, keys.Float(p + "rope.scaling.yarn_ext_factor", -1.0, kLlamaCppDefault));
+  CASCADE_ASSIGN_OR_RETURN(const double log_mul,
+                           keys.Float(p + "rope.scaling.yarn_log_multiplier", 0.0, kLlamaCppDefault));
+  if ((ext != -1.0 && ext != 1.0) || log_mul != 0.0) {
+    return absl::UnimplementedError(cascade::StrCat(f.path(), ": ", p, "rope.scaling.yarn_ext_factor = ", ext,
+                                                    " with yarn_log_multiplier = ", log_mul,
+                                                    " is not supported (YaRN as llama.cpp's ext_factor 1)"));
+  }
+  c.rope_attention_factor = attn * (factor > 1 ? 1 + 0.1 * std::log(factor) : 1.0);
   return absl::OkStatus();
 }
 
@@ -161,33 +346,36 @@ absl::StatusOr<ModelConfig> ModelConfigFromGguf(const GgufFile& f) {
   }
   if (auto n = f.GetString("general.name"); n.ok()) c.name = *n;
   const std::string p = c.arch + ".";
-  CASCADE_ASSIGN_OR_RETURN(c.n_layers, f.GetInt(p + "block_count"));
-  CASCADE_ASSIGN_OR_RETURN(c.n_embd, f.GetInt(p + "embedding_length"));
-  CASCADE_ASSIGN_OR_RETURN(c.n_heads, f.GetInt(p + "attention.head_count"));
-  c.n_kv_heads = f.GetInt(p + "attention.head_count_kv").value_or(c.n_heads);
-  CASCADE_ASSIGN_OR_RETURN(c.n_ff, f.GetInt(p + "feed_forward_length"));
-  CASCADE_RETURN_IF_ERROR(ReadGgufExperts(f, p, c));
-  c.n_ctx_train = f.GetInt(p + "context_length").value_or(2048);
-  c.sliding_window = f.GetInt(p + "attention.sliding_window").value_or(0);
-  c.rope_theta = f.GetFloat(p + "rope.freq_base").value_or(10000.0);
-  CASCADE_ASSIGN_OR_RETURN(c.norm_eps, f.GetFloat(p + "attention.layer_norm_rms_epsilon"));
-  c.head_dim = f.GetInt(p + "attention.key_length").value_or(c.n_heads > 0 ? c.n_embd / c.n_heads : 0);
+  const GgufKeys keys(f, c);
+  CASCADE_ASSIGN_OR_RETURN(c.n_layers, keys.Int(p + "block_count"));
+  CASCADE_ASSIGN_OR_RETURN(c.n_embd, keys.Int(p + "embedding_length"));
+  CASCADE_ASSIGN_OR_RETURN(c.n_heads, keys.Int(p + "attention.head_count"));
+  CASCADE_ASSIGN_OR_RETURN(c.n_kv_heads, keys.Int(p + "attention.head_count_kv", c.n_heads,
+                                                  "llama.cpp's rule: head_count (no GQA)"));
+  CASCADE_ASSIGN_OR_RETURN(c.n_ff, keys.Int(p + "feed_forward_length"));
+  CASCADE_RETURN_IF_ERROR(ReadGgufExperts(f, keys, p, c));
+  CASCADE_ASSIGN_OR_RETURN(c.n_ctx_train, keys.Int(p + "context_length"));
+  CASCADE_ASSIGN_OR_RETURN(c.sliding_window,
+                           keys.Int(p + "attention.sliding_window", 0, "llama.cpp's default: full attention"));
+  CASCADE_ASSIGN_OR_RETURN(c.norm_eps, keys.Float(p + "attention.layer_norm_rms_epsilon"));
+  const int64_t per_head = c.n_heads > 0 ? c.n_embd / c.n_heads : 0;
+  CASCADE_ASSIGN_OR_RETURN(c.head_dim, keys.Int(p + "attention.key_length", per_head,
+                                                "llama.cpp's rule: embedding_length / head_count"));
+  if (keys.Has(p + "attention.value_length")) {
+    CASCADE_ASSIGN_OR_RETURN(const int64_t v, keys.Int(p + "attention.value_length"));
+    if (v != c.head_dim) {
+      return absl::UnimplementedError(cascade::StrCat(f.path(), ": ", p, "attention.value_length = ", v,
+                                                      " differs from the key length ", c.head_dim,
+                                                      ": not supported"));
+    }
+  }
+  CASCADE_RETURN_IF_ERROR(ReadGgufRope(f, keys, p, c));
   if (auto v = f.GetInt(p + "vocab_size"); v.ok()) {
     c.n_vocab = *v;
   } else if (const TensorInfo* emb = f.FindTensor("token_embd.weight"); emb != nullptr) {
     c.n_vocab = emb->shape[0];
   } else if (auto toks = f.GetStringArray("tokenizer.ggml.tokens"); toks.ok()) {
     c.n_vocab = static_cast<int64_t>(toks->size());
-  }
-  if (auto t = f.GetString(p + "rope.scaling.type"); t.ok() && *t != "none") {
-    if (*t == "linear")
-      c.rope_scaling = RopeScaling::kLinear;
-    else if (*t == "yarn")
-      c.rope_scaling = RopeScaling::kYarn;
-    else
-      return absl::UnimplementedError(cascade::StrCat(f.path(), ": rope scaling '", *t, "' is not supported"));
-    c.rope_scaling_factor = f.GetFloat(p + "rope.scaling.factor").value_or(1.0);
-    c.rope_original_ctx = f.GetInt(p + "rope.scaling.original_context_length").value_or(0);
   }
   // llama.cpp's converter permutes the Q/K rows of `llama` models (Llama, Mistral) so that
   // RoPE rotates adjacent pairs (its LLAMA_ROPE_TYPE_NORM); Qwen2 keeps Hugging Face's rows

@@ -18,7 +18,21 @@ class GgufFile;
 // checkpoints rotate halves (x[i], x[i + head_dim/2]).
 enum class RopeLayout { kAdjacentPairs, kRotateHalf };
 
-enum class RopeScaling { kNone, kLinear, kLlama3, kYarn };
+// transformers' rope_type (and llama.cpp's rope.scaling.type): how the frequencies of
+// RoPE are scaled. kDynamic and kLongRope are served where they are exact: up to the
+// original context (n_ctx_train is capped there), dynamic NTK is the unscaled RoPE and
+// LongRoPE uses its short factors.
+enum class RopeScaling { kNone, kLinear, kDynamic, kLlama3, kYarn, kLongRope };
+
+// A value the file did not give, taken by a named rule: the default of transformers'
+// config class for the model_type (model/format/hf_defaults.h), llama.cpp's default for a
+// GGUF key, or a rule over other keys. `cascade info` lists them; the load log says them.
+struct DefaultedKey {
+  std::string key;    // As the file would spell it: "rope_theta", "qwen3.rope.freq_base".
+  std::string value;  // The value used.
+  std::string rule;   // Where it comes from.
+  bool operator==(const DefaultedKey&) const = default;
+};
 
 struct ModelConfig {
   // The file's own name: GGUF "llama" (also Mixtral), "mistral", "qwen2", "qwen3",
@@ -40,7 +54,14 @@ struct ModelConfig {
   double rope_scaling_factor = 1.0;    // Linear/llama3/yarn factor.
   double rope_low_freq_factor = 1.0;   // llama3 only.
   double rope_high_freq_factor = 4.0;  // llama3 only.
-  int64_t rope_original_ctx = 0;       // llama3/yarn: original max positions.
+  int64_t rope_original_ctx = 0;       // llama3/yarn/dynamic/longrope: original max positions.
+  // yarn and longrope: cos and sin are multiplied by this, so q.k by its square (Cascade
+  // folds the square into the attention scale).
+  double rope_attention_factor = 1.0;
+  double rope_beta_fast = 32.0;    // yarn: the ramp between extrapolated and interpolated
+  double rope_beta_slow = 1.0;     // frequencies, in rotations over rope_original_ctx;
+  bool rope_yarn_truncate = true;  // its ends rounded to whole dimensions.
+  std::vector<double> rope_ext_factors;  // longrope: short_factor, [head_dim / 2] divisors.
   double norm_eps = 1e-5;              // RMSNorm epsilon.
   bool tied_embeddings = false;        // LM head shares the token embedding.
   bool qkv_bias = false;               // Qwen2: Q/K/V projections have biases.
@@ -65,6 +86,11 @@ struct ModelConfig {
   // of decoder_sparse_step and l is not in mlp_only_layers; the others are dense (n_ff).
   int64_t decoder_sparse_step = 1;
   std::vector<int64_t> mlp_only_layers;
+  // config.json's `dtype` (5.x) or `torch_dtype` (4.x), as written; informational (each
+  // tensor carries its own type).
+  std::string hf_dtype;
+  // Values the file did not give (see DefaultedKey), in the order they were read.
+  std::vector<DefaultedKey> defaulted;
 
   bool is_moe() const { return n_experts > 0; }
   bool IsMoeLayer(int64_t layer) const;
@@ -75,7 +101,12 @@ struct ModelConfig {
   absl::Status Validate() const;
   // Multi-line human-readable summary (for `cascade info`).
   std::string ToString() const;
-  // Fields that define the computation (not `name`, not the RoPE row layout).
+  // "key = value (rule)" lines, one per defaulted key (empty when none).
+  std::string DefaultedSummary() const;
+  absl::Status ValidateRope() const;
+  bool SameRope(const ModelConfig& other) const;
+  // Fields that define the computation (not `name`, not the RoPE row layout, not where a
+  // value came from).
   bool SameLogicalModel(const ModelConfig& other) const;
 };
 
@@ -84,6 +115,15 @@ void CapContextToSlidingWindow(ModelConfig& config);
 
 std::string_view RopeLayoutName(RopeLayout layout);
 std::string_view RopeScalingName(RopeScaling scaling);
+
+// Caps n_ctx_train where the RoPE scaling is exact only up to its original context
+// (dynamic, longrope; see RopeScaling).
+void CapContextToRopeScaling(ModelConfig& config);
+
+// The RoPE inverse frequencies [head_dim / 2] of the config's base and scaling, in the
+// formulas of transformers' modeling_rope_utils.py (which llama.cpp's match); frequency i
+// turns by pos * inv_freq[i]. GGUF's rope_freqs.weight divisors are applied by the loader.
+std::vector<float> RopeInvFreq(const ModelConfig& config);
 
 // From GGUF metadata (`general.architecture` and `<arch>.*` keys) and tensor table (tied
 // output when `output.weight` is absent; QKV bias when `blk.0.attn_q.bias` exists).

@@ -27,6 +27,7 @@ struct ModelFiles {
 };
 
 // NotFound when `path` does not exist; the reader's errors otherwise.
+// Logs (Info) each key the config did not give and the rule that supplied it.
 absl::StatusOr<ModelFiles> OpenModelFiles(const std::string& path);
 
 std::string_view ModelFormatName(ModelFormat format);

@@ -3,6 +3,7 @@
 // build the bytes (usually by patching a written file) and assert the code and message.
 #include "model/format/gguf.h"
 
+#include <cmath>
 #include <cstring>
 #include <functional>
 
@@ -211,7 +212,8 @@ TEST(GgufTest, MissingFileIsNotFound) {
 TEST(GgufTest, MissingRequiredMetadataNamesTheKey) {
   GgufWriter w;
   w.SetString("general.architecture", "llama");
-  auto f = GgufFile::OpenBytes(w.Serialize(), "hparams.gguf");
+  const std::string bytes = w.Serialize();  // OpenBytes borrows it.
+  auto f = GgufFile::OpenBytes(bytes, "hparams.gguf");
   ASSERT_TRUE(f.ok());
   auto c = ModelConfigFromGguf(**f);
   EXPECT_STATUS_CODE(c, kNotFound);
@@ -230,7 +232,8 @@ TEST(GgufTest, SlidingWindowCapsTheContext) {
   w.SetU32("llama.attention.sliding_window", 1024);
   w.SetF32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
   w.SetU32("llama.vocab_size", 100);
-  auto f = GgufFile::OpenBytes(w.Serialize(), "window.gguf");
+  const std::string bytes = w.Serialize();  // OpenBytes borrows it.
+  auto f = GgufFile::OpenBytes(bytes, "window.gguf");
   ASSERT_TRUE(f.ok()) << f.status();
   auto c = ModelConfigFromGguf(**f);
   ASSERT_TRUE(c.ok()) << c.status();
@@ -252,10 +255,12 @@ TEST(GgufTest, MixtureOfExpertsKeys) {
     w.SetU32(arch + ".feed_forward_length", 128);
     w.SetF32(arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
     w.SetU32(arch + ".vocab_size", 100);
+    w.SetU32(arch + ".context_length", 256);
     w.SetU32(arch + ".expert_count", 16);
     w.SetU32(arch + ".expert_used_count", used);
     edit(w);
-    auto f = GgufFile::OpenBytes(w.Serialize(), "moe.gguf");
+    const std::string bytes = w.Serialize();  // OpenBytes borrows it.
+    auto f = GgufFile::OpenBytes(bytes, "moe.gguf");
     EXPECT_TRUE(f.ok()) << f.status();
     return ModelConfigFromGguf(**f);
   };
@@ -286,6 +291,98 @@ TEST(GgufTest, MixtureOfExpertsKeys) {
   EXPECT_THAT(parse(
                   "qwen3moe", [](GgufWriter& w) { w.SetU32("qwen3moe.expert_feed_forward_length", 32); }, 17),
               testing::StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("n_experts_used")));
+}
+
+// Keys llama.cpp defaults (llama-model.cpp, load_hparams) take its default, named in
+// `defaulted`; keys it requires are required here; what Cascade cannot compute is refused.
+TEST(GgufTest, DefaultsAreLlamaCppsAndNamed) {
+  const auto parse = [](const std::function<void(GgufWriter&)>& edit) {
+    GgufWriter w;
+    w.SetString("general.architecture", "qwen3");
+    w.SetU32("qwen3.block_count", 2);
+    w.SetU32("qwen3.embedding_length", 64);
+    w.SetU32("qwen3.attention.head_count", 4);
+    w.SetU32("qwen3.feed_forward_length", 128);
+    w.SetU32("qwen3.context_length", 4096);
+    w.SetF32("qwen3.attention.layer_norm_rms_epsilon", 1e-6f);
+    w.SetU32("qwen3.vocab_size", 100);
+    edit(w);
+    const std::string bytes = w.Serialize();  // OpenBytes borrows it.
+    auto f = GgufFile::OpenBytes(bytes, "defaults.gguf");
+    EXPECT_TRUE(f.ok()) << f.status();
+    return ModelConfigFromGguf(**f);
+  };
+  const auto defaulted = [](const ModelConfig& c, const std::string& key) {
+    for (const DefaultedKey& d : c.defaulted) {
+      if (d.key == key) return d.value + " (" + d.rule + ")";
+    }
+    return std::string();
+  };
+  auto c = parse([](GgufWriter&) {});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_DOUBLE_EQ(c->rope_theta, 10000.0);
+  EXPECT_EQ(defaulted(*c, "qwen3.rope.freq_base"), "10000 (llama.cpp's default)");
+  EXPECT_EQ(c->n_kv_heads, 4);
+  EXPECT_THAT(defaulted(*c, "qwen3.attention.head_count_kv"), HasSubstr("head_count"));
+  EXPECT_EQ(c->head_dim, 16);
+  EXPECT_THAT(defaulted(*c, "qwen3.attention.key_length"), HasSubstr("embedding_length / head_count"));
+  EXPECT_EQ(c->rope_scaling, RopeScaling::kNone);
+  EXPECT_THAT(c->ToString(), HasSubstr("qwen3.rope.freq_base = 10000 (llama.cpp's default)"));
+
+  c = parse([](GgufWriter& w) { w.SetF32("qwen3.rope.freq_base", 1e6f); });
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_DOUBLE_EQ(c->rope_theta, 1e6);
+  EXPECT_EQ(defaulted(*c, "qwen3.rope.freq_base"), "");
+
+  // A factor without a type is llama.cpp's default type, linear; the older key too.
+  c = parse([](GgufWriter& w) { w.SetF32("qwen3.rope.scaling.factor", 4.0f); });
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rope_scaling, RopeScaling::kLinear);
+  EXPECT_DOUBLE_EQ(c->rope_scaling_factor, 4.0);
+  EXPECT_EQ(defaulted(*c, "qwen3.rope.scaling.type"), "linear (llama.cpp's default)");
+  c = parse([](GgufWriter& w) { w.SetF32("qwen3.rope.scale_linear", 2.0f); });
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_DOUBLE_EQ(c->rope_scaling_factor, 2.0);
+
+  // YaRN: the original context defaults to the trained one, the attention factor is ggml's.
+  c = parse([](GgufWriter& w) {
+    w.SetString("qwen3.rope.scaling.type", "yarn");
+    w.SetF32("qwen3.rope.scaling.factor", 4.0f);
+  });
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rope_scaling, RopeScaling::kYarn);
+  EXPECT_EQ(c->rope_original_ctx, 4096);
+  EXPECT_THAT(defaulted(*c, "qwen3.rope.scaling.original_context_length"), HasSubstr("4096"));
+  EXPECT_NEAR(c->rope_attention_factor, 1 + 0.1 * std::log(4.0), 1e-7);
+  EXPECT_EQ(defaulted(*c, "qwen3.rope.scaling.yarn_beta_fast"), "32 (llama.cpp's default)");
+
+  const auto refused = [&](const std::function<void(GgufWriter&)>& edit, const std::string& key) {
+    auto r = parse(edit);
+    EXPECT_FALSE(r.ok()) << key;
+    EXPECT_THAT(r.status().message(), HasSubstr(key));
+  };
+  refused([](GgufWriter& w) { w.SetString("qwen3.rope.scaling.type", "longrope"); }, "qwen3.rope.scaling.type");
+  refused([](GgufWriter& w) { w.SetU32("qwen3.rope.dimension_count", 8); }, "qwen3.rope.dimension_count");
+  refused([](GgufWriter& w) { w.SetU32("qwen3.attention.value_length", 8); }, "qwen3.attention.value_length");
+  refused([](GgufWriter& w) { w.SetString("qwen3.rope.freq_base", "big"); }, "qwen3.rope.freq_base");
+  refused(
+      [](GgufWriter& w) {
+        w.SetString("qwen3.rope.scaling.type", "yarn");
+        w.SetF32("qwen3.rope.scaling.factor", 4.0f);
+        w.SetF32("qwen3.rope.scaling.yarn_log_multiplier", 0.1f);
+      },
+      "yarn_log_multiplier");
+  // context_length is required, as llama.cpp requires it.
+  GgufWriter w;
+  w.SetString("general.architecture", "llama");
+  w.SetU32("llama.block_count", 1);
+  w.SetU32("llama.embedding_length", 64);
+  w.SetU32("llama.attention.head_count", 4);
+  w.SetU32("llama.feed_forward_length", 128);
+  const std::string bytes = w.Serialize();  // OpenBytes borrows it.
+  auto f = GgufFile::OpenBytes(bytes, "noctx.gguf");
+  ASSERT_TRUE(f.ok());
+  EXPECT_THAT(ModelConfigFromGguf(**f).status().message(), HasSubstr("llama.context_length"));
 }
 
 TEST(GgufTest, Stories260K) {

@@ -1,12 +1,15 @@
-// Tests for ModelConfigFromHfJson / ModelConfigFromHfDir (model/hf_config.cc): the real
-// TinyStories config.json, the defaults transformers applies, RoPE scaling variants, and
-// every malformed-config error (code plus a message naming the key and the file).
+// Tests for ModelConfigFromHfJson / ModelConfigFromHfDir (model/format/hf_config.cc): the
+// real TinyStories config.json, the defaults transformers' config classes apply (each one
+// recorded in `defaulted`), both generations' RoPE layouts and every scaling type, and
+// every malformed or unsupported config (code plus a message naming the key and the file).
 // To add a case: start from `Base()` (a minimal valid Llama config), edit the JSON, and
 // parse it with `Parse()`.
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "core/str_cat.h"
 #include "model/format/hf_model.h"
 #include "model/format/model_config.h"
 #include "tests/test_support.h"
@@ -24,9 +27,17 @@ using ::cascade::testing::StatusMessage;
 constexpr char kSource[] = "/models/x/config.json";
 
 Json Base() {
-  return {{"model_type", "llama"},          {"hidden_size", 256},       {"num_hidden_layers", 4},
-          {"num_attention_heads", 8},       {"intermediate_size", 512}, {"vocab_size", 1000},
-          {"max_position_embeddings", 2048}};
+  return {{"model_type", "llama"},     {"hidden_size", 256},       {"num_hidden_layers", 4},
+          {"num_attention_heads", 8},  {"num_key_value_heads", 8}, {"intermediate_size", 512},
+          {"vocab_size", 1000},        {"max_position_embeddings", 2048}};
+}
+
+// The value recorded for `key` in c.defaulted ("" when the file gave it).
+std::string DefaultedValue(const ModelConfig& c, const std::string& key) {
+  for (const DefaultedKey& d : c.defaulted) {
+    if (d.key == key) return d.value;
+  }
+  return "";
 }
 
 absl::StatusOr<ModelConfig> Parse(const Json& j) { return ModelConfigFromHfJson(j.dump(), kSource); }
@@ -58,6 +69,8 @@ TEST(HfConfigTest, SlidingWindowCapsTheContext) {
   j["sliding_window"] = 4096;
   EXPECT_EQ(Parse(j)->n_ctx_train, 32768);  // use_sliding_window defaults to false.
   j["use_sliding_window"] = true;
+  EXPECT_EQ(Parse(j)->n_ctx_train, 32768);  // The 4 layers are below max_window_layers (28): all full.
+  j["max_window_layers"] = 0;
   EXPECT_EQ(Parse(j)->n_ctx_train, 4096);
   j["sliding_window"] = -1;
   ExpectInvalid(Parse(j), "sliding_window");
@@ -93,7 +106,9 @@ TEST(HfConfigTest, TinyStoriesDirectory) {
 }
 
 TEST(HfConfigTest, Defaults) {
-  absl::StatusOr<ModelConfig> c = Parse(Base());
+  Json j = Base();
+  j.erase("num_key_value_heads");
+  absl::StatusOr<ModelConfig> c = Parse(j);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->n_kv_heads, 8);  // = heads.
   EXPECT_EQ(c->head_dim, 32);   // = hidden / heads.
@@ -103,6 +118,60 @@ TEST(HfConfigTest, Defaults) {
   EXPECT_FALSE(c->qkv_bias);
   EXPECT_EQ(c->rope_layout, RopeLayout::kRotateHalf);
   EXPECT_EQ(c->rope_scaling, RopeScaling::kNone);
+  // Each is said, with its rule.
+  EXPECT_EQ(DefaultedValue(*c, "num_key_value_heads"), "8");
+  EXPECT_EQ(DefaultedValue(*c, "head_dim"), "32");
+  EXPECT_EQ(DefaultedValue(*c, "rope_theta"), "10000.0");
+  EXPECT_EQ(DefaultedValue(*c, "rms_norm_eps"), "1e-06");
+  EXPECT_EQ(DefaultedValue(*c, "tie_word_embeddings"), "false");
+  EXPECT_EQ(DefaultedValue(*c, "hidden_size"), "");  // Given.
+  EXPECT_THAT(c->ToString(), HasSubstr("rope_theta = 10000.0 (LlamaConfig default, transformers 4.57.6 and 5.25.0)"));
+  EXPECT_THAT(c->ToString(), HasSubstr("head_dim = 32 (transformers' rule: hidden_size / num_attention_heads)"));
+}
+
+// Every served family's own defaults (transformers' config classes): a file that omits the
+// RoPE base, the norm epsilon, the head size or the window gets its family's value.
+TEST(HfConfigTest, EachFamilyTakesItsOwnClassDefaults) {
+  struct Expected {
+    const char* model_type;
+    double rope_theta, norm_eps;
+    int64_t head_dim, n_kv_heads, n_ctx;
+  };
+  // hidden 256 / 8 heads = 32; Mistral's 4096-position window caps its context; Qwen3's
+  // head_dim is 128; num_key_value_heads comes from each class.
+  for (const Expected& e : {Expected{"llama", 1e4, 1e-6, 32, 8, 2048}, Expected{"mistral", 1e4, 1e-6, 32, 8, 2048},
+                            Expected{"mixtral", 1e6, 1e-5, 32, 8, 2048}, Expected{"qwen2", 1e4, 1e-6, 32, 32, 2048},
+                            Expected{"qwen3", 1e4, 1e-6, 128, 32, 2048},
+                            Expected{"qwen2_moe", 1e4, 1e-6, 32, 16, 2048},
+                            Expected{"qwen3_moe", 1e4, 1e-6, 32, 4, 2048}}) {
+    SCOPED_TRACE(e.model_type);
+    Json j = Base();
+    j.erase("num_key_value_heads");
+    j["model_type"] = e.model_type;
+    absl::StatusOr<ModelConfig> c = Parse(j);
+    if (8 % e.n_kv_heads != 0) {  // More KV heads than heads: the class default is refused, by name.
+      ExpectInvalid(c, cascade::StrCat("n_kv_heads = ", e.n_kv_heads));
+      j["num_attention_heads"] = 32;
+      j["hidden_size"] = 1024;
+      c = Parse(j);
+    }
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_DOUBLE_EQ(c->rope_theta, e.rope_theta);
+    EXPECT_DOUBLE_EQ(c->norm_eps, e.norm_eps);
+    EXPECT_EQ(c->head_dim, e.head_dim);
+    EXPECT_EQ(c->n_kv_heads, e.n_kv_heads);
+    EXPECT_EQ(c->n_ctx_train, e.n_ctx);
+    EXPECT_NE(DefaultedValue(*c, "rope_theta"), "");
+    EXPECT_NE(DefaultedValue(*c, "rms_norm_eps"), "");
+  }
+  Json j = Base();
+  j["model_type"] = "mistral";
+  j["max_position_embeddings"] = 32768;
+  absl::StatusOr<ModelConfig> c = Parse(j);  // MistralConfig's sliding_window is 4096.
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->sliding_window, 4096);
+  EXPECT_EQ(c->n_ctx_train, 4096);
+  EXPECT_EQ(DefaultedValue(*c, "sliding_window"), "4096");
 }
 
 TEST(HfConfigTest, ExplicitValuesAndNulls) {
@@ -155,10 +224,8 @@ TEST(HfConfigTest, ModelTypes) {
   EXPECT_FALSE(c->qkv_bias);
 
   j["model_type"] = "llama";
-  j["attention_bias"] = true;
-  c = Parse(j);
-  ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_TRUE(c->qkv_bias);
+  j["attention_bias"] = true;  // Biases on q, k, v *and* o_proj.
+  ExpectInvalid(Parse(j), "attention_bias", absl::StatusCode::kUnimplemented);
 
   j["model_type"] = "gpt2";
   ExpectInvalid(Parse(j), "gpt2", absl::StatusCode::kUnimplemented);
@@ -179,8 +246,14 @@ TEST(HfConfigTest, RopeScalingLlama3) {
   EXPECT_DOUBLE_EQ(c->rope_high_freq_factor, 4.0);
   EXPECT_EQ(c->rope_original_ctx, 8192);
 
-  j["rope_scaling"].erase("original_max_position_embeddings");
-  ExpectInvalid(Parse(j), "rope_scaling.original_max_position_embeddings");
+  j["rope_scaling"].erase("original_max_position_embeddings");  // 5.x's rule: max_position_embeddings.
+  c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rope_original_ctx, 2048);
+  EXPECT_EQ(DefaultedValue(*c, "rope_scaling.original_max_position_embeddings"), "2048");
+  Json k = j;
+  k["rope_scaling"].erase("low_freq_factor");  // Required by transformers' validation.
+  ExpectInvalid(Parse(k), "rope_scaling.low_freq_factor");
   j["rope_scaling"].erase("factor");
   ExpectInvalid(Parse(j), "rope_scaling.factor");
 }
@@ -208,24 +281,41 @@ TEST(HfConfigTest, RopeScalingLinearYarnDefault) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->rope_scaling, RopeScaling::kNone);
 
-  j["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2.0}};
-  ExpectInvalid(Parse(j), "dynamic", absl::StatusCode::kUnimplemented);
-  j["rope_scaling"] = {{"factor", 2.0}};
-  ExpectInvalid(Parse(j), "rope_scaling.rope_type");
+  j["rope_scaling"] = {{"type", "su"}, {"factor", 2.0}};
+  ExpectInvalid(Parse(j), "'su'", absl::StatusCode::kUnimplemented);
+  j["rope_scaling"] = {{"factor", 2.0}};  // transformers' standardize_rope_params: type default.
+  c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rope_scaling, RopeScaling::kNone);
+  EXPECT_EQ(DefaultedValue(*c, "rope_scaling.rope_type"), "\"default\"");
   j["rope_scaling"] = {{"type", "linear"}, {"factor", -1.0}};
   ExpectInvalid(Parse(j), "rope_scaling.factor");
   j["rope_scaling"] = "linear";
   ExpectInvalid(Parse(j), "rope_scaling");
 }
 
-TEST(HfConfigTest, MissingRequiredKeys) {
-  for (const char* key : {"model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-                          "vocab_size", "max_position_embeddings"}) {
+// model_type picks the class; every other key has a class default, taken and recorded.
+TEST(HfConfigTest, MissingKeysTakeTheClassDefaultsExceptModelType) {
+  Json j = Base();
+  j.erase("model_type");
+  ExpectInvalid(Parse(j), "\"model_type\"");
+  for (const char* key : {"hidden_size", "num_hidden_layers", "intermediate_size", "vocab_size",
+                          "max_position_embeddings"}) {
     SCOPED_TRACE(key);
-    Json j = Base();
+    j = Base();
     j.erase(key);
-    ExpectInvalid(Parse(j), std::string("\"") + key + "\"");
+    absl::StatusOr<ModelConfig> c = Parse(j);
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_NE(DefaultedValue(*c, key), "");
   }
+  j = Base();
+  j["model_type"] = "qwen2_moe";  // Nothing about the experts: Qwen2MoeConfig's 60, top 4.
+  absl::StatusOr<ModelConfig> c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->n_experts, 60);
+  EXPECT_EQ(c->n_experts_used, 4);
+  EXPECT_EQ(c->n_ff_shared_expert, 5632);
+  EXPECT_EQ(DefaultedValue(*c, "num_experts"), "60");
 }
 
 TEST(HfConfigTest, WrongTypes) {
@@ -315,9 +405,170 @@ TEST(HfConfigTest, MixtureOfExperts) {
   bad("decoder_sparse_step", 0, "decoder_sparse_step");
   bad("mlp_only_layers", {9}, "mlp_only_layers");
   bad("mlp_only_layers", "all", "mlp_only_layers");
-  Json missing = j;
-  missing.erase("num_experts");
-  ExpectInvalid(Parse(missing), "num_experts");
+  // Qwen3-MoE's count is num_experts in 4.x, num_local_experts in 5.x: either, or both agreeing.
+  j["model_type"] = "qwen3_moe";
+  j.erase("num_experts");
+  j["num_local_experts"] = 64;
+  c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->n_experts, 64);
+  j["num_experts"] = 64;
+  EXPECT_TRUE(Parse(j).ok());
+  bad("num_experts", 32, "num_local_experts");
+}
+
+// transformers 5.x's layout: the base and the scaling together in rope_parameters, maybe
+// one object per layer type; conflicting or unsupported settings are refused by name.
+TEST(HfConfigTest, RopeParametersOfTransformers5) {
+  Json j = Base();
+  j["rope_parameters"] = {{"rope_theta", 500000.0},  {"rope_type", "llama3"},         {"factor", 8.0},
+                          {"low_freq_factor", 1.0},  {"high_freq_factor", 4.0},
+                          {"original_max_position_embeddings", 1024}};
+  absl::StatusOr<ModelConfig> c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_DOUBLE_EQ(c->rope_theta, 500000.0);
+  EXPECT_EQ(c->rope_scaling, RopeScaling::kLlama3);
+  EXPECT_EQ(c->rope_original_ctx, 1024);
+  EXPECT_EQ(DefaultedValue(*c, "rope_theta"), "");
+
+  Json k = j;
+  k["rope_theta"] = 500000.0;  // Both places, agreeing (a 4.x file re-saved by hand).
+  EXPECT_TRUE(Parse(k).ok());
+  k["rope_theta"] = 10000.0;
+  ExpectInvalid(Parse(k), "rope_theta");
+  k = j;
+  k["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}};
+  ExpectInvalid(Parse(k), "rope_scaling");
+
+  // One object per layer type: the types the layers use must agree.
+  j["model_type"] = "qwen3";
+  j["rope_parameters"] = {{"full_attention", {{"rope_theta", 1e6}, {"rope_type", "default"}}},
+                          {"sliding_attention", {{"rope_theta", 1e4}, {"rope_type", "default"}}}};
+  j["layer_types"] = {"full_attention", "full_attention", "full_attention", "full_attention"};
+  c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_DOUBLE_EQ(c->rope_theta, 1e6);
+  j["layer_types"][1] = "sliding_attention";
+  ExpectInvalid(Parse(j), "differ between layer types", absl::StatusCode::kUnimplemented);
+
+  j = Base();
+  j["rope_parameters"] = {{"rope_theta", 1e4}, {"rope_type", "default"}, {"partial_rotary_factor", 0.5}};
+  ExpectInvalid(Parse(j), "partial_rotary_factor", absl::StatusCode::kUnimplemented);
+  j["rope_parameters"] = {{"rope_theta", 1e4}, {"rope_type", "mrope"}};
+  ExpectInvalid(Parse(j), "rope_parameters.rope_type\" = 'mrope'", absl::StatusCode::kUnimplemented);
+}
+
+// YaRN's fields and defaults (transformers' _compute_yarn_parameters).
+TEST(HfConfigTest, RopeYarnFields) {
+  Json j = Base();
+  j["rope_parameters"] = {{"rope_theta", 1e6}, {"rope_type", "yarn"}, {"factor", 4.0},
+                          {"original_max_position_embeddings", 512}};
+  absl::StatusOr<ModelConfig> c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rope_scaling, RopeScaling::kYarn);
+  EXPECT_DOUBLE_EQ(c->rope_attention_factor, 1 + 0.1 * std::log(4.0));
+  EXPECT_DOUBLE_EQ(c->rope_beta_fast, 32);
+  EXPECT_DOUBLE_EQ(c->rope_beta_slow, 1);
+  EXPECT_TRUE(c->rope_yarn_truncate);
+  EXPECT_NE(DefaultedValue(*c, "rope_parameters.attention_factor"), "");
+  EXPECT_EQ(DefaultedValue(*c, "rope_parameters.beta_fast"), "32");
+  EXPECT_EQ(c->n_ctx_train, 2048);  // YaRN is exact over the whole context.
+  j["rope_parameters"]["mscale"] = 0.707;  // DeepSeek's ratio form.
+  j["rope_parameters"]["mscale_all_dim"] = 0.707;
+  c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_DOUBLE_EQ(c->rope_attention_factor, 1.0);
+  j["rope_parameters"]["attention_factor"] = 1.25;
+  j["rope_parameters"]["beta_fast"] = 16;
+  j["rope_parameters"]["truncate"] = false;
+  c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_DOUBLE_EQ(c->rope_attention_factor, 1.25);
+  EXPECT_DOUBLE_EQ(c->rope_beta_fast, 16);
+  EXPECT_FALSE(c->rope_yarn_truncate);
+}
+
+// Dynamic NTK and LongRoPE are exact up to their original context (dynamic is unscaled
+// there, LongRoPE uses its short factors), so the context is capped there.
+TEST(HfConfigTest, RopeDynamicAndLongRopeCapTheContext) {
+  Json j = Base();
+  j["max_position_embeddings"] = 4096;
+  j["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 2.0}, {"original_max_position_embeddings", 1024}};
+  absl::StatusOr<ModelConfig> c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rope_scaling, RopeScaling::kDynamic);
+  EXPECT_EQ(c->n_ctx_train, 1024);
+  const std::vector<float> unscaled = RopeInvFreq(*c);
+  EXPECT_FLOAT_EQ(unscaled[1], static_cast<float>(std::pow(1e4, -2.0 / 32)));
+
+  std::vector<double> short_factor(16, 1.0), long_factor(16, 4.0);
+  short_factor[15] = 2.0;
+  j["rope_scaling"] = {{"rope_type", "longrope"},
+                       {"short_factor", short_factor},
+                       {"long_factor", long_factor},
+                       {"original_max_position_embeddings", 1024}};
+  c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rope_scaling, RopeScaling::kLongRope);
+  EXPECT_EQ(c->n_ctx_train, 1024);
+  EXPECT_DOUBLE_EQ(c->rope_scaling_factor, 4.0);  // max_position_embeddings / original.
+  EXPECT_DOUBLE_EQ(c->rope_attention_factor, std::sqrt(1 + std::log(4.0) / std::log(1024.0)));
+  const std::vector<float> inv = RopeInvFreq(*c);
+  EXPECT_FLOAT_EQ(inv[15], static_cast<float>(std::pow(1e4, -30.0 / 32) / 2));
+  EXPECT_FLOAT_EQ(inv[14], static_cast<float>(std::pow(1e4, -28.0 / 32)));
+  j["rope_scaling"]["short_factor"] = {1.0, 2.0};
+  ExpectInvalid(Parse(j), "rope_scaling.short_factor");
+}
+
+// layer_types (5.x; Qwen derives it from use_sliding_window and max_window_layers): a
+// sliding layer with a window narrower than the context caps the context.
+TEST(HfConfigTest, LayerTypes) {
+  Json j = Base();
+  j["model_type"] = "qwen3";
+  j["use_sliding_window"] = true;
+  j["sliding_window"] = 512;
+  j["max_window_layers"] = 4;  // Layers 0-3 full: no layer slides.
+  absl::StatusOr<ModelConfig> c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->sliding_window, 0);
+  EXPECT_EQ(c->n_ctx_train, 2048);
+  j["max_window_layers"] = 2;
+  EXPECT_EQ(Parse(j)->n_ctx_train, 512);
+  j["layer_types"] = {"full_attention", "full_attention", "full_attention", "full_attention"};
+  EXPECT_EQ(Parse(j)->n_ctx_train, 2048);  // The file's layer_types rule.
+  j["layer_types"][3] = "sliding_attention";
+  EXPECT_EQ(Parse(j)->n_ctx_train, 512);
+  j["layer_types"][3] = "chunked_attention";
+  ExpectInvalid(Parse(j), "layer_types", absl::StatusCode::kUnimplemented);
+  j["layer_types"] = {"full_attention"};
+  ExpectInvalid(Parse(j), "layer_types");
+}
+
+// What changes the computation in a way Cascade does not implement is refused by name.
+TEST(HfConfigTest, UnsupportedComputationIsRefused) {
+  Json j = Base();
+  j["hidden_act"] = "gelu";
+  ExpectInvalid(Parse(j), "hidden_act", absl::StatusCode::kUnimplemented);
+  j = Base();
+  j["mlp_bias"] = true;
+  ExpectInvalid(Parse(j), "mlp_bias", absl::StatusCode::kUnimplemented);
+  j = Base();
+  j["model_type"] = "qwen3";
+  j["attention_bias"] = true;
+  ExpectInvalid(Parse(j), "attention_bias", absl::StatusCode::kUnimplemented);
+  j = Base();
+  j["partial_rotary_factor"] = 0.5;
+  ExpectInvalid(Parse(j), "partial_rotary_factor", absl::StatusCode::kUnimplemented);
+}
+
+TEST(HfConfigTest, DtypeOfEitherGeneration) {
+  Json j = Base();
+  j["torch_dtype"] = "bfloat16";
+  EXPECT_EQ(Parse(j)->hf_dtype, "bfloat16");
+  j.erase("torch_dtype");
+  j["dtype"] = "float16";
+  EXPECT_EQ(Parse(j)->hf_dtype, "float16");
+  EXPECT_THAT(Parse(j)->ToString(), HasSubstr("dtype           float16"));
 }
 
 TEST(HfConfigTest, NotJsonOrNotObject) {
@@ -341,7 +592,7 @@ TEST(HfConfigTest, DirectoryWithoutConfigIsNotFound) {
 TEST(HfConfigTest, DirectoryConfigErrorsNameTheFile) {
   TempDir dir;
   Json j = Base();
-  j.erase("vocab_size");
+  j["vocab_size"] = "many";
   const std::string path = dir.WriteFile("config.json", j.dump());
   absl::StatusOr<ModelConfig> c = ModelConfigFromHfDir(dir.path());
   EXPECT_STATUS_CODE(c, kInvalidArgument);

@@ -120,7 +120,7 @@ TEST_P(MoeModelTest, MatchesNaiveDoubleForwardFromBothFormats) {
     const bool dense = std::count(tc.mlp_only_layers.begin(), tc.mlp_only_layers.end(), l) > 0;
     EXPECT_EQ(hf->config.IsMoeLayer(l), !dense) << "layer " << l;
   }
-  const RefModel ref = LoadRef(*hf, std::nullopt, routing);
+  const RefModel ref = LoadRef(*hf, HfRopeOf(spec), routing);
   const std::vector<int32_t> ids = TestIds(ref.c.n_vocab);
   std::vector<std::vector<int64_t>> load;
   const auto ref_logits = RefForward(ref, ids, &load);
@@ -155,7 +155,7 @@ TEST_P(MoeModelTest, MatchesNaiveDoubleForwardFromBothFormats) {
     ASSERT_TRUE(gguf.ok()) << gguf.status();
     EXPECT_TRUE(gguf->config.SameLogicalModel(hf->config)) << gguf->config.ToString() << hf->config.ToString();
     // The GGUF file's own reference (merged expert tensors split per expert) is the same model.
-    WorstRelL2(ref_logits, RefForward(LoadRef(*gguf, std::nullopt, routing), ids), 1e-6);
+    WorstRelL2(ref_logits, RefForward(LoadRef(*gguf, {}, routing), ids), 1e-6);
     gguf_err = WorstRelL2(ref_logits, CascadeLogits(*gguf, ids, tc.threads), tc.bound);
   }
   std::printf("[ info ] %s: worst relative L2 logit error HF %.3g, GGUF %.3g (bound %.3g)\n", tc.name, hf_err, gguf_err,
@@ -208,7 +208,7 @@ TEST(MoeQuantizedTest, GgufExpertsOfEveryCommonTypeOnEveryIsa) {
     testing::WriteRandomModel(spec, path);
     auto files = OpenModelFiles(path);
     ASSERT_TRUE(files.ok()) << files.status();
-    const RefModel ref = LoadRef(*files, std::nullopt, {2, true});
+    const RefModel ref = LoadRef(*files, {}, {2, true});
     const std::vector<int32_t> ids = TestIds(ref.c.n_vocab);
     const double e = WorstRelL2(RefForward(ref, ids), CascadeLogits(*files, ids, 2), 5e-2);
     std::printf("[ info ] Qwen3-MoE %s experts on %s: worst relative L2 logit error %.3g (bound 5e-2)\n",

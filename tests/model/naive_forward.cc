@@ -8,6 +8,7 @@
 
 #include "core/str_cat.h"
 #include "kernels/cpu/quantize.h"
+#include "model/format/gguf.h"
 #include "model/transformer.h"
 
 namespace cascade::model::naive {
@@ -45,6 +46,41 @@ std::vector<double> HfLlama3InvFreq(std::vector<double> inv_freq, const testing:
                        : inv_freq_llama;
   }
   return inv_freq;
+}
+
+// YaRN's frequencies and attention factor from Hugging Face's formula (transformers'
+// modeling_rope_utils.py, _compute_yarn_parameters, with beta_fast 32, beta_slow 1,
+// truncate), in double: dimension i keeps its frequency below the ramp, is divided by
+// `factor` above it, and blends linearly between its ends (floor and ceil of the dimensions
+// that turn beta_fast and beta_slow times over the original context).
+std::vector<double> HfYarnInvFreq(double base, int64_t dim, const testing::YarnRopeScaling& y, double& attention) {
+  const auto correction_dim = [&](double rotations) {
+    return dim * std::log(y.original_max_position_embeddings / (rotations * 2 * M_PI)) / (2 * std::log(base));
+  };
+  const double low = std::max(std::floor(correction_dim(32)), 0.0);
+  double high = std::min(std::ceil(correction_dim(1)), static_cast<double>(dim - 1));
+  if (low == high) high += 0.001;
+  std::vector<double> inv;
+  for (int64_t i = 0; i < dim / 2; ++i) {
+    const double pos_freq = std::pow(base, 2.0 * i / dim);
+    const double ramp = std::min(1.0, std::max(0.0, (i - low) / (high - low)));
+    const double extrapolation_factor = 1 - ramp;
+    inv.push_back(1 / (y.factor * pos_freq) * (1 - extrapolation_factor) + 1 / pos_freq * extrapolation_factor);
+  }
+  attention = y.factor <= 1 ? 1.0 : 0.1 * std::log(y.factor) + 1.0;
+  return inv;
+}
+
+// A GGUF file's RoPE by llama.cpp's rules, from its metadata: base `rope.freq_base` (10000
+// when absent), YaRN from `rope.scaling.{type,factor,original_context_length}`.
+void GgufRope(const GgufFile& f, const std::string& arch, int64_t d, RefModel& m) {
+  const double theta = f.GetFloat(arch + ".rope.freq_base").value_or(10000.0);
+  for (int64_t i = 0; i < d / 2; ++i) m.inv_freq.push_back(std::pow(theta, -2.0 * i / d));
+  if (f.GetString(arch + ".rope.scaling.type").value_or("") != "yarn") return;
+  const testing::YarnRopeScaling y{.factor = *f.GetFloat(arch + ".rope.scaling.factor"),
+                                   .original_max_position_embeddings =
+                                       *f.GetInt(arch + ".rope.scaling.original_context_length")};
+  m.inv_freq = HfYarnInvFreq(theta, d, y, m.attention_factor);
 }
 
 // A MoE layer's experts, by the file's own names: GGUF's router `ffn_gate_inp` and merged
@@ -89,10 +125,12 @@ void LoadExperts(const WeightSource& w, bool hf, int64_t l, RefModel::Layer& L) 
 
 }  // namespace
 
-RefModel LoadRef(const ModelFiles& files, const std::optional<testing::Llama3RopeScaling>& hf_llama3,
-                 RefRouting routing) {
+HfRope HfRopeOf(const testing::RandomModelSpec& spec) {
+  return {.theta = spec.rope_theta, .llama3 = spec.llama3_rope, .yarn = spec.yarn_rope};
+}
+
+RefModel LoadRef(const ModelFiles& files, const HfRope& hf_rope, RefRouting routing) {
   const bool hf = files.format == ModelFormat::kHuggingFace;
-  EXPECT_TRUE(hf || !hf_llama3.has_value());
   const WeightSource& w = *files.weights;
   RefModel m;
   m.c = files.config;
@@ -124,10 +162,14 @@ RefModel LoadRef(const ModelFiles& files, const std::optional<testing::Llama3Rop
   }
   m.routing = routing;
   const int64_t d = m.c.head_dim;
-  for (int64_t i = 0; i < d / 2; ++i) {
-    m.inv_freq.push_back(std::pow(m.c.rope_theta, -2.0 * i / d) / (m.rope_freqs.empty() ? 1.0 : m.rope_freqs[i]));
+  if (hf) {
+    for (int64_t i = 0; i < d / 2; ++i) m.inv_freq.push_back(std::pow(hf_rope.theta, -2.0 * i / d));
+    if (hf_rope.llama3.has_value()) m.inv_freq = HfLlama3InvFreq(m.inv_freq, *hf_rope.llama3);
+    if (hf_rope.yarn.has_value()) m.inv_freq = HfYarnInvFreq(hf_rope.theta, d, *hf_rope.yarn, m.attention_factor);
+  } else {
+    GgufRope(*files.gguf, m.c.arch, d, m);
+    for (int64_t i = 0; i < d / 2 && !m.rope_freqs.empty(); ++i) m.inv_freq[i] /= m.rope_freqs[i];
   }
-  if (hf_llama3.has_value()) m.inv_freq = HfLlama3InvFreq(m.inv_freq, *hf_llama3);
   // From the file's format and architecture, not the config's layout.
   m.neox = hf || m.c.arch != "llama";
   return m;
@@ -165,19 +207,20 @@ std::vector<double> NormHeads(const std::vector<double>& x, const Mat& w, int64_
   return y;
 }
 
-// Frequency i turns by pos * inv_freq[i]. It rotates elements (2i, 2i + 1) of each head in
+// Frequency i turns by pos * inv_freq[i], cos and sin scaled by `scale`. It rotates elements (2i, 2i + 1) of each head in
 // llama.cpp's NORM layout (GGUF `llama`, whose Q/K rows the converter permuted), and
 // (i, i + d/2) in its NEOX layout (GGUF `qwen2`/`qwen3` and Hugging Face: rotate_half).
 void Rope(std::vector<double>& x, int64_t n_heads, int64_t d, int64_t pos, const std::vector<double>& inv_freq,
-          bool neox) {
+          bool neox, double scale) {
   for (int64_t h = 0; h < n_heads; ++h) {
     for (int64_t i = 0; i < d / 2; ++i) {
       const double ang = pos * inv_freq[i];
       double& a = x[h * d + (neox ? i : 2 * i)];
       double& b = x[h * d + (neox ? i + d / 2 : 2 * i + 1)];
       const double a0 = a, b0 = b;
-      a = a0 * std::cos(ang) - b0 * std::sin(ang);
-      b = a0 * std::sin(ang) + b0 * std::cos(ang);
+      const double cos = scale * std::cos(ang), sin = scale * std::sin(ang);
+      a = a0 * cos - b0 * sin;
+      b = a0 * sin + b0 * cos;
     }
   }
 }
@@ -253,8 +296,8 @@ std::vector<std::vector<double>> RefForward(const RefModel& m, const std::vector
         q = NormHeads(q, L.q_norm, d, c.norm_eps);
         k = NormHeads(k, L.k_norm, d, c.norm_eps);
       }
-      Rope(q, c.n_heads, d, pos, m.inv_freq, m.neox);
-      Rope(k, c.n_kv_heads, d, pos, m.inv_freq, m.neox);
+      Rope(q, c.n_heads, d, pos, m.inv_freq, m.neox, m.attention_factor);
+      Rope(k, c.n_kv_heads, d, pos, m.inv_freq, m.neox, m.attention_factor);
       K[l].push_back(k);
       V[l].push_back(v);
       std::vector<double> att(c.q_dim(), 0.0);

@@ -30,11 +30,21 @@ struct RefRouting {
   bool norm_topk = false;
 };
 
+// The RoPE a Hugging Face checkpoint's config.json says, as the test that wrote it states it
+// (never read back through Cascade's config parser): the base and the scaling.
+struct HfRope {
+  double theta = 10000.0;
+  std::optional<testing::Llama3RopeScaling> llama3 = std::nullopt;
+  std::optional<testing::YarnRopeScaling> yarn = std::nullopt;
+};
+HfRope HfRopeOf(const testing::RandomModelSpec& spec);
+
 struct RefModel {
-  ModelConfig c;  // Dimensions only (n_layers, n_embd, heads, eps, theta, vocab).
+  ModelConfig c;  // Dimensions only (n_layers, n_embd, heads, eps, vocab); not its RoPE fields.
   Mat embd, out_norm, output;
   Mat rope_freqs;                // GGUF's rope_freqs.weight (per-frequency divisors); empty: none.
   std::vector<double> inv_freq;  // [head_dim / 2]: frequency i turns by pos * inv_freq[i].
+  double attention_factor = 1.0;  // YaRN: cos and sin are multiplied by it.
   bool neox = false;             // RoPE rotates (i, i + d/2) of each head; else (2i, 2i + 1).
   RefRouting routing;
   struct Layer {
@@ -53,11 +63,10 @@ struct RefModel {
 // The reference model of `files`, read by the file's own tensor names. RoPE as each format
 // defines it: GGUF `llama` rotates adjacent pairs (llama.cpp's converter permuted the Q/K
 // rows) and divides frequencies by rope_freqs.weight; GGUF qwen2/qwen3(moe) and every
-// Hugging Face checkpoint (transformers' rotate_half) rotate the halves of each head, and a
-// Hugging Face checkpoint's frequencies follow its config.json's rope_scaling, which the
-// test that wrote it passes as `hf_llama3` (not read back through Cascade's config parser).
-RefModel LoadRef(const ModelFiles& files, const std::optional<testing::Llama3RopeScaling>& hf_llama3 = std::nullopt,
-                 RefRouting routing = {});
+// Hugging Face checkpoint (transformers' rotate_half) rotate the halves of each head. A GGUF
+// file's base and YaRN come from its metadata, read here by llama.cpp's rules; a Hugging
+// Face checkpoint's from `hf_rope`, which the test that wrote config.json states.
+RefModel LoadRef(const ModelFiles& files, const HfRope& hf_rope = {}, RefRouting routing = {});
 
 // Logits [n_vocab] after each token of `ids`, one token at a time with a full KV history.
 // `load` (optional) gains the tokens routed to each expert: [n_layers][n_experts].

@@ -10,9 +10,11 @@
 #include <cmath>
 #include <functional>
 #include <numeric>
+#include <nlohmann/json.hpp>
 #include <optional>
 
 #include "core/str_cat.h"
+#include "model/format/model_config.h"
 #include "kernels/cpu/quantize.h"
 #include "model/format/gguf.h"
 #include "model/local_engine.h"
@@ -127,7 +129,7 @@ TEST_P(HfCheckpointTest, MatchesNaiveDoubleForwardAndTheGgufFile) {
   auto gguf = OpenModelFiles(gguf_path);
   ASSERT_TRUE(gguf.ok()) << gguf.status();
 
-  const RefModel ref = LoadRef(*hf, spec.llama3_rope);
+  const RefModel ref = LoadRef(*hf, HfRopeOf(spec));
   ASSERT_EQ(ref.layers[0].q_norm.empty(), !tc.qk_norm);
   const std::vector<int32_t> ids = TestIds(ref.c.n_vocab);
   const auto ref_logits = RefForward(ref, ids);
@@ -140,7 +142,7 @@ TEST_P(HfCheckpointTest, MatchesNaiveDoubleForwardAndTheGgufFile) {
     std::printf("[ info ] %s: %s moves the reference's logits by %.3g\n", tc.name, what, moved);
     EXPECT_GT(moved, 100 * kBound) << what;
   };
-  const auto unscaled = [&](int64_t i) { return std::pow(ref.c.rope_theta, -2.0 * i / ref.c.head_dim); };
+  const auto unscaled = [&](int64_t i) { return std::pow(spec.rope_theta, -2.0 * i / ref.c.head_dim); };
   expect_matters("rotating adjacent pairs", [](RefModel& m) { m.neox = false; });
   if (tc.qk_norm) {
     expect_matters("no q_norm / k_norm", [](RefModel& m) {
@@ -196,6 +198,159 @@ INSTANTIATE_TEST_SUITE_P(Models, HfCheckpointTest,
                                            HfCase{"Llama31_f32", DType::kF32, false, false, true},
                                            HfCase{"Llama31_f16_tied", DType::kF16, false, false, true, true, 2}),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// Both generations of config.json for every family Cascade serves, each with its real RoPE
+// base (never 10000, so a base defaulted wrongly shows): transformers 4.x writes top-level
+// rope_theta and rope_scaling and torch_dtype; 5.x writes rope_parameters (base and scaling
+// together), dtype, layer_types, and Qwen3-MoE's expert count as num_local_experts. The two
+// layouts must give one ModelConfig and the same logits, bit for bit, within the bound of
+// the float64 reference, which takes the base and scaling from what the test wrote.
+struct LayoutCase {
+  const char* name;
+  testing::RandomModelSpec spec;
+  const char* model_type;
+  RopeScaling scaling = RopeScaling::kNone;
+};
+void PrintTo(const LayoutCase& c, std::ostream* os) { *os << c.name; }
+
+testing::RandomModelSpec MoeSpec(testing::MoeFamily family, bool norm_topk) {
+  return {.n_layers = 2, .rope_theta = 1e6, .moe = family, .norm_topk_prob = norm_topk};
+}
+
+class HfConfigLayoutTest : public ::testing::TestWithParam<LayoutCase> {};
+
+TEST_P(HfConfigLayoutTest, BothTransformersGenerationsGiveTheSameModel) {
+  const LayoutCase& tc = GetParam();
+  constexpr double kBound = 1e-4;  // F32 weights: f32 rounding only.
+  testing::TempDir dir;
+  std::vector<ModelFiles> files;
+  for (const auto layout : {testing::HfLayout::kTransformers4, testing::HfLayout::kTransformers5}) {
+    testing::RandomModelSpec spec = tc.spec;
+    spec.hf_layout = layout;
+    const std::string path = StrCat(dir.path(), "/v", layout == testing::HfLayout::kTransformers4 ? 4 : 5);
+    testing::WriteRandomHfModel(spec, path);
+    auto f = OpenModelFiles(path);
+    ASSERT_TRUE(f.ok()) << f.status();
+    files.push_back(std::move(*f));
+  }
+  const ModelConfig& v4 = files[0].config;
+  const ModelConfig& v5 = files[1].config;
+  EXPECT_EQ(v4.arch, tc.model_type);
+  EXPECT_TRUE(v4.SameLogicalModel(v5)) << "4.x:\n" << v4.ToString() << "5.x:\n" << v5.ToString();
+  EXPECT_EQ(v4.rope_theta, tc.spec.rope_theta);
+  EXPECT_EQ(v5.rope_theta, tc.spec.rope_theta);
+  EXPECT_EQ(v4.rope_scaling, tc.scaling);
+  EXPECT_EQ(v5.rope_scaling, tc.scaling);
+  EXPECT_EQ(v4.n_experts, v5.n_experts);
+  EXPECT_EQ(v4.n_experts, tc.spec.moe == testing::MoeFamily::kNone ? 0 : tc.spec.n_experts);
+  EXPECT_EQ(v4.n_ctx_train, tc.spec.n_ctx);  // No window or scaling caps it.
+  for (const ModelConfig* c : {&v4, &v5}) {
+    for (const DefaultedKey& d : c->defaulted) {
+      EXPECT_EQ(d.key.find("rope_theta"), std::string::npos) << "the file gives the base: " << d.key << " = " << d.value;
+    }
+  }
+
+  const RefRouting routing{tc.spec.n_experts_used,
+                           tc.spec.moe == testing::MoeFamily::kMixtral || tc.spec.norm_topk_prob};
+  const RefModel ref = LoadRef(files[0], HfRopeOf(tc.spec), routing);
+  const std::vector<int32_t> ids = TestIds(ref.c.n_vocab);
+  const auto ref_logits = RefForward(ref, ids);
+  {  // The base matters: the old silent default of 10000 moves the reference far past the bound.
+    RefModel m = ref;
+    const HfRope wrong{.theta = 10000.0, .llama3 = tc.spec.llama3_rope, .yarn = tc.spec.yarn_rope};
+    m.inv_freq = LoadRef(files[0], wrong, routing).inv_freq;
+    const double moved = WorstRelL2(ref_logits, RefForward(m, ids));
+    std::printf("[ info ] %s: RoPE base 10000 instead of %g moves the reference's logits by %.3g\n", tc.name,
+                tc.spec.rope_theta, moved);
+    EXPECT_GT(moved, 100 * kBound);
+  }
+  const auto logits4 = CascadeLogits(files[0], ids, 1);
+  const auto logits5 = CascadeLogits(files[1], ids, 1);
+  EXPECT_EQ(logits4, logits5) << "the two layouts must be one model";
+  const double err = WorstRelL2(ref_logits, logits4, kBound);
+  std::printf("[ info ] %s: worst relative L2 logit error %.3g (bound %.3g), 4.x and 5.x layouts identical\n",
+              tc.name, err, kBound);
+}
+
+// Llama 3.1's base is 500000, the others' 1e6 (Qwen2.5, Qwen3, Mistral v0.2+, Mixtral).
+INSTANTIATE_TEST_SUITE_P(
+    Families, HfConfigLayoutTest,
+    ::testing::Values(
+        LayoutCase{"Llama31", {.llama3_rope = kLlama31Rope, .rope_theta = 500000.0}, "llama", RopeScaling::kLlama3},
+        LayoutCase{"Mistral", {.rope_theta = 1e6, .mistral = true}, "mistral"},
+        LayoutCase{"Qwen2", {.qkv_bias = true, .rope_theta = 1e6}, "qwen2"},
+        LayoutCase{"Qwen3", {.qk_norm = true, .rope_theta = 1e6}, "qwen3"},
+        LayoutCase{"Qwen3_yarn",
+                   {.qk_norm = true, .yarn_rope = testing::YarnRopeScaling{4.0, 32}, .rope_theta = 1e6},
+                   "qwen3",
+                   RopeScaling::kYarn},
+        LayoutCase{"Mixtral", MoeSpec(testing::MoeFamily::kMixtral, true), "mixtral"},
+        LayoutCase{"Qwen2Moe", MoeSpec(testing::MoeFamily::kQwen2Moe, false), "qwen2_moe"},
+        LayoutCase{"Qwen3Moe", MoeSpec(testing::MoeFamily::kQwen3Moe, true), "qwen3_moe"}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+// YaRN as llama.cpp's converter writes it into a GGUF file (rope.scaling.type yarn, factor,
+// original_context_length; beta 32/1 and the attention factor by llama.cpp's defaults) is
+// the model config.json describes: the same frequencies, attention factor and logits.
+TEST(YarnTest, GgufAndHuggingFaceFilesAgreeWithTheReference) {
+  testing::RandomModelSpec spec{.qk_norm = true, .yarn_rope = testing::YarnRopeScaling{4.0, 32}, .rope_theta = 1e6};
+  testing::TempDir dir;
+  testing::WriteRandomHfModel(spec, dir.path() + "/hf");
+  testing::WriteRandomModel(spec, dir.path() + "/model.gguf");
+  auto hf = OpenModelFiles(dir.path() + "/hf");
+  auto gguf = OpenModelFiles(dir.path() + "/model.gguf");
+  ASSERT_TRUE(hf.ok() && gguf.ok()) << hf.status() << gguf.status();
+  EXPECT_TRUE(hf->config.SameLogicalModel(gguf->config)) << hf->config.ToString() << gguf->config.ToString();
+  EXPECT_NEAR(hf->config.rope_attention_factor, 1 + 0.1 * std::log(4.0), 1e-12);
+  const RefModel ref = LoadRef(*hf, HfRopeOf(spec));
+  const RefModel gguf_ref = LoadRef(*gguf);
+  ASSERT_EQ(ref.inv_freq.size(), gguf_ref.inv_freq.size());
+  const std::vector<float> cascade = RopeInvFreq(hf->config);
+  int ramp = 0;  // Frequencies strictly between kept and divided by the factor.
+  for (size_t i = 0; i < ref.inv_freq.size(); ++i) {
+    EXPECT_NEAR(cascade[i], ref.inv_freq[i], 1e-6 * ref.inv_freq[i]) << "frequency " << i;
+    EXPECT_NEAR(gguf_ref.inv_freq[i], ref.inv_freq[i], 1e-6 * ref.inv_freq[i]) << "frequency " << i;
+    const double base = std::pow(1e6, -2.0 * i / 64);
+    ramp += ref.inv_freq[i] < base * (1 - 1e-9) && ref.inv_freq[i] > base / 4 * (1 + 1e-9);
+  }
+  EXPECT_GT(ramp, 0) << "the test's original context must put dimensions on the ramp";
+  const std::vector<int32_t> ids = TestIds(ref.c.n_vocab);
+  const auto ref_logits = RefForward(ref, ids);
+  RefModel no_attention_factor = ref;
+  no_attention_factor.attention_factor = 1.0;
+  const double moved = WorstRelL2(ref_logits, RefForward(no_attention_factor, ids));
+  EXPECT_GT(moved, 1e-2) << "the attention factor must matter";
+  const double hf_err = WorstRelL2(ref_logits, CascadeLogits(*hf, ids, 1), 1e-4);
+  const double gguf_err = WorstRelL2(ref_logits, CascadeLogits(*gguf, ids, 1), 1e-4);
+  std::printf("[ info ] YaRN: HF %.3g, GGUF %.3g (bound 1e-4); no attention factor moves the reference by %.3g\n",
+              hf_err, gguf_err, moved);
+}
+
+// A config.json without a RoPE base, for a family whose transformers default is not 10000:
+// Mixtral's class says 1e6, so the file loads as the model it is, and the load log says so.
+TEST(HfDefaultsTest, MissingRopeBaseTakesTheFamilyDefaultAndIsLogged) {
+  testing::TempDir dir;
+  const testing::RandomModelSpec spec = MoeSpec(testing::MoeFamily::kMixtral, true);
+  testing::WriteRandomHfModel(spec, dir.path() + "/full");
+  testing::WriteRandomHfModel(spec, dir.path() + "/no_theta");
+  const std::string config_path = dir.path() + "/no_theta/config.json";
+  nlohmann::json config = nlohmann::json::parse(testing::ReadFileOrDie(config_path));
+  ASSERT_EQ(config.erase("rope_theta"), 1u);
+  dir.WriteFile("no_theta/config.json", config.dump(2));
+
+  ::testing::internal::CaptureStderr();
+  auto no_theta = OpenModelFiles(dir.path() + "/no_theta");
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(no_theta.ok()) << no_theta.status();
+  EXPECT_EQ(no_theta->config.rope_theta, 1e6);
+  EXPECT_THAT(log, ::testing::HasSubstr("rope_theta = 1000000.0 (not in the file: MixtralConfig default"));
+  const auto& d = no_theta->config.defaulted;
+  EXPECT_NE(std::find_if(d.begin(), d.end(), [](const DefaultedKey& k) { return k.key == "rope_theta"; }), d.end());
+  auto full = OpenModelFiles(dir.path() + "/full");
+  ASSERT_TRUE(full.ok()) << full.status();
+  const std::vector<int32_t> ids = TestIds(spec.n_vocab);
+  EXPECT_EQ(CascadeLogits(*no_theta, ids, 1), CascadeLogits(*full, ids, 1));
+}
 
 // The directory is a whole checkpoint: LocalEngine (which also reads tokenizer.json) loads
 // it, its tokenizer is the GGUF file's, and so are its prompt logits.
