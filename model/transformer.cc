@@ -220,8 +220,8 @@ absl::Status Transformer::RunLayers(TensorView hidden, const ForwardBatch& batch
   TensorView gate = View(*gate_, n, DenseFfnColumns());
   TensorView up = View(*up_, n, DenseFfnColumns());
   // YaRN and LongRoPE scale cos and sin by the attention factor, so q.k by its square.
-  const float attn_scale = static_cast<float>(c.rope_attention_factor * c.rope_attention_factor) /
-                           std::sqrt(static_cast<float>(c.head_dim));
+  const float attn_scale =
+      static_cast<float>(c.rope_attention_factor * c.rope_attention_factor) / std::sqrt(static_cast<float>(c.head_dim));
   const kernels::AttentionParams attn_params{shard_.n_heads(), attn_scale};
 
   for (size_t li = 0; li < layers_.size(); ++li) {

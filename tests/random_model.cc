@@ -180,7 +180,8 @@ std::vector<Tensor> RandomTensors(const RandomModelSpec& s) {
   if (!s.tied) mat("output.weight", "lm_head.weight", s.n_vocab, s.n_embd);
   CASCADE_CHECK(s.rope_freq_factors.empty() || !s.llama3_rope.has_value());
   if (!s.rope_freq_factors.empty()) f32("rope_freqs.weight", "", s.rope_freq_factors);
-  if (s.llama3_rope.has_value()) f32("rope_freqs.weight", "", Llama3RopeFreqFactors(*s.llama3_rope, head_dim, s.rope_theta));
+  if (s.llama3_rope.has_value())
+    f32("rope_freqs.weight", "", Llama3RopeFreqFactors(*s.llama3_rope, head_dim, s.rope_theta));
   for (int64_t l = 0; l < s.n_layers; ++l) {
     const std::string g = StrCat("blk.", l, "."), h = StrCat("model.layers.", l, ".");
     f32(g + "attn_norm.weight", h + "input_layernorm.weight", random(s.n_embd, 0.1f, 1.0f));
@@ -247,7 +248,6 @@ void WriteFile(const std::string& path, const std::string& bytes) {
   out << bytes;
   CASCADE_CHECK(out.good()) << path;
 }
-
 
 // The RoPE scaling object of config.json (without rope_theta), or null.
 nlohmann::json RopeScalingJson(const RandomModelSpec& s) {
@@ -366,7 +366,8 @@ void WriteRandomModel(const RandomModelSpec& s, const std::string& path) {
   if (const auto& y = s.yarn_rope; y.has_value()) {  // As convert_hf_to_gguf.py writes YaRN.
     w.SetString(arch + ".rope.scaling.type", "yarn");
     w.SetF32(arch + ".rope.scaling.factor", static_cast<float>(y->factor));
-    w.SetU32(arch + ".rope.scaling.original_context_length", static_cast<uint32_t>(y->original_max_position_embeddings));
+    w.SetU32(arch + ".rope.scaling.original_context_length",
+             static_cast<uint32_t>(y->original_max_position_embeddings));
   }
   w.SetString("tokenizer.ggml.model", "gpt2");
   w.SetString("tokenizer.ggml.pre", "gpt-2");

@@ -90,8 +90,8 @@ absl::Status ParseBiasesAndActivation(const HfKeys& keys, ModelConfig& c) {
     // attention_bias gives q, k, v *and* o_proj a bias.
     CASCADE_ASSIGN_OR_RETURN(const bool attention_bias, keys.Bool("attention_bias"));
     if (attention_bias) {
-      return absl::UnimplementedError(cascade::StrCat(keys.Bad("attention_bias", true, "").message(),
-                                                      "an o_proj bias is not supported"));
+      return absl::UnimplementedError(
+          cascade::StrCat(keys.Bad("attention_bias", true, "").message(), "an o_proj bias is not supported"));
     }
   }
   if (c.arch == "llama") {
@@ -127,8 +127,8 @@ absl::StatusOr<std::vector<std::string>> ParseAttentionWindows(const HfKeys& key
     }
     for (const Json& t : *lt) {
       if (!t.is_string() || (t != "full_attention" && t != "sliding_attention")) {
-        return absl::UnimplementedError(cascade::StrCat(
-            keys.Bad("layer_types", t, "").message(), "only full_attention and sliding_attention are supported"));
+        return absl::UnimplementedError(cascade::StrCat(keys.Bad("layer_types", t, "").message(),
+                                                        "only full_attention and sliding_attention are supported"));
       }
       if (std::find(types.begin(), types.end(), t.get<std::string>()) == types.end()) types.push_back(t);
     }
@@ -180,8 +180,8 @@ absl::StatusOr<ModelConfig> ModelConfigFromHfJson(std::string_view json_text, co
   if (c.n_heads <= 0) return keys.Bad("num_attention_heads", c.n_heads, "must be positive");
   CASCADE_ASSIGN_OR_RETURN(c.n_kv_heads,
                            keys.Int("num_key_value_heads", c.n_heads, "transformers' rule: num_attention_heads"));
-  CASCADE_ASSIGN_OR_RETURN(c.head_dim, keys.Int("head_dim", c.n_embd / c.n_heads,
-                                                "transformers' rule: hidden_size / num_attention_heads"));
+  CASCADE_ASSIGN_OR_RETURN(
+      c.head_dim, keys.Int("head_dim", c.n_embd / c.n_heads, "transformers' rule: hidden_size / num_attention_heads"));
   CASCADE_ASSIGN_OR_RETURN(c.n_ff, keys.Int("intermediate_size"));
   CASCADE_ASSIGN_OR_RETURN(c.n_vocab, keys.Int("vocab_size"));
   CASCADE_ASSIGN_OR_RETURN(c.n_ctx_train, keys.Int("max_position_embeddings"));

@@ -147,8 +147,8 @@ std::optional<std::string_view> TransformersDefault(std::string_view model_type,
 
 std::string_view TransformersConfigClass(std::string_view model_type) {
   static constexpr std::pair<std::string_view, std::string_view> kClasses[] = {
-      {"llama", "LlamaConfig"},         {"mistral", "MistralConfig"},     {"mixtral", "MixtralConfig"},
-      {"qwen2", "Qwen2Config"},         {"qwen3", "Qwen3Config"},         {"qwen2_moe", "Qwen2MoeConfig"},
+      {"llama", "LlamaConfig"},       {"mistral", "MistralConfig"}, {"mixtral", "MixtralConfig"},
+      {"qwen2", "Qwen2Config"},       {"qwen3", "Qwen3Config"},     {"qwen2_moe", "Qwen2MoeConfig"},
       {"qwen3_moe", "Qwen3MoeConfig"}};
   for (const auto& [type, cls] : kClasses) {
     if (type == model_type) return cls;

@@ -8,7 +8,10 @@ namespace cascade::model {
 
 HfKeys::HfKeys(const Json& obj, const std::string& source, std::string prefix, std::string model_type,
                std::vector<DefaultedKey>* defaulted)
-    : obj_(obj), source_(source), prefix_(std::move(prefix)), model_type_(std::move(model_type)),
+    : obj_(obj),
+      source_(source),
+      prefix_(std::move(prefix)),
+      model_type_(std::move(model_type)),
       defaulted_(defaulted) {}
 
 const HfKeys::Json* HfKeys::Find(const char* key) const {
@@ -76,9 +79,9 @@ void HfKeys::Record(std::string key, std::string value, std::string_view rule) c
 }
 
 absl::Status HfKeys::Missing(const char* key) const {
-  return absl::InvalidArgumentError(
-      cascade::StrCat(source_, ": required key \"", prefix_, key, "\" is missing",
-                      Has(key) ? " (null)" : "", model_type_.empty() ? "" : " and has no transformers default"));
+  return absl::InvalidArgumentError(cascade::StrCat(source_, ": required key \"", prefix_, key, "\" is missing",
+                                                    Has(key) ? " (null)" : "",
+                                                    model_type_.empty() ? "" : " and has no transformers default"));
 }
 
 absl::Status HfKeys::Bad(const char* key, const Json& v, std::string_view why) const {

@@ -64,9 +64,10 @@ absl::Status ParseYarn(const HfKeys& rk, ModelConfig& c) {
     c.rope_attention_factor = ratio ? YarnMscale(c.rope_scaling_factor, mscale->get<double>()) /
                                           YarnMscale(c.rope_scaling_factor, all_dim->get<double>())
                                     : YarnMscale(c.rope_scaling_factor, 1.0);
-    rk.Record(rk.prefix() + "attention_factor", cascade::StrCat(c.rope_attention_factor),
-              cascade::StrCat(kRopeUtils, ": ", ratio ? "mscale(factor, mscale) / mscale(factor, mscale_all_dim)"
-                                                      : "0.1 ln(factor) + 1"));
+    rk.Record(
+        rk.prefix() + "attention_factor", cascade::StrCat(c.rope_attention_factor),
+        cascade::StrCat(kRopeUtils, ": ",
+                        ratio ? "mscale(factor, mscale) / mscale(factor, mscale_all_dim)" : "0.1 ln(factor) + 1"));
   }
   CASCADE_ASSIGN_OR_RETURN(c.rope_beta_fast, rk.Double("beta_fast", 32.0, kRopeUtils));
   CASCADE_ASSIGN_OR_RETURN(c.rope_beta_slow, rk.Double("beta_slow", 1.0, kRopeUtils));
@@ -90,17 +91,19 @@ absl::Status ParseLongRope(const HfKeys& keys, const HfKeys& rk, ModelConfig& c)
     CASCADE_ASSIGN_OR_RETURN(c.rope_original_ctx, keys.Int("original_max_position_embeddings"));
   } else {
     CASCADE_ASSIGN_OR_RETURN(c.rope_original_ctx, rk.Int("original_max_position_embeddings", c.n_ctx_train,
-                                                          "transformers' rule: max_position_embeddings"));
+                                                         "transformers' rule: max_position_embeddings"));
   }
-  if (c.rope_original_ctx <= 0) return rk.Bad("original_max_position_embeddings", c.rope_original_ctx, "must be positive");
+  if (c.rope_original_ctx <= 0)
+    return rk.Bad("original_max_position_embeddings", c.rope_original_ctx, "must be positive");
   const double ratio = static_cast<double>(c.n_ctx_train) / static_cast<double>(c.rope_original_ctx);
   CASCADE_ASSIGN_OR_RETURN(c.rope_scaling_factor,
                            rk.Double("factor", ratio, "transformers' rule: max_position_embeddings / original"));
   const double f = c.rope_scaling_factor;
-  const double fallback = f <= 1 ? 1.0 : std::sqrt(1 + std::log(f) / std::log(static_cast<double>(c.rope_original_ctx)));
-  CASCADE_ASSIGN_OR_RETURN(c.rope_attention_factor,
-                           rk.Double("attention_factor", fallback,
-                                     cascade::StrCat(kRopeUtils, ": sqrt(1 + ln(factor) / ln(original))")));
+  const double fallback =
+      f <= 1 ? 1.0 : std::sqrt(1 + std::log(f) / std::log(static_cast<double>(c.rope_original_ctx)));
+  CASCADE_ASSIGN_OR_RETURN(
+      c.rope_attention_factor,
+      rk.Double("attention_factor", fallback, cascade::StrCat(kRopeUtils, ": sqrt(1 + ln(factor) / ln(original))")));
   return absl::OkStatus();
 }
 
@@ -140,8 +143,8 @@ absl::Status ParseHfRope(const HfKeys& keys, const std::vector<std::string>& lay
     rk.Record(name + ".rope_type", "\"default\"", "transformers' standardize_rope_params");
   }
   static const std::pair<std::string_view, RopeScaling> kTypes[] = {
-      {"default", RopeScaling::kNone}, {"linear", RopeScaling::kLinear}, {"dynamic", RopeScaling::kDynamic},
-      {"llama3", RopeScaling::kLlama3}, {"yarn", RopeScaling::kYarn},    {"longrope", RopeScaling::kLongRope}};
+      {"default", RopeScaling::kNone},  {"linear", RopeScaling::kLinear}, {"dynamic", RopeScaling::kDynamic},
+      {"llama3", RopeScaling::kLlama3}, {"yarn", RopeScaling::kYarn},     {"longrope", RopeScaling::kLongRope}};
   const auto it = std::find_if(std::begin(kTypes), std::end(kTypes), [&](const auto& t) { return t.first == type; });
   if (it == std::end(kTypes)) {
     return absl::UnimplementedError(cascade::StrCat(source, ": \"", name, ".rope_type\" = '", type,
@@ -158,7 +161,7 @@ absl::Status ParseHfRope(const HfKeys& keys, const std::vector<std::string>& lay
   if (!(c.rope_scaling_factor > 0)) return rk.Bad("factor", *rk.Find("factor"), "must be positive");
   if (c.rope_scaling == RopeScaling::kLinear) return absl::OkStatus();
   CASCADE_ASSIGN_OR_RETURN(c.rope_original_ctx, rk.Int("original_max_position_embeddings", c.n_ctx_train,
-                                                        "transformers' rule: max_position_embeddings"));
+                                                       "transformers' rule: max_position_embeddings"));
   if (c.rope_scaling == RopeScaling::kLlama3) {
     CASCADE_ASSIGN_OR_RETURN(c.rope_low_freq_factor, rk.Double("low_freq_factor"));
     CASCADE_ASSIGN_OR_RETURN(c.rope_high_freq_factor, rk.Double("high_freq_factor"));

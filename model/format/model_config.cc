@@ -76,8 +76,8 @@ absl::Status ModelConfig::ValidateRope() const {
   }
   if (rope_scaling == RopeScaling::kLongRope) {
     if (static_cast<int64_t>(rope_ext_factors.size()) != head_dim / 2) {
-      return bad(cascade::StrCat("short_factor has ", rope_ext_factors.size(), " values, head_dim / 2 = ",
-                                 head_dim / 2));
+      return bad(
+          cascade::StrCat("short_factor has ", rope_ext_factors.size(), " values, head_dim / 2 = ", head_dim / 2));
     }
     for (double f : rope_ext_factors) {
       if (!(f > 0)) return bad("every short_factor value must be positive");
@@ -263,16 +263,14 @@ absl::Status ReadGgufExperts(const GgufFile& f, const GgufKeys& keys, const std:
     c.n_ff_expert = c.n_ff;
   }
   if (f.FindTensor("blk.0.ffn_gate_shexp.weight") != nullptr) {
-    CASCADE_ASSIGN_OR_RETURN(c.n_ff_shared_expert,
-                             keys.Int(p + "expert_shared_feed_forward_length", c.n_ff,
-                                      "llama.cpp's rule: feed_forward_length when absent"));
+    CASCADE_ASSIGN_OR_RETURN(c.n_ff_shared_expert, keys.Int(p + "expert_shared_feed_forward_length", c.n_ff,
+                                                            "llama.cpp's rule: feed_forward_length when absent"));
   }
   const bool norm = c.arch != "qwen2moe";
-  CASCADE_ASSIGN_OR_RETURN(
-      c.norm_topk_prob,
-      keys.Bool(p + "expert_weights_norm", norm,
-                norm ? "llama.cpp's graph for this architecture renormalises the top-k weights"
-                     : "llama.cpp's qwen2moe graph does not renormalise the top-k weights"));
+  CASCADE_ASSIGN_OR_RETURN(c.norm_topk_prob,
+                           keys.Bool(p + "expert_weights_norm", norm,
+                                     norm ? "llama.cpp's graph for this architecture renormalises the top-k weights"
+                                          : "llama.cpp's qwen2moe graph does not renormalise the top-k weights"));
   return absl::OkStatus();
 }
 
@@ -307,8 +305,8 @@ absl::Status ReadGgufRope(const GgufFile& f, const GgufKeys& keys, const std::st
   } else if (type == "yarn") {
     c.rope_scaling = RopeScaling::kYarn;
   } else {
-    return absl::UnimplementedError(cascade::StrCat(f.path(), ": ", p, "rope.scaling.type '", type,
-                                                    "' is not supported (none, linear, yarn)"));
+    return absl::UnimplementedError(
+        cascade::StrCat(f.path(), ": ", p, "rope.scaling.type '", type, "' is not supported (none, linear, yarn)"));
   }
   if (!(factor > 0)) {
     return absl::InvalidArgumentError(cascade::StrCat(f.path(), ": ", p, "rope.scaling.factor must be positive"));
@@ -350,8 +348,8 @@ absl::StatusOr<ModelConfig> ModelConfigFromGguf(const GgufFile& f) {
   CASCADE_ASSIGN_OR_RETURN(c.n_layers, keys.Int(p + "block_count"));
   CASCADE_ASSIGN_OR_RETURN(c.n_embd, keys.Int(p + "embedding_length"));
   CASCADE_ASSIGN_OR_RETURN(c.n_heads, keys.Int(p + "attention.head_count"));
-  CASCADE_ASSIGN_OR_RETURN(c.n_kv_heads, keys.Int(p + "attention.head_count_kv", c.n_heads,
-                                                  "llama.cpp's rule: head_count (no GQA)"));
+  CASCADE_ASSIGN_OR_RETURN(c.n_kv_heads,
+                           keys.Int(p + "attention.head_count_kv", c.n_heads, "llama.cpp's rule: head_count (no GQA)"));
   CASCADE_ASSIGN_OR_RETURN(c.n_ff, keys.Int(p + "feed_forward_length"));
   CASCADE_RETURN_IF_ERROR(ReadGgufExperts(f, keys, p, c));
   CASCADE_ASSIGN_OR_RETURN(c.n_ctx_train, keys.Int(p + "context_length"));
@@ -359,14 +357,13 @@ absl::StatusOr<ModelConfig> ModelConfigFromGguf(const GgufFile& f) {
                            keys.Int(p + "attention.sliding_window", 0, "llama.cpp's default: full attention"));
   CASCADE_ASSIGN_OR_RETURN(c.norm_eps, keys.Float(p + "attention.layer_norm_rms_epsilon"));
   const int64_t per_head = c.n_heads > 0 ? c.n_embd / c.n_heads : 0;
-  CASCADE_ASSIGN_OR_RETURN(c.head_dim, keys.Int(p + "attention.key_length", per_head,
-                                                "llama.cpp's rule: embedding_length / head_count"));
+  CASCADE_ASSIGN_OR_RETURN(
+      c.head_dim, keys.Int(p + "attention.key_length", per_head, "llama.cpp's rule: embedding_length / head_count"));
   if (keys.Has(p + "attention.value_length")) {
     CASCADE_ASSIGN_OR_RETURN(const int64_t v, keys.Int(p + "attention.value_length"));
     if (v != c.head_dim) {
       return absl::UnimplementedError(cascade::StrCat(f.path(), ": ", p, "attention.value_length = ", v,
-                                                      " differs from the key length ", c.head_dim,
-                                                      ": not supported"));
+                                                      " differs from the key length ", c.head_dim, ": not supported"));
     }
   }
   CASCADE_RETURN_IF_ERROR(ReadGgufRope(f, keys, p, c));

@@ -58,14 +58,14 @@ struct ModelConfig {
   // yarn and longrope: cos and sin are multiplied by this, so q.k by its square (Cascade
   // folds the square into the attention scale).
   double rope_attention_factor = 1.0;
-  double rope_beta_fast = 32.0;    // yarn: the ramp between extrapolated and interpolated
-  double rope_beta_slow = 1.0;     // frequencies, in rotations over rope_original_ctx;
-  bool rope_yarn_truncate = true;  // its ends rounded to whole dimensions.
+  double rope_beta_fast = 32.0;          // yarn: the ramp between extrapolated and interpolated
+  double rope_beta_slow = 1.0;           // frequencies, in rotations over rope_original_ctx;
+  bool rope_yarn_truncate = true;        // its ends rounded to whole dimensions.
   std::vector<double> rope_ext_factors;  // longrope: short_factor, [head_dim / 2] divisors.
-  double norm_eps = 1e-5;              // RMSNorm epsilon.
-  bool tied_embeddings = false;        // LM head shares the token embedding.
-  bool qkv_bias = false;               // Qwen2: Q/K/V projections have biases.
-  bool qk_norm = false;                // Qwen3: RMSNorm over each head of Q and K before RoPE.
+  double norm_eps = 1e-5;                // RMSNorm epsilon.
+  bool tied_embeddings = false;          // LM head shares the token embedding.
+  bool qkv_bias = false;                 // Qwen2: Q/K/V projections have biases.
+  bool qk_norm = false;                  // Qwen3: RMSNorm over each head of Q and K before RoPE.
   // Mistral-style sliding-window attention: each position attends to the last
   // `sliding_window` positions; 0 = full attention. Cascade computes full attention, which
   // is the same while a sequence is no longer than the window, so the readers cap

@@ -220,22 +220,35 @@ TEST(GgufTest, MissingRequiredMetadataNamesTheKey) {
   EXPECT_THAT(c.status().message(), HasSubstr("llama.block_count"));
 }
 
+// The config of a GGUF file holding the hyperparameters every architecture requires (2
+// layers of 64, FFN 128, 100 tokens; `heads` and `context`) and what `edit` adds (a key
+// may be written once).
+struct Hparams {
+  uint32_t heads = 8;
+  uint32_t context = 256;
+};
+absl::StatusOr<ModelConfig> ParseHparams(const std::string& arch, const std::function<void(GgufWriter&)>& edit,
+                                         Hparams h = {}) {
+  GgufWriter w;
+  w.SetString("general.architecture", arch);
+  w.SetU32(arch + ".block_count", 2);
+  w.SetU32(arch + ".embedding_length", 64);
+  w.SetU32(arch + ".attention.head_count", h.heads);
+  w.SetU32(arch + ".feed_forward_length", 128);
+  w.SetF32(arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
+  w.SetU32(arch + ".vocab_size", 100);
+  w.SetU32(arch + ".context_length", h.context);
+  edit(w);
+  const std::string bytes = w.Serialize();  // OpenBytes borrows it.
+  auto f = GgufFile::OpenBytes(bytes, arch + ".gguf");
+  if (!f.ok()) return f.status();
+  return ModelConfigFromGguf(**f);
+}
+
 // `<arch>.attention.sliding_window` narrower than the context caps it, as in config.json.
 TEST(GgufTest, SlidingWindowCapsTheContext) {
-  GgufWriter w;
-  w.SetString("general.architecture", "llama");
-  w.SetU32("llama.block_count", 1);
-  w.SetU32("llama.embedding_length", 64);
-  w.SetU32("llama.attention.head_count", 8);
-  w.SetU32("llama.feed_forward_length", 128);
-  w.SetU32("llama.context_length", 8192);
-  w.SetU32("llama.attention.sliding_window", 1024);
-  w.SetF32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
-  w.SetU32("llama.vocab_size", 100);
-  const std::string bytes = w.Serialize();  // OpenBytes borrows it.
-  auto f = GgufFile::OpenBytes(bytes, "window.gguf");
-  ASSERT_TRUE(f.ok()) << f.status();
-  auto c = ModelConfigFromGguf(**f);
+  auto c =
+      ParseHparams("llama", [](GgufWriter& w) { w.SetU32("llama.attention.sliding_window", 1024); }, {.context = 8192});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->sliding_window, 1024);
   EXPECT_EQ(c->n_ctx_train, 1024);
@@ -247,22 +260,11 @@ TEST(GgufTest, SlidingWindowCapsTheContext) {
 // FFN is feed_forward_length; bad counts name the field.
 TEST(GgufTest, MixtureOfExpertsKeys) {
   const auto parse = [](const std::string& arch, const std::function<void(GgufWriter&)>& edit, uint32_t used = 4) {
-    GgufWriter w;
-    w.SetString("general.architecture", arch);
-    w.SetU32(arch + ".block_count", 2);
-    w.SetU32(arch + ".embedding_length", 64);
-    w.SetU32(arch + ".attention.head_count", 8);
-    w.SetU32(arch + ".feed_forward_length", 128);
-    w.SetF32(arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
-    w.SetU32(arch + ".vocab_size", 100);
-    w.SetU32(arch + ".context_length", 256);
-    w.SetU32(arch + ".expert_count", 16);
-    w.SetU32(arch + ".expert_used_count", used);
-    edit(w);
-    const std::string bytes = w.Serialize();  // OpenBytes borrows it.
-    auto f = GgufFile::OpenBytes(bytes, "moe.gguf");
-    EXPECT_TRUE(f.ok()) << f.status();
-    return ModelConfigFromGguf(**f);
+    return ParseHparams(arch, [&](GgufWriter& w) {
+      w.SetU32(arch + ".expert_count", 16);
+      w.SetU32(arch + ".expert_used_count", used);
+      edit(w);
+    });
   };
   auto c = parse("qwen3moe", [](GgufWriter& w) { w.SetU32("qwen3moe.expert_feed_forward_length", 32); });
   ASSERT_TRUE(c.ok()) << c.status();
@@ -297,20 +299,7 @@ TEST(GgufTest, MixtureOfExpertsKeys) {
 // `defaulted`; keys it requires are required here; what Cascade cannot compute is refused.
 TEST(GgufTest, DefaultsAreLlamaCppsAndNamed) {
   const auto parse = [](const std::function<void(GgufWriter&)>& edit) {
-    GgufWriter w;
-    w.SetString("general.architecture", "qwen3");
-    w.SetU32("qwen3.block_count", 2);
-    w.SetU32("qwen3.embedding_length", 64);
-    w.SetU32("qwen3.attention.head_count", 4);
-    w.SetU32("qwen3.feed_forward_length", 128);
-    w.SetU32("qwen3.context_length", 4096);
-    w.SetF32("qwen3.attention.layer_norm_rms_epsilon", 1e-6f);
-    w.SetU32("qwen3.vocab_size", 100);
-    edit(w);
-    const std::string bytes = w.Serialize();  // OpenBytes borrows it.
-    auto f = GgufFile::OpenBytes(bytes, "defaults.gguf");
-    EXPECT_TRUE(f.ok()) << f.status();
-    return ModelConfigFromGguf(**f);
+    return ParseHparams("qwen3", edit, {.heads = 4, .context = 4096});
   };
   const auto defaulted = [](const ModelConfig& c, const std::string& key) {
     for (const DefaultedKey& d : c.defaulted) {

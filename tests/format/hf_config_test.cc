@@ -27,9 +27,10 @@ using ::cascade::testing::StatusMessage;
 constexpr char kSource[] = "/models/x/config.json";
 
 Json Base() {
-  return {{"model_type", "llama"},     {"hidden_size", 256},       {"num_hidden_layers", 4},
-          {"num_attention_heads", 8},  {"num_key_value_heads", 8}, {"intermediate_size", 512},
-          {"vocab_size", 1000},        {"max_position_embeddings", 2048}};
+  return {{"model_type", "llama"},    {"hidden_size", 256},
+          {"num_hidden_layers", 4},   {"num_attention_heads", 8},
+          {"num_key_value_heads", 8}, {"intermediate_size", 512},
+          {"vocab_size", 1000},       {"max_position_embeddings", 2048}};
 }
 
 // The value recorded for `key` in c.defaulted ("" when the file gave it).
@@ -141,8 +142,7 @@ TEST(HfConfigTest, EachFamilyTakesItsOwnClassDefaults) {
   // head_dim is 128; num_key_value_heads comes from each class.
   for (const Expected& e : {Expected{"llama", 1e4, 1e-6, 32, 8, 2048}, Expected{"mistral", 1e4, 1e-6, 32, 8, 2048},
                             Expected{"mixtral", 1e6, 1e-5, 32, 8, 2048}, Expected{"qwen2", 1e4, 1e-6, 32, 32, 2048},
-                            Expected{"qwen3", 1e4, 1e-6, 128, 32, 2048},
-                            Expected{"qwen2_moe", 1e4, 1e-6, 32, 16, 2048},
+                            Expected{"qwen3", 1e4, 1e-6, 128, 32, 2048}, Expected{"qwen2_moe", 1e4, 1e-6, 32, 16, 2048},
                             Expected{"qwen3_moe", 1e4, 1e-6, 32, 4, 2048}}) {
     SCOPED_TRACE(e.model_type);
     Json j = Base();
@@ -299,8 +299,8 @@ TEST(HfConfigTest, MissingKeysTakeTheClassDefaultsExceptModelType) {
   Json j = Base();
   j.erase("model_type");
   ExpectInvalid(Parse(j), "\"model_type\"");
-  for (const char* key : {"hidden_size", "num_hidden_layers", "intermediate_size", "vocab_size",
-                          "max_position_embeddings"}) {
+  for (const char* key :
+       {"hidden_size", "num_hidden_layers", "intermediate_size", "vocab_size", "max_position_embeddings"}) {
     SCOPED_TRACE(key);
     j = Base();
     j.erase(key);
@@ -421,9 +421,9 @@ TEST(HfConfigTest, MixtureOfExperts) {
 // one object per layer type; conflicting or unsupported settings are refused by name.
 TEST(HfConfigTest, RopeParametersOfTransformers5) {
   Json j = Base();
-  j["rope_parameters"] = {{"rope_theta", 500000.0},  {"rope_type", "llama3"},         {"factor", 8.0},
-                          {"low_freq_factor", 1.0},  {"high_freq_factor", 4.0},
-                          {"original_max_position_embeddings", 1024}};
+  j["rope_parameters"] = {{"rope_theta", 500000.0},  {"rope_type", "llama3"},
+                          {"factor", 8.0},           {"low_freq_factor", 1.0},
+                          {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 1024}};
   absl::StatusOr<ModelConfig> c = Parse(j);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_DOUBLE_EQ(c->rope_theta, 500000.0);
@@ -461,8 +461,8 @@ TEST(HfConfigTest, RopeParametersOfTransformers5) {
 // YaRN's fields and defaults (transformers' _compute_yarn_parameters).
 TEST(HfConfigTest, RopeYarnFields) {
   Json j = Base();
-  j["rope_parameters"] = {{"rope_theta", 1e6}, {"rope_type", "yarn"}, {"factor", 4.0},
-                          {"original_max_position_embeddings", 512}};
+  j["rope_parameters"] = {
+      {"rope_theta", 1e6}, {"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 512}};
   absl::StatusOr<ModelConfig> c = Parse(j);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->rope_scaling, RopeScaling::kYarn);
@@ -472,7 +472,7 @@ TEST(HfConfigTest, RopeYarnFields) {
   EXPECT_TRUE(c->rope_yarn_truncate);
   EXPECT_NE(DefaultedValue(*c, "rope_parameters.attention_factor"), "");
   EXPECT_EQ(DefaultedValue(*c, "rope_parameters.beta_fast"), "32");
-  EXPECT_EQ(c->n_ctx_train, 2048);  // YaRN is exact over the whole context.
+  EXPECT_EQ(c->n_ctx_train, 2048);         // YaRN is exact over the whole context.
   j["rope_parameters"]["mscale"] = 0.707;  // DeepSeek's ratio form.
   j["rope_parameters"]["mscale_all_dim"] = 0.707;
   c = Parse(j);

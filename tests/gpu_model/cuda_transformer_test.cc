@@ -136,6 +136,19 @@ TEST_F(CudaTransformerTest, MoeModelsMatchTheCpu) {
   }
 }
 
+// A checkpoint as transformers 5 saves it (rope_parameters with a base of 1e6 and YaRN):
+// YaRN's attention factor reaches the GPU's attention through its scale, as on the CPU
+// (whose logits tests/model/transformer_test.cc holds against the float64 reference).
+TEST_F(CudaTransformerTest, YarnCheckpointOfTransformers5MatchesTheCpu) {
+  testing::TempDir dir;
+  testing::WriteRandomHfModel({.qk_norm = true,
+                               .yarn_rope = testing::YarnRopeScaling{4.0, 32},
+                               .rope_theta = 1e6,
+                               .hf_layout = testing::HfLayout::kTransformers5},
+                              dir.path() + "/yarn");
+  ExpectGpuMatchesCpu(dir.path() + "/yarn", 1e-4, 24);
+}
+
 TEST_F(CudaTransformerTest, RealTinyModelsMatchTheCpu) {
   for (const char* name : {"models/stories260K.gguf", "models/tinystories-656k"}) {
     const std::string path = testing::TestDataPath(name);

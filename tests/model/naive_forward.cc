@@ -77,9 +77,9 @@ void GgufRope(const GgufFile& f, const std::string& arch, int64_t d, RefModel& m
   const double theta = f.GetFloat(arch + ".rope.freq_base").value_or(10000.0);
   for (int64_t i = 0; i < d / 2; ++i) m.inv_freq.push_back(std::pow(theta, -2.0 * i / d));
   if (f.GetString(arch + ".rope.scaling.type").value_or("") != "yarn") return;
-  const testing::YarnRopeScaling y{.factor = *f.GetFloat(arch + ".rope.scaling.factor"),
-                                   .original_max_position_embeddings =
-                                       *f.GetInt(arch + ".rope.scaling.original_context_length")};
+  const testing::YarnRopeScaling y{
+      .factor = *f.GetFloat(arch + ".rope.scaling.factor"),
+      .original_max_position_embeddings = *f.GetInt(arch + ".rope.scaling.original_context_length")};
   m.inv_freq = HfYarnInvFreq(theta, d, y, m.attention_factor);
 }
 
@@ -207,9 +207,9 @@ std::vector<double> NormHeads(const std::vector<double>& x, const Mat& w, int64_
   return y;
 }
 
-// Frequency i turns by pos * inv_freq[i], cos and sin scaled by `scale`. It rotates elements (2i, 2i + 1) of each head in
-// llama.cpp's NORM layout (GGUF `llama`, whose Q/K rows the converter permuted), and
-// (i, i + d/2) in its NEOX layout (GGUF `qwen2`/`qwen3` and Hugging Face: rotate_half).
+// Frequency i turns by pos * inv_freq[i], cos and sin scaled by `scale`. It rotates elements (2i, 2i + 1) of each head
+// in llama.cpp's NORM layout (GGUF `llama`, whose Q/K rows the converter permuted), and (i, i + d/2) in its NEOX layout
+// (GGUF `qwen2`/`qwen3` and Hugging Face: rotate_half).
 void Rope(std::vector<double>& x, int64_t n_heads, int64_t d, int64_t pos, const std::vector<double>& inv_freq,
           bool neox, double scale) {
   for (int64_t h = 0; h < n_heads; ++h) {

@@ -42,10 +42,10 @@ HfRope HfRopeOf(const testing::RandomModelSpec& spec);
 struct RefModel {
   ModelConfig c;  // Dimensions only (n_layers, n_embd, heads, eps, vocab); not its RoPE fields.
   Mat embd, out_norm, output;
-  Mat rope_freqs;                // GGUF's rope_freqs.weight (per-frequency divisors); empty: none.
-  std::vector<double> inv_freq;  // [head_dim / 2]: frequency i turns by pos * inv_freq[i].
+  Mat rope_freqs;                 // GGUF's rope_freqs.weight (per-frequency divisors); empty: none.
+  std::vector<double> inv_freq;   // [head_dim / 2]: frequency i turns by pos * inv_freq[i].
   double attention_factor = 1.0;  // YaRN: cos and sin are multiplied by it.
-  bool neox = false;             // RoPE rotates (i, i + d/2) of each head; else (2i, 2i + 1).
+  bool neox = false;              // RoPE rotates (i, i + d/2) of each head; else (2i, 2i + 1).
   RefRouting routing;
   struct Layer {
     Mat attn_norm, wq, wk, wv, bq, bk, bv, wo, ffn_norm, gate, up, down;

@@ -9,14 +9,14 @@
 
 #include <cmath>
 #include <functional>
-#include <numeric>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <optional>
 
 #include "core/str_cat.h"
-#include "model/format/model_config.h"
 #include "kernels/cpu/quantize.h"
 #include "model/format/gguf.h"
+#include "model/format/model_config.h"
 #include "model/local_engine.h"
 #include "tests/model/naive_forward.h"
 #include "tests/random_model.h"
@@ -246,7 +246,8 @@ TEST_P(HfConfigLayoutTest, BothTransformersGenerationsGiveTheSameModel) {
   EXPECT_EQ(v4.n_ctx_train, tc.spec.n_ctx);  // No window or scaling caps it.
   for (const ModelConfig* c : {&v4, &v5}) {
     for (const DefaultedKey& d : c->defaulted) {
-      EXPECT_EQ(d.key.find("rope_theta"), std::string::npos) << "the file gives the base: " << d.key << " = " << d.value;
+      EXPECT_EQ(d.key.find("rope_theta"), std::string::npos)
+          << "the file gives the base: " << d.key << " = " << d.value;
     }
   }
 
@@ -268,8 +269,8 @@ TEST_P(HfConfigLayoutTest, BothTransformersGenerationsGiveTheSameModel) {
   const auto logits5 = CascadeLogits(files[1], ids, 1);
   EXPECT_EQ(logits4, logits5) << "the two layouts must be one model";
   const double err = WorstRelL2(ref_logits, logits4, kBound);
-  std::printf("[ info ] %s: worst relative L2 logit error %.3g (bound %.3g), 4.x and 5.x layouts identical\n",
-              tc.name, err, kBound);
+  std::printf("[ info ] %s: worst relative L2 logit error %.3g (bound %.3g), 4.x and 5.x layouts identical\n", tc.name,
+              err, kBound);
 }
 
 // Llama 3.1's base is 500000, the others' 1e6 (Qwen2.5, Qwen3, Mistral v0.2+, Mixtral).
