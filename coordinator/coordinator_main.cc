@@ -243,6 +243,7 @@ int main(int argc, char** argv) {
   if (!models.ok()) return Fail(models.status());
   auto serving = PlanServing(*config, *models);
   if (!serving.ok()) return Fail(serving.status());
+  model::LogDefaultedKeys(models->target);
   if (flags.list_workers) {
     PrintExternalWorkers(*config, *serving, stdout);
     return 0;

@@ -30,6 +30,7 @@ absl::StatusOr<std::unique_ptr<LocalEngine>> LocalEngine::Create(const std::stri
   }
   e->backend_ = kernels::MakeCpuBackend({.n_threads = options.n_threads});
   CASCADE_ASSIGN_OR_RETURN(e->transformer_, Transformer::Load(e->files_, e->backend_.get(), {}));
+  LogDefaultedKeys(e->files_);
   e->transformer_->Prefault(options.on_load_progress);
 
   const ModelConfig& c = e->files_.config;

@@ -15,6 +15,11 @@
 #     offline) with its dependencies (jsonschema, PyYAML, packaging, ...), for deploy/k8s's
 #     manifests. Not on PYTHONPATH, so that no other test imports its packages in place of
 #     its own: the test that wants it adds $CASCADE_PYTHON_CACHE/k8s to sys.path.
+#   * transformers-4.57.6/ and transformers-5.25.0/: Hugging Face `transformers` of each
+#     generation (no torch: only their config classes are imported), the reference for the
+#     config.json defaults of model/format/hf_defaults.cc (tests/format/hf_defaults_goldens.py
+#     runs each in a python3 of its own). Checked by their dist-info folders, not by an
+#     import, which would cost every test that runs through this script a second.
 # Each set is checked by one import (and its version) and installed only when it fails.
 # Usage: scripts/python_deps.sh [python args...]   (no args: only install)
 set -euo pipefail
@@ -25,6 +30,7 @@ WHEEL_VERSION=0.45.1     # the last wheel with its own bdist_wheel (for setuptoo
 OPENAI_VERSION=3.60.0
 PROMETHEUS_CLIENT_VERSION=0.26.0
 KUBERNETES_VALIDATE_VERSION=1.37.0
+TRANSFORMERS_VERSIONS=(4.57.6 5.25.0)
 CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/cascade/python/$(python3 -c 'import sys; print(f"py{sys.version_info[0]}{sys.version_info[1]}")')"
 export PYTHONPATH="$CACHE/http:$CACHE${PYTHONPATH:+:$PYTHONPATH}"
 export CASCADE_PYTHON_CACHE=$CACHE
@@ -75,5 +81,10 @@ assert kubernetes_validate.__file__.startswith('$CACHE/k8s')" >/dev/null 2>&1; t
   pip_install "kubernetes-validate $KUBERNETES_VALIDATE_VERSION" \
     "${PIP[@]}" "$CACHE/k8s" "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION"
 fi
+for v in "${TRANSFORMERS_VERSIONS[@]}"; do
+  if [[ ! -d $CACHE/transformers-$v/transformers-$v.dist-info ]]; then
+    pip_install "transformers $v" "${PIP[@]}" "$CACHE/transformers-$v" "transformers==$v"
+  fi
+done
 (($#)) || exit 0
 exec python3 "$@"

@@ -3,6 +3,7 @@
 Imported by tests/cli/cli_test.py and tests/integration/cluster_test.py. Models come
 from $CASCADE_TESTDATA or ../shared/testdata, and the default model from models/.
 """
+import json
 import os
 import sys
 
@@ -22,3 +23,29 @@ def need(*paths):
         if not os.path.exists(p):
             print(f"SKIP: {p} not available (set CASCADE_TESTDATA or run scripts/setup.sh)")
             sys.exit(0)
+
+
+def hf_copy(src, dst, edit):
+    """A copy of the Hugging Face directory `src` at `dst`: its files linked, config.json
+    rewritten by `edit(config)`. Returns `dst`."""
+    os.makedirs(dst)
+    for name in os.listdir(src):
+        if name != "config.json":
+            os.symlink(os.path.join(src, name), os.path.join(dst, name))
+    with open(os.path.join(src, "config.json")) as f:
+        config = json.load(f)
+    edit(config)
+    with open(os.path.join(dst, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+    return dst
+
+
+def as_transformers5(config):
+    """A 4.x config.json rewritten the way transformers 5 saves it: the base and the scaling
+    in rope_parameters, dtype for torch_dtype."""
+    params = dict(config.pop("rope_scaling", None) or {"rope_type": "default"})
+    params["rope_theta"] = config.pop("rope_theta")
+    config["rope_parameters"] = params
+    if "torch_dtype" in config:
+        config["dtype"] = config.pop("torch_dtype")
+    config["transformers_version"] = "5.25.0"

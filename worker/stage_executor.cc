@@ -74,6 +74,7 @@ absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Create(const Stage
     return absl::InvalidArgumentError("a drafter runs in one process: 1 stage, tensor 1");
   }
   CASCADE_ASSIGN_OR_RETURN(e->transformer_, model::Transformer::Load(e->files_, e->backend_.get(), stage, tp_comm));
+  model::LogDefaultedKeys(e->files_);
   if (e->transformer_->has_embedding() != (options.stage == 0) ||
       e->transformer_->has_head() != (options.stage == options.n_stages - 1)) {
     return absl::InvalidArgumentError(

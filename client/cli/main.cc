@@ -1,9 +1,11 @@
 // `cascade`: the command-line front of Cascade. See `cascade help`.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
 #include "client/cli/commands.h"
+#include "core/logging.h"
 
 namespace {
 
@@ -20,11 +22,19 @@ constexpr char kUsage[] =
     "  bench     --server ADDR [--requests N] [--concurrency C] [--prompt-tokens P] [--max-tokens M] [--json FILE]\n"
     "generate, chat, status and bench speak TLS with --tls-ca FILE (or $CASCADE_TLS_CA), the CA bundle to\n"
     "verify the server with, and send $CASCADE_API_KEY when it is set.\n"
-    "`cascade COMMAND --help` lists every option of a command.\n";
+    "`cascade COMMAND --help` lists every option of a command. stderr carries errors and warnings;\n"
+    "CASCADE_LOG=info adds the info log (such as the model keys a file did not give).\n";
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A command's results go to stdout and its failure is one line on stderr; the info log
+  // (the servers' and workers' record) only when asked for. `cascade info` prints the
+  // defaulted keys itself.
+  const char* log = std::getenv("CASCADE_LOG");
+  if (log == nullptr || std::strcmp(log, "info") != 0) {
+    cascade::internal::SetMinLogLevel(cascade::internal::LogLevel::kWarning);
+  }
   if (argc < 2 || std::strcmp(argv[1], "help") == 0 || std::strcmp(argv[1], "--help") == 0 ||
       std::strcmp(argv[1], "-h") == 0) {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);

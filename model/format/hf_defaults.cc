@@ -138,14 +138,22 @@ constexpr Default kDefaults[] = {
 
 }  // namespace
 
-std::optional<std::string_view> TransformersDefault(std::string_view model_type, std::string_view key) {
+std::optional<std::string_view> HfClassDefault(std::string_view model_type, std::string_view key) {
   const auto it = std::find_if(std::begin(kDefaults), std::end(kDefaults),
                                [&](const Default& d) { return d.model_type == model_type && d.key == key; });
   if (it == std::end(kDefaults)) return std::nullopt;
   return it->json;
 }
 
-std::string_view TransformersConfigClass(std::string_view model_type) {
+std::vector<std::pair<std::string_view, std::string_view>> HfClassDefaults(std::string_view model_type) {
+  std::vector<std::pair<std::string_view, std::string_view>> out;
+  for (const Default& d : kDefaults) {
+    if (d.model_type == model_type) out.emplace_back(d.key, d.json);
+  }
+  return out;
+}
+
+std::string_view HfConfigClassName(std::string_view model_type) {
   static constexpr std::pair<std::string_view, std::string_view> kClasses[] = {
       {"llama", "LlamaConfig"},       {"mistral", "MistralConfig"}, {"mixtral", "MixtralConfig"},
       {"qwen2", "Qwen2Config"},       {"qwen3", "Qwen3Config"},     {"qwen2_moe", "Qwen2MoeConfig"},

@@ -8,6 +8,8 @@
 
 #include <optional>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace cascade::model {
 
@@ -15,9 +17,13 @@ inline constexpr std::string_view kTransformersVersions = "transformers 4.57.6 a
 
 // The class default of `key` for `model_type`, as JSON text ("1e-06", "null", "false"), or
 // nullopt when the class has no such parameter.
-std::optional<std::string_view> TransformersDefault(std::string_view model_type, std::string_view key);
+std::optional<std::string_view> HfClassDefault(std::string_view model_type, std::string_view key);
+
+// Every (key, JSON text) the table lists for `model_type` (the tests hold it against
+// transformers itself).
+std::vector<std::pair<std::string_view, std::string_view>> HfClassDefaults(std::string_view model_type);
 
 // The config class of `model_type`, for messages: "MixtralConfig" (empty when unknown).
-std::string_view TransformersConfigClass(std::string_view model_type);
+std::string_view HfConfigClassName(std::string_view model_type);
 
 }  // namespace cascade::model

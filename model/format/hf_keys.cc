@@ -23,12 +23,12 @@ const HfKeys::Json* HfKeys::Find(const char* key) const {
 
 const HfKeys::Json* HfKeys::Resolve(const char* key, std::optional<Json>& storage) const {
   if (Has(key)) return Find(key);
-  const std::optional<std::string_view> d = TransformersDefault(model_type_, key);
+  const std::optional<std::string_view> d = HfClassDefault(model_type_, key);
   if (!d.has_value()) return nullptr;
   storage = Json::parse(*d);
   if (storage->is_null()) return nullptr;
   Record(prefix_ + key, storage->dump(),
-         cascade::StrCat(TransformersConfigClass(model_type_), " default, ", kTransformersVersions));
+         cascade::StrCat(HfConfigClassName(model_type_), " default, ", kTransformersVersions));
   return &*storage;
 }
 

@@ -367,6 +367,16 @@ absl::StatusOr<ModelConfig> ModelConfigFromGguf(const GgufFile& f) {
     }
   }
   CASCADE_RETURN_IF_ERROR(ReadGgufRope(f, keys, p, c));
+  // llama.cpp's default is causal attention, the only kind Cascade computes. (Its graphs for
+  // these architectures gate experts by softmax and scale attention by 1/sqrt(head_dim)
+  // whatever the file says, so their keys are not read here either.)
+  if (keys.Has(p + "attention.causal")) {
+    CASCADE_ASSIGN_OR_RETURN(const bool causal, f.GetBool(p + "attention.causal"));
+    if (!causal) {
+      return absl::UnimplementedError(
+          cascade::StrCat(f.path(), ": ", p, "attention.causal = false: only causal attention is supported"));
+    }
+  }
   if (auto v = f.GetInt(p + "vocab_size"); v.ok()) {
     c.n_vocab = *v;
   } else if (const TensorInfo* emb = f.FindTensor("token_embd.weight"); emb != nullptr) {

@@ -12,17 +12,11 @@ namespace cascade::model {
 
 std::string_view ModelFormatName(ModelFormat format) { return format == ModelFormat::kGguf ? "gguf" : "huggingface"; }
 
-namespace {
-
-// Says every value the file did not give, once per open (the worker, the coordinator and
-// `cascade info` each open the files): a wrong default is silent in the logits, never here.
-void LogDefaulted(const ModelFiles& m) {
+void LogDefaultedKeys(const ModelFiles& m) {
   for (const DefaultedKey& d : m.config.defaulted) {
     CASCADE_LOG(Info) << m.path << ": " << d.key << " = " << d.value << " (not in the file: " << d.rule << ")";
   }
 }
-
-}  // namespace
 
 absl::StatusOr<ModelFiles> OpenModelFiles(const std::string& path) {
   namespace fs = std::filesystem;
@@ -36,14 +30,12 @@ absl::StatusOr<ModelFiles> OpenModelFiles(const std::string& path) {
     m.format = ModelFormat::kHuggingFace;
     CASCADE_ASSIGN_OR_RETURN(m.config, ModelConfigFromHfDir(path));
     CASCADE_ASSIGN_OR_RETURN(m.weights, OpenHfWeights(path));
-    LogDefaulted(m);
     return m;
   }
   CASCADE_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> gguf, GgufFile::Open(path));
   CASCADE_ASSIGN_OR_RETURN(m.config, ModelConfigFromGguf(*gguf));
   m.gguf = gguf.get();
   m.weights = std::move(gguf);
-  LogDefaulted(m);
   return m;
 }
 

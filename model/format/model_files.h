@@ -27,8 +27,13 @@ struct ModelFiles {
 };
 
 // NotFound when `path` does not exist; the reader's errors otherwise.
-// Logs (Info) each key the config did not give and the rule that supplied it.
 absl::StatusOr<ModelFiles> OpenModelFiles(const std::string& path);
+
+// Logs (Info) each key the config did not give, the value taken and its rule: the load log
+// of whoever serves the model (a worker once its stage is loaded, the coordinator once its
+// plan is made, LocalEngine), so that a wrong default is never silent; after the checks,
+// so that a refused configuration still fails in one line.
+void LogDefaultedKeys(const ModelFiles& files);
 
 std::string_view ModelFormatName(ModelFormat format);
 

@@ -354,6 +354,7 @@ TEST(GgufTest, DefaultsAreLlamaCppsAndNamed) {
   refused([](GgufWriter& w) { w.SetU32("qwen3.rope.dimension_count", 8); }, "qwen3.rope.dimension_count");
   refused([](GgufWriter& w) { w.SetU32("qwen3.attention.value_length", 8); }, "qwen3.attention.value_length");
   refused([](GgufWriter& w) { w.SetString("qwen3.rope.freq_base", "big"); }, "qwen3.rope.freq_base");
+  refused([](GgufWriter& w) { w.SetBool("qwen3.attention.causal", false); }, "qwen3.attention.causal");
   refused(
       [](GgufWriter& w) {
         w.SetString("qwen3.rope.scaling.type", "yarn");

@@ -24,7 +24,7 @@ import urllib.request
 
 BIN = sys.argv[1]
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from testdata import ROOT, SMOL, STORIES, STORIES_IDS, TINY_GGUF, TINY_HF, need  # noqa: E402
+from testdata import ROOT, SMOL, STORIES, STORIES_IDS, TINY_GGUF, TINY_HF, as_transformers5, hf_copy, need  # noqa: E402
 CASCADE = os.path.join(BIN, "cascade")
 COORDINATOR = os.path.join(BIN, "cascade-coordinator")
 
@@ -273,6 +273,34 @@ def test_tp_parity_tinystories():
     need(TINY_HF, TINY_GGUF)
     for model in (TINY_HF, TINY_GGUF):
         check_parity(model, [("--prompt-ids", "1")], [1, 2], 24, tensors=(2, 4))
+
+
+def test_transformers5_checkpoint():
+    """TinyStories-656k given a RoPE base of 1e6 (as Qwen and Mistral have), saved the way
+    transformers 4.x writes config.json and the way 5.x does (rope_parameters, dtype): a
+    TP 2 x PP 2 cluster on the 5.x copy gives the greedy ids of `cascade run` on the 4.x copy
+    (the engine tests hold both layouts to the float64 forward), and those differ from the
+    base-10000 model's, so a base read wrongly (issue 27: defaulted to 10000) would fail."""
+    need(TINY_HF)
+
+    def base_1e6(config):
+        config["rope_theta"] = 1e6
+
+    with tempfile.TemporaryDirectory() as d:
+        v4 = hf_copy(TINY_HF, os.path.join(d, "v4"), base_1e6)
+        v5 = hf_copy(TINY_HF, os.path.join(d, "v5"), lambda c: (base_1e6(c), as_transformers5(c)))
+        assert "rope_theta" not in json.load(open(os.path.join(v5, "config.json")))
+        args = ("--prompt", "Lily and Ben went to the park", "--temperature", "0", "--max-tokens", "32", "--ignore-eos")
+        ref = run_json("run", "--model", v4, *args)["token_ids"]
+        assert ref != run_json("run", "--model", TINY_HF, *args)["token_ids"], "the base must change the ids"
+        assert run_json("run", "--model", v5, *args)["token_ids"] == ref
+        with cluster(v5, 2, tensor=2) as (address, _, log_path):
+            got = generate(address, *args)["token_ids"]
+            log = open(log_path).read()
+        assert got == ref, f"cluster on the 5.x layout {got} != cascade run on the 4.x layout {ref}"
+        # The load log (coordinator and workers share it) says the one key the file omits.
+        assert "head_dim = 16 (not in the file: transformers' rule: hidden_size / num_attention_heads)" in log, log
+    print("transformers 5 layout: TP 2 x PP 2 cluster identical to cascade run on the 4.x layout")
 
 
 def test_tp_parity_smollm2():

@@ -339,9 +339,11 @@ TEST(HfDefaultsTest, MissingRopeBaseTakesTheFamilyDefaultAndIsLogged) {
   ASSERT_EQ(config.erase("rope_theta"), 1u);
   dir.WriteFile("no_theta/config.json", config.dump(2));
 
-  ::testing::internal::CaptureStderr();
-  auto no_theta = OpenModelFiles(dir.path() + "/no_theta");
+  ::testing::internal::CaptureStderr();  // The load log: what LocalEngine (as a worker) writes loading it.
+  auto engine = LocalEngine::Create(dir.path() + "/no_theta", {});
   const std::string log = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  auto no_theta = OpenModelFiles(dir.path() + "/no_theta");
   ASSERT_TRUE(no_theta.ok()) << no_theta.status();
   EXPECT_EQ(no_theta->config.rope_theta, 1e6);
   EXPECT_THAT(log, ::testing::HasSubstr("rope_theta = 1000000.0 (not in the file: MixtralConfig default"));
