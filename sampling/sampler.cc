@@ -1,7 +1,9 @@
 #include "sampling/sampler.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "absl/container/flat_hash_map.h"
@@ -26,12 +28,84 @@ absl::Status SamplingParams::Validate() const {
   return absl::OkStatus();
 }
 
-int32_t Argmax(std::span<const float> v) {
-  int32_t best = 0;
-  for (size_t i = 1; i < v.size(); ++i) {
-    if (v[i] > v[best]) best = static_cast<int32_t>(i);
+namespace {
+
+// The two passes over a whole row that every emitted token pays (its max, and the sum of
+// exponentials behind its logprob) in GCC's vector extensions, four floats at a time,
+// where the plain loops stay scalar because their reductions may not be reordered.
+// (16-byte vectors: SSE2 is every x86-64's; 32-byte ones would change the calling
+// convention without AVX.) 1.2 ms -> 0.32 ms per 128256-token row here.
+using F4 = float __attribute__((vector_size(16)));
+using I4 = int32_t __attribute__((vector_size(16)));
+using D2 = double __attribute__((vector_size(16)));
+constexpr size_t kWidth = 4;
+
+F4 Load4(const float* p) {
+  F4 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+// exp(x) for x <= 0, in float to about 2 ulp (Cephes' expf: x = k ln 2 + r with
+// |r| <= ln 2 / 2, a degree-6 polynomial in r, then 2^k through the exponent bits). Below
+// -87 it gives about 1e-38, which adds nothing to a sum that holds exp(0) = 1.
+F4 ExpNonPositive(F4 x) {
+  x = x < -87.0f ? -87.0f : x;
+  // Round to nearest by adding and taking away 1.5 * 2^23 (|x log2 e| < 2^22).
+  const F4 k = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  const F4 r = x - k * 0.693359375f + k * 2.12194440e-4f;
+  F4 p = r * 1.9875691500e-4f + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const I4 bits = (__builtin_convertvector(k, I4) + 127) << 23;
+  return p * std::bit_cast<F4>(bits);
+}
+
+// The largest value of a NaN-free row.
+float MaxOf(std::span<const float> v) {
+  float m = -std::numeric_limits<float>::infinity();
+  size_t i = 0;
+  if (v.size() >= kWidth) {
+    F4 lanes = Load4(v.data());
+    for (i = kWidth; i + kWidth <= v.size(); i += kWidth) {
+      const F4 x = Load4(v.data() + i);
+      lanes = x > lanes ? x : lanes;
+    }
+    for (size_t l = 0; l < kWidth; ++l) m = std::max(m, lanes[l]);
   }
-  return best;
+  for (; i < v.size(); ++i) m = std::max(m, v[i]);
+  return m;
+}
+
+// log-softmax normaliser of `logits`: max + log(sum exp(x - max)), the exponentials in
+// float (a relative error of about 2e-7 each) summed in double.
+double LogSumExp(std::span<const float> logits) {
+  const float m = MaxOf(logits);
+  D2 lo = {}, hi = {};
+  size_t i = 0;
+  for (; i + kWidth <= logits.size(); i += kWidth) {
+    const F4 e = ExpNonPositive(Load4(logits.data() + i) - m);
+    lo += __builtin_convertvector(__builtin_shufflevector(e, e, 0, 1), D2);
+    hi += __builtin_convertvector(__builtin_shufflevector(e, e, 2, 3), D2);
+  }
+  const D2 both = lo + hi;
+  double sum = both[0] + both[1];
+  for (; i < logits.size(); ++i) sum += std::exp(static_cast<double>(logits[i] - m));
+  return m + std::log(sum);
+}
+
+}  // namespace
+
+int32_t Argmax(std::span<const float> v) {
+  // The largest value by a vectorized reduction, then its first index.
+  const float m = MaxOf(v);
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i] == m) return static_cast<int32_t>(i);
+  }
+  return 0;  // Empty, or every value NaN.
 }
 
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
@@ -48,18 +122,6 @@ void Sampler::SeedFor(size_t position) {
   };
   rng_.seed(mix(params_.seed ^ mix(static_cast<uint64_t>(position))));
 }
-
-namespace {
-
-// log-softmax normaliser of `logits`: max + log(sum exp(x - max)).
-double LogSumExp(std::span<const float> logits) {
-  const float m = *std::max_element(logits.begin(), logits.end());
-  double sum = 0;
-  for (float x : logits) sum += std::exp(static_cast<double>(x - m));
-  return m + std::log(sum);
-}
-
-}  // namespace
 
 bool Sampler::penalised() const {
   return params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f;

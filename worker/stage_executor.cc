@@ -45,6 +45,7 @@ absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Create(const Stage
                                                                      std::unique_ptr<kernels::Backend> backend) {
   std::unique_ptr<StageExecutor> e(new StageExecutor());
   e->options_ = options;
+  e->sample_pool_ = std::make_unique<ThreadPool>(std::max(1, options.n_threads));
   if (options.n_stages > 1 && pp_comm == nullptr) {
     return absl::InvalidArgumentError("a pipeline of several stages needs a communicator");
   }
@@ -318,24 +319,39 @@ absl::Status StageExecutor::ReceiveHidden(int64_t n, uint64_t tag) {
 
 absl::Status StageExecutor::Sample(const v1::StepRequest& step, v1::StepResult& result) {
   const int64_t V = transformer_->config().n_vocab;
-  size_t r = 0;  // Logit rows, in order: n_draft + 1 per sampled sequence.
+  struct Job {
+    const v1::StepSequence* seq;
+    SeqState* state;
+    size_t first_row;  // Logit rows, in order: n_draft + 1 per sampled sequence.
+    std::vector<sampling::SampledToken> emitted;
+  };
+  std::vector<Job> jobs;
+  size_t r = 0;
   for (const v1::StepSequence& s : step.seqs()) {
     if (!s.sample()) continue;
-    SeqState& st = seqs_[s.seq_id()];
-    const int k = s.n_draft();
-    std::span<float> logits(logits_.data() + r * V, (k + 1) * V);
-    r += k + 1;
-    std::vector<sampling::SampledToken> emitted;
-    if (k == 0) {
-      emitted.push_back(st.sampler->Sample(logits, st.history));
-    } else {
-      const std::vector<int32_t> drafts(s.tokens().end() - k, s.tokens().end());
-      emitted = st.sampler->Verify(logits, drafts, st.history);
+    const auto it = seqs_.find(s.seq_id());  // TrackHistory made it; no insertion moves the others.
+    if (it == seqs_.end()) return absl::InternalError(StrCat("sequence ", s.seq_id(), " has no sampler"));
+    jobs.push_back({&s, &it->second, r, {}});
+    r += s.n_draft() + 1;
+  }
+  sample_pool_->ParallelFor(static_cast<int64_t>(jobs.size()), [&](int64_t begin, int64_t end, int) {
+    for (int64_t j = begin; j < end; ++j) {
+      Job& job = jobs[j];
+      const int k = job.seq->n_draft();
+      std::span<float> logits(logits_.data() + job.first_row * V, (k + 1) * V);
+      if (k == 0) {
+        job.emitted.push_back(job.state->sampler->Sample(logits, job.state->history));
+      } else {
+        const std::vector<int32_t> drafts(job.seq->tokens().end() - k, job.seq->tokens().end());
+        job.emitted = job.state->sampler->Verify(logits, drafts, job.state->history);
+      }
     }
-    for (const sampling::SampledToken& tok : emitted) {
-      st.history.push_back(tok.id);
+  });
+  for (const Job& job : jobs) {
+    for (const sampling::SampledToken& tok : job.emitted) {
+      job.state->history.push_back(tok.id);
       v1::SampledToken* out = result.add_tokens();
-      out->set_seq_id(s.seq_id());
+      out->set_seq_id(job.seq->seq_id());
       out->set_token(tok.id);
       out->set_logprob(tok.logprob);
       for (const auto& [id, lp] : tok.top) {

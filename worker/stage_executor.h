@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "cascade/v1/cluster.pb.h"
 #include "comm/communicator.h"
+#include "core/thread_pool.h"
 #include "kernels/ops.h"
 #include "model/backend_comm.h"
 #include "model/format/model_files.h"
@@ -137,7 +138,10 @@ class StageExecutor {
   // SliceRows(n)), so each TP rank's hand-off slice is whole; rows past n are padding.
   std::unique_ptr<kernels::Buffer> hidden_;
   std::vector<float> logits_;  // Host memory, for the samplers.
-  double handoff_s_ = 0;       // This step's time in ReceiveHidden and SendHidden.
+  // Samples the step's rows in parallel (options_.n_threads): each sequence's sampler is its
+  // own and seeds by position, so the rows draw what they would one after the other.
+  std::unique_ptr<ThreadPool> sample_pool_;
+  double handoff_s_ = 0;  // This step's time in ReceiveHidden and SendHidden.
 };
 
 }  // namespace cascade::worker

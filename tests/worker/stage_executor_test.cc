@@ -170,6 +170,70 @@ TEST(StageExecutorTest, SampledVerificationReportsEachTokensLogprob) {
   }
 }
 
+// The rows of a step are sampled in parallel over the worker's threads: each sequence's
+// sampler is its own and seeds by position, so six sequences (greedy, sampled with
+// different seeds and penalties, and one verifying drafts) draw, step after step, exactly
+// what one thread draws, and report the same logprobs.
+TEST(StageExecutorTest, ParallelSamplingDrawsWhatOneThreadDraws) {
+  CASCADE_REQUIRE_FILE(path, testing::TestDataPath("models/stories260K.gguf"));
+  std::vector<std::vector<std::pair<int32_t, float>>> runs;
+  for (int threads : {1, 3}) {
+    StageExecutorOptions o;
+    o.model_path = path;
+    o.last_layer = 5;
+    o.kv_blocks = 64;
+    o.kv_block_size = 4;
+    o.n_threads = threads;
+    auto e = StageExecutor::Create(o, nullptr, nullptr, [](double) {});
+    ASSERT_TRUE(e.ok()) << e.status();
+    std::vector<int64_t> n_past(6, 0);
+    std::vector<int32_t> last(6, 1);
+    std::vector<std::pair<int32_t, float>> got;
+    for (int step_id = 1; step_id <= 6; ++step_id) {
+      v1::StepRequest step;
+      step.set_step_id(step_id);
+      for (int q = 0; q < 6; ++q) {
+        v1::StepSequence* s = step.add_seqs();
+        s->set_seq_id(q);
+        const bool verify = q == 5 && step_id > 1;
+        std::vector<int32_t> tokens = step_id == 1 ? std::vector<int32_t>{1, 403, 407} : std::vector<int32_t>{last[q]};
+        if (verify) tokens.insert(tokens.end(), {261, 378});  // Two drafts.
+        s->mutable_tokens()->Add(tokens.begin(), tokens.end());
+        s->set_n_past(n_past[q]);
+        for (int b = 0; b < 10; ++b) s->add_block_table(q * 10 + b);
+        s->set_sample(true);
+        s->set_n_draft(verify ? 2 : 0);
+        if (step_id == 1) {
+          s->set_reset(true);
+          v1::StepSampling* p = s->mutable_sampling();
+          p->set_temperature(q == 0 ? 0.0f : 1.0f);
+          p->set_top_k(q == 2 ? 8 : 0);
+          p->set_top_p(q == 3 ? 0.9f : 1.0f);
+          p->set_repetition_penalty(q == 4 ? 1.5f : 1.0f);
+          p->set_seed(100 + q);
+          p->set_logprobs(q == 1 ? 3 : 0);
+        }
+      }
+      auto r = (*e)->Execute(step);
+      ASSERT_TRUE(r.ok()) << r.status();
+      std::vector<int> emitted(6, 0);
+      for (const auto& t : r->tokens()) {
+        got.emplace_back(t.token(), t.logprob());
+        for (float lp : t.top_logprobs()) got.emplace_back(-1, lp);
+        last[t.seq_id()] = t.token();
+        ++emitted[t.seq_id()];
+      }
+      for (int q = 0; q < 6; ++q) {
+        ASSERT_GE(emitted[q], 1);
+        // Fed positions, less the drafts that were rejected (the next step overwrites them).
+        n_past[q] += step.seqs(q).tokens_size() - step.seqs(q).n_draft() + (emitted[q] - 1);
+      }
+    }
+    runs.push_back(std::move(got));
+  }
+  EXPECT_EQ(runs[0], runs[1]);
+}
+
 // The drafter holding the whole model proposes the model's own greedy continuation; an
 // early-exit drafter (first layer + head) proposes in-vocabulary tokens.
 TEST(StageExecutorTest, DrafterProposesGreedyTokens) {
