@@ -8,8 +8,10 @@
 # backend and the golden ids; NCCL TP with two GPUs), then cuda_bench (linear layers alone)
 # and gpu_model_bench (whole forwards: prefill and batch-1/32 decode tokens/s for SmolLM2
 # and a Llama-3-8B-shaped BF16 model, weight bandwidth against the measured copy
-# bandwidth), and writes logs and JSON under $OUT.
-# Budget: under 8 minutes on 16 cores. Exit status: the tests'.
+# bandwidth; SKIP_8B=1 leaves the 8B model out), then, with .gpu-cluster/ carried
+# (scripts/pack_gpu_cluster.sh), the real cluster on cuda:0 (scripts/gpu_cluster_check.sh),
+# and writes logs and JSON under $OUT.
+# Budget: under 10 minutes on 16 cores. Exit status: the tests' and the cluster's.
 #   OUT=/tmp/out scripts/gpu_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -50,6 +52,26 @@ log "GPU whole-model tests: exit $rc_model"
 build-gpu/bin/cascade_kernels_tests --gtest_brief=1 >"$OUT/cpu_kernel_tests.log" 2>&1 || log "CPU kernel tests failed (see cpu_kernel_tests.log)"
 timeout 60 build-gpu/bin/cuda_bench --json "$OUT/cuda_bench.json" 2>&1 | tee "$OUT/cuda_bench.log"
 log "cuda_bench done"
-timeout 200 build-gpu/bin/gpu_model_bench --json "$OUT/gpu_model_bench.json" 2>&1 | tee "$OUT/gpu_model_bench.log"
+bench_args=(--json "$OUT/gpu_model_bench.json")
+[[ -n ${SKIP_8B:-} ]] && bench_args+=(--skip-llama)
+timeout 200 build-gpu/bin/gpu_model_bench "${bench_args[@]}" 2>&1 | tee "$OUT/gpu_model_bench.log"
 log "gpu_model_bench: exit ${PIPESTATUS[0]}"
+# The real cluster on cuda:0 (scripts/gpu_cluster_check.sh) with the binaries and libraries
+# of scripts/pack_gpu_cluster.sh, on a Llama-3.2-1B-shaped F16 model with Llama-3's
+# vocabulary written here, against the in-process forward of the same model.
+if [[ -x .gpu-cluster/bin/cascade-coordinator ]]; then
+  model=/tmp/cascade-1b-v128k.gguf
+  [[ -f $model ]] || PYTHONPATH=$PWD/.gpu-cluster/python python3 scripts/make_random_gguf.py 1b \
+    .gpu-cluster/vocab/ggml-vocab-llama-bpe.gguf "$model" >"$OUT/make_1b.log" 2>&1 || log "writing the 1B model failed"
+  timeout 120 build-gpu/bin/gpu_model_bench --model "$model" --skip-llama --json "$OUT/forward_1b.json" \
+    >"$OUT/forward_1b.log" 2>&1 || log "gpu_model_bench on the 1B model failed"
+  tail -n 4 "$OUT/forward_1b.log"
+  LD_LIBRARY_PATH=$PWD/.gpu-cluster/lib:$LD_LIBRARY_PATH OUT=$OUT/cluster DEVICE=cuda:0 MODEL=$model \
+    FORWARD_JSON=$OUT/forward_1b.json CASCADE_BUILD_DIR=.gpu-cluster timeout 360 scripts/gpu_cluster_check.sh
+  rc_cluster=$?
+  log "cluster on cuda:0: exit $rc_cluster"
+  (( rc == 0 )) && rc=$rc_cluster
+else
+  log "no .gpu-cluster/ (scripts/pack_gpu_cluster.sh here first): the cluster check is skipped"
+fi
 exit $rc
