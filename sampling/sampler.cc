@@ -141,17 +141,38 @@ void Sampler::Penalize(std::span<float> logits, std::span<const int32_t> history
   }
 }
 
+void TopK(std::span<const float> logits, size_t k, std::vector<std::pair<float, int32_t>>& out) {
+  // Largest logit first; the lower id first on ties.
+  const auto before = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
+  const int32_t n = static_cast<int32_t>(logits.size());
+  out.clear();
+  if (k >= logits.size()) {
+    for (int32_t i = 0; i < n; ++i) out.emplace_back(logits[i], i);
+    std::sort(out.begin(), out.end(), before);
+    return;
+  }
+  // A heap of the k best so far whose front is the worst of them: one comparison per logit,
+  // and a heap update only for the few that beat it.
+  for (int32_t i = 0; i < n; ++i) {
+    const std::pair<float, int32_t> c(logits[i], i);
+    if (out.size() < k) {
+      out.push_back(c);
+      std::push_heap(out.begin(), out.end(), before);
+    } else if (before(c, out.front())) {
+      std::pop_heap(out.begin(), out.end(), before);
+      out.back() = c;
+      std::push_heap(out.begin(), out.end(), before);
+    }
+  }
+  std::sort_heap(out.begin(), out.end(), before);
+}
+
 size_t Sampler::Shape(std::span<const float> logits) {
   // Candidates sorted by logit, truncated by top-k, then softmax with temperature, then
   // min-p and top-p on the probabilities.
-  const int32_t n_vocab = static_cast<int32_t>(logits.size());
-  candidates_.clear();
-  for (int32_t i = 0; i < n_vocab; ++i) candidates_.emplace_back(logits[i], i);
-  const size_t k = params_.top_k > 0 ? std::min<size_t>(params_.top_k, candidates_.size()) : candidates_.size();
-  std::partial_sort(candidates_.begin(), candidates_.begin() + k, candidates_.end(), [](const auto& a, const auto& b) {
-    return a.first > b.first || (a.first == b.first && a.second < b.second);
-  });
-  candidates_.resize(k);
+  TopK(logits, params_.top_k > 0 ? std::min<size_t>(params_.top_k, logits.size()) : logits.size(), candidates_);
   const float inv_t = 1.0f / params_.temperature;
   const float m = candidates_[0].first;
   double sum = 0;

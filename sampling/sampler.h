@@ -78,4 +78,9 @@ class Sampler {
 // Index of the largest value (the first one on ties).
 int32_t Argmax(std::span<const float> values);
 
+// The k largest (logit, id) of `logits` into `out`, largest first and the lower id first
+// on ties: the order of a partial sort of every pair, in one pass with a heap of k (all of
+// them, sorted, when k >= logits.size()).
+void TopK(std::span<const float> logits, size_t k, std::vector<std::pair<float, int32_t>>& out);
+
 }  // namespace cascade::sampling

@@ -94,6 +94,29 @@ TEST(SamplerTest, ArgmaxTakesTheFirstOfTies) {
   EXPECT_EQ(Argmax(std::vector<float>(9, -INFINITY)), 0);
 }
 
+// TopK is a partial sort of every (logit, id) pair by logit, the lower id first on ties,
+// the order the inverse CDF walks: rows with many ties, k below, at and above the size.
+TEST(SamplerTest, TopKIsThePartialSortOfEveryPair) {
+  std::mt19937 rng(5);
+  for (size_t n : {1u, 7u, 100u, 49152u}) {
+    std::vector<float> v(n);
+    std::uniform_int_distribution<int> few(0, 9);  // Ten distinct values: ties everywhere.
+    for (float& x : v) x = static_cast<float>(few(rng)) * 0.5f;
+    for (size_t k : {size_t{1}, size_t{5}, size_t{40}, n, n + 3}) {
+      std::vector<std::pair<float, int32_t>> want;
+      for (size_t i = 0; i < n; ++i) want.emplace_back(v[i], static_cast<int32_t>(i));
+      const size_t kk = std::min(k, n);
+      std::partial_sort(want.begin(), want.begin() + kk, want.end(), [](const auto& a, const auto& b) {
+        return a.first > b.first || (a.first == b.first && a.second < b.second);
+      });
+      want.resize(kk);
+      std::vector<std::pair<float, int32_t>> got;
+      TopK(v, k, got);
+      EXPECT_EQ(got, want) << "n " << n << " k " << k;
+    }
+  }
+}
+
 // A sampled token's logprob is of the raw logits, whatever the temperature and penalties
 // did to the row; the draw itself does not depend on how the normaliser was summed.
 TEST(SamplerTest, SampledLogprobIsOfTheRawLogits) {
