@@ -243,8 +243,9 @@ absl::Status StageExecutor::Forward(const Rows& rows, int64_t step_id) {
   if (rows.logit_rows.empty()) return absl::OkStatus();
   const int64_t V = transformer_->config().n_vocab;
   const int64_t n_rows = static_cast<int64_t>(rows.logit_rows.size());
-  logits_.resize(n_rows * V);
-  return transformer_->Logits(hidden, rows.logit_rows, TensorView(logits_.data(), DType::kF32, {n_rows, V}));
+  CASCADE_RETURN_IF_ERROR(
+      kernels::GrowBuffer(*backend_, logits_, static_cast<size_t>(n_rows * V) * sizeof(float), /*staging=*/true));
+  return transformer_->Logits(hidden, rows.logit_rows, TensorView(logits_->f32(), DType::kF32, {n_rows, V}));
 }
 
 absl::Status StageExecutor::Draft(const v1::StepRequest& step, Rows& rows, v1::StepResult& result) {
@@ -265,7 +266,7 @@ absl::Status StageExecutor::Draft(const v1::StepRequest& step, Rows& rows, v1::S
     for (int i = 0; i < n_seqs; ++i) {
       const v1::StepSequence& s = step.seqs(i);
       if (s.propose() <= j) continue;
-      drafts[i].push_back(sampling::Argmax(std::span<const float>(logits_.data() + r * V, V)));
+      drafts[i].push_back(sampling::Argmax(std::span<const float>(logits_->f32() + r * V, V)));
       ++r;
       if (s.propose() <= j + 1) continue;
       const int64_t pos = s.n_past() + s.tokens_size() + j;
@@ -338,7 +339,7 @@ absl::Status StageExecutor::Sample(const v1::StepRequest& step, v1::StepResult& 
     for (int64_t j = begin; j < end; ++j) {
       Job& job = jobs[j];
       const int k = job.seq->n_draft();
-      std::span<float> logits(logits_.data() + job.first_row * V, (k + 1) * V);
+      std::span<float> logits(logits_->f32() + job.first_row * V, (k + 1) * V);
       if (k == 0) {
         job.emitted.push_back(job.state->sampler->Sample(logits, job.state->history));
       } else {
