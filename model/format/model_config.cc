@@ -86,12 +86,6 @@ absl::Status ModelConfig::ValidateRope() const {
   return absl::OkStatus();
 }
 
-std::string ModelConfig::DefaultedSummary() const {
-  std::string s;
-  for (const DefaultedKey& d : defaulted) absl::StrAppendFormat(&s, "%s = %s (%s)\n", d.key, d.value, d.rule);
-  return s;
-}
-
 std::string ModelConfig::ToString() const {
   std::string s;
   absl::StrAppendFormat(&s, "arch            %s\n", arch);

@@ -101,9 +101,9 @@ struct ModelConfig {
   absl::Status Validate() const;
   // Multi-line human-readable summary (for `cascade info`).
   std::string ToString() const;
-  // "key = value (rule)" lines, one per defaulted key (empty when none).
-  std::string DefaultedSummary() const;
+  // Validate's checks of the RoPE scaling fields.
   absl::Status ValidateRope() const;
+  // Whether the scaling fields that matter for rope_scaling are equal (SameLogicalModel).
   bool SameRope(const ModelConfig& other) const;
   // Fields that define the computation (not `name`, not the RoPE row layout, not where a
   // value came from).
