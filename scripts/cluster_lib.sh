@@ -2,14 +2,15 @@
 # bench_tp.sh). start_cluster CONFIG LOG [tee]: starts cascade-coordinator in the
 # background with its output in LOG (and on stderr with "tee"), waits for its "ready on"
 # line, and sets CLUSTER_PID, CLUSTER_ADDR and (with server.http_listen) CLUSTER_HTTP. Fails, showing the log, if the
-# coordinator exits or is not ready within 60 s.
+# coordinator exits or is not ready within 60 s. $CLUSTER_ARGS (optional) are more
+# coordinator flags, e.g. "--worker-threads 4".
 start_cluster() {
   local config=$1 log=$2 mode=${3:-}
   local bin=${CASCADE_BUILD_DIR:-build}/bin
   if [[ $mode == tee ]]; then
-    "$bin/cascade-coordinator" --config "$config" > >(tee "$log" >&2) 2>&1 &
+    "$bin/cascade-coordinator" --config "$config" ${CLUSTER_ARGS:-} > >(tee "$log" >&2) 2>&1 &
   else
-    "$bin/cascade-coordinator" --config "$config" > "$log" 2>&1 &
+    "$bin/cascade-coordinator" --config "$config" ${CLUSTER_ARGS:-} > "$log" 2>&1 &
   fi
   CLUSTER_PID=$!
   CLUSTER_ADDR=""

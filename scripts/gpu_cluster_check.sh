@@ -11,7 +11,9 @@
 #
 # Usage: OUT=DIR [DEVICE=cuda:0|cpu] [MODEL=FILE] [FORWARD_JSON=FILE] scripts/gpu_cluster_check.sh
 # Env: CASCADE_BUILD_DIR (default build; .gpu-cluster on the GPU machine), REQUESTS_B1=8,
-#      MAX_TOKENS=128, PROMPT_TOKENS=128. Exit status: 0, or 1 when a run fails or the ids differ.
+#      MAX_TOKENS=128, PROMPT_TOKENS=128, WORKER_THREADS=4 (each worker's host threads: a
+#      GPU worker samples its rows on them). Exit status: 0, or 1 when a run fails or the
+#      ids differ.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-build/gpu_cluster}
@@ -22,6 +24,7 @@ MODEL=${MODEL:-../shared/testdata/models/stories260K.gguf}
 PROMPT_TOKENS=${PROMPT_TOKENS:-128}
 MAX_TOKENS=${MAX_TOKENS:-128}
 REQUESTS_B1=${REQUESTS_B1:-8}
+export CLUSTER_ARGS="--worker-threads ${WORKER_THREADS:-4}"
 mkdir -p "$OUT"
 source scripts/cluster_lib.sh
 t0=$(date +%s)
