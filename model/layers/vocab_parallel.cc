@@ -95,9 +95,9 @@ absl::Status VocabParallelHead::Forward(TensorView logits, const TensorView& nor
   CASCADE_RETURN_IF_ERROR(group_->AllGather(local_->data(), piece, all_->data()));
   const float* all = all_->f32();
   if (!b.host_memory()) {
-    host_.resize(tp * m * chunk);
-    CASCADE_RETURN_IF_ERROR(b.CopyOut(host_.data(), all, tp * piece));
-    all = host_.data();
+    CASCADE_RETURN_IF_ERROR(GrowBuffer(b, host_, tp * piece, /*staging=*/true));
+    CASCADE_RETURN_IF_ERROR(b.CopyOut(host_->data(), all, tp * piece));
+    all = host_->f32();
   }
   for (int64_t r = 0; r < tp; ++r) {
     const int64_t v0 = r * chunk, len = std::min(chunk, n_vocab_ - v0);

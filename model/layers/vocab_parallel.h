@@ -85,7 +85,8 @@ class VocabParallelHead {
   std::unique_ptr<kernels::Buffer> ws_;  // The logits where they are not host memory (no TP).
   // With a group: this rank's logits, everyone's, and those copied out of a device.
   std::unique_ptr<kernels::Buffer> local_, all_;
-  std::vector<float> host_;
+  // The gathered pieces on the host, in staging memory (pinned on a GPU), grown once.
+  std::unique_ptr<kernels::Buffer> host_;
 };
 
 }  // namespace cascade::model
