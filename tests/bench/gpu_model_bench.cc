@@ -21,6 +21,7 @@
 #include "kernels/cuda_backend.h"
 #include "kernels/cuda_device.h"
 #include "model/transformer.h"
+#include "tests/bench/bench_util.h"
 #include "tests/random_model.h"
 #include "tests/test_support.h"
 
@@ -28,15 +29,8 @@ namespace {
 
 using namespace cascade;
 
-double Seconds(const std::chrono::steady_clock::time_point& t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-void Check(const absl::Status& s, const std::string& what) {
-  if (s.ok()) return;
-  std::fprintf(stderr, "gpu_model_bench: %s: %s\n", what.c_str(), std::string(s.message()).c_str());
-  std::exit(1);
-}
+using bench::Seconds;
+void Check(const absl::Status& s, const std::string& what) { bench::Check(s, "gpu_model_bench", what); }
 
 struct Result {
   std::string model, backend;

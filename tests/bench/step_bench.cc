@@ -30,6 +30,7 @@
 #include "model/kv_cache.h"
 #include "model/transformer.h"
 #include "sampling/sampler.h"
+#include "tests/bench/bench_util.h"
 #include "worker/stage_executor.h"
 
 namespace {
@@ -38,15 +39,8 @@ using namespace cascade;
 
 constexpr int64_t kBlock = 16;
 
-double Seconds(const std::chrono::steady_clock::time_point& t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-void Check(const absl::Status& s, const std::string& what) {
-  if (s.ok()) return;
-  std::fprintf(stderr, "step_bench: %s: %s\n", what.c_str(), std::string(s.message()).c_str());
-  std::exit(1);
-}
+using bench::Seconds;
+void Check(const absl::Status& s, const std::string& what) { bench::Check(s, "step_bench", what); }
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
