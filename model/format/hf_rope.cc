@@ -118,7 +118,7 @@ absl::Status ParseHfRope(const HfKeys& keys, const std::vector<std::string>& lay
 
   // The base: inside the parameters (5.x) or at the top level (4.x), else the class default.
   if (const Json* theta = rk.Find("rope_theta"); theta != nullptr) {
-    CASCADE_ASSIGN_OR_RETURN(c.rope_theta, rk.Double("rope_theta", 0, ""));
+    CASCADE_ASSIGN_OR_RETURN(c.rope_theta, rk.Double("rope_theta"));
     if (const Json* top = keys.Find("rope_theta"); top != nullptr && *top != *theta) {
       return keys.Bad("rope_theta", *top, cascade::StrCat("disagrees with \"", name, ".rope_theta\""));
     }

@@ -135,13 +135,18 @@ std::string ModelConfig::ToString() const {
   return s;
 }
 
+namespace {
+
+// Files store eps, theta and factors as f32 (GGUF) or decimal text (JSON): compare to f32
+// precision.
+bool Close(double a, double b) { return std::abs(a - b) <= 1e-6 * std::max(std::abs(a), std::abs(b)); }
+
+}  // namespace
+
 bool ModelConfig::SameLogicalModel(const ModelConfig& o) const {
-  // Files store eps and theta as f32 (GGUF) or decimal text (JSON): compare to f32 precision.
-  const auto close = [](double a, double b) { return std::abs(a - b) <= 1e-6 * std::max(std::abs(a), std::abs(b)); };
   return n_layers == o.n_layers && n_embd == o.n_embd && n_heads == o.n_heads && n_kv_heads == o.n_kv_heads &&
          head_dim == o.head_dim && n_ff == o.n_ff && n_vocab == o.n_vocab && n_ctx_train == o.n_ctx_train &&
-         close(rope_theta, o.rope_theta) && rope_scaling == o.rope_scaling &&
-         close(rope_scaling_factor, o.rope_scaling_factor) && SameRope(o) && close(norm_eps, o.norm_eps) &&
+         Close(rope_theta, o.rope_theta) && SameRope(o) && Close(norm_eps, o.norm_eps) &&
          tied_embeddings == o.tied_embeddings && qkv_bias == o.qkv_bias && qk_norm == o.qk_norm &&
          sliding_window == o.sliding_window && n_experts == o.n_experts && n_experts_used == o.n_experts_used &&
          n_ff_expert == o.n_ff_expert && n_ff_shared_expert == o.n_ff_shared_expert &&
@@ -150,24 +155,22 @@ bool ModelConfig::SameLogicalModel(const ModelConfig& o) const {
 }
 
 bool ModelConfig::SameRope(const ModelConfig& o) const {
-  if (rope_scaling != o.rope_scaling) return false;
-  const auto close = [](double a, double b) { return std::abs(a - b) <= 1e-6 * std::max(std::abs(a), std::abs(b)); };
-  const bool ext_same = rope_ext_factors.size() == o.rope_ext_factors.size() &&
-                        std::equal(rope_ext_factors.begin(), rope_ext_factors.end(), o.rope_ext_factors.begin(), close);
+  if (rope_scaling != o.rope_scaling || !Close(rope_scaling_factor, o.rope_scaling_factor)) return false;
   switch (rope_scaling) {
     case RopeScaling::kNone:
     case RopeScaling::kLinear: return true;
     case RopeScaling::kDynamic: return rope_original_ctx == o.rope_original_ctx;
     case RopeScaling::kLlama3:
-      return rope_original_ctx == o.rope_original_ctx && close(rope_low_freq_factor, o.rope_low_freq_factor) &&
-             close(rope_high_freq_factor, o.rope_high_freq_factor);
+      return rope_original_ctx == o.rope_original_ctx && Close(rope_low_freq_factor, o.rope_low_freq_factor) &&
+             Close(rope_high_freq_factor, o.rope_high_freq_factor);
     case RopeScaling::kYarn:
-      return rope_original_ctx == o.rope_original_ctx && close(rope_attention_factor, o.rope_attention_factor) &&
-             close(rope_beta_fast, o.rope_beta_fast) && close(rope_beta_slow, o.rope_beta_slow) &&
+      return rope_original_ctx == o.rope_original_ctx && Close(rope_attention_factor, o.rope_attention_factor) &&
+             Close(rope_beta_fast, o.rope_beta_fast) && Close(rope_beta_slow, o.rope_beta_slow) &&
              rope_yarn_truncate == o.rope_yarn_truncate;
     case RopeScaling::kLongRope:
-      return rope_original_ctx == o.rope_original_ctx && close(rope_attention_factor, o.rope_attention_factor) &&
-             ext_same;
+      return rope_original_ctx == o.rope_original_ctx && Close(rope_attention_factor, o.rope_attention_factor) &&
+             std::equal(rope_ext_factors.begin(), rope_ext_factors.end(), o.rope_ext_factors.begin(),
+                        o.rope_ext_factors.end(), Close);
   }
   return false;
 }

@@ -103,7 +103,7 @@ struct ModelConfig {
   std::string ToString() const;
   // Validate's checks of the RoPE scaling fields.
   absl::Status ValidateRope() const;
-  // Whether the scaling fields that matter for rope_scaling are equal (SameLogicalModel).
+  // Whether the RoPE scaling (type, factor and the fields its type uses) is the same.
   bool SameRope(const ModelConfig& other) const;
   // Fields that define the computation (not `name`, not the RoPE row layout, not where a
   // value came from).
