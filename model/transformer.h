@@ -21,8 +21,9 @@
 // same batch, in the same order.
 //
 // Memory: weights, norms, workspaces and the hidden states Embed/RunLayers/Logits take are
-// the backend's memory (device memory on a GPU); token ids, positions, block tables and
-// the logits Logits/Forward return are host memory. On a GPU the matrices are uploaded at
+// the backend's memory (device memory on a GPU); token ids, positions and block tables are
+// host memory, and so are the logits Logits/Forward return unless, without TP, the logits'
+// view names the backend's device (then they stay there, to be sampled there). On a GPU the matrices are uploaded at
 // load and the file pages behind them dropped.
 //
 // Thread-safety: single owner (the device thread). Forward calls run one at a time.
@@ -129,10 +130,9 @@ class Transformer {
   // Runs this stage's layers over hidden [n_tokens, n_embd] in place, appending the new
   // tokens' K/V to `cache` at the positions and blocks the batch names.
   absl::Status RunLayers(TensorView hidden, const ForwardBatch& batch, KvCache& cache);
-  // logits [rows.size(), n_vocab] (host memory) for the given rows of hidden. Last stage
-  // only. With TP,
-  // each rank computes its vocabulary rows and the group all-gathers them, so every rank
-  // returns all the logits.
+  // logits [rows.size(), n_vocab] (host memory, or the backend's as above) for the given
+  // rows of hidden. Last stage only. With TP, each rank computes its vocabulary rows and the
+  // group all-gathers them, so every rank returns all the logits.
   absl::Status Logits(const TensorView& hidden, std::span<const int64_t> rows, TensorView logits);
   // Embed (when first) + RunLayers + Logits (when last) over the whole model.
   // REQUIRES: this stage holds every layer. logits [logit_rows.size(), n_vocab].

@@ -110,34 +110,38 @@ int32_t Argmax(std::span<const float> v) {
 
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
 
-void Sampler::SeedFor(size_t position) {
-  // splitmix64 of the seed and the position: the draws for a position depend on nothing
-  // else, so a sequence recomputed after a preemption or a worker's death (its sampler
-  // made anew) draws what it would have drawn.
+uint64_t PositionSeed(uint64_t seed, size_t position) {
   const auto mix = [](uint64_t x) {
     x += 0x9E3779B97F4A7C15ull;
     x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
     x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
     return x ^ (x >> 31);
   };
-  rng_.seed(mix(params_.seed ^ mix(static_cast<uint64_t>(position))));
+  return mix(seed ^ mix(static_cast<uint64_t>(position)));
 }
 
-bool Sampler::penalised() const {
-  return params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f;
+bool Penalised(const SamplingParams& p) {
+  return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
 }
+
+std::vector<std::pair<int32_t, int32_t>> TokenCounts(std::span<const int32_t> history, int32_t n_vocab) {
+  std::vector<std::pair<int32_t, int32_t>> out;
+  absl::flat_hash_map<int32_t, size_t> index;
+  for (int32_t t : history) {
+    if (t < 0 || t >= n_vocab) continue;
+    const auto [it, fresh] = index.try_emplace(t, out.size());
+    if (fresh) out.emplace_back(t, 0);
+    ++out[it->second].second;
+  }
+  return out;
+}
+
+void Sampler::SeedFor(size_t position) { rng_.seed(PositionSeed(params_.seed, position)); }
 
 void Sampler::Penalize(std::span<float> logits, std::span<const int32_t> history) const {
   if (!penalised()) return;
-  const int32_t n_vocab = static_cast<int32_t>(logits.size());
-  absl::flat_hash_map<int32_t, int32_t> counts;
-  for (int32_t t : history) {
-    if (t >= 0 && t < n_vocab) ++counts[t];
-  }
-  for (const auto& [t, n] : counts) {
-    float& x = logits[t];
-    if (params_.repetition_penalty != 1.0f) x = x > 0 ? x / params_.repetition_penalty : x * params_.repetition_penalty;
-    x -= params_.presence_penalty + params_.frequency_penalty * static_cast<float>(n);
+  for (const auto& [t, n] : TokenCounts(history, static_cast<int32_t>(logits.size()))) {
+    logits[t] = PenalisedLogit(logits[t], n, params_);
   }
 }
 
@@ -202,15 +206,12 @@ size_t Sampler::Shape(std::span<const float> logits) {
 SampledToken Sampler::Describe(std::span<const float> raw, int32_t id) const {
   SampledToken out;
   out.id = id;
-  const double lse = LogSumExp(raw);
-  out.logprob = static_cast<float>(raw[id] - lse);
   if (params_.n_logprobs > 0) {
-    const int32_t n_vocab = static_cast<int32_t>(raw.size());
-    std::vector<int32_t> idx(n_vocab);
-    for (int32_t i = 0; i < n_vocab; ++i) idx[i] = i;
-    const int32_t n = std::min(params_.n_logprobs, n_vocab);
-    std::partial_sort(idx.begin(), idx.begin() + n, idx.end(), [&](int32_t a, int32_t b) { return raw[a] > raw[b]; });
-    for (int32_t i = 0; i < n; ++i) out.top.emplace_back(idx[i], static_cast<float>(raw[idx[i]] - lse));
+    const double lse = LogSumExp(raw);
+    out.logprob = static_cast<float>(raw[id] - lse);
+    std::vector<std::pair<float, int32_t>> top;
+    TopK(raw, std::min<size_t>(params_.n_logprobs, raw.size()), top);
+    for (const auto& [x, t] : top) out.top.emplace_back(t, static_cast<float>(x - lse));
   }
   return out;
 }
@@ -218,7 +219,7 @@ SampledToken Sampler::Describe(std::span<const float> raw, int32_t id) const {
 SampledToken Sampler::Sample(std::span<float> logits, std::span<const int32_t> history) {
   // Logprobs are of the model's own distribution: keep the raw logits when penalties apply.
   std::vector<float> raw;
-  if (penalised()) raw.assign(logits.begin(), logits.end());
+  if (penalised() && params_.n_logprobs > 0) raw.assign(logits.begin(), logits.end());
   Penalize(logits, history);
   int32_t id = 0;
   if (params_.greedy()) {

@@ -35,9 +35,31 @@ struct SamplingParams {
 
 struct SampledToken {
   int32_t id = -1;
-  float logprob = 0.0f;                        // log p(id) under the raw logits.
-  std::vector<std::pair<int32_t, float>> top;  // (id, logprob), most likely first.
+  // log p(id) under the raw logits, and the top n_logprobs (id, logprob), most likely first:
+  // computed only for n_logprobs > 0 (the API's "logprobs" switch), else 0 and empty, so
+  // that a request that asked for none pays no pass over its row for them.
+  float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top;
 };
+
+// The seed of the draws for the token at `position` of a sequence seeded with `seed`
+// (splitmix64 of both): it depends on nothing else, so a sequence recomputed after a
+// preemption or a worker's death draws what it would have drawn, on any backend.
+uint64_t PositionSeed(uint64_t seed, size_t position);
+
+// Whether the repetition, presence or frequency penalty applies.
+bool Penalised(const SamplingParams& params);
+
+// Each distinct token of `history` in [0, n_vocab) with its count, in first-seen order:
+// what the penalties read.
+std::vector<std::pair<int32_t, int32_t>> TokenCounts(std::span<const int32_t> history, int32_t n_vocab);
+
+// The penalised logit x of a token seen `count` times (CTRL's repetition penalty, then the
+// presence and frequency penalties).
+inline float PenalisedLogit(float x, int32_t count, const SamplingParams& p) {
+  if (p.repetition_penalty != 1.0f) x = x > 0 ? x / p.repetition_penalty : x * p.repetition_penalty;
+  return x - (p.presence_penalty + p.frequency_penalty * static_cast<float>(count));
+}
 
 class Sampler {
  public:
@@ -59,13 +81,13 @@ class Sampler {
   const SamplingParams& params() const { return params_; }
 
  private:
-  bool penalised() const;
+  bool penalised() const { return Penalised(params_); }
   // Applies the repetition/presence/frequency penalties of `history` in place.
   void Penalize(std::span<float> logits, std::span<const int32_t> history) const;
   // Fills candidates_ with (unnormalised probability, id), most likely first, after
   // top-k, temperature and min-p/top-p; returns how many are kept. REQUIRES !greedy().
   size_t Shape(std::span<const float> logits);
-  // `id` with its logprob (and the top-n) under the raw logits.
+  // `id` with, when asked for, its logprob and the top-n under the raw logits.
   SampledToken Describe(std::span<const float> raw, int32_t id) const;
   // Reseeds the RNG for the token at `position` (the history's length).
   void SeedFor(size_t position);

@@ -6,6 +6,7 @@
 #include "core/status.h"
 #include "core/str_cat.h"
 #include "kernels/cuda_backend.h"
+#include "sampling/sampler.h"
 
 namespace cascade::worker {
 namespace {
@@ -45,7 +46,6 @@ absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Create(const Stage
                                                                      std::unique_ptr<kernels::Backend> backend) {
   std::unique_ptr<StageExecutor> e(new StageExecutor());
   e->options_ = options;
-  e->sample_pool_ = std::make_unique<ThreadPool>(std::max(1, options.n_threads));
   if (options.n_stages > 1 && pp_comm == nullptr) {
     return absl::InvalidArgumentError("a pipeline of several stages needs a communicator");
   }
@@ -91,6 +91,12 @@ absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Create(const Stage
                            " bytes of weights (lower scheduler.kv_cache_mb or scheduler.gpu_memory_fraction)"));
   }
   e->cache_ = std::make_unique<model::KvCache>(*std::move(cache));
+  if (e->is_last() && options.tp_rank == 0 && !options.draft) {
+    e->sampler_ = std::make_unique<model::StepSampler>(e->backend_.get(), options.n_threads);
+    // A GPU head without a TP gather leaves its logits on the device: sample them there.
+    e->logits_on_device_ = !e->backend_->host_memory() && options.tp_size == 1 &&
+                           dynamic_cast<kernels::CudaBackend*>(e->backend_.get()) != nullptr;
+  }
   return e;
 }
 
@@ -155,21 +161,17 @@ absl::Status StageExecutor::Flatten(const v1::StepRequest& step, Rows& rows) con
 
 void StageExecutor::TrackHistory(const v1::StepRequest& step) {
   for (const v1::StepSequence& s : step.seqs()) {
-    if (s.reset() || !seqs_.contains(s.seq_id())) {
-      SeqState& st = seqs_[s.seq_id()];
-      st.sampler = std::make_unique<sampling::Sampler>(FromProto(s.sampling()));
-      st.history.assign(s.history().begin(), s.history().end());
-      if (st.history.empty()) st.history.assign(s.tokens().begin(), s.tokens().end() - s.n_draft());
+    if (s.reset() || !sampler_->Has(s.seq_id())) {
+      std::vector<int32_t> history(s.history().begin(), s.history().end());
+      if (history.empty()) history.assign(s.tokens().begin(), s.tokens().end() - s.n_draft());
+      sampler_->Start(s.seq_id(), FromProto(s.sampling()), std::move(history));
     } else if (s.n_draft() == 0) {
       // History holds positions [0, size): the reset entry's whole history (the coordinator
       // sends prompt and generated tokens there), then each sampled token. A later prefill
       // chunk adds only positions past it (none, when the reset carried the history);
       // decode and verify steps feed the token sampled last, which it already holds, and
       // drafts join it only once accepted.
-      auto& h = seqs_[s.seq_id()].history;
-      for (int i = 0; i < s.tokens_size(); ++i) {
-        if (s.n_past() + i >= static_cast<int64_t>(h.size())) h.push_back(s.tokens(i));
-      }
+      sampler_->Extend(s.seq_id(), s.n_past(), {s.tokens().data(), static_cast<size_t>(s.tokens_size())});
     }
   }
 }
@@ -179,7 +181,9 @@ absl::StatusOr<v1::StepResult> StageExecutor::Execute(const v1::StepRequest& ste
   handoff_s_ = 0;
   v1::StepResult result;
   result.set_step_id(step.step_id());
-  for (int64_t id : step.release()) seqs_.erase(id);
+  if (sampler_ != nullptr) {
+    for (int64_t id : step.release()) sampler_->Release(id);
+  }
   Rows rows;
   CASCADE_RETURN_IF_ERROR(Flatten(step, rows));  // The only InvalidArgument: a refusal.
   if (absl::Status st = Run(step, rows, result); !st.ok()) {
@@ -210,10 +214,10 @@ void StageExecutor::ReportExpertLoad(v1::StepResult& result) {
 
 absl::Status StageExecutor::Run(const v1::StepRequest& step, Rows& rows, v1::StepResult& result) {
   if (options_.draft) return Draft(step, rows, result);
-  if (is_last() && options_.tp_rank == 0) TrackHistory(step);
+  if (sampler_ != nullptr) TrackHistory(step);
   CASCADE_RETURN_IF_ERROR(Forward(rows, step.step_id()));
   // Logits are a collective over the TP group (vocab-parallel head); TP rank 0 samples.
-  if (is_last() && !rows.logit_rows.empty() && options_.tp_rank == 0) return Sample(step, result);
+  if (sampler_ != nullptr && !rows.logit_rows.empty()) return Sample(step, result);
   return absl::OkStatus();
 }
 
@@ -243,9 +247,15 @@ absl::Status StageExecutor::Forward(const Rows& rows, int64_t step_id) {
   if (rows.logit_rows.empty()) return absl::OkStatus();
   const int64_t V = transformer_->config().n_vocab;
   const int64_t n_rows = static_cast<int64_t>(rows.logit_rows.size());
-  CASCADE_RETURN_IF_ERROR(
-      kernels::GrowBuffer(*backend_, logits_, static_cast<size_t>(n_rows * V) * sizeof(float), /*staging=*/true));
-  return transformer_->Logits(hidden, rows.logit_rows, TensorView(logits_->f32(), DType::kF32, {n_rows, V}));
+  CASCADE_RETURN_IF_ERROR(kernels::GrowBuffer(*backend_, logits_, static_cast<size_t>(n_rows * V) * sizeof(float),
+                                              /*staging=*/!logits_on_device_));
+  return transformer_->Logits(hidden, rows.logit_rows, LogitsView(n_rows));
+}
+
+TensorView StageExecutor::LogitsView(int64_t n_rows) const {
+  const int64_t V = transformer_->config().n_vocab;
+  if (logits_on_device_) return TensorView(logits_->data(), DType::kF32, {n_rows, V}, backend_->device());
+  return TensorView(logits_->data(), DType::kF32, {n_rows, V});
 }
 
 absl::Status StageExecutor::Draft(const v1::StepRequest& step, Rows& rows, v1::StepResult& result) {
@@ -319,40 +329,21 @@ absl::Status StageExecutor::ReceiveHidden(int64_t n, uint64_t tag) {
 }
 
 absl::Status StageExecutor::Sample(const v1::StepRequest& step, v1::StepResult& result) {
-  const int64_t V = transformer_->config().n_vocab;
-  struct Job {
-    const v1::StepSequence* seq;
-    SeqState* state;
-    size_t first_row;  // Logit rows, in order: n_draft + 1 per sampled sequence.
-    std::vector<sampling::SampledToken> emitted;
-  };
-  std::vector<Job> jobs;
-  size_t r = 0;
+  // Logit rows, in order: n_draft + 1 per sampled sequence, its drafts its last tokens.
+  std::vector<model::SampleSeq> seqs;
   for (const v1::StepSequence& s : step.seqs()) {
     if (!s.sample()) continue;
-    const auto it = seqs_.find(s.seq_id());  // TrackHistory made it; no insertion moves the others.
-    if (it == seqs_.end()) return absl::InternalError(StrCat("sequence ", s.seq_id(), " has no sampler"));
-    jobs.push_back({&s, &it->second, r, {}});
-    r += s.n_draft() + 1;
+    const std::span<const int32_t> tokens(s.tokens().data(), static_cast<size_t>(s.tokens_size()));
+    seqs.push_back({s.seq_id(), tokens.last(static_cast<size_t>(s.n_draft()))});
   }
-  sample_pool_->ParallelFor(static_cast<int64_t>(jobs.size()), [&](int64_t begin, int64_t end, int) {
-    for (int64_t j = begin; j < end; ++j) {
-      Job& job = jobs[j];
-      const int k = job.seq->n_draft();
-      std::span<float> logits(logits_->f32() + job.first_row * V, (k + 1) * V);
-      if (k == 0) {
-        job.emitted.push_back(job.state->sampler->Sample(logits, job.state->history));
-      } else {
-        const std::vector<int32_t> drafts(job.seq->tokens().end() - k, job.seq->tokens().end());
-        job.emitted = job.state->sampler->Verify(logits, drafts, job.state->history);
-      }
-    }
-  });
-  for (const Job& job : jobs) {
-    for (const sampling::SampledToken& tok : job.emitted) {
-      job.state->history.push_back(tok.id);
+  int64_t n_rows = 0;
+  for (const model::SampleSeq& q : seqs) n_rows += static_cast<int64_t>(q.drafts.size()) + 1;
+  absl::StatusOr<std::vector<std::vector<sampling::SampledToken>>> emitted = sampler_->Sample(LogitsView(n_rows), seqs);
+  if (!emitted.ok()) return absl::InternalError(emitted.status().message());  // Not a refusal: validated before.
+  for (size_t j = 0; j < seqs.size(); ++j) {
+    for (const sampling::SampledToken& tok : (*emitted)[j]) {
       v1::SampledToken* out = result.add_tokens();
-      out->set_seq_id(job.seq->seq_id());
+      out->set_seq_id(seqs[j].seq_id);
       out->set_token(tok.id);
       out->set_logprob(tok.logprob);
       for (const auto& [id, lp] : tok.top) {

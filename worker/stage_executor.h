@@ -12,17 +12,15 @@
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "cascade/v1/cluster.pb.h"
 #include "comm/communicator.h"
-#include "core/thread_pool.h"
 #include "kernels/ops.h"
 #include "model/backend_comm.h"
 #include "model/format/model_files.h"
 #include "model/kv_cache.h"
+#include "model/step_sampler.h"
 #include "model/transformer.h"
-#include "sampling/sampler.h"
 
 namespace cascade::worker {
 
@@ -86,10 +84,6 @@ class StageExecutor {
   bool is_last() const { return options_.stage == options_.n_stages - 1; }
 
  private:
-  struct SeqState {
-    std::unique_ptr<sampling::Sampler> sampler;
-    std::vector<int32_t> history;  // Prompt and generated tokens, for penalties.
-  };
   // A step flattened into rows, sequence by sequence.
   struct Rows {
     std::vector<int32_t> tokens, positions;
@@ -107,10 +101,10 @@ class StageExecutor {
   absl::Status Run(const v1::StepRequest& step, Rows& rows, v1::StepResult& result);
   // Starts or extends each sequence's sampler history (last stage, TP rank 0).
   void TrackHistory(const v1::StepRequest& step);
+  absl::Status Sample(const v1::StepRequest& step, v1::StepResult& result);
   // Embeds or receives the rows, runs the stage's layers, then sends them on or, on the
   // last stage, computes logits_ for rows.logit_rows.
   absl::Status Forward(const Rows& rows, int64_t step_id);
-  absl::Status Sample(const v1::StepRequest& step, v1::StepResult& result);
   // Drafter: feeds the rows, then proposes `propose` tokens per sequence greedily, one
   // forward over all proposing sequences per drafted token.
   absl::Status Draft(const v1::StepRequest& step, Rows& rows, v1::StepResult& result);
@@ -133,18 +127,19 @@ class StageExecutor {
   std::unique_ptr<kernels::Backend> backend_;
   std::unique_ptr<model::Transformer> transformer_;
   std::unique_ptr<model::KvCache> cache_;
-  absl::flat_hash_map<int64_t, SeqState> seqs_;
+  // Last stage, TP rank 0: every sequence's sampler and history.
+  std::unique_ptr<model::StepSampler> sampler_;
   // The step's hidden states in the backend's memory: [c * t, n_embd] rows (c =
   // SliceRows(n)), so each TP rank's hand-off slice is whole; rows past n are padding.
   std::unique_ptr<kernels::Buffer> hidden_;
-  // The step's logit rows [n, n_vocab] f32 for the samplers, in the backend's staging
-  // memory: pinned on a GPU, so that their copy out runs at the bus's speed (16 MB a step
-  // at batch 32 with a 128k vocabulary); plain host memory on the CPU. Grows to the
-  // largest step seen, then allocates nothing.
+  // The step's logit rows [n, n_vocab] f32. On a GPU whose head needs no TP gather they
+  // stay in device memory and are sampled there (model/step_sampler.h); otherwise they are
+  // in the backend's staging memory (pinned on a GPU, so that the copy out runs at the
+  // bus's speed; plain host memory on the CPU). Grows to the largest step seen, then
+  // allocates nothing.
   std::unique_ptr<kernels::Buffer> logits_;
-  // Samples the step's rows in parallel (options_.n_threads): each sequence's sampler is its
-  // own and seeds by position, so the rows draw what they would one after the other.
-  std::unique_ptr<ThreadPool> sample_pool_;
+  bool logits_on_device_ = false;
+  TensorView LogitsView(int64_t n_rows) const;
   double handoff_s_ = 0;  // This step's time in ReceiveHidden and SendHidden.
 };
 

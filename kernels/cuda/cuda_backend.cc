@@ -335,20 +335,36 @@ class CudaBackendImpl final : public CudaBackend {
     return Synchronize();
   }
 
-  absl::Status Sample(std::span<SampleResult> out, const TensorView& logits, std::span<const SampleRow> rows) override {
+  absl::Status Sample(std::span<SampleResult> out, const TensorView& logits, std::span<const SampleRow> rows,
+                      std::span<const SamplePenalty> penalties) override {
     Bind();
-    const int64_t n_rows = logits.Rows();
+    const int64_t n_rows = logits.Rows(), n_vocab = logits.Cols();
     if (static_cast<int64_t>(out.size()) != n_rows || static_cast<int64_t>(rows.size()) != n_rows) {
       return absl::InvalidArgumentError("Sample: one SampleRow and one SampleResult per logits row");
     }
+    bool penalised = false;
     for (const SampleRow& r : rows) {
-      if (r.draft >= logits.Cols())
+      if (r.draft >= n_vocab)
         return absl::InvalidArgumentError(StrCat("Sample: draft ", r.draft, " outside the vocabulary"));
+      if (r.n_logprobs < 0 || r.n_logprobs > kMaxTopLogprobs)
+        return absl::InvalidArgumentError(StrCat("Sample: n_logprobs ", r.n_logprobs, " outside [0, 20]"));
+      if (r.penalty_begin < 0 || r.n_penalties < 0 ||
+          static_cast<size_t>(r.penalty_begin) + r.n_penalties > penalties.size()) {
+        return absl::InvalidArgumentError("Sample: a row's penalties lie outside the list");
+      }
+      penalised |= r.n_penalties > 0;
+    }
+    for (const SamplePenalty& p : penalties) {
+      if (p.token < 0 || p.token >= n_vocab)
+        return absl::InvalidArgumentError(StrCat("Sample: penalised token ", p.token, " outside the vocabulary"));
     }
     const SampleRow* dev_rows = Upload(kSampleRows, rows);
+    const SamplePenalty* dev_penalties = Upload(kPenalties, penalties);
+    float* shaped =
+        penalised ? static_cast<float*>(Scratch(kShaped, static_cast<size_t>(n_rows * n_vocab) * 4)) : nullptr;
     auto* dev_out = static_cast<SampleResult*>(Scratch(kSampleOut, out.size_bytes()));
     CASCADE_RETURN_IF_ERROR(ScratchError());
-    cuda::Sample(dev_out, F32(logits), dev_rows, n_rows, logits.Cols(), stream_);
+    cuda::Sample(dev_out, F32(logits), shaped, dev_rows, dev_penalties, penalised, n_rows, n_vocab, stream_);
     CASCADE_RETURN_IF_ERROR(LastError("Sample"));
     CASCADE_CUDA_RETURN(cudaMemcpyAsync(out.data(), dev_out, out.size_bytes(), cudaMemcpyDeviceToHost, stream_),
                         "Sample copy");
@@ -370,6 +386,8 @@ class CudaBackendImpl final : public CudaBackend {
     kArgmax,
     kSampleRows,
     kSampleOut,
+    kPenalties,
+    kShaped,
     kScatterRows,
     kScatterScales,
     kNumSlots

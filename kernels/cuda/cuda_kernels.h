@@ -108,8 +108,9 @@ void FillRandom(void* w, int code, int64_t n, float scale, uint32_t seed, cudaSt
 void Argmax(int32_t* out, const float* logits, int64_t n_rows, int64_t n_vocab, cudaStream_t stream);
 
 // out[r] = row r of logits [n_rows, n_vocab] sampled or verified per rows[r]
-// (kernels/sample_row.h); rows and out are device memory.
-void Sample(SampleResult* out, const float* logits, const SampleRow* rows, int64_t n_rows, int64_t n_vocab,
-            cudaStream_t stream);
+// (kernels/sample_row.h); out, rows and penalties are device memory. With `penalised`
+// (some row has penalties), `shaped` [n_rows, n_vocab] receives those rows penalised.
+void Sample(SampleResult* out, const float* logits, float* shaped, const SampleRow* rows,
+            const SamplePenalty* penalties, bool penalised, int64_t n_rows, int64_t n_vocab, cudaStream_t stream);
 
 }  // namespace cascade::kernels::cuda

@@ -144,12 +144,9 @@ __device__ int32_t InverseCdf(const RowState& row, uint32_t floor, int32_t exclu
   return found >= 0 ? found : static_cast<int32_t>(last_kept);
 }
 
-__global__ void SampleKernel(SampleResult* out, const float* logits, const SampleRow* rows, int64_t n_vocab) {
-  __shared__ double shd[32];
-  __shared__ unsigned long long shc[32];
-  __shared__ long long shl[32];
-  const SampleRow r = rows[blockIdx.x];
-  RowState row{logits + blockIdx.x * n_vocab, n_vocab, 0.0f, 0.0f};
+// Thread 0's row result is the block's: every value below is block-reduced or shared.
+__device__ SampleResult Choose(RowState row, const SampleRow& r, double* shd, unsigned long long* shc, long long* shl) {
+  const int64_t n_vocab = row.n;
   // Argmax, first on ties: the largest (key << 32 | ~index).
   unsigned long long best = 0;
   for (int64_t i = threadIdx.x; i < n_vocab; i += blockDim.x) {
@@ -163,8 +160,7 @@ __global__ void SampleKernel(SampleResult* out, const float* logits, const Sampl
   if (r.temperature <= 0.0f) {
     res.accepted = r.draft >= 0 && r.draft == argmax;
     res.id = argmax;
-    if (threadIdx.x == 0) out[blockIdx.x] = res;
-    return;
+    return res;
   }
   row.m = row.z[argmax];
   row.inv_t = 1.0f / r.temperature;
@@ -188,24 +184,85 @@ __global__ void SampleKernel(SampleResult* out, const float* logits, const Sampl
   const double kept = MassFrom(row, floor, shd);
   double excluded_mass = 0;
   if (r.draft >= 0 && r.draft < n_vocab && Key(row.z[r.draft]) >= floor) excluded_mass = row.Weight(r.draft);
-  if (r.draft >= 0) {
-    // Rejection rule for a one-hot q: accept with probability p(draft).
-    if (static_cast<double>(r.u_accept) < excluded_mass / kept) {
-      if (threadIdx.x == 0) out[blockIdx.x] = SampleResult{r.draft, 1};
-      return;
-    }
-  }
+  // Rejection rule for a one-hot q: accept with probability p(draft).
+  if (r.draft >= 0 && static_cast<double>(r.u_accept) < excluded_mass / kept) return SampleResult{r.draft, 1};
   const double target = static_cast<double>(r.u_sample) * (kept - excluded_mass);
   res.id = InverseCdf(row, floor, r.draft, target, shd, shl);
   res.accepted = 0;
+  return res;
+}
+
+// The chosen token's logprob and the top n under the raw row z (log-softmax: the largest
+// logit, then the sum of exponentials in double). The top n are n rounds of a block-wide
+// maximum of (key << 32 | ~index), each below the last: largest first, the lower id first
+// on ties, as the CPU's TopK orders them.
+__device__ void Describe(SampleResult& res, const float* z, int64_t n_vocab, int n, double* shd,
+                         unsigned long long* shc) {
+  float m = -FLT_MAX;
+  for (int64_t i = threadIdx.x; i < n_vocab; i += blockDim.x) m = fmaxf(m, z[i]);
+  __shared__ float shf[32];
+  m = BlockReduce(m, Max(), -FLT_MAX, shf);
+  double s = 0;
+  for (int64_t i = threadIdx.x; i < n_vocab; i += blockDim.x) s += exp(static_cast<double>(z[i] - m));
+  const double lse = static_cast<double>(m) + log(BlockReduce(s, Sum(), 0.0, shd));
+  res.logprob = static_cast<float>(z[res.id] - lse);
+  res.n_top = n;
+  unsigned long long prev = ~0ull;
+  for (int j = 0; j < n; ++j) {
+    unsigned long long best = 0;
+    for (int64_t i = threadIdx.x; i < n_vocab; i += blockDim.x) {
+      const unsigned long long v =
+          (static_cast<unsigned long long>(Key(z[i])) << 32) | (0xffffffffu - static_cast<uint32_t>(i));
+      if (v < prev && v > best) best = v;
+    }
+    prev = BlockReduce(best, Max(), 0ull, shc);
+    const int32_t id = static_cast<int32_t>(0xffffffffu - static_cast<uint32_t>(prev & 0xffffffffu));
+    res.top_ids[j] = id;
+    res.top_logprobs[j] = static_cast<float>(z[id] - lse);
+  }
+}
+
+// shaped row = raw row with the row's penalties (sampling::PenalisedLogit, without
+// contractions so that it rounds as the host does); rows without penalties are skipped.
+__global__ void PenalizeKernel(float* shaped, const float* logits, const SampleRow* rows,
+                               const SamplePenalty* penalties, int64_t n_vocab) {
+  const SampleRow r = rows[blockIdx.x];
+  if (r.n_penalties == 0) return;
+  const float* src = logits + blockIdx.x * n_vocab;
+  float* dst = shaped + blockIdx.x * n_vocab;
+  for (int64_t i = threadIdx.x; i < n_vocab; i += blockDim.x) dst[i] = src[i];
+  __syncthreads();
+  for (int j = threadIdx.x; j < r.n_penalties; j += blockDim.x) {
+    const SamplePenalty p = penalties[r.penalty_begin + j];  // Distinct tokens: no races.
+    float x = src[p.token];
+    if (r.repetition_penalty != 1.0f)
+      x = x > 0 ? __fdiv_rn(x, r.repetition_penalty) : __fmul_rn(x, r.repetition_penalty);
+    dst[p.token] =
+        __fsub_rn(x, __fadd_rn(r.presence_penalty, __fmul_rn(r.frequency_penalty, static_cast<float>(p.count))));
+  }
+}
+
+__global__ void SampleKernel(SampleResult* out, const float* logits, const float* shaped, const SampleRow* rows,
+                             int64_t n_vocab) {
+  __shared__ double shd[32];
+  __shared__ unsigned long long shc[32];
+  __shared__ long long shl[32];
+  const SampleRow r = rows[blockIdx.x];
+  const float* raw = logits + blockIdx.x * n_vocab;
+  const RowState row{r.n_penalties > 0 ? shaped + blockIdx.x * n_vocab : raw, n_vocab, 0.0f, 0.0f};
+  SampleResult res = Choose(row, r, shd, shc, shl);
+  if (r.n_logprobs > 0) Describe(res, raw, n_vocab, r.n_logprobs, shd, shc);
   if (threadIdx.x == 0) out[blockIdx.x] = res;
 }
 
 }  // namespace
 
-void Sample(SampleResult* out, const float* logits, const SampleRow* rows, int64_t n_rows, int64_t n_vocab,
-            cudaStream_t stream) {
-  if (n_rows > 0) SampleKernel<<<static_cast<unsigned>(n_rows), kThreads, 0, stream>>>(out, logits, rows, n_vocab);
+void Sample(SampleResult* out, const float* logits, float* shaped, const SampleRow* rows,
+            const SamplePenalty* penalties, bool penalised, int64_t n_rows, int64_t n_vocab, cudaStream_t stream) {
+  if (n_rows == 0) return;
+  const unsigned blocks = static_cast<unsigned>(n_rows);
+  if (penalised) PenalizeKernel<<<blocks, kThreads, 0, stream>>>(shaped, logits, rows, penalties, n_vocab);
+  SampleKernel<<<blocks, kThreads, 0, stream>>>(out, logits, shaped, rows, n_vocab);
 }
 
 }  // namespace cascade::kernels::cuda

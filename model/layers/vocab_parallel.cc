@@ -80,7 +80,8 @@ absl::Status VocabParallelHead::Forward(TensorView logits, const TensorView& nor
   const int64_t m = norm.Rows();
   const size_t logits_bytes = static_cast<size_t>(m * n_vocab_) * sizeof(float);
   if (group_ == nullptr) {
-    if (b.host_memory()) return b.Linear(logits, norm, *weight_, {});
+    // Host memory on a host backend, or a device's own memory: written where it is.
+    if (b.host_memory() || logits.device.kind != DeviceKind::kCpu) return b.Linear(logits, norm, *weight_, {});
     CASCADE_RETURN_IF_ERROR(GrowBuffer(b, ws_, logits_bytes));
     CASCADE_RETURN_IF_ERROR(b.Linear(View(b, *ws_, m, n_vocab_), norm, *weight_, {}));
     return b.CopyOut(logits.data, ws_->data(), logits_bytes);

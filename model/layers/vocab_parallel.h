@@ -72,8 +72,9 @@ class VocabParallelHead {
   static absl::StatusOr<VocabParallelHead> Load(WeightLoader& loader, const std::string& name, int64_t n_vocab,
                                                 int64_t n_embd, const TpShard& shard, BackendComm* group);
 
-  // logits [m, n_vocab] (host memory) for the normed hidden rows norm [m, n_embd]
-  // (backend memory). REQUIRES: logits has that shape.
+  // logits [m, n_vocab] for the normed hidden rows norm [m, n_embd] (backend memory):
+  // host memory, or, without a group, also a device backend's memory (logits.device names
+  // the device). REQUIRES: logits has that shape.
   absl::Status Forward(TensorView logits, const TensorView& norm);
 
  private:

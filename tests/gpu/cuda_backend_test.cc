@@ -26,6 +26,7 @@
 #include "core/half.h"
 #include "kernels/cpu/quantize.h"
 #include "kernels/cuda_device.h"
+#include "tests/sampling_reference.h"
 #include "tests/test_support.h"
 
 namespace cascade::kernels {
@@ -382,60 +383,19 @@ TEST_F(CudaBackendTest, ArgmaxPicksTheFirstLargest) {
   EXPECT_EQ(got, (std::vector<int32_t>{12345, 49151, 7}));
 }
 
-// The sampling law of kernels/sample_row.h, computed by sorting, in double precision.
-// Sets `near_boundary` when float rounding could flip the answer.
+// What kernels/sample_row.h says a row draws, from the double-precision law of
+// tests/sampling_reference.h. Sets `near_boundary` when float rounding could flip it.
 SampleResult ReferenceSample(std::span<const float> z, const SampleRow& r, bool* near_boundary) {
-  const int64_t n = static_cast<int64_t>(z.size());
-  const int32_t argmax = static_cast<int32_t>(std::max_element(z.begin(), z.end()) - z.begin());
-  if (r.temperature <= 0) return {argmax, r.draft == argmax};
-  std::vector<int32_t> order(n);
-  std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return z[a] > z[b]; });
-  const int64_t k = r.top_k > 0 ? std::min<int64_t>(r.top_k, n) : n;
-  std::vector<double> w(n, 0.0);
-  double top_k_mass = 0;
-  for (int64_t i = 0; i < k; ++i) {
-    w[order[i]] = std::exp((static_cast<double>(z[order[i]]) - z[argmax]) / r.temperature);
-    top_k_mass += w[order[i]];
-  }
-  const auto close = [&](double a, double b) { return std::abs(a - b) < 1e-5 * std::max(1.0, std::abs(b)); };
-  int64_t keep = k;
-  if (r.min_p > 0) {
-    keep = 0;
-    while (keep < k && w[order[keep]] >= r.min_p) *near_boundary |= close(w[order[keep++]], r.min_p);
-    if (keep < k) *near_boundary |= close(w[order[keep]], r.min_p);
-  }
-  if (r.top_p < 1) {
-    double mass = 0;
-    int64_t cut = 0;
-    while (cut < keep && mass / top_k_mass < r.top_p) mass += w[order[cut++]];
-    *near_boundary |=
-        close(mass / top_k_mass, r.top_p) || (cut > 0 && close((mass - w[order[cut - 1]]) / top_k_mass, r.top_p));
-    keep = cut;
-  }
-  std::vector<bool> kept(n, false);
-  double kept_mass = 0;
-  for (int64_t i = 0; i < keep; ++i) {
-    kept[order[i]] = true;
-    kept_mass += w[order[i]];
-  }
-  double draft_mass = 0;
-  if (r.draft >= 0 && kept[r.draft]) draft_mass = w[r.draft];
+  const testing::RefLaw law = testing::RefSampleLaw(
+      z, {.temperature = r.temperature, .top_k = r.top_k, .top_p = r.top_p, .min_p = r.min_p}, {});
+  *near_boundary |= law.near_boundary;
+  if (r.temperature <= 0) return {law.argmax, r.draft == law.argmax};
   if (r.draft >= 0) {
-    *near_boundary |= close(r.u_accept, draft_mass / kept_mass);
-    if (r.u_accept < draft_mass / kept_mass) return {r.draft, 1};
+    const double p = law.p[r.draft];
+    *near_boundary |= std::abs(r.u_accept - p) < 1e-5;
+    if (r.u_accept < p) return {r.draft, 1};
   }
-  const double total = kept_mass - draft_mass, target = r.u_sample * total;
-  double acc = 0;
-  int32_t last = -1;
-  for (int32_t i = 0; i < n; ++i) {
-    if (!kept[i] || i == r.draft) continue;
-    last = i;
-    *near_boundary |= std::abs(acc - target) < 1e-5 * total;
-    acc += w[i];
-    if (target < acc) return {i, 0};
-  }
-  return {last, 0};
+  return {testing::RefWalkVocab(law, r.u_sample, r.draft, near_boundary), 0};
 }
 
 TEST_F(CudaBackendTest, SampleFollowsTheDoublePrecisionReference) {

@@ -124,10 +124,29 @@ TEST(SamplerTest, SampledLogprobIsOfTheRawLogits) {
   const double lse = RefLogSumExp(row);
   const std::vector<int32_t> history = {5, 5, 9, 128000};
   for (uint64_t seed : {1u, 2u, 3u}) {
-    Sampler sampler({.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .repetition_penalty = 1.3f, .seed = seed});
+    Sampler sampler(
+        {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .repetition_penalty = 1.3f, .seed = seed, .n_logprobs = 1});
     std::vector<float> logits = row;
     const SampledToken t = sampler.Sample(logits, history);
     EXPECT_NEAR(t.logprob, row[t.id] - lse, Bound(row[t.id] - lse)) << seed;
+    ASSERT_EQ(t.top.size(), 1u);
+  }
+}
+
+// A request that asks for no logprobs gets none (the API reports them only when asked), so
+// its rows pay no pass over the vocabulary for them; it draws the same tokens.
+TEST(SamplerTest, LogprobsOnlyWhenAsked) {
+  const std::vector<float> row = Rows()[0];
+  for (float temperature : {0.0f, 0.8f}) {
+    Sampler quiet({.temperature = temperature, .seed = 4});
+    Sampler asking({.temperature = temperature, .seed = 4, .n_logprobs = 2});
+    std::vector<float> a = row, b = row;
+    const SampledToken q = quiet.Sample(a, {}), t = asking.Sample(b, {});
+    EXPECT_EQ(q.id, t.id);
+    EXPECT_EQ(q.logprob, 0.0f);
+    EXPECT_TRUE(q.top.empty());
+    EXPECT_LT(t.logprob, 0.0f);
+    EXPECT_EQ(t.top.size(), 2u);
   }
 }
 

@@ -160,6 +160,7 @@ TEST(StageExecutorTest, SampledVerificationReportsEachTokensLogprob) {
   s->set_reset(true);
   s->mutable_sampling()->set_temperature(1);
   s->mutable_sampling()->set_seed(3);
+  s->mutable_sampling()->set_logprobs(1);
   auto r = e->Execute(step);
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_GE(r->tokens_size(), 1);

@@ -1,0 +1,141 @@
+#include "model/step_sampler.h"
+
+#include <algorithm>
+#include <random>
+
+#include "core/status.h"
+#include "core/str_cat.h"
+#include "kernels/cuda_backend.h"
+
+namespace cascade::model {
+namespace {
+
+// A uniform in [0, 1) from 24 random bits: exactly representable, never 1.
+float Uniform(std::mt19937_64& rng) { return static_cast<float>(rng() >> 40) * 0x1p-24f; }
+
+}  // namespace
+
+StepSampler::StepSampler(kernels::Backend* backend, int n_threads) : backend_(backend), pool_(std::max(1, n_threads)) {}
+
+void StepSampler::Start(int64_t id, const sampling::SamplingParams& params, std::vector<int32_t> history) {
+  Seq& s = seqs_[id];
+  s.sampler = std::make_unique<sampling::Sampler>(params);
+  s.history = std::move(history);
+}
+
+void StepSampler::Extend(int64_t id, int64_t first, std::span<const int32_t> tokens) {
+  std::vector<int32_t>& h = seqs_.at(id).history;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (first + static_cast<int64_t>(i) >= static_cast<int64_t>(h.size())) h.push_back(tokens[i]);
+  }
+}
+
+absl::StatusOr<std::vector<std::vector<sampling::SampledToken>>> StepSampler::Sample(const TensorView& logits,
+                                                                                     std::span<const SampleSeq> seqs) {
+  std::vector<Seq*> states;
+  int64_t n_rows = 0;
+  for (const SampleSeq& q : seqs) {
+    const auto it = seqs_.find(q.seq_id);
+    if (it == seqs_.end()) return absl::InvalidArgumentError(StrCat("sequence ", q.seq_id, " has no sampler"));
+    states.push_back(&it->second);
+    n_rows += static_cast<int64_t>(q.drafts.size()) + 1;
+  }
+  if (logits.Rows() != n_rows) {
+    return absl::InvalidArgumentError(StrCat("sampling: ", logits.Rows(), " logit rows for ", n_rows));
+  }
+  std::vector<std::vector<sampling::SampledToken>> out(seqs.size());
+  CASCADE_RETURN_IF_ERROR(logits.device.kind == DeviceKind::kCpu ? SampleOnHost(logits, states, seqs, out)
+                                                                 : SampleOnDevice(logits, states, seqs, out));
+  for (size_t j = 0; j < seqs.size(); ++j) {
+    for (const sampling::SampledToken& t : out[j]) states[j]->history.push_back(t.id);
+  }
+  return out;
+}
+
+absl::Status StepSampler::SampleOnHost(const TensorView& logits, std::span<Seq* const> states,
+                                       std::span<const SampleSeq> seqs,
+                                       std::vector<std::vector<sampling::SampledToken>>& out) {
+  const int64_t V = logits.Cols();
+  std::vector<int64_t> first_row(seqs.size());
+  for (size_t j = 1; j < seqs.size(); ++j) first_row[j] = first_row[j - 1] + seqs[j - 1].drafts.size() + 1;
+  // Chunks of one sequence: a verification's k + 1 rows cost k + 1 times a sample's.
+  pool_.ParallelForChunked(static_cast<int64_t>(seqs.size()), 1, [&](int64_t begin, int64_t end, int) {
+    for (int64_t j = begin; j < end; ++j) {
+      Seq& s = *states[j];
+      const std::span<const int32_t> drafts = seqs[j].drafts;
+      std::span<float> rows(logits.As<float>() + first_row[j] * V, (drafts.size() + 1) * V);
+      if (drafts.empty()) {
+        out[j].push_back(s.sampler->Sample(rows, s.history));
+      } else {
+        out[j] = s.sampler->Verify(rows, drafts, s.history);
+      }
+    }
+  });
+  return absl::OkStatus();
+}
+
+void StepSampler::AddDeviceRow(const Seq& s, std::span<const int32_t> drafts, size_t i, int32_t n_vocab) {
+  const sampling::SamplingParams& p = s.sampler->params();
+  kernels::SampleRow r;
+  r.temperature = p.temperature;
+  r.top_k = p.top_k;
+  r.top_p = p.top_p;
+  r.min_p = p.min_p;
+  r.draft = i < drafts.size() ? drafts[i] : -1;
+  r.n_logprobs = p.n_logprobs;
+  if (!p.greedy()) {
+    // The draws of the token at this row's position, whatever the step that samples it.
+    std::mt19937_64 rng(sampling::PositionSeed(p.seed, s.history.size() + i));
+    r.u_accept = Uniform(rng);
+    r.u_sample = Uniform(rng);
+  }
+  if (sampling::Penalised(p)) {
+    // Row i is shaped as if drafts [0, i) were already in the history.
+    std::vector<int32_t> seen(s.history.begin(), s.history.end());
+    seen.insert(seen.end(), drafts.begin(), drafts.begin() + std::min(i, drafts.size()));
+    r.repetition_penalty = p.repetition_penalty;
+    r.presence_penalty = p.presence_penalty;
+    r.frequency_penalty = p.frequency_penalty;
+    r.penalty_begin = static_cast<int32_t>(penalties_.size());
+    for (const auto& [token, count] : sampling::TokenCounts(seen, n_vocab)) penalties_.push_back({token, count});
+    r.n_penalties = static_cast<int32_t>(penalties_.size()) - r.penalty_begin;
+  }
+  rows_.push_back(r);
+}
+
+absl::Status StepSampler::SampleOnDevice(const TensorView& logits, std::span<Seq* const> states,
+                                         std::span<const SampleSeq> seqs,
+                                         std::vector<std::vector<sampling::SampledToken>>& out) {
+  auto* gpu = dynamic_cast<kernels::CudaBackend*>(backend_);
+  if (gpu == nullptr) {
+    return absl::FailedPreconditionError(
+        StrCat("sampling: logits on ", logits.device.ToString(), " need a CUDA backend"));
+  }
+  const int32_t V = static_cast<int32_t>(logits.Cols());
+  rows_.clear();
+  penalties_.clear();
+  for (size_t j = 0; j < seqs.size(); ++j) {
+    for (size_t i = 0; i <= seqs[j].drafts.size(); ++i) AddDeviceRow(*states[j], seqs[j].drafts, i, V);
+  }
+  results_.resize(rows_.size());
+  CASCADE_RETURN_IF_ERROR(gpu->Sample(results_, logits, rows_, penalties_));
+  // A sequence emits its accepted drafts, then its first unaccepted row's token (the
+  // correction, or the next token after all k).
+  size_t r = 0;
+  for (size_t j = 0; j < seqs.size(); ++j) {
+    const size_t k = seqs[j].drafts.size();
+    for (size_t i = 0; i <= k; ++i) {
+      const kernels::SampleResult& res = results_[r + i];
+      sampling::SampledToken t;
+      t.id = res.id;
+      t.logprob = res.logprob;
+      for (int n = 0; n < res.n_top; ++n) t.top.emplace_back(res.top_ids[n], res.top_logprobs[n]);
+      out[j].push_back(std::move(t));
+      if (i == k || !res.accepted) break;
+    }
+    r += k + 1;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace cascade::model
