@@ -307,9 +307,10 @@ absl::Status Parser::ParseServer(const YAML::Node& node, ServerSection* out) con
 
 absl::Status Parser::ParseScheduler(const YAML::Node& node, SchedulerSection* out) const {
   if (!node.IsDefined()) return absl::OkStatus();
-  CASCADE_RETURN_IF_ERROR(CheckMap(node, "scheduler",
-                                   {"max_num_seqs", "max_batched_tokens", "kv_block_size", "kv_cache_mb",
-                                    "gpu_memory_fraction", "kv_cache_dtype", "prefix_caching", "max_queued"}));
+  CASCADE_RETURN_IF_ERROR(
+      CheckMap(node, "scheduler",
+               {"max_num_seqs", "max_batched_tokens", "kv_block_size", "kv_cache_mb", "gpu_memory_fraction",
+                "kv_cache_dtype", "prefix_caching", "max_queued", "device_sampling"}));
   constexpr int64_t kIntMax = std::numeric_limits<int>::max();
   if (const YAML::Node n = Child(node, "max_num_seqs"); n.IsDefined()) {
     CASCADE_ASSIGN_OR_RETURN(out->max_num_seqs, GetInt(n, "scheduler.max_num_seqs", 1, kIntMax));
@@ -352,6 +353,9 @@ absl::Status Parser::ParseScheduler(const YAML::Node& node, SchedulerSection* ou
   }
   if (const YAML::Node n = Child(node, "prefix_caching"); n.IsDefined()) {
     CASCADE_ASSIGN_OR_RETURN(out->prefix_caching, GetBool(n, "scheduler.prefix_caching"));
+  }
+  if (const YAML::Node n = Child(node, "device_sampling"); n.IsDefined()) {
+    CASCADE_ASSIGN_OR_RETURN(out->device_sampling, GetBool(n, "scheduler.device_sampling"));
   }
   return absl::OkStatus();
 }

@@ -154,6 +154,11 @@ struct SchedulerSection {
   // `scheduler.prefix_caching`: reuse the KV of full blocks across requests that share a
   // prefix (automatic prefix caching, coordinator/scheduler.h). Default true.
   bool prefix_caching = true;
+  // `scheduler.device_sampling`: a cuda:N worker whose LM head needs no TP gather samples
+  // on the GPU (model/step_sampler.h: only ids and asked-for logprobs leave it); false
+  // copies the logits to the host and samples there, as CPU workers do. Greedy ids are the
+  // same either way; a seed draws from the same law but names different tokens. Default true.
+  bool device_sampling = true;
   // `scheduler.max_queued`: most requests waiting for admission (while the cluster is
   // busy, or rebuilds after a worker's death); more are refused with RESOURCE_EXHAUSTED.
   // Default 4096. REQUIRES in [1, 1000000].

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "core/logging.h"
 #include "core/status.h"
 #include "core/str_cat.h"
 #include "kernels/cuda_backend.h"
@@ -94,8 +95,14 @@ absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Create(const Stage
   if (e->is_last() && options.tp_rank == 0 && !options.draft) {
     e->sampler_ = std::make_unique<model::StepSampler>(e->backend_.get(), options.n_threads);
     // A GPU head without a TP gather leaves its logits on the device: sample them there.
-    e->logits_on_device_ = !e->backend_->host_memory() && options.tp_size == 1 &&
+    e->logits_on_device_ = options.device_sampling && !e->backend_->host_memory() && options.tp_size == 1 &&
                            dynamic_cast<kernels::CudaBackend*>(e->backend_.get()) != nullptr;
+    if (!e->backend_->host_memory()) {
+      CASCADE_LOG(Info) << "sampling on "
+                        << (e->logits_on_device_       ? options.device.ToString() + ": the logits stay on the device"
+                            : !options.device_sampling ? "the host (scheduler.device_sampling: false)"
+                                                       : "the host: the TP group gathers the logits there");
+    }
   }
   return e;
 }

@@ -41,6 +41,9 @@ struct StageExecutorOptions {
   // Hand-off under TP (transport.pp_handoff): false, `split`: each TP rank sends its 1/t
   // of the rows and the next stage all-gathers; true, `full`: each sends every row.
   bool full_handoff = false;
+  // Last stage on a GPU without TP: sample where the logits are (model/step_sampler.h)
+  // rather than copying them to the host (scheduler.device_sampling).
+  bool device_sampling = true;
   // A drafter (speculative decoding): one process holding layers [first_layer,
   // last_layer) of its model and the model's head (an early exit when last_layer is not
   // the last layer). Its steps carry `propose`; see Draft.

@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -100,6 +101,8 @@ class CudaBackendImpl final : public CudaBackend {
   explicit CudaBackendImpl(int device) : device_(device) {}
   ~CudaBackendImpl() override {
     cudaSetDevice(device_);
+    if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+    if (arena_ != nullptr) cudaFreeHost(arena_);
     if (blas_ != nullptr) cublasDestroy(blas_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
@@ -118,7 +121,9 @@ class CudaBackendImpl final : public CudaBackend {
 
   absl::Status Synchronize() override {
     Bind();
-    return CudaError(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    CASCADE_CUDA_RETURN(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    staged_ = 0;  // Every staged upload has been read.
+    return absl::OkStatus();
   }
 
   bool host_memory() const override { return false; }
@@ -261,7 +266,8 @@ class CudaBackendImpl final : public CudaBackend {
   absl::Status WriteKv(KvCacheLayer& cache, const TensorView& k, const TensorView& v,
                        std::span<const AttentionSeq> seqs) override {
     Bind();
-    std::vector<int32_t> slots;
+    std::vector<int32_t>& slots = slots_;
+    slots.clear();
     for (const AttentionSeq& s : seqs) {
       for (int64_t i = 0; i < s.n_new; ++i) {
         const int64_t pos = s.n_past + i;
@@ -287,7 +293,10 @@ class CudaBackendImpl final : public CudaBackend {
       return absl::UnimplementedError(StrCat("Attention: head_dim ", cache.head_dim, " with ", params.n_heads,
                                              " heads over ", cache.n_kv_heads, " KV heads (needs head_dim <= 256)"));
     }
-    std::vector<int32_t> row_pos, row_table, tables;
+    std::vector<int32_t>&row_pos = row_pos_, &row_table = row_table_, &tables = tables_;
+    row_pos.clear();
+    row_table.clear();
+    tables.clear();
     int64_t max_keys = 0;
     for (const AttentionSeq& s : seqs) {
       const int32_t off = static_cast<int32_t>(tables.size());
@@ -474,6 +483,7 @@ class CudaBackendImpl final : public CudaBackend {
         return nullptr;
       }
       b = std::move(*nb);
+      uploaded_[slot].clear();  // The new buffer holds nothing yet.
     }
     return b.data();
   }
@@ -481,20 +491,62 @@ class CudaBackendImpl final : public CudaBackend {
   // The first scratch allocation failure since the last call (then cleared).
   absl::Status ScratchError() { return std::exchange(scratch_error_, absl::OkStatus()); }
 
+  // An op's host metadata copied up into `slot`: staged through the pinned arena, so that
+  // the copy is a DMA the host does not wait for, and skipped when the bytes equal the
+  // slot's last upload (a step's positions, KV slots and block tables are the same for
+  // every layer, so a decode step copies each once, not once per layer).
   template <typename T>
   T* Upload(ScratchSlot slot, std::span<const T> host) {
-    T* dev = static_cast<T*>(Scratch(slot, std::max<size_t>(host.size_bytes(), 4)));
-    if (dev != nullptr && !host.empty()) {
-      cudaMemcpyAsync(dev, host.data(), host.size_bytes(), cudaMemcpyHostToDevice, stream_);
-    }
+    const size_t bytes = host.size_bytes();
+    T* dev = static_cast<T*>(Scratch(slot, std::max<size_t>(bytes, 4)));
+    if (dev == nullptr || bytes == 0) return dev;
+    std::vector<uint8_t>& last = uploaded_[slot];
+    const auto* p = reinterpret_cast<const uint8_t*>(host.data());
+    if (last.size() == bytes && std::memcmp(last.data(), p, bytes) == 0) return dev;
+    last.assign(p, p + bytes);
+    const void* staged = Stage(p, bytes);
+    cudaMemcpyAsync(dev, staged != nullptr ? staged : p, bytes, cudaMemcpyHostToDevice, stream_);
     return dev;
   }
+
+  // A copy of `bytes` in the pinned arena, valid until the stream has run the copy that
+  // reads it: the arena restarts only after a synchronisation (when full, it waits for the
+  // stream and doubles). Null when pinned memory cannot be had (the caller copies from
+  // pageable memory then).
+  const void* Stage(const uint8_t* host, size_t bytes) {
+    const size_t need = (bytes + 255) & ~size_t{255};
+    if (staged_ + need > arena_bytes_) {
+      cudaStreamSynchronize(stream_);
+      staged_ = 0;
+      const size_t grown = std::max({need, 2 * arena_bytes_, kArenaBytes});
+      void* p = nullptr;
+      if (cudaHostAlloc(&p, grown, cudaHostAllocDefault) != cudaSuccess) {
+        cudaGetLastError();  // Clear it: pageable copies still work.
+        return nullptr;
+      }
+      if (arena_ != nullptr) cudaFreeHost(arena_);
+      arena_ = static_cast<uint8_t*>(p);
+      arena_bytes_ = grown;
+    }
+    std::memcpy(arena_ + staged_, host, bytes);
+    const void* out = arena_ + staged_;
+    staged_ += need;
+    return out;
+  }
+
+  static constexpr size_t kArenaBytes = size_t{1} << 20;
 
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   DeviceBuffer scratch_[kNumSlots];
+  std::vector<uint8_t> uploaded_[kNumSlots];  // Each upload slot's last bytes.
   absl::Status scratch_error_;
+  uint8_t* arena_ = nullptr;  // Pinned staging of uploads; arena_bytes_ long.
+  size_t arena_bytes_ = 0;
+  size_t staged_ = 0;  // Bytes of the arena the stream may still read.
+  // The ops' metadata lists, reused so that a steady step allocates nothing.
+  std::vector<int32_t> slots_, row_pos_, row_table_, tables_;
 };
 
 }  // namespace
