@@ -131,6 +131,7 @@ void CopyOptions(const ClusterConfig& config, const ServedModels& models, Servin
   co.pp_handoff = config.transport.pp_handoff == PpHandoff::kFull ? v1::PP_HANDOFF_FULL : v1::PP_HANDOFF_SPLIT;
   co.expert_parallel = config.parallel.expert;
   co.device_sampling = config.scheduler.device_sampling;
+  co.cuda_graphs = config.scheduler.cuda_graphs;
   if (models.draft_layers > 0) {
     co.draft = true;
     co.draft_model_path = draft.kind == DraftKind::kModel ? draft.model_path : config.model.path;

@@ -328,6 +328,7 @@ absl::Status Cluster::LoadOne(int i, const std::string& group) {
     req.set_pp_transport(options_.pp_nccl ? v1::TRANSPORT_NCCL : v1::TRANSPORT_UCX);
     req.set_pp_handoff(options_.pp_handoff);
     req.set_host_sampling(!options_.device_sampling);
+    req.set_cuda_graphs(options_.cuda_graphs);
   }
   // A first connection attempt to a worker that has just registered can fail
   // transiently (seen in CI as ENOENT from connect); a fail-fast RPC would then

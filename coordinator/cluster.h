@@ -53,6 +53,7 @@ struct ClusterOptions {
   v1::PpHandoff pp_handoff = v1::PP_HANDOFF_SPLIT;  // transport.pp_handoff.
   bool expert_parallel = false;                     // parallel.expert (MoE layers).
   bool device_sampling = true;                      // scheduler.device_sampling.
+  bool cuda_graphs = false;                         // scheduler.cuda_graphs.
 
   // The coordinator's cluster certificate for its calls to workers (mutual TLS); null:
   // plaintext (security.insecure).

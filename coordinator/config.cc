@@ -310,7 +310,7 @@ absl::Status Parser::ParseScheduler(const YAML::Node& node, SchedulerSection* ou
   CASCADE_RETURN_IF_ERROR(
       CheckMap(node, "scheduler",
                {"max_num_seqs", "max_batched_tokens", "kv_block_size", "kv_cache_mb", "gpu_memory_fraction",
-                "kv_cache_dtype", "prefix_caching", "max_queued", "device_sampling"}));
+                "kv_cache_dtype", "prefix_caching", "max_queued", "device_sampling", "cuda_graphs"}));
   constexpr int64_t kIntMax = std::numeric_limits<int>::max();
   if (const YAML::Node n = Child(node, "max_num_seqs"); n.IsDefined()) {
     CASCADE_ASSIGN_OR_RETURN(out->max_num_seqs, GetInt(n, "scheduler.max_num_seqs", 1, kIntMax));
@@ -356,6 +356,9 @@ absl::Status Parser::ParseScheduler(const YAML::Node& node, SchedulerSection* ou
   }
   if (const YAML::Node n = Child(node, "device_sampling"); n.IsDefined()) {
     CASCADE_ASSIGN_OR_RETURN(out->device_sampling, GetBool(n, "scheduler.device_sampling"));
+  }
+  if (const YAML::Node n = Child(node, "cuda_graphs"); n.IsDefined()) {
+    CASCADE_ASSIGN_OR_RETURN(out->cuda_graphs, GetBool(n, "scheduler.cuda_graphs"));
   }
   return absl::OkStatus();
 }

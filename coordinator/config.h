@@ -159,6 +159,10 @@ struct SchedulerSection {
   // copies the logits to the host and samples there, as CPU workers do. Greedy ids are the
   // same either way; a seed draws from the same law but names different tokens. Default true.
   bool device_sampling = true;
+  // `scheduler.cuda_graphs`: a cuda:N worker runs each decode step of a dense model without
+  // tensor parallelism as one CUDA graph, captured per step shape (model/graph_step.h).
+  // Default false until measured on a GPU.
+  bool cuda_graphs = false;
   // `scheduler.max_queued`: most requests waiting for admission (while the cluster is
   // busy, or rebuilds after a worker's death); more are refused with RESOURCE_EXHAUSTED.
   // Default 4096. REQUIRES in [1, 1000000].

@@ -53,6 +53,13 @@ struct CudaBackendOptions {
   int device = 0;  // CUDA device index.
 };
 
+// The passes of a step run as a CUDA graph (CudaBackend::BeginGraphStep).
+enum class GraphPass {
+  kDry,      // Host work only: checks, metadata staged, the step's signature; no launches.
+  kCapture,  // The ops recorded into a new graph, which then runs.
+  kEager,    // The ops run one by one, as outside a graph step.
+};
+
 class CudaBackend : public Backend {
  public:
   // Unavailable (with the CUDA runtime's reason) when the device cannot be used.
@@ -66,6 +73,31 @@ class CudaBackend : public Backend {
   // logprobs cross the bus, never the logits, which stay unmodified.
   virtual absl::Status Sample(std::span<SampleResult> out, const TensorView& logits, std::span<const SampleRow> rows,
                               std::span<const SamplePenalty> penalties = {}) = 0;
+
+  // CUDA graphs: a step's ops (the same calls with the same buffers and shapes) replayed as
+  // one launch instead of one launch per op. The caller issues the step's ops between
+  // BeginGraphStep(pass) and EndGraphStep, up to three times (model/graph_step.h):
+  //  * kDry: every op does its host work (checks; its metadata staged in a pinned arena
+  //    that restarts with each step, so the same step puts it at the same addresses) and
+  //    hashes its arguments (buffers, shapes, staged addresses) into the step's
+  //    signature, launching nothing. EndGraphStep launches the graph captured under that
+  //    signature and answers true, or answers false when there is none.
+  //  * kCapture: the ops are recorded into a new graph, kept under the signature, and
+  //    launched: true. False when the step cannot be captured (a scratch buffer or the
+  //    arena had to grow, a copy to or from pageable host memory): nothing ran.
+  //  * kEager: the ops run as usual: true.
+  // Inside a step, CopyOut's bytes and every op's results are ready only after EndGraphStep
+  // (a graph runs as a whole); Synchronize waits for nothing until then. Argmax and Sample
+  // are refused inside. At most kMaxGraphs graphs are kept (least recently used dropped).
+  // Default: Unimplemented (a test double).
+  static constexpr int kMaxGraphs = 64;
+  virtual absl::Status BeginGraphStep(GraphPass) { return absl::UnimplementedError("no CUDA graphs here"); }
+  virtual absl::StatusOr<bool> EndGraphStep() { return absl::UnimplementedError("no CUDA graphs here"); }
+  // Closes a step whose ops failed: launches nothing, keeps no capture.
+  virtual void AbortGraphStep() {}
+  // Graphs captured so far and launched so far (for tests and logs).
+  virtual int64_t graphs_captured() const { return 0; }
+  virtual int64_t graphs_launched() const { return 0; }
 };
 
 }  // namespace cascade::kernels

@@ -7,6 +7,7 @@
 #include "core/status.h"
 #include "core/str_cat.h"
 #include "model/format/arch/llama.h"
+#include "model/graph_step.h"
 #include "model/layers/linear.h"
 
 namespace cascade::model {
@@ -294,11 +295,18 @@ absl::Status Transformer::Forward(const ForwardBatch& batch, KvCache& cache, Ten
     return absl::FailedPreconditionError("Forward needs a stage holding the whole model");
   }
   const int64_t n = static_cast<int64_t>(batch.tokens.size());
-  CASCADE_RETURN_IF_ERROR(GrowBuffer(*backend_, hidden_, static_cast<size_t>(n * config_.n_embd) * sizeof(float)));
-  TensorView hidden = View(*hidden_, n, config_.n_embd);
-  CASCADE_RETURN_IF_ERROR(Embed(batch.tokens, hidden));
-  CASCADE_RETURN_IF_ERROR(RunLayers(hidden, batch, cache));
-  return Logits(hidden, batch.logit_rows, logits);
+  const auto ops = [&]() -> absl::Status {
+    CASCADE_RETURN_IF_ERROR(GrowBuffer(*backend_, hidden_, static_cast<size_t>(n * config_.n_embd) * sizeof(float)));
+    TensorView hidden = View(*hidden_, n, config_.n_embd);
+    CASCADE_RETURN_IF_ERROR(Embed(batch.tokens, hidden));
+    CASCADE_RETURN_IF_ERROR(RunLayers(hidden, batch, cache));
+    return Logits(hidden, batch.logit_rows, logits);
+  };
+  return GraphsFor(batch) ? RunGraphStep(*backend_, ops) : ops();
+}
+
+bool Transformer::GraphsFor(const ForwardBatch& batch) const {
+  return cuda_graphs_ && moe_layers_.empty() && tp_comm_ == nullptr && GraphableBatch(batch);
 }
 
 }  // namespace cascade::model

@@ -138,6 +138,13 @@ class Transformer {
   // REQUIRES: this stage holds every layer. logits [logit_rows.size(), n_vocab].
   absl::Status Forward(const ForwardBatch& batch, KvCache& cache, TensorView logits);
 
+  // CUDA graphs for decode steps (model/graph_step.h): off by default. With them on, a
+  // caller runs steps for which GraphsFor answers true through RunGraphStep (Forward
+  // does so itself).
+  void set_cuda_graphs(bool on) { cuda_graphs_ = on; }
+  // Graphs are on, the model is dense without a TP group, and `batch` is decode-shaped.
+  bool GraphsFor(const ForwardBatch& batch) const;
+
  private:
   struct Layer;
   Transformer() = default;
@@ -160,7 +167,8 @@ class Transformer {
   ModelConfig config_;
   kernels::Backend* backend_ = nullptr;    // Borrowed.
   comm::Communicator* tp_comm_ = nullptr;  // Borrowed; null when shard_.tp_size is 1.
-  BackendComm tp_;                         // tp_comm_ over the backend's memory.
+  bool cuda_graphs_ = false;
+  BackendComm tp_;  // tp_comm_ over the backend's memory.
   TpShard shard_;
   int64_t first_layer_ = 0;
   int64_t last_layer_ = 0;

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# The real cluster on one device: the coordinator and its workers, PP=1 and PP=2 (PP=2 as
-# two nodes on 127.0.0.1 that both list the device), greedy, `cascade bench` at batch 1
+# The real cluster on one device: the coordinator and its workers, PP=1, PP=2 (PP=2 as
+# two nodes on 127.0.0.1 that both list the device) and PP=1 with scheduler.cuda_graphs
+# (`1g`; on a cpu device the switch changes nothing), greedy, `cascade bench` at batch 1
 # and 32 (128-token prompts, 128 tokens generated, no speculation). For each run it prints
 # the workers' mean step (cascade_stage_step_seconds from /metrics, over that run alone),
 # TTFT, ITL and throughput, the in-process forward at the same batch where FORWARD_JSON
-# gives it (gpu_model_bench's JSON for the same model), and it checks that PP=1 and PP=2
-# give the same greedy ids. scripts/gpu_check.sh runs it on cuda:0 with the binaries of
+# gives it (gpu_model_bench's JSON for the same model), and it checks that PP=2 and PP=1
+# with graphs give PP=1's greedy ids. scripts/gpu_check.sh runs it on cuda:0 with the binaries of
 # scripts/pack_gpu_cluster.sh; run here with DEVICE=cpu it is its own no-GPU path (the same
 # flow on stories260K).
 #
@@ -34,9 +35,11 @@ say() { echo "gpu_cluster_check [$(($(date +%s) - t0)) s]: $*" | tee -a "$OUT/su
   { say "no cascade binaries in $BIN (build, or scripts/pack_gpu_cluster.sh): skipped"; exit 0; }
 [[ -f $MODEL ]] || { say "no model $MODEL: skipped"; exit 0; }
 
-# The config of a PP=$1 cluster on $DEVICE, every stage a node of its own on 127.0.0.1.
+# The config of run $1 (PP=N, with CUDA graphs when it ends in g) on $DEVICE, every stage
+# a node of its own on 127.0.0.1.
 config() {
-  local pp=$1 nodes="" i
+  local pp=${1%g} nodes="" i graphs=""
+  [[ $1 == *g ]] && graphs=", cuda_graphs: true"
   for ((i = 0; i < pp; ++i)); do nodes+="  - {name: n$i, host: 127.0.0.1, devices: ['$DEVICE'], launch: local}"$'\n'; done
   local memory="kv_cache_mb: 256"
   [[ $DEVICE == cuda:* ]] && memory="kv_cache_mb: 4096, gpu_memory_fraction: $(awk "BEGIN {print 0.8 / $pp}")"
@@ -46,7 +49,7 @@ parallel: {pipeline: $pp}
 nodes:
 $nodes
 server: {listen: '127.0.0.1:0', http_listen: '127.0.0.1:0'}
-scheduler: {max_num_seqs: 32, max_batched_tokens: 4096, kv_block_size: 16, $memory}
+scheduler: {max_num_seqs: 32, max_batched_tokens: 4096, kv_block_size: 16, $memory$graphs}
 EOF
 }
 
@@ -69,7 +72,7 @@ PY
 }
 
 rc=0
-for pp in 1 2; do
+for pp in 1 2 1g; do
   config "$pp" >"$OUT/pp$pp.yaml"
   if ! start_cluster "$OUT/pp$pp.yaml" "$OUT/pp$pp.log"; then
     say "PP=$pp: the cluster did not start (last lines: $(tail -n 2 "$OUT/pp$pp.log" | tr '\n' ' '))"
@@ -106,7 +109,7 @@ print("(stage steps: each stage's mean step over the run, prefill included; medi
       " from the histogram; ratio: median / the in-process forward at the same batch)")
 print(f"{'PP':>3} {'batch':>6} {'stage means ms':>18} {'median ms':>10} {'forward ms':>11} {'ratio':>7} {'ttft p50':>9}"
       f" {'itl p50':>8} {'tok/s':>8}")
-for pp in (1, 2):
+for pp in ("1", "2", "1g"):
     for batch in (1, 32):
         name = f"pp{pp}_b{batch}"
         try:
@@ -134,7 +137,7 @@ for pp in (1, 2):
                     medians.append(1e3 * (prev_le + (hi - prev_le) * (n / 2 - prev_c) / max(c - prev_c, 1e-9)))
                     break
                 prev_le, prev_c = (prev_le if le == "+Inf" else float(le)), c
-        fwd = forward.get(batch) if pp == 1 else None
+        fwd = forward.get(batch) if pp != "2" else None
         ratio = medians[-1] / fwd if fwd and medians else None
         row = bench["rows"][0] if "rows" in bench else bench
         ttft, itl = row["ttft_ms"]["p50"], row["itl_ms"]["p50"]
@@ -149,14 +152,16 @@ for pp in (1, 2):
 json.dump(report, open(f"{out}/gpu_cluster.json", "w"), indent=1)
 PY
 
-# PP=1 and PP=2 are one model: the same greedy ids, request by request.
-for batch in 1 32; do
-  a="$OUT/pp1_b${batch}.ids" b="$OUT/pp2_b${batch}.ids"
-  if [[ -s $a && -s $b ]] && cmp -s <(sort "$a") <(sort "$b"); then
-    say "batch $batch: PP=1 and PP=2 gave the same greedy ids ($(wc -l <"$a") requests)"
-  else
-    say "batch $batch: PP=1 and PP=2 greedy ids DIFFER (or a run is missing): $a $b"
-    rc=1
-  fi
+# PP=1, PP=2 and PP=1 with graphs are one model: the same greedy ids, request by request.
+for other in 2 1g; do
+  for batch in 1 32; do
+    a="$OUT/pp1_b${batch}.ids" b="$OUT/pp${other}_b${batch}.ids"
+    if [[ -s $a && -s $b ]] && cmp -s <(sort "$a") <(sort "$b"); then
+      say "batch $batch: PP=1 and PP=$other gave the same greedy ids ($(wc -l <"$a") requests)"
+    else
+      say "batch $batch: PP=1 and PP=$other greedy ids DIFFER (or a run is missing): $a $b"
+      rc=1
+    fi
+  done
 done
 exit $rc

@@ -7,6 +7,7 @@
 #include "core/status.h"
 #include "core/str_cat.h"
 #include "kernels/cuda_backend.h"
+#include "model/graph_step.h"
 #include "sampling/sampler.h"
 
 namespace cascade::worker {
@@ -76,6 +77,8 @@ absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Create(const Stage
     return absl::InvalidArgumentError("a drafter runs in one process: 1 stage, tensor 1");
   }
   CASCADE_ASSIGN_OR_RETURN(e->transformer_, model::Transformer::Load(e->files_, e->backend_.get(), stage, tp_comm));
+  // A drafter's rounds read each round's logits on the host: no graphs there.
+  e->transformer_->set_cuda_graphs(options.cuda_graphs && !options.draft);
   model::LogDefaultedKeys(e->files_);
   if (e->transformer_->has_embedding() != (options.stage == 0) ||
       e->transformer_->has_head() != (options.stage == options.n_stages - 1)) {
@@ -235,28 +238,30 @@ absl::Status StageExecutor::Forward(const Rows& rows, int64_t step_id) {
   CASCADE_RETURN_IF_ERROR(kernels::GrowBuffer(*backend_, hidden_, capacity));
   TensorView hidden(hidden_->data(), DType::kF32, {n, n_embd}, backend_->device());
   const uint64_t tag = static_cast<uint64_t>(step_id);
-  if (options_.stage == 0) {
-    CASCADE_RETURN_IF_ERROR(transformer_->Embed(rows.tokens, hidden));
-  } else {
+  if (options_.stage > 0) {
     const auto t = std::chrono::steady_clock::now();
     const absl::Status received = ReceiveHidden(n, tag);
     handoff_s_ += SecondsSince(t);
     CASCADE_RETURN_IF_ERROR(Annotate(received, StrCat("receiving step ", step_id, " from stage ", options_.stage - 1)));
   }
+  // The stage's own compute: one CUDA graph for a decode step when graphs are on.
   const model::ForwardBatch batch{rows.tokens, rows.positions, rows.seqs, rows.logit_rows};
-  CASCADE_RETURN_IF_ERROR(transformer_->RunLayers(hidden, batch, *cache_));
-  if (!is_last()) {
-    const auto t = std::chrono::steady_clock::now();
-    const absl::Status sent = SendHidden(n, tag);
-    handoff_s_ += SecondsSince(t);
-    return Annotate(sent, StrCat("sending step ", step_id, " to stage ", options_.stage + 1));
-  }
-  if (rows.logit_rows.empty()) return absl::OkStatus();
-  const int64_t V = transformer_->config().n_vocab;
-  const int64_t n_rows = static_cast<int64_t>(rows.logit_rows.size());
-  CASCADE_RETURN_IF_ERROR(kernels::GrowBuffer(*backend_, logits_, static_cast<size_t>(n_rows * V) * sizeof(float),
-                                              /*staging=*/!logits_on_device_));
-  return transformer_->Logits(hidden, rows.logit_rows, LogitsView(n_rows));
+  const auto compute = [&]() -> absl::Status {
+    if (options_.stage == 0) CASCADE_RETURN_IF_ERROR(transformer_->Embed(rows.tokens, hidden));
+    CASCADE_RETURN_IF_ERROR(transformer_->RunLayers(hidden, batch, *cache_));
+    if (!is_last() || rows.logit_rows.empty()) return absl::OkStatus();
+    const int64_t V = transformer_->config().n_vocab;
+    const int64_t n_rows = static_cast<int64_t>(rows.logit_rows.size());
+    CASCADE_RETURN_IF_ERROR(kernels::GrowBuffer(*backend_, logits_, static_cast<size_t>(n_rows * V) * sizeof(float),
+                                                /*staging=*/!logits_on_device_));
+    return transformer_->Logits(hidden, rows.logit_rows, LogitsView(n_rows));
+  };
+  CASCADE_RETURN_IF_ERROR(transformer_->GraphsFor(batch) ? model::RunGraphStep(*backend_, compute) : compute());
+  if (is_last()) return absl::OkStatus();
+  const auto t = std::chrono::steady_clock::now();
+  const absl::Status sent = SendHidden(n, tag);
+  handoff_s_ += SecondsSince(t);
+  return Annotate(sent, StrCat("sending step ", step_id, " to stage ", options_.stage + 1));
 }
 
 TensorView StageExecutor::LogitsView(int64_t n_rows) const {

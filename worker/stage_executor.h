@@ -44,6 +44,8 @@ struct StageExecutorOptions {
   // Last stage on a GPU without TP: sample where the logits are (model/step_sampler.h)
   // rather than copying them to the host (scheduler.device_sampling).
   bool device_sampling = true;
+  // Decode steps as CUDA graphs on a GPU (model/graph_step.h; scheduler.cuda_graphs).
+  bool cuda_graphs = false;
   // A drafter (speculative decoding): one process holding layers [first_layer,
   // last_layer) of its model and the model's head (an early exit when last_layer is not
   // the last layer). Its steps carry `propose`; see Draft.

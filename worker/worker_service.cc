@@ -130,6 +130,7 @@ grpc::Status WorkerService::LoadShard(grpc::ServerContext* context, const v1::Lo
   o.expert_parallel = req->expert_parallel();
   o.full_handoff = req->pp_handoff() == v1::PP_HANDOFF_FULL;
   o.device_sampling = !req->host_sampling();
+  o.cuda_graphs = req->cuda_graphs();
   o.draft = req->draft();
   o.refuse_token = options_.refuse_token;
   double last_sent = -1;

@@ -19,11 +19,32 @@
 #include "core/str_cat.h"
 #include "kernels/cpu/block_codes.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/step_graphs.h"
 
 namespace cascade::kernels {
 namespace {
 
+using cuda::Bits;
+
 constexpr int64_t kMaxGemvTokens = 16;
+// cuBLAS's workspace, set once so that a captured GEMM never allocates.
+constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
+
+// The ops' codes in a graph step's signature.
+enum OpCode : uint64_t {
+  kOpLinear = 1,
+  kOpRmsNorm,
+  kOpRope,
+  kOpSiluMul,
+  kOpAdd,
+  kOpScaledRows,
+  kOpEmbedding,
+  kOpWriteKv,
+  kOpAttention,
+  kOpCopyIn,
+  kOpCopyOut,
+  kOpUpload,
+};
 constexpr int64_t kKeysPerSplit = 256;  // Flash-decoding: keys per (row, head) block.
 
 absl::Status CudaError(cudaError_t err, std::string_view what) {
@@ -101,6 +122,7 @@ class CudaBackendImpl final : public CudaBackend {
   explicit CudaBackendImpl(int device) : device_(device) {}
   ~CudaBackendImpl() override {
     cudaSetDevice(device_);
+    graphs_.reset();
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
     if (arena_ != nullptr) cudaFreeHost(arena_);
     if (blas_ != nullptr) cublasDestroy(blas_);
@@ -110,10 +132,37 @@ class CudaBackendImpl final : public CudaBackend {
   absl::Status Init() {
     CASCADE_CUDA_RETURN(cudaSetDevice(device_), StrCat("cudaSetDevice(", device_, ")"));
     CASCADE_CUDA_RETURN(cudaStreamCreate(&stream_), "cudaStreamCreate");
-    absl::Status s = CublasError(cublasCreate(&blas_), "cublasCreate");
-    if (!s.ok()) return s;
-    return CublasError(cublasSetStream(blas_, stream_), "cublasSetStream");
+    CASCADE_RETURN_IF_ERROR(CublasError(cublasCreate(&blas_), "cublasCreate"));
+    CASCADE_RETURN_IF_ERROR(CublasError(cublasSetStream(blas_, stream_), "cublasSetStream"));
+    CASCADE_ASSIGN_OR_RETURN(blas_workspace_, DeviceBuffer::Create(device_, kCublasWorkspaceBytes));
+    CASCADE_RETURN_IF_ERROR(
+        CublasError(cublasSetWorkspace(blas_, blas_workspace_.data(), blas_workspace_.bytes()), "cublasSetWorkspace"));
+    graphs_ = std::make_unique<cuda::StepGraphs>(stream_);
+    return absl::OkStatus();
   }
+
+  absl::Status BeginGraphStep(GraphPass pass) override {
+    Bind();
+    if (graphs_->open()) return absl::FailedPreconditionError("a graph step is already open");
+    // The arena restarts for the step (its staged metadata then sits at the same addresses
+    // every time), and the slots' memo is void: graphs write the slots behind it.
+    CASCADE_RETURN_IF_ERROR(Synchronize());
+    for (std::vector<uint8_t>& u : uploaded_) u.clear();
+    return graphs_->Begin(pass);
+  }
+
+  absl::StatusOr<bool> EndGraphStep() override {
+    Bind();
+    return graphs_->End();
+  }
+
+  void AbortGraphStep() override {
+    Bind();
+    graphs_->Abort();
+  }
+
+  int64_t graphs_captured() const override { return graphs_->captured(); }
+  int64_t graphs_launched() const override { return graphs_->launched(); }
 
   Device device() const override { return Device{DeviceKind::kCuda, device_}; }
   int n_threads() const override { return 1; }
@@ -121,6 +170,7 @@ class CudaBackendImpl final : public CudaBackend {
 
   absl::Status Synchronize() override {
     Bind();
+    if (graphs_->recording()) return absl::OkStatus();  // The step runs at EndGraphStep.
     CASCADE_CUDA_RETURN(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
     staged_ = 0;  // Every staged upload has been read.
     return absl::OkStatus();
@@ -129,12 +179,14 @@ class CudaBackendImpl final : public CudaBackend {
   bool host_memory() const override { return false; }
 
   absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) override {
+    graphs_->Abandon();  // No allocation inside a capture.
     absl::StatusOr<DeviceBuffer> b = DeviceBuffer::Create(device_, std::max<size_t>(bytes, 64));
     if (!b.ok()) return absl::ResourceExhaustedError(std::string(b.status().message()));
     return std::unique_ptr<Buffer>(std::make_unique<CudaBuffer>(*std::move(b)));
   }
 
   absl::StatusOr<std::unique_ptr<Buffer>> AllocateStaging(size_t bytes) override {
+    graphs_->Abandon();  // No allocation inside a capture.
     void* p = nullptr;
     CASCADE_CUDA_RETURN(cudaHostAlloc(&p, std::max<size_t>(bytes, 64), cudaHostAllocDefault),
                         StrCat("cudaHostAlloc(", bytes, ")"));
@@ -146,6 +198,11 @@ class CudaBackendImpl final : public CudaBackend {
   absl::Status CopyIn(void* dst, const void* host, size_t bytes) override {
     Bind();
     if (bytes == 0) return absl::OkStatus();
+    if (graphs_->recording()) {  // Not captured (the source may be reused at once): run eagerly.
+      graphs_->Sign({kOpCopyIn, Bits(dst), Bits(host), bytes});
+      graphs_->Abandon();
+      return absl::OkStatus();
+    }
     CASCADE_CUDA_RETURN(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_), "CopyIn");
     return Synchronize();
   }
@@ -153,6 +210,9 @@ class CudaBackendImpl final : public CudaBackend {
   absl::Status CopyOut(void* host, const void* src, size_t bytes) override {
     Bind();
     if (bytes == 0) return absl::OkStatus();
+    graphs_->Sign({kOpCopyOut, Bits(host), Bits(src), bytes});
+    if (graphs_->capturing() && !Pinned(host)) graphs_->Abandon();
+    if (graphs_->dry()) return absl::OkStatus();
     CASCADE_CUDA_RETURN(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream_), "CopyOut");
     return Synchronize();
   }
@@ -206,6 +266,8 @@ class CudaBackendImpl final : public CudaBackend {
 
   absl::Status RmsNorm(TensorView out, const TensorView& in, const TensorView& weight, float eps) override {
     Bind();
+    graphs_->Sign({kOpRmsNorm, Bits(out.data), Bits(in.data), Bits(weight.data), Dims(in), Bits(eps)});
+    if (graphs_->dry()) return absl::OkStatus();
     cuda::RmsNorm(F32(out), F32(in), F32(weight), in.Rows(), in.Cols(), eps, stream_);
     return LastError("RmsNorm");
   }
@@ -219,6 +281,9 @@ class CudaBackendImpl final : public CudaBackend {
     int32_t* pos = Upload(kPositions, positions);
     float* freq = Upload(kFreq, params.inv_freq);
     CASCADE_RETURN_IF_ERROR(ScratchError());
+    graphs_->Sign(
+        {kOpRope, Bits(x.data), Dims(x), static_cast<uint64_t>(params.head_dim), static_cast<uint64_t>(params.style)});
+    if (graphs_->dry()) return absl::OkStatus();
     cuda::Rope(F32(x), pos, freq, n_tokens, x.Cols() / params.head_dim, params.head_dim,
                params.style == RopeStyle::kAdjacentPairs ? 0 : 1, stream_);
     return LastError("Rope");
@@ -226,12 +291,16 @@ class CudaBackendImpl final : public CudaBackend {
 
   absl::Status SiluMul(TensorView out, const TensorView& gate, const TensorView& up) override {
     Bind();
+    graphs_->Sign({kOpSiluMul, Bits(out.data), Bits(gate.data), Bits(up.data), Dims(gate)});
+    if (graphs_->dry()) return absl::OkStatus();
     cuda::SiluMul(F32(out), F32(gate), F32(up), gate.NumElements(), stream_);
     return LastError("SiluMul");
   }
 
   absl::Status AddInPlace(TensorView out, const TensorView& in) override {
     Bind();
+    graphs_->Sign({kOpAdd, Bits(out.data), Bits(in.data), Dims(out)});
+    if (graphs_->dry()) return absl::OkStatus();
     cuda::Add(F32(out), F32(in), out.NumElements(), stream_);
     return LastError("AddInPlace");
   }
@@ -243,6 +312,8 @@ class CudaBackendImpl final : public CudaBackend {
     const int32_t* dev_rows = Upload(kScatterRows, rows);
     const float* dev_scales = Upload(kScatterScales, scales);
     CASCADE_RETURN_IF_ERROR(ScratchError());
+    graphs_->Sign({kOpScaledRows, Bits(out.data), Bits(in.data), Dims(in)});
+    if (graphs_->dry()) return absl::OkStatus();
     cuda::AddScaledRows(F32(out), F32(in), dev_rows, dev_scales, in.Rows(), in.Cols(), stream_);
     return LastError("AddScaledRows");
   }
@@ -258,6 +329,8 @@ class CudaBackendImpl final : public CudaBackend {
     }
     int32_t* dev_ids = Upload(kIds, ids);
     CASCADE_RETURN_IF_ERROR(ScratchError());
+    graphs_->Sign({kOpEmbedding, Bits(out.data), Bits(table.data), static_cast<uint64_t>(table.dtype), Dims(out)});
+    if (graphs_->dry()) return absl::OkStatus();
     cuda::Embedding(F32(out), table.data, static_cast<int>(table.dtype), dev_ids, static_cast<int64_t>(ids.size()),
                     table.Cols(), stream_);
     return LastError("Embedding");
@@ -281,6 +354,9 @@ class CudaBackendImpl final : public CudaBackend {
     CASCADE_ASSIGN_OR_RETURN(const int code, KvCode(cache));
     int32_t* dev = Upload(kSlots, std::span<const int32_t>(slots));
     CASCADE_RETURN_IF_ERROR(ScratchError());
+    graphs_->Sign({kOpWriteKv, Bits(cache.k.data), Bits(cache.v.data), static_cast<uint64_t>(code), Bits(k.data),
+                   Bits(v.data), Dims(k)});
+    if (graphs_->dry()) return absl::OkStatus();
     cuda::WriteKv(cache.k.data, cache.v.data, code, F32(k), F32(v), dev, static_cast<int64_t>(slots.size()),
                   cache.n_kv_heads * cache.head_dim, stream_);
     return LastError("WriteKv");
@@ -327,12 +403,18 @@ class CudaBackendImpl final : public CudaBackend {
     a.partial = static_cast<float*>(
         Scratch(kPartial, static_cast<size_t>(a.n_rows * a.n_heads * a.n_splits * (a.head_dim + 2)) * sizeof(float)));
     CASCADE_RETURN_IF_ERROR(ScratchError());
+    graphs_->Sign({kOpAttention, Bits(a.out), Bits(a.q), Bits(a.k_cache), Bits(a.v_cache), Bits(a.partial),
+                   static_cast<uint64_t>(a.kv_code), static_cast<uint64_t>(a.n_rows), static_cast<uint64_t>(a.n_heads),
+                   static_cast<uint64_t>(a.n_kv_heads), static_cast<uint64_t>(a.head_dim),
+                   static_cast<uint64_t>(a.block_size), static_cast<uint64_t>(a.n_splits), Bits(a.scale)});
+    if (graphs_->dry()) return absl::OkStatus();
     cuda::Attention(a, stream_);
     return LastError("Attention");
   }
 
   absl::Status Argmax(std::span<int32_t> out, const TensorView& logits) override {
     Bind();
+    if (graphs_->open()) return absl::FailedPreconditionError("Argmax inside a graph step");
     const int64_t n_rows = logits.Rows();
     if (static_cast<int64_t>(out.size()) != n_rows) return absl::InvalidArgumentError("Argmax: one id per row");
     auto* dev = static_cast<int32_t*>(Scratch(kArgmax, static_cast<size_t>(n_rows) * sizeof(int32_t)));
@@ -347,6 +429,7 @@ class CudaBackendImpl final : public CudaBackend {
   absl::Status Sample(std::span<SampleResult> out, const TensorView& logits, std::span<const SampleRow> rows,
                       std::span<const SamplePenalty> penalties) override {
     Bind();
+    if (graphs_->open()) return absl::FailedPreconditionError("Sample inside a graph step");
     const int64_t n_rows = logits.Rows(), n_vocab = logits.Cols();
     if (static_cast<int64_t>(out.size()) != n_rows || static_cast<int64_t>(rows.size()) != n_rows) {
       return absl::InvalidArgumentError("Sample: one SampleRow and one SampleResult per logits row");
@@ -417,7 +500,22 @@ class CudaBackendImpl final : public CudaBackend {
     }
     if (n_tokens == 0 || n_out == 0) return absl::OkStatus();
     const int code = static_cast<int>(weight.dtype);
-    if (IsQuantized(weight.dtype) && n_tokens <= kMaxGemvTokens) {
+    const bool gemv = IsQuantized(weight.dtype) && n_tokens <= kMaxGemvTokens;
+    const bool half = weight.dtype == DType::kF16 || weight.dtype == DType::kBF16;
+    // GEMMs read F16/BF16 activations converted into one scratch buffer, or quantized
+    // weights decoded into another.
+    void* converted = !gemv && half ? Scratch(kConvert, static_cast<size_t>(n_tokens * n_in) * 2) : nullptr;
+    float* deq = !gemv && !half && weight.dtype != DType::kF32
+                     ? static_cast<float*>(Scratch(kDequant, static_cast<size_t>(n_out * n_in) * 4))
+                     : nullptr;
+    CASCADE_RETURN_IF_ERROR(ScratchError());
+    graphs_->Sign({kOpLinear, Bits(in.data), Bits(weight.data), static_cast<uint64_t>(code), Dims(in),
+                   static_cast<uint64_t>(n_out), Bits(converted), Bits(deq)});
+    for (size_t p = 0; p < outs.size(); ++p) {
+      graphs_->Sign({Bits(outs[p].data), Dims(outs[p]), p < biases.size() ? Bits(biases[p].data) : 0});
+    }
+    if (graphs_->dry()) return absl::OkStatus();
+    if (gemv) {
       cuda::GemvOut gemv;
       int64_t end = 0;
       for (const TensorView& o : outs) {
@@ -431,16 +529,12 @@ class CudaBackendImpl final : public CudaBackend {
       int64_t row_bytes = weight.RowBytes();
       cudaDataType wt = CUDA_R_32F;
       const void* x = in.data;
-      if (weight.dtype == DType::kF16 || weight.dtype == DType::kBF16) {
-        void* converted = Scratch(kConvert, static_cast<size_t>(n_tokens * n_in) * 2);
-        CASCADE_RETURN_IF_ERROR(ScratchError());
+      if (half) {
         cuda::ConvertActivations(converted, F32(in), code, n_tokens * n_in, stream_);
         CASCADE_RETURN_IF_ERROR(LastError("ConvertActivations"));
         x = converted;
         wt = weight.dtype == DType::kF16 ? CUDA_R_16F : CUDA_R_16BF;
-      } else if (weight.dtype != DType::kF32) {
-        float* deq = static_cast<float*>(Scratch(kDequant, static_cast<size_t>(n_out * n_in) * 4));
-        CASCADE_RETURN_IF_ERROR(ScratchError());
+      } else if (deq != nullptr) {
         cuda::Dequantize(deq, weight.data, code, n_out, n_in, stream_);
         CASCADE_RETURN_IF_ERROR(LastError("Dequantize"));
         w = deq;
@@ -476,6 +570,7 @@ class CudaBackendImpl final : public CudaBackend {
   void* Scratch(ScratchSlot slot, size_t bytes) {
     DeviceBuffer& b = scratch_[slot];
     if (b.bytes() < bytes) {
+      graphs_->Abandon();              // Not inside a capture: the step reruns eagerly.
       cudaStreamSynchronize(stream_);  // The old buffer may still be read.
       auto nb = DeviceBuffer::Create(device_, std::max(bytes, b.bytes() * 2));
       if (!nb.ok()) {
@@ -500,8 +595,16 @@ class CudaBackendImpl final : public CudaBackend {
     const size_t bytes = host.size_bytes();
     T* dev = static_cast<T*>(Scratch(slot, std::max<size_t>(bytes, 4)));
     if (dev == nullptr || bytes == 0) return dev;
-    std::vector<uint8_t>& last = uploaded_[slot];
     const auto* p = reinterpret_cast<const uint8_t*>(host.data());
+    if (graphs_->recording()) {
+      // Always staged, at the step's next arena offset: a replay's copy reads it there.
+      const void* staged = Stage(p, bytes);
+      if (staged == nullptr) graphs_->Abandon();
+      graphs_->Sign({kOpUpload, static_cast<uint64_t>(slot), Bits(dev), bytes, Bits(staged)});
+      if (!graphs_->dry()) cudaMemcpyAsync(dev, staged, bytes, cudaMemcpyHostToDevice, stream_);
+      return dev;
+    }
+    std::vector<uint8_t>& last = uploaded_[slot];
     if (last.size() == bytes && std::memcmp(last.data(), p, bytes) == 0) return dev;
     last.assign(p, p + bytes);
     const void* staged = Stage(p, bytes);
@@ -516,6 +619,7 @@ class CudaBackendImpl final : public CudaBackend {
   const void* Stage(const uint8_t* host, size_t bytes) {
     const size_t need = (bytes + 255) & ~size_t{255};
     if (staged_ + need > arena_bytes_) {
+      graphs_->Abandon();  // Not inside a capture: the step reruns eagerly.
       cudaStreamSynchronize(stream_);
       staged_ = 0;
       const size_t grown = std::max({need, 2 * arena_bytes_, kArenaBytes});
@@ -536,11 +640,25 @@ class CudaBackendImpl final : public CudaBackend {
 
   static constexpr size_t kArenaBytes = size_t{1} << 20;
 
+  // A view's shape for a graph step's signature.
+  static uint64_t Dims(const TensorView& v) {
+    return (static_cast<uint64_t>(v.Rows()) << 32) ^ static_cast<uint64_t>(v.Cols());
+  }
+  // Page-locked host memory (a capture may copy only to or from it).
+  static bool Pinned(const void* host) {
+    cudaPointerAttributes a{};
+    const bool ok = cudaPointerGetAttributes(&a, host) == cudaSuccess;
+    cudaGetLastError();
+    return ok && a.type == cudaMemoryTypeHost;
+  }
+
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   DeviceBuffer scratch_[kNumSlots];
   std::vector<uint8_t> uploaded_[kNumSlots];  // Each upload slot's last bytes.
+  DeviceBuffer blas_workspace_;
+  std::unique_ptr<cuda::StepGraphs> graphs_;
   absl::Status scratch_error_;
   uint8_t* arena_ = nullptr;  // Pinned staging of uploads; arena_bytes_ long.
   size_t arena_bytes_ = 0;

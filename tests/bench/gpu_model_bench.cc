@@ -6,8 +6,11 @@
 // batch 1 and 32 (every sequence with 128 tokens of context, 16 steps), the weight
 // bandwidth a decode step achieves (weight bytes / step time) against the device-to-device
 // copy bandwidth measured in the same run, and the same runs on the CPU backend for
-// SmolLM2 as the reference. Logits come back to the host every step, as a worker's do.
-// Usage: gpu_model_bench [--json FILE] [--model GGUF] [--llama-layers N] [--skip-llama]
+// SmolLM2 as the reference. Logits come back to the host every step (into pinned memory), as
+// a worker's do when it samples on the host. With --graphs the GPU runs also time decode
+// with CUDA graphs (model/graph_step.h) after the eager runs, on the same loaded model;
+// each figure is printed as it is measured.
+// Usage: gpu_model_bench [--json FILE] [--model GGUF] [--llama-layers N] [--skip-llama] [--graphs]
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -35,12 +38,13 @@ void Check(const absl::Status& s, const std::string& what) { bench::Check(s, "gp
 struct Result {
   std::string model, backend;
   double prefill_tok_s = 0, decode1_tok_s = 0, decode32_tok_s = 0, decode1_weight_gb_s = 0;
+  double graphs1_tok_s = 0, graphs32_tok_s = 0;  // With CUDA graphs (--graphs); 0: not run.
   int64_t weight_bytes = 0;
 };
 
 // Steps of `batch` sequences, each of `n_new` tokens at position `past`; returns seconds.
 double Step(model::Transformer& t, model::KvCache& cache, int batch, int64_t n_new, int64_t past,
-            const std::vector<std::vector<int32_t>>& tables, std::vector<float>& logits) {
+            const std::vector<std::vector<int32_t>>& tables, kernels::Buffer& logits) {
   const int64_t n = batch * n_new, V = t.config().n_vocab;
   std::vector<int32_t> tokens(n), pos(n);
   std::vector<kernels::AttentionSeq> seqs;
@@ -53,14 +57,13 @@ double Step(model::Transformer& t, model::KvCache& cache, int batch, int64_t n_n
     seqs.push_back({b * n_new, n_new, past, tables[b]});
     rows.push_back(b * n_new + n_new - 1);
   }
-  logits.resize(static_cast<size_t>(batch) * V);
   const auto t0 = std::chrono::steady_clock::now();
   Check(t.Forward({tokens, pos, seqs, rows}, cache, TensorView(logits.data(), DType::kF32, {batch, V})), "forward");
   return Seconds(t0);  // Forward ends by copying the logits out: the GPU is done.
 }
 
 Result Bench(const std::string& name, const std::string& path, kernels::Backend* backend, const char* backend_name,
-             bool quick) {
+             bool quick, bool graphs) {
   Result r;
   r.model = name;
   r.backend = backend_name;
@@ -82,21 +85,38 @@ Result Bench(const std::string& name, const std::string& path, kernels::Backend*
     tables[b].resize(blocks_per_seq);
     std::iota(tables[b].begin(), tables[b].end(), static_cast<int32_t>(b * blocks_per_seq));
   }
-  std::vector<float> logits;
+  auto logits = backend->AllocateStaging(static_cast<size_t>(max_batch * (*t)->config().n_vocab) * sizeof(float));
+  Check(logits.status(), "logits");
   const int64_t prefill = quick ? 128 : kPrefill;
-  Step(**t, *cache, 1, prefill, 0, tables, logits);  // Warm-up: cuBLAS, scratch, workspaces.
-  r.prefill_tok_s = prefill / Step(**t, *cache, 1, prefill, 0, tables, logits);
-  for (int batch : {1, max_batch}) {
-    for (int b = 0; b < batch; ++b) Step(**t, *cache, 1, kContext, 0, {tables[b]}, logits);
+  Step(**t, *cache, 1, prefill, 0, tables, **logits);  // Warm-up: cuBLAS, scratch, workspaces.
+  r.prefill_tok_s = prefill / Step(**t, *cache, 1, prefill, 0, tables, **logits);
+  // Decode tokens/s at `batch` over kContext tokens: one untimed step (a graph's capture),
+  // then kSteps timed ones.
+  const auto decode = [&](int batch) {
+    for (int b = 0; b < batch; ++b) Step(**t, *cache, 1, kContext, 0, {tables[b]}, **logits);
+    Step(**t, *cache, batch, 1, kContext, tables, **logits);
     double total = 0;
-    for (int64_t s = 0; s < kSteps; ++s) total += Step(**t, *cache, batch, 1, kContext + s, tables, logits);
-    const double tok_s = batch * kSteps / total;
+    for (int64_t s = 1; s <= kSteps; ++s) total += Step(**t, *cache, batch, 1, kContext + s, tables, **logits);
+    return batch * kSteps / total;
+  };
+  for (int batch : {1, max_batch}) {
+    const double tok_s = decode(batch);
+    std::printf("  %s on %s: decode b=%d %.1f tok/s\n", name.c_str(), backend_name, batch, tok_s);
     if (batch == 1) {
       r.decode1_tok_s = tok_s;
-      r.decode1_weight_gb_s = r.weight_bytes / (total / kSteps) / 1e9;
+      r.decode1_weight_gb_s = r.weight_bytes * tok_s / 1e9;
     } else {
       r.decode32_tok_s = tok_s;
     }
+  }
+  if (graphs) {
+    (*t)->set_cuda_graphs(true);
+    r.graphs1_tok_s = decode(1);
+    std::printf("  %s on %s: decode b=1 with CUDA graphs %.1f tok/s\n", name.c_str(), backend_name, r.graphs1_tok_s);
+    r.graphs32_tok_s = decode(max_batch);
+    std::printf("  %s on %s: decode b=%d with CUDA graphs %.1f tok/s\n", name.c_str(), backend_name, max_batch,
+                r.graphs32_tok_s);
+    (*t)->set_cuda_graphs(false);
   }
   return r;
 }
@@ -106,7 +126,7 @@ Result Bench(const std::string& name, const std::string& path, kernels::Backend*
 int main(int argc, char** argv) {
   std::string json_path, smol = cascade::testing::DefaultModelPath();
   int64_t llama_layers = 32;
-  bool skip_llama = false;
+  bool skip_llama = false, graphs = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc)
       json_path = argv[++i];
@@ -116,6 +136,8 @@ int main(int argc, char** argv) {
       llama_layers = std::atoll(argv[++i]);
     else if (std::strcmp(argv[i], "--skip-llama") == 0)
       skip_llama = true;
+    else if (std::strcmp(argv[i], "--graphs") == 0)
+      graphs = true;
   }
   const auto avail = kernels::QueryCudaDevices();
   if (avail.device_count == 0) {
@@ -128,9 +150,9 @@ int main(int argc, char** argv) {
   Check(gpu.status(), "cuda:0");
   std::vector<Result> results;
   if (!smol.empty() && std::filesystem::exists(smol)) {
-    results.push_back(Bench("SmolLM2-135M Q4_1", smol, gpu->get(), "cuda:0", false));
+    results.push_back(Bench("SmolLM2-135M Q4_1", smol, gpu->get(), "cuda:0", false, graphs));
     auto cpu = kernels::MakeCpuBackend({.n_threads = 16});
-    results.push_back(Bench("SmolLM2-135M Q4_1", smol, cpu.get(), "cpu x16", true));
+    results.push_back(Bench("SmolLM2-135M Q4_1", smol, cpu.get(), "cpu x16", true, false));
   } else {
     std::printf("SmolLM2 not found (%s): skipped\n", smol.c_str());
   }
@@ -149,20 +171,22 @@ int main(int argc, char** argv) {
                                        path);
     std::printf("wrote %s (%lld layers) in %.1f s\n", path.c_str(), static_cast<long long>(llama_layers), Seconds(t0));
     results.push_back(
-        Bench(StrCat("Llama-3-8B shape BF16 (", llama_layers, " layers)"), path, gpu->get(), "cuda:0", false));
+        Bench(StrCat("Llama-3-8B shape BF16 (", llama_layers, " layers)"), path, gpu->get(), "cuda:0", false, graphs));
     std::filesystem::remove(path);
   }
-  std::printf("\n%-36s %-8s %12s %12s %14s %14s %9s\n", "model", "backend", "prefill t/s", "decode b=1", "decode b=32*",
-              "b=1 weight GB/s", "of copy");
+  std::printf("\n%-36s %-8s %12s %12s %14s %14s %9s %12s %13s\n", "model", "backend", "prefill t/s", "decode b=1",
+              "decode b=32*", "b=1 weight GB/s", "of copy", "graphs b=1", "graphs b=32");
   std::string json = StrCat("{\"copy_bandwidth_gb_s\": ", copy_bw / 1e9, ", \"runs\": [");
   for (size_t i = 0; i < results.size(); ++i) {
     const Result& r = results[i];
-    std::printf("%-36s %-8s %12.0f %12.1f %14.1f %14.0f %8.0f%%\n", r.model.c_str(), r.backend.c_str(), r.prefill_tok_s,
-                r.decode1_tok_s, r.decode32_tok_s, r.decode1_weight_gb_s, 100 * r.decode1_weight_gb_s * 1e9 / copy_bw);
+    std::printf("%-36s %-8s %12.0f %12.1f %14.1f %14.0f %8.0f%% %12.1f %13.1f\n", r.model.c_str(), r.backend.c_str(),
+                r.prefill_tok_s, r.decode1_tok_s, r.decode32_tok_s, r.decode1_weight_gb_s,
+                100 * r.decode1_weight_gb_s * 1e9 / copy_bw, r.graphs1_tok_s, r.graphs32_tok_s);
     json += StrCat(i ? ", " : "", "{\"model\": \"", r.model, "\", \"backend\": \"", r.backend,
                    "\", \"weight_bytes\": ", r.weight_bytes, ", \"prefill_tok_s\": ", r.prefill_tok_s,
                    ", \"decode_b1_tok_s\": ", r.decode1_tok_s, ", \"decode_b32_tok_s\": ", r.decode32_tok_s,
-                   ", \"decode_b1_weight_gb_s\": ", r.decode1_weight_gb_s, "}");
+                   ", \"decode_b1_weight_gb_s\": ", r.decode1_weight_gb_s, ", \"graphs_b1_tok_s\": ", r.graphs1_tok_s,
+                   ", \"graphs_b32_tok_s\": ", r.graphs32_tok_s, "}");
   }
   std::printf("* the cpu reference runs batch 4 and a 128-token prefill (to keep the check short)\n");
   json += "]}\n";

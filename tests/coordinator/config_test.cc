@@ -27,7 +27,7 @@ nodes:
     launch: external
 server: {listen: 0.0.0.0:6000}
 scheduler: {max_num_seqs: 8, max_batched_tokens: 512, kv_block_size: 32, kv_cache_mb: 128, kv_cache_dtype: q8_0,
-            prefix_caching: false, device_sampling: false}
+            prefix_caching: false, device_sampling: false, cuda_graphs: true}
 transport: {activations: ucx}
 draft: {ngram: {n: 3}}
 security: {cluster_dir: /etc/cascade/trust}
@@ -63,6 +63,7 @@ TEST(ConfigTest, FullConfigParses) {
   EXPECT_EQ(c->scheduler.kv_cache_dtype, DType::kQ8_0);
   EXPECT_FALSE(c->scheduler.prefix_caching);
   EXPECT_FALSE(c->scheduler.device_sampling);
+  EXPECT_TRUE(c->scheduler.cuda_graphs);
   EXPECT_EQ(c->scheduler.gpu_memory_fraction, 0.9);
   EXPECT_EQ(c->transport.activations, ActivationTransport::kUcx);
   EXPECT_EQ(c->draft.kind, DraftKind::kNgram);
@@ -90,6 +91,7 @@ TEST(ConfigTest, DefaultsApply) {
   EXPECT_FALSE(c->scheduler.kv_cache_mb_given);
   EXPECT_TRUE(c->scheduler.prefix_caching);
   EXPECT_TRUE(c->scheduler.device_sampling);
+  EXPECT_FALSE(c->scheduler.cuda_graphs);
   EXPECT_EQ(c->transport.activations, ActivationTransport::kUcx);
   EXPECT_EQ(c->draft.kind, DraftKind::kNone);
 }

@@ -447,5 +447,50 @@ TEST_F(CudaBackendTest, SampleFollowsTheDoublePrecisionReference) {
   EXPECT_STATUS_CODE(gpu_->Sample(one, small.View(DType::kF32, {1, 100}), bad), kInvalidArgument);
 }
 
+// A graph step's mechanics (CudaBackend::BeginGraphStep): the first step of a shape is
+// captured; the next replays it with its own metadata (other ids, staged afresh); a step
+// whose copy out goes to pageable memory cannot be captured and runs eagerly. Each gives the
+// rows a plain lookup gives.
+TEST_F(CudaBackendTest, GraphStepsReplayWithTheirOwnMetadata) {
+  const int64_t n_vocab = 64, n_embd = 32;
+  const std::vector<float> table = Random(n_vocab * n_embd, 21);
+  DeviceBuffer dev_table = Up(table);
+  DeviceBuffer rows = Poisoned(3 * n_embd);
+  auto pinned = gpu_->AllocateStaging(3 * n_embd * sizeof(float));
+  ASSERT_TRUE(pinned.ok()) << pinned.status();
+  std::vector<float> pageable(3 * n_embd);
+  // One step: rows = table[ids], copied to `host`, through the three passes as needed.
+  const auto step = [&](const std::vector<int32_t>& ids, float* host) {
+    for (GraphPass pass : {GraphPass::kDry, GraphPass::kCapture, GraphPass::kEager}) {
+      ASSERT_TRUE(gpu_->BeginGraphStep(pass).ok());
+      ASSERT_TRUE(
+          gpu_->Embedding(rows.View(DType::kF32, {3, n_embd}), dev_table.View(DType::kF32, {n_vocab, n_embd}), ids)
+              .ok());
+      ASSERT_TRUE(gpu_->CopyOut(host, rows.data(), 3 * n_embd * sizeof(float)).ok());
+      absl::StatusOr<bool> ran = gpu_->EndGraphStep();
+      ASSERT_TRUE(ran.ok()) << ran.status();
+      if (*ran) break;
+    }
+    ASSERT_TRUE(gpu_->Synchronize().ok());
+    for (int r = 0; r < 3; ++r) {
+      for (int64_t c = 0; c < n_embd; ++c) ASSERT_EQ(host[r * n_embd + c], table[ids[r] * n_embd + c]) << r;
+    }
+  };
+  step({1, 2, 3}, (*pinned)->f32());
+  EXPECT_EQ(gpu_->graphs_captured(), 1);
+  EXPECT_EQ(gpu_->graphs_launched(), 1);
+  step({60, 0, 7}, (*pinned)->f32());  // A replay: the new ids reach the graph's copy.
+  EXPECT_EQ(gpu_->graphs_captured(), 1);
+  EXPECT_EQ(gpu_->graphs_launched(), 2);
+  step({5, 5, 9}, pageable.data());  // Not capturable: run eagerly.
+  EXPECT_EQ(gpu_->graphs_captured(), 1);
+  EXPECT_EQ(gpu_->graphs_launched(), 2);
+  std::vector<SampleResult> one(1);
+  ASSERT_TRUE(gpu_->BeginGraphStep(GraphPass::kDry).ok());
+  EXPECT_STATUS_CODE(gpu_->Sample(one, dev_table.View(DType::kF32, {1, n_vocab}), std::vector<SampleRow>(1)),
+                     kFailedPrecondition);
+  gpu_->AbortGraphStep();
+}
+
 }  // namespace
 }  // namespace cascade::kernels

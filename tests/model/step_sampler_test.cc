@@ -13,8 +13,8 @@
 #include <map>
 #include <random>
 
-#include "kernels/cuda_backend.h"
 #include "tests/sampling_reference.h"
+#include "tests/stub_cuda_backend.h"
 
 namespace cascade::model {
 namespace {
@@ -91,7 +91,7 @@ TEST(StepSamplerTest, HostRowsFollowTheDoublePrecisionLaw) {
 
 // A CudaBackend whose only op is Sample, computed by the reference law on host memory as
 // kernels/sample_row.h specifies it; the logits' view names cuda:0.
-class ReferenceGpu final : public kernels::CudaBackend {
+class ReferenceGpu final : public testing::StubCudaBackend {
  public:
   absl::Status Sample(std::span<kernels::SampleResult> out, const TensorView& logits,
                       std::span<const kernels::SampleRow> rows,
@@ -144,32 +144,6 @@ class ReferenceGpu final : public kernels::CudaBackend {
   // The last call's rows and penalty list.
   std::vector<kernels::SampleRow> rows_;
   std::vector<kernels::SamplePenalty> penalties_;
-
-  absl::Status Argmax(std::span<int32_t>, const TensorView&) override { return Unused(); }
-  Device device() const override { return {DeviceKind::kCuda, 0}; }
-  int n_threads() const override { return 1; }
-  bool host_memory() const override { return false; }
-  bool SupportsWeight(DType) const override { return false; }
-  absl::Status Linear(TensorView, const TensorView&, const TensorView&, const TensorView&) override { return Unused(); }
-  absl::Status RmsNorm(TensorView, const TensorView&, const TensorView&, float) override { return Unused(); }
-  absl::Status Rope(TensorView, std::span<const int32_t>, const kernels::RopeParams&) override { return Unused(); }
-  absl::Status SiluMul(TensorView, const TensorView&, const TensorView&) override { return Unused(); }
-  absl::Status AddInPlace(TensorView, const TensorView&) override { return Unused(); }
-  absl::Status AddScaledRows(TensorView, const TensorView&, std::span<const int32_t>, std::span<const float>) override {
-    return Unused();
-  }
-  absl::Status Embedding(TensorView, const TensorView&, std::span<const int32_t>) override { return Unused(); }
-  absl::Status WriteKv(kernels::KvCacheLayer&, const TensorView&, const TensorView&,
-                       std::span<const kernels::AttentionSeq>) override {
-    return Unused();
-  }
-  absl::Status Attention(TensorView, const TensorView&, const kernels::KvCacheLayer&,
-                         std::span<const kernels::AttentionSeq>, const kernels::AttentionParams&) override {
-    return Unused();
-  }
-
- private:
-  static absl::Status Unused() { return absl::UnimplementedError("ReferenceGpu samples only"); }
 };
 
 TEST(StepSamplerTest, DeviceRowsCarryTheirDraftsUniformsAndPenalties) {
