@@ -122,8 +122,8 @@ class CudaBackendImpl final : public CudaBackend {
   explicit CudaBackendImpl(int device) : device_(device) {}
   ~CudaBackendImpl() override {
     cudaSetDevice(device_);
-    graphs_.reset();
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+    graphs_.reset();
     if (arena_ != nullptr) cudaFreeHost(arena_);
     if (blas_ != nullptr) cublasDestroy(blas_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);

@@ -33,6 +33,10 @@ absl::Status StepGraphs::Begin(GraphPass pass) {
   open_ = true;
   pass_ = pass;
   abandoned_ = false;
+  if (pass == GraphPass::kCapture && uncapturable_.contains(signature_)) {
+    abandoned_ = true;  // CUDA refused this step's capture before: straight to eager.
+    return absl::OkStatus();
+  }
   signature_ = kSeed;
   if (pass != GraphPass::kCapture) return absl::OkStatus();
   // Thread-local: only this thread's calls that could not be captured are refused.
@@ -94,11 +98,17 @@ absl::StatusOr<bool> StepGraphs::End() {
     case GraphPass::kCapture: {
       if (abandoned_) return false;
       cudaGraph_t graph = nullptr;
-      CASCADE_RETURN_IF_ERROR(Error(cudaStreamEndCapture(stream_, &graph), "end capture"));
+      cudaError_t err = cudaStreamEndCapture(stream_, &graph);
       Graph g;
-      const cudaError_t err = cudaGraphInstantiate(&g.exec, graph, 0);
-      cudaGraphDestroy(graph);
-      CASCADE_RETURN_IF_ERROR(Error(err, "graph instantiate"));
+      if (err == cudaSuccess) err = cudaGraphInstantiate(&g.exec, graph, 0);
+      if (graph != nullptr) cudaGraphDestroy(graph);
+      if (err != cudaSuccess) {
+        // CUDA invalidated the capture (an op it cannot record): this shape runs eagerly
+        // from now on, and the step now.
+        cudaGetLastError();
+        uncapturable_.insert(signature_);
+        return false;
+      }
       if (const auto it = graphs_.find(signature_); it != graphs_.end()) {
         cudaGraphExecDestroy(it->second.exec);  // A recapture of the same signature.
         graphs_.erase(it);

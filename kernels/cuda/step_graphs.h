@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "absl/status/statusor.h"
 #include "kernels/cuda_backend.h"
@@ -62,6 +63,9 @@ class StepGraphs {
   bool abandoned_ = false;
   uint64_t signature_ = 0;
   std::unordered_map<uint64_t, Graph> graphs_;
+  // Signatures whose capture CUDA refused: their capture pass is skipped. The signature
+  // of a capture pass is the dry pass's before it (kept in signature_ until Begin).
+  std::unordered_set<uint64_t> uncapturable_;
   uint64_t clock_ = 0;
   int64_t captured_ = 0, launched_ = 0;
 };
