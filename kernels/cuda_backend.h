@@ -15,6 +15,8 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "kernels/ops.h"
@@ -49,8 +51,21 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
+// Which CUDA kernels run where there is a choice (issue 29's kernels against today's).
+enum class CudaKernels {
+  kReference,  // The kernels every GPU test has passed with: cuBLAS for F16/BF16 weights.
+  kTuned,      // New kernels, measured against the reference: F16/BF16 GEMV for <= 8 tokens.
+};
+// `CASCADE_CUDA_KERNELS` (reference | tuned); unset: reference, the rule until the tuned
+// kernels have passed their GPU tests on a GPU. InvalidArgument naming the variable for
+// another value.
+absl::StatusOr<CudaKernels> CudaKernelsFromEnv();
+std::string_view CudaKernelsName(CudaKernels k);
+
 struct CudaBackendOptions {
   int device = 0;  // CUDA device index.
+  // Unset: CudaKernelsFromEnv(), and Create logs the choice and its rule.
+  std::optional<CudaKernels> kernels = std::nullopt;
 };
 
 // The passes of a step run as a CUDA graph (CudaBackend::BeginGraphStep).
@@ -95,6 +110,9 @@ class CudaBackend : public Backend {
   virtual absl::StatusOr<bool> EndGraphStep() { return absl::UnimplementedError("no CUDA graphs here"); }
   // Closes a step whose ops failed: launches nothing, keeps no capture.
   virtual void AbortGraphStep() {}
+  // Switches the kernels for the ops issued from now on (benchmarks compare both on one
+  // loaded model).
+  virtual void set_kernels(CudaKernels) {}
   // Graphs captured so far and launched so far (for tests and logs).
   virtual int64_t graphs_captured() const { return 0; }
   virtual int64_t graphs_launched() const { return 0; }

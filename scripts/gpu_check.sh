@@ -52,7 +52,7 @@ log "GPU whole-model tests: exit $rc_model"
 build-gpu/bin/cascade_kernels_tests --gtest_brief=1 >"$OUT/cpu_kernel_tests.log" 2>&1 || log "CPU kernel tests failed (see cpu_kernel_tests.log)"
 timeout 60 build-gpu/bin/cuda_bench --json "$OUT/cuda_bench.json" 2>&1 | tee "$OUT/cuda_bench.log"
 log "cuda_bench done"
-bench_args=(--json "$OUT/gpu_model_bench.json" --graphs)
+bench_args=(--json "$OUT/gpu_model_bench.json" --tuned --graphs)
 [[ -n ${SKIP_8B:-} ]] && bench_args+=(--skip-llama)
 timeout 200 build-gpu/bin/gpu_model_bench "${bench_args[@]}" 2>&1 | tee "$OUT/gpu_model_bench.log"
 log "gpu_model_bench: exit ${PIPESTATUS[0]}"

@@ -11,10 +11,12 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 #include <vector>
 
+#include "core/logging.h"
 #include "core/status.h"
 #include "core/str_cat.h"
 #include "kernels/cpu/block_codes.h"
@@ -119,7 +121,7 @@ class CudaWeight final : public PreparedWeight {
 
 class CudaBackendImpl final : public CudaBackend {
  public:
-  explicit CudaBackendImpl(int device) : device_(device) {}
+  CudaBackendImpl(int device, CudaKernels kernels) : device_(device), kernels_(kernels) {}
   ~CudaBackendImpl() override {
     cudaSetDevice(device_);
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
@@ -161,6 +163,7 @@ class CudaBackendImpl final : public CudaBackend {
     graphs_->Abort();
   }
 
+  void set_kernels(CudaKernels k) override { kernels_ = k; }
   int64_t graphs_captured() const override { return graphs_->captured(); }
   int64_t graphs_launched() const override { return graphs_->launched(); }
 
@@ -500,8 +503,12 @@ class CudaBackendImpl final : public CudaBackend {
     }
     if (n_tokens == 0 || n_out == 0) return absl::OkStatus();
     const int code = static_cast<int>(weight.dtype);
-    const bool gemv = IsQuantized(weight.dtype) && n_tokens <= kMaxGemvTokens;
     const bool half = weight.dtype == DType::kF16 || weight.dtype == DType::kBF16;
+    // Tuned kernels: F16/BF16 weights for a few tokens by the half GEMV, reading the F32
+    // activations as they are.
+    const bool half_gemv = kernels_ == CudaKernels::kTuned && half && n_tokens <= cuda::kMaxHalfGemvTokens &&
+                           n_in % 8 == 0 && reinterpret_cast<uintptr_t>(weight.data) % 16 == 0;
+    const bool gemv = half_gemv || (IsQuantized(weight.dtype) && n_tokens <= kMaxGemvTokens);
     // GEMMs read F16/BF16 activations converted into one scratch buffer, or quantized
     // weights decoded into another.
     void* converted = !gemv && half ? Scratch(kConvert, static_cast<size_t>(n_tokens * n_in) * 2) : nullptr;
@@ -510,20 +517,24 @@ class CudaBackendImpl final : public CudaBackend {
                      : nullptr;
     CASCADE_RETURN_IF_ERROR(ScratchError());
     graphs_->Sign({kOpLinear, Bits(in.data), Bits(weight.data), static_cast<uint64_t>(code), Dims(in),
-                   static_cast<uint64_t>(n_out), Bits(converted), Bits(deq)});
+                   static_cast<uint64_t>(n_out), Bits(converted), Bits(deq), static_cast<uint64_t>(half_gemv)});
     for (size_t p = 0; p < outs.size(); ++p) {
       graphs_->Sign({Bits(outs[p].data), Dims(outs[p]), p < biases.size() ? Bits(biases[p].data) : 0});
     }
     if (graphs_->dry()) return absl::OkStatus();
     if (gemv) {
-      cuda::GemvOut gemv;
+      cuda::GemvOut parts;
       int64_t end = 0;
       for (const TensorView& o : outs) {
-        gemv.out[gemv.n_parts] = F32(o);
-        gemv.end[gemv.n_parts++] = end += o.Cols();
+        parts.out[parts.n_parts] = F32(o);
+        parts.end[parts.n_parts++] = end += o.Cols();
       }
-      cuda::QuantGemv(gemv, F32(in), weight.data, code, n_tokens, n_out, n_in, stream_);
-      CASCADE_RETURN_IF_ERROR(LastError("QuantGemv"));
+      if (half_gemv) {
+        cuda::HalfGemv(parts, F32(in), weight.data, code, n_tokens, n_out, n_in, stream_);
+      } else {
+        cuda::QuantGemv(parts, F32(in), weight.data, code, n_tokens, n_out, n_in, stream_);
+      }
+      CASCADE_RETURN_IF_ERROR(LastError(half_gemv ? "HalfGemv" : "QuantGemv"));
     } else {
       const void* w = weight.data;
       int64_t row_bytes = weight.RowBytes();
@@ -653,6 +664,7 @@ class CudaBackendImpl final : public CudaBackend {
   }
 
   int device_ = 0;
+  CudaKernels kernels_ = CudaKernels::kReference;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   DeviceBuffer scratch_[kNumSlots];
@@ -721,7 +733,18 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
     return absl::UnavailableError(StrCat("no CUDA device ", options.device, ": ",
                                          err != cudaSuccess ? cudaGetErrorString(err) : "not that many devices"));
   }
-  auto b = std::make_unique<CudaBackendImpl>(options.device);
+  CudaKernels kernels = CudaKernels::kReference;
+  if (options.kernels.has_value()) {
+    kernels = *options.kernels;
+  } else {
+    CASCADE_ASSIGN_OR_RETURN(kernels, CudaKernelsFromEnv());
+    CASCADE_LOG(Info) << "cuda:" << options.device << ": " << CudaKernelsName(kernels) << " kernels ("
+                      << (std::getenv("CASCADE_CUDA_KERNELS") != nullptr
+                              ? "CASCADE_CUDA_KERNELS"
+                              : "CASCADE_CUDA_KERNELS unset: the tuned kernels stay off until measured on a GPU")
+                      << ")";
+  }
+  auto b = std::make_unique<CudaBackendImpl>(options.device, kernels);
   CASCADE_RETURN_IF_ERROR(b->Init());
   return std::unique_ptr<CudaBackend>(std::move(b));
 }

@@ -5,16 +5,10 @@
 #include <cfloat>
 
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/warp_reduce.cuh"
 
 namespace cascade::kernels::cuda {
 namespace {
-
-constexpr int kWarp = 32;
-
-__device__ __forceinline__ float WarpSum(float v) {
-  for (int o = kWarp / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 // Sum over a block of up to 1024 threads; every thread gets the result.
 __device__ float BlockSum(float v) {

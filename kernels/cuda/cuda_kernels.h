@@ -69,6 +69,12 @@ struct GemvOut {
 };
 void QuantGemv(const GemvOut& out, const float* x, const void* w, int code, int64_t n_tokens, int64_t n_out,
                int64_t n_in, cudaStream_t stream);
+// The same for F16 / BF16 weights (code kWF16 or kWBF16), reading the F32 activations as
+// they are (half_gemv.cu). REQUIRES n_tokens <= kMaxHalfGemvTokens, n_in % 8 == 0 and w
+// 16-byte aligned.
+constexpr int64_t kMaxHalfGemvTokens = 8;
+void HalfGemv(const GemvOut& out, const float* x, const void* w, int code, int64_t n_tokens, int64_t n_out,
+              int64_t n_in, cudaStream_t stream);
 // KV cache encodings: the weight codes kWF32, kWF16 and kWQ8_0 (q8_0 needs kv_dim and
 // head_dim multiples of 32; the element at flat index i of the cache is in block i / 32).
 // Scatters k, v [n_rows, kv_dim] (f32) into the paged caches at slot_of_row[r] (slot =

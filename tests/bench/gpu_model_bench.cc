@@ -8,9 +8,10 @@
 // copy bandwidth measured in the same run, and the same runs on the CPU backend for
 // SmolLM2 as the reference. Logits come back to the host every step (into pinned memory), as
 // a worker's do when it samples on the host. With --graphs the GPU runs also time decode
-// with CUDA graphs (model/graph_step.h) after the eager runs, on the same loaded model;
+// with CUDA graphs (model/graph_step.h) after the eager runs, on the same loaded model; with
+// --tuned also with the tuned kernels (CudaKernels::kTuned), and the graphs then with them;
 // each figure is printed as it is measured.
-// Usage: gpu_model_bench [--json FILE] [--model GGUF] [--llama-layers N] [--skip-llama] [--graphs]
+// Usage: gpu_model_bench [--json FILE] [--model GGUF] [--llama-layers N] [--skip-llama] [--graphs] [--tuned]
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -39,6 +40,7 @@ struct Result {
   std::string model, backend;
   double prefill_tok_s = 0, decode1_tok_s = 0, decode32_tok_s = 0, decode1_weight_gb_s = 0;
   double graphs1_tok_s = 0, graphs32_tok_s = 0;  // With CUDA graphs (--graphs); 0: not run.
+  double tuned1_tok_s = 0, tuned32_tok_s = 0;    // With the tuned kernels (--tuned); 0: not run.
   int64_t weight_bytes = 0;
 };
 
@@ -63,7 +65,7 @@ double Step(model::Transformer& t, model::KvCache& cache, int batch, int64_t n_n
 }
 
 Result Bench(const std::string& name, const std::string& path, kernels::Backend* backend, const char* backend_name,
-             bool quick, bool graphs) {
+             bool quick, bool graphs, bool tuned) {
   Result r;
   r.model = name;
   r.backend = backend_name;
@@ -109,7 +111,17 @@ Result Bench(const std::string& name, const std::string& path, kernels::Backend*
       r.decode32_tok_s = tok_s;
     }
   }
-  if (graphs) {
+  auto* gpu = dynamic_cast<kernels::CudaBackend*>(backend);
+  if (tuned && gpu != nullptr) {
+    gpu->set_kernels(kernels::CudaKernels::kTuned);
+    r.tuned1_tok_s = decode(1);
+    std::printf("  %s on %s: decode b=1 with the tuned kernels %.1f tok/s\n", name.c_str(), backend_name,
+                r.tuned1_tok_s);
+    r.tuned32_tok_s = decode(max_batch);
+    std::printf("  %s on %s: decode b=%d with the tuned kernels %.1f tok/s\n", name.c_str(), backend_name, max_batch,
+                r.tuned32_tok_s);
+  }
+  if (graphs && gpu != nullptr) {
     (*t)->set_cuda_graphs(true);
     r.graphs1_tok_s = decode(1);
     std::printf("  %s on %s: decode b=1 with CUDA graphs %.1f tok/s\n", name.c_str(), backend_name, r.graphs1_tok_s);
@@ -126,7 +138,7 @@ Result Bench(const std::string& name, const std::string& path, kernels::Backend*
 int main(int argc, char** argv) {
   std::string json_path, smol = cascade::testing::DefaultModelPath();
   int64_t llama_layers = 32;
-  bool skip_llama = false, graphs = false;
+  bool skip_llama = false, graphs = false, tuned = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc)
       json_path = argv[++i];
@@ -138,6 +150,8 @@ int main(int argc, char** argv) {
       skip_llama = true;
     else if (std::strcmp(argv[i], "--graphs") == 0)
       graphs = true;
+    else if (std::strcmp(argv[i], "--tuned") == 0)
+      tuned = true;
   }
   const auto avail = kernels::QueryCudaDevices();
   if (avail.device_count == 0) {
@@ -150,9 +164,10 @@ int main(int argc, char** argv) {
   Check(gpu.status(), "cuda:0");
   std::vector<Result> results;
   if (!smol.empty() && std::filesystem::exists(smol)) {
-    results.push_back(Bench("SmolLM2-135M Q4_1", smol, gpu->get(), "cuda:0", false, graphs));
+    results.push_back(Bench("SmolLM2-135M Q4_1", smol, gpu->get(), "cuda:0", false, graphs, tuned));
+    (*gpu)->set_kernels(kernels::CudaKernels::kReference);
     auto cpu = kernels::MakeCpuBackend({.n_threads = 16});
-    results.push_back(Bench("SmolLM2-135M Q4_1", smol, cpu.get(), "cpu x16", true, false));
+    results.push_back(Bench("SmolLM2-135M Q4_1", smol, cpu.get(), "cpu x16", true, false, false));
   } else {
     std::printf("SmolLM2 not found (%s): skipped\n", smol.c_str());
   }
@@ -170,23 +185,26 @@ int main(int argc, char** argv) {
                                         .distinct_values = 1 << 20},
                                        path);
     std::printf("wrote %s (%lld layers) in %.1f s\n", path.c_str(), static_cast<long long>(llama_layers), Seconds(t0));
-    results.push_back(
-        Bench(StrCat("Llama-3-8B shape BF16 (", llama_layers, " layers)"), path, gpu->get(), "cuda:0", false, graphs));
+    results.push_back(Bench(StrCat("Llama-3-8B shape BF16 (", llama_layers, " layers)"), path, gpu->get(), "cuda:0",
+                            false, graphs, tuned));
     std::filesystem::remove(path);
   }
-  std::printf("\n%-36s %-8s %12s %12s %14s %14s %9s %12s %13s\n", "model", "backend", "prefill t/s", "decode b=1",
-              "decode b=32*", "b=1 weight GB/s", "of copy", "graphs b=1", "graphs b=32");
+  std::printf("\n%-36s %-8s %12s %12s %14s %14s %9s %11s %12s %12s %13s\n", "model", "backend", "prefill t/s",
+              "decode b=1", "decode b=32*", "b=1 weight GB/s", "of copy", "tuned b=1", "tuned b=32", "graphs b=1",
+              "graphs b=32");
   std::string json = StrCat("{\"copy_bandwidth_gb_s\": ", copy_bw / 1e9, ", \"runs\": [");
   for (size_t i = 0; i < results.size(); ++i) {
     const Result& r = results[i];
-    std::printf("%-36s %-8s %12.0f %12.1f %14.1f %14.0f %8.0f%% %12.1f %13.1f\n", r.model.c_str(), r.backend.c_str(),
-                r.prefill_tok_s, r.decode1_tok_s, r.decode32_tok_s, r.decode1_weight_gb_s,
-                100 * r.decode1_weight_gb_s * 1e9 / copy_bw, r.graphs1_tok_s, r.graphs32_tok_s);
+    std::printf("%-36s %-8s %12.0f %12.1f %14.1f %14.0f %8.0f%% %11.1f %12.1f %12.1f %13.1f\n", r.model.c_str(),
+                r.backend.c_str(), r.prefill_tok_s, r.decode1_tok_s, r.decode32_tok_s, r.decode1_weight_gb_s,
+                100 * r.decode1_weight_gb_s * 1e9 / copy_bw, r.tuned1_tok_s, r.tuned32_tok_s, r.graphs1_tok_s,
+                r.graphs32_tok_s);
     json += StrCat(i ? ", " : "", "{\"model\": \"", r.model, "\", \"backend\": \"", r.backend,
                    "\", \"weight_bytes\": ", r.weight_bytes, ", \"prefill_tok_s\": ", r.prefill_tok_s,
                    ", \"decode_b1_tok_s\": ", r.decode1_tok_s, ", \"decode_b32_tok_s\": ", r.decode32_tok_s,
                    ", \"decode_b1_weight_gb_s\": ", r.decode1_weight_gb_s, ", \"graphs_b1_tok_s\": ", r.graphs1_tok_s,
-                   ", \"graphs_b32_tok_s\": ", r.graphs32_tok_s, "}");
+                   ", \"graphs_b32_tok_s\": ", r.graphs32_tok_s, ", \"tuned_b1_tok_s\": ", r.tuned1_tok_s,
+                   ", \"tuned_b32_tok_s\": ", r.tuned32_tok_s, "}");
   }
   std::printf("* the cpu reference runs batch 4 and a 128-token prefill (to keep the check short)\n");
   json += "]}\n";

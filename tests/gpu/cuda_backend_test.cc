@@ -24,6 +24,7 @@
 #include <span>
 
 #include "core/half.h"
+#include "core/str_cat.h"
 #include "kernels/cpu/quantize.h"
 #include "kernels/cuda_device.h"
 #include "tests/sampling_reference.h"
@@ -162,6 +163,62 @@ TEST_F(CudaBackendTest, LinearMatchesDoublePrecisionReference) {
         }
       }
       EXPECT_LT(RelL2(Down(out, n_tokens * n_out), want), bound) << DTypeName(dtype) << " tokens " << n_tokens;
+    }
+  }
+}
+
+// The tuned kernels' F16/BF16 GEMV (up to 8 tokens; CUDA_KERNELS=tuned) over stacked parts
+// of 48, 32 and 20 rows with a bias, rows of 1032 (129 chunks of 8: the lanes' loop ends
+// unevenly): against the double-precision product, reading the activations unrounded, and
+// against the reference path (cuBLAS over activations rounded to the weight's type). More
+// tokens fall back to cuBLAS even with the tuned kernels.
+TEST_F(CudaBackendTest, TunedHalfGemvMatchesDoublePrecisionAndTheReferencePath) {
+  auto tuned = CudaBackend::Create({.device = 0, .kernels = CudaKernels::kTuned});
+  auto reference = CudaBackend::Create({.device = 0, .kernels = CudaKernels::kReference});
+  ASSERT_TRUE(tuned.ok() && reference.ok());
+  const int64_t n_in = 1032, rows[3] = {48, 32, 20}, n_out = 100;
+  for (DType dtype : {DType::kF16, DType::kBF16}) {
+    const double cublas_bound = dtype == DType::kF16 ? 2e-3 : 1e-2;
+    std::vector<float> decoded;
+    std::vector<uint8_t> w = RandomWeights(dtype, n_out, n_in, 31, &decoded);
+    const std::vector<float> bias = Random(rows[1], 32);
+    DeviceBuffer db = Up(bias);
+    for (int64_t n_tokens : {1, 2, 3, 5, 8, 9, 40}) {
+      const std::vector<float> x = Random(n_tokens * n_in, 33 + n_tokens);
+      DeviceBuffer dx = Up(x);
+      std::vector<std::vector<float>> got[2];  // Per backend (tuned, reference), per part.
+      for (int b = 0; b < 2; ++b) {
+        CudaBackend& backend = b == 0 ? **tuned : **reference;
+        auto prepared = backend.PrepareWeight(TensorView(w.data(), dtype, {n_out, n_in}));
+        ASSERT_TRUE(prepared.ok()) << prepared.status();
+        std::vector<DeviceBuffer> outs;
+        std::vector<TensorView> views;
+        for (int64_t r : rows) {
+          outs.push_back(Poisoned(n_tokens * r));
+          views.push_back(outs.back().View(DType::kF32, {n_tokens, r}));
+        }
+        const TensorView biases[] = {TensorView(), db.View(DType::kF32, {rows[1]}), TensorView()};
+        ASSERT_TRUE(backend.LinearParts(views, dx.View(DType::kF32, {n_tokens, n_in}), **prepared, biases).ok());
+        ASSERT_TRUE(backend.Synchronize().ok());
+        for (int p = 0; p < 3; ++p) got[b].push_back(Down(outs[p], n_tokens * rows[p]));
+      }
+      int64_t first = 0;
+      for (int p = 0; p < 3; ++p) {
+        std::vector<double> want(n_tokens * rows[p]);
+        for (int64_t t = 0; t < n_tokens; ++t) {
+          for (int64_t o = 0; o < rows[p]; ++o) {
+            double s = p == 1 ? bias[o] : 0.0;
+            for (int64_t i = 0; i < n_in; ++i)
+              s += static_cast<double>(x[t * n_in + i]) * decoded[(first + o) * n_in + i];
+            want[t * rows[p] + o] = s;
+          }
+        }
+        const std::string what = StrCat(DTypeName(dtype), " tokens ", n_tokens, " part ", p);
+        EXPECT_LT(RelL2(got[0][p], want), n_tokens <= 8 ? 1e-5 : cublas_bound) << "tuned " << what;
+        EXPECT_LT(RelL2(got[1][p], want), cublas_bound) << "reference " << what;
+        EXPECT_LT(RelL2(got[0][p], got[1][p]), cublas_bound) << "tuned against reference " << what;
+        first += rows[p];
+      }
     }
   }
 }

@@ -46,17 +46,19 @@ class CudaTransformerTest : public ::testing::Test {
   int n_gpus_ = 0;
 };
 
-absl::StatusOr<std::unique_ptr<kernels::Backend>> MakeGpu(int device = 0) {
-  auto b = kernels::CudaBackend::Create({.device = device});
+absl::StatusOr<std::unique_ptr<kernels::Backend>> MakeGpu(
+    int device = 0, kernels::CudaKernels kernels = kernels::CudaKernels::kReference) {
+  auto b = kernels::CudaBackend::Create({.device = device, .kernels = kernels});
   if (!b.ok()) return b.status();
   return std::unique_ptr<kernels::Backend>(std::move(*b));
 }
 
-// A greedy run on the CPU or the GPU.
-absl::StatusOr<Trace> RunOn(const ModelFiles& files, bool gpu, const std::vector<int32_t>& prompt, int n_decode) {
+// A greedy run on the CPU or the GPU (with `kernels`).
+absl::StatusOr<Trace> RunOn(const ModelFiles& files, bool gpu, const std::vector<int32_t>& prompt, int n_decode,
+                            kernels::CudaKernels kernels = kernels::CudaKernels::kReference) {
   std::unique_ptr<kernels::Backend> backend;
   if (gpu) {
-    CASCADE_ASSIGN_OR_RETURN(backend, MakeGpu());
+    CASCADE_ASSIGN_OR_RETURN(backend, MakeGpu(0, kernels));
   } else {
     backend = kernels::MakeCpuBackend({.n_threads = 4});
   }
@@ -65,13 +67,14 @@ absl::StatusOr<Trace> RunOn(const ModelFiles& files, bool gpu, const std::vector
 }
 
 // GPU against CPU: ids equal up to a tie, logits within `bound` relative L2 until then.
-void ExpectGpuMatchesCpu(const std::string& path, double bound, int n_decode = 8, double tie_fraction = 0.04) {
+void ExpectGpuMatchesCpu(const std::string& path, double bound, int n_decode = 8, double tie_fraction = 0.04,
+                         kernels::CudaKernels kernels = kernels::CudaKernels::kReference) {
   SCOPED_TRACE(path);
   auto files = OpenModelFiles(path);
   ASSERT_TRUE(files.ok()) << files.status();
   const std::vector<int32_t> prompt = testing::Prompt(20, files->config.n_vocab);
   absl::StatusOr<Trace> cpu = RunOn(*files, false, prompt, n_decode);
-  absl::StatusOr<Trace> gpu = RunOn(*files, true, prompt, n_decode);
+  absl::StatusOr<Trace> gpu = RunOn(*files, true, prompt, n_decode, kernels);
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   double worst = 0;
@@ -116,6 +119,19 @@ TEST_F(CudaTransformerTest, RandomModelsOfEveryWeightTypeMatchTheCpu) {
     testing::WriteRandomModel({.weight_type = type, .tied = type == DType::kQ8_0, .qkv_bias = type == DType::kF16},
                               path);
     ExpectGpuMatchesCpu(path, bound);
+  }
+}
+
+// The tuned kernels (CASCADE_CUDA_KERNELS=tuned: the F16/BF16 GEMV for decode steps) in
+// whole models against the CPU, within the reference path's bounds (the 20-token prefill
+// still goes through cuBLAS).
+TEST_F(CudaTransformerTest, TunedKernelsMatchTheCpu) {
+  testing::TempDir dir;
+  const std::pair<DType, double> cases[] = {{DType::kF16, 1e-2}, {DType::kBF16, 3e-2}};
+  for (const auto& [type, bound] : cases) {
+    const std::string path = dir.path() + "/tuned-" + std::string(DTypeName(type)) + ".gguf";
+    testing::WriteRandomModel({.weight_type = type, .qkv_bias = type == DType::kF16}, path);
+    ExpectGpuMatchesCpu(path, bound, 8, 0.04, kernels::CudaKernels::kTuned);
   }
 }
 

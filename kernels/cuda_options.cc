@@ -1,0 +1,19 @@
+// The CUDA backend's options that do not need CUDA to read (built with and without it).
+#include <cstdlib>
+#include <string>
+
+#include "core/str_cat.h"
+#include "kernels/cuda_backend.h"
+
+namespace cascade::kernels {
+
+std::string_view CudaKernelsName(CudaKernels k) { return k == CudaKernels::kTuned ? "tuned" : "reference"; }
+
+absl::StatusOr<CudaKernels> CudaKernelsFromEnv() {
+  const char* v = std::getenv("CASCADE_CUDA_KERNELS");
+  if (v == nullptr || std::string_view(v).empty() || std::string_view(v) == "reference") return CudaKernels::kReference;
+  if (std::string_view(v) == "tuned") return CudaKernels::kTuned;
+  return absl::InvalidArgumentError(StrCat("CASCADE_CUDA_KERNELS = '", v, "': must be reference or tuned"));
+}
+
+}  // namespace cascade::kernels
