@@ -190,6 +190,15 @@ class Backend {
   // out [n_tokens, n] = in * weight[n] / rms(in row), f32. `out` may alias `in`.
   virtual absl::Status RmsNorm(TensorView out, const TensorView& in, const TensorView& weight, float eps) = 0;
 
+  // hidden += add, then out = RmsNorm(hidden): a layer's residual sum and the next norm.
+  // A backend may fuse them (one pass, one launch); the default runs the two ops, and any
+  // fusion must give their bits.
+  virtual absl::Status AddRmsNorm(TensorView out, TensorView hidden, const TensorView& add, const TensorView& weight,
+                                  float eps) {
+    absl::Status s = AddInPlace(hidden, add);
+    return s.ok() ? RmsNorm(out, hidden, weight, eps) : s;
+  }
+
   // Rotates x [n_tokens, n_heads * head_dim] in place; positions [n_tokens].
   virtual absl::Status Rope(TensorView x, std::span<const int32_t> positions, const RopeParams& params) = 0;
 

@@ -225,10 +225,16 @@ absl::Status Transformer::RunLayers(TensorView hidden, const ForwardBatch& batch
       static_cast<float>(c.rope_attention_factor * c.rope_attention_factor) / std::sqrt(static_cast<float>(c.head_dim));
   const kernels::AttentionParams attn_params{shard_.n_heads(), attn_scale};
 
+  const float eps = static_cast<float>(c.norm_eps);
+  // A dense FFN's output waits in proj to be added to hidden by the next layer's norm
+  // (Backend::AddRmsNorm: one pass where the backend fuses them), or after the last layer.
+  bool ffn_pending = false;
   for (size_t li = 0; li < layers_.size(); ++li) {
     const Layer& L = layers_[li];
     kernels::KvCacheLayer& kv = cache.layer(static_cast<int64_t>(li));
-    CASCADE_RETURN_IF_ERROR(b.RmsNorm(norm, hidden, L.attn_norm, static_cast<float>(c.norm_eps)));
+    CASCADE_RETURN_IF_ERROR(ffn_pending ? b.AddRmsNorm(norm, hidden, proj, L.attn_norm, eps)
+                                        : b.RmsNorm(norm, hidden, L.attn_norm, eps));
+    ffn_pending = false;
     const TensorView qkv[] = {q, k, v}, qkv_bias[] = {L.bq, L.bk, L.bv};
     CASCADE_RETURN_IF_ERROR(L.qkv.Forward(qkv, norm, qkv_bias));
     if (L.q_norm.data != nullptr) CASCADE_RETURN_IF_ERROR(NormHeads(q, k, L.q_norm, L.k_norm));
@@ -237,8 +243,7 @@ absl::Status Transformer::RunLayers(TensorView hidden, const ForwardBatch& batch
     CASCADE_RETURN_IF_ERROR(b.WriteKv(kv, k, v, batch.seqs));
     CASCADE_RETURN_IF_ERROR(b.Attention(attn, q, kv, batch.seqs, attn_params));
     CASCADE_RETURN_IF_ERROR(L.o.Forward(proj, attn));  // Reduced over the group's heads.
-    CASCADE_RETURN_IF_ERROR(b.AddInPlace(hidden, proj));
-    CASCADE_RETURN_IF_ERROR(b.RmsNorm(norm, hidden, L.ffn_norm, static_cast<float>(c.norm_eps)));
+    CASCADE_RETURN_IF_ERROR(b.AddRmsNorm(norm, hidden, proj, L.ffn_norm, eps));
     if (L.moe != nullptr) {  // Adds its (reduced) output to hidden itself.
       const std::span<int64_t> load = std::span(expert_load_).subspan(L.moe_index * c.n_experts, c.n_experts);
       CASCADE_RETURN_IF_ERROR(L.moe->Forward(hidden, norm, moe_scratch_, load));
@@ -248,9 +253,9 @@ absl::Status Transformer::RunLayers(TensorView hidden, const ForwardBatch& batch
     CASCADE_RETURN_IF_ERROR(L.gate_up.Forward(gate_up, norm, {}));
     CASCADE_RETURN_IF_ERROR(b.SiluMul(gate, gate, up));
     CASCADE_RETURN_IF_ERROR(L.down.Forward(proj, gate));  // Reduced over the group's FFN columns.
-    CASCADE_RETURN_IF_ERROR(b.AddInPlace(hidden, proj));
+    ffn_pending = true;
   }
-  return absl::OkStatus();
+  return ffn_pending ? b.AddInPlace(hidden, proj) : absl::OkStatus();
 }
 
 absl::Status Transformer::NormHeads(TensorView q, TensorView k, const TensorView& q_norm, const TensorView& k_norm) {

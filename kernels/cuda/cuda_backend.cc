@@ -46,6 +46,7 @@ enum OpCode : uint64_t {
   kOpCopyIn,
   kOpCopyOut,
   kOpUpload,
+  kOpAddRmsNorm,
 };
 constexpr int64_t kKeysPerSplit = 256;  // Flash-decoding: keys per (row, head) block.
 
@@ -273,6 +274,18 @@ class CudaBackendImpl final : public CudaBackend {
     if (graphs_->dry()) return absl::OkStatus();
     cuda::RmsNorm(F32(out), F32(in), F32(weight), in.Rows(), in.Cols(), eps, stream_);
     return LastError("RmsNorm");
+  }
+
+  // Tuned: one fused pass; reference: AddInPlace then RmsNorm (Backend's default).
+  absl::Status AddRmsNorm(TensorView out, TensorView hidden, const TensorView& add, const TensorView& weight,
+                          float eps) override {
+    if (kernels_ != CudaKernels::kTuned) return Backend::AddRmsNorm(out, hidden, add, weight, eps);
+    Bind();
+    graphs_->Sign({kOpAddRmsNorm, Bits(out.data), Bits(hidden.data), Bits(add.data), Bits(weight.data), Dims(hidden),
+                   Bits(eps)});
+    if (graphs_->dry()) return absl::OkStatus();
+    cuda::AddRmsNorm(F32(out), F32(hidden), F32(add), F32(weight), hidden.Rows(), hidden.Cols(), eps, stream_);
+    return LastError("AddRmsNorm");
   }
 
   absl::Status Rope(TensorView x, std::span<const int32_t> positions, const RopeParams& params) override {

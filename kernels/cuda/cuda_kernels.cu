@@ -204,6 +204,22 @@ __device__ __forceinline__ void DecodeChunk(const uint8_t* row, int code, int64_
   }
 }
 
+// hidden += add, then out = RmsNorm(hidden): the sums and the products as AddKernel and
+// RmsNormKernel do them, in one pass (each thread reads back only what it wrote).
+__global__ void AddRmsNormKernel(float* out, float* hidden, const float* add, const float* w, int64_t n, float eps) {
+  float* x = hidden + blockIdx.x * n;
+  const float* a = add + blockIdx.x * n;
+  float* y = out + blockIdx.x * n;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const float v = x[i] + a[i];
+    x[i] = v;
+    ss += v * v;
+  }
+  const float inv = rsqrtf(BlockSum(ss) / static_cast<float>(n) + eps);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) y[i] = x[i] * inv * w[i];
+}
+
 __global__ void RmsNormKernel(float* out, const float* in, const float* w, int64_t n, float eps) {
   const float* x = in + blockIdx.x * n;
   float* y = out + blockIdx.x * n;
@@ -517,6 +533,11 @@ int Grid(int64_t n, int threads) {
 
 void RmsNorm(float* out, const float* in, const float* w, int64_t n_rows, int64_t n, float eps, cudaStream_t stream) {
   if (n_rows > 0) RmsNormKernel<<<static_cast<unsigned>(n_rows), 256, 0, stream>>>(out, in, w, n, eps);
+}
+
+void AddRmsNorm(float* out, float* hidden, const float* add, const float* w, int64_t n_rows, int64_t n, float eps,
+                cudaStream_t stream) {
+  if (n_rows > 0) AddRmsNormKernel<<<static_cast<unsigned>(n_rows), 256, 0, stream>>>(out, hidden, add, w, n, eps);
 }
 
 void Rope(float* x, const int32_t* positions, const float* inv_freq, int64_t n_tokens, int64_t n_heads,

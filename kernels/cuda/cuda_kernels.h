@@ -38,6 +38,9 @@ enum WeightCode : int {
 
 // out[r, :] = in[r, :] * w / rms(in[r, :]); one block per row.
 void RmsNorm(float* out, const float* in, const float* w, int64_t n_rows, int64_t n, float eps, cudaStream_t stream);
+// hidden += add, then out = RmsNorm(hidden) over [n_rows, n], bit for bit as Add then RmsNorm.
+void AddRmsNorm(float* out, float* hidden, const float* add, const float* w, int64_t n_rows, int64_t n, float eps,
+                cudaStream_t stream);
 // Rotates x [n_tokens, n_heads * head_dim] in place. style 0: adjacent pairs, 1: halves.
 void Rope(float* x, const int32_t* positions, const float* inv_freq, int64_t n_tokens, int64_t n_heads,
           int64_t head_dim, int style, cudaStream_t stream);

@@ -304,6 +304,37 @@ TEST_F(CudaBackendTest, LinearPartsMatchDoublePrecisionPerPart) {
   }
 }
 
+// The tuned kernels' fused residual sum and norm give the bits of AddInPlace then RmsNorm
+// (the reference path), and both match the CPU backend's.
+TEST_F(CudaBackendTest, FusedAddRmsNormGivesTheBitsOfTheTwoOps) {
+  auto tuned = CudaBackend::Create({.device = 0, .kernels = CudaKernels::kTuned});
+  ASSERT_TRUE(tuned.ok()) << tuned.status();
+  const int64_t rows = 5, n = 1000;
+  const std::vector<float> hidden = Random(rows * n, 41), add = Random(rows * n, 42), w = Random(n, 43);
+  std::vector<float> results[2][2];  // [tuned, reference][hidden, norm]
+  for (int b = 0; b < 2; ++b) {
+    CudaBackend& backend = b == 0 ? **tuned : *gpu_;
+    DeviceBuffer dh = Up(hidden), da = Up(add), dw = Up(w), out = Poisoned(rows * n);
+    ASSERT_TRUE(backend
+                    .AddRmsNorm(out.View(DType::kF32, {rows, n}), dh.View(DType::kF32, {rows, n}),
+                                da.View(DType::kF32, {rows, n}), dw.View(DType::kF32, {n}), 1e-5f)
+                    .ok());
+    ASSERT_TRUE(backend.Synchronize().ok());
+    results[b][0] = Down(dh, rows * n);
+    results[b][1] = Down(out, rows * n);
+  }
+  EXPECT_EQ(results[0][0], results[1][0]);
+  EXPECT_EQ(results[0][1], results[1][1]);
+  std::vector<float> h = hidden, norm(rows * n);
+  ASSERT_TRUE(cpu_->AddRmsNorm(TensorView(norm.data(), DType::kF32, {rows, n}),
+                               TensorView(h.data(), DType::kF32, {rows, n}),
+                               TensorView(const_cast<float*>(add.data()), DType::kF32, {rows, n}),
+                               TensorView(const_cast<float*>(w.data()), DType::kF32, {n}), 1e-5f)
+                  .ok());
+  EXPECT_EQ(results[0][0], h);
+  EXPECT_LT(RelL2(results[0][1], norm), 1e-6);
+}
+
 TEST_F(CudaBackendTest, ElementwiseOpsMatchTheCpuBackend) {
   const int64_t n = 7, d = 384, head_dim = 64;
   const std::vector<float> x = Random(n * d, 4), g = Random(n * d, 5), w = Random(d, 6);
