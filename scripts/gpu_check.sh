@@ -8,7 +8,9 @@
 # backend and the golden ids; NCCL TP with two GPUs), then cuda_bench (linear layers alone)
 # and gpu_model_bench (whole forwards: prefill and batch-1/32 decode tokens/s for SmolLM2
 # and a Llama-3-8B-shaped BF16 model, weight bandwidth against the measured copy
-# bandwidth; SKIP_8B=1 leaves the 8B model out), then, with .gpu-cluster/ carried
+# bandwidth; each with the reference and the tuned kernels and CUDA graphs; SKIP_8B=1 leaves
+# the 8B model out, QUANT=1 adds its Q8_0 and Q4_K forms and a MoE shape), then, with
+# .gpu-cluster/ carried
 # (scripts/pack_gpu_cluster.sh), the real cluster on cuda:0 (scripts/gpu_cluster_check.sh),
 # and writes logs and JSON under $OUT.
 # Budget: under 10 minutes on 16 cores. Exit status: the tests' and the cluster's.
@@ -52,9 +54,12 @@ log "GPU whole-model tests: exit $rc_model"
 build-gpu/bin/cascade_kernels_tests --gtest_brief=1 >"$OUT/cpu_kernel_tests.log" 2>&1 || log "CPU kernel tests failed (see cpu_kernel_tests.log)"
 timeout 60 build-gpu/bin/cuda_bench --json "$OUT/cuda_bench.json" 2>&1 | tee "$OUT/cuda_bench.log"
 log "cuda_bench done"
+# The eager reference kernels, the tuned ones and CUDA graphs on each model; QUANT=1 adds the
+# 8B shape in Q8_0 and Q4_K and bench_moe.sh's MoE shape.
 bench_args=(--json "$OUT/gpu_model_bench.json" --tuned --graphs)
 [[ -n ${SKIP_8B:-} ]] && bench_args+=(--skip-llama)
-timeout 200 build-gpu/bin/gpu_model_bench "${bench_args[@]}" 2>&1 | tee "$OUT/gpu_model_bench.log"
+[[ -n ${QUANT:-} ]] && bench_args+=(--quant)
+timeout "${BENCH_TIMEOUT:-300}" build-gpu/bin/gpu_model_bench "${bench_args[@]}" 2>&1 | tee "$OUT/gpu_model_bench.log"
 log "gpu_model_bench: exit ${PIPESTATUS[0]}"
 # The real cluster on cuda:0 (scripts/gpu_cluster_check.sh) with the binaries and libraries
 # of scripts/pack_gpu_cluster.sh, on a Llama-3.2-1B-shaped F16 model with Llama-3's

@@ -22,10 +22,22 @@ namespace {
 constexpr float kNormEps = 1e-5f;
 constexpr int64_t kGptqGroup = 128;
 
-std::string Encode(DType t, const std::vector<float>& v, int64_t cols) {
-  const int64_t rows = static_cast<int64_t>(v.size()) / cols;
-  const int64_t row_bytes = RowBytes(t, cols);
+// `v` [rows, cols] stored as `t`. When v repeats with a period of `period` values (the
+// spec's distinct_values) that whole blocks tile, the blocks of one period are encoded and
+// repeated: block encodings depend on their own values only, and the 8B shapes of the GPU
+// benchmark would otherwise quantize billions of values.
+std::string Encode(DType t, const std::vector<float>& v, int64_t cols, int64_t period = 0) {
+  const int64_t n = static_cast<int64_t>(v.size()), rows = n / cols;
+  const int64_t row_bytes = RowBytes(t, cols), elems = BlockElems(t), bytes = BlockBytes(t);
   std::string out(rows * row_bytes, '\0');
+  if (period > 0 && period < n && period % elems == 0 && cols % elems == 0 && n % period == 0) {
+    CASCADE_CHECK(kernels::cpu::QuantizeRow(t, v.data(), out.data(), period).ok());
+    const size_t period_bytes = static_cast<size_t>(period / elems * bytes);
+    for (size_t at = period_bytes; at < out.size(); at += period_bytes) {
+      std::memcpy(out.data() + at, out.data(), std::min(period_bytes, out.size() - at));
+    }
+    return out;
+  }
   for (int64_t r = 0; r < rows; ++r) {
     CASCADE_CHECK(kernels::cpu::QuantizeRow(t, v.data() + r * cols, out.data() + r * row_bytes, cols).ok());
   }
@@ -376,7 +388,7 @@ void WriteRandomModel(const RandomModelSpec& s, const std::string& path) {
   w.SetStringArray("tokenizer.ggml.merges", {"! !"});
   w.SetU32("tokenizer.ggml.eos_token_id", 0);
   for (const Tensor& t : RandomTensors(s))
-    w.AddTensor(t.gguf, t.dtype, t.shape, Encode(t.dtype, t.values, t.shape.back()));
+    w.AddTensor(t.gguf, t.dtype, t.shape, Encode(t.dtype, t.values, t.shape.back(), s.distinct_values));
   CASCADE_CHECK(w.WriteFile(path).ok());
 }
 

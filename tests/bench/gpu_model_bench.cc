@@ -11,7 +11,9 @@
 // with CUDA graphs (model/graph_step.h) after the eager runs, on the same loaded model; with
 // --tuned also with the tuned kernels (CudaKernels::kTuned), and the graphs then with them;
 // each figure is printed as it is measured.
+// With --quant also the 8B shape in Q8_0 and Q4_K and bench_moe.sh's MoE shape in Q8_0.
 // Usage: gpu_model_bench [--json FILE] [--model GGUF] [--llama-layers N] [--skip-llama] [--graphs] [--tuned]
+//                        [--quant]
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -138,7 +140,7 @@ Result Bench(const std::string& name, const std::string& path, kernels::Backend*
 int main(int argc, char** argv) {
   std::string json_path, smol = cascade::testing::DefaultModelPath();
   int64_t llama_layers = 32;
-  bool skip_llama = false, graphs = false, tuned = false;
+  bool skip_llama = false, graphs = false, tuned = false, quant = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc)
       json_path = argv[++i];
@@ -152,6 +154,8 @@ int main(int argc, char** argv) {
       graphs = true;
     else if (std::strcmp(argv[i], "--tuned") == 0)
       tuned = true;
+    else if (std::strcmp(argv[i], "--quant") == 0)
+      quant = true;
   }
   const auto avail = kernels::QueryCudaDevices();
   if (avail.device_count == 0) {
@@ -171,23 +175,49 @@ int main(int argc, char** argv) {
   } else {
     std::printf("SmolLM2 not found (%s): skipped\n", smol.c_str());
   }
-  if (!skip_llama) {
-    const std::string path = (std::filesystem::temp_directory_path() / "cascade-llama3-8b-shape.gguf").string();
+  // A random model of `spec` written to a temporary file, benchmarked on the GPU, removed.
+  const auto bench_written = [&](const std::string& name, cascade::testing::RandomModelSpec spec) {
+    const std::string path = (std::filesystem::temp_directory_path() / "cascade-gpu-bench-model.gguf").string();
     const auto t0 = std::chrono::steady_clock::now();
-    cascade::testing::WriteRandomModel({.weight_type = DType::kBF16,
-                                        .n_layers = llama_layers,
-                                        .n_embd = 4096,
-                                        .n_heads = 32,
-                                        .n_kv_heads = 8,
-                                        .n_ff = 14336,
-                                        .n_vocab = 128256,
-                                        .n_ctx = 8192,
-                                        .distinct_values = 1 << 20},
-                                       path);
-    std::printf("wrote %s (%lld layers) in %.1f s\n", path.c_str(), static_cast<long long>(llama_layers), Seconds(t0));
-    results.push_back(Bench(StrCat("Llama-3-8B shape BF16 (", llama_layers, " layers)"), path, gpu->get(), "cuda:0",
-                            false, graphs, tuned));
+    spec.distinct_values = 1 << 20;  // Values (and quantized blocks) repeat: quick to write.
+    cascade::testing::WriteRandomModel(spec, path);
+    std::printf("wrote %s in %.1f s\n", name.c_str(), Seconds(t0));
+    results.push_back(Bench(name, path, gpu->get(), "cuda:0", false, graphs, tuned));
+    (*gpu)->set_kernels(kernels::CudaKernels::kReference);
     std::filesystem::remove(path);
+  };
+  if (!skip_llama) {
+    const cascade::testing::RandomModelSpec llama8b = {.n_layers = llama_layers,
+                                                       .n_embd = 4096,
+                                                       .n_heads = 32,
+                                                       .n_kv_heads = 8,
+                                                       .n_ff = 14336,
+                                                       .n_vocab = 128256,
+                                                       .n_ctx = 8192};
+    // BF16, then the quantized forms people run (every matrix in the one type: Q8_0, and
+    // Q4_K for Q4_K_M's bulk).
+    for (const DType type :
+         quant ? std::vector<DType>{DType::kBF16, DType::kQ8_0, DType::kQ4_K} : std::vector<DType>{DType::kBF16}) {
+      cascade::testing::RandomModelSpec spec = llama8b;
+      spec.weight_type = type;
+      bench_written(StrCat("Llama-3-8B shape ", DTypeName(type), " (", llama_layers, " layers)"), spec);
+    }
+  }
+  if (quant) {
+    // bench_moe.sh's shape: Qwen3-30B-A3B scaled (hidden 1024, 8 layers, 64 experts, top-8).
+    bench_written("Qwen3-MoE scaled Q8_0 (64 experts, top-8)", {.weight_type = DType::kQ8_0,
+                                                                .n_layers = 8,
+                                                                .n_embd = 1024,
+                                                                .n_heads = 16,
+                                                                .n_kv_heads = 4,
+                                                                .n_ff = 3072,
+                                                                .n_vocab = 49152,
+                                                                .qk_norm = true,
+                                                                .n_ctx = 4096,
+                                                                .moe = cascade::testing::MoeFamily::kQwen3Moe,
+                                                                .n_experts = 64,
+                                                                .n_experts_used = 8,
+                                                                .n_ff_expert = 512});
   }
   std::printf("\n%-36s %-8s %12s %12s %14s %14s %9s %11s %12s %12s %13s\n", "model", "backend", "prefill t/s",
               "decode b=1", "decode b=32*", "b=1 weight GB/s", "of copy", "tuned b=1", "tuned b=32", "graphs b=1",
