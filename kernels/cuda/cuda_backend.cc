@@ -281,8 +281,8 @@ class CudaBackendImpl final : public CudaBackend {
                           float eps) override {
     if (kernels_ != CudaKernels::kTuned) return Backend::AddRmsNorm(out, hidden, add, weight, eps);
     Bind();
-    graphs_->Sign({kOpAddRmsNorm, Bits(out.data), Bits(hidden.data), Bits(add.data), Bits(weight.data), Dims(hidden),
-                   Bits(eps)});
+    graphs_->Sign(
+        {kOpAddRmsNorm, Bits(out.data), Bits(hidden.data), Bits(add.data), Bits(weight.data), Dims(hidden), Bits(eps)});
     if (graphs_->dry()) return absl::OkStatus();
     cuda::AddRmsNorm(F32(out), F32(hidden), F32(add), F32(weight), hidden.Rows(), hidden.Cols(), eps, stream_);
     return LastError("AddRmsNorm");
