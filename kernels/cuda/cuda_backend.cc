@@ -49,6 +49,9 @@ enum OpCode : uint64_t {
   kOpAddRmsNorm,
 };
 constexpr int64_t kKeysPerSplit = 256;  // Flash-decoding: keys per (row, head) block.
+// With the tuned kernels, a sequence feeding more rows than this is a prefill chunk: its
+// rows go to the tiled kernel.
+constexpr int64_t kMaxSplitRowsPerSeq = 8;
 
 absl::Status CudaError(cudaError_t err, std::string_view what) {
   if (err == cudaSuccess) return absl::OkStatus();
@@ -389,15 +392,27 @@ class CudaBackendImpl final : public CudaBackend {
     row_pos.clear();
     row_table.clear();
     tables.clear();
+    // Tuned kernels: a prefill chunk's rows go to the tiled kernel, kTileRows at a time;
+    // the others (decode and verification rows) to the split kernel, as a row list.
+    const bool tiled = kernels_ == CudaKernels::kTuned && cuda::TiledAttentionHeadDim(cache.head_dim);
+    split_rows_.clear();
+    tiles_.clear();
     int64_t max_keys = 0;
     for (const AttentionSeq& s : seqs) {
       const int32_t off = static_cast<int32_t>(tables.size());
       tables.insert(tables.end(), s.block_table.begin(), s.block_table.end());
+      const bool prefill = tiled && s.n_new > kMaxSplitRowsPerSeq;
       for (int64_t i = 0; i < s.n_new; ++i) {
+        if (!prefill && tiled) split_rows_.push_back(static_cast<int32_t>(row_pos.size()));
+        if (prefill && i % cuda::kTileRows == 0) {
+          tiles_.push_back({static_cast<int32_t>(row_pos.size()),
+                            static_cast<int32_t>(std::min<int64_t>(cuda::kTileRows, s.n_new - i)), off,
+                            static_cast<int32_t>(s.n_past + i)});
+        }
         row_pos.push_back(static_cast<int32_t>(s.n_past + i));
         row_table.push_back(off);
       }
-      max_keys = std::max(max_keys, s.n_past + s.n_new);
+      if (!prefill) max_keys = std::max(max_keys, s.n_past + s.n_new);
     }
     cuda::AttentionArgs a;
     CASCADE_ASSIGN_OR_RETURN(a.kv_code, KvCode(cache));
@@ -418,13 +433,21 @@ class CudaBackendImpl final : public CudaBackend {
     a.scale = params.scale;
     a.partial = static_cast<float*>(
         Scratch(kPartial, static_cast<size_t>(a.n_rows * a.n_heads * a.n_splits * (a.head_dim + 2)) * sizeof(float)));
+    if (tiled) {
+      a.split_rows = Upload(kSplitRows, std::span<const int32_t>(split_rows_));
+      a.n_split_rows = static_cast<int64_t>(split_rows_.size());
+    }
+    const cuda::PrefillTile* dev_tiles =
+        tiles_.empty() ? nullptr : Upload(kTiles, std::span<const cuda::PrefillTile>(tiles_));
     CASCADE_RETURN_IF_ERROR(ScratchError());
     graphs_->Sign({kOpAttention, Bits(a.out), Bits(a.q), Bits(a.k_cache), Bits(a.v_cache), Bits(a.partial),
                    static_cast<uint64_t>(a.kv_code), static_cast<uint64_t>(a.n_rows), static_cast<uint64_t>(a.n_heads),
                    static_cast<uint64_t>(a.n_kv_heads), static_cast<uint64_t>(a.head_dim),
-                   static_cast<uint64_t>(a.block_size), static_cast<uint64_t>(a.n_splits), Bits(a.scale)});
+                   static_cast<uint64_t>(a.block_size), static_cast<uint64_t>(a.n_splits), Bits(a.scale),
+                   Bits(a.split_rows), static_cast<uint64_t>(a.n_split_rows), tiles_.size()});
     if (graphs_->dry()) return absl::OkStatus();
     cuda::Attention(a, stream_);
+    cuda::AttentionTiles(a, dev_tiles, static_cast<int64_t>(tiles_.size()), stream_);
     return LastError("Attention");
   }
 
@@ -498,6 +521,8 @@ class CudaBackendImpl final : public CudaBackend {
     kShaped,
     kScatterRows,
     kScatterScales,
+    kSplitRows,
+    kTiles,
     kNumSlots
   };
 
@@ -689,7 +714,8 @@ class CudaBackendImpl final : public CudaBackend {
   size_t arena_bytes_ = 0;
   size_t staged_ = 0;  // Bytes of the arena the stream may still read.
   // The ops' metadata lists, reused so that a steady step allocates nothing.
-  std::vector<int32_t> slots_, row_pos_, row_table_, tables_;
+  std::vector<int32_t> slots_, row_pos_, row_table_, tables_, split_rows_;
+  std::vector<cuda::PrefillTile> tiles_;
 };
 
 }  // namespace

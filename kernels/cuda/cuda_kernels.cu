@@ -5,6 +5,7 @@
 #include <cfloat>
 
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/kv_read.cuh"
 #include "kernels/cuda/warp_reduce.cuh"
 
 namespace cascade::kernels::cuda {
@@ -329,14 +330,6 @@ __global__ void QuantGemvKernel(GemvOut out, const float* x, const uint8_t* w, i
   }
 }
 
-// Element i (flat index) of a KV cache in encoding `code`.
-__device__ __forceinline__ float KvAt(const void* cache, int code, int64_t i) {
-  if (code == kWF32) return static_cast<const float*>(cache)[i];
-  if (code == kWF16) return __half2float(static_cast<const __half*>(cache)[i]);
-  const uint8_t* b = static_cast<const uint8_t*>(cache) + (i / 32) * 34;  // Q8_0.
-  return Half(b) * static_cast<float>(static_cast<int8_t>(b[2 + i % 32]));
-}
-
 // One block per row; f32 / f16: a thread per element; q8_0: a thread per 32-block
 // (amax / 127 scale, round to nearest as ggml's reference quantizer).
 __global__ void WriteKvKernel(void* kc, void* vc, int code, const float* k, const float* v, const int32_t* slot,
@@ -375,7 +368,8 @@ constexpr int kAttnWarps = 4;
 constexpr int kMaxDimPerLane = 8;  // head_dim <= 256.
 
 __global__ void AttentionSplitKernel(AttentionArgs a) {
-  const int64_t r = blockIdx.x, h = blockIdx.y, split = blockIdx.z;
+  const int64_t r = a.split_rows != nullptr ? a.split_rows[blockIdx.x] : blockIdx.x;
+  const int64_t h = blockIdx.y, split = blockIdx.z;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   // Lane l holds dimensions l, l + 32, ...; a head_dim that is not a multiple of 32 (the
   // tiny models' 8 or 16) leaves the last lanes partly idle.
@@ -438,7 +432,8 @@ __global__ void AttentionSplitKernel(AttentionArgs a) {
 }
 
 __global__ void AttentionCombineKernel(AttentionArgs a) {
-  const int64_t r = blockIdx.x, h = blockIdx.y, hd = a.head_dim;
+  const int64_t r = a.split_rows != nullptr ? a.split_rows[blockIdx.x] : blockIdx.x;
+  const int64_t h = blockIdx.y, hd = a.head_dim;
   const float* parts = a.partial + (r * a.n_heads + h) * a.n_splits * (hd + 2);
   float mx = -FLT_MAX;
   for (int64_t s = 0; s < a.n_splits; ++s) {
@@ -610,11 +605,12 @@ void WriteKv(void* k_cache, void* v_cache, int kv_code, const float* k, const fl
 }
 
 void Attention(const AttentionArgs& args, cudaStream_t stream) {
-  if (args.n_rows <= 0) return;
-  const dim3 grid(static_cast<unsigned>(args.n_rows), static_cast<unsigned>(args.n_heads),
+  const int64_t rows = args.split_rows != nullptr ? args.n_split_rows : args.n_rows;
+  if (rows <= 0) return;
+  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(args.n_heads),
                   static_cast<unsigned>(args.n_splits));
   AttentionSplitKernel<<<grid, kAttnWarps * kWarp, 0, stream>>>(args);
-  const dim3 grid2(static_cast<unsigned>(args.n_rows), static_cast<unsigned>(args.n_heads));
+  const dim3 grid2(static_cast<unsigned>(rows), static_cast<unsigned>(args.n_heads));
   AttentionCombineKernel<<<grid2, 128, 0, stream>>>(args);
 }
 

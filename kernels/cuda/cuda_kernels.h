@@ -104,8 +104,28 @@ struct AttentionArgs {
   int64_t n_rows = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, block_size = 0;
   int64_t n_splits = 1, keys_per_split = 0;
   float scale = 1.0f;
+  // The rows `Attention` computes: split_rows[0, n_split_rows), or every row when null
+  // (the others are left to AttentionTiles).
+  const int32_t* split_rows = nullptr;
+  int64_t n_split_rows = 0;
 };
 void Attention(const AttentionArgs& args, cudaStream_t stream);
+
+// Prefill attention in tiles (attention_prefill.cu, FlashAttention-2's loop without tensor
+// cores): each block takes kTileRows consecutive rows of one sequence and one head, keeps
+// their queries in shared memory and walks the sequence's keys kTileKeys at a time, K and V
+// tiles loaded once into shared memory for all its rows (instead of once per row), with an
+// online softmax per row and causal masking by position. Same contract as Attention for
+// the rows of `tiles`. REQUIRES head_dim 64 or 128 (TiledAttentionHeadDim).
+struct PrefillTile {
+  int32_t first_row = 0;  // Of the tile's rows in q / out.
+  int32_t n_rows = 0;     // 1..kTileRows.
+  int32_t table = 0;      // Offset of the sequence's block table in args.tables.
+  int32_t pos0 = 0;       // Position of the first row; row i attends to keys [0, pos0 + i].
+};
+constexpr int kTileRows = 16;
+inline bool TiledAttentionHeadDim(int64_t head_dim) { return head_dim == 64 || head_dim == 128; }
+void AttentionTiles(const AttentionArgs& args, const PrefillTile* tiles, int64_t n_tiles, cudaStream_t stream);
 
 // Fills n elements of w with pseudo-random values of encoding `code` (F32/F16/BF16:
 // normal-ish in [-scale, scale]; quantized: random quants, scale / 16 as the block scale,

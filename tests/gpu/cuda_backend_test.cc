@@ -411,52 +411,62 @@ TEST_F(CudaBackendTest, EmbeddingDecodesEveryWeightType) {
 
 // Paged attention over shuffled block tables: a prefill chunk crossing the 256-key split
 // boundary next to decode rows with long histories, GQA, two head sizes.
+// Both kernel sets: the reference (every row through the split flash-decoding kernel) and
+// the tuned one (prefill chunks of more than 8 rows through the tiled kernel, 16 rows a
+// tile, for head_dim 64 and 128: here 37 rows = 16 + 16 + 5, 70 rows, 9 rows after 100).
 TEST_F(CudaBackendTest, PagedAttentionMatchesTheCpuBackend) {
-  for (int64_t head_dim : {8, 16, 64, 128}) {  // 8, 16: the tiny models (partial lanes).
-    const int64_t n_heads = 8, n_kv = 2, bs = 16, n_blocks = 96, kv_dim = n_kv * head_dim;
-    std::vector<int32_t> perm(n_blocks);
-    std::iota(perm.begin(), perm.end(), 0);
-    std::shuffle(perm.begin(), perm.end(), std::mt19937(9));
-    // Sequences: (n_past, n_new) with disjoint blocks from the shuffled pool.
-    const std::vector<std::pair<int64_t, int64_t>> shape = {{230, 37}, {600, 1}, {0, 5}, {31, 1}};
-    std::vector<std::vector<int32_t>> tables;
-    std::vector<AttentionSeq> seqs;
-    int64_t next_block = 0, rows = 0;
-    for (const auto& [past, n_new] : shape) {
-      const int64_t need = (past + n_new + bs - 1) / bs;
-      tables.emplace_back(perm.begin() + next_block, perm.begin() + next_block + need);
-      next_block += need;
+  auto tuned = CudaBackend::Create({.device = 0, .kernels = CudaKernels::kTuned});
+  auto reference = CudaBackend::Create({.device = 0, .kernels = CudaKernels::kReference});
+  ASSERT_TRUE(tuned.ok() && reference.ok());
+  for (int b = 0; b < 2; ++b)
+    for (int64_t head_dim : {8, 16, 64, 128}) {  // 8, 16: the tiny models (partial lanes).
+      CudaBackend* gpu = b == 0 ? reference->get() : tuned->get();
+      const char* kernels = b == 0 ? "reference" : "tuned";
+      const int64_t n_heads = 8, n_kv = 2, bs = 16, n_blocks = 160, kv_dim = n_kv * head_dim;
+      std::vector<int32_t> perm(n_blocks);
+      std::iota(perm.begin(), perm.end(), 0);
+      std::shuffle(perm.begin(), perm.end(), std::mt19937(9));
+      // Sequences: (n_past, n_new) with disjoint blocks from the shuffled pool.
+      const std::vector<std::pair<int64_t, int64_t>> shape = {{230, 37}, {600, 1}, {0, 5}, {31, 1}, {0, 70}, {100, 9}};
+      std::vector<std::vector<int32_t>> tables;
+      std::vector<AttentionSeq> seqs;
+      int64_t next_block = 0, rows = 0;
+      for (const auto& [past, n_new] : shape) {
+        const int64_t need = (past + n_new + bs - 1) / bs;
+        tables.emplace_back(perm.begin() + next_block, perm.begin() + next_block + need);
+        next_block += need;
+      }
+      for (size_t i = 0; i < shape.size(); ++i) {
+        seqs.push_back({rows, shape[i].second, shape[i].first, tables[i]});
+        rows += shape[i].second;
+      }
+      // Caches with random history; the new rows' K/V are written by WriteKv on both.
+      std::vector<float> kc = Random(n_blocks * bs * kv_dim, 10), vc = Random(n_blocks * bs * kv_dim, 11);
+      const std::vector<float> k = Random(rows * kv_dim, 12), v = Random(rows * kv_dim, 13);
+      const std::vector<float> q = Random(rows * n_heads * head_dim, 14);
+      DeviceBuffer dkc = Up(kc), dvc = Up(vc), dk = Up(k), dv = Up(v), dq = Up(q);
+      DeviceBuffer out = Poisoned(rows * n_heads * head_dim);
+      KvCacheLayer gc{dkc.View(DType::kF32, {n_blocks, bs, n_kv, head_dim}),
+                      dvc.View(DType::kF32, {n_blocks, bs, n_kv, head_dim}), bs, n_kv, head_dim};
+      const AttentionParams params{n_heads, 1.0f / std::sqrt(static_cast<float>(head_dim))};
+      ASSERT_TRUE(
+          gpu->WriteKv(gc, dk.View(DType::kF32, {rows, kv_dim}), dv.View(DType::kF32, {rows, kv_dim}), seqs).ok());
+      ASSERT_TRUE(gpu->Attention(out.View(DType::kF32, {rows, n_heads * head_dim}),
+                                 dq.View(DType::kF32, {rows, n_heads * head_dim}), gc, seqs, params)
+                      .ok());
+      ASSERT_TRUE(gpu->Synchronize().ok());
+      KvCacheLayer cc{TensorView(kc.data(), DType::kF32, {n_blocks, bs, n_kv, head_dim}),
+                      TensorView(vc.data(), DType::kF32, {n_blocks, bs, n_kv, head_dim}), bs, n_kv, head_dim};
+      std::vector<float> kh = k, vh = v, qh = q, want(rows * n_heads * head_dim);
+      ASSERT_TRUE(cpu_->WriteKv(cc, TensorView(kh.data(), DType::kF32, {rows, kv_dim}),
+                                TensorView(vh.data(), DType::kF32, {rows, kv_dim}), seqs)
+                      .ok());
+      ASSERT_TRUE(cpu_->Attention(TensorView(want.data(), DType::kF32, {rows, n_heads * head_dim}),
+                                  TensorView(qh.data(), DType::kF32, {rows, n_heads * head_dim}), cc, seqs, params)
+                      .ok());
+      EXPECT_LT(RelL2(Down(out, want.size()), want), 1e-4) << kernels << " head_dim " << head_dim;
+      EXPECT_LT(RelL2(Down(dkc, kc.size()), kc), 1e-7) << kernels << " WriteKv, head_dim " << head_dim;
     }
-    for (size_t i = 0; i < shape.size(); ++i) {
-      seqs.push_back({rows, shape[i].second, shape[i].first, tables[i]});
-      rows += shape[i].second;
-    }
-    // Caches with random history; the new rows' K/V are written by WriteKv on both.
-    std::vector<float> kc = Random(n_blocks * bs * kv_dim, 10), vc = Random(n_blocks * bs * kv_dim, 11);
-    const std::vector<float> k = Random(rows * kv_dim, 12), v = Random(rows * kv_dim, 13);
-    const std::vector<float> q = Random(rows * n_heads * head_dim, 14);
-    DeviceBuffer dkc = Up(kc), dvc = Up(vc), dk = Up(k), dv = Up(v), dq = Up(q);
-    DeviceBuffer out = Poisoned(rows * n_heads * head_dim);
-    KvCacheLayer gc{dkc.View(DType::kF32, {n_blocks, bs, n_kv, head_dim}),
-                    dvc.View(DType::kF32, {n_blocks, bs, n_kv, head_dim}), bs, n_kv, head_dim};
-    const AttentionParams params{n_heads, 1.0f / std::sqrt(static_cast<float>(head_dim))};
-    ASSERT_TRUE(
-        gpu_->WriteKv(gc, dk.View(DType::kF32, {rows, kv_dim}), dv.View(DType::kF32, {rows, kv_dim}), seqs).ok());
-    ASSERT_TRUE(gpu_->Attention(out.View(DType::kF32, {rows, n_heads * head_dim}),
-                                dq.View(DType::kF32, {rows, n_heads * head_dim}), gc, seqs, params)
-                    .ok());
-    KvCacheLayer cc{TensorView(kc.data(), DType::kF32, {n_blocks, bs, n_kv, head_dim}),
-                    TensorView(vc.data(), DType::kF32, {n_blocks, bs, n_kv, head_dim}), bs, n_kv, head_dim};
-    std::vector<float> kh = k, vh = v, qh = q, want(rows * n_heads * head_dim);
-    ASSERT_TRUE(cpu_->WriteKv(cc, TensorView(kh.data(), DType::kF32, {rows, kv_dim}),
-                              TensorView(vh.data(), DType::kF32, {rows, kv_dim}), seqs)
-                    .ok());
-    ASSERT_TRUE(cpu_->Attention(TensorView(want.data(), DType::kF32, {rows, n_heads * head_dim}),
-                                TensorView(qh.data(), DType::kF32, {rows, n_heads * head_dim}), cc, seqs, params)
-                    .ok());
-    EXPECT_LT(RelL2(Down(out, want.size()), want), 1e-4) << "head_dim " << head_dim;
-    EXPECT_LT(RelL2(Down(dkc, kc.size()), kc), 1e-7) << "WriteKv, head_dim " << head_dim;
-  }
 }
 
 TEST_F(CudaBackendTest, ArgmaxPicksTheFirstLargest) {

@@ -1,0 +1,23 @@
+// Reading the paged KV cache in any of its encodings, shared by the attention kernels.
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace cascade::kernels::cuda {
+
+// Element i (flat index) of a KV cache in encoding `code` (kWF32, kWF16 or kWQ8_0: blocks
+// of 32 int8 with an f16 scale first).
+__device__ __forceinline__ float KvAt(const void* cache, int code, int64_t i) {
+  if (code == kWF32) return static_cast<const float*>(cache)[i];
+  if (code == kWF16) return __half2float(static_cast<const __half*>(cache)[i]);
+  const uint8_t* b = static_cast<const uint8_t*>(cache) + (i / 32) * 34;  // Q8_0.
+  __half d;
+  memcpy(&d, b, 2);
+  return __half2float(d) * static_cast<float>(static_cast<int8_t>(b[2 + i % 32]));
+}
+
+}  // namespace cascade::kernels::cuda
