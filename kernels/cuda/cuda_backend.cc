@@ -523,6 +523,7 @@ class CudaBackendImpl final : public CudaBackend {
     kScatterScales,
     kSplitRows,
     kTiles,
+    kActQ,
     kNumSlots
   };
 
@@ -546,6 +547,9 @@ class CudaBackendImpl final : public CudaBackend {
     // activations as they are.
     const bool half_gemv = kernels_ == CudaKernels::kTuned && half && n_tokens <= cuda::kMaxHalfGemvTokens &&
                            n_in % 8 == 0 && reinterpret_cast<uintptr_t>(weight.data) % 16 == 0;
+    // Tuned kernels: the block types with an integer form by 8-bit activations and __dp4a.
+    const bool q8_gemv =
+        kernels_ == CudaKernels::kTuned && cuda::Q8GemvCode(code) && n_tokens <= kMaxGemvTokens && n_in % 32 == 0;
     const bool gemv = half_gemv || (IsQuantized(weight.dtype) && n_tokens <= kMaxGemvTokens);
     // GEMMs read F16/BF16 activations converted into one scratch buffer, or quantized
     // weights decoded into another.
@@ -553,9 +557,13 @@ class CudaBackendImpl final : public CudaBackend {
     float* deq = !gemv && !half && weight.dtype != DType::kF32
                      ? static_cast<float*>(Scratch(kDequant, static_cast<size_t>(n_out * n_in) * 4))
                      : nullptr;
+    auto* xq = q8_gemv ? static_cast<cuda::Q8Block*>(
+                             Scratch(kActQ, static_cast<size_t>(n_tokens * n_in / 32) * sizeof(cuda::Q8Block)))
+                       : nullptr;
     CASCADE_RETURN_IF_ERROR(ScratchError());
     graphs_->Sign({kOpLinear, Bits(in.data), Bits(weight.data), static_cast<uint64_t>(code), Dims(in),
-                   static_cast<uint64_t>(n_out), Bits(converted), Bits(deq), static_cast<uint64_t>(half_gemv)});
+                   static_cast<uint64_t>(n_out), Bits(converted), Bits(deq), static_cast<uint64_t>(half_gemv),
+                   Bits(xq)});
     for (size_t p = 0; p < outs.size(); ++p) {
       graphs_->Sign({Bits(outs[p].data), Dims(outs[p]), p < biases.size() ? Bits(biases[p].data) : 0});
     }
@@ -569,10 +577,13 @@ class CudaBackendImpl final : public CudaBackend {
       }
       if (half_gemv) {
         cuda::HalfGemv(parts, F32(in), weight.data, code, n_tokens, n_out, n_in, stream_);
+      } else if (q8_gemv) {
+        cuda::QuantizeActivations(xq, F32(in), n_tokens, n_in, stream_);
+        cuda::Q8Gemv(parts, xq, weight.data, code, weight.RowBytes(), n_tokens, n_out, n_in, stream_);
       } else {
         cuda::QuantGemv(parts, F32(in), weight.data, code, n_tokens, n_out, n_in, stream_);
       }
-      CASCADE_RETURN_IF_ERROR(LastError(half_gemv ? "HalfGemv" : "QuantGemv"));
+      CASCADE_RETURN_IF_ERROR(LastError(half_gemv ? "HalfGemv" : q8_gemv ? "Q8Gemv" : "QuantGemv"));
     } else {
       const void* w = weight.data;
       int64_t row_bytes = weight.RowBytes();

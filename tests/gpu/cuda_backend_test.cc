@@ -223,6 +223,72 @@ TEST_F(CudaBackendTest, TunedHalfGemvMatchesDoublePrecisionAndTheReferencePath) 
   }
 }
 
+// x with each block of 32 rounded as the tuned Q8 GEMV quantizes activations: a scale of
+// amax / 127, quants rounded to nearest (even on ties).
+std::vector<double> Q8Activations(const std::vector<float>& x) {
+  std::vector<double> out(x.size());
+  for (size_t b = 0; b < x.size(); b += 32) {
+    float amax = 0.0f;
+    for (size_t j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b + j]));
+    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    for (size_t j = 0; j < 32; ++j) out[b + j] = double{d} * std::nearbyint(x[b + j] * id);
+  }
+  return out;
+}
+
+// The tuned kernels' integer GEMV (8-bit activations, __dp4a) for Q8_0, Q4_0, Q4_1, Q4_K
+// and Q6_K, from QuantizeRow's blocks and from random bit patterns (every scale bit of the
+// K types), 1 to 12 tokens (12: two passes of the 8-token kernel): against the double
+// product with the activations rounded as the kernel rounds them (the integer arithmetic
+// itself: 1e-5), against the exact product (what 8-bit activations cost: 2e-2), and against
+// the reference path.
+TEST_F(CudaBackendTest, TunedQ8GemvMatchesDoublePrecision) {
+  auto tuned = CudaBackend::Create({.device = 0, .kernels = CudaKernels::kTuned});
+  auto reference = CudaBackend::Create({.device = 0, .kernels = CudaKernels::kReference});
+  ASSERT_TRUE(tuned.ok() && reference.ok());
+  const int64_t n_out = 100, n_in = 512;
+  for (const bool random_bits : {false, true}) {
+    for (DType dtype : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K, DType::kQ6_K}) {
+      if (random_bits && dtype != DType::kQ4_K && dtype != DType::kQ6_K) continue;
+      std::vector<float> decoded;
+      const std::vector<uint8_t> w = random_bits ? RandomBlocks(dtype, n_out, n_in, 51, &decoded)
+                                                 : RandomWeights(dtype, n_out, n_in, 51, &decoded);
+      DeviceBuffer dw = Up(w.data(), w.size());
+      for (int64_t n_tokens : {1, 3, 8, 12}) {
+        const std::vector<float> x = Random(n_tokens * n_in, 52 + n_tokens);
+        const std::vector<double> xq = Q8Activations(x);
+        DeviceBuffer dx = Up(x), out = Poisoned(n_tokens * n_out), ref_out = Poisoned(n_tokens * n_out);
+        ASSERT_TRUE((*tuned)
+                        ->Linear(out.View(DType::kF32, {n_tokens, n_out}), dx.View(DType::kF32, {n_tokens, n_in}),
+                                 dw.View(dtype, {n_out, n_in}), TensorView())
+                        .ok());
+        ASSERT_TRUE((*reference)
+                        ->Linear(ref_out.View(DType::kF32, {n_tokens, n_out}), dx.View(DType::kF32, {n_tokens, n_in}),
+                                 dw.View(dtype, {n_out, n_in}), TensorView())
+                        .ok());
+        ASSERT_TRUE((*tuned)->Synchronize().ok() && (*reference)->Synchronize().ok());
+        std::vector<double> exact(n_tokens * n_out), rounded(n_tokens * n_out);
+        for (int64_t t = 0; t < n_tokens; ++t) {
+          for (int64_t o = 0; o < n_out; ++o) {
+            double s = 0, sq = 0;
+            for (int64_t i = 0; i < n_in; ++i) {
+              s += static_cast<double>(x[t * n_in + i]) * decoded[o * n_in + i];
+              sq += xq[t * n_in + i] * decoded[o * n_in + i];
+            }
+            exact[t * n_out + o] = s;
+            rounded[t * n_out + o] = sq;
+          }
+        }
+        const std::vector<float> got = Down(out, n_tokens * n_out);
+        const std::string what = StrCat(DTypeName(dtype), random_bits ? " (random bits)" : "", " tokens ", n_tokens);
+        EXPECT_LT(RelL2(got, rounded), 1e-5) << what;
+        EXPECT_LT(RelL2(got, exact), 2e-2) << what;
+        EXPECT_LT(RelL2(got, Down(ref_out, n_tokens * n_out)), 2e-2) << what;
+      }
+    }
+  }
+}
+
 // The K types, Q5_0/Q5_1 and the IQ4 types, dequantized in registers by the GEMV kernel
 // and by the dequantize-then-GEMM path (40 tokens), and by the embedding lookup.
 TEST_F(CudaBackendTest, EveryGgufBlockTypeMatchesDoublePrecision) {

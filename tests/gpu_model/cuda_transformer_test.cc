@@ -122,12 +122,14 @@ TEST_F(CudaTransformerTest, RandomModelsOfEveryWeightTypeMatchTheCpu) {
   }
 }
 
-// The tuned kernels (CASCADE_CUDA_KERNELS=tuned: the F16/BF16 GEMV for decode steps) in
-// whole models against the CPU, within the reference path's bounds (the 20-token prefill
-// still goes through cuBLAS).
+// The tuned kernels (CASCADE_CUDA_KERNELS=tuned: the F16/BF16 GEMV and the integer GEMV of
+// the block types for decode steps, the tiled prefill attention, the fused residual norm)
+// in whole models against the CPU, within the reference path's bounds (prefill's matrix
+// products still go through cuBLAS).
 TEST_F(CudaTransformerTest, TunedKernelsMatchTheCpu) {
   testing::TempDir dir;
-  const std::pair<DType, double> cases[] = {{DType::kF16, 1e-2}, {DType::kBF16, 3e-2}};
+  const std::pair<DType, double> cases[] = {{DType::kF16, 1e-2},  {DType::kBF16, 3e-2}, {DType::kQ8_0, 5e-2},
+                                            {DType::kQ4_0, 5e-2}, {DType::kQ4_K, 5e-2}, {DType::kQ6_K, 5e-2}};
   for (const auto& [type, bound] : cases) {
     const std::string path = dir.path() + "/tuned-" + std::string(DTypeName(type)) + ".gguf";
     testing::WriteRandomModel({.weight_type = type, .qkv_bias = type == DType::kF16}, path);
