@@ -9,7 +9,7 @@
 # and gpu_model_bench (whole forwards: prefill and batch-1/32 decode tokens/s for SmolLM2
 # and a Llama-3-8B-shaped BF16 model, weight bandwidth against the measured copy
 # bandwidth; each with the reference and the tuned kernels and CUDA graphs; SKIP_8B=1 leaves
-# the 8B model out, QUANT=1 adds its Q8_0 and Q4_K forms and a MoE shape), then, with
+# the 8B model out, QUANT=1 adds its Q8_0 and Q4_K_M forms and a MoE shape), then, with
 # .gpu-cluster/ carried
 # (scripts/pack_gpu_cluster.sh), the real cluster on cuda:0 (scripts/gpu_cluster_check.sh),
 # and writes logs and JSON under $OUT.
@@ -55,7 +55,7 @@ build-gpu/bin/cascade_kernels_tests --gtest_brief=1 >"$OUT/cpu_kernel_tests.log"
 timeout 60 build-gpu/bin/cuda_bench --json "$OUT/cuda_bench.json" 2>&1 | tee "$OUT/cuda_bench.log"
 log "cuda_bench done"
 # The eager reference kernels, the tuned ones and CUDA graphs on each model; QUANT=1 adds the
-# 8B shape in Q8_0 and Q4_K and bench_moe.sh's MoE shape.
+# 8B shape in Q8_0 and Q4_K_M and bench_moe.sh's MoE shape.
 bench_args=(--json "$OUT/gpu_model_bench.json" --tuned --graphs)
 [[ -n ${SKIP_8B:-} ]] && bench_args+=(--skip-llama)
 [[ -n ${QUANT:-} ]] && bench_args+=(--quant)

@@ -171,10 +171,23 @@ std::vector<Tensor> RandomTensors(const RandomModelSpec& s) {
   const DType t = s.weight_type;
   const bool permuted = Arch(s) == "llama";
   std::vector<Tensor> out;
+  // llama.cpp's Q4_K_M (llama-quant.cpp): Q6_K for the output, and for attn_v and ffn_down
+  // of the layers where use_more_bits holds (the first and last eighth, every third between).
+  const auto more_bits = [&](int64_t l) {
+    return l < s.n_layers / 8 || l >= 7 * s.n_layers / 8 || (l - s.n_layers / 8) % 3 == 2;
+  };
+  const auto type_of = [&](const std::string& gguf) {
+    if (!s.q4_k_m) return t;
+    if (gguf == "output.weight") return DType::kQ6_K;
+    const bool v_or_down = gguf.ends_with("attn_v.weight") || gguf.ends_with("ffn_down.weight");
+    if (v_or_down && more_bits(std::stoll(gguf.substr(4)))) return DType::kQ6_K;
+    return DType::kQ4_K;
+  };
   const auto mat = [&](std::string gguf, std::string hf, int64_t rows, int64_t cols, int64_t heads = 0) {
+    const DType type = type_of(gguf);
     out.push_back({std::move(gguf),
                    std::move(hf),
-                   t,
+                   type,
                    {rows, cols},
                    random(rows * cols, 1.0f / std::sqrt(float(cols))),
                    permuted ? heads : 0});

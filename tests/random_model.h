@@ -44,6 +44,9 @@ struct RandomModelSpec {
   int64_t n_ff = 256;
   int64_t n_vocab = 96;
   bool tied = false;
+  // llama.cpp's Q4_K_M mix (Q4_K, with Q6_K for the output and some layers' attn_v and
+  // ffn_down) instead of weight_type for the matrices; the embedding stays weight_type.
+  bool q4_k_m = false;
   bool qkv_bias = false;  // Writes a qwen2 model with Q/K/V biases.
   bool qk_norm = false;   // Writes a qwen3 model with q_norm / k_norm weights (wins over qkv_bias's arch).
   uint32_t seed = 1;

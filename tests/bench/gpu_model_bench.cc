@@ -11,7 +11,7 @@
 // with CUDA graphs (model/graph_step.h) after the eager runs, on the same loaded model; with
 // --tuned also with the tuned kernels (CudaKernels::kTuned), and the graphs then with them;
 // each figure is printed as it is measured.
-// With --quant also the 8B shape in Q8_0 and Q4_K and bench_moe.sh's MoE shape in Q8_0.
+// With --quant also the 8B shape in Q8_0 and Q4_K_M and bench_moe.sh's MoE shape in Q8_0.
 // Usage: gpu_model_bench [--json FILE] [--model GGUF] [--llama-layers N] [--skip-llama] [--graphs] [--tuned]
 //                        [--quant]
 #include <chrono>
@@ -194,13 +194,14 @@ int main(int argc, char** argv) {
                                                        .n_ff = 14336,
                                                        .n_vocab = 128256,
                                                        .n_ctx = 8192};
-    // BF16, then the quantized forms people run (every matrix in the one type: Q8_0, and
-    // Q4_K for Q4_K_M's bulk).
+    // BF16, then the quantized forms people run: Q8_0, and llama.cpp's Q4_K_M mix.
     for (const DType type :
          quant ? std::vector<DType>{DType::kBF16, DType::kQ8_0, DType::kQ4_K} : std::vector<DType>{DType::kBF16}) {
       cascade::testing::RandomModelSpec spec = llama8b;
       spec.weight_type = type;
-      bench_written(StrCat("Llama-3-8B shape ", DTypeName(type), " (", llama_layers, " layers)"), spec);
+      spec.q4_k_m = type == DType::kQ4_K;
+      const std::string_view type_name = spec.q4_k_m ? "Q4_K_M" : DTypeName(type);
+      bench_written(StrCat("Llama-3-8B shape ", type_name, " (", llama_layers, " layers)"), spec);
     }
   }
   if (quant) {

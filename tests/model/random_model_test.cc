@@ -35,5 +35,28 @@ TEST(RandomModelTest, RepeatingValuesTileTheirQuantizedBlocks) {
   }
 }
 
+// The Q4_K_M mix as llama.cpp's llama-quantize picks it: Q6_K for the output and for
+// attn_v and ffn_down of layers 0 and 7 of 8 (the first and last eighth) and 3 and 6
+// (every third after the first eighth), Q4_K elsewhere. (llama-quantize 0.3.36 on
+// bench_step.sh's 16-layer model chose Q6_K for exactly layers 0, 1, 4, 7, 10, 13, 14, 15,
+// the same rule.)
+TEST(RandomModelTest, Q4KMMixIsLlamaCpps) {
+  TempDir dir;
+  const std::string path = dir.path() + "/m.gguf";
+  WriteRandomModel({.weight_type = DType::kQ4_K, .n_layers = 8, .q4_k_m = true}, path);
+  auto file = model::GgufFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  const auto type = [&](const std::string& name) { return (*file)->FindTensor(name)->dtype; };
+  EXPECT_EQ(type("output.weight"), DType::kQ6_K);
+  EXPECT_EQ(type("token_embd.weight"), DType::kQ4_K);
+  for (int l = 0; l < 8; ++l) {
+    const bool more = l == 0 || l == 7 || l == 3 || l == 6;
+    const std::string b = "blk." + std::to_string(l) + ".";
+    EXPECT_EQ(type(b + "attn_v.weight"), more ? DType::kQ6_K : DType::kQ4_K) << l;
+    EXPECT_EQ(type(b + "ffn_down.weight"), more ? DType::kQ6_K : DType::kQ4_K) << l;
+    EXPECT_EQ(type(b + "attn_q.weight"), DType::kQ4_K) << l;
+  }
+}
+
 }  // namespace
 }  // namespace cascade::testing
