@@ -4,6 +4,7 @@
 
 #include "coordinator/kv_budget.h"
 
+#include "core/clock.h"
 #include "core/load_balance.h"
 #include "core/logging.h"
 #include "core/status.h"
@@ -386,7 +387,7 @@ void Cluster::ReadResults(int i) {
       ServingMetrics::StepTimes times{.forward_s = r.forward_s(), .handoff_s = r.handoff_s()};
       const auto& [sent_id, sent_at] = sent_[r.step_id() % sent_.size()];
       if (!drafter && sent_id == r.step_id()) {
-        times.round_trip_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - sent_at).count();
+        times.round_trip_s = SecondsSince(sent_at);
       }
       metrics_->ObserveStep(options_.replica, drafter ? -1 : i / tp_size(), drafter ? 0 : i % tp_size(), times);
     }

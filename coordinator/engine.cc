@@ -4,16 +4,13 @@
 
 #include "absl/time/time.h"
 #include "coordinator/ngram_drafter.h"
+#include "core/clock.h"
 #include "core/logging.h"
 #include "core/status.h"
 #include "core/str_cat.h"
 
 namespace cascade::coordinator {
 namespace {
-
-double Since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 void ToProto(const sampling::SamplingParams& p, v1::StepSampling* s) {
   s->set_temperature(p.temperature);
@@ -125,7 +122,7 @@ void Engine::Loop() {
   while (!stop_) {
     Admit();
     DropCancelled();
-    if (Since(last_check) > 0.2) {
+    if (SecondsSince(last_check) > 0.2) {
       last_check = std::chrono::steady_clock::now();
       if (const std::string dead = cluster_->CheckHeartbeats(); !dead.empty()) Suspend(dead);
       // Requests that arrived (or were adopted) since the death move on too.
@@ -247,7 +244,7 @@ v1::StepRequest Engine::BuildStep(const Batch& batch, bool* needs_drafter) {
     Active& a = *active_.at(e.seq_id);
     if (!a.scheduled) {
       a.scheduled = true;
-      if (metrics_ != nullptr) metrics_->queue_time.Observe(Since(a.arrival));
+      if (metrics_ != nullptr) metrics_->queue_time.Observe(SecondsSince(a.arrival));
     }
     v1::StepSequence* s = step.add_seqs();
     s->set_seq_id(e.seq_id);
@@ -285,7 +282,7 @@ v1::StepRequest Engine::BuildStep(const Batch& batch, bool* needs_drafter) {
         ProposeNgramDraft(history, {.max_n = speculation_.ngram_n, .min_n = 1, .n_draft = e.draft_slots});
     s->mutable_tokens()->Add(drafts.begin(), drafts.end());
     s->set_n_draft(static_cast<int32_t>(drafts.size()));
-    a.spec->OnDrafted(Since(t0));
+    a.spec->OnDrafted(SecondsSince(t0));
   }
   return step;
 }
@@ -372,7 +369,7 @@ void Engine::OnDraft(const v1::StepResult& r) {
   }
   absl::flat_hash_map<int64_t, std::vector<int32_t>> drafts;
   for (const v1::SampledToken& t : r.tokens()) drafts[t.seq_id()].push_back(t.token());
-  const double draft_s = Since(d.t0);
+  const double draft_s = SecondsSince(d.t0);
   size_t proposed = 0;
   for (const auto& [id, ids] : drafts) proposed = std::max(proposed, ids.size());
   step_cost_.ObserveDraft(static_cast<int64_t>(proposed), draft_s);
@@ -427,7 +424,7 @@ absl::StatusOr<std::vector<TokenEvent>> Engine::Complete(const v1::StepResult& r
 }
 
 void Engine::Account(const Sent& sent, const TokensBySeq& by_seq) {
-  const double verify_s = Since(sent.t0);
+  const double verify_s = SecondsSince(sent.t0);
   // Only a step that finishes with nothing else in flight feeds the fit: with several in
   // flight, the time from send to result includes waiting behind the others.
   if (sent.decode_only && sent.rows > 0 && in_flight_.empty()) step_cost_.Observe(sent.rows, verify_s);
@@ -506,7 +503,7 @@ void Engine::Finish(int64_t seq_id, Active& a, v1::GenerateResponse& last) {
     u->set_cached_tokens(static_cast<int32_t>(info->n_cached_prompt_tokens));
   }
   u->set_ttft_s(a.ttft_s);
-  u->set_total_s(Since(a.arrival));
+  u->set_total_s(SecondsSince(a.arrival));
   if (metrics_ != nullptr) {
     metrics_->e2e.Observe(u->total_s());
     if (a.generated.size() > 1) metrics_->tpot.Observe((u->total_s() - a.ttft_s) / (a.generated.size() - 1));
@@ -584,7 +581,7 @@ void Engine::Evacuate(std::string_view why) {
 
 void Engine::Resume() {
   if (suspended_at_) {
-    CASCADE_LOG(Info) << "resuming " << active_.size() << " request(s) after " << Since(*suspended_at_)
+    CASCADE_LOG(Info) << "resuming " << active_.size() << " request(s) after " << SecondsSince(*suspended_at_)
                       << " s: their KV is recomputed from the tokens they hold";
   }
   suspended_at_.reset();
@@ -593,7 +590,7 @@ void Engine::Resume() {
 
 void Engine::CheckRecoveryBudget() {
   if (!suspended_at_ || recovery_failed_ || cluster_->Healthy()) return;
-  if (Since(*suspended_at_) < static_cast<double>(recovery_timeout_.count())) return;
+  if (SecondsSince(*suspended_at_) < static_cast<double>(recovery_timeout_.count())) return;
   recovery_failed_ = true;
   FailAll(absl::UnavailableError(StrCat(down_reason_, "; the cluster did not rebuild within ",
                                         recovery_timeout_.count(), " s (server.recovery_timeout_s)")));

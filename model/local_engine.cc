@@ -5,19 +5,14 @@
 #include <algorithm>
 #include <chrono>
 
+#include "core/clock.h"
 #include "core/status.h"
 #include "core/str_cat.h"
 #include "model/format/gguf.h"
 #include "model/format/tokenizer_files.h"
 
 namespace cascade::model {
-namespace {
-
-double Seconds(std::chrono::steady_clock::time_point since) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
-}
-
-}  // namespace
+namespace {}  // namespace
 
 absl::StatusOr<std::unique_ptr<LocalEngine>> LocalEngine::Create(const std::string& model_path,
                                                                  const LocalEngineOptions& options) {
@@ -106,7 +101,7 @@ absl::StatusOr<GenerateResult> LocalEngine::Generate(const GenerateRequest& req,
 
   auto t0 = std::chrono::steady_clock::now();
   CASCADE_RETURN_IF_ERROR(Step(req.prompt_ids, 0, logits));
-  res.prefill_s = Seconds(t0);
+  res.prefill_s = SecondsSince(t0);
   t0 = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < budget && !output.done(); ++i) {
     if (i > 0) {
@@ -123,7 +118,7 @@ absl::StatusOr<GenerateResult> LocalEngine::Generate(const GenerateRequest& req,
   emit(output.Flush());
   res.text = output.text();
   res.finish_reason = output.reason();
-  res.decode_s = Seconds(t0);
+  res.decode_s = SecondsSince(t0);
   return res;
 }
 

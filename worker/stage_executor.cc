@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "core/clock.h"
 #include "core/logging.h"
 #include "core/status.h"
 #include "core/str_cat.h"
@@ -25,10 +26,6 @@ sampling::SamplingParams FromProto(const v1::StepSampling& s) {
   p.seed = s.seed();
   p.n_logprobs = s.logprobs();
   return p;
-}
-
-double SecondsSince(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
 absl::StatusOr<std::unique_ptr<kernels::Backend>> MakeBackend(const StageExecutorOptions& options) {

@@ -24,6 +24,7 @@
 #include "client/cli/connect.h"
 #include "client/client.h"
 #include "core/args.h"
+#include "core/clock.h"
 #include "core/str_cat.h"
 
 namespace cascade::cli {
@@ -117,7 +118,7 @@ void RunRequest(client::Client& cl, const BenchOptions& opts, int64_t i, BenchRe
   const auto start = std::chrono::steady_clock::now();
   std::vector<double> arrivals;
   absl::Status s = cl.Generate(req, [&](const v1::GenerateResponse& chunk) {
-    const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double t = SecondsSince(start);
     for (int k = 0; k < chunk.token_ids_size(); ++k) arrivals.push_back(t);
     ids.insert(ids.end(), chunk.token_ids().begin(), chunk.token_ids().end());
     if (chunk.has_usage() && chunk.usage().has_speculative()) {
@@ -224,7 +225,7 @@ int BenchCommand(int argc, char** argv) {
     });
   }
   for (auto& t : threads) t.join();
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double wall = SecondsSince(t0);
   const std::string label = args.GetOr("label", *server);
   PrintSummary(label, *opts, results, wall);
   if (auto path = args.Get("json")) WriteJsonReport(*path, label, *opts, results, wall);

@@ -13,15 +13,12 @@
 #include "client/cli/request_flags.h"
 #include "client/client.h"
 #include "core/args.h"
+#include "core/clock.h"
 #include "core/str_cat.h"
 #include "proto/grpc_status.h"
 
 namespace cascade::cli {
 namespace {
-
-double Since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // Server errors keep their gRPC code in the message ("UNAVAILABLE: ..."), so scripts
 // can tell a refused request from a dead cluster.
@@ -251,7 +248,7 @@ int StatusCommand(int argc, char** argv) {
   while (true) {
     st = c->GetClusterStatus();
     if (st.ok() && st->ready()) break;
-    if (Since(t0) >= static_cast<double>(*wait)) break;
+    if (SecondsSince(t0) >= static_cast<double>(*wait)) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
   }
   if (!st.ok()) return FailRpc("status", args, st.status());

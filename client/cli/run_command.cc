@@ -12,6 +12,7 @@
 #include "client/cli/prompt.h"
 #include "client/cli/request_flags.h"
 #include "core/args.h"
+#include "core/clock.h"
 #include "core/load_balance.h"
 #include "core/str_cat.h"
 #include "model/kv_cache.h"
@@ -97,7 +98,7 @@ int RunCommand(int argc, char** argv) {
   if (isatty(STDERR_FILENO)) options.on_load_progress = DrawProgress;
   auto engine = model::LocalEngine::Create(*path, options);
   if (!engine.ok()) return Fail("run", engine.status());
-  const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double load_s = SecondsSince(t0);
 
   auto req = RequestFromArgs(args, (*engine)->tokenizer());
   if (!req.ok()) return Fail("run", req.status());

@@ -1,5 +1,5 @@
-// Helpers the benchmark programs share (not tests): wall-clock seconds, and a failed step
-// ending the program with one line naming it.
+// Helpers the benchmark programs share (not tests): a failed step ending the program with
+// one line naming it (seconds come from core/clock.h).
 #pragma once
 
 #include <chrono>
@@ -8,12 +8,9 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "core/clock.h"
 
 namespace cascade::bench {
-
-inline double Seconds(const std::chrono::steady_clock::time_point& t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // Exits 1 printing "PROGRAM: WHAT: message" when `s` is an error.
 inline void Check(const absl::Status& s, const char* program, const std::string& what) {

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/clock.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda_backend.h"
 #include "kernels/cuda_device.h"
@@ -22,6 +23,7 @@
 namespace {
 
 using cascade::DType;
+using cascade::SecondsSince;
 using cascade::kernels::CudaBackend;
 using cascade::kernels::DeviceBuffer;
 
@@ -36,10 +38,6 @@ struct Matrix {
   int64_t n_out, n_in;
   DType dtype;
 };
-
-double Seconds(const std::chrono::steady_clock::time_point& t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 std::vector<Matrix> MakeModel(const Shape& s) {
   std::vector<Matrix> m;
@@ -89,7 +87,7 @@ std::string SampleBench(cascade::kernels::CudaBackend& backend) {
         op();
         const auto t0 = std::chrono::steady_clock::now();
         for (int i = 0; i < 20; ++i) op();
-        return 1e3 * Seconds(t0) / 20;
+        return 1e3 * SecondsSince(t0) / 20;
       };
       const double sample_ms = time([&] { (void)backend.Sample(out, view, params); });
       const double argmax_ms = time([&] { (void)backend.Argmax(ids, view); });
@@ -158,7 +156,7 @@ int main(int argc, char** argv) {
       const int reps = n_tokens == 512 ? 3 : 10;
       const auto t0 = std::chrono::steady_clock::now();
       for (int r = 0; r < reps; ++r) pass();
-      const double per_pass = Seconds(t0) / reps;
+      const double per_pass = SecondsSince(t0) / reps;
       const double gbs = weight_bytes / per_pass / 1e9;
       std::printf("%-32s %7lld %12.3f %12.1f %10.0f\n", s.name, static_cast<long long>(n_tokens), 1e3 * per_pass,
                   n_tokens / per_pass, gbs);

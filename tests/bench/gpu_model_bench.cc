@@ -35,7 +35,7 @@ namespace {
 
 using namespace cascade;
 
-using bench::Seconds;
+using cascade::SecondsSince;
 void Check(const absl::Status& s, const std::string& what) { bench::Check(s, "gpu_model_bench", what); }
 
 struct Result {
@@ -63,7 +63,7 @@ double Step(model::Transformer& t, model::KvCache& cache, int batch, int64_t n_n
   }
   const auto t0 = std::chrono::steady_clock::now();
   Check(t.Forward({tokens, pos, seqs, rows}, cache, TensorView(logits.data(), DType::kF32, {batch, V})), "forward");
-  return Seconds(t0);  // Forward ends by copying the logits out: the GPU is done.
+  return SecondsSince(t0);  // Forward ends by copying the logits out: the GPU is done.
 }
 
 Result Bench(const std::string& name, const std::string& path, kernels::Backend* backend, const char* backend_name,
@@ -78,7 +78,7 @@ Result Bench(const std::string& name, const std::string& path, kernels::Backend*
   Check(t.status(), "load " + path);
   r.weight_bytes = (*t)->weight_bytes();
   std::printf("%s on %s: loaded %.2f GB in %.1f s\n", name.c_str(), backend_name, r.weight_bytes / 1e9,
-              Seconds(t_load));
+              SecondsSince(t_load));
   constexpr int64_t kBlock = 16, kContext = 128, kSteps = 16, kPrefill = 512;
   const int max_batch = quick ? 4 : 32;
   const int64_t blocks_per_seq = (std::max(kPrefill, kContext + kSteps) + kBlock - 1) / kBlock;
@@ -181,7 +181,7 @@ int main(int argc, char** argv) {
     const auto t0 = std::chrono::steady_clock::now();
     spec.distinct_values = 1 << 20;  // Values (and quantized blocks) repeat: quick to write.
     cascade::testing::WriteRandomModel(spec, path);
-    std::printf("wrote %s in %.1f s\n", name.c_str(), Seconds(t0));
+    std::printf("wrote %s in %.1f s\n", name.c_str(), SecondsSince(t0));
     results.push_back(Bench(name, path, gpu->get(), "cuda:0", false, graphs, tuned));
     (*gpu)->set_kernels(kernels::CudaKernels::kReference);
     std::filesystem::remove(path);

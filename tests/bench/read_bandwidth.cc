@@ -16,6 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/clock.h"
+
 namespace {
 
 // Sums a slice with 4 independent accumulators (so the loads, not the adds, bound it).
@@ -45,7 +47,7 @@ double MeasureGbPerS(const uint8_t* buf, size_t bytes, int threads, int passes) 
       pool.emplace_back([&, t] { sums[t] = SumSlice(buf + t * slice, slice); });
     }
     for (auto& th : pool) th.join();
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double s = cascade::SecondsSince(t0);
     for (uint64_t v : sums) sink = sink + v;
     best = std::max(best, static_cast<double>(slice) * threads / s / 1e9);
   }

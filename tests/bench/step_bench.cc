@@ -39,7 +39,7 @@ using namespace cascade;
 
 constexpr int64_t kBlock = 16;
 
-using bench::Seconds;
+using cascade::SecondsSince;
 void Check(const absl::Status& s, const std::string& what) { bench::Check(s, "step_bench", what); }
 
 double Median(std::vector<double> v) {
@@ -189,13 +189,13 @@ Times Measure(const Options& o, const model::ModelFiles& files, int batch) {
   for (int i = 0; i < o.steps; ++i) {
     auto t0 = std::chrono::steady_clock::now();
     fwd.Step(i);
-    f.push_back(Seconds(t0));
+    f.push_back(SecondsSince(t0));
     t0 = std::chrono::steady_clock::now();
     for (int b = 0; b < batch; ++b) sampling::Sampler(params).Sample(fwd.row(b), history);
-    s.push_back(Seconds(t0));
+    s.push_back(SecondsSince(t0));
     t0 = std::chrono::steady_clock::now();
     step.Step(i);
-    w.push_back(Seconds(t0));
+    w.push_back(SecondsSince(t0));
   }
   return {Median(f), Median(w), Median(s)};
 }
