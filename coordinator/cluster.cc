@@ -65,18 +65,19 @@ Cluster::Cluster(Plan plan, ClusterOptions options) : plan_(std::move(plan)), op
   }
 }
 
-Cluster::~Cluster() {
-  std::vector<Slot*> slots;
+Cluster::~Cluster() { Close(); }
+
+void Cluster::Close() {
+  std::vector<std::thread> readers;
   {
     absl::MutexLock lock(&mu_);
+    closing_ = true;
     for (auto& s : slots_) {
       if (s->step_ctx) s->step_ctx->TryCancel();
-      slots.push_back(s.get());
+      if (s->reader.joinable()) readers.push_back(std::move(s->reader));
     }
   }
-  for (Slot* s : slots) {
-    if (s->reader.joinable()) s->reader.join();
-  }
+  for (std::thread& t : readers) t.join();
 }
 
 v1::Transport Cluster::TpTransport(int pp_stage) const {
@@ -412,7 +413,7 @@ void Cluster::ReadResults(int i) {
 
 void Cluster::MarkDead(int i, const std::string& why) {
   Slot& s = *slots_[i];
-  if (s.state == WorkerState::kDead) return;
+  if (s.state == WorkerState::kDead || closing_) return;  // Closing: workers are expected to go.
   s.state = WorkerState::kDead;
   s.death = why;
   CASCADE_LOG(Error) << (s.draft ? std::string("the drafter") : StrCat("stage ", s.stage.pp_stage, " tp ", s.tp_rank))

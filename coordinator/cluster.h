@@ -78,7 +78,11 @@ v1::WorkerState WorkerStateProto(WorkerState s);
 class Cluster {
  public:
   Cluster(Plan plan, ClusterOptions options);
-  ~Cluster();
+  ~Cluster();  // Close().
+  // A shutdown: ends the step streams (cancelled, their readers joined) before the workers
+  // are stopped, so that workers going away from now on are expected, not reported dead.
+  // Idempotent.
+  void Close();
   Cluster(const Cluster&) = delete;
   Cluster& operator=(const Cluster&) = delete;
 
@@ -184,6 +188,7 @@ class Cluster {
   // step results of every stage's TP rank 0).
   std::map<int64_t, std::vector<int64_t>> expert_tokens_ ABSL_GUARDED_BY(mu_);
   bool streams_open_ ABSL_GUARDED_BY(mu_) = false;
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;       // Close() was called.
   std::string startup_error_ ABSL_GUARDED_BY(mu_);  // AbortStartup's reason.
   int64_t kv_blocks_ ABSL_GUARDED_BY(mu_) = 0;      // options_.kv_blocks, lowered at bring-up.
   // Data-plane group generation; bumped by Recover. Not guarded: only BringUp and Recover

@@ -4,8 +4,9 @@
 //
 // Stages are contiguous layer ranges balanced by parameter bytes: the plan minimises
 // the largest stage's bytes, counting the token embedding on stage 0 and the head (final
-// norm + LM head) on the last stage. Stages map to devices in node order, one device per
-// stage (tensor parallelism is not planned yet).
+// norm + LM head) on the last stage. Stages map to devices in node order; a stage of
+// tensor size t takes t devices of one node (its TP group), and data-parallel replicas
+// repeat the layout.
 //
 // Thread safety: stateless functions over values; thread-safe.
 #pragma once

@@ -154,6 +154,7 @@ void Replicas::Start() {
 
 void Replicas::Stop() {
   for (Replica& r : replicas_) r.engine->Stop();
+  for (Replica& r : replicas_) r.cluster->Close();  // Before the workers stop: no death reports.
 }
 
 double Replicas::Headroom(int r) const {

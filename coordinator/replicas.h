@@ -66,7 +66,7 @@ class Replicas {
   // The fewest KV blocks of any replica (what sets the context length).
   int64_t min_kv_blocks() const;
   void Start();
-  void Stop();  // Idempotent.
+  void Stop();  // The engines, then the clusters' step streams (Cluster::Close). Idempotent.
 
   // Routes a request (see above); its output arrives on the returned channel.
   std::shared_ptr<RequestChannel> Submit(EngineRequest request);

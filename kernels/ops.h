@@ -1,5 +1,5 @@
 // The op set of Cascade's transformer, behind one `Backend` interface that each device
-// implements (kernels/cpu/ now; kernels/cuda/ later). Ops are stateless functions of
+// implements (kernels/cpu/, kernels/cuda/). Ops are stateless functions of
 // tensor views; buffers are owned by the caller. Outputs come first, then inputs, then
 // sizes. Activations are F32; weights may be any DType the backend reports in
 // `SupportsWeight`.
