@@ -11,12 +11,13 @@ PACKAGES=(build-essential cmake pkg-config git python3 unzip iproute2 procps
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libyaml-cpp-dev libgtest-dev libgmock-dev libucx-dev ucx-utils libre2-dev
   nlohmann-json3-dev libcpp-httplib-dev clang clang-format
-  openssh-server slurm-wlm munge)
+  openssh-server slurm-wlm munge iptables curl)
 # openssh-server, slurm-wlm and munge: tests/integration/launch_test.py starts its own sshd,
 # munged, slurmctld and slurmd (own configs, keys and ports in private network namespaces) to
 # launch clusters through scripts/launch_cluster.sh and scripts/slurm/cascade.sbatch. Where
 # an init system runs, Debian enables their services on install (slurmd and slurmctld stay
-# down without /etc/slurm/slurm.conf).
+# down without /etc/slurm/slurm.conf). iptables and curl: scripts/bench_multinode.sh shapes
+# links with an NFQUEUE rule where the kernel has no sch_netem, and reads /metrics.
 
 missing=()
 for p in "${PACKAGES[@]}"; do
