@@ -10,9 +10,9 @@
 //
 // Work is split over the pool's threads by output rows; with several tokens, each block of
 // weight rows is unpacked once into an L1-resident tile and reused for all tokens.
-// Q8_0/Q4_0/Q4_1 weights can also be repacked once at load (packed_weight.h) and run
-// through `LinearPacked`: same arithmetic, a layout the AVX-512 kernels stream at memory
-// speed.
+// Q8_0 and the 4-to-6-bit block types can also be repacked once at load (packed_weight.h
+// says which and how) and run through `LinearPacked`: a layout the AVX-512 kernels stream
+// at memory speed.
 //
 // Thread-safety: the functions are safe to call concurrently from different threads with
 // different pools and output buffers. `Linear` keeps a per-calling-thread scratch buffer for
