@@ -12,11 +12,12 @@ set(CASCADE_ARROWS_cascade_format cascade_core cascade_text)
 set(CASCADE_ARROWS_cascade_model cascade_core cascade_kernels cascade_comm cascade_format cascade_text
     cascade_sampling)
 set(CASCADE_ARROWS_cascade_proto "")
+set(CASCADE_ARROWS_cascade_wire cascade_core cascade_sampling cascade_proto)
 set(CASCADE_ARROWS_cascade_security cascade_core)
 set(CASCADE_ARROWS_cascade_worker cascade_core cascade_model cascade_comm cascade_sampling cascade_proto
-    cascade_security)
+    cascade_wire cascade_security)
 set(CASCADE_ARROWS_cascade_coordinator cascade_core cascade_text cascade_format cascade_sampling cascade_proto
-    cascade_security)
+    cascade_wire cascade_security)
 set(CASCADE_ARROWS_cascade_client cascade_core cascade_proto cascade_security)
 
 # Every library `target` links, directly or through others (names as written in
@@ -50,7 +51,7 @@ function(cascade_link_closure target out)
 endfunction()
 
 set(CASCADE_LIBRARIES cascade_core cascade_kernels cascade_comm cascade_text cascade_sampling cascade_format
-    cascade_model cascade_proto cascade_security cascade_worker cascade_coordinator cascade_client)
+    cascade_model cascade_proto cascade_wire cascade_security cascade_worker cascade_coordinator cascade_client)
 
 function(cascade_check_arrows)
   set(errors "")

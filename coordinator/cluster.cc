@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "coordinator/kv_budget.h"
+#include "wire/step_wire.h"
 
 #include "core/clock.h"
 #include "core/load_balance.h"
@@ -316,9 +317,7 @@ absl::Status Cluster::LoadOne(int i, const std::string& group) {
   req.set_n_stages(draft ? 1 : n_stages());
   req.set_kv_blocks(kv_blocks);
   req.set_kv_block_size(options_.kv_block_size);
-  req.set_kv_cache_dtype(options_.kv_cache_dtype == DType::kF32    ? v1::KV_CACHE_F32
-                         : options_.kv_cache_dtype == DType::kQ8_0 ? v1::KV_CACHE_Q8_0
-                                                                   : v1::KV_CACHE_F16);
+  req.set_kv_cache_dtype(wire::ToKvCacheDType(options_.kv_cache_dtype));
   req.set_group(draft ? StrCat(group, "/draft") : group);
   req.set_max_batched_tokens(options_.max_batched_tokens);
   req.set_tp_rank(draft ? 0 : tp_rank);

@@ -8,21 +8,10 @@
 #include "core/logging.h"
 #include "core/status.h"
 #include "core/str_cat.h"
+#include "wire/step_wire.h"
 
 namespace cascade::coordinator {
 namespace {
-
-void ToProto(const sampling::SamplingParams& p, v1::StepSampling* s) {
-  s->set_temperature(p.temperature);
-  s->set_top_k(p.top_k);
-  s->set_top_p(p.top_p);
-  s->set_min_p(p.min_p);
-  s->set_repetition_penalty(p.repetition_penalty);
-  s->set_presence_penalty(p.presence_penalty);
-  s->set_frequency_penalty(p.frequency_penalty);
-  s->set_seed(p.seed);
-  s->set_logprobs(p.n_logprobs);
-}
 
 // The token's logprob and its top alternatives, as the last stage reported them.
 void AddLogprob(const v1::SampledToken& t, v1::TokenLogprob* lp) {
@@ -257,7 +246,7 @@ v1::StepRequest Engine::BuildStep(const Batch& batch, bool* needs_drafter) {
       // last stage starts its sampler and penalty history afresh from everything the
       // sequence holds.
       s->set_reset(true);
-      ToProto(a.req.sampling, s->mutable_sampling());
+      *s->mutable_sampling() = wire::ToStepSampling(a.req.sampling);
       s->mutable_history()->Add(a.req.prompt.begin(), a.req.prompt.end());
       s->mutable_history()->Add(a.generated.begin(), a.generated.end());
       // Its blocks were given back (or are new, or shared): the drafter starts over from

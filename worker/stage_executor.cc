@@ -10,23 +10,10 @@
 #include "kernels/cuda_backend.h"
 #include "model/graph_step.h"
 #include "sampling/sampler.h"
+#include "wire/step_wire.h"
 
 namespace cascade::worker {
 namespace {
-
-sampling::SamplingParams FromProto(const v1::StepSampling& s) {
-  sampling::SamplingParams p;
-  p.temperature = s.temperature();
-  p.top_k = s.top_k();
-  p.top_p = s.top_p();
-  p.min_p = s.min_p();
-  p.repetition_penalty = s.repetition_penalty();
-  p.presence_penalty = s.presence_penalty();
-  p.frequency_penalty = s.frequency_penalty();
-  p.seed = s.seed();
-  p.n_logprobs = s.logprobs();
-  return p;
-}
 
 absl::StatusOr<std::unique_ptr<kernels::Backend>> MakeBackend(const StageExecutorOptions& options) {
   if (options.device.kind == DeviceKind::kCpu) return kernels::MakeCpuBackend({.n_threads = options.n_threads});
@@ -171,7 +158,7 @@ void StageExecutor::TrackHistory(const v1::StepRequest& step) {
     if (s.reset() || !sampler_->Has(s.seq_id())) {
       std::vector<int32_t> history(s.history().begin(), s.history().end());
       if (history.empty()) history.assign(s.tokens().begin(), s.tokens().end() - s.n_draft());
-      sampler_->Start(s.seq_id(), FromProto(s.sampling()), std::move(history));
+      sampler_->Start(s.seq_id(), wire::FromStepSampling(s.sampling()), std::move(history));
     } else if (s.n_draft() == 0) {
       // History holds positions [0, size): the reset entry's whole history (the coordinator
       // sends prompt and generated tokens there), then each sampled token. A later prefill

@@ -9,6 +9,7 @@
 #include "core/str_cat.h"
 #include "proto/grpc_status.h"
 #include "security/cluster_ca.h"
+#include "wire/step_wire.h"
 #include "worker/grpc_rendezvous.h"
 
 namespace cascade::worker {
@@ -120,9 +121,7 @@ grpc::Status WorkerService::LoadShard(grpc::ServerContext* context, const v1::Lo
   o.n_stages = req->n_stages();
   o.kv_blocks = req->kv_blocks();
   o.kv_block_size = req->kv_block_size();
-  o.kv_dtype = req->kv_cache_dtype() == v1::KV_CACHE_F32    ? DType::kF32
-               : req->kv_cache_dtype() == v1::KV_CACHE_Q8_0 ? DType::kQ8_0
-                                                            : DType::kF16;
+  o.kv_dtype = wire::FromKvCacheDType(req->kv_cache_dtype());
   o.n_threads = options_.n_threads;
   o.device = options_.device;
   o.tp_rank = req->tp_rank();
