@@ -58,6 +58,81 @@ grpc::Status WorkerService::CheckPlanned(const v1::LoadShardRequest& req) {
                              ", ", p.last_layer(), ") stage ", p.stage(), " tp ", p.tp_rank(), "/", p.tp_size(), ")"));
 }
 
+absl::StatusOr<std::unique_ptr<comm::Communicator>> WorkerService::Connect(const std::string& group, int rank, int size,
+                                                                           int64_t spin_us, v1::Transport transport) {
+  comm::GroupOptions g;
+  g.group = group;
+  g.rank = rank;
+  g.size = size;
+  g.timeout_ms = options_.comm_timeout_ms;
+  if (transport == v1::TRANSPORT_NCCL) {
+    if (options_.device.kind != DeviceKind::kCuda) {
+      return absl::InvalidArgumentError("transport nccl needs a cuda device; this worker runs on cpu");
+    }
+    return comm::NcclCommunicator::Create(g, rendezvous_.get(), options_.device.index);
+  }
+  if (transport != v1::TRANSPORT_UCX) {
+    return absl::InvalidArgumentError(StrCat("unknown transport ", static_cast<int>(transport), " (ucx or nccl)"));
+  }
+  comm::UcxOptions ucx;
+  ucx.spin_us = spin_us;
+  ucx.keepalive_interval = options_.ucx_keepalive_interval;
+  return comm::UcxCommunicator::Create(g, rendezvous_.get(), ucx);
+}
+
+absl::Status WorkerService::ConnectDataPlane(const v1::LoadShardRequest& req) {
+  rendezvous_ = std::make_unique<GrpcRendezvous>(options_.coordinator, options_.tls.get());
+  if (req.tp_size() > 1) {
+    // TP peers meet twice per layer: spin briefly instead of sleeping on the event fd.
+    absl::StatusOr<std::unique_ptr<comm::Communicator>> c = Connect(
+        StrCat(req.group(), "/tp", req.stage()), req.tp_rank(), req.tp_size(), options_.tp_spin_us, req.tp_transport());
+    if (!c.ok()) return Annotate(c.status(), "connecting the tensor-parallel group");
+    tp_comm_ = *std::move(c);
+  }
+  if (req.n_stages() > 1) {
+    absl::StatusOr<std::unique_ptr<comm::Communicator>> c =
+        Connect(StrCat(req.group(), "/pp", req.tp_rank()), req.stage(), req.n_stages(), 0, req.pp_transport());
+    if (!c.ok()) return Annotate(c.status(), "connecting the pipeline stages");
+    comm_ = *std::move(c);
+  }
+  return absl::OkStatus();
+}
+
+StageExecutorOptions WorkerService::StageOptions(const v1::LoadShardRequest& req) const {
+  StageExecutorOptions o;
+  o.model_path = req.model_path();
+  o.first_layer = req.first_layer();
+  o.last_layer = req.last_layer();
+  o.stage = req.stage();
+  o.n_stages = req.n_stages();
+  o.kv_blocks = req.kv_blocks();
+  o.kv_block_size = req.kv_block_size();
+  o.kv_dtype = wire::FromKvCacheDType(req.kv_cache_dtype());
+  o.n_threads = options_.n_threads;
+  o.device = options_.device;
+  o.tp_rank = req.tp_rank();
+  o.tp_size = std::max(1, req.tp_size());
+  o.expert_parallel = req.expert_parallel();
+  o.full_handoff = req.pp_handoff() == v1::PP_HANDOFF_FULL;
+  o.device_sampling = !req.host_sampling();
+  o.cuda_graphs = req.cuda_graphs();
+  o.draft = req.draft();
+  o.refuse_token = options_.refuse_token;
+  return o;
+}
+
+v1::LoadProgress WorkerService::Loaded() const {
+  v1::LoadProgress done;
+  done.set_fraction(1.0);
+  done.set_done(true);
+  done.set_weight_bytes(executor_->weight_bytes());
+  done.set_kv_bytes(executor_->kv_bytes());
+  done.set_expert_begin(executor_->shard().expert_begin);
+  done.set_expert_end(executor_->shard().expert_end);
+  done.set_expert_bytes(executor_->expert_bytes());
+  return done;
+}
+
 grpc::Status WorkerService::LoadShard(grpc::ServerContext* context, const v1::LoadShardRequest* req,
                                       grpc::ServerWriter<v1::LoadProgress>* writer) {
   if (grpc::Status s = Authorize(*context); !s.ok()) return s;
@@ -77,61 +152,8 @@ grpc::Status WorkerService::LoadShard(grpc::ServerContext* context, const v1::Lo
                             : "");
   // The data plane first, through the rendezvous: the TP group of this stage, then the
   // pipeline link of this TP rank (TP rank r of every stage).
-  const int tp_size = std::max(1, req->tp_size());
-  rendezvous_ = std::make_unique<GrpcRendezvous>(options_.coordinator, options_.tls.get());
-  const auto connect = [&](const std::string& group, int rank, int size, int64_t spin_us, v1::Transport transport)
-                           ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::StatusOr<std::unique_ptr<comm::Communicator>> {
-    comm::GroupOptions g;
-    g.group = group;
-    g.rank = rank;
-    g.size = size;
-    g.timeout_ms = options_.comm_timeout_ms;
-    if (transport == v1::TRANSPORT_NCCL) {
-      if (options_.device.kind != DeviceKind::kCuda) {
-        return absl::InvalidArgumentError("transport nccl needs a cuda device; this worker runs on cpu");
-      }
-      return comm::NcclCommunicator::Create(g, rendezvous_.get(), options_.device.index);
-    }
-    if (transport != v1::TRANSPORT_UCX) {
-      return absl::InvalidArgumentError(StrCat("unknown transport ", static_cast<int>(transport), " (ucx or nccl)"));
-    }
-    comm::UcxOptions ucx;
-    ucx.spin_us = spin_us;
-    ucx.keepalive_interval = options_.ucx_keepalive_interval;
-    return comm::UcxCommunicator::Create(g, rendezvous_.get(), ucx);
-  };
-  if (tp_size > 1) {
-    // TP peers meet twice per layer: spin briefly instead of sleeping on the event fd.
-    auto c = connect(StrCat(req->group(), "/tp", req->stage()), req->tp_rank(), tp_size, options_.tp_spin_us,
-                     req->tp_transport());
-    if (!c.ok()) return ToGrpc(Annotate(c.status(), "connecting the tensor-parallel group"));
-    tp_comm_ = std::move(*c);
-  }
-  if (req->n_stages() > 1) {
-    auto c =
-        connect(StrCat(req->group(), "/pp", req->tp_rank()), req->stage(), req->n_stages(), 0, req->pp_transport());
-    if (!c.ok()) return ToGrpc(Annotate(c.status(), "connecting the pipeline stages"));
-    comm_ = std::move(*c);
-  }
-  StageExecutorOptions o;
-  o.model_path = req->model_path();
-  o.first_layer = req->first_layer();
-  o.last_layer = req->last_layer();
-  o.stage = req->stage();
-  o.n_stages = req->n_stages();
-  o.kv_blocks = req->kv_blocks();
-  o.kv_block_size = req->kv_block_size();
-  o.kv_dtype = wire::FromKvCacheDType(req->kv_cache_dtype());
-  o.n_threads = options_.n_threads;
-  o.device = options_.device;
-  o.tp_rank = req->tp_rank();
-  o.tp_size = tp_size;
-  o.expert_parallel = req->expert_parallel();
-  o.full_handoff = req->pp_handoff() == v1::PP_HANDOFF_FULL;
-  o.device_sampling = !req->host_sampling();
-  o.cuda_graphs = req->cuda_graphs();
-  o.draft = req->draft();
-  o.refuse_token = options_.refuse_token;
+  if (absl::Status s = ConnectDataPlane(*req); !s.ok()) return ToGrpc(s);
+  const StageExecutorOptions o = StageOptions(*req);
   double last_sent = -1;
   auto e = StageExecutor::Create(o, comm_.get(), tp_comm_.get(), [&](double f) {
     if (f - last_sent < 0.05 && f < 1.0) return;
@@ -142,15 +164,7 @@ grpc::Status WorkerService::LoadShard(grpc::ServerContext* context, const v1::Lo
   });
   if (!e.ok()) return ToGrpc(e.status());
   executor_ = std::move(*e);
-  v1::LoadProgress done;
-  done.set_fraction(1.0);
-  done.set_done(true);
-  done.set_weight_bytes(executor_->weight_bytes());
-  done.set_kv_bytes(executor_->kv_bytes());
-  done.set_expert_begin(executor_->shard().expert_begin);
-  done.set_expert_end(executor_->shard().expert_end);
-  done.set_expert_bytes(executor_->expert_bytes());
-  writer->Write(done);
+  writer->Write(Loaded());
   CASCADE_LOG(Info) << "stage " << req->stage() << " ready: " << executor_->weight_bytes() / 1048576.0
                     << " MiB weights, " << executor_->kv_bytes() / 1048576.0 << " MiB KV";
   return grpc::Status::OK;

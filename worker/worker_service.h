@@ -58,6 +58,17 @@ class WorkerService final : public v1::Worker::Service {
   // OK when `req` is the planned shard (waiting briefly for Register's answer, which can
   // reach this process after the coordinator's LoadShard); PERMISSION_DENIED otherwise.
   grpc::Status CheckPlanned(const v1::LoadShardRequest& req);
+  // A communicator of `size` ranks over `transport` for `group`, met through rendezvous_.
+  absl::StatusOr<std::unique_ptr<comm::Communicator>> Connect(const std::string& group, int rank, int size,
+                                                              int64_t spin_us, v1::Transport transport)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The stage's TP group (tp_comm_) and this rank's pipeline link (comm_), as `req` asks.
+  absl::Status ConnectDataPlane(const v1::LoadShardRequest& req) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The executor's options: the request's shard and this worker's own (the one place
+  // LoadShard's fields are read).
+  StageExecutorOptions StageOptions(const v1::LoadShardRequest& req) const;
+  // The last progress message: done, with what the loaded stage holds.
+  v1::LoadProgress Loaded() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const WorkerServiceOptions options_;
   absl::Mutex mu_;  // Serialises LoadShard and Step.
