@@ -82,6 +82,120 @@ std::unique_ptr<grpc::Server> StartServer(const std::string& listen, std::shared
   return server != nullptr && *port != 0 ? std::move(server) : nullptr;
 }
 
+// The API keys of security.api_keys_file, when given (empty: no key needed).
+absl::StatusOr<cascade::coordinator::ApiKeys> LoadApiKeys(const cascade::coordinator::ClusterConfig& config) {
+  if (config.security.api_keys_file.empty()) return cascade::coordinator::ApiKeys();
+  CASCADE_ASSIGN_OR_RETURN(cascade::coordinator::ApiKeys keys,
+                           cascade::coordinator::ApiKeys::Load(config.security.api_keys_file));
+  CASCADE_LOG(Info) << "API keys: " << keys.size() << " loaded; the public API wants one";  // Never the keys.
+  return keys;
+}
+
+// The two gRPC servers and where they are reached.
+struct Servers {
+  std::unique_ptr<grpc::Server> api, control;
+  std::string address;          // The public API's HOST:PORT.
+  std::string control_address;  // What the workers dial.
+};
+
+// The public API and the control plane listen apart: clients never reach Register,
+// rendezvous keys or Join, and the control plane can stay on the cluster's network. The
+// public API serves TLS with server.tls_cert_file (the certificate and key are checked
+// here, before anything listens).
+absl::StatusOr<Servers> StartServers(const cascade::coordinator::ClusterConfig& config,
+                                     cascade::coordinator::InferenceService& inference,
+                                     cascade::coordinator::ClusterService& cluster_service,
+                                     const cascade::coordinator::ClusterTrust& trust) {
+  using namespace cascade;
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();  // grpcurl and friends list the services.
+  CASCADE_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> public_credentials,
+                           coordinator::PublicServerCredentials(config.server));
+  Servers s;
+  int port = 0, control_port = 0;
+  s.api = StartServer(config.server.listen, public_credentials, &inference, &port);
+  if (s.api == nullptr) return absl::UnavailableError(StrCat("server.listen: cannot listen on ", config.server.listen));
+  s.control = StartServer(config.server.cluster_listen, security::ClusterServerCredentials(trust.identity().get()),
+                          &cluster_service, &control_port);
+  if (s.control == nullptr) {
+    return absl::UnavailableError(StrCat("server.cluster_listen: cannot listen on ", config.server.cluster_listen));
+  }
+  s.address = coordinator::HostPort(config.server.listen_host, port);
+  if (!config.server.tls_cert_file.empty()) CASCADE_LOG(Info) << "public API over TLS on " << s.address;
+  // A wildcard listener is reached through loopback here.
+  const std::string& ch = config.server.cluster_host;
+  s.control_address = coordinator::HostPort(ch == "0.0.0.0" ? "127.0.0.1" : ch == "::" ? "::1" : ch, control_port);
+  return s;
+}
+
+// The OpenAI-style HTTP front on server.http_listen, or null when it is not configured.
+absl::StatusOr<std::unique_ptr<cascade::coordinator::HttpFront>> StartHttp(
+    const cascade::coordinator::ClusterConfig& config, cascade::coordinator::InferenceService& inference,
+    cascade::coordinator::Replicas& replicas, const cascade::text::Tokenizer* tokenizer,
+    cascade::coordinator::ServingMetrics& metrics, const cascade::coordinator::ApiKeys& keys) {
+  using namespace cascade::coordinator;
+  if (config.server.http_listen.empty()) return nullptr;
+  auto http = std::make_unique<HttpFront>(&inference, &replicas, tokenizer, &metrics,
+                                          HttpFrontOptions{.host = config.server.http_host,
+                                                           .port = config.server.http_port,
+                                                           .threads = config.server.http_threads,
+                                                           .model_id = config.server.model_name,
+                                                           .keys = &keys,
+                                                           .health_needs_key = config.security.health_needs_key,
+                                                           .metrics_needs_key = config.security.metrics_needs_key,
+                                                           .tls_cert_file = config.server.tls_cert_file,
+                                                           .tls_key_file = config.server.tls_key_file});
+  CASCADE_RETURN_IF_ERROR(http->Start());
+  CASCADE_LOG(Info) << (config.server.tls_cert_file.empty() ? "http" : "https") << " front on "
+                    << config.server.http_host << ":" << http->port() << " (model '" << config.server.model_name
+                    << "')";
+  return http;
+}
+
+// Launches the local workers and waits until every replica is up. A worker that refuses
+// its device (no usable GPU for cuda:N) will never register: the wait stops and says why.
+absl::Status LaunchAndBringUp(const cascade::coordinator::ClusterConfig& config,
+                              const cascade::coordinator::ServingPlan& serving, const Flags& flags,
+                              const cascade::coordinator::ClusterTrust& trust, const std::string& control_address,
+                              cascade::coordinator::Replicas& replicas, cascade::coordinator::Launcher& launcher) {
+  using namespace cascade;
+  using namespace cascade::coordinator;
+  launcher.OnExit([&replicas](int stage, const std::string& why, bool final) {
+    if (!final) return;
+    for (Cluster* cluster : replicas.clusters()) {
+      cluster->AbortStartup(stage < 0 ? StrCat("the drafter's worker ", why)
+                                      : StrCat("the worker for stage ", stage, " ", why));
+    }
+  });
+  CASCADE_RETURN_IF_ERROR(
+      LaunchLocalWorkers(config, serving, flags.n_threads, {trust.worker_args(), trust.worker_env()}, launcher));
+  CASCADE_LOG(Info) << "waiting for " << replicas.n_workers() << " worker(s) on " << control_address
+                    << (trust.insecure() ? " (plaintext)" : " (mutual TLS)");
+  absl::Status st = replicas.BringUp(std::chrono::seconds(flags.startup_s));
+  if (!st.ok()) CASCADE_LOG(Error) << st.ToString();
+  return st;
+}
+
+// The one line that says the cluster serves: where, its layout, its KV pool and context.
+void LogReady(const cascade::coordinator::ClusterConfig& config, const cascade::coordinator::Replicas& replicas,
+              const std::string& address, int64_t n_blocks, int64_t max_context) {
+  using namespace cascade;
+  using namespace cascade::coordinator;
+  const Cluster& first = replicas.cluster(0);
+  const DraftSection& draft = config.draft;
+  CASCADE_LOG(Info) << "ready on " << address << " ("
+                    << (replicas.size() > 1 ? StrCat(replicas.size(), " replicas x ") : std::string())
+                    << first.n_stages() << " stage(s) x tp " << first.tp_size()
+                    << (first.tp_size() > 1 && first.n_stages() > 1
+                            ? StrCat(", ", PpHandoffName(config.transport.pp_handoff), " hand-off")
+                            : std::string())
+                    << ", " << n_blocks << " KV blocks of " << config.scheduler.kv_block_size << ", context "
+                    << max_context
+                    << (draft.kind == DraftKind::kNone ? std::string()
+                                                       : StrCat(", drafter ", DraftKindName(draft.kind)))
+                    << ")";
+}
+
 // Serves the planned cluster until SIGINT/SIGTERM: the gRPC services, the local workers,
 // bring-up (with the KV pool lowered to what the GPUs hold), then the replicas' engines.
 // The exit code.
@@ -90,8 +204,6 @@ int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coor
   using namespace cascade;
   using namespace cascade::coordinator;
   const model::ModelConfig& mc = models.target.config;
-  const int64_t bs = config.scheduler.kv_block_size;
-  const DraftSection& draft = config.draft;
   auto trust = ClusterTrust::Create(config);
   if (!trust.ok()) return Fail(trust.status());
   ClusterOptions cluster_options = serving.cluster;
@@ -101,115 +213,47 @@ int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coor
   KeyValueStore store;
   ClusterService cluster_service(replicas.clusters(), &store, {(*trust)->ca(), (*trust)->join_token()});
   InferenceService inference(&replicas, models.tokenizer.get(), mc,
-                             {config.model.path, serving.max_context, std::string(DraftKindName(draft.kind))});
+                             {config.model.path, serving.max_context, std::string(DraftKindName(config.draft.kind))});
   ServingMetrics metrics;
-  ApiKeys keys;
-  if (!config.security.api_keys_file.empty()) {
-    auto loaded = ApiKeys::Load(config.security.api_keys_file);
-    if (!loaded.ok()) return Fail(loaded.status());
-    keys = std::move(*loaded);
-    CASCADE_LOG(Info) << "API keys: " << keys.size() << " loaded; the public API wants one";  // Never the keys.
-  }
-  inference.SetApiKeys(&keys);
+  absl::StatusOr<ApiKeys> keys = LoadApiKeys(config);
+  if (!keys.ok()) return Fail(keys.status());
+  inference.SetApiKeys(&*keys);
   replicas.SetMetrics(&metrics);
   replicas.SetRecoveryTimeout(std::chrono::seconds(config.server.recovery_timeout_s));
   inference.SetMetrics(&metrics);
 
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();  // grpcurl and friends list the services.
-  // The public API and the control plane listen apart: clients never reach Register,
-  // rendezvous keys or Join, and the control plane can stay on the cluster's network. The
-  // public API serves TLS with server.tls_cert_file (the certificate and key are checked
-  // here, before anything listens).
-  auto public_credentials = PublicServerCredentials(config.server);
-  if (!public_credentials.ok()) return Fail(public_credentials.status());
-  const bool public_tls = !config.server.tls_cert_file.empty();
-  int port = 0;
-  std::unique_ptr<grpc::Server> server = StartServer(config.server.listen, *public_credentials, &inference, &port);
-  if (server == nullptr) {
-    return Fail(absl::UnavailableError(StrCat("server.listen: cannot listen on ", config.server.listen)));
-  }
-  int control_port = 0;
-  std::unique_ptr<grpc::Server> control =
-      StartServer(config.server.cluster_listen, security::ClusterServerCredentials((*trust)->identity().get()),
-                  &cluster_service, &control_port);
-  if (control == nullptr) {
-    return Fail(
-        absl::UnavailableError(StrCat("server.cluster_listen: cannot listen on ", config.server.cluster_listen)));
-  }
-  const std::string address = HostPort(config.server.listen_host, port);
-  if (public_tls) CASCADE_LOG(Info) << "public API over TLS on " << address;
-  // What the workers dial: a wildcard listener is reached through loopback here.
-  const std::string& ch = config.server.cluster_host;
-  const std::string control_address = HostPort(ch == "0.0.0.0" ? "127.0.0.1" : ch == "::" ? "::1" : ch, control_port);
-  HealthWatch health(server->GetHealthCheckService());  // NOT_SERVING until the cluster is ready.
-  std::unique_ptr<HttpFront> http;
-  if (!config.server.http_listen.empty()) {
-    http = std::make_unique<HttpFront>(&inference, &replicas, models.tokenizer.get(), &metrics,
-                                       HttpFrontOptions{.host = config.server.http_host,
-                                                        .port = config.server.http_port,
-                                                        .threads = config.server.http_threads,
-                                                        .model_id = config.server.model_name,
-                                                        .keys = &keys,
-                                                        .health_needs_key = config.security.health_needs_key,
-                                                        .metrics_needs_key = config.security.metrics_needs_key,
-                                                        .tls_cert_file = config.server.tls_cert_file,
-                                                        .tls_key_file = config.server.tls_key_file});
-    if (absl::Status st = http->Start(); !st.ok()) return Fail(st);
-    CASCADE_LOG(Info) << (public_tls ? "https" : "http") << " front on " << config.server.http_host << ":"
-                      << http->port() << " (model '" << config.server.model_name << "')";
-  }
+  absl::StatusOr<Servers> servers = StartServers(config, inference, cluster_service, **trust);
+  if (!servers.ok()) return Fail(servers.status());
+  HealthWatch health(servers->api->GetHealthCheckService());  // NOT_SERVING until the cluster is ready.
+  absl::StatusOr<std::unique_ptr<HttpFront>> http =
+      StartHttp(config, inference, replicas, models.tokenizer.get(), metrics, *keys);
+  if (!http.ok()) return Fail(http.status());
   // A client that closes its HTTP connection must fail a write, not kill the process.
   std::signal(SIGPIPE, SIG_IGN);
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
 
-  Launcher launcher(DefaultWorkerBinary(), control_address);
-  // A worker that refuses its device (no usable GPU for cuda:N) will never register: stop
-  // waiting for it and say why.
-  launcher.OnExit([&replicas](int stage, const std::string& why, bool final) {
-    if (!final) return;
-    for (Cluster* cluster : replicas.clusters()) {
-      cluster->AbortStartup(stage < 0 ? StrCat("the drafter's worker ", why)
-                                      : StrCat("the worker for stage ", stage, " ", why));
-    }
-  });
-  if (absl::Status st = LaunchLocalWorkers(config, serving, flags.n_threads,
-                                           {(*trust)->worker_args(), (*trust)->worker_env()}, launcher);
-      !st.ok())
-    return Fail(st);
-  CASCADE_LOG(Info) << "waiting for " << replicas.n_workers() << " worker(s) on " << control_address
-                    << ((*trust)->insecure() ? " (plaintext)" : " (mutual TLS)");
-  if (absl::Status st = replicas.BringUp(std::chrono::seconds(flags.startup_s)); !st.ok()) {
-    CASCADE_LOG(Error) << st.ToString();
+  Launcher launcher(DefaultWorkerBinary(), servers->control_address);
+  if (absl::Status st = LaunchAndBringUp(config, serving, flags, **trust, servers->control_address, replicas, launcher);
+      !st.ok()) {
     return Fail(st);
   }
   const int64_t n_blocks = replicas.min_kv_blocks();
-  const int64_t max_context = MaxContext(mc, n_blocks, bs);
+  const int64_t max_context = MaxContext(mc, n_blocks, config.scheduler.kv_block_size);
   if (n_blocks != serving.cluster.kv_blocks) inference.SetMaxContext(max_context);  // GPUs hold fewer.
   replicas.Start();
   health.Update(replicas);
-  const Cluster& first = replicas.cluster(0);
-  CASCADE_LOG(Info) << "ready on " << address << " ("
-                    << (replicas.size() > 1 ? StrCat(replicas.size(), " replicas x ") : std::string())
-                    << first.n_stages() << " stage(s) x tp " << first.tp_size()
-                    << (first.tp_size() > 1 && first.n_stages() > 1
-                            ? StrCat(", ", PpHandoffName(config.transport.pp_handoff), " hand-off")
-                            : std::string())
-                    << ", " << n_blocks << " KV blocks of " << bs << ", context " << max_context
-                    << (draft.kind == DraftKind::kNone ? std::string()
-                                                       : StrCat(", drafter ", DraftKindName(draft.kind)))
-                    << ")";
+  LogReady(config, replicas, servers->address, n_blocks, max_context);
   while (g_signals == 0) {
     health.Update(replicas);  // NOT_SERVING while no replica has every worker, until one rebuilds.
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   Drain(inference, replicas, health, config.server.drain_timeout_s);
   CASCADE_LOG(Info) << "shutting down";
-  if (http != nullptr) http->Stop();
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  if (*http != nullptr) (*http)->Stop();
+  servers->api->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   launcher.StopAll();
-  control->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  servers->control->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   return 0;
 }
 
