@@ -144,103 +144,129 @@ void HttpFront::Stop() {
   thread_.join();
 }
 
+namespace {
+
+// The routes, each named once: registration, the 404 message and the metrics' labels all
+// read these.
+struct RouteName {
+  const char* method;
+  const char* path;
+};
+constexpr RouteName kCompletions{"POST", "/v1/completions"}, kChat{"POST", "/v1/chat/completions"},
+    kModels{"GET", "/v1/models"}, kHealth{"GET", "/health"}, kMetrics{"GET", "/metrics"};
+constexpr RouteName kRoutes[] = {kCompletions, kChat, kModels, kHealth, kMetrics};
+
+bool KnownPath(const std::string& path) {
+  return std::any_of(std::begin(kRoutes), std::end(kRoutes), [&](const RouteName& r) { return path == r.path; });
+}
+
+std::string RouteList() {
+  std::string out;
+  for (const RouteName& r : kRoutes) out += StrCat(out.empty() ? "" : ", ", r.method, " ", r.path);
+  return out;
+}
+
+// An OpenAI-style error body with `message` (the type every route error has).
+json ErrorBody(const std::string& message) {
+  return {{"error", {{"message", message}, {"type", "invalid_request_error"}, {"param", nullptr}, {"code", nullptr}}}};
+}
+
+}  // namespace
+
 void HttpFront::Route() {
   httplib::Server& s = *server_;
-  const auto completion = [this](OpenAiEndpoint endpoint) {
-    return [this, endpoint](const httplib::Request& req, httplib::Response& res) {
-      auto parsed = ParseOpenAiRequest(endpoint, req.body, options_.model_id);
-      if (!parsed.ok()) {
-        metrics_->CountRequest("http", RequestOutcomeOf(parsed.status(), v1::FINISH_REASON_UNSPECIFIED));
-        return SendError(res, parsed.status());
-      }
-      auto call = inference_->Begin("http", parsed->request);
-      if (!call.ok()) return SendError(res, call.status());
-      // Until the first output, errors (a full cache, a degraded cluster) still get their
-      // own HTTP status; after it the status line is out.
-      std::vector<v1::GenerateResponse> first;
-      while (first.empty() && !(*call)->Read(kPoll, &first)) {
-      }
-      const bool output = std::any_of(first.begin(), first.end(), [](const v1::GenerateResponse& m) {
-        return m.token_ids_size() > 0 || !m.text().empty();
-      });
-      if (!output && (*call)->ended() && !(*call)->status().ok()) return SendError(res, (*call)->status());
-      auto shared_call = std::shared_ptr<InferenceCall>(std::move(*call));
-      auto responder = std::make_shared<OpenAiResponder>(*parsed, *tokenizer_, options_.model_id);
-      const OpenAiRequest request = *parsed;
-      res.set_header("Cache-Control", "no-cache");
-      res.set_chunked_content_provider(
-          request.stream ? "text/event-stream" : "application/json",
-          [shared_call, responder, request, first](size_t, httplib::DataSink& sink) mutable {
-            Finish(*shared_call, *responder, request, std::move(first), sink);
-            return true;
-          },
-          // Runs when the response is over, written or not: a client gone before the
-          // provider ran still cancels the request.
-          [shared_call](bool) { shared_call->Cancel("the HTTP client went away"); });
-    };
-  };
   // API keys first: a request without a valid one never reaches a handler.
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    const bool needs_key = req.path.rfind("/v1/", 0) == 0 || (req.path == "/health" && options_.health_needs_key) ||
-                           (req.path == "/metrics" && options_.metrics_needs_key);
-    if (!needs_key || options_.keys == nullptr) return httplib::Server::HandlerResponse::Unhandled;
-    absl::Status st = options_.keys->Check(req.get_header_value("Authorization"));
-    if (st.ok()) return httplib::Server::HandlerResponse::Unhandled;
-    OpenAiError e = ToOpenAiError(st);
-    e.body["error"]["code"] = "invalid_api_key";
-    SendJson(res, e.http_status, e.body);
-    return httplib::Server::HandlerResponse::Handled;
+    return Authorize(req, res) ? httplib::Server::HandlerResponse::Unhandled
+                               : httplib::Server::HandlerResponse::Handled;
   });
-  s.Post("/v1/completions", completion(OpenAiEndpoint::kCompletions));
-  s.Post("/v1/chat/completions", completion(OpenAiEndpoint::kChat));
-  s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-    json model = {{"id", options_.model_id},
-                  {"object", "model"},
-                  {"created", created_},
-                  {"owned_by", "cascade"},
-                  {"max_model_len", inference_->max_context()}};
-    SendJson(res, 200, {{"object", "list"}, {"data", json::array({model})}});
+  s.Post(kCompletions.path, [this](const httplib::Request& req, httplib::Response& res) {
+    Complete(OpenAiEndpoint::kCompletions, req, res);
   });
-  s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    v1::ClusterStatus st;
-    replicas_->FillStatus(&st);
-    const bool draining = inference_->draining();
-    json body = {{"status", draining ? "draining" : st.state()}};
-    if (!st.detail().empty()) body["detail"] = st.detail();
-    // With replicas, one serving replica serves (requests go to it).
-    SendJson(res, st.replicas_serving() > 0 && !draining ? 200 : 503, body);
-  });
-  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    v1::ClusterStatus st;
-    replicas_->FillStatus(&st);
-    res.set_content(metrics_->Render(replicas_->Stats(), st), "text/plain; version=0.0.4; charset=utf-8");
-  });
+  s.Post(kChat.path,
+         [this](const httplib::Request& req, httplib::Response& res) { Complete(OpenAiEndpoint::kChat, req, res); });
+  s.Get(kModels.path, [this](const httplib::Request&, httplib::Response& res) { Models(res); });
+  s.Get(kHealth.path, [this](const httplib::Request&, httplib::Response& res) { Health(res); });
+  s.Get(kMetrics.path, [this](const httplib::Request&, httplib::Response& res) { Metrics(res); });
   s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;  // A handler's own error (an unknown model is 404 too).
-    if (res.status == 404) {
-      SendJson(res, 404,
-               {{"error",
-                 {{"message", StrCat("no route ", req.method, " ", req.path,
-                                     " (POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET "
-                                     "/health, GET /metrics)")},
-                  {"type", "invalid_request_error"},
-                  {"param", nullptr},
-                  {"code", nullptr}}}});
-    } else {
-      SendJson(res, res.status,
-               {{"error",
-                 {{"message", StrCat("HTTP ", res.status)},
-                  {"type", "invalid_request_error"},
-                  {"param", nullptr},
-                  {"code", nullptr}}}});
-    }
+    SendJson(res, res.status,
+             ErrorBody(res.status == 404 ? StrCat("no route ", req.method, " ", req.path, " (", RouteList(), ")")
+                                         : StrCat("HTTP ", res.status)));
   });
   s.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
     // Paths of known routes only, so a scanner cannot grow the label set.
-    const bool known = req.path == "/v1/completions" || req.path == "/v1/chat/completions" ||
-                       req.path == "/v1/models" || req.path == "/health" || req.path == "/metrics";
-    metrics_->CountHttp(known ? req.path : "other", res.status);
+    metrics_->CountHttp(KnownPath(req.path) ? req.path : "other", res.status);
   });
+}
+
+bool HttpFront::Authorize(const httplib::Request& req, httplib::Response& res) const {
+  const bool needs_key = req.path.rfind("/v1/", 0) == 0 || (req.path == kHealth.path && options_.health_needs_key) ||
+                         (req.path == kMetrics.path && options_.metrics_needs_key);
+  if (!needs_key || options_.keys == nullptr) return true;
+  absl::Status st = options_.keys->Check(req.get_header_value("Authorization"));
+  if (st.ok()) return true;
+  OpenAiError e = ToOpenAiError(st);
+  e.body["error"]["code"] = "invalid_api_key";
+  SendJson(res, e.http_status, e.body);
+  return false;
+}
+
+void HttpFront::Complete(OpenAiEndpoint endpoint, const httplib::Request& req, httplib::Response& res) {
+  auto parsed = ParseOpenAiRequest(endpoint, req.body, options_.model_id);
+  if (!parsed.ok()) {
+    metrics_->CountRequest("http", RequestOutcomeOf(parsed.status(), v1::FINISH_REASON_UNSPECIFIED));
+    return SendError(res, parsed.status());
+  }
+  auto call = inference_->Begin("http", parsed->request);
+  if (!call.ok()) return SendError(res, call.status());
+  // Until the first output, errors (a full cache, a degraded cluster) still get their own
+  // HTTP status; after it the status line is out.
+  std::vector<v1::GenerateResponse> first;
+  while (first.empty() && !(*call)->Read(kPoll, &first)) {
+  }
+  const bool output = std::any_of(first.begin(), first.end(), [](const v1::GenerateResponse& m) {
+    return m.token_ids_size() > 0 || !m.text().empty();
+  });
+  if (!output && (*call)->ended() && !(*call)->status().ok()) return SendError(res, (*call)->status());
+  auto shared_call = std::shared_ptr<InferenceCall>(std::move(*call));
+  auto responder = std::make_shared<OpenAiResponder>(*parsed, *tokenizer_, options_.model_id);
+  const OpenAiRequest request = *parsed;
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      request.stream ? "text/event-stream" : "application/json",
+      [shared_call, responder, request, first](size_t, httplib::DataSink& sink) mutable {
+        Finish(*shared_call, *responder, request, std::move(first), sink);
+        return true;
+      },
+      // Runs when the response is over, written or not: a client gone before the provider
+      // ran still cancels the request.
+      [shared_call](bool) { shared_call->Cancel("the HTTP client went away"); });
+}
+
+void HttpFront::Models(httplib::Response& res) const {
+  json model = {{"id", options_.model_id},
+                {"object", "model"},
+                {"created", created_},
+                {"owned_by", "cascade"},
+                {"max_model_len", inference_->max_context()}};
+  SendJson(res, 200, {{"object", "list"}, {"data", json::array({model})}});
+}
+
+void HttpFront::Health(httplib::Response& res) const {
+  v1::ClusterStatus st;
+  replicas_->FillStatus(&st);
+  const bool draining = inference_->draining();
+  json body = {{"status", draining ? "draining" : st.state()}};
+  if (!st.detail().empty()) body["detail"] = st.detail();
+  // With replicas, one serving replica serves (requests go to it).
+  SendJson(res, st.replicas_serving() > 0 && !draining ? 200 : 503, body);
+}
+
+void HttpFront::Metrics(httplib::Response& res) const {
+  v1::ClusterStatus st;
+  replicas_->FillStatus(&st);
+  res.set_content(metrics_->Render(replicas_->Stats(), st), "text/plain; version=0.0.4; charset=utf-8");
 }
 
 }  // namespace cascade::coordinator

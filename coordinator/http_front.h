@@ -23,13 +23,16 @@
 #include "absl/status/status.h"
 #include "coordinator/api_keys.h"
 #include "coordinator/inference_service.h"
+#include "coordinator/openai_api.h"
 #include "coordinator/replicas.h"
 #include "coordinator/serving_metrics.h"
 #include "text/tokenizer.h"
 
 namespace httplib {
 class Server;
-}
+struct Request;
+struct Response;
+}  // namespace httplib
 
 namespace cascade::coordinator {
 
@@ -62,7 +65,16 @@ class HttpFront {
   void Stop();
 
  private:
+  // Registers the routes and the key check, error page and request log around them.
   void Route();
+  // True when `req` may proceed: it needs no API key, or carries a valid one; otherwise
+  // `res` holds the 401 and it does not.
+  bool Authorize(const httplib::Request& req, httplib::Response& res) const;
+  // The routes: /v1/completions and /v1/chat/completions, /v1/models, /health, /metrics.
+  void Complete(OpenAiEndpoint endpoint, const httplib::Request& req, httplib::Response& res);
+  void Models(httplib::Response& res) const;
+  void Health(httplib::Response& res) const;
+  void Metrics(httplib::Response& res) const;
 
   InferenceService* inference_;
   Replicas* replicas_;
