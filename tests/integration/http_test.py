@@ -234,6 +234,13 @@ def test_metrics():
         assert 0 < moved("cascade_stage_handoff_seconds_sum", replica="0", stage="1", tp_rank="0") < \
             moved("cascade_stage_step_seconds_sum", replica="0", stage="1", tp_rank="0")
         assert metric(after, "cascade_kv_blocks_total") > 0 and metric(after, "cascade_kv_blocks_used") == 0
+        # An unknown route: 404 naming every route, counted under "other" (no label per path).
+        status, body = get(http_address, "/v2/nothing")
+        assert status == 404, status
+        assert json.loads(body)["error"]["message"] == (
+            "no route GET /v2/nothing (POST /v1/completions, POST /v1/chat/completions, GET /v1/models, "
+            "GET /health, GET /metrics)"), body
+        assert metric(metrics(http_address), "cascade_http_requests_total", path="other", code="404") >= 1
         assert metric(after, "cascade_cluster_ready") == 1 and metric(after, "cascade_workers", state="ready") == 2
         for name in ("cascade_running_sequences", "cascade_waiting_sequences", "cascade_preemptions_total",
                      "cascade_spec_acceptance_rate", "cascade_spec_mean_accepted_length"):
