@@ -185,7 +185,7 @@ grpc::Status InferenceService::GetClusterStatus(grpc::ServerContext* ctx, const 
   resp->set_kv_blocks_free(st.scheduler.n_free_blocks);
   resp->set_kv_block_size(replicas_->cluster(0).options().kv_block_size);
   resp->set_kv_cache_dtype(std::string(DTypeName(replicas_->cluster(0).options().kv_cache_dtype)));
-  resp->set_running(st.scheduler.n_running + st.scheduler.n_in_flight_seqs);
+  resp->set_running(st.scheduler.running());
   resp->set_waiting(st.scheduler.n_waiting);
   resp->set_max_batch_seen(st.scheduler.max_batch_seqs_seen);
   resp->set_steps(st.steps);

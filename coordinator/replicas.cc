@@ -13,21 +13,7 @@ namespace {
 
 // Adds `from` into `to`: counters summed, the largest batch kept, the means re-weighted.
 void AddStats(const EngineStats& from, EngineStats& to) {
-  SchedulerStats& s = to.scheduler;
-  const SchedulerStats& f = from.scheduler;
-  s.n_running += f.n_running;
-  s.n_in_flight_seqs += f.n_in_flight_seqs;
-  s.n_waiting += f.n_waiting;
-  s.n_in_flight_batches += f.n_in_flight_batches;
-  s.n_free_blocks += f.n_free_blocks;
-  s.n_total_blocks += f.n_total_blocks;
-  s.n_preemptions += f.n_preemptions;
-  s.n_batches += f.n_batches;
-  s.max_batch_seqs_seen = std::max(s.max_batch_seqs_seen, f.max_batch_seqs_seen);
-  s.max_batch_tokens_seen = std::max(s.max_batch_tokens_seen, f.max_batch_tokens_seen);
-  s.prefix_query_tokens += f.prefix_query_tokens;
-  s.prefix_hit_tokens += f.prefix_hit_tokens;
-  s.n_cached_blocks += f.n_cached_blocks;
+  to.scheduler += from.scheduler;
   to.steps += from.steps;
   to.finished += from.finished;
   to.prompt_tokens += from.prompt_tokens;
@@ -253,7 +239,7 @@ void Replicas::FillStatus(v1::ClusterStatus* st) const {
     v1::ReplicaStatus* rs = st->add_replicas();
     rs->set_replica(static_cast<int32_t>(r));
     rs->set_serving(p.ready());
-    rs->set_running(e.scheduler.n_running + e.scheduler.n_in_flight_seqs);
+    rs->set_running(e.scheduler.running());
     rs->set_waiting(e.scheduler.n_waiting);
     rs->set_kv_blocks_free(e.scheduler.n_free_blocks);
     rs->set_kv_blocks_total(e.scheduler.n_total_blocks);

@@ -20,6 +20,23 @@ int32_t Scheduler::Sequence::token(int64_t i) const {
   return i < n_prompt ? spec.prompt[i] : generated[i - n_prompt];
 }
 
+SchedulerStats& SchedulerStats::operator+=(const SchedulerStats& o) {
+  n_running += o.n_running;
+  n_in_flight_seqs += o.n_in_flight_seqs;
+  n_waiting += o.n_waiting;
+  n_in_flight_batches += o.n_in_flight_batches;
+  n_free_blocks += o.n_free_blocks;
+  n_total_blocks += o.n_total_blocks;
+  n_preemptions += o.n_preemptions;
+  n_batches += o.n_batches;
+  max_batch_seqs_seen = std::max(max_batch_seqs_seen, o.max_batch_seqs_seen);
+  max_batch_tokens_seen = std::max(max_batch_tokens_seen, o.max_batch_tokens_seen);
+  prefix_query_tokens += o.prefix_query_tokens;
+  prefix_hit_tokens += o.prefix_hit_tokens;
+  n_cached_blocks += o.n_cached_blocks;
+  return *this;
+}
+
 Scheduler::Scheduler(const SchedulerOptions& options)
     : options_(options), allocator_(options.n_kv_blocks, options.kv_block_size) {
   CASCADE_CHECK(options.max_num_seqs >= 1) << "max_num_seqs " << options.max_num_seqs;

@@ -178,6 +178,19 @@ struct SchedulerStats {
   int64_t prefix_query_tokens = 0;
   int64_t prefix_hit_tokens = 0;
   int32_t n_cached_blocks = 0;  // Blocks registered as reusable prefixes now (held or cached-free).
+
+  // What status, metrics and the CLI show, derived once here.
+  int running() const { return n_running + n_in_flight_seqs; }  // Holding blocks, in a step or not.
+  int32_t used_blocks() const { return n_total_blocks - n_free_blocks; }
+  double kv_usage() const {
+    return n_total_blocks > 0 ? 1.0 - static_cast<double>(n_free_blocks) / n_total_blocks : 0.0;
+  }
+  double prefix_hit_rate() const {  // 0 before any lookup.
+    return prefix_query_tokens > 0 ? static_cast<double>(prefix_hit_tokens) / prefix_query_tokens : 0.0;
+  }
+  // Adds another scheduler's (a data-parallel replica's): counts and blocks add up, the
+  // largest batches seen are the larger. The one walk over every field.
+  SchedulerStats& operator+=(const SchedulerStats& o);
 };
 
 class Scheduler {

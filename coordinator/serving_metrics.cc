@@ -171,13 +171,11 @@ std::string ServingMetrics::Render(const EngineStats& engine, const v1::ClusterS
     out.Family(name, "counter", help);
     out.Sample(name, {}, v);
   };
-  gauge("cascade_running_sequences", "Sequences holding KV blocks (decoding or in a step).",
-        sched.n_running + sched.n_in_flight_seqs);
+  gauge("cascade_running_sequences", "Sequences holding KV blocks (decoding or in a step).", sched.running());
   gauge("cascade_waiting_sequences", "Sequences queued for admission.", sched.n_waiting);
   gauge("cascade_kv_blocks_total", "KV cache blocks per stage.", sched.n_total_blocks);
-  gauge("cascade_kv_blocks_used", "KV cache blocks held by sequences.", sched.n_total_blocks - sched.n_free_blocks);
-  gauge("cascade_kv_usage_ratio", "Used over total KV cache blocks.",
-        sched.n_total_blocks > 0 ? 1.0 - static_cast<double>(sched.n_free_blocks) / sched.n_total_blocks : 0.0);
+  gauge("cascade_kv_blocks_used", "KV cache blocks held by sequences.", sched.used_blocks());
+  gauge("cascade_kv_usage_ratio", "Used over total KV cache blocks.", sched.kv_usage());
   counter("cascade_preemptions_total", "Sequences evicted and recomputed.", static_cast<double>(sched.n_preemptions));
   counter("cascade_steps_total", "Forward steps sent to the workers.", static_cast<double>(engine.steps));
   counter("cascade_prompt_tokens_total", "Prompt tokens of finished requests.",
@@ -190,7 +188,7 @@ std::string ServingMetrics::Render(const EngineStats& engine, const v1::ClusterS
   counter("cascade_prefix_cache_hit_tokens_total", "Of those, tokens served from cached KV blocks.",
           static_cast<double>(sched.prefix_hit_tokens));
   gauge("cascade_prefix_cache_hit_rate", "Hit over looked-up tokens since start (0 before any lookup).",
-        sched.prefix_query_tokens > 0 ? static_cast<double>(sched.prefix_hit_tokens) / sched.prefix_query_tokens : 0.0);
+        sched.prefix_hit_rate());
   gauge("cascade_kv_blocks_cached", "KV blocks registered as reusable prefixes (held or cached-free).",
         sched.n_cached_blocks);
 

@@ -1214,3 +1214,62 @@ TEST(SchedulerTest, ChunkedPrefillAfterAPrefixHit) {
 
 }  // namespace
 }  // namespace cascade::coordinator
+
+namespace cascade::coordinator {
+namespace {
+
+// Replicas' stats add field by field (the largest batches seen take the larger), and the
+// derived figures status and metrics show come from the sums.
+TEST(SchedulerStatsTest, ReplicasAddUpFieldByField) {
+  SchedulerStats a{.n_running = 1,
+                   .n_in_flight_seqs = 2,
+                   .n_waiting = 3,
+                   .n_in_flight_batches = 1,
+                   .n_free_blocks = 10,
+                   .n_total_blocks = 40,
+                   .n_preemptions = 5,
+                   .n_batches = 7,
+                   .max_batch_seqs_seen = 4,
+                   .max_batch_tokens_seen = 90,
+                   .prefix_query_tokens = 100,
+                   .prefix_hit_tokens = 20,
+                   .n_cached_blocks = 6};
+  const SchedulerStats b{.n_running = 10,
+                         .n_in_flight_seqs = 20,
+                         .n_waiting = 30,
+                         .n_in_flight_batches = 2,
+                         .n_free_blocks = 30,
+                         .n_total_blocks = 40,
+                         .n_preemptions = 50,
+                         .n_batches = 70,
+                         .max_batch_seqs_seen = 3,
+                         .max_batch_tokens_seen = 120,
+                         .prefix_query_tokens = 300,
+                         .prefix_hit_tokens = 180,
+                         .n_cached_blocks = 60};
+  a += b;
+  EXPECT_EQ(a.n_running, 11);
+  EXPECT_EQ(a.n_in_flight_seqs, 22);
+  EXPECT_EQ(a.n_waiting, 33);
+  EXPECT_EQ(a.n_in_flight_batches, 3);
+  EXPECT_EQ(a.n_free_blocks, 40);
+  EXPECT_EQ(a.n_total_blocks, 80);
+  EXPECT_EQ(a.n_preemptions, 55);
+  EXPECT_EQ(a.n_batches, 77);
+  EXPECT_EQ(a.max_batch_seqs_seen, 4);
+  EXPECT_EQ(a.max_batch_tokens_seen, 120);
+  EXPECT_EQ(a.prefix_query_tokens, 400);
+  EXPECT_EQ(a.prefix_hit_tokens, 200);
+  EXPECT_EQ(a.n_cached_blocks, 66);
+  EXPECT_EQ(a.running(), 33);
+  EXPECT_EQ(a.used_blocks(), 40);
+  EXPECT_DOUBLE_EQ(a.kv_usage(), 0.5);
+  EXPECT_DOUBLE_EQ(a.prefix_hit_rate(), 0.5);
+  EXPECT_DOUBLE_EQ(SchedulerStats{}.prefix_hit_rate(), 0.0);
+  EXPECT_DOUBLE_EQ(SchedulerStats{}.kv_usage(), 0.0);
+  // A field added to SchedulerStats must be added to operator+= and to this test.
+  static_assert(sizeof(SchedulerStats) == 72, "SchedulerStats changed: update operator+= and this test");
+}
+
+}  // namespace
+}  // namespace cascade::coordinator
