@@ -78,6 +78,16 @@ void ServingMetrics::CountHttp(std::string_view path, int status) {
 namespace {
 
 // Data parallelism: each replica's figures, labelled by replica (the totals above sum them).
+// One unlabelled sample of a gauge or a counter, with its family line.
+void Gauge(PrometheusText& out, const char* name, const char* help, double v) {
+  out.Family(name, "gauge", help);
+  out.Sample(name, {}, v);
+}
+void Counter(PrometheusText& out, const char* name, const char* help, double v) {
+  out.Family(name, "counter", help);
+  out.Sample(name, {}, v);
+}
+
 void RenderReplicas(const v1::ClusterStatus& cluster, PrometheusText& out) {
   using Field = double (*)(const v1::ReplicaStatus&);
   const struct {
@@ -108,106 +118,108 @@ void RenderReplicas(const v1::ClusterStatus& cluster, PrometheusText& out) {
   }
 }
 
-}  // namespace
-
-std::string ServingMetrics::Render(const EngineStats& engine, const v1::ClusterStatus& cluster) const {
-  PrometheusText out;
+void RenderEngine(const EngineStats& engine, PrometheusText& out) {
   const SchedulerStats& sched = engine.scheduler;
-  {
-    absl::MutexLock lock(&mu_);
-    out.Family("cascade_requests_total", "counter", "Requests ended, by API and outcome.");
-    for (const auto& [key, n] : requests_) {
-      out.Sample("cascade_requests_total",
-                 {{"api", key.first}, {"outcome", std::string(RequestOutcomeName(key.second))}},
-                 static_cast<double>(n));
-    }
-    out.Family("cascade_http_requests_total", "counter", "HTTP requests answered, by path and status code.");
-    for (const auto& [key, n] : http_) {
-      out.Sample("cascade_http_requests_total", {{"path", key.first}, {"code", StrCat(key.second)}},
-                 static_cast<double>(n));
-    }
-    out.Family("cascade_stage_step_seconds", "histogram",
-               "Forward time of one step on each worker (replica, stage, tp_rank; stage \"draft\" is the "
-               "drafter).");
-    const auto labels = [](const std::tuple<int, int, int>& key) -> MetricLabels {
-      const auto& [replica, stage, tp_rank] = key;
-      return {
-          {"replica", StrCat(replica)}, {"stage", stage < 0 ? "draft" : StrCat(stage)}, {"tp_rank", StrCat(tp_rank)}};
-    };
-    for (const auto& [key, h] : steps_) out.Histogram("cascade_stage_step_seconds", labels(key), h->forward.Get());
-    out.Family("cascade_stage_handoff_seconds", "histogram",
-               "Of each step's forward time, the time in the stage hand-off: receiving the hidden states "
-               "(waiting for the previous stage included) and sending them.");
-    for (const auto& [key, h] : steps_) out.Histogram("cascade_stage_handoff_seconds", labels(key), h->handoff.Get());
-    out.Family("cascade_stage_round_trip_seconds", "histogram",
-               "From the coordinator's sending a step to the worker's result arriving: its forward time plus the "
-               "step's and the result's trips.");
-    for (const auto& [key, h] : steps_) {
-      out.Histogram("cascade_stage_round_trip_seconds", labels(key), h->round_trip.Get());
-    }
-  }
-  const std::pair<const char*, const Histogram*> latencies[] = {
-      {"cascade_time_to_first_token_seconds", &ttft}, {"cascade_time_per_output_token_seconds", &tpot},
-      {"cascade_inter_token_latency_seconds", &itl},  {"cascade_queue_time_seconds", &queue_time},
-      {"cascade_e2e_request_latency_seconds", &e2e},
-  };
-  const char* helps[] = {
-      "Arrival to the first generated token.",
-      "Per finished request: time after the first token over the tokens after it.",
-      "Per output token: time since the request's previous output (tokens that arrive together share it).",
-      "Arrival to the first step that carries the request.",
-      "Arrival to the end of finished requests.",
-  };
-  for (size_t i = 0; i < std::size(latencies); ++i) {
-    out.Family(latencies[i].first, "histogram", helps[i]);
-    out.Histogram(latencies[i].first, {}, latencies[i].second->Get());
-  }
-
-  const auto gauge = [&](const char* name, const char* help, double v) {
-    out.Family(name, "gauge", help);
-    out.Sample(name, {}, v);
-  };
-  const auto counter = [&](const char* name, const char* help, double v) {
-    out.Family(name, "counter", help);
-    out.Sample(name, {}, v);
-  };
-  gauge("cascade_running_sequences", "Sequences holding KV blocks (decoding or in a step).", sched.running());
-  gauge("cascade_waiting_sequences", "Sequences queued for admission.", sched.n_waiting);
-  gauge("cascade_kv_blocks_total", "KV cache blocks per stage.", sched.n_total_blocks);
-  gauge("cascade_kv_blocks_used", "KV cache blocks held by sequences.", sched.used_blocks());
-  gauge("cascade_kv_usage_ratio", "Used over total KV cache blocks.", sched.kv_usage());
-  counter("cascade_preemptions_total", "Sequences evicted and recomputed.", static_cast<double>(sched.n_preemptions));
-  counter("cascade_steps_total", "Forward steps sent to the workers.", static_cast<double>(engine.steps));
-  counter("cascade_prompt_tokens_total", "Prompt tokens of finished requests.",
-          static_cast<double>(engine.prompt_tokens));
-  counter("cascade_generation_tokens_total", "Tokens generated by finished requests.",
-          static_cast<double>(engine.generation_tokens));
-
-  counter("cascade_prefix_cache_query_tokens_total", "Tokens looked up in the prefix cache at admissions.",
-          static_cast<double>(sched.prefix_query_tokens));
-  counter("cascade_prefix_cache_hit_tokens_total", "Of those, tokens served from cached KV blocks.",
-          static_cast<double>(sched.prefix_hit_tokens));
-  gauge("cascade_prefix_cache_hit_rate", "Hit over looked-up tokens since start (0 before any lookup).",
+  Gauge(out, "cascade_running_sequences", "Sequences holding KV blocks (decoding or in a step).", sched.running());
+  Gauge(out, "cascade_waiting_sequences", "Sequences queued for admission.", sched.n_waiting);
+  Gauge(out, "cascade_kv_blocks_total", "KV cache blocks per stage.", sched.n_total_blocks);
+  Gauge(out, "cascade_kv_blocks_used", "KV cache blocks held by sequences.", sched.used_blocks());
+  Gauge(out, "cascade_kv_usage_ratio", "Used over total KV cache blocks.", sched.kv_usage());
+  Counter(out, "cascade_preemptions_total", "Sequences evicted and recomputed.", sched.n_preemptions);
+  Counter(out, "cascade_steps_total", "Forward steps sent to the workers.", engine.steps);
+  Counter(out, "cascade_prompt_tokens_total", "Prompt tokens of finished requests.", engine.prompt_tokens);
+  Counter(out, "cascade_generation_tokens_total", "Tokens generated by finished requests.", engine.generation_tokens);
+  Counter(out, "cascade_prefix_cache_query_tokens_total", "Tokens looked up in the prefix cache at admissions.",
+          sched.prefix_query_tokens);
+  Counter(out, "cascade_prefix_cache_hit_tokens_total", "Of those, tokens served from cached KV blocks.",
+          sched.prefix_hit_tokens);
+  Gauge(out, "cascade_prefix_cache_hit_rate", "Hit over looked-up tokens since start (0 before any lookup).",
         sched.prefix_hit_rate());
-  gauge("cascade_kv_blocks_cached", "KV blocks registered as reusable prefixes (held or cached-free).",
+  Gauge(out, "cascade_kv_blocks_cached", "KV blocks registered as reusable prefixes (held or cached-free).",
         sched.n_cached_blocks);
+}
 
-  const v1::SpeculativeStats& spec = engine.speculative;
-  counter("cascade_spec_verify_steps_total", "Verify steps that carried drafts.", static_cast<double>(spec.steps()));
-  counter("cascade_spec_draft_tokens_total", "Drafted tokens proposed.", static_cast<double>(spec.drafted_tokens()));
-  counter("cascade_spec_accepted_tokens_total", "Drafted tokens accepted.",
-          static_cast<double>(spec.accepted_tokens()));
-  gauge("cascade_spec_acceptance_rate", "Accepted over drafted tokens, finished requests.", spec.acceptance_rate());
-  gauge("cascade_spec_mean_accepted_length", "Tokens emitted per verify step (accepted drafts + 1).",
+void RenderSpeculation(const v1::SpeculativeStats& spec, PrometheusText& out) {
+  Counter(out, "cascade_spec_verify_steps_total", "Verify steps that carried drafts.", spec.steps());
+  Counter(out, "cascade_spec_draft_tokens_total", "Drafted tokens proposed.", spec.drafted_tokens());
+  Counter(out, "cascade_spec_accepted_tokens_total", "Drafted tokens accepted.", spec.accepted_tokens());
+  Gauge(out, "cascade_spec_acceptance_rate", "Accepted over drafted tokens, finished requests.",
+        spec.acceptance_rate());
+  Gauge(out, "cascade_spec_mean_accepted_length", "Tokens emitted per verify step (accepted drafts + 1).",
         spec.mean_accepted_length());
+}
 
-  gauge("cascade_cluster_ready", "1 while every worker serves, else 0.", cluster.ready() ? 1 : 0);
+void RenderCluster(const v1::ClusterStatus& cluster, PrometheusText& out) {
+  Gauge(out, "cascade_cluster_ready", "1 while every worker serves, else 0.", cluster.ready() ? 1 : 0);
   out.Family("cascade_workers", "gauge", "Workers by state.");
   std::map<std::string, int> by_state;
   for (const v1::StageStatus& s : cluster.stages()) ++by_state[s.state()];
   for (const auto& [state, n] : by_state) out.Sample("cascade_workers", {{"state", state}}, n);
+}
+
+}  // namespace
+
+std::string ServingMetrics::Render(const EngineStats& engine, const v1::ClusterStatus& cluster) const {
+  PrometheusText out;
+  RenderCounts(out);
+  RenderLatencies(out);
+  RenderEngine(engine, out);
+  RenderSpeculation(engine.speculative, out);
+  RenderCluster(cluster, out);
   RenderReplicas(cluster, out);
   return out.text();
+}
+
+void ServingMetrics::RenderCounts(PrometheusText& out) const {
+  absl::MutexLock lock(&mu_);
+  out.Family("cascade_requests_total", "counter", "Requests ended, by API and outcome.");
+  for (const auto& [key, n] : requests_) {
+    out.Sample("cascade_requests_total", {{"api", key.first}, {"outcome", std::string(RequestOutcomeName(key.second))}},
+               static_cast<double>(n));
+  }
+  out.Family("cascade_http_requests_total", "counter", "HTTP requests answered, by path and status code.");
+  for (const auto& [key, n] : http_) {
+    out.Sample("cascade_http_requests_total", {{"path", key.first}, {"code", StrCat(key.second)}},
+               static_cast<double>(n));
+  }
+  out.Family("cascade_stage_step_seconds", "histogram",
+             "Forward time of one step on each worker (replica, stage, tp_rank; stage \"draft\" is the "
+             "drafter).");
+  const auto labels = [](const std::tuple<int, int, int>& key) -> MetricLabels {
+    const auto& [replica, stage, tp_rank] = key;
+    return {{"replica", StrCat(replica)}, {"stage", stage < 0 ? "draft" : StrCat(stage)}, {"tp_rank", StrCat(tp_rank)}};
+  };
+  for (const auto& [key, h] : steps_) out.Histogram("cascade_stage_step_seconds", labels(key), h->forward.Get());
+  out.Family("cascade_stage_handoff_seconds", "histogram",
+             "Of each step's forward time, the time in the stage hand-off: receiving the hidden states "
+             "(waiting for the previous stage included) and sending them.");
+  for (const auto& [key, h] : steps_) out.Histogram("cascade_stage_handoff_seconds", labels(key), h->handoff.Get());
+  out.Family("cascade_stage_round_trip_seconds", "histogram",
+             "From the coordinator's sending a step to the worker's result arriving: its forward time plus the "
+             "step's and the result's trips.");
+  for (const auto& [key, h] : steps_) {
+    out.Histogram("cascade_stage_round_trip_seconds", labels(key), h->round_trip.Get());
+  }
+}
+
+void ServingMetrics::RenderLatencies(PrometheusText& out) const {
+  const struct {
+    const char* name;
+    const Histogram* histogram;
+    const char* help;
+  } latencies[] = {
+      {"cascade_time_to_first_token_seconds", &ttft, "Arrival to the first generated token."},
+      {"cascade_time_per_output_token_seconds", &tpot,
+       "Per finished request: time after the first token over the tokens after it."},
+      {"cascade_inter_token_latency_seconds", &itl,
+       "Per output token: time since the request's previous output (tokens that arrive together share it)."},
+      {"cascade_queue_time_seconds", &queue_time, "Arrival to the first step that carries the request."},
+      {"cascade_e2e_request_latency_seconds", &e2e, "Arrival to the end of finished requests."},
+  };
+  for (const auto& l : latencies) {
+    out.Family(l.name, "histogram", l.help);
+    out.Histogram(l.name, {}, l.histogram->Get());
+  }
 }
 
 }  // namespace cascade::coordinator

@@ -55,6 +55,11 @@ class ServingMetrics {
   std::string Render(const EngineStats& engine, const v1::ClusterStatus& cluster) const;
 
  private:
+  // Render's parts that read this object: the counts and stage histograms (under mu_), and
+  // the request latencies.
+  void RenderCounts(PrometheusText& out) const;
+  void RenderLatencies(PrometheusText& out) const;
+
   mutable absl::Mutex mu_;
   // (api, outcome) -> requests.
   std::map<std::pair<std::string, RequestOutcome>, int64_t> requests_ ABSL_GUARDED_BY(mu_);
