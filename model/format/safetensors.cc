@@ -351,22 +351,11 @@ absl::StatusOr<std::unique_ptr<SafetensorsSource>> SafetensorsSource::OpenBytes(
   return source;
 }
 
-absl::StatusOr<std::unique_ptr<SafetensorsSource>> SafetensorsSource::OpenDirectory(const std::string& dir) {
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) {
-    return absl::NotFoundError(cascade::StrCat(dir, ": not a directory"));
-  }
-  const std::string single = (fs::path(dir) / "model.safetensors").string();
-  if (fs::exists(single, ec)) return OpenFile(single);
+namespace {
 
-  const std::string index_path = (fs::path(dir) / "model.safetensors.index.json").string();
-  if (!fs::exists(index_path, ec)) {
-    return absl::NotFoundError(
-        cascade::StrCat(dir, ": neither model.safetensors nor model.safetensors.index.json is present"));
-  }
+// The index's weight_map: tensor name -> shard file name (relative to the directory).
+absl::StatusOr<std::map<std::string, std::string>> ReadWeightMap(const std::string& index_path) {
   CASCADE_ASSIGN_OR_RETURN(const std::string index_text, ReadSmallFile(index_path));
-
-  // weight_map: tensor name -> shard file name (relative to `dir`).
   std::map<std::string, std::string> weight_map;
   try {
     const Json index = Json::parse(index_text);
@@ -390,9 +379,13 @@ absl::StatusOr<std::unique_ptr<SafetensorsSource>> SafetensorsSource::OpenDirect
   if (weight_map.empty()) {
     return absl::DataLossError(cascade::StrCat(index_path, ": \"weight_map\" is empty"));
   }
+  return weight_map;
+}
 
-  // Distinct shards, sorted by name (model-00001-of-0000n first), each with one tensor
-  // it should hold for messages.
+// The distinct shards, sorted by name (model-00001-of-0000n first), each with one tensor it
+// should hold, for messages. DataLoss for a name that is not a plain file name.
+absl::StatusOr<std::map<std::string, std::string>> ShardsOf(const std::string& index_path,
+                                                            const std::map<std::string, std::string>& weight_map) {
   std::map<std::string, std::string> shard_example;
   for (const auto& [tensor, file] : weight_map) {
     if (file.empty() || file.find('/') != std::string::npos || file.find('\\') != std::string::npos || file == "." ||
@@ -402,7 +395,27 @@ absl::StatusOr<std::unique_ptr<SafetensorsSource>> SafetensorsSource::OpenDirect
     }
     shard_example.emplace(file, tensor);
   }
+  return shard_example;
+}
 
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SafetensorsSource>> SafetensorsSource::OpenDirectory(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    return absl::NotFoundError(cascade::StrCat(dir, ": not a directory"));
+  }
+  const std::string single = (fs::path(dir) / "model.safetensors").string();
+  if (fs::exists(single, ec)) return OpenFile(single);
+
+  const std::string index_path = (fs::path(dir) / "model.safetensors.index.json").string();
+  if (!fs::exists(index_path, ec)) {
+    return absl::NotFoundError(
+        cascade::StrCat(dir, ": neither model.safetensors nor model.safetensors.index.json is present"));
+  }
+  CASCADE_ASSIGN_OR_RETURN(const auto weight_map, ReadWeightMap(index_path));
+
+  CASCADE_ASSIGN_OR_RETURN(const auto shard_example, ShardsOf(index_path, weight_map));
   std::unique_ptr<SafetensorsSource> source(new SafetensorsSource(dir));
   std::map<std::string, size_t> shard_index;
   for (const auto& [file, example_tensor] : shard_example) {
