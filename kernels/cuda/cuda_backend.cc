@@ -73,6 +73,8 @@ absl::Status CublasError(cublasStatus_t st, std::string_view what) {
 static_assert(cuda::kWQ4_1 == static_cast<int>(DType::kQ4_1) && cuda::kWI4G128 == static_cast<int>(DType::kI4_G128));
 static_assert(cuda::kWQ4_K == static_cast<int>(DType::kQ4_K) && cuda::kWQ6_K == static_cast<int>(DType::kQ6_K));
 static_assert(cuda::kWQ5_0 == static_cast<int>(DType::kQ5_0) && cuda::kWIQ4_XS == static_cast<int>(DType::kIQ4_XS));
+static_assert(cuda::kWQ8_0 == static_cast<int>(DType::kQ8_0) && cuda::kWQ4_0 == static_cast<int>(DType::kQ4_0));
+static_assert(cuda::kWF16 == static_cast<int>(DType::kF16) && cuda::kWBF16 == static_cast<int>(DType::kBF16));
 
 // Dense types, Q8_0, I4_G128 and every block-code type (decoded in registers: cuda_kernels.cu).
 bool Supported(DType d) {
