@@ -37,6 +37,7 @@ class FakeWorker final : public v1::Worker::Service {
   grpc::Status Step(grpc::ServerContext*, grpc::ServerReaderWriter<v1::StepResult, v1::StepRequest>* stream) override {
     v1::StepRequest req;
     while (stream->Read(&req)) {
+      if (steps_ == die_at_step_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the fake worker died");
       v1::StepResult result;
       result.set_step_id(req.step_id());
       for (const v1::StepSequence& s : req.seqs()) {
@@ -58,6 +59,8 @@ class FakeWorker final : public v1::Worker::Service {
   // ids below) must come back at the position TokenAt gave it for.
   int violations() const { return violations_.load(); }
   int steps() const { return steps_.load(); }
+  // Ends the step stream with an error instead of answering step `n` (a worker's death).
+  void DieAtStep(int n) { die_at_step_ = n; }
 
  private:
   void Check(const v1::StepSequence& s) {
@@ -72,23 +75,38 @@ class FakeWorker final : public v1::Worker::Service {
 
   std::mutex mu_;
   std::map<int64_t, int64_t> next_pos_;
-  std::atomic<int> violations_{0}, steps_{0};
+  std::atomic<int> violations_{0}, steps_{0}, die_at_step_{-1};
 };
 
 // One PP=1 cluster on a fake worker, and an engine over it.
 class EngineTest : public ::testing::Test {
  protected:
+  // A fake worker's gRPC server on loopback; its address.
+  std::string Serve(FakeWorker& worker, std::unique_ptr<grpc::Server>& server) {
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(&worker);
+    server = builder.BuildAndStart();
+    return server != nullptr ? "127.0.0.1:" + std::to_string(port) : "";
+  }
+
+  // Registers the worker at `address` for the cluster's one stage.
+  void Register(const std::string& address) {
+    v1::RegisterRequest reg;
+    reg.set_address(address);
+    reg.set_node("n0");
+    reg.set_device("cpu");
+    ASSERT_TRUE(cluster_->Register(reg).ok());
+  }
+
   void Start(int32_t kv_blocks, int max_num_seqs = 8) {
     CASCADE_REQUIRE_FILE(path, testing::TestDataPath("models/stories260K.gguf"));
     auto tokenizer = model::LoadTokenizerAt(path);
     ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
     tokenizer_ = *std::move(tokenizer);
-    grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    builder.RegisterService(&worker_);
-    server_ = builder.BuildAndStart();
-    ASSERT_NE(server_, nullptr);
+    const std::string address = Serve(worker_, server_);
+    ASSERT_FALSE(address.empty());
     PlannerInput in;
     in.layer_bytes = {1, 1};
     in.devices = {{"n0", "127.0.0.1", Device{}}};
@@ -100,11 +118,7 @@ class EngineTest : public ::testing::Test {
     options.kv_block_size = 16;
     options.dead_after_ms = 600000;  // The fake sends no heartbeats.
     cluster_ = std::make_unique<Cluster>(*plan, options);
-    v1::RegisterRequest reg;
-    reg.set_address("127.0.0.1:" + std::to_string(port));
-    reg.set_node("n0");
-    reg.set_device("cpu");
-    ASSERT_TRUE(cluster_->Register(reg).ok());
+    Register(address);
     ASSERT_TRUE(cluster_->BringUp(std::chrono::seconds(20)).ok());
     SchedulerOptions sched;
     sched.max_num_seqs = max_num_seqs;
@@ -118,6 +132,7 @@ class EngineTest : public ::testing::Test {
     if (engine_ != nullptr) engine_->Stop();
     if (cluster_ != nullptr) cluster_->Close();
     if (server_ != nullptr) server_->Shutdown();
+    if (replacement_server_ != nullptr) replacement_server_->Shutdown();
   }
 
   std::shared_ptr<RequestChannel> Submit(int64_t prompt_len, int32_t max_tokens, const std::string& id) {
@@ -173,8 +188,8 @@ class EngineTest : public ::testing::Test {
     return ids;
   }
 
-  FakeWorker worker_;
-  std::unique_ptr<grpc::Server> server_;
+  FakeWorker worker_, replacement_;
+  std::unique_ptr<grpc::Server> server_, replacement_server_;
   std::unique_ptr<text::Tokenizer> tokenizer_;
   std::unique_ptr<Cluster> cluster_;
   std::unique_ptr<Engine> engine_;
@@ -232,6 +247,30 @@ TEST_F(EngineTest, ACancelledRequestEndsAndGivesItsBlocksBack) {
   const EngineStats st = SettledStats();
   EXPECT_EQ(st.scheduler.n_free_blocks, st.scheduler.n_total_blocks);
   EXPECT_EQ(worker_.violations(), 0);
+}
+
+// No request is lost to a worker's death: the requests wait (suspended) until a
+// replacement registers, then are recomputed there and go on where they stopped, with the
+// tokens their positions call for.
+TEST_F(EngineTest, AWorkersDeathCostsARecomputeNotARequest) {
+  Start(/*kv_blocks=*/64);
+  if (engine_ == nullptr) return;
+  worker_.DieAtStep(10);
+  std::vector<std::shared_ptr<RequestChannel>> channels;
+  for (int i = 0; i < 3; ++i) channels.push_back(Submit(12 + i, 40, "d" + std::to_string(i)));
+  for (int i = 0; i < 200 && worker_.steps() < 10; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // The death is noticed.
+  const std::string address = Serve(replacement_, replacement_server_);
+  ASSERT_FALSE(address.empty());
+  Register(address);
+  for (int i = 0; i < 3; ++i) {
+    const Output out = Drain(*channels[i]);
+    EXPECT_TRUE(out.status.ok()) << out.status;
+    EXPECT_EQ(out.ids, Expected(12 + i, 40)) << "request " << i;
+  }
+  EXPECT_EQ(worker_.steps(), 10) << "the first worker answered past its death";
+  EXPECT_GT(replacement_.steps(), 0);
+  EXPECT_EQ(replacement_.violations(), 0);
 }
 
 }  // namespace
