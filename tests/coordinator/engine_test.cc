@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "coordinator/planner.h"
+#include "coordinator/replicas.h"
 #include "grpcpp/server_builder.h"
 #include "model/format/tokenizer_files.h"
 #include "tests/test_support.h"
@@ -271,6 +272,87 @@ TEST_F(EngineTest, AWorkersDeathCostsARecomputeNotARequest) {
   EXPECT_EQ(worker_.steps(), 10) << "the first worker answered past its death";
   EXPECT_GT(replacement_.steps(), 0);
   EXPECT_EQ(replacement_.violations(), 0);
+}
+
+// Data parallelism over fake workers: two replicas of one stage each, on nodes n0 and n1.
+// Requests spread over both and get their positions' tokens; when one replica's worker
+// dies, its requests move to the other (Replicas' evacuation) and finish there.
+class ReplicasTest : public EngineTest {
+ protected:
+  void StartReplicas(int die_at_step) {
+    CASCADE_REQUIRE_FILE(path, testing::TestDataPath("models/stories260K.gguf"));
+    auto tokenizer = model::LoadTokenizerAt(path);
+    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+    tokenizer_ = *std::move(tokenizer);
+    std::vector<Plan> plans;
+    for (const char* node : {"n0", "n1"}) {
+      PlannerInput in;
+      in.layer_bytes = {1, 1};
+      in.devices = {{node, "127.0.0.1", Device{}}};
+      absl::StatusOr<Plan> plan = PlanStages(in);
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      plans.push_back(*plan);
+    }
+    ClusterOptions options;
+    options.model_path = path;
+    options.kv_blocks = 64;
+    options.kv_block_size = 16;
+    options.dead_after_ms = 600000;
+    SchedulerOptions sched;
+    sched.kv_block_size = 16;
+    sched.n_kv_blocks = 64;
+    replicas_ = std::make_unique<Replicas>(plans, options, tokenizer_.get(), sched, SpeculationOptions{});
+    replacement_.DieAtStep(die_at_step);  // Replica 1's worker.
+    FakeWorker* workers[] = {&worker_, &replacement_};
+    std::unique_ptr<grpc::Server>* servers[] = {&server_, &replacement_server_};
+    for (int r = 0; r < 2; ++r) {
+      const std::string address = Serve(*workers[r], *servers[r]);
+      v1::RegisterRequest reg;
+      reg.set_address(address);
+      reg.set_node(r == 0 ? "n0" : "n1");
+      reg.set_device("cpu");
+      ASSERT_TRUE(replicas_->cluster(r).Register(reg).ok());
+    }
+    ASSERT_TRUE(replicas_->BringUp(std::chrono::seconds(20)).ok());
+    replicas_->Start();
+  }
+
+  void TearDown() override {
+    if (replicas_ != nullptr) replicas_->Stop();
+    EngineTest::TearDown();
+  }
+
+  std::shared_ptr<RequestChannel> SubmitTo(int64_t prompt_len, int32_t max_tokens, const std::string& id) {
+    EngineRequest r;
+    r.request_id = id;
+    for (int64_t i = 0; i < prompt_len; ++i) r.prompt.push_back(static_cast<int32_t>(3 + i % 200));
+    r.sampling.temperature = 0;
+    r.max_tokens = max_tokens;
+    r.stops.ignore_eos = true;
+    r.speculate = false;
+    return replicas_->Submit(std::move(r));
+  }
+
+  std::unique_ptr<Replicas> replicas_;
+};
+
+TEST_F(ReplicasTest, RequestsSpreadAndADeadReplicasMoveToTheOther) {
+  StartReplicas(/*die_at_step=*/15);
+  if (replicas_ == nullptr) return;
+  std::vector<std::shared_ptr<RequestChannel>> channels;
+  for (int i = 0; i < 6; ++i) channels.push_back(SubmitTo(10 + i, 50, "dp" + std::to_string(i)));
+  for (int i = 0; i < 6; ++i) {
+    const Output out = Drain(*channels[i]);
+    EXPECT_TRUE(out.status.ok()) << out.status;
+    EXPECT_EQ(out.ids, Expected(10 + i, 50)) << "request " << i;
+  }
+  EXPECT_EQ(replacement_.steps(), 15) << "replica 1's worker should have died at its 15th step";
+  EXPECT_GT(worker_.steps(), 0);
+  EXPECT_EQ(worker_.violations(), 0);
+  EXPECT_EQ(replacement_.violations(), 0);
+  v1::ClusterStatus status;
+  replicas_->FillStatus(&status);
+  EXPECT_EQ(status.replicas_serving(), 1);  // Replica 1 waits for a new worker.
 }
 
 }  // namespace
