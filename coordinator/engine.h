@@ -35,7 +35,7 @@
 #include "absl/synchronization/mutex.h"
 #include "cascade/v1/inference.pb.h"
 #include "coordinator/cluster.h"
-#include "coordinator/request_validation.h"
+#include "coordinator/engine_request.h"
 #include "coordinator/scheduler.h"
 #include "coordinator/serving_metrics.h"
 #include "coordinator/speculation.h"

@@ -2,6 +2,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "coordinator/request_validation.h"
 #include "core/status.h"
 #include "core/str_cat.h"
 #include "proto/grpc_status.h"

@@ -13,22 +13,10 @@
 
 #include "absl/status/statusor.h"
 #include "cascade/v1/inference.pb.h"
-#include "sampling/sampler.h"
-#include "text/output_filter.h"
+#include "coordinator/engine_request.h"
 #include "text/tokenizer.h"
 
 namespace cascade::coordinator {
-
-// A validated request, already tokenized.
-struct EngineRequest {
-  std::string request_id;
-  std::vector<int32_t> prompt;
-  sampling::SamplingParams sampling;
-  int32_t max_tokens = 256;
-  text::StopConditions stops;  // EOS handling, stop strings and stop ids.
-  bool speculate = true;       // Off: plain decoding for this request.
-  int32_t num_tokens = 0;      // Most drafts per step; 0: the cluster's draft.num_tokens.
-};
 
 // The token ids of `prompt`: its text encoded (BOS/EOS as the tokenizer adds them when
 // `add_special`), its ids as given, or its chat rendered with the named chat template (or
