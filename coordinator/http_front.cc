@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "coordinator/metrics_page.h"
 #include "coordinator/openai_api.h"
 #include "core/logging.h"
 #include "core/str_cat.h"
@@ -266,7 +267,7 @@ void HttpFront::Health(httplib::Response& res) const {
 void HttpFront::Metrics(httplib::Response& res) const {
   v1::ClusterStatus st;
   replicas_->FillStatus(&st);
-  res.set_content(metrics_->Render(replicas_->Stats(), st), "text/plain; version=0.0.4; charset=utf-8");
+  res.set_content(RenderMetricsPage(*metrics_, replicas_->Stats(), st), "text/plain; version=0.0.4; charset=utf-8");
 }
 
 }  // namespace cascade::coordinator

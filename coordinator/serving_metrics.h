@@ -1,7 +1,8 @@
-// What the coordinator measures while it serves, and its Prometheus exposition
-// (`GET /metrics` on the HTTP front). Latencies are histograms observed as requests run
-// (the engine, the API handlers, the step streams); counts and gauges the engine and the
-// scheduler already keep are read at scrape time, so nothing is counted twice.
+// What the coordinator measures while it serves: latencies as histograms observed as
+// requests run (the engine, the API handlers, the step streams), and counts of requests by
+// outcome and of HTTP answers. The page that shows them is coordinator/metrics_page.h; it
+// reads the counts the engine and the scheduler already keep at scrape time, so nothing is
+// counted twice.
 //
 // Thread-safe: every member may be touched from any thread.
 #pragma once
@@ -20,8 +21,6 @@
 #include "core/prometheus.h"
 
 namespace cascade::coordinator {
-
-struct EngineStats;
 
 // How a request ended, as a client sees it.
 enum class RequestOutcome { kStop, kLength, kCancelled, kInvalid, kRefused, kError, kCount };
@@ -50,16 +49,18 @@ class ServingMetrics {
   void ObserveStep(int replica, int stage, int tp_rank, const StepTimes& times);
   void CountHttp(std::string_view path, int status);
 
-  // The whole exposition: the histograms and counters above, then gauges and counters from
-  // the engine's stats and the cluster's status.
-  std::string Render(const EngineStats& engine, const v1::ClusterStatus& cluster) const;
+  // The counts and the step histograms as they stand, copied under the lock.
+  struct Counts {
+    std::map<std::pair<std::string, RequestOutcome>, int64_t> requests;  // (api, outcome).
+    std::map<std::pair<std::string, int>, int64_t> http;                 // (path, code).
+    struct Steps {
+      Histogram::Snapshot forward, handoff, round_trip;
+    };
+    std::map<std::tuple<int, int, int>, Steps> steps;  // (replica, stage, tp_rank).
+  };
+  Counts Snapshot() const;
 
  private:
-  // Render's parts that read this object: the counts and stage histograms (under mu_), and
-  // the request latencies.
-  void RenderCounts(PrometheusText& out) const;
-  void RenderLatencies(PrometheusText& out) const;
-
   mutable absl::Mutex mu_;
   // (api, outcome) -> requests.
   std::map<std::pair<std::string, RequestOutcome>, int64_t> requests_ ABSL_GUARDED_BY(mu_);
