@@ -16,8 +16,13 @@ set(CASCADE_ARROWS_cascade_wire cascade_core cascade_sampling cascade_proto)
 set(CASCADE_ARROWS_cascade_security cascade_core)
 set(CASCADE_ARROWS_cascade_worker cascade_core cascade_model cascade_comm cascade_sampling cascade_proto
     cascade_wire cascade_security)
-set(CASCADE_ARROWS_cascade_coordinator cascade_core cascade_text cascade_format cascade_sampling cascade_proto
-    cascade_wire cascade_security)
+# The coordinator's rooms, one way down: root (bring-up) -> front -> serving -> control -> base.
+set(CASCADE_ARROWS_cascade_coordinator_base cascade_core)
+set(CASCADE_ARROWS_cascade_coordinator_control cascade_coordinator_base cascade_core cascade_proto cascade_wire
+    cascade_security)
+set(CASCADE_ARROWS_cascade_coordinator_serving cascade_coordinator_control cascade_text cascade_sampling cascade_wire)
+set(CASCADE_ARROWS_cascade_coordinator_front cascade_coordinator_serving cascade_format cascade_text)
+set(CASCADE_ARROWS_cascade_coordinator cascade_coordinator_front cascade_format cascade_security)
 set(CASCADE_ARROWS_cascade_client cascade_core cascade_proto cascade_security)
 
 # Every library `target` links, directly or through others (names as written in
@@ -51,7 +56,8 @@ function(cascade_link_closure target out)
 endfunction()
 
 set(CASCADE_LIBRARIES cascade_core cascade_kernels cascade_comm cascade_text cascade_sampling cascade_format
-    cascade_model cascade_proto cascade_wire cascade_security cascade_worker cascade_coordinator cascade_client)
+    cascade_model cascade_proto cascade_wire cascade_security cascade_worker cascade_coordinator_base
+    cascade_coordinator_control cascade_coordinator_serving cascade_coordinator_front cascade_coordinator cascade_client)
 
 function(cascade_check_arrows)
   set(errors "")

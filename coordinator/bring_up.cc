@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "coordinator/kv_budget.h"
+#include "coordinator/control/kv_budget.h"
 #include "core/status.h"
 #include "core/str_cat.h"
 #include "model/format/tokenizer_files.h"
@@ -79,7 +79,7 @@ absl::StatusOr<std::vector<int64_t>> StageKvHeads(const ClusterConfig& config, c
 
 // The KV pool: the same block count on every stage, as many as the tightest worker holds:
 // scheduler.kv_cache_mb on CPU workers (and GPU workers when given); a GPU worker's free
-// memory after its weights, once it registers (Cluster::BringUp, coordinator/kv_budget.h).
+// memory after its weights, once it registers (Cluster::BringUp, coordinator/control/kv_budget.h).
 absl::Status SizeKvPool(const ClusterConfig& config, const ServedModels& models, const std::vector<int64_t>& kv_heads,
                         ServingPlan& out) {
   const model::ModelConfig& mc = models.target.config;

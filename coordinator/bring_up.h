@@ -13,12 +13,12 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "coordinator/cluster.h"
 #include "coordinator/config.h"
+#include "coordinator/control/cluster.h"
 #include "coordinator/launcher.h"
 #include "coordinator/planner.h"
-#include "coordinator/scheduler.h"
-#include "coordinator/speculation.h"
+#include "coordinator/serving/scheduler.h"
+#include "coordinator/serving/speculation.h"
 #include "model/format/model_files.h"
 #include "model/format/model_size.h"
 #include "text/tokenizer.h"
@@ -67,7 +67,7 @@ int64_t MaxContext(const model::ModelConfig& config, int64_t n_blocks, int64_t b
 void PrintExternalWorkers(const ClusterConfig& config, const ServingPlan& plan, std::FILE* out);
 
 // What every launched worker is given besides its place: arguments and "KEY=VALUE"
-// environment entries (the cluster's trust, coordinator/cluster_trust.h).
+// environment entries (the cluster's trust, coordinator/control/cluster_trust.h).
 struct WorkerExtras {
   std::vector<std::string> args;
   std::vector<std::string> env;

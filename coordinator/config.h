@@ -49,7 +49,7 @@ struct ParallelSection {
   int data = 1;
   // `parallel.route_by_prefix`: with replicas and prefix caching, send a request to the
   // replica that was sent its leading prompt blocks while it is not much busier
-  // (coordinator/replicas.h). Default false: by load alone (docs/PERFORMANCE.md measured
+  // (coordinator/serving/replicas.h). Default false: by load alone (docs/PERFORMANCE.md measured
   // no gain at two replicas here).
   bool route_by_prefix = false;
 };
@@ -122,7 +122,7 @@ struct ServerSection {
   // `server.tls_cert_file` / `server.tls_key_file`: a PEM certificate (chain) and its
   // private key; both or neither. When set, the public gRPC API (`listen`) and the HTTP
   // front (`http_listen`) serve TLS with them; the files are read and checked at start-up
-  // (coordinator/public_tls.h). Relative to the config file. Empty (the default): plaintext.
+  // (coordinator/front/public_tls.h). Relative to the config file. Empty (the default): plaintext.
   std::string tls_cert_file;
   std::string tls_key_file;
 };
@@ -141,7 +141,7 @@ struct SchedulerSection {
   // `scheduler.kv_cache_mb`: KV cache budget per worker in MiB (2^20 bytes), over the
   // layers that worker holds; the number of blocks follows from it and the model's
   // shape. Default 512 on CPU workers; on cuda:N workers it only caps the pool when given
-  // (coordinator/kv_budget.h). REQUIRES >= 1.
+  // (coordinator/control/kv_budget.h). REQUIRES >= 1.
   int64_t kv_cache_mb = 512;
   bool kv_cache_mb_given = false;
   // `scheduler.gpu_memory_fraction`: share of a GPU's free memory (as its worker reported
@@ -152,7 +152,7 @@ struct SchedulerSection {
   // needs head_dim a multiple of 32). Default f16. The budget above counts its real bytes.
   DType kv_cache_dtype = DType::kF16;
   // `scheduler.prefix_caching`: reuse the KV of full blocks across requests that share a
-  // prefix (automatic prefix caching, coordinator/scheduler.h). Default true.
+  // prefix (automatic prefix caching, coordinator/serving/scheduler.h). Default true.
   bool prefix_caching = true;
   // `scheduler.device_sampling`: a cuda:N worker whose LM head needs no TP gather samples
   // on the GPU (model/step_sampler.h: only ids and asked-for logprobs leave it); false
@@ -233,7 +233,7 @@ struct DraftSection {
   bool adaptive = true;
   // `draft.max_batch`: a hard cap; speculation is off while more sequences than this
   // decode at once. Default 0: no cap, the measured step cost switches it off when a
-  // draft no longer pays (coordinator/speculation.h). REQUIRES >= 0.
+  // draft no longer pays (coordinator/serving/speculation.h). REQUIRES >= 0.
   int max_batch = 0;
 };
 

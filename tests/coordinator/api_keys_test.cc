@@ -1,7 +1,7 @@
-// Tests for ApiKeys (coordinator/api_keys.h): keys load from a file with comments and
+// Tests for ApiKeys (coordinator/front/api_keys.h): keys load from a file with comments and
 // blank lines, bad files are refused naming the key, only "Bearer <a configured key>" is
 // allowed, and no message repeats what the caller sent.
-#include "coordinator/api_keys.h"
+#include "coordinator/front/api_keys.h"
 
 #include <fstream>
 

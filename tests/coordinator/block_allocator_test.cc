@@ -1,4 +1,4 @@
-// Tests for BlockAllocator (coordinator/block_allocator.cc): allocation, exhaustion that
+// Tests for BlockAllocator (coordinator/serving/block_allocator.cc): allocation, exhaustion that
 // allocates nothing, reuse, block arithmetic, the death of double/foreign frees, and the
 // reference counts and cached-free blocks of prefix caching (sharing, revival, LRU
 // eviction after the plain free blocks).
@@ -8,7 +8,7 @@
 #include <set>
 #include <vector>
 
-#include "coordinator/block_allocator.h"
+#include "coordinator/serving/block_allocator.h"
 #include "tests/test_support.h"
 
 namespace cascade::coordinator {

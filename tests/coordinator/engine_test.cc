@@ -4,7 +4,7 @@
 // scheduling itself: every sequence's positions follow on without a gap or a repeat
 // (checked by the worker on every step), batches of several requests, preemption by a
 // small KV pool and recomputation, cancellation, and the blocks coming back.
-#include "coordinator/engine.h"
+#include "coordinator/serving/engine.h"
 
 #include <gtest/gtest.h>
 
@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "coordinator/planner.h"
-#include "coordinator/replicas.h"
+#include "coordinator/serving/replicas.h"
 #include "grpcpp/server_builder.h"
 #include "model/format/tokenizer_files.h"
 #include "tests/test_support.h"

@@ -3,7 +3,7 @@
 // whole (starting, or a worker dead) is NOT_SERVING. The SERVING side with real workers,
 // and a worker killed and restarted, is tests/integration/cluster_test.py's
 // `reflection_and_health`. To add a case, add a TEST below.
-#include "coordinator/health_watch.h"
+#include "coordinator/front/health_watch.h"
 
 #include <chrono>
 #include <string>

@@ -1,5 +1,5 @@
-// KV pool sizing on GPU workers (coordinator/kv_budget.h), with the arithmetic written out.
-#include "coordinator/kv_budget.h"
+// KV pool sizing on GPU workers (coordinator/control/kv_budget.h), with the arithmetic written out.
+#include "coordinator/control/kv_budget.h"
 
 #include "tests/test_support.h"
 

@@ -1,5 +1,5 @@
 // Prompt-lookup drafting on hand-made sequences with the expected drafts written out.
-#include "coordinator/ngram_drafter.h"
+#include "coordinator/serving/ngram_drafter.h"
 
 #include "tests/test_support.h"
 

@@ -1,8 +1,8 @@
-// Tests for the OpenAI translation layer (coordinator/openai_api.h): request bodies map to
+// Tests for the OpenAI translation layer (coordinator/front/openai_api.h): request bodies map to
 // GenerateRequest with OpenAI's defaults, every unsupported or bad field is refused naming
 // it, statuses map to OpenAI's error shape and HTTP codes, and responses have OpenAI's
 // shapes (whole and streamed). The SDK-level behaviour is tests/integration/http_test.py.
-#include "coordinator/openai_api.h"
+#include "coordinator/front/openai_api.h"
 
 #include <limits>
 

@@ -1,4 +1,4 @@
-#include "coordinator/prefix_affinity.h"
+#include "coordinator/serving/prefix_affinity.h"
 
 #include <numeric>
 #include <vector>

@@ -1,4 +1,4 @@
-// Tests for PrefixCache (coordinator/prefix_cache.cc): matches over full blocks only, chain
+// Tests for PrefixCache (coordinator/serving/prefix_cache.cc): matches over full blocks only, chain
 // semantics (a block's content after another prefix is no hit), the first identical
 // registration kept, exactness under forced hash collisions, stale parents, and the
 // cached-free LRU (order, unpark, eviction unregisters, clear).
@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "coordinator/prefix_cache.h"
+#include "coordinator/serving/prefix_cache.h"
 #include "tests/test_support.h"
 
 namespace cascade::coordinator {

@@ -1,4 +1,4 @@
-// Tests for LoadPublicTls / PublicServerCredentials (coordinator/public_tls.h): a
+// Tests for LoadPublicTls / PublicServerCredentials (coordinator/front/public_tls.h): a
 // certificate and its key load; a key that is not the certificate's, a missing file, a
 // file that is no PEM and an encrypted key (which must fail, never prompt) are refused
 // naming the config key and the file. The PEMs come from the `openssl` command-line tool
@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "coordinator/public_tls.h"
+#include "coordinator/front/public_tls.h"
 #include "tests/test_support.h"
 
 namespace cascade::coordinator {

@@ -1,9 +1,9 @@
-// Tests for the validation of public GenerateRequests (coordinator/request_validation.h),
+// Tests for the validation of public GenerateRequests (coordinator/front/request_validation.h),
 // what `InferenceService::Prepare` runs for the gRPC and HTTP fronts: prompt kinds, the
 // defaults unset fields keep, every refusal naming its field, and the context limit.
 // To add a case: build a `v1::GenerateRequest`, validate it with `Validate`, and assert on
 // the `EngineRequest` or on the status (code and field).
-#include "coordinator/request_validation.h"
+#include "coordinator/front/request_validation.h"
 
 #include <memory>
 

@@ -1,4 +1,4 @@
-// Tests for Scheduler (coordinator/scheduler.cc): prefill/decode batches, the token
+// Tests for Scheduler (coordinator/serving/scheduler.cc): prefill/decode batches, the token
 // budget and max_num_seqs edges, chunked prefill, admission by free blocks (FCFS),
 // preemption by recompute (victim choice, self-eviction, resumption with the same
 // tokens), in-flight exclusion with up to 3 outstanding batches, cancellation in every
@@ -16,7 +16,7 @@
 #include <random>
 #include <vector>
 
-#include "coordinator/scheduler.h"
+#include "coordinator/serving/scheduler.h"
 #include "tests/test_support.h"
 
 namespace cascade::coordinator {

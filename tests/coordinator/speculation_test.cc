@@ -1,7 +1,7 @@
-// The choice of k (coordinator/speculation.h): the step cost fit against synthetic step
+// The choice of k (coordinator/serving/speculation.h): the step cost fit against synthetic step
 // times, the expected-tokens-per-cost optimum against values worked by hand, and the
 // per-sequence state that feeds them.
-#include "coordinator/speculation.h"
+#include "coordinator/serving/speculation.h"
 
 #include <gtest/gtest.h>
 

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "cascade/v1/inference.pb.h"
-#include "coordinator/request_validation.h"
+#include "coordinator/front/request_validation.h"
 #include "google/protobuf/stubs/logging.h"
 #include "text/output_filter.h"
 #include "text/tokenizer.h"

@@ -13,8 +13,8 @@
 #include <string_view>
 #include <vector>
 
-#include "coordinator/openai_api.h"
-#include "coordinator/request_validation.h"
+#include "coordinator/front/openai_api.h"
+#include "coordinator/front/request_validation.h"
 #include "text/tokenizer.h"
 
 namespace {

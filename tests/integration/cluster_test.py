@@ -1128,7 +1128,7 @@ def test_prefix_cache_parity():
     n-gram and self drafters), on stories260K (F32) and the default SmolLM2 (Q4_1); hits
     happen when on (status and each response's cached_tokens) and never when off.
 
-    Only blocks a prefill computed are reused (coordinator/scheduler.cc
+    Only blocks a prefill computed are reused (coordinator/serving/scheduler.cc
     RegisterCachedBlocks): on the quantized path a decode step's KV differs from a
     prefill's in the last bits, so a next turn recomputes the previous answer, and a reused
     block is then bit-identical to a recomputed one."""

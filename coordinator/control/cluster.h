@@ -1,0 +1,199 @@
+// The coordinator's view of its workers: which worker holds which stage of the plan,
+// their health, and the step streams that drive them. Bring-up waits for every stage's
+// worker to register, loads all shards in parallel (their data plane connects through
+// the rendezvous while they load), then opens one Step stream per worker. Steps go to
+// every stage in the same order; the last stage's results come back in that order.
+//
+// Thread-safety: Register/Heartbeat/Status are called from gRPC threads; SendStep and
+// NextResult from the one engine-loop thread. The slots, results, stream state, startup
+// error and KV size are guarded by `mu_` (ABSL_GUARDED_BY, checked by clang's
+// -Wthread-safety); `plan_` and `options_` are const; `generation_` is touched only by
+// BringUp (before the engine loop starts) and Recover (on the engine-loop thread). Helpers
+// marked ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) run under it.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "cascade/v1/cluster.grpc.pb.h"
+#include "cascade/v1/inference.pb.h"
+#include "coordinator/control/serving_metrics.h"
+#include "coordinator/planner.h"
+#include "security/grpc_tls.h"
+
+namespace cascade::coordinator {
+
+struct ClusterOptions {
+  std::string model_path;         // As the workers should open it.
+  std::string group = "cascade";  // Rendezvous key prefix of this run (and replica).
+  int replica = 0;                // Its data-parallel replica (parallel.data).
+  int64_t kv_blocks = 0;          // KV blocks per stage (an upper bound with size_kv_from_gpus).
+  // At bring-up, lower kv_blocks to what every registered cuda:N worker holds after its
+  // weights (coordinator/control/kv_budget.h): gpu_memory_fraction of the free memory it reported,
+  // KV blocks of stage_block_bytes[pp_stage] (draft_block_bytes for the drafter) bytes.
+  bool size_kv_from_gpus = false;
+  double gpu_memory_fraction = 0.9;
+  std::vector<int64_t> stage_block_bytes;
+  int64_t draft_block_bytes = 0;
+  int64_t draft_weight_bytes = 0;  // The drafter's weights (its layers, embedding and head).
+  int64_t kv_block_size = 16;
+  DType kv_cache_dtype = DType::kF16;  // scheduler.kv_cache_dtype
+  int64_t max_batched_tokens = 2048;
+  // Stage hand-off over NCCL (transport.activations: nccl; all devices cuda) rather than UCX.
+  bool pp_nccl = false;
+  v1::PpHandoff pp_handoff = v1::PP_HANDOFF_SPLIT;  // transport.pp_handoff.
+  bool expert_parallel = false;                     // parallel.expert (MoE layers).
+  bool device_sampling = true;                      // scheduler.device_sampling.
+  bool cuda_graphs = false;                         // scheduler.cuda_graphs.
+
+  // The coordinator's cluster certificate for its calls to workers (mutual TLS); null:
+  // plaintext (security.insecure).
+  std::shared_ptr<const security::TlsIdentity> tls;
+
+  int64_t heartbeat_ms = 500;    // Interval workers are told to use.
+  int64_t dead_after_ms = 3000;  // No heartbeat for this long = dead.
+  // The drafter worker (speculative decoding with a self or model drafter), when set: one
+  // more worker, registered with `draft`, that loads layers [0, draft_layers) of
+  // draft_model_path plus its head into its own KV cache of kv_blocks blocks.
+  bool draft = false;
+  std::string draft_model_path;
+  int64_t draft_layers = 0;
+  std::string draft_node;
+  Device draft_device;
+};
+
+enum class WorkerState { kWaiting, kRegistered, kLoading, kReady, kDead };
+std::string_view WorkerStateName(WorkerState s);
+v1::WorkerState WorkerStateProto(WorkerState s);
+
+class Cluster {
+ public:
+  Cluster(Plan plan, ClusterOptions options);
+  ~Cluster();  // Close().
+  // A shutdown: ends the step streams (cancelled, their readers joined) before the workers
+  // are stopped, so that workers going away from now on are expected, not reported dead.
+  // Idempotent.
+  void Close();
+  Cluster(const Cluster&) = delete;
+  Cluster& operator=(const Cluster&) = delete;
+
+  // A worker registers: it gets the first waiting stage on its node and device.
+  // FailedPrecondition when no such stage is waiting (the message says which exist).
+  absl::StatusOr<v1::RegisterResponse> Register(const v1::RegisterRequest& request);
+  // False when the rank is unknown or dead, or now held by another registration than
+  // `worker_id` (the worker was declared dead and replaced): the worker should exit.
+  bool Heartbeat(int rank, int64_t worker_id);
+
+  // Waits up to `timeout` for every stage to register, then loads them and opens the
+  // step streams. Unavailable / DeadlineExceeded naming the stage that failed.
+  absl::Status BringUp(std::chrono::milliseconds timeout);
+  // KV blocks per stage: options.kv_blocks, or after BringUp what the GPUs hold.
+  int64_t kv_blocks() const;
+  // Ends a BringUp in progress (or the next one) with FailedPrecondition(`why`): a worker
+  // that can never register (it refused its device or arguments).
+  void AbortStartup(const std::string& why);
+
+  // True when a stage died and every stage now has a live, registered worker again (a
+  // restarted worker registered): `Recover` can rebuild the pipeline.
+  bool CanRecover() const;
+  // Closes the old step streams, reloads every stage into a fresh data-plane group and
+  // reopens the streams. Engine-loop thread only, with no step in flight.
+  absl::Status Recover();
+
+  // Sends a step to every stage. Unavailable when a stage is dead.
+  absl::Status SendStep(const v1::StepRequest& step);
+  // Sends a step to the drafter worker only. REQUIRES options().draft.
+  absl::Status SendDraft(const v1::StepRequest& step);
+  // The next result of the last stage or of the drafter (`draft` set), waiting up to
+  // `timeout` (DeadlineExceeded); Unavailable naming the worker when one died or failed.
+  absl::StatusOr<v1::StepResult> NextResult(std::chrono::milliseconds timeout);
+
+  // Every stage ready and alive.
+  bool Healthy() const;
+  // MoE: the worst layer's busiest-expert tokens over its mean, over every token routed so
+  // far (0 for a dense model or before any step).
+  double ExpertLoadMaxMean() const;
+  // Marks dead the workers whose heartbeats stopped; returns a description of the dead
+  // ones (empty when none).
+  std::string CheckHeartbeats();
+  void FillStatus(v1::ClusterStatus* status) const;
+  int n_stages() const { return static_cast<int>(plan_.stages.size()); }
+  int tp_size() const { return plan_.stages.empty() ? 1 : static_cast<int>(plan_.stages[0].tp.size()); }
+  // Target workers (the drafter, when there is one, comes after them).
+  int n_workers() const { return n_stages() * tp_size(); }
+  // Whether any worker (or the drafter) is planned on `node`.
+  bool PlansNode(std::string_view node) const;
+  const Plan& plan() const { return plan_; }
+  const ClusterOptions& options() const { return options_; }
+  // Where each worker's step time is observed. REQUIRES: before BringUp.
+  void SetMetrics(ServingMetrics* metrics) { metrics_ = metrics; }
+
+ private:
+  struct Slot {
+    StagePlan stage;
+    int tp_rank = 0;        // This worker's rank in the stage's TP group.
+    bool draft = false;     // The drafter worker (last slot).
+    int rank = 0;           // Global worker rank.
+    int64_t worker_id = 0;  // Its current registration (RegisterResponse.worker_id).
+    std::string node;
+    Device device;
+    bool nccl = false;                         // The registered worker's binary has NCCL.
+    int64_t memory_bytes = 0;                  // What it reported it can use (a GPU's free memory).
+    int64_t kv_bytes = 0;                      // KV cache it allocated (reported when loaded).
+    int64_t expert_begin = 0, expert_end = 0;  // MoE experts it holds (reported when loaded).
+    int64_t expert_bytes = 0;
+    WorkerState state = WorkerState::kWaiting;
+    std::string address;
+    int pid = 0;
+    std::string death;  // Why it is dead.
+    std::chrono::steady_clock::time_point last_seen;
+    std::shared_ptr<grpc::Channel> channel;
+    std::unique_ptr<v1::Worker::Stub> stub;
+    std::unique_ptr<grpc::ClientContext> step_ctx;
+    std::unique_ptr<grpc::ClientReaderWriter<v1::StepRequest, v1::StepResult>> stream;
+    std::thread reader;
+  };
+  absl::Status LoadOne(int stage, const std::string& group);
+  // "nccl" when every worker of the stage's TP group runs on cuda and has NCCL, else "ucx"
+  // (GPU workers then copy through host buffers).
+  v1::Transport TpTransport(int pp_stage) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status LoadAllAndOpenStreams();
+  // Lowers kv_blocks_ to what the registered GPU workers hold (size_kv_from_gpus).
+  absl::Status SizeKvFromGpus() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReadResults(int stage);
+  void MarkDead(int stage, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string DeadDescription() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const Plan plan_;
+  const ClusterOptions options_;
+  mutable absl::Mutex mu_;
+  // The vector's length is fixed by the constructor (one slot per worker); the slots'
+  // contents change under mu_.
+  ServingMetrics* metrics_ = nullptr;  // Thread-safe itself; set before the streams open.
+  std::vector<std::unique_ptr<Slot>> slots_ ABSL_GUARDED_BY(mu_);
+  int64_t last_worker_id_ ABSL_GUARDED_BY(mu_) = 0;
+  std::deque<v1::StepResult> results_ ABSL_GUARDED_BY(mu_);
+  // When SendStep sent each of the last steps, at step_id % size (the round-trip metric).
+  std::array<std::pair<int64_t, std::chrono::steady_clock::time_point>, 64> sent_ ABSL_GUARDED_BY(mu_);
+  // Tokens routed to each expert of each MoE layer since start, by global layer (from the
+  // step results of every stage's TP rank 0).
+  std::map<int64_t, std::vector<int64_t>> expert_tokens_ ABSL_GUARDED_BY(mu_);
+  bool streams_open_ ABSL_GUARDED_BY(mu_) = false;
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;       // Close() was called.
+  std::string startup_error_ ABSL_GUARDED_BY(mu_);  // AbortStartup's reason.
+  int64_t kv_blocks_ ABSL_GUARDED_BY(mu_) = 0;      // options_.kv_blocks, lowered at bring-up.
+  // Data-plane group generation; bumped by Recover. Not guarded: only BringUp and Recover
+  // touch it (through LoadAllAndOpenStreams), and they never run concurrently.
+  int generation_ = 0;
+};
+
+}  // namespace cascade::coordinator

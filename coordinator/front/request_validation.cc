@@ -1,0 +1,85 @@
+#include "coordinator/front/request_validation.h"
+
+#include <algorithm>
+
+#include "core/status.h"
+#include "core/str_cat.h"
+#include "text/chat_template.h"
+
+namespace cascade::coordinator {
+
+absl::StatusOr<std::vector<int32_t>> TokenizePrompt(const v1::Prompt& prompt, const text::Tokenizer& tokenizer,
+                                                    int64_t n_vocab, bool add_special) {
+  switch (prompt.kind_case()) {
+    case v1::Prompt::kText: return tokenizer.Encode(prompt.text(), add_special);
+    case v1::Prompt::kIds: {
+      std::vector<int32_t> ids(prompt.ids().ids().begin(), prompt.ids().ids().end());
+      for (int32_t id : ids) {
+        if (id < 0 || id >= n_vocab) {
+          return absl::InvalidArgumentError(
+              StrCat("prompt.ids: id ", id, " is outside the vocabulary [0, ", n_vocab, ")"));
+        }
+      }
+      return ids;
+    }
+    case v1::Prompt::kChat: {
+      const v1::ChatMessages& chat = prompt.chat();
+      if (chat.messages().empty()) return absl::InvalidArgumentError("prompt.chat: no messages");
+      text::ChatTemplateKind kind;
+      if (!chat.chat_template().empty()) {
+        CASCADE_ASSIGN_OR_RETURN(kind, text::ChatTemplateFromName(chat.chat_template()));
+      } else {
+        CASCADE_ASSIGN_OR_RETURN(kind, text::DetectChatTemplate(tokenizer.chat_template()));
+      }
+      std::vector<text::ChatMessage> msgs;
+      for (const auto& m : chat.messages()) msgs.push_back({m.role(), m.content()});
+      return tokenizer.Encode(text::ApplyChatTemplate(kind, msgs, true), false);
+    }
+    case v1::Prompt::KIND_NOT_SET: break;
+  }
+  return absl::InvalidArgumentError("prompt: give text, ids or chat");
+}
+
+absl::StatusOr<EngineRequest> ValidateGenerateRequest(const v1::GenerateRequest& req, const text::Tokenizer& tokenizer,
+                                                      int64_t n_vocab, int64_t max_context) {
+  EngineRequest r;
+  r.request_id = req.request_id();
+  CASCADE_ASSIGN_OR_RETURN(r.prompt, TokenizePrompt(req.prompt(), tokenizer, n_vocab, /*add_special=*/true));
+  if (r.prompt.empty()) return absl::InvalidArgumentError("prompt: empty (no tokens)");
+  const v1::SamplingParams& s = req.sampling();
+  // Unset fields keep SamplingParams' defaults (r.sampling is default-constructed).
+  if (s.has_temperature()) r.sampling.temperature = s.temperature();
+  if (s.has_top_k()) r.sampling.top_k = s.top_k();
+  if (s.has_top_p()) r.sampling.top_p = s.top_p();
+  if (s.has_min_p()) r.sampling.min_p = s.min_p();
+  if (s.has_repetition_penalty()) r.sampling.repetition_penalty = s.repetition_penalty();
+  r.sampling.presence_penalty = s.presence_penalty();
+  r.sampling.frequency_penalty = s.frequency_penalty();
+  r.sampling.seed = s.seed();
+  r.sampling.n_logprobs = req.logprobs();
+  if (absl::Status st = r.sampling.Validate(); !st.ok()) return Annotate(st, "sampling");
+  if (req.has_max_tokens()) r.max_tokens = req.max_tokens();
+  if (r.max_tokens < 1) return absl::InvalidArgumentError(StrCat("max_tokens = ", r.max_tokens, ": must be >= 1"));
+  const int64_t n = static_cast<int64_t>(r.prompt.size());
+  if (n >= max_context) {
+    return absl::InvalidArgumentError(
+        StrCat("prompt: ", n, " tokens, the context holds ", max_context, " (leave room for at least one new token)"));
+  }
+  r.max_tokens = static_cast<int32_t>(std::min<int64_t>(r.max_tokens, max_context - n));
+  r.stops.ignore_eos = req.ignore_eos();
+  r.stops.stop_strings.assign(req.stop().begin(), req.stop().end());
+  r.stops.stop_ids.assign(req.stop_ids().begin(), req.stop_ids().end());
+  if (req.has_speculative()) {
+    const v1::SpeculativeParams& sp = req.speculative();
+    r.speculate = !sp.has_enabled() || sp.enabled();
+    if (sp.has_num_tokens()) {
+      if (sp.num_tokens() < 1 || sp.num_tokens() > 16) {
+        return absl::InvalidArgumentError(StrCat("speculative.num_tokens = ", sp.num_tokens(), ": must be in [1, 16]"));
+      }
+      r.num_tokens = sp.num_tokens();
+    }
+  }
+  return r;
+}
+
+}  // namespace cascade::coordinator

@@ -1,0 +1,599 @@
+#include "coordinator/serving/engine.h"
+
+#include <algorithm>
+
+#include "absl/time/time.h"
+#include "coordinator/serving/ngram_drafter.h"
+#include "core/clock.h"
+#include "core/logging.h"
+#include "core/status.h"
+#include "core/str_cat.h"
+#include "wire/step_wire.h"
+
+namespace cascade::coordinator {
+namespace {
+
+// The token's logprob and its top alternatives, as the last stage reported them.
+void AddLogprob(const v1::SampledToken& t, v1::TokenLogprob* lp) {
+  lp->set_id(t.token());
+  lp->set_logprob(t.logprob());
+  for (int i = 0; i < t.top_ids_size(); ++i) {
+    auto* top = lp->add_top();
+    top->set_id(t.top_ids(i));
+    top->set_logprob(t.top_logprobs(i));
+  }
+}
+
+}  // namespace
+
+Engine::Engine(Cluster* cluster, const text::Tokenizer* tokenizer, const SchedulerOptions& options,
+               const SpeculationOptions& speculation)
+    : cluster_(cluster), tokenizer_(tokenizer), scheduler_(options), speculation_(speculation) {
+  stats_.scheduler = scheduler_.Stats();
+  stats_.prefix_caching = options.prefix_caching;
+}
+
+Engine::~Engine() { Stop(); }
+
+void Engine::Stop() {
+  stop_ = true;
+  Wake();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Engine::Start() {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void Engine::ResetKvBlocks(int32_t n_blocks) {
+  CASCADE_CHECK(!thread_.joinable()) << "ResetKvBlocks after Start";
+  scheduler_.ResetKvBlocks(n_blocks);
+}
+
+void Engine::Wake() { cv_.SignalAll(); }
+
+std::shared_ptr<RequestChannel> Engine::Submit(EngineRequest request) {
+  auto a = std::make_shared<Active>();
+  a->channel = std::make_shared<RequestChannel>();
+  a->output = std::make_unique<text::OutputFilter>(*tokenizer_, request.stops);
+  a->arrival = std::chrono::steady_clock::now();
+  a->spec = std::make_unique<SpeculativeState>(speculation_, request.speculate, request.num_tokens);
+  a->req = std::move(request);
+  auto channel = a->channel;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stop_) {  // The loop is gone (or going): nothing would ever answer.
+      Push(*channel, {}, true, absl::UnavailableError("the coordinator is shutting down"));
+      return channel;
+    }
+    submitted_.emplace_back(next_seq_id_++, std::move(a));
+  }
+  cv_.SignalAll();
+  return channel;
+}
+
+void Engine::Adopt(std::shared_ptr<Active> a) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stop_) {
+      Push(*a->channel, {}, true, absl::UnavailableError("the coordinator is shutting down"));
+      return;
+    }
+    submitted_.emplace_back(next_seq_id_++, std::move(a));
+  }
+  cv_.SignalAll();
+}
+
+EngineStats Engine::Stats() const {
+  absl::MutexLock lock(&mu_);
+  EngineStats st = stats_;
+  st.n_live += static_cast<int64_t>(submitted_.size());
+  return st;
+}
+
+void Engine::PublishStats() {
+  stats_.scheduler = scheduler_.Stats();
+  stats_.n_live = static_cast<int64_t>(active_.size());
+}
+
+void Engine::Push(RequestChannel& c, v1::GenerateResponse msg, bool done, absl::Status status) {
+  // Releasing c.mu wakes the API thread awaiting output on it.
+  absl::MutexLock lock(&c.mu);
+  c.out.push_back(std::move(msg));
+  if (done) {
+    c.done = true;
+    c.status = std::move(status);
+  }
+}
+
+void Engine::Loop() {
+  auto last_check = std::chrono::steady_clock::now();
+  while (!stop_) {
+    Admit();
+    DropCancelled();
+    if (SecondsSince(last_check) > 0.2) {
+      last_check = std::chrono::steady_clock::now();
+      if (const std::string dead = cluster_->CheckHeartbeats(); !dead.empty()) Suspend(dead);
+      // Requests that arrived (or were adopted) since the death move on too.
+      if (suspended_at_) Evacuate("this replica is rebuilding");
+      CheckRecoveryBudget();
+    }
+    if (in_flight_.empty() && drafting_.empty() && cluster_->CanRecover()) {
+      // A restarted worker registered: rebuild the pipeline, then serve again.
+      // The restarted worker's KV cache is empty: no cached prefix may be matched again.
+      scheduler_.ClearPrefixCache();
+      if (absl::Status st = cluster_->Recover(); !st.ok()) {
+        CASCADE_LOG(Error) << "recovery failed: " << st.ToString();
+      } else {
+        Resume();
+      }
+      continue;
+    }
+    const bool sent = FillPipeline();
+    if (!in_flight_.empty() || !drafting_.empty()) {
+      auto r = cluster_->NextResult(std::chrono::milliseconds(100));
+      if (r.ok() && r->draft()) {
+        OnDraft(*r);
+      } else if (r.ok()) {
+        OnResult(*r);
+      } else if (r.status().code() == absl::StatusCode::kUnavailable) {
+        Suspend(std::string(r.status().message()));
+      }
+      continue;
+    }
+    if (!sent) {
+      // Up to 50 ms, until a submission or stop (Submit and Wake signal cv_).
+      absl::MutexLock lock(&mu_);
+      const absl::Time deadline = absl::Now() + absl::Milliseconds(50);
+      while (submitted_.empty() && !stop_) {
+        if (cv_.WaitWithDeadline(&mu_, deadline)) break;  // Timed out.
+      }
+    }
+  }
+  const absl::Status shutting_down = absl::UnavailableError("the coordinator is shutting down");
+  FailAll(shutting_down);
+  std::vector<std::pair<int64_t, std::shared_ptr<Active>>> never_admitted;
+  {
+    absl::MutexLock lock(&mu_);  // Submit refuses by itself from now on (stop_ is set).
+    never_admitted.swap(submitted_);
+  }
+  for (auto& [id, a] : never_admitted) Push(*a->channel, {}, true, shutting_down);
+}
+
+void Engine::Admit() {
+  std::vector<std::pair<int64_t, std::shared_ptr<Active>>> batch;
+  {
+    absl::MutexLock lock(&mu_);
+    batch.swap(submitted_);
+  }
+  for (auto& [id, a] : batch) {
+    // While a dead worker is being replaced, arrivals wait in the queue (bounded by their
+    // deadline and the queue's cap); once the recovery timeout passed, they are refused.
+    if (recovery_failed_ && !cluster_->Healthy()) {
+      v1::GenerateResponse last;
+      Push(*a->channel, last, true, absl::UnavailableError(StrCat("the cluster is degraded, not serving: ", [&] {
+        v1::ClusterStatus st;
+        cluster_->FillStatus(&st);
+        return st.detail().empty() ? st.state() : st.detail();
+      }())));
+      continue;
+    }
+    SequenceSpec spec;
+    spec.id = id;
+    spec.prompt = a->req.prompt;
+    // An adopted request goes on: what it generated is prefilled with its prompt, and it
+    // may generate the rest.
+    spec.prompt.insert(spec.prompt.end(), a->generated.begin(), a->generated.end());
+    spec.max_tokens = a->req.max_tokens - static_cast<int32_t>(a->generated.size());
+    spec.user_tag = static_cast<uint64_t>(id);
+    if (absl::Status s = scheduler_.Add(spec); !s.ok()) {
+      Push(*a->channel, {}, true, s);
+      continue;
+    }
+    active_[id] = a;
+  }
+  absl::MutexLock lock(&mu_);
+  PublishStats();
+}
+
+void Engine::DropCancelled() {
+  bool dropped = false;
+  for (auto it = active_.begin(); it != active_.end();) {
+    if (it->second->channel->cancelled) {
+      (void)scheduler_.Cancel(it->first);
+      release_.push_back(it->first);
+      Push(*it->second->channel, {}, true, absl::CancelledError("the client cancelled the request"));
+      active_.erase(it++);
+      dropped = true;
+    } else {
+      ++it;
+    }
+  }
+  if (dropped) {
+    absl::MutexLock lock(&mu_);
+    PublishStats();
+  }
+}
+
+void Engine::SetDraftTokens() {
+  if (!speculation_.enabled()) return;
+  const int n_decoding = static_cast<int>(active_.size());
+  for (const auto& [id, a] : active_) {
+    scheduler_.SetDraftTokens(id, a->spec->DraftTokens(n_decoding, step_cost_.RowCost(n_decoding)));
+  }
+}
+
+v1::StepRequest Engine::BuildStep(const Batch& batch, bool* needs_drafter) {
+  *needs_drafter = false;
+  v1::StepRequest step;
+  step.set_step_id(batch.id);
+  for (int64_t id : release_) step.add_release(id);
+  release_.clear();
+  for (const BatchEntry& e : batch.entries) {
+    Active& a = *active_.at(e.seq_id);
+    if (!a.scheduled) {
+      a.scheduled = true;
+      if (metrics_ != nullptr) metrics_->queue_time.Observe(SecondsSince(a.arrival));
+    }
+    v1::StepSequence* s = step.add_seqs();
+    s->set_seq_id(e.seq_id);
+    s->mutable_tokens()->Add(e.tokens.begin(), e.tokens.end());
+    s->set_n_past(e.n_past);
+    s->mutable_block_table()->Add(e.block_table.begin(), e.block_table.end());
+    s->set_sample(e.wants_logits);
+    if (e.first_chunk) {
+      // New, or recomputed after a preemption (n_past > 0 after a prefix-cache hit): the
+      // last stage starts its sampler and penalty history afresh from everything the
+      // sequence holds.
+      s->set_reset(true);
+      *s->mutable_sampling() = wire::ToStepSampling(a.req.sampling);
+      s->mutable_history()->Add(a.req.prompt.begin(), a.req.prompt.end());
+      s->mutable_history()->Add(a.generated.begin(), a.generated.end());
+      // Its blocks were given back (or are new, or shared): the drafter starts over from
+      // position 0. The drafter keeps its own KV under the same block ids, and whether a
+      // shared prefix block holds this prefix in the drafter's cache is unknown (its
+      // first owner may never have drafted), so the drafter rewrites the shared blocks
+      // of its cache with the same tokens: the same values up to rounding, and harmless
+      // even if they differ, since the target verifies every draft. The target's shared
+      // blocks are never written (it writes positions >= n_past only).
+      a.spec->draft_cached = 0;
+    }
+    if (e.draft_slots == 0) continue;
+    if (speculation_.has_worker()) {
+      *needs_drafter = true;
+      continue;
+    }
+    // Prompt lookup over everything the sequence holds.
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<int32_t> history = a.req.prompt;
+    history.insert(history.end(), a.generated.begin(), a.generated.end());
+    const std::vector<int32_t> drafts =
+        ProposeNgramDraft(history, {.max_n = speculation_.ngram_n, .min_n = 1, .n_draft = e.draft_slots});
+    s->mutable_tokens()->Add(drafts.begin(), drafts.end());
+    s->set_n_draft(static_cast<int32_t>(drafts.size()));
+    a.spec->OnDrafted(SecondsSince(t0));
+  }
+  return step;
+}
+
+v1::StepRequest Engine::BuildDraftStep(const Batch& batch, const v1::StepRequest& step) {
+  // For each sequence with draft slots: feed the drafter what its cache lacks, through
+  // the token the target is about to get, then propose `slots` tokens.
+  v1::StepRequest draft;
+  draft.set_step_id(step.step_id());
+  draft.mutable_release()->CopyFrom(step.release());
+  for (const BatchEntry& e : batch.entries) {
+    if (e.draft_slots == 0) continue;
+    Active& a = *active_.at(e.seq_id);
+    const int64_t last = e.n_past;  // Position of the token fed to the target.
+    const int64_t n_prompt = static_cast<int64_t>(a.req.prompt.size());
+    v1::StepSequence* d = draft.add_seqs();
+    d->set_seq_id(e.seq_id);
+    for (int64_t p = a.spec->draft_cached; p <= last; ++p) {
+      d->add_tokens(p < n_prompt ? a.req.prompt[p] : a.generated[p - n_prompt]);
+    }
+    d->set_n_past(a.spec->draft_cached);
+    d->mutable_block_table()->Add(e.block_table.begin(), e.block_table.end());
+    d->set_propose(e.draft_slots);
+    a.spec->draft_fed = last + e.draft_slots;  // The last draft is proposed, not fed.
+  }
+  return draft;
+}
+
+absl::Status Engine::SendTarget(v1::StepRequest step, Sent sent) {
+  sent.t0 = std::chrono::steady_clock::now();
+  for (const v1::StepSequence& s : step.seqs()) {
+    sent.seqs.push_back(s.seq_id());
+    if (s.n_draft() > 0) sent.drafted[s.seq_id()] = {s.n_draft(), s.n_past()};
+    sent.rows += s.tokens_size();
+    sent.decode_only = sent.decode_only && s.sample() && s.tokens_size() == 1 + s.n_draft();
+  }
+  CASCADE_RETURN_IF_ERROR(cluster_->SendStep(step));
+  in_flight_.push_back(step.step_id());
+  sent_[step.step_id()] = std::move(sent);
+  absl::MutexLock lock(&mu_);
+  ++stats_.steps;
+  return absl::OkStatus();
+}
+
+bool Engine::FillPipeline() {
+  bool sent = false;
+  if (!cluster_->Healthy()) return sent;  // Requests wait for the cluster to rebuild.
+  // One more batch than stages with a drafter worker: one drafts while the others verify.
+  const int limit = cluster_->n_stages() + (speculation_.has_worker() ? 1 : 0);
+  while (static_cast<int>(in_flight_.size() + drafting_.size()) < limit) {
+    SetDraftTokens();
+    std::optional<Batch> batch = scheduler_.Schedule();
+    if (!batch) break;
+    bool needs_drafter = false;
+    v1::StepRequest step = BuildStep(*batch, &needs_drafter);
+    absl::Status st;
+    if (needs_drafter) {
+      const v1::StepRequest draft = BuildDraftStep(*batch, step);
+      st = cluster_->SendDraft(draft);
+      if (st.ok()) drafting_[batch->id] = {std::move(step), std::chrono::steady_clock::now()};
+    } else {
+      st = SendTarget(std::move(step), {});
+    }
+    if (!st.ok()) {
+      (void)scheduler_.FailBatch(batch->id);
+      Suspend(std::string(st.message()));
+      return sent;
+    }
+    sent = true;
+  }
+  return sent;
+}
+
+void Engine::OnDraft(const v1::StepResult& r) {
+  auto it = drafting_.find(r.step_id());
+  if (it == drafting_.end()) return;  // Given up already (FailAll).
+  Drafting d = std::move(it->second);
+  drafting_.erase(it);
+  if (r.code() != 0) {
+    std::vector<int64_t> seqs;
+    for (const v1::StepSequence& s : d.step.seqs()) seqs.push_back(s.seq_id());
+    FailStep(r.step_id(), seqs, absl::Status(static_cast<absl::StatusCode>(r.code()), r.error()));
+    return;
+  }
+  absl::flat_hash_map<int64_t, std::vector<int32_t>> drafts;
+  for (const v1::SampledToken& t : r.tokens()) drafts[t.seq_id()].push_back(t.token());
+  const double draft_s = SecondsSince(d.t0);
+  size_t proposed = 0;
+  for (const auto& [id, ids] : drafts) proposed = std::max(proposed, ids.size());
+  step_cost_.ObserveDraft(static_cast<int64_t>(proposed), draft_s);
+  for (v1::StepSequence& s : *d.step.mutable_seqs()) {
+    auto found = drafts.find(s.seq_id());
+    if (found == drafts.end()) continue;
+    s.mutable_tokens()->Add(found->second.begin(), found->second.end());
+    s.set_n_draft(static_cast<int32_t>(found->second.size()));
+    if (auto a = active_.find(s.seq_id()); a != active_.end()) a->second->spec->OnDrafted(draft_s);
+  }
+  if (absl::Status st = SendTarget(std::move(d.step), {}); !st.ok()) {
+    (void)scheduler_.FailBatch(r.step_id());
+    Suspend(std::string(st.message()));
+  }
+}
+
+Engine::Sent Engine::TakeSent(int64_t step_id) {
+  auto it = sent_.find(step_id);
+  if (it == sent_.end()) return {};
+  Sent sent = std::move(it->second);
+  sent_.erase(it);
+  return sent;
+}
+
+void Engine::OnResult(const v1::StepResult& r) {
+  if (!in_flight_.empty() && in_flight_.front() == r.step_id()) in_flight_.pop_front();
+  const Sent sent = TakeSent(r.step_id());
+  if (r.code() != 0) {
+    FailStep(r.step_id(), sent.seqs, absl::Status(static_cast<absl::StatusCode>(r.code()), r.error()));
+    return;
+  }
+  TokensBySeq by_seq;
+  for (const v1::SampledToken& t : r.tokens()) by_seq[t.seq_id()].push_back(&t);
+  absl::StatusOr<std::vector<TokenEvent>> events = Complete(r);
+  if (events.ok()) {
+    Account(sent, by_seq);
+    Emit(*events, by_seq);
+  }
+  absl::MutexLock lock(&mu_);
+  PublishStats();
+}
+
+absl::StatusOr<std::vector<TokenEvent>> Engine::Complete(const v1::StepResult& r) {
+  std::vector<SampledToken> sampled;
+  for (const v1::SampledToken& t : r.tokens()) sampled.push_back({t.seq_id(), t.token()});
+  absl::StatusOr<std::vector<TokenEvent>> events = scheduler_.Complete(r.step_id(), sampled);
+  if (!events.ok()) {
+    CASCADE_LOG(Error) << "step " << r.step_id() << " result rejected: " << events.status().ToString();
+    (void)scheduler_.FailBatch(r.step_id());
+  }
+  return events;
+}
+
+void Engine::Account(const Sent& sent, const TokensBySeq& by_seq) {
+  const double verify_s = SecondsSince(sent.t0);
+  // Only a step that finishes with nothing else in flight feeds the fit: with several in
+  // flight, the time from send to result includes waiting behind the others.
+  if (sent.decode_only && sent.rows > 0 && in_flight_.empty()) step_cost_.Observe(sent.rows, verify_s);
+  for (const auto& [id, toks] : by_seq) {
+    auto it = active_.find(id);
+    if (it == active_.end()) continue;
+    SpeculativeState& spec = *it->second->spec;
+    auto v = sent.drafted.find(id);
+    if (v == sent.drafted.end()) {
+      spec.OnPlainStep();
+      continue;
+    }
+    const int32_t emitted = static_cast<int32_t>(toks.size());
+    spec.OnVerified(v->second.n_draft, emitted, verify_s);
+    // The drafter's cache is valid through what it was fed and the target kept.
+    spec.draft_cached = std::min(spec.draft_fed, v->second.n_past + emitted);
+  }
+}
+
+void Engine::Emit(const std::vector<TokenEvent>& events, const TokensBySeq& by_seq) {
+  // One message per sequence and step, carrying all of its new tokens.
+  absl::flat_hash_map<int64_t, v1::GenerateResponse> pending;
+  std::vector<int64_t> order;
+  absl::flat_hash_map<int64_t, int> seen;   // Events of each sequence so far.
+  absl::flat_hash_map<int64_t, int> n_new;  // Events of each sequence in all.
+  for (const TokenEvent& ev : events) ++n_new[ev.seq_id];
+  const auto now = std::chrono::steady_clock::now();
+  for (const TokenEvent& ev : events) {
+    auto it = active_.find(ev.seq_id);
+    if (it == active_.end()) continue;
+    Active& a = *it->second;
+    const int index = seen[ev.seq_id]++;
+    ObserveOutput(a, index, n_new[ev.seq_id], now);
+    a.generated.push_back(ev.token);
+    if (!pending.contains(ev.seq_id)) order.push_back(ev.seq_id);
+    v1::GenerateResponse& msg = pending[ev.seq_id];
+    msg.set_request_id(a.req.request_id);
+    msg.add_token_ids(ev.token);
+    const auto found = by_seq.find(ev.seq_id);
+    if (found != by_seq.end() && index < static_cast<int>(found->second.size()) && a.req.sampling.n_logprobs > 0) {
+      AddLogprob(*found->second[index], msg.add_logprobs());
+    }
+    msg.mutable_text()->append(a.output->Push(ev.token, ev.reached_max_tokens));
+    if (a.output->done()) {
+      Finish(ev.seq_id, a, msg);
+      pending.erase(ev.seq_id);
+      active_.erase(it);
+    }
+  }
+  for (int64_t id : order) {
+    auto it = pending.find(id);
+    if (it != pending.end()) Push(*active_.at(id)->channel, std::move(it->second), false);
+  }
+}
+
+void Engine::ObserveOutput(Active& a, int index, int n_new, std::chrono::steady_clock::time_point now) {
+  if (a.ttft_s < 0) {  // The request's first token.
+    a.ttft_s = std::chrono::duration<double>(now - a.arrival).count();
+    if (metrics_ != nullptr) metrics_->ttft.Observe(a.ttft_s);
+  } else if (metrics_ != nullptr) {
+    // Tokens that arrive together share the time since the previous output.
+    metrics_->itl.Observe(std::chrono::duration<double>(now - a.last_output).count() / n_new);
+  }
+  if (index == n_new - 1) a.last_output = now;
+}
+
+void Engine::Finish(int64_t seq_id, Active& a, v1::GenerateResponse& last) {
+  last.mutable_text()->append(a.output->Flush());
+  last.set_finish_reason(std::string(text::FinishReasonName(a.output->reason())));
+  last.set_finish(a.output->reason() == text::FinishReason::kLength ? v1::FINISH_REASON_LENGTH
+                                                                    : v1::FINISH_REASON_STOP);
+  v1::Usage* u = last.mutable_usage();
+  u->set_prompt_tokens(static_cast<int32_t>(a.req.prompt.size()));
+  u->set_completion_tokens(static_cast<int32_t>(a.generated.size()));
+  if (const std::optional<SequenceInfo> info = scheduler_.Lookup(seq_id)) {
+    u->set_cached_tokens(static_cast<int32_t>(info->n_cached_prompt_tokens));
+  }
+  u->set_ttft_s(a.ttft_s);
+  u->set_total_s(SecondsSince(a.arrival));
+  if (metrics_ != nullptr) {
+    metrics_->e2e.Observe(u->total_s());
+    if (a.generated.size() > 1) metrics_->tpot.Observe((u->total_s() - a.ttft_s) / (a.generated.size() - 1));
+  }
+  const v1::SpeculativeStats spec = a.spec->Stats();
+  if (a.spec->used()) *u->mutable_speculative() = spec;
+  u->set_expert_load_max_mean(cluster_->ExpertLoadMaxMean());
+  (void)scheduler_.Finish(seq_id);
+  release_.push_back(seq_id);
+  Push(*a.channel, std::move(last), true);
+  absl::MutexLock lock(&mu_);
+  ++stats_.finished;
+  stats_.prompt_tokens += static_cast<int64_t>(a.req.prompt.size());
+  stats_.generation_tokens += static_cast<int64_t>(a.generated.size());
+  AccumulateStats(spec, &stats_.speculative);
+  PublishStats();
+}
+
+void Engine::FailStep(int64_t step_id, const std::vector<int64_t>& seqs, const absl::Status& status) {
+  CASCADE_LOG(Warning) << "step " << step_id << " refused by a worker: " << status.ToString();
+  (void)scheduler_.FailBatch(step_id);
+  for (int64_t id : seqs) {
+    auto it = active_.find(id);
+    if (it == active_.end()) continue;
+    (void)scheduler_.Cancel(id);
+    release_.push_back(id);
+    Push(*it->second->channel, {}, true, status);
+    active_.erase(it);
+  }
+  absl::MutexLock lock(&mu_);
+  PublishStats();
+}
+
+void Engine::GiveUpInFlight() {
+  for (int64_t id : in_flight_) (void)scheduler_.FailBatch(id);
+  for (const auto& [id, d] : drafting_) (void)scheduler_.FailBatch(id);
+  in_flight_.clear();
+  drafting_.clear();
+  sent_.clear();
+}
+
+void Engine::Suspend(std::string_view why) {
+  GiveUpInFlight();  // Their positions are re-fed once the cluster is whole.
+  Evacuate(why);
+  scheduler_.RequeueAll();
+  if (!suspended_at_) {
+    suspended_at_ = std::chrono::steady_clock::now();
+    down_reason_ = std::string(why);
+    CASCADE_LOG(Warning) << why << ": " << active_.size() << " request(s) wait for the cluster to rebuild (up to "
+                         << recovery_timeout_.count() << " s), then recompute their KV and go on";
+  }
+  absl::MutexLock lock(&mu_);
+  PublishStats();
+}
+
+void Engine::Evacuate(std::string_view why) {
+  if (!evacuate_ || active_.empty()) return;
+  int moved = 0;
+  const size_t before = active_.size();
+  for (auto it = active_.begin(); it != active_.end();) {
+    if (!evacuate_(it->second)) {
+      ++it;
+      continue;
+    }
+    (void)scheduler_.Cancel(it->first);  // Its blocks here are free; its tokens went with it.
+    release_.push_back(it->first);
+    active_.erase(it++);
+    ++moved;
+  }
+  if (moved > 0) {
+    CASCADE_LOG(Warning) << why << ": " << moved << " of " << before
+                         << " request(s) moved to another replica, to go on there";
+  }
+}
+
+void Engine::Resume() {
+  if (suspended_at_) {
+    CASCADE_LOG(Info) << "resuming " << active_.size() << " request(s) after " << SecondsSince(*suspended_at_)
+                      << " s: their KV is recomputed from the tokens they hold";
+  }
+  suspended_at_.reset();
+  recovery_failed_ = false;
+}
+
+void Engine::CheckRecoveryBudget() {
+  if (!suspended_at_ || recovery_failed_ || cluster_->Healthy()) return;
+  if (SecondsSince(*suspended_at_) < static_cast<double>(recovery_timeout_.count())) return;
+  recovery_failed_ = true;
+  FailAll(absl::UnavailableError(StrCat(down_reason_, "; the cluster did not rebuild within ",
+                                        recovery_timeout_.count(), " s (server.recovery_timeout_s)")));
+}
+
+void Engine::FailAll(const absl::Status& status) {
+  for (auto& [id, a] : active_) {
+    (void)scheduler_.Cancel(id);
+    Push(*a->channel, {}, true, status);
+  }
+  active_.clear();
+  GiveUpInFlight();
+  absl::MutexLock lock(&mu_);
+  PublishStats();
+}
+
+}  // namespace cascade::coordinator

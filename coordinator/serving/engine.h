@@ -1,0 +1,206 @@
+// The coordinator's serving loop: one thread owns the Scheduler (and so the KV block
+// allocator), turns its batches into steps for every stage, keeps up to n_stages steps
+// in flight so the pipeline stages overlap, and turns the last stage's sampled tokens
+// into streamed text: incremental detokenization, stop ids/strings, EOS, max tokens.
+// API threads only enqueue requests and read their channels.
+//
+// Speculative decoding (docs/ARCHITECTURE.md §5, coordinator/serving/speculation.h): before each batch the
+// engine tells the scheduler how many drafts each sequence wants; decode entries that got
+// draft slots are drafted — by prompt lookup here (n-gram), or by the drafter worker
+// (self / model), whose step goes out first while other batches verify on the target —
+// then the target verifies them and the scheduler keeps the accepted prefix.
+//
+// Thread-safety: Submit/Stats/Wake are thread-safe; everything else runs on the loop
+// thread. The submission queue, the sequence-id counter and the stats copy are guarded by
+// `mu_`; the loop-thread state below is touched by the loop thread only (and by
+// ResetKvBlocks before Start). A RequestChannel's output, done flag and status are guarded
+// by its own `mu` (`cancelled` is atomic); the engine never holds both locks at once.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "cascade/v1/inference.pb.h"
+#include "coordinator/control/cluster.h"
+#include "coordinator/control/serving_metrics.h"
+#include "coordinator/serving/engine_request.h"
+#include "coordinator/serving/scheduler.h"
+#include "coordinator/serving/speculation.h"
+#include "sampling/sampler.h"
+#include "text/output_filter.h"
+#include "text/tokenizer.h"
+
+namespace cascade::coordinator {
+
+// Where a request's output goes: the loop pushes messages, the API thread pops them,
+// waiting on `mu` (Mutex::Await) until there is output or the request is done.
+struct RequestChannel {
+  absl::Mutex mu;
+  std::deque<v1::GenerateResponse> out ABSL_GUARDED_BY(mu);
+  bool done ABSL_GUARDED_BY(mu) = false;
+  absl::Status status ABSL_GUARDED_BY(mu);  // Final status once done.
+  std::atomic<bool> cancelled{false};       // Set by the API thread (client gone, deadline).
+};
+
+struct EngineStats {
+  SchedulerStats scheduler;
+  int64_t steps = 0;
+  int64_t finished = 0;
+  int64_t prompt_tokens = 0;         // Over finished requests.
+  int64_t generation_tokens = 0;     // Over finished requests.
+  v1::SpeculativeStats speculative;  // Over finished requests.
+  bool prefix_caching = false;       // SchedulerOptions::prefix_caching.
+  int64_t n_live = 0;                // Requests submitted or adopted and not finished.
+};
+
+class Engine {
+ public:
+  // A request as the engine carries it. Only engines read it; others hand it between the
+  // engines of data-parallel replicas when one's worker dies (OnEvacuate, Adopt).
+  struct Active {
+    EngineRequest req;
+    std::shared_ptr<RequestChannel> channel;
+    std::unique_ptr<text::OutputFilter> output;  // Detokenizer, stops, finish reason.
+    std::vector<int32_t> generated;
+    std::chrono::steady_clock::time_point arrival;
+    std::chrono::steady_clock::time_point last_output;  // When tokens last reached the channel.
+    bool scheduled = false;                             // A step has carried it.
+    double ttft_s = -1;
+    std::unique_ptr<SpeculativeState> spec;
+  };
+  // Borrows `cluster` and `tokenizer`, which must outlive the engine.
+  Engine(Cluster* cluster, const text::Tokenizer* tokenizer, const SchedulerOptions& options,
+         const SpeculationOptions& speculation = {});
+  ~Engine();  // Stop().
+
+  void Start();
+  // Stops the loop: requests not finished end with UNAVAILABLE, and later submissions are
+  // refused at once. Idempotent.
+  void Stop();
+  // Sizes the KV block pool (Scheduler::ResetKvBlocks). REQUIRES: before Start.
+  void ResetKvBlocks(int32_t n_blocks);
+  // How long requests wait for a dead worker's replacement before they fail
+  // (server.recovery_timeout_s). REQUIRES: before Start.
+  void SetRecoveryTimeout(std::chrono::seconds timeout) { recovery_timeout_ = timeout; }
+  // Where latencies are observed (nullptr: nowhere). REQUIRES: before Start.
+  void SetMetrics(ServingMetrics* metrics) { metrics_ = metrics; }
+  // Queues a request; its output arrives on the returned channel.
+  std::shared_ptr<RequestChannel> Submit(EngineRequest request);
+  // Wakes the loop (after a channel was cancelled).
+  void Wake();
+  // Takes over a request another engine gave up (OnEvacuate): it goes on where it was,
+  // its prompt and generated tokens prefilled here, on the same channel, with the same
+  // sampler positions (so the same tokens as if nothing had happened).
+  void Adopt(std::shared_ptr<Active> request);
+  // When a worker of this engine's cluster dies, each request is offered to `fn` first
+  // (another replica's Adopt); those it takes leave this engine, the rest wait here for
+  // the cluster to rebuild. `fn` runs on the loop thread. REQUIRES: before Start.
+  void OnEvacuate(std::function<bool(std::shared_ptr<Active>)> fn) { evacuate_ = std::move(fn); }
+  EngineStats Stats() const;
+
+ private:
+  // A batch sent to the target: what verification needs to account for it.
+  struct Verified {
+    int32_t n_draft = 0;  // Drafts sent.
+    int64_t n_past = 0;   // Positions cached before the step.
+  };
+  struct Sent {
+    std::chrono::steady_clock::time_point t0;
+    int64_t rows = 0;                                // Positions scored by the step.
+    bool decode_only = true;                         // No prompt chunk: its time feeds the step cost model.
+    absl::flat_hash_map<int64_t, Verified> drafted;  // Sequences whose drafts are verified.
+    std::vector<int64_t> seqs;                       // Every sequence in the step.
+  };
+  // A batch waiting for the drafter worker.
+  struct Drafting {
+    v1::StepRequest step;
+    std::chrono::steady_clock::time_point t0;
+  };
+  void Loop();
+  void Admit();
+  void DropCancelled();
+  bool FillPipeline();
+  // The target step of `batch`; entries with draft slots get n-gram drafts here, and
+  // `needs_drafter` is set when the drafter worker must propose them instead.
+  v1::StepRequest BuildStep(const Batch& batch, bool* needs_drafter);
+  // The drafter's step for the entries of `batch` with draft slots (`step` is its target step).
+  v1::StepRequest BuildDraftStep(const Batch& batch, const v1::StepRequest& step);
+  absl::Status SendTarget(v1::StepRequest step, Sent sent);
+  void OnDraft(const v1::StepResult& result);
+  // A target step's result: Complete (the scheduler keeps the tokens), Account (step
+  // cost fit, speculative acceptance), Emit (logprobs, text, stops, finished requests).
+  using TokensBySeq = std::unordered_map<int64_t, std::vector<const v1::SampledToken*>>;
+  void OnResult(const v1::StepResult& result);
+  absl::StatusOr<std::vector<TokenEvent>> Complete(const v1::StepResult& result);
+  void Account(const Sent& sent, const TokensBySeq& by_seq);
+  void Emit(const std::vector<TokenEvent>& events, const TokensBySeq& by_seq);
+  void SetDraftTokens();
+  Sent TakeSent(int64_t step_id);
+  // A worker refused step `step_id` (a malformed step): its sequences end with `status`,
+  // the others go on.
+  void FailStep(int64_t step_id, const std::vector<int64_t>& seqs, const absl::Status& status);
+  void FailAll(const absl::Status& status);
+  // Batches in flight will never complete (a worker died): gives them up, without progress.
+  void GiveUpInFlight();
+  // A worker died (`why`): batches in flight are given up and every request goes back to
+  // the queue, keeping its tokens, to recompute its KV once the cluster has rebuilt.
+  void Suspend(std::string_view why);
+  // Offers every request to `evacuate_` (another replica); those taken leave this engine.
+  void Evacuate(std::string_view why);
+  // Copies the scheduler's stats and the live request count into stats_ (what Stats and
+  // the router read), after either changed. Loop thread.
+  void PublishStats() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The cluster rebuilt: the queued requests are scheduled again.
+  void Resume();
+  // Fails every request once the cluster stayed down past the recovery timeout.
+  void CheckRecoveryBudget();
+  // Ends a finished sequence: the held-back text, finish reason and usage in `last`.
+  void Finish(int64_t seq_id, Active& a, v1::GenerateResponse& last);
+  // Latency metrics of the `index`-th of `n_new` tokens the request got from one step.
+  void ObserveOutput(Active& a, int index, int n_new, std::chrono::steady_clock::time_point now);
+  static void Push(RequestChannel& c, v1::GenerateResponse msg, bool done, absl::Status status = absl::OkStatus());
+
+  Cluster* cluster_;
+  const text::Tokenizer* tokenizer_;
+  Scheduler scheduler_;  // Loop thread only (ResetKvBlocks before Start); not guarded.
+  const SpeculationOptions speculation_;
+  StepCostModel step_cost_;            // Decode-step time against rows, for the choice of k. Loop thread only.
+  ServingMetrics* metrics_ = nullptr;  // Thread-safe itself; set before Start.
+  std::chrono::seconds recovery_timeout_{60};
+  std::function<bool(std::shared_ptr<Active>)> evacuate_;  // Set before Start; loop thread.
+  std::thread thread_;                                     // Start and the destructor only (the owner's thread).
+  std::atomic<bool> stop_{false};
+
+  mutable absl::Mutex mu_;  // Guards the submission queue and the stats copy.
+  absl::CondVar cv_;        // Signalled by Submit and Wake; the idle loop waits on it.
+  std::vector<std::pair<int64_t, std::shared_ptr<Active>>> submitted_ ABSL_GUARDED_BY(mu_);
+  EngineStats stats_ ABSL_GUARDED_BY(mu_);
+  int64_t next_seq_id_ ABSL_GUARDED_BY(mu_) = 1;
+
+  // Loop-thread state: touched by the loop thread only, so not guarded.
+  absl::flat_hash_map<int64_t, std::shared_ptr<Active>> active_;
+  std::vector<int64_t> release_;   // Sequences whose worker state can be dropped.
+  std::deque<int64_t> in_flight_;  // Batch ids sent, oldest first (results come in order).
+  absl::flat_hash_map<int64_t, Sent> sent_;
+  absl::flat_hash_map<int64_t, Drafting> drafting_;  // Batch id -> step awaiting drafts.
+  // While a worker is dead: since when, and why; `recovery_failed_` once the timeout passed
+  // (then arrivals are refused until the cluster is whole again).
+  std::optional<std::chrono::steady_clock::time_point> suspended_at_;
+  std::string down_reason_;
+  bool recovery_failed_ = false;
+};
+
+}  // namespace cascade::coordinator

@@ -1,0 +1,26 @@
+// The request as the serving loop carries it: validated and tokenized by a front
+// (coordinator/front/request_validation.h), then queued by Replicas and Engine. Its own header
+// so that the serving loop needs nothing of the fronts.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sampling/sampler.h"
+#include "text/output_filter.h"
+
+namespace cascade::coordinator {
+
+// A validated request, already tokenized.
+struct EngineRequest {
+  std::string request_id;
+  std::vector<int32_t> prompt;
+  sampling::SamplingParams sampling;
+  int32_t max_tokens = 256;
+  text::StopConditions stops;  // EOS handling, stop strings and stop ids.
+  bool speculate = true;       // Off: plain decoding for this request.
+  int32_t num_tokens = 0;      // Most drafts per step; 0: the cluster's draft.num_tokens.
+};
+
+}  // namespace cascade::coordinator

@@ -1,0 +1,104 @@
+// Data parallelism (`parallel.data`): the replicas behind the one coordinator, each a
+// whole pipeline on its own devices with its own Cluster (workers, step streams) and
+// Engine (scheduler, KV pool), and the router in front of them. With one replica it is
+// a thin shell over that replica, so every front (gRPC, HTTP, health, metrics) takes one
+// path whatever parallel.data says.
+//
+// Routing: a request goes to the serving replica with the most headroom: its free KV
+// fraction less its live requests over scheduler.max_num_seqs (ties to the lower index).
+// With parallel.route_by_prefix and prefix caching on, a replica that was sent more of the request's leading prompt
+// blocks (coordinator/serving/prefix_affinity.h: a chat's earlier turns) takes it instead while
+// it is not much busier: by at most ceil(kAffinitySlack x the share of the prompt's blocks
+// it holds beyond the best's x the mean live requests per replica) live requests, and
+// with a tenth of its KV pool free. Reuse, as long as the load stays near even.
+//
+// Thread-safety: Submit, Wake, Stats, FillStatus, Serving are thread-safe (the clusters
+// and engines are). The rest (construction, BringUp, Start, Stop, setters) is the owner's
+// thread, before or after serving as each says.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "cascade/v1/inference.pb.h"
+#include "coordinator/control/cluster.h"
+#include "coordinator/control/serving_metrics.h"
+#include "coordinator/planner.h"
+#include "coordinator/serving/engine.h"
+#include "coordinator/serving/prefix_affinity.h"
+#include "coordinator/serving/scheduler.h"
+#include "coordinator/serving/speculation.h"
+#include "text/tokenizer.h"
+
+namespace cascade::coordinator {
+
+class Replicas {
+ public:
+  // How much busier than the best a replica holding the prompt's prefix may be (see
+  // above): a quarter of the mean load, for a prompt it holds whole.
+  static constexpr double kAffinitySlack = 0.25;
+
+  // One replica per plan, with `options` (its group suffixed "/rN" when there are several,
+  // and its replica index set). Borrows `tokenizer`.
+  // `route_by_prefix`: parallel.route_by_prefix (with scheduler.prefix_caching).
+  Replicas(const std::vector<Plan>& plans, const ClusterOptions& options, const text::Tokenizer* tokenizer,
+           const SchedulerOptions& scheduler, const SpeculationOptions& speculation, bool route_by_prefix = false);
+  ~Replicas();  // Stop().
+  Replicas(const Replicas&) = delete;
+  Replicas& operator=(const Replicas&) = delete;
+
+  int size() const { return static_cast<int>(replicas_.size()); }
+  Cluster& cluster(int r) { return *replicas_[r].cluster; }
+  const Cluster& cluster(int r) const { return *replicas_[r].cluster; }
+  std::vector<Cluster*> clusters();
+  int n_workers() const;
+
+  // Before Start: where latencies go, how long requests wait for a dead worker's return.
+  void SetMetrics(ServingMetrics* metrics);
+  void SetRecoveryTimeout(std::chrono::seconds timeout);
+  // Brings every replica up at once (Cluster::BringUp), then sizes each engine's KV pool
+  // to what its cluster holds. The first error, naming its replica when there are several.
+  absl::Status BringUp(std::chrono::milliseconds timeout);
+  // The fewest KV blocks of any replica (what sets the context length).
+  int64_t min_kv_blocks() const;
+  void Start();
+  void Stop();  // The engines, then the clusters' step streams (Cluster::Close). Idempotent.
+
+  // Routes a request (see above); its output arrives on the returned channel.
+  std::shared_ptr<RequestChannel> Submit(EngineRequest request);
+  void Wake();
+  // The engines' stats, summed (largest batch: the largest).
+  EngineStats Stats() const;
+  // Every replica's workers (StageStatus.replica), the sums of their KV and queues, and
+  // the cluster's state: ready when every replica is, degraded (naming the dead workers)
+  // when one is down, starting otherwise; n_replicas and replicas_serving.
+  void FillStatus(v1::ClusterStatus* status) const;
+  // Whether some replica serves (every worker of it ready).
+  bool Serving() const;
+
+ private:
+  struct Replica {
+    std::unique_ptr<Cluster> cluster;
+    std::unique_ptr<Engine> engine;
+  };
+  // The serving replica with the most headroom other than `except` (-1: any); -1 when none
+  // serves.
+  int Pick(int except) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(route_mu_);
+  // Free KV fraction less live requests over max_num_seqs.
+  double Headroom(int r) const;
+  // Pick, or the replica holding the longest prefix of `prompt` (see above); -1 when none
+  // serves. Forgets what was sent to replicas that are down (their caches restart empty).
+  int Route(std::span<const int32_t> prompt) ABSL_EXCLUSIVE_LOCKS_REQUIRED(route_mu_);
+
+  std::vector<Replica> replicas_;
+  const int max_num_seqs_;
+  absl::Mutex route_mu_;  // Held across a Submit's choice and its hand-over.
+  // Null with prefix caching off.
+  std::unique_ptr<PrefixAffinity> affinity_ ABSL_GUARDED_BY(route_mu_);
+};
+
+}  // namespace cascade::coordinator
