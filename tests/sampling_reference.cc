@@ -232,4 +232,32 @@ std::vector<int32_t> RefDeviceEmitted(const RefSeq& q, bool* near_boundary) {
   return out;
 }
 
+std::string LogprobErrors(const RefSeq& q, std::span<const sampling::SampledToken> emitted) {
+  const int64_t n = Vocab(q);
+  std::string errors;
+  const auto wrong = [&](size_t i, const std::string& what) {
+    errors += "token " + std::to_string(i) + ": " + what + "; ";
+  };
+  for (size_t i = 0; i < emitted.size(); ++i) {
+    const sampling::SampledToken& t = emitted[i];
+    if (q.params.n_logprobs == 0) {
+      if (t.logprob != 0.0f || !t.top.empty()) wrong(i, "logprobs not asked for, yet reported");
+      continue;
+    }
+    const std::span<const float> raw(q.logits.data() + i * n, static_cast<size_t>(n));
+    const std::vector<double> lp = RefLogSoftmax(raw);
+    if (std::abs(t.logprob - lp[t.id]) > 1e-5) wrong(i, "logprob " + std::to_string(t.logprob));
+    const std::vector<int32_t> top = RefTopIds(raw, q.params.n_logprobs);
+    if (t.top.size() != top.size()) {
+      wrong(i, "top of " + std::to_string(t.top.size()));
+      continue;
+    }
+    for (size_t k = 0; k < top.size(); ++k) {
+      if (t.top[k].first != top[k] || std::abs(t.top[k].second - lp[top[k]]) > 1e-5)
+        wrong(i, "top " + std::to_string(k));
+    }
+  }
+  return errors;
+}
+
 }  // namespace cascade::testing

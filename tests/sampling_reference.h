@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "sampling/sampler.h"
@@ -66,5 +67,11 @@ std::vector<RefSeq> RefStep(int64_t n_vocab, uint32_t seed);
 // uniforms of 24 bits per row: accept, then sample in vocabulary order).
 std::vector<int32_t> RefHostEmitted(const RefSeq& seq, bool* near_boundary);
 std::vector<int32_t> RefDeviceEmitted(const RefSeq& seq, bool* near_boundary);
+
+// What is wrong with the logprobs a sampler reported for `emitted` (token i from logit row
+// i of `seq`): each must carry log p(id) under its raw row within 1e-5 and the row's top
+// n_logprobs (ids, most likely first, and logprobs), or, with n_logprobs 0, a logprob of 0
+// and no top. Empty when nothing is.
+std::string LogprobErrors(const RefSeq& seq, std::span<const sampling::SampledToken> emitted);
 
 }  // namespace cascade::testing

@@ -319,15 +319,7 @@ __global__ void QuantGemvKernel(GemvOut out, const float* x, const uint8_t* w, i
       acc[t] += s;
     }
   }
-  int p = 0;
-  while (o >= out.end[p]) ++p;
-  const int64_t first = p == 0 ? 0 : out.end[p - 1], rows = out.end[p] - first;
-#pragma unroll
-  for (int t = 0; t < T; ++t) {
-    if (t >= n_t) break;
-    const float s = WarpSum(acc[t]);
-    if (lane == 0) out.out[p][(t0 + t) * rows + (o - first)] = s;
-  }
+  StoreGemvRow(out, o, acc, n_t, t0, lane);
 }
 
 // One block per row; f32 / f16: a thread per element; q8_0: a thread per 32-block

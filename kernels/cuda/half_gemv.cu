@@ -58,15 +58,7 @@ __global__ void HalfGemvKernel(GemvOut out, const float* x, const uint4* w, bool
           wf[0] * a.x + wf[1] * a.y + wf[2] * a.z + wf[3] * a.w + wf[4] * b.x + wf[5] * b.y + wf[6] * b.z + wf[7] * b.w;
     }
   }
-  int p = 0;
-  while (o >= out.end[p]) ++p;
-  const int64_t first = p == 0 ? 0 : out.end[p - 1], rows = out.end[p] - first;
-#pragma unroll
-  for (int t = 0; t < T; ++t) {
-    if (t >= n_t) break;
-    const float s = WarpSum(acc[t]);
-    if (lane == 0) out.out[p][t * rows + (o - first)] = s;
-  }
+  StoreGemvRow(out, o, acc, n_t, 0, lane);
 }
 
 }  // namespace

@@ -156,15 +156,7 @@ __global__ void Q8GemvKernel(GemvOut out, const Q8Block* xq, const uint8_t* w, i
       acc[t] += xb.d * (wc.a0 * static_cast<float>(lo) + wc.a1 * static_cast<float>(hi)) + wc.b * xb.s;
     }
   }
-  int p = 0;
-  while (o >= out.end[p]) ++p;
-  const int64_t first = p == 0 ? 0 : out.end[p - 1], rows = out.end[p] - first;
-#pragma unroll
-  for (int t = 0; t < T; ++t) {
-    if (t >= n_t) break;
-    const float s = WarpSum(acc[t]);
-    if (lane == 0) out.out[p][(t0 + t) * rows + (o - first)] = s;
-  }
+  StoreGemvRow(out, o, acc, n_t, t0, lane);
 }
 
 }  // namespace

@@ -1,5 +1,8 @@
-// Warp-level reductions shared by the kernels of kernels/cuda/.
+// Warp-level reductions shared by the kernels of kernels/cuda/, and the GEMV kernels'
+// common epilogue.
 #pragma once
+
+#include "kernels/cuda/cuda_kernels.h"
 
 namespace cascade::kernels::cuda {
 
@@ -9,6 +12,23 @@ constexpr int kWarp = 32;
 __device__ __forceinline__ float WarpSum(float v) {
   for (int o = kWarp / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
+}
+
+// The end of a warp-per-row GEMV: each of the n_t tokens' partial dot products of output
+// row `o` summed over the warp, and written by lane 0 into the part of `out` that row
+// belongs to (row o - first of part p; tokens from t0).
+template <int T>
+__device__ __forceinline__ void StoreGemvRow(const GemvOut& out, int64_t o, float (&acc)[T], int n_t, int64_t t0,
+                                             int lane) {
+  int p = 0;
+  while (o >= out.end[p]) ++p;
+  const int64_t first = p == 0 ? 0 : out.end[p - 1], rows = out.end[p] - first;
+#pragma unroll
+  for (int t = 0; t < T; ++t) {
+    if (t >= n_t) break;
+    const float s = WarpSum(acc[t]);
+    if (lane == 0) out.out[p][(t0 + t) * rows + (o - first)] = s;
+  }
 }
 
 }  // namespace cascade::kernels::cuda

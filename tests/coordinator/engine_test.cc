@@ -136,15 +136,19 @@ class EngineTest : public ::testing::Test {
     if (replacement_server_ != nullptr) replacement_server_->Shutdown();
   }
 
-  std::shared_ptr<RequestChannel> Submit(int64_t prompt_len, int32_t max_tokens, const std::string& id) {
+  // A greedy request of `prompt_len` prompt ids (all below 100) for `max_tokens` tokens.
+  static EngineRequest Request(int64_t prompt_len, int32_t max_tokens, const std::string& id) {
     EngineRequest r;
     r.request_id = id;
-    for (int64_t i = 0; i < prompt_len; ++i) r.prompt.push_back(static_cast<int32_t>(3 + i % 200));
+    for (int64_t i = 0; i < prompt_len; ++i) r.prompt.push_back(static_cast<int32_t>(3 + i % 90));
     r.sampling.temperature = 0;
     r.max_tokens = max_tokens;
     r.stops.ignore_eos = true;
     r.speculate = false;
-    return engine_->Submit(std::move(r));
+    return r;
+  }
+  std::shared_ptr<RequestChannel> Submit(int64_t prompt_len, int32_t max_tokens, const std::string& id) {
+    return engine_->Submit(Request(prompt_len, max_tokens, id));
   }
 
   // Every token of a request until it ends, its finish reason and final status.
@@ -323,14 +327,7 @@ class ReplicasTest : public EngineTest {
   }
 
   std::shared_ptr<RequestChannel> SubmitTo(int64_t prompt_len, int32_t max_tokens, const std::string& id) {
-    EngineRequest r;
-    r.request_id = id;
-    for (int64_t i = 0; i < prompt_len; ++i) r.prompt.push_back(static_cast<int32_t>(3 + i % 200));
-    r.sampling.temperature = 0;
-    r.max_tokens = max_tokens;
-    r.stops.ignore_eos = true;
-    r.speculate = false;
-    return replicas_->Submit(std::move(r));
+    return replicas_->Submit(Request(prompt_len, max_tokens, id));
   }
 
   std::unique_ptr<Replicas> replicas_;

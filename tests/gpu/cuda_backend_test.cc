@@ -138,6 +138,21 @@ double RelL2(const std::vector<float>& got, const std::vector<float>& want) {
   return RelL2(got, std::vector<double>(want.begin(), want.end()));
 }
 
+// The double-precision product of x [n_tokens, n_in] and rows [first, first + rows) of the
+// decoded weights, plus `bias` [rows] when given: one part of a stacked projection.
+std::vector<double> PartProduct(const std::vector<float>& x, const std::vector<float>& decoded, int64_t n_tokens,
+                                int64_t n_in, int64_t first, int64_t rows, const std::vector<float>& bias) {
+  std::vector<double> want(n_tokens * rows);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int64_t o = 0; o < rows; ++o) {
+      double s = bias.empty() ? 0.0 : bias[o];
+      for (int64_t i = 0; i < n_in; ++i) s += static_cast<double>(x[t * n_in + i]) * decoded[(first + o) * n_in + i];
+      want[t * rows + o] = s;
+    }
+  }
+  return want;
+}
+
 TEST_F(CudaBackendTest, LinearMatchesDoublePrecisionReference) {
   const int64_t n_out = 100, n_in = 256;  // 100 rows: the last block of warps is partial.
   const std::pair<DType, double> cases[] = {{DType::kF32, 1e-5},    {DType::kF16, 2e-3},  {DType::kBF16, 1e-2},
@@ -204,15 +219,8 @@ TEST_F(CudaBackendTest, TunedHalfGemvMatchesDoublePrecisionAndTheReferencePath) 
       }
       int64_t first = 0;
       for (int p = 0; p < 3; ++p) {
-        std::vector<double> want(n_tokens * rows[p]);
-        for (int64_t t = 0; t < n_tokens; ++t) {
-          for (int64_t o = 0; o < rows[p]; ++o) {
-            double s = p == 1 ? bias[o] : 0.0;
-            for (int64_t i = 0; i < n_in; ++i)
-              s += static_cast<double>(x[t * n_in + i]) * decoded[(first + o) * n_in + i];
-            want[t * rows[p] + o] = s;
-          }
-        }
+        const std::vector<double> want =
+            PartProduct(x, decoded, n_tokens, n_in, first, rows[p], p == 1 ? bias : std::vector<float>{});
         const std::string what = StrCat(DTypeName(dtype), " tokens ", n_tokens, " part ", p);
         EXPECT_LT(RelL2(got[0][p], want), n_tokens <= 8 ? 1e-5 : cublas_bound) << "tuned " << what;
         EXPECT_LT(RelL2(got[1][p], want), cublas_bound) << "reference " << what;
@@ -353,15 +361,8 @@ TEST_F(CudaBackendTest, LinearPartsMatchDoublePrecisionPerPart) {
       ASSERT_TRUE(gpu_->LinearParts(views, dx.View(DType::kF32, {n_tokens, n_in}), **prepared, biases).ok());
       int64_t first = 0;
       for (int p = 0; p < 3; ++p) {
-        std::vector<double> want(n_tokens * rows[p]);
-        for (int64_t t = 0; t < n_tokens; ++t) {
-          for (int64_t o = 0; o < rows[p]; ++o) {
-            double s = p == 1 ? bias[o] : 0.0;
-            for (int64_t i = 0; i < n_in; ++i)
-              s += static_cast<double>(x[t * n_in + i]) * decoded[(first + o) * n_in + i];
-            want[t * rows[p] + o] = s;
-          }
-        }
+        const std::vector<double> want =
+            PartProduct(x, decoded, n_tokens, n_in, first, rows[p], p == 1 ? bias : std::vector<float>{});
         EXPECT_LT(RelL2(Down(outs[p], want.size()), want), dtype == DType::kBF16 ? 1e-2 : 1e-5)
             << DTypeName(dtype) << " tokens " << n_tokens << " part " << p;
         first += rows[p];

@@ -65,23 +65,8 @@ TEST(StepSamplerGpuTest, DeviceRowsFollowTheDoublePrecisionLawAndGreedyMatchesTh
       ++compared;
       EXPECT_EQ(ids, want) << "sequence " << j << " vocab " << n_vocab;
       if (!q.drafts.empty()) accepted += static_cast<int>(want.size()) - 1;
-      for (size_t i = 0; i < got[j].size(); ++i) {
-        const sampling::SampledToken& t = got[j][i];
-        if (q.params.n_logprobs == 0) {
-          EXPECT_TRUE(t.top.empty());
-          continue;
-        }
-        ++with_logprobs;
-        const std::span<const float> raw(q.logits.data() + i * n_vocab, n_vocab);
-        const std::vector<double> lp = testing::RefLogSoftmax(raw);
-        EXPECT_NEAR(t.logprob, lp[t.id], 1e-5);
-        const std::vector<int32_t> top = testing::RefTopIds(raw, q.params.n_logprobs);
-        ASSERT_EQ(t.top.size(), top.size());
-        for (size_t n = 0; n < top.size(); ++n) {
-          EXPECT_EQ(t.top[n].first, top[n]);
-          EXPECT_NEAR(t.top[n].second, lp[top[n]], 1e-5);
-        }
-      }
+      EXPECT_EQ(testing::LogprobErrors(q, got[j]), "") << "sequence " << j << " vocab " << n_vocab;
+      if (q.params.n_logprobs > 0) with_logprobs += static_cast<int>(got[j].size());
     }
     EXPECT_GE(compared, 13) << "too many sequences near a boundary to be a test";
     EXPECT_GT(accepted, 0) << "no draft accepted: the acceptance path went unchecked";

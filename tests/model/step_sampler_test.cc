@@ -21,9 +21,10 @@ namespace {
 
 using testing::RefSeq;
 
-// Runs one step of `step` through `sampler` (each sequence started with its history).
+// Runs one step of `step` through `sampler` (each sequence started with its history), its
+// logits in host memory that the view says is on `device`.
 std::vector<std::vector<sampling::SampledToken>> SampleStep(StepSampler& sampler, const std::vector<RefSeq>& step,
-                                                            int64_t n_vocab) {
+                                                            int64_t n_vocab, Device device = Device{}) {
   std::vector<float> logits;
   std::vector<SampleSeq> seqs;
   for (size_t j = 0; j < step.size(); ++j) {
@@ -32,7 +33,7 @@ std::vector<std::vector<sampling::SampledToken>> SampleStep(StepSampler& sampler
     seqs.push_back({static_cast<int64_t>(j), step[j].drafts});
   }
   const int64_t n_rows = static_cast<int64_t>(logits.size()) / n_vocab;
-  auto out = sampler.Sample(TensorView(logits.data(), DType::kF32, {n_rows, n_vocab}), seqs);
+  auto out = sampler.Sample(TensorView(logits.data(), DType::kF32, {n_rows, n_vocab}, device), seqs);
   EXPECT_TRUE(out.ok()) << out.status();
   return out.ok() ? *out : std::vector<std::vector<sampling::SampledToken>>{};
 }
@@ -63,24 +64,8 @@ TEST(StepSamplerTest, HostRowsFollowTheDoublePrecisionLaw) {
         accepted += static_cast<int>(want.size()) - 1;
         rejected += want.size() <= q.drafts.size();
       }
-      for (size_t i = 0; i < got[j].size(); ++i) {
-        const sampling::SampledToken& t = got[j][i];
-        if (q.params.n_logprobs == 0) {
-          EXPECT_EQ(t.logprob, 0.0f);
-          EXPECT_TRUE(t.top.empty());
-          continue;
-        }
-        ++with_logprobs;
-        const std::span<const float> raw(q.logits.data() + i * n_vocab, n_vocab);
-        const std::vector<double> lp = testing::RefLogSoftmax(raw);
-        EXPECT_NEAR(t.logprob, lp[t.id], 1e-5);
-        const std::vector<int32_t> top = testing::RefTopIds(raw, q.params.n_logprobs);
-        ASSERT_EQ(t.top.size(), top.size());
-        for (size_t n = 0; n < top.size(); ++n) {
-          EXPECT_EQ(t.top[n].first, top[n]);
-          EXPECT_NEAR(t.top[n].second, lp[top[n]], 1e-5);
-        }
-      }
+      EXPECT_EQ(testing::LogprobErrors(q, got[j]), "") << "sequence " << j;
+      if (q.params.n_logprobs > 0) with_logprobs += static_cast<int>(got[j].size());
     }
     EXPECT_GE(compared, 13) << "too many sequences near a boundary to be a test";
     EXPECT_GT(accepted, 0) << "no draft accepted: the acceptance path went unchecked";
@@ -153,16 +138,8 @@ TEST(StepSamplerTest, DeviceRowsCarryTheirDraftsUniformsAndPenalties) {
   for (uint32_t seed : {4u, 5u}) {
     const std::vector<RefSeq> step = testing::RefStep(n_vocab, seed);
     StepSampler sampler(&gpu, 1);
-    std::vector<float> logits;
-    std::vector<SampleSeq> seqs;
-    for (size_t j = 0; j < step.size(); ++j) {
-      sampler.Start(static_cast<int64_t>(j), step[j].params, step[j].history);
-      logits.insert(logits.end(), step[j].logits.begin(), step[j].logits.end());
-      seqs.push_back({static_cast<int64_t>(j), step[j].drafts});
-    }
-    const int64_t n_rows = static_cast<int64_t>(logits.size()) / n_vocab;
-    auto got = sampler.Sample(TensorView(logits.data(), DType::kF32, {n_rows, n_vocab}, gpu.device()), seqs);
-    ASSERT_TRUE(got.ok()) << got.status();
+    const std::vector<std::vector<sampling::SampledToken>> got = SampleStep(sampler, step, n_vocab, gpu.device());
+    ASSERT_EQ(got.size(), step.size());
     // Row i of a sequence verifies draft i with the draws of position history + i and the
     // penalties of the history with drafts [0, i).
     size_t r = 0;
@@ -192,12 +169,12 @@ TEST(StepSamplerTest, DeviceRowsCarryTheirDraftsUniformsAndPenalties) {
       bool near = false;
       const std::vector<int32_t> want = testing::RefDeviceEmitted(step[j], &near);
       std::vector<int32_t> ids;
-      for (const auto& t : (*got)[j]) ids.push_back(t.id);
+      for (const auto& t : got[j]) ids.push_back(t.id);
       if (near) continue;
       ++compared;
       EXPECT_EQ(ids, want) << "seed " << seed << " sequence " << j;
       if (!step[j].drafts.empty()) accepted += static_cast<int>(want.size()) - 1;
-      for (const auto& t : (*got)[j]) EXPECT_EQ(t.top.size(), static_cast<size_t>(step[j].params.n_logprobs));
+      for (const auto& t : got[j]) EXPECT_EQ(t.top.size(), static_cast<size_t>(step[j].params.n_logprobs));
     }
   }
   EXPECT_GE(compared, 26);
