@@ -89,6 +89,25 @@ struct ParsedEntry {
   uint64_t end = 0;
 };
 
+// A "shape" array: non-negative dimensions whose product fits in 64 bits.
+absl::StatusOr<std::vector<int64_t>> ParseShape(const Json& shape) {
+  std::vector<int64_t> dims;
+  int64_t n_elements = 1;
+  for (const Json& d : shape) {
+    absl::StatusOr<uint64_t> v = NonNegativeInt(d);
+    if (!v.ok()) return Annotate(v.status(), "bad dimension in \"shape\"");
+    if (*v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return absl::DataLossError(cascade::StrCat("dimension ", *v, " in \"shape\" is too large"));
+    }
+    const int64_t dim = static_cast<int64_t>(*v);
+    dims.push_back(dim);
+    if (__builtin_mul_overflow(n_elements, dim, &n_elements)) {
+      return absl::DataLossError(cascade::StrCat("shape ", ShapeText(dims), " overflows the 64-bit element count"));
+    }
+  }
+  return dims;
+}
+
 // Validates one header entry. Messages returned here are prefixed by the caller with
 // the file and tensor name.
 absl::StatusOr<ParsedEntry> ParseEntry(const std::string& name, const Json& entry, uint64_t data_bytes) {
@@ -108,21 +127,9 @@ absl::StatusOr<ParsedEntry> ParseEntry(const std::string& name, const Json& entr
     return absl::DataLossError("missing \"data_offsets\" or not an array of two integers");
   }
 
-  // Shape, with every product checked against overflow.
-  std::vector<int64_t> dims;
+  CASCADE_ASSIGN_OR_RETURN(const std::vector<int64_t> dims, ParseShape(*shape_it));
   int64_t n_elements = 1;
-  for (const Json& d : *shape_it) {
-    absl::StatusOr<uint64_t> v = NonNegativeInt(d);
-    if (!v.ok()) return Annotate(v.status(), "bad dimension in \"shape\"");
-    if (*v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-      return absl::DataLossError(cascade::StrCat("dimension ", *v, " in \"shape\" is too large"));
-    }
-    const int64_t dim = static_cast<int64_t>(*v);
-    dims.push_back(dim);
-    if (__builtin_mul_overflow(n_elements, dim, &n_elements)) {
-      return absl::DataLossError(cascade::StrCat("shape ", ShapeText(dims), " overflows the 64-bit element count"));
-    }
-  }
+  for (int64_t dim : dims) n_elements *= dim;  // ParseShape checked the product.
 
   const std::string dtype_name = dtype_it->get<std::string>();
   const std::optional<DType> dtype = DTypeFromSafetensors(dtype_name);
