@@ -14,7 +14,7 @@
 #include "coordinator/control/cluster.h"
 #include "coordinator/control/cluster_service.h"
 #include "coordinator/control/cluster_trust.h"
-#include "coordinator/control/key_value_store.h"
+#include "coordinator/control/rendezvous_store.h"
 #include "coordinator/control/serving_metrics.h"
 #include "coordinator/front/api_keys.h"
 #include "coordinator/front/health_watch.h"
@@ -210,7 +210,7 @@ int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coor
   cluster_options.tls = (*trust)->identity();
   Replicas replicas(serving.replicas, cluster_options, models.tokenizer.get(), serving.scheduler, serving.speculation,
                     config.parallel.route_by_prefix);
-  KeyValueStore store;
+  RendezvousStore store;
   ClusterService cluster_service(replicas.clusters(), &store, {(*trust)->ca(), (*trust)->join_token()});
   InferenceService inference(&replicas, models.tokenizer.get(), mc,
                              {config.model.path, serving.max_context, std::string(DraftKindName(config.draft.kind))});

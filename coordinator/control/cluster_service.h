@@ -1,7 +1,7 @@
 // The control-plane RPCs workers call (cluster.proto `Coordinator`), on the coordinator's
 // own listener (server.cluster_listen): thin handlers over the Clusters of the replicas
 // (registration goes to the first replica with an open slot for the worker's node and
-// device; heartbeats to the replica they name) and KeyValueStore (rendezvous, keys
+// device; heartbeats to the replica they name) and RendezvousStore (rendezvous, keys
 // prefixed by each replica's group), and the gate in front of them.
 //
 // Who may call what (docs/ARCHITECTURE.md §1, "Trust"): with a cluster CA, Join wants the
@@ -19,7 +19,7 @@
 #include "absl/status/statusor.h"
 #include "cascade/v1/cluster.grpc.pb.h"
 #include "coordinator/control/cluster.h"
-#include "coordinator/control/key_value_store.h"
+#include "coordinator/control/rendezvous_store.h"
 #include "security/cluster_ca.h"
 
 namespace cascade::coordinator {
@@ -33,7 +33,7 @@ struct ControlPlaneTrust {
 class ClusterService final : public v1::Coordinator::Service {
  public:
   // `clusters`: one per data-parallel replica, in replica order.
-  ClusterService(std::vector<Cluster*> clusters, KeyValueStore* store, ControlPlaneTrust trust)
+  ClusterService(std::vector<Cluster*> clusters, RendezvousStore* store, ControlPlaneTrust trust)
       : clusters_(std::move(clusters)), store_(store), trust_(std::move(trust)) {}
   grpc::Status Join(grpc::ServerContext*, const v1::JoinRequest*, v1::JoinResponse*) override;
   grpc::Status Register(grpc::ServerContext*, const v1::RegisterRequest*, v1::RegisterResponse*) override;
@@ -47,7 +47,7 @@ class ClusterService final : public v1::Coordinator::Service {
   absl::StatusOr<std::string> CallerNode(const grpc::ServerContext& ctx) const;
 
   std::vector<Cluster*> clusters_;  // Borrowed.
-  KeyValueStore* store_;            // Borrowed.
+  RendezvousStore* store_;          // Borrowed.
   const ControlPlaneTrust trust_;
 };
 

@@ -1,5 +1,6 @@
-// The rendezvous key/value store behind PutKey/WaitKey: workers publish their data-plane
-// addresses here and wait for their peers'. Keys are write-once per cluster run.
+// The rendezvous store behind PutKey/WaitKey: workers publish their data-plane addresses
+// here and wait for their peers'. Keys are write-once per cluster run. (Named for what it
+// holds, apart from the KV cache and its budget, coordinator/control/kv_budget.h.)
 // Thread-safe: every member is guarded by `mu_`.
 #pragma once
 
@@ -13,7 +14,7 @@
 
 namespace cascade::coordinator {
 
-class KeyValueStore {
+class RendezvousStore {
  public:
   void Put(const std::string& key, const std::string& value);
   // The value, waiting until `deadline`; DeadlineExceeded naming the key otherwise.
