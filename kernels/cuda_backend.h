@@ -4,11 +4,11 @@
 //
 // Contract beyond ops.h: every TensorView handed to a CudaBackend op points to device
 // memory of that backend's GPU (DeviceBuffer); the std::span arguments (ids, positions,
-// block tables, inverse frequencies) are host memory and are copied up per call. Ops run
-// asynchronously on the backend's stream, in call order; `Synchronize` waits for them.
-// Activations are F32 and accumulate in F32; weights may be F32, F16, BF16 (cuBLAS) or
-// Q8_0 / Q4_0 / Q4_1 (weight-only quantized kernels that decode the GGUF blocks in
-// registers).
+// block tables, inverse frequencies) are host memory, read before the op returns (they
+// are staged in pinned memory and copied up asynchronously). Ops run asynchronously on the
+// backend's stream, in call order; `Synchronize` waits for them. Activations are F32 and
+// accumulate in F32; weights may be F32, F16, BF16 (cuBLAS or the tuned GEMV) or any GGUF
+// block type and I4_G128 (weight-only kernels that decode the blocks in registers).
 //
 // Thread-safety: a backend and its buffers are single-owner, as ops.h says.
 #pragma once

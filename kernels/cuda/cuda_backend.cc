@@ -1,10 +1,16 @@
 // CudaBackend: the ops of kernels/ops.h on one GPU (cuda_backend.h). Dense weights go to
 // cuBLAS (F32: SGEMM; F16/BF16: GemmEx with the activations converted to the weight's
-// type and F32 accumulation; F32 with GemmEx in F32); Q8_0/Q4_0/Q4_1/I4_G128 go to the
-// weight-only GEMV kernel for up to kMaxGemvTokens tokens, and for more are decoded to F32
-// once per call and multiplied by GEMM. Stacked projections (LinearParts: Q/K/V, gate/up)
-// share one GEMV launch. The host-side metadata of an op (ids, positions, slots, block tables) is packed
-// here and copied up into scratch buffers that grow to the largest call.
+// type and F32 accumulation); the block types and I4_G128 go to the weight-only GEMV kernel
+// for up to kMaxGemvTokens tokens, and for more are decoded to F32 once per call and
+// multiplied by GEMM. Stacked projections (LinearParts: Q/K/V, gate/up) share one GEMV
+// launch. With the tuned kernels (CudaKernels::kTuned) F16/BF16 and Q8_0/Q4_0/Q4_1/Q4_K/
+// Q6_K decode steps take their own GEMVs, prefill rows the tiled attention, and the
+// residual sum joins the next norm.
+//
+// An op's host metadata (ids, positions, KV slots, block tables) is packed here, staged in
+// a pinned arena and copied into scratch buffers that grow to the largest call, only when
+// it changed since that slot's last copy. Graph steps (BeginGraphStep) record or replay
+// the ops through kernels/cuda/step_graphs.h.
 #include "kernels/cuda_backend.h"
 
 #include <cublas_v2.h>
