@@ -74,7 +74,8 @@ absl::Status StepSampler::SampleOnHost(const TensorView& logits, std::span<Seq* 
   return absl::OkStatus();
 }
 
-void StepSampler::AddDeviceRow(const Seq& s, std::span<const int32_t> drafts, size_t i, int32_t n_vocab) {
+void StepSampler::AddDeviceRow(const Seq& s, std::span<const int32_t> drafts, size_t i,
+                               std::span<const std::pair<int32_t, int32_t>> history_counts, int32_t n_vocab) {
   const sampling::SamplingParams& p = s.sampler->params();
   kernels::SampleRow r;
   r.temperature = p.temperature;
@@ -90,14 +91,24 @@ void StepSampler::AddDeviceRow(const Seq& s, std::span<const int32_t> drafts, si
     r.u_sample = Uniform(rng);
   }
   if (sampling::Penalised(p)) {
-    // Row i is shaped as if drafts [0, i) were already in the history.
-    std::vector<int32_t> seen(s.history.begin(), s.history.end());
-    seen.insert(seen.end(), drafts.begin(), drafts.begin() + std::min(i, drafts.size()));
+    // Row i is shaped as if drafts [0, i) were already in the history: the history's
+    // counts (counted once for all the rows), then each of those drafts counted in.
     r.repetition_penalty = p.repetition_penalty;
     r.presence_penalty = p.presence_penalty;
     r.frequency_penalty = p.frequency_penalty;
     r.penalty_begin = static_cast<int32_t>(penalties_.size());
-    for (const auto& [token, count] : sampling::TokenCounts(seen, n_vocab)) penalties_.push_back({token, count});
+    for (const auto& [token, count] : history_counts) penalties_.push_back({token, count});
+    for (size_t d = 0; d < std::min(i, drafts.size()); ++d) {
+      if (drafts[d] < 0 || drafts[d] >= n_vocab) continue;
+      const auto row = std::span(penalties_).subspan(r.penalty_begin);
+      const auto it =
+          std::find_if(row.begin(), row.end(), [&](const kernels::SamplePenalty& q) { return q.token == drafts[d]; });
+      if (it != row.end()) {
+        ++it->count;
+      } else {
+        penalties_.push_back({drafts[d], 1});
+      }
+    }
     r.n_penalties = static_cast<int32_t>(penalties_.size()) - r.penalty_begin;
   }
   rows_.push_back(r);
@@ -115,7 +126,11 @@ absl::Status StepSampler::SampleOnDevice(const TensorView& logits, std::span<Seq
   rows_.clear();
   penalties_.clear();
   for (size_t j = 0; j < seqs.size(); ++j) {
-    for (size_t i = 0; i <= seqs[j].drafts.size(); ++i) AddDeviceRow(*states[j], seqs[j].drafts, i, V);
+    const Seq& s = *states[j];
+    const std::vector<std::pair<int32_t, int32_t>> counts = sampling::Penalised(s.sampler->params())
+                                                                ? sampling::TokenCounts(s.history, V)
+                                                                : std::vector<std::pair<int32_t, int32_t>>{};
+    for (size_t i = 0; i <= seqs[j].drafts.size(); ++i) AddDeviceRow(s, seqs[j].drafts, i, counts, V);
   }
   results_.resize(rows_.size());
   CASCADE_RETURN_IF_ERROR(gpu->Sample(results_, logits, rows_, penalties_));

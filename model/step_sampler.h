@@ -71,8 +71,10 @@ class StepSampler {
                             std::vector<std::vector<sampling::SampledToken>>& out);
   absl::Status SampleOnDevice(const TensorView& logits, std::span<Seq* const> states, std::span<const SampleSeq> seqs,
                               std::vector<std::vector<sampling::SampledToken>>& out);
-  // Row i of a sequence: its parameters, the draft it verifies, its uniforms and penalties.
-  void AddDeviceRow(const Seq& s, std::span<const int32_t> drafts, size_t i, int32_t n_vocab);
+  // Row i of a sequence: its parameters, the draft it verifies, its uniforms and penalties
+  // (`history_counts`: sampling::TokenCounts of its history, empty without penalties).
+  void AddDeviceRow(const Seq& s, std::span<const int32_t> drafts, size_t i,
+                    std::span<const std::pair<int32_t, int32_t>> history_counts, int32_t n_vocab);
 
   kernels::Backend* backend_;
   ThreadPool pool_;

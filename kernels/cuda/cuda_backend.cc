@@ -7,10 +7,10 @@
 // Q6_K decode steps take their own GEMVs, prefill rows the tiled attention, and the
 // residual sum joins the next norm.
 //
-// An op's host metadata (ids, positions, KV slots, block tables) is packed here, staged in
-// a pinned arena and copied into scratch buffers that grow to the largest call, only when
-// it changed since that slot's last copy. Graph steps (BeginGraphStep) record or replay
-// the ops through kernels/cuda/step_graphs.h.
+// An op's host metadata (ids, positions, KV slots, block tables) is packed here and copied
+// into scratch buffers that grow to the largest call; with the tuned kernels it is staged
+// in a pinned arena and copied only when it changed since that slot's last copy. Graph steps (BeginGraphStep) record or
+// replay the ops through kernels/cuda/step_graphs.h.
 #include "kernels/cuda_backend.h"
 
 #include <cublas_v2.h>
@@ -175,7 +175,10 @@ class CudaBackendImpl final : public CudaBackend {
     graphs_->Abort();
   }
 
-  void set_kernels(CudaKernels k) override { kernels_ = k; }
+  void set_kernels(CudaKernels k) override {
+    kernels_ = k;
+    for (std::vector<uint8_t>& u : uploaded_) u.clear();  // The reference path copies behind the memo.
+  }
   int64_t graphs_captured() const override { return graphs_->captured(); }
   int64_t graphs_launched() const override { return graphs_->launched(); }
 
@@ -654,10 +657,12 @@ class CudaBackendImpl final : public CudaBackend {
   // The first scratch allocation failure since the last call (then cleared).
   absl::Status ScratchError() { return std::exchange(scratch_error_, absl::OkStatus()); }
 
-  // An op's host metadata copied up into `slot`: staged through the pinned arena, so that
-  // the copy is a DMA the host does not wait for, and skipped when the bytes equal the
-  // slot's last upload (a step's positions, KV slots and block tables are the same for
-  // every layer, so a decode step copies each once, not once per layer).
+  // An op's host metadata copied up into `slot`. The reference kernels copy from the
+  // caller's memory every call (the path measured on a GPU). The tuned kernels and graph
+  // steps stage it through the pinned arena, so that the copy is a DMA the host does not
+  // wait for, and (outside graph steps) skip it when the bytes equal the slot's last upload
+  // (a step's positions, KV slots and block tables are the same for every layer, so a
+  // decode step copies each once, not once per layer).
   template <typename T>
   T* Upload(ScratchSlot slot, std::span<const T> host) {
     const size_t bytes = host.size_bytes();
@@ -670,6 +675,10 @@ class CudaBackendImpl final : public CudaBackend {
       if (staged == nullptr) graphs_->Abandon();
       graphs_->Sign({kOpUpload, static_cast<uint64_t>(slot), Bits(dev), bytes, Bits(staged)});
       if (!graphs_->dry()) cudaMemcpyAsync(dev, staged, bytes, cudaMemcpyHostToDevice, stream_);
+      return dev;
+    }
+    if (kernels_ != CudaKernels::kTuned) {
+      cudaMemcpyAsync(dev, p, bytes, cudaMemcpyHostToDevice, stream_);
       return dev;
     }
     std::vector<uint8_t>& last = uploaded_[slot];

@@ -4,6 +4,7 @@
 
 #include <cfloat>
 
+#include "kernels/cuda/block_bytes.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/kv_read.cuh"
 #include "kernels/cuda/warp_reduce.cuh"
@@ -26,12 +27,6 @@ __device__ float BlockSum(float v) {
   const float total = warp_sums[0];
   __syncthreads();
   return total;
-}
-
-__device__ __forceinline__ float Half(const uint8_t* p) {
-  __half h;
-  memcpy(&h, p, 2);
-  return __half2float(h);
 }
 
 // Elements and bytes per block of a quantized code (1 and the element size when dense).
@@ -74,10 +69,6 @@ __device__ __forceinline__ uint32_t I4Word(const uint8_t* block, int w) {
 
 __constant__ int8_t kIq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
-__device__ __forceinline__ uint32_t Le32(const uint8_t* p) {
-  return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 | static_cast<uint32_t>(p[2]) << 16 |
-         static_cast<uint32_t>(p[3]) << 24;
-}
 // Element j of a 32-element block in Q4_0's nibble order (qs[j] low = j, high = j + 16).
 __device__ __forceinline__ int Nibble(const uint8_t* qs, int j) { return j < 16 ? qs[j] & 0x0f : qs[j - 16] >> 4; }
 // The 6-bit scale and min of sub-block s of a Q4_K / Q5_K super-block (ggml's get_scale_min_k4).

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/block_bytes.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 
 namespace cascade::kernels::cuda {
@@ -15,9 +16,7 @@ __device__ __forceinline__ float KvAt(const void* cache, int code, int64_t i) {
   if (code == kWF32) return static_cast<const float*>(cache)[i];
   if (code == kWF16) return __half2float(static_cast<const __half*>(cache)[i]);
   const uint8_t* b = static_cast<const uint8_t*>(cache) + (i / 32) * 34;  // Q8_0.
-  __half d;
-  memcpy(&d, b, 2);
-  return __half2float(d) * static_cast<float>(static_cast<int8_t>(b[2 + i % 32]));
+  return Half(b) * static_cast<float>(static_cast<int8_t>(b[2 + i % 32]));
 }
 
 }  // namespace cascade::kernels::cuda

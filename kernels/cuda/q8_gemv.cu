@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/block_bytes.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/warp_reduce.cuh"
 
@@ -18,18 +19,6 @@ namespace cascade::kernels::cuda {
 namespace {
 
 constexpr int kWarpsPerBlock = 4;
-
-__device__ __forceinline__ float F16At(const uint8_t* p) {
-  __half h;
-  memcpy(&h, p, 2);
-  return __half2float(h);
-}
-
-// Four bytes at p (any alignment), little-endian.
-__device__ __forceinline__ uint32_t Bytes4(const uint8_t* p) {
-  return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 | static_cast<uint32_t>(p[2]) << 16 |
-         static_cast<uint32_t>(p[3]) << 24;
-}
 
 struct WeightChunk {
   int32_t q[8];            // Weights 4k .. 4k + 3 in word k, as signed bytes.
@@ -40,21 +29,21 @@ struct WeightChunk {
 __device__ __forceinline__ void Unpack(const uint8_t* row, int code, int64_t c, WeightChunk& w) {
   if (code == kWQ8_0) {
     const uint8_t* b = row + c * 34;
-    w.a0 = w.a1 = F16At(b);
+    w.a0 = w.a1 = Half(b);
 #pragma unroll
-    for (int k = 0; k < 8; ++k) w.q[k] = static_cast<int32_t>(Bytes4(b + 2 + 4 * k));
+    for (int k = 0; k < 8; ++k) w.q[k] = static_cast<int32_t>(Le32(b + 2 + 4 * k));
     return;
   }
   if (code == kWQ4_0 || code == kWQ4_1) {
     const bool q4_1 = code == kWQ4_1;
     const uint8_t* b = row + c * (q4_1 ? 20 : 18);
     const uint8_t* qs = b + (q4_1 ? 4 : 2);
-    const float d = F16At(b);
+    const float d = Half(b);
     w.a0 = w.a1 = d;
-    w.b = q4_1 ? F16At(b + 2) : 0.0f;
+    w.b = q4_1 ? Half(b + 2) : 0.0f;
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      const uint32_t v = Bytes4(qs + 4 * k);
+      const uint32_t v = Le32(qs + 4 * k);
       uint32_t lo = v & 0x0f0f0f0fu, hi = (v >> 4) & 0x0f0f0f0fu;  // Weights 4k.., 16 + 4k..
       if (!q4_1) {
         lo = __vsub4(lo, 0x08080808u);  // Q4_0: q - 8, a signed byte.
@@ -78,12 +67,12 @@ __device__ __forceinline__ void Unpack(const uint8_t* row, int code, int64_t c, 
       scale = (sc[s + 4] & 0x0f) | ((sc[s - 4] >> 6) << 4);
       mn = (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
     }
-    w.a0 = w.a1 = F16At(sb) * static_cast<float>(scale);
-    w.b = -F16At(sb + 2) * static_cast<float>(mn);
+    w.a0 = w.a1 = Half(sb) * static_cast<float>(scale);
+    w.b = -Half(sb + 2) * static_cast<float>(mn);
     const uint8_t* qs = sb + 16 + 32 * (s / 2);
     const int shift = 4 * (s % 2);
 #pragma unroll
-    for (int k = 0; k < 8; ++k) w.q[k] = static_cast<int32_t>((Bytes4(qs + 4 * k) >> shift) & 0x0f0f0f0fu);
+    for (int k = 0; k < 8; ++k) w.q[k] = static_cast<int32_t>((Le32(qs + 4 * k) >> shift) & 0x0f0f0f0fu);
     return;
   }
   // Q6_K: ql[128], qh[64], int8 scales[16] (one per 16 weights), f16 d.
@@ -91,13 +80,13 @@ __device__ __forceinline__ void Unpack(const uint8_t* row, int code, int64_t c, 
   const int h = s / 4, quarter = s % 4;
   const uint8_t* ql = sb + 64 * h + 32 * (quarter % 2);
   const uint8_t* qh = sb + 128 + 32 * h;
-  const float d = F16At(sb + 208);
+  const float d = Half(sb + 208);
   w.a0 = d * static_cast<float>(static_cast<int8_t>(sb[192 + 2 * s]));
   w.a1 = d * static_cast<float>(static_cast<int8_t>(sb[192 + 2 * s + 1]));
 #pragma unroll
   for (int k = 0; k < 8; ++k) {
-    const uint32_t low = (Bytes4(ql + 4 * k) >> (4 * (quarter / 2))) & 0x0f0f0f0fu;
-    const uint32_t high = (Bytes4(qh + 4 * k) >> (2 * quarter)) & 0x03030303u;
+    const uint32_t low = (Le32(ql + 4 * k) >> (4 * (quarter / 2))) & 0x0f0f0f0fu;
+    const uint32_t high = (Le32(qh + 4 * k) >> (2 * quarter)) & 0x03030303u;
     w.q[k] = static_cast<int32_t>(__vsub4(low | (high << 4), 0x20202020u));  // q - 32.
   }
 }
