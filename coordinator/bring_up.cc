@@ -79,13 +79,13 @@ absl::StatusOr<std::vector<int64_t>> StageKvHeads(const ClusterConfig& config, c
 
 // The KV pool: the same block count on every stage, as many as the tightest worker holds:
 // scheduler.kv_cache_mb on CPU workers (and GPU workers when given); a GPU worker's free
-// memory after its weights, once it registers (Cluster::BringUp, coordinator/control/kv_budget.h).
+// memory after its weights, once it registers (StageWorkers::BringUp, coordinator/control/kv_budget.h).
 absl::Status SizeKvPool(const ClusterConfig& config, const ServedModels& models, const std::vector<int64_t>& kv_heads,
                         ServingPlan& out) {
   const model::ModelConfig& mc = models.target.config;
   const SchedulerSection& sched = config.scheduler;
   const int64_t bs = sched.kv_block_size, budget = sched.kv_cache_mb * 1048576;
-  ClusterOptions& co = out.cluster;
+  StageWorkersOptions& co = out.workers;
   int64_t n_blocks = INT64_MAX;
   bool any_gpu = models.draft_layers > 0 && OnGpu(config.draft.devices[0]);
   for (size_t i = 0; i < out.plan.stages.size(); ++i) {
@@ -117,10 +117,10 @@ absl::Status SizeKvPool(const ClusterConfig& config, const ServedModels& models,
   return absl::OkStatus();
 }
 
-// The cluster, scheduler and speculation options the config asks for (the KV pool apart).
+// The workers', scheduler and speculation options the config asks for (the KV pool apart).
 void CopyOptions(const ClusterConfig& config, const ServedModels& models, ServingPlan& out) {
   const DraftSection& draft = config.draft;
-  ClusterOptions& co = out.cluster;
+  StageWorkersOptions& co = out.workers;
   co.model_path = config.model.path;
   co.group = StrCat("cascade-", getpid());
   co.kv_block_size = config.scheduler.kv_block_size;
@@ -230,9 +230,9 @@ void PrintExternalWorkers(const ClusterConfig& config, const ServingPlan& plan, 
     }
   }
   for (const NodeSection& node : config.nodes) {
-    if (plan.cluster.draft && node.name == plan.cluster.draft_node && node.launch == LaunchMode::kExternal) {
+    if (plan.workers.draft && node.name == plan.workers.draft_node && node.launch == LaunchMode::kExternal) {
       std::fprintf(out, "worker draft %s %s %s\n", node.name.c_str(), node.host.c_str(),
-                   plan.cluster.draft_device.ToString().c_str());
+                   plan.workers.draft_device.ToString().c_str());
     }
   }
 }
@@ -251,9 +251,9 @@ absl::Status LaunchLocalWorkers(const ClusterConfig& config, const ServingPlan& 
         }
       }
     }
-    if (plan.cluster.draft && node.name == plan.cluster.draft_node) {
+    if (plan.workers.draft && node.name == plan.workers.draft_node) {
       CASCADE_RETURN_IF_ERROR(
-          launcher.Launch(LocalWorker(-1, true, node.name, plan.cluster.draft_device, n_threads, extras)));
+          launcher.Launch(LocalWorker(-1, true, node.name, plan.workers.draft_device, n_threads, extras)));
     }
   }
   return absl::OkStatus();

@@ -14,7 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "coordinator/config.h"
-#include "coordinator/control/cluster.h"
+#include "coordinator/control/stage_workers.h"
 #include "coordinator/launcher.h"
 #include "coordinator/planner.h"
 #include "coordinator/serving/scheduler.h"
@@ -45,7 +45,7 @@ absl::StatusOr<ServedModels> OpenServedModels(const ClusterConfig& config);
 struct ServingPlan {
   Plan plan;                   // Replica 0's; every replica's stages hold the same layers.
   std::vector<Plan> replicas;  // [parallel.data]: each replica's stages on its own devices.
-  ClusterOptions cluster;
+  StageWorkersOptions workers;
   SchedulerOptions scheduler;
   SpeculationOptions speculation;
   int64_t max_context = 0;  // Positions per sequence: the model's context or the KV pool's.
@@ -67,7 +67,7 @@ int64_t MaxContext(const model::ModelConfig& config, int64_t n_blocks, int64_t b
 void PrintExternalWorkers(const ClusterConfig& config, const ServingPlan& plan, std::FILE* out);
 
 // What every launched worker is given besides its place: arguments and "KEY=VALUE"
-// environment entries (the cluster's trust, coordinator/control/cluster_trust.h).
+// environment entries (the cluster's trust, coordinator/control/control_trust.h).
 struct WorkerExtras {
   std::vector<std::string> args;
   std::vector<std::string> env;

@@ -11,11 +11,11 @@
 
 #include "coordinator/bring_up.h"
 #include "coordinator/config.h"
-#include "coordinator/control/cluster.h"
-#include "coordinator/control/cluster_service.h"
-#include "coordinator/control/cluster_trust.h"
+#include "coordinator/control/control_service.h"
+#include "coordinator/control/control_trust.h"
 #include "coordinator/control/rendezvous_store.h"
 #include "coordinator/control/serving_metrics.h"
+#include "coordinator/control/stage_workers.h"
 #include "coordinator/front/api_keys.h"
 #include "coordinator/front/health_watch.h"
 #include "coordinator/front/http_front.h"
@@ -55,7 +55,7 @@ struct Flags {
 
 // Graceful shutdown (SIGTERM or SIGINT): new requests are refused (UNAVAILABLE, health
 // NOT_SERVING), the ones begun run to their end for up to `timeout_s` (a second signal
-// stops waiting), then the engines stop and end any left with UNAVAILABLE.
+// stops waiting), then the serving loops stop and end any left with UNAVAILABLE.
 void Drain(cascade::coordinator::InferenceService& inference, cascade::coordinator::Replicas& replicas,
            cascade::coordinator::HealthWatch& health, int timeout_s) {
   inference.Drain();
@@ -104,8 +104,8 @@ struct Servers {
 // here, before anything listens).
 absl::StatusOr<Servers> StartServers(const cascade::coordinator::ClusterConfig& config,
                                      cascade::coordinator::InferenceService& inference,
-                                     cascade::coordinator::ClusterService& cluster_service,
-                                     const cascade::coordinator::ClusterTrust& trust) {
+                                     cascade::coordinator::ControlService& control_service,
+                                     const cascade::coordinator::ControlTrust& trust) {
   using namespace cascade;
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();  // grpcurl and friends list the services.
@@ -116,7 +116,7 @@ absl::StatusOr<Servers> StartServers(const cascade::coordinator::ClusterConfig& 
   s.api = StartServer(config.server.listen, public_credentials, &inference, &port);
   if (s.api == nullptr) return absl::UnavailableError(StrCat("server.listen: cannot listen on ", config.server.listen));
   s.control = StartServer(config.server.cluster_listen, security::ClusterServerCredentials(trust.identity().get()),
-                          &cluster_service, &control_port);
+                          &control_service, &control_port);
   if (s.control == nullptr) {
     return absl::UnavailableError(StrCat("server.cluster_listen: cannot listen on ", config.server.cluster_listen));
   }
@@ -156,14 +156,14 @@ absl::StatusOr<std::unique_ptr<cascade::coordinator::HttpFront>> StartHttp(
 // its device (no usable GPU for cuda:N) will never register: the wait stops and says why.
 absl::Status LaunchAndBringUp(const cascade::coordinator::ClusterConfig& config,
                               const cascade::coordinator::ServingPlan& serving, const Flags& flags,
-                              const cascade::coordinator::ClusterTrust& trust, const std::string& control_address,
+                              const cascade::coordinator::ControlTrust& trust, const std::string& control_address,
                               cascade::coordinator::Replicas& replicas, cascade::coordinator::Launcher& launcher) {
   using namespace cascade;
   using namespace cascade::coordinator;
   launcher.OnExit([&replicas](int stage, const std::string& why, bool final) {
     if (!final) return;
-    for (Cluster* cluster : replicas.clusters()) {
-      cluster->AbortStartup(stage < 0 ? StrCat("the drafter's worker ", why)
+    for (StageWorkers* workers : replicas.all_workers()) {
+      workers->AbortStartup(stage < 0 ? StrCat("the drafter's worker ", why)
                                       : StrCat("the worker for stage ", stage, " ", why));
     }
   });
@@ -181,7 +181,7 @@ void LogReady(const cascade::coordinator::ClusterConfig& config, const cascade::
               const std::string& address, int64_t n_blocks, int64_t max_context) {
   using namespace cascade;
   using namespace cascade::coordinator;
-  const Cluster& first = replicas.cluster(0);
+  const StageWorkers& first = replicas.workers(0);
   const DraftSection& draft = config.draft;
   CASCADE_LOG(Info) << "ready on " << address << " ("
                     << (replicas.size() > 1 ? StrCat(replicas.size(), " replicas x ") : std::string())
@@ -197,21 +197,21 @@ void LogReady(const cascade::coordinator::ClusterConfig& config, const cascade::
 }
 
 // Serves the planned cluster until SIGINT/SIGTERM: the gRPC services, the local workers,
-// bring-up (with the KV pool lowered to what the GPUs hold), then the replicas' engines.
+// bring-up (with the KV pool lowered to what the GPUs hold), then the replicas' serving loops.
 // The exit code.
 int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coordinator::ServedModels& models,
           const cascade::coordinator::ServingPlan& serving, const Flags& flags) {
   using namespace cascade;
   using namespace cascade::coordinator;
   const model::ModelConfig& mc = models.target.config;
-  auto trust = ClusterTrust::Create(config);
+  auto trust = ControlTrust::Create(config);
   if (!trust.ok()) return Fail(trust.status());
-  ClusterOptions cluster_options = serving.cluster;
-  cluster_options.tls = (*trust)->identity();
-  Replicas replicas(serving.replicas, cluster_options, models.tokenizer.get(), serving.scheduler, serving.speculation,
+  StageWorkersOptions worker_options = serving.workers;
+  worker_options.tls = (*trust)->identity();
+  Replicas replicas(serving.replicas, worker_options, models.tokenizer.get(), serving.scheduler, serving.speculation,
                     config.parallel.route_by_prefix);
   RendezvousStore store;
-  ClusterService cluster_service(replicas.clusters(), &store, {(*trust)->ca(), (*trust)->join_token()});
+  ControlService control_service(replicas.all_workers(), &store, {(*trust)->ca(), (*trust)->join_token()});
   InferenceService inference(&replicas, models.tokenizer.get(), mc,
                              {config.model.path, serving.max_context, std::string(DraftKindName(config.draft.kind))});
   ServingMetrics metrics;
@@ -222,7 +222,7 @@ int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coor
   replicas.SetRecoveryTimeout(std::chrono::seconds(config.server.recovery_timeout_s));
   inference.SetMetrics(&metrics);
 
-  absl::StatusOr<Servers> servers = StartServers(config, inference, cluster_service, **trust);
+  absl::StatusOr<Servers> servers = StartServers(config, inference, control_service, **trust);
   if (!servers.ok()) return Fail(servers.status());
   HealthWatch health(servers->api->GetHealthCheckService());  // NOT_SERVING until the cluster is ready.
   absl::StatusOr<std::unique_ptr<HttpFront>> http =
@@ -240,7 +240,7 @@ int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coor
   }
   const int64_t n_blocks = replicas.min_kv_blocks();
   const int64_t max_context = MaxContext(mc, n_blocks, config.scheduler.kv_block_size);
-  if (n_blocks != serving.cluster.kv_blocks) inference.SetMaxContext(max_context);  // GPUs hold fewer.
+  if (n_blocks != serving.workers.kv_blocks) inference.SetMaxContext(max_context);  // GPUs hold fewer.
   replicas.Start();
   health.Update(replicas);
   LogReady(config, replicas, servers->address, n_blocks, max_context);

@@ -1,7 +1,7 @@
 // What the coordinator measures while it serves: latencies as histograms observed as
-// requests run (the engine, the API handlers, the step streams), and counts of requests by
+// requests run (the serving loop, the API handlers, the step streams), and counts of requests by
 // outcome and of HTTP answers. The page that shows them is coordinator/front/metrics_page.h; it
-// reads the counts the engine and the scheduler already keep at scrape time, so nothing is
+// reads the counts the serving loop and the scheduler already keep at scrape time, so nothing is
 // counted twice.
 //
 // Thread-safe: every member may be touched from any thread.

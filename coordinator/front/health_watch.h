@@ -1,7 +1,7 @@
 // Keeps the standard grpc.health.v1 service in step with the cluster: NOT_SERVING while
 // the cluster starts, is degraded (a worker dead) or reloads after a death, SERVING while
 // every worker is ready, both for the overall service "" and for `cascade.v1.Inference`.
-// The coordinator's main loop calls `Update` every ~100 ms once the engine runs, so a
+// The coordinator's main loop calls `Update` every ~100 ms once the serving loop runs, so a
 // load balancer or `grpc_health_probe` sees a dead worker within that much of the cluster
 // noticing it.
 //

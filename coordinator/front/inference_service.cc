@@ -22,7 +22,7 @@ absl::StatusOr<std::vector<int32_t>> InferenceService::PromptIds(const v1::Promp
   return TokenizePrompt(prompt, *tokenizer_, config_.n_vocab, add_special);
 }
 
-absl::StatusOr<EngineRequest> InferenceService::Prepare(const v1::GenerateRequest& req) const {
+absl::StatusOr<ServingRequest> InferenceService::Prepare(const v1::GenerateRequest& req) const {
   return ValidateGenerateRequest(req, *tokenizer_, config_.n_vocab, max_context_.load());
 }
 
@@ -43,7 +43,7 @@ bool InferenceCall::Read(absl::Duration timeout, std::vector<v1::GenerateRespons
   std::deque<v1::GenerateResponse> batch;
   bool done;
   {
-    // Until the engine pushed output or ended the request (releasing mu re-evaluates the
+    // Until the serving loop pushed output or ended the request (releasing mu re-evaluates the
     // condition), at most `timeout`.
     absl::MutexLock lock(&channel_->mu);
     const auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(channel_->mu) {
@@ -72,11 +72,11 @@ void InferenceCall::Cancel(std::string_view why) {
 
 absl::StatusOr<std::unique_ptr<InferenceCall>> InferenceService::Begin(std::string_view api,
                                                                        const v1::GenerateRequest& req) {
-  absl::StatusOr<EngineRequest> prepared = draining_.load()
-                                               ? absl::UnavailableError(
-                                                     "the server is shutting down: it finishes the requests it has and "
-                                                     "takes no new ones (retry on another replica)")
-                                               : Prepare(req);
+  absl::StatusOr<ServingRequest> prepared =
+      draining_.load() ? absl::UnavailableError(
+                             "the server is shutting down: it finishes the requests it has and "
+                             "takes no new ones (retry on another replica)")
+                       : Prepare(req);
   if (!prepared.ok()) {
     if (metrics_ != nullptr) metrics_->CountRequest(api, RequestOutcomeOf(prepared.status(), {}));
     return prepared.status();
@@ -181,11 +181,11 @@ grpc::Status InferenceService::GetClusterStatus(grpc::ServerContext* ctx, const 
                                                 v1::ClusterStatus* resp) {
   if (grpc::Status st = Authorize(ctx); !st.ok()) return st;
   replicas_->FillStatus(resp);
-  const EngineStats st = replicas_->Stats();
+  const ServingStats st = replicas_->Stats();
   resp->set_kv_blocks_total(st.scheduler.n_total_blocks);
   resp->set_kv_blocks_free(st.scheduler.n_free_blocks);
-  resp->set_kv_block_size(replicas_->cluster(0).options().kv_block_size);
-  resp->set_kv_cache_dtype(std::string(DTypeName(replicas_->cluster(0).options().kv_cache_dtype)));
+  resp->set_kv_block_size(replicas_->workers(0).options().kv_block_size);
+  resp->set_kv_cache_dtype(std::string(DTypeName(replicas_->workers(0).options().kv_cache_dtype)));
   resp->set_running(st.scheduler.running());
   resp->set_waiting(st.scheduler.n_waiting);
   resp->set_max_batch_seen(st.scheduler.max_batch_seqs_seen);

@@ -1,5 +1,5 @@
 // The public API (inference.proto `Inference`). Each handler validates, looks up,
-// delegates to the Engine and converts: requests are checked field by field
+// delegates to the ServingLoop and converts: requests are checked field by field
 // (INVALID_ARGUMENT naming the field), tokenized here, and streamed from the request's
 // channel; a client that goes away or a passed deadline cancels the request, which frees
 // its KV blocks at once.
@@ -17,8 +17,8 @@
 #include "cascade/v1/inference.grpc.pb.h"
 #include "coordinator/control/serving_metrics.h"
 #include "coordinator/front/api_keys.h"
-#include "coordinator/serving/engine.h"
 #include "coordinator/serving/replicas.h"
+#include "coordinator/serving/serving_loop.h"
 #include "model/format/model_config.h"
 #include "text/tokenizer.h"
 
@@ -100,7 +100,7 @@ class InferenceService final : public v1::Inference::Service {
   // Validation and tokenization of a request (public for tests): `ValidateGenerateRequest`
   // and `TokenizePrompt` (coordinator/front/request_validation.h) with this model's vocabulary
   // size and the current context.
-  absl::StatusOr<EngineRequest> Prepare(const v1::GenerateRequest& req) const;
+  absl::StatusOr<ServingRequest> Prepare(const v1::GenerateRequest& req) const;
   absl::StatusOr<std::vector<int32_t>> PromptIds(const v1::Prompt& prompt, bool add_special) const;
 
  private:

@@ -220,7 +220,7 @@ absl::Status ParseLimits(const Fields& f, OpenAiEndpoint endpoint, OpenAiRequest
   CASCADE_RETURN_IF_ERROR(f.Int("max_tokens", 1, std::numeric_limits<int32_t>::max(), &max_tokens));
   CASCADE_RETURN_IF_ERROR(f.Int("max_completion_tokens", 1, std::numeric_limits<int32_t>::max(), &max_completion));
   // Completions default to 16 tokens (OpenAI's rule); chat runs to the end of the context
-  // (the engine caps max_tokens at what the context leaves).
+  // (the serving loop caps max_tokens at what the context leaves).
   const int64_t limit = max_completion.value_or(
       max_tokens.value_or(endpoint == OpenAiEndpoint::kCompletions ? 16 : std::numeric_limits<int32_t>::max()));
   out->request.set_max_tokens(static_cast<int32_t>(limit));
@@ -256,7 +256,7 @@ absl::Status ParseLogprobs(const Fields& f, OpenAiEndpoint endpoint, OpenAiReque
     out->logprobs = on.value_or(false);
   }
   out->top_logprobs = static_cast<int>(top.value_or(0));
-  // The engine reports the chosen token's logprob with the top n, n >= 1.
+  // The serving loop reports the chosen token's logprob with the top n, n >= 1.
   if (out->logprobs) out->request.set_logprobs(std::max(1, out->top_logprobs));
   return absl::OkStatus();
 }

@@ -21,7 +21,7 @@ enum class OpenAiEndpoint { kCompletions, kChat };
 
 struct OpenAiRequest {
   OpenAiEndpoint endpoint = OpenAiEndpoint::kCompletions;
-  v1::GenerateRequest request;  // What the engine runs.
+  v1::GenerateRequest request;  // What the serving loop runs.
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage: a last chunk with usage.
   // Logprobs: completions' `logprobs: n` or chat's `logprobs: true` with `top_logprobs: n`.

@@ -40,9 +40,9 @@ absl::StatusOr<std::vector<int32_t>> TokenizePrompt(const v1::Prompt& prompt, co
   return absl::InvalidArgumentError("prompt: give text, ids or chat");
 }
 
-absl::StatusOr<EngineRequest> ValidateGenerateRequest(const v1::GenerateRequest& req, const text::Tokenizer& tokenizer,
-                                                      int64_t n_vocab, int64_t max_context) {
-  EngineRequest r;
+absl::StatusOr<ServingRequest> ValidateGenerateRequest(const v1::GenerateRequest& req, const text::Tokenizer& tokenizer,
+                                                       int64_t n_vocab, int64_t max_context) {
+  ServingRequest r;
   r.request_id = req.request_id();
   CASCADE_ASSIGN_OR_RETURN(r.prompt, TokenizePrompt(req.prompt(), tokenizer, n_vocab, /*add_special=*/true));
   if (r.prompt.empty()) return absl::InvalidArgumentError("prompt: empty (no tokens)");

@@ -1,8 +1,8 @@
-// Validation of a public `GenerateRequest` (inference.proto) before it reaches the engine:
+// Validation of a public `GenerateRequest` (inference.proto) before it reaches the serving loop:
 // the prompt is tokenized (text, ready ids or a chat), every field is checked against its
-// range and the model's limits, and the result is the engine's `EngineRequest`. Both
+// range and the model's limits, and the result is the serving loop's `ServingRequest`. Both
 // fronts (gRPC and HTTP) reach it through `InferenceService::Prepare`; it is a free
-// function, with no engine or cluster, so that tests and the fuzz target
+// function, with no serving loop or workers, so that tests and the fuzz target
 // (tests/fuzz/generate_request_fuzz.cc) call it directly.
 // Thread-safe (free functions over borrowed immutable inputs).
 #pragma once
@@ -13,7 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "cascade/v1/inference.pb.h"
-#include "coordinator/serving/engine_request.h"
+#include "coordinator/serving/serving_request.h"
 #include "text/tokenizer.h"
 
 namespace cascade::coordinator {
@@ -25,12 +25,12 @@ namespace cascade::coordinator {
 absl::StatusOr<std::vector<int32_t>> TokenizePrompt(const v1::Prompt& prompt, const text::Tokenizer& tokenizer,
                                                     int64_t n_vocab, bool add_special);
 
-// Validates `req` and turns it into the engine's request: the prompt tokenized (with
+// Validates `req` and turns it into the serving loop's request: the prompt tokenized (with
 // special tokens), unset sampling fields left at `SamplingParams`' defaults, max_tokens
 // capped to the room left in a context of `max_context` positions. InvalidArgument naming
 // the field for an empty prompt, a prompt that leaves no room for one new token, sampling
 // values out of range, max_tokens < 1, or speculative.num_tokens outside [1, 16].
-absl::StatusOr<EngineRequest> ValidateGenerateRequest(const v1::GenerateRequest& req, const text::Tokenizer& tokenizer,
-                                                      int64_t n_vocab, int64_t max_context);
+absl::StatusOr<ServingRequest> ValidateGenerateRequest(const v1::GenerateRequest& req, const text::Tokenizer& tokenizer,
+                                                       int64_t n_vocab, int64_t max_context);
 
 }  // namespace cascade::coordinator

@@ -12,7 +12,7 @@ namespace cascade::coordinator {
 namespace {
 
 // Adds `from` into `to`: counters summed, the largest batch kept, the means re-weighted.
-void AddStats(const EngineStats& from, EngineStats& to) {
+void AddStats(const ServingStats& from, ServingStats& to) {
   to.scheduler += from.scheduler;
   to.steps += from.steps;
   to.finished += from.finished;
@@ -54,7 +54,7 @@ void MergeExpertLoad(const std::vector<v1::ClusterStatus>& parts, v1::ClusterSta
 
 }  // namespace
 
-Replicas::Replicas(const std::vector<Plan>& plans, const ClusterOptions& options, const text::Tokenizer* tokenizer,
+Replicas::Replicas(const std::vector<Plan>& plans, const StageWorkersOptions& options, const text::Tokenizer* tokenizer,
                    const SchedulerOptions& scheduler, const SpeculationOptions& speculation, bool route_by_prefix)
     : max_num_seqs_(std::max(1, scheduler.max_num_seqs)) {
   if (route_by_prefix && scheduler.prefix_caching && plans.size() > 1) {
@@ -62,21 +62,21 @@ Replicas::Replicas(const std::vector<Plan>& plans, const ClusterOptions& options
                                                  static_cast<size_t>(std::max(0, scheduler.n_kv_blocks)));
   }
   for (size_t r = 0; r < plans.size(); ++r) {
-    ClusterOptions o = options;
+    StageWorkersOptions o = options;
     o.replica = static_cast<int>(r);
     if (plans.size() > 1) o.group = StrCat(options.group, "/r", r);  // Rendezvous keys apart.
     Replica replica;
-    replica.cluster = std::make_unique<Cluster>(plans[r], o);
-    replica.engine = std::make_unique<Engine>(replica.cluster.get(), tokenizer, scheduler, speculation);
+    replica.workers = std::make_unique<StageWorkers>(plans[r], o);
+    replica.loop = std::make_unique<ServingLoop>(replica.workers.get(), tokenizer, scheduler, speculation);
     replicas_.push_back(std::move(replica));
   }
   for (int r = 0; r < size(); ++r) {
-    replicas_[r].engine->OnEvacuate([this, r](std::shared_ptr<Engine::Active> request) {
+    replicas_[r].loop->OnEvacuate([this, r](std::shared_ptr<ServingLoop::Active> request) {
       absl::MutexLock lock(&route_mu_);
       const int to = Pick(r);
       if (to < 0) return false;
       if (affinity_ != nullptr) affinity_->Record(to, request->req.prompt);
-      replicas_[to].engine->Adopt(std::move(request));
+      replicas_[to].loop->Adopt(std::move(request));
       return true;
     });
   }
@@ -84,34 +84,34 @@ Replicas::Replicas(const std::vector<Plan>& plans, const ClusterOptions& options
 
 Replicas::~Replicas() { Stop(); }
 
-std::vector<Cluster*> Replicas::clusters() {
-  std::vector<Cluster*> out;
-  for (Replica& r : replicas_) out.push_back(r.cluster.get());
+std::vector<StageWorkers*> Replicas::all_workers() {
+  std::vector<StageWorkers*> out;
+  for (Replica& r : replicas_) out.push_back(r.workers.get());
   return out;
 }
 
 int Replicas::n_workers() const {
   int n = 0;
-  for (const Replica& r : replicas_) n += r.cluster->n_workers() + (r.cluster->options().draft ? 1 : 0);
+  for (const Replica& r : replicas_) n += r.workers->n_workers() + (r.workers->options().draft ? 1 : 0);
   return n;
 }
 
 void Replicas::SetMetrics(ServingMetrics* metrics) {
   for (Replica& r : replicas_) {
-    r.cluster->SetMetrics(metrics);
-    r.engine->SetMetrics(metrics);
+    r.workers->SetMetrics(metrics);
+    r.loop->SetMetrics(metrics);
   }
 }
 
 void Replicas::SetRecoveryTimeout(std::chrono::seconds timeout) {
-  for (Replica& r : replicas_) r.engine->SetRecoveryTimeout(timeout);
+  for (Replica& r : replicas_) r.loop->SetRecoveryTimeout(timeout);
 }
 
 absl::Status Replicas::BringUp(std::chrono::milliseconds timeout) {
   std::vector<absl::Status> results(replicas_.size());
   std::vector<std::thread> threads;
   for (size_t r = 0; r < replicas_.size(); ++r) {
-    threads.emplace_back([&, r] { results[r] = replicas_[r].cluster->BringUp(timeout); });
+    threads.emplace_back([&, r] { results[r] = replicas_[r].workers->BringUp(timeout); });
   }
   for (std::thread& t : threads) t.join();
   for (size_t r = 0; r < replicas_.size(); ++r) {
@@ -120,9 +120,9 @@ absl::Status Replicas::BringUp(std::chrono::milliseconds timeout) {
                          : absl::Status(results[r].code(), StrCat("replica ", r, ": ", results[r].message()));
     }
     Replica& replica = replicas_[r];
-    const int64_t blocks = replica.cluster->kv_blocks();
-    if (blocks != replica.cluster->options().kv_blocks) {  // Its GPUs hold fewer than the budget.
-      replica.engine->ResetKvBlocks(static_cast<int32_t>(std::min<int64_t>(blocks, INT32_MAX)));
+    const int64_t blocks = replica.workers->kv_blocks();
+    if (blocks != replica.workers->options().kv_blocks) {  // Its GPUs hold fewer than the budget.
+      replica.loop->ResetKvBlocks(static_cast<int32_t>(std::min<int64_t>(blocks, INT32_MAX)));
     }
   }
   return absl::OkStatus();
@@ -130,21 +130,21 @@ absl::Status Replicas::BringUp(std::chrono::milliseconds timeout) {
 
 int64_t Replicas::min_kv_blocks() const {
   int64_t blocks = INT64_MAX;
-  for (const Replica& r : replicas_) blocks = std::min(blocks, r.cluster->kv_blocks());
+  for (const Replica& r : replicas_) blocks = std::min(blocks, r.workers->kv_blocks());
   return blocks;
 }
 
 void Replicas::Start() {
-  for (Replica& r : replicas_) r.engine->Start();
+  for (Replica& r : replicas_) r.loop->Start();
 }
 
 void Replicas::Stop() {
-  for (Replica& r : replicas_) r.engine->Stop();
-  for (Replica& r : replicas_) r.cluster->Close();  // Before the workers stop: no death reports.
+  for (Replica& r : replicas_) r.loop->Stop();
+  for (Replica& r : replicas_) r.workers->Close();  // Before the workers stop: no death reports.
 }
 
 double Replicas::Headroom(int r) const {
-  const EngineStats st = replicas_[r].engine->Stats();
+  const ServingStats st = replicas_[r].loop->Stats();
   const double kv = st.scheduler.n_total_blocks > 0
                         ? static_cast<double>(st.scheduler.n_free_blocks) / st.scheduler.n_total_blocks
                         : 1.0;
@@ -155,7 +155,7 @@ int Replicas::Pick(int except) const {
   int best = -1;
   double best_room = 0;
   for (int r = 0; r < size(); ++r) {
-    if (r == except || !replicas_[r].cluster->Healthy()) continue;
+    if (r == except || !replicas_[r].workers->Healthy()) continue;
     const double room = Headroom(r);
     if (best < 0 || room > best_room) best = r, best_room = room;
   }
@@ -168,7 +168,7 @@ int Replicas::Route(std::span<const int32_t> prompt) {
   int holder = -1;
   int32_t most = 0;
   for (int r = 0; r < size(); ++r) {
-    if (!replicas_[r].cluster->Healthy()) {
+    if (!replicas_[r].workers->Healthy()) {
       affinity_->Forget(r);
       continue;
     }
@@ -185,16 +185,16 @@ int Replicas::Route(std::span<const int32_t> prompt) {
   const double saved = static_cast<double>(most - affinity_->Matched(best, prompt)) / std::max<int64_t>(1, n_blocks);
   int64_t total_live = 0, serving = 0;
   for (int r = 0; r < size(); ++r) {
-    if (replicas_[r].cluster->Healthy()) total_live += replicas_[r].engine->Stats().n_live, ++serving;
+    if (replicas_[r].workers->Healthy()) total_live += replicas_[r].loop->Stats().n_live, ++serving;
   }
   const double mean_live = static_cast<double>(total_live) / std::max<int64_t>(1, serving);
   const auto allowance = static_cast<int64_t>(std::ceil(kAffinitySlack * saved * std::max(1.0, mean_live)));
-  const EngineStats h = replicas_[holder].engine->Stats(), b = replicas_[best].engine->Stats();
+  const ServingStats h = replicas_[holder].loop->Stats(), b = replicas_[best].loop->Stats();
   const bool kv_left = h.scheduler.n_free_blocks >= h.scheduler.n_total_blocks / 10;
   return kv_left && h.n_live <= b.n_live + allowance ? holder : best;
 }
 
-std::shared_ptr<RequestChannel> Replicas::Submit(EngineRequest request) {
+std::shared_ptr<RequestChannel> Replicas::Submit(ServingRequest request) {
   // One routing at a time: two requests arriving together would otherwise both see the
   // same idle replica and go there.
   absl::MutexLock lock(&route_mu_);
@@ -202,25 +202,25 @@ std::shared_ptr<RequestChannel> Replicas::Submit(EngineRequest request) {
   if (r < 0) {  // None serves: the least loaded one's queue, to wait for its rebuild.
     r = 0;
     for (int i = 1; i < size(); ++i) {
-      if (replicas_[i].engine->Stats().n_live < replicas_[r].engine->Stats().n_live) r = i;
+      if (replicas_[i].loop->Stats().n_live < replicas_[r].loop->Stats().n_live) r = i;
     }
   }
   if (affinity_ != nullptr) affinity_->Record(r, request.prompt);
-  return replicas_[r].engine->Submit(std::move(request));
+  return replicas_[r].loop->Submit(std::move(request));
 }
 
 void Replicas::Wake() {
-  for (Replica& r : replicas_) r.engine->Wake();
+  for (Replica& r : replicas_) r.loop->Wake();
 }
 
-EngineStats Replicas::Stats() const {
-  EngineStats total;
-  for (const Replica& r : replicas_) AddStats(r.engine->Stats(), total);
+ServingStats Replicas::Stats() const {
+  ServingStats total;
+  for (const Replica& r : replicas_) AddStats(r.loop->Stats(), total);
   return total;
 }
 
 bool Replicas::Serving() const {
-  return std::any_of(replicas_.begin(), replicas_.end(), [](const Replica& r) { return r.cluster->Healthy(); });
+  return std::any_of(replicas_.begin(), replicas_.end(), [](const Replica& r) { return r.workers->Healthy(); });
 }
 
 void Replicas::FillStatus(v1::ClusterStatus* st) const {
@@ -230,12 +230,12 @@ void Replicas::FillStatus(v1::ClusterStatus* st) const {
   std::string detail;
   for (size_t r = 0; r < replicas_.size(); ++r) {
     v1::ClusterStatus& p = parts[r];
-    replicas_[r].cluster->FillStatus(&p);
+    replicas_[r].workers->FillStatus(&p);
     for (const v1::StageStatus& s : p.stages()) *st->add_stages() = s;
     ready = ready && p.ready();
     dead = dead || p.cluster_state() == v1::CLUSTER_STATE_DEGRADED;
     serving += p.ready() ? 1 : 0;
-    const EngineStats e = replicas_[r].engine->Stats();
+    const ServingStats e = replicas_[r].loop->Stats();
     v1::ReplicaStatus* rs = st->add_replicas();
     rs->set_replica(static_cast<int32_t>(r));
     rs->set_serving(p.ready());

@@ -1,6 +1,6 @@
 // Data parallelism (`parallel.data`): the replicas behind the one coordinator, each a
-// whole pipeline on its own devices with its own Cluster (workers, step streams) and
-// Engine (scheduler, KV pool), and the router in front of them. With one replica it is
+// whole pipeline on its own devices with its own StageWorkers (workers, step streams) and
+// ServingLoop (scheduler, KV pool), and the router in front of them. With one replica it is
 // a thin shell over that replica, so every front (gRPC, HTTP, health, metrics) takes one
 // path whatever parallel.data says.
 //
@@ -12,8 +12,8 @@
 // it holds beyond the best's x the mean live requests per replica) live requests, and
 // with a tenth of its KV pool free. Reuse, as long as the load stays near even.
 //
-// Thread-safety: Submit, Wake, Stats, FillStatus, Serving are thread-safe (the clusters
-// and engines are). The rest (construction, BringUp, Start, Stop, setters) is the owner's
+// Thread-safety: Submit, Wake, Stats, FillStatus, Serving are thread-safe (the workers
+// and serving loops are). The rest (construction, BringUp, Start, Stop, setters) is the owner's
 // thread, before or after serving as each says.
 #pragma once
 
@@ -25,12 +25,12 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "cascade/v1/inference.pb.h"
-#include "coordinator/control/cluster.h"
 #include "coordinator/control/serving_metrics.h"
+#include "coordinator/control/stage_workers.h"
 #include "coordinator/planner.h"
-#include "coordinator/serving/engine.h"
 #include "coordinator/serving/prefix_affinity.h"
 #include "coordinator/serving/scheduler.h"
+#include "coordinator/serving/serving_loop.h"
 #include "coordinator/serving/speculation.h"
 #include "text/tokenizer.h"
 
@@ -45,34 +45,34 @@ class Replicas {
   // One replica per plan, with `options` (its group suffixed "/rN" when there are several,
   // and its replica index set). Borrows `tokenizer`.
   // `route_by_prefix`: parallel.route_by_prefix (with scheduler.prefix_caching).
-  Replicas(const std::vector<Plan>& plans, const ClusterOptions& options, const text::Tokenizer* tokenizer,
+  Replicas(const std::vector<Plan>& plans, const StageWorkersOptions& options, const text::Tokenizer* tokenizer,
            const SchedulerOptions& scheduler, const SpeculationOptions& speculation, bool route_by_prefix = false);
   ~Replicas();  // Stop().
   Replicas(const Replicas&) = delete;
   Replicas& operator=(const Replicas&) = delete;
 
   int size() const { return static_cast<int>(replicas_.size()); }
-  Cluster& cluster(int r) { return *replicas_[r].cluster; }
-  const Cluster& cluster(int r) const { return *replicas_[r].cluster; }
-  std::vector<Cluster*> clusters();
+  StageWorkers& workers(int r) { return *replicas_[r].workers; }
+  const StageWorkers& workers(int r) const { return *replicas_[r].workers; }
+  std::vector<StageWorkers*> all_workers();
   int n_workers() const;
 
   // Before Start: where latencies go, how long requests wait for a dead worker's return.
   void SetMetrics(ServingMetrics* metrics);
   void SetRecoveryTimeout(std::chrono::seconds timeout);
-  // Brings every replica up at once (Cluster::BringUp), then sizes each engine's KV pool
-  // to what its cluster holds. The first error, naming its replica when there are several.
+  // Brings every replica up at once (StageWorkers::BringUp), then sizes each serving loop's KV pool
+  // to what its workers hold. The first error, naming its replica when there are several.
   absl::Status BringUp(std::chrono::milliseconds timeout);
   // The fewest KV blocks of any replica (what sets the context length).
   int64_t min_kv_blocks() const;
   void Start();
-  void Stop();  // The engines, then the clusters' step streams (Cluster::Close). Idempotent.
+  void Stop();  // The serving loops, then the workers' step streams (StageWorkers::Close). Idempotent.
 
   // Routes a request (see above); its output arrives on the returned channel.
-  std::shared_ptr<RequestChannel> Submit(EngineRequest request);
+  std::shared_ptr<RequestChannel> Submit(ServingRequest request);
   void Wake();
-  // The engines' stats, summed (largest batch: the largest).
-  EngineStats Stats() const;
+  // The serving loops' stats, summed (largest batch: the largest).
+  ServingStats Stats() const;
   // Every replica's workers (StageStatus.replica), the sums of their KV and queues, and
   // the cluster's state: ready when every replica is, degraded (naming the dead workers)
   // when one is down, starting otherwise; n_replicas and replicas_serving.
@@ -82,8 +82,8 @@ class Replicas {
 
  private:
   struct Replica {
-    std::unique_ptr<Cluster> cluster;
-    std::unique_ptr<Engine> engine;
+    std::unique_ptr<StageWorkers> workers;
+    std::unique_ptr<ServingLoop> loop;
   };
   // The serving replica with the most headroom other than `except` (-1: any); -1 when none
   // serves.

@@ -18,7 +18,7 @@
 // Hard cap: while more than `max_batch` sequences decode at once (when set), k is 0,
 // whatever the cost model says.
 //
-// Thread-safety: plain values, owned by the engine loop.
+// Thread-safety: plain values, owned by the serving loop.
 #pragma once
 
 #include <cstdint>

@@ -192,8 +192,33 @@ absl::Status WriteKvCpu(KvCacheLayer& cache, const TensorView& k, const TensorVi
   return absl::OkStatus();
 }
 
-absl::Status AttentionCpu(TensorView out, const TensorView& q, const KvCacheLayer& cache,
-                          std::span<const AttentionSeq> seqs, const AttentionParams& params, ThreadPool& pool) {
+namespace {
+
+// One (row, kv head) item of a step's attention runs as one unit, or as several units over
+// ranges of its positions (see kMinSplitPositions) merged after.
+struct RowRef {
+  int32_t seq;
+  int32_t i;
+};
+struct Unit {
+  int32_t item;
+  int32_t partial;  // Index of its partial result, or -1: writes `out` directly.
+  int64_t pos_begin, pos_end;
+};
+struct Split {
+  int32_t item;
+  int32_t first_partial;
+  int32_t n;
+};
+struct AttentionPlan {
+  std::vector<RowRef> rows;  // Listed sequence by sequence; item = row * n_kv + kv head.
+  std::vector<Unit> units;
+  std::vector<Split> splits;  // Items run as several units.
+  int32_t n_partials = 0;
+};
+
+absl::Status CheckAttention(const TensorView& out, const TensorView& q, const KvCacheLayer& cache,
+                            std::span<const AttentionSeq> seqs, const AttentionParams& params) {
   const int64_t d = cache.head_dim;
   const int64_t n_kv = cache.n_kv_heads;
   if (n_kv <= 0 || params.n_heads % n_kv != 0 || params.n_heads / n_kv > kAttnMaxGroup || d > kAttnMaxHeadDim ||
@@ -205,66 +230,91 @@ absl::Status AttentionCpu(TensorView out, const TensorView& q, const KvCacheLaye
     return absl::InvalidArgumentError(StrCat("attention: q ", q.ShapeString(), " / out ", out.ShapeString(),
                                              " do not match ", params.n_heads, " heads of ", d));
   }
-  if (absl::Status s = CheckSeqs(cache, seqs, q.Rows()); !s.ok()) return s;
-  CASCADE_RETURN_IF_ERROR(CheckKvDtype(cache));
+  CASCADE_RETURN_IF_ERROR(CheckSeqs(cache, seqs, q.Rows()));
+  return CheckKvDtype(cache);
+}
 
-  // Items: (row, kv head) pairs, rows listed sequence by sequence. Each item runs as one
-  // or more units over ranges of its positions (see kMinSplitPositions).
-  struct RowRef {
-    int32_t seq;
-    int32_t i;
-  };
-  std::vector<RowRef> rows;
+// Splits an item's positions only when there are too few items to keep every thread busy.
+AttentionPlan PlanUnits(std::span<const AttentionSeq> seqs, int64_t n_kv, int64_t bs, int64_t n_threads) {
+  AttentionPlan plan;
   for (size_t si = 0; si < seqs.size(); ++si) {
-    for (int64_t i = 0; i < seqs[si].n_new; ++i) rows.push_back({static_cast<int32_t>(si), static_cast<int32_t>(i)});
+    for (int64_t i = 0; i < seqs[si].n_new; ++i) {
+      plan.rows.push_back({static_cast<int32_t>(si), static_cast<int32_t>(i)});
+    }
   }
+  const int64_t n_items = static_cast<int64_t>(plan.rows.size()) * n_kv;
+  const int64_t max_splits = n_threads > 1 && n_items < 2 * n_threads ? (2 * n_threads + n_items - 1) / n_items : 1;
+  for (int64_t item = 0; item < n_items; ++item) {
+    const RowRef r = plan.rows[item / n_kv];
+    const int64_t n_ctx = seqs[r.seq].n_past + r.i + 1;
+    const int64_t n_blocks = (n_ctx + bs - 1) / bs;
+    const int64_t n_split = std::clamp<int64_t>(n_ctx / kMinSplitPositions, 1, std::min(max_splits, n_blocks));
+    if (n_split == 1) {
+      plan.units.push_back({static_cast<int32_t>(item), -1, 0, n_ctx});
+      continue;
+    }
+    plan.splits.push_back({static_cast<int32_t>(item), plan.n_partials, static_cast<int32_t>(n_split)});
+    for (int64_t sp = 0; sp < n_split; ++sp) {
+      const int64_t b0 = n_blocks * sp / n_split, b1 = n_blocks * (sp + 1) / n_split;
+      plan.units.push_back({static_cast<int32_t>(item), plan.n_partials++, b0 * bs, std::min(b1 * bs, n_ctx)});
+    }
+  }
+  return plan;
+}
+
+// Merges each split item: out = sum_i e^(m_i - M) acc_i / sum_i e^(m_i - M) l_i, M = max_i m_i.
+// A partial holds n_group maxima, n_group sums, then [n_group, d] unnormalised outputs.
+void MergeSplits(const AttentionPlan& plan, std::span<const AttentionSeq> seqs, const std::vector<float>& partials,
+                 int64_t n_kv, int64_t n_heads, int64_t d, float* out) {
+  const int64_t n_group = n_heads / n_kv;
+  const int64_t partial_floats = n_group * (d + 2);
+  for (const Split& sp : plan.splits) {
+    const RowRef r = plan.rows[sp.item / n_kv];
+    const int64_t h = sp.item % n_kv;
+    float* o = out + (seqs[r.seq].row_begin + r.i) * n_heads * d + h * n_group * d;
+    for (int64_t g = 0; g < n_group; ++g) {
+      float mx = internal::kAttnNoMax;
+      for (int32_t i = 0; i < sp.n; ++i) mx = std::max(mx, partials[(sp.first_partial + i) * partial_floats + g]);
+      float l = 0.0f;
+      float* og = o + g * d;
+      std::fill_n(og, d, 0.0f);
+      for (int32_t i = 0; i < sp.n; ++i) {
+        const float* p = partials.data() + (sp.first_partial + i) * partial_floats;
+        const float w = std::exp(p[g] - mx);
+        l += w * p[n_group + g];
+        const float* acc = p + 2 * n_group + g * d;
+        for (int64_t x = 0; x < d; ++x) og[x] += w * acc[x];
+      }
+      const float inv = l > 0 ? 1.0f / l : 0.0f;
+      for (int64_t x = 0; x < d; ++x) og[x] *= inv;
+    }
+  }
+}
+
+}  // namespace
+
+absl::Status AttentionCpu(TensorView out, const TensorView& q, const KvCacheLayer& cache,
+                          std::span<const AttentionSeq> seqs, const AttentionParams& params, ThreadPool& pool) {
+  CASCADE_RETURN_IF_ERROR(CheckAttention(out, q, cache, seqs, params));
+  const int64_t d = cache.head_dim;
+  const int64_t n_kv = cache.n_kv_heads;
   const int64_t n_group = params.n_heads / n_kv;
   const DType kv_dtype = cache.k.dtype;
   const int64_t kv_row_bytes = RowBytes(kv_dtype, n_kv * d);
   const int64_t head_bytes = RowBytes(kv_dtype, d);  // Offset of one KV head within a position.
   const int64_t bs = cache.block_size;
-  const int64_t n_items = static_cast<int64_t>(rows.size()) * n_kv;
   const int64_t n_threads = pool.n_threads();
-  const int64_t max_splits = n_threads > 1 && n_items < 2 * n_threads ? (2 * n_threads + n_items - 1) / n_items : 1;
-  struct Unit {
-    int32_t item;
-    int32_t partial;  // Index of its partial result, or -1: writes `out` directly.
-    int64_t pos_begin, pos_end;
-  };
-  std::vector<Unit> units;
-  struct Split {
-    int32_t item;
-    int32_t first_partial;
-    int32_t n;
-  };
-  std::vector<Split> splits;  // Items run as several units, merged after.
-  int32_t n_partials = 0;
-  for (int64_t item = 0; item < n_items; ++item) {
-    const RowRef r = rows[item / n_kv];
-    const int64_t n_ctx = seqs[r.seq].n_past + r.i + 1;
-    const int64_t n_blocks = (n_ctx + bs - 1) / bs;
-    const int64_t n_split = std::clamp<int64_t>(n_ctx / kMinSplitPositions, 1, std::min(max_splits, n_blocks));
-    if (n_split == 1) {
-      units.push_back({static_cast<int32_t>(item), -1, 0, n_ctx});
-      continue;
-    }
-    splits.push_back({static_cast<int32_t>(item), n_partials, static_cast<int32_t>(n_split)});
-    for (int64_t sp = 0; sp < n_split; ++sp) {
-      const int64_t b0 = n_blocks * sp / n_split, b1 = n_blocks * (sp + 1) / n_split;
-      units.push_back({static_cast<int32_t>(item), n_partials++, b0 * bs, std::min(b1 * bs, n_ctx)});
-    }
-  }
-  // Per partial: n_group maxima, n_group sums, then [n_group, d] unnormalised outputs.
+  const AttentionPlan plan = PlanUnits(seqs, n_kv, bs, n_threads);
   const int64_t partial_floats = n_group * (d + 2);
-  std::vector<float> partials(n_partials * partial_floats);
+  std::vector<float> partials(plan.n_partials * partial_floats);
   const AttendFn attend = PickAttend(d);
-  const int64_t n_units = static_cast<int64_t>(units.size());
+  const int64_t n_units = static_cast<int64_t>(plan.units.size());
   // Later rows of a prefill attend to more positions: hand out small chunks.
   const int64_t chunk = n_units >= 8 * n_threads ? 4 : 1;
   pool.ParallelForChunked(n_units, chunk, [&](int64_t begin, int64_t end, int) {
     for (int64_t u = begin; u < end; ++u) {
-      const Unit& unit = units[u];
-      const RowRef r = rows[unit.item / n_kv];
+      const Unit& unit = plan.units[u];
+      const RowRef r = plan.rows[unit.item / n_kv];
       const int64_t h = unit.item % n_kv;
       const AttentionSeq& s = seqs[r.seq];
       const int64_t off = (s.row_begin + r.i) * params.n_heads * d + h * n_group * d;
@@ -292,29 +342,7 @@ absl::Status AttentionCpu(TensorView out, const TensorView& q, const KvCacheLaye
       attend(args);
     }
   });
-  // Merge: out = sum_i e^(m_i - M) acc_i / sum_i e^(m_i - M) l_i with M = max_i m_i.
-  for (const Split& sp : splits) {
-    const RowRef r = rows[sp.item / n_kv];
-    const int64_t h = sp.item % n_kv;
-    const AttentionSeq& s = seqs[r.seq];
-    float* o = out.As<float>() + (s.row_begin + r.i) * params.n_heads * d + h * n_group * d;
-    for (int64_t g = 0; g < n_group; ++g) {
-      float mx = internal::kAttnNoMax;
-      for (int32_t i = 0; i < sp.n; ++i) mx = std::max(mx, partials[(sp.first_partial + i) * partial_floats + g]);
-      float l = 0.0f;
-      float* og = o + g * d;
-      std::fill_n(og, d, 0.0f);
-      for (int32_t i = 0; i < sp.n; ++i) {
-        const float* p = partials.data() + (sp.first_partial + i) * partial_floats;
-        const float w = std::exp(p[g] - mx);
-        l += w * p[n_group + g];
-        const float* acc = p + 2 * n_group + g * d;
-        for (int64_t x = 0; x < d; ++x) og[x] += w * acc[x];
-      }
-      const float inv = l > 0 ? 1.0f / l : 0.0f;
-      for (int64_t x = 0; x < d; ++x) og[x] *= inv;
-    }
-  }
+  MergeSplits(plan, seqs, partials, n_kv, params.n_heads, d, out.As<float>());
   return absl::OkStatus();
 }
 

@@ -135,91 +135,75 @@ Result Bench(const std::string& name, const std::string& path, kernels::Backend*
   return r;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+struct Options {
   std::string json_path, smol = cascade::testing::DefaultModelPath();
   int64_t llama_layers = 32;
   bool skip_llama = false, graphs = false, tuned = false, quant = false;
+};
+
+Options ParseArgs(int argc, char** argv) {
+  Options o;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc)
-      json_path = argv[++i];
+      o.json_path = argv[++i];
     else if (std::strcmp(argv[i], "--model") == 0 && i + 1 < argc)
-      smol = argv[++i];
+      o.smol = argv[++i];
     else if (std::strcmp(argv[i], "--llama-layers") == 0 && i + 1 < argc)
-      llama_layers = std::atoll(argv[++i]);
+      o.llama_layers = std::atoll(argv[++i]);
     else if (std::strcmp(argv[i], "--skip-llama") == 0)
-      skip_llama = true;
+      o.skip_llama = true;
     else if (std::strcmp(argv[i], "--graphs") == 0)
-      graphs = true;
+      o.graphs = true;
     else if (std::strcmp(argv[i], "--tuned") == 0)
-      tuned = true;
+      o.tuned = true;
     else if (std::strcmp(argv[i], "--quant") == 0)
-      quant = true;
+      o.quant = true;
   }
-  const auto avail = kernels::QueryCudaDevices();
-  if (avail.device_count == 0) {
-    std::printf("SKIP: no GPU: %s\n", avail.reason.c_str());
-    return 0;
-  }
-  const double copy_bw = kernels::MeasureCopyBandwidth(0);
-  std::printf("device-to-device copy: %.0f GB/s (read + write)\n", copy_bw / 1e9);
-  auto gpu = kernels::CudaBackend::Create({});
-  Check(gpu.status(), "cuda:0");
-  std::vector<Result> results;
-  if (!smol.empty() && std::filesystem::exists(smol)) {
-    results.push_back(Bench("SmolLM2-135M Q4_1", smol, gpu->get(), "cuda:0", false, graphs, tuned));
-    (*gpu)->set_kernels(kernels::CudaKernels::kReference);
-    auto cpu = kernels::MakeCpuBackend({.n_threads = 16});
-    results.push_back(Bench("SmolLM2-135M Q4_1", smol, cpu.get(), "cpu x16", true, false, false));
-  } else {
-    std::printf("SmolLM2 not found (%s): skipped\n", smol.c_str());
-  }
-  // A random model of `spec` written to a temporary file, benchmarked on the GPU, removed.
-  const auto bench_written = [&](const std::string& name, cascade::testing::RandomModelSpec spec) {
-    const std::string path = (std::filesystem::temp_directory_path() / "cascade-gpu-bench-model.gguf").string();
-    const auto t0 = std::chrono::steady_clock::now();
-    spec.distinct_values = 1 << 20;  // Values (and quantized blocks) repeat: quick to write.
-    cascade::testing::WriteRandomModel(spec, path);
-    std::printf("wrote %s in %.1f s\n", name.c_str(), SecondsSince(t0));
-    results.push_back(Bench(name, path, gpu->get(), "cuda:0", false, graphs, tuned));
-    (*gpu)->set_kernels(kernels::CudaKernels::kReference);
-    std::filesystem::remove(path);
-  };
-  if (!skip_llama) {
-    const cascade::testing::RandomModelSpec llama8b = {.n_layers = llama_layers,
+  return o;
+}
+
+// The random models of the run: the 8B shape (BF16; with --quant also Q8_0 and llama.cpp's
+// Q4_K_M mix) and, with --quant, bench_moe.sh's shape: Qwen3-30B-A3B scaled (hidden 1024,
+// 8 layers, 64 experts, top-8).
+std::vector<std::pair<std::string, cascade::testing::RandomModelSpec>> WrittenModels(const Options& o) {
+  std::vector<std::pair<std::string, cascade::testing::RandomModelSpec>> models;
+  if (!o.skip_llama) {
+    const cascade::testing::RandomModelSpec llama8b = {.n_layers = o.llama_layers,
                                                        .n_embd = 4096,
                                                        .n_heads = 32,
                                                        .n_kv_heads = 8,
                                                        .n_ff = 14336,
                                                        .n_vocab = 128256,
                                                        .n_ctx = 8192};
-    // BF16, then the quantized forms people run: Q8_0, and llama.cpp's Q4_K_M mix.
     for (const DType type :
-         quant ? std::vector<DType>{DType::kBF16, DType::kQ8_0, DType::kQ4_K} : std::vector<DType>{DType::kBF16}) {
+         o.quant ? std::vector<DType>{DType::kBF16, DType::kQ8_0, DType::kQ4_K} : std::vector<DType>{DType::kBF16}) {
       cascade::testing::RandomModelSpec spec = llama8b;
       spec.weight_type = type;
       spec.q4_k_m = type == DType::kQ4_K;
       const std::string_view type_name = spec.q4_k_m ? "Q4_K_M" : DTypeName(type);
-      bench_written(StrCat("Llama-3-8B shape ", type_name, " (", llama_layers, " layers)"), spec);
+      models.emplace_back(StrCat("Llama-3-8B shape ", type_name, " (", o.llama_layers, " layers)"), spec);
     }
   }
-  if (quant) {
-    // bench_moe.sh's shape: Qwen3-30B-A3B scaled (hidden 1024, 8 layers, 64 experts, top-8).
-    bench_written("Qwen3-MoE scaled Q8_0 (64 experts, top-8)", {.weight_type = DType::kQ8_0,
-                                                                .n_layers = 8,
-                                                                .n_embd = 1024,
-                                                                .n_heads = 16,
-                                                                .n_kv_heads = 4,
-                                                                .n_ff = 3072,
-                                                                .n_vocab = 49152,
-                                                                .qk_norm = true,
-                                                                .n_ctx = 4096,
-                                                                .moe = cascade::testing::MoeFamily::kQwen3Moe,
-                                                                .n_experts = 64,
-                                                                .n_experts_used = 8,
-                                                                .n_ff_expert = 512});
+  if (o.quant) {
+    models.emplace_back("Qwen3-MoE scaled Q8_0 (64 experts, top-8)",
+                        cascade::testing::RandomModelSpec{.weight_type = DType::kQ8_0,
+                                                          .n_layers = 8,
+                                                          .n_embd = 1024,
+                                                          .n_heads = 16,
+                                                          .n_kv_heads = 4,
+                                                          .n_ff = 3072,
+                                                          .n_vocab = 49152,
+                                                          .qk_norm = true,
+                                                          .n_ctx = 4096,
+                                                          .moe = cascade::testing::MoeFamily::kQwen3Moe,
+                                                          .n_experts = 64,
+                                                          .n_experts_used = 8,
+                                                          .n_ff_expert = 512});
   }
+  return models;
+}
+
+void Report(const std::vector<Result>& results, double copy_bw, const std::string& json_path) {
   std::printf("\n%-36s %-8s %12s %12s %14s %14s %9s %11s %12s %12s %13s\n", "model", "backend", "prefill t/s",
               "decode b=1", "decode b=32*", "b=1 weight GB/s", "of copy", "tuned b=1", "tuned b=32", "graphs b=1",
               "graphs b=32");
@@ -240,5 +224,41 @@ int main(int argc, char** argv) {
   std::printf("* the cpu reference runs batch 4 and a 128-token prefill (to keep the check short)\n");
   json += "]}\n";
   if (!json_path.empty()) std::ofstream(json_path) << json;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = ParseArgs(argc, argv);
+  const auto avail = kernels::QueryCudaDevices();
+  if (avail.device_count == 0) {
+    std::printf("SKIP: no GPU: %s\n", avail.reason.c_str());
+    return 0;
+  }
+  const double copy_bw = kernels::MeasureCopyBandwidth(0);
+  std::printf("device-to-device copy: %.0f GB/s (read + write)\n", copy_bw / 1e9);
+  auto gpu = kernels::CudaBackend::Create({});
+  Check(gpu.status(), "cuda:0");
+  std::vector<Result> results;
+  if (!o.smol.empty() && std::filesystem::exists(o.smol)) {
+    results.push_back(Bench("SmolLM2-135M Q4_1", o.smol, gpu->get(), "cuda:0", false, o.graphs, o.tuned));
+    (*gpu)->set_kernels(kernels::CudaKernels::kReference);
+    auto cpu = kernels::MakeCpuBackend({.n_threads = 16});
+    results.push_back(Bench("SmolLM2-135M Q4_1", o.smol, cpu.get(), "cpu x16", true, false, false));
+  } else {
+    std::printf("SmolLM2 not found (%s): skipped\n", o.smol.c_str());
+  }
+  // Each random model is written to a temporary file, benchmarked on the GPU, removed.
+  for (auto& [name, spec] : WrittenModels(o)) {
+    const std::string path = (std::filesystem::temp_directory_path() / "cascade-gpu-bench-model.gguf").string();
+    const auto t0 = std::chrono::steady_clock::now();
+    spec.distinct_values = 1 << 20;  // Values (and quantized blocks) repeat: quick to write.
+    cascade::testing::WriteRandomModel(spec, path);
+    std::printf("wrote %s in %.1f s\n", name.c_str(), SecondsSince(t0));
+    results.push_back(Bench(name, path, gpu->get(), "cuda:0", false, o.graphs, o.tuned));
+    (*gpu)->set_kernels(kernels::CudaKernels::kReference);
+    std::filesystem::remove(path);
+  }
+  Report(results, copy_bw, o.json_path);
   return 0;
 }

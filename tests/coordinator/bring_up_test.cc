@@ -39,9 +39,9 @@ TEST(BringUpTest, KvPoolCountsTheBusiestRanksHeads) {
                    "scheduler: {kv_block_size: 16, kv_cache_mb: 1, kv_cache_dtype: f32}\n");
   ASSERT_TRUE(plan.ok()) << plan.status();
   // K and V, f32: 2 * 3 layers * 16 positions * 2 heads * 64 * 4 bytes = 49152.
-  ASSERT_EQ(plan->cluster.stage_block_bytes.size(), 1u);
-  EXPECT_EQ(plan->cluster.stage_block_bytes[0], 49152);
-  EXPECT_EQ(plan->cluster.kv_blocks, 1048576 / 49152);  // 21 blocks in 1 MiB.
+  ASSERT_EQ(plan->workers.stage_block_bytes.size(), 1u);
+  EXPECT_EQ(plan->workers.stage_block_bytes[0], 49152);
+  EXPECT_EQ(plan->workers.kv_blocks, 1048576 / 49152);  // 21 blocks in 1 MiB.
   EXPECT_EQ(plan->scheduler.n_kv_blocks, 21);
   EXPECT_EQ(plan->max_context, 256);  // The model's context: 21 blocks of 16 hold 336.
 }
@@ -55,13 +55,13 @@ TEST(BringUpTest, SelfDrafterBlocksUseItsLayersAndAllHeads) {
                    "draft: {self: {layers: 1}}\n"
                    "scheduler: {kv_block_size: 16, kv_cache_mb: 1}\n");
   ASSERT_TRUE(plan.ok()) << plan.status();
-  EXPECT_TRUE(plan->cluster.draft);
-  EXPECT_EQ(plan->cluster.draft_layers, 1);
+  EXPECT_TRUE(plan->workers.draft);
+  EXPECT_EQ(plan->workers.draft_layers, 1);
   // The default f16 cache: 2 * 1 layer * 16 * 3 heads * 64 * 2 = 12288; the target's
   // 2 * 3 * 16 * 3 * 64 * 2 = 36864 is the tighter, so 1 MiB holds 28 blocks.
-  EXPECT_EQ(plan->cluster.draft_block_bytes, 12288);
-  EXPECT_EQ(plan->cluster.stage_block_bytes[0], 36864);
-  EXPECT_EQ(plan->cluster.kv_blocks, 28);
+  EXPECT_EQ(plan->workers.draft_block_bytes, 12288);
+  EXPECT_EQ(plan->workers.stage_block_bytes[0], 36864);
+  EXPECT_EQ(plan->workers.kv_blocks, 28);
   EXPECT_EQ(plan->scheduler.max_in_flight_batches, 2);  // One stage plus the drafter.
 }
 

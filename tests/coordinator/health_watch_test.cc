@@ -40,10 +40,10 @@ Plan OneStagePlan() {
 }
 
 // Its cluster, no worker registered yet.
-Cluster OneStageCluster(int64_t dead_after_ms) {
-  ClusterOptions options;
+StageWorkers OneStageCluster(int64_t dead_after_ms) {
+  StageWorkersOptions options;
   options.dead_after_ms = dead_after_ms;
-  return Cluster(OneStagePlan(), options);
+  return StageWorkers(OneStagePlan(), options);
 }
 
 TEST(HealthWatchTest, StartsNotServingForBothServices) {
@@ -70,12 +70,12 @@ TEST(HealthWatchTest, ChangesBothServicesOnlyOnAChange) {
 
 TEST(HealthWatchTest, ClusterNotWholeIsNotServing) {
   const Plan plan = OneStagePlan();
-  ClusterOptions options;
+  StageWorkersOptions options;
   options.dead_after_ms = 0;
   SchedulerOptions scheduler;
   scheduler.n_kv_blocks = 16;
   Replicas replicas({plan}, options, /*tokenizer=*/nullptr, scheduler, {});
-  Cluster& cluster = replicas.cluster(0);
+  StageWorkers& cluster = replicas.workers(0);
   RecordingHealth health;
   HealthWatch watch(&health);
   watch.Set(true, "as if it had been ready");
@@ -99,7 +99,7 @@ TEST(HealthWatchTest, ClusterNotWholeIsNotServing) {
 // A worker declared dead whose slot a restarted worker took must hear "exit" on its next
 // heartbeat, and must not keep the slot looking alive (the successor's heartbeats do).
 TEST(ClusterTest, AReplacedWorkerIsToldToExit) {
-  Cluster cluster = OneStageCluster(/*dead_after_ms=*/0);
+  StageWorkers cluster = OneStageCluster(/*dead_after_ms=*/0);
   v1::RegisterRequest reg;
   reg.set_address("127.0.0.1:1");
   reg.set_node("n0");

@@ -293,7 +293,7 @@ TEST(OpenAiApiTest, WholeChatWithLogprobs) {
   ASSERT_EQ(content.size(), 3u);
   EXPECT_EQ(content[2]["token"], "!");
   EXPECT_EQ(content[2]["bytes"], json::array({'!'}));
-  EXPECT_EQ(content[2]["top_logprobs"].size(), 2u);  // top_logprobs, not the engine's 3.
+  EXPECT_EQ(content[2]["top_logprobs"].size(), 2u);  // top_logprobs, not the serving loop's 3.
 }
 
 TEST(OpenAiApiTest, WholeCompletionLogprobOffsets) {

@@ -2,7 +2,7 @@
 // what `InferenceService::Prepare` runs for the gRPC and HTTP fronts: prompt kinds, the
 // defaults unset fields keep, every refusal naming its field, and the context limit.
 // To add a case: build a `v1::GenerateRequest`, validate it with `Validate`, and assert on
-// the `EngineRequest` or on the status (code and field).
+// the `ServingRequest` or on the status (code and field).
 #include "coordinator/front/request_validation.h"
 
 #include <memory>
@@ -38,7 +38,7 @@ std::unique_ptr<text::Tokenizer> TinyTokenizer() {
 
 class RequestValidationTest : public ::testing::Test {
  protected:
-  absl::StatusOr<EngineRequest> Validate(const v1::GenerateRequest& req) const {
+  absl::StatusOr<ServingRequest> Validate(const v1::GenerateRequest& req) const {
     return ValidateGenerateRequest(req, *tokenizer_, tokenizer_->n_vocab(), kMaxContext);
   }
 

@@ -1091,7 +1091,7 @@ TEST(SchedulerTest, OnlyPrefilledBlocksAreRegistered) {
 TEST(SchedulerTest, RequeueAllRecomputesEverySequenceInOrder) {
   // A worker died: the batch in flight is given up, every sequence goes back to the queue
   // holding no blocks, and readmission recomputes prompt + generated from position 0 (the
-  // prefix cache forgotten, as the engine does), in admission order, to the same tokens.
+  // prefix cache forgotten, as the serving loop does), in admission order, to the same tokens.
   Driver d(Options(/*n_blocks=*/32, /*block_size=*/4));
   d.Add(Spec(1, 7, 12));
   d.Add(Spec(2, 5, 12));

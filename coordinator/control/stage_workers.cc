@@ -1,4 +1,4 @@
-#include "coordinator/control/cluster.h"
+#include "coordinator/control/stage_workers.h"
 
 #include <algorithm>
 
@@ -38,7 +38,8 @@ v1::WorkerState WorkerStateProto(WorkerState s) {
   return v1::WORKER_STATE_UNSPECIFIED;
 }
 
-Cluster::Cluster(Plan plan, ClusterOptions options) : plan_(std::move(plan)), options_(std::move(options)) {
+StageWorkers::StageWorkers(Plan plan, StageWorkersOptions options)
+    : plan_(std::move(plan)), options_(std::move(options)) {
   kv_blocks_ = options_.kv_blocks;
   for (const StagePlan& s : plan_.stages) {
     std::vector<TpMember> members = s.tp;
@@ -66,9 +67,9 @@ Cluster::Cluster(Plan plan, ClusterOptions options) : plan_(std::move(plan)), op
   }
 }
 
-Cluster::~Cluster() { Close(); }
+StageWorkers::~StageWorkers() { Close(); }
 
-void Cluster::Close() {
+void StageWorkers::Close() {
   std::vector<std::thread> readers;
   {
     absl::MutexLock lock(&mu_);
@@ -81,7 +82,7 @@ void Cluster::Close() {
   for (std::thread& t : readers) t.join();
 }
 
-v1::Transport Cluster::TpTransport(int pp_stage) const {
+v1::Transport StageWorkers::TpTransport(int pp_stage) const {
   if (tp_size() == 1) return v1::TRANSPORT_UCX;
   for (const auto& s : slots_) {
     if (!s->draft && s->stage.pp_stage == pp_stage && (s->device.kind != DeviceKind::kCuda || !s->nccl)) {
@@ -91,7 +92,7 @@ v1::Transport Cluster::TpTransport(int pp_stage) const {
   return v1::TRANSPORT_NCCL;
 }
 
-absl::StatusOr<v1::RegisterResponse> Cluster::Register(const v1::RegisterRequest& req) {
+absl::StatusOr<v1::RegisterResponse> StageWorkers::Register(const v1::RegisterRequest& req) {
   absl::MutexLock lock(&mu_);
   const std::string device = req.device();
   for (auto& s : slots_) {
@@ -137,7 +138,7 @@ absl::StatusOr<v1::RegisterResponse> Cluster::Register(const v1::RegisterRequest
                                               "'; waiting: ", open.empty() ? "none" : open));
 }
 
-bool Cluster::PlansNode(std::string_view node) const {
+bool StageWorkers::PlansNode(std::string_view node) const {
   absl::MutexLock lock(&mu_);
   for (const auto& s : slots_) {
     if (s->node == node) return true;
@@ -145,7 +146,7 @@ bool Cluster::PlansNode(std::string_view node) const {
   return false;
 }
 
-bool Cluster::Heartbeat(int rank, int64_t worker_id) {
+bool StageWorkers::Heartbeat(int rank, int64_t worker_id) {
   absl::MutexLock lock(&mu_);
   for (auto& s : slots_) {
     if (s->rank != rank) continue;
@@ -157,7 +158,7 @@ bool Cluster::Heartbeat(int rank, int64_t worker_id) {
   return false;
 }
 
-absl::Status Cluster::BringUp(std::chrono::milliseconds timeout) {
+absl::Status StageWorkers::BringUp(std::chrono::milliseconds timeout) {
   {
     absl::MutexLock lock(&mu_);
     // Re-evaluated whenever mu_ is released (Register, AbortStartup), until it holds or
@@ -186,12 +187,12 @@ absl::Status Cluster::BringUp(std::chrono::milliseconds timeout) {
   return LoadAllAndOpenStreams();
 }
 
-int64_t Cluster::kv_blocks() const {
+int64_t StageWorkers::kv_blocks() const {
   absl::MutexLock lock(&mu_);
   return kv_blocks_;
 }
 
-absl::Status Cluster::SizeKvFromGpus() {
+absl::Status StageWorkers::SizeKvFromGpus() {
   if (!options_.size_kv_from_gpus) return absl::OkStatus();
   int64_t blocks = kv_blocks_;
   std::string tightest;
@@ -219,13 +220,13 @@ absl::Status Cluster::SizeKvFromGpus() {
   return absl::OkStatus();
 }
 
-void Cluster::AbortStartup(const std::string& why) {
+void StageWorkers::AbortStartup(const std::string& why) {
   absl::MutexLock lock(&mu_);
   if (streams_open_ || !startup_error_.empty()) return;
   startup_error_ = why;
 }
 
-absl::Status Cluster::LoadAllAndOpenStreams() {
+absl::Status StageWorkers::LoadAllAndOpenStreams() {
   // Load all stages at once: their data plane connects during the load.
   const std::string group = StrCat(options_.group, "/g", generation_);
   // The number of slots is fixed at construction, so reading it unlocked is safe.
@@ -249,7 +250,7 @@ absl::Status Cluster::LoadAllAndOpenStreams() {
   return absl::OkStatus();
 }
 
-bool Cluster::CanRecover() const {
+bool StageWorkers::CanRecover() const {
   absl::MutexLock lock(&mu_);
   if (!streams_open_) return false;
   bool any_registered = false;
@@ -260,7 +261,7 @@ bool Cluster::CanRecover() const {
   return any_registered;
 }
 
-absl::Status Cluster::Recover() {
+absl::Status StageWorkers::Recover() {
   std::vector<std::thread> readers;
   {
     absl::MutexLock lock(&mu_);
@@ -289,7 +290,7 @@ absl::Status Cluster::Recover() {
   return s;
 }
 
-absl::Status Cluster::LoadOne(int i, const std::string& group) {
+absl::Status StageWorkers::LoadOne(int i, const std::string& group) {
   v1::Worker::Stub* stub;
   std::shared_ptr<grpc::Channel> channel;
   StagePlan stage;
@@ -363,7 +364,7 @@ absl::Status Cluster::LoadOne(int i, const std::string& group) {
   return absl::OkStatus();
 }
 
-void Cluster::ReadResults(int i) {
+void StageWorkers::ReadResults(int i) {
   grpc::ClientReaderWriter<v1::StepRequest, v1::StepResult>* stream;
   {
     absl::MutexLock lock(&mu_);
@@ -376,7 +377,7 @@ void Cluster::ReadResults(int i) {
   v1::StepResult r;
   std::string error;
   while (stream->Read(&r)) {
-    // A refused step (INVALID_ARGUMENT) fails only its requests (Engine::FailStep): every
+    // A refused step (INVALID_ARGUMENT) fails only its requests (ServingLoop::FailStep): every
     // stage refuses it alike and keeps its stream; any other error means the worker failed.
     if (r.code() != 0 && r.code() != static_cast<int32_t>(absl::StatusCode::kInvalidArgument)) {
       error = r.error();
@@ -410,7 +411,7 @@ void Cluster::ReadResults(int i) {
   }
 }
 
-void Cluster::MarkDead(int i, const std::string& why) {
+void StageWorkers::MarkDead(int i, const std::string& why) {
   Slot& s = *slots_[i];
   if (s.state == WorkerState::kDead || closing_) return;  // Closing: workers are expected to go.
   s.state = WorkerState::kDead;
@@ -419,7 +420,7 @@ void Cluster::MarkDead(int i, const std::string& why) {
                      << " worker " << s.address << " is dead: " << why;
 }
 
-std::string Cluster::DeadDescription() const {
+std::string StageWorkers::DeadDescription() const {
   std::string out;
   for (const auto& s : slots_) {
     if (s->state == WorkerState::kDead) {
@@ -431,7 +432,7 @@ std::string Cluster::DeadDescription() const {
   return out;
 }
 
-absl::Status Cluster::SendStep(const v1::StepRequest& step) {
+absl::Status StageWorkers::SendStep(const v1::StepRequest& step) {
   std::vector<grpc::ClientReaderWriter<v1::StepRequest, v1::StepResult>*> streams;
   {
     absl::MutexLock lock(&mu_);
@@ -450,7 +451,7 @@ absl::Status Cluster::SendStep(const v1::StepRequest& step) {
   return absl::OkStatus();
 }
 
-absl::Status Cluster::SendDraft(const v1::StepRequest& step) {
+absl::Status StageWorkers::SendDraft(const v1::StepRequest& step) {
   grpc::ClientReaderWriter<v1::StepRequest, v1::StepResult>* stream;
   {
     absl::MutexLock lock(&mu_);
@@ -467,7 +468,7 @@ absl::Status Cluster::SendDraft(const v1::StepRequest& step) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<v1::StepResult> Cluster::NextResult(std::chrono::milliseconds timeout) {
+absl::StatusOr<v1::StepResult> StageWorkers::NextResult(std::chrono::milliseconds timeout) {
   absl::MutexLock lock(&mu_);
   // Re-evaluated whenever mu_ is released (a result arrives, a worker is marked dead).
   const auto ready = [&]()
@@ -482,7 +483,7 @@ absl::StatusOr<v1::StepResult> Cluster::NextResult(std::chrono::milliseconds tim
   return absl::DeadlineExceededError("no step result yet");
 }
 
-bool Cluster::Healthy() const {
+bool StageWorkers::Healthy() const {
   absl::MutexLock lock(&mu_);
   for (const auto& s : slots_) {
     if (s->state != WorkerState::kReady) return false;
@@ -490,7 +491,7 @@ bool Cluster::Healthy() const {
   return true;
 }
 
-std::string Cluster::CheckHeartbeats() {
+std::string StageWorkers::CheckHeartbeats() {
   absl::MutexLock lock(&mu_);
   const auto now = std::chrono::steady_clock::now();
   for (int i = 0; i < static_cast<int>(slots_.size()); ++i) {
@@ -504,7 +505,7 @@ std::string Cluster::CheckHeartbeats() {
   return DeadDescription();
 }
 
-void Cluster::FillStatus(v1::ClusterStatus* st) const {
+void StageWorkers::FillStatus(v1::ClusterStatus* st) const {
   absl::MutexLock lock(&mu_);
   bool ready = true, dead = false;
   for (const auto& s : slots_) {
@@ -543,7 +544,7 @@ void Cluster::FillStatus(v1::ClusterStatus* st) const {
   }
 }
 
-double Cluster::ExpertLoadMaxMean() const {
+double StageWorkers::ExpertLoadMaxMean() const {
   absl::MutexLock lock(&mu_);
   double worst = 0;
   for (const auto& [layer, tokens] : expert_tokens_) worst = std::max(worst, MaxMeanRatio(tokens));

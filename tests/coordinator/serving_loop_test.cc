@@ -1,10 +1,10 @@
-// Engine and Cluster against a fake worker: an in-process Worker service over real gRPC on
+// ServingLoop and StageWorkers against a fake worker: an in-process Worker service over real gRPC on
 // loopback that loads nothing and answers each step with the token its position calls
-// for (TokenAt). What the engine streams is then known exactly, so the tests see the
+// for (TokenAt). What the serving loop streams is then known exactly, so the tests see the
 // scheduling itself: every sequence's positions follow on without a gap or a repeat
 // (checked by the worker on every step), batches of several requests, preemption by a
 // small KV pool and recomputation, cancellation, and the blocks coming back.
-#include "coordinator/serving/engine.h"
+#include "coordinator/serving/serving_loop.h"
 
 #include <gtest/gtest.h>
 
@@ -79,8 +79,8 @@ class FakeWorker final : public v1::Worker::Service {
   std::atomic<int> violations_{0}, steps_{0}, die_at_step_{-1};
 };
 
-// One PP=1 cluster on a fake worker, and an engine over it.
-class EngineTest : public ::testing::Test {
+// One PP=1 cluster on a fake worker, and a serving loop over it.
+class ServingLoopTest : public ::testing::Test {
  protected:
   // A fake worker's gRPC server on loopback; its address.
   std::string Serve(FakeWorker& worker, std::unique_ptr<grpc::Server>& server) {
@@ -98,7 +98,7 @@ class EngineTest : public ::testing::Test {
     reg.set_address(address);
     reg.set_node("n0");
     reg.set_device("cpu");
-    ASSERT_TRUE(cluster_->Register(reg).ok());
+    ASSERT_TRUE(workers_->Register(reg).ok());
   }
 
   void Start(int32_t kv_blocks, int max_num_seqs = 8) {
@@ -113,32 +113,32 @@ class EngineTest : public ::testing::Test {
     in.devices = {{"n0", "127.0.0.1", Device{}}};
     absl::StatusOr<Plan> plan = PlanStages(in);
     ASSERT_TRUE(plan.ok()) << plan.status();
-    ClusterOptions options;
+    StageWorkersOptions options;
     options.model_path = path;
     options.kv_blocks = kv_blocks;
     options.kv_block_size = 16;
     options.dead_after_ms = 600000;  // The fake sends no heartbeats.
-    cluster_ = std::make_unique<Cluster>(*plan, options);
+    workers_ = std::make_unique<StageWorkers>(*plan, options);
     Register(address);
-    ASSERT_TRUE(cluster_->BringUp(std::chrono::seconds(20)).ok());
+    ASSERT_TRUE(workers_->BringUp(std::chrono::seconds(20)).ok());
     SchedulerOptions sched;
     sched.max_num_seqs = max_num_seqs;
     sched.kv_block_size = 16;
-    engine_ = std::make_unique<Engine>(cluster_.get(), tokenizer_.get(), sched);
-    engine_->ResetKvBlocks(kv_blocks);
-    engine_->Start();
+    loop_ = std::make_unique<ServingLoop>(workers_.get(), tokenizer_.get(), sched);
+    loop_->ResetKvBlocks(kv_blocks);
+    loop_->Start();
   }
 
   void TearDown() override {
-    if (engine_ != nullptr) engine_->Stop();
-    if (cluster_ != nullptr) cluster_->Close();
+    if (loop_ != nullptr) loop_->Stop();
+    if (workers_ != nullptr) workers_->Close();
     if (server_ != nullptr) server_->Shutdown();
     if (replacement_server_ != nullptr) replacement_server_->Shutdown();
   }
 
   // A greedy request of `prompt_len` prompt ids (all below 100) for `max_tokens` tokens.
-  static EngineRequest Request(int64_t prompt_len, int32_t max_tokens, const std::string& id) {
-    EngineRequest r;
+  static ServingRequest Request(int64_t prompt_len, int32_t max_tokens, const std::string& id) {
+    ServingRequest r;
     r.request_id = id;
     for (int64_t i = 0; i < prompt_len; ++i) r.prompt.push_back(static_cast<int32_t>(3 + i % 90));
     r.sampling.temperature = 0;
@@ -148,7 +148,7 @@ class EngineTest : public ::testing::Test {
     return r;
   }
   std::shared_ptr<RequestChannel> Submit(int64_t prompt_len, int32_t max_tokens, const std::string& id) {
-    return engine_->Submit(Request(prompt_len, max_tokens, id));
+    return loop_->Submit(Request(prompt_len, max_tokens, id));
   }
 
   // Every token of a request until it ends, its finish reason and final status.
@@ -176,13 +176,13 @@ class EngineTest : public ::testing::Test {
     }
   }
 
-  // The engine's stats once every block is free again (they are published by its loop),
+  // The serving loop's stats once every block is free again (they are published by its loop),
   // or after 2 s.
-  EngineStats SettledStats() {
-    EngineStats st = engine_->Stats();
+  ServingStats SettledStats() {
+    ServingStats st = loop_->Stats();
     for (int i = 0; i < 200 && st.scheduler.n_free_blocks != st.scheduler.n_total_blocks; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      st = engine_->Stats();
+      st = loop_->Stats();
     }
     return st;
   }
@@ -196,13 +196,13 @@ class EngineTest : public ::testing::Test {
   FakeWorker worker_, replacement_;
   std::unique_ptr<grpc::Server> server_, replacement_server_;
   std::unique_ptr<text::Tokenizer> tokenizer_;
-  std::unique_ptr<Cluster> cluster_;
-  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<StageWorkers> workers_;
+  std::unique_ptr<ServingLoop> loop_;
 };
 
-TEST_F(EngineTest, ConcurrentRequestsGetWhatTheirPositionsSample) {
+TEST_F(ServingLoopTest, ConcurrentRequestsGetWhatTheirPositionsSample) {
   Start(/*kv_blocks=*/64);
-  if (engine_ == nullptr) return;
+  if (loop_ == nullptr) return;
   const int64_t lens[] = {1, 5, 17, 33, 40};
   std::vector<std::shared_ptr<RequestChannel>> channels;
   for (int i = 0; i < 5; ++i) channels.push_back(Submit(lens[i], 20 + i, "r" + std::to_string(i)));
@@ -215,16 +215,16 @@ TEST_F(EngineTest, ConcurrentRequestsGetWhatTheirPositionsSample) {
   EXPECT_EQ(worker_.violations(), 0);
   // Batched: far fewer steps than the 110 tokens one at a time would take.
   EXPECT_LT(worker_.steps(), 60);
-  const EngineStats st = SettledStats();
+  const ServingStats st = SettledStats();
   EXPECT_EQ(st.finished, 5);
   EXPECT_EQ(st.generation_tokens, 20 + 21 + 22 + 23 + 24);
   EXPECT_EQ(st.scheduler.n_free_blocks, st.scheduler.n_total_blocks);
 }
 
-TEST_F(EngineTest, ASmallKvPoolPreemptsAndRecomputesTheSameTokens) {
+TEST_F(ServingLoopTest, ASmallKvPoolPreemptsAndRecomputesTheSameTokens) {
   // 12 blocks of 16: four requests of 100 positions (7 blocks each) cannot all run.
   Start(/*kv_blocks=*/12);
-  if (engine_ == nullptr) return;
+  if (loop_ == nullptr) return;
   std::vector<std::shared_ptr<RequestChannel>> channels;
   for (int i = 0; i < 4; ++i) channels.push_back(Submit(40, 60, "p" + std::to_string(i)));
   for (int i = 0; i < 4; ++i) {
@@ -233,23 +233,23 @@ TEST_F(EngineTest, ASmallKvPoolPreemptsAndRecomputesTheSameTokens) {
     EXPECT_EQ(out.ids, Expected(40, 60)) << "request " << i;
   }
   EXPECT_EQ(worker_.violations(), 0);
-  const EngineStats st = SettledStats();
+  const ServingStats st = SettledStats();
   EXPECT_GT(st.scheduler.n_preemptions, 0) << "the pool never ran short: the test shows nothing";
   EXPECT_EQ(st.scheduler.n_free_blocks, st.scheduler.n_total_blocks);
 }
 
-TEST_F(EngineTest, ACancelledRequestEndsAndGivesItsBlocksBack) {
+TEST_F(ServingLoopTest, ACancelledRequestEndsAndGivesItsBlocksBack) {
   Start(/*kv_blocks=*/64);
-  if (engine_ == nullptr) return;
+  if (loop_ == nullptr) return;
   std::shared_ptr<RequestChannel> long_one = Submit(8, 100000 / 16, "long");
   std::shared_ptr<RequestChannel> short_one = Submit(8, 10, "short");
   EXPECT_EQ(Drain(*short_one).ids, Expected(8, 10));
   long_one->cancelled = true;
-  engine_->Wake();
+  loop_->Wake();
   const Output out = Drain(*long_one);
   EXPECT_FALSE(out.status.ok());
   EXPECT_LT(out.ids.size(), static_cast<size_t>(100000 / 16));
-  const EngineStats st = SettledStats();
+  const ServingStats st = SettledStats();
   EXPECT_EQ(st.scheduler.n_free_blocks, st.scheduler.n_total_blocks);
   EXPECT_EQ(worker_.violations(), 0);
 }
@@ -257,9 +257,9 @@ TEST_F(EngineTest, ACancelledRequestEndsAndGivesItsBlocksBack) {
 // No request is lost to a worker's death: the requests wait (suspended) until a
 // replacement registers, then are recomputed there and go on where they stopped, with the
 // tokens their positions call for.
-TEST_F(EngineTest, AWorkersDeathCostsARecomputeNotARequest) {
+TEST_F(ServingLoopTest, AWorkersDeathCostsARecomputeNotARequest) {
   Start(/*kv_blocks=*/64);
-  if (engine_ == nullptr) return;
+  if (loop_ == nullptr) return;
   worker_.DieAtStep(10);
   std::vector<std::shared_ptr<RequestChannel>> channels;
   for (int i = 0; i < 3; ++i) channels.push_back(Submit(12 + i, 40, "d" + std::to_string(i)));
@@ -281,7 +281,7 @@ TEST_F(EngineTest, AWorkersDeathCostsARecomputeNotARequest) {
 // Data parallelism over fake workers: two replicas of one stage each, on nodes n0 and n1.
 // Requests spread over both and get their positions' tokens; when one replica's worker
 // dies, its requests move to the other (Replicas' evacuation) and finish there.
-class ReplicasTest : public EngineTest {
+class ReplicasTest : public ServingLoopTest {
  protected:
   void StartReplicas(int die_at_step) {
     CASCADE_REQUIRE_FILE(path, testing::TestDataPath("models/stories260K.gguf"));
@@ -297,7 +297,7 @@ class ReplicasTest : public EngineTest {
       ASSERT_TRUE(plan.ok()) << plan.status();
       plans.push_back(*plan);
     }
-    ClusterOptions options;
+    StageWorkersOptions options;
     options.model_path = path;
     options.kv_blocks = 64;
     options.kv_block_size = 16;
@@ -315,7 +315,7 @@ class ReplicasTest : public EngineTest {
       reg.set_address(address);
       reg.set_node(r == 0 ? "n0" : "n1");
       reg.set_device("cpu");
-      ASSERT_TRUE(replicas_->cluster(r).Register(reg).ok());
+      ASSERT_TRUE(replicas_->workers(r).Register(reg).ok());
     }
     ASSERT_TRUE(replicas_->BringUp(std::chrono::seconds(20)).ok());
     replicas_->Start();
@@ -323,7 +323,7 @@ class ReplicasTest : public EngineTest {
 
   void TearDown() override {
     if (replicas_ != nullptr) replicas_->Stop();
-    EngineTest::TearDown();
+    ServingLoopTest::TearDown();
   }
 
   std::shared_ptr<RequestChannel> SubmitTo(int64_t prompt_len, int32_t max_tokens, const std::string& id) {

@@ -1,4 +1,4 @@
-#include "coordinator/control/cluster_trust.h"
+#include "coordinator/control/control_trust.h"
 
 #include <stdlib.h>
 
@@ -27,8 +27,8 @@ absl::StatusOr<std::string> MakePrivateDir() {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<ClusterTrust>> ClusterTrust::Create(const ClusterConfig& config) {
-  std::unique_ptr<ClusterTrust> trust(new ClusterTrust());
+absl::StatusOr<std::unique_ptr<ControlTrust>> ControlTrust::Create(const ClusterConfig& config) {
+  std::unique_ptr<ControlTrust> trust(new ControlTrust());
   const ServerSection& server = config.server;
   if (config.security.insecure) {
     if (!IsLoopbackHost(server.cluster_host)) {
@@ -59,7 +59,7 @@ absl::StatusOr<std::unique_ptr<ClusterTrust>> ClusterTrust::Create(const Cluster
   return trust;
 }
 
-ClusterTrust::~ClusterTrust() {
+ControlTrust::~ControlTrust() {
   if (temporary_dir_.empty()) return;
   std::error_code ec;
   std::filesystem::remove_all(temporary_dir_, ec);

@@ -5,7 +5,7 @@
 // API threads only enqueue requests and read their channels.
 //
 // Speculative decoding (docs/ARCHITECTURE.md §5, coordinator/serving/speculation.h): before each batch the
-// engine tells the scheduler how many drafts each sequence wants; decode entries that got
+// loop tells the scheduler how many drafts each sequence wants; decode entries that got
 // draft slots are drafted — by prompt lookup here (n-gram), or by the drafter worker
 // (self / model), whose step goes out first while other batches verify on the target —
 // then the target verifies them and the scheduler keeps the accepted prefix.
@@ -14,7 +14,7 @@
 // thread. The submission queue, the sequence-id counter and the stats copy are guarded by
 // `mu_`; the loop-thread state below is touched by the loop thread only (and by
 // ResetKvBlocks before Start). A RequestChannel's output, done flag and status are guarded
-// by its own `mu` (`cancelled` is atomic); the engine never holds both locks at once.
+// by its own `mu` (`cancelled` is atomic); the serving loop never holds both locks at once.
 #pragma once
 
 #include <atomic>
@@ -34,10 +34,10 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "cascade/v1/inference.pb.h"
-#include "coordinator/control/cluster.h"
 #include "coordinator/control/serving_metrics.h"
-#include "coordinator/serving/engine_request.h"
+#include "coordinator/control/stage_workers.h"
 #include "coordinator/serving/scheduler.h"
+#include "coordinator/serving/serving_request.h"
 #include "coordinator/serving/speculation.h"
 #include "sampling/sampler.h"
 #include "text/output_filter.h"
@@ -55,7 +55,7 @@ struct RequestChannel {
   std::atomic<bool> cancelled{false};       // Set by the API thread (client gone, deadline).
 };
 
-struct EngineStats {
+struct ServingStats {
   SchedulerStats scheduler;
   int64_t steps = 0;
   int64_t finished = 0;
@@ -66,12 +66,12 @@ struct EngineStats {
   int64_t n_live = 0;                // Requests submitted or adopted and not finished.
 };
 
-class Engine {
+class ServingLoop {
  public:
-  // A request as the engine carries it. Only engines read it; others hand it between the
-  // engines of data-parallel replicas when one's worker dies (OnEvacuate, Adopt).
+  // A request as the serving loop carries it. Only serving loops read it; others hand it between the
+  // serving loops of data-parallel replicas when one's worker dies (OnEvacuate, Adopt).
   struct Active {
-    EngineRequest req;
+    ServingRequest req;
     std::shared_ptr<RequestChannel> channel;
     std::unique_ptr<text::OutputFilter> output;  // Detokenizer, stops, finish reason.
     std::vector<int32_t> generated;
@@ -81,10 +81,10 @@ class Engine {
     double ttft_s = -1;
     std::unique_ptr<SpeculativeState> spec;
   };
-  // Borrows `cluster` and `tokenizer`, which must outlive the engine.
-  Engine(Cluster* cluster, const text::Tokenizer* tokenizer, const SchedulerOptions& options,
-         const SpeculationOptions& speculation = {});
-  ~Engine();  // Stop().
+  // Borrows `workers` and `tokenizer`, which must outlive the serving loop.
+  ServingLoop(StageWorkers* workers, const text::Tokenizer* tokenizer, const SchedulerOptions& options,
+              const SpeculationOptions& speculation = {});
+  ~ServingLoop();  // Stop().
 
   void Start();
   // Stops the loop: requests not finished end with UNAVAILABLE, and later submissions are
@@ -98,18 +98,18 @@ class Engine {
   // Where latencies are observed (nullptr: nowhere). REQUIRES: before Start.
   void SetMetrics(ServingMetrics* metrics) { metrics_ = metrics; }
   // Queues a request; its output arrives on the returned channel.
-  std::shared_ptr<RequestChannel> Submit(EngineRequest request);
+  std::shared_ptr<RequestChannel> Submit(ServingRequest request);
   // Wakes the loop (after a channel was cancelled).
   void Wake();
-  // Takes over a request another engine gave up (OnEvacuate): it goes on where it was,
+  // Takes over a request another serving loop gave up (OnEvacuate): it goes on where it was,
   // its prompt and generated tokens prefilled here, on the same channel, with the same
   // sampler positions (so the same tokens as if nothing had happened).
   void Adopt(std::shared_ptr<Active> request);
-  // When a worker of this engine's cluster dies, each request is offered to `fn` first
-  // (another replica's Adopt); those it takes leave this engine, the rest wait here for
+  // When a worker of this serving loop's cluster dies, each request is offered to `fn` first
+  // (another replica's Adopt); those it takes leave this serving loop, the rest wait here for
   // the cluster to rebuild. `fn` runs on the loop thread. REQUIRES: before Start.
   void OnEvacuate(std::function<bool(std::shared_ptr<Active>)> fn) { evacuate_ = std::move(fn); }
-  EngineStats Stats() const;
+  ServingStats Stats() const;
 
  private:
   // A batch sent to the target: what verification needs to account for it.
@@ -158,7 +158,7 @@ class Engine {
   // A worker died (`why`): batches in flight are given up and every request goes back to
   // the queue, keeping its tokens, to recompute its KV once the cluster has rebuilt.
   void Suspend(std::string_view why);
-  // Offers every request to `evacuate_` (another replica); those taken leave this engine.
+  // Offers every request to `evacuate_` (another replica); those taken leave this serving loop.
   void Evacuate(std::string_view why);
   // Copies the scheduler's stats and the live request count into stats_ (what Stats and
   // the router read), after either changed. Loop thread.
@@ -173,7 +173,7 @@ class Engine {
   void ObserveOutput(Active& a, int index, int n_new, std::chrono::steady_clock::time_point now);
   static void Push(RequestChannel& c, v1::GenerateResponse msg, bool done, absl::Status status = absl::OkStatus());
 
-  Cluster* cluster_;
+  StageWorkers* workers_;
   const text::Tokenizer* tokenizer_;
   Scheduler scheduler_;  // Loop thread only (ResetKvBlocks before Start); not guarded.
   const SpeculationOptions speculation_;
@@ -187,7 +187,7 @@ class Engine {
   mutable absl::Mutex mu_;  // Guards the submission queue and the stats copy.
   absl::CondVar cv_;        // Signalled by Submit and Wake; the idle loop waits on it.
   std::vector<std::pair<int64_t, std::shared_ptr<Active>>> submitted_ ABSL_GUARDED_BY(mu_);
-  EngineStats stats_ ABSL_GUARDED_BY(mu_);
+  ServingStats stats_ ABSL_GUARDED_BY(mu_);
   int64_t next_seq_id_ ABSL_GUARDED_BY(mu_) = 1;
 
   // Loop-thread state: touched by the loop thread only, so not guarded.

@@ -1,4 +1,4 @@
-#include "coordinator/serving/engine.h"
+#include "coordinator/serving/serving_loop.h"
 
 #include <algorithm>
 
@@ -26,33 +26,33 @@ void AddLogprob(const v1::SampledToken& t, v1::TokenLogprob* lp) {
 
 }  // namespace
 
-Engine::Engine(Cluster* cluster, const text::Tokenizer* tokenizer, const SchedulerOptions& options,
-               const SpeculationOptions& speculation)
-    : cluster_(cluster), tokenizer_(tokenizer), scheduler_(options), speculation_(speculation) {
+ServingLoop::ServingLoop(StageWorkers* workers, const text::Tokenizer* tokenizer, const SchedulerOptions& options,
+                         const SpeculationOptions& speculation)
+    : workers_(workers), tokenizer_(tokenizer), scheduler_(options), speculation_(speculation) {
   stats_.scheduler = scheduler_.Stats();
   stats_.prefix_caching = options.prefix_caching;
 }
 
-Engine::~Engine() { Stop(); }
+ServingLoop::~ServingLoop() { Stop(); }
 
-void Engine::Stop() {
+void ServingLoop::Stop() {
   stop_ = true;
   Wake();
   if (thread_.joinable()) thread_.join();
 }
 
-void Engine::Start() {
+void ServingLoop::Start() {
   thread_ = std::thread([this] { Loop(); });
 }
 
-void Engine::ResetKvBlocks(int32_t n_blocks) {
+void ServingLoop::ResetKvBlocks(int32_t n_blocks) {
   CASCADE_CHECK(!thread_.joinable()) << "ResetKvBlocks after Start";
   scheduler_.ResetKvBlocks(n_blocks);
 }
 
-void Engine::Wake() { cv_.SignalAll(); }
+void ServingLoop::Wake() { cv_.SignalAll(); }
 
-std::shared_ptr<RequestChannel> Engine::Submit(EngineRequest request) {
+std::shared_ptr<RequestChannel> ServingLoop::Submit(ServingRequest request) {
   auto a = std::make_shared<Active>();
   a->channel = std::make_shared<RequestChannel>();
   a->output = std::make_unique<text::OutputFilter>(*tokenizer_, request.stops);
@@ -72,7 +72,7 @@ std::shared_ptr<RequestChannel> Engine::Submit(EngineRequest request) {
   return channel;
 }
 
-void Engine::Adopt(std::shared_ptr<Active> a) {
+void ServingLoop::Adopt(std::shared_ptr<Active> a) {
   {
     absl::MutexLock lock(&mu_);
     if (stop_) {
@@ -84,19 +84,19 @@ void Engine::Adopt(std::shared_ptr<Active> a) {
   cv_.SignalAll();
 }
 
-EngineStats Engine::Stats() const {
+ServingStats ServingLoop::Stats() const {
   absl::MutexLock lock(&mu_);
-  EngineStats st = stats_;
+  ServingStats st = stats_;
   st.n_live += static_cast<int64_t>(submitted_.size());
   return st;
 }
 
-void Engine::PublishStats() {
+void ServingLoop::PublishStats() {
   stats_.scheduler = scheduler_.Stats();
   stats_.n_live = static_cast<int64_t>(active_.size());
 }
 
-void Engine::Push(RequestChannel& c, v1::GenerateResponse msg, bool done, absl::Status status) {
+void ServingLoop::Push(RequestChannel& c, v1::GenerateResponse msg, bool done, absl::Status status) {
   // Releasing c.mu wakes the API thread awaiting output on it.
   absl::MutexLock lock(&c.mu);
   c.out.push_back(std::move(msg));
@@ -106,23 +106,23 @@ void Engine::Push(RequestChannel& c, v1::GenerateResponse msg, bool done, absl::
   }
 }
 
-void Engine::Loop() {
+void ServingLoop::Loop() {
   auto last_check = std::chrono::steady_clock::now();
   while (!stop_) {
     Admit();
     DropCancelled();
     if (SecondsSince(last_check) > 0.2) {
       last_check = std::chrono::steady_clock::now();
-      if (const std::string dead = cluster_->CheckHeartbeats(); !dead.empty()) Suspend(dead);
+      if (const std::string dead = workers_->CheckHeartbeats(); !dead.empty()) Suspend(dead);
       // Requests that arrived (or were adopted) since the death move on too.
       if (suspended_at_) Evacuate("this replica is rebuilding");
       CheckRecoveryBudget();
     }
-    if (in_flight_.empty() && drafting_.empty() && cluster_->CanRecover()) {
+    if (in_flight_.empty() && drafting_.empty() && workers_->CanRecover()) {
       // A restarted worker registered: rebuild the pipeline, then serve again.
       // The restarted worker's KV cache is empty: no cached prefix may be matched again.
       scheduler_.ClearPrefixCache();
-      if (absl::Status st = cluster_->Recover(); !st.ok()) {
+      if (absl::Status st = workers_->Recover(); !st.ok()) {
         CASCADE_LOG(Error) << "recovery failed: " << st.ToString();
       } else {
         Resume();
@@ -131,7 +131,7 @@ void Engine::Loop() {
     }
     const bool sent = FillPipeline();
     if (!in_flight_.empty() || !drafting_.empty()) {
-      auto r = cluster_->NextResult(std::chrono::milliseconds(100));
+      auto r = workers_->NextResult(std::chrono::milliseconds(100));
       if (r.ok() && r->draft()) {
         OnDraft(*r);
       } else if (r.ok()) {
@@ -160,7 +160,7 @@ void Engine::Loop() {
   for (auto& [id, a] : never_admitted) Push(*a->channel, {}, true, shutting_down);
 }
 
-void Engine::Admit() {
+void ServingLoop::Admit() {
   std::vector<std::pair<int64_t, std::shared_ptr<Active>>> batch;
   {
     absl::MutexLock lock(&mu_);
@@ -169,11 +169,11 @@ void Engine::Admit() {
   for (auto& [id, a] : batch) {
     // While a dead worker is being replaced, arrivals wait in the queue (bounded by their
     // deadline and the queue's cap); once the recovery timeout passed, they are refused.
-    if (recovery_failed_ && !cluster_->Healthy()) {
+    if (recovery_failed_ && !workers_->Healthy()) {
       v1::GenerateResponse last;
       Push(*a->channel, last, true, absl::UnavailableError(StrCat("the cluster is degraded, not serving: ", [&] {
         v1::ClusterStatus st;
-        cluster_->FillStatus(&st);
+        workers_->FillStatus(&st);
         return st.detail().empty() ? st.state() : st.detail();
       }())));
       continue;
@@ -196,7 +196,7 @@ void Engine::Admit() {
   PublishStats();
 }
 
-void Engine::DropCancelled() {
+void ServingLoop::DropCancelled() {
   bool dropped = false;
   for (auto it = active_.begin(); it != active_.end();) {
     if (it->second->channel->cancelled) {
@@ -215,7 +215,7 @@ void Engine::DropCancelled() {
   }
 }
 
-void Engine::SetDraftTokens() {
+void ServingLoop::SetDraftTokens() {
   if (!speculation_.enabled()) return;
   const int n_decoding = static_cast<int>(active_.size());
   for (const auto& [id, a] : active_) {
@@ -223,7 +223,7 @@ void Engine::SetDraftTokens() {
   }
 }
 
-v1::StepRequest Engine::BuildStep(const Batch& batch, bool* needs_drafter) {
+v1::StepRequest ServingLoop::BuildStep(const Batch& batch, bool* needs_drafter) {
   *needs_drafter = false;
   v1::StepRequest step;
   step.set_step_id(batch.id);
@@ -276,7 +276,7 @@ v1::StepRequest Engine::BuildStep(const Batch& batch, bool* needs_drafter) {
   return step;
 }
 
-v1::StepRequest Engine::BuildDraftStep(const Batch& batch, const v1::StepRequest& step) {
+v1::StepRequest ServingLoop::BuildDraftStep(const Batch& batch, const v1::StepRequest& step) {
   // For each sequence with draft slots: feed the drafter what its cache lacks, through
   // the token the target is about to get, then propose `slots` tokens.
   v1::StepRequest draft;
@@ -300,7 +300,7 @@ v1::StepRequest Engine::BuildDraftStep(const Batch& batch, const v1::StepRequest
   return draft;
 }
 
-absl::Status Engine::SendTarget(v1::StepRequest step, Sent sent) {
+absl::Status ServingLoop::SendTarget(v1::StepRequest step, Sent sent) {
   sent.t0 = std::chrono::steady_clock::now();
   for (const v1::StepSequence& s : step.seqs()) {
     sent.seqs.push_back(s.seq_id());
@@ -308,7 +308,7 @@ absl::Status Engine::SendTarget(v1::StepRequest step, Sent sent) {
     sent.rows += s.tokens_size();
     sent.decode_only = sent.decode_only && s.sample() && s.tokens_size() == 1 + s.n_draft();
   }
-  CASCADE_RETURN_IF_ERROR(cluster_->SendStep(step));
+  CASCADE_RETURN_IF_ERROR(workers_->SendStep(step));
   in_flight_.push_back(step.step_id());
   sent_[step.step_id()] = std::move(sent);
   absl::MutexLock lock(&mu_);
@@ -316,11 +316,11 @@ absl::Status Engine::SendTarget(v1::StepRequest step, Sent sent) {
   return absl::OkStatus();
 }
 
-bool Engine::FillPipeline() {
+bool ServingLoop::FillPipeline() {
   bool sent = false;
-  if (!cluster_->Healthy()) return sent;  // Requests wait for the cluster to rebuild.
+  if (!workers_->Healthy()) return sent;  // Requests wait for the cluster to rebuild.
   // One more batch than stages with a drafter worker: one drafts while the others verify.
-  const int limit = cluster_->n_stages() + (speculation_.has_worker() ? 1 : 0);
+  const int limit = workers_->n_stages() + (speculation_.has_worker() ? 1 : 0);
   while (static_cast<int>(in_flight_.size() + drafting_.size()) < limit) {
     SetDraftTokens();
     std::optional<Batch> batch = scheduler_.Schedule();
@@ -330,7 +330,7 @@ bool Engine::FillPipeline() {
     absl::Status st;
     if (needs_drafter) {
       const v1::StepRequest draft = BuildDraftStep(*batch, step);
-      st = cluster_->SendDraft(draft);
+      st = workers_->SendDraft(draft);
       if (st.ok()) drafting_[batch->id] = {std::move(step), std::chrono::steady_clock::now()};
     } else {
       st = SendTarget(std::move(step), {});
@@ -345,7 +345,7 @@ bool Engine::FillPipeline() {
   return sent;
 }
 
-void Engine::OnDraft(const v1::StepResult& r) {
+void ServingLoop::OnDraft(const v1::StepResult& r) {
   auto it = drafting_.find(r.step_id());
   if (it == drafting_.end()) return;  // Given up already (FailAll).
   Drafting d = std::move(it->second);
@@ -375,7 +375,7 @@ void Engine::OnDraft(const v1::StepResult& r) {
   }
 }
 
-Engine::Sent Engine::TakeSent(int64_t step_id) {
+ServingLoop::Sent ServingLoop::TakeSent(int64_t step_id) {
   auto it = sent_.find(step_id);
   if (it == sent_.end()) return {};
   Sent sent = std::move(it->second);
@@ -383,7 +383,7 @@ Engine::Sent Engine::TakeSent(int64_t step_id) {
   return sent;
 }
 
-void Engine::OnResult(const v1::StepResult& r) {
+void ServingLoop::OnResult(const v1::StepResult& r) {
   if (!in_flight_.empty() && in_flight_.front() == r.step_id()) in_flight_.pop_front();
   const Sent sent = TakeSent(r.step_id());
   if (r.code() != 0) {
@@ -401,7 +401,7 @@ void Engine::OnResult(const v1::StepResult& r) {
   PublishStats();
 }
 
-absl::StatusOr<std::vector<TokenEvent>> Engine::Complete(const v1::StepResult& r) {
+absl::StatusOr<std::vector<TokenEvent>> ServingLoop::Complete(const v1::StepResult& r) {
   std::vector<SampledToken> sampled;
   for (const v1::SampledToken& t : r.tokens()) sampled.push_back({t.seq_id(), t.token()});
   absl::StatusOr<std::vector<TokenEvent>> events = scheduler_.Complete(r.step_id(), sampled);
@@ -412,7 +412,7 @@ absl::StatusOr<std::vector<TokenEvent>> Engine::Complete(const v1::StepResult& r
   return events;
 }
 
-void Engine::Account(const Sent& sent, const TokensBySeq& by_seq) {
+void ServingLoop::Account(const Sent& sent, const TokensBySeq& by_seq) {
   const double verify_s = SecondsSince(sent.t0);
   // Only a step that finishes with nothing else in flight feeds the fit: with several in
   // flight, the time from send to result includes waiting behind the others.
@@ -433,7 +433,7 @@ void Engine::Account(const Sent& sent, const TokensBySeq& by_seq) {
   }
 }
 
-void Engine::Emit(const std::vector<TokenEvent>& events, const TokensBySeq& by_seq) {
+void ServingLoop::Emit(const std::vector<TokenEvent>& events, const TokensBySeq& by_seq) {
   // One message per sequence and step, carrying all of its new tokens.
   absl::flat_hash_map<int64_t, v1::GenerateResponse> pending;
   std::vector<int64_t> order;
@@ -469,7 +469,7 @@ void Engine::Emit(const std::vector<TokenEvent>& events, const TokensBySeq& by_s
   }
 }
 
-void Engine::ObserveOutput(Active& a, int index, int n_new, std::chrono::steady_clock::time_point now) {
+void ServingLoop::ObserveOutput(Active& a, int index, int n_new, std::chrono::steady_clock::time_point now) {
   if (a.ttft_s < 0) {  // The request's first token.
     a.ttft_s = std::chrono::duration<double>(now - a.arrival).count();
     if (metrics_ != nullptr) metrics_->ttft.Observe(a.ttft_s);
@@ -480,7 +480,7 @@ void Engine::ObserveOutput(Active& a, int index, int n_new, std::chrono::steady_
   if (index == n_new - 1) a.last_output = now;
 }
 
-void Engine::Finish(int64_t seq_id, Active& a, v1::GenerateResponse& last) {
+void ServingLoop::Finish(int64_t seq_id, Active& a, v1::GenerateResponse& last) {
   last.mutable_text()->append(a.output->Flush());
   last.set_finish_reason(std::string(text::FinishReasonName(a.output->reason())));
   last.set_finish(a.output->reason() == text::FinishReason::kLength ? v1::FINISH_REASON_LENGTH
@@ -499,7 +499,7 @@ void Engine::Finish(int64_t seq_id, Active& a, v1::GenerateResponse& last) {
   }
   const v1::SpeculativeStats spec = a.spec->Stats();
   if (a.spec->used()) *u->mutable_speculative() = spec;
-  u->set_expert_load_max_mean(cluster_->ExpertLoadMaxMean());
+  u->set_expert_load_max_mean(workers_->ExpertLoadMaxMean());
   (void)scheduler_.Finish(seq_id);
   release_.push_back(seq_id);
   Push(*a.channel, std::move(last), true);
@@ -511,7 +511,7 @@ void Engine::Finish(int64_t seq_id, Active& a, v1::GenerateResponse& last) {
   PublishStats();
 }
 
-void Engine::FailStep(int64_t step_id, const std::vector<int64_t>& seqs, const absl::Status& status) {
+void ServingLoop::FailStep(int64_t step_id, const std::vector<int64_t>& seqs, const absl::Status& status) {
   CASCADE_LOG(Warning) << "step " << step_id << " refused by a worker: " << status.ToString();
   (void)scheduler_.FailBatch(step_id);
   for (int64_t id : seqs) {
@@ -526,7 +526,7 @@ void Engine::FailStep(int64_t step_id, const std::vector<int64_t>& seqs, const a
   PublishStats();
 }
 
-void Engine::GiveUpInFlight() {
+void ServingLoop::GiveUpInFlight() {
   for (int64_t id : in_flight_) (void)scheduler_.FailBatch(id);
   for (const auto& [id, d] : drafting_) (void)scheduler_.FailBatch(id);
   in_flight_.clear();
@@ -534,7 +534,7 @@ void Engine::GiveUpInFlight() {
   sent_.clear();
 }
 
-void Engine::Suspend(std::string_view why) {
+void ServingLoop::Suspend(std::string_view why) {
   GiveUpInFlight();  // Their positions are re-fed once the cluster is whole.
   Evacuate(why);
   scheduler_.RequeueAll();
@@ -548,7 +548,7 @@ void Engine::Suspend(std::string_view why) {
   PublishStats();
 }
 
-void Engine::Evacuate(std::string_view why) {
+void ServingLoop::Evacuate(std::string_view why) {
   if (!evacuate_ || active_.empty()) return;
   int moved = 0;
   const size_t before = active_.size();
@@ -568,7 +568,7 @@ void Engine::Evacuate(std::string_view why) {
   }
 }
 
-void Engine::Resume() {
+void ServingLoop::Resume() {
   if (suspended_at_) {
     CASCADE_LOG(Info) << "resuming " << active_.size() << " request(s) after " << SecondsSince(*suspended_at_)
                       << " s: their KV is recomputed from the tokens they hold";
@@ -577,15 +577,15 @@ void Engine::Resume() {
   recovery_failed_ = false;
 }
 
-void Engine::CheckRecoveryBudget() {
-  if (!suspended_at_ || recovery_failed_ || cluster_->Healthy()) return;
+void ServingLoop::CheckRecoveryBudget() {
+  if (!suspended_at_ || recovery_failed_ || workers_->Healthy()) return;
   if (SecondsSince(*suspended_at_) < static_cast<double>(recovery_timeout_.count())) return;
   recovery_failed_ = true;
   FailAll(absl::UnavailableError(StrCat(down_reason_, "; the cluster did not rebuild within ",
                                         recovery_timeout_.count(), " s (server.recovery_timeout_s)")));
 }
 
-void Engine::FailAll(const absl::Status& status) {
+void ServingLoop::FailAll(const absl::Status& status) {
   for (auto& [id, a] : active_) {
     (void)scheduler_.Cancel(id);
     Push(*a->channel, {}, true, status);

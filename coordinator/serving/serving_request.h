@@ -1,5 +1,5 @@
 // The request as the serving loop carries it: validated and tokenized by a front
-// (coordinator/front/request_validation.h), then queued by Replicas and Engine. Its own header
+// (coordinator/front/request_validation.h), then queued by Replicas and ServingLoop. Its own header
 // so that the serving loop needs nothing of the fronts.
 #pragma once
 
@@ -13,7 +13,7 @@
 namespace cascade::coordinator {
 
 // A validated request, already tokenized.
-struct EngineRequest {
+struct ServingRequest {
   std::string request_id;
   std::vector<int32_t> prompt;
   sampling::SamplingParams sampling;

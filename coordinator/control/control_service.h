@@ -18,8 +18,8 @@
 
 #include "absl/status/statusor.h"
 #include "cascade/v1/cluster.grpc.pb.h"
-#include "coordinator/control/cluster.h"
 #include "coordinator/control/rendezvous_store.h"
+#include "coordinator/control/stage_workers.h"
 #include "security/cluster_ca.h"
 
 namespace cascade::coordinator {
@@ -30,11 +30,11 @@ struct ControlPlaneTrust {
   std::string join_token;
 };
 
-class ClusterService final : public v1::Coordinator::Service {
+class ControlService final : public v1::Coordinator::Service {
  public:
-  // `clusters`: one per data-parallel replica, in replica order.
-  ClusterService(std::vector<Cluster*> clusters, RendezvousStore* store, ControlPlaneTrust trust)
-      : clusters_(std::move(clusters)), store_(store), trust_(std::move(trust)) {}
+  // `replicas`: the workers of each data-parallel replica, in replica order.
+  ControlService(std::vector<StageWorkers*> replicas, RendezvousStore* store, ControlPlaneTrust trust)
+      : replicas_(std::move(replicas)), store_(store), trust_(std::move(trust)) {}
   grpc::Status Join(grpc::ServerContext*, const v1::JoinRequest*, v1::JoinResponse*) override;
   grpc::Status Register(grpc::ServerContext*, const v1::RegisterRequest*, v1::RegisterResponse*) override;
   grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest*, v1::HeartbeatResponse*) override;
@@ -46,8 +46,8 @@ class ClusterService final : public v1::Coordinator::Service {
   // why the caller may not use the control plane.
   absl::StatusOr<std::string> CallerNode(const grpc::ServerContext& ctx) const;
 
-  std::vector<Cluster*> clusters_;  // Borrowed.
-  RendezvousStore* store_;          // Borrowed.
+  std::vector<StageWorkers*> replicas_;  // Borrowed.
+  RendezvousStore* store_;               // Borrowed.
   const ControlPlaneTrust trust_;
 };
 

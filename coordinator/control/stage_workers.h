@@ -5,10 +5,10 @@
 // every stage in the same order; the last stage's results come back in that order.
 //
 // Thread-safety: Register/Heartbeat/Status are called from gRPC threads; SendStep and
-// NextResult from the one engine-loop thread. The slots, results, stream state, startup
+// NextResult from the one serving-loop thread. The slots, results, stream state, startup
 // error and KV size are guarded by `mu_` (ABSL_GUARDED_BY, checked by clang's
 // -Wthread-safety); `plan_` and `options_` are const; `generation_` is touched only by
-// BringUp (before the engine loop starts) and Recover (on the engine-loop thread). Helpers
+// BringUp (before the serving loop starts) and Recover (on the serving-loop thread). Helpers
 // marked ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) run under it.
 #pragma once
 
@@ -32,7 +32,7 @@
 
 namespace cascade::coordinator {
 
-struct ClusterOptions {
+struct StageWorkersOptions {
   std::string model_path;         // As the workers should open it.
   std::string group = "cascade";  // Rendezvous key prefix of this run (and replica).
   int replica = 0;                // Its data-parallel replica (parallel.data).
@@ -75,16 +75,16 @@ enum class WorkerState { kWaiting, kRegistered, kLoading, kReady, kDead };
 std::string_view WorkerStateName(WorkerState s);
 v1::WorkerState WorkerStateProto(WorkerState s);
 
-class Cluster {
+class StageWorkers {
  public:
-  Cluster(Plan plan, ClusterOptions options);
-  ~Cluster();  // Close().
+  StageWorkers(Plan plan, StageWorkersOptions options);
+  ~StageWorkers();  // Close().
   // A shutdown: ends the step streams (cancelled, their readers joined) before the workers
   // are stopped, so that workers going away from now on are expected, not reported dead.
   // Idempotent.
   void Close();
-  Cluster(const Cluster&) = delete;
-  Cluster& operator=(const Cluster&) = delete;
+  StageWorkers(const StageWorkers&) = delete;
+  StageWorkers& operator=(const StageWorkers&) = delete;
 
   // A worker registers: it gets the first waiting stage on its node and device.
   // FailedPrecondition when no such stage is waiting (the message says which exist).
@@ -106,7 +106,7 @@ class Cluster {
   // restarted worker registered): `Recover` can rebuild the pipeline.
   bool CanRecover() const;
   // Closes the old step streams, reloads every stage into a fresh data-plane group and
-  // reopens the streams. Engine-loop thread only, with no step in flight.
+  // reopens the streams. ServingLoop-loop thread only, with no step in flight.
   absl::Status Recover();
 
   // Sends a step to every stage. Unavailable when a stage is dead.
@@ -133,7 +133,7 @@ class Cluster {
   // Whether any worker (or the drafter) is planned on `node`.
   bool PlansNode(std::string_view node) const;
   const Plan& plan() const { return plan_; }
-  const ClusterOptions& options() const { return options_; }
+  const StageWorkersOptions& options() const { return options_; }
   // Where each worker's step time is observed. REQUIRES: before BringUp.
   void SetMetrics(ServingMetrics* metrics) { metrics_ = metrics; }
 
@@ -174,7 +174,7 @@ class Cluster {
   std::string DeadDescription() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Plan plan_;
-  const ClusterOptions options_;
+  const StageWorkersOptions options_;
   mutable absl::Mutex mu_;
   // The vector's length is fixed by the constructor (one slot per worker); the slots'
   // contents change under mu_.

@@ -22,12 +22,12 @@ namespace cascade::coordinator {
 // The environment variable a launched worker reads its join token from.
 inline constexpr char kJoinTokenEnv[] = "CASCADE_JOIN_TOKEN";
 
-class ClusterTrust {
+class ControlTrust {
  public:
-  static absl::StatusOr<std::unique_ptr<ClusterTrust>> Create(const ClusterConfig& config);
-  ~ClusterTrust();  // Removes a directory made for this run.
-  ClusterTrust(const ClusterTrust&) = delete;
-  ClusterTrust& operator=(const ClusterTrust&) = delete;
+  static absl::StatusOr<std::unique_ptr<ControlTrust>> Create(const ClusterConfig& config);
+  ~ControlTrust();  // Removes a directory made for this run.
+  ControlTrust(const ControlTrust&) = delete;
+  ControlTrust& operator=(const ControlTrust&) = delete;
 
   bool insecure() const { return !ca_.has_value(); }
   const security::ClusterCa* ca() const { return ca_ ? &*ca_ : nullptr; }
@@ -40,7 +40,7 @@ class ClusterTrust {
   const std::vector<std::string>& worker_env() const { return worker_env_; }
 
  private:
-  ClusterTrust() = default;
+  ControlTrust() = default;
   std::optional<security::ClusterCa> ca_;
   std::string join_token_;
   std::shared_ptr<const security::TlsIdentity> identity_;

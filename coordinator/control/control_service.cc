@@ -1,4 +1,4 @@
-#include "coordinator/control/cluster_service.h"
+#include "coordinator/control/control_service.h"
 
 #include <algorithm>
 
@@ -22,7 +22,7 @@ bool ValidNodeName(const std::string& node) {
 
 }  // namespace
 
-absl::StatusOr<std::string> ClusterService::CallerNode(const grpc::ServerContext& ctx) const {
+absl::StatusOr<std::string> ControlService::CallerNode(const grpc::ServerContext& ctx) const {
   if (trust_.ca == nullptr) return std::string();
   const std::string cn = security::PeerCommonName(ctx);
   if (cn.empty()) {
@@ -37,7 +37,7 @@ absl::StatusOr<std::string> ClusterService::CallerNode(const grpc::ServerContext
   return cn.substr(prefix.size());
 }
 
-grpc::Status ClusterService::Join(grpc::ServerContext*, const v1::JoinRequest* req, v1::JoinResponse* resp) {
+grpc::Status ControlService::Join(grpc::ServerContext*, const v1::JoinRequest* req, v1::JoinResponse* resp) {
   if (trust_.ca == nullptr) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         "this cluster runs without TLS (security.insecure): start the worker with --insecure");
@@ -48,7 +48,7 @@ grpc::Status ClusterService::Join(grpc::ServerContext*, const v1::JoinRequest* r
                         "wrong join token: give the worker the cluster's (security.cluster_dir/join.token)");
   }
   const bool planned =
-      std::any_of(clusters_.begin(), clusters_.end(), [&](const Cluster* c) { return c->PlansNode(req->node()); });
+      std::any_of(replicas_.begin(), replicas_.end(), [&](const StageWorkers* c) { return c->PlansNode(req->node()); });
   if (!ValidNodeName(req->node()) || !planned) {
     return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
                         StrCat("no worker is planned on node '", req->node(), "' (see the config's nodes)"));
@@ -61,7 +61,7 @@ grpc::Status ClusterService::Join(grpc::ServerContext*, const v1::JoinRequest* r
   return grpc::Status::OK;
 }
 
-grpc::Status ClusterService::Register(grpc::ServerContext* ctx, const v1::RegisterRequest* req,
+grpc::Status ControlService::Register(grpc::ServerContext* ctx, const v1::RegisterRequest* req,
                                       v1::RegisterResponse* resp) {
   auto node = CallerNode(*ctx);
   if (!node.ok()) return ToGrpc(node.status());
@@ -71,8 +71,8 @@ grpc::Status ClusterService::Register(grpc::ServerContext* ctx, const v1::Regist
   }
   // The first replica with an open slot takes it; the last refusal says what waits.
   absl::Status refused;
-  for (Cluster* cluster : clusters_) {
-    auto r = cluster->Register(*req);
+  for (StageWorkers* workers : replicas_) {
+    auto r = workers->Register(*req);
     if (r.ok()) {
       *resp = *r;
       return grpc::Status::OK;
@@ -82,22 +82,22 @@ grpc::Status ClusterService::Register(grpc::ServerContext* ctx, const v1::Regist
   return ToGrpc(refused);
 }
 
-grpc::Status ClusterService::Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
+grpc::Status ControlService::Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
                                        v1::HeartbeatResponse* resp) {
   if (auto node = CallerNode(*ctx); !node.ok()) return ToGrpc(node.status());
   const int r = req->replica();
-  resp->set_shutdown(r < 0 || r >= static_cast<int>(clusters_.size()) ||
-                     !clusters_[r]->Heartbeat(req->rank(), req->worker_id()));
+  resp->set_shutdown(r < 0 || r >= static_cast<int>(replicas_.size()) ||
+                     !replicas_[r]->Heartbeat(req->rank(), req->worker_id()));
   return grpc::Status::OK;
 }
 
-grpc::Status ClusterService::PutKey(grpc::ServerContext* ctx, const v1::PutKeyRequest* req, v1::PutKeyResponse*) {
+grpc::Status ControlService::PutKey(grpc::ServerContext* ctx, const v1::PutKeyRequest* req, v1::PutKeyResponse*) {
   if (auto node = CallerNode(*ctx); !node.ok()) return ToGrpc(node.status());
   store_->Put(req->key(), req->value());
   return grpc::Status::OK;
 }
 
-grpc::Status ClusterService::WaitKey(grpc::ServerContext* ctx, const v1::WaitKeyRequest* req,
+grpc::Status ControlService::WaitKey(grpc::ServerContext* ctx, const v1::WaitKeyRequest* req,
                                      v1::WaitKeyResponse* resp) {
   if (auto node = CallerNode(*ctx); !node.ok()) return ToGrpc(node.status());
   // Bounded by the caller's deadline, and never more than a minute per call.
