@@ -31,7 +31,7 @@ set(allowed_coordinator/front core text sampling model/format proto wire securit
     coordinator/control)
 set(allowed_coordinator/serving core text sampling proto wire coordinator coordinator/control)
 set(allowed_coordinator/control core proto wire security coordinator)
-set(allowed_client core text sampling model model/format proto security)
+set(allowed_client core text sampling model model/format proto wire security)
 set(rooms model/format coordinator/front coordinator/serving coordinator/control core kernels comm text sampling model
     security wire worker coordinator client)
 

@@ -5,6 +5,7 @@
 #include "client/cli/prompt.h"
 #include "core/status.h"
 #include "core/str_cat.h"
+#include "wire/api_wire.h"
 
 namespace cascade::cli {
 
@@ -71,15 +72,7 @@ absl::StatusOr<model::GenerateRequest> GenerationFromArgs(const Args& args) {
 
 absl::Status FillProtoGeneration(const Args& args, v1::GenerateRequest* req) {
   CASCADE_ASSIGN_OR_RETURN(const model::GenerateRequest g, GenerationFromArgs(args));
-  v1::SamplingParams* s = req->mutable_sampling();
-  s->set_temperature(g.sampling.temperature);
-  s->set_top_k(g.sampling.top_k);
-  s->set_top_p(g.sampling.top_p);
-  s->set_min_p(g.sampling.min_p);
-  s->set_repetition_penalty(g.sampling.repetition_penalty);
-  s->set_presence_penalty(g.sampling.presence_penalty);
-  s->set_frequency_penalty(g.sampling.frequency_penalty);
-  s->set_seed(g.sampling.seed);
+  *req->mutable_sampling() = wire::ToApiSampling(g.sampling);
   req->set_max_tokens(g.max_tokens);
   for (const auto& stop : g.stops.stop_strings) req->add_stop(stop);
   for (int32_t id : g.stops.stop_ids) req->add_stop_ids(id);

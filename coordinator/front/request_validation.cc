@@ -5,6 +5,7 @@
 #include "core/status.h"
 #include "core/str_cat.h"
 #include "text/chat_template.h"
+#include "wire/api_wire.h"
 
 namespace cascade::coordinator {
 
@@ -46,17 +47,7 @@ absl::StatusOr<ServingRequest> ValidateGenerateRequest(const v1::GenerateRequest
   r.request_id = req.request_id();
   CASCADE_ASSIGN_OR_RETURN(r.prompt, TokenizePrompt(req.prompt(), tokenizer, n_vocab, /*add_special=*/true));
   if (r.prompt.empty()) return absl::InvalidArgumentError("prompt: empty (no tokens)");
-  const v1::SamplingParams& s = req.sampling();
-  // Unset fields keep SamplingParams' defaults (r.sampling is default-constructed).
-  if (s.has_temperature()) r.sampling.temperature = s.temperature();
-  if (s.has_top_k()) r.sampling.top_k = s.top_k();
-  if (s.has_top_p()) r.sampling.top_p = s.top_p();
-  if (s.has_min_p()) r.sampling.min_p = s.min_p();
-  if (s.has_repetition_penalty()) r.sampling.repetition_penalty = s.repetition_penalty();
-  r.sampling.presence_penalty = s.presence_penalty();
-  r.sampling.frequency_penalty = s.frequency_penalty();
-  r.sampling.seed = s.seed();
-  r.sampling.n_logprobs = req.logprobs();
+  r.sampling = wire::FromApiSampling(req.sampling(), req.logprobs());
   if (absl::Status st = r.sampling.Validate(); !st.ok()) return Annotate(st, "sampling");
   if (req.has_max_tokens()) r.max_tokens = req.max_tokens();
   if (r.max_tokens < 1) return absl::InvalidArgumentError(StrCat("max_tokens = ", r.max_tokens, ": must be >= 1"));
