@@ -1,17 +1,12 @@
 #include "wire/api_wire.h"
 
+#include "wire/sampling_fields.h"
+
 namespace cascade::wire {
 
 v1::SamplingParams ToApiSampling(const sampling::SamplingParams& p) {
   v1::SamplingParams s;
-  s.set_temperature(p.temperature);
-  s.set_top_k(p.top_k);
-  s.set_top_p(p.top_p);
-  s.set_min_p(p.min_p);
-  s.set_repetition_penalty(p.repetition_penalty);
-  s.set_presence_penalty(p.presence_penalty);
-  s.set_frequency_penalty(p.frequency_penalty);
-  s.set_seed(p.seed);
+  internal::SetSamplingFields(p, &s);
   return s;
 }
 
