@@ -11,7 +11,9 @@
 // with CUDA graphs (model/graph_step.h) after the eager runs, on the same loaded model; with
 // --tuned also with the tuned kernels (CudaKernels::kTuned), and the graphs then with them;
 // each figure is printed as it is measured.
-// With --quant also the 8B shape in Q8_0 and Q4_K_M and bench_moe.sh's MoE shape in Q8_0.
+// With --quant also the 8B shape in Q8_0 and Q4_K_M and bench_moe.sh's MoE shape in Q8_0. Every
+// dense model is set against the copy roofline and, in BF16, the cuBLAS anchor of its
+// matrices (tests/bench/cublas_anchor.h): one table row per kernel configuration.
 // Usage: gpu_model_bench [--json FILE] [--model GGUF] [--llama-layers N] [--skip-llama] [--graphs] [--tuned]
 //                        [--quant]
 #include <chrono>
@@ -28,6 +30,7 @@
 #include "kernels/cuda_device.h"
 #include "model/transformer.h"
 #include "tests/bench/bench_util.h"
+#include "tests/bench/cublas_anchor.h"
 #include "tests/random_model.h"
 #include "tests/test_support.h"
 
@@ -38,12 +41,17 @@ using namespace cascade;
 using cascade::SecondsSince;
 void Check(const absl::Status& s, const std::string& what) { bench::Check(s, "gpu_model_bench", what); }
 
+// One configuration's figures on one model (tokens/s; 0: not run).
+struct Figures {
+  std::string config;  // "reference", "tuned", "tuned + graphs", "cuBLAS anchor", ...
+  double prefill = 0, decode1 = 0, decode_max = 0;
+};
+
 struct Result {
   std::string model, backend;
-  double prefill_tok_s = 0, decode1_tok_s = 0, decode32_tok_s = 0, decode1_weight_gb_s = 0;
-  double graphs1_tok_s = 0, graphs32_tok_s = 0;  // With CUDA graphs (--graphs); 0: not run.
-  double tuned1_tok_s = 0, tuned32_tok_s = 0;    // With the tuned kernels (--tuned); 0: not run.
   int64_t weight_bytes = 0;
+  int max_batch = 32;
+  std::vector<Figures> rows;  // The first is the eager reference kernels.
 };
 
 // Steps of `batch` sequences, each of `n_new` tokens at position `past`; returns seconds.
@@ -91,9 +99,9 @@ Result Bench(const std::string& name, const std::string& path, kernels::Backend*
   }
   auto logits = backend->AllocateStaging(static_cast<size_t>(max_batch * (*t)->config().n_vocab) * sizeof(float));
   Check(logits.status(), "logits");
+  r.max_batch = max_batch;
   const int64_t prefill = quick ? 128 : kPrefill;
   Step(**t, *cache, 1, prefill, 0, tables, **logits);  // Warm-up: cuBLAS, scratch, workspaces.
-  r.prefill_tok_s = prefill / Step(**t, *cache, 1, prefill, 0, tables, **logits);
   // Decode tokens/s at `batch` over kContext tokens: one untimed step (a graph's capture),
   // then kSteps timed ones.
   const auto decode = [&](int batch) {
@@ -103,33 +111,29 @@ Result Bench(const std::string& name, const std::string& path, kernels::Backend*
     for (int64_t s = 1; s <= kSteps; ++s) total += Step(**t, *cache, batch, 1, kContext + s, tables, **logits);
     return batch * kSteps / total;
   };
-  for (int batch : {1, max_batch}) {
-    const double tok_s = decode(batch);
-    std::printf("  %s on %s: decode b=%d %.1f tok/s\n", name.c_str(), backend_name, batch, tok_s);
-    if (batch == 1) {
-      r.decode1_tok_s = tok_s;
-      r.decode1_weight_gb_s = r.weight_bytes * tok_s / 1e9;
-    } else {
-      r.decode32_tok_s = tok_s;
-    }
-  }
+  // One row: a prefill (after an untimed one: a graph's capture, new kernels' first calls)
+  // and decode at batch 1 and max_batch, each printed as it is measured.
+  const auto measure = [&](const std::string& config) {
+    Figures f{.config = config};
+    Step(**t, *cache, 1, prefill, 0, tables, **logits);
+    f.prefill = prefill / Step(**t, *cache, 1, prefill, 0, tables, **logits);
+    std::printf("  %s on %s, %s: prefill %.0f tok/s\n", name.c_str(), backend_name, config.c_str(), f.prefill);
+    f.decode1 = decode(1);
+    std::printf("  %s on %s, %s: decode b=1 %.1f tok/s\n", name.c_str(), backend_name, config.c_str(), f.decode1);
+    f.decode_max = decode(max_batch);
+    std::printf("  %s on %s, %s: decode b=%d %.1f tok/s\n", name.c_str(), backend_name, config.c_str(), max_batch,
+                f.decode_max);
+    r.rows.push_back(f);
+  };
+  measure("reference");
   auto* gpu = dynamic_cast<kernels::CudaBackend*>(backend);
   if (tuned && gpu != nullptr) {
     gpu->set_kernels(kernels::CudaKernels::kTuned);
-    r.tuned1_tok_s = decode(1);
-    std::printf("  %s on %s: decode b=1 with the tuned kernels %.1f tok/s\n", name.c_str(), backend_name,
-                r.tuned1_tok_s);
-    r.tuned32_tok_s = decode(max_batch);
-    std::printf("  %s on %s: decode b=%d with the tuned kernels %.1f tok/s\n", name.c_str(), backend_name, max_batch,
-                r.tuned32_tok_s);
+    measure("tuned");
   }
   if (graphs && gpu != nullptr) {
     (*t)->set_cuda_graphs(true);
-    r.graphs1_tok_s = decode(1);
-    std::printf("  %s on %s: decode b=1 with CUDA graphs %.1f tok/s\n", name.c_str(), backend_name, r.graphs1_tok_s);
-    r.graphs32_tok_s = decode(max_batch);
-    std::printf("  %s on %s: decode b=%d with CUDA graphs %.1f tok/s\n", name.c_str(), backend_name, max_batch,
-                r.graphs32_tok_s);
+    measure(tuned ? "tuned + graphs" : "graphs");
     (*t)->set_cuda_graphs(false);
   }
   return r;
@@ -203,23 +207,59 @@ std::vector<std::pair<std::string, cascade::testing::RandomModelSpec>> WrittenMo
   return models;
 }
 
+// The rows a dense model is measured against, after it is unloaded: the copy roofline (every
+// weight byte read once per step at the copy bandwidth: decode only) and, for BF16, the
+// cuBLAS anchor of the same matrices (tests/bench/cublas_anchor.h).
+void AddAnchors(const cascade::testing::RandomModelSpec& spec, double copy_bw, Result& r) {
+  const double step_s = r.weight_bytes / copy_bw;
+  r.rows.push_back({.config = "copy roofline", .decode1 = 1 / step_s, .decode_max = r.max_batch / step_s});
+  if (spec.weight_type != DType::kBF16) return;
+  const int64_t head_dim = spec.n_embd / spec.n_heads;
+  const bench::DenseShape shape{.n_layers = spec.n_layers,
+                                .n_embd = spec.n_embd,
+                                .q_dim = spec.n_heads * head_dim,
+                                .kv_dim = spec.n_kv_heads * head_dim,
+                                .n_ff = spec.n_ff,
+                                .n_vocab = spec.n_vocab};
+  Figures a{.config = "cuBLAS anchor"};
+  a.prefill = bench::AnchorTokensPerSecond(shape, 512, 1, 5);
+  a.decode1 = bench::AnchorTokensPerSecond(shape, 1, 1, 20);
+  a.decode_max = bench::AnchorTokensPerSecond(shape, r.max_batch, r.max_batch, 20);
+  std::printf("  cuBLAS anchor (%.2f GB of matrices): prefill %.0f, decode b=1 %.1f, b=%d %.1f tok/s\n",
+              bench::AnchorWeightBytes(shape) / 1e9, a.prefill, a.decode1, r.max_batch, a.decode_max);
+  r.rows.push_back(a);
+}
+
+// A row per configuration; b=1 bandwidth is the weight bytes a decode step reads over its
+// time, against the copy bandwidth and against the model's anchor row where it has one.
 void Report(const std::vector<Result>& results, double copy_bw, const std::string& json_path) {
-  std::printf("\n%-36s %-8s %12s %12s %14s %14s %9s %11s %12s %12s %13s\n", "model", "backend", "prefill t/s",
-              "decode b=1", "decode b=32*", "b=1 weight GB/s", "of copy", "tuned b=1", "tuned b=32", "graphs b=1",
-              "graphs b=32");
+  std::printf("\n%-40s %-8s %-15s %11s %11s %12s %9s %7s %10s\n", "model", "backend", "kernels", "prefill t/s",
+              "decode b=1", "decode b=32*", "b=1 GB/s", "of copy", "of anchor");
   std::string json = StrCat("{\"copy_bandwidth_gb_s\": ", copy_bw / 1e9, ", \"runs\": [");
   for (size_t i = 0; i < results.size(); ++i) {
     const Result& r = results[i];
-    std::printf("%-36s %-8s %12.0f %12.1f %14.1f %14.0f %8.0f%% %11.1f %12.1f %12.1f %13.1f\n", r.model.c_str(),
-                r.backend.c_str(), r.prefill_tok_s, r.decode1_tok_s, r.decode32_tok_s, r.decode1_weight_gb_s,
-                100 * r.decode1_weight_gb_s * 1e9 / copy_bw, r.tuned1_tok_s, r.tuned32_tok_s, r.graphs1_tok_s,
-                r.graphs32_tok_s);
+    const Figures* anchor = nullptr;  // The cuBLAS anchor, else the copy roofline.
+    for (const Figures& f : r.rows) {
+      if (f.config == "cuBLAS anchor" || (f.config == "copy roofline" && anchor == nullptr)) anchor = &f;
+    }
+    std::string rows;
+    for (const Figures& f : r.rows) {
+      const double gb_s = r.weight_bytes * f.decode1 / 1e9;
+      const std::string of_anchor =
+          anchor != nullptr && anchor != &f && anchor->decode1 > 0 ? StrCat(f.decode1 / anchor->decode1) : "";
+      std::printf("%-40s %-8s %-15s %11.0f %11.1f %12.1f %9.0f %6.0f%% %10s\n", r.model.c_str(), r.backend.c_str(),
+                  f.config.c_str(), f.prefill, f.decode1, f.decode_max, gb_s, 100 * gb_s * 1e9 / copy_bw,
+                  of_anchor.substr(0, 5).c_str());
+      rows += StrCat(rows.empty() ? "" : ", ", "{\"kernels\": \"", f.config, "\", \"prefill_tok_s\": ", f.prefill,
+                     ", \"decode_b1_tok_s\": ", f.decode1, ", \"decode_max_tok_s\": ", f.decode_max,
+                     ", \"decode_b1_weight_gb_s\": ", gb_s, "}");
+    }
+    // The run's own keys are the reference kernels' figures (gpu_cluster_check.sh reads them).
+    const Figures& ref = r.rows.front();
     json += StrCat(i ? ", " : "", "{\"model\": \"", r.model, "\", \"backend\": \"", r.backend,
-                   "\", \"weight_bytes\": ", r.weight_bytes, ", \"prefill_tok_s\": ", r.prefill_tok_s,
-                   ", \"decode_b1_tok_s\": ", r.decode1_tok_s, ", \"decode_b32_tok_s\": ", r.decode32_tok_s,
-                   ", \"decode_b1_weight_gb_s\": ", r.decode1_weight_gb_s, ", \"graphs_b1_tok_s\": ", r.graphs1_tok_s,
-                   ", \"graphs_b32_tok_s\": ", r.graphs32_tok_s, ", \"tuned_b1_tok_s\": ", r.tuned1_tok_s,
-                   ", \"tuned_b32_tok_s\": ", r.tuned32_tok_s, "}");
+                   "\", \"weight_bytes\": ", r.weight_bytes, ", \"max_batch\": ", r.max_batch,
+                   ", \"prefill_tok_s\": ", ref.prefill, ", \"decode_b1_tok_s\": ", ref.decode1,
+                   ", \"decode_b32_tok_s\": ", ref.decode_max, ", \"rows\": [", rows, "]}");
   }
   std::printf("* the cpu reference runs batch 4 and a 128-token prefill (to keep the check short)\n");
   json += "]}\n";
@@ -258,6 +298,7 @@ int main(int argc, char** argv) {
     results.push_back(Bench(name, path, gpu->get(), "cuda:0", false, o.graphs, o.tuned));
     (*gpu)->set_kernels(kernels::CudaKernels::kReference);
     std::filesystem::remove(path);
+    if (spec.moe == cascade::testing::MoeFamily::kNone) AddAnchors(spec, copy_bw, results.back());
   }
   Report(results, copy_bw, o.json_path);
   return 0;
