@@ -93,6 +93,15 @@ class PreparedWeight {
   TensorView source_;
 };
 
+// A MoE layer's held experts as one backend runs them in one call (Backend::PrepareExperts).
+class PreparedExperts {
+ public:
+  PreparedExperts() = default;
+  virtual ~PreparedExperts() = default;
+  PreparedExperts(const PreparedExperts&) = delete;
+  PreparedExperts& operator=(const PreparedExperts&) = delete;
+};
+
 // An allocation in a backend's memory (Backend::Allocate); freed with it.
 class Buffer {
  public:
@@ -181,6 +190,38 @@ class Backend {
     const PreparedWeight* weight = nullptr;
   };
   virtual absl::Status LinearBatch(std::span<const LinearJob> jobs);
+  // (optional) A MoE layer's routed experts run where the router's logits are, with no
+  // host synchronisation (model/layers/moe.h). PrepareExperts takes, at load, the experts
+  // this rank holds (ExpertWeights: n_ff rows of gate and of up, down [n_embd, n_ff]);
+  // Unimplemented where the backend has no such path or not for these weights' types (the
+  // layer then routes on the host). RoutesExperts says whether RoutedExperts runs
+  // `n_tokens` tokens now (kernels selected, batch small enough). RoutedExperts:
+  //   acc [n, n_embd] += sum over each token's top k experts that are held of its weight
+  //   times the expert's silu(gate x) * (up x) through down,
+  // routed from the router's `logits` [n, n_experts] as RouteToken does (softmax, top k with
+  // the lower id on ties, weights renormalised over the k when `norm_topk`); `load`
+  // (int32 [n_experts], this backend's memory, or null) gains one per chosen expert.
+  struct ExpertWeights {
+    const PreparedWeight* gate = nullptr;  // Rows [gate_row0, gate_row0 + n_ff) are the gate.
+    int64_t gate_row0 = 0;
+    const PreparedWeight* up = nullptr;  // May be `gate` (stacked), with up_row0 = n_ff.
+    int64_t up_row0 = 0;
+    const PreparedWeight* down = nullptr;
+  };
+  struct MoeRouting {
+    int64_t n_experts = 0, top_k = 0;
+    int64_t expert_begin = 0;  // The first held expert's id.
+    bool norm_topk = false;
+  };
+  virtual absl::StatusOr<std::unique_ptr<PreparedExperts>> PrepareExperts(std::span<const ExpertWeights> experts,
+                                                                          int64_t n_ff) {
+    return absl::UnimplementedError("PrepareExperts: this backend routes experts on the host");
+  }
+  virtual bool RoutesExperts(int64_t n_tokens) const { return false; }
+  virtual absl::Status RoutedExperts(TensorView acc, const TensorView& x, const TensorView& logits,
+                                     const PreparedExperts& experts, const MoeRouting& routing, void* load) {
+    return absl::UnimplementedError("RoutedExperts: this backend routes experts on the host");
+  }
   // `Embedding` over a prepared table (optional: the default reads `table.source()`).
   virtual absl::Status Embedding(TensorView out, const PreparedWeight& table, std::span<const int32_t> ids) {
     if (!table.reads_source()) return absl::InternalError("Embedding: table prepared by another backend");

@@ -1,9 +1,11 @@
 #include "model/transformer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
 #include "comm/communicator.h"
+#include "core/logging.h"
 #include "core/status.h"
 #include "core/str_cat.h"
 #include "model/format/arch/llama.h"
@@ -193,7 +195,43 @@ absl::Status Transformer::Embed(std::span<const int32_t> tokens, TensorView hidd
   return embedding_.Forward(hidden, tokens);
 }
 
+const std::vector<int64_t>& Transformer::expert_load() const {
+  DrainDeviceLoad();
+  return expert_load_;
+}
+
+void Transformer::ResetExpertLoad() {
+  DrainDeviceLoad();
+  std::fill(expert_load_.begin(), expert_load_.end(), 0);
+}
+
+absl::Status Transformer::EnsureDeviceLoad() {
+  if (device_load_ != nullptr) return absl::OkStatus();
+  const bool any = std::any_of(layers_.begin(), layers_.end(),
+                               [](const Layer& L) { return L.moe != nullptr && L.moe->routes_on_device(); });
+  if (!any) return absl::OkStatus();
+  const std::vector<int32_t> zeros(expert_load_.size(), 0);
+  CASCADE_ASSIGN_OR_RETURN(device_load_, backend_->Allocate(zeros.size() * sizeof(int32_t)));
+  return backend_->CopyIn(device_load_->data(), zeros.data(), zeros.size() * sizeof(int32_t));
+}
+
+void Transformer::DrainDeviceLoad() const {
+  if (device_load_ == nullptr) return;
+  std::vector<int32_t> counts(expert_load_.size(), 0);
+  const size_t bytes = counts.size() * sizeof(int32_t);
+  if (absl::Status s = backend_->CopyOut(counts.data(), device_load_->data(), bytes); !s.ok()) {
+    CASCADE_LOG(Warning) << "expert load counts not read from the device: " << s;
+    return;
+  }
+  for (size_t i = 0; i < counts.size(); ++i) expert_load_[i] += counts[i];
+  const std::vector<int32_t> zeros(counts.size(), 0);
+  if (absl::Status s = backend_->CopyIn(device_load_->data(), zeros.data(), bytes); !s.ok()) {
+    CASCADE_LOG(Warning) << "expert load counts not reset on the device: " << s;
+  }
+}
+
 absl::Status Transformer::RunLayers(TensorView hidden, const ForwardBatch& batch, KvCache& cache) {
+  CASCADE_RETURN_IF_ERROR(EnsureDeviceLoad());
   const ModelConfig& c = config_;
   const int64_t n = hidden.Rows();
   if (hidden.Cols() != c.n_embd || static_cast<int64_t>(batch.positions.size()) != n) {
@@ -246,7 +284,9 @@ absl::Status Transformer::RunLayers(TensorView hidden, const ForwardBatch& batch
     CASCADE_RETURN_IF_ERROR(b.AddRmsNorm(norm, hidden, proj, L.ffn_norm, eps));
     if (L.moe != nullptr) {  // Adds its (reduced) output to hidden itself.
       const std::span<int64_t> load = std::span(expert_load_).subspan(L.moe_index * c.n_experts, c.n_experts);
-      CASCADE_RETURN_IF_ERROR(L.moe->Forward(hidden, norm, moe_scratch_, load));
+      void* device_load =
+          device_load_ == nullptr ? nullptr : static_cast<int32_t*>(device_load_->data()) + L.moe_index * c.n_experts;
+      CASCADE_RETURN_IF_ERROR(L.moe->Forward(hidden, norm, moe_scratch_, load, device_load));
       continue;
     }
     const TensorView gate_up[] = {gate, up};

@@ -115,10 +115,11 @@ class Transformer {
 
   // Tokens routed to each expert of this stage's MoE layers since the last
   // ResetExpertLoad: [moe_layers().size() * n_experts], layer-major. Empty for a dense model.
-  const std::vector<int64_t>& expert_load() const { return expert_load_; }
+  // (Counts of layers routed on the device are read from it here, once per call.)
+  const std::vector<int64_t>& expert_load() const;
   // The global indices of this stage's MoE layers, in order.
   const std::vector<int64_t>& moe_layers() const { return moe_layers_; }
-  void ResetExpertLoad() { std::fill(expert_load_.begin(), expert_load_.end(), 0); }
+  void ResetExpertLoad();
   // Bytes of the routed experts' weights this rank holds (as read from the file).
   int64_t expert_bytes() const { return expert_bytes_; }
 
@@ -130,6 +131,10 @@ class Transformer {
   // Runs this stage's layers over hidden [n_tokens, n_embd] in place, appending the new
   // tokens' K/V to `cache` at the positions and blocks the batch names.
   absl::Status RunLayers(TensorView hidden, const ForwardBatch& batch, KvCache& cache);
+  // device_load_, allocated and zeroed the first time a MoE layer may route on the device.
+  absl::Status EnsureDeviceLoad();
+  // Adds device_load_'s counts into expert_load_ and zeroes them.
+  void DrainDeviceLoad() const;
   // logits [rows.size(), n_vocab] (host memory, or the backend's as above) for the given
   // rows of hidden. Last stage only. With TP, each rank computes its vocabulary rows and the
   // group all-gathers them, so every rank returns all the logits.
@@ -189,7 +194,11 @@ class Transformer {
   std::vector<int32_t> picked_rows_;         // Logits' rows, as embedding ids into hidden.
   MoeScratch moe_scratch_;                   // Shared by the MoE layers.
   std::vector<int64_t> moe_layers_;          // Global indices of the MoE layers here.
-  std::vector<int64_t> expert_load_;         // See expert_load().
+  // See expert_load(); mutable: reading it adds the device's counts in.
+  mutable std::vector<int64_t> expert_load_;
+  // int32 [moe layers * n_experts], backend memory: what the layers routed on the device
+  // counted since the last read (MoeBlock::Forward's device_load); null while none has.
+  std::unique_ptr<kernels::Buffer> device_load_;
   int64_t expert_bytes_ = 0;
 };
 

@@ -4,7 +4,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <numeric>
+#include <vector>
 
 #include "core/logging.h"
 #include "core/status.h"
@@ -106,6 +109,87 @@ absl::StatusOr<std::unique_ptr<kernels::PreparedWeight>> GuardedBackend::Prepare
   if (!inner.ok()) return inner.status();
   return std::unique_ptr<kernels::PreparedWeight>(
       std::make_unique<GuardedWeight>(weight, std::move(copy), *std::move(inner)));
+}
+
+namespace {
+
+class GuardedExperts final : public kernels::PreparedExperts {
+ public:
+  GuardedExperts(std::span<const kernels::Backend::ExpertWeights> experts, int64_t n_ff)
+      : experts(experts.begin(), experts.end()), n_ff(n_ff) {}
+  std::vector<kernels::Backend::ExpertWeights> experts;
+  int64_t n_ff;
+};
+
+const kernels::PreparedWeight& Inner(const kernels::PreparedWeight* w) {
+  return dynamic_cast<const GuardedWeight&>(*w).inner();
+}
+
+// The top k experts of one token and their weights: softmax over all, the k largest
+// logits (the lower id first on ties), renormalised over the k when `norm`.
+std::vector<std::pair<int32_t, float>> Route(const float* logits, int64_t n_experts, int64_t k, bool norm) {
+  const float mx = *std::max_element(logits, logits + n_experts);
+  double z = 0;
+  for (int64_t e = 0; e < n_experts; ++e) z += std::exp(static_cast<double>(logits[e] - mx));
+  std::vector<int32_t> order(n_experts);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  std::vector<double> p(k);
+  double sum = 0;
+  for (int64_t i = 0; i < k; ++i) sum += p[i] = std::exp(static_cast<double>(logits[order[i]] - mx)) / z;
+  std::vector<std::pair<int32_t, float>> out;
+  for (int64_t i = 0; i < k; ++i) out.emplace_back(order[i], static_cast<float>(norm ? p[i] / sum : p[i]));
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<kernels::PreparedExperts>> GuardedBackend::PrepareExperts(
+    std::span<const ExpertWeights> experts, int64_t n_ff) {
+  if (!routes_experts_) return absl::UnimplementedError("guarded backend: experts are routed on the host");
+  return std::unique_ptr<kernels::PreparedExperts>(std::make_unique<GuardedExperts>(experts, n_ff));
+}
+
+absl::Status GuardedBackend::RunExpert(const ExpertWeights& e, int64_t n_ff, const TensorView& x, TensorView out) {
+  std::vector<float> gate(n_ff), up(n_ff);
+  TensorView g(gate.data(), DType::kF32, {1, n_ff}), u(up.data(), DType::kF32, {1, n_ff});
+  if (e.gate == e.up) {  // Stacked: gate rows then up rows.
+    if (e.gate_row0 != 0 || e.up_row0 != n_ff || e.gate->n_out() != 2 * n_ff) {
+      return absl::UnimplementedError("guarded backend: a stacked expert other than [gate; up]");
+    }
+    const TensorView parts[] = {g, u};
+    CASCADE_RETURN_IF_ERROR(inner_->LinearParts(parts, x, Inner(e.gate), {}));
+  } else {
+    CASCADE_RETURN_IF_ERROR(inner_->Linear(g, x, Inner(e.gate), {}));
+    CASCADE_RETURN_IF_ERROR(inner_->Linear(u, x, Inner(e.up), {}));
+  }
+  CASCADE_RETURN_IF_ERROR(inner_->SiluMul(g, g, u));
+  return inner_->Linear(out, g, Inner(e.down), {});
+}
+
+absl::Status GuardedBackend::RoutedExperts(TensorView acc, const TensorView& x, const TensorView& logits,
+                                           const kernels::PreparedExperts& experts, const MoeRouting& routing,
+                                           void* load) {
+  const auto* ex = dynamic_cast<const GuardedExperts*>(&experts);
+  if (ex == nullptr) return absl::InternalError("guarded backend: experts prepared by another backend");
+  if (!RoutesExperts(x.Rows())) return absl::FailedPreconditionError("guarded backend: not routing experts now");
+  ++n_routed_calls_;
+  Open open(this);
+  const int64_t d = x.Cols(), held = static_cast<int64_t>(ex->experts.size());
+  std::vector<float> y(d);
+  for (int64_t t = 0; t < x.Rows(); ++t) {
+    const float* lg = logits.As<float>() + t * routing.n_experts;
+    for (const auto& [e, w] : Route(lg, routing.n_experts, routing.top_k, routing.norm_topk)) {
+      if (load != nullptr) ++static_cast<int32_t*>(load)[e];
+      const int64_t h = e - routing.expert_begin;
+      if (h < 0 || h >= held) continue;
+      const TensorView xr(x.As<float>() + t * d, DType::kF32, {1, d});
+      CASCADE_RETURN_IF_ERROR(RunExpert(ex->experts[h], ex->n_ff, xr, TensorView(y.data(), DType::kF32, {1, d})));
+      float* a = acc.As<float>() + t * d;
+      for (int64_t i = 0; i < d; ++i) a[i] += w * y[i];
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status GuardedBackend::Linear(TensorView out, const TensorView& in, const kernels::PreparedWeight& weight,

@@ -29,6 +29,23 @@ class GuardedBackend final : public kernels::Backend {
   // Buffers (weights included) currently allocated.
   size_t n_buffers() const { return regions_.size(); }
 
+  // Off by default. On: the backend also takes a MoE layer's experts in one call
+  // (PrepareExperts / RoutedExperts) for up to kRoutedTokens tokens, as the CUDA backend
+  // does, as a stand-in computed with the CPU backend's ops, token by token, after routing
+  // by the models' rule (written again here) -- so that the host side of the device path
+  // (model/layers/moe.h, the counters Transformer::expert_load reads) runs on the CPU.
+  static constexpr int64_t kRoutedTokens = 4;
+  void set_routes_experts(bool on) { routes_experts_ = on; }
+  // RoutedExperts calls so far.
+  int64_t n_routed_calls() const { return n_routed_calls_; }
+  absl::StatusOr<std::unique_ptr<kernels::PreparedExperts>> PrepareExperts(std::span<const ExpertWeights> experts,
+                                                                           int64_t n_ff) override;
+  bool RoutesExperts(int64_t n_tokens) const override {
+    return routes_experts_ && n_tokens > 0 && n_tokens <= kRoutedTokens;
+  }
+  absl::Status RoutedExperts(TensorView acc, const TensorView& x, const TensorView& logits,
+                             const kernels::PreparedExperts& experts, const MoeRouting& routing, void* load) override;
+
   Device device() const override { return inner_->device(); }
   int n_threads() const override { return inner_->n_threads(); }
   bool SupportsWeight(DType dtype) const override { return inner_->SupportsWeight(dtype); }
@@ -65,6 +82,10 @@ class GuardedBackend final : public kernels::Backend {
   std::unique_ptr<kernels::Backend> inner_;
   std::vector<Region*> regions_;
   size_t bytes_in_ = 0, bytes_out_ = 0;
+  bool routes_experts_ = false;
+  int64_t n_routed_calls_ = 0;
+  // One expert's FFN for one token (x and out [1, n_embd], host memory).
+  absl::Status RunExpert(const ExpertWeights& e, int64_t n_ff, const TensorView& x, TensorView out);
 };
 
 }  // namespace cascade::testing

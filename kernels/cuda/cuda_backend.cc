@@ -53,6 +53,7 @@ enum OpCode : uint64_t {
   kOpCopyOut,
   kOpUpload,
   kOpAddRmsNorm,
+  kOpMoe,
 };
 constexpr int64_t kKeysPerSplit = 256;  // Flash-decoding: keys per (row, head) block.
 // With the tuned kernels, a sequence feeding more rows than this is a prefill chunk: its
@@ -130,6 +131,44 @@ class CudaWeight final : public PreparedWeight {
   DeviceBuffer buf_;
   TensorView view_;
 };
+
+// A MoE layer's held experts on the device: the kernels' arguments, with the table of each
+// expert's matrices (cuda::MoeExpertRows) uploaded once.
+class CudaExperts final : public PreparedExperts {
+ public:
+  CudaExperts(cuda::MoeArgs args, DeviceBuffer table) : args_(args), table_(std::move(table)) {
+    args_.experts = static_cast<const cuda::MoeExpertRows*>(table_.data());
+  }
+  const cuda::MoeArgs& args() const { return args_; }
+
+ private:
+  cuda::MoeArgs args_;
+  DeviceBuffer table_;
+};
+
+// One matrix of every held expert: the same encoding and row length for all (the kernels
+// take one of each), a block type with an integer form, `n_in` columns, rows [row0, row0 +
+// n_rows) present. Returns the address of row0.
+absl::StatusOr<const uint8_t*> ExpertMatrix(const PreparedWeight* w, int64_t row0, int64_t n_rows, int64_t n_in,
+                                            int& code, int64_t& row_bytes, std::string_view what) {
+  const auto* cw = dynamic_cast<const CudaWeight*>(w);
+  if (cw == nullptr) return absl::InternalError(StrCat("PrepareExperts: ", what, " prepared by another backend"));
+  const TensorView& v = cw->view();
+  const int c = static_cast<int>(v.dtype);
+  if (!cuda::Q8GemvCode(c)) {
+    return absl::UnimplementedError(StrCat("PrepareExperts: no device routing for ", what, " in ", DTypeName(v.dtype)));
+  }
+  if (row_bytes != 0 && (c != code || v.RowBytes() != row_bytes)) {
+    return absl::UnimplementedError(StrCat("PrepareExperts: the experts' ", what, " matrices differ in type"));
+  }
+  if (v.Cols() != n_in || row0 < 0 || row0 + n_rows > v.Rows()) {
+    return absl::InvalidArgumentError(StrCat("PrepareExperts: ", what, " ", v.ShapeString(), ": rows [", row0, ", ",
+                                             row0 + n_rows, ") of ", n_in, " columns"));
+  }
+  code = c;
+  row_bytes = v.RowBytes();
+  return static_cast<const uint8_t*>(v.data) + row0 * row_bytes;
+}
 
 class CudaBackendImpl final : public CudaBackend {
  public:
@@ -247,6 +286,84 @@ class CudaBackendImpl final : public CudaBackend {
       return absl::ResourceExhaustedError(StrCat("weight ", weight.ShapeString(), ": ", buf.status().message()));
     CASCADE_RETURN_IF_ERROR(buf->Upload(weight.data, bytes));
     return std::unique_ptr<PreparedWeight>(std::make_unique<CudaWeight>(weight, *std::move(buf), device_));
+  }
+
+  absl::StatusOr<std::unique_ptr<PreparedExperts>> PrepareExperts(std::span<const ExpertWeights> experts,
+                                                                  int64_t n_ff) override {
+    Bind();
+    if (experts.empty() || experts[0].down == nullptr) return absl::UnimplementedError("PrepareExperts: none held");
+    cuda::MoeArgs a;
+    a.n_embd = experts[0].down->n_out();
+    a.n_ff = n_ff;
+    a.n_held = static_cast<int64_t>(experts.size());
+    if (a.n_embd % 32 != 0 || n_ff % 32 != 0) {
+      return absl::UnimplementedError(
+          StrCat("PrepareExperts: hidden ", a.n_embd, " / expert FFN ", n_ff, " columns are not multiples of 32"));
+    }
+    std::vector<cuda::MoeExpertRows> rows;
+    for (const ExpertWeights& e : experts) {
+      cuda::MoeExpertRows r;
+      CASCADE_ASSIGN_OR_RETURN(
+          r.gate, ExpertMatrix(e.gate, e.gate_row0, n_ff, a.n_embd, a.gate_code, a.gate_row_bytes, "gate"));
+      CASCADE_ASSIGN_OR_RETURN(r.up, ExpertMatrix(e.up, e.up_row0, n_ff, a.n_embd, a.up_code, a.up_row_bytes, "up"));
+      CASCADE_ASSIGN_OR_RETURN(r.down, ExpertMatrix(e.down, 0, a.n_embd, n_ff, a.down_code, a.down_row_bytes, "down"));
+      rows.push_back(r);
+    }
+    const size_t bytes = rows.size() * sizeof(cuda::MoeExpertRows);
+    CASCADE_ASSIGN_OR_RETURN(DeviceBuffer table, DeviceBuffer::Create(device_, bytes));
+    CASCADE_RETURN_IF_ERROR(table.Upload(rows.data(), bytes));
+    return std::unique_ptr<PreparedExperts>(std::make_unique<CudaExperts>(a, std::move(table)));
+  }
+
+  bool RoutesExperts(int64_t n_tokens) const override {
+    return kernels_ == CudaKernels::kTuned && n_tokens > 0 && n_tokens <= cuda::kMaxMoeTokens;
+  }
+
+  absl::Status RoutedExperts(TensorView acc, const TensorView& x, const TensorView& logits,
+                             const PreparedExperts& experts, const MoeRouting& routing, void* load) override {
+    Bind();
+    const auto* ex = dynamic_cast<const CudaExperts*>(&experts);
+    if (ex == nullptr) return absl::InternalError("RoutedExperts: experts prepared by another backend");
+    cuda::MoeArgs a = ex->args();
+    a.n_experts = routing.n_experts;
+    a.top_k = routing.top_k;
+    a.expert_begin = routing.expert_begin;
+    a.norm = routing.norm_topk;
+    const int64_t n = x.Rows();
+    if (!RoutesExperts(n)) return absl::FailedPreconditionError(StrCat("RoutedExperts: not for ", n, " tokens now"));
+    if (x.Cols() != a.n_embd || acc.Rows() != n || acc.Cols() != a.n_embd || logits.Rows() != n ||
+        logits.Cols() != a.n_experts || a.n_experts > cuda::kMaxMoeExperts || a.top_k < 1 ||
+        a.top_k > std::min(cuda::kMaxMoeTopK, a.n_experts) || a.expert_begin < 0 ||
+        a.expert_begin + a.n_held > a.n_experts) {
+      return absl::InvalidArgumentError(StrCat("RoutedExperts: x ", x.ShapeString(), ", acc ", acc.ShapeString(),
+                                               ", logits ", logits.ShapeString(), ", top ", a.top_k, " of ",
+                                               a.n_experts, " experts, ", a.n_held, " held from ", a.expert_begin));
+    }
+    // The work areas, carved out of one scratch buffer at 256-byte boundaries.
+    const int64_t m = n * a.top_k;
+    size_t end = 0;
+    const auto take = [&](size_t bytes) { return std::exchange(end, end + ((bytes + 255) & ~size_t{255})); };
+    const size_t chosen = take(m * 4), weights = take(m * 4), entry_row = take(m * 4),
+                 expert_rows = take((a.n_held + 1) * 4), token_of_row = take(m * 4),
+                 xq = take(n * a.n_embd / 32 * sizeof(cuda::Q8Block)), h = take(m * a.n_ff * 4),
+                 hq = take(m * a.n_ff / 32 * sizeof(cuda::Q8Block)), out = take(m * a.n_embd * 4);
+    auto* base = static_cast<uint8_t*>(Scratch(kMoe, end));
+    CASCADE_RETURN_IF_ERROR(ScratchError());
+    const cuda::MoeWork w{.chosen = reinterpret_cast<int32_t*>(base + chosen),
+                          .weights = reinterpret_cast<float*>(base + weights),
+                          .entry_row = reinterpret_cast<int32_t*>(base + entry_row),
+                          .expert_rows = reinterpret_cast<int32_t*>(base + expert_rows),
+                          .token_of_row = reinterpret_cast<int32_t*>(base + token_of_row),
+                          .xq = reinterpret_cast<cuda::Q8Block*>(base + xq),
+                          .h = reinterpret_cast<float*>(base + h),
+                          .hq = reinterpret_cast<cuda::Q8Block*>(base + hq),
+                          .out = reinterpret_cast<float*>(base + out)};
+    graphs_->Sign({kOpMoe, Bits(acc.data), Bits(x.data), Bits(logits.data), Bits(load), Bits(ex), Dims(x),
+                   static_cast<uint64_t>(a.n_experts), static_cast<uint64_t>(a.top_k),
+                   static_cast<uint64_t>(a.expert_begin), static_cast<uint64_t>(a.norm), Bits(base)});
+    if (graphs_->dry()) return absl::OkStatus();
+    cuda::MoeRoutedExperts(F32(acc), F32(x), F32(logits), static_cast<int32_t*>(load), n, a, w, stream_);
+    return LastError("MoeRoutedExperts");
   }
 
   absl::Status Linear(TensorView out, const TensorView& in, const PreparedWeight& weight,
@@ -535,6 +652,7 @@ class CudaBackendImpl final : public CudaBackend {
     kSplitRows,
     kTiles,
     kActQ,
+    kMoe,
     kNumSlots
   };
 

@@ -144,6 +144,48 @@ constexpr int kTileRows = 16;
 inline bool TiledAttentionHeadDim(int64_t head_dim) { return head_dim == 64 || head_dim == 128; }
 void AttentionTiles(const AttentionArgs& args, const PrefillTile* tiles, int64_t n_tiles, cudaStream_t stream);
 
+// A MoE layer's routed experts for a few tokens, on the device from the router's logits to
+// the weighted sum (moe_experts.cu), with no host synchronisation: per token the softmax
+// over all experts, the top k (lower id on ties) and their weights (renormalised over the
+// k when `norm`), as model/layers/moe.h RouteToken; the entries of held experts grouped
+// expert by expert (in token order within an expert); per held expert one warp per output
+// row computes silu(gate) * up for its rows and then down (the block types of Q8GemvCode,
+// activations quantized to 8 bits); then each token's row of `acc` adds its experts' rows
+// scaled by their weights, in the token's order of choice (deterministic). Blocks of held
+// experts no token chose return at once. `load` [n_experts] (or null) gains each entry.
+// REQUIRES n_tokens <= kMaxMoeTokens, top_k <= kMaxMoeTopK, n_experts <= kMaxMoeExperts,
+// n_embd and n_ff multiples of 32, every code Q8GemvCode.
+constexpr int64_t kMaxMoeTokens = 16;
+constexpr int64_t kMaxMoeTopK = 16;
+constexpr int64_t kMaxMoeExperts = 1024;
+struct MoeExpertRows {  // One held expert's matrices: its gate, up and down rows [0, ...).
+  const uint8_t* gate = nullptr;
+  const uint8_t* up = nullptr;
+  const uint8_t* down = nullptr;
+};
+struct MoeArgs {
+  const MoeExpertRows* experts = nullptr;  // [n_held], device memory.
+  int gate_code = 0, up_code = 0, down_code = 0;
+  int64_t gate_row_bytes = 0, up_row_bytes = 0, down_row_bytes = 0;
+  int64_t n_embd = 0, n_ff = 0;  // n_ff: this rank's columns of each expert's FFN.
+  int64_t n_experts = 0, top_k = 0, expert_begin = 0, n_held = 0;
+  bool norm = false;
+};
+// Device scratch of MoeRoutedExperts, for n_tokens tokens (m = n_tokens * top_k entries).
+struct MoeWork {
+  int32_t* chosen = nullptr;        // [m] expert ids, token-major.
+  float* weights = nullptr;         // [m]
+  int32_t* entry_row = nullptr;     // [m] grouped row of an entry; -1 when its expert is not held.
+  int32_t* expert_rows = nullptr;   // [n_held + 1] first grouped row of each held expert.
+  int32_t* token_of_row = nullptr;  // [m]
+  Q8Block* xq = nullptr;            // [n_tokens * n_embd / 32]
+  float* h = nullptr;               // [m, n_ff] silu(gate) * up
+  Q8Block* hq = nullptr;            // [m * n_ff / 32]
+  float* out = nullptr;             // [m, n_embd] each grouped row's down
+};
+void MoeRoutedExperts(float* acc, const float* x, const float* logits, int32_t* load, int64_t n_tokens,
+                      const MoeArgs& args, const MoeWork& work, cudaStream_t stream);
+
 // Fills n elements of w with pseudo-random values of encoding `code` (F32/F16/BF16:
 // normal-ish in [-scale, scale]; quantized: random quants, scale / 16 as the block scale,
 // I4_G128 with zero point 8),

@@ -81,6 +81,8 @@ class StackedLinear {
   // Whether the parts run as one stacked weight, and that weight (for Backend::LinearBatch).
   bool stacked() const { return stacked_ != nullptr; }
   const kernels::PreparedWeight* stacked_weight() const { return stacked_; }
+  // Part i's weight when the parts did not stack.
+  const kernels::PreparedWeight& part_weight(size_t i) const { return parts_[i].weight(); }
 
   // outs[i] [n_tokens, rows of part i] = in * part i^T (+ biases[i] when that view has
   // data); `biases` is empty or has one view per part.

@@ -91,7 +91,30 @@ absl::StatusOr<MoeBlock> MoeBlock::Load(WeightLoader& w, const ModelFiles& files
     CASCADE_ASSIGN_OR_RETURN(m.shared_, load(n, f, s.ffs_begin, s.ffs_end));
     CASCADE_ASSIGN_OR_RETURN(m.shared_router_, Linear::LoadReplicated(w, name(MoeTensor::kSharedRouter), 1, c.n_embd));
   }
+  CASCADE_RETURN_IF_ERROR(m.PrepareDeviceExperts());
   return m;
+}
+
+absl::Status MoeBlock::PrepareDeviceExperts() {
+  if (experts_.empty() || n_ff_shared_ > 0) return absl::OkStatus();
+  std::vector<kernels::Backend::ExpertWeights> weights;
+  for (const Expert& e : experts_) {
+    const StackedLinear& gu = e.gate_up;
+    kernels::Backend::ExpertWeights w{.down = &e.down.weight()};
+    if (gu.stacked()) {
+      w.gate = w.up = gu.stacked_weight();
+      w.up_row0 = n_ff_;
+    } else {
+      w.gate = &gu.part_weight(0);
+      w.up = &gu.part_weight(1);
+    }
+    weights.push_back(w);
+  }
+  auto prepared = backend_->PrepareExperts(weights, n_ff_);
+  if (absl::IsUnimplemented(prepared.status())) return absl::OkStatus();  // Routed on the host.
+  CASCADE_RETURN_IF_ERROR(prepared.status());
+  device_experts_ = *std::move(prepared);
+  return absl::OkStatus();
 }
 
 TensorView MoeBlock::View(const kernels::Buffer& b, int64_t rows, int64_t cols) const {
@@ -201,7 +224,8 @@ absl::Status MoeBlock::RunShared(TensorView acc, const TensorView& x, MoeScratch
   return b.AddScaledRows(acc, out, s.all_rows, s.host_shared);
 }
 
-absl::Status MoeBlock::Forward(TensorView hidden, const TensorView& x, MoeScratch& s, std::span<int64_t> load) const {
+absl::Status MoeBlock::Forward(TensorView hidden, const TensorView& x, MoeScratch& s, std::span<int64_t> load,
+                               void* device_load) const {
   const int64_t n = x.Rows();
   if (x.Cols() != n_embd_ || hidden.Rows() != n || hidden.Cols() != n_embd_) {
     return absl::InvalidArgumentError(StrCat("moe: x ", x.ShapeString(), ", hidden ", hidden.ShapeString()));
@@ -210,7 +234,8 @@ absl::Status MoeBlock::Forward(TensorView hidden, const TensorView& x, MoeScratc
     return absl::InvalidArgumentError(StrCat("moe: load counts for ", load.size(), " of ", n_experts_, " experts"));
   }
   CASCADE_RETURN_IF_ERROR(Grow(s, n));
-  CASCADE_RETURN_IF_ERROR(Route(x, n, s, load));
+  const bool on_device = device_experts_ != nullptr && backend_->RoutesExperts(n);
+  if (!on_device) CASCADE_RETURN_IF_ERROR(Route(x, n, s, load));
   // Without TP the experts add straight into the residual stream; with TP into a zeroed
   // partial sum that the group reduces before it joins the residual.
   TensorView acc = hidden;
@@ -220,7 +245,14 @@ absl::Status MoeBlock::Forward(TensorView hidden, const TensorView& x, MoeScratc
     CASCADE_RETURN_IF_ERROR(
         backend_->CopyIn(acc.data, s.zeros.data(), static_cast<size_t>(n * n_embd_) * sizeof(float)));
   }
-  CASCADE_RETURN_IF_ERROR(RunExperts(acc, x, s));
+  if (on_device) {
+    const TensorView logits = View(*s.logits, n, n_experts_);
+    CASCADE_RETURN_IF_ERROR(router_.Forward(logits, x));
+    CASCADE_RETURN_IF_ERROR(backend_->RoutedExperts(acc, x, logits, *device_experts_,
+                                                    {n_experts_, top_k_, expert_begin_, norm_topk_}, device_load));
+  } else {
+    CASCADE_RETURN_IF_ERROR(RunExperts(acc, x, s));
+  }
   if (n_ff_shared_ > 0) CASCADE_RETURN_IF_ERROR(RunShared(acc, x, s));
   if (group_ == nullptr) return absl::OkStatus();
   CASCADE_RETURN_IF_ERROR(group_->AllReduceSum(acc.As<float>(), static_cast<size_t>(acc.NumElements())));

@@ -13,6 +13,13 @@
 //     token's row, scaled by its routing weight; Qwen2-MoE's shared expert adds its output
 //     scaled by sigmoid(shared gate) the same way.
 //
+// On the device: where the backend prepared this layer's experts (Backend::PrepareExperts:
+// the CUDA backend, for the block types with an integer form) and runs the batch there now
+// (RoutesExperts: the tuned kernels, a few tokens), steps 1-3 run as one backend call from
+// the router's logits in device memory (Backend::RoutedExperts), with no copy to the host;
+// the counts of each expert's tokens go to a device counter instead (`device_load`). Layers
+// with a shared expert keep the host path.
+//
 // Tensor parallelism (TpShard): with expert parallelism a rank holds whole experts
 // [expert_begin, expert_end) and computes only the routed tokens of those; otherwise it
 // holds every expert's FFN columns [ffe_begin, ffe_end). Either way a rank's output is a
@@ -68,7 +75,12 @@ class MoeBlock {
   // hidden [n, n_embd] += the FFN's output for x [n, n_embd] (the normed hidden state),
   // complete on every rank of the group. `load` [n_experts] gains, per expert, the number
   // of tokens routed to it (every expert's, held here or not).
-  absl::Status Forward(TensorView hidden, const TensorView& x, MoeScratch& scratch, std::span<int64_t> load) const;
+  // With the device path, `device_load` (int32 [n_experts], backend memory; or null) gains
+  // the counts instead of `load`.
+  absl::Status Forward(TensorView hidden, const TensorView& x, MoeScratch& scratch, std::span<int64_t> load,
+                       void* device_load = nullptr) const;
+  // Whether some batches may run on the device path (its experts are prepared for it).
+  bool routes_on_device() const { return device_experts_ != nullptr; }
   // Bytes of the routed experts' weights held here (as read from the file).
   int64_t expert_bytes() const { return expert_bytes_; }
 
@@ -84,6 +96,8 @@ class MoeBlock {
   // Qwen2-MoE: acc += sigmoid(shared gate) * shared expert(x).
   absl::Status RunShared(TensorView acc, const TensorView& x, MoeScratch& s) const;
   absl::Status Grow(MoeScratch& s, int64_t n) const;
+  // Backend::PrepareExperts over the held experts; Unimplemented leaves the host path.
+  absl::Status PrepareDeviceExperts();
   TensorView View(const kernels::Buffer& b, int64_t rows, int64_t cols) const;
 
   kernels::Backend* backend_ = nullptr;  // Borrowed.
@@ -95,6 +109,7 @@ class MoeBlock {
   std::vector<Expert> experts_;  // Held experts, from expert_begin_.
   Linear shared_router_;         // [1, n_embd]; with a shared expert only.
   Expert shared_;
+  std::unique_ptr<kernels::PreparedExperts> device_experts_;  // Null: host routing only.
 };
 
 }  // namespace cascade::model

@@ -154,6 +154,19 @@ TEST_F(CudaTransformerTest, MoeModelsMatchTheCpu) {
   }
 }
 
+// With the tuned kernels, MoE layers of the block types route on the device
+// (Backend::RoutedExperts: no logits read back, one call for every expert) and still
+// match the CPU: Qwen3-MoE in Q8_0 and in Q4_K (experts 256 wide, as K blocks want).
+TEST_F(CudaTransformerTest, TunedMoeRoutedOnTheDeviceMatchesTheCpu) {
+  testing::TempDir dir;
+  for (const DType type : {DType::kQ8_0, DType::kQ4_K}) {
+    const std::string path = dir.path() + "/tuned-moe-" + std::string(DTypeName(type)) + ".gguf";
+    testing::WriteRandomModel(
+        {.weight_type = type, .moe = testing::MoeFamily::kQwen3Moe, .n_experts = 8, .n_ff_expert = 256}, path);
+    ExpectGpuMatchesCpu(path, 5e-2, 8, 0.04, kernels::CudaKernels::kTuned);
+  }
+}
+
 // A checkpoint as transformers 5 saves it (rope_parameters with a base of 1e6 and YaRN):
 // YaRN's attention factor reaches the GPU's attention through its scale, as on the CPU
 // (whose logits tests/model/transformer_test.cc holds against the float64 reference).

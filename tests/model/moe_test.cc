@@ -21,6 +21,8 @@
 #include "model/layers/moe.h"
 #include "model/local_engine.h"
 #include "model/transformer.h"
+#include "tests/greedy_trace.h"
+#include "tests/guarded_backend.h"
 #include "tests/model/naive_forward.h"
 #include "tests/random_model.h"
 #include "tests/test_support.h"
@@ -267,6 +269,45 @@ TEST(MoeLoadTest, BiasedRouterShowsInTheExpertLoad) {
   }
   (*t)->ResetExpertLoad();
   EXPECT_EQ(std::accumulate(load.begin(), load.end(), int64_t{0}), 0);
+}
+
+// The host side of the device path (MoeBlock handing a batch's experts to the backend in one
+// call: Backend::RoutedExperts, the counts in backend memory that Transformer::expert_load
+// drains), on the guarded backend's stand-in, against the host path on the same backend:
+// greedy ids equal, logits within float reordering, the same expert counts, no host access
+// to backend memory. The 10-token prefill stays on the host path (the stand-in takes up to
+// 4 tokens); the decode steps take the device path. Stacked and separate gate/up; Qwen3-MoE
+// and Mixtral (renormalised or not).
+TEST(MoeDevicePathTest, RoutedExpertsGiveTheHostPathsTokensAndLoad) {
+  for (const MoeFamily family : {MoeFamily::kQwen3Moe, MoeFamily::kMixtral}) {
+    for (const bool fuse : {true, false}) {
+      SCOPED_TRACE(StrCat(family == MoeFamily::kMixtral ? "mixtral" : "qwen3moe", fuse ? " stacked" : " separate"));
+      testing::TempDir dir;
+      const std::string path = dir.path() + "/model.gguf";
+      testing::WriteRandomModel(Spec({"dev", family}), path);
+      auto files = OpenModelFiles(path);
+      ASSERT_TRUE(files.ok()) << files.status();
+      const std::vector<int32_t> prompt = testing::Prompt(10, files->config.n_vocab);
+      std::vector<testing::Trace> traces;
+      std::vector<std::vector<int64_t>> loads;
+      for (const bool routed : {false, true}) {
+        testing::GuardedBackend backend;
+        backend.set_routes_experts(routed);
+        auto t = Transformer::Load(*files, &backend, {.fuse_projections = fuse});
+        ASSERT_TRUE(t.ok()) << t.status();
+        auto trace = testing::Generate(**t, prompt, 6);
+        ASSERT_TRUE(trace.ok()) << trace.status();
+        EXPECT_EQ(backend.n_routed_calls(), routed ? 6 * 3 : 0);  // 6 decode steps x 3 MoE layers.
+        traces.push_back(*std::move(trace));
+        loads.push_back((*t)->expert_load());
+      }
+      EXPECT_EQ(traces[1].ids, traces[0].ids);
+      for (size_t s = 0; s < traces[0].logits.size(); ++s) {
+        EXPECT_LT(testing::RelL2(traces[0].logits[s], traces[1].logits[s]), 1e-5) << "step " << s;
+      }
+      EXPECT_EQ(loads[1], loads[0]);
+    }
+  }
 }
 
 TEST(MoeLoadTest, MissingExpertTensorIsNamed) {

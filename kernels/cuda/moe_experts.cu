@@ -1,0 +1,251 @@
+// A MoE layer's routed experts on the device, from the router's logits to the weighted
+// sum (cuda_kernels.h, MoeRoutedExperts), in six launches and no host synchronisation:
+//   1. the token activations quantized to 8 bits once (QuantizeActivations);
+//   2. RouteKernel, one block per token: softmax statistics, the top k by k block-wide
+//      argmax rounds (lower id first on ties, as RouteToken's sort), their weights;
+//   3. GroupKernel, one block: the entries of held experts listed expert by expert (a
+//      counting sort, stable: token order within an expert), and each entry's row;
+//   4. GateUpKernel, a block per (held expert, 4 output rows): each warp one row of the
+//      expert's gate and of its up over that expert's rows, silu(gate) * up stored;
+//   5. the products quantized, and DownKernel the same way over down;
+//   6. CombineKernel, one block per token: acc += each chosen expert's row times its
+//      weight, in the token's order of choice, so the sum is the same on every run.
+// Blocks of experts that no token chose return at their first load. For a decode step the
+// weights of the chosen experts are read once each, as the host-routed path reads them,
+// without its copy of the logits to the host and its launches per expert.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/q8_unpack.cuh"
+#include "kernels/cuda/warp_reduce.cuh"
+
+namespace cascade::kernels::cuda {
+namespace {
+
+constexpr int kRouteThreads = 256;
+constexpr int kRouteWarps = kRouteThreads / kWarp;
+constexpr int kGroupThreads = 256;
+constexpr int kWarpsPerBlock = 4;  // GEMV blocks: one output row per warp.
+constexpr int kRowsPerPass = 8;    // An expert's rows per pass over its weight rows.
+constexpr int kNone = 0x7fffffff;  // No expert yet, in an argmax.
+
+// (v, i) becomes (v2, i2) when that is larger, or as large with a lower id.
+__device__ __forceinline__ void Better(float& v, int& i, float v2, int i2) {
+  if (i2 != kNone && (i == kNone || v2 > v || (v2 == v && i2 < i))) {
+    v = v2;
+    i = i2;
+  }
+}
+
+__global__ void RouteKernel(const float* logits, int64_t n_experts, int64_t k, bool norm, int32_t* chosen,
+                            float* weights, int32_t* load) {
+  __shared__ float vals[kMaxMoeExperts];
+  __shared__ unsigned char taken[kMaxMoeExperts];
+  __shared__ float red_v[kRouteWarps];
+  __shared__ int red_i[kRouteWarps];
+  __shared__ double red_z[kRouteWarps];
+  __shared__ int pick[kMaxMoeTopK];
+  __shared__ float pick_v[kMaxMoeTopK];
+  const int64_t t = blockIdx.x;
+  const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
+  const float* row = logits + t * n_experts;
+  float mx = -INFINITY;
+  for (int64_t e = tid; e < n_experts; e += kRouteThreads) {
+    vals[e] = row[e];
+    taken[e] = 0;
+    mx = fmaxf(mx, vals[e]);
+  }
+  for (int o = kWarp / 2; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  if (lane == 0) red_v[warp] = mx;
+  __syncthreads();
+  mx = red_v[0];
+  for (int w = 1; w < kRouteWarps; ++w) mx = fmaxf(mx, red_v[w]);
+  // The softmax's denominator in double, as RouteToken sums it.
+  double z = 0.0;
+  for (int64_t e = tid; e < n_experts; e += kRouteThreads) z += exp(static_cast<double>(vals[e] - mx));
+  for (int o = kWarp / 2; o > 0; o >>= 1) z += __shfl_xor_sync(0xffffffffu, z, o);
+  if (lane == 0) red_z[warp] = z;
+  __syncthreads();  // Also: every thread has read red_v before the rounds below write it.
+  for (int64_t c = 0; c < k; ++c) {
+    float bv = -INFINITY;
+    int bi = kNone;
+    for (int64_t e = tid; e < n_experts; e += kRouteThreads) {
+      if (!taken[e]) Better(bv, bi, vals[e], static_cast<int>(e));
+    }
+    for (int o = kWarp / 2; o > 0; o >>= 1) {
+      const float v2 = __shfl_xor_sync(0xffffffffu, bv, o);
+      const int i2 = __shfl_xor_sync(0xffffffffu, bi, o);
+      Better(bv, bi, v2, i2);
+    }
+    if (lane == 0) {
+      red_v[warp] = bv;
+      red_i[warp] = bi;
+    }
+    __syncthreads();
+    if (tid == 0) {
+      for (int w = 1; w < kRouteWarps; ++w) Better(bv, bi, red_v[w], red_i[w]);
+      pick[c] = bi;
+      pick_v[c] = bv;
+      taken[bi] = 1;
+    }
+    __syncthreads();
+  }
+  if (tid != 0) return;
+  double zs = 0.0;
+  for (int w = 0; w < kRouteWarps; ++w) zs += red_z[w];
+  double p[kMaxMoeTopK], sum = 0.0;
+  for (int64_t c = 0; c < k; ++c) sum += p[c] = exp(static_cast<double>(pick_v[c] - mx)) / zs;
+  for (int64_t c = 0; c < k; ++c) {
+    chosen[t * k + c] = pick[c];
+    weights[t * k + c] = static_cast<float>(norm ? p[c] / sum : p[c]);
+    if (load != nullptr) atomicAdd(load + pick[c], 1);
+  }
+}
+
+// A counting sort of the m entries by held expert; dynamic shared memory: n_held + 1 ints.
+__global__ void GroupKernel(const int32_t* chosen, int64_t m, int64_t k, int64_t expert_begin, int64_t n_held,
+                            int32_t* entry_row, int32_t* expert_rows, int32_t* token_of_row) {
+  extern __shared__ int32_t first[];  // [n_held + 1]: counts, then each expert's first row.
+  __shared__ int32_t held[kMaxMoeTokens * kMaxMoeTopK];
+  const int tid = threadIdx.x;
+  for (int64_t i = tid; i < m; i += kGroupThreads) {
+    held[i] = static_cast<int32_t>(chosen[i] - expert_begin);  // Outside [0, n_held): not held here.
+    entry_row[i] = -1;
+  }
+  __syncthreads();
+  for (int64_t e = tid; e < n_held; e += kGroupThreads) {
+    int32_t n = 0;
+    for (int64_t i = 0; i < m; ++i) n += held[i] == e;
+    first[e + 1] = n;
+  }
+  __syncthreads();
+  if (tid == 0) {
+    first[0] = 0;
+    for (int64_t e = 1; e <= n_held; ++e) first[e] += first[e - 1];
+  }
+  __syncthreads();
+  for (int64_t e = tid; e <= n_held; e += kGroupThreads) expert_rows[e] = first[e];
+  for (int64_t e = tid; e < n_held; e += kGroupThreads) {
+    int32_t r = first[e];
+    for (int64_t i = 0; i < m; ++i) {
+      if (held[i] != e) continue;
+      token_of_row[r] = static_cast<int32_t>(i / k);
+      entry_row[i] = r++;
+    }
+  }
+}
+
+// h[r, o] = silu(gate_o . x_token(r)) * (up_o . x_token(r)) for each row r of expert e.
+__global__ void GateUpKernel(MoeArgs a, const int32_t* expert_rows, const int32_t* token_of_row, const Q8Block* xq,
+                             float* h) {
+  const int64_t e = blockIdx.x;
+  const int r0 = expert_rows[e], r1 = expert_rows[e + 1];
+  const int64_t o = static_cast<int64_t>(blockIdx.y) * kWarpsPerBlock + threadIdx.x / kWarp;
+  if (r0 == r1 || o >= a.n_ff) return;
+  const int lane = threadIdx.x % kWarp;
+  const MoeExpertRows ex = a.experts[e];
+  const uint8_t* g = ex.gate + o * a.gate_row_bytes;
+  const uint8_t* u = ex.up + o * a.up_row_bytes;
+  const int64_t n_chunks = a.n_embd / 32;
+  for (int rb = r0; rb < r1; rb += kRowsPerPass) {
+    const int n_t = r1 - rb < kRowsPerPass ? r1 - rb : kRowsPerPass;
+    float ag[kRowsPerPass], au[kRowsPerPass];
+    int64_t tok[kRowsPerPass];
+#pragma unroll
+    for (int t = 0; t < kRowsPerPass; ++t) {
+      ag[t] = au[t] = 0.0f;
+      tok[t] = t < n_t ? token_of_row[rb + t] : 0;
+    }
+    for (int64_t c = lane; c < n_chunks; c += kWarp) {
+      WeightChunk wg, wu;
+      Unpack(g, a.gate_code, c, wg);
+      Unpack(u, a.up_code, c, wu);
+#pragma unroll
+      for (int t = 0; t < kRowsPerPass; ++t) {
+        if (t >= n_t) break;
+        const Q8Block& xb = xq[tok[t] * n_chunks + c];
+        ag[t] += DotChunk(wg, xb);
+        au[t] += DotChunk(wu, xb);
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < kRowsPerPass; ++t) {
+      if (t >= n_t) break;
+      const float gs = WarpSum(ag[t]), us = WarpSum(au[t]);
+      if (lane == 0) h[(rb + t) * a.n_ff + o] = gs / (1.0f + expf(-gs)) * us;
+    }
+  }
+}
+
+// out[r, o] = down_o . h[r] for each row r of expert e.
+__global__ void DownKernel(MoeArgs a, const int32_t* expert_rows, const Q8Block* hq, float* out) {
+  const int64_t e = blockIdx.x;
+  const int r0 = expert_rows[e], r1 = expert_rows[e + 1];
+  const int64_t o = static_cast<int64_t>(blockIdx.y) * kWarpsPerBlock + threadIdx.x / kWarp;
+  if (r0 == r1 || o >= a.n_embd) return;
+  const int lane = threadIdx.x % kWarp;
+  const uint8_t* d = a.experts[e].down + o * a.down_row_bytes;
+  const int64_t n_chunks = a.n_ff / 32;
+  for (int rb = r0; rb < r1; rb += kRowsPerPass) {
+    const int n_t = r1 - rb < kRowsPerPass ? r1 - rb : kRowsPerPass;
+    float acc[kRowsPerPass];
+#pragma unroll
+    for (int t = 0; t < kRowsPerPass; ++t) acc[t] = 0.0f;
+    for (int64_t c = lane; c < n_chunks; c += kWarp) {
+      WeightChunk w;
+      Unpack(d, a.down_code, c, w);
+#pragma unroll
+      for (int t = 0; t < kRowsPerPass; ++t) {
+        if (t >= n_t) break;
+        acc[t] += DotChunk(w, hq[(rb + t) * n_chunks + c]);
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < kRowsPerPass; ++t) {
+      if (t >= n_t) break;
+      const float s = WarpSum(acc[t]);
+      if (lane == 0) out[(rb + t) * a.n_embd + o] = s;
+    }
+  }
+}
+
+__global__ void CombineKernel(float* acc, const float* out, const float* weights, const int32_t* entry_row, int64_t k,
+                              int64_t n_embd) {
+  const int64_t t = blockIdx.x;
+  for (int64_t c = threadIdx.x; c < n_embd; c += blockDim.x) {
+    float v = acc[t * n_embd + c];
+    for (int64_t i = 0; i < k; ++i) {
+      const int32_t r = entry_row[t * k + i];
+      if (r >= 0) v += weights[t * k + i] * out[r * n_embd + c];
+    }
+    acc[t * n_embd + c] = v;
+  }
+}
+
+}  // namespace
+
+void MoeRoutedExperts(float* acc, const float* x, const float* logits, int32_t* load, int64_t n_tokens,
+                      const MoeArgs& a, const MoeWork& w, cudaStream_t stream) {
+  if (n_tokens == 0) return;
+  const int64_t m = n_tokens * a.top_k;
+  constexpr unsigned kGemvThreads = kWarpsPerBlock * kWarp;
+  const auto held = static_cast<unsigned>(a.n_held);
+  QuantizeActivations(w.xq, x, n_tokens, a.n_embd, stream);
+  RouteKernel<<<static_cast<unsigned>(n_tokens), kRouteThreads, 0, stream>>>(logits, a.n_experts, a.top_k, a.norm,
+                                                                             w.chosen, w.weights, load);
+  GroupKernel<<<1, kGroupThreads, static_cast<size_t>(a.n_held + 1) * sizeof(int32_t), stream>>>(
+      w.chosen, m, a.top_k, a.expert_begin, a.n_held, w.entry_row, w.expert_rows, w.token_of_row);
+  const dim3 gate_up(held, static_cast<unsigned>((a.n_ff + kWarpsPerBlock - 1) / kWarpsPerBlock));
+  GateUpKernel<<<gate_up, kGemvThreads, 0, stream>>>(a, w.expert_rows, w.token_of_row, w.xq, w.h);
+  // Rows past the grouped ones hold stale values; their blocks are quantized and never read.
+  QuantizeActivations(w.hq, w.h, m, a.n_ff, stream);
+  const dim3 down(held, static_cast<unsigned>((a.n_embd + kWarpsPerBlock - 1) / kWarpsPerBlock));
+  DownKernel<<<down, kGemvThreads, 0, stream>>>(a, w.expert_rows, w.hq, w.out);
+  CombineKernel<<<static_cast<unsigned>(n_tokens), 256, 0, stream>>>(acc, w.out, w.weights, w.entry_row, a.top_k,
+                                                                     a.n_embd);
+}
+
+}  // namespace cascade::kernels::cuda
