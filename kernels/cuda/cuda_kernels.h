@@ -155,7 +155,7 @@ void AttentionTiles(const AttentionArgs& args, const PrefillTile* tiles, int64_t
 // experts no token chose return at once. `load` [n_experts] (or null) gains each entry.
 // REQUIRES n_tokens <= kMaxMoeTokens, top_k <= kMaxMoeTopK, n_experts <= kMaxMoeExperts,
 // n_embd and n_ff multiples of 32, every code Q8GemvCode.
-constexpr int64_t kMaxMoeTokens = 16;
+constexpr int64_t kMaxMoeTokens = 32;
 constexpr int64_t kMaxMoeTopK = 16;
 constexpr int64_t kMaxMoeExperts = 1024;
 struct MoeExpertRows {  // One held expert's matrices: its gate, up and down rows [0, ...).
