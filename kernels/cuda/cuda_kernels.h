@@ -77,7 +77,7 @@ void QuantGemv(const GemvOut& out, const float* x, const void* w, int code, int6
 // 16-byte aligned.
 constexpr int64_t kMaxHalfGemvTokens = 8;
 
-// Quantized weights (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K: Q8GemvCode) times activations quantized
+// Quantized weights (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K, I4_G128: Q8GemvCode) times activations quantized
 // to 8 bits, by integer dot products (q8_gemv.cu). QuantizeActivations writes x
 // [n_tokens, n_in] (n_in % 32 == 0) as n_tokens * n_in / 32 blocks; Q8Gemv then writes
 // out as QuantGemv does. Each block of 32 activations loses what an 8-bit quantization
@@ -88,7 +88,7 @@ struct Q8Block {
   int32_t q[8];    // 32 int8, four to a word.
 };
 inline bool Q8GemvCode(int code) {
-  return code == kWQ8_0 || code == kWQ4_0 || code == kWQ4_1 || code == kWQ4_K || code == kWQ6_K;
+  return code == kWQ8_0 || code == kWQ4_0 || code == kWQ4_1 || code == kWQ4_K || code == kWQ6_K || code == kWI4G128;
 }
 void QuantizeActivations(Q8Block* out, const float* x, int64_t n_tokens, int64_t n_in, cudaStream_t stream);
 void Q8Gemv(const GemvOut& out, const Q8Block* xq, const void* w, int code, int64_t row_bytes, int64_t n_tokens,

@@ -1,5 +1,5 @@
 // The 32-weight chunks of the block types with an integer form (Q8_0, Q4_0, Q4_1, Q4_K,
-// Q6_K: cuda_kernels.h Q8GemvCode) as 8 words of 4 signed bytes with their multipliers,
+// Q6_K, and I4_G128 for GPTQ/AWQ: cuda_kernels.h Q8GemvCode) as 8 words of 4 signed bytes with their multipliers,
 // for the __dp4a kernels: the dense GEMV (q8_gemv.cu) and the grouped expert GEMVs
 // (moe_experts.cu). Layouts from core/quant_blocks.h; see q8_gemv.cu for the arithmetic.
 #pragma once
@@ -10,6 +10,12 @@
 #include "kernels/cuda/cuda_kernels.h"
 
 namespace cascade::kernels::cuda {
+
+// Four nibbles (bits 0-15, lowest first) as four bytes, lowest first.
+__device__ __forceinline__ uint32_t SpreadNibbles(uint32_t x) {
+  x = (x | (x << 8)) & 0x00ff00ffu;
+  return (x | (x << 4)) & 0x0f0f0f0fu;
+}
 
 struct WeightChunk {
   int32_t q[8];            // Weights 4k .. 4k + 3 in word k, as signed bytes.
@@ -42,6 +48,23 @@ __device__ __forceinline__ void Unpack(const uint8_t* row, int code, int64_t c, 
       }
       w.q[k] = static_cast<int32_t>(lo);
       w.q[4 + k] = static_cast<int32_t>(hi);
+    }
+    return;
+  }
+  if (code == kWI4G128) {
+    // A quarter of a group: d * (q - z) = d * q - d * z, so a = d and b = -d * z. Word w
+    // of the group holds elements 8 w .. 8 w + 7 as nibbles, lowest first: its low and high
+    // halves spread to four bytes each.
+    const uint8_t* g = row + (c / 4) * 68;
+    const float d = Half(g);
+    w.a0 = w.a1 = d;
+    w.b = -d * Half(g + 2);
+    const uint8_t* qs = g + 4 + 16 * (c % 4);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const uint32_t word = Le32(qs + 4 * k);
+      w.q[2 * k] = static_cast<int32_t>(SpreadNibbles(word & 0xffffu));
+      w.q[2 * k + 1] = static_cast<int32_t>(SpreadNibbles(word >> 16));
     }
     return;
   }

@@ -99,6 +99,7 @@ std::vector<uint8_t> RandomBlocks(DType dtype, int64_t n_out, int64_t n_in, uint
   std::vector<int> f16_fields;  // Byte offsets in a block (core/quant_blocks.h).
   switch (dtype) {
     case DType::kQ5_1:
+    case DType::kI4_G128:  // d and the zero point z.
     case DType::kQ4_K:
     case DType::kQ5_K: f16_fields = {0, 2}; break;
     case DType::kQ2_K: f16_fields = {80, 82}; break;
@@ -256,8 +257,8 @@ TEST_F(CudaBackendTest, TunedQ8GemvMatchesDoublePrecision) {
   ASSERT_TRUE(tuned.ok() && reference.ok());
   const int64_t n_out = 100, n_in = 512;
   for (const bool random_bits : {false, true}) {
-    for (DType dtype : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K, DType::kQ6_K}) {
-      if (random_bits && dtype != DType::kQ4_K && dtype != DType::kQ6_K) continue;
+    for (DType dtype : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K, DType::kQ6_K, DType::kI4_G128}) {
+      if (random_bits && dtype != DType::kQ4_K && dtype != DType::kQ6_K && dtype != DType::kI4_G128) continue;
       std::vector<float> decoded;
       const std::vector<uint8_t> w = random_bits ? RandomBlocks(dtype, n_out, n_in, 51, &decoded)
                                                  : RandomWeights(dtype, n_out, n_in, 51, &decoded);
@@ -684,7 +685,7 @@ std::vector<std::pair<int64_t, double>> RouteReference(const float* logits, int6
 // experts' silu(gate x) * (up x) through down, weighted by the routing above. The device
 // quantizes x and the products to 8 bits, as the quantized GEMV does: 3e-2 relative L2 on
 // what the experts add. The counts of chosen experts are exact. Cases: Q8_0 experts; the
-// Q4_K_M mix (Q4_K gate/up, Q6_K down) without renormalisation; expert parallelism (the
+// Q4_K_M mix (Q4_K gate/up, Q6_K down) without renormalisation; GPTQ's I4_G128; expert parallelism (the
 // rank holds experts 8..15 of 16: the others' tokens are counted but not computed); 1, 3
 // and 32 tokens (kMaxMoeTokens), with a tie between two logits of the first token.
 TEST_F(CudaBackendTest, TunedRoutedExpertsMatchDoublePrecision) {
@@ -698,6 +699,7 @@ TEST_F(CudaBackendTest, TunedRoutedExpertsMatchDoublePrecision) {
   };
   const Case cases[] = {{DType::kQ8_0, DType::kQ8_0, 0, 16, true},
                         {DType::kQ4_K, DType::kQ6_K, 0, 16, false},
+                        {DType::kI4_G128, DType::kI4_G128, 0, 16, true},
                         {DType::kQ8_0, DType::kQ8_0, 8, 8, true}};
   for (const Case& c : cases) {
     SCOPED_TRACE(StrCat(DTypeName(c.gate_up), "/", DTypeName(c.down), " experts from ", c.expert_begin));
