@@ -243,6 +243,17 @@ class Backend {
   // Rotates x [n_tokens, n_heads * head_dim] in place; positions [n_tokens].
   virtual absl::Status Rope(TensorView x, std::span<const int32_t> positions, const RopeParams& params) = 0;
 
+  // A layer's RoPE and KV write: q [n, n_heads * head_dim] and k [n, n_kv_heads * head_dim]
+  // rotated in place (Rope), then k and v written into the cache (WriteKv). A backend may
+  // fuse them (one pass, one launch); the default runs the three ops, and any fusion must
+  // give their bits.
+  virtual absl::Status RopeWriteKv(TensorView q, TensorView k, const TensorView& v, std::span<const int32_t> positions,
+                                   const RopeParams& params, KvCacheLayer& cache, std::span<const AttentionSeq> seqs) {
+    absl::Status s = Rope(q, positions, params);
+    if (s.ok()) s = Rope(k, positions, params);
+    return s.ok() ? WriteKv(cache, k, v, seqs) : s;
+  }
+
   // out [n, d] = silu(gate) * up; gate and up [n, d]. `out` may alias `gate`.
   virtual absl::Status SiluMul(TensorView out, const TensorView& gate, const TensorView& up) = 0;
 

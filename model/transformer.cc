@@ -276,9 +276,7 @@ absl::Status Transformer::RunLayers(TensorView hidden, const ForwardBatch& batch
     const TensorView qkv[] = {q, k, v}, qkv_bias[] = {L.bq, L.bk, L.bv};
     CASCADE_RETURN_IF_ERROR(L.qkv.Forward(qkv, norm, qkv_bias));
     if (L.q_norm.data != nullptr) CASCADE_RETURN_IF_ERROR(NormHeads(q, k, L.q_norm, L.k_norm));
-    CASCADE_RETURN_IF_ERROR(b.Rope(q, batch.positions, rope_));
-    CASCADE_RETURN_IF_ERROR(b.Rope(k, batch.positions, rope_));
-    CASCADE_RETURN_IF_ERROR(b.WriteKv(kv, k, v, batch.seqs));
+    CASCADE_RETURN_IF_ERROR(b.RopeWriteKv(q, k, v, batch.positions, rope_, kv, batch.seqs));
     CASCADE_RETURN_IF_ERROR(b.Attention(attn, q, kv, batch.seqs, attn_params));
     CASCADE_RETURN_IF_ERROR(L.o.Forward(proj, attn));  // Reduced over the group's heads.
     CASCADE_RETURN_IF_ERROR(b.AddRmsNorm(norm, hidden, proj, L.ffn_norm, eps));

@@ -54,6 +54,7 @@ enum OpCode : uint64_t {
   kOpUpload,
   kOpAddRmsNorm,
   kOpMoe,
+  kOpRopeWriteKv,
 };
 constexpr int64_t kKeysPerSplit = 256;  // Flash-decoding: keys per (row, head) block.
 // With the tuned kernels, a sequence feeding more rows than this is a prefill chunk: its
@@ -486,18 +487,8 @@ class CudaBackendImpl final : public CudaBackend {
   absl::Status WriteKv(KvCacheLayer& cache, const TensorView& k, const TensorView& v,
                        std::span<const AttentionSeq> seqs) override {
     Bind();
-    std::vector<int32_t>& slots = slots_;
-    slots.clear();
-    for (const AttentionSeq& s : seqs) {
-      for (int64_t i = 0; i < s.n_new; ++i) {
-        const int64_t pos = s.n_past + i;
-        const int64_t b = pos / cache.block_size;
-        if (b >= static_cast<int64_t>(s.block_table.size())) {
-          return absl::InvalidArgumentError(StrCat("WriteKv: position ", pos, " is past the block table"));
-        }
-        slots.push_back(static_cast<int32_t>(s.block_table[b] * cache.block_size + pos % cache.block_size));
-      }
-    }
+    CASCADE_RETURN_IF_ERROR(ListSlots(cache, seqs));
+    const std::vector<int32_t>& slots = slots_;
     CASCADE_ASSIGN_OR_RETURN(const int code, KvCode(cache));
     int32_t* dev = Upload(kSlots, std::span<const int32_t>(slots));
     CASCADE_RETURN_IF_ERROR(ScratchError());
@@ -507,6 +498,38 @@ class CudaBackendImpl final : public CudaBackend {
     cuda::WriteKv(cache.k.data, cache.v.data, code, F32(k), F32(v), dev, static_cast<int64_t>(slots.size()),
                   cache.n_kv_heads * cache.head_dim, stream_);
     return LastError("WriteKv");
+  }
+
+  // The tuned kernels fuse the three ops into one launch (same bits); the reference path
+  // runs them one by one.
+  absl::Status RopeWriteKv(TensorView q, TensorView k, const TensorView& v, std::span<const int32_t> positions,
+                           const RopeParams& params, KvCacheLayer& cache, std::span<const AttentionSeq> seqs) override {
+    if (kernels_ != CudaKernels::kTuned) return Backend::RopeWriteKv(q, k, v, positions, params, cache, seqs);
+    Bind();
+    const int64_t n = q.Rows(), kv_dim = cache.n_kv_heads * cache.head_dim;
+    if (static_cast<int64_t>(positions.size()) != n || k.Rows() != n || v.Rows() != n || k.Cols() != kv_dim ||
+        v.Cols() != kv_dim || params.head_dim != cache.head_dim || q.Cols() % params.head_dim != 0) {
+      return absl::InvalidArgumentError(StrCat("RopeWriteKv: q ", q.ShapeString(), ", k ", k.ShapeString(), ", v ",
+                                               v.ShapeString(), ", ", positions.size(), " positions, the cache's ",
+                                               cache.n_kv_heads, " KV heads of ", cache.head_dim));
+    }
+    CASCADE_RETURN_IF_ERROR(ListSlots(cache, seqs));
+    if (static_cast<int64_t>(slots_.size()) != n) {
+      return absl::InvalidArgumentError(StrCat("RopeWriteKv: ", slots_.size(), " new positions for ", n, " rows"));
+    }
+    CASCADE_ASSIGN_OR_RETURN(const int code, KvCode(cache));
+    int32_t* pos = Upload(kPositions, positions);
+    float* freq = Upload(kFreq, params.inv_freq);
+    int32_t* slots = Upload(kSlots, std::span<const int32_t>(slots_));
+    CASCADE_RETURN_IF_ERROR(ScratchError());
+    graphs_->Sign({kOpRopeWriteKv, Bits(q.data), Bits(k.data), Bits(v.data), Dims(q), Dims(k),
+                   static_cast<uint64_t>(params.head_dim), static_cast<uint64_t>(params.style), Bits(cache.k.data),
+                   Bits(cache.v.data), static_cast<uint64_t>(code)});
+    if (graphs_->dry()) return absl::OkStatus();
+    cuda::RopeWriteKv(F32(q), F32(k), F32(v), pos, freq, n, q.Cols() / params.head_dim, cache.n_kv_heads,
+                      params.head_dim, params.style == RopeStyle::kAdjacentPairs ? 0 : 1, cache.k.data, cache.v.data,
+                      code, slots, stream_);
+    return LastError("RopeWriteKv");
   }
 
   absl::Status Attention(TensorView out, const TensorView& q, const KvCacheLayer& cache,
@@ -746,6 +769,22 @@ class CudaBackendImpl final : public CudaBackend {
       if (biases[p].data == nullptr) continue;
       cuda::AddBias(F32(outs[p]), F32(biases[p]), n_tokens, outs[p].Cols(), stream_);
       CASCADE_RETURN_IF_ERROR(LastError("AddBias"));
+    }
+    return absl::OkStatus();
+  }
+
+  // slots_ = the cache slot of every new position of `seqs`, in row order.
+  absl::Status ListSlots(const KvCacheLayer& cache, std::span<const AttentionSeq> seqs) {
+    slots_.clear();
+    for (const AttentionSeq& s : seqs) {
+      for (int64_t i = 0; i < s.n_new; ++i) {
+        const int64_t pos = s.n_past + i;
+        const int64_t b = pos / cache.block_size;
+        if (b >= static_cast<int64_t>(s.block_table.size())) {
+          return absl::InvalidArgumentError(StrCat("WriteKv: position ", pos, " is past the block table"));
+        }
+        slots_.push_back(static_cast<int32_t>(s.block_table[b] * cache.block_size + pos % cache.block_size));
+      }
     }
     return absl::OkStatus();
   }

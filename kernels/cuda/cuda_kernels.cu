@@ -221,14 +221,14 @@ __global__ void RmsNormKernel(float* out, const float* in, const float* w, int64
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) y[i] = x[i] * inv * w[i];
 }
 
-__global__ void RopeKernel(float* x, const int32_t* positions, const float* inv_freq, int64_t n_heads, int64_t head_dim,
-                           int style) {
-  const int64_t t = blockIdx.x;
+// Row t of x [.., n_heads * head_dim] rotated by its position (every thread of the block
+// takes a share of the (head, pair) items).
+__device__ __forceinline__ void RopeRow(float* x, float pos, const float* inv_freq, int64_t n_heads, int64_t head_dim,
+                                        int style) {
   const int64_t half = head_dim / 2;
-  const float pos = static_cast<float>(positions[t]);
   for (int64_t idx = threadIdx.x; idx < n_heads * half; idx += blockDim.x) {
     const int64_t h = idx / half, i = idx % half;
-    float* head = x + (t * n_heads + h) * head_dim;
+    float* head = x + h * head_dim;
     float s, c;
     sincosf(pos * inv_freq[i], &s, &c);
     const int64_t a = style == 0 ? 2 * i : i, b = style == 0 ? 2 * i + 1 : i + half;
@@ -236,6 +236,12 @@ __global__ void RopeKernel(float* x, const int32_t* positions, const float* inv_
     head[a] = x0 * c - x1 * s;
     head[b] = x0 * s + x1 * c;
   }
+}
+
+__global__ void RopeKernel(float* x, const int32_t* positions, const float* inv_freq, int64_t n_heads, int64_t head_dim,
+                           int style) {
+  const int64_t t = blockIdx.x;
+  RopeRow(x + t * n_heads * head_dim, static_cast<float>(positions[t]), inv_freq, n_heads, head_dim, style);
 }
 
 __global__ void SiluMulKernel(float* out, const float* gate, const float* up, int64_t n) {
@@ -315,9 +321,9 @@ __global__ void QuantGemvKernel(GemvOut out, const float* x, const uint8_t* w, i
 
 // One block per row; f32 / f16: a thread per element; q8_0: a thread per 32-block
 // (amax / 127 scale, round to nearest as ggml's reference quantizer).
-__global__ void WriteKvKernel(void* kc, void* vc, int code, const float* k, const float* v, const int32_t* slot,
-                              int64_t kv_dim) {
-  const int64_t r = blockIdx.x;
+// Row r of k and v [.., kv_dim] into the caches at slot[r], in the cache's encoding.
+__device__ __forceinline__ void WriteKvRow(void* kc, void* vc, int code, const float* k, const float* v,
+                                           const int32_t* slot, int64_t kv_dim, int64_t r) {
   const int64_t base = static_cast<int64_t>(slot[r]) * kv_dim;
   for (int which = 0; which < 2; ++which) {
     void* cache = which == 0 ? kc : vc;
@@ -343,6 +349,24 @@ __global__ void WriteKvKernel(void* kc, void* vc, int code, const float* k, cons
       for (int j = 0; j < 32; ++j) out[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(roundf(x[j] * id)));
     }
   }
+}
+
+__global__ void WriteKvKernel(void* kc, void* vc, int code, const float* k, const float* v, const int32_t* slot,
+                              int64_t kv_dim) {
+  WriteKvRow(kc, vc, code, k, v, slot, kv_dim, blockIdx.x);
+}
+
+// Rope of row r's q and k, then its KV write: the k the write reads is the rotated one,
+// written by this block's threads (visible after the barrier).
+__global__ void RopeWriteKvKernel(float* q, float* k, const float* v, const int32_t* positions, const float* inv_freq,
+                                  int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int style, void* kc, void* vc,
+                                  int code, const int32_t* slot) {
+  const int64_t r = blockIdx.x;
+  const float pos = static_cast<float>(positions[r]);
+  RopeRow(q + r * n_heads * head_dim, pos, inv_freq, n_heads, head_dim, style);
+  RopeRow(k + r * n_kv_heads * head_dim, pos, inv_freq, n_kv_heads, head_dim, style);
+  __syncthreads();
+  WriteKvRow(kc, vc, code, k, v, slot, n_kv_heads * head_dim, r);
 }
 
 // Block (row, head, split), 4 warps. Each warp walks its keys with its own online
@@ -584,6 +608,15 @@ void WriteKv(void* k_cache, void* v_cache, int kv_code, const float* k, const fl
   if (n_rows > 0) {
     WriteKvKernel<<<static_cast<unsigned>(n_rows), 256, 0, stream>>>(k_cache, v_cache, kv_code, k, v, slot_of_row,
                                                                      kv_dim);
+  }
+}
+
+void RopeWriteKv(float* q, float* k, const float* v, const int32_t* positions, const float* inv_freq, int64_t n_rows,
+                 int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int style, void* k_cache, void* v_cache,
+                 int kv_code, const int32_t* slot_of_row, cudaStream_t stream) {
+  if (n_rows > 0) {
+    RopeWriteKvKernel<<<static_cast<unsigned>(n_rows), 256, 0, stream>>>(
+        q, k, v, positions, inv_freq, n_heads, n_kv_heads, head_dim, style, k_cache, v_cache, kv_code, slot_of_row);
   }
 }
 

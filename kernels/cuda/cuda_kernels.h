@@ -102,6 +102,12 @@ void HalfGemv(const GemvOut& out, const float* x, const void* w, int code, int64
 void WriteKv(void* k_cache, void* v_cache, int kv_code, const float* k, const float* v, const int32_t* slot_of_row,
              int64_t n_rows, int64_t kv_dim, cudaStream_t stream);
 
+// Rope of q and k (as Rope, style 0 adjacent pairs, 1 halves) and then WriteKv of the
+// rotated k and v, one block per row: the two ops' bits in one launch.
+void RopeWriteKv(float* q, float* k, const float* v, const int32_t* positions, const float* inv_freq, int64_t n_rows,
+                 int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int style, void* k_cache, void* v_cache,
+                 int kv_code, const int32_t* slot_of_row, cudaStream_t stream);
+
 // Paged attention for any mix of prefill and decode rows (flash-decoding): each (row,
 // head, split) block runs an online softmax over its share of the row's keys, then a
 // combine kernel merges the splits. Row r attends to keys [0, row_pos[r]] of its sequence,

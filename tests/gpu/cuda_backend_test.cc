@@ -773,5 +773,58 @@ TEST_F(CudaBackendTest, TunedRoutedExpertsMatchDoublePrecision) {
   }
 }
 
+// The tuned kernels' fused RoPE + KV write (one launch) gives the bits of the reference
+// path's Rope, Rope and WriteKv: q, k and both caches, for f32, f16 and q8_0 caches and both
+// rotation styles, over sequences with history and block tables out of order.
+TEST_F(CudaBackendTest, FusedRopeWriteKvGivesTheBitsOfTheThreeOps) {
+  auto tuned = CudaBackend::Create({.device = 0, .kernels = CudaKernels::kTuned});
+  auto reference = CudaBackend::Create({.device = 0, .kernels = CudaKernels::kReference});
+  ASSERT_TRUE(tuned.ok() && reference.ok());
+  const int64_t n_heads = 8, n_kv = 2, head_dim = 64, bs = 16, n_blocks = 12, kv_dim = n_kv * head_dim;
+  const std::vector<std::vector<int32_t>> tables = {{3, 0}, {7}, {11, 2, 5}};
+  const std::vector<AttentionSeq> seqs = {{0, 5, 0, tables[0]}, {5, 1, 9, tables[1]}, {6, 3, 40, tables[2]}};
+  const int64_t rows = 9;
+  std::vector<int32_t> positions;
+  for (const AttentionSeq& s : seqs) {
+    for (int64_t i = 0; i < s.n_new; ++i) positions.push_back(static_cast<int32_t>(s.n_past + i));
+  }
+  std::vector<float> inv_freq(head_dim / 2);
+  for (int64_t i = 0; i < head_dim / 2; ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / head_dim);
+  const std::vector<float> q = Random(rows * n_heads * head_dim, 31), k = Random(rows * kv_dim, 32),
+                           v = Random(rows * kv_dim, 33);
+  for (const DType kv_dtype : {DType::kF32, DType::kF16, DType::kQ8_0}) {
+    for (const RopeStyle style : {RopeStyle::kAdjacentPairs, RopeStyle::kRotateHalf}) {
+      SCOPED_TRACE(StrCat(DTypeName(kv_dtype), style == RopeStyle::kAdjacentPairs ? " adjacent" : " halves"));
+      const size_t cache_bytes = RowBytes(kv_dtype, n_blocks * bs * kv_dim);
+      std::vector<uint8_t> got[2][4];  // Per backend: q, k, K cache, V cache bytes.
+      for (int b = 0; b < 2; ++b) {
+        CudaBackend& gpu = b == 0 ? **reference : **tuned;
+        const std::vector<uint8_t> zeros(cache_bytes, 0);
+        DeviceBuffer dq = Up(q), dk = Up(k), dv = Up(v), kc = Up(zeros.data(), cache_bytes),
+                     vc = Up(zeros.data(), cache_bytes);
+        KvCacheLayer cache{kc.View(kv_dtype, {n_blocks, bs, n_kv, head_dim}),
+                           vc.View(kv_dtype, {n_blocks, bs, n_kv, head_dim}), bs, n_kv, head_dim};
+        const RopeParams rope{style, head_dim, inv_freq};
+        ASSERT_TRUE(gpu.RopeWriteKv(dq.View(DType::kF32, {rows, n_heads * head_dim}),
+                                    dk.View(DType::kF32, {rows, kv_dim}), dv.View(DType::kF32, {rows, kv_dim}),
+                                    positions, rope, cache, seqs)
+                        .ok());
+        ASSERT_TRUE(gpu.Synchronize().ok());
+        const DeviceBuffer* bufs[] = {&dq, &dk, &kc, &vc};
+        const size_t sizes[] = {q.size() * 4, k.size() * 4, cache_bytes, cache_bytes};
+        for (int i = 0; i < 4; ++i) {
+          got[b][i].resize(sizes[i]);
+          ASSERT_TRUE(bufs[i]->Download(got[b][i].data(), sizes[i]).ok());
+        }
+      }
+      const char* names[] = {"q", "k", "K cache", "V cache"};
+      for (int i = 0; i < 4; ++i) EXPECT_TRUE(got[0][i] == got[1][i]) << names[i] << " differs";
+      EXPECT_FALSE(got[0][1] == std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(k.data()),
+                                                     reinterpret_cast<const uint8_t*>(k.data()) + k.size() * 4))
+          << "k was not rotated";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace cascade::kernels
