@@ -703,19 +703,23 @@ class CudaBackendImpl final : public CudaBackend {
     const bool q8_gemv =
         kernels_ == CudaKernels::kTuned && cuda::Q8GemvCode(code) && n_tokens <= kMaxGemvTokens && n_in % 32 == 0;
     const bool gemv = half_gemv || (IsQuantized(weight.dtype) && n_tokens <= kMaxGemvTokens);
+    // Tuned kernels: quantized weights for many tokens decoded to BF16 for a tensor-core
+    // GEMM on BF16 activations (the reference path decodes to F32 for an F32 GEMM).
+    const bool bf16_gemm = kernels_ == CudaKernels::kTuned && !gemv && IsQuantized(weight.dtype);
     // GEMMs read F16/BF16 activations converted into one scratch buffer, or quantized
     // weights decoded into another.
-    void* converted = !gemv && half ? Scratch(kConvert, static_cast<size_t>(n_tokens * n_in) * 2) : nullptr;
-    float* deq = !gemv && !half && weight.dtype != DType::kF32
-                     ? static_cast<float*>(Scratch(kDequant, static_cast<size_t>(n_out * n_in) * 4))
-                     : nullptr;
+    void* converted =
+        !gemv && (half || bf16_gemm) ? Scratch(kConvert, static_cast<size_t>(n_tokens * n_in) * 2) : nullptr;
+    void* deq = !gemv && !half && weight.dtype != DType::kF32
+                    ? Scratch(kDequant, static_cast<size_t>(n_out * n_in) * (bf16_gemm ? 2 : 4))
+                    : nullptr;
     auto* xq = q8_gemv ? static_cast<cuda::Q8Block*>(
                              Scratch(kActQ, static_cast<size_t>(n_tokens * n_in / 32) * sizeof(cuda::Q8Block)))
                        : nullptr;
     CASCADE_RETURN_IF_ERROR(ScratchError());
     graphs_->Sign({kOpLinear, Bits(in.data), Bits(weight.data), static_cast<uint64_t>(code), Dims(in),
                    static_cast<uint64_t>(n_out), Bits(converted), Bits(deq), static_cast<uint64_t>(half_gemv),
-                   Bits(xq)});
+                   static_cast<uint64_t>(bf16_gemm), Bits(xq)});
     for (size_t p = 0; p < outs.size(); ++p) {
       graphs_->Sign({Bits(outs[p].data), Dims(outs[p]), p < biases.size() ? Bits(biases[p].data) : 0});
     }
@@ -746,8 +750,16 @@ class CudaBackendImpl final : public CudaBackend {
         CASCADE_RETURN_IF_ERROR(LastError("ConvertActivations"));
         x = converted;
         wt = weight.dtype == DType::kF16 ? CUDA_R_16F : CUDA_R_16BF;
+      } else if (bf16_gemm) {
+        cuda::DequantizeBf16(deq, weight.data, code, n_out, n_in, stream_);
+        cuda::ConvertActivations(converted, F32(in), cuda::kWBF16, n_tokens * n_in, stream_);
+        CASCADE_RETURN_IF_ERROR(LastError("DequantizeBf16"));
+        w = deq;
+        x = converted;
+        row_bytes = n_in * 2;
+        wt = CUDA_R_16BF;
       } else if (deq != nullptr) {
-        cuda::Dequantize(deq, weight.data, code, n_out, n_in, stream_);
+        cuda::Dequantize(static_cast<float*>(deq), weight.data, code, n_out, n_in, stream_);
         CASCADE_RETURN_IF_ERROR(LastError("Dequantize"));
         w = deq;
         row_bytes = n_in * 4;

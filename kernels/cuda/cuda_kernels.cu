@@ -272,9 +272,13 @@ __global__ void EmbeddingKernel(float* out, const uint8_t* table, int code, cons
   for (int64_t i = threadIdx.x; i < n_embd; i += blockDim.x) out[blockIdx.x * n_embd + i] = Decode(row, code, i);
 }
 
-__global__ void DequantizeKernel(float* out, const uint8_t* w, int code, int64_t cols) {
+__device__ __forceinline__ void Store(float* out, float v) { *out = v; }
+__device__ __forceinline__ void Store(__nv_bfloat16* out, float v) { *out = __float2bfloat16(v); }
+
+template <typename Out>
+__global__ void DequantizeKernel(Out* out, const uint8_t* w, int code, int64_t cols) {
   const uint8_t* row = w + blockIdx.x * RowBytes(code, cols);
-  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) out[blockIdx.x * cols + i] = Decode(row, code, i);
+  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) Store(out + blockIdx.x * cols + i, Decode(row, code, i));
 }
 
 __global__ void ToHalfKernel(__half* out, const float* in, int64_t n) {
@@ -576,6 +580,13 @@ void Embedding(float* out, const void* table, int code, const int32_t* ids, int6
 void Dequantize(float* out, const void* w, int code, int64_t rows, int64_t cols, cudaStream_t stream) {
   if (rows > 0)
     DequantizeKernel<<<static_cast<unsigned>(rows), 256, 0, stream>>>(out, static_cast<const uint8_t*>(w), code, cols);
+}
+
+void DequantizeBf16(void* out, const void* w, int code, int64_t rows, int64_t cols, cudaStream_t stream) {
+  if (rows > 0) {
+    DequantizeKernel<<<static_cast<unsigned>(rows), 256, 0, stream>>>(static_cast<__nv_bfloat16*>(out),
+                                                                      static_cast<const uint8_t*>(w), code, cols);
+  }
 }
 
 void ConvertActivations(void* out, const float* in, int code, int64_t n, cudaStream_t stream) {

@@ -57,6 +57,8 @@ void Embedding(float* out, const void* table, int code, const int32_t* ids, int6
                cudaStream_t stream);
 // out [rows, cols] f32 = the whole matrix decoded (for the GEMM path of many tokens).
 void Dequantize(float* out, const void* w, int code, int64_t rows, int64_t cols, cudaStream_t stream);
+// The same in bf16 (the tuned kernels' GEMM path: tensor-core GEMMs on bf16 activations).
+void DequantizeBf16(void* out, const void* w, int code, int64_t rows, int64_t cols, cudaStream_t stream);
 // out [n, cols] in f16 (code kWF16) or bf16 (kWBF16) = in [n, cols] f32.
 void ConvertActivations(void* out, const float* in, int code, int64_t n, cudaStream_t stream);
 // Weight-only quantized GEMV/GEMM for few tokens: out [n_tokens, n_out] = x [n_tokens,

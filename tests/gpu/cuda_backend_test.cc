@@ -298,6 +298,45 @@ TEST_F(CudaBackendTest, TunedQ8GemvMatchesDoublePrecision) {
   }
 }
 
+// The tuned kernels' GEMM path for quantized weights (more tokens than the GEMVs take): the
+// weight decoded to BF16, the activations converted to BF16, a tensor-core GEMM with F32
+// accumulation. Against double precision from the CPU's decoding and against the reference
+// path's F32 GEMM: BF16 keeps 8 significant bits of each factor, 1e-2 relative L2.
+TEST_F(CudaBackendTest, TunedQuantizedGemmMatchesDoublePrecision) {
+  auto tuned = CudaBackend::Create({.device = 0, .kernels = CudaKernels::kTuned});
+  auto reference = CudaBackend::Create({.device = 0, .kernels = CudaKernels::kReference});
+  ASSERT_TRUE(tuned.ok() && reference.ok());
+  const int64_t n_out = 100, n_in = 512, n_tokens = 40;
+  for (DType dtype :
+       {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kIQ4_XS, DType::kI4_G128}) {
+    std::vector<float> decoded;
+    const bool quantizable = dtype == DType::kQ8_0 || dtype == DType::kQ4_0;
+    const std::vector<uint8_t> w =
+        quantizable ? RandomWeights(dtype, n_out, n_in, 61, &decoded) : RandomBlocks(dtype, n_out, n_in, 61, &decoded);
+    DeviceBuffer dw = Up(w.data(), w.size());
+    const std::vector<float> x = Random(n_tokens * n_in, 62);
+    DeviceBuffer dx = Up(x), out = Poisoned(n_tokens * n_out), ref_out = Poisoned(n_tokens * n_out);
+    for (int b = 0; b < 2; ++b) {
+      CudaBackend& gpu = b == 0 ? **tuned : **reference;
+      ASSERT_TRUE(gpu.Linear((b == 0 ? out : ref_out).View(DType::kF32, {n_tokens, n_out}),
+                             dx.View(DType::kF32, {n_tokens, n_in}), dw.View(dtype, {n_out, n_in}), TensorView())
+                      .ok());
+      ASSERT_TRUE(gpu.Synchronize().ok());
+    }
+    std::vector<double> exact(n_tokens * n_out);
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      for (int64_t o = 0; o < n_out; ++o) {
+        double s = 0;
+        for (int64_t i = 0; i < n_in; ++i) s += static_cast<double>(x[t * n_in + i]) * decoded[o * n_in + i];
+        exact[t * n_out + o] = s;
+      }
+    }
+    const std::vector<float> got = Down(out, n_tokens * n_out);
+    EXPECT_LT(RelL2(got, exact), 1e-2) << DTypeName(dtype);
+    EXPECT_LT(RelL2(got, Down(ref_out, n_tokens * n_out)), 1e-2) << DTypeName(dtype);
+  }
+}
+
 // The K types, Q5_0/Q5_1 and the IQ4 types, dequantized in registers by the GEMV kernel
 // and by the dequantize-then-GEMM path (40 tokens), and by the embedding lookup.
 TEST_F(CudaBackendTest, EveryGgufBlockTypeMatchesDoublePrecision) {
