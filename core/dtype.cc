@@ -7,7 +7,8 @@
 
 namespace cascade {
 namespace {
-constexpr std::array<DTypeInfo, 18> kInfos = {{
+// clang-format off
+constexpr std::array<DTypeInfo, 20> kInfos = {{
     {"f32", 1, 4, false},
     {"f16", 1, 2, false},
     {"bf16", 1, 2, false},
@@ -26,7 +27,10 @@ constexpr std::array<DTypeInfo, 18> kInfos = {{
     {"q5_k", 256, 176, true},
     {"iq4_nl", 32, 18, true},
     {"iq4_xs", 256, 136, true},
+    {"f8_e4m3", 1, 1, false},
+    {"f8_e4m3_b128", 128, 132, true},
 }};
+// clang-format on
 }  // namespace
 
 const DTypeInfo& GetDTypeInfo(DType dtype) { return kInfos[static_cast<size_t>(dtype)]; }

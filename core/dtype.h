@@ -31,6 +31,12 @@ enum class DType : uint8_t {
   kQ5_K,    // 256 elements: 8 x 32 with 6-bit scales and mins (as Q4_K), 5-bit quants.
   kIQ4_NL,  // 32 elements: f16 scale, 4-bit indices into a fixed non-linear table.
   kIQ4_XS,  // 256 elements: 8 x 32 with 6-bit scales, indices as IQ4_NL.
+  // FP8 E4M3 (core/fp8.h): one byte per element, as a checkpoint stores it (its scales are
+  // other tensors); read by model/format/fp8_checkpoint.h, never by kernels.
+  kF8_E4M3,
+  // 128 elements: f32 scale d + 128 x E4M3, value = d * e4m3(q). The row-major form of
+  // block-scaled (128 x 128), per-channel and per-tensor FP8 checkpoints, scales exact.
+  kF8_E4M3_B128,
 };
 
 struct DTypeInfo {

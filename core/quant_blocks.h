@@ -32,6 +32,9 @@
 //         the nibble order of GPTQ/AWQ's int32 words, stored row-major ([n_out, n_in], so
 //         rows shard like every other type). model/format/int4_checkpoint.h repacks GPTQ and AWQ
 //         checkpoints into it exactly (scales and zeros are copied, never re-rounded).
+//   F8_E4M3_B128 (Cascade's own): 128 elements with one f32 scale d and 128 E4M3 codes
+//         (core/fp8.h): x = d * e4m3(q). model/format/fp8_checkpoint.h repacks FP8
+//         checkpoints into it exactly (their scales are f32 and are copied).
 #pragma once
 
 #include <cstdint>
@@ -118,6 +121,10 @@ struct BlockI4G128 {
   uint16_t z;
   uint32_t qs[kQG / 8];
 };
+struct BlockF8E4M3B128 {
+  float d;
+  uint8_t qs[128];  // E4M3 codes (core/fp8.h).
+};
 #pragma pack(pop)
 
 static_assert(sizeof(BlockQ8_0) == 34);
@@ -134,6 +141,7 @@ static_assert(sizeof(BlockQ3_K) == 110);
 static_assert(sizeof(BlockQ5_K) == 176);
 static_assert(sizeof(BlockIQ4_NL) == 18);
 static_assert(sizeof(BlockIQ4_XS) == 136);
+static_assert(sizeof(BlockF8E4M3B128) == 132);
 
 // The 16 values of IQ4_NL / IQ4_XS quants (ggml's `kvalues_iq4nl`).
 inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};

@@ -159,7 +159,7 @@ absl::Status CheckWeight(const TensorView& weight) {
 
 bool LinearSupports(DType d) {
   return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16 || d == DType::kQ8_0 || d == DType::kI4_G128 ||
-         HasBlockCodes(d);
+         d == DType::kF8_E4M3_B128 || HasBlockCodes(d);
 }
 
 // The GGUF-layout Q4_K / Q6_K kernels take Q8_K activations; every other quantized type

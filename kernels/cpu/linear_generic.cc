@@ -2,9 +2,11 @@
 // without AVX2. Same arithmetic as the SIMD kernels (int32 block dot products scaled in
 // f32), in plain loops.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <vector>
 
+#include "core/fp8.h"
 #include "core/half.h"
 #include "kernels/cpu/linear_kernels.h"
 #include "kernels/cpu/linear_packed_portable.h"
@@ -52,6 +54,30 @@ void GemmF16(const GemmArgs& a, int64_t rb, int64_t re) {
 }
 void GemmBF16(const GemmArgs& a, int64_t rb, int64_t re) {
   GemmFloat(a, rb, re, [](const uint8_t* w, int64_t k) { return Bf16ToF32(reinterpret_cast<const uint16_t*>(w)[k]); });
+}
+
+// Row r, token t: per block of 128, the E4M3 values (by table) times the f32 activations,
+// scaled by the block's d.
+void GemmF8E4M3B128(const GemmArgs& a, int64_t rb, int64_t re) {
+  static const std::array<float, 256> kValues = [] {
+    std::array<float, 256> v{};
+    for (int q = 0; q < 256; ++q) v[q] = E4M3ToF32(static_cast<uint8_t>(q));
+    return v;
+  }();
+  const int64_t nb = a.n_in / 128;
+  for (int64_t r = rb; r < re; ++r) {
+    const auto* w = reinterpret_cast<const BlockF8E4M3B128*>(a.w + r * a.w_row_bytes);
+    for (int64_t t = 0; t < a.n_tokens; ++t) {
+      const float* x = a.x + t * a.n_in;
+      float acc = 0.0f;
+      for (int64_t b = 0; b < nb; ++b) {
+        float s = 0.0f;
+        for (int j = 0; j < 128; ++j) s += kValues[w[b].qs[j]] * x[b * 128 + j];
+        acc += w[b].d * s;
+      }
+      a.out[t * a.ld_out + r] = acc;
+    }
+  }
 }
 
 // Row r, token t: sum over blocks of (weight scale * activation scale * int dot) plus the
@@ -264,6 +290,7 @@ KernelTable MakeGeneric() {
   t.gemm[static_cast<int>(DType::kQ4_K)] = GemmQ4_K;
   t.gemm[static_cast<int>(DType::kQ6_K)] = GemmQ6_K;
   t.gemm[static_cast<int>(DType::kI4_G128)] = GemmI4G128;
+  t.gemm[static_cast<int>(DType::kF8_E4M3_B128)] = GemmF8E4M3B128;
   t.packed[static_cast<int>(DType::kQ8_0)] = GemmPackedQ8_0;
   portable::AddPackedCodeKernels(t);
   t.quant_q8_block = QuantQ8BlockGeneric;

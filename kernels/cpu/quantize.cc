@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "core/fp8.h"
 #include "core/half.h"
 #include "core/quant_blocks.h"
 #include "kernels/cpu/block_codes.h"
@@ -49,6 +50,12 @@ void DequantQ4_1(const BlockQ4_1* x, float* y, int64_t nb) {
       y[j] = d * (x[i].qs[j] & 0x0f) + m;
       y[j + kQK / 2] = d * (x[i].qs[j] >> 4) + m;
     }
+  }
+}
+
+void DequantF8E4M3B128(const BlockF8E4M3B128* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, y += 128) {
+    for (int j = 0; j < 128; ++j) y[j] = x[i].d * E4M3ToF32(x[i].qs[j]);
   }
 }
 
@@ -175,6 +182,18 @@ void QuantQ4_1(const float* x, BlockQ4_1* y, int64_t nb) {
 
 // Round-to-nearest over each group's range, with an integer zero point (as GPTQ's RTN
 // baseline and AWQ's zero-point mode do): d = (max - min) / 15, z = round(-min / d).
+// The scale maps the block's largest magnitude to E4M3's largest, 448 (as FP8 quantizers do).
+void QuantF8E4M3B128(const float* x, BlockF8E4M3B128* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += 128) {
+    float amax = 0.0f;
+    for (int j = 0; j < 128; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float d = amax / kE4M3Max;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    y[i].d = d;
+    for (int j = 0; j < 128; ++j) y[i].qs[j] = F32ToE4M3(x[j] * id);
+  }
+}
+
 void QuantI4G128(const float* x, BlockI4G128* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += kQG) {
     float lo = 0.0f, hi = 0.0f;  // The range always covers 0, so z lands in [0, 15].
@@ -347,6 +366,9 @@ absl::Status DequantizeRow(DType dtype, const void* src, float* dst, int64_t n) 
     case DType::kQ6_K: DequantQ6_K(static_cast<const BlockQ6_K*>(src), dst, nb); return absl::OkStatus();
     case DType::kQ8_K: DequantQ8_K(static_cast<const BlockQ8_K*>(src), dst, nb); return absl::OkStatus();
     case DType::kI4_G128: DequantI4G128(static_cast<const BlockI4G128*>(src), dst, nb); return absl::OkStatus();
+    case DType::kF8_E4M3_B128:
+      DequantF8E4M3B128(static_cast<const BlockF8E4M3B128*>(src), dst, nb);
+      return absl::OkStatus();
     default:
       if (HasBlockCodes(dtype)) {  // The other block types, through their decoded form.
         DequantCodes(dtype, src, dst, n);
@@ -379,6 +401,7 @@ absl::Status QuantizeRow(DType dtype, const float* src, void* dst, int64_t n) {
     case DType::kQ6_K: QuantQ6_K(src, static_cast<BlockQ6_K*>(dst), nb); return absl::OkStatus();
     case DType::kQ8_K: QuantQ8_K(src, static_cast<BlockQ8_K*>(dst), nb); return absl::OkStatus();
     case DType::kI4_G128: QuantI4G128(src, static_cast<BlockI4G128*>(dst), nb); return absl::OkStatus();
+    case DType::kF8_E4M3_B128: QuantF8E4M3B128(src, static_cast<BlockF8E4M3B128*>(dst), nb); return absl::OkStatus();
     default:
       return absl::UnimplementedError(absl::StrCat("QuantizeRow: unsupported dtype ", std::string(DTypeName(dtype))));
   }

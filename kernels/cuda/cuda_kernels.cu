@@ -35,7 +35,7 @@ __host__ __device__ constexpr bool SuperBlockCode(int code) {
   return code == kWQ4_K || code == kWQ6_K || code == kWQ2_K || code == kWQ3_K || code == kWQ5_K || code == kWIQ4_XS;
 }
 __host__ __device__ constexpr int64_t BlockElems(int code) {
-  return code == kWI4G128 ? 128 : SuperBlockCode(code) ? 256 : code >= kWQ8_0 ? 32 : 1;
+  return code == kWI4G128 || code == kWF8B128 ? 128 : SuperBlockCode(code) ? 256 : code >= kWQ8_0 ? 32 : 1;
 }
 __host__ __device__ constexpr int64_t BlockBytes(int code) {
   switch (code) {
@@ -53,6 +53,7 @@ __host__ __device__ constexpr int64_t BlockBytes(int code) {
     case kWQ5_K: return 176;
     case kWIQ4_NL: return 18;
     case kWIQ4_XS: return 136;
+    case kWF8B128: return 132;
     default: return 2;
   }
 }
@@ -136,9 +137,21 @@ __device__ float CodeValue(const uint8_t* row, int code, int64_t i) {
   }
 }
 
+// An E4M3 code's value (core/fp8.h; the NaN code does not occur in weights): normals by
+// re-biasing the exponent (7 to 127), subnormals as m x 2^-9, both exact.
+__device__ __forceinline__ float E4M3(uint8_t q) {
+  const uint32_t e = (q >> 3) & 0xf, m = q & 7;
+  const float v = e == 0 ? static_cast<float>(m) * 0.001953125f : __uint_as_float((e + 120) << 23 | m << 20);
+  return q & 0x80 ? -v : v;
+}
+
 // Element i of a row in any encoding (the slow generic path: embedding, dequantize).
 __device__ float Decode(const uint8_t* row, int code, int64_t i) {
   if (CodeTypeCode(code)) return CodeValue(row, code, i);
+  if (code == kWF8B128) {
+    const uint8_t* b = row + (i / 128) * 132;
+    return __uint_as_float(Le32(b)) * E4M3(b[4 + i % 128]);
+  }
   switch (code) {
     case kWF32: return reinterpret_cast<const float*>(row)[i];
     case kWF16: return __half2float(reinterpret_cast<const __half*>(row)[i]);
@@ -166,6 +179,14 @@ __device__ __forceinline__ void DecodeChunk(const uint8_t* row, int code, int64_
   if (CodeTypeCode(code)) {
 #pragma unroll
     for (int j = 0; j < 32; ++j) w[j] = CodeValue(row, code, 32 * c + j);
+    return;
+  }
+  if (code == kWF8B128) {
+    const uint8_t* b = row + (c / 4) * 132;
+    const float d = __uint_as_float(Le32(b));
+    const uint8_t* qs = b + 4 + 32 * (c % 4);
+#pragma unroll
+    for (int j = 0; j < 32; ++j) w[j] = d * E4M3(qs[j]);
     return;
   }
   if (code == kWI4G128) {

@@ -34,6 +34,7 @@ enum WeightCode : int {
   kWQ5_K = 15,
   kWIQ4_NL = 16,
   kWIQ4_XS = 17,
+  kWF8B128 = 19,  // F8_E4M3_B128: f32 scale + 128 E4M3 codes (core/fp8.h).
 };
 
 // out[r, :] = in[r, :] * w / rms(in[r, :]); one block per row.

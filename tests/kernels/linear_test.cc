@@ -127,6 +127,18 @@ std::vector<double> NaiveDequant(DType dtype, const uint8_t* p, int64_t n) {
         }
       }
       break;
+    case DType::kF8_E4M3_B128:  // 132 bytes: f32 d, 128 OCP E4M3 codes; x = d e4m3(q).
+      for (int64_t g = 0; g < n / 128; ++g, p += 132) {
+        float d;
+        std::memcpy(&d, p, 4);
+        for (int e = 0; e < 128; ++e) {
+          const uint8_t q = p[4 + e];
+          const int exp = (q >> 3) & 15, man = q & 7;  // Bias 7; exponent 0: subnormal.
+          const double mag = exp == 0 ? std::ldexp(man / 8.0, -6) : std::ldexp(1 + man / 8.0, exp - 7);
+          y[128 * g + e] = d * (q & 0x80 ? -mag : mag);
+        }
+      }
+      break;
     default: ADD_FAILURE() << "no naive dequantizer for " << DTypeName(dtype);
   }
   return y;
@@ -238,8 +250,8 @@ void RunCase(const Case& c) {
 
 std::vector<Case> Cases() {
   std::vector<Case> cases;
-  const DType dtypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,   DType::kQ4_0,
-                          DType::kQ4_1, DType::kQ4_K, DType::kQ6_K, DType::kI4_G128};
+  const DType dtypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,    DType::kQ4_0,
+                          DType::kQ4_1, DType::kQ4_K, DType::kQ6_K, DType::kI4_G128, DType::kF8_E4M3_B128};
   for (DType d : dtypes) {
     for (CpuIsa isa : kAllCpuIsas) {
       if (!CpuSupportsIsa(isa)) continue;
