@@ -2,17 +2,15 @@
 
 #include <cstring>
 #include <map>
-#include <mutex>
 #include <nlohmann/json.hpp>
-#include <tuple>
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_set.h"
 #include "core/half.h"
 #include "core/quant_blocks.h"
 #include "core/status.h"
 #include "core/str_cat.h"
+#include "model/format/repacked_source.h"
 
 namespace cascade::model {
 namespace {
@@ -103,78 +101,28 @@ struct Int4Tensor {
   int64_t n_groups = 1;
 };
 
-class Int4Source final : public WeightSource {
+class Int4Source final : public RepackedSource {
  public:
-  Int4Source(std::unique_ptr<WeightSource> packed, Int4Scheme scheme) : packed_(std::move(packed)), scheme_(scheme) {}
+  Int4Source(std::unique_ptr<WeightSource> packed, Int4Scheme scheme)
+      : RepackedSource(std::move(packed)), scheme_(scheme) {}
 
   absl::Status Init() {
-    for (const TensorInfo& t : packed_->tensors()) {
+    for (const TensorInfo& t : packed().tensors()) {
       const std::string suffix = ".qweight";
       if (t.name.size() <= suffix.size() || t.name.compare(t.name.size() - suffix.size(), suffix.size(), suffix) != 0) {
         continue;
       }
       const std::string base = t.name.substr(0, t.name.size() - suffix.size());
       CASCADE_ASSIGN_OR_RETURN(Int4Tensor q, Describe(base, t));
-      for (const char* part : {".qweight", ".qzeros", ".scales", ".g_idx"}) hidden_.insert(base + part);
-      virtual_.emplace(q.info.name, std::move(q));
+      AddVirtual(q.info, {base + ".qweight", base + ".qzeros", base + ".scales", base + ".g_idx"});
+      tensors_.emplace(q.info.name, std::move(q));
     }
-    for (const TensorInfo& t : packed_->tensors()) {
-      if (hidden_.contains(t.name)) continue;
-      if (virtual_.contains(t.name)) {
-        return absl::DataLossError(StrCat(path(), ": tensor '", t.name, "' is stored both plain and quantized"));
-      }
-      tensors_.push_back(t);
-    }
-    for (const auto& [name, q] : virtual_) tensors_.push_back(q.info);
-    return absl::OkStatus();
-  }
-
-  const std::string& path() const override { return packed_->path(); }
-  const std::vector<TensorInfo>& tensors() const override { return tensors_; }
-  const TensorInfo* FindTensor(std::string_view name) const override {
-    const auto it = virtual_.find(std::string(name));
-    if (it != virtual_.end()) return &it->second.info;
-    return hidden_.contains(std::string(name)) ? nullptr : packed_->FindTensor(name);
-  }
-
-  // Frees the repacked rows behind `view` (the transformer calls this once it copied
-  // them, or the backend did); packed tensors pass through.
-  void ReleasePages(const TensorView& view) const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto it = cache_.begin(); it != cache_.end(); ++it) {
-      if (!it->second.empty() && it->second.data() == view.data) {
-        cache_.erase(it);
-        return;
-      }
-    }
-    packed_->ReleasePages(view);
-  }
-
-  absl::StatusOr<TensorView> ReadRows(std::string_view name, int64_t row_begin, int64_t row_end) const override {
-    const auto it = virtual_.find(std::string(name));
-    if (it == virtual_.end()) {
-      if (hidden_.contains(std::string(name)))
-        return absl::NotFoundError(StrCat(path(), ": tensor '", name, "' is read as part of a quantized weight"));
-      return packed_->ReadRows(name, row_begin, row_end);
-    }
-    const Int4Tensor& q = it->second;
-    const int64_t n_out = q.info.shape[0], n_in = q.info.shape[1];
-    if (row_begin < 0 || row_begin > row_end || row_end > n_out) {
-      return absl::OutOfRangeError(StrCat(path(), ": tensor '", q.info.name, "': rows [", row_begin, ", ", row_end,
-                                          ") are outside [0, ", n_out, ")"));
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    std::vector<uint8_t>& rows = cache_[{q.info.name, row_begin, row_end}];
-    if (rows.empty() && row_end > row_begin) {
-      rows.resize(static_cast<size_t>((row_end - row_begin) * RowBytes(DType::kI4_G128, n_in)));
-      CASCADE_RETURN_IF_ERROR(Repack(q, row_begin, row_end, reinterpret_cast<BlockI4G128*>(rows.data())));
-    }
-    return TensorView(rows.data(), DType::kI4_G128, {row_end - row_begin, n_in});
+    return Finish();
   }
 
  private:
-  absl::Status Bad(const std::string& tensor, const std::string& what) const {
-    return absl::DataLossError(StrCat(path(), ": tensor '", tensor, "': ", what));
+  absl::Status Repack(const TensorInfo& info, int64_t r0, int64_t r1, uint8_t* dst) const override {
+    return RepackRows(tensors_.at(info.name), r0, r1, reinterpret_cast<BlockI4G128*>(dst));
   }
 
   // Checks the triple of `base` against the layout of the scheme and gives its shape.
@@ -184,8 +132,8 @@ class Int4Source final : public WeightSource {
     q.qweight = qweight.name;
     q.qzeros = base + ".qzeros";
     q.scales = base + ".scales";
-    const TensorInfo* zeros = packed_->FindTensor(q.qzeros);
-    const TensorInfo* scales = packed_->FindTensor(q.scales);
+    const TensorInfo* zeros = packed().FindTensor(q.qzeros);
+    const TensorInfo* scales = packed().FindTensor(q.scales);
     if (zeros == nullptr || scales == nullptr) {
       return Bad(qweight.name, StrCat("has no ", zeros == nullptr ? q.qzeros : q.scales, " beside it"));
     }
@@ -224,8 +172,8 @@ class Int4Source final : public WeightSource {
   // Act-order GPTQ permutes which group an input belongs to; groups of contiguous inputs
   // are all the kernels run, so only the identity order g_idx[i] = i / group is accepted.
   absl::Status CheckGroupIndex(const std::string& name, int64_t n_in) const {
-    if (packed_->FindTensor(name) == nullptr) return absl::OkStatus();
-    CASCADE_ASSIGN_OR_RETURN(TensorView g, packed_->Read(name));
+    if (packed().FindTensor(name) == nullptr) return absl::OkStatus();
+    CASCADE_ASSIGN_OR_RETURN(TensorView g, packed().Read(name));
     if (g.dtype != DType::kI32 || g.NumElements() != n_in) {
       return Bad(name, StrCat("must be I32 [", n_in, "], is ", DTypeName(g.dtype), " ", g.ShapeString()));
     }
@@ -250,10 +198,10 @@ class Int4Source final : public WeightSource {
   }
 
   // Output rows [r0, r1) of `q` into I4_G128 blocks at `dst`.
-  absl::Status Repack(const Int4Tensor& q, int64_t r0, int64_t r1, BlockI4G128* dst) const {
-    CASCADE_ASSIGN_OR_RETURN(TensorView qw, packed_->Read(q.qweight));
-    CASCADE_ASSIGN_OR_RETURN(TensorView qz, packed_->Read(q.qzeros));
-    CASCADE_ASSIGN_OR_RETURN(TensorView sc, packed_->Read(q.scales));
+  absl::Status RepackRows(const Int4Tensor& q, int64_t r0, int64_t r1, BlockI4G128* dst) const {
+    CASCADE_ASSIGN_OR_RETURN(TensorView qw, packed().Read(q.qweight));
+    CASCADE_ASSIGN_OR_RETURN(TensorView qz, packed().Read(q.qzeros));
+    CASCADE_ASSIGN_OR_RETURN(TensorView sc, packed().Read(q.scales));
     const int64_t n_in = q.info.shape[1], n_blocks = n_in / kQG;
     const int64_t per_group = scheme_.group_size == -1 ? n_blocks : scheme_.group_size / kQG;
     const bool gptq = scheme_.method == Int4Scheme::Method::kGptq;
@@ -282,13 +230,8 @@ class Int4Source final : public WeightSource {
     return absl::OkStatus();
   }
 
-  std::unique_ptr<WeightSource> packed_;
   Int4Scheme scheme_;
-  std::map<std::string, Int4Tensor> virtual_;
-  absl::flat_hash_set<std::string> hidden_;  // The packed tensors behind virtual_.
-  std::vector<TensorInfo> tensors_;
-  mutable std::mutex mu_;
-  mutable std::map<std::tuple<std::string, int64_t, int64_t>, std::vector<uint8_t>> cache_;
+  std::map<std::string, Int4Tensor> tensors_;  // By the name of the weight each stands for.
 };
 
 }  // namespace
