@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "core/fp8.h"
 #include "core/logging.h"
 #include "core/str_cat.h"
 #include "kernels/cpu/quantize.h"
@@ -89,7 +90,45 @@ struct Tensor {
   // per expert, named `hf` with "{e}" replaced by the expert's index.
   int64_t experts = 0;
   std::vector<int64_t> hf_shape = {};  // Non-empty: the Hugging Face shape, when it differs.
+  // With RandomModelSpec::fp8: E4M3 codes of `values` (expert by expert) and their scales
+  // (a 128 x 128 grid, one per row, or one), which `values` now decode to.
+  std::vector<uint8_t> fp8_codes = {};
+  std::vector<float> fp8_scales = {};
 };
+
+// The OCP E4M3 value of code q (bias 7; exponent 0: subnormals), written from the
+// definition for the reference: not core/fp8.h's decoder, which the tests check.
+double OcpE4M3(uint8_t q) {
+  const int e = (q >> 3) & 15, m = q & 7;
+  const double mag = e == 0 ? std::ldexp(m / 8.0, -6) : std::ldexp(1 + m / 8.0, e - 7);
+  return q & 0x80 ? -mag : mag;
+}
+
+// Quantizes matrix `v` [rows, cols] to E4M3 with scales in `form` (block: 128 x 128 grid),
+// appending codes and scales to `t`, and replaces `v` by the values they decode to.
+void QuantizeFp8(Fp8Form form, float* v, int64_t rows, int64_t cols, Tensor& t) {
+  const int64_t br = form == Fp8Form::kBlock ? 128 : form == Fp8Form::kChannel ? 1 : rows;
+  const int64_t bc = form == Fp8Form::kBlock ? 128 : cols;
+  for (int64_t r0 = 0; r0 < rows; r0 += br) {
+    for (int64_t c0 = 0; c0 < cols; c0 += bc) {
+      float amax = 0.0f;
+      for (int64_t r = r0; r < std::min(rows, r0 + br); ++r) {
+        for (int64_t c = c0; c < std::min(cols, c0 + bc); ++c) amax = std::max(amax, std::fabs(v[r * cols + c]));
+      }
+      t.fp8_scales.push_back(amax / kE4M3Max);
+    }
+  }
+  const size_t first_scale = t.fp8_scales.size() - ((rows + br - 1) / br) * ((cols + bc - 1) / bc);
+  const int64_t grid_cols = (cols + bc - 1) / bc;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const float d = t.fp8_scales[first_scale + (r / br) * grid_cols + c / bc];
+      const uint8_t q = F32ToE4M3(d != 0.0f ? v[r * cols + c] / d : 0.0f);
+      t.fp8_codes.push_back(q);
+      v[r * cols + c] = static_cast<float>(static_cast<double>(d) * OcpE4M3(q));  // Exact, then one rounding.
+    }
+  }
+}
 
 // llama.cpp's convert_hf_to_gguf.py (LlamaModel, rope_type "llama3"): rope_freqs.weight[i]
 // divides frequency i. (The converter reads original_max_position_embeddings from the top
@@ -232,6 +271,16 @@ std::vector<Tensor> RandomTensors(const RandomModelSpec& s) {
       AddExperts(s, l, t, random, out);
     }
   }
+  if (s.fp8 != Fp8Form::kNone) {
+    CASCADE_CHECK(t == DType::kF32 && !permuted) << "FP8 checkpoints: F32, not llama (GGUF permutes its Q/K rows)";
+    for (Tensor& x : out) {
+      if (!x.hf.ends_with("_proj.weight")) continue;
+      const int64_t rows = x.shape[x.shape.size() - 2], cols = x.shape.back();
+      for (int64_t e = 0; e < std::max<int64_t>(x.experts, 1); ++e) {
+        QuantizeFp8(s.fp8, x.values.data() + e * rows * cols, rows, cols, x);
+      }
+    }
+  }
   return out;
 }
 
@@ -352,6 +401,23 @@ nlohmann::json HfConfig(const RandomModelSpec& s) {
     }
   }
   if (s.gptq_experts) c["quantization_config"] = GptqConfig(kGptqGroup);
+  if (s.fp8 == Fp8Form::kBlock) {
+    c["quantization_config"] = {
+        {"quant_method", "fp8"}, {"fmt", "e4m3"}, {"activation_scheme", "dynamic"}, {"weight_block_size", {128, 128}}};
+  } else if (s.fp8 != Fp8Form::kNone) {
+    const Json weights = {{"num_bits", 8},
+                          {"type", "float"},
+                          {"symmetric", true},
+                          {"dynamic", false},
+                          {"strategy", s.fp8 == Fp8Form::kChannel ? "channel" : "tensor"}};
+    const Json inputs = {{"num_bits", 8}, {"type", "float"}, {"strategy", "token"}, {"dynamic", true}};
+    c["quantization_config"] = {
+        {"quant_method", "compressed-tensors"},
+        {"format", "float-quantized"},
+        {"config_groups",
+         {{"group_0", {{"targets", {"Linear"}}, {"weights", weights}, {"input_activations", inputs}}}}},
+        {"ignore", {"lm_head"}}};
+  }
   return c;
 }
 
@@ -405,6 +471,27 @@ void WriteRandomModel(const RandomModelSpec& s, const std::string& path) {
   CASCADE_CHECK(w.WriteFile(path).ok());
 }
 
+// The safetensors entries of an FP8 tensor (one expert's, when `expert` >= 0): the codes
+// as `name` and the scales beside it, named and shaped as `form` stores them.
+void AddFp8Entries(Fp8Form form, const Tensor& t, const std::string& name, int64_t expert,
+                   std::vector<SafetensorsEntry>& entries) {
+  const int64_t rows = t.shape[t.shape.size() - 2], cols = t.shape.back();
+  const int64_t grid_rows = form == Fp8Form::kBlock ? (rows + 127) / 128 : form == Fp8Form::kChannel ? rows : 1;
+  const int64_t grid_cols = form == Fp8Form::kBlock ? (cols + 127) / 128 : 1;
+  const int64_t e = std::max<int64_t>(expert, 0);
+  const std::vector<uint8_t> codes(t.fp8_codes.begin() + e * rows * cols, t.fp8_codes.begin() + (e + 1) * rows * cols);
+  const std::vector<float> scales(t.fp8_scales.begin() + e * grid_rows * grid_cols,
+                                  t.fp8_scales.begin() + (e + 1) * grid_rows * grid_cols);
+  entries.push_back({name, "F8_E4M3", {rows, cols}, RawBytes(codes)});
+  if (form == Fp8Form::kBlock) {
+    entries.push_back({name + "_scale_inv", "F32", {grid_rows, grid_cols}, RawBytes(scales)});
+  } else {
+    entries.push_back({name + "_scale", "F32",
+                       form == Fp8Form::kChannel ? std::vector<int64_t>{rows, 1} : std::vector<int64_t>{1},
+                       RawBytes(scales)});
+  }
+}
+
 void WriteRandomHfModel(const RandomModelSpec& s, const std::string& dir) {
   using Json = nlohmann::json;
   const DType wt = s.weight_type;
@@ -417,6 +504,10 @@ void WriteRandomHfModel(const RandomModelSpec& s, const std::string& dir) {
     if (t.hf.empty()) continue;
     const int64_t cols = t.shape.back();
     if (t.permuted_heads > 0) t.values = ToHfRowOrder(t.values, t.shape[0], cols, t.permuted_heads);
+    if (!t.fp8_codes.empty() && t.experts == 0) {
+      AddFp8Entries(s.fp8, t, t.hf, -1, entries);
+      continue;
+    }
     if (t.experts == 0) {
       entries.push_back(
           {t.hf, st_dtype(t.dtype), t.hf_shape.empty() ? t.shape : t.hf_shape, Encode(t.dtype, t.values, cols)});
@@ -427,6 +518,10 @@ void WriteRandomHfModel(const RandomModelSpec& s, const std::string& dir) {
       std::string name = t.hf;
       name.replace(name.find("{e}"), 3, std::to_string(e));
       const std::vector<float> part(t.values.begin() + e * per, t.values.begin() + (e + 1) * per);
+      if (!t.fp8_codes.empty()) {
+        AddFp8Entries(s.fp8, t, name, e, entries);
+        continue;
+      }
       if (s.gptq_experts) {  // `P.weight` becomes P.qweight, P.qzeros, P.g_idx, P.scales.
         const QuantMatrix m = Rtn(part.data(), t.shape[1], cols, kGptqGroup);
         for (SafetensorsEntry& q : PackGptq(name.substr(0, name.size() - 7), m, true)) entries.push_back(std::move(q));

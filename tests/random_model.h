@@ -35,6 +35,11 @@ enum class HfLayout { kTransformers4, kTransformers5 };
 // Qwen3MoeForCausalLM; llama.cpp's `llama` with experts, `qwen2moe`, `qwen3moe`).
 enum class MoeFamily { kNone, kMixtral, kQwen2Moe, kQwen3Moe };
 
+// The FP8 forms of checkpoints (model/format/fp8_checkpoint.h): DeepSeek-V3's / Qwen3-FP8's
+// 128 x 128 blocks (quant_method fp8, weight_scale_inv), and compressed-tensors' per-channel
+// and per-tensor scales (weight_scale).
+enum class Fp8Form { kNone, kBlock, kChannel, kTensor };
+
 struct RandomModelSpec {
   DType weight_type = DType::kF32;  // Matrices (and the embedding); norms stay f32.
   int64_t n_layers = 2;
@@ -91,6 +96,12 @@ struct RandomModelSpec {
   // checkpoint writes it (round-to-nearest 4 bits, groups of 128, tests/int4_writer.h),
   // the rest F32, with config.json's quantization_config (as GPTQ MoE checkpoints come).
   bool gptq_experts = false;
+  // Weight type F32, not `llama` (its Q/K rows are permuted in GGUF): every projection
+  // (`*_proj.weight`, experts included) quantized to FP8 E4M3 in this form; the Hugging
+  // Face directory stores the codes and scales with config.json's quantization_config, and
+  // every other writer the values they decode to by the OCP definition (f32), so that the
+  // GGUF file is the exact model of the FP8 checkpoint.
+  Fp8Form fp8 = Fp8Form::kNone;
 };
 
 // Writes the model to `path` (with a tiny byte-level vocabulary so engines can load it).

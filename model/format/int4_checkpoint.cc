@@ -75,7 +75,8 @@ absl::StatusOr<std::optional<Int4Scheme>> Int4SchemeFromHfConfig(const std::stri
   } else {
     return absl::UnimplementedError(StrCat(source, ": quantization_config.quant_method '", method,
                                            "' is not supported (Cascade loads 'gptq' and 'awq' 4-bit "
-                                           "checkpoints, or unquantized ones)"));
+                                           "checkpoints, 'fp8' and compressed-tensors FP8 ones, or "
+                                           "unquantized ones)"));
   }
   CASCADE_ASSIGN_OR_RETURN(std::optional<int64_t> bits, IntKey(q, "bits", "w_bit", source));
   if (bits.value_or(4) != 4) {

@@ -16,6 +16,7 @@
 #include "core/status.h"
 #include "core/str_cat.h"
 #include "core/utf8.h"
+#include "model/format/fp8_checkpoint.h"
 #include "model/format/hf_model.h"
 #include "model/format/int4_checkpoint.h"
 
@@ -31,8 +32,8 @@ constexpr int kMaxJsonDepth = 16;
 
 // The dtypes of the safetensors format that Cascade does not load.
 constexpr std::string_view kKnownUnsupportedDTypes[] = {
-    "BOOL", "U8",      "I8",      "I16",     "U16",     "U32",     "I64", "U64",
-    "F64",  "F8_E4M3", "F8_E5M2", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4",  "C64",
+    "BOOL", "U8",      "I8",      "I16",     "U16",     "U32", "I64", "U64",
+    "F64",  "F8_E5M2", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4",  "C64",
 };
 
 std::optional<DType> DTypeFromSafetensors(std::string_view name) {
@@ -40,6 +41,7 @@ std::optional<DType> DTypeFromSafetensors(std::string_view name) {
   if (name == "F16") return DType::kF16;
   if (name == "BF16") return DType::kBF16;
   if (name == "I32") return DType::kI32;
+  if (name == "F8_E4M3") return DType::kF8_E4M3;  // With its scales: fp8_checkpoint.h.
   return std::nullopt;
 }
 
@@ -494,11 +496,13 @@ absl::StatusOr<std::unique_ptr<WeightSource>> OpenHfWeights(const std::string& p
     return std::unique_ptr<WeightSource>(std::move(file));
   }
   CASCADE_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsSource> dir, SafetensorsSource::OpenDirectory(path));
-  // A GPTQ/AWQ checkpoint declares itself in config.json; its packed tensors are then
-  // read through the INT4 repacking source.
+  // A quantized checkpoint declares itself in config.json; its stored tensors are then
+  // read through the FP8 or the INT4 repacking source.
   const std::string config_path = (fs::path(path) / "config.json").string();
   if (!fs::exists(config_path, ec)) return std::unique_ptr<WeightSource>(std::move(dir));
   CASCADE_ASSIGN_OR_RETURN(std::string config_text, ReadSmallFile(config_path));
+  CASCADE_ASSIGN_OR_RETURN(std::optional<Fp8Scheme> fp8, Fp8SchemeFromHfConfig(config_text, config_path));
+  if (fp8.has_value()) return OpenFp8Checkpoint(std::move(dir), *fp8);
   CASCADE_ASSIGN_OR_RETURN(std::optional<Int4Scheme> scheme, Int4SchemeFromHfConfig(config_text, config_path));
   if (!scheme.has_value()) return std::unique_ptr<WeightSource>(std::move(dir));
   return OpenInt4Checkpoint(std::move(dir), *scheme);

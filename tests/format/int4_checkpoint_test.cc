@@ -117,8 +117,8 @@ TEST(Int4CheckpointTest, UnsupportedSchemesAreRefusedWithTheReason) {
   bits8["bits"] = 8;
   ExpectRefused(WriteCheckpoint(dir, "bits8", bits8, e), StatusCode::kUnimplemented, "bits 8");
   ExpectRefused(WriteCheckpoint(dir, "g64", GptqConfig(64), e), StatusCode::kUnimplemented, "group_size 64");
-  ExpectRefused(WriteCheckpoint(dir, "fp8", Json{{"quant_method", "fp8"}}, e), StatusCode::kUnimplemented,
-                "quant_method 'fp8'");
+  ExpectRefused(WriteCheckpoint(dir, "bnb", Json{{"quant_method", "bitsandbytes"}}, e), StatusCode::kUnimplemented,
+                "quant_method 'bitsandbytes'");
   Json gemv = AwqConfig(128);
   gemv["version"] = "gemv";
   ExpectRefused(WriteCheckpoint(dir, "gemv", gemv, PackAwq("p", m)), StatusCode::kUnimplemented, "AWQ version 'gemv'");

@@ -1,0 +1,112 @@
+// FP8 checkpoints (model/format/fp8_checkpoint.h) in the forms they ship: DeepSeek-V3 /
+// Qwen3-FP8's 128 x 128 blocks (quant_method fp8, weight_scale_inv) and compressed-tensors'
+// per-channel and per-tensor scales (weight_scale), for dense Qwen3 and for Qwen3-MoE with
+// FP8 experts. The random models' projections are quantized to E4M3 by the writer, which
+// stores the codes and scales in the Hugging Face directory and, in a GGUF file, the
+// values they decode to by the OCP definition (tests/random_model.cc). So:
+//  * Cascade on the FP8 directory against the naive double forward of those values, within
+//    1e-4 (the FP8 kernel takes f32 activations: only f32 rounding is left);
+//  * 32 greedy ids equal to Cascade's on the GGUF file;
+//  * quantizing moves the reference's logits far past the bound, so a loader that read the
+//    codes wrongly (or ignored the scales) would fail.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "model/format/model_files.h"
+#include "model/local_engine.h"
+#include "tests/model/naive_forward.h"
+#include "tests/random_model.h"
+#include "tests/test_support.h"
+
+namespace cascade::model {
+namespace {
+
+using namespace naive;  // NOLINT: the reference's vocabulary throughout.
+using testing::Fp8Form;
+using testing::MoeFamily;
+
+struct Fp8Case {
+  const char* name;
+  Fp8Form form;
+  MoeFamily moe = MoeFamily::kNone;
+};
+void PrintTo(const Fp8Case& c, std::ostream* os) { *os << c.name; }
+
+testing::RandomModelSpec Spec(const Fp8Case& c, Fp8Form form) {
+  testing::RandomModelSpec s{.weight_type = DType::kF32, .n_layers = 2, .qk_norm = true, .fp8 = form};
+  if (c.moe != MoeFamily::kNone) {
+    s.moe = c.moe;
+    s.n_experts = 8;
+    s.n_experts_used = 2;
+    s.n_ff_expert = 128;
+  }
+  return s;
+}
+
+std::vector<int32_t> Greedy(const std::string& path, const std::vector<int32_t>& prompt, int n) {
+  LocalEngineOptions options;
+  options.n_threads = 2;
+  options.kv_dtype = DType::kF32;
+  auto engine = LocalEngine::Create(path, options);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  if (!engine.ok()) return {};
+  GenerateRequest request;
+  request.prompt_ids = prompt;
+  request.max_tokens = n;
+  request.sampling.temperature = 0;
+  request.stops.ignore_eos = true;
+  auto result = (*engine)->Generate(request);
+  EXPECT_TRUE(result.ok()) << result.status();
+  return result.ok() ? result->token_ids : std::vector<int32_t>{};
+}
+
+class Fp8CheckpointTest : public ::testing::TestWithParam<Fp8Case> {};
+
+TEST_P(Fp8CheckpointTest, MatchesTheNaiveForwardOfItsValues) {
+  const Fp8Case& tc = GetParam();
+  constexpr double kBound = 1e-4;
+  const testing::RandomModelSpec spec = Spec(tc, tc.form);
+  testing::TempDir dir;
+  const std::string hf_dir = dir.path() + "/fp8", gguf = dir.path() + "/values.gguf";
+  const std::string plain = dir.path() + "/unquantized.gguf";
+  testing::WriteRandomHfModel(spec, hf_dir);
+  testing::WriteRandomModel(spec, gguf);
+  testing::WriteRandomModel(Spec(tc, Fp8Form::kNone), plain);
+
+  auto hf = OpenModelFiles(hf_dir);
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  const std::string q = tc.moe == MoeFamily::kNone ? "model.layers.1.mlp.down_proj.weight"
+                                                   : "model.layers.1.mlp.experts.7.down_proj.weight";
+  const TensorInfo* t = hf->weights->FindTensor(q);
+  ASSERT_NE(t, nullptr) << q;
+  EXPECT_EQ(t->dtype, DType::kF8_E4M3_B128);
+  EXPECT_EQ(hf->weights->FindTensor(q + (tc.form == Fp8Form::kBlock ? "_scale_inv" : "_scale")), nullptr)
+      << "the scales are read as part of the weight";
+  auto values = OpenModelFiles(gguf);
+  auto unquantized = OpenModelFiles(plain);
+  ASSERT_TRUE(values.ok() && unquantized.ok());
+
+  const RefRouting routing{spec.n_experts_used, spec.norm_topk_prob};
+  const std::vector<int32_t> ids = TestIds(hf->config.n_vocab);
+  const auto ref = RefForward(LoadRef(*values, {}, routing), ids);
+  const double moved = WorstRelL2(ref, RefForward(LoadRef(*unquantized, {}, routing), ids));
+  EXPECT_GT(moved, 100 * kBound) << "quantizing to FP8 should move the logits";
+  const double err = WorstRelL2(ref, CascadeLogits(*hf, ids, 2), kBound);
+  std::printf("[ info ] %s: worst relative L2 %.3g (bound %.3g); FP8 moved the reference by %.3g\n", tc.name, err,
+              kBound, moved);
+
+  const std::vector<int32_t> prompt(ids.begin(), ids.begin() + 8);
+  EXPECT_EQ(Greedy(hf_dir, prompt, 32), Greedy(gguf, prompt, 32));
+}
+
+INSTANTIATE_TEST_SUITE_P(Forms, Fp8CheckpointTest,
+                         ::testing::Values(Fp8Case{"Qwen3_block128", Fp8Form::kBlock},
+                                           Fp8Case{"Qwen3_channel", Fp8Form::kChannel},
+                                           Fp8Case{"Qwen3_tensor", Fp8Form::kTensor},
+                                           Fp8Case{"Qwen3Moe_block128", Fp8Form::kBlock, MoeFamily::kQwen3Moe}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace cascade::model
