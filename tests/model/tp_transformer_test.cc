@@ -178,6 +178,27 @@ TEST(TpTransformerTest, MoeExpertAndTensorParallelMatchSingleRank) {
   }
 }
 
+// FP8 checkpoints (F8_E4M3_B128 weights, blocks of 128 inputs that TP splits must not cut):
+// a dense Qwen3 in 128 x 128 blocks and a Qwen3-MoE with FP8 experts, at TP=2 sliced and,
+// for the experts, EP=2, against TP=1.
+TEST(TpTransformerTest, Fp8CheckpointsMatchSingleRank) {
+  for (const testing::MoeFamily family : {testing::MoeFamily::kNone, testing::MoeFamily::kQwen3Moe}) {
+    testing::TempDir dir;
+    const std::string path = dir.path() + "/fp8";
+    const testing::RandomModelSpec spec{.n_layers = 2,
+                                        .qk_norm = true,
+                                        .moe = family,
+                                        .n_experts = 8,
+                                        .n_ff_expert = 256,
+                                        .fp8 = testing::Fp8Form::kBlock};
+    testing::WriteRandomHfModel(spec, path);
+    auto files = OpenModelFiles(path);
+    ASSERT_TRUE(files.ok()) << files.status();
+    ExpectParity(*files, 2, 1e-4);
+    if (family != testing::MoeFamily::kNone) ExpectParity(*files, 2, 1e-4, 20, 3, /*expert_parallel=*/true);
+  }
+}
+
 TEST(TpTransformerTest, Stories260kMatchesSingleRank) {
   CASCADE_REQUIRE_FILE(path, testing::TestDataPath("models/stories260K.gguf"));
   auto files = OpenModelFiles(path);
