@@ -8,7 +8,7 @@
 namespace cascade {
 namespace {
 // clang-format off
-constexpr std::array<DTypeInfo, 20> kInfos = {{
+constexpr std::array<DTypeInfo, 21> kInfos = {{
     {"f32", 1, 4, false},
     {"f16", 1, 2, false},
     {"bf16", 1, 2, false},
@@ -29,6 +29,7 @@ constexpr std::array<DTypeInfo, 20> kInfos = {{
     {"iq4_xs", 256, 136, true},
     {"f8_e4m3", 1, 1, false},
     {"f8_e4m3_b128", 128, 132, true},
+    {"mxfp4", 32, 17, true},
 }};
 // clang-format on
 }  // namespace

@@ -37,6 +37,9 @@ enum class DType : uint8_t {
   // 128 elements: f32 scale d + 128 x E4M3, value = d * e4m3(q). The row-major form of
   // block-scaled (128 x 128), per-channel and per-tensor FP8 checkpoints, scales exact.
   kF8_E4M3_B128,
+  // 32 elements: an E8M0 exponent e + 16 bytes of E2M1 nibbles (Q4_0's order), value =
+  // 2^(e - 128) * kMxfp4Values[q] (OCP Microscaling MXFP4, as GGUF stores it).
+  kMXFP4,
 };
 
 struct DTypeInfo {

@@ -32,6 +32,8 @@
 //         the nibble order of GPTQ/AWQ's int32 words, stored row-major ([n_out, n_in], so
 //         rows shard like every other type). model/format/int4_checkpoint.h repacks GPTQ and AWQ
 //         checkpoints into it exactly (scales and zeros are copied, never re-rounded).
+//   MXFP4: e8m0 exponent e + 16 bytes of E2M1 nibbles in Q4_0's order: x = 2^(e - 128) *
+//         kMxfp4Values[q] (OCP Microscaling; GGUF type 39).
 //   F8_E4M3_B128 (Cascade's own): 128 elements with one f32 scale d and 128 E4M3 codes
 //         (core/fp8.h): x = d * e4m3(q). model/format/fp8_checkpoint.h repacks FP8
 //         checkpoints into it exactly (their scales are f32 and are copied).
@@ -121,6 +123,10 @@ struct BlockI4G128 {
   uint16_t z;
   uint32_t qs[kQG / 8];
 };
+struct BlockMXFP4 {
+  uint8_t e;       // E8M0 shared exponent.
+  uint8_t qs[16];  // E2M1 codes: element j in the low nibble of qs[j], j + 16 in the high.
+};
 struct BlockF8E4M3B128 {
   float d;
   uint8_t qs[128];  // E4M3 codes (core/fp8.h).
@@ -142,9 +148,23 @@ static_assert(sizeof(BlockQ5_K) == 176);
 static_assert(sizeof(BlockIQ4_NL) == 18);
 static_assert(sizeof(BlockIQ4_XS) == 136);
 static_assert(sizeof(BlockF8E4M3B128) == 132);
+static_assert(sizeof(BlockMXFP4) == 17);
 
 // The 16 values of IQ4_NL / IQ4_XS quants (ggml's `kvalues_iq4nl`).
 inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+// The 16 E2M1 values of MXFP4 codes, doubled (ggml's `kvalues_mxfp4`): 0, 0.5, 1, 1.5, 2,
+// 3, 4, 6 and their negatives; the block's scale carries the half (Mxfp4Scale).
+inline constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+// 2^(e - 128): an E8M0 exponent's value (2^(e - 127)) halved for the doubled codes (ggml's
+// GGML_E8M0_TO_FP32_HALF; e = 0 and 1 are f32 subnormals).
+inline float Mxfp4Scale(uint8_t e) {
+  const uint32_t bits = e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23;
+  float f;
+  __builtin_memcpy(&f, &bits, 4);
+  return f;
+}
 
 // The 16 6-bit scales of a Q3_K super-block, unsigned (subtract 32 for the signed scale):
 // scale g keeps its low 4 bits in a nibble of scales[g % 8] (the low one for g < 8) and its

@@ -150,6 +150,13 @@ void DecodeQ3_K(const uint8_t* row, int64_t b, BlockCodes* out) {
   SetScales(out, d0, -4.0f * d0, d1, -4.0f * d1);
 }
 
+void DecodeMXFP4(const uint8_t* row, int64_t b, BlockCodes* out) {
+  const auto& x = reinterpret_cast<const BlockMXFP4*>(row)[b];
+  SplitNibbles(x.qs, out->code);
+  const float d = Mxfp4Scale(x.e);
+  SetScales(out, d, 0.0f, d, 0.0f);
+}
+
 void DecodeIQ4_XS(const uint8_t* row, int64_t b, BlockCodes* out) {
   int s;
   const auto& x = SuperBlock<BlockIQ4_XS>(row, b, &s);
@@ -174,6 +181,7 @@ void DecodeBlock(DType dtype, const uint8_t* row, int64_t b, BlockCodes* out) {
     case DType::kQ6_K: DecodeQ6_K(row, b, out); return;
     case DType::kIQ4_NL: DecodeIQ4_NL(row, b, out); return;
     case DType::kIQ4_XS: DecodeIQ4_XS(row, b, out); return;
+    case DType::kMXFP4: DecodeMXFP4(row, b, out); return;
     default: return;
   }
 }

@@ -2,7 +2,8 @@
 // element codes (unsigned, 4 to 6 bits) and, per 16-element half, a scale and an offset, so
 // that element e is
 //     x[e] = d[e / 16] * V(code[e]) + m[e / 16],
-// with V(c) = c for the linear types and V(c) = kIq4nlValues[c] (m = 0) for IQ4_NL / IQ4_XS.
+// with V(c) = c for the linear types and V(c) = table[c] (m = 0) for the table types:
+// kIq4nlValues for IQ4_NL / IQ4_XS, kMxfp4Values for MXFP4.
 // Scales are the products ggml itself forms in f32 (d * sc, dmin * mn), so dequantizing from
 // this form gives the file's values. The packer (packed_weight.cc) and the scalar
 // dequantizer (quantize.cc) both read blocks through it, so the bit layouts live in one place.
@@ -13,6 +14,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "core/quant_blocks.h"
 
 namespace cascade::kernels::cpu {
 
@@ -24,11 +26,11 @@ struct BlockCodes {
 
 // How a dtype's codes are represented (see packed_weight.h for the packed layout).
 struct CodeFormat {
-  int bits = 4;             // Bits per code: 4, 5 or 6.
-  bool lut = false;         // V is the IQ4_NL table.
-  bool sub16 = false;       // d/m differ between the halves (the 16-element group types).
-  bool stored_min = false;  // m is free; otherwise m = min_factor * d.
-  float min_factor = 0.0f;  // For !stored_min (0 for the table types).
+  int bits = 4;                   // Bits per code: 4, 5 or 6.
+  const int8_t* table = nullptr;  // V: a 16-entry table (core/quant_blocks.h); null: V(c) = c.
+  bool sub16 = false;             // d/m differ between the halves (the 16-element group types).
+  bool stored_min = false;        // m is free; otherwise m = min_factor * d.
+  float min_factor = 0.0f;        // For !stored_min (0 for the table types).
 };
 
 // The dtypes DecodeBlock reads, as an X-macro (kernel tables, explicit instantiations).
@@ -36,7 +38,7 @@ struct CodeFormat {
 #define CASCADE_FOR_EACH_CODE_DTYPE(X)                                                   \
   X(DType::kQ4_0) X(DType::kQ4_1) X(DType::kQ5_0) X(DType::kQ5_1) X(DType::kQ2_K)        \
   X(DType::kQ3_K) X(DType::kQ4_K) X(DType::kQ5_K) X(DType::kQ6_K) X(DType::kIQ4_NL)      \
-  X(DType::kIQ4_XS)
+  X(DType::kIQ4_XS) X(DType::kMXFP4)
 // clang-format on
 
 // Whether DecodeBlock reads `dtype` (one of CASCADE_FOR_EACH_CODE_DTYPE).
@@ -60,7 +62,8 @@ constexpr CodeFormat CodeFormatOf(DType dtype) {
     case DType::kQ3_K: return {.bits = 4, .sub16 = true, .min_factor = -4.0f};
     case DType::kQ2_K: return {.bits = 4, .sub16 = true, .stored_min = true};
     case DType::kIQ4_NL:
-    case DType::kIQ4_XS: return {.bits = 4, .lut = true};
+    case DType::kIQ4_XS: return {.bits = 4, .table = kIq4nlValues};
+    case DType::kMXFP4: return {.bits = 4, .table = kMxfp4Values};
     default: return {};
   }
 }

@@ -79,6 +79,7 @@ class CpuBackend final : public Backend {
     }
     if (!cpu::PackedLayoutPreferred(weight.dtype)) return std::make_unique<PreparedWeight>(weight);
     absl::StatusOr<cpu::PackedWeight> packed = cpu::PackedWeight::Pack(weight);
+    if (absl::IsUnimplemented(packed.status())) return std::make_unique<PreparedWeight>(weight);  // Read as is.
     if (!packed.ok()) return packed.status();
     return std::make_unique<CpuPackedWeight>(weight, *std::move(packed));
   }

@@ -37,7 +37,7 @@ using GemmFn = void (*)(const GemmArgs& args, int64_t row_begin, int64_t row_end
 // Quantizes x [n] (n a multiple of 32) to quants [n], scales and sums [n / 32].
 using QuantQ8BlockFn = void (*)(const float* x, int64_t n, int8_t* q, float* d, float* s);
 
-inline constexpr int kNumDTypes = static_cast<int>(DType::kF8_E4M3_B128) + 1;  // Every DType.
+inline constexpr int kNumDTypes = static_cast<int>(DType::kMXFP4) + 1;  // Every DType.
 
 // Null entries fall back to the next lower ISA's kernel.
 struct KernelTable {

@@ -35,9 +35,9 @@ inline void UnpackBlock(const uint8_t* q, int16_t v[32][kPackRows]) {
         const uint8_t byte = q[64 * k + 4 * i + j];
         int lo = (byte & 0x0f) | PackedHighBits(q, f.bits, i, 0, k, j) << 4;
         int hi = (byte >> 4) | PackedHighBits(q, f.bits, i, 1, k, j) << 4;
-        if constexpr (f.lut) {
-          lo = kIq4nlValues[lo];
-          hi = kIq4nlValues[hi];
+        if constexpr (f.table != nullptr) {
+          lo = f.table[lo];
+          hi = f.table[hi];
         }
         v[4 * k + j][i] = static_cast<int16_t>(lo);
         v[16 + 4 * k + j][i] = static_cast<int16_t>(hi);

@@ -28,7 +28,8 @@ struct PackedLayout {
       kQuant + (PackedWeight::ScaleVectors(D) + PackedWeight::MinVectors(D)) * 32;
   // x = d * u + factor * d for the u8 operand u when the min is not stored (Q8_0 and IQ4
   // are stored + 128); 1 when the offset vector is the stored min itself.
-  static constexpr float kOffsetFactor = kStoredMin ? 1.0f : (kQ8 || kFormat.lut ? -128.0f : kFormat.min_factor);
+  static constexpr float kOffsetFactor =
+      kStoredMin ? 1.0f : (kQ8 || kFormat.table != nullptr ? -128.0f : kFormat.min_factor);
 };
 
 // Unpacks one block into w[0..7]: w[k] = elements 4k..4k+3, w[4 + k] = 16+4k..16+4k+3, of
@@ -39,9 +40,12 @@ struct BlockUnpacker {
   const __m512i low4 = _mm512_set1_epi8(0x0f);
   const __m512i lut = _mm512_broadcast_i32x4(TableU8());
 
+  // The table types' values + 128 (the u8 operand); unused by the others.
   static __m128i TableU8() {
-    alignas(16) uint8_t t[16];
-    for (int i = 0; i < 16; ++i) t[i] = static_cast<uint8_t>(kIq4nlValues[i] + 128);
+    alignas(16) uint8_t t[16] = {};
+    if constexpr (L::kFormat.table != nullptr) {
+      for (int i = 0; i < 16; ++i) t[i] = static_cast<uint8_t>(L::kFormat.table[i] + 128);
+    }
     return _mm_load_si128(reinterpret_cast<const __m128i*>(t));
   }
 
@@ -72,7 +76,7 @@ struct BlockUnpacker {
           lo = _mm512_ternarylogic_epi32(lo, slo, m30, 0xf8);
           hi = _mm512_ternarylogic_epi32(hi, shi, m30, 0xf8);
         }
-        if constexpr (L::kFormat.lut) {
+        if constexpr (L::kFormat.table != nullptr) {
           lo = _mm512_shuffle_epi8(lut, lo);
           hi = _mm512_shuffle_epi8(lut, hi);
         }

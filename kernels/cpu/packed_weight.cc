@@ -62,6 +62,12 @@ absl::Status PackCodeGroup(DType dtype, const uint8_t* src, int64_t row_bytes, i
         }
       }
       for (int h = 0; h < halves; ++h) {
+        // MXFP4's power-of-two scales span 2^-128..2^127: those f16 cannot hold exactly
+        // leave the weight unpacked (its kernels read the file's exponents as they are).
+        if (dtype == DType::kMXFP4 && F16ToF32(F32ToF16(c.d[h])) != c.d[h]) {
+          return absl::UnimplementedError(absl::StrCat("PackedWeight: row ", r0 + i, " has an MXFP4 scale ", c.d[h],
+                                                       " that f16 does not hold exactly"));
+        }
         CASCADE_RETURN_IF_ERROR(ToF16(c.d[h], r0 + i, &d[(b * halves + h) * kPackRows + i]));
         if (f.stored_min) CASCADE_RETURN_IF_ERROR(ToF16(c.m[h], r0 + i, &m[(b * halves + h) * kPackRows + i]));
       }
@@ -137,7 +143,7 @@ void PackedWeight::DequantizeRow(int64_t r, float* out) const {
       const int s = static_cast<int>((b * halves + (halves == 2 ? h : 0)) * kPackRows + i);
       const float db = F16ToF32(d[s]);
       const float off = f.stored_min ? F16ToF32(m[s]) : f.min_factor * db;
-      out[e] = f.lut ? db * kIq4nlValues[code] : db * static_cast<float>(code) + off;
+      out[e] = f.table != nullptr ? db * f.table[code] : db * static_cast<float>(code) + off;
     }
   }
 }

@@ -110,12 +110,12 @@ void DequantQ6_K(const BlockQ6_K* x, float* y, int64_t nb) {
 
 // The other block types through their common decoded form (block_codes.h).
 void DequantCodes(DType dtype, const void* src, float* y, int64_t n) {
-  const bool lut = CodeFormatOf(dtype).lut;
+  const int8_t* table = CodeFormatOf(dtype).table;
   BlockCodes c;
   for (int64_t b = 0; b < n / kQK; ++b, y += kQK) {
     DecodeBlock(dtype, static_cast<const uint8_t*>(src), b, &c);
     for (int e = 0; e < kQK; ++e) {
-      const float v = lut ? static_cast<float>(kIq4nlValues[c.code[e]]) : static_cast<float>(c.code[e]);
+      const float v = table != nullptr ? static_cast<float>(table[c.code[e]]) : static_cast<float>(c.code[e]);
       y[e] = c.d[e / 16] * v + c.m[e / 16];
     }
   }
@@ -182,6 +182,27 @@ void QuantQ4_1(const float* x, BlockQ4_1* y, int64_t nb) {
 
 // Round-to-nearest over each group's range, with an integer zero point (as GPTQ's RTN
 // baseline and AWQ's zero-point mode do): d = (max - min) / 15, z = round(-min / d).
+// As gguf-py's MXFP4.quantize_blocks: the exponent e = floor(log2(amax)) - 2 + 127 (so the
+// largest value lands near 6, E2M1's largest), then each element's nearest table value.
+void QuantMXFP4(const float* x, BlockMXFP4* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += kQK) {
+    float amax = 0.0f;
+    for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const int e = amax > 0.0f ? std::clamp(static_cast<int>(std::floor(std::log2(amax))) - 2 + 127, 0, 255) : 0;
+    y[i].e = static_cast<uint8_t>(e);
+    const float d = Mxfp4Scale(y[i].e);
+    uint8_t q[kQK];
+    for (int j = 0; j < kQK; ++j) {
+      int best = 0;
+      for (int c = 1; c < 16; ++c) {
+        if (std::fabs(d * kMxfp4Values[c] - x[j]) < std::fabs(d * kMxfp4Values[best] - x[j])) best = c;
+      }
+      q[j] = static_cast<uint8_t>(best);
+    }
+    for (int j = 0; j < kQK / 2; ++j) y[i].qs[j] = static_cast<uint8_t>(q[j] | q[j + kQK / 2] << 4);
+  }
+}
+
 // The scale maps the block's largest magnitude to E4M3's largest, 448 (as FP8 quantizers do).
 void QuantF8E4M3B128(const float* x, BlockF8E4M3B128* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += 128) {
@@ -402,6 +423,7 @@ absl::Status QuantizeRow(DType dtype, const float* src, void* dst, int64_t n) {
     case DType::kQ8_K: QuantQ8_K(src, static_cast<BlockQ8_K*>(dst), nb); return absl::OkStatus();
     case DType::kI4_G128: QuantI4G128(src, static_cast<BlockI4G128*>(dst), nb); return absl::OkStatus();
     case DType::kF8_E4M3_B128: QuantF8E4M3B128(src, static_cast<BlockF8E4M3B128*>(dst), nb); return absl::OkStatus();
+    case DType::kMXFP4: QuantMXFP4(src, static_cast<BlockMXFP4*>(dst), nb); return absl::OkStatus();
     default:
       return absl::UnimplementedError(absl::StrCat("QuantizeRow: unsupported dtype ", std::string(DTypeName(dtype))));
   }

@@ -83,7 +83,8 @@ static_assert(cuda::kWQ4_K == static_cast<int>(DType::kQ4_K) && cuda::kWQ6_K == 
 static_assert(cuda::kWQ5_0 == static_cast<int>(DType::kQ5_0) && cuda::kWIQ4_XS == static_cast<int>(DType::kIQ4_XS));
 static_assert(cuda::kWQ8_0 == static_cast<int>(DType::kQ8_0) && cuda::kWQ4_0 == static_cast<int>(DType::kQ4_0));
 static_assert(cuda::kWF16 == static_cast<int>(DType::kF16) && cuda::kWBF16 == static_cast<int>(DType::kBF16));
-static_assert(cuda::kWF8B128 == static_cast<int>(DType::kF8_E4M3_B128));
+static_assert(cuda::kWF8B128 == static_cast<int>(DType::kF8_E4M3_B128) &&
+              cuda::kWMXFP4 == static_cast<int>(DType::kMXFP4));
 
 // Dense types, Q8_0, I4_G128, F8_E4M3_B128 and every block-code type (decoded in
 // registers: cuda_kernels.cu).

@@ -54,12 +54,13 @@ __host__ __device__ constexpr int64_t BlockBytes(int code) {
     case kWIQ4_NL: return 18;
     case kWIQ4_XS: return 136;
     case kWF8B128: return 132;
+    case kWMXFP4: return 17;
     default: return 2;
   }
 }
 // The codes decoded by CodeValue below (every block type but Q8_0, Q4_0, Q4_1, I4_G128).
 __host__ __device__ constexpr bool CodeTypeCode(int code) {
-  return SuperBlockCode(code) || code == kWQ5_0 || code == kWQ5_1 || code == kWIQ4_NL;
+  return SuperBlockCode(code) || code == kWQ5_0 || code == kWQ5_1 || code == kWIQ4_NL || code == kWMXFP4;
 }
 __host__ __device__ inline int64_t RowBytes(int code, int64_t n) { return n / BlockElems(code) * BlockBytes(code); }
 
@@ -69,6 +70,7 @@ __device__ __forceinline__ uint32_t I4Word(const uint8_t* block, int w) {
 }
 
 __constant__ int8_t kIq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+__constant__ int8_t kMxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 // Element j of a 32-element block in Q4_0's nibble order (qs[j] low = j, high = j + 16).
 __device__ __forceinline__ int Nibble(const uint8_t* qs, int j) { return j < 16 ? qs[j] & 0x0f : qs[j - 16] >> 4; }
@@ -83,7 +85,7 @@ __device__ __forceinline__ void ScaleMinK4(const uint8_t* sc, int s, int* scale,
   }
 }
 
-// Element i of a row of the Q5_0 / Q5_1 / IQ4_NL / K / IQ4_XS types, from the bit layouts of
+// Element i of a row of the Q5_0 / Q5_1 / IQ4_NL / MXFP4 / K / IQ4_XS types, from the bit layouts of
 // core/quant_blocks.h (the same decoding as kernels/cpu/block_codes.cc, element by element).
 __device__ float CodeValue(const uint8_t* row, int code, int64_t i) {
   const int64_t c = i / 32;
@@ -97,6 +99,12 @@ __device__ float CodeValue(const uint8_t* row, int code, int64_t i) {
   if (code == kWIQ4_NL) {
     const uint8_t* b = row + c * 18;
     return Half(b) * static_cast<float>(kIq4nl[Nibble(b + 2, j)]);
+  }
+  if (code == kWMXFP4) {  // 2^(e - 128) * the doubled E2M1 value (core/quant_blocks.h).
+    const uint8_t* b = row + c * 17;
+    const uint32_t e = b[0];
+    const float d = __uint_as_float(e < 2 ? 0x00200000u << e : (e - 1) << 23);
+    return d * static_cast<float>(kMxfp4[Nibble(b + 1, j)]);
   }
   const uint8_t* sb = row + (c / 8) * BlockBytes(code);
   const int s = static_cast<int>(c % 8), g = 2 * s + j / 16;  // Sub-block of 32, group of 16.

@@ -35,6 +35,7 @@ enum WeightCode : int {
   kWIQ4_NL = 16,
   kWIQ4_XS = 17,
   kWF8B128 = 19,  // F8_E4M3_B128: f32 scale + 128 E4M3 codes (core/fp8.h).
+  kWMXFP4 = 20,   // E8M0 exponent + 16 bytes of E2M1 nibbles.
 };
 
 // out[r, :] = in[r, :] * w / rms(in[r, :]); one block per row.

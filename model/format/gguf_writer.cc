@@ -38,6 +38,7 @@ std::optional<uint32_t> GgmlTypeId(DType dtype) {
     case DType::kQ8_K: return 15;
     case DType::kI32: return 26;
     case DType::kBF16: return 30;
+    case DType::kMXFP4: return 39;
     case DType::kI4_G128:  // Cascade's own layouts; GGUF has none.
     case DType::kF8_E4M3:
     case DType::kF8_E4M3_B128: return std::nullopt;

@@ -105,6 +105,7 @@ std::vector<uint8_t> RandomBlocks(DType dtype, int64_t n_out, int64_t n_in, uint
     case DType::kQ2_K: f16_fields = {80, 82}; break;
     case DType::kQ3_K: f16_fields = {108}; break;
     case DType::kQ6_K: f16_fields = {208}; break;
+    case DType::kMXFP4: break;         // An E8M0 exponent, set below.
     default: f16_fields = {0}; break;  // Q5_0, IQ4_NL, IQ4_XS.
   }
   std::mt19937 rng(seed);
@@ -112,6 +113,7 @@ std::vector<uint8_t> RandomBlocks(DType dtype, int64_t n_out, int64_t n_in, uint
   for (auto& b : w) b = static_cast<uint8_t>(rng());
   std::uniform_real_distribution<float> scale(0.5e-3f, 4e-3f);
   for (size_t b = 0; b < w.size() / BlockBytes(dtype); ++b) {
+    if (dtype == DType::kMXFP4) w[b * BlockBytes(dtype)] = static_cast<uint8_t>(110 + rng() % 20);  // 2^-18..2^1.
     for (int off : f16_fields) {
       const uint16_t h = F32ToF16(scale(rng));
       std::memcpy(w.data() + b * BlockBytes(dtype) + off, &h, 2);
@@ -337,14 +339,16 @@ TEST_F(CudaBackendTest, TunedQuantizedGemmMatchesDoublePrecision) {
   }
 }
 
-// The K types, Q5_0/Q5_1 and the IQ4 types, dequantized in registers by the GEMV kernel
-// and by the dequantize-then-GEMM path (40 tokens), and by the embedding lookup.
+// The K types, Q5_0/Q5_1, the IQ4 types and MXFP4 (and FP8's blocks), dequantized in
+// registers by the GEMV kernel and by the dequantize-then-GEMM path (40 tokens), and by the
+// embedding lookup.
 TEST_F(CudaBackendTest, EveryGgufBlockTypeMatchesDoublePrecision) {
   const int64_t n_out = 100, n_in = 512;
   for (DType dtype : {DType::kQ4_K, DType::kQ6_K, DType::kQ5_0, DType::kQ5_1, DType::kQ2_K, DType::kQ3_K, DType::kQ5_K,
-                      DType::kIQ4_NL, DType::kIQ4_XS}) {
+                      DType::kIQ4_NL, DType::kIQ4_XS, DType::kMXFP4, DType::kF8_E4M3_B128}) {
     std::vector<float> decoded;
-    const std::vector<uint8_t> w = RandomBlocks(dtype, n_out, n_in, 21, &decoded);
+    const std::vector<uint8_t> w = dtype == DType::kF8_E4M3_B128 ? RandomWeights(dtype, n_out, n_in, 21, &decoded)
+                                                                 : RandomBlocks(dtype, n_out, n_in, 21, &decoded);
     DeviceBuffer dw = Up(w.data(), w.size());
     for (int64_t n_tokens : {1, 3, 8, 17, 40}) {
       const std::vector<float> x = Random(n_tokens * n_in, 22 + n_tokens);

@@ -25,6 +25,7 @@
 #include "core/half.h"
 #include "kernels/cpu/quantize.h"
 #include "kernels/cpu_features.h"
+#include "kernels/ops.h"
 #include "tests/test_support.h"
 
 namespace cascade::kernels::cpu {
@@ -124,6 +125,15 @@ std::vector<double> NaiveDequant(DType dtype, const uint8_t* p, int64_t n) {
           const uint8_t* word = p + 4 + 4 * (e / 8);
           const uint32_t bits = word[0] | (word[1] << 8) | (word[2] << 16) | (static_cast<uint32_t>(word[3]) << 24);
           y[128 * g + e] = H(p) * (static_cast<double>((bits >> (4 * (e % 8))) & 15) - H(p + 2));
+        }
+      }
+      break;
+    case DType::kMXFP4:  // 17 bytes: E8M0 e, 16 bytes of E2M1 nibbles (Q4_0's order); x = 2^(e-127) e2m1(q).
+      for (int64_t b = 0; b < n / 32; ++b, p += 17) {
+        static constexpr double kE2M1[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+        for (int j = 0; j < 32; ++j) {
+          const int q = j < 16 ? (p[1 + j] & 15) : (p[1 + j - 16] >> 4);
+          y[32 * b + j] = std::ldexp(1.0, p[0] - 127) * (q & 8 ? -kE2M1[q & 7] : kE2M1[q & 7]);
         }
       }
       break;
@@ -250,8 +260,8 @@ void RunCase(const Case& c) {
 
 std::vector<Case> Cases() {
   std::vector<Case> cases;
-  const DType dtypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,    DType::kQ4_0,
-                          DType::kQ4_1, DType::kQ4_K, DType::kQ6_K, DType::kI4_G128, DType::kF8_E4M3_B128};
+  const DType dtypes[] = {DType::kF32,  DType::kF16,  DType::kBF16,    DType::kQ8_0,         DType::kQ4_0, DType::kQ4_1,
+                          DType::kQ4_K, DType::kQ6_K, DType::kI4_G128, DType::kF8_E4M3_B128, DType::kMXFP4};
   for (DType d : dtypes) {
     for (CpuIsa isa : kAllCpuIsas) {
       if (!CpuSupportsIsa(isa)) continue;
@@ -326,6 +336,36 @@ TEST(LinearTest, PackedRowsDequantizeExactly) {
   EXPECT_STATUS_CODE(PackedWeight::Pack(TensorView(buf.data(), DType::kI4_G128, {2, 256})).status(), kUnimplemented);
   EXPECT_STATUS_CODE(PackedWeight::Pack(TensorView(buf.data(), DType::kF32, {2, 64})).status(), kUnimplemented);
   EXPECT_STATUS_CODE(PackedWeight::Pack(TensorView(buf.data(), DType::kQ8_0, {2, 2, 64})).status(), kInvalidArgument);
+}
+
+// MXFP4's scales are powers of two from 2^-128: those f16 cannot hold exactly leave the
+// weight unpacked (Pack says Unimplemented, and the CPU backend then reads the rows as they
+// are), so no scale is rounded.
+TEST(LinearTest, Mxfp4ScalesOutsideF16StayUnpacked) {
+  std::vector<uint8_t> w(RowBytes(DType::kMXFP4, 64) * 2);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<uint8_t>(0x21 * i);
+  w[0] = 120;   // 2^-8: f16 holds it.
+  w[17] = 120;  // Row 0, block 1.
+  w[34] = 1;    // Row 1, block 0: 2^-127.
+  w[51] = 120;
+  const TensorView weight(w.data(), DType::kMXFP4, {2, 64});
+  EXPECT_STATUS_CODE(PackedWeight::Pack(weight).status(), kUnimplemented);
+  w[34] = 120;
+  EXPECT_TRUE(PackedWeight::Pack(weight).ok());
+  w[34] = 1;
+  auto backend = kernels::MakeCpuBackend({.n_threads = 1});
+  auto prepared = backend->PrepareWeight(weight);
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
+  EXPECT_TRUE((*prepared)->reads_source()) << "borrowed as is, not packed";
+  std::vector<float> x(64, 1.0f), out(2);
+  ASSERT_TRUE(backend
+                  ->Linear(TensorView(out.data(), DType::kF32, {1, 2}), TensorView(x.data(), DType::kF32, {1, 64}),
+                           **prepared, TensorView())
+                  .ok());
+  const std::vector<double> row1 = NaiveDequant(DType::kMXFP4, w.data() + RowBytes(DType::kMXFP4, 64), 64);
+  double want = 0;
+  for (double v : row1) want += v;
+  EXPECT_NEAR(out[1], want, 1e-6 * std::fabs(want) + 1e-30);
 }
 
 TEST(LinearTest, AllDTypesAllIsasAgainstNaiveReference) {

@@ -80,7 +80,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{DType::kQ8_0, 3e-2, false, false, 1, false, true}, Case{DType::kF32, 1e-4, false, true},
                       Case{DType::kF16, 1e-4}, Case{DType::kBF16, 1e-4}, Case{DType::kQ8_0, 3e-2},
                       Case{DType::kQ4_0, 3e-2, false, false, 2}, Case{DType::kQ4_1, 3e-2}, Case{DType::kQ4_K, 3e-2},
-                      Case{DType::kQ6_K, 3e-2, true},
+                      Case{DType::kQ6_K, 3e-2, true}, Case{DType::kMXFP4, 3e-2},
                       // Tied and packed (on AVX-512): the embedding lookup reads the LM head's packed rows.
                       Case{DType::kQ8_0, 3e-2, true}, Case{DType::kQ4_1, 3e-2, true, false, 2}));
 

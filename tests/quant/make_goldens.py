@@ -20,8 +20,10 @@ from gguf.quants import dequantize
 F16_FIELDS = {
     "Q8_0": [0], "Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2],
     "Q2_K": [80, 82], "Q3_K": [108], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208],
-    "IQ4_NL": [0], "IQ4_XS": [0],
+    "IQ4_NL": [0], "IQ4_XS": [0], "MXFP4": [],
 }
+# Byte offsets of E8M0 exponent fields, set to exponents of realistic weights (2^-18..2^2).
+E8M0_FIELDS = {"MXFP4": [0]}
 # (n_out, n_in): a padded row group, and one large enough to split over threads.
 SHAPES = [(37, 512), (300, 1024)]
 
@@ -38,6 +40,8 @@ def main(out_dir):
             for off in fields:
                 scale = rng.uniform(0.5e-3, 4e-3, size=n_blocks).astype(np.float16)
                 raw[:, off:off + 2] = scale.view(np.uint8).reshape(n_blocks, 2)
+            for off in E8M0_FIELDS.get(name, []):
+                raw[:, off] = rng.integers(110, 131, size=n_blocks, dtype=np.uint8)
             rows = raw.reshape(n_out, -1)
             values = dequantize(rows, qtype).astype("<f4")
             assert values.shape == (n_out, n_in), values.shape

@@ -1,5 +1,5 @@
 // Every GGUF block type the CPU runs (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K,
-// Q6_K, IQ4_NL, IQ4_XS), against an independent dequantizer: the `gguf` package on PyPI
+// Q6_K, IQ4_NL, IQ4_XS, MXFP4), against an independent dequantizer: the `gguf` package on PyPI
 // (llama.cpp's gguf-py), run by tests/quant/make_goldens.py over random blocks (the ctest
 // fixture `quant_goldens` writes them to $CASCADE_QUANT_GOLDENS). For each type and shape:
 //  * the scalar DequantizeRow equals gguf's values (to f32 rounding);
@@ -36,8 +36,9 @@ namespace {
     ASSERT_TRUE(s_.ok()) << s_;                                            \
   } while (0)
 
-constexpr DType kTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,   DType::kQ2_K,
-                            DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kIQ4_NL, DType::kIQ4_XS};
+constexpr DType kTypes[] = {DType::kQ8_0,   DType::kQ4_0,   DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,
+                            DType::kQ2_K,   DType::kQ3_K,   DType::kQ4_K, DType::kQ5_K, DType::kQ6_K,
+                            DType::kIQ4_NL, DType::kIQ4_XS, DType::kMXFP4};
 constexpr int64_t kShapes[][2] = {{37, 512}, {300, 1024}};
 
 struct Golden {
