@@ -4,7 +4,10 @@
 #include <cmath>
 #include <numeric>
 
+#include <gtest/gtest.h>
+
 #include "core/status.h"
+#include "model/local_engine.h"
 
 namespace cascade::testing {
 
@@ -50,6 +53,23 @@ absl::StatusOr<Trace> Generate(model::Transformer& t, const std::vector<int32_t>
     tokens = {trace.ids.back()};
   }
   return trace;
+}
+
+std::vector<int32_t> LocalGreedy(const std::string& path, const std::vector<int32_t>& prompt, int n) {
+  model::LocalEngineOptions options;
+  options.n_threads = 2;
+  options.kv_dtype = DType::kF32;
+  auto engine = model::LocalEngine::Create(path, options);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  if (!engine.ok()) return {};
+  model::GenerateRequest request;
+  request.prompt_ids = prompt;
+  request.max_tokens = n;
+  request.sampling.temperature = 0;
+  request.stops.ignore_eos = true;
+  auto result = (*engine)->Generate(request);
+  EXPECT_TRUE(result.ok()) << result.status();
+  return result.ok() ? result->token_ids : std::vector<int32_t>{};
 }
 
 }  // namespace cascade::testing

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -27,5 +28,10 @@ double RelL2(const std::vector<float>& ref, const std::vector<float>& got);
 // Prefills `prompt`, then decodes `n_decode` greedy tokens, over a KV cache of 4 blocks of
 // 16 (from t's backend) with a non-contiguous block table: 64 positions at most.
 absl::StatusOr<Trace> Generate(model::Transformer& t, const std::vector<int32_t>& prompt, int n_decode);
+
+// `cascade run`'s greedy ids for `n` tokens after `prompt` from the model at `path` (a
+// LocalEngine on 2 threads, f32 KV cache, EOS ignored); empty, with a test failure, on an
+// error.
+std::vector<int32_t> LocalGreedy(const std::string& path, const std::vector<int32_t>& prompt, int n);
 
 }  // namespace cascade::testing

@@ -1,5 +1,7 @@
 #include "tests/safetensors_writer.h"
 
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 namespace cascade::testing {
@@ -23,6 +25,14 @@ std::string SafetensorsBytes(const std::vector<SafetensorsEntry>& entries, bool 
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
   return SafetensorsFileBytes(text, data);
+}
+
+std::string WriteHfDirectory(const std::string& dir, const std::string& config_json,
+                             const std::vector<SafetensorsEntry>& entries) {
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/config.json") << config_json;
+  std::ofstream(dir + "/model.safetensors", std::ios::binary) << SafetensorsBytes(entries);
+  return dir;
 }
 
 }  // namespace cascade::testing

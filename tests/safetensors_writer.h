@@ -22,6 +22,11 @@ std::string SafetensorsFileBytes(const std::string& header, const std::string& d
 // A valid file holding `entries` (with a `__metadata__` entry when asked).
 std::string SafetensorsBytes(const std::vector<SafetensorsEntry>& entries, bool with_metadata = true);
 
+// Writes a Hugging Face directory `dir` (created): config.json holding `config_json` and one
+// model.safetensors of `entries`. Returns `dir`.
+std::string WriteHfDirectory(const std::string& dir, const std::string& config_json,
+                             const std::vector<SafetensorsEntry>& entries);
+
 // The bytes of a vector, for SafetensorsEntry::data.
 template <typename T>
 std::string RawBytes(const std::vector<T>& v) {

@@ -30,11 +30,7 @@ using testing::TempDir;
 
 std::string WriteCheckpoint(const TempDir& dir, const std::string& name, const Json& q,
                             const std::vector<SafetensorsEntry>& entries) {
-  const std::string d = dir.path() + "/" + name;
-  std::filesystem::create_directories(d);
-  std::ofstream(d + "/config.json") << Json{{"quantization_config", q}}.dump();
-  std::ofstream(d + "/model.safetensors", std::ios::binary) << testing::SafetensorsBytes(entries);
-  return d;
+  return testing::WriteHfDirectory(dir.path() + "/" + name, Json{{"quantization_config", q}}.dump(), entries);
 }
 
 double Ocp(uint8_t q) {  // E4M3 by its definition: bias 7, exponent 0 subnormal.

@@ -42,11 +42,7 @@ using testing::TempDir;
 // A directory with config.json {"quantization_config": q} and one safetensors file.
 std::string WriteCheckpoint(const TempDir& dir, const std::string& name, const Json& q,
                             const std::vector<SafetensorsEntry>& entries) {
-  const std::string d = dir.path() + "/" + name;
-  std::filesystem::create_directories(d);
-  std::ofstream(d + "/config.json") << Json{{"quantization_config", q}}.dump();
-  std::ofstream(d + "/model.safetensors", std::ios::binary) << testing::SafetensorsBytes(entries);
-  return d;
+  return testing::WriteHfDirectory(dir.path() + "/" + name, Json{{"quantization_config", q}}.dump(), entries);
 }
 
 // Every row of `name` read through the loader decodes to exactly m's values.

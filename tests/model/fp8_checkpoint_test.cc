@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "model/format/model_files.h"
-#include "model/local_engine.h"
+#include "tests/greedy_trace.h"
 #include "tests/model/naive_forward.h"
 #include "tests/random_model.h"
 #include "tests/test_support.h"
@@ -43,23 +43,6 @@ testing::RandomModelSpec Spec(const Fp8Case& c, Fp8Form form) {
     s.n_ff_expert = 128;
   }
   return s;
-}
-
-std::vector<int32_t> Greedy(const std::string& path, const std::vector<int32_t>& prompt, int n) {
-  LocalEngineOptions options;
-  options.n_threads = 2;
-  options.kv_dtype = DType::kF32;
-  auto engine = LocalEngine::Create(path, options);
-  EXPECT_TRUE(engine.ok()) << engine.status();
-  if (!engine.ok()) return {};
-  GenerateRequest request;
-  request.prompt_ids = prompt;
-  request.max_tokens = n;
-  request.sampling.temperature = 0;
-  request.stops.ignore_eos = true;
-  auto result = (*engine)->Generate(request);
-  EXPECT_TRUE(result.ok()) << result.status();
-  return result.ok() ? result->token_ids : std::vector<int32_t>{};
 }
 
 class Fp8CheckpointTest : public ::testing::TestWithParam<Fp8Case> {};
@@ -98,7 +81,7 @@ TEST_P(Fp8CheckpointTest, MatchesTheNaiveForwardOfItsValues) {
               kBound, moved);
 
   const std::vector<int32_t> prompt(ids.begin(), ids.begin() + 8);
-  EXPECT_EQ(Greedy(hf_dir, prompt, 32), Greedy(gguf, prompt, 32));
+  EXPECT_EQ(testing::LocalGreedy(hf_dir, prompt, 32), testing::LocalGreedy(gguf, prompt, 32));
 }
 
 INSTANTIATE_TEST_SUITE_P(Forms, Fp8CheckpointTest,

@@ -61,24 +61,6 @@ testing::RandomModelSpec Spec(const MoeCase& c) {
           .gptq_experts = c.gptq};
 }
 
-// Cascade's greedy ids for `n` tokens after `prompt` (f32 KV cache, EOS ignored).
-std::vector<int32_t> CascadeGreedy(const std::string& path, const std::vector<int32_t>& prompt, int n) {
-  LocalEngineOptions options;
-  options.n_threads = 2;
-  options.kv_dtype = DType::kF32;
-  auto engine = LocalEngine::Create(path, options);
-  EXPECT_TRUE(engine.ok()) << engine.status();
-  if (!engine.ok()) return {};
-  GenerateRequest request;
-  request.prompt_ids = prompt;
-  request.max_tokens = n;
-  request.sampling.temperature = 0;
-  request.stops.ignore_eos = true;
-  auto result = (*engine)->Generate(request);
-  EXPECT_TRUE(result.ok()) << result.status();
-  return result.ok() ? result->token_ids : std::vector<int32_t>{};
-}
-
 // Every generated id is the reference's argmax after the ids before it.
 void ExpectReferenceGreedy(const RefModel& ref, const std::vector<int32_t>& prompt, const std::vector<int32_t>& got) {
   ASSERT_FALSE(got.empty());
@@ -166,11 +148,11 @@ TEST_P(MoeModelTest, MatchesNaiveDoubleForwardFromBothFormats) {
   if (tc.bound > 1e-4) return;  // Quantized activations: greedy equality may break at a near-tie.
   // 32 greedy tokens from each format, each the reference's argmax.
   const std::vector<int32_t> prompt(ids.begin(), ids.begin() + 7);
-  const std::vector<int32_t> hf_greedy = CascadeGreedy(hf_dir, prompt, 32);
+  const std::vector<int32_t> hf_greedy = testing::LocalGreedy(hf_dir, prompt, 32);
   EXPECT_EQ(hf_greedy.size(), 32u);
   ExpectReferenceGreedy(ref, prompt, hf_greedy);
   if (with_gguf) {
-    EXPECT_EQ(CascadeGreedy(gguf_path, prompt, 32), hf_greedy);
+    EXPECT_EQ(testing::LocalGreedy(gguf_path, prompt, 32), hf_greedy);
   }
 }
 
