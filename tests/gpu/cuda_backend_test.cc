@@ -325,14 +325,7 @@ TEST_F(CudaBackendTest, TunedQuantizedGemmMatchesDoublePrecision) {
                       .ok());
       ASSERT_TRUE(gpu.Synchronize().ok());
     }
-    std::vector<double> exact(n_tokens * n_out);
-    for (int64_t t = 0; t < n_tokens; ++t) {
-      for (int64_t o = 0; o < n_out; ++o) {
-        double s = 0;
-        for (int64_t i = 0; i < n_in; ++i) s += static_cast<double>(x[t * n_in + i]) * decoded[o * n_in + i];
-        exact[t * n_out + o] = s;
-      }
-    }
+    const std::vector<double> exact = PartProduct(x, decoded, n_tokens, n_in, 0, n_out, {});
     const std::vector<float> got = Down(out, n_tokens * n_out);
     EXPECT_LT(RelL2(got, exact), 1e-2) << DTypeName(dtype);
     EXPECT_LT(RelL2(got, Down(ref_out, n_tokens * n_out)), 1e-2) << DTypeName(dtype);
@@ -357,14 +350,7 @@ TEST_F(CudaBackendTest, EveryGgufBlockTypeMatchesDoublePrecision) {
                                dw.View(dtype, {n_out, n_in}), TensorView())
                       .ok())
           << DTypeName(dtype);
-      std::vector<double> want(n_tokens * n_out);
-      for (int64_t t = 0; t < n_tokens; ++t) {
-        for (int64_t o = 0; o < n_out; ++o) {
-          double s = 0;
-          for (int64_t i = 0; i < n_in; ++i) s += static_cast<double>(x[t * n_in + i]) * decoded[o * n_in + i];
-          want[t * n_out + o] = s;
-        }
-      }
+      const std::vector<double> want = PartProduct(x, decoded, n_tokens, n_in, 0, n_out, {});
       // The GEMM path multiplies in f16 / bf16 after dequantizing: as those types' bound.
       EXPECT_LT(RelL2(Down(out, n_tokens * n_out), want), n_tokens > 16 ? 1e-2 : 1e-5)
           << DTypeName(dtype) << " tokens " << n_tokens;
