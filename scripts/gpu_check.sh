@@ -8,8 +8,10 @@
 # backend and the golden ids; NCCL TP with two GPUs), then cuda_bench (linear layers alone)
 # and gpu_model_bench (whole forwards: prefill and batch-1/32 decode tokens/s for SmolLM2
 # and a Llama-3-8B-shaped BF16 model, weight bandwidth against the measured copy
-# bandwidth; each with the reference and the tuned kernels and CUDA graphs; SKIP_8B=1 leaves
-# the 8B model out, QUANT=1 adds its Q8_0 and Q4_K_M forms and a MoE shape), then, with
+# bandwidth; a row each for the reference kernels, the tuned ones and CUDA graphs, beside the
+# copy roofline and, for BF16, the cuBLAS anchor of the same matrices in one CUDA graph;
+# SKIP_8B=1 leaves the 8B model out, QUANT=1 adds its Q8_0 and Q4_K_M forms and a MoE
+# shape), then, with
 # .gpu-cluster/ carried
 # (scripts/pack_gpu_cluster.sh), the real cluster on cuda:0 (scripts/gpu_cluster_check.sh),
 # and writes logs and JSON under $OUT.
