@@ -73,6 +73,20 @@ absl::Status CheckLinearParts(std::span<const TensorView> outs, const TensorView
   return absl::OkStatus();
 }
 
+absl::Status Backend::CheckGatherColumns(const TensorView& out, const TensorView& in, std::span<const int32_t> cols) {
+  if (out.Rows() != in.Rows() || out.Cols() != static_cast<int64_t>(cols.size()) || out.dtype != DType::kF32 ||
+      in.dtype != DType::kF32) {
+    return absl::InvalidArgumentError(
+        StrCat("GatherColumns: out ", out.ShapeString(), " for ", cols.size(), " columns of in ", in.ShapeString()));
+  }
+  for (int32_t c : cols) {
+    if (c < 0 || c >= in.Cols()) {
+      return absl::InvalidArgumentError(StrCat("GatherColumns: column ", c, " is outside [0, ", in.Cols(), ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Backend::LinearBatch(std::span<const LinearJob> jobs) {
   for (const LinearJob& job : jobs) CASCADE_RETURN_IF_ERROR(LinearParts(job.outs, job.in, *job.weight, {}));
   return absl::OkStatus();

@@ -254,6 +254,15 @@ class Backend {
     return s.ok() ? WriteKv(cache, k, v, seqs) : s;
   }
 
+  // out [n, cols.size()] = the columns `cols` (host memory, each in [0, in.Cols())) of in
+  // [n, d], in that order: the activations of an act-order GPTQ weight (its inputs
+  // reordered by group). InvalidArgument for a column outside `in`.
+  virtual absl::Status GatherColumns(TensorView out, const TensorView& in, std::span<const int32_t> cols) {
+    return absl::UnimplementedError("GatherColumns: not on this backend");
+  }
+  // The shape and column checks every GatherColumns starts with.
+  static absl::Status CheckGatherColumns(const TensorView& out, const TensorView& in, std::span<const int32_t> cols);
+
   // out [n, d] = silu(gate) * up; gate and up [n, d]. `out` may alias `gate`.
   virtual absl::Status SiluMul(TensorView out, const TensorView& gate, const TensorView& up) = 0;
 

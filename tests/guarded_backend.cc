@@ -232,6 +232,11 @@ absl::Status GuardedBackend::Rope(TensorView x, std::span<const int32_t> positio
   return inner_->Rope(x, positions, params);
 }
 
+absl::Status GuardedBackend::GatherColumns(TensorView out, const TensorView& in, std::span<const int32_t> cols) {
+  Open open(this);
+  return inner_->GatherColumns(out, in, cols);
+}
+
 absl::Status GuardedBackend::SiluMul(TensorView out, const TensorView& gate, const TensorView& up) {
   Open open(this);
   return inner_->SiluMul(out, gate, up);

@@ -64,6 +64,7 @@ class GuardedBackend final : public kernels::Backend {
   absl::Status RmsNorm(TensorView out, const TensorView& in, const TensorView& weight, float eps) override;
   absl::Status Rope(TensorView x, std::span<const int32_t> positions, const kernels::RopeParams& params) override;
   absl::Status SiluMul(TensorView out, const TensorView& gate, const TensorView& up) override;
+  absl::Status GatherColumns(TensorView out, const TensorView& in, std::span<const int32_t> cols) override;
   absl::Status AddInPlace(TensorView out, const TensorView& in) override;
   absl::Status AddScaledRows(TensorView out, const TensorView& in, std::span<const int32_t> rows,
                              std::span<const float> scales) override;

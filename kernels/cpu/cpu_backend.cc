@@ -183,6 +183,17 @@ class CpuBackend final : public Backend {
     return absl::OkStatus();
   }
 
+  absl::Status GatherColumns(TensorView out, const TensorView& in, std::span<const int32_t> cols) override {
+    CASCADE_RETURN_IF_ERROR(CheckGatherColumns(out, in, cols));
+    const int64_t n = out.Cols(), d = in.Cols();
+    RowParallel(in.Rows(), [&](int64_t r) {
+      const float* src = in.As<float>() + r * d;
+      float* dst = out.As<float>() + r * n;
+      for (int64_t j = 0; j < n; ++j) dst[j] = src[cols[j]];
+    });
+    return absl::OkStatus();
+  }
+
   absl::Status SiluMul(TensorView out, const TensorView& gate, const TensorView& up) override {
     if (auto s = SameShape(gate, up, "silu_mul"); !s.ok()) return s;
     if (auto s = SameShape(out, gate, "silu_mul"); !s.ok()) return s;

@@ -55,6 +55,7 @@ enum OpCode : uint64_t {
   kOpAddRmsNorm,
   kOpMoe,
   kOpRopeWriteKv,
+  kOpGather,
 };
 constexpr int64_t kKeysPerSplit = 256;  // Flash-decoding: keys per (row, head) block.
 // With the tuned kernels, a sequence feeding more rows than this is a prefill chunk: its
@@ -440,6 +441,17 @@ class CudaBackendImpl final : public CudaBackend {
     return LastError("Rope");
   }
 
+  absl::Status GatherColumns(TensorView out, const TensorView& in, std::span<const int32_t> cols) override {
+    Bind();
+    CASCADE_RETURN_IF_ERROR(CheckGatherColumns(out, in, cols));
+    const int32_t* dev_cols = Upload(kGatherCols, cols);
+    CASCADE_RETURN_IF_ERROR(ScratchError());
+    graphs_->Sign({kOpGather, Bits(out.data), Bits(in.data), Dims(in), static_cast<uint64_t>(cols.size())});
+    if (graphs_->dry()) return absl::OkStatus();
+    cuda::GatherColumns(F32(out), F32(in), dev_cols, in.Rows(), in.Cols(), out.Cols(), stream_);
+    return LastError("GatherColumns");
+  }
+
   absl::Status SiluMul(TensorView out, const TensorView& gate, const TensorView& up) override {
     Bind();
     graphs_->Sign({kOpSiluMul, Bits(out.data), Bits(gate.data), Bits(up.data), Dims(gate)});
@@ -679,6 +691,7 @@ class CudaBackendImpl final : public CudaBackend {
     kTiles,
     kActQ,
     kMoe,
+    kGatherCols,
     kNumSlots
   };
 

@@ -273,6 +273,11 @@ __global__ void RopeKernel(float* x, const int32_t* positions, const float* inv_
   RopeRow(x + t * n_heads * head_dim, static_cast<float>(positions[t]), inv_freq, n_heads, head_dim, style);
 }
 
+__global__ void GatherColumnsKernel(float* out, const float* in, const int32_t* cols, int64_t d, int64_t n_cols) {
+  const int64_t r = blockIdx.x;
+  for (int64_t j = threadIdx.x; j < n_cols; j += blockDim.x) out[r * n_cols + j] = in[r * d + cols[j]];
+}
+
 __global__ void SiluMulKernel(float* out, const float* gate, const float* up, int64_t n) {
   for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
     const float g = gate[i];
@@ -584,6 +589,13 @@ void Rope(float* x, const int32_t* positions, const float* inv_freq, int64_t n_t
 void AddScaledRows(float* out, const float* in, const int32_t* rows, const float* scales, int64_t n_rows, int64_t d,
                    cudaStream_t stream) {
   if (n_rows > 0 && d > 0) AddScaledRowsKernel<<<Grid(d, 128), 128, 0, stream>>>(out, in, rows, scales, n_rows, d);
+}
+
+void GatherColumns(float* out, const float* in, const int32_t* cols, int64_t n_rows, int64_t d, int64_t n_cols,
+                   cudaStream_t stream) {
+  if (n_rows > 0 && n_cols > 0) {
+    GatherColumnsKernel<<<static_cast<unsigned>(n_rows), 256, 0, stream>>>(out, in, cols, d, n_cols);
+  }
 }
 
 void SiluMul(float* out, const float* gate, const float* up, int64_t n, cudaStream_t stream) {

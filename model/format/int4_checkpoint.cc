@@ -1,8 +1,10 @@
 #include "model/format/int4_checkpoint.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <utility>
 #include <vector>
 
@@ -100,6 +102,9 @@ struct Int4Tensor {
   TensorInfo info;  // The `P.weight` it stands for: I4_G128 [n_out, n_in].
   std::string qweight, qzeros, scales;
   int64_t n_groups = 1;
+  // Act-order: input j of `info` is stored input order[j] (inputs sorted by group, stably);
+  // empty when groups are contiguous.
+  std::vector<int32_t> order;
 };
 
 class Int4Source final : public RepackedSource {
@@ -116,6 +121,16 @@ class Int4Source final : public RepackedSource {
       const std::string base = t.name.substr(0, t.name.size() - suffix.size());
       CASCADE_ASSIGN_OR_RETURN(Int4Tensor q, Describe(base, t));
       AddVirtual(q.info, {base + ".qweight", base + ".qzeros", base + ".scales", base + ".g_idx"});
+      if (!q.order.empty()) {  // The order its inputs take: `P.input_order`, I32 [1, n_in].
+        TensorInfo o;
+        o.name = base + ".input_order";
+        o.dtype = DType::kI32;
+        o.n_dims = 2;
+        o.shape = {1, static_cast<int64_t>(q.order.size()), 0, 0};
+        o.n_bytes = q.order.size() * 4;
+        AddVirtual(o, {});
+        orders_.emplace(o.name, q.order);
+      }
       tensors_.emplace(q.info.name, std::move(q));
     }
     return Finish();
@@ -123,6 +138,10 @@ class Int4Source final : public RepackedSource {
 
  private:
   absl::Status Repack(const TensorInfo& info, int64_t r0, int64_t r1, uint8_t* dst) const override {
+    if (const auto it = orders_.find(info.name); it != orders_.end()) {
+      std::memcpy(dst, it->second.data(), it->second.size() * 4);
+      return absl::OkStatus();
+    }
     return RepackRows(tensors_.at(info.name), r0, r1, reinterpret_cast<BlockI4G128*>(dst));
   }
 
@@ -160,7 +179,9 @@ class Int4Source final : public RepackedSource {
                                       q.n_groups, ", ", n_out, "] and qzeros [", q.n_groups, ", ", n_out / 8,
                                       "], found ", scales->ShapeString(), " and ", zeros->ShapeString()));
     }
-    if (gptq) CASCADE_RETURN_IF_ERROR(CheckGroupIndex(base + ".g_idx", n_in));
+    if (gptq) {
+      CASCADE_ASSIGN_OR_RETURN(q.order, GroupOrder(base + ".g_idx", n_in));
+    }
     q.info.name = base + ".weight";
     q.info.dtype = DType::kI4_G128;
     q.info.n_dims = 2;
@@ -170,26 +191,41 @@ class Int4Source final : public RepackedSource {
     return q;
   }
 
-  // Act-order GPTQ permutes which group an input belongs to; groups of contiguous inputs
-  // are all the kernels run, so only the identity order g_idx[i] = i / group is accepted.
-  absl::Status CheckGroupIndex(const std::string& name, int64_t n_in) const {
-    if (packed().FindTensor(name) == nullptr) return absl::OkStatus();
+  // GPTQ's g_idx: input i is in group g_idx[i]. Identity (i / group): contiguous groups,
+  // nothing to reorder (empty). Act-order (desc_act): the inputs sorted by group (stably),
+  // so that each group is contiguous in the repacked weight, which then multiplies the
+  // activations taken in that order (`P.input_order`). Every group must hold group_size
+  // inputs.
+  absl::StatusOr<std::vector<int32_t>> GroupOrder(const std::string& name, int64_t n_in) const {
+    if (packed().FindTensor(name) == nullptr) return std::vector<int32_t>();
     CASCADE_ASSIGN_OR_RETURN(TensorView g, packed().Read(name));
     if (g.dtype != DType::kI32 || g.NumElements() != n_in) {
       return Bad(name, StrCat("must be I32 [", n_in, "], is ", DTypeName(g.dtype), " ", g.ShapeString()));
     }
+    const int64_t group = scheme_.group_size == -1 ? n_in : scheme_.group_size;
+    std::vector<int32_t> gi(n_in);
+    std::memcpy(gi.data(), g.data, n_in * 4);
+    bool identity = true;
+    std::vector<int64_t> members(n_in / group, 0);
     for (int64_t i = 0; i < n_in; ++i) {
-      int32_t v;
-      std::memcpy(&v, static_cast<const uint8_t*>(g.data) + 4 * i, 4);
-      const int64_t want = scheme_.group_size == -1 ? 0 : i / scheme_.group_size;
-      if (v != want) {
-        return absl::UnimplementedError(StrCat(path(), ": tensor '", name, "': input ", i, " is in group ", v, ", not ",
-                                               want,
-                                               ": act-order (desc_act) GPTQ checkpoints are not "
-                                               "supported; use one quantized with desc_act=false"));
+      if (gi[i] < 0 || gi[i] >= n_in / group) {
+        return Bad(name, StrCat("input ", i, " is in group ", gi[i], ", outside [0, ", n_in / group, ")"));
+      }
+      identity = identity && gi[i] == i / group;
+      ++members[gi[i]];
+    }
+    if (identity) return std::vector<int32_t>();
+    for (size_t k = 0; k < members.size(); ++k) {
+      if (members[k] != group) {
+        return absl::UnimplementedError(StrCat(path(), ": tensor '", name, "': act-order group ", k, " holds ",
+                                               members[k], " inputs, not ", group,
+                                               " (Cascade reorders whole groups of the checkpoint's size)"));
       }
     }
-    return absl::OkStatus();
+    std::vector<int32_t> order(n_in);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return gi[a] < gi[b]; });
+    return order;
   }
 
   static uint32_t Word(const TensorView& v, int64_t row, int64_t col) {
@@ -215,7 +251,14 @@ class Int4Source final : public RepackedSource {
         const int zero = static_cast<int>((Word(qz, g, o / 8) >> (4 * zero_nibble)) & 0xf) + scheme_.zero_offset;
         row[b].z = F32ToF16(static_cast<float>(zero));  // Exact: an integer <= 16.
         for (int w = 0; w < kQG / 8; ++w) {
-          if (gptq) {
+          if (gptq && !q.order.empty()) {  // Act-order: input j is stored input order[j].
+            uint32_t word = 0;
+            for (int j = 0; j < 8; ++j) {
+              const int64_t in = q.order[b * kQG + 8 * w + j];
+              word |= ((Word(qw, in / 8, o) >> (4 * (in % 8))) & 0xf) << (4 * j);
+            }
+            row[b].qs[w] = word;
+          } else if (gptq) {
             row[b].qs[w] = Word(qw, b * (kQG / 8) + w, o);  // Already 8 inputs of output o.
           } else {
             uint32_t word = 0;
@@ -232,7 +275,8 @@ class Int4Source final : public RepackedSource {
   }
 
   Int4Scheme scheme_;
-  std::map<std::string, Int4Tensor> tensors_;  // By the name of the weight each stands for.
+  std::map<std::string, Int4Tensor> tensors_;           // By the name of the weight each stands for.
+  std::map<std::string, std::vector<int32_t>> orders_;  // `P.input_order` of act-order weights.
 };
 
 }  // namespace

@@ -16,8 +16,11 @@
 //   Both: scales F16 [n_groups, n_out]; value = scale * (q - zero).
 //
 // Groups: 128 inputs, a multiple of 128 (each 128-block repeats its group's scale and
-// zero), or -1 (one group per output row). Act-order GPTQ (a g_idx that is not i / group)
-// and other packings (AWQ gemv/exllama/marlin) are refused with a message.
+// zero), or -1 (one group per output row). Act-order GPTQ (desc_act: a g_idx that is not
+// i / group): the inputs are reordered by group (stably) so that each group is contiguous,
+// and the order is published as `P.input_order` (I32 [1, n_in]): the weight multiplies the
+// activations taken in that order (model/layers/linear.h gathers them). Other packings
+// (AWQ gemv/exllama/marlin) are refused with a message.
 // Thread-safe: rows are repacked on first read under a lock and cached until released
 // (WeightSource::ReleasePages) or the source is destroyed.
 #pragma once
@@ -50,7 +53,8 @@ absl::StatusOr<std::optional<Int4Scheme>> Int4SchemeFromHfConfig(const std::stri
 // Wraps `packed` (a checkpoint's safetensors tensors) so that every `P.qweight` triple
 // reads as `P.weight` of dtype I4_G128; other tensors pass through. DataLoss when a
 // triple is incomplete or its shapes or dtypes disagree (naming the tensor);
-// Unimplemented for act-order GPTQ or an n_in that is not a multiple of 128.
+// Unimplemented for act-order groups of unequal sizes or an n_in that is not a multiple
+// of 128.
 absl::StatusOr<std::unique_ptr<WeightSource>> OpenInt4Checkpoint(std::unique_ptr<WeightSource> packed,
                                                                  const Int4Scheme& scheme);
 

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -51,21 +52,37 @@ class Linear {
                                         IndexRange in_cols, BackendComm* group, IndexRange out_rows = {});
 
   ParallelKind kind() const { return kind_; }
+  // Whether the weight's inputs are a reordering of the layer's (act-order GPTQ).
+  bool reorders_input() const { return order_ != nullptr; }
   const kernels::PreparedWeight& weight() const { return *weight_; }
 
   // out [n_tokens, n_out] = in [n_tokens, n_in] * weight^T (+ bias [n_out] when it has
   // data), all-reduced over the group for kRow. A row-parallel layer with a group takes no
-  // bias (each rank would add it once): InvalidArgument.
+  // bias (each rank would add it once): InvalidArgument. An act-order GPTQ weight (its
+  // file's `P.input_order`, model/format/int4_checkpoint.h) multiplies the input's columns
+  // gathered in that order (Backend::GatherColumns); such a weight cannot be split by its
+  // inputs (LoadRow over a part of them: Unimplemented).
   absl::Status Forward(TensorView out, const TensorView& in, const TensorView& bias = {}) const;
 
  private:
   Linear(kernels::Backend* backend, const kernels::PreparedWeight* weight, ParallelKind kind, BackendComm* group)
       : backend_(backend), weight_(weight), kind_(kind), group_(group) {}
+  friend class StackedLinear;  // Reads its parts' input orders.
+  // The input order of an act-order weight, and the buffer its gathered input goes to
+  // (shared by copies of the layer, grown to the largest batch).
+  struct InputOrder {
+    std::vector<int32_t> cols;
+    mutable std::unique_ptr<kernels::Buffer> gathered;
+  };
+  // Weight `name`'s `P.input_order` if its file has one (null otherwise).
+  static absl::StatusOr<std::shared_ptr<const InputOrder>> ReadInputOrder(WeightLoader& loader, const std::string& name,
+                                                                          int64_t cols);
 
   kernels::Backend* backend_ = nullptr;              // Borrowed.
   const kernels::PreparedWeight* weight_ = nullptr;  // Borrowed from the loader.
   ParallelKind kind_ = ParallelKind::kReplicated;
-  BackendComm* group_ = nullptr;  // Borrowed; kRow with TP only.
+  BackendComm* group_ = nullptr;             // Borrowed; kRow with TP only.
+  std::shared_ptr<const InputOrder> order_;  // Act-order GPTQ only.
 };
 
 class StackedLinear {
@@ -81,6 +98,8 @@ class StackedLinear {
   // Whether the parts run as one stacked weight, and that weight (for Backend::LinearBatch).
   bool stacked() const { return stacked_ != nullptr; }
   const kernels::PreparedWeight* stacked_weight() const { return stacked_; }
+  // Whether some part's weight reorders its input (act-order GPTQ: never stacked).
+  bool reorders_input() const;
   // Part i's weight when the parts did not stack.
   const kernels::PreparedWeight& part_weight(size_t i) const { return parts_[i].weight(); }
 

@@ -99,6 +99,9 @@ absl::Status MoeBlock::PrepareDeviceExperts() {
   if (experts_.empty() || n_ff_shared_ > 0) return absl::OkStatus();
   std::vector<kernels::Backend::ExpertWeights> weights;
   for (const Expert& e : experts_) {
+    if (e.down.reorders_input() || e.gate_up.reorders_input()) {
+      return absl::OkStatus();  // Act-order GPTQ: routed on the host, where Linear gathers.
+    }
     const StackedLinear& gu = e.gate_up;
     kernels::Backend::ExpertWeights w{.down = &e.down.weight()};
     if (gu.stacked()) {
@@ -196,12 +199,19 @@ absl::Status MoeBlock::RunExperts(TensorView acc, const TensorView& x, MoeScratc
     } else {
       CASCADE_RETURN_IF_ERROR(gu.Forward(gate_up[e], xs[e], {}));
     }
-    down_jobs.push_back({std::span(&down[e], 1), gate_up[e][0], &experts_[e].down.weight()});
+    if (!experts_[e].down.reorders_input()) {
+      down_jobs.push_back({std::span(&down[e], 1), gate_up[e][0], &experts_[e].down.weight()});
+    }
   }
   CASCADE_RETURN_IF_ERROR(b.LinearBatch(gate_up_jobs));
   const TensorView gate = View(*s.gate, rows, n_ff_);
   CASCADE_RETURN_IF_ERROR(b.SiluMul(gate, gate, View(*s.up, rows, n_ff_)));
   CASCADE_RETURN_IF_ERROR(b.LinearBatch(down_jobs));
+  for (size_t e = 0; e < n; ++e) {  // Act-order GPTQ downs gather their inputs themselves.
+    if (s.expert_rows[e] != s.expert_rows[e + 1] && experts_[e].down.reorders_input()) {
+      CASCADE_RETURN_IF_ERROR(experts_[e].down.Forward(down[e], gate_up[e][0]));
+    }
+  }
   return b.AddScaledRows(acc, View(*s.out, rows, n_embd_), s.token_of_row, s.weight_of_row);
 }
 

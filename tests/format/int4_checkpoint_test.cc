@@ -17,6 +17,8 @@
 #include "model/format/hf_model.h"
 #include "model/format/model_files.h"
 #include "model/format/safetensors.h"
+#include "model/layers/linear.h"
+#include "model/layers/weight_loader.h"
 #include "model/transformer.h"
 #include "tests/greedy_trace.h"
 #include "tests/int4_writer.h"
@@ -121,16 +123,82 @@ TEST(Int4CheckpointTest, UnsupportedSchemesAreRefusedWithTheReason) {
   ExpectRefused(WriteCheckpoint(dir, "notobj", Json::array({1}), e), StatusCode::kInvalidArgument, "must be an object");
 }
 
+// Act-order GPTQ (desc_act): g_idx puts inputs in groups out of order. The weight reads
+// back with its inputs sorted by group (stably), `p.input_order` naming the input of each
+// column, and every element the format's value scale[g_idx[i]] * (q - zero[g_idx[i]]),
+// computed here from the writer's quants; a Linear over it gathers its input in that order
+// and equals the double product in the file's order; it cannot be split by inputs.
+TEST(Int4CheckpointTest, ActOrderReadsInGroupOrderAndLinearGathersItsInput) {
+  TempDir dir;
+  constexpr int64_t n_out = 16, n_in = 256;
+  const QuantMatrix m = RandomQuant(n_out, n_in, 128, 6);
+  auto e = PackGptq("p", m, true);
+  std::vector<int32_t> g(n_in);
+  for (int64_t i = 0; i < n_in; ++i) g[i] = i % 4 == 0 || i % 4 == 3 ? 1 : 0;  // 128 each, interleaved.
+  e[2].data = RawBytes(g);
+  auto w = OpenHfWeights(WriteCheckpoint(dir, "actorder", GptqConfig(128), e));
+  ASSERT_TRUE(w.ok()) << w.status();
+  const auto value = [&](int64_t o, int64_t i) {  // The format's definition.
+    const float d = F16ToF32(m.s[o * 2 + g[i]]);
+    return d * (static_cast<float>(m.q[o * n_in + i]) - static_cast<float>(m.z[o * 2 + g[i]]));
+  };
+  auto order = (*w)->Read("p.input_order");
+  ASSERT_TRUE(order.ok()) << order.status();
+  ASSERT_EQ(order->NumElements(), n_in);
+  const int32_t* col = order->As<int32_t>();
+  for (int64_t j = 0; j < n_in; ++j) {
+    EXPECT_EQ(g[col[j]], j / 128) << "column " << j;
+    if (j % 128 != 0) {
+      EXPECT_LT(col[j - 1], col[j]) << "stable within a group";
+    }
+  }
+  auto rows = (*w)->ReadRows("p.weight", 0, n_out);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  std::vector<float> row(n_in);
+  for (int64_t o = 0; o < n_out; ++o) {
+    ASSERT_TRUE(kernels::cpu::DequantizeRow(
+                    DType::kI4_G128, static_cast<const uint8_t*>(rows->data) + o * RowBytes(DType::kI4_G128, n_in),
+                    row.data(), n_in)
+                    .ok());
+    for (int64_t j = 0; j < n_in; ++j) ASSERT_EQ(row[j], value(o, col[j])) << "row " << o << " column " << j;
+  }
+  auto backend = kernels::MakeCpuBackend({.n_threads = 1});
+  WeightLoader loader(w->get(), backend.get());
+  auto linear = Linear::LoadColumn(loader, "p.weight", n_out, n_in, {0, n_out});
+  ASSERT_TRUE(linear.ok()) << linear.status();
+  EXPECT_TRUE(linear->reorders_input());
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  std::vector<float> x(2 * n_in), y(2 * n_out);
+  for (float& v : x) v = normal(rng);
+  ASSERT_TRUE(
+      linear->Forward(TensorView(y.data(), DType::kF32, {2, n_out}), TensorView(x.data(), DType::kF32, {2, n_in}))
+          .ok());
+  for (int64_t t = 0; t < 2; ++t) {
+    for (int64_t o = 0; o < n_out; ++o) {
+      double want = 0, scale = 0;
+      for (int64_t i = 0; i < n_in; ++i) {
+        want += static_cast<double>(value(o, i)) * x[t * n_in + i];
+        scale += std::fabs(value(o, i) * x[t * n_in + i]);
+      }
+      // The CPU's int8 activation rounding: 1/254 of each block's largest, as linear_test.cc bounds it.
+      EXPECT_NEAR(y[t * n_out + o], want, 2e-2 * scale) << "token " << t << " output " << o;
+    }
+  }
+  EXPECT_THAT(Linear::LoadRow(loader, "p.weight", n_out, n_in, {0, 128}, nullptr).status(),
+              testing::StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("act-order")));
+}
+
 TEST(Int4CheckpointTest, BadTensorsNameTheTensor) {
   TempDir dir;
   const QuantMatrix m = RandomQuant(16, 256, 128, 4);
   using absl::StatusCode;
-  {  // Act-order: g_idx is a permutation of groups.
+  {  // Act-order groups of unequal sizes (200 and 56 inputs).
     auto e = PackGptq("p", m, true);
     std::vector<int32_t> g(256);
-    for (int i = 0; i < 256; ++i) g[i] = i % 2;
+    for (int i = 0; i < 256; ++i) g[i] = i % 9 == 0 && i < 200 ? 1 : i < 200 ? 0 : 1;
     e[2].data = RawBytes(g);
-    ExpectRefused(WriteCheckpoint(dir, "actorder", GptqConfig(128), e), StatusCode::kUnimplemented, "desc_act");
+    ExpectRefused(WriteCheckpoint(dir, "uneven", GptqConfig(128), e), StatusCode::kUnimplemented, "act-order group");
   }
   {  // No qzeros.
     auto e = PackGptq("p", m, true);

@@ -855,5 +855,24 @@ TEST_F(CudaBackendTest, FusedRopeWriteKvGivesTheBitsOfTheThreeOps) {
   }
 }
 
+// GatherColumns (act-order GPTQ's input reordering): the columns in the given order,
+// exactly, as the CPU backend gathers them; a column outside the input is refused.
+TEST_F(CudaBackendTest, GatherColumnsMatchesTheCpu) {
+  const int64_t rows = 5, d = 300, n = 256;
+  const std::vector<float> x = Random(rows * d, 71);
+  std::vector<int32_t> cols(n);
+  for (int64_t j = 0; j < n; ++j) cols[j] = static_cast<int32_t>((j * 37 + 11) % d);
+  DeviceBuffer dx = Up(x), out = Poisoned(rows * n);
+  ASSERT_TRUE(gpu_->GatherColumns(out.View(DType::kF32, {rows, n}), dx.View(DType::kF32, {rows, d}), cols).ok());
+  std::vector<float> want(rows * n);
+  std::vector<float> xh = x;
+  ASSERT_TRUE(cpu_->GatherColumns(TensorView(want.data(), DType::kF32, {rows, n}),
+                                  TensorView(xh.data(), DType::kF32, {rows, d}), cols)
+                  .ok());
+  EXPECT_EQ(Down(out, rows * n), want);
+  cols[3] = static_cast<int32_t>(d);
+  EXPECT_FALSE(gpu_->GatherColumns(out.View(DType::kF32, {rows, n}), dx.View(DType::kF32, {rows, d}), cols).ok());
+}
+
 }  // namespace
 }  // namespace cascade::kernels
