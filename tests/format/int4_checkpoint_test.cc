@@ -10,7 +10,9 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <random>
+#include <tuple>
 
 #include "core/half.h"
 #include "kernels/cpu/quantize.h"
@@ -283,6 +285,72 @@ TEST(Int4CheckpointTest, TinyStoriesRunsFromGptqAndAwq) {
   EXPECT_EQ(traces[0].ids, traces[2].ids);
   for (size_t s = 0; s < traces[0].logits.size(); ++s) {
     EXPECT_LT(testing::RelL2(traces[2].logits[s], traces[0].logits[s]), 3e-2) << "step " << s;
+  }
+}
+
+// tinystories-656k with every projection quantized act-order: the inputs of each matrix
+// shuffled into groups of 128 (a fixed permutation), rounded to nearest per group, and
+// written as AutoGPTQ stores desc_act checkpoints (quants in the file's input order, g_idx
+// naming each input's group); and the same quants decoded to F32 by the format's
+// definition. Cascade reorders the inputs at load and gathers each layer's input: the
+// greedy ids equal the F32 twin's, the logits within the CPU's 8-bit activation rounding.
+TEST(Int4CheckpointTest, TinyStoriesRunsFromActOrderGptq) {
+  CASCADE_REQUIRE_FILE(src, testing::TestDataPath("models/tinystories-656k"));
+  auto st = SafetensorsSource::OpenFile(src + "/model.safetensors");
+  ASSERT_TRUE(st.ok()) << st.status();
+  Json config = Json::parse(testing::ReadFileOrDie(src + "/config.json"));
+  TempDir dir;
+  std::vector<SafetensorsEntry> gptq, f32;
+  for (const TensorInfo& t : (*st)->tensors()) {
+    absl::StatusOr<TensorView> v = (*st)->Read(t.name);
+    ASSERT_TRUE(v.ok() && v->dtype == DType::kF32) << t.name;
+    const std::string bytes(static_cast<const char*>(v->data), v->NumBytes());
+    const std::vector<int64_t> shape(t.shape.begin(), t.shape.begin() + t.n_dims);
+    if (t.name.find("_proj.weight") == std::string::npos) {
+      for (auto* e : {&gptq, &f32}) e->push_back({t.name, "F32", shape, bytes});
+      continue;
+    }
+    const int64_t n_out = t.shape[0], n_in = t.shape[1];
+    const int64_t a = std::gcd(int64_t{97}, n_in) == 1 ? 97 : 101;
+    std::vector<int64_t> perm(n_in), slot(n_in);  // Column j of the sorted matrix is input perm[j].
+    for (int64_t j = 0; j < n_in; ++j) slot[perm[j] = (j * a + 5) % n_in] = j;
+    std::vector<float> sorted(n_out * n_in);
+    for (int64_t o = 0; o < n_out; ++o) {
+      for (int64_t j = 0; j < n_in; ++j) std::memcpy(&sorted[o * n_in + j], bytes.data() + 4 * (o * n_in + perm[j]), 4);
+    }
+    const QuantMatrix ms = Rtn(sorted.data(), n_out, n_in, 128);
+    QuantMatrix file = ms;  // The same groups' scales and zeros, quants in the file's order.
+    std::vector<int32_t> g_idx(n_in);
+    std::vector<float> decoded(n_out * n_in);
+    for (int64_t i = 0; i < n_in; ++i) {
+      g_idx[i] = static_cast<int32_t>(slot[i] / 128);
+      for (int64_t o = 0; o < n_out; ++o) {
+        file.q[o * n_in + i] = ms.q[o * n_in + slot[i]];
+        decoded[o * n_in + i] = static_cast<float>(ms.Value(o, slot[i]));
+      }
+    }
+    std::vector<SafetensorsEntry> e =
+        PackGptq(t.name.substr(0, t.name.size() - std::string(".weight").size()), file, true);
+    e[2].data = RawBytes(g_idx);
+    for (auto& x : e) gptq.push_back(std::move(x));
+    f32.push_back({t.name, "F32", shape, RawBytes(decoded)});
+  }
+  std::vector<testing::Trace> traces;
+  for (const auto& [name, q, e] : {std::tuple{"gptq", GptqConfig(128), &gptq}, {"f32", Json(nullptr), &f32}}) {
+    Json c = config;
+    if (!q.is_null()) c["quantization_config"] = q;
+    absl::StatusOr<ModelFiles> files = OpenModelFiles(testing::WriteHfDirectory(dir.path() + "/" + name, c.dump(), *e));
+    ASSERT_TRUE(files.ok()) << files.status();
+    auto backend = kernels::MakeCpuBackend({});
+    auto tr = Transformer::Load(*files, backend.get(), {});
+    ASSERT_TRUE(tr.ok()) << tr.status();
+    absl::StatusOr<testing::Trace> trace = testing::Generate(**tr, {1}, 24);
+    ASSERT_TRUE(trace.ok()) << trace.status();
+    traces.push_back(*std::move(trace));
+  }
+  EXPECT_EQ(traces[0].ids, traces[1].ids);
+  for (size_t s = 0; s < traces[0].logits.size(); ++s) {
+    EXPECT_LT(testing::RelL2(traces[1].logits[s], traces[0].logits[s]), 3e-2) << "step " << s;
   }
 }
 
