@@ -81,6 +81,7 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Load(const ModelFiles&
   t->rope_.head_dim = t->config_.head_dim;
   t->rope_.inv_freq = t->inv_freq_;
   CASCADE_RETURN_IF_ERROR(Annotate(t->LoadWeights(files), StrCat("loading ", files.path)));
+  CASCADE_RETURN_IF_ERROR(t->AllocateDeviceLoad());
   return t;
 }
 
@@ -205,8 +206,7 @@ void Transformer::ResetExpertLoad() {
   std::fill(expert_load_.begin(), expert_load_.end(), 0);
 }
 
-absl::Status Transformer::EnsureDeviceLoad() {
-  if (device_load_ != nullptr) return absl::OkStatus();
+absl::Status Transformer::AllocateDeviceLoad() {
   const bool any = std::any_of(layers_.begin(), layers_.end(),
                                [](const Layer& L) { return L.moe != nullptr && L.moe->routes_on_device(); });
   if (!any) return absl::OkStatus();
@@ -216,7 +216,8 @@ absl::Status Transformer::EnsureDeviceLoad() {
 }
 
 void Transformer::DrainDeviceLoad() const {
-  if (device_load_ == nullptr) return;
+  if (!device_load_pending_) return;
+  device_load_pending_ = false;
   std::vector<int32_t> counts(expert_load_.size(), 0);
   const size_t bytes = counts.size() * sizeof(int32_t);
   if (absl::Status s = backend_->CopyOut(counts.data(), device_load_->data(), bytes); !s.ok()) {
@@ -231,7 +232,6 @@ void Transformer::DrainDeviceLoad() const {
 }
 
 absl::Status Transformer::RunLayers(TensorView hidden, const ForwardBatch& batch, KvCache& cache) {
-  CASCADE_RETURN_IF_ERROR(EnsureDeviceLoad());
   const ModelConfig& c = config_;
   const int64_t n = hidden.Rows();
   if (hidden.Cols() != c.n_embd || static_cast<int64_t>(batch.positions.size()) != n) {
@@ -282,8 +282,11 @@ absl::Status Transformer::RunLayers(TensorView hidden, const ForwardBatch& batch
     CASCADE_RETURN_IF_ERROR(b.AddRmsNorm(norm, hidden, proj, L.ffn_norm, eps));
     if (L.moe != nullptr) {  // Adds its (reduced) output to hidden itself.
       const std::span<int64_t> load = std::span(expert_load_).subspan(L.moe_index * c.n_experts, c.n_experts);
-      void* device_load =
-          device_load_ == nullptr ? nullptr : static_cast<int32_t*>(device_load_->data()) + L.moe_index * c.n_experts;
+      void* device_load = nullptr;
+      if (device_load_ != nullptr) {
+        device_load = static_cast<int32_t*>(device_load_->data()) + L.moe_index * c.n_experts;
+        device_load_pending_ = true;  // The layer may have counted there: the next read drains.
+      }
       CASCADE_RETURN_IF_ERROR(L.moe->Forward(hidden, norm, moe_scratch_, load, device_load));
       continue;
     }

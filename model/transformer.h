@@ -131,9 +131,10 @@ class Transformer {
   // Runs this stage's layers over hidden [n_tokens, n_embd] in place, appending the new
   // tokens' K/V to `cache` at the positions and blocks the batch names.
   absl::Status RunLayers(TensorView hidden, const ForwardBatch& batch, KvCache& cache);
-  // device_load_, allocated and zeroed the first time a MoE layer may route on the device.
-  absl::Status EnsureDeviceLoad();
-  // Adds device_load_'s counts into expert_load_ and zeroes them.
+  // device_load_, allocated and zeroed at load when some MoE layer may route on the device.
+  absl::Status AllocateDeviceLoad();
+  // Adds device_load_'s counts into expert_load_ and zeroes them, when a step may have
+  // counted there since the last drain.
   void DrainDeviceLoad() const;
   // logits [rows.size(), n_vocab] (host memory, or the backend's as above) for the given
   // rows of hidden. Last stage only. With TP, each rank computes its vocabulary rows and the
@@ -197,8 +198,9 @@ class Transformer {
   // See expert_load(); mutable: reading it adds the device's counts in.
   mutable std::vector<int64_t> expert_load_;
   // int32 [moe layers * n_experts], backend memory: what the layers routed on the device
-  // counted since the last read (MoeBlock::Forward's device_load); null while none has.
+  // counted since the last read (MoeBlock::Forward's device_load); null when no layer can.
   std::unique_ptr<kernels::Buffer> device_load_;
+  mutable bool device_load_pending_ = false;
   int64_t expert_bytes_ = 0;
 };
 

@@ -5,13 +5,18 @@
 
 namespace cascade::model {
 
+std::string Linear::InputOrderName(const std::string& name) {
+  const std::string suffix = ".weight";
+  return name.ends_with(suffix) ? name.substr(0, name.size() - suffix.size()) + ".input_order" : std::string();
+}
+
 absl::StatusOr<std::shared_ptr<const Linear::InputOrder>> Linear::ReadInputOrder(WeightLoader& loader,
                                                                                  const std::string& name,
                                                                                  int64_t cols) {
-  const std::string suffix = ".weight";
-  if (!name.ends_with(suffix)) return std::shared_ptr<const InputOrder>();
-  const std::string order_name = name.substr(0, name.size() - suffix.size()) + ".input_order";
-  if (loader.source().FindTensor(order_name) == nullptr) return std::shared_ptr<const InputOrder>();
+  const std::string order_name = InputOrderName(name);
+  if (order_name.empty() || loader.source().FindTensor(order_name) == nullptr) {
+    return std::shared_ptr<const InputOrder>();
+  }
   CASCADE_ASSIGN_OR_RETURN(TensorView v, loader.source().Read(order_name));
   if (v.dtype != DType::kI32 || v.NumElements() != cols) {
     return absl::DataLossError(StrCat(loader.source().path(), ": tensor '", order_name, "' must be I32 [1, ", cols,
@@ -82,9 +87,8 @@ absl::StatusOr<StackedLinear> StackedLinear::LoadColumn(WeightLoader& loader, st
   StackedLinear s;
   s.backend_ = loader.backend();
   for (const std::string& name : names) {  // Act-order parts gather their own inputs: not stacked.
-    CASCADE_ASSIGN_OR_RETURN(std::shared_ptr<const Linear::InputOrder> order,
-                             Linear::ReadInputOrder(loader, name, cols));
-    fuse = fuse && order == nullptr;
+    const std::string order = Linear::InputOrderName(name);
+    fuse = fuse && (order.empty() || loader.source().FindTensor(order) == nullptr);
   }
   if (fuse) {
     CASCADE_ASSIGN_OR_RETURN(s.stacked_, loader.Stacked(names, rows, cols, out_rows));

@@ -74,7 +74,9 @@ class Linear {
     std::vector<int32_t> cols;
     mutable std::unique_ptr<kernels::Buffer> gathered;
   };
-  // Weight `name`'s `P.input_order` if its file has one (null otherwise).
+  // The name of weight `name`'s input order (`P.input_order` for `P.weight`; empty for
+  // another name), and the order itself if its file has one (null otherwise).
+  static std::string InputOrderName(const std::string& name);
   static absl::StatusOr<std::shared_ptr<const InputOrder>> ReadInputOrder(WeightLoader& loader, const std::string& name,
                                                                           int64_t cols);
 
