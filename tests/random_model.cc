@@ -16,6 +16,7 @@
 #include "model/format/gguf_writer.h"
 #include "tests/int4_writer.h"
 #include "tests/safetensors_writer.h"
+#include "tests/test_support.h"
 
 namespace cascade::testing {
 namespace {
@@ -96,14 +97,6 @@ struct Tensor {
   std::vector<float> fp8_scales = {};
 };
 
-// The OCP E4M3 value of code q (bias 7; exponent 0: subnormals), written from the
-// definition for the reference: not core/fp8.h's decoder, which the tests check.
-double OcpE4M3(uint8_t q) {
-  const int e = (q >> 3) & 15, m = q & 7;
-  const double mag = e == 0 ? std::ldexp(m / 8.0, -6) : std::ldexp(1 + m / 8.0, e - 7);
-  return q & 0x80 ? -mag : mag;
-}
-
 // Quantizes matrix `v` [rows, cols] to E4M3 with scales in `form` (block: 128 x 128 grid),
 // appending codes and scales to `t`, and replaces `v` by the values they decode to.
 void QuantizeFp8(Fp8Form form, float* v, int64_t rows, int64_t cols, Tensor& t) {
@@ -125,7 +118,8 @@ void QuantizeFp8(Fp8Form form, float* v, int64_t rows, int64_t cols, Tensor& t) 
       const float d = t.fp8_scales[first_scale + (r / br) * grid_cols + c / bc];
       const uint8_t q = F32ToE4M3(d != 0.0f ? v[r * cols + c] / d : 0.0f);
       t.fp8_codes.push_back(q);
-      v[r * cols + c] = static_cast<float>(static_cast<double>(d) * OcpE4M3(q));  // Exact, then one rounding.
+      // The test's own OCP decoding (tests/test_support.h): exact, then one rounding.
+      v[r * cols + c] = static_cast<float>(static_cast<double>(d) * OcpE4M3(q));
     }
   }
 }

@@ -1,5 +1,7 @@
 #include "tests/test_support.h"
 
+#include <cmath>
+
 #include <unistd.h>
 
 #include <cstdlib>
@@ -59,6 +61,13 @@ std::string ReadFileOrDie(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+double OcpE4M3(uint8_t q) {
+  const int e = (q >> 3) & 15, m = q & 7;
+  if (e == 15 && m == 7) return std::nan("");
+  const double mag = e == 0 ? std::ldexp(m / 8.0, -6) : std::ldexp(1 + m / 8.0, e - 7);
+  return q & 0x80 ? -mag : mag;
 }
 
 }  // namespace cascade::testing

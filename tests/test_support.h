@@ -37,6 +37,11 @@ class TempDir {
 
 std::string ReadFileOrDie(const std::string& path);
 
+// The value of FP8 E4M3 code q by the OCP definition (sign, 4 exponent bits with bias 7, 3
+// mantissa bits; exponent 0 holds the subnormals (m / 8) 2^-6; S.1111.111 is NaN), in
+// double: the tests' reference, written apart from core/fp8.h, which they check.
+double OcpE4M3(uint8_t q);
+
 // The message of `s` as a std::string (absl::string_view is not std::string_view here).
 inline std::string StatusMessage(const absl::Status& s) { return std::string(s.message().data(), s.message().size()); }
 

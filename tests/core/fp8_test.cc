@@ -1,4 +1,4 @@
-// FP8 E4M3 (core/fp8.h) against the OCP definition written here in double: every one of
+// FP8 E4M3 (core/fp8.h) against the OCP definition in double (tests/test_support.h): every one of
 // the 256 codes decodes to its value, every finite value encodes back to its code, values
 // between two neighbours round to the nearer (ties to the even code), and out-of-range
 // values saturate.
@@ -8,17 +8,12 @@
 
 #include <cmath>
 
+#include "tests/test_support.h"
+
 namespace cascade {
 namespace {
 
-// The OCP value of code q: sign, 4 exponent bits (bias 7), 3 mantissa bits; exponent 0
-// holds the subnormals (m / 8) x 2^-6; S.1111.111 is NaN.
-double OcpE4M3(int q) {
-  const int s = q >> 7, e = (q >> 3) & 15, m = q & 7;
-  if (e == 15 && m == 7) return NAN;
-  const double mag = e == 0 ? (m / 8.0) * std::pow(2.0, -6) : (1 + m / 8.0) * std::pow(2.0, e - 7);
-  return s ? -mag : mag;
-}
+using testing::OcpE4M3;  // The definition, written apart from core/fp8.h.
 
 TEST(Fp8Test, EveryCodeDecodesToItsOcpValue) {
   for (int q = 0; q < 256; ++q) {

@@ -1,7 +1,7 @@
 // The FP8 checkpoint source (model/format/fp8_checkpoint.h) at the tensor level: a weight
 // whose block grid does not divide its shape evenly (the last row and column blocks
 // partial), with BF16 scales, reads back as F8_E4M3_B128 rows whose every element is
-// code x the scale of its block (the codes' values by the OCP definition, here); row ranges
+// code x the scale of its block (the codes' values by the OCP definition, OcpE4M3); row ranges
 // read alone give the same bytes; and what Cascade cannot read is refused naming why.
 #include "model/format/fp8_checkpoint.h"
 
@@ -31,12 +31,6 @@ using testing::TempDir;
 std::string WriteCheckpoint(const TempDir& dir, const std::string& name, const Json& q,
                             const std::vector<SafetensorsEntry>& entries) {
   return testing::WriteHfDirectory(dir.path() + "/" + name, Json{{"quantization_config", q}}.dump(), entries);
-}
-
-double Ocp(uint8_t q) {  // E4M3 by its definition: bias 7, exponent 0 subnormal.
-  const int e = (q >> 3) & 15, m = q & 7;
-  const double mag = e == 0 ? std::ldexp(m / 8.0, -6) : std::ldexp(1 + m / 8.0, e - 7);
-  return q & 0x80 ? -mag : mag;
 }
 
 const Json kBlockConfig = {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"weight_block_size", {128, 128}}};
@@ -73,8 +67,8 @@ TEST(Fp8CheckpointTest, BlockScalesReachEveryElementOfTheirBlock) {
       const uint8_t* block = bytes + r * RowBytes(DType::kF8_E4M3_B128, n_in) + (c / 128) * 132;
       float d_got;
       std::memcpy(&d_got, block, 4);
-      const double want = Bf16ToF32(scales[(r / 128) * 3 + c / 128]) * Ocp(codes[r * n_in + c]);
-      ASSERT_EQ(d_got * Ocp(block[4 + c % 128]), want) << r << ", " << c;
+      const double want = Bf16ToF32(scales[(r / 128) * 3 + c / 128]) * testing::OcpE4M3(codes[r * n_in + c]);
+      ASSERT_EQ(d_got * testing::OcpE4M3(block[4 + c % 128]), want) << r << ", " << c;
     }
   }
   auto part = (*w)->ReadRows("p.weight", 120, 140);  // Across the row-block boundary.

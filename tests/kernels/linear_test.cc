@@ -141,12 +141,7 @@ std::vector<double> NaiveDequant(DType dtype, const uint8_t* p, int64_t n) {
       for (int64_t g = 0; g < n / 128; ++g, p += 132) {
         float d;
         std::memcpy(&d, p, 4);
-        for (int e = 0; e < 128; ++e) {
-          const uint8_t q = p[4 + e];
-          const int exp = (q >> 3) & 15, man = q & 7;  // Bias 7; exponent 0: subnormal.
-          const double mag = exp == 0 ? std::ldexp(man / 8.0, -6) : std::ldexp(1 + man / 8.0, exp - 7);
-          y[128 * g + e] = d * (q & 0x80 ? -mag : mag);
-        }
+        for (int e = 0; e < 128; ++e) y[128 * g + e] = d * testing::OcpE4M3(p[4 + e]);
       }
       break;
     default: ADD_FAILURE() << "no naive dequantizer for " << DTypeName(dtype);
