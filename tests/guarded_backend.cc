@@ -4,14 +4,13 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
-#include <numeric>
 #include <vector>
 
 #include "core/logging.h"
 #include "core/status.h"
 #include "core/str_cat.h"
+#include "model/layers/moe.h"
 
 namespace cascade::testing {
 
@@ -125,23 +124,6 @@ const kernels::PreparedWeight& Inner(const kernels::PreparedWeight* w) {
   return dynamic_cast<const GuardedWeight&>(*w).inner();
 }
 
-// The top k experts of one token and their weights: softmax over all, the k largest
-// logits (the lower id first on ties), renormalised over the k when `norm`.
-std::vector<std::pair<int32_t, float>> Route(const float* logits, int64_t n_experts, int64_t k, bool norm) {
-  const float mx = *std::max_element(logits, logits + n_experts);
-  double z = 0;
-  for (int64_t e = 0; e < n_experts; ++e) z += std::exp(static_cast<double>(logits[e] - mx));
-  std::vector<int32_t> order(n_experts);
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
-  std::vector<double> p(k);
-  double sum = 0;
-  for (int64_t i = 0; i < k; ++i) sum += p[i] = std::exp(static_cast<double>(logits[order[i]] - mx)) / z;
-  std::vector<std::pair<int32_t, float>> out;
-  for (int64_t i = 0; i < k; ++i) out.emplace_back(order[i], static_cast<float>(norm ? p[i] / sum : p[i]));
-  return out;
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<kernels::PreparedExperts>> GuardedBackend::PrepareExperts(
@@ -178,8 +160,13 @@ absl::Status GuardedBackend::RoutedExperts(TensorView acc, const TensorView& x, 
   const int64_t d = x.Cols(), held = static_cast<int64_t>(ex->experts.size());
   std::vector<float> y(d);
   for (int64_t t = 0; t < x.Rows(); ++t) {
-    const float* lg = logits.As<float>() + t * routing.n_experts;
-    for (const auto& [e, w] : Route(lg, routing.n_experts, routing.top_k, routing.norm_topk)) {
+    std::vector<int32_t> chosen(routing.top_k);
+    std::vector<float> weights(routing.top_k);
+    model::RouteToken(std::span<const float>(logits.As<float>() + t * routing.n_experts, routing.n_experts),
+                      routing.top_k, routing.norm_topk, chosen, weights);
+    for (int64_t c = 0; c < routing.top_k; ++c) {
+      const int32_t e = chosen[c];
+      const float w = weights[c];
       if (load != nullptr) ++static_cast<int32_t*>(load)[e];
       const int64_t h = e - routing.expert_begin;
       if (h < 0 || h >= held) continue;

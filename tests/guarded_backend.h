@@ -32,7 +32,7 @@ class GuardedBackend final : public kernels::Backend {
   // Off by default. On: the backend also takes a MoE layer's experts in one call
   // (PrepareExperts / RoutedExperts) for up to kRoutedTokens tokens, as the CUDA backend
   // does, as a stand-in computed with the CPU backend's ops, token by token, after routing
-  // by the models' rule (written again here) -- so that the host side of the device path
+  // by the host path's RouteToken (model/layers/moe.h) -- so that the host side of the device path
   // (model/layers/moe.h, the counters Transformer::expert_load reads) runs on the CPU.
   static constexpr int64_t kRoutedTokens = 4;
   void set_routes_experts(bool on) { routes_experts_ = on; }
