@@ -245,11 +245,12 @@ void Report(const std::vector<Result>& results, double copy_bw, const std::strin
     std::string rows;
     for (const Figures& f : r.rows) {
       const double gb_s = r.weight_bytes * f.decode1 / 1e9;
-      const std::string of_anchor =
-          anchor != nullptr && anchor != &f && anchor->decode1 > 0 ? StrCat(f.decode1 / anchor->decode1) : "";
+      char of_anchor[16] = "";
+      if (anchor != nullptr && anchor != &f && anchor->decode1 > 0) {
+        std::snprintf(of_anchor, sizeof(of_anchor), "%.2fx", f.decode1 / anchor->decode1);
+      }
       std::printf("%-40s %-8s %-15s %11.0f %11.1f %12.1f %9.0f %6.0f%% %10s\n", r.model.c_str(), r.backend.c_str(),
-                  f.config.c_str(), f.prefill, f.decode1, f.decode_max, gb_s, 100 * gb_s * 1e9 / copy_bw,
-                  of_anchor.substr(0, 5).c_str());
+                  f.config.c_str(), f.prefill, f.decode1, f.decode_max, gb_s, 100 * gb_s * 1e9 / copy_bw, of_anchor);
       rows += StrCat(rows.empty() ? "" : ", ", "{\"kernels\": \"", f.config, "\", \"prefill_tok_s\": ", f.prefill,
                      ", \"decode_b1_tok_s\": ", f.decode1, ", \"decode_max_tok_s\": ", f.decode_max,
                      ", \"decode_b1_weight_gb_s\": ", gb_s, "}");
