@@ -13,6 +13,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
+#include "core/kv_cache_dtype.h"
 #include "core/status.h"
 #include "core/str_cat.h"
 
@@ -341,10 +342,10 @@ absl::Status Parser::ParseScheduler(const YAML::Node& node, SchedulerSection* ou
     out->gpu_memory_fraction = value;
   }
   if (const YAML::Node n = Child(node, "kv_cache_dtype"); n.IsDefined()) {
-    const std::optional<DType> d = n.IsScalar() ? DTypeFromName(n.Scalar()) : std::nullopt;
-    if (!d || (*d != DType::kF32 && *d != DType::kF16 && *d != DType::kQ8_0)) {
+    const absl::StatusOr<DType> d = KvCacheDTypeFromName(n.IsScalar() ? n.Scalar() : "");
+    if (!d.ok()) {
       return Error(n, "scheduler.kv_cache_dtype",
-                   StrCat("must be one of f32, f16, q8_0, got '", n.IsScalar() ? n.Scalar() : "", "'"));
+                   StrCat("must be one of ", kKvCacheDTypeNames, ", got '", n.IsScalar() ? n.Scalar() : "", "'"));
     }
     out->kv_cache_dtype = *d;
   }

@@ -50,6 +50,11 @@ struct KvCacheLayer {
   int64_t block_size = 16;
   int64_t n_kv_heads = 0;
   int64_t head_dim = 0;
+  // FP8 (F8_E4M3) caches only: F32 [n_kv_heads] in the same memory as k and v. The
+  // element of KV head h stored as code c means E4M3(c) * k_scale[h] (v_scale[h] for V);
+  // WriteKv stores E4M3(x / scale). Empty views for the other dtypes.
+  TensorView k_scale;
+  TensorView v_scale;
 };
 
 // One sequence inside a batch of tokens. Its `n_new` tokens are rows

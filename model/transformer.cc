@@ -165,7 +165,14 @@ absl::StatusOr<Transformer::Layer> Transformer::LoadLayer(const ModelFiles& file
 void Transformer::Prefault(const std::function<void(double)>& progress) const { loader_->Prefault(progress); }
 
 KvCacheOptions Transformer::CacheOptions(int64_t n_blocks, int64_t block_size, DType kv_dtype) const {
-  return {n_layers_here(), n_blocks, block_size, shard_.n_kv_heads(), config_.head_dim, kv_dtype};
+  return {.n_layers = n_layers_here(),
+          .n_blocks = n_blocks,
+          .block_size = block_size,
+          .n_kv_heads = shard_.n_kv_heads(),
+          .head_dim = config_.head_dim,
+          .dtype = kv_dtype,
+          .k_scales = {},
+          .v_scales = {}};
 }
 
 int64_t Transformer::DenseFfnColumns() const { return moe_layers_.size() == layers_.size() ? 0 : shard_.n_ff(); }

@@ -26,11 +26,21 @@ sampling::SamplingParams FromStepSampling(const v1::StepSampling& s) {
 }
 
 v1::KvCacheDType ToKvCacheDType(DType d) {
-  return d == DType::kF32 ? v1::KV_CACHE_F32 : d == DType::kQ8_0 ? v1::KV_CACHE_Q8_0 : v1::KV_CACHE_F16;
+  switch (d) {
+    case DType::kF32: return v1::KV_CACHE_F32;
+    case DType::kQ8_0: return v1::KV_CACHE_Q8_0;
+    case DType::kF8_E4M3: return v1::KV_CACHE_FP8_E4M3;
+    default: return v1::KV_CACHE_F16;
+  }
 }
 
 DType FromKvCacheDType(v1::KvCacheDType d) {
-  return d == v1::KV_CACHE_F32 ? DType::kF32 : d == v1::KV_CACHE_Q8_0 ? DType::kQ8_0 : DType::kF16;
+  switch (d) {
+    case v1::KV_CACHE_F32: return DType::kF32;
+    case v1::KV_CACHE_Q8_0: return DType::kQ8_0;
+    case v1::KV_CACHE_FP8_E4M3: return DType::kF8_E4M3;
+    default: return DType::kF16;
+  }
 }
 
 }  // namespace cascade::wire

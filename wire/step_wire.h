@@ -13,7 +13,7 @@ namespace cascade::wire {
 v1::StepSampling ToStepSampling(const sampling::SamplingParams& p);
 sampling::SamplingParams FromStepSampling(const v1::StepSampling& s);
 
-// The KV cache's element type (f32, f16 or q8_0, scheduler.kv_cache_dtype) as LoadShard
+// The KV cache's element type (f32, f16, q8_0 or fp8_e4m3, scheduler.kv_cache_dtype) as LoadShard
 // carries it, and back. Another DType maps to f16, the protocol's zero value.
 v1::KvCacheDType ToKvCacheDType(DType d);
 DType FromKvCacheDType(v1::KvCacheDType d);

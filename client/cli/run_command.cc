@@ -13,6 +13,7 @@
 #include "client/cli/request_flags.h"
 #include "core/args.h"
 #include "core/clock.h"
+#include "core/kv_cache_dtype.h"
 #include "core/load_balance.h"
 #include "core/str_cat.h"
 #include "model/kv_cache.h"
@@ -69,7 +70,7 @@ int RunCommand(int argc, char** argv) {
   arg_options.insert(arg_options.end(),
                      {{"threads", "N", "CPU threads, in [1, 256] (default 1)"},
                       {"ctx", "N", "positions per sequence (default: the model's trained context)"},
-                      {"kv-type", "TYPE", "KV cache type: f32, f16 or q8_0 (default f16)"},
+                      {"kv-type", "TYPE", "KV cache type: f32, f16, q8_0 or fp8_e4m3 (default f16)"},
                       {"json", "", "print one JSON object (ids, text, timings) instead of streaming"}});
   Args args("cascade run", "--model PATH (--prompt T | --prompt-ids 1,2,3 | --chat T) [options]",
             std::move(arg_options));
@@ -91,7 +92,7 @@ int RunCommand(int argc, char** argv) {
   options.n_threads = static_cast<int>(*threads);
   options.max_context = *ctx;
   if (auto kv = args.Get("kv-type")) {
-    auto dtype = model::KvCacheDTypeFromName(*kv);
+    auto dtype = KvCacheDTypeFromName(*kv);
     if (!dtype.ok()) return Fail("run", absl::InvalidArgumentError(StrCat("--kv-type: ", dtype.status().message())));
     options.kv_dtype = *dtype;
   }
@@ -127,7 +128,7 @@ int RunCommand(int argc, char** argv) {
     }
     j["logprobs"] = lp;
   }
-  j["kv_cache"] = {{"dtype", std::string(DTypeName(options.kv_dtype))}, {"bytes", (*engine)->kv_bytes()}};
+  j["kv_cache"] = {{"dtype", std::string(KvCacheDTypeName(options.kv_dtype))}, {"bytes", (*engine)->kv_bytes()}};
   if (const model::Transformer& t = (*engine)->transformer(); !t.moe_layers().empty())
     j["expert_load"] = ExpertLoadJson(t);
   std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());

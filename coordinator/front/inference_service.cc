@@ -3,6 +3,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "coordinator/front/request_validation.h"
+#include "core/kv_cache_dtype.h"
 #include "core/status.h"
 #include "core/str_cat.h"
 #include "proto/grpc_status.h"
@@ -185,7 +186,7 @@ grpc::Status InferenceService::GetClusterStatus(grpc::ServerContext* ctx, const 
   resp->set_kv_blocks_total(st.scheduler.n_total_blocks);
   resp->set_kv_blocks_free(st.scheduler.n_free_blocks);
   resp->set_kv_block_size(replicas_->workers(0).options().kv_block_size);
-  resp->set_kv_cache_dtype(std::string(DTypeName(replicas_->workers(0).options().kv_cache_dtype)));
+  resp->set_kv_cache_dtype(std::string(KvCacheDTypeName(replicas_->workers(0).options().kv_cache_dtype)));
   resp->set_running(st.scheduler.running());
   resp->set_waiting(st.scheduler.n_waiting);
   resp->set_max_batch_seen(st.scheduler.max_batch_seqs_seen);

@@ -1,11 +1,14 @@
 #include "kernels/cpu/attention.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "core/fp8.h"
 #include "core/half.h"
+#include "core/kv_cache_dtype.h"
 #include "core/quant_blocks.h"
 #include "core/status.h"
 #include "core/str_cat.h"
@@ -53,9 +56,16 @@ absl::Status CheckSeqs(const KvCacheLayer& cache, std::span<const AttentionSeq> 
 
 absl::Status CheckKvDtype(const KvCacheLayer& cache) {
   const DType t = cache.k.dtype;
-  if (cache.v.dtype != t || (t != DType::kF32 && t != DType::kF16 && t != DType::kQ8_0)) {
+  if (cache.v.dtype != t || !IsKvCacheDType(t)) {
     return absl::UnimplementedError(StrCat("attention: KV cache of ", DTypeName(t), " / ", DTypeName(cache.v.dtype),
-                                           " (the CPU kernels read f32, f16 and q8_0)"));
+                                           " (the CPU kernels read ", kKvCacheDTypeNames, ")"));
+  }
+  const bool scaled = cache.k_scale.data != nullptr && cache.v_scale.data != nullptr &&
+                      cache.k_scale.NumElements() == cache.n_kv_heads &&
+                      cache.v_scale.NumElements() == cache.n_kv_heads;
+  if (t == DType::kF8_E4M3 && !scaled) {
+    return absl::InvalidArgumentError(
+        StrCat("attention: an fp8_e4m3 KV cache needs k_scale and v_scale of ", cache.n_kv_heads, " heads"));
   }
   if (t == DType::kQ8_0 && cache.head_dim % kQK != 0) {
     return absl::UnimplementedError(
@@ -63,6 +73,9 @@ absl::Status CheckKvDtype(const KvCacheLayer& cache) {
   }
   return absl::OkStatus();
 }
+
+// KV head h's FP8 scale, 1 for the other dtypes (no scales).
+float HeadScale(const TensorView& scales, int64_t h) { return scales.data != nullptr ? scales.As<float>()[h] : 1.0f; }
 
 AttendFn PickAttend(int64_t d) {
   if (ActiveCpuIsa() == CpuIsa::kAvx512 && d % 16 == 0) return internal::AttendAvx512;
@@ -80,7 +93,7 @@ CASCADE_SIMD_CLONES
 void AttendGeneric(const AttendArgs& a) {
   const int64_t bs = a.bs, n_group = a.n_group, d = a.d;
   const bool f32 = a.kv_dtype == DType::kF32;
-  // F16 / Q8_0 caches: each block's rows are converted once into these, then read as f32.
+  // F16 / Q8_0 / F8_E4M3 caches: each block's rows are converted once into these, then read as f32.
   thread_local std::vector<float> k_tile, v_tile;
   if (!f32) {
     k_tile.resize(static_cast<size_t>(bs * d));
@@ -141,9 +154,9 @@ void AttendGeneric(const AttendArgs& a) {
     }
   }
   for (int64_t g = 0; g < n_group; ++g) {
-    float f = 1.0f;
+    float f = a.v_scale;
     if (a.normalize) {
-      f = l[g] > 0 ? 1.0f / l[g] : 0.0f;
+      f = l[g] > 0 ? a.v_scale / l[g] : 0.0f;
     } else {
       a.m[g] = m[g];
       a.l[g] = l[g];
@@ -157,6 +170,13 @@ void KvRowsToF32(DType dtype, const uint8_t* src, int64_t row_bytes, int64_t n, 
     if (dtype == DType::kF16) {
       const auto* h = reinterpret_cast<const uint16_t*>(src);
       for (int64_t i = 0; i < d; ++i) dst[i] = F16ToF32(h[i]);
+    } else if (dtype == DType::kF8_E4M3) {
+      static const std::array<float, 256> kValues = [] {
+        std::array<float, 256> v{};
+        for (int c = 0; c < 256; ++c) v[c] = E4M3ToF32(static_cast<uint8_t>(c));
+        return v;
+      }();
+      for (int64_t i = 0; i < d; ++i) dst[i] = kValues[src[i]];
     } else {  // Q8_0: d / 32 blocks of an f16 scale and 32 int8.
       const auto* b = reinterpret_cast<const BlockQ8_0*>(src);
       for (int64_t i = 0; i < d; ++i) dst[i] = F16ToF32(b[i / kQK].d) * static_cast<float>(b[i / kQK].qs[i % kQK]);
@@ -165,6 +185,18 @@ void KvRowsToF32(DType dtype, const uint8_t* src, int64_t row_bytes, int64_t n, 
 }
 
 }  // namespace internal
+
+namespace {
+
+// One position's row of every KV head as E4M3 codes of x / scale[head].
+void WriteF8Row(const float* x, const float* scale, int64_t n_heads, int64_t d, uint8_t* dst) {
+  for (int64_t h = 0; h < n_heads; ++h) {
+    const float inv = 1.0f / scale[h];
+    for (int64_t i = 0; i < d; ++i) dst[h * d + i] = F32ToE4M3(x[h * d + i] * inv);
+  }
+}
+
+}  // namespace
 
 absl::Status WriteKvCpu(KvCacheLayer& cache, const TensorView& k, const TensorView& v,
                         std::span<const AttentionSeq> seqs) {
@@ -185,6 +217,11 @@ absl::Status WriteKvCpu(KvCacheLayer& cache, const TensorView& k, const TensorVi
       const int64_t slot = static_cast<int64_t>(s.block_table[pos / bs]) * bs + pos % bs;
       const float* kr = k.As<float>() + (s.row_begin + i) * kv_dim;
       const float* vr = v.As<float>() + (s.row_begin + i) * kv_dim;
+      if (dtype == DType::kF8_E4M3) {
+        WriteF8Row(kr, cache.k_scale.As<float>(), cache.n_kv_heads, cache.head_dim, kc + slot * row_bytes);
+        WriteF8Row(vr, cache.v_scale.As<float>(), cache.n_kv_heads, cache.head_dim, vc + slot * row_bytes);
+        continue;
+      }
       CASCADE_RETURN_IF_ERROR(QuantizeRow(dtype, kr, kc + slot * row_bytes, kv_dim));  // F32: a copy.
       CASCADE_RETURN_IF_ERROR(QuantizeRow(dtype, vr, vc + slot * row_bytes, kv_dim));
     }
@@ -329,7 +366,8 @@ absl::Status AttentionCpu(TensorView out, const TensorView& q, const KvCacheLaye
                       .kv_row_bytes = kv_row_bytes,
                       .n_group = n_group,
                       .d = d,
-                      .scale = params.scale};
+                      .scale = params.scale * HeadScale(cache.k_scale, h),
+                      .v_scale = HeadScale(cache.v_scale, h)};
       if (unit.partial < 0) {
         args.out = out.As<float>() + off;
       } else {

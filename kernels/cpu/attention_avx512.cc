@@ -64,7 +64,18 @@ inline __m512 Reduce16(const __m512* p) {
   return _mm512_add_ps(_mm512_shuffle_f32x4(x0, x1, kEven), _mm512_shuffle_f32x4(x0, x1, kOdd));
 }
 
-// `n` (<= 16) cache rows of d = 16 kD elements (F16, or Q8_0 with kD even) to f32.
+// 16 E4M3 codes to f32 through f16: the code's 7 magnitude bits shifted into an f16's
+// exponent and mantissa fields (a 5-bit exponent field holding E4M3's 4 bits, bias 15 for
+// 7) give the value times 2^-8, subnormals included; the sign moves to bit 15. Exact.
+inline __m512 F8x16ToF32(const uint8_t* src) {
+  const __m256i u = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
+  const __m256i h = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(u, _mm256_set1_epi16(0x7f)), 7),
+                                    _mm256_slli_epi16(_mm256_and_si256(u, _mm256_set1_epi16(0x80)), 8));
+  return _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(256.0f));
+}
+
+// `n` (<= 16) cache rows of d = 16 kD elements (F16, F8_E4M3 unscaled, or Q8_0 with kD
+// even) to f32.
 template <int kD>
 void KvRowsToF32Avx512(DType dtype, const uint8_t* src, int64_t row_bytes, int n, float (*dst)[kD * 16]) {
   for (int r = 0; r < n; ++r, src += row_bytes) {
@@ -73,6 +84,8 @@ void KvRowsToF32Avx512(DType dtype, const uint8_t* src, int64_t row_bytes, int n
         _mm512_store_ps(dst[r] + 16 * j,
                         _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src) + j)));
       }
+    } else if (dtype == DType::kF8_E4M3) {
+      for (int j = 0; j < kD; ++j) _mm512_store_ps(dst[r] + 16 * j, F8x16ToF32(src + 16 * j));
     } else {
       const auto* b = reinterpret_cast<const BlockQ8_0*>(src);
       for (int j = 0; j < kD; ++j) {
@@ -91,7 +104,7 @@ void AttendImpl(const AttendArgs& a) {
   const int64_t n_group = a.n_group;
   const bool f32 = a.kv_dtype == DType::kF32;
   const int64_t stride = f32 ? a.kv_row_bytes / static_cast<int64_t>(sizeof(float)) : kD * 16;
-  // F16 / Q8_0 caches: each 16-position chunk is converted once into these (L1), then
+  // F16 / Q8_0 / F8_E4M3 caches: each 16-position chunk is converted once into these (L1), then
   // read by every query head of the group as f32.
   alignas(64) float k_tile[16][kD * 16];
   alignas(64) float v_tile[16][kD * 16];
@@ -158,9 +171,9 @@ void AttendImpl(const AttendArgs& a) {
   for (int64_t g = 0; g < n_group; ++g) {
     const float l = _mm512_reduce_add_ps(_mm512_load_ps(lsum[g]));
     float* og = a.out + g * kD * 16;
-    __m512 f = _mm512_set1_ps(1.0f);
+    __m512 f = _mm512_set1_ps(a.v_scale);
     if (a.normalize) {
-      f = _mm512_set1_ps(l > 0 ? 1.0f / l : 0.0f);
+      f = _mm512_set1_ps(l > 0 ? a.v_scale / l : 0.0f);
     } else {
       a.m[g] = m[g];
       a.l[g] = l;

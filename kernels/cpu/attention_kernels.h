@@ -21,7 +21,8 @@ inline constexpr float kAttnNoMax = -1e30f;
 struct AttendArgs {
   const float* q = nullptr;  // [n_group, d]: the group's query heads, contiguous.
   // Cache K at this KV head: position p of block b at base + (b * bs + p) * kv_row_bytes,
-  // d elements of `kv_dtype` (F32, F16, or Q8_0 with d % 32 == 0). Same for V.
+  // d elements of `kv_dtype` (F32, F16, Q8_0 with d % 32 == 0, or F8_E4M3). Same for V.
+  // An F8_E4M3 head's K scale is folded into `scale`, its V scale is `v_scale`.
   const uint8_t* k_base = nullptr;
   const uint8_t* v_base = nullptr;
   DType kv_dtype = DType::kF32;
@@ -33,6 +34,7 @@ struct AttendArgs {
   int64_t n_group = 1;       // <= kAttnMaxGroup.
   int64_t d = 0;             // <= kAttnMaxHeadDim.
   float scale = 1.0f;
+  float v_scale = 1.0f;  // Multiplies out (normalised or not).
   // normalize: out [n_group, d] = softmax-weighted sum of V (m, l unused).
   // Otherwise a partial for a later merge: out = sum_t exp(s_t - m[g]) v_t unnormalised,
   // m[g] = max score, l[g] = sum_t exp(s_t - m[g]).
@@ -44,7 +46,7 @@ struct AttendArgs {
 
 using AttendFn = void (*)(const AttendArgs& args);
 
-// Converts `n` cache rows of d elements of `dtype` (F16 or Q8_0), `row_bytes` apart from
+// Converts `n` cache rows of d elements of `dtype` (F16, Q8_0 or F8_E4M3, unscaled), `row_bytes` apart from
 // `src`, to f32 rows of d floats at `dst`. Portable version (attention.cc).
 void KvRowsToF32(DType dtype, const uint8_t* src, int64_t row_bytes, int64_t n, int64_t d, float* dst);
 

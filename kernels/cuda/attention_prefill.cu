@@ -30,9 +30,10 @@ __global__ void AttentionTileKernel(AttentionArgs a, const PrefillTile* tiles) {
   const int64_t h = blockIdx.y, kvh = h / (a.n_heads / a.n_kv_heads);
   const int t = threadIdx.x, row = t / kThreadsPerRow, sub = t % kThreadsPerRow;
   const int32_t* table = a.tables + tile.table;
+  const float qscale = a.k_scale != nullptr ? a.scale * a.k_scale[kvh] : a.scale;
   for (int i = t; i < kTileRows * HD; i += kThreads) {
     const int r = i / HD, d = i % HD;
-    qs[r][d] = r < tile.n_rows ? a.q[((tile.first_row + r) * a.n_heads + h) * HD + d] * a.scale : 0.0f;
+    qs[r][d] = r < tile.n_rows ? a.q[((tile.first_row + r) * a.n_heads + h) * HD + d] * qscale : 0.0f;
   }
   // Row `row` attends to keys [0, pos]; a padding row (past n_rows) to none.
   const int64_t pos = row < tile.n_rows ? tile.pos0 + row : -1;
@@ -93,8 +94,9 @@ __global__ void AttentionTileKernel(AttentionArgs a, const PrefillTile* tiles) {
   }
   if (row >= tile.n_rows) return;
   float* out = a.out + ((tile.first_row + row) * a.n_heads + h) * HD;
+  const float vscale = a.v_scale != nullptr ? a.v_scale[kvh] : 1.0f;
 #pragma unroll
-  for (int j = 0; j < kDims; ++j) out[sub + kThreadsPerRow * j] = acc[j] / l;
+  for (int j = 0; j < kDims; ++j) out[sub + kThreadsPerRow * j] = acc[j] / l * vscale;
 }
 
 }  // namespace

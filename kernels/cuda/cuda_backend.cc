@@ -84,7 +84,8 @@ static_assert(cuda::kWQ4_K == static_cast<int>(DType::kQ4_K) && cuda::kWQ6_K == 
 static_assert(cuda::kWQ5_0 == static_cast<int>(DType::kQ5_0) && cuda::kWIQ4_XS == static_cast<int>(DType::kIQ4_XS));
 static_assert(cuda::kWQ8_0 == static_cast<int>(DType::kQ8_0) && cuda::kWQ4_0 == static_cast<int>(DType::kQ4_0));
 static_assert(cuda::kWF16 == static_cast<int>(DType::kF16) && cuda::kWBF16 == static_cast<int>(DType::kBF16));
-static_assert(cuda::kWF8B128 == static_cast<int>(DType::kF8_E4M3_B128) &&
+static_assert(cuda::kWF8 == static_cast<int>(DType::kF8_E4M3) &&
+              cuda::kWF8B128 == static_cast<int>(DType::kF8_E4M3_B128) &&
               cuda::kWMXFP4 == static_cast<int>(DType::kMXFP4));
 
 // Dense types, Q8_0, I4_G128, F8_E4M3_B128 and every block-code type (decoded in
@@ -96,14 +97,30 @@ bool Supported(DType d) {
 
 float* F32(const TensorView& v) { return static_cast<float*>(v.data); }
 
-// The kernels' encoding of a KV cache's dtype (f32, f16, q8_0 with head_dim % 32 == 0).
-absl::StatusOr<int> KvCode(const KvCacheLayer& cache) {
+// The kernels' view of a KV cache: f32, f16, q8_0 with head_dim % 32 == 0, or fp8_e4m3
+// with its per-head scales.
+absl::StatusOr<cuda::KvCacheRef> KvRef(const KvCacheLayer& cache) {
+  cuda::KvCacheRef r{.k = cache.k.data, .v = cache.v.data, .head_dim = cache.head_dim};
   const DType t = cache.k.dtype;
-  if (t == DType::kF32) return cuda::kWF32;
-  if (t == DType::kF16) return cuda::kWF16;
-  if (t == DType::kQ8_0 && cache.head_dim % 32 == 0) return cuda::kWQ8_0;
-  return absl::UnimplementedError(StrCat("CUDA attention: KV cache of ", DTypeName(t), " with head_dim ",
-                                         cache.head_dim, " (reads f32, f16, q8_0 with head_dim % 32 == 0)"));
+  if (t == DType::kF32) {
+    r.code = cuda::kWF32;
+  } else if (t == DType::kF16) {
+    r.code = cuda::kWF16;
+  } else if (t == DType::kQ8_0 && cache.head_dim % 32 == 0) {
+    r.code = cuda::kWQ8_0;
+  } else if (t == DType::kF8_E4M3 && cache.k_scale.NumElements() == cache.n_kv_heads &&
+             cache.v_scale.NumElements() == cache.n_kv_heads) {
+    r.code = cuda::kWF8;
+    r.k_scale = F32(cache.k_scale);
+    r.v_scale = F32(cache.v_scale);
+  } else {
+    return absl::UnimplementedError(StrCat("CUDA attention: KV cache of ", DTypeName(t), " with head_dim ",
+                                           cache.head_dim,
+                                           " (reads f32, f16, q8_0 with head_dim % 32 == 0, "
+                                           "fp8_e4m3 with a scale per KV head)"));
+  }
+  if (cache.v.dtype != t) return absl::InvalidArgumentError("CUDA attention: K and V caches of different dtypes");
+  return r;
 }
 
 // Backend memory of a CudaBackend: a DeviceBuffer behind the Buffer interface.
@@ -504,14 +521,14 @@ class CudaBackendImpl final : public CudaBackend {
     Bind();
     CASCADE_RETURN_IF_ERROR(ListSlots(cache, seqs));
     const std::vector<int32_t>& slots = slots_;
-    CASCADE_ASSIGN_OR_RETURN(const int code, KvCode(cache));
+    CASCADE_ASSIGN_OR_RETURN(const cuda::KvCacheRef ref, KvRef(cache));
     int32_t* dev = Upload(kSlots, std::span<const int32_t>(slots));
     CASCADE_RETURN_IF_ERROR(ScratchError());
-    graphs_->Sign({kOpWriteKv, Bits(cache.k.data), Bits(cache.v.data), static_cast<uint64_t>(code), Bits(k.data),
-                   Bits(v.data), Dims(k)});
+    graphs_->Sign({kOpWriteKv, Bits(ref.k), Bits(ref.v), static_cast<uint64_t>(ref.code), Bits(ref.k_scale),
+                   Bits(ref.v_scale), Bits(k.data), Bits(v.data), Dims(k)});
     if (graphs_->dry()) return absl::OkStatus();
-    cuda::WriteKv(cache.k.data, cache.v.data, code, F32(k), F32(v), dev, static_cast<int64_t>(slots.size()),
-                  cache.n_kv_heads * cache.head_dim, stream_);
+    cuda::WriteKv(ref, F32(k), F32(v), dev, static_cast<int64_t>(slots.size()), cache.n_kv_heads * cache.head_dim,
+                  stream_);
     return LastError("WriteKv");
   }
 
@@ -532,18 +549,17 @@ class CudaBackendImpl final : public CudaBackend {
     if (static_cast<int64_t>(slots_.size()) != n) {
       return absl::InvalidArgumentError(StrCat("RopeWriteKv: ", slots_.size(), " new positions for ", n, " rows"));
     }
-    CASCADE_ASSIGN_OR_RETURN(const int code, KvCode(cache));
+    CASCADE_ASSIGN_OR_RETURN(const cuda::KvCacheRef ref, KvRef(cache));
     int32_t* pos = Upload(kPositions, positions);
     float* freq = Upload(kFreq, params.inv_freq);
     int32_t* slots = Upload(kSlots, std::span<const int32_t>(slots_));
     CASCADE_RETURN_IF_ERROR(ScratchError());
     graphs_->Sign({kOpRopeWriteKv, Bits(q.data), Bits(k.data), Bits(v.data), Dims(q), Dims(k),
-                   static_cast<uint64_t>(params.head_dim), static_cast<uint64_t>(params.style), Bits(cache.k.data),
-                   Bits(cache.v.data), static_cast<uint64_t>(code)});
+                   static_cast<uint64_t>(params.head_dim), static_cast<uint64_t>(params.style), Bits(ref.k),
+                   Bits(ref.v), static_cast<uint64_t>(ref.code), Bits(ref.k_scale), Bits(ref.v_scale)});
     if (graphs_->dry()) return absl::OkStatus();
     cuda::RopeWriteKv(F32(q), F32(k), F32(v), pos, freq, n, q.Cols() / params.head_dim, cache.n_kv_heads,
-                      params.head_dim, params.style == RopeStyle::kAdjacentPairs ? 0 : 1, cache.k.data, cache.v.data,
-                      code, slots, stream_);
+                      params.head_dim, params.style == RopeStyle::kAdjacentPairs ? 0 : 1, ref, slots, stream_);
     return LastError("RopeWriteKv");
   }
 
@@ -581,7 +597,10 @@ class CudaBackendImpl final : public CudaBackend {
       if (!prefill) max_keys = std::max(max_keys, s.n_past + s.n_new);
     }
     cuda::AttentionArgs a;
-    CASCADE_ASSIGN_OR_RETURN(a.kv_code, KvCode(cache));
+    CASCADE_ASSIGN_OR_RETURN(const cuda::KvCacheRef ref, KvRef(cache));
+    a.kv_code = ref.code;
+    a.k_scale = ref.k_scale;
+    a.v_scale = ref.v_scale;
     a.out = F32(out);
     a.q = F32(q);
     a.k_cache = cache.k.data;
@@ -607,10 +626,11 @@ class CudaBackendImpl final : public CudaBackend {
         tiles_.empty() ? nullptr : Upload(kTiles, std::span<const cuda::PrefillTile>(tiles_));
     CASCADE_RETURN_IF_ERROR(ScratchError());
     graphs_->Sign({kOpAttention, Bits(a.out), Bits(a.q), Bits(a.k_cache), Bits(a.v_cache), Bits(a.partial),
-                   static_cast<uint64_t>(a.kv_code), static_cast<uint64_t>(a.n_rows), static_cast<uint64_t>(a.n_heads),
-                   static_cast<uint64_t>(a.n_kv_heads), static_cast<uint64_t>(a.head_dim),
-                   static_cast<uint64_t>(a.block_size), static_cast<uint64_t>(a.n_splits), Bits(a.scale),
-                   Bits(a.split_rows), static_cast<uint64_t>(a.n_split_rows), tiles_.size()});
+                   static_cast<uint64_t>(a.kv_code), Bits(a.k_scale), Bits(a.v_scale), static_cast<uint64_t>(a.n_rows),
+                   static_cast<uint64_t>(a.n_heads), static_cast<uint64_t>(a.n_kv_heads),
+                   static_cast<uint64_t>(a.head_dim), static_cast<uint64_t>(a.block_size),
+                   static_cast<uint64_t>(a.n_splits), Bits(a.scale), Bits(a.split_rows),
+                   static_cast<uint64_t>(a.n_split_rows), tiles_.size()});
     if (graphs_->dry()) return absl::OkStatus();
     cuda::Attention(a, stream_);
     cuda::AttentionTiles(a, dev_tiles, static_cast<int64_t>(tiles_.size()), stream_);

@@ -1,6 +1,7 @@
 // The CUDA kernels behind CudaBackend; see cuda_kernels.h for the contracts.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cfloat>
 
@@ -360,12 +361,22 @@ __global__ void QuantGemvKernel(GemvOut out, const float* x, const uint8_t* w, i
 // One block per row; f32 / f16: a thread per element; q8_0: a thread per 32-block
 // (amax / 127 scale, round to nearest as ggml's reference quantizer).
 // Row r of k and v [.., kv_dim] into the caches at slot[r], in the cache's encoding.
-__device__ __forceinline__ void WriteKvRow(void* kc, void* vc, int code, const float* k, const float* v,
-                                           const int32_t* slot, int64_t kv_dim, int64_t r) {
+__device__ __forceinline__ void WriteKvRow(const KvCacheRef& c, const float* k, const float* v, const int32_t* slot,
+                                           int64_t kv_dim, int64_t r) {
   const int64_t base = static_cast<int64_t>(slot[r]) * kv_dim;
+  const int code = c.code;
   for (int which = 0; which < 2; ++which) {
-    void* cache = which == 0 ? kc : vc;
+    void* cache = which == 0 ? c.k : c.v;
     const float* src = (which == 0 ? k : v) + r * kv_dim;
+    if (code == kWF8) {  // As the CPU: x times the reciprocal of the head's scale, RNE, saturated.
+      const float* scale = which == 0 ? c.k_scale : c.v_scale;
+      for (int64_t i = threadIdx.x; i < kv_dim; i += blockDim.x) {
+        const float x = src[i] * (1.0f / scale[i / c.head_dim]);
+        static_cast<uint8_t*>(cache)[base + i] =
+            static_cast<uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
+      }
+      continue;
+    }
     if (code == kWF32 || code == kWF16) {
       for (int64_t i = threadIdx.x; i < kv_dim; i += blockDim.x) {
         if (code == kWF32) {
@@ -389,22 +400,21 @@ __device__ __forceinline__ void WriteKvRow(void* kc, void* vc, int code, const f
   }
 }
 
-__global__ void WriteKvKernel(void* kc, void* vc, int code, const float* k, const float* v, const int32_t* slot,
-                              int64_t kv_dim) {
-  WriteKvRow(kc, vc, code, k, v, slot, kv_dim, blockIdx.x);
+__global__ void WriteKvKernel(KvCacheRef c, const float* k, const float* v, const int32_t* slot, int64_t kv_dim) {
+  WriteKvRow(c, k, v, slot, kv_dim, blockIdx.x);
 }
 
 // Rope of row r's q and k, then its KV write: the k the write reads is the rotated one,
 // written by this block's threads (visible after the barrier).
 __global__ void RopeWriteKvKernel(float* q, float* k, const float* v, const int32_t* positions, const float* inv_freq,
-                                  int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int style, void* kc, void* vc,
-                                  int code, const int32_t* slot) {
+                                  int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int style, KvCacheRef c,
+                                  const int32_t* slot) {
   const int64_t r = blockIdx.x;
   const float pos = static_cast<float>(positions[r]);
   RopeRow(q + r * n_heads * head_dim, pos, inv_freq, n_heads, head_dim, style);
   RopeRow(k + r * n_kv_heads * head_dim, pos, inv_freq, n_kv_heads, head_dim, style);
   __syncthreads();
-  WriteKvRow(kc, vc, code, k, v, slot, n_kv_heads * head_dim, r);
+  WriteKvRow(c, k, v, slot, n_kv_heads * head_dim, r);
 }
 
 // Block (row, head, split), 4 warps. Each warp walks its keys with its own online
@@ -426,9 +436,10 @@ __global__ void AttentionSplitKernel(AttentionArgs a) {
   const int32_t* table = a.tables + a.row_table[r];
   float q[kMaxDimPerLane], acc[kMaxDimPerLane];
   const float* qrow = a.q + (r * a.n_heads + h) * hd;
+  const float qscale = a.k_scale != nullptr ? a.scale * a.k_scale[kvh] : a.scale;
   for (int i = 0; i < per_lane; ++i) {
     const int64_t d = lane + kWarp * i;
-    q[i] = d < hd ? qrow[d] * a.scale : 0.0f;
+    q[i] = d < hd ? qrow[d] * qscale : 0.0f;
     acc[i] = 0.0f;
   }
   float m = -FLT_MAX, l = 0.0f;
@@ -463,10 +474,11 @@ __global__ void AttentionSplitKernel(AttentionArgs a) {
   float* part = a.partial + ((r * a.n_heads + h) * a.n_splits + split) * (hd + 2);
   float mx = -FLT_MAX;
   for (int w = 0; w < kAttnWarps; ++w) mx = fmaxf(mx, sm[w]);
+  const float vscale = a.v_scale != nullptr ? a.v_scale[kvh] : 1.0f;  // The combine is linear in it.
   for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
     float v = 0.0f;
     for (int w = 0; w < kAttnWarps; ++w) v += sl[w] > 0.0f ? sacc[w][d] * __expf(sm[w] - mx) : 0.0f;
-    part[d] = v;
+    part[d] = v * vscale;
   }
   if (threadIdx.x == 0) {
     float lt = 0.0f;
@@ -655,20 +667,17 @@ void QuantGemv(const GemvOut& out, const float* x, const void* w, int code, int6
   }
 }
 
-void WriteKv(void* k_cache, void* v_cache, int kv_code, const float* k, const float* v, const int32_t* slot_of_row,
-             int64_t n_rows, int64_t kv_dim, cudaStream_t stream) {
-  if (n_rows > 0) {
-    WriteKvKernel<<<static_cast<unsigned>(n_rows), 256, 0, stream>>>(k_cache, v_cache, kv_code, k, v, slot_of_row,
-                                                                     kv_dim);
-  }
+void WriteKv(const KvCacheRef& cache, const float* k, const float* v, const int32_t* slot_of_row, int64_t n_rows,
+             int64_t kv_dim, cudaStream_t stream) {
+  if (n_rows > 0) WriteKvKernel<<<static_cast<unsigned>(n_rows), 256, 0, stream>>>(cache, k, v, slot_of_row, kv_dim);
 }
 
 void RopeWriteKv(float* q, float* k, const float* v, const int32_t* positions, const float* inv_freq, int64_t n_rows,
-                 int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int style, void* k_cache, void* v_cache,
-                 int kv_code, const int32_t* slot_of_row, cudaStream_t stream) {
+                 int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int style, const KvCacheRef& cache,
+                 const int32_t* slot_of_row, cudaStream_t stream) {
   if (n_rows > 0) {
     RopeWriteKvKernel<<<static_cast<unsigned>(n_rows), 256, 0, stream>>>(
-        q, k, v, positions, inv_freq, n_heads, n_kv_heads, head_dim, style, k_cache, v_cache, kv_code, slot_of_row);
+        q, k, v, positions, inv_freq, n_heads, n_kv_heads, head_dim, style, cache, slot_of_row);
   }
 }
 

@@ -34,6 +34,7 @@ enum WeightCode : int {
   kWQ5_K = 15,
   kWIQ4_NL = 16,
   kWIQ4_XS = 17,
+  kWF8 = 18,      // Raw E4M3 codes: the FP8 KV cache (times a scale per KV head).
   kWF8B128 = 19,  // F8_E4M3_B128: f32 scale + 128 E4M3 codes (core/fp8.h).
   kWMXFP4 = 20,   // E8M0 exponent + 16 bytes of E2M1 nibbles.
 };
@@ -102,18 +103,29 @@ void Q8Gemv(const GemvOut& out, const Q8Block* xq, const void* w, int code, int6
             int64_t n_out, int64_t n_in, cudaStream_t stream);
 void HalfGemv(const GemvOut& out, const float* x, const void* w, int code, int64_t n_tokens, int64_t n_out,
               int64_t n_in, cudaStream_t stream);
-// KV cache encodings: the weight codes kWF32, kWF16 and kWQ8_0 (q8_0 needs kv_dim and
-// head_dim multiples of 32; the element at flat index i of the cache is in block i / 32).
+// A layer's paged KV cache [n_blocks, block_size, n_kv_heads, head_dim] in encoding `code`:
+// kWF32, kWF16, kWQ8_0 (kv_dim and head_dim multiples of 32; the element at flat index i
+// is in block i / 32) or kWF8 (E4M3 codes of x / scale of the element's KV head, with
+// k_scale and v_scale [n_kv_heads]; null for the other codes).
+struct KvCacheRef {
+  void* k = nullptr;
+  void* v = nullptr;
+  int code = 0;
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
+  int64_t head_dim = 0;
+};
+
 // Scatters k, v [n_rows, kv_dim] (f32) into the paged caches at slot_of_row[r] (slot =
-// block * block_size + position % block_size), converting to `kv_code`.
-void WriteKv(void* k_cache, void* v_cache, int kv_code, const float* k, const float* v, const int32_t* slot_of_row,
-             int64_t n_rows, int64_t kv_dim, cudaStream_t stream);
+// block * block_size + position % block_size), converting to the cache's encoding.
+void WriteKv(const KvCacheRef& cache, const float* k, const float* v, const int32_t* slot_of_row, int64_t n_rows,
+             int64_t kv_dim, cudaStream_t stream);
 
 // Rope of q and k (as Rope, style 0 adjacent pairs, 1 halves) and then WriteKv of the
 // rotated k and v, one block per row: the two ops' bits in one launch.
 void RopeWriteKv(float* q, float* k, const float* v, const int32_t* positions, const float* inv_freq, int64_t n_rows,
-                 int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int style, void* k_cache, void* v_cache,
-                 int kv_code, const int32_t* slot_of_row, cudaStream_t stream);
+                 int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int style, const KvCacheRef& cache,
+                 const int32_t* slot_of_row, cudaStream_t stream);
 
 // Paged attention for any mix of prefill and decode rows (flash-decoding): each (row,
 // head, split) block runs an online softmax over its share of the row's keys, then a
@@ -126,7 +138,10 @@ struct AttentionArgs {
   const float* q = nullptr;       // [n_rows, n_heads * head_dim]
   const void* k_cache = nullptr;  // [n_blocks, block_size, n_kv_heads, head_dim] in kv_code
   const void* v_cache = nullptr;
-  int kv_code = 0;                     // kWF32, kWF16 or kWQ8_0.
+  int kv_code = 0;  // kWF32, kWF16, kWQ8_0 or kWF8.
+  // kWF8 only: per KV head, K's scale (folded into the scores) and V's (into the output).
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
   const int32_t* row_pos = nullptr;    // [n_rows]
   const int32_t* row_table = nullptr;  // [n_rows] offsets into tables
   const int32_t* tables = nullptr;

@@ -46,7 +46,12 @@ int Main(int argc, char** argv) {
         ThreadPool pool(threads);
         auto run = [&](int64_t l) {
           KvCacheLayer cache{TensorView(ks[l].data(), DType::kF32, {n_blocks, kBs, kKv, d}),
-                             TensorView(vs[l].data(), DType::kF32, {n_blocks, kBs, kKv, d}), kBs, kKv, d};
+                             TensorView(vs[l].data(), DType::kF32, {n_blocks, kBs, kKv, d}),
+                             kBs,
+                             kKv,
+                             d,
+                             {},
+                             {}};
           absl::Status s = cpu::AttentionCpu(TensorView(out.data(), DType::kF32, {1, kHeads * d}),
                                              TensorView(q.data(), DType::kF32, {1, kHeads * d}), cache, {&seq, 1},
                                              {kHeads, 0.125f}, pool);

@@ -424,7 +424,7 @@ const BadConfig kBadConfigs[] = {
     {"model: {path: m}\nscheduler: {gpu_memory_fraction: most}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
      "scheduler.gpu_memory_fraction: must be a number in (0, 1], got 'most'"},
     {"model: {path: m}\nscheduler: {kv_cache_dtype: q4_0}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
-     "scheduler.kv_cache_dtype: must be one of f32, f16, q8_0, got 'q4_0'"},
+     "scheduler.kv_cache_dtype: must be one of f32, f16, q8_0, fp8_e4m3, got 'q4_0'"},
     {"model: {path: m}\nscheduler: {prefix_caching: yes}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
      "scheduler.prefix_caching: expected true or false"},
     {"model: {path: m}\nscheduler: {max_num_seqs: 99999999999}\n"

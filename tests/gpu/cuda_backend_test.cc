@@ -506,6 +506,31 @@ TEST_F(CudaBackendTest, EmbeddingDecodesEveryWeightType) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// Sequences (n_past, n_new) with disjoint blocks from a shuffled pool of n_blocks: a
+// prefill chunk crossing the 256-key split boundary next to decode rows with long
+// histories.
+struct PagedBatch {
+  PagedBatch(int64_t bs, int64_t n_blocks) {
+    std::vector<int32_t> perm(n_blocks);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), std::mt19937(9));
+    const std::vector<std::pair<int64_t, int64_t>> shape = {{230, 37}, {600, 1}, {0, 5}, {31, 1}, {0, 70}, {100, 9}};
+    int64_t next_block = 0;
+    for (const auto& [past, n_new] : shape) {
+      const int64_t need = (past + n_new + bs - 1) / bs;
+      tables.emplace_back(perm.begin() + next_block, perm.begin() + next_block + need);
+      next_block += need;
+    }
+    for (size_t i = 0; i < shape.size(); ++i) {
+      seqs.push_back({rows, shape[i].second, shape[i].first, tables[i]});
+      rows += shape[i].second;
+    }
+  }
+  std::vector<std::vector<int32_t>> tables;
+  std::vector<AttentionSeq> seqs;
+  int64_t rows = 0;
+};
+
 // Paged attention over shuffled block tables: a prefill chunk crossing the 256-key split
 // boundary next to decode rows with long histories, GQA, two head sizes.
 // Both kernel sets: the reference (every row through the split flash-decoding kernel) and
@@ -520,23 +545,9 @@ TEST_F(CudaBackendTest, PagedAttentionMatchesTheCpuBackend) {
       CudaBackend* gpu = b == 0 ? reference->get() : tuned->get();
       const char* kernels = b == 0 ? "reference" : "tuned";
       const int64_t n_heads = 8, n_kv = 2, bs = 16, n_blocks = 160, kv_dim = n_kv * head_dim;
-      std::vector<int32_t> perm(n_blocks);
-      std::iota(perm.begin(), perm.end(), 0);
-      std::shuffle(perm.begin(), perm.end(), std::mt19937(9));
-      // Sequences: (n_past, n_new) with disjoint blocks from the shuffled pool.
-      const std::vector<std::pair<int64_t, int64_t>> shape = {{230, 37}, {600, 1}, {0, 5}, {31, 1}, {0, 70}, {100, 9}};
-      std::vector<std::vector<int32_t>> tables;
-      std::vector<AttentionSeq> seqs;
-      int64_t next_block = 0, rows = 0;
-      for (const auto& [past, n_new] : shape) {
-        const int64_t need = (past + n_new + bs - 1) / bs;
-        tables.emplace_back(perm.begin() + next_block, perm.begin() + next_block + need);
-        next_block += need;
-      }
-      for (size_t i = 0; i < shape.size(); ++i) {
-        seqs.push_back({rows, shape[i].second, shape[i].first, tables[i]});
-        rows += shape[i].second;
-      }
+      const PagedBatch batch(bs, n_blocks);
+      const std::vector<AttentionSeq>& seqs = batch.seqs;
+      const int64_t rows = batch.rows;
       // Caches with random history; the new rows' K/V are written by WriteKv on both.
       std::vector<float> kc = Random(n_blocks * bs * kv_dim, 10), vc = Random(n_blocks * bs * kv_dim, 11);
       const std::vector<float> k = Random(rows * kv_dim, 12), v = Random(rows * kv_dim, 13);
@@ -544,7 +555,12 @@ TEST_F(CudaBackendTest, PagedAttentionMatchesTheCpuBackend) {
       DeviceBuffer dkc = Up(kc), dvc = Up(vc), dk = Up(k), dv = Up(v), dq = Up(q);
       DeviceBuffer out = Poisoned(rows * n_heads * head_dim);
       KvCacheLayer gc{dkc.View(DType::kF32, {n_blocks, bs, n_kv, head_dim}),
-                      dvc.View(DType::kF32, {n_blocks, bs, n_kv, head_dim}), bs, n_kv, head_dim};
+                      dvc.View(DType::kF32, {n_blocks, bs, n_kv, head_dim}),
+                      bs,
+                      n_kv,
+                      head_dim,
+                      {},
+                      {}};
       const AttentionParams params{n_heads, 1.0f / std::sqrt(static_cast<float>(head_dim))};
       ASSERT_TRUE(
           gpu->WriteKv(gc, dk.View(DType::kF32, {rows, kv_dim}), dv.View(DType::kF32, {rows, kv_dim}), seqs).ok());
@@ -553,7 +569,12 @@ TEST_F(CudaBackendTest, PagedAttentionMatchesTheCpuBackend) {
                       .ok());
       ASSERT_TRUE(gpu->Synchronize().ok());
       KvCacheLayer cc{TensorView(kc.data(), DType::kF32, {n_blocks, bs, n_kv, head_dim}),
-                      TensorView(vc.data(), DType::kF32, {n_blocks, bs, n_kv, head_dim}), bs, n_kv, head_dim};
+                      TensorView(vc.data(), DType::kF32, {n_blocks, bs, n_kv, head_dim}),
+                      bs,
+                      n_kv,
+                      head_dim,
+                      {},
+                      {}};
       std::vector<float> kh = k, vh = v, qh = q, want(rows * n_heads * head_dim);
       ASSERT_TRUE(cpu_->WriteKv(cc, TensorView(kh.data(), DType::kF32, {rows, kv_dim}),
                                 TensorView(vh.data(), DType::kF32, {rows, kv_dim}), seqs)
@@ -563,6 +584,82 @@ TEST_F(CudaBackendTest, PagedAttentionMatchesTheCpuBackend) {
                       .ok());
       EXPECT_LT(RelL2(Down(out, want.size()), want), 1e-4) << kernels << " head_dim " << head_dim;
       EXPECT_LT(RelL2(Down(dkc, kc.size()), kc), 1e-7) << kernels << " WriteKv, head_dim " << head_dim;
+    }
+}
+
+// The FP8 KV cache (E4M3 codes times a scale per KV head, different for K and V, above
+// and below 1): WriteKv stores the CPU's codes bit for bit, including saturated and
+// subnormal ones, and attention over them matches the CPU backend's, for both kernel sets
+// and the tiled prefill's head sizes.
+TEST_F(CudaBackendTest, Fp8KvCacheMatchesTheCpuBackend) {
+  auto tuned = CudaBackend::Create({.device = 0, .kernels = CudaKernels::kTuned});
+  auto reference = CudaBackend::Create({.device = 0, .kernels = CudaKernels::kReference});
+  ASSERT_TRUE(tuned.ok() && reference.ok());
+  for (int b = 0; b < 2; ++b)
+    for (int64_t head_dim : {64, 128}) {
+      CudaBackend* gpu = b == 0 ? reference->get() : tuned->get();
+      SCOPED_TRACE(StrCat(b == 0 ? "reference" : "tuned", " head_dim ", head_dim));
+      const int64_t n_heads = 8, n_kv = 2, bs = 16, n_blocks = 160, kv_dim = n_kv * head_dim;
+      const PagedBatch batch(bs, n_blocks);
+      const int64_t rows = batch.rows, cache_bytes = n_blocks * bs * kv_dim;
+      std::vector<float> scales = {0.5f, 3.0f, 0.02f, 1.0f};  // K's of the two heads, then V's.
+      // Values spanning E4M3's range after scaling: some saturate (> 448 x scale), some are subnormal.
+      std::vector<float> k = Random(rows * kv_dim, 12, 4.0f), v = Random(rows * kv_dim, 13, 4.0f);
+      k[0] = 1e4f;
+      v[1] = -1e4f;
+      k[2] = 1e-4f;
+      const std::vector<float> q = Random(rows * n_heads * head_dim, 14);
+      std::vector<uint8_t> kc_host(cache_bytes, 0), vc_host(cache_bytes, 0);
+      KvCacheLayer cc{TensorView(kc_host.data(), DType::kF8_E4M3, {n_blocks, bs, n_kv, head_dim}),
+                      TensorView(vc_host.data(), DType::kF8_E4M3, {n_blocks, bs, n_kv, head_dim}),
+                      bs,
+                      n_kv,
+                      head_dim,
+                      TensorView(scales.data(), DType::kF32, {n_kv}),
+                      TensorView(scales.data() + n_kv, DType::kF32, {n_kv})};
+      // History: every sequence's past positions written as one earlier step, on the CPU.
+      for (const AttentionSeq& s : batch.seqs) {
+        if (s.n_past == 0) continue;
+        const std::vector<float> hk = Random(s.n_past * kv_dim, 20 + s.n_past), hv = Random(s.n_past * kv_dim, 21);
+        const AttentionSeq past{0, s.n_past, 0, s.block_table};
+        ASSERT_TRUE(cpu_->WriteKv(cc, TensorView(const_cast<float*>(hk.data()), DType::kF32, {s.n_past, kv_dim}),
+                                  TensorView(const_cast<float*>(hv.data()), DType::kF32, {s.n_past, kv_dim}),
+                                  {&past, 1})
+                        .ok());
+      }
+      DeviceBuffer dkc = Up(kc_host.data(), cache_bytes), dvc = Up(vc_host.data(), cache_bytes), dscales = Up(scales),
+                   dk = Up(k), dv = Up(v), dq = Up(q);
+      DeviceBuffer out = Poisoned(rows * n_heads * head_dim);
+      auto* dev_scales = static_cast<float*>(dscales.View(DType::kF32, {2 * n_kv}).data);
+      KvCacheLayer gc{dkc.View(DType::kF8_E4M3, {n_blocks, bs, n_kv, head_dim}),
+                      dvc.View(DType::kF8_E4M3, {n_blocks, bs, n_kv, head_dim}),
+                      bs,
+                      n_kv,
+                      head_dim,
+                      TensorView(dev_scales, DType::kF32, {n_kv}, gpu->device()),
+                      TensorView(dev_scales + n_kv, DType::kF32, {n_kv}, gpu->device())};
+      const AttentionParams params{n_heads, 1.0f / std::sqrt(static_cast<float>(head_dim))};
+      ASSERT_TRUE(
+          gpu->WriteKv(gc, dk.View(DType::kF32, {rows, kv_dim}), dv.View(DType::kF32, {rows, kv_dim}), batch.seqs)
+              .ok());
+      ASSERT_TRUE(gpu->Attention(out.View(DType::kF32, {rows, n_heads * head_dim}),
+                                 dq.View(DType::kF32, {rows, n_heads * head_dim}), gc, batch.seqs, params)
+                      .ok());
+      ASSERT_TRUE(gpu->Synchronize().ok());
+      std::vector<float> kh = k, vh = v, qh = q, want(rows * n_heads * head_dim);
+      ASSERT_TRUE(cpu_->WriteKv(cc, TensorView(kh.data(), DType::kF32, {rows, kv_dim}),
+                                TensorView(vh.data(), DType::kF32, {rows, kv_dim}), batch.seqs)
+                      .ok());
+      ASSERT_TRUE(cpu_->Attention(TensorView(want.data(), DType::kF32, {rows, n_heads * head_dim}),
+                                  TensorView(qh.data(), DType::kF32, {rows, n_heads * head_dim}), cc, batch.seqs,
+                                  params)
+                      .ok());
+      std::vector<uint8_t> got_k(cache_bytes), got_v(cache_bytes);
+      ASSERT_TRUE(dkc.Download(got_k.data(), cache_bytes).ok());
+      ASSERT_TRUE(dvc.Download(got_v.data(), cache_bytes).ok());
+      EXPECT_TRUE(got_k == kc_host) << "K codes differ from the CPU's";
+      EXPECT_TRUE(got_v == vc_host) << "V codes differ from the CPU's";
+      EXPECT_LT(RelL2(Down(out, want.size()), want), 1e-4);
     }
 }
 
@@ -803,7 +900,7 @@ TEST_F(CudaBackendTest, TunedRoutedExpertsMatchDoublePrecision) {
 }
 
 // The tuned kernels' fused RoPE + KV write (one launch) gives the bits of the reference
-// path's Rope, Rope and WriteKv: q, k and both caches, for f32, f16 and q8_0 caches and both
+// path's Rope, Rope and WriteKv: q, k and both caches, for f32, f16, q8_0 and fp8 caches and both
 // rotation styles, over sequences with history and block tables out of order.
 TEST_F(CudaBackendTest, FusedRopeWriteKvGivesTheBitsOfTheThreeOps) {
   auto tuned = CudaBackend::Create({.device = 0, .kernels = CudaKernels::kTuned});
@@ -821,7 +918,7 @@ TEST_F(CudaBackendTest, FusedRopeWriteKvGivesTheBitsOfTheThreeOps) {
   for (int64_t i = 0; i < head_dim / 2; ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / head_dim);
   const std::vector<float> q = Random(rows * n_heads * head_dim, 31), k = Random(rows * kv_dim, 32),
                            v = Random(rows * kv_dim, 33);
-  for (const DType kv_dtype : {DType::kF32, DType::kF16, DType::kQ8_0}) {
+  for (const DType kv_dtype : {DType::kF32, DType::kF16, DType::kQ8_0, DType::kF8_E4M3}) {
     for (const RopeStyle style : {RopeStyle::kAdjacentPairs, RopeStyle::kRotateHalf}) {
       SCOPED_TRACE(StrCat(DTypeName(kv_dtype), style == RopeStyle::kAdjacentPairs ? " adjacent" : " halves"));
       const size_t cache_bytes = RowBytes(kv_dtype, n_blocks * bs * kv_dim);
@@ -831,8 +928,16 @@ TEST_F(CudaBackendTest, FusedRopeWriteKvGivesTheBitsOfTheThreeOps) {
         const std::vector<uint8_t> zeros(cache_bytes, 0);
         DeviceBuffer dq = Up(q), dk = Up(k), dv = Up(v), kc = Up(zeros.data(), cache_bytes),
                      vc = Up(zeros.data(), cache_bytes);
+        DeviceBuffer scales = Up(std::vector<float>{0.5f, 2.0f, 0.25f, 1.0f});  // FP8: K's, then V's.
+        auto* s = static_cast<float*>(scales.View(DType::kF32, {2 * n_kv}).data);
+        const bool fp8 = kv_dtype == DType::kF8_E4M3;
         KvCacheLayer cache{kc.View(kv_dtype, {n_blocks, bs, n_kv, head_dim}),
-                           vc.View(kv_dtype, {n_blocks, bs, n_kv, head_dim}), bs, n_kv, head_dim};
+                           vc.View(kv_dtype, {n_blocks, bs, n_kv, head_dim}),
+                           bs,
+                           n_kv,
+                           head_dim,
+                           fp8 ? TensorView(s, DType::kF32, {n_kv}, gpu.device()) : TensorView(),
+                           fp8 ? TensorView(s + n_kv, DType::kF32, {n_kv}, gpu.device()) : TensorView()};
         const RopeParams rope{style, head_dim, inv_freq};
         ASSERT_TRUE(gpu.RopeWriteKv(dq.View(DType::kF32, {rows, n_heads * head_dim}),
                                     dk.View(DType::kF32, {rows, kv_dim}), dv.View(DType::kF32, {rows, kv_dim}),

@@ -239,11 +239,12 @@ def test_parity_smollm2():
 
 def test_kv_cache_dtypes():
     """scheduler.kv_cache_dtype end to end: the same 8 MiB budget holds 2x the blocks in f16
-    and 128/34x in q8_0 (each block's bytes halved / 34/128 of f32's, from `cascade status`),
-    and a 2-stage cluster's greedy ids equal `cascade run --kv-type` with the same dtype."""
+    128/34x in q8_0 and 4x in fp8_e4m3 (each block's bytes halved / 34/128 / a quarter of
+    f32's, from `cascade status`), and a 2-stage cluster's greedy ids equal `cascade run
+    --kv-type` with the same dtype."""
     need(SMOL)
     per_block = {}
-    for dtype in ("f32", "f16", "q8_0"):
+    for dtype in ("f32", "f16", "q8_0", "fp8_e4m3"):
         with cluster(SMOL, 2, kv_cache_mb=8, kv_cache_dtype=dtype) as (address, _, _):
             rc, text = status(address)
             assert rc == 0, text
@@ -261,6 +262,7 @@ def test_kv_cache_dtypes():
         print(f"kv {dtype}: {total} blocks in 8 MiB per stage, {per_block[dtype]:.0f} bytes per block (stage of 15 layers)")
     assert abs(per_block["f16"] / per_block["f32"] - 0.5) < 0.01, per_block
     assert abs(per_block["q8_0"] / per_block["f32"] - 34 / 128) < 0.01, per_block
+    assert abs(per_block["fp8_e4m3"] / per_block["f32"] - 1 / 4) < 0.01, per_block
 
 
 def test_tp_parity_stories():

@@ -2,16 +2,19 @@
 // Cases cross block boundaries, use shuffled (non-contiguous) block tables, GQA groups,
 // several sequences per batch with different histories, and 1 or 2 threads (decode with 2
 // threads splits each row's positions across them, flash-decoding style). Every case runs
-// on each ISA path this CPU has (portable, AVX-512), with the cache in f32, f16 and q8_0
-// (head_dim a multiple of 32). For f16 / q8_0 the reference uses the values the cache holds
+// on each ISA path this CPU has (portable, AVX-512), with the cache in f32, f16, q8_0
+// (head_dim a multiple of 32) and fp8_e4m3 with a different scale per KV head (some above
+// 1, some below, K's and V's different). For the stored formats the reference uses the values the cache holds
 // (the inputs rounded to the format, checked against the format's rounding bound), so the
 // kernels' reading of each format is checked to f32 accuracy. To add a case, append to the
 // INSTANTIATE list.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <numeric>
 #include <random>
 
+#include "core/fp8.h"
 #include "core/half.h"
 #include "kernels/cpu/quantize.h"
 #include "kernels/cpu_features.h"
@@ -34,6 +37,23 @@ void PrintTo(const Case& c, std::ostream* os) {
 }
 
 class AttentionTest : public ::testing::TestWithParam<Case> {};
+
+// The FP8 cache's scales of KV head h, written here independently of the kernels.
+float KScale(int64_t h) { return std::array{0.25f, 1.0f, 0.0625f, 2.0f}[h % 4]; }
+float VScale(int64_t h) { return std::array{2.0f, 0.125f, 1.0f, 0.5f}[h % 4]; }
+
+// x as an FP8 cache stores it: the E4M3 value of x / scale of its KV head (as core/fp8.h
+// rounds: RNE, the reciprocal multiplied), times the scale; within E4M3's half ulp (2^-4
+// relative, or 2^-10 x scale among the subnormals).
+std::vector<float> AsStoredF8(const std::vector<float>& x, int64_t cols, int64_t head_dim, float (*scale)(int64_t)) {
+  std::vector<float> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float s = scale(static_cast<int64_t>(i) % cols / head_dim);
+    out[i] = E4M3ToF32(F32ToE4M3(x[i] * (1.0f / s))) * s;
+    EXPECT_LE(std::fabs(out[i] - x[i]), std::max(std::ldexp(std::fabs(x[i]), -4), std::ldexp(s, -10)) * 1.0001f);
+  }
+  return out;
+}
 
 // x rounded as a cache of `dtype` stores it (row by row of `cols`), after checking that the
 // rounding is within the format's bound: f16 half an ulp (2^-11 relative, or 2^-25 near
@@ -69,11 +89,22 @@ void RunCase(const Case& c, DType kv_dtype) {
   std::vector<int32_t> perm(n_blocks);
   std::iota(perm.begin(), perm.end(), 0);
   std::shuffle(perm.begin(), perm.end(), rng);
-  // 0xff bytes: NaN in f32 and f16, a NaN scale in q8_0, so a stale slot read shows.
+  // 0xff bytes: NaN in f32 and f16, a NaN scale in q8_0, NaN or -480 in fp8, so a stale
+  // slot read shows.
   std::vector<uint8_t> kc(n_blocks * c.block_size * RowBytes(kv_dtype, kv_dim), 0xff), vc(kc.size(), 0xff);
+  const bool fp8 = kv_dtype == DType::kF8_E4M3;
+  std::vector<float> k_scale(c.n_kv_heads), v_scale(c.n_kv_heads);
+  for (int64_t h = 0; h < c.n_kv_heads; ++h) {
+    k_scale[h] = KScale(h);
+    v_scale[h] = VScale(h);
+  }
   KvCacheLayer cache{TensorView(kc.data(), kv_dtype, {n_blocks, c.block_size, c.n_kv_heads, c.head_dim}),
-                     TensorView(vc.data(), kv_dtype, {n_blocks, c.block_size, c.n_kv_heads, c.head_dim}), c.block_size,
-                     c.n_kv_heads, c.head_dim};
+                     TensorView(vc.data(), kv_dtype, {n_blocks, c.block_size, c.n_kv_heads, c.head_dim}),
+                     c.block_size,
+                     c.n_kv_heads,
+                     c.head_dim,
+                     fp8 ? TensorView(k_scale.data(), DType::kF32, {c.n_kv_heads}) : TensorView(),
+                     fp8 ? TensorView(v_scale.data(), DType::kF32, {c.n_kv_heads}) : TensorView()};
   // Full K/V history per sequence (reference), the new rows go in the batch.
   std::vector<std::vector<float>> hist_k, hist_v;
   std::vector<std::vector<int32_t>> tables;
@@ -123,8 +154,8 @@ void RunCase(const Case& c, DType kv_dtype) {
 
   // Naive reference: per sequence, row, head: softmax over positions [0, own position],
   // over the K/V values as the cache stores them.
-  for (auto& h : hist_k) h = AsStored(kv_dtype, h, kv_dim);
-  for (auto& h : hist_v) h = AsStored(kv_dtype, h, kv_dim);
+  for (auto& h : hist_k) h = fp8 ? AsStoredF8(h, kv_dim, c.head_dim, KScale) : AsStored(kv_dtype, h, kv_dim);
+  for (auto& h : hist_v) h = fp8 ? AsStoredF8(h, kv_dim, c.head_dim, VScale) : AsStored(kv_dtype, h, kv_dim);
   const int64_t group = c.n_heads / c.n_kv_heads;
   double max_err = 0;
   for (size_t s = 0; s < c.seqs.size(); ++s) {
@@ -157,7 +188,7 @@ void RunCase(const Case& c, DType kv_dtype) {
 }
 
 TEST_P(AttentionTest, MatchesNaiveDouble) {
-  for (DType kv : {DType::kF32, DType::kF16, DType::kQ8_0}) {
+  for (DType kv : {DType::kF32, DType::kF16, DType::kQ8_0, DType::kF8_E4M3}) {
     if (kv == DType::kQ8_0 && GetParam().head_dim % 32 != 0) continue;
     for (CpuIsa isa : kAllCpuIsas) {
       if (!CpuSupportsIsa(isa)) continue;
@@ -190,8 +221,13 @@ INSTANTIATE_TEST_SUITE_P(Cases, AttentionTest,
 TEST(AttentionErrors, BadBlockTableIsInvalidArgument) {
   auto backend = MakeCpuBackend({});
   std::vector<float> kc(2 * 16 * 16), vc(kc.size()), q(4 * 16), out(q.size());
-  KvCacheLayer cache{TensorView(kc.data(), DType::kF32, {2, 16, 1, 16}),
-                     TensorView(vc.data(), DType::kF32, {2, 16, 1, 16}), 16, 1, 16};
+  KvCacheLayer cache{.k = TensorView(kc.data(), DType::kF32, {2, 16, 1, 16}),
+                     .v = TensorView(vc.data(), DType::kF32, {2, 16, 1, 16}),
+                     .block_size = 16,
+                     .n_kv_heads = 1,
+                     .head_dim = 16,
+                     .k_scale = {},
+                     .v_scale = {}};
   const std::vector<int32_t> table = {5};  // Block 5 of 2.
   AttentionSeq seq{0, 1, 0, table};
   EXPECT_STATUS_CODE(backend->Attention(TensorView(out.data(), DType::kF32, {1, 64}),
@@ -202,6 +238,25 @@ TEST(AttentionErrors, BadBlockTableIsInvalidArgument) {
   EXPECT_STATUS_CODE(backend->Attention(TensorView(out.data(), DType::kF32, {1, 64}),
                                         TensorView(q.data(), DType::kF32, {1, 64}), cache, {&long_seq, 1}, {4, 1.0f}),
                      kInvalidArgument);
+}
+
+TEST(AttentionErrors, Fp8CacheWithoutScalesIsInvalidArgument) {
+  auto backend = MakeCpuBackend({});
+  std::vector<uint8_t> kc(16 * 16), vc(kc.size());
+  std::vector<float> q(4 * 16), out(q.size());
+  KvCacheLayer cache{.k = TensorView(kc.data(), DType::kF8_E4M3, {1, 16, 1, 16}),
+                     .v = TensorView(vc.data(), DType::kF8_E4M3, {1, 16, 1, 16}),
+                     .block_size = 16,
+                     .n_kv_heads = 1,
+                     .head_dim = 16,
+                     .k_scale = {},
+                     .v_scale = {}};
+  const std::vector<int32_t> table = {0};
+  AttentionSeq seq{0, 1, 0, table};
+  const absl::Status s = backend->Attention(TensorView(out.data(), DType::kF32, {1, 64}),
+                                            TensorView(q.data(), DType::kF32, {1, 64}), cache, {&seq, 1}, {4, 1.0f});
+  EXPECT_STATUS_CODE(s, kInvalidArgument);
+  EXPECT_NE(s.message().find("k_scale"), std::string::npos) << s;
 }
 
 }  // namespace

@@ -18,9 +18,9 @@ struct GoldenAgreement {
 };
 
 // Runs every golden case through `e` teacher-forced over llama.cpp's 32 greedy ids: at each
-// position our argmax is llama.cpp's token, or that token is within kTieNats of our best
+// position our argmax is llama.cpp's token, or that token is within `tie_nats` of our best
 // (EXPECTed, naming the case and position). Also runs each prompt free (greedy, 32 tokens)
 // and prints per case how long both agree. Adds a test failure if the goldens are missing.
-GoldenAgreement CompareWithLlamaCppGreedy(LocalEngine& e);
+GoldenAgreement CompareWithLlamaCppGreedy(LocalEngine& e, double tie_nats = kTieNats);
 
 }  // namespace cascade::model::testing_golden

@@ -24,7 +24,8 @@ TEST(StepWireTest, SamplingParamsRoundTrip) {
 }
 
 TEST(StepWireTest, KvCacheTypesRoundTrip) {
-  for (DType d : {DType::kF32, DType::kF16, DType::kQ8_0}) EXPECT_EQ(FromKvCacheDType(ToKvCacheDType(d)), d);
+  for (DType d : {DType::kF32, DType::kF16, DType::kQ8_0, DType::kF8_E4M3})
+    EXPECT_EQ(FromKvCacheDType(ToKvCacheDType(d)), d);
   EXPECT_EQ(ToKvCacheDType(DType::kF16), v1::KV_CACHE_F16);  // The protocol's zero value.
 }
 
