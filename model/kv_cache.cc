@@ -98,7 +98,8 @@ absl::StatusOr<KvCache> KvCache::Create(const KvCacheOptions& o, kernels::Backen
   if (fp8) {
     CASCADE_RETURN_IF_ERROR(c.UploadScales(backend, tensor_bytes));
     CASCADE_LOG(Info) << "KV cache fp8_e4m3: "
-                      << (o.k_scales.empty() ? std::string(kUnitKvScales) : std::string("the given k_scale / v_scale"));
+                      << (o.k_scales.empty() ? std::string(kUnitKvScales)
+                                             : std::string("calibrated scales (the checkpoint's k_scale / v_scale)"));
   }
   return c;
 }

@@ -113,6 +113,7 @@ absl::Status Transformer::LoadWeights(const ModelFiles& files) {
     CASCADE_ASSIGN_OR_RETURN(Layer layer, LoadLayer(files, l));
     layers_.push_back(std::move(layer));
   }
+  CASCADE_ASSIGN_OR_RETURN(kv_scales_, ReadKvCacheScales(files, first_layer_, last_layer_, s));
   return absl::OkStatus();
 }
 
@@ -165,14 +166,18 @@ absl::StatusOr<Transformer::Layer> Transformer::LoadLayer(const ModelFiles& file
 void Transformer::Prefault(const std::function<void(double)>& progress) const { loader_->Prefault(progress); }
 
 KvCacheOptions Transformer::CacheOptions(int64_t n_blocks, int64_t block_size, DType kv_dtype) const {
+  if (!kv_scales_.empty() && kv_dtype != DType::kF8_E4M3) {
+    CASCADE_LOG(Info) << "the checkpoint's FP8 KV-cache scales (self_attn.k_scale / v_scale) are unused: the KV cache "
+                      << "is " << KvCacheDTypeName(kv_dtype) << " (scheduler.kv_cache_dtype: fp8_e4m3 uses them)";
+  }
   return {.n_layers = n_layers_here(),
           .n_blocks = n_blocks,
           .block_size = block_size,
           .n_kv_heads = shard_.n_kv_heads(),
           .head_dim = config_.head_dim,
           .dtype = kv_dtype,
-          .k_scales = {},
-          .v_scales = {}};
+          .k_scales = kv_dtype == DType::kF8_E4M3 ? kv_scales_.k : std::vector<float>{},
+          .v_scales = kv_dtype == DType::kF8_E4M3 ? kv_scales_.v : std::vector<float>{}};
 }
 
 int64_t Transformer::DenseFfnColumns() const { return moe_layers_.size() == layers_.size() ? 0 : shard_.n_ff(); }

@@ -39,6 +39,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/ops.h"
 #include "model/backend_comm.h"
+#include "model/format/kv_cache_scales.h"
 #include "model/format/model_files.h"
 #include "model/format/tp_shard.h"
 #include "model/kv_cache.h"
@@ -110,7 +111,8 @@ class Transformer {
   void Prefault(const std::function<void(double)>& progress) const;
 
   // The KV cache geometry this stage needs for `n_blocks` blocks of `block_size`: with TP,
-  // only this rank's KV heads (tp_shard().n_kv_heads()).
+  // only this rank's KV heads (tp_shard().n_kv_heads()); an fp8_e4m3 cache takes the
+  // checkpoint's calibrated scales when it has them (model/format/kv_cache_scales.h).
   KvCacheOptions CacheOptions(int64_t n_blocks, int64_t block_size, DType kv_dtype = DType::kF16) const;
 
   // Tokens routed to each expert of this stage's MoE layers since the last
@@ -182,6 +184,7 @@ class Transformer {
   bool fuse_projections_ = true;
   kernels::RopeParams rope_;
   std::vector<float> inv_freq_;
+  KvCacheScales kv_scales_;  // The checkpoint's FP8 KV-cache scales of this shard; often none.
   // Owns every weight the layers below borrow (declared first, so it outlives them).
   std::unique_ptr<WeightLoader> loader_;
   VocabParallelEmbedding embedding_;  // First stage (or the tied head's table).

@@ -524,6 +524,14 @@ void WriteRandomHfModel(const RandomModelSpec& s, const std::string& dir) {
       entries.push_back({name, st_dtype(t.dtype), {t.shape[1], t.shape[2]}, Encode(t.dtype, part, cols)});
     }
   }
+  const int64_t per_layer = s.kv_scale_per_head;
+  for (int64_t l = 0; !s.k_scales.empty() && l < s.n_layers; ++l) {
+    const std::vector<int64_t> shape = per_layer == 1 ? std::vector<int64_t>{} : std::vector<int64_t>{per_layer};
+    for (const auto& [which, all] : {std::pair{"k_scale", &s.k_scales}, std::pair{"v_scale", &s.v_scales}}) {
+      const std::vector<float> part(all->begin() + l * per_layer, all->begin() + (l + 1) * per_layer);
+      entries.push_back({StrCat("model.layers.", l, ".self_attn.", which), "F32", shape, RawBytes(part)});
+    }
+  }
   // Wider types first, so that every tensor is aligned to its element size.
   std::stable_sort(entries.begin(), entries.end(), [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
     const auto wide = [](const std::string& d) { return d == "F32" || d == "I32"; };

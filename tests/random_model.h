@@ -102,6 +102,11 @@ struct RandomModelSpec {
   // every other writer the values they decode to by the OCP definition (f32), so that the
   // GGUF file is the exact model of the FP8 checkpoint.
   Fp8Form fp8 = Fp8Form::kNone;
+  // Hugging Face only: non-empty writes `model.layers.L.self_attn.k_scale` / `v_scale` (F32,
+  // the calibrated FP8 KV-cache scales of compressed-tensors' kv_cache_scheme), layer by
+  // layer: kv_scale_per_head values per layer each (1: shape [], n_kv_heads: [n_kv_heads]).
+  std::vector<float> k_scales = {}, v_scales = {};
+  int64_t kv_scale_per_head = 1;
 };
 
 // Writes the model to `path` (with a tiny byte-level vocabulary so engines can load it).

@@ -16,7 +16,9 @@
 // `ignore` list, norms, often the LM head) pass through.
 //
 // Activations are not quantized (W8A16): `input_scale` tensors (static activation
-// scales) are accepted and not used, and the KV cache keeps its own dtype.
+// scales) are accepted and not used. The KV cache keeps its own dtype; calibrated KV
+// scales (`self_attn.k_scale` / `v_scale`) pass through to an fp8_e4m3 cache
+// (model/format/kv_cache_scales.h).
 // Refused with a message: other float widths (F8_E5M2), integer compressed-tensors
 // schemes, block widths that are not a multiple of 128, n_in not a multiple of 128.
 // Thread-safe after construction.

@@ -84,6 +84,47 @@ TEST_P(Fp8CheckpointTest, MatchesTheNaiveForwardOfItsValues) {
   EXPECT_EQ(testing::LocalGreedy(hf_dir, prompt, 32), testing::LocalGreedy(gguf, prompt, 32));
 }
 
+// An FP8 KV cache over a checkpoint that carries calibrated KV scales (compressed-tensors'
+// kv_cache_scheme: self_attn.k_scale / v_scale), per head and per tensor: Cascade's logits
+// against the naive forward that keeps each K and V element as the E4M3 value nearest
+// x / scale, times the scale, with the scales the test wrote. The scales are small enough
+// that some K and V saturate, so the same cache with unit scales (the rule without
+// calibration) gives a different reference, far past the bound: scales read wrongly, or
+// not at all, would fail.
+TEST(Fp8KvCacheTest, TheCheckpointsScalesMatchTheNaiveForward) {
+  constexpr double kBound = 1e-4;
+  for (const int64_t per_head : {int64_t{2}, int64_t{1}}) {
+    SCOPED_TRACE(per_head == 1 ? "per tensor" : "per head");
+    testing::RandomModelSpec spec{.weight_type = DType::kF32, .n_layers = 2, .qk_norm = true, .fp8 = Fp8Form::kBlock};
+    spec.kv_scale_per_head = per_head;
+    spec.k_scales =
+        per_head == 2 ? std::vector<float>{0.004f, 0.02f, 0.01f, 0.003f} : std::vector<float>{0.004f, 0.01f};
+    spec.v_scales =
+        per_head == 2 ? std::vector<float>{0.001f, 0.003f, 0.002f, 0.0005f} : std::vector<float>{0.001f, 0.002f};
+    testing::TempDir dir;
+    const std::string hf_dir = dir.path() + "/fp8", gguf = dir.path() + "/values.gguf";
+    testing::WriteRandomHfModel(spec, hf_dir);
+    testing::WriteRandomModel(spec, gguf);
+    auto hf = OpenModelFiles(hf_dir);
+    auto values = OpenModelFiles(gguf);
+    ASSERT_TRUE(hf.ok() && values.ok());
+    const std::vector<int32_t> ids = TestIds(hf->config.n_vocab);
+    RefModel ref_model = LoadRef(*values);
+    for (int64_t i = 0; i < 4; ++i) {  // Layer-major, 2 KV heads.
+      ref_model.fp8_k_scale.push_back(spec.k_scales[per_head == 2 ? i : i / 2]);
+      ref_model.fp8_v_scale.push_back(spec.v_scales[per_head == 2 ? i : i / 2]);
+    }
+    const auto ref = RefForward(ref_model, ids);
+    ref_model.fp8_k_scale.assign(4, 1.0);
+    ref_model.fp8_v_scale.assign(4, 1.0);
+    const double moved = WorstRelL2(ref, RefForward(ref_model, ids));
+    EXPECT_GT(moved, 100 * kBound) << "the scales should matter";
+    const double err = WorstRelL2(ref, CascadeLogits(*hf, ids, 2, DType::kF8_E4M3), kBound);
+    std::printf("[ info ] FP8 KV, %s scales: worst relative L2 %.3g (bound %.3g); unit scales move it by %.3g\n",
+                per_head == 1 ? "per-tensor" : "per-head", err, kBound, moved);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Forms, Fp8CheckpointTest,
                          ::testing::Values(Fp8Case{"Qwen3_block128", Fp8Form::kBlock},
                                            Fp8Case{"Qwen3_channel", Fp8Form::kChannel},

@@ -10,6 +10,7 @@
 #include "kernels/cpu/quantize.h"
 #include "model/format/gguf.h"
 #include "model/transformer.h"
+#include "tests/test_support.h"
 
 namespace cascade::model::naive {
 namespace {
@@ -227,6 +228,22 @@ void Rope(std::vector<double>& x, int64_t n_heads, int64_t d, int64_t pos, const
 
 double Silu(double x) { return x / (1 + std::exp(-x)); }
 
+// The E4M3 value nearest x by the OCP definition (testing::OcpE4M3 over every finite code),
+// ties to the even code; magnitudes past 448 saturate.
+double NearestE4M3(double x) {
+  double best = 0;
+  int best_code = 0;
+  for (int code = 0; code < 0x7f; ++code) {  // 0x7f is NaN.
+    const double value = testing::OcpE4M3(static_cast<uint8_t>(code));
+    const double gap = std::fabs(std::fabs(x) - value), best_gap = std::fabs(std::fabs(x) - best);
+    if (gap < best_gap || (gap == best_gap && code % 2 == 0 && best_code % 2 == 1)) {
+      best = value;
+      best_code = code;
+    }
+  }
+  return x < 0 ? -best : best;
+}
+
 // down(silu(gate x) * up x) of one (dense or expert) FFN.
 std::vector<double> Ffn(const Mat& gate, const Mat& up, const Mat& down, const std::vector<double>& x, int64_t n_embd) {
   const int64_t n_ff = static_cast<int64_t>(gate.size()) / n_embd;
@@ -298,6 +315,13 @@ std::vector<std::vector<double>> RefForward(const RefModel& m, const std::vector
       }
       Rope(q, c.n_heads, d, pos, m.inv_freq, m.neox, m.attention_factor);
       Rope(k, c.n_kv_heads, d, pos, m.inv_freq, m.neox, m.attention_factor);
+      if (!m.fp8_k_scale.empty()) {
+        for (int64_t i = 0; i < c.kv_dim(); ++i) {
+          const size_t head = static_cast<size_t>(l * c.n_kv_heads + i / d);
+          k[i] = NearestE4M3(k[i] / m.fp8_k_scale[head]) * m.fp8_k_scale[head];
+          v[i] = NearestE4M3(v[i] / m.fp8_v_scale[head]) * m.fp8_v_scale[head];
+        }
+      }
       K[l].push_back(k);
       V[l].push_back(v);
       std::vector<double> att(c.q_dim(), 0.0);
@@ -377,12 +401,13 @@ std::vector<int32_t> TestIds(int64_t n_vocab) {
 
 // Cascade's logits after each of `ids`: a prefill of the first 37 tokens (three KV blocks of
 // 16, not contiguous) with logits at every row, then one decode step per remaining token.
-std::vector<std::vector<float>> CascadeLogits(const ModelFiles& files, const std::vector<int32_t>& ids, int threads) {
+std::vector<std::vector<float>> CascadeLogits(const ModelFiles& files, const std::vector<int32_t>& ids, int threads,
+                                              DType kv_dtype) {
   auto backend = kernels::MakeCpuBackend({.n_threads = threads});
   auto t = Transformer::Load(files, backend.get(), {});
   EXPECT_TRUE(t.ok()) << t.status();
   if (!t.ok()) return {};
-  auto cache = KvCache::Create((*t)->CacheOptions(4, 16, DType::kF32));
+  auto cache = KvCache::Create((*t)->CacheOptions(4, 16, kv_dtype));
   EXPECT_TRUE(cache.ok()) << cache.status();
   if (!cache.ok()) return {};
   const std::vector<int32_t> table = {3, 0, 2, 1};

@@ -47,6 +47,10 @@ struct RefModel {
   double attention_factor = 1.0;  // YaRN: cos and sin are multiplied by it.
   bool neox = false;              // RoPE rotates (i, i + d/2) of each head; else (2i, 2i + 1).
   RefRouting routing;
+  // Non-empty: an FP8 KV cache with these scales ([n_layers * n_kv_heads], layer-major): each
+  // K (after RoPE) and V element is kept as the E4M3 value nearest x / scale (ties to the
+  // even code, magnitudes past 448 saturating), times the scale.
+  std::vector<double> fp8_k_scale, fp8_v_scale;
   struct Layer {
     Mat attn_norm, wq, wk, wv, bq, bk, bv, wo, ffn_norm, gate, up, down;
     Mat q_norm, k_norm;  // Qwen3: [head_dim] RMSNorm weights over each head; empty otherwise.
@@ -88,7 +92,9 @@ double WorstRelL2(const std::vector<std::vector<double>>& ref, const std::vector
 std::vector<int32_t> TestIds(int64_t n_vocab);
 
 // Cascade's logits after each of `ids`: a prefill of the first 37 tokens (three KV blocks of
-// 16, not contiguous) with logits at every row, then one decode step per remaining token.
-std::vector<std::vector<float>> CascadeLogits(const ModelFiles& files, const std::vector<int32_t>& ids, int threads);
+// 16, not contiguous) with logits at every row, then one decode step per remaining token,
+// over a KV cache of `kv_dtype`.
+std::vector<std::vector<float>> CascadeLogits(const ModelFiles& files, const std::vector<int32_t>& ids, int threads,
+                                              DType kv_dtype = DType::kF32);
 
 }  // namespace cascade::model::naive

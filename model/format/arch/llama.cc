@@ -31,6 +31,8 @@ Names NamesOf(LlamaTensor t) {
     case LlamaTensor::kAttnQNorm: return {"attn_q_norm.weight", "self_attn.q_norm.weight", true};
     case LlamaTensor::kAttnKNorm: return {"attn_k_norm.weight", "self_attn.k_norm.weight", true};
     case LlamaTensor::kRopeFreqs: return {"rope_freqs.weight", "", false};
+    case LlamaTensor::kAttnKScale: return {"", "self_attn.k_scale", true};
+    case LlamaTensor::kAttnVScale: return {"", "self_attn.v_scale", true};
   }
   return {"", "", false};
 }
@@ -39,8 +41,10 @@ Names NamesOf(LlamaTensor t) {
 
 std::string LlamaTensorName(ModelFormat format, LlamaTensor tensor, int64_t layer) {
   const Names n = NamesOf(tensor);
-  if (!n.per_layer) return format == ModelFormat::kGguf ? n.gguf : n.hf;
-  return format == ModelFormat::kGguf ? StrCat("blk.", layer, ".", n.gguf) : StrCat("model.layers.", layer, ".", n.hf);
+  const std::string stored = format == ModelFormat::kGguf ? n.gguf : n.hf;
+  if (!n.per_layer || stored.empty()) return stored;
+  return format == ModelFormat::kGguf ? StrCat("blk.", layer, ".", stored)
+                                      : StrCat("model.layers.", layer, ".", stored);
 }
 
 }  // namespace cascade::model::arch

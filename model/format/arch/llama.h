@@ -31,9 +31,14 @@ enum class LlamaTensor {
   // Llama 3.1 GGUF files: per-frequency RoPE divisors [head_dim / 2] (HF files say the same
   // in config.json's rope_scaling instead; the HF name is empty).
   kRopeFreqs,
+  // FP8 checkpoints with a calibrated KV cache (compressed-tensors' kv_cache_scheme,
+  // vLLM's k_scale / v_scale): F32 [] or [1] per layer, or [n_kv_heads] (per head); HF only.
+  kAttnKScale,
+  kAttnVScale,
 };
 
-// The stored name of `tensor` (of `layer`, for per-layer tensors) in `format`.
+// The stored name of `tensor` (of `layer`, for per-layer tensors) in `format`; empty when
+// the format has no such tensor.
 std::string LlamaTensorName(ModelFormat format, LlamaTensor tensor, int64_t layer = -1);
 
 }  // namespace cascade::model::arch
