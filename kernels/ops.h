@@ -70,6 +70,13 @@ struct AttentionSeq {
 struct AttentionParams {
   int64_t n_heads = 0;  // Query heads; a multiple of the cache's n_kv_heads (GQA).
   float scale = 1.0f;   // Usually 1 / sqrt(head_dim).
+  // > 0: sliding-window attention (Mistral, gpt-oss's alternate layers): the row at position
+  // p sees positions (p - window, p] only, p included.
+  int64_t window = 0;
+  // Attention sinks (gpt-oss): F32 [n_heads] in the backend's memory, one learned logit per
+  // query head that joins every row's softmax denominator and adds nothing to the output:
+  // out = sum_t e^(s_t) v_t / (e^(sink) + sum_t e^(s_t)). Empty: none.
+  TensorView sinks;
 };
 
 // A weight matrix [n_out, n_in] as a backend prepared it once at load (`PrepareWeight`):
@@ -290,8 +297,9 @@ class Backend {
   virtual absl::Status WriteKv(KvCacheLayer& cache, const TensorView& k, const TensorView& v,
                                std::span<const AttentionSeq> seqs) = 0;
 
-  // out [n_tokens, n_heads * head_dim] = softmax(q k^T * scale) v per head, causal, over
-  // the cache (which must already hold the new tokens' K/V). q has out's shape.
+  // out [n_tokens, n_heads * head_dim] = softmax(q k^T * scale) v per head, causal (and
+  // windowed, with sinks, as `params` say), over the cache (which must already hold the
+  // new tokens' K/V). q has out's shape.
   // Computed flash-style: online softmax over KV tiles, no score matrix.
   virtual absl::Status Attention(TensorView out, const TensorView& q, const KvCacheLayer& cache,
                                  std::span<const AttentionSeq> seqs, const AttentionParams& params) = 0;

@@ -273,7 +273,8 @@ absl::Status Transformer::RunLayers(TensorView hidden, const ForwardBatch& batch
   // YaRN and LongRoPE scale cos and sin by the attention factor, so q.k by its square.
   const float attn_scale =
       static_cast<float>(c.rope_attention_factor * c.rope_attention_factor) / std::sqrt(static_cast<float>(c.head_dim));
-  const kernels::AttentionParams attn_params{shard_.n_heads(), attn_scale};
+  const kernels::AttentionParams attn_params{
+      .n_heads = shard_.n_heads(), .scale = attn_scale, .window = 0, .sinks = {}};
 
   const float eps = static_cast<float>(c.norm_eps);
   // A dense FFN's output waits in proj to be added to hidden by the next layer's norm

@@ -108,11 +108,14 @@ void AttendGeneric(const AttendArgs& a) {
     l[g] = 0.0f;
     for (int64_t i = 0; i < d; ++i) acc[g][i] = 0.0f;
   }
-  for (int64_t start = a.pos_begin; start < a.pos_end; start += bs) {
-    const int64_t len = std::min(bs, a.pos_end - start);
-    const int64_t block = a.table[start / bs];
-    const uint8_t* kraw = a.k_base + block * bs * a.kv_row_bytes;
-    const uint8_t* vraw = a.v_base + block * bs * a.kv_row_bytes;
+  for (int64_t block_start = a.pos_begin; block_start < a.pos_end; block_start += bs) {
+    // Rows before first_pos (a window's start) are skipped: the tile is the rest.
+    const int64_t skip = std::max<int64_t>(0, a.first_pos - block_start);
+    const int64_t len = std::min(bs, a.pos_end - block_start) - skip;
+    if (len <= 0) continue;
+    const int64_t block = a.table[block_start / bs];
+    const uint8_t* kraw = a.k_base + (block * bs + skip) * a.kv_row_bytes;
+    const uint8_t* vraw = a.v_base + (block * bs + skip) * a.kv_row_bytes;
     const float* kb = reinterpret_cast<const float*>(kraw);
     const float* vb = reinterpret_cast<const float*>(vraw);
     if (!f32) {
@@ -156,7 +159,7 @@ void AttendGeneric(const AttendArgs& a) {
   for (int64_t g = 0; g < n_group; ++g) {
     float f = a.v_scale;
     if (a.normalize) {
-      f = l[g] > 0 ? a.v_scale / l[g] : 0.0f;
+      f = a.v_scale * SoftmaxFactor(m[g], l[g], a.sinks != nullptr ? a.sinks + g : nullptr);
     } else {
       a.m[g] = m[g];
       a.l[g] = l[g];
@@ -267,12 +270,23 @@ absl::Status CheckAttention(const TensorView& out, const TensorView& q, const Kv
     return absl::InvalidArgumentError(StrCat("attention: q ", q.ShapeString(), " / out ", out.ShapeString(),
                                              " do not match ", params.n_heads, " heads of ", d));
   }
+  if (params.window < 0 || (params.sinks.data != nullptr &&
+                            (params.sinks.dtype != DType::kF32 || params.sinks.NumElements() != params.n_heads))) {
+    return absl::InvalidArgumentError(StrCat("attention: window ", params.window, ", sinks ",
+                                             params.sinks.ShapeString(), " for ", params.n_heads, " heads"));
+  }
   CASCADE_RETURN_IF_ERROR(CheckSeqs(cache, seqs, q.Rows()));
   return CheckKvDtype(cache);
 }
 
+// The first position row i of `s` sees: 0, or its window's start.
+int64_t FirstVisible(const AttentionSeq& s, int64_t i, int64_t window) {
+  return window > 0 ? std::max<int64_t>(0, s.n_past + i + 1 - window) : 0;
+}
+
 // Splits an item's positions only when there are too few items to keep every thread busy.
-AttentionPlan PlanUnits(std::span<const AttentionSeq> seqs, int64_t n_kv, int64_t bs, int64_t n_threads) {
+AttentionPlan PlanUnits(std::span<const AttentionSeq> seqs, int64_t n_kv, int64_t bs, int64_t n_threads,
+                        int64_t window) {
   AttentionPlan plan;
   for (size_t si = 0; si < seqs.size(); ++si) {
     for (int64_t i = 0; i < seqs[si].n_new; ++i) {
@@ -284,15 +298,17 @@ AttentionPlan PlanUnits(std::span<const AttentionSeq> seqs, int64_t n_kv, int64_
   for (int64_t item = 0; item < n_items; ++item) {
     const RowRef r = plan.rows[item / n_kv];
     const int64_t n_ctx = seqs[r.seq].n_past + r.i + 1;
-    const int64_t n_blocks = (n_ctx + bs - 1) / bs;
-    const int64_t n_split = std::clamp<int64_t>(n_ctx / kMinSplitPositions, 1, std::min(max_splits, n_blocks));
+    const int64_t first = FirstVisible(seqs[r.seq], r.i, window);
+    const int64_t first_block = first / bs, n_blocks = (n_ctx + bs - 1) / bs - first_block;
+    const int64_t n_split =
+        std::clamp<int64_t>((n_ctx - first) / kMinSplitPositions, 1, std::min(max_splits, n_blocks));
     if (n_split == 1) {
-      plan.units.push_back({static_cast<int32_t>(item), -1, 0, n_ctx});
+      plan.units.push_back({static_cast<int32_t>(item), -1, first_block * bs, n_ctx});
       continue;
     }
     plan.splits.push_back({static_cast<int32_t>(item), plan.n_partials, static_cast<int32_t>(n_split)});
     for (int64_t sp = 0; sp < n_split; ++sp) {
-      const int64_t b0 = n_blocks * sp / n_split, b1 = n_blocks * (sp + 1) / n_split;
+      const int64_t b0 = first_block + n_blocks * sp / n_split, b1 = first_block + n_blocks * (sp + 1) / n_split;
       plan.units.push_back({static_cast<int32_t>(item), plan.n_partials++, b0 * bs, std::min(b1 * bs, n_ctx)});
     }
   }
@@ -302,7 +318,7 @@ AttentionPlan PlanUnits(std::span<const AttentionSeq> seqs, int64_t n_kv, int64_
 // Merges each split item: out = sum_i e^(m_i - M) acc_i / sum_i e^(m_i - M) l_i, M = max_i m_i.
 // A partial holds n_group maxima, n_group sums, then [n_group, d] unnormalised outputs.
 void MergeSplits(const AttentionPlan& plan, std::span<const AttentionSeq> seqs, const std::vector<float>& partials,
-                 int64_t n_kv, int64_t n_heads, int64_t d, float* out) {
+                 int64_t n_kv, int64_t n_heads, int64_t d, const float* sinks, float* out) {
   const int64_t n_group = n_heads / n_kv;
   const int64_t partial_floats = n_group * (d + 2);
   for (const Split& sp : plan.splits) {
@@ -322,8 +338,8 @@ void MergeSplits(const AttentionPlan& plan, std::span<const AttentionSeq> seqs, 
         const float* acc = p + 2 * n_group + g * d;
         for (int64_t x = 0; x < d; ++x) og[x] += w * acc[x];
       }
-      const float inv = l > 0 ? 1.0f / l : 0.0f;
-      for (int64_t x = 0; x < d; ++x) og[x] *= inv;
+      const float f = internal::SoftmaxFactor(mx, l, sinks != nullptr ? sinks + h * n_group + g : nullptr);
+      for (int64_t x = 0; x < d; ++x) og[x] *= f;
     }
   }
 }
@@ -341,7 +357,8 @@ absl::Status AttentionCpu(TensorView out, const TensorView& q, const KvCacheLaye
   const int64_t head_bytes = RowBytes(kv_dtype, d);  // Offset of one KV head within a position.
   const int64_t bs = cache.block_size;
   const int64_t n_threads = pool.n_threads();
-  const AttentionPlan plan = PlanUnits(seqs, n_kv, bs, n_threads);
+  const AttentionPlan plan = PlanUnits(seqs, n_kv, bs, n_threads, params.window);
+  const float* sinks = params.sinks.data != nullptr ? params.sinks.As<float>() : nullptr;
   const int64_t partial_floats = n_group * (d + 2);
   std::vector<float> partials(plan.n_partials * partial_floats);
   const AttendFn attend = PickAttend(d);
@@ -362,12 +379,14 @@ absl::Status AttentionCpu(TensorView out, const TensorView& q, const KvCacheLaye
                       .table = s.block_table.data(),
                       .pos_begin = unit.pos_begin,
                       .pos_end = unit.pos_end,
+                      .first_pos = FirstVisible(s, r.i, params.window),
                       .bs = bs,
                       .kv_row_bytes = kv_row_bytes,
                       .n_group = n_group,
                       .d = d,
                       .scale = params.scale * HeadScale(cache.k_scale, h),
-                      .v_scale = HeadScale(cache.v_scale, h)};
+                      .v_scale = HeadScale(cache.v_scale, h),
+                      .sinks = sinks != nullptr ? sinks + h * n_group : nullptr};
       if (unit.partial < 0) {
         args.out = out.As<float>() + off;
       } else {
@@ -380,7 +399,7 @@ absl::Status AttentionCpu(TensorView out, const TensorView& q, const KvCacheLaye
       attend(args);
     }
   });
-  MergeSplits(plan, seqs, partials, n_kv, params.n_heads, d, out.As<float>());
+  MergeSplits(plan, seqs, partials, n_kv, params.n_heads, d, sinks, out.As<float>());
   return absl::OkStatus();
 }
 

@@ -130,7 +130,10 @@ void AttendImpl(const AttendArgs& a) {
     const uint8_t* vb = a.v_base + block * a.bs * a.kv_row_bytes;
     for (int64_t c = 0; c < block_len; c += 16) {
       const int len = static_cast<int>(std::min<int64_t>(16, block_len - c));
-      const __mmask16 valid = static_cast<__mmask16>((1u << len) - 1);
+      // The chunk's first `lo` positions lie before the window's start: masked.
+      const int lo = static_cast<int>(std::clamp<int64_t>(a.first_pos - (start + c), 0, 16));
+      if (lo >= len) continue;
+      const __mmask16 valid = static_cast<__mmask16>(((1u << len) - 1) & ~((1u << lo) - 1));
       const float* kc = reinterpret_cast<const float*>(kb + c * a.kv_row_bytes);
       const float* vc = reinterpret_cast<const float*>(vb + c * a.kv_row_bytes);
       if (!f32) {
@@ -159,7 +162,7 @@ void AttendImpl(const AttendArgs& a) {
         _mm512_store_ps(p, pv);
         __m512 o[kD];
         for (int j = 0; j < kD; ++j) o[j] = _mm512_mul_ps(_mm512_load_ps(acc[g] + 16 * j), corr);
-        for (int t = 0; t < len; ++t) {
+        for (int t = lo; t < len; ++t) {
           const __m512 w = _mm512_set1_ps(p[t]);
           const float* vt = vc + t * stride;
           for (int j = 0; j < kD; ++j) o[j] = _mm512_fmadd_ps(w, _mm512_loadu_ps(vt + 16 * j), o[j]);
@@ -173,7 +176,7 @@ void AttendImpl(const AttendArgs& a) {
     float* og = a.out + g * kD * 16;
     __m512 f = _mm512_set1_ps(a.v_scale);
     if (a.normalize) {
-      f = _mm512_set1_ps(l > 0 ? a.v_scale / l : 0.0f);
+      f = _mm512_set1_ps(a.v_scale * SoftmaxFactor(m[g], l, a.sinks != nullptr ? a.sinks + g : nullptr));
     } else {
       a.m[g] = m[g];
       a.l[g] = l;

@@ -29,12 +29,18 @@ struct AttendArgs {
   const int32_t* table = nullptr;  // Block table of the sequence.
   int64_t pos_begin = 0;           // Positions [pos_begin, pos_end); pos_begin a multiple of bs,
   int64_t pos_end = 0;             //   pos_end > pos_begin.
+  // Positions below it are not seen (a sliding window's start, inside the first block of
+  // the range or before it).
+  int64_t first_pos = 0;
   int64_t bs = 16;
   int64_t kv_row_bytes = 0;  // Bytes between consecutive positions (all KV heads).
   int64_t n_group = 1;       // <= kAttnMaxGroup.
   int64_t d = 0;             // <= kAttnMaxHeadDim.
   float scale = 1.0f;
   float v_scale = 1.0f;  // Multiplies out (normalised or not).
+  // Attention sinks of the group's query heads [n_group], or null; used when normalising
+  // (a split item's merge adds them instead).
+  const float* sinks = nullptr;
   // normalize: out [n_group, d] = softmax-weighted sum of V (m, l unused).
   // Otherwise a partial for a later merge: out = sum_t exp(s_t - m[g]) v_t unnormalised,
   // m[g] = max score, l[g] = sum_t exp(s_t - m[g]).
@@ -45,6 +51,18 @@ struct AttendArgs {
 };
 
 using AttendFn = void (*)(const AttendArgs& args);
+
+// The factor that turns an unnormalised output (sum_t e^(s_t - m) v_t, with l = sum_t
+// e^(s_t - m)) into the softmax's: 1 / l, or with a sink logit (`sink` non-null)
+// e^(m - M) / (l e^(m - M) + e^(sink - M)) with M = max(m, sink), so that no exponent
+// overflows. 0 when there is nothing to divide by.
+inline float SoftmaxFactor(float m, float l, const float* sink) {
+  if (sink == nullptr) return l > 0 ? 1.0f / l : 0.0f;
+  const float big = m > *sink ? m : *sink;
+  const float c = __builtin_expf(m - big);
+  const float denom = l * c + __builtin_expf(*sink - big);
+  return denom > 0 ? c / denom : 0.0f;
+}
 
 // Converts `n` cache rows of d elements of `dtype` (F16, Q8_0 or F8_E4M3, unscaled), `row_bytes` apart from
 // `src`, to f32 rows of d floats at `dst`. Portable version (attention.cc).

@@ -9,6 +9,7 @@
 
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/kv_read.cuh"
+#include "kernels/cuda/softmax_factor.cuh"
 
 namespace cascade::kernels::cuda {
 namespace {
@@ -41,7 +42,10 @@ __global__ void AttentionTileKernel(AttentionArgs a, const PrefillTile* tiles) {
   float m = -FLT_MAX, l = 0.0f, acc[kDims];
 #pragma unroll
   for (int j = 0; j < kDims; ++j) acc[j] = 0.0f;
-  for (int64_t k0 = 0; k0 < n_keys; k0 += kTileKeys) {
+  // With a window, the tile's first row sees keys from pos0 - window + 1: earlier key tiles
+  // are skipped, and keys outside a row's window masked below.
+  const int64_t lowest = a.window > 0 && tile.pos0 + 1 > a.window ? tile.pos0 + 1 - a.window : 0;
+  for (int64_t k0 = lowest / kTileKeys * kTileKeys; k0 < n_keys; k0 += kTileKeys) {
     __syncthreads();  // The previous tile's ks, vs and ps are no longer read (and qs is in).
     for (int i = t; i < kTileKeys * HD; i += kThreads) {
       const int c = i / HD, d = i % HD;
@@ -64,7 +68,8 @@ __global__ void AttentionTileKernel(AttentionArgs a, const PrefillTile* tiles) {
       float dot = 0.0f;
 #pragma unroll 8
       for (int d = 0; d < HD; ++d) dot += qs[row][d] * ks[c][d];
-      s[i] = k0 + c <= pos ? dot : -INFINITY;
+      const bool seen = k0 + c <= pos && (a.window == 0 || k0 + c > pos - a.window);
+      s[i] = seen ? dot : -INFINITY;
       tile_max = fmaxf(tile_max, s[i]);
     }
     for (int o = kThreadsPerRow / 2; o > 0; o >>= 1)
@@ -94,9 +99,10 @@ __global__ void AttentionTileKernel(AttentionArgs a, const PrefillTile* tiles) {
   }
   if (row >= tile.n_rows) return;
   float* out = a.out + ((tile.first_row + row) * a.n_heads + h) * HD;
-  const float vscale = a.v_scale != nullptr ? a.v_scale[kvh] : 1.0f;
+  const float f =
+      SoftmaxFactor(m, l, a.sinks != nullptr ? a.sinks + h : nullptr) * (a.v_scale != nullptr ? a.v_scale[kvh] : 1.0f);
 #pragma unroll
-  for (int j = 0; j < kDims; ++j) out[sub + kThreadsPerRow * j] = acc[j] / l * vscale;
+  for (int j = 0; j < kDims; ++j) out[sub + kThreadsPerRow * j] = acc[j] * f;
 }
 
 }  // namespace

@@ -616,6 +616,14 @@ class CudaBackendImpl final : public CudaBackend {
     a.keys_per_split = kKeysPerSplit;
     a.n_splits = std::max<int64_t>(1, (max_keys + kKeysPerSplit - 1) / kKeysPerSplit);
     a.scale = params.scale;
+    a.window = params.window;
+    if (params.sinks.data != nullptr) {
+      if (params.sinks.dtype != DType::kF32 || params.sinks.NumElements() != params.n_heads) {
+        return absl::InvalidArgumentError(
+            StrCat("Attention: sinks ", params.sinks.ShapeString(), " for ", params.n_heads, " heads"));
+      }
+      a.sinks = F32(params.sinks);
+    }
     a.partial = static_cast<float*>(
         Scratch(kPartial, static_cast<size_t>(a.n_rows * a.n_heads * a.n_splits * (a.head_dim + 2)) * sizeof(float)));
     if (tiled) {
@@ -625,12 +633,27 @@ class CudaBackendImpl final : public CudaBackend {
     const cuda::PrefillTile* dev_tiles =
         tiles_.empty() ? nullptr : Upload(kTiles, std::span<const cuda::PrefillTile>(tiles_));
     CASCADE_RETURN_IF_ERROR(ScratchError());
-    graphs_->Sign({kOpAttention, Bits(a.out), Bits(a.q), Bits(a.k_cache), Bits(a.v_cache), Bits(a.partial),
-                   static_cast<uint64_t>(a.kv_code), Bits(a.k_scale), Bits(a.v_scale), static_cast<uint64_t>(a.n_rows),
-                   static_cast<uint64_t>(a.n_heads), static_cast<uint64_t>(a.n_kv_heads),
-                   static_cast<uint64_t>(a.head_dim), static_cast<uint64_t>(a.block_size),
-                   static_cast<uint64_t>(a.n_splits), Bits(a.scale), Bits(a.split_rows),
-                   static_cast<uint64_t>(a.n_split_rows), tiles_.size()});
+    graphs_->Sign({kOpAttention,
+                   Bits(a.out),
+                   Bits(a.q),
+                   Bits(a.k_cache),
+                   Bits(a.v_cache),
+                   Bits(a.partial),
+                   static_cast<uint64_t>(a.kv_code),
+                   Bits(a.k_scale),
+                   Bits(a.v_scale),
+                   static_cast<uint64_t>(a.n_rows),
+                   static_cast<uint64_t>(a.n_heads),
+                   static_cast<uint64_t>(a.n_kv_heads),
+                   static_cast<uint64_t>(a.head_dim),
+                   static_cast<uint64_t>(a.block_size),
+                   static_cast<uint64_t>(a.n_splits),
+                   Bits(a.scale),
+                   static_cast<uint64_t>(a.window),
+                   Bits(a.sinks),
+                   Bits(a.split_rows),
+                   static_cast<uint64_t>(a.n_split_rows),
+                   tiles_.size()});
     if (graphs_->dry()) return absl::OkStatus();
     cuda::Attention(a, stream_);
     cuda::AttentionTiles(a, dev_tiles, static_cast<int64_t>(tiles_.size()), stream_);

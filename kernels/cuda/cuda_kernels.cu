@@ -8,6 +8,7 @@
 #include "kernels/cuda/block_bytes.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/kv_read.cuh"
+#include "kernels/cuda/softmax_factor.cuh"
 #include "kernels/cuda/warp_reduce.cuh"
 
 namespace cascade::kernels::cuda {
@@ -431,6 +432,7 @@ __global__ void AttentionSplitKernel(AttentionArgs a) {
   const int64_t hd = a.head_dim, per_lane = (hd + kWarp - 1) / kWarp;
   const int64_t kvh = h / (a.n_heads / a.n_kv_heads);
   const int64_t n_keys = static_cast<int64_t>(a.row_pos[r]) + 1;
+  const int64_t first = a.window > 0 && n_keys > a.window ? n_keys - a.window : 0;  // The window's start.
   const int64_t k0 = split * a.keys_per_split;
   const int64_t k1 = n_keys < k0 + a.keys_per_split ? n_keys : k0 + a.keys_per_split;
   const int32_t* table = a.tables + a.row_table[r];
@@ -443,7 +445,7 @@ __global__ void AttentionSplitKernel(AttentionArgs a) {
     acc[i] = 0.0f;
   }
   float m = -FLT_MAX, l = 0.0f;
-  for (int64_t j = k0 + warp; j < k1; j += kAttnWarps) {
+  for (int64_t j = (k0 > first ? k0 : first) + warp; j < k1; j += kAttnWarps) {
     const int64_t slot = static_cast<int64_t>(table[j / a.block_size]) * a.block_size + j % a.block_size;
     const int64_t base = (slot * a.n_kv_heads + kvh) * hd;
     float s = 0.0f;
@@ -501,13 +503,14 @@ __global__ void AttentionCombineKernel(AttentionArgs a) {
     const float ls = parts[s * (hd + 2) + hd + 1];
     if (ls > 0.0f) lt += ls * __expf(parts[s * (hd + 2) + hd] - mx);
   }
+  const float f = SoftmaxFactor(mx, lt, a.sinks != nullptr ? a.sinks + h : nullptr);
   for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
     float v = 0.0f;
     for (int64_t s = 0; s < a.n_splits; ++s) {
       const float* p = parts + s * (hd + 2);
       if (p[hd + 1] > 0.0f) v += p[d] * __expf(p[hd] - mx);
     }
-    a.out[(r * a.n_heads + h) * hd + d] = v / lt;
+    a.out[(r * a.n_heads + h) * hd + d] = v * f;
   }
 }
 

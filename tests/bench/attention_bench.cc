@@ -54,7 +54,7 @@ int Main(int argc, char** argv) {
                              {}};
           absl::Status s = cpu::AttentionCpu(TensorView(out.data(), DType::kF32, {1, kHeads * d}),
                                              TensorView(q.data(), DType::kF32, {1, kHeads * d}), cache, {&seq, 1},
-                                             {kHeads, 0.125f}, pool);
+                                             {kHeads, 0.125f, 0, {}}, pool);
           if (!s.ok()) std::abort();
         };
         for (int64_t l = 0; l < kLayers; ++l) run(l);

@@ -561,7 +561,7 @@ TEST_F(CudaBackendTest, PagedAttentionMatchesTheCpuBackend) {
                       head_dim,
                       {},
                       {}};
-      const AttentionParams params{n_heads, 1.0f / std::sqrt(static_cast<float>(head_dim))};
+      const AttentionParams params{n_heads, 1.0f / std::sqrt(static_cast<float>(head_dim)), 0, {}};
       ASSERT_TRUE(
           gpu->WriteKv(gc, dk.View(DType::kF32, {rows, kv_dim}), dv.View(DType::kF32, {rows, kv_dim}), seqs).ok());
       ASSERT_TRUE(gpu->Attention(out.View(DType::kF32, {rows, n_heads * head_dim}),
@@ -585,6 +585,62 @@ TEST_F(CudaBackendTest, PagedAttentionMatchesTheCpuBackend) {
       EXPECT_LT(RelL2(Down(out, want.size()), want), 1e-4) << kernels << " head_dim " << head_dim;
       EXPECT_LT(RelL2(Down(dkc, kc.size()), kc), 1e-7) << kernels << " WriteKv, head_dim " << head_dim;
     }
+}
+
+// Sliding windows (shorter than a key tile, across the 256-key split boundary) and
+// attention sinks (one far above the scores), alone and together: both kernel sets (the
+// tiled prefill's key-tile skipping and masking included) against the CPU backend.
+TEST_F(CudaBackendTest, WindowAndSinksMatchTheCpuBackend) {
+  auto tuned = CudaBackend::Create({.device = 0, .kernels = CudaKernels::kTuned});
+  auto reference = CudaBackend::Create({.device = 0, .kernels = CudaKernels::kReference});
+  ASSERT_TRUE(tuned.ok() && reference.ok());
+  const int64_t n_heads = 8, n_kv = 2, bs = 16, n_blocks = 160;
+  const std::vector<float> sink_values = {-1.0f, 0.5f, 3.0f, 40.0f, -30.0f, 0.0f, 1.0f, 2.0f};
+  for (int b = 0; b < 2; ++b)
+    for (int64_t head_dim : {64, 128})
+      for (const auto& [window, with_sinks] : {std::pair{int64_t{20}, false}, std::pair{int64_t{300}, true},
+                                               std::pair{int64_t{0}, true}, std::pair{int64_t{7}, true}}) {
+        CudaBackend* gpu = b == 0 ? reference->get() : tuned->get();
+        SCOPED_TRACE(
+            StrCat(b == 0 ? "reference" : "tuned", " head_dim ", head_dim, " window ", window, " sinks ", with_sinks));
+        const int64_t kv_dim = n_kv * head_dim;
+        const PagedBatch batch(bs, n_blocks);
+        const int64_t rows = batch.rows;
+        std::vector<float> kc = Random(n_blocks * bs * kv_dim, 10), vc = Random(n_blocks * bs * kv_dim, 11);
+        const std::vector<float> q = Random(rows * n_heads * head_dim, 14);
+        DeviceBuffer dkc = Up(kc), dvc = Up(vc), dq = Up(q), dsinks = Up(sink_values);
+        DeviceBuffer out = Poisoned(rows * n_heads * head_dim);
+        KvCacheLayer gc{dkc.View(DType::kF32, {n_blocks, bs, n_kv, head_dim}),
+                        dvc.View(DType::kF32, {n_blocks, bs, n_kv, head_dim}),
+                        bs,
+                        n_kv,
+                        head_dim,
+                        {},
+                        {}};
+        std::vector<float> host_sinks = sink_values;
+        AttentionParams params{.n_heads = n_heads,
+                               .scale = 1.0f / std::sqrt(static_cast<float>(head_dim)),
+                               .window = window,
+                               .sinks = with_sinks ? dsinks.View(DType::kF32, {n_heads}) : TensorView()};
+        ASSERT_TRUE(gpu->Attention(out.View(DType::kF32, {rows, n_heads * head_dim}),
+                                   dq.View(DType::kF32, {rows, n_heads * head_dim}), gc, batch.seqs, params)
+                        .ok());
+        ASSERT_TRUE(gpu->Synchronize().ok());
+        KvCacheLayer cc{TensorView(kc.data(), DType::kF32, {n_blocks, bs, n_kv, head_dim}),
+                        TensorView(vc.data(), DType::kF32, {n_blocks, bs, n_kv, head_dim}),
+                        bs,
+                        n_kv,
+                        head_dim,
+                        {},
+                        {}};
+        params.sinks = with_sinks ? TensorView(host_sinks.data(), DType::kF32, {n_heads}) : TensorView();
+        std::vector<float> qh = q, want(rows * n_heads * head_dim);
+        ASSERT_TRUE(cpu_->Attention(TensorView(want.data(), DType::kF32, {rows, n_heads * head_dim}),
+                                    TensorView(qh.data(), DType::kF32, {rows, n_heads * head_dim}), cc, batch.seqs,
+                                    params)
+                        .ok());
+        EXPECT_LT(RelL2(Down(out, want.size()), want), 1e-4);
+      }
 }
 
 // The FP8 KV cache (E4M3 codes times a scale per KV head, different for K and V, above
@@ -638,7 +694,7 @@ TEST_F(CudaBackendTest, Fp8KvCacheMatchesTheCpuBackend) {
                       head_dim,
                       TensorView(dev_scales, DType::kF32, {n_kv}, gpu->device()),
                       TensorView(dev_scales + n_kv, DType::kF32, {n_kv}, gpu->device())};
-      const AttentionParams params{n_heads, 1.0f / std::sqrt(static_cast<float>(head_dim))};
+      const AttentionParams params{n_heads, 1.0f / std::sqrt(static_cast<float>(head_dim)), 0, {}};
       ASSERT_TRUE(
           gpu->WriteKv(gc, dk.View(DType::kF32, {rows, kv_dim}), dv.View(DType::kF32, {rows, kv_dim}), batch.seqs)
               .ok());

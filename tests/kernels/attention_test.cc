@@ -79,7 +79,15 @@ std::vector<float> AsStored(DType dtype, const std::vector<float>& x, int64_t co
   return out;
 }
 
-void RunCase(const Case& c, DType kv_dtype) {
+// Sliding window and attention sinks (gpt-oss): window 0 is none; with `sinks`, query head
+// h has the sink logit SinkOf(h) (some far above the scores, to check the overflow guard).
+struct Extras {
+  int64_t window = 0;
+  bool sinks = false;
+};
+float SinkOf(int64_t h) { return std::array{-1.0f, 0.5f, 3.0f, 40.0f, -30.0f}[h % 5]; }
+
+void RunCase(const Case& c, DType kv_dtype, Extras extras = {}) {
   std::mt19937 rng(42);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const int64_t kv_dim = c.n_kv_heads * c.head_dim, q_dim = c.n_heads * c.head_dim;
@@ -147,9 +155,15 @@ void RunCase(const Case& c, DType kv_dtype) {
                             TensorView(v_new.data(), DType::kF32, {n_rows, kv_dim}), seqs)
                   .ok());
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  absl::Status st =
-      backend->Attention(TensorView(out.data(), DType::kF32, {n_rows, q_dim}),
-                         TensorView(q.data(), DType::kF32, {n_rows, q_dim}), cache, seqs, {c.n_heads, scale});
+  std::vector<float> sinks(c.n_heads);
+  for (int64_t h = 0; h < c.n_heads; ++h) sinks[h] = SinkOf(h);
+  const AttentionParams params{
+      .n_heads = c.n_heads,
+      .scale = scale,
+      .window = extras.window,
+      .sinks = extras.sinks ? TensorView(sinks.data(), DType::kF32, {c.n_heads}) : TensorView()};
+  absl::Status st = backend->Attention(TensorView(out.data(), DType::kF32, {n_rows, q_dim}),
+                                       TensorView(q.data(), DType::kF32, {n_rows, q_dim}), cache, seqs, params);
   ASSERT_TRUE(st.ok()) << st;
 
   // Naive reference: per sequence, row, head: softmax over positions [0, own position],
@@ -164,16 +178,17 @@ void RunCase(const Case& c, DType kv_dtype) {
       const int64_t r = seqs[s].row_begin + i;
       for (int64_t h = 0; h < c.n_heads; ++h) {
         const int64_t kvh = h / group;
-        std::vector<double> w(p + i + 1);
-        double mx = -1e300;
-        for (int64_t t = 0; t <= p + i; ++t) {
+        const int64_t first = extras.window > 0 ? std::max<int64_t>(0, p + i + 1 - extras.window) : 0;
+        std::vector<double> w(p + i + 1, -1e300);  // Positions before `first`: weight 0.
+        double mx = extras.sinks ? SinkOf(h) : -1e300;
+        for (int64_t t = first; t <= p + i; ++t) {
           double d = 0;
           for (int64_t x = 0; x < c.head_dim; ++x)
             d += static_cast<double>(q[r * q_dim + h * c.head_dim + x]) * hist_k[s][t * kv_dim + kvh * c.head_dim + x];
           w[t] = d * scale;
           mx = std::max(mx, w[t]);
         }
-        double z = 0;
+        double z = extras.sinks ? std::exp(SinkOf(h) - mx) : 0.0;
         for (auto& x : w) z += (x = std::exp(x - mx));
         for (int64_t x = 0; x < c.head_dim; ++x) {
           double ref = 0;
@@ -218,6 +233,29 @@ INSTANTIATE_TEST_SUITE_P(Cases, AttentionTest,
                                            Case{2, 1, 256, 32, {{200, 1}}, 2},        // head_dim 256, block 32.
                                            Case{4, 2, 24, 16, {{400, 1}}, 2}));       // head_dim not a multiple of 16.
 
+// Sliding windows (inside a block, across blocks, longer than the context: a no-op) and
+// attention sinks, alone and together, over decode, prefill, split and mixed batches.
+TEST(AttentionWindowAndSinksTest, MatchNaiveDouble) {
+  const Case cases[] = {Case{4, 2, 16, 16, {{0, 40}}, 1}, Case{9, 3, 64, 16, {{699, 1}}, 2},
+                        Case{9, 3, 64, 16, {{31, 1}, {0, 5}, {16, 3}}, 2}, Case{8, 2, 128, 16, {{300, 3}}, 1},
+                        Case{6, 2, 48, 8, {{300, 1}, {0, 2}}, 2}};
+  for (const Extras extras :
+       {Extras{128, false}, Extras{5, false}, Extras{0, true}, Extras{7, true}, Extras{10000, true}}) {
+    for (const Case& c : cases) {
+      for (CpuIsa isa : kAllCpuIsas) {
+        if (!CpuSupportsIsa(isa)) continue;
+        SCOPED_TRACE(::testing::Message() << CpuIsaName(isa) << " window " << extras.window << " sinks " << extras.sinks
+                                          << " " << ::testing::PrintToString(c));
+        SetMaxCpuIsaForTesting(isa);
+        RunCase(c, DType::kF16, extras);
+        SetMaxCpuIsaForTesting(BestCpuIsa());
+      }
+    }
+  }
+}
+
+constexpr AttentionParams kParams{.n_heads = 4, .scale = 1.0f, .window = 0, .sinks = {}};
+
 TEST(AttentionErrors, BadBlockTableIsInvalidArgument) {
   auto backend = MakeCpuBackend({});
   std::vector<float> kc(2 * 16 * 16), vc(kc.size()), q(4 * 16), out(q.size());
@@ -231,12 +269,12 @@ TEST(AttentionErrors, BadBlockTableIsInvalidArgument) {
   const std::vector<int32_t> table = {5};  // Block 5 of 2.
   AttentionSeq seq{0, 1, 0, table};
   EXPECT_STATUS_CODE(backend->Attention(TensorView(out.data(), DType::kF32, {1, 64}),
-                                        TensorView(q.data(), DType::kF32, {1, 64}), cache, {&seq, 1}, {4, 1.0f}),
+                                        TensorView(q.data(), DType::kF32, {1, 64}), cache, {&seq, 1}, kParams),
                      kInvalidArgument);
   const std::vector<int32_t> short_table = {0};
   AttentionSeq long_seq{0, 1, 20, short_table};  // Position 20 needs two blocks.
   EXPECT_STATUS_CODE(backend->Attention(TensorView(out.data(), DType::kF32, {1, 64}),
-                                        TensorView(q.data(), DType::kF32, {1, 64}), cache, {&long_seq, 1}, {4, 1.0f}),
+                                        TensorView(q.data(), DType::kF32, {1, 64}), cache, {&long_seq, 1}, kParams),
                      kInvalidArgument);
 }
 
@@ -254,7 +292,7 @@ TEST(AttentionErrors, Fp8CacheWithoutScalesIsInvalidArgument) {
   const std::vector<int32_t> table = {0};
   AttentionSeq seq{0, 1, 0, table};
   const absl::Status s = backend->Attention(TensorView(out.data(), DType::kF32, {1, 64}),
-                                            TensorView(q.data(), DType::kF32, {1, 64}), cache, {&seq, 1}, {4, 1.0f});
+                                            TensorView(q.data(), DType::kF32, {1, 64}), cache, {&seq, 1}, kParams);
   EXPECT_STATUS_CODE(s, kInvalidArgument);
   EXPECT_NE(s.message().find("k_scale"), std::string::npos) << s;
 }

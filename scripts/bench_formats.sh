@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# The weight formats of issue 31 at a real size, against llama.cpp and the read bandwidth in
+# the same run: one random-weight Llama-3.2-1B-shaped model (Llama 3's 128256-token
+# vocabulary; scripts/make_random_gguf.py 1b, F16, cached under ~/.cache/cascade/models/ and
+# shared with bench_step.sh) written in
+#   * FP8 E4M3 with 128 x 128 block scales, as a Hugging Face directory (DeepSeek-V3 /
+#     Qwen3-FP8's form; scripts/make_format_models.py fp8-hf): llama.cpp has no FP8 type, so
+#     its row runs llama.cpp on the Q8_0 file, the nearest (8.5 against 8.25 bits per weight);
+#   * MXFP4 GGUF (gpt-oss's E2M1 + E8M0 per 32; make_format_models.py mxfp4, gguf-py's own
+#     quantizer): llama.cpp runs the same file;
+#   * every K type llama.cpp's `llama-quantize` makes (Q2_K, Q3_K_M, Q4_K_M, Q5_K_M, Q6_K) and
+#     Q8_0: llama.cpp runs the same files.
+# Per row: `cascade run` and `llama-bench` prefill / decode tok/s, Cascade's decode weight
+# bandwidth (file bytes x decode tok/s, the bytes a batch-1 step streams) against the read
+# probe (build/bin/read_bandwidth) at the same thread count, and peak RSS against the file.
+#
+# Usage: scripts/bench_formats.sh [OUT.json]     (default build/bench_formats.json)
+# Env: FORMATS="fp8 mxfp4 Q2_K Q3_K_M Q4_K_M Q5_K_M Q6_K Q8_0"  THREADS="2"  REPEATS=1
+#      N_PROMPT=512  N_DECODE=64
+# Prints a markdown table (docs/PERFORMANCE.md holds the latest) and writes JSON.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:-build/bench_formats.json}
+export FORMATS=${FORMATS:-"fp8 mxfp4 Q2_K Q3_K_M Q4_K_M Q5_K_M Q6_K Q8_0"} THREADS=${THREADS:-2}
+export REPEATS=${REPEATS:-1} N_PROMPT=${N_PROMPT:-512} N_DECODE=${N_DECODE:-64}
+TESTDATA=${CASCADE_TESTDATA:-../shared/testdata}
+VOCAB=$TESTDATA/vocab/ggml-vocab-llama-bpe.gguf
+[[ -f $VOCAB ]] || { echo "bench_formats: $VOCAB not found (set CASCADE_TESTDATA)" >&2; exit 1; }
+MODELS="${XDG_CACHE_HOME:-$HOME/.cache}/cascade/models"
+mkdir -p "$MODELS" "$(dirname "$OUT")"
+[[ -x build/bin/cascade && -x build/bin/read_bandwidth ]] || ./scripts/build.sh >/dev/null
+LLAMA_BIN=$(./scripts/llama_cpp.sh)
+export LLAMA_BIN MODELS
+stem=random-llama-1b-v128k
+f16="$MODELS/$stem-f16.gguf"
+[[ -f $f16 ]] || ./scripts/python_deps.sh scripts/make_random_gguf.py 1b "$VOCAB" "$f16"
+
+# The K types and Q8_0 by llama-quantize (Q8_0 is also FP8's llama.cpp reference).
+ktypes=(Q8_0)
+for f in $FORMATS; do [[ $f == fp8 || $f == mxfp4 || $f == Q8_0 ]] || ktypes+=("$f"); done
+source scripts/random_models.sh
+random_models_from "$f16" "$stem" "${ktypes[@]}"
+# The two forms llama-quantize cannot make, rebuilt when the F16 file is newer.
+fp8="$MODELS/$stem-fp8"
+if [[ " $FORMATS " == *" fp8 "* && (! -f $fp8/model.safetensors || $fp8/model.safetensors -ot $f16) ]]; then
+  echo "make_format_models fp8-hf" >&2
+  ./scripts/python_deps.sh scripts/make_format_models.py "$f16" fp8-hf "$fp8"
+fi
+mxfp4="$MODELS/$stem-mxfp4.gguf"
+if [[ " $FORMATS " == *" mxfp4 "* && (! -f $mxfp4 || $mxfp4 -ot $f16) ]]; then
+  echo "make_format_models mxfp4" >&2
+  ./scripts/python_deps.sh scripts/make_format_models.py "$f16" mxfp4 "$mxfp4.tmp"
+  mv "$mxfp4.tmp" "$mxfp4"
+fi
+
+exec python3 - "$OUT" "$stem" <<'PYEOF'
+import json, os, subprocess, sys
+out_path, stem = sys.argv[1], sys.argv[2]
+formats, threads = os.environ["FORMATS"].split(), [int(t) for t in os.environ["THREADS"].split()]
+repeats, n_prompt, n_decode = int(os.environ["REPEATS"]), int(os.environ["N_PROMPT"]), int(os.environ["N_DECODE"])
+llama, models = os.environ["LLAMA_BIN"], os.environ["MODELS"]
+
+sys.path.insert(0, "scripts")
+from bench_lib import cascade_run, llama_bench  # noqa: E402
+
+
+def paths(fmt):
+    """(what Cascade runs, its bytes, the GGUF llama.cpp runs, what that is)."""
+    if fmt == "fp8":
+        d = f"{models}/{stem}-fp8"
+        size = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d) if f.endswith(".safetensors"))
+        return d, size, f"{models}/{stem}-Q8_0.gguf", "Q8_0 (nearest)"
+    m = f"{models}/{stem}-{fmt}.gguf"
+    return m, os.path.getsize(m), m, "same file"
+
+
+probe_json = os.path.join(os.path.dirname(os.path.abspath(out_path)), "read_bandwidth.json")
+subprocess.run(["build/bin/read_bandwidth", f"--threads={max(threads)}", f"--json={probe_json}"], check=True,
+               capture_output=True)
+bw = {int(k): v for k, v in json.load(open(probe_json))["threads"].items()}
+results = {"read_bandwidth_gb_s": bw, "n_prompt": n_prompt, "n_decode": n_decode, "rows": []}
+print("read bandwidth probe: " + ", ".join(f"{t} thread(s) {bw[t]:.1f} GB/s" for t in threads), flush=True)
+print("| format | bits / weight (file) | threads | cascade prefill / decode tok/s | llama.cpp prefill / decode (file) "
+      "| prefill ratio | decode ratio | cascade decode GB/s (% of probe) | peak RSS cascade / file MiB |")
+print("|---|---|---|---|---|---|---|---|---|", flush=True)
+n_params = None
+for fmt in formats:
+    model, size, ref_model, ref_what = paths(fmt)
+    for t in threads:
+        c = cascade_run(model, n_prompt, n_decode, t, repeats)
+        n_params = n_params or c["json"].get("n_params")
+        c.pop("json")
+        l = llama_bench(llama, ref_model, n_prompt, n_decode, t, repeats)
+        gbs = size * c["decode"] / 1e9
+        row = {"format": fmt, "threads": t, "file_bytes": size, "cascade": c, "llama_cpp": l, "llama_cpp_file": ref_what,
+               "cascade_decode_gb_s": gbs, "decode_fraction_of_probe": gbs / bw[t]}
+        results["rows"].append(row)
+        bits = 8 * size / 1.236e9  # Llama-3.2-1B: 1.236e9 weights (tied embedding counted once).
+        print(f"| {fmt} | {bits:.2f} | {t} | {c['prefill']:.1f} / {c['decode']:.1f} | {l['prefill']:.1f} / {l['decode']:.1f} "
+              f"({ref_what}) | {c['prefill'] / l['prefill']:.2f}x | {c['decode'] / l['decode']:.2f}x "
+              f"| {gbs:.1f} ({100 * gbs / bw[t]:.0f}%) | {c['rss_mib']:.0f} / {size / 1048576:.0f} |", flush=True)
+with open(out_path, "w") as f:
+    json.dump(results, f, indent=1)
+print(f"wrote {out_path}")
+PYEOF
