@@ -458,6 +458,17 @@ absl::StatusOr<std::unique_ptr<SafetensorsSource>> SafetensorsSource::OpenDirect
   return source;
 }
 
+void SafetensorsSource::ReleasePages(const TensorView& view) const {
+  const auto* p = static_cast<const uint8_t*>(view.data);
+  if (p == nullptr) return;
+  for (const Shard& s : shards_) {
+    if (s.file != nullptr && p >= s.data && p < s.data + s.size) {
+      s.file->DontNeed(static_cast<size_t>(p - s.file->data()), static_cast<size_t>(view.NumBytes()));
+      return;
+    }
+  }
+}
+
 const TensorInfo* SafetensorsSource::FindTensor(std::string_view name) const {
   const auto it = tensor_index_.find(AbslView(name));
   return it == tensor_index_.end() ? nullptr : &tensors_[it->second];

@@ -62,6 +62,9 @@ class SafetensorsSource final : public WeightSource {
   // the data (the reference writer pads the header to 8 bytes and orders tensors by
   // dtype, so Hugging Face files are); callers that need alignment check `data`.
   absl::StatusOr<TensorView> ReadRows(std::string_view name, int64_t row_begin, int64_t row_end) const override;
+  // Drops the mapped pages behind `view` (a view this source returned; others are
+  // ignored), as GgufFile does: read again, they fault back in from the file.
+  void ReleasePages(const TensorView& view) const override;
 
   // The file a tensor's `file_offset` refers to (for messages and prefetch hints).
   // REQUIRES: `name` is one of tensors().

@@ -188,6 +188,13 @@ TEST(SafetensorsTest, ReadRowsReturnsExactBytes) {
   absl::StatusOr<TensorView> empty = (*src)->ReadRows("a.weight", 4, 4);
   ASSERT_TRUE(empty.ok()) << empty.status();
   EXPECT_EQ(empty->shape[0], 0);
+
+  // Released pages read back the file's bytes; a view of other memory is ignored.
+  (*src)->ReleasePages(*a);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(FloatAt(*a, i), 3.0f + i) << i;
+  std::vector<float> elsewhere = {1, 2};
+  (*src)->ReleasePages(TensorView(elsewhere.data(), DType::kF32, {2}));
+  EXPECT_EQ(elsewhere[1], 2.0f);
 }
 
 TEST(SafetensorsTest, FileOffsetsAreAbsoluteAndOrdered) {
