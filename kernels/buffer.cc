@@ -87,6 +87,13 @@ absl::Status Backend::CheckGatherColumns(const TensorView& out, const TensorView
   return absl::OkStatus();
 }
 
+absl::Status Backend::CheckAddBias(const TensorView& out, const TensorView& bias) {
+  if (out.dtype != DType::kF32 || bias.dtype != DType::kF32 || bias.NumElements() != out.Cols()) {
+    return absl::InvalidArgumentError(StrCat("AddBias: bias ", bias.ShapeString(), " for out ", out.ShapeString()));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Backend::LinearBatch(std::span<const LinearJob> jobs) {
   for (const LinearJob& job : jobs) CASCADE_RETURN_IF_ERROR(LinearParts(job.outs, job.in, *job.weight, {}));
   return absl::OkStatus();

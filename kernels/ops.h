@@ -278,6 +278,20 @@ class Backend {
   // out [n, d] = silu(gate) * up; gate and up [n, d]. `out` may alias `gate`.
   virtual absl::Status SiluMul(TensorView out, const TensorView& gate, const TensorView& up) = 0;
 
+  // gpt-oss's clamped SwiGLU, as transformers' GptOssExperts: with g = min(gate, limit) and
+  // u = clamp(up, -limit, limit), out = (u + 1) * g * sigmoid(alpha * g). Shapes as SiluMul.
+  virtual absl::Status ClampedSwiglu(TensorView out, const TensorView& gate, const TensorView& up, float alpha,
+                                     float limit) {
+    return absl::UnimplementedError("ClampedSwiglu: not on this backend");
+  }
+
+  // out[t, :] += bias for every row t: out [n, d], bias [d], f32.
+  virtual absl::Status AddBias(TensorView out, const TensorView& bias) {
+    return absl::UnimplementedError("AddBias: not on this backend");
+  }
+  // The shape checks every AddBias starts with: InvalidArgument naming both shapes.
+  static absl::Status CheckAddBias(const TensorView& out, const TensorView& bias);
+
   // out += in, both [n, d] f32.
   virtual absl::Status AddInPlace(TensorView out, const TensorView& in) = 0;
 

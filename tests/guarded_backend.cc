@@ -229,6 +229,17 @@ absl::Status GuardedBackend::SiluMul(TensorView out, const TensorView& gate, con
   return inner_->SiluMul(out, gate, up);
 }
 
+absl::Status GuardedBackend::ClampedSwiglu(TensorView out, const TensorView& gate, const TensorView& up, float alpha,
+                                           float limit) {
+  Open open(this);
+  return inner_->ClampedSwiglu(out, gate, up, alpha, limit);
+}
+
+absl::Status GuardedBackend::AddBias(TensorView out, const TensorView& bias) {
+  Open open(this);
+  return inner_->AddBias(out, bias);
+}
+
 absl::Status GuardedBackend::AddInPlace(TensorView out, const TensorView& in) {
   Open open(this);
   return inner_->AddInPlace(out, in);

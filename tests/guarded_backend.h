@@ -69,6 +69,9 @@ class GuardedBackend final : public kernels::Backend {
   absl::Status AddScaledRows(TensorView out, const TensorView& in, std::span<const int32_t> rows,
                              std::span<const float> scales) override;
   absl::Status Embedding(TensorView out, const TensorView& table, std::span<const int32_t> ids) override;
+  absl::Status ClampedSwiglu(TensorView out, const TensorView& gate, const TensorView& up, float alpha,
+                             float limit) override;
+  absl::Status AddBias(TensorView out, const TensorView& bias) override;
   absl::Status WriteKv(kernels::KvCacheLayer& cache, const TensorView& k, const TensorView& v,
                        std::span<const kernels::AttentionSeq> seqs) override;
   absl::Status Attention(TensorView out, const TensorView& q, const kernels::KvCacheLayer& cache,

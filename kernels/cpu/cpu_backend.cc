@@ -64,7 +64,7 @@ class CpuBackend final : public Backend {
           StrCat("linear: in ", in.ShapeString(), " x weight ", weight.ShapeString(), " -> out ", out.ShapeString()));
     }
     if (auto s = cpu::Linear(out.As<float>(), in.As<float>(), weight, in.Rows(), pool_.get()); !s.ok()) return s;
-    return AddBias(out, bias);
+    return AddOptionalBias(out, bias);
   }
 
   // Q8_0/Q4_0/Q4_1 are repacked when the active ISA has packed kernels (decided here, once
@@ -98,7 +98,7 @@ class CpuBackend final : public Backend {
         !s.ok()) {
       return s;
     }
-    return AddBias(out, bias);
+    return AddOptionalBias(out, bias);
   }
 
   absl::Status LinearParts(std::span<const TensorView> outs, const TensorView& in, const PreparedWeight& weight,
@@ -114,7 +114,7 @@ class CpuBackend final : public Backend {
     CASCADE_RETURN_IF_ERROR(
         packed != nullptr ? cpu::LinearPartsPacked(parts, in.As<float>(), packed->packed(), in.Rows(), pool_.get())
                           : cpu::LinearParts(parts, in.As<float>(), weight.source(), in.Rows(), pool_.get()));
-    for (size_t i = 0; i < biases.size(); ++i) CASCADE_RETURN_IF_ERROR(AddBias(outs[i], biases[i]));
+    for (size_t i = 0; i < biases.size(); ++i) CASCADE_RETURN_IF_ERROR(AddOptionalBias(outs[i], biases[i]));
     return absl::OkStatus();
   }
 
@@ -204,6 +204,24 @@ class CpuBackend final : public Backend {
     return absl::OkStatus();
   }
 
+  absl::Status ClampedSwiglu(TensorView out, const TensorView& gate, const TensorView& up, float alpha,
+                             float limit) override {
+    if (auto s = SameShape(gate, up, "clamped_swiglu"); !s.ok()) return s;
+    if (auto s = SameShape(out, gate, "clamped_swiglu"); !s.ok()) return s;
+    const int64_t n = gate.Cols();
+    RowParallel(gate.Rows(), [&](int64_t r) {
+      cpu::ClampedSwigluRow(out.As<float>() + r * n, gate.As<float>() + r * n, up.As<float>() + r * n, n, alpha, limit);
+    });
+    return absl::OkStatus();
+  }
+
+  absl::Status AddBias(TensorView out, const TensorView& bias) override {
+    CASCADE_RETURN_IF_ERROR(CheckAddBias(out, bias));
+    const int64_t d = out.Cols();
+    RowParallel(out.Rows(), [&](int64_t r) { cpu::AddRow(out.As<float>() + r * d, bias.As<float>(), d); });
+    return absl::OkStatus();
+  }
+
   absl::Status AddInPlace(TensorView out, const TensorView& in) override {
     if (auto s = SameShape(out, in, "add"); !s.ok()) return s;
     cpu::AddRow(out.As<float>(), in.As<float>(), out.NumElements());
@@ -265,7 +283,7 @@ class CpuBackend final : public Backend {
   }
 
  private:
-  static absl::Status AddBias(TensorView out, const TensorView& bias) {
+  static absl::Status AddOptionalBias(TensorView out, const TensorView& bias) {
     if (bias.data != nullptr) {
       if (bias.NumElements() != out.Cols()) {
         return absl::InvalidArgumentError(StrCat("linear: bias ", bias.ShapeString(), " for ", out.Cols(), " outputs"));

@@ -1,5 +1,6 @@
 #include "kernels/cpu/elementwise.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/cpu/simd.h"
@@ -22,6 +23,16 @@ void SiluMulRow(float* out, const float* gate, const float* up, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];
     out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+CASCADE_SIMD_CLONES
+void ClampedSwigluRow(float* out, const float* gate, const float* up, int64_t n, float alpha, float limit) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = std::min(gate[i], limit);
+    const float u = std::clamp(up[i], -limit, limit);
+    out[i] = (u + 1.0f) * g / (1.0f + std::exp(-alpha * g));
   }
 }
 

@@ -12,6 +12,8 @@ namespace cascade::kernels::cpu {
 void RmsNormRow(float* out, const float* x, const float* w, int64_t n, float eps);
 // out[i] = gate[i] / (1 + exp(-gate[i])) * up[i]; out may alias gate or up.
 void SiluMulRow(float* out, const float* gate, const float* up, int64_t n);
+// gpt-oss's clamped SwiGLU (Backend::ClampedSwiglu); out may alias gate or up.
+void ClampedSwigluRow(float* out, const float* gate, const float* up, int64_t n, float alpha, float limit);
 // out[i] += x[i].
 void AddRow(float* out, const float* x, int64_t n);
 // Rotates the n_heads heads of one token at `position` in place.

@@ -44,6 +44,8 @@ enum OpCode : uint64_t {
   kOpRmsNorm,
   kOpRope,
   kOpSiluMul,
+  kOpClampedSwiglu,
+  kOpAddBias,
   kOpAdd,
   kOpScaledRows,
   kOpEmbedding,
@@ -475,6 +477,29 @@ class CudaBackendImpl final : public CudaBackend {
     if (graphs_->dry()) return absl::OkStatus();
     cuda::SiluMul(F32(out), F32(gate), F32(up), gate.NumElements(), stream_);
     return LastError("SiluMul");
+  }
+
+  absl::Status ClampedSwiglu(TensorView out, const TensorView& gate, const TensorView& up, float alpha,
+                             float limit) override {
+    Bind();
+    if (gate.NumElements() != up.NumElements() || out.NumElements() != gate.NumElements()) {
+      return absl::InvalidArgumentError(
+          StrCat("ClampedSwiglu: out ", out.ShapeString(), ", gate ", gate.ShapeString(), ", up ", up.ShapeString()));
+    }
+    graphs_->Sign(
+        {kOpClampedSwiglu, Bits(out.data), Bits(gate.data), Bits(up.data), Dims(gate), Bits(alpha), Bits(limit)});
+    if (graphs_->dry()) return absl::OkStatus();
+    cuda::ClampedSwiglu(F32(out), F32(gate), F32(up), gate.NumElements(), alpha, limit, stream_);
+    return LastError("ClampedSwiglu");
+  }
+
+  absl::Status AddBias(TensorView out, const TensorView& bias) override {
+    Bind();
+    CASCADE_RETURN_IF_ERROR(CheckAddBias(out, bias));
+    graphs_->Sign({kOpAddBias, Bits(out.data), Bits(bias.data), Dims(out)});
+    if (graphs_->dry()) return absl::OkStatus();
+    cuda::AddBias(F32(out), F32(bias), out.Rows(), out.Cols(), stream_);
+    return LastError("AddBias");
   }
 
   absl::Status AddInPlace(TensorView out, const TensorView& in) override {

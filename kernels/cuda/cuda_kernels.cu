@@ -287,6 +287,15 @@ __global__ void SiluMulKernel(float* out, const float* gate, const float* up, in
   }
 }
 
+__global__ void ClampedSwigluKernel(float* out, const float* gate, const float* up, int64_t n, float alpha,
+                                    float limit) {
+  for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    const float g = fminf(gate[i], limit);
+    const float u = fminf(fmaxf(up[i], -limit), limit);
+    out[i] = (u + 1.0f) * g / (1.0f + expf(-alpha * g));
+  }
+}
+
 __global__ void AddKernel(float* out, const float* in, int64_t n) {
   for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) out[i] += in[i];
 }
@@ -615,6 +624,11 @@ void GatherColumns(float* out, const float* in, const int32_t* cols, int64_t n_r
 
 void SiluMul(float* out, const float* gate, const float* up, int64_t n, cudaStream_t stream) {
   if (n > 0) SiluMulKernel<<<Grid(n, 256), 256, 0, stream>>>(out, gate, up, n);
+}
+
+void ClampedSwiglu(float* out, const float* gate, const float* up, int64_t n, float alpha, float limit,
+                   cudaStream_t stream) {
+  if (n > 0) ClampedSwigluKernel<<<Grid(n, 256), 256, 0, stream>>>(out, gate, up, n, alpha, limit);
 }
 
 void Add(float* out, const float* in, int64_t n, cudaStream_t stream) {

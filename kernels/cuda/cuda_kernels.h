@@ -48,6 +48,9 @@ void AddRmsNorm(float* out, float* hidden, const float* add, const float* w, int
 void Rope(float* x, const int32_t* positions, const float* inv_freq, int64_t n_tokens, int64_t n_heads,
           int64_t head_dim, int style, cudaStream_t stream);
 void SiluMul(float* out, const float* gate, const float* up, int64_t n, cudaStream_t stream);
+// gpt-oss's clamped SwiGLU (Backend::ClampedSwiglu) over n elements.
+void ClampedSwiglu(float* out, const float* gate, const float* up, int64_t n, float alpha, float limit,
+                   cudaStream_t stream);
 // out [n_rows, n_cols] = in [n_rows, d] at columns cols[j] (device memory).
 void GatherColumns(float* out, const float* in, const int32_t* cols, int64_t n_rows, int64_t d, int64_t n_cols,
                    cudaStream_t stream);

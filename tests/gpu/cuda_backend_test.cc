@@ -458,6 +458,18 @@ TEST_F(CudaBackendTest, ElementwiseOpsMatchTheCpuBackend) {
     ASSERT_TRUE(cpu_->AddInPlace(host(want, n, d), host(gc, n, d)).ok());
     EXPECT_LT(RelL2(Down(out, n * d), want), 1e-5);
   }
+  {  // ClampedSwiglu (gpt-oss) over values past its limit, then AddBias.
+    std::vector<float> gx = x, gg = g;
+    for (float& v : gx) v *= 20;
+    for (float& v : gg) v *= 20;
+    DeviceBuffer out = Poisoned(n * d), dgx = Up(gx), dgg = Up(gg);
+    ASSERT_TRUE(gpu_->ClampedSwiglu(view(out, n, d), view(dgx, n, d), view(dgg, n, d), 1.702f, 7.0f).ok());
+    ASSERT_TRUE(gpu_->AddBias(view(out, n, d), dw.View(DType::kF32, {d})).ok());
+    std::vector<float> want(n * d), wc = w;
+    ASSERT_TRUE(cpu_->ClampedSwiglu(host(want, n, d), host(gx, n, d), host(gg, n, d), 1.702f, 7.0f).ok());
+    ASSERT_TRUE(cpu_->AddBias(host(want, n, d), TensorView(wc.data(), DType::kF32, {d})).ok());
+    EXPECT_LT(RelL2(Down(out, n * d), want), 1e-5);
+  }
   {  // AddScaledRows (the MoE scatter): rows repeat, sums in order.
     DeviceBuffer out = Up(g);
     const std::vector<int32_t> rows = {3, 0, 3, 6, 1, 3, 0};

@@ -46,6 +46,49 @@ TEST(ElementwiseTest, SiluMul) {
   for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(out[i], g[i] / (1 + std::exp(-double(g[i]))) * u[i], 1e-5);
 }
 
+// gpt-oss's clamped SwiGLU against transformers' formula in double, over values past the
+// clamp (gate and up up to +-20 against limit 7) and both sides of it; a shape mismatch
+// is refused.
+TEST(ElementwiseTest, ClampedSwiglu) {
+  auto b = MakeCpuBackend({});
+  const int64_t n = 1000;
+  auto g = Random(n, 3), u = Random(n, 4);
+  for (int64_t i = 0; i < n; ++i) {
+    g[i] *= 20;
+    u[i] *= 20;
+  }
+  std::vector<float> out(n);
+  ASSERT_TRUE(b->ClampedSwiglu(TensorView(out.data(), DType::kF32, {2, n / 2}),
+                               TensorView(g.data(), DType::kF32, {2, n / 2}),
+                               TensorView(u.data(), DType::kF32, {2, n / 2}), 1.702f, 7.0f)
+                  .ok());
+  int clamped = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double gc = std::min<double>(g[i], 7.0), uc = std::clamp<double>(u[i], -7.0, 7.0);
+    const double want = (uc + 1) * gc / (1 + std::exp(-1.702 * gc));
+    EXPECT_NEAR(out[i], want, 1e-5 * (1 + std::fabs(want))) << i;
+    clamped += g[i] > 7 || std::fabs(u[i]) > 7;
+  }
+  EXPECT_GT(clamped, 100);
+  EXPECT_FALSE(b->ClampedSwiglu(TensorView(out.data(), DType::kF32, {1, n}), TensorView(g.data(), DType::kF32, {1, n}),
+                                TensorView(u.data(), DType::kF32, {1, n - 1}), 1.702f, 7.0f)
+                   .ok());
+}
+
+// out[t] += bias for every row, against the sum written here; a bias of the wrong length
+// is refused.
+TEST(ElementwiseTest, AddBias) {
+  auto b = MakeCpuBackend({.n_threads = 2});
+  const int64_t rows = 300, d = 70;
+  auto x = Random(rows * d, 5), bias = Random(d, 6);
+  std::vector<float> out = x;
+  ASSERT_TRUE(
+      b->AddBias(TensorView(out.data(), DType::kF32, {rows, d}), TensorView(bias.data(), DType::kF32, {d})).ok());
+  for (int64_t i = 0; i < rows * d; ++i) EXPECT_EQ(out[i], x[i] + bias[i % d]) << i;
+  EXPECT_FALSE(
+      b->AddBias(TensorView(out.data(), DType::kF32, {rows, d}), TensorView(bias.data(), DType::kF32, {d - 1})).ok());
+}
+
 // The MoE scatter: out[rows[i]] += scales[i] * in[i], rows repeating (a token's experts),
 // against the sum in double; small (serial) and large (split by columns over the pool);
 // a row outside out is refused.
