@@ -21,6 +21,8 @@ using kernels::RopeStyle;
 struct Transformer::Layer {
   TensorView attn_norm, bq, bk, bv, ffn_norm;
   TensorView q_norm, k_norm;      // Qwen3: [head_dim], over each head of Q and K; empty otherwise.
+  TensorView bo, sinks;           // gpt-oss: O's bias [n_embd], this rank's heads' sinks; else empty.
+  int64_t window = 0;             // Sliding-window attention: the window; 0: full.
   StackedLinear qkv;              // Column-parallel: this rank's Q, K and V heads.
   Linear o;                       // Row-parallel: the O columns of this rank's query heads.
   StackedLinear gate_up;          // Column-parallel: FFN columns [ff_begin, ff_end).
@@ -135,6 +137,14 @@ absl::StatusOr<Transformer::Layer> Transformer::LoadLayer(const ModelFiles& file
   const IndexRange qkv_ranges[] = {q, kv, kv};
   CASCADE_ASSIGN_OR_RETURN(L.qkv, StackedLinear::LoadColumn(w, qkv, qkv_rows, c.n_embd, qkv_ranges, fuse_projections_));
   CASCADE_ASSIGN_OR_RETURN(L.o, Linear::LoadRow(w, name(LlamaTensor::kAttnOutput), c.n_embd, c.q_dim(), q, group));
+  if (c.attn_out_bias) {
+    CASCADE_ASSIGN_OR_RETURN(L.bo, w.Vector(name(LlamaTensor::kAttnOutputBias), c.n_embd));
+  }
+  if (c.attn_sinks) {
+    CASCADE_ASSIGN_OR_RETURN(L.sinks,
+                             w.Vector(name(LlamaTensor::kAttnSinks), c.n_heads, {s.q_head_begin, s.q_head_end}));
+  }
+  L.window = c.WindowOf(l);
   if (c.qkv_bias) {
     CASCADE_ASSIGN_OR_RETURN(L.bq, w.Vector(name(LlamaTensor::kAttnQBias), c.q_dim(), q));
     CASCADE_ASSIGN_OR_RETURN(L.bk, w.Vector(name(LlamaTensor::kAttnKBias), c.kv_dim(), kv));
@@ -273,8 +283,7 @@ absl::Status Transformer::RunLayers(TensorView hidden, const ForwardBatch& batch
   // YaRN and LongRoPE scale cos and sin by the attention factor, so q.k by its square.
   const float attn_scale =
       static_cast<float>(c.rope_attention_factor * c.rope_attention_factor) / std::sqrt(static_cast<float>(c.head_dim));
-  const kernels::AttentionParams attn_params{
-      .n_heads = shard_.n_heads(), .scale = attn_scale, .window = 0, .sinks = {}};
+  kernels::AttentionParams attn_params{.n_heads = shard_.n_heads(), .scale = attn_scale, .window = 0, .sinks = {}};
 
   const float eps = static_cast<float>(c.norm_eps);
   // A dense FFN's output waits in proj to be added to hidden by the next layer's norm
@@ -290,8 +299,10 @@ absl::Status Transformer::RunLayers(TensorView hidden, const ForwardBatch& batch
     CASCADE_RETURN_IF_ERROR(L.qkv.Forward(qkv, norm, qkv_bias));
     if (L.q_norm.data != nullptr) CASCADE_RETURN_IF_ERROR(NormHeads(q, k, L.q_norm, L.k_norm));
     CASCADE_RETURN_IF_ERROR(b.RopeWriteKv(q, k, v, batch.positions, rope_, kv, batch.seqs));
+    attn_params.window = L.window;
+    attn_params.sinks = L.sinks;
     CASCADE_RETURN_IF_ERROR(b.Attention(attn, q, kv, batch.seqs, attn_params));
-    CASCADE_RETURN_IF_ERROR(L.o.Forward(proj, attn));  // Reduced over the group's heads.
+    CASCADE_RETURN_IF_ERROR(L.o.Forward(proj, attn, L.bo));  // Reduced over the group's heads.
     CASCADE_RETURN_IF_ERROR(b.AddRmsNorm(norm, hidden, proj, L.ffn_norm, eps));
     if (L.moe != nullptr) {  // Adds its (reduced) output to hidden itself.
       const std::span<int64_t> load = std::span(expert_load_).subspan(L.moe_index * c.n_experts, c.n_experts);

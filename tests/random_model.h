@@ -24,6 +24,7 @@ struct Llama3RopeScaling {
 struct YarnRopeScaling {
   double factor = 4.0;
   int64_t original_max_position_embeddings = 32;
+  bool truncate = true;  // transformers' `truncate` (gpt-oss: false).
 };
 
 // How config.json is written: as transformers 4.x saves it (top-level rope_theta and

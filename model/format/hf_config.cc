@@ -38,7 +38,7 @@ absl::StatusOr<int64_t> ExpertCount(const HfKeys& keys, const std::string& arch)
   }
   if (local != nullptr) return keys.Int("num_local_experts");
   if (plain != nullptr) return keys.Int("num_experts");
-  return keys.Int(arch == "mixtral" ? "num_local_experts" : "num_experts");
+  return keys.Int(arch == "mixtral" || arch == "gpt_oss" ? "num_local_experts" : "num_experts");
 }
 
 // The experts of transformers' MixtralConfig (intermediate_size is each expert's, every
@@ -47,9 +47,11 @@ absl::StatusOr<int64_t> ExpertCount(const HfKeys& keys, const std::string& arch)
 absl::Status ParseExperts(const HfKeys& keys, ModelConfig& c) {
   CASCADE_ASSIGN_OR_RETURN(c.n_experts, ExpertCount(keys, c.arch));
   CASCADE_ASSIGN_OR_RETURN(c.n_experts_used, keys.Int("num_experts_per_tok"));
-  if (c.arch == "mixtral") {
+  if (c.arch == "mixtral" || c.arch == "gpt_oss") {
     c.n_ff_expert = c.n_ff;
-    c.norm_topk_prob = true;  // MixtralSparseMoeBlock always renormalises.
+    // MixtralSparseMoeBlock renormalises; GptOssTopKRouter takes the softmax of the top k
+    // logits, which is the same.
+    c.norm_topk_prob = true;
     return absl::OkStatus();
   }
   CASCADE_ASSIGN_OR_RETURN(c.n_ff_expert, keys.Int("moe_intermediate_size"));
@@ -78,6 +80,24 @@ absl::Status ParseExperts(const HfKeys& keys, ModelConfig& c) {
 // an O-projection or MLP bias, or an activation other than SiLU, is refused by name.
 absl::Status ParseBiasesAndActivation(const HfKeys& keys, ModelConfig& c) {
   CASCADE_ASSIGN_OR_RETURN(const std::string act, keys.String("hidden_act"));
+  if (c.arch == "gpt_oss") {  // GptOssAttention and GptOssExperts: fixed, whatever hidden_act says.
+    CASCADE_ASSIGN_OR_RETURN(
+        const bool attention_bias,
+        keys.Bool("attention_bias", true, "GptOssConfig: True (fixed in 4.x, the default in 5.x)"));
+    if (!attention_bias) {
+      return absl::UnimplementedError(
+          cascade::StrCat(keys.Bad("attention_bias", false, "").message(), "gpt-oss is served with its biases"));
+    }
+    c.qkv_bias = c.attn_out_bias = c.attn_sinks = c.router_bias = c.expert_bias = true;
+    CASCADE_ASSIGN_OR_RETURN(
+        c.swiglu_limit, keys.Double("swiglu_limit", 7.0, "transformers' GptOssExperts.limit (4.x; 5.x's default)"));
+    CASCADE_ASSIGN_OR_RETURN(
+        c.swiglu_alpha, keys.Double("swiglu_alpha", 1.702, "transformers' GptOssExperts.alpha (4.x; 5.x's default)"));
+    if (!(c.swiglu_limit > 0) || !(c.swiglu_alpha > 0)) {
+      return keys.Bad("swiglu_limit", c.swiglu_limit, "swiglu_limit and swiglu_alpha must be positive");
+    }
+    return absl::OkStatus();
+  }
   if (act != "silu") {
     return absl::UnimplementedError(
         cascade::StrCat(keys.Bad("hidden_act", act, "").message(), "only \"silu\" is supported"));
@@ -104,6 +124,30 @@ absl::Status ParseBiasesAndActivation(const HfKeys& keys, ModelConfig& c) {
   return absl::OkStatus();
 }
 
+// gpt-oss: sliding_window on the layers layer_types says (transformers' rule without it:
+// the even layers), served exactly (ModelConfig::sliding_layers).
+absl::StatusOr<std::vector<std::string>> ParseGptOssWindows(const HfKeys& keys, ModelConfig& c) {
+  CASCADE_ASSIGN_OR_RETURN(c.sliding_window, keys.Int("sliding_window"));
+  if (c.sliding_window <= 0) return keys.Bad("sliding_window", c.sliding_window, "must be positive");
+  c.sliding_layers.assign(c.n_layers, false);
+  const Json* lt = keys.Find("layer_types");
+  if (lt == nullptr) keys.Record("layer_types", "sliding on even layers", "GptOssConfig's rule without it");
+  if (lt != nullptr && (!lt->is_array() || static_cast<int64_t>(lt->size()) != c.n_layers)) {
+    return keys.Bad("layer_types", *lt, cascade::StrCat("expected one entry per layer (", c.n_layers, ")"));
+  }
+  std::vector<std::string> types;
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const Json t = lt != nullptr ? (*lt)[l] : Json(l % 2 == 0 ? "sliding_attention" : "full_attention");
+    if (!t.is_string() || (t != "full_attention" && t != "sliding_attention")) {
+      return absl::UnimplementedError(cascade::StrCat(keys.Bad("layer_types", t, "").message(),
+                                                      "only full_attention and sliding_attention are supported"));
+    }
+    c.sliding_layers[l] = t == "sliding_attention";
+    if (std::find(types.begin(), types.end(), t.get<std::string>()) == types.end()) types.push_back(t);
+  }
+  return types;
+}
+
 // Which attention each layer uses: `layer_types` when the file gives it, else transformers'
 // rule per class (Qwen: sliding from layer max_window_layers on, with use_sliding_window;
 // Mistral and Mixtral: every layer, with a sliding_window; Llama: none). A sliding window
@@ -111,6 +155,7 @@ absl::Status ParseBiasesAndActivation(const HfKeys& keys, ModelConfig& c) {
 // attention is exact. Returns the distinct layer types used.
 absl::StatusOr<std::vector<std::string>> ParseAttentionWindows(const HfKeys& keys, ModelConfig& c) {
   int64_t window = 0;
+  if (c.arch == "gpt_oss") return ParseGptOssWindows(keys, c);
   if (c.arch == "mistral" || c.arch == "mixtral") {
     CASCADE_ASSIGN_OR_RETURN(window, keys.Int("sliding_window", 0, "null: full attention"));
   } else if (IsQwen(c.arch)) {
@@ -162,12 +207,12 @@ absl::StatusOr<ModelConfig> ModelConfigFromHfJson(std::string_view json_text, co
     const HfKeys untyped(root, source, "", "", nullptr);
     CASCADE_ASSIGN_OR_RETURN(c.arch, untyped.String("model_type"));
   }
-  static constexpr std::string_view kTypes[] = {"llama", "mistral",   "mixtral",  "qwen2",
-                                                "qwen3", "qwen2_moe", "qwen3_moe"};
+  static constexpr std::string_view kTypes[] = {"llama", "mistral",   "mixtral",   "qwen2",
+                                                "qwen3", "qwen2_moe", "qwen3_moe", "gpt_oss"};
   if (std::find(std::begin(kTypes), std::end(kTypes), c.arch) == std::end(kTypes)) {
     return absl::UnimplementedError(
         cascade::StrCat(source, ": model_type '", c.arch,
-                        "' is not supported (llama, mistral, mixtral, qwen2, qwen3, qwen2_moe, qwen3_moe)"));
+                        "' is not supported (llama, mistral, mixtral, qwen2, qwen3, qwen2_moe, qwen3_moe, gpt_oss)"));
   }
   const HfKeys keys(root, source, "", c.arch, &c.defaulted);
   if (const Json* n = keys.Find("_name_or_path"); n != nullptr && n->is_string()) c.name = n->get<std::string>();
@@ -191,7 +236,7 @@ absl::StatusOr<ModelConfig> ModelConfigFromHfJson(std::string_view json_text, co
   CASCADE_RETURN_IF_ERROR(ParseBiasesAndActivation(keys, c));
   // Qwen3Attention's q_norm / k_norm (RMSNorm over head_dim).
   c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3_moe";
-  if (c.arch == "mixtral" || c.arch == "qwen2_moe" || c.arch == "qwen3_moe") {
+  if (c.arch == "mixtral" || c.arch == "qwen2_moe" || c.arch == "qwen3_moe" || c.arch == "gpt_oss") {
     CASCADE_RETURN_IF_ERROR(ParseExperts(keys, c));
   }
   c.rope_layout = RopeLayout::kRotateHalf;

@@ -134,6 +134,22 @@ constexpr Default kDefaults[] = {
     {"qwen3_moe", "norm_topk_prob", "false"},
     {"qwen3_moe", "decoder_sparse_step", "1"},
     {"qwen3_moe", "mlp_only_layers", "null"},
+    // GptOssConfig.
+    {"gpt_oss", "hidden_size", "2880"},
+    {"gpt_oss", "num_hidden_layers", "36"},
+    {"gpt_oss", "num_attention_heads", "64"},
+    {"gpt_oss", "num_key_value_heads", "8"},
+    {"gpt_oss", "head_dim", "64"},
+    {"gpt_oss", "intermediate_size", "2880"},
+    {"gpt_oss", "vocab_size", "201088"},
+    {"gpt_oss", "max_position_embeddings", "131072"},
+    {"gpt_oss", "rope_theta", "150000.0"},
+    {"gpt_oss", "rms_norm_eps", "1e-05"},
+    {"gpt_oss", "hidden_act", "\"silu\""},
+    {"gpt_oss", "tie_word_embeddings", "false"},
+    {"gpt_oss", "sliding_window", "128"},
+    {"gpt_oss", "num_local_experts", "128"},
+    {"gpt_oss", "num_experts_per_tok", "4"},
 };
 
 }  // namespace
@@ -155,9 +171,9 @@ std::vector<std::pair<std::string_view, std::string_view>> HfClassDefaults(std::
 
 std::string_view HfConfigClassName(std::string_view model_type) {
   static constexpr std::pair<std::string_view, std::string_view> kClasses[] = {
-      {"llama", "LlamaConfig"},       {"mistral", "MistralConfig"}, {"mixtral", "MixtralConfig"},
-      {"qwen2", "Qwen2Config"},       {"qwen3", "Qwen3Config"},     {"qwen2_moe", "Qwen2MoeConfig"},
-      {"qwen3_moe", "Qwen3MoeConfig"}};
+      {"llama", "LlamaConfig"},        {"mistral", "MistralConfig"}, {"mixtral", "MixtralConfig"},
+      {"qwen2", "Qwen2Config"},        {"qwen3", "Qwen3Config"},     {"qwen2_moe", "Qwen2MoeConfig"},
+      {"qwen3_moe", "Qwen3MoeConfig"}, {"gpt_oss", "GptOssConfig"}};
   for (const auto& [type, cls] : kClasses) {
     if (type == model_type) return cls;
   }

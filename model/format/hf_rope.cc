@@ -131,6 +131,10 @@ absl::Status ParseHfRope(const HfKeys& keys, const std::vector<std::string>& lay
                                                       p->dump(), ": RoPE over part of a head is not supported"));
     }
   }
+  if (params == nullptr && c.arch == "gpt_oss") {  // Its class default is a YaRN dict: not guessed.
+    return absl::InvalidArgumentError(cascade::StrCat(
+        source, ": gpt_oss needs \"rope_scaling\" (or rope_parameters): GptOssConfig's default is YaRN, factor 32"));
+  }
   if (params == nullptr) return absl::OkStatus();
 
   std::string type;

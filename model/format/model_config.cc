@@ -121,9 +121,24 @@ std::string ModelConfig::ToString() const {
       absl::StrAppendFormat(&s, "shared expert   FFN %d (sigmoid gate)\n", n_ff_shared_expert);
     absl::StrAppendFormat(&s, "moe layers      %d of %d\n", n_moe_layers(), n_layers);
   }
-  if (sliding_window > 0) {
+  if (sliding_window > 0 && sliding_layers.empty()) {
     absl::StrAppendFormat(&s, "sliding_window  %d (context capped to it: full attention is exact there)\n",
                           sliding_window);
+  } else if (sliding_window > 0) {
+    const int64_t n = std::count(sliding_layers.begin(), sliding_layers.end(), true);
+    absl::StrAppendFormat(&s, "sliding_window  %d in %d of %d layers (masked in attention)\n", sliding_window, n,
+                          n_layers);
+  }
+  if (attn_out_bias || attn_sinks) {
+    absl::StrAppendFormat(&s, "attention       %s%s\n", attn_out_bias ? "o_proj bias" : "",
+                          attn_sinks ? (attn_out_bias ? ", sinks" : "sinks") : "");
+  }
+  if (router_bias || expert_bias) {
+    absl::StrAppendFormat(&s, "moe biases      %s%s\n", router_bias ? "router" : "",
+                          expert_bias ? (router_bias ? ", experts" : "experts") : "");
+  }
+  if (swiglu_limit > 0) {
+    absl::StrAppendFormat(&s, "activation      clamped SwiGLU, alpha %g, limit %g\n", swiglu_alpha, swiglu_limit);
   }
   if (!hf_dtype.empty()) absl::StrAppendFormat(&s, "dtype           %s (config.json)\n", hf_dtype);
   if (defaulted.empty()) {
@@ -151,7 +166,10 @@ bool ModelConfig::SameLogicalModel(const ModelConfig& o) const {
          sliding_window == o.sliding_window && n_experts == o.n_experts && n_experts_used == o.n_experts_used &&
          n_ff_expert == o.n_ff_expert && n_ff_shared_expert == o.n_ff_shared_expert &&
          norm_topk_prob == o.norm_topk_prob && decoder_sparse_step == o.decoder_sparse_step &&
-         mlp_only_layers == o.mlp_only_layers;
+         mlp_only_layers == o.mlp_only_layers && sliding_layers == o.sliding_layers &&
+         attn_out_bias == o.attn_out_bias && attn_sinks == o.attn_sinks && router_bias == o.router_bias &&
+         expert_bias == o.expert_bias && Close(swiglu_limit, o.swiglu_limit) &&
+         (swiglu_limit == 0 || Close(swiglu_alpha, o.swiglu_alpha));
 }
 
 bool ModelConfig::SameRope(const ModelConfig& o) const {
@@ -175,6 +193,13 @@ bool ModelConfig::SameRope(const ModelConfig& o) const {
   return false;
 }
 
+int64_t ModelConfig::WindowOf(int64_t layer) const {
+  if (sliding_window <= 0) return 0;
+  if (sliding_layers.empty()) return sliding_window;
+  return layer >= 0 && layer < static_cast<int64_t>(sliding_layers.size()) && sliding_layers[layer] ? sliding_window
+                                                                                                    : 0;
+}
+
 bool ModelConfig::IsMoeLayer(int64_t layer) const {
   if (n_experts <= 0 || (layer + 1) % decoder_sparse_step != 0) return false;
   return std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) == mlp_only_layers.end();
@@ -187,7 +212,9 @@ int64_t ModelConfig::n_moe_layers() const {
 }
 
 void CapContextToSlidingWindow(ModelConfig& c) {
-  if (c.sliding_window > 0 && c.sliding_window < c.n_ctx_train) c.n_ctx_train = c.sliding_window;
+  if (c.sliding_window > 0 && c.sliding_layers.empty() && c.sliding_window < c.n_ctx_train) {
+    c.n_ctx_train = c.sliding_window;
+  }
 }
 
 void CapContextToRopeScaling(ModelConfig& c) {

@@ -37,7 +37,7 @@ struct DefaultedKey {
 struct ModelConfig {
   // The file's own name: GGUF "llama" (also Mixtral), "mistral", "qwen2", "qwen3",
   // "qwen2moe", "qwen3moe"; config.json's "llama", "mistral", "mixtral", "qwen2", "qwen3",
-  // "qwen2_moe", "qwen3_moe".
+  // "qwen2_moe", "qwen3_moe", "gpt_oss".
   std::string arch = "llama";
   std::string name;  // general.name, or the directory name.
   int64_t n_layers = 0;
@@ -72,6 +72,20 @@ struct ModelConfig {
   // n_ctx_train at the window (CapContextToSlidingWindow): longer prompts are refused
   // with the context length, never run with the wrong attention.
   int64_t sliding_window = 0;
+  // Which layers slide (config.json's layer_types, gpt-oss's alternate layers): empty means
+  // every layer when sliding_window > 0. A model whose layers differ (gpt-oss) is served
+  // exactly, the window masked in attention (AttentionParams::window), its context not capped.
+  std::vector<bool> sliding_layers;
+  // gpt-oss: the attention's output projection has a bias (besides Q/K/V's, qkv_bias), each
+  // query head an attention-sink logit (AttentionParams::sinks), the router a bias, each
+  // expert biases on gate, up and down, and the experts' activation is the clamped SwiGLU
+  // (Backend::ClampedSwiglu) with these constants when swiglu_limit > 0.
+  bool attn_out_bias = false;
+  bool attn_sinks = false;
+  bool router_bias = false;
+  bool expert_bias = false;
+  double swiglu_limit = 0;  // 0: SiLU(gate) * up.
+  double swiglu_alpha = 1.702;
   // Mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE). A MoE layer's FFN is a router
   // (softmax over the experts' logits, top n_experts_used) over expert FFNs of n_ff_expert,
   // the chosen experts' outputs weighted by their probabilities, renormalised to sum 1 when
@@ -96,6 +110,8 @@ struct ModelConfig {
   bool IsMoeLayer(int64_t layer) const;
   int64_t n_moe_layers() const;
   int64_t q_dim() const { return n_heads * head_dim; }
+  // The attention window of `layer`: sliding_window where it slides, 0 (full) elsewhere.
+  int64_t WindowOf(int64_t layer) const;
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
   // Checks that the numbers are consistent and usable. InvalidArgument naming the field.
   absl::Status Validate() const;
@@ -110,7 +126,8 @@ struct ModelConfig {
   bool SameLogicalModel(const ModelConfig& other) const;
 };
 
-// Caps n_ctx_train at a sliding window narrower than it (see `sliding_window`).
+// Caps n_ctx_train at a sliding window narrower than it (see `sliding_window`), unless
+// the window is masked per layer (`sliding_layers`).
 void CapContextToSlidingWindow(ModelConfig& config);
 
 std::string_view RopeLayoutName(RopeLayout layout);

@@ -17,6 +17,7 @@
 #include "core/str_cat.h"
 #include "core/utf8.h"
 #include "model/format/fp8_checkpoint.h"
+#include "model/format/gpt_oss_experts.h"
 #include "model/format/hf_model.h"
 #include "model/format/int4_checkpoint.h"
 
@@ -515,8 +516,9 @@ absl::StatusOr<std::unique_ptr<WeightSource>> OpenHfWeights(const std::string& p
   CASCADE_ASSIGN_OR_RETURN(std::optional<Fp8Scheme> fp8, Fp8SchemeFromHfConfig(config_text, config_path));
   if (fp8.has_value()) return OpenFp8Checkpoint(std::move(dir), *fp8);
   CASCADE_ASSIGN_OR_RETURN(std::optional<Int4Scheme> scheme, Int4SchemeFromHfConfig(config_text, config_path));
-  if (!scheme.has_value()) return std::unique_ptr<WeightSource>(std::move(dir));
-  return OpenInt4Checkpoint(std::move(dir), *scheme);
+  if (scheme.has_value()) return OpenInt4Checkpoint(std::move(dir), *scheme);
+  if (HasGptOssExperts(*dir)) return OpenGptOssExperts(std::move(dir));
+  return std::unique_ptr<WeightSource>(std::move(dir));
 }
 
 }  // namespace cascade::model

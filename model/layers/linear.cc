@@ -62,18 +62,18 @@ absl::StatusOr<Linear> Linear::LoadRow(WeightLoader& loader, const std::string& 
 
 absl::Status Linear::Forward(TensorView out, const TensorView& in, const TensorView& bias) const {
   const bool reduce = kind_ == ParallelKind::kRow && group_ != nullptr;
-  if (reduce && bias.data != nullptr) {
-    return absl::InvalidArgumentError("a row-parallel linear layer over a TP group takes no bias");
-  }
+  // A row-parallel layer's bias joins the partial sum of rank 0 only: the reduction adds
+  // it once.
+  const TensorView own_bias = reduce && group_->rank() != 0 ? TensorView() : bias;
   if (order_ != nullptr) {  // Act-order: the weight reads the input's columns in its own order.
     const int64_t n = in.Rows(), cols = static_cast<int64_t>(order_->cols.size());
     CASCADE_RETURN_IF_ERROR(
         kernels::GrowBuffer(*backend_, order_->gathered, static_cast<size_t>(n * cols) * sizeof(float)));
     const TensorView gathered(order_->gathered->data(), DType::kF32, {n, cols}, backend_->device());
     CASCADE_RETURN_IF_ERROR(backend_->GatherColumns(gathered, in, order_->cols));
-    CASCADE_RETURN_IF_ERROR(backend_->Linear(out, gathered, *weight_, bias));
+    CASCADE_RETURN_IF_ERROR(backend_->Linear(out, gathered, *weight_, own_bias));
   } else {
-    CASCADE_RETURN_IF_ERROR(backend_->Linear(out, in, *weight_, bias));
+    CASCADE_RETURN_IF_ERROR(backend_->Linear(out, in, *weight_, own_bias));
   }
   if (!reduce) return absl::OkStatus();
   // Each rank summed over its own input columns only; the sum of the partial sums is the

@@ -57,8 +57,8 @@ class Linear {
   const kernels::PreparedWeight& weight() const { return *weight_; }
 
   // out [n_tokens, n_out] = in [n_tokens, n_in] * weight^T (+ bias [n_out] when it has
-  // data), all-reduced over the group for kRow. A row-parallel layer with a group takes no
-  // bias (each rank would add it once): InvalidArgument. An act-order GPTQ weight (its
+  // data), all-reduced over the group for kRow (whose bias rank 0 alone adds, before the
+  // reduction). An act-order GPTQ weight (its
   // file's `P.input_order`, model/format/int4_checkpoint.h) multiplies the input's columns
   // gathered in that order (Backend::GatherColumns); such a weight cannot be split by its
   // inputs (LoadRow over a part of them: Unimplemented).

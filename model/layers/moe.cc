@@ -9,6 +9,7 @@
 #include "absl/container/inlined_vector.h"
 #include "core/status.h"
 #include "core/str_cat.h"
+#include "kernels/cpu/quantize.h"
 #include "model/format/arch/moe.h"
 
 namespace cascade::model {
@@ -62,6 +63,18 @@ absl::StatusOr<MoeBlock> MoeBlock::Load(WeightLoader& w, const ModelFiles& files
   m.n_ff_shared_ = s.n_ff_shared();
   const auto name = [&](MoeTensor t) { return arch::MoeTensorName(c, files.format, t, l); };
   CASCADE_ASSIGN_OR_RETURN(m.router_, Linear::LoadReplicated(w, name(MoeTensor::kRouter), c.n_experts, c.n_embd));
+  m.swiglu_limit_ = static_cast<float>(c.swiglu_limit);
+  m.swiglu_alpha_ = static_cast<float>(c.swiglu_alpha);
+  if (c.router_bias) {
+    const std::string bias = name(MoeTensor::kRouterBias);
+    CASCADE_ASSIGN_OR_RETURN(const TensorView b, files.weights->Read(bias));
+    if (b.NumElements() != c.n_experts) {
+      return absl::InvalidArgumentError(
+          StrCat("tensor '", bias, "' is ", b.ShapeString(), ", expected [", c.n_experts, "]"));
+    }
+    m.router_bias_.resize(c.n_experts);
+    CASCADE_RETURN_IF_ERROR(kernels::cpu::DequantizeRow(b.dtype, b.data, m.router_bias_.data(), c.n_experts));
+  }
   // Columns [f0, f1) of an FFN whose matrices are stored at `n` (each expert's rows of a
   // merged tensor, or a tensor of its own).
   const auto load = [&](const ExpertNames& n, int64_t n_ff, int64_t f0, int64_t f1) -> absl::StatusOr<Expert> {
@@ -80,6 +93,10 @@ absl::StatusOr<MoeBlock> MoeBlock::Load(WeightLoader& w, const ModelFiles& files
     const auto matrix = [&](MoeTensor t) { return arch::ExpertMatrixOf(c, files.format, t, l, e); };
     const ExpertNames n{matrix(MoeTensor::kGate), matrix(MoeTensor::kUp), matrix(MoeTensor::kDown)};
     CASCADE_ASSIGN_OR_RETURN(Expert ex, load(n, c.n_ff_expert, s.ffe_begin, s.ffe_end));
+    if (c.expert_bias) {
+      const bool adds_down = s.expert_parallel || group == nullptr || group->rank() == 0;
+      CASCADE_RETURN_IF_ERROR(LoadExpertBiases(w, files, l, e, s.ffe_begin, s.ffe_end, adds_down, ex));
+    }
     m.experts_.push_back(std::move(ex));
   }
   m.expert_bytes_ = w.weight_bytes() - before;
@@ -95,8 +112,29 @@ absl::StatusOr<MoeBlock> MoeBlock::Load(WeightLoader& w, const ModelFiles& files
   return m;
 }
 
+absl::Status MoeBlock::LoadExpertBiases(WeightLoader& w, const ModelFiles& files, int64_t l, int64_t e, int64_t f0,
+                                        int64_t f1, bool adds_down, Expert& ex) {
+  const ModelConfig& c = files.config;
+  const auto bias = [&](MoeTensor t, int64_t b0, int64_t b1) -> absl::StatusOr<TensorView> {
+    const arch::ExpertMatrix m = arch::ExpertBiasOf(c, files.format, t, l, e);
+    return w.Vector(m.name, m.stored_rows, {m.row_begin + b0, m.row_begin + b1});
+  };
+  CASCADE_ASSIGN_OR_RETURN(ex.gate_bias, bias(MoeTensor::kGate, f0, f1));
+  CASCADE_ASSIGN_OR_RETURN(ex.up_bias, bias(MoeTensor::kUp, f0, f1));
+  if (adds_down) {
+    CASCADE_ASSIGN_OR_RETURN(ex.down_bias, bias(MoeTensor::kDown, 0, c.n_embd));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MoeBlock::Activate(const TensorView& gate, const TensorView& up) const {
+  if (swiglu_limit_ > 0) return backend_->ClampedSwiglu(gate, gate, up, swiglu_alpha_, swiglu_limit_);
+  return backend_->SiluMul(gate, gate, up);
+}
+
 absl::Status MoeBlock::PrepareDeviceExperts() {
-  if (experts_.empty() || n_ff_shared_ > 0) return absl::OkStatus();
+  // The device kernels know neither biases nor the clamped SwiGLU: gpt-oss routes on the host.
+  if (experts_.empty() || n_ff_shared_ > 0 || !router_bias_.empty() || swiglu_limit_ > 0) return absl::OkStatus();
   std::vector<kernels::Backend::ExpertWeights> weights;
   for (const Expert& e : experts_) {
     if (e.down.reorders_input() || e.gate_up.reorders_input()) {
@@ -148,6 +186,11 @@ absl::Status MoeBlock::Route(const TensorView& x, int64_t n, MoeScratch& s, std:
   const int64_t k = top_k_;
   std::vector<int32_t> chosen(static_cast<size_t>(n * k));
   std::vector<float> weights(static_cast<size_t>(n * k));
+  if (!router_bias_.empty()) {
+    for (int64_t t = 0; t < n; ++t) {
+      for (int64_t e = 0; e < n_experts_; ++e) s.host_logits[t * n_experts_ + e] += router_bias_[e];
+    }
+  }
   for (int64_t t = 0; t < n; ++t) {
     RouteToken(std::span<const float>(s.host_logits).subspan(t * n_experts_, n_experts_), k, norm_topk_,
                std::span(chosen).subspan(t * k, k), std::span(weights).subspan(t * k, k));
@@ -204,13 +247,18 @@ absl::Status MoeBlock::RunExperts(TensorView acc, const TensorView& x, MoeScratc
     }
   }
   CASCADE_RETURN_IF_ERROR(b.LinearBatch(gate_up_jobs));
+  for (size_t e = 0; e < n; ++e) {
+    if (s.expert_rows[e] == s.expert_rows[e + 1] || experts_[e].gate_bias.data == nullptr) continue;
+    CASCADE_RETURN_IF_ERROR(b.AddBias(gate_up[e][0], experts_[e].gate_bias));
+    CASCADE_RETURN_IF_ERROR(b.AddBias(gate_up[e][1], experts_[e].up_bias));
+  }
   const TensorView gate = View(*s.gate, rows, n_ff_);
-  CASCADE_RETURN_IF_ERROR(b.SiluMul(gate, gate, View(*s.up, rows, n_ff_)));
+  CASCADE_RETURN_IF_ERROR(Activate(gate, View(*s.up, rows, n_ff_)));
   CASCADE_RETURN_IF_ERROR(b.LinearBatch(down_jobs));
   for (size_t e = 0; e < n; ++e) {  // Act-order GPTQ downs gather their inputs themselves.
-    if (s.expert_rows[e] != s.expert_rows[e + 1] && experts_[e].down.reorders_input()) {
-      CASCADE_RETURN_IF_ERROR(experts_[e].down.Forward(down[e], gate_up[e][0]));
-    }
+    if (s.expert_rows[e] == s.expert_rows[e + 1]) continue;
+    if (experts_[e].down.reorders_input()) CASCADE_RETURN_IF_ERROR(experts_[e].down.Forward(down[e], gate_up[e][0]));
+    if (experts_[e].down_bias.data != nullptr) CASCADE_RETURN_IF_ERROR(b.AddBias(down[e], experts_[e].down_bias));
   }
   return b.AddScaledRows(acc, View(*s.out, rows, n_embd_), s.token_of_row, s.weight_of_row);
 }
@@ -226,7 +274,7 @@ absl::Status MoeBlock::RunShared(TensorView acc, const TensorView& x, MoeScratch
   const TensorView gate = View(*s.gate, n, n_ff_shared_), up = View(*s.up, n, n_ff_shared_);
   const TensorView gate_up[] = {gate, up};
   CASCADE_RETURN_IF_ERROR(shared_.gate_up.Forward(gate_up, x, {}));
-  CASCADE_RETURN_IF_ERROR(b.SiluMul(gate, gate, up));
+  CASCADE_RETURN_IF_ERROR(Activate(gate, up));
   const TensorView out = View(*s.out, n, n_embd_);
   CASCADE_RETURN_IF_ERROR(shared_.down.Forward(out, gate));
   s.all_rows.resize(n);

@@ -88,7 +88,15 @@ class MoeBlock {
   struct Expert {
     StackedLinear gate_up;  // This rank's columns of the expert's gate and up.
     Linear down;            // The same columns of down: a partial sum, reduced by the block.
+    // gpt-oss: the biases of this rank's gate and up columns, and down's on the rank that
+    // adds it (every expert-parallel rank; rank 0 of a column-split group); else empty.
+    TensorView gate_bias, up_bias, down_bias;
   };
+  // Reads expert `e`'s biases (ModelConfig::expert_bias) for columns [f0, f1).
+  static absl::Status LoadExpertBiases(WeightLoader& w, const ModelFiles& files, int64_t layer, int64_t e, int64_t f0,
+                                       int64_t f1, bool adds_down, Expert& ex);
+  // Runs the held experts' activation over their grouped rows (gate = act(gate, up)).
+  absl::Status Activate(const TensorView& gate, const TensorView& up) const;
   // Routes every token and groups the rows of held experts (scratch's host vectors).
   absl::Status Route(const TensorView& x, int64_t n, MoeScratch& s, std::span<int64_t> load) const;
   // Runs the held experts over their grouped rows and scatters them into `acc`.
@@ -104,6 +112,8 @@ class MoeBlock {
   BackendComm* group_ = nullptr;         // Borrowed; null without TP.
   int64_t n_embd_ = 0, n_experts_ = 0, top_k_ = 0, expert_begin_ = 0, n_ff_ = 0, n_ff_shared_ = 0;
   bool norm_topk_ = false;
+  float swiglu_limit_ = 0, swiglu_alpha_ = 0;  // gpt-oss's clamped SwiGLU when the limit is > 0.
+  std::vector<float> router_bias_;             // gpt-oss: added to the router's logits (host).
   int64_t expert_bytes_ = 0;
   Linear router_;
   std::vector<Expert> experts_;  // Held experts, from expert_begin_.

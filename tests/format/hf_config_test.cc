@@ -602,3 +602,76 @@ TEST(HfConfigTest, DirectoryConfigErrorsNameTheFile) {
 
 }  // namespace
 }  // namespace cascade::model
+
+namespace cascade::model {
+namespace {
+
+// gpt-oss-20b's config.json as OpenAI published it (model_type gpt_oss): 32 experts, top 4,
+// sliding window 128 on the even layers (layer_types), YaRN without truncation, and the
+// architecture's fixed parts (biases everywhere, sinks, the clamped SwiGLU). The window is
+// masked per layer, so the 131072-token context is not capped to it.
+TEST(HfConfigTest, GptOss20b) {
+  Json types = Json::array();
+  for (int l = 0; l < 24; ++l) types.push_back(l % 2 == 0 ? "sliding_attention" : "full_attention");
+  const Json j = {{"architectures", {"GptOssForCausalLM"}},
+                  {"attention_bias", true},
+                  {"experts_per_token", 4},
+                  {"head_dim", 64},
+                  {"hidden_act", "silu"},
+                  {"hidden_size", 2880},
+                  {"initial_context_length", 4096},
+                  {"intermediate_size", 2880},
+                  {"layer_types", types},
+                  {"max_position_embeddings", 131072},
+                  {"model_type", "gpt_oss"},
+                  {"num_attention_heads", 64},
+                  {"num_experts_per_tok", 4},
+                  {"num_hidden_layers", 24},
+                  {"num_key_value_heads", 8},
+                  {"num_local_experts", 32},
+                  {"rms_norm_eps", 1e-05},
+                  {"rope_scaling",
+                   {{"beta_fast", 32.0},
+                    {"beta_slow", 1.0},
+                    {"factor", 32.0},
+                    {"original_max_position_embeddings", 4096},
+                    {"rope_type", "yarn"},
+                    {"truncate", false}}},
+                  {"rope_theta", 150000},
+                  {"sliding_window", 128},
+                  {"swiglu_limit", 7.0},
+                  {"tie_word_embeddings", false},
+                  {"vocab_size", 201088}};
+  absl::StatusOr<ModelConfig> c = ModelConfigFromHfJson(j.dump(), "gpt-oss-20b/config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->n_experts, 32);
+  EXPECT_EQ(c->n_experts_used, 4);
+  EXPECT_EQ(c->n_ff_expert, 2880);
+  EXPECT_TRUE(c->norm_topk_prob);
+  EXPECT_EQ(c->n_moe_layers(), 24);
+  EXPECT_EQ(c->n_ctx_train, 131072);
+  EXPECT_EQ(c->sliding_window, 128);
+  for (int l = 0; l < 24; ++l) EXPECT_EQ(c->WindowOf(l), l % 2 == 0 ? 128 : 0) << l;
+  EXPECT_EQ(c->rope_scaling, RopeScaling::kYarn);
+  EXPECT_FALSE(c->rope_yarn_truncate);
+  EXPECT_TRUE(c->qkv_bias && c->attn_out_bias && c->attn_sinks && c->router_bias && c->expert_bias);
+  EXPECT_EQ(c->swiglu_limit, 7.0);
+  EXPECT_EQ(c->swiglu_alpha, 1.702);  // Not in this file: transformers' constant, recorded.
+  bool recorded = false;
+  for (const DefaultedKey& d : c->defaulted) recorded |= d.key == "swiglu_alpha";
+  EXPECT_TRUE(recorded);
+  EXPECT_THAT(c->ToString(), ::testing::HasSubstr("sliding_window  128 in 12 of 24 layers"));
+
+  Json no_types = j;
+  no_types.erase("layer_types");  // GptOssConfig's rule: the even layers slide.
+  c = ModelConfigFromHfJson(no_types.dump(), "x");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->WindowOf(0), 128);
+  EXPECT_EQ(c->WindowOf(1), 0);
+  Json no_rope = j;
+  no_rope.erase("rope_scaling");
+  EXPECT_FALSE(ModelConfigFromHfJson(no_rope.dump(), "x").ok()) << "GptOssConfig's YaRN default is not guessed";
+}
+
+}  // namespace
+}  // namespace cascade::model

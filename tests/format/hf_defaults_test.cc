@@ -16,7 +16,8 @@ namespace {
 
 using Json = nlohmann::json;
 
-constexpr const char* kModelTypes[] = {"llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe"};
+constexpr const char* kModelTypes[] = {"llama", "mistral",   "mixtral",   "qwen2",
+                                       "qwen3", "qwen2_moe", "qwen3_moe", "gpt_oss"};
 
 TEST(HfClassDefaultsTest, TableEqualsTransformersOfBothGenerations) {
   const char* path = std::getenv("CASCADE_HF_DEFAULTS");

@@ -49,17 +49,20 @@ std::vector<double> HfLlama3InvFreq(std::vector<double> inv_freq, const testing:
   return inv_freq;
 }
 
+}  // namespace
+
 // YaRN's frequencies and attention factor from Hugging Face's formula (transformers'
 // modeling_rope_utils.py, _compute_yarn_parameters, with beta_fast 32, beta_slow 1,
-// truncate), in double: dimension i keeps its frequency below the ramp, is divided by
-// `factor` above it, and blends linearly between its ends (floor and ceil of the dimensions
-// that turn beta_fast and beta_slow times over the original context).
+// the ends truncated to whole dimensions or not), in double: dimension i keeps its frequency below the ramp, is divided
+// by `factor` above it, and blends linearly between its ends (floor and ceil of the dimensions that turn beta_fast and
+// beta_slow times over the original context).
 std::vector<double> HfYarnInvFreq(double base, int64_t dim, const testing::YarnRopeScaling& y, double& attention) {
   const auto correction_dim = [&](double rotations) {
     return dim * std::log(y.original_max_position_embeddings / (rotations * 2 * M_PI)) / (2 * std::log(base));
   };
-  const double low = std::max(std::floor(correction_dim(32)), 0.0);
-  double high = std::min(std::ceil(correction_dim(1)), static_cast<double>(dim - 1));
+  const double lo = correction_dim(32), hi = correction_dim(1);
+  const double low = std::max(y.truncate ? std::floor(lo) : lo, 0.0);
+  double high = std::min(y.truncate ? std::ceil(hi) : hi, static_cast<double>(dim - 1));
   if (low == high) high += 0.001;
   std::vector<double> inv;
   for (int64_t i = 0; i < dim / 2; ++i) {
@@ -71,6 +74,8 @@ std::vector<double> HfYarnInvFreq(double base, int64_t dim, const testing::YarnR
   attention = y.factor <= 1 ? 1.0 : 0.1 * std::log(y.factor) + 1.0;
   return inv;
 }
+
+namespace {
 
 // A GGUF file's RoPE by llama.cpp's rules, from its metadata: base `rope.freq_base` (10000
 // when absent), YaRN from `rope.scaling.{type,factor,original_context_length}`.

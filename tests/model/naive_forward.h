@@ -39,6 +39,10 @@ struct HfRope {
 };
 HfRope HfRopeOf(const testing::RandomModelSpec& spec);
 
+// YaRN's inverse frequencies [dim / 2] for RoPE base `base` by transformers' formula, and its
+// attention factor (cos and sin are multiplied by it) in `attention`.
+std::vector<double> HfYarnInvFreq(double base, int64_t dim, const testing::YarnRopeScaling& y, double& attention);
+
 struct RefModel {
   ModelConfig c;  // Dimensions only (n_layers, n_embd, heads, eps, vocab); not its RoPE fields.
   Mat embd, out_norm, output;

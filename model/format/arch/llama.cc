@@ -33,6 +33,8 @@ Names NamesOf(LlamaTensor t) {
     case LlamaTensor::kRopeFreqs: return {"rope_freqs.weight", "", false};
     case LlamaTensor::kAttnKScale: return {"", "self_attn.k_scale", true};
     case LlamaTensor::kAttnVScale: return {"", "self_attn.v_scale", true};
+    case LlamaTensor::kAttnOutputBias: return {"attn_output.bias", "self_attn.o_proj.bias", true};
+    case LlamaTensor::kAttnSinks: return {"attn_sinks.weight", "self_attn.sinks", true};
   }
   return {"", "", false};
 }

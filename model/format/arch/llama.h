@@ -35,6 +35,9 @@ enum class LlamaTensor {
   // vLLM's k_scale / v_scale): F32 [] or [1] per layer, or [n_kv_heads] (per head); HF only.
   kAttnKScale,
   kAttnVScale,
+  // gpt-oss: the attention output's bias [n_embd] and the sinks [n_heads].
+  kAttnOutputBias,
+  kAttnSinks,
 };
 
 // The stored name of `tensor` (of `layer`, for per-layer tensors) in `format`; empty when

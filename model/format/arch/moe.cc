@@ -35,6 +35,7 @@ std::string MoeTensorName(const ModelConfig& c, ModelFormat format, MoeTensor t,
     const char* stem = "";
     switch (t) {
       case MoeTensor::kRouter: stem = "ffn_gate_inp.weight"; break;
+      case MoeTensor::kRouterBias: stem = "ffn_gate_inp.bias"; break;
       case MoeTensor::kSharedRouter: stem = "ffn_gate_inp_shexp.weight"; break;
       case MoeTensor::kSharedGate: stem = "ffn_gate_shexp.weight"; break;
       case MoeTensor::kSharedUp: stem = "ffn_up_shexp.weight"; break;
@@ -45,7 +46,8 @@ std::string MoeTensorName(const ModelConfig& c, ModelFormat format, MoeTensor t,
   }
   const std::string p = HfPrefix(c, layer);
   switch (t) {
-    case MoeTensor::kRouter: return p + "gate.weight";
+    case MoeTensor::kRouter: return p + (c.arch == "gpt_oss" ? "router.weight" : "gate.weight");
+    case MoeTensor::kRouterBias: return p + "router.bias";
     case MoeTensor::kSharedRouter: return p + "shared_expert_gate.weight";
     case MoeTensor::kSharedGate: return p + "shared_expert.gate_proj.weight";
     case MoeTensor::kSharedUp: return p + "shared_expert.up_proj.weight";
@@ -60,6 +62,13 @@ ExpertMatrix ExpertMatrixOf(const ModelConfig& c, ModelFormat format, MoeTensor 
     return {StrCat("blk.", layer, ".", GgufExperts(t)), expert * rows, c.n_experts * rows};
   }
   return {StrCat(HfPrefix(c, layer), "experts.", expert, ".", HfExpert(c, t)), 0, rows};
+}
+
+ExpertMatrix ExpertBiasOf(const ModelConfig& c, ModelFormat format, MoeTensor t, int64_t layer, int64_t expert) {
+  ExpertMatrix m = ExpertMatrixOf(c, format, t, layer, expert);
+  m.name.replace(m.name.size() - 6, 6, "bias");  // "P.weight" -> "P.bias".
+  if (format != ModelFormat::kGguf) m.stored_rows = t == MoeTensor::kDown ? c.n_embd : c.n_ff_expert;
+  return m;
 }
 
 }  // namespace cascade::model::arch

@@ -28,6 +28,7 @@ enum class MoeTensor {
   kSharedGate,    // [n_ff_shared_expert, n_embd]
   kSharedUp,      // [n_ff_shared_expert, n_embd]
   kSharedDown,    // [n_embd, n_ff_shared_expert]
+  kRouterBias,    // gpt-oss: [n_experts]
 };
 
 // Where one expert's matrix is stored: rows [row_begin, row_begin + rows) of tensor `name`
@@ -44,5 +45,12 @@ std::string MoeTensorName(const ModelConfig& config, ModelFormat format, MoeTens
 // Expert `expert`'s kGate / kUp / kDown matrix of `layer`.
 ExpertMatrix ExpertMatrixOf(const ModelConfig& config, ModelFormat format, MoeTensor tensor, int64_t layer,
                             int64_t expert);
+
+// gpt-oss: the bias of expert `expert`'s kGate / kUp / kDown of `layer`: its elements
+// [row_begin, row_begin + rows of the matrix) of tensor `name` read flat, `stored_rows`
+// elements in all (GGUF merges the experts' biases into [n_experts, rows]; the Hugging
+// Face names are gpt_oss_experts.h's, one per expert).
+ExpertMatrix ExpertBiasOf(const ModelConfig& config, ModelFormat format, MoeTensor tensor, int64_t layer,
+                          int64_t expert);
 
 }  // namespace cascade::model::arch
