@@ -20,6 +20,7 @@
 #include "model/transformer.h"
 #include "tests/greedy_trace.h"
 #include "tests/guarded_backend.h"
+#include "tests/model/gpt_oss_model.h"
 #include "tests/random_model.h"
 #include "tests/test_support.h"
 
@@ -196,6 +197,20 @@ TEST(TpTransformerTest, Fp8CheckpointsMatchSingleRank) {
     ASSERT_TRUE(files.ok()) << files.status();
     ExpectParity(*files, 2, 1e-4);
     if (family != testing::MoeFamily::kNone) ExpectParity(*files, 2, 1e-4, 20, 3, /*expert_parallel=*/true);
+  }
+}
+
+// gpt-oss (tests/model/gpt_oss_model.h): sinks sliced with the query heads, O's and the
+// experts' down biases added once (rank 0 of a column split; every expert-parallel rank for
+// its own experts), sliding windows, the clamped SwiGLU; at TP=2 (KV heads split) and TP=4
+// (replicated), experts column-split and, at TP=2 and 4, expert-parallel.
+TEST(TpTransformerTest, GptOssMatchesSingleRank) {
+  testing::TempDir dir;
+  auto files = OpenModelFiles(gpt_oss_test::WriteHf(gpt_oss_test::MakeModel(), dir.path() + "/gpt-oss"));
+  ASSERT_TRUE(files.ok()) << files.status();
+  for (int tp : {2, 4}) {
+    ExpectParity(*files, tp, 1e-4, 20, 6);
+    ExpectParity(*files, tp, 1e-4, 20, 6, /*expert_parallel=*/true);
   }
 }
 
