@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "model/format/model_files.h"
-#include "tests/model/gpt_oss_model.h"
+#include "tests/gpt_oss_model.h"
 #include "tests/model/naive_forward.h"
 #include "tests/test_support.h"
 

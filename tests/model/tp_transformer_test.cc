@@ -18,9 +18,9 @@
 #include "comm/ucx_communicator.h"
 #include "core/status.h"
 #include "model/transformer.h"
+#include "tests/gpt_oss_model.h"
 #include "tests/greedy_trace.h"
 #include "tests/guarded_backend.h"
-#include "tests/model/gpt_oss_model.h"
 #include "tests/random_model.h"
 #include "tests/test_support.h"
 
@@ -200,7 +200,7 @@ TEST(TpTransformerTest, Fp8CheckpointsMatchSingleRank) {
   }
 }
 
-// gpt-oss (tests/model/gpt_oss_model.h): sinks sliced with the query heads, O's and the
+// gpt-oss (tests/gpt_oss_model.h): sinks sliced with the query heads, O's and the
 // experts' down biases added once (rank 0 of a column split; every expert-parallel rank for
 // its own experts), sliding windows, the clamped SwiGLU; at TP=2 (KV heads split) and TP=4
 // (replicated), experts column-split and, at TP=2 and 4, expert-parallel.

@@ -1,9 +1,10 @@
 // A random gpt-oss model (model_type gpt_oss) in the layout of transformers' GptOss*
 // modules, written as a Hugging Face directory of F32 tensors, for the tests that hold
-// Cascade's gpt-oss to a naive forward (gpt_oss_test.cc) and to itself under TP and EP
-// (tp_transformer_test.cc). Small: 2 layers (the first slides, window 6), 4 heads over 2 KV
-// heads of 16, 4 experts (top 2) of 32, a 96-token vocabulary, swiglu_limit 1.5 (many
-// values clamp), YaRN factor 4 over 32 positions without truncation.
+// Cascade's gpt-oss to a naive forward (tests/model/gpt_oss_test.cc), to itself under TP
+// and EP (tests/model/tp_transformer_test.cc) and to the CPU on a GPU
+// (tests/gpu_model/cuda_transformer_test.cc). Small: 2 layers (the first slides, window 6),
+// 4 heads over 2 KV heads of 16, 4 experts (top 2) of 32, a 96-token vocabulary,
+// swiglu_limit 1.5 (many values clamp), YaRN factor 4 over 32 positions without truncation.
 #pragma once
 
 #include <cstdint>

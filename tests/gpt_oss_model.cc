@@ -1,4 +1,4 @@
-#include "tests/model/gpt_oss_model.h"
+#include "tests/gpt_oss_model.h"
 
 #include <cmath>
 #include <random>
