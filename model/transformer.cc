@@ -154,7 +154,8 @@ absl::StatusOr<Transformer::Layer> Transformer::LoadLayer(const ModelFiles& file
     CASCADE_ASSIGN_OR_RETURN(L.q_norm, w.Vector(name(LlamaTensor::kAttnQNorm), c.head_dim));
     CASCADE_ASSIGN_OR_RETURN(L.k_norm, w.Vector(name(LlamaTensor::kAttnKNorm), c.head_dim));
   }
-  CASCADE_ASSIGN_OR_RETURN(L.ffn_norm, w.Vector(name(LlamaTensor::kFfnNorm), c.n_embd));
+  const LlamaTensor ffn_norm = c.arch == "gpt-oss" ? LlamaTensor::kPostAttentionNorm : LlamaTensor::kFfnNorm;
+  CASCADE_ASSIGN_OR_RETURN(L.ffn_norm, w.Vector(name(ffn_norm), c.n_embd));
   if (c.IsMoeLayer(l)) {
     CASCADE_ASSIGN_OR_RETURN(MoeBlock moe, MoeBlock::Load(w, files, l, s, group, fuse_projections_));
     expert_bytes_ += moe.expert_bytes();

@@ -8,14 +8,22 @@ Q/K/V/O, router and expert biases, YaRN (factor 4 over 256 positions, not trunca
 the clamped SwiGLU (limit 7). Weights N(0, 1/fan_in), the embedding N(0, 1), so that the
 text varies token to token.
 
-Usage: make_random_gpt_oss.py TOKENIZER.gguf OUT_DIR   (through scripts/python_deps.sh)
+With --gguf, writes the same architecture (other random values) as llama.cpp's converter
+lays gpt-oss out (conversion/gpt_oss.py: arch `gpt-oss`, gate and up split, experts in
+MXFP4 quantized by gguf-py, their biases, `attn_sinks.weight`, `post_attention_norm`), the
+GGUF's tokenizer copied: the file llama.cpp itself runs in tests/integration/
+llama_cpp_parity_test.py.
+
+Usage: make_random_gpt_oss.py TOKENIZER.gguf OUT_DIR           (through scripts/python_deps.sh)
+       make_random_gpt_oss.py TOKENIZER.gguf --gguf OUT.gguf
 """
 import json
 import os
 import sys
 
 import numpy as np
-from gguf import GGUFReader
+from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
+from gguf.quants import quantize
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_format_models import SafetensorsStream, to_bf16_bytes, write_tokenizer  # noqa: E402
@@ -70,7 +78,68 @@ def main(tokenizer_path, out_dir):
         json.dump(config, f, indent=2)
 
 
+def write_gguf(tokenizer_path, out_path):
+    reader = GGUFReader(tokenizer_path)
+    w = GGUFWriter(out_path, "gpt-oss")
+    for key, field in reader.fields.items():
+        if key.startswith("tokenizer."):
+            vtype = field.types[0]
+            w.add_key_value(key, field.contents(), vtype,
+                            sub_type=field.types[-1] if vtype == GGUFValueType.ARRAY else None)
+    vocab = len(reader.fields["tokenizer.ggml.tokens"].contents())
+    w.add_name("cascade-random-gpt-oss")
+    w.add_context_length(1024)
+    w.add_embedding_length(HIDDEN)
+    w.add_block_count(LAYERS)
+    w.add_feed_forward_length(FF)
+    w.add_head_count(HEADS)
+    w.add_head_count_kv(KV_HEADS)
+    w.add_key_length(HEAD_DIM)
+    w.add_value_length(HEAD_DIM)
+    w.add_rope_freq_base(150000.0)
+    w.add_rope_scaling_type(__import__("gguf").RopeScalingType.YARN)
+    w.add_rope_scaling_factor(4.0)
+    w.add_rope_scaling_orig_ctx_len(256)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_expert_count(EXPERTS)
+    w.add_expert_used_count(TOP_K)
+    w.add_expert_feed_forward_length(FF)
+    w.add_sliding_window(WINDOW)
+    w.add_vocab_size(vocab)
+    rng = np.random.default_rng(6)
+    normal = lambda shape, scale, mean=0.0: (mean + scale * rng.standard_normal(shape)).astype(np.float32)  # noqa: E731
+    q, kv = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM
+    w.add_tensor("token_embd.weight", normal((vocab, HIDDEN), 1.0).astype(np.float16))
+    for i in range(LAYERS):
+        p = f"blk.{i}."
+        w.add_tensor(p + "attn_norm.weight", normal((HIDDEN,), 0.0, 1.0))
+        for name, rows in (("attn_q", q), ("attn_k", kv), ("attn_v", kv)):
+            w.add_tensor(p + name + ".weight", normal((rows, HIDDEN), HIDDEN ** -0.5).astype(np.float16))
+            w.add_tensor(p + name + ".bias", normal((rows,), 0.1))
+        w.add_tensor(p + "attn_output.weight", normal((HIDDEN, q), q ** -0.5).astype(np.float16))
+        w.add_tensor(p + "attn_output.bias", normal((HIDDEN,), 0.1))
+        w.add_tensor(p + "attn_sinks.weight", normal((HEADS,), 1.0))
+        w.add_tensor(p + "post_attention_norm.weight", normal((HIDDEN,), 0.0, 1.0))
+        w.add_tensor(p + "ffn_gate_inp.weight", normal((EXPERTS, HIDDEN), HIDDEN ** -0.5))
+        w.add_tensor(p + "ffn_gate_inp.bias", normal((EXPERTS,), 0.3))
+        for name, rows, cols in (("ffn_gate_exps", FF, HIDDEN), ("ffn_up_exps", FF, HIDDEN),
+                                 ("ffn_down_exps", HIDDEN, FF)):
+            data = quantize(normal((EXPERTS, rows, cols), cols ** -0.5), GGMLQuantizationType.MXFP4)
+            w.add_tensor(p + name + ".weight", data, raw_dtype=GGMLQuantizationType.MXFP4)
+            w.add_tensor(p + name + ".bias", normal((EXPERTS, rows), 0.1))
+    w.add_tensor("output_norm.weight", normal((HIDDEN,), 0.0, 1.0))
+    # Logits of spread 4, so that greedy steps are rarely near-ties against llama.cpp.
+    w.add_tensor("output.weight", normal((vocab, HIDDEN), 4 * HIDDEN ** -0.5).astype(np.float16))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
+    if len(sys.argv) == 4 and sys.argv[2] == "--gguf":
+        write_gguf(sys.argv[1], sys.argv[3])
+    elif len(sys.argv) == 3:
+        main(sys.argv[1], sys.argv[2])
+    else:
         sys.exit(__doc__)
-    main(sys.argv[1], sys.argv[2])

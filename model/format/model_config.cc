@@ -269,7 +269,7 @@ constexpr std::string_view kLlamaCppDefault = "llama.cpp's default";
 // renormalised as llama.cpp's graphs do per architecture (Mixtral and Qwen3-MoE yes,
 // Qwen2-MoE no), unless the file says `expert_weights_norm`.
 absl::Status ReadGgufExperts(const GgufFile& f, const GgufKeys& keys, const std::string& p, ModelConfig& c) {
-  const bool moe_arch = c.arch == "qwen2moe" || c.arch == "qwen3moe";
+  const bool moe_arch = c.arch == "qwen2moe" || c.arch == "qwen3moe" || c.arch == "gpt-oss";
   if (!keys.Has(p + "expert_count")) {
     if (moe_arch) return absl::InvalidArgumentError(cascade::StrCat(f.path(), ": ", p, "expert_count is missing"));
     return absl::OkStatus();  // A dense model: llama.cpp's default of 0 experts.
@@ -296,6 +296,19 @@ absl::Status ReadGgufExperts(const GgufFile& f, const GgufKeys& keys, const std:
                                      norm ? "llama.cpp's graph for this architecture renormalises the top-k weights"
                                           : "llama.cpp's qwen2moe graph does not renormalise the top-k weights"));
   return absl::OkStatus();
+}
+
+// gpt-oss as llama.cpp's graph runs it (src/models/openai-moe.cpp): the window on every
+// other layer from the first (its swa pattern 2), sinks, O, router and expert biases, and
+// the clamped SwiGLU with the constants its graph fixes (LLM_FFN_SWIGLU_OAI_MOE).
+void GgufGptOss(const GgufKeys& keys, ModelConfig& c) {
+  c.attn_out_bias = c.attn_sinks = c.router_bias = c.expert_bias = true;
+  c.sliding_layers.assign(c.n_layers, false);
+  for (int64_t l = 0; l < c.n_layers; l += 2) c.sliding_layers[l] = true;
+  keys.Record("gpt-oss.attention.sliding_window layers", "even", "llama.cpp's gpt-oss swa pattern 2");
+  c.swiglu_limit = 7.0;
+  c.swiglu_alpha = 1.702;
+  keys.Record("swiglu_limit", "7.0", "llama.cpp's gpt-oss graph (LLM_FFN_SWIGLU_OAI_MOE), alpha 1.702");
 }
 
 // RoPE: llama.cpp's defaults are base 10000, scaling type "linear" with factor 1 (none);
@@ -361,10 +374,10 @@ absl::StatusOr<ModelConfig> ModelConfigFromGguf(const GgufFile& f) {
   ModelConfig c;
   CASCADE_ASSIGN_OR_RETURN(c.arch, f.GetString("general.architecture"));
   if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "mistral" && c.arch != "qwen2moe" &&
-      c.arch != "qwen3moe") {
+      c.arch != "qwen3moe" && c.arch != "gpt-oss") {
     return absl::UnimplementedError(cascade::StrCat(f.path(), ": architecture '", c.arch,
                                                     "' is not supported (llama, mistral, qwen2, qwen3, qwen2moe, "
-                                                    "qwen3moe are)"));
+                                                    "qwen3moe, gpt-oss are)"));
   }
   if (auto n = f.GetString("general.name"); n.ok()) c.name = *n;
   const std::string p = c.arch + ".";
@@ -425,6 +438,7 @@ absl::StatusOr<ModelConfig> ModelConfigFromGguf(const GgufFile& f) {
   }
   c.qkv_bias = f.FindTensor("blk.0.attn_q.bias") != nullptr;
   c.qk_norm = f.FindTensor("blk.0.attn_q_norm.weight") != nullptr;
+  if (c.arch == "gpt-oss") GgufGptOss(keys, c);
   CASCADE_RETURN_IF_ERROR(Annotate(c.Validate(), f.path()));
   CapContextToSlidingWindow(c);
   return c;

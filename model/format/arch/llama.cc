@@ -35,6 +35,8 @@ Names NamesOf(LlamaTensor t) {
     case LlamaTensor::kAttnVScale: return {"", "self_attn.v_scale", true};
     case LlamaTensor::kAttnOutputBias: return {"attn_output.bias", "self_attn.o_proj.bias", true};
     case LlamaTensor::kAttnSinks: return {"attn_sinks.weight", "self_attn.sinks", true};
+    case LlamaTensor::kPostAttentionNorm:
+      return {"post_attention_norm.weight", "post_attention_layernorm.weight", true};
   }
   return {"", "", false};
 }

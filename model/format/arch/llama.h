@@ -38,6 +38,8 @@ enum class LlamaTensor {
   // gpt-oss: the attention output's bias [n_embd] and the sinks [n_heads].
   kAttnOutputBias,
   kAttnSinks,
+  // gpt-oss GGUF's name for the norm before the FFN (kFfnNorm elsewhere).
+  kPostAttentionNorm,
 };
 
 // The stored name of `tensor` (of `layer`, for per-layer tensors) in `format`; empty when
