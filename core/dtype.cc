@@ -8,7 +8,7 @@
 namespace cascade {
 namespace {
 // clang-format off
-constexpr std::array<DTypeInfo, 21> kInfos = {{
+constexpr std::array<DTypeInfo, 22> kInfos = {{
     {"f32", 1, 4, false},
     {"f16", 1, 2, false},
     {"bf16", 1, 2, false},
@@ -30,6 +30,7 @@ constexpr std::array<DTypeInfo, 21> kInfos = {{
     {"f8_e4m3", 1, 1, false},
     {"f8_e4m3_b128", 128, 132, true},
     {"mxfp4", 32, 17, true},
+    {"u8", 1, 1, false},
 }};
 // clang-format on
 }  // namespace

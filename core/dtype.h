@@ -32,7 +32,8 @@ enum class DType : uint8_t {
   kIQ4_NL,  // 32 elements: f16 scale, 4-bit indices into a fixed non-linear table.
   kIQ4_XS,  // 256 elements: 8 x 32 with 6-bit scales, indices as IQ4_NL.
   // FP8 E4M3 (core/fp8.h): one byte per element, as a checkpoint stores it (its scales are
-  // other tensors); read by model/format/fp8_checkpoint.h, never by kernels.
+  // other tensors; read by model/format/fp8_checkpoint.h) and as the fp8_e4m3 KV cache
+  // holds it (its scales per KV head: model/kv_cache.h).
   kF8_E4M3,
   // 128 elements: f32 scale d + 128 x E4M3, value = d * e4m3(q). The row-major form of
   // block-scaled (128 x 128), per-channel and per-tensor FP8 checkpoints, scales exact.
@@ -40,6 +41,9 @@ enum class DType : uint8_t {
   // 32 elements: an E8M0 exponent e + 16 bytes of E2M1 nibbles (Q4_0's order), value =
   // 2^(e - 128) * kMxfp4Values[q] (OCP Microscaling MXFP4, as GGUF stores it).
   kMXFP4,
+  // Raw bytes (safetensors "U8"): packed codes a checkpoint stores beside their scales
+  // (gpt-oss's MXFP4 `*_blocks` / `*_scales`), read by model/format, never by kernels.
+  kU8,
 };
 
 struct DTypeInfo {

@@ -32,9 +32,22 @@ struct Model {
   std::vector<Layer> layers;
 };
 
+// The experts as OpenAI's release stores them (quant_method mxfp4): per layer,
+// gate_up_proj_blocks [E, 2I, H/32, 16] and _scales [E, 2I, H/32], down_proj_blocks
+// [E, H, I/32, 16] and _scales, output-major, two E2M1 codes a byte (the even element low),
+// E8M0 exponents (bias 127).
+struct Mxfp4Layer {
+  std::vector<uint8_t> gate_up_blocks, gate_up_scales, down_blocks, down_scales;
+};
+
 // The model's values, from a fixed seed.
 Model MakeModel();
-// Writes `m` to `dir` (created): config.json and model.safetensors. Returns `dir`.
-std::string WriteHf(const Model& m, const std::string& dir);
+// Draws MXFP4 experts for every layer of `m` and replaces its expert matrices with the
+// values they stand for (by the OCP definition, written here): `m` is then the exact model
+// of the MXFP4 checkpoint.
+std::vector<Mxfp4Layer> MakeMxfp4Experts(Model& m);
+// Writes `m` to `dir` (created): config.json and model.safetensors, the experts F32 or,
+// with `mxfp4`, in those blocks (and quantization_config quant_method mxfp4). Returns `dir`.
+std::string WriteHf(const Model& m, const std::string& dir, const std::vector<Mxfp4Layer>* mxfp4 = nullptr);
 
 }  // namespace cascade::model::gpt_oss_test

@@ -41,7 +41,8 @@ std::optional<uint32_t> GgmlTypeId(DType dtype) {
     case DType::kMXFP4: return 39;
     case DType::kI4_G128:  // Cascade's own layouts; GGUF has none.
     case DType::kF8_E4M3:
-    case DType::kF8_E4M3_B128: return std::nullopt;
+    case DType::kF8_E4M3_B128:
+    case DType::kU8: return std::nullopt;
   }
   return std::nullopt;
 }

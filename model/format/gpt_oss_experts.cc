@@ -12,6 +12,7 @@ namespace cascade::model {
 namespace {
 
 constexpr std::string_view kGateUp = ".mlp.experts.gate_up_proj";
+constexpr std::string_view kGateUpBlocks = ".mlp.experts.gate_up_proj_blocks";
 
 // Where a virtual tensor's elements come from: element (r, c) of expert `expert` is
 // element (expert, r * row_step + c * col_step + offset) of `stored` (flat within the expert).
@@ -22,6 +23,14 @@ struct Source {
   int64_t row_step = 0, col_step = 0, offset = 0;
 };
 
+// Where an MXFP4 virtual tensor's rows come from: row r of expert `expert` is stored row
+// expert * stored_rows + r * row_step + row_offset of `blocks` ([.., groups, 16] bytes, two
+// E2M1 codes a byte, the even element in the low nibble) and `scales` ([.., groups] E8M0).
+struct Mxfp4Source {
+  std::string blocks, scales;
+  int64_t expert = 0, stored_rows = 0, row_step = 1, row_offset = 0, groups = 0;
+};
+
 class GptOssExpertsSource final : public RepackedSource {
  public:
   explicit GptOssExpertsSource(std::unique_ptr<WeightSource> stored) : RepackedSource(std::move(stored)) {}
@@ -29,6 +38,9 @@ class GptOssExpertsSource final : public RepackedSource {
   absl::Status Init() {
     for (const TensorInfo& t : packed().tensors()) {
       if (t.name.ends_with(kGateUp)) CASCADE_RETURN_IF_ERROR(AddLayer(t.name.substr(0, t.name.size() - 13)));
+      if (t.name.ends_with(kGateUpBlocks)) {
+        CASCADE_RETURN_IF_ERROR(AddMxfp4Layer(t.name.substr(0, t.name.size() - kGateUpBlocks.size() + 12)));
+      }
     }
     return Finish();
   }
@@ -67,6 +79,76 @@ class GptOssExpertsSource final : public RepackedSource {
     return absl::OkStatus();
   }
 
+  // OpenAI's MXFP4 release: `prefix` is "model.layers.L.mlp.experts"; the biases as in
+  // the BF16 form.
+  absl::Status AddMxfp4Layer(const std::string& prefix) {
+    const std::string gu = prefix + ".gate_up_proj", d = prefix + ".down_proj";
+    const TensorInfo* gub = packed().FindTensor(gu + "_blocks");
+    const TensorInfo* gus = packed().FindTensor(gu + "_scales");
+    const TensorInfo* db = packed().FindTensor(d + "_blocks");
+    const TensorInfo* ds = packed().FindTensor(d + "_scales");
+    const TensorInfo* gbias = packed().FindTensor(gu + "_bias");
+    const TensorInfo* dbias = packed().FindTensor(d + "_bias");
+    if (gus == nullptr || db == nullptr || ds == nullptr || gbias == nullptr || dbias == nullptr) {
+      return Bad(gu + "_blocks", "needs its _scales, down_proj_blocks / _scales and both biases beside it");
+    }
+    const auto blocks_ok = [](const TensorInfo* b, const TensorInfo* s) {
+      return b->dtype == DType::kU8 && s->dtype == DType::kU8 && b->n_dims == 4 && b->shape[3] == 16 &&
+             s->n_dims == 3 && s->shape[0] == b->shape[0] && s->shape[1] == b->shape[1] && s->shape[2] == b->shape[2];
+    };
+    const int64_t e = gub->shape[0], two_i = gub->shape[1], h = gub->shape[2] * 32;
+    if (!blocks_ok(gub, gus) || !blocks_ok(db, ds) || two_i % 2 != 0 || db->shape[0] != e || db->shape[1] != h ||
+        db->shape[2] * 32 != two_i / 2 || gbias->NumElements() != e * two_i || dbias->NumElements() != e * h) {
+      return Bad(gu + "_blocks", StrCat(gub->ShapeString(), " against its scales ", gus->ShapeString(), ", ", d,
+                                        "_blocks ", db->ShapeString(), ", ", ds->ShapeString()));
+    }
+    const int64_t i = two_i / 2;
+    const std::vector<std::string> behind = {gu + "_blocks", gu + "_scales", d + "_blocks",
+                                             d + "_scales",  gu + "_bias",   d + "_bias"};
+    for (int64_t x = 0; x < e; ++x) {
+      const std::string p = StrCat(prefix, ".", x, ".");
+      AddMxfp4(p + "gate_proj.weight", i, h, {gu + "_blocks", gu + "_scales", x, two_i, 2, 0, h / 32}, behind);
+      AddMxfp4(p + "up_proj.weight", i, h, {gu + "_blocks", gu + "_scales", x, two_i, 2, 1, h / 32}, behind);
+      AddMxfp4(p + "down_proj.weight", h, i, {d + "_blocks", d + "_scales", x, h, 1, 0, i / 32}, behind);
+      Add(p + "gate_proj.bias", gbias->dtype, 1, i, {gu + "_bias", x, two_i, 0, 2, 0}, behind);
+      Add(p + "up_proj.bias", gbias->dtype, 1, i, {gu + "_bias", x, two_i, 0, 2, 1}, behind);
+      Add(p + "down_proj.bias", dbias->dtype, 1, h, {d + "_bias", x, h, 0, 1, 0}, behind);
+    }
+    return absl::OkStatus();
+  }
+
+  void AddMxfp4(const std::string& name, int64_t rows, int64_t cols, Mxfp4Source src,
+                const std::vector<std::string>& behind) {
+    TensorInfo info;
+    info.name = name;
+    info.dtype = DType::kMXFP4;
+    info.n_dims = 2;
+    info.shape = {rows, cols, 0, 0};
+    info.n_bytes = static_cast<uint64_t>(rows * RowBytes(DType::kMXFP4, cols));
+    AddVirtual(info, behind);
+    mxfp4_.emplace(name, std::move(src));
+  }
+
+  // Each 32-element group becomes GGUF's block: the E8M0 byte (the same exponent: GGUF's
+  // doubled code values times 2^(e - 128) are OpenAI's times 2^(e - 127)), then 16 bytes
+  // holding elements j (low nibble) and j + 16 (high), from OpenAI's pairs (2j, 2j + 1).
+  absl::Status RepackMxfp4(const Mxfp4Source& s, int64_t r0, int64_t r1, uint8_t* dst) const {
+    CASCADE_ASSIGN_OR_RETURN(const TensorView blocks, packed().Read(s.blocks));
+    CASCADE_ASSIGN_OR_RETURN(const TensorView scales, packed().Read(s.scales));
+    const auto* b = static_cast<const uint8_t*>(blocks.data);
+    const auto* sc = static_cast<const uint8_t*>(scales.data);
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t row = s.expert * s.stored_rows + r * s.row_step + s.row_offset;
+      for (int64_t g = 0; g < s.groups; ++g, dst += 17) {
+        const uint8_t* in = b + (row * s.groups + g) * 16;
+        const auto code = [&](int k) { return k % 2 == 0 ? in[k / 2] & 0x0f : in[k / 2] >> 4; };
+        dst[0] = sc[row * s.groups + g];
+        for (int j = 0; j < 16; ++j) dst[1 + j] = static_cast<uint8_t>(code(j) | code(j + 16) << 4);
+      }
+    }
+    return absl::OkStatus();
+  }
+
   void Add(const std::string& name, DType dtype, int64_t rows, int64_t cols, Source src,
            const std::vector<std::string>& behind) {
     TensorInfo info;
@@ -80,6 +162,7 @@ class GptOssExpertsSource final : public RepackedSource {
   }
 
   absl::Status Repack(const TensorInfo& info, int64_t r0, int64_t r1, uint8_t* dst) const override {
+    if (const auto m = mxfp4_.find(info.name); m != mxfp4_.end()) return RepackMxfp4(m->second, r0, r1, dst);
     const Source& s = sources_.at(info.name);
     CASCADE_ASSIGN_OR_RETURN(const TensorView stored, packed().Read(s.stored));
     const size_t es = static_cast<size_t>(BlockBytes(info.dtype));
@@ -94,13 +177,14 @@ class GptOssExpertsSource final : public RepackedSource {
   }
 
   std::map<std::string, Source> sources_;
+  std::map<std::string, Mxfp4Source> mxfp4_;
 };
 
 }  // namespace
 
 bool HasGptOssExperts(const WeightSource& stored) {
   for (const TensorInfo& t : stored.tensors()) {
-    if (t.name.ends_with(kGateUp)) return true;
+    if (t.name.ends_with(kGateUp) || t.name.ends_with(kGateUpBlocks)) return true;
   }
   return false;
 }

@@ -33,8 +33,7 @@ constexpr int kMaxJsonDepth = 16;
 
 // The dtypes of the safetensors format that Cascade does not load.
 constexpr std::string_view kKnownUnsupportedDTypes[] = {
-    "BOOL", "U8",      "I8",      "I16",     "U16",     "U32", "I64", "U64",
-    "F64",  "F8_E5M2", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4",  "C64",
+    "BOOL", "I8", "I16", "U16", "U32", "I64", "U64", "F64", "F8_E5M2", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4", "C64",
 };
 
 std::optional<DType> DTypeFromSafetensors(std::string_view name) {
@@ -43,6 +42,7 @@ std::optional<DType> DTypeFromSafetensors(std::string_view name) {
   if (name == "BF16") return DType::kBF16;
   if (name == "I32") return DType::kI32;
   if (name == "F8_E4M3") return DType::kF8_E4M3;  // With its scales: fp8_checkpoint.h.
+  if (name == "U8") return DType::kU8;            // gpt-oss's MXFP4 codes: gpt_oss_experts.h.
   return std::nullopt;
 }
 
@@ -501,6 +501,17 @@ absl::StatusOr<TensorView> SafetensorsSource::ReadRows(std::string_view name, in
   return TensorView(const_cast<uint8_t*>(data), t.dtype, {row_end - row_begin, cols});
 }
 
+// config.json's quantization_config.quant_method, or "" (none, or not JSON: the readers
+// below report that).
+std::string QuantMethod(const std::string& config_text) {
+  const Json config = Json::parse(config_text, nullptr, /*allow_exceptions=*/false);
+  if (config.is_discarded() || !config.is_object()) return "";
+  const auto q = config.find("quantization_config");
+  if (q == config.end() || !q->is_object()) return "";
+  const auto m = q->find("quant_method");
+  return m != q->end() && m->is_string() ? m->get<std::string>() : "";
+}
+
 absl::StatusOr<std::unique_ptr<WeightSource>> OpenHfWeights(const std::string& path) {
   std::error_code ec;
   if (fs::is_regular_file(path, ec)) {
@@ -515,6 +526,13 @@ absl::StatusOr<std::unique_ptr<WeightSource>> OpenHfWeights(const std::string& p
   CASCADE_ASSIGN_OR_RETURN(std::string config_text, ReadSmallFile(config_path));
   CASCADE_ASSIGN_OR_RETURN(std::optional<Fp8Scheme> fp8, Fp8SchemeFromHfConfig(config_text, config_path));
   if (fp8.has_value()) return OpenFp8Checkpoint(std::move(dir), *fp8);
+  if (QuantMethod(config_text) == "mxfp4") {  // OpenAI's gpt-oss release: MXFP4 experts, the rest BF16.
+    if (HasGptOssExperts(*dir)) return OpenGptOssExperts(std::move(dir));
+    return absl::UnimplementedError(
+        cascade::StrCat(config_path,
+                        ": quantization_config.quant_method 'mxfp4' is read for gpt-oss's experts only (no "
+                        "mlp.experts.gate_up_proj_blocks here)"));
+  }
   CASCADE_ASSIGN_OR_RETURN(std::optional<Int4Scheme> scheme, Int4SchemeFromHfConfig(config_text, config_path));
   if (scheme.has_value()) return OpenInt4Checkpoint(std::move(dir), *scheme);
   if (HasGptOssExperts(*dir)) return OpenGptOssExperts(std::move(dir));
