@@ -16,8 +16,22 @@
 //   content | trim + '<|eot_id|>'; generation prompt
 //   '<|start_header_id|>assistant<|end_header_id|>\n\n'.
 //
-// In all three the very first BOS is left to the tokenizer (see the header).
+// Harmony (openai/gpt-oss-20b and -120b; llama.cpp's models/templates/openai-gpt-oss-120b.jinja),
+// without tools:
+//   '<|start|>system<|message|>' + model_identity + '\nKnowledge cutoff: 2024-06\nCurrent date: '
+//   + strftime_now('%Y-%m-%d') + '\n\nReasoning: ' + reasoning_effort + '\n\n# Valid channels:
+//   analysis, commentary, final. Channel must be included for every message.<|end|>', with
+//   the template's defaults "You are ChatGPT, a large language model trained by OpenAI." and
+//   "medium"; a first system or developer message as '<|start|>developer<|message|>#
+//   Instructions\n\n' + content + '\n\n<|end|>'; user turns '<|start|>user<|message|>' +
+//   content + '<|end|>'; earlier assistant turns '<|start|>assistant<|channel|>final<|message|>'
+//   + content + '<|end|>' (their reasoning dropped), a last one (no generation prompt) ending
+//   '<|return|>'; other roles render nothing; the generation prompt '<|start|>assistant'.
+//
+// In all of them the very first BOS is left to the tokenizer (see the header).
 #include "text/chat_template.h"
+
+#include <ctime>
 
 #include "core/str_cat.h"
 
@@ -33,7 +47,7 @@ std::string_view Strip(std::string_view s) {
   return s.substr(b, s.find_last_not_of(" \t\n\r\f\v") - b + 1);
 }
 
-constexpr std::string_view kNames = "chatml, llama2, llama3";
+constexpr std::string_view kNames = "chatml, llama2, llama3, harmony";
 
 std::string RenderChatMl(const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
   std::string out;
@@ -79,9 +93,48 @@ std::string RenderLlama3(const std::vector<ChatMessage>& messages, bool add_gene
   return out;
 }
 
+// Today in UTC as strftime_now("%Y-%m-%d") gives it.
+std::string TodayUtc() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[16];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d", &tm);
+  return buf;
+}
+
+std::string RenderHarmony(const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
+  std::string out = cascade::StrCat(
+      "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\nKnowledge cutoff: "
+      "2024-06\nCurrent date: ",
+      TodayUtc(),
+      "\n\nReasoning: medium\n\n# Valid channels: analysis, commentary, final. Channel must be included for every "
+      "message.<|end|>");
+  size_t begin = 0;
+  if (!messages.empty() && (messages[0].role == "system" || messages[0].role == "developer")) {
+    if (!messages[0].content.empty()) {
+      cascade::StrAppend(&out, "<|start|>developer<|message|># Instructions\n\n", messages[0].content, "\n\n<|end|>");
+    }
+    begin = 1;
+  }
+  for (size_t i = begin; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    if (m.role == "user") {
+      cascade::StrAppend(&out, "<|start|>user<|message|>", m.content, "<|end|>");
+    } else if (m.role == "assistant") {
+      const bool last = i + 1 == messages.size() && !add_generation_prompt;
+      cascade::StrAppend(&out, "<|start|>assistant<|channel|>final<|message|>", m.content,
+                         last ? "<|return|>" : "<|end|>");
+    }
+  }
+  if (add_generation_prompt) out += "<|start|>assistant";
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<ChatTemplateKind> DetectChatTemplate(std::string_view jinja) {
+  if (Contains(jinja, "<|channel|>") && Contains(jinja, "<|start|>")) return ChatTemplateKind::kHarmony;
   if (Contains(jinja, "<|im_start|>")) return ChatTemplateKind::kChatMl;
   if (Contains(jinja, "<|start_header_id|>") && Contains(jinja, "<|end_header_id|>")) {
     return ChatTemplateKind::kLlama3;
@@ -103,6 +156,7 @@ absl::StatusOr<ChatTemplateKind> ChatTemplateFromName(std::string_view name) {
   if (name == "chatml") return ChatTemplateKind::kChatMl;
   if (name == "llama2") return ChatTemplateKind::kLlama2;
   if (name == "llama3") return ChatTemplateKind::kLlama3;
+  if (name == "harmony") return ChatTemplateKind::kHarmony;
   return absl::InvalidArgumentError(cascade::StrCat("unknown chat template '", name, "' (one of: ", kNames, ")"));
 }
 
@@ -111,6 +165,7 @@ std::string_view ChatTemplateName(ChatTemplateKind kind) {
     case ChatTemplateKind::kChatMl: return "chatml";
     case ChatTemplateKind::kLlama2: return "llama2";
     case ChatTemplateKind::kLlama3: return "llama3";
+    case ChatTemplateKind::kHarmony: return "harmony";
   }
   return "?";
 }
@@ -121,6 +176,7 @@ std::string ApplyChatTemplate(ChatTemplateKind kind, const std::vector<ChatMessa
     case ChatTemplateKind::kChatMl: return RenderChatMl(messages, add_generation_prompt);
     case ChatTemplateKind::kLlama2: return RenderLlama2(messages);
     case ChatTemplateKind::kLlama3: return RenderLlama3(messages, add_generation_prompt);
+    case ChatTemplateKind::kHarmony: return RenderHarmony(messages, add_generation_prompt);
   }
   return "";
 }

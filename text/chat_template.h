@@ -17,6 +17,9 @@ enum class ChatTemplateKind {
   kChatMl,  // "chatml": <|im_start|>role\ncontent<|im_end|>\n (Qwen, SmolLM, ...).
   kLlama2,  // "llama2": [INST] <<SYS>>\nsystem\n<</SYS>>\n\nuser [/INST] answer </s>
   kLlama3,  // "llama3": <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>
+  // "harmony" (gpt-oss): <|start|>role<|message|>content<|end|>, after a system message
+  // naming the date and the channels; the system prompt becomes the developer message.
+  kHarmony,
 };
 
 struct ChatMessage {

@@ -6,6 +6,7 @@
 #include "text/chat_template.h"
 
 #include <algorithm>
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,41 @@ TEST(ChatTemplateTest, WithoutGenerationPromptOrSystem) {
   EXPECT_EQ(ApplyChatTemplate(ChatTemplateKind::kLlama2, user_only, false), "[INST] Hello [/INST]");
   EXPECT_EQ(ApplyChatTemplate(ChatTemplateKind::kLlama3, user_only, false),
             "<|start_header_id|>user<|end_header_id|>\n\nHello<|eot_id|>");
+}
+
+// gpt-oss's harmony format, written by hand from openai-gpt-oss-120b.jinja (quoted in
+// text/chat_template.cc) with its defaults: the system block carries today's UTC date
+// (the template's strftime_now), the system prompt becomes the developer message, earlier
+// assistant turns are final-channel messages; the last assistant turn without a generation
+// prompt ends in <|return|>. (Python's jinja2 3.1.6 renders the template itself to exactly
+// these strings, strftime_now giving the same date.) The template's own text is recognised.
+TEST(ChatTemplateTest, HarmonyAsGptOssRendersIt) {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char date[16];
+  std::strftime(date, sizeof(date), "%Y-%m-%d", &tm);
+  const std::string system =
+      std::string(
+          "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+          "Knowledge cutoff: 2024-06\nCurrent date: ") +
+      date +
+      "\n\nReasoning: medium\n\n# Valid channels: analysis, commentary, final. Channel must be included for every "
+      "message.<|end|>";
+  EXPECT_EQ(ApplyChatTemplate(ChatTemplateKind::kHarmony, Conversation(), true),
+            system +
+                "<|start|>developer<|message|># Instructions\n\nYou are a helpful assistant.\n\n<|end|>"
+                "<|start|>user<|message|>Hello<|end|><|start|>assistant<|channel|>final<|message|>Hi there<|end|>"
+                "<|start|>user<|message|>Who are you<|end|><|start|>assistant");
+  const std::vector<ChatMessage> answered = {{"user", "Hi"}, {"assistant", "Hello."}};
+  EXPECT_EQ(ApplyChatTemplate(ChatTemplateKind::kHarmony, answered, false),
+            system + "<|start|>user<|message|>Hi<|end|><|start|>assistant<|channel|>final<|message|>Hello.<|return|>");
+  auto detected = DetectChatTemplate(
+      "{{- \"<|start|>system<|message|>\" }} ... {{- \"<|start|>assistant<|channel|>final<|message|>\" }}");
+  ASSERT_TRUE(detected.ok()) << detected.status();
+  EXPECT_EQ(*detected, ChatTemplateKind::kHarmony);
+  EXPECT_EQ(ChatTemplateName(ChatTemplateKind::kHarmony), "harmony");
+  EXPECT_EQ(*ChatTemplateFromName("harmony"), ChatTemplateKind::kHarmony);
 }
 
 TEST(ChatTemplateTest, UnknownTemplatesSayWhatToPass) {
