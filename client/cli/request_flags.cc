@@ -35,7 +35,7 @@ std::vector<ArgOption> PromptOptions() {
       {"prompt-ids", "IDS", "the prompt, as comma-separated token ids"},
       {"chat", "TEXT", "the prompt, as a user message rendered with the chat template"},
       {"system", "TEXT", "a system message before --chat"},
-      {"chat-template", "NAME", "chatml, llama2 or llama3 (default: the model's own)"},
+      {"chat-template", "NAME", "chatml, llama2, llama3 or harmony (default: the model's own)"},
   };
 }
 

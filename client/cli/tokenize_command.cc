@@ -16,7 +16,7 @@ int TokenizeCommand(int argc, char** argv) {
              {"text", "TEXT", "the text to tokenize"},
              {"chat", "TEXT", "a user message, rendered with the chat template first"},
              {"system", "TEXT", "a system message before --chat"},
-             {"chat-template", "NAME", "chatml, llama2 or llama3 (default: the model's own)"},
+             {"chat-template", "NAME", "chatml, llama2, llama3 or harmony (default: the model's own)"},
              {"add-special", "", "add BOS/EOS as the tokenizer says (--text)"},
              {"json", "", "print ids and pieces as JSON"}});
   if (auto s = args.Parse(argc, argv, 2); !s.ok()) return Fail("tokenize", s);
