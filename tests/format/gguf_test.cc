@@ -254,6 +254,32 @@ TEST(GgufTest, SlidingWindowCapsTheContext) {
   EXPECT_EQ(c->n_ctx_train, 1024);
 }
 
+// gpt-oss as llama.cpp's converter writes it (arch `gpt-oss`): the window on the even
+// layers (llama.cpp's swa pattern 2) without capping the context, NEOX RoPE, sinks and the
+// biases, the clamped SwiGLU's constants recorded as llama.cpp's, renormalised top-k.
+TEST(GgufTest, GptOssHparams) {
+  auto c = ParseHparams("gpt-oss",
+                        [](GgufWriter& w) {
+                          w.SetU32("gpt-oss.attention.sliding_window", 128);
+                          w.SetU32("gpt-oss.expert_count", 32);
+                          w.SetU32("gpt-oss.expert_used_count", 4);
+                          w.SetU32("gpt-oss.expert_feed_forward_length", 96);
+                        },
+                        {.context = 131072});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->n_ctx_train, 131072);
+  EXPECT_EQ(c->WindowOf(0), 128);
+  EXPECT_EQ(c->WindowOf(1), 0);
+  EXPECT_EQ(c->rope_layout, RopeLayout::kRotateHalf);
+  EXPECT_TRUE(c->attn_out_bias && c->attn_sinks && c->router_bias && c->expert_bias);
+  EXPECT_EQ(c->swiglu_limit, 7.0);
+  EXPECT_EQ(c->n_ff_expert, 96);
+  EXPECT_TRUE(c->norm_topk_prob);
+  bool recorded = false;
+  for (const DefaultedKey& d : c->defaulted) recorded |= d.key == "swiglu_limit";
+  EXPECT_TRUE(recorded);
+}
+
 // llama.cpp's MoE keys: qwen3moe's expert_count / expert_used_count /
 // expert_feed_forward_length, renormalised top-k by default (Qwen2-MoE's default is not,
 // `expert_weights_norm` overrides); Mixtral is `llama` with expert_count and its experts'
