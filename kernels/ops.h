@@ -55,6 +55,13 @@ struct KvCacheLayer {
   // WriteKv stores E4M3(x / scale). Empty views for the other dtypes.
   TensorView k_scale;
   TensorView v_scale;
+
+  // The layer over caches k and v [n_blocks, block_size, n_kv_heads, head_dim] (the
+  // geometry read off k's shape), with FP8's scales when given.
+  static KvCacheLayer Over(const TensorView& k, const TensorView& v, const TensorView& k_scale = {},
+                           const TensorView& v_scale = {}) {
+    return {k, v, k.dim(1), k.dim(2), k.dim(3), k_scale, v_scale};
+  }
 };
 
 // One sequence inside a batch of tokens. Its `n_new` tokens are rows

@@ -81,13 +81,10 @@ absl::StatusOr<KvCache> KvCache::Create(const KvCacheOptions& o, kernels::Backen
   c.storage_ = *std::move(storage);
   const Device device = backend != nullptr ? backend->device() : Device{};
   for (int64_t l = 0; l < o.n_layers; ++l) {
-    kernels::KvCacheLayer layer;
     uint8_t* base = static_cast<uint8_t*>(c.storage_->data()) + 2 * l * per_tensor;
-    layer.k = TensorView(base, o.dtype, {o.n_blocks, o.block_size, o.n_kv_heads, o.head_dim}, device);
-    layer.v = TensorView(base + per_tensor, o.dtype, {o.n_blocks, o.block_size, o.n_kv_heads, o.head_dim}, device);
-    layer.block_size = o.block_size;
-    layer.n_kv_heads = o.n_kv_heads;
-    layer.head_dim = o.head_dim;
+    kernels::KvCacheLayer layer = kernels::KvCacheLayer::Over(
+        TensorView(base, o.dtype, {o.n_blocks, o.block_size, o.n_kv_heads, o.head_dim}, device),
+        TensorView(base + per_tensor, o.dtype, {o.n_blocks, o.block_size, o.n_kv_heads, o.head_dim}, device));
     if (fp8) {
       auto* scales = reinterpret_cast<float*>(static_cast<uint8_t*>(c.storage_->data()) + tensor_bytes);
       layer.k_scale = TensorView(scales + l * o.n_kv_heads, DType::kF32, {o.n_kv_heads}, device);

@@ -45,13 +45,8 @@ int Main(int argc, char** argv) {
       for (int threads : {1, 2}) {
         ThreadPool pool(threads);
         auto run = [&](int64_t l) {
-          KvCacheLayer cache{TensorView(ks[l].data(), DType::kF32, {n_blocks, kBs, kKv, d}),
-                             TensorView(vs[l].data(), DType::kF32, {n_blocks, kBs, kKv, d}),
-                             kBs,
-                             kKv,
-                             d,
-                             {},
-                             {}};
+          KvCacheLayer cache = KvCacheLayer::Over(TensorView(ks[l].data(), DType::kF32, {n_blocks, kBs, kKv, d}),
+                                                  TensorView(vs[l].data(), DType::kF32, {n_blocks, kBs, kKv, d}));
           absl::Status s = cpu::AttentionCpu(TensorView(out.data(), DType::kF32, {1, kHeads * d}),
                                              TensorView(q.data(), DType::kF32, {1, kHeads * d}), cache, {&seq, 1},
                                              {kHeads, 0.125f, 0, {}}, pool);

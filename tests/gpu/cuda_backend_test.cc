@@ -566,13 +566,8 @@ TEST_F(CudaBackendTest, PagedAttentionMatchesTheCpuBackend) {
       const std::vector<float> q = Random(rows * n_heads * head_dim, 14);
       DeviceBuffer dkc = Up(kc), dvc = Up(vc), dk = Up(k), dv = Up(v), dq = Up(q);
       DeviceBuffer out = Poisoned(rows * n_heads * head_dim);
-      KvCacheLayer gc{dkc.View(DType::kF32, {n_blocks, bs, n_kv, head_dim}),
-                      dvc.View(DType::kF32, {n_blocks, bs, n_kv, head_dim}),
-                      bs,
-                      n_kv,
-                      head_dim,
-                      {},
-                      {}};
+      KvCacheLayer gc = KvCacheLayer::Over(dkc.View(DType::kF32, {n_blocks, bs, n_kv, head_dim}),
+                                           dvc.View(DType::kF32, {n_blocks, bs, n_kv, head_dim}));
       const AttentionParams params{n_heads, 1.0f / std::sqrt(static_cast<float>(head_dim)), 0, {}};
       ASSERT_TRUE(
           gpu->WriteKv(gc, dk.View(DType::kF32, {rows, kv_dim}), dv.View(DType::kF32, {rows, kv_dim}), seqs).ok());
@@ -580,13 +575,8 @@ TEST_F(CudaBackendTest, PagedAttentionMatchesTheCpuBackend) {
                                  dq.View(DType::kF32, {rows, n_heads * head_dim}), gc, seqs, params)
                       .ok());
       ASSERT_TRUE(gpu->Synchronize().ok());
-      KvCacheLayer cc{TensorView(kc.data(), DType::kF32, {n_blocks, bs, n_kv, head_dim}),
-                      TensorView(vc.data(), DType::kF32, {n_blocks, bs, n_kv, head_dim}),
-                      bs,
-                      n_kv,
-                      head_dim,
-                      {},
-                      {}};
+      KvCacheLayer cc = KvCacheLayer::Over(TensorView(kc.data(), DType::kF32, {n_blocks, bs, n_kv, head_dim}),
+                                           TensorView(vc.data(), DType::kF32, {n_blocks, bs, n_kv, head_dim}));
       std::vector<float> kh = k, vh = v, qh = q, want(rows * n_heads * head_dim);
       ASSERT_TRUE(cpu_->WriteKv(cc, TensorView(kh.data(), DType::kF32, {rows, kv_dim}),
                                 TensorView(vh.data(), DType::kF32, {rows, kv_dim}), seqs)
@@ -622,13 +612,8 @@ TEST_F(CudaBackendTest, WindowAndSinksMatchTheCpuBackend) {
         const std::vector<float> q = Random(rows * n_heads * head_dim, 14);
         DeviceBuffer dkc = Up(kc), dvc = Up(vc), dq = Up(q), dsinks = Up(sink_values);
         DeviceBuffer out = Poisoned(rows * n_heads * head_dim);
-        KvCacheLayer gc{dkc.View(DType::kF32, {n_blocks, bs, n_kv, head_dim}),
-                        dvc.View(DType::kF32, {n_blocks, bs, n_kv, head_dim}),
-                        bs,
-                        n_kv,
-                        head_dim,
-                        {},
-                        {}};
+        KvCacheLayer gc = KvCacheLayer::Over(dkc.View(DType::kF32, {n_blocks, bs, n_kv, head_dim}),
+                                             dvc.View(DType::kF32, {n_blocks, bs, n_kv, head_dim}));
         std::vector<float> host_sinks = sink_values;
         AttentionParams params{.n_heads = n_heads,
                                .scale = 1.0f / std::sqrt(static_cast<float>(head_dim)),
@@ -638,13 +623,8 @@ TEST_F(CudaBackendTest, WindowAndSinksMatchTheCpuBackend) {
                                    dq.View(DType::kF32, {rows, n_heads * head_dim}), gc, batch.seqs, params)
                         .ok());
         ASSERT_TRUE(gpu->Synchronize().ok());
-        KvCacheLayer cc{TensorView(kc.data(), DType::kF32, {n_blocks, bs, n_kv, head_dim}),
-                        TensorView(vc.data(), DType::kF32, {n_blocks, bs, n_kv, head_dim}),
-                        bs,
-                        n_kv,
-                        head_dim,
-                        {},
-                        {}};
+        KvCacheLayer cc = KvCacheLayer::Over(TensorView(kc.data(), DType::kF32, {n_blocks, bs, n_kv, head_dim}),
+                                             TensorView(vc.data(), DType::kF32, {n_blocks, bs, n_kv, head_dim}));
         params.sinks = with_sinks ? TensorView(host_sinks.data(), DType::kF32, {n_heads}) : TensorView();
         std::vector<float> qh = q, want(rows * n_heads * head_dim);
         ASSERT_TRUE(cpu_->Attention(TensorView(want.data(), DType::kF32, {rows, n_heads * head_dim}),
@@ -678,13 +658,10 @@ TEST_F(CudaBackendTest, Fp8KvCacheMatchesTheCpuBackend) {
       k[2] = 1e-4f;
       const std::vector<float> q = Random(rows * n_heads * head_dim, 14);
       std::vector<uint8_t> kc_host(cache_bytes, 0), vc_host(cache_bytes, 0);
-      KvCacheLayer cc{TensorView(kc_host.data(), DType::kF8_E4M3, {n_blocks, bs, n_kv, head_dim}),
-                      TensorView(vc_host.data(), DType::kF8_E4M3, {n_blocks, bs, n_kv, head_dim}),
-                      bs,
-                      n_kv,
-                      head_dim,
-                      TensorView(scales.data(), DType::kF32, {n_kv}),
-                      TensorView(scales.data() + n_kv, DType::kF32, {n_kv})};
+      KvCacheLayer cc = KvCacheLayer::Over(TensorView(kc_host.data(), DType::kF8_E4M3, {n_blocks, bs, n_kv, head_dim}),
+                                           TensorView(vc_host.data(), DType::kF8_E4M3, {n_blocks, bs, n_kv, head_dim}),
+                                           TensorView(scales.data(), DType::kF32, {n_kv}),
+                                           TensorView(scales.data() + n_kv, DType::kF32, {n_kv}));
       // History: every sequence's past positions written as one earlier step, on the CPU.
       for (const AttentionSeq& s : batch.seqs) {
         if (s.n_past == 0) continue;
@@ -699,13 +676,10 @@ TEST_F(CudaBackendTest, Fp8KvCacheMatchesTheCpuBackend) {
                    dk = Up(k), dv = Up(v), dq = Up(q);
       DeviceBuffer out = Poisoned(rows * n_heads * head_dim);
       auto* dev_scales = static_cast<float*>(dscales.View(DType::kF32, {2 * n_kv}).data);
-      KvCacheLayer gc{dkc.View(DType::kF8_E4M3, {n_blocks, bs, n_kv, head_dim}),
-                      dvc.View(DType::kF8_E4M3, {n_blocks, bs, n_kv, head_dim}),
-                      bs,
-                      n_kv,
-                      head_dim,
-                      TensorView(dev_scales, DType::kF32, {n_kv}, gpu->device()),
-                      TensorView(dev_scales + n_kv, DType::kF32, {n_kv}, gpu->device())};
+      KvCacheLayer gc = KvCacheLayer::Over(dkc.View(DType::kF8_E4M3, {n_blocks, bs, n_kv, head_dim}),
+                                           dvc.View(DType::kF8_E4M3, {n_blocks, bs, n_kv, head_dim}),
+                                           TensorView(dev_scales, DType::kF32, {n_kv}, gpu->device()),
+                                           TensorView(dev_scales + n_kv, DType::kF32, {n_kv}, gpu->device()));
       const AttentionParams params{n_heads, 1.0f / std::sqrt(static_cast<float>(head_dim)), 0, {}};
       ASSERT_TRUE(
           gpu->WriteKv(gc, dk.View(DType::kF32, {rows, kv_dim}), dv.View(DType::kF32, {rows, kv_dim}), batch.seqs)
@@ -999,13 +973,10 @@ TEST_F(CudaBackendTest, FusedRopeWriteKvGivesTheBitsOfTheThreeOps) {
         DeviceBuffer scales = Up(std::vector<float>{0.5f, 2.0f, 0.25f, 1.0f});  // FP8: K's, then V's.
         auto* s = static_cast<float*>(scales.View(DType::kF32, {2 * n_kv}).data);
         const bool fp8 = kv_dtype == DType::kF8_E4M3;
-        KvCacheLayer cache{kc.View(kv_dtype, {n_blocks, bs, n_kv, head_dim}),
-                           vc.View(kv_dtype, {n_blocks, bs, n_kv, head_dim}),
-                           bs,
-                           n_kv,
-                           head_dim,
-                           fp8 ? TensorView(s, DType::kF32, {n_kv}, gpu.device()) : TensorView(),
-                           fp8 ? TensorView(s + n_kv, DType::kF32, {n_kv}, gpu.device()) : TensorView()};
+        KvCacheLayer cache = KvCacheLayer::Over(
+            kc.View(kv_dtype, {n_blocks, bs, n_kv, head_dim}), vc.View(kv_dtype, {n_blocks, bs, n_kv, head_dim}),
+            fp8 ? TensorView(s, DType::kF32, {n_kv}, gpu.device()) : TensorView(),
+            fp8 ? TensorView(s + n_kv, DType::kF32, {n_kv}, gpu.device()) : TensorView());
         const RopeParams rope{style, head_dim, inv_freq};
         ASSERT_TRUE(gpu.RopeWriteKv(dq.View(DType::kF32, {rows, n_heads * head_dim}),
                                     dk.View(DType::kF32, {rows, kv_dim}), dv.View(DType::kF32, {rows, kv_dim}),

@@ -106,13 +106,11 @@ void RunCase(const Case& c, DType kv_dtype, Extras extras = {}) {
     k_scale[h] = KScale(h);
     v_scale[h] = VScale(h);
   }
-  KvCacheLayer cache{TensorView(kc.data(), kv_dtype, {n_blocks, c.block_size, c.n_kv_heads, c.head_dim}),
-                     TensorView(vc.data(), kv_dtype, {n_blocks, c.block_size, c.n_kv_heads, c.head_dim}),
-                     c.block_size,
-                     c.n_kv_heads,
-                     c.head_dim,
-                     fp8 ? TensorView(k_scale.data(), DType::kF32, {c.n_kv_heads}) : TensorView(),
-                     fp8 ? TensorView(v_scale.data(), DType::kF32, {c.n_kv_heads}) : TensorView()};
+  KvCacheLayer cache =
+      KvCacheLayer::Over(TensorView(kc.data(), kv_dtype, {n_blocks, c.block_size, c.n_kv_heads, c.head_dim}),
+                         TensorView(vc.data(), kv_dtype, {n_blocks, c.block_size, c.n_kv_heads, c.head_dim}),
+                         fp8 ? TensorView(k_scale.data(), DType::kF32, {c.n_kv_heads}) : TensorView(),
+                         fp8 ? TensorView(v_scale.data(), DType::kF32, {c.n_kv_heads}) : TensorView());
   // Full K/V history per sequence (reference), the new rows go in the batch.
   std::vector<std::vector<float>> hist_k, hist_v;
   std::vector<std::vector<int32_t>> tables;
@@ -259,13 +257,8 @@ constexpr AttentionParams kParams{.n_heads = 4, .scale = 1.0f, .window = 0, .sin
 TEST(AttentionErrors, BadBlockTableIsInvalidArgument) {
   auto backend = MakeCpuBackend({});
   std::vector<float> kc(2 * 16 * 16), vc(kc.size()), q(4 * 16), out(q.size());
-  KvCacheLayer cache{.k = TensorView(kc.data(), DType::kF32, {2, 16, 1, 16}),
-                     .v = TensorView(vc.data(), DType::kF32, {2, 16, 1, 16}),
-                     .block_size = 16,
-                     .n_kv_heads = 1,
-                     .head_dim = 16,
-                     .k_scale = {},
-                     .v_scale = {}};
+  KvCacheLayer cache = KvCacheLayer::Over(TensorView(kc.data(), DType::kF32, {2, 16, 1, 16}),
+                                          TensorView(vc.data(), DType::kF32, {2, 16, 1, 16}));
   const std::vector<int32_t> table = {5};  // Block 5 of 2.
   AttentionSeq seq{0, 1, 0, table};
   EXPECT_STATUS_CODE(backend->Attention(TensorView(out.data(), DType::kF32, {1, 64}),
@@ -282,13 +275,8 @@ TEST(AttentionErrors, Fp8CacheWithoutScalesIsInvalidArgument) {
   auto backend = MakeCpuBackend({});
   std::vector<uint8_t> kc(16 * 16), vc(kc.size());
   std::vector<float> q(4 * 16), out(q.size());
-  KvCacheLayer cache{.k = TensorView(kc.data(), DType::kF8_E4M3, {1, 16, 1, 16}),
-                     .v = TensorView(vc.data(), DType::kF8_E4M3, {1, 16, 1, 16}),
-                     .block_size = 16,
-                     .n_kv_heads = 1,
-                     .head_dim = 16,
-                     .k_scale = {},
-                     .v_scale = {}};
+  KvCacheLayer cache = KvCacheLayer::Over(TensorView(kc.data(), DType::kF8_E4M3, {1, 16, 1, 16}),
+                                          TensorView(vc.data(), DType::kF8_E4M3, {1, 16, 1, 16}));
   const std::vector<int32_t> table = {0};
   AttentionSeq seq{0, 1, 0, table};
   const absl::Status s = backend->Attention(TensorView(out.data(), DType::kF32, {1, 64}),
