@@ -54,14 +54,14 @@ if [[ " $FORMATS " == *" mxfp4 "* && (! -f $mxfp4 || $mxfp4 -ot $f16) ]]; then
 fi
 
 exec python3 - "$OUT" "$stem" <<'PYEOF'
-import json, os, subprocess, sys
+import json, os, sys
 out_path, stem = sys.argv[1], sys.argv[2]
 formats, threads = os.environ["FORMATS"].split(), [int(t) for t in os.environ["THREADS"].split()]
 repeats, n_prompt, n_decode = int(os.environ["REPEATS"]), int(os.environ["N_PROMPT"]), int(os.environ["N_DECODE"])
 llama, models = os.environ["LLAMA_BIN"], os.environ["MODELS"]
 
 sys.path.insert(0, "scripts")
-from bench_lib import cascade_run, llama_bench  # noqa: E402
+from bench_lib import cascade_run, llama_bench, read_probe  # noqa: E402
 
 
 def paths(fmt):
@@ -74,12 +74,8 @@ def paths(fmt):
     return m, os.path.getsize(m), m, "same file"
 
 
-probe_json = os.path.join(os.path.dirname(os.path.abspath(out_path)), "read_bandwidth.json")
-subprocess.run(["build/bin/read_bandwidth", f"--threads={max(threads)}", f"--json={probe_json}"], check=True,
-               capture_output=True)
-bw = {int(k): v for k, v in json.load(open(probe_json))["threads"].items()}
+bw = read_probe(threads, os.path.dirname(os.path.abspath(out_path)))
 results = {"read_bandwidth_gb_s": bw, "n_prompt": n_prompt, "n_decode": n_decode, "rows": []}
-print("read bandwidth probe: " + ", ".join(f"{t} thread(s) {bw[t]:.1f} GB/s" for t in threads), flush=True)
 print("| format | bits / weight (file) | threads | cascade prefill / decode tok/s | llama.cpp prefill / decode (file) "
       "| prefill ratio | decode ratio | cascade decode GB/s (% of probe) | peak RSS cascade / file MiB |")
 print("|---|---|---|---|---|---|---|---|---|", flush=True)

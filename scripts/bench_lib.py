@@ -2,6 +2,7 @@
 Cascade's single-process run and llama.cpp's llama-bench on one model, each with the peak
 RSS of its own process. Run from the repository root."""
 import json
+import os
 import random
 import resource  # noqa: F401  (used by the child wrapper below)
 import subprocess
@@ -20,6 +21,18 @@ def rss_run(cmd):
         raise SystemExit(f"bench: {' '.join(cmd[:4])} failed:\n{p.stderr[-2000:]}")
     kb = int([l for l in p.stderr.splitlines() if l.startswith("PEAK_RSS_KB")][-1].split()[1])
     return p.stdout, kb / 1024
+
+
+def read_probe(threads, out_dir):
+    """build/bin/read_bandwidth up to max(threads): {threads: GB/s}, printed; its JSON goes
+    to out_dir/read_bandwidth.json."""
+    probe_json = os.path.join(out_dir, "read_bandwidth.json")
+    subprocess.run(["build/bin/read_bandwidth", f"--threads={max(threads)}", f"--json={probe_json}"], check=True,
+                   capture_output=True)
+    with open(probe_json) as f:
+        bw = {int(k): v for k, v in json.load(f)["threads"].items()}
+    print("read bandwidth probe: " + ", ".join(f"{t} thread(s) {bw[t]:.1f} GB/s" for t in threads), flush=True)
+    return bw
 
 
 def prompt_ids(n, seed=1):

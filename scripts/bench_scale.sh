@@ -32,7 +32,7 @@ for shape in $SHAPES; do
 done
 
 exec python3 - "$OUT" <<'PYEOF'
-import json, os, subprocess, sys
+import json, os, sys
 out_path = sys.argv[1]
 shapes, types = os.environ["SHAPES"].split(), os.environ["TYPES"].split()
 threads, repeats = [int(t) for t in os.environ["THREADS"].split()], int(os.environ["REPEATS"])
@@ -40,7 +40,7 @@ llama, models = os.environ["LLAMA_BIN"], os.environ["MODELS"]
 LENGTHS = {"1b": (512, 128), "8b": (128, 32)}
 
 sys.path.insert(0, "scripts")
-from bench_lib import cascade_run, llama_bench  # noqa: E402
+from bench_lib import cascade_run, llama_bench, read_probe  # noqa: E402
 
 
 def cascade(model, n_prompt, n_decode, t):
@@ -49,13 +49,8 @@ def cascade(model, n_prompt, n_decode, t):
     return row
 
 
-probe_json = os.path.join(os.path.dirname(os.path.abspath(out_path)), "read_bandwidth.json")
-subprocess.run(["build/bin/read_bandwidth", f"--threads={max(threads)}", f"--json={probe_json}"], check=True,
-               capture_output=True)
-probe = json.load(open(probe_json))
-bw = {int(k): v for k, v in probe["threads"].items()}
+bw = read_probe(threads, os.path.dirname(os.path.abspath(out_path)))
 results = {"read_bandwidth_gb_s": bw, "rows": []}
-print(f"read bandwidth probe: " + ", ".join(f"{t} thread(s) {bw[t]:.1f} GB/s" for t in threads), flush=True)
 print("| model | file | threads | cascade prefill / decode tok/s | llama.cpp prefill / decode | prefill ratio | decode ratio "
       "| cascade decode GB/s (% of probe) | peak RSS cascade / llama.cpp / file MiB |")
 print("|---|---|---|---|---|---|---|---|---|", flush=True)
