@@ -5,6 +5,7 @@
 // Thread-safe (pure functions).
 #pragma once
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -24,6 +25,16 @@ inline float E4M3ToF32(uint8_t q) {
     v = std::ldexp(1.0f + static_cast<float>(m) / 8.0f, e - 7);
   }
   return q & 0x80 ? -v : v;
+}
+
+// The values of all 256 codes (E4M3ToF32), for kernels that decode by table.
+inline const std::array<float, 256>& E4M3Values() {
+  static const std::array<float, 256> values = [] {
+    std::array<float, 256> v{};
+    for (int c = 0; c < 256; ++c) v[c] = E4M3ToF32(static_cast<uint8_t>(c));
+    return v;
+  }();
+  return values;
 }
 
 // Round to nearest, ties to even; magnitudes past 448 saturate to 448; NaN is 0x7f.

@@ -174,12 +174,8 @@ void KvRowsToF32(DType dtype, const uint8_t* src, int64_t row_bytes, int64_t n, 
       const auto* h = reinterpret_cast<const uint16_t*>(src);
       for (int64_t i = 0; i < d; ++i) dst[i] = F16ToF32(h[i]);
     } else if (dtype == DType::kF8_E4M3) {
-      static const std::array<float, 256> kValues = [] {
-        std::array<float, 256> v{};
-        for (int c = 0; c < 256; ++c) v[c] = E4M3ToF32(static_cast<uint8_t>(c));
-        return v;
-      }();
-      for (int64_t i = 0; i < d; ++i) dst[i] = kValues[src[i]];
+      const std::array<float, 256>& values = E4M3Values();
+      for (int64_t i = 0; i < d; ++i) dst[i] = values[src[i]];
     } else {  // Q8_0: d / 32 blocks of an f16 scale and 32 int8.
       const auto* b = reinterpret_cast<const BlockQ8_0*>(src);
       for (int64_t i = 0; i < d; ++i) dst[i] = F16ToF32(b[i / kQK].d) * static_cast<float>(b[i / kQK].qs[i % kQK]);

@@ -59,11 +59,7 @@ void GemmBF16(const GemmArgs& a, int64_t rb, int64_t re) {
 // Row r, token t: per block of 128, the E4M3 values (by table) times the f32 activations,
 // scaled by the block's d.
 void GemmF8E4M3B128(const GemmArgs& a, int64_t rb, int64_t re) {
-  static const std::array<float, 256> kValues = [] {
-    std::array<float, 256> v{};
-    for (int q = 0; q < 256; ++q) v[q] = E4M3ToF32(static_cast<uint8_t>(q));
-    return v;
-  }();
+  const std::array<float, 256>& values = E4M3Values();
   const int64_t nb = a.n_in / 128;
   for (int64_t r = rb; r < re; ++r) {
     const auto* w = reinterpret_cast<const BlockF8E4M3B128*>(a.w + r * a.w_row_bytes);
@@ -72,7 +68,7 @@ void GemmF8E4M3B128(const GemmArgs& a, int64_t rb, int64_t re) {
       float acc = 0.0f;
       for (int64_t b = 0; b < nb; ++b) {
         float s = 0.0f;
-        for (int j = 0; j < 128; ++j) s += kValues[w[b].qs[j]] * x[b * 128 + j];
+        for (int j = 0; j < 128; ++j) s += values[w[b].qs[j]] * x[b * 128 + j];
         acc += w[b].d * s;
       }
       a.out[t * a.ld_out + r] = acc;
