@@ -23,6 +23,7 @@
 
 #include "core/quant_blocks.h"
 #include "kernels/cpu/attention_kernels.h"
+#include "kernels/cpu/fp8_avx512.h"
 
 namespace cascade::kernels::cpu::internal {
 namespace {
@@ -64,16 +65,6 @@ inline __m512 Reduce16(const __m512* p) {
   return _mm512_add_ps(_mm512_shuffle_f32x4(x0, x1, kEven), _mm512_shuffle_f32x4(x0, x1, kOdd));
 }
 
-// 16 E4M3 codes to f32 through f16: the code's 7 magnitude bits shifted into an f16's
-// exponent and mantissa fields (a 5-bit exponent field holding E4M3's 4 bits, bias 15 for
-// 7) give the value times 2^-8, subnormals included; the sign moves to bit 15. Exact.
-inline __m512 F8x16ToF32(const uint8_t* src) {
-  const __m256i u = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
-  const __m256i h = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(u, _mm256_set1_epi16(0x7f)), 7),
-                                    _mm256_slli_epi16(_mm256_and_si256(u, _mm256_set1_epi16(0x80)), 8));
-  return _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(256.0f));
-}
-
 // `n` (<= 16) cache rows of d = 16 kD elements (F16, F8_E4M3 unscaled, or Q8_0 with kD
 // even) to f32.
 template <int kD>
@@ -85,7 +76,9 @@ void KvRowsToF32Avx512(DType dtype, const uint8_t* src, int64_t row_bytes, int n
                         _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src) + j)));
       }
     } else if (dtype == DType::kF8_E4M3) {
-      for (int j = 0; j < kD; ++j) _mm512_store_ps(dst[r] + 16 * j, F8x16ToF32(src + 16 * j));
+      for (int j = 0; j < kD; ++j) {
+        _mm512_store_ps(dst[r] + 16 * j, _mm512_mul_ps(E4M3x16Over256(src + 16 * j), _mm512_set1_ps(256.0f)));
+      }
     } else {
       const auto* b = reinterpret_cast<const BlockQ8_0*>(src);
       for (int j = 0; j < kD; ++j) {

@@ -7,21 +7,11 @@
 
 #include <cstring>
 
+#include "kernels/cpu/fp8_avx512.h"
 #include "kernels/cpu/linear_kernels.h"
 
 namespace cascade::kernels::cpu::internal {
 namespace {
-
-// 16 E4M3 codes to f32 times 2^-8, exactly: the code's 7 magnitude bits shifted into an f16's
-// exponent and mantissa fields (a 5-bit exponent field holding E4M3's 4 bits: bias 15
-// against 7), subnormals included, and the sign to bit 15; one vcvtph2ps. The 2^8 goes into
-// the block's scale.
-inline __m512 F8x16(const uint8_t* codes) {
-  const __m256i u = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)));
-  const __m256i h = _mm256_or_si256(_mm256_and_si256(_mm256_slli_epi16(u, 7), _mm256_set1_epi16(0x3f80)),
-                                    _mm256_and_si256(_mm256_slli_epi16(u, 8), _mm256_set1_epi16(-0x8000)));
-  return _mm512_cvtph_ps(h);
-}
 
 // R rows x T tokens of output, full dot products over n_in (a multiple of 128). Each
 // 128-block's products are summed unscaled, then added times the block's scale (x 2^8):
@@ -42,7 +32,7 @@ inline void F8Tile(const GemmArgs& a, int64_t r0, int64_t t0) {
       for (int j = 0; j < T; ++j) part[i][j] = _mm512_setzero_ps();
     for (int k = 0; k < 128; k += 16) {
       __m512 wv[R];
-      for (int i = 0; i < R; ++i) wv[i] = F8x16(w[i] + block + 4 + k);
+      for (int i = 0; i < R; ++i) wv[i] = E4M3x16Over256(w[i] + block + 4 + k);
       for (int j = 0; j < T; ++j) {
         const __m512 xv = _mm512_loadu_ps(x[j] + kb + k);
         for (int i = 0; i < R; ++i) part[i][j] = _mm512_fmadd_ps(wv[i], xv, part[i][j]);

@@ -1,0 +1,23 @@
+// E4M3 codes to f32 on AVX-512, shared by the FP8 GEMM (linear_f8_avx512.cc) and the FP8
+// KV cache's attention (attention_avx512.cc). Include only from files compiled with
+// AVX-512 F (and AVX2); their callers run only on such CPUs.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace cascade::kernels::cpu::internal {
+
+// 16 E4M3 codes to f32 times 2^-8, exactly: the code's 7 magnitude bits shifted into an
+// f16's exponent and mantissa fields (a 5-bit exponent field holding E4M3's 4 bits: bias
+// 15 against 7), subnormals included, and the sign to bit 15; one vcvtph2ps. Callers fold
+// the 2^8 into a scale.
+inline __m512 E4M3x16Over256(const uint8_t* codes) {
+  const __m256i u = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)));
+  const __m256i h = _mm256_or_si256(_mm256_and_si256(_mm256_slli_epi16(u, 7), _mm256_set1_epi16(0x3f80)),
+                                    _mm256_and_si256(_mm256_slli_epi16(u, 8), _mm256_set1_epi16(-0x8000)));
+  return _mm512_cvtph_ps(h);
+}
+
+}  // namespace cascade::kernels::cpu::internal
