@@ -9,7 +9,6 @@
 #include "absl/container/inlined_vector.h"
 #include "core/status.h"
 #include "core/str_cat.h"
-#include "kernels/cpu/quantize.h"
 #include "model/format/arch/moe.h"
 
 namespace cascade::model {
@@ -66,14 +65,7 @@ absl::StatusOr<MoeBlock> MoeBlock::Load(WeightLoader& w, const ModelFiles& files
   m.swiglu_limit_ = static_cast<float>(c.swiglu_limit);
   m.swiglu_alpha_ = static_cast<float>(c.swiglu_alpha);
   if (c.router_bias) {
-    const std::string bias = name(MoeTensor::kRouterBias);
-    CASCADE_ASSIGN_OR_RETURN(const TensorView b, files.weights->Read(bias));
-    if (b.NumElements() != c.n_experts) {
-      return absl::InvalidArgumentError(
-          StrCat("tensor '", bias, "' is ", b.ShapeString(), ", expected [", c.n_experts, "]"));
-    }
-    m.router_bias_.resize(c.n_experts);
-    CASCADE_RETURN_IF_ERROR(kernels::cpu::DequantizeRow(b.dtype, b.data, m.router_bias_.data(), c.n_experts));
+    CASCADE_ASSIGN_OR_RETURN(m.router_bias_, w.Vector(name(MoeTensor::kRouterBias), c.n_experts));
   }
   // Columns [f0, f1) of an FFN whose matrices are stored at `n` (each expert's rows of a
   // merged tensor, or a tensor of its own).
@@ -134,7 +126,9 @@ absl::Status MoeBlock::Activate(const TensorView& gate, const TensorView& up) co
 
 absl::Status MoeBlock::PrepareDeviceExperts() {
   // The device kernels know neither biases nor the clamped SwiGLU: gpt-oss routes on the host.
-  if (experts_.empty() || n_ff_shared_ > 0 || !router_bias_.empty() || swiglu_limit_ > 0) return absl::OkStatus();
+  if (experts_.empty() || n_ff_shared_ > 0 || router_bias_.data != nullptr || swiglu_limit_ > 0) {
+    return absl::OkStatus();
+  }
   std::vector<kernels::Backend::ExpertWeights> weights;
   for (const Expert& e : experts_) {
     if (e.down.reorders_input() || e.gate_up.reorders_input()) {
@@ -179,18 +173,13 @@ absl::Status MoeBlock::Grow(MoeScratch& s, int64_t n) const {
 
 absl::Status MoeBlock::Route(const TensorView& x, int64_t n, MoeScratch& s, std::span<int64_t> load) const {
   const TensorView logits = View(*s.logits, n, n_experts_);
-  CASCADE_RETURN_IF_ERROR(router_.Forward(logits, x));
+  CASCADE_RETURN_IF_ERROR(router_.Forward(logits, x, router_bias_));
   s.host_logits.resize(static_cast<size_t>(n * n_experts_));
   CASCADE_RETURN_IF_ERROR(backend_->CopyOut(s.host_logits.data(), logits.data, s.host_logits.size() * sizeof(float)));
   // Route every token, then list the held experts' rows expert by expert.
   const int64_t k = top_k_;
   std::vector<int32_t> chosen(static_cast<size_t>(n * k));
   std::vector<float> weights(static_cast<size_t>(n * k));
-  if (!router_bias_.empty()) {
-    for (int64_t t = 0; t < n; ++t) {
-      for (int64_t e = 0; e < n_experts_; ++e) s.host_logits[t * n_experts_ + e] += router_bias_[e];
-    }
-  }
   for (int64_t t = 0; t < n; ++t) {
     RouteToken(std::span<const float>(s.host_logits).subspan(t * n_experts_, n_experts_), k, norm_topk_,
                std::span(chosen).subspan(t * k, k), std::span(weights).subspan(t * k, k));
@@ -305,7 +294,7 @@ absl::Status MoeBlock::Forward(TensorView hidden, const TensorView& x, MoeScratc
   }
   if (on_device) {
     const TensorView logits = View(*s.logits, n, n_experts_);
-    CASCADE_RETURN_IF_ERROR(router_.Forward(logits, x));
+    CASCADE_RETURN_IF_ERROR(router_.Forward(logits, x, router_bias_));
     CASCADE_RETURN_IF_ERROR(backend_->RoutedExperts(acc, x, logits, *device_experts_,
                                                     {n_experts_, top_k_, expert_begin_, norm_topk_}, device_load));
   } else {

@@ -113,7 +113,7 @@ class MoeBlock {
   int64_t n_embd_ = 0, n_experts_ = 0, top_k_ = 0, expert_begin_ = 0, n_ff_ = 0, n_ff_shared_ = 0;
   bool norm_topk_ = false;
   float swiglu_limit_ = 0, swiglu_alpha_ = 0;  // gpt-oss's clamped SwiGLU when the limit is > 0.
-  std::vector<float> router_bias_;             // gpt-oss: added to the router's logits (host).
+  TensorView router_bias_;                     // gpt-oss: [n_experts], the router's bias; else empty.
   int64_t expert_bytes_ = 0;
   Linear router_;
   std::vector<Expert> experts_;  // Held experts, from expert_begin_.
