@@ -119,13 +119,7 @@ class GptOssExpertsSource final : public RepackedSource {
 
   void AddMxfp4(const std::string& name, int64_t rows, int64_t cols, Mxfp4Source src,
                 const std::vector<std::string>& behind) {
-    TensorInfo info;
-    info.name = name;
-    info.dtype = DType::kMXFP4;
-    info.n_dims = 2;
-    info.shape = {rows, cols, 0, 0};
-    info.n_bytes = static_cast<uint64_t>(rows * RowBytes(DType::kMXFP4, cols));
-    AddVirtual(info, behind);
+    AddMatrix(name, DType::kMXFP4, rows, cols, behind);
     mxfp4_.emplace(name, std::move(src));
   }
 
@@ -151,6 +145,13 @@ class GptOssExpertsSource final : public RepackedSource {
 
   void Add(const std::string& name, DType dtype, int64_t rows, int64_t cols, Source src,
            const std::vector<std::string>& behind) {
+    AddMatrix(name, dtype, rows, cols, behind);
+    sources_.emplace(name, std::move(src));
+  }
+
+  // Shows `name` [rows, cols] of `dtype` in place of the stored tensors `behind`.
+  void AddMatrix(const std::string& name, DType dtype, int64_t rows, int64_t cols,
+                 const std::vector<std::string>& behind) {
     TensorInfo info;
     info.name = name;
     info.dtype = dtype;
@@ -158,7 +159,6 @@ class GptOssExpertsSource final : public RepackedSource {
     info.shape = {rows, cols, 0, 0};
     info.n_bytes = static_cast<uint64_t>(rows * RowBytes(dtype, cols));
     AddVirtual(info, behind);
-    sources_.emplace(name, std::move(src));
   }
 
   absl::Status Repack(const TensorInfo& info, int64_t r0, int64_t r1, uint8_t* dst) const override {
