@@ -262,11 +262,6 @@ def describe(qtype, prompt, d):
             f"    Cascade top:   {fmt(d['ctop'], d['ltext'])}")
 
 
-def log_dir_for_models():
-    os.makedirs(OUT_DIR, exist_ok=True)
-    return OUT_DIR
-
-
 def main():
     need(SMOL)
     start = time.time()
@@ -285,7 +280,8 @@ def main():
                 rows.append((qtype, text, len(ids), until, d))
                 if d and not d["tie"]:
                     failures.append(describe(qtype, text, d))
-    gpt_oss = os.path.join(log_dir_for_models(), "random-gpt-oss.gguf")
+    os.makedirs(OUT_DIR, exist_ok=True)
+    gpt_oss = os.path.join(OUT_DIR, "random-gpt-oss.gguf")
     subprocess.run([os.path.join(ROOT, "scripts", "python_deps.sh"), os.path.join(ROOT, "scripts", "make_random_gpt_oss.py"),
                     SMOL, "--gguf", gpt_oss], check=True, capture_output=True, timeout=600)
     with tempfile.TemporaryDirectory() as log_dir:
