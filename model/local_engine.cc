@@ -73,7 +73,8 @@ absl::StatusOr<std::vector<float>> LocalEngine::PromptLogits(const std::vector<i
 }
 
 absl::StatusOr<GenerateResult> LocalEngine::Generate(const GenerateRequest& req,
-                                                     const std::function<void(std::string_view)>& on_text) {
+                                                     const std::function<void(std::string_view)>& on_text,
+                                                     const std::function<void(std::string_view)>& on_reasoning) {
   CASCADE_RETURN_IF_ERROR(req.sampling.Validate());
   const int64_t n_prompt = static_cast<int64_t>(req.prompt_ids.size());
   if (n_prompt == 0) return absl::InvalidArgumentError("the prompt is empty");
@@ -92,10 +93,13 @@ absl::StatusOr<GenerateResult> LocalEngine::Generate(const GenerateRequest& req,
 
   GenerateResult res;
   sampling::Sampler sampler(req.sampling);
-  text::OutputFilter output(*tokenizer_, req.stops);
+  text::OutputFilter output(*tokenizer_, req.stops, req.output_format);
   std::vector<int32_t> history = req.prompt_ids;
   std::vector<float> logits;
   const auto emit = [&](const std::string& text) {
+    if (const std::string reasoning = output.TakeReasoning(); !reasoning.empty() && on_reasoning) {
+      on_reasoning(reasoning);
+    }
     if (!text.empty() && on_text) on_text(text);
   };
 
@@ -117,6 +121,7 @@ absl::StatusOr<GenerateResult> LocalEngine::Generate(const GenerateRequest& req,
   }
   emit(output.Flush());
   res.text = output.text();
+  res.reasoning = output.reasoning();
   res.finish_reason = output.reason();
   res.decode_s = SecondsSince(t0);
   return res;

@@ -34,14 +34,16 @@ struct LocalEngineOptions {
 struct GenerateRequest {
   std::vector<int32_t> prompt_ids;  // REQUIRES non-empty.
   sampling::SamplingParams sampling;
-  int32_t max_tokens = 256;    // Generated tokens at most. REQUIRES >= 1.
-  text::StopConditions stops;  // EOS handling, stop strings and stop ids.
+  int32_t max_tokens = 256;                                      // Generated tokens at most. REQUIRES >= 1.
+  text::StopConditions stops;                                    // EOS handling, stop strings and stop ids.
+  text::OutputFormat output_format = text::OutputFormat::kText;  // kHarmony: reasoning apart.
 };
 
 struct GenerateResult {
   std::vector<int32_t> token_ids;              // Generated ids (an ending EOS/stop id included).
   std::vector<sampling::SampledToken> tokens;  // Per generated id: logprob and top-n.
   std::string text;                            // Decoded output, without any stop string.
+  std::string reasoning;                       // kHarmony: the analysis channel's text.
   text::FinishReason finish_reason = text::FinishReason::kLength;
   double prefill_s = 0;  // Prompt forward time.
   double decode_s = 0;   // Time of the remaining steps.
@@ -65,10 +67,12 @@ class LocalEngine {
   const Transformer& transformer() const { return *transformer_; }
 
   // Generates for one request; `on_text` (optional) receives the text as it becomes
-  // safe to show (complete UTF-8, not part of a possible stop string).
+  // safe to show (complete UTF-8, not part of a possible stop string), `on_reasoning`
+  // (optional) the reasoning of a kHarmony answer as it becomes known.
   // InvalidArgument for a bad request (empty or too long prompt, bad ids or params).
   absl::StatusOr<GenerateResult> Generate(const GenerateRequest& request,
-                                          const std::function<void(std::string_view)>& on_text = {});
+                                          const std::function<void(std::string_view)>& on_text = {},
+                                          const std::function<void(std::string_view)>& on_reasoning = {});
 
   // Logits [ids.size() - first_row, n_vocab] of rows [first_row, ids.size()) after one
   // prefill of `ids` from position 0: teacher forcing, for comparisons with reference

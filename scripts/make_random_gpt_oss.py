@@ -14,8 +14,22 @@ MXFP4 quantized by gguf-py, their biases, `attn_sinks.weight`, `post_attention_n
 GGUF's tokenizer copied: the file llama.cpp itself runs in tests/integration/
 llama_cpp_parity_test.py.
 
+With --harmony, writes a gpt-oss model of the same shape that answers a harmony chat in
+the harmony format, by construction: its tokenizer gains harmony's special tokens (and a
+harmony chat template), every layer adds nothing to the residual stream (zero attention
+output and expert down projections, with their biases), the embeddings of the tokens
+below are scaled basis vectors, and the LM head maps each to its successor's logit (10,
+all others 0), a bigram chain:
+  assistant <|channel|> analysis <|message|> The user says hi . <|end|> <|start|> assistant
+  <|channel|> final <|message|> Hello ! <|return|>
+The two tokens that follow twice (<|channel|>, <|message|>) name both successors, the
+second 0.5 lower: with presence_penalty 1 (which counts the sequence so far) the first is
+chosen once, then the second. So greedy decoding writes reasoning "The user says hi." and
+content "Hello!", whatever serves it.
+
 Usage: make_random_gpt_oss.py TOKENIZER.gguf OUT_DIR           (through scripts/python_deps.sh)
        make_random_gpt_oss.py TOKENIZER.gguf --gguf OUT.gguf
+       make_random_gpt_oss.py TOKENIZER.gguf --harmony OUT_DIR
 """
 import json
 import os
@@ -53,15 +67,105 @@ def tensors(vocab):
     return out
 
 
-def main(tokenizer_path, out_dir):
+HARMONY_SPECIALS = ["<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|return|>", "<|call|>"]
+# A minimal harmony template: what a loader needs to recognise the format (its markers).
+HARMONY_TEMPLATE = ("{% for m in messages %}<|start|>{{ m.role }}"
+                    "{% if m.role == 'assistant' %}<|channel|>final{% endif %}<|message|>{{ m.content }}<|end|>"
+                    "{% endfor %}{% if add_generation_prompt %}<|start|>assistant{% endif %}")
+# (word, successors with their logits), as the module docstring says; a word that is no
+# single token of the vocabulary goes through its BPE pieces, each followed by the next.
+HARMONY_CHAIN = [("assistant", [("<|channel|>", 10.0)]),
+                 ("<|channel|>", [("analysis", 10.0), ("final", 9.5)]),
+                 ("analysis", [("<|message|>", 10.0)]), ("final", [("<|message|>", 10.0)]),
+                 ("<|message|>", [("The", 10.0), ("Hello", 9.5)]),
+                 ("The", [("\u0120user", 10.0)]), ("\u0120user", [("\u0120says", 10.0)]),
+                 ("\u0120says", [("\u0120hi", 10.0)]), ("\u0120hi", [(".", 10.0)]), (".", [("<|end|>", 10.0)]),
+                 ("<|end|>", [("<|start|>", 10.0)]), ("<|start|>", [("assistant", 10.0)]),
+                 ("Hello", [("!", 10.0)]), ("!", [("<|return|>", 10.0)])]
+
+
+def bpe_pieces(word, ids, ranks):
+    """The byte-level BPE pieces of one pre-tokenized word (ASCII), by merge rank."""
+    if word in ids:
+        return [word]
+    parts = list(word)
+    while len(parts) > 1:
+        rank, i = min((ranks.get(pair, 1 << 30), i) for i, pair in enumerate(zip(parts, parts[1:])))
+        if rank == 1 << 30:
+            break
+        parts[i:i + 2] = [parts[i] + parts[i + 1]]
+    return parts
+
+
+def token_chain(ids, ranks):
+    """HARMONY_CHAIN over tokens: [(token, [(successor token, logit)])], each word's pieces
+    chained, a word's successors following its last piece."""
+    words = {w for w, succ in HARMONY_CHAIN} | {s for _, succ in HARMONY_CHAIN for s, _ in succ}
+    pieces = {w: bpe_pieces(w, ids, ranks) for w in words}
+    chain = {}
+    for word, succ in HARMONY_CHAIN:
+        p = pieces[word]
+        for a, b in zip(p, p[1:]):
+            chain[a] = [(b, 10.0)]
+        chain[p[-1]] = [(pieces[s][0], logit) for s, logit in succ]
+    return list(chain.items())
+
+
+def add_harmony_tokens(out_dir, vocab):
+    """Appends harmony's special tokens to the tokenizer written in out_dir; returns the
+    chain over tokens (token_chain), {token: id} of its tokens and the new vocabulary size."""
+    with open(os.path.join(out_dir, "tokenizer.json")) as f:
+        tok = json.load(f)
+    ids = dict(tok["model"]["vocab"])
+    for i, t in enumerate(HARMONY_SPECIALS):
+        tok["added_tokens"].append({"id": vocab + i, "content": t, "single_word": False, "lstrip": False,
+                                    "rstrip": False, "normalized": False, "special": True})
+        ids[t] = vocab + i
+    with open(os.path.join(out_dir, "tokenizer.json"), "w") as f:
+        json.dump(tok, f)
+    with open(os.path.join(out_dir, "tokenizer_config.json"), "w") as f:
+        json.dump({"eos_token": "<|return|>", "chat_template": HARMONY_TEMPLATE}, f)
+    ranks = {tuple(m.split(" ")): i for i, m in enumerate(tok["model"]["merges"])}
+    chain = token_chain(ids, ranks)
+    tokens = {t for t, succ in chain} | {s for _, succ in chain for s, _ in succ}
+    missing = [t for t in tokens if t not in ids]
+    assert not missing, f"not tokens of this vocabulary: {missing}"
+    return chain, {t: ids[t] for t in tokens}, vocab + len(HARMONY_SPECIALS)
+
+
+def harmony_values(name, value, chain, chain_ids):
+    """The value of tensor `name` in the --harmony model, from its random `value`."""
+    if name.endswith(("self_attn.o_proj.weight", "self_attn.o_proj.bias", "down_proj", "down_proj_bias")):
+        return np.zeros_like(value)  # Layers add nothing: the last hidden state is the embedding.
+    basis = {t: k for k, t in enumerate(sorted(chain_ids))}  # Each chain token its own axis.
+    if name == "model.embed_tokens.weight":
+        for t, k in basis.items():
+            value[chain_ids[t]] = 0.0
+            value[chain_ids[t], k] = HIDDEN ** 0.5  # RMS 1: the final norm keeps it.
+        return value
+    if name == "model.norm.weight":
+        return np.ones_like(value)
+    if name == "lm_head.weight":
+        value[:] = 0.0
+        for t, succ in chain:
+            for s, logit in succ:
+                value[chain_ids[s], basis[t]] = logit / HIDDEN ** 0.5  # Exact in BF16.
+        return value
+    return value
+
+
+def main(tokenizer_path, out_dir, harmony=False):
     os.makedirs(out_dir, exist_ok=True)
     vocab = write_tokenizer(GGUFReader(tokenizer_path), out_dir)
+    if harmony:
+        chain, chain_ids, vocab = add_harmony_tokens(out_dir, vocab)
     plan = tensors(vocab)
     stream = SafetensorsStream(os.path.join(out_dir, "model.safetensors"),
                                [(n, "BF16", s, 2 * int(np.prod(s))) for n, s, _, _ in plan])
     rng = np.random.default_rng(5)
-    for _, shape, scale, mean in plan:
-        stream.write(to_bf16_bytes(mean + scale * rng.standard_normal(shape, dtype=np.float32)))
+    for name, shape, scale, mean in plan:
+        value = mean + scale * rng.standard_normal(shape, dtype=np.float32)
+        stream.write(to_bf16_bytes(harmony_values(name, value, chain, chain_ids) if harmony else value))
     stream.close()
     config = {"architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "hidden_size": HIDDEN,
               "num_hidden_layers": LAYERS, "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS,
@@ -139,6 +243,8 @@ def write_gguf(tokenizer_path, out_path):
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[2] == "--gguf":
         write_gguf(sys.argv[1], sys.argv[3])
+    elif len(sys.argv) == 4 and sys.argv[2] == "--harmony":
+        main(sys.argv[1], sys.argv[3], harmony=True)
     elif len(sys.argv) == 3:
         main(sys.argv[1], sys.argv[2])
     else:

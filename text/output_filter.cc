@@ -14,12 +14,27 @@ std::string_view FinishReasonName(FinishReason reason) {
   return "";
 }
 
-OutputFilter::OutputFilter(const Tokenizer& tokenizer, StopConditions stops)
+OutputFilter::OutputFilter(const Tokenizer& tokenizer, StopConditions stops, OutputFormat format)
     : tokenizer_(&tokenizer),
       ignore_eos_(stops.ignore_eos),
       stop_ids_(std::move(stops.stop_ids)),
-      detok_(tokenizer),
-      stops_(std::move(stops.stop_strings)) {}
+      detok_(tokenizer, {.skip_special = format != OutputFormat::kHarmony}),
+      stops_(std::move(stops.stop_strings)) {
+  if (format == OutputFormat::kHarmony) harmony_.emplace();
+}
+
+std::string OutputFilter::Route(const std::string& decoded, bool at_end) {
+  if (!harmony_) return stops_.Push(decoded);
+  HarmonyParser::Delta d = harmony_->Push(decoded);
+  if (at_end) {
+    HarmonyParser::Delta rest = harmony_->Flush();
+    d.reasoning += rest.reasoning;
+    d.content += rest.content;
+  }
+  reasoning_ += d.reasoning;
+  all_reasoning_ += d.reasoning;
+  return stops_.Push(d.content);
+}
 
 std::string OutputFilter::Push(int32_t id, bool last_allowed) {
   const bool eog = !ignore_eos_ && tokenizer_->IsEog(id);
@@ -27,7 +42,7 @@ std::string OutputFilter::Push(int32_t id, bool last_allowed) {
     reason_ = FinishReason::kStop;
     return {};
   }
-  std::string shown = stops_.Push(detok_.Feed(id));
+  std::string shown = Route(detok_.Feed(id), /*at_end=*/false);
   if (stops_.stopped()) {
     reason_ = FinishReason::kStop;
   } else if (last_allowed) {
@@ -39,7 +54,7 @@ std::string OutputFilter::Push(int32_t id, bool last_allowed) {
 std::string OutputFilter::Flush() {
   // After a stop string the rest of the text is cut; otherwise what the detokenizer holds
   // back (an unfinished character) still goes through the stop matcher.
-  std::string shown = stops_.stopped() ? std::string() : stops_.Push(detok_.Flush());
+  std::string shown = stops_.stopped() ? std::string() : Route(detok_.Flush(), /*at_end=*/true);
   shown += stops_.Flush();
   return shown;
 }

@@ -4,15 +4,22 @@
 // end-of-generation id (unless ignored) or a stop id ends it with `kStop` and adds no
 // text; a stop string ends it with `kStop` and is never shown; the last id allowed by the
 // token budget ends it with `kLength`.
+// In the harmony format (gpt-oss's chat format, text/harmony.h) the special tokens are
+// rendered for the parser, which splits the text into reasoning (the analysis channel) and
+// content; stop strings and `text()` apply to the content, and the reasoning is taken apart
+// with TakeReasoning.
 // Single owner; not thread-safe. Borrows the tokenizer, which must outlive it.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "text/detokenizer.h"
+#include "text/harmony.h"
 #include "text/stop_matcher.h"
 #include "text/tokenizer.h"
 
@@ -34,9 +41,14 @@ struct StopConditions {
   std::vector<int32_t> stop_ids;          // Ids that end generation (kept in the ids).
 };
 
+// How generated text is shown: as decoded text (special tokens skipped), or as harmony
+// messages split into reasoning and content. A chat rendered with the harmony template is
+// answered in kHarmony; everything else in kText.
+enum class OutputFormat { kText, kHarmony };
+
 class OutputFilter {
  public:
-  OutputFilter(const Tokenizer& tokenizer, StopConditions stops);
+  OutputFilter(const Tokenizer& tokenizer, StopConditions stops, OutputFormat format = OutputFormat::kText);
 
   // Feeds one generated id; `last_allowed` says the budget allows no more after it.
   // Returns the text that became safe to show (possibly empty). REQUIRES !done().
@@ -49,13 +61,25 @@ class OutputFilter {
   FinishReason reason() const { return reason_; }
   // All text shown so far (what Push and Flush returned).
   const std::string& text() const { return stops_.emitted(); }
+  // kHarmony: the reasoning that became known since the last call (after Push or Flush);
+  // always "" in kText.
+  std::string TakeReasoning() { return std::exchange(reasoning_, {}); }
+  // All reasoning so far, taken or not.
+  const std::string& reasoning() const { return all_reasoning_; }
 
  private:
   const Tokenizer* tokenizer_;  // Borrowed.
   bool ignore_eos_;
   std::vector<int32_t> stop_ids_;
+  // Routes decoded text: in kHarmony through the parser (reasoning kept apart), then the
+  // content through the stop matcher. Returns the content that became safe to show.
+  std::string Route(const std::string& decoded, bool at_end);
+
   Detokenizer detok_;
   StopMatcher stops_;
+  std::optional<HarmonyParser> harmony_;  // kHarmony only.
+  std::string reasoning_;                 // Not taken yet.
+  std::string all_reasoning_;
   FinishReason reason_ = FinishReason::kNone;
 };
 

@@ -15,8 +15,8 @@ namespace {
 // Texts that end a turn in common chat formats; tokens with these texts (and a
 // non-normal type) count as end-of-generation besides EOS (as llama.cpp's vocab loader).
 constexpr std::string_view kEogTexts[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>",         "<end_of_turn>", "<|endoftext|>",
-    "<|eom_id|>", "<EOT>",      "<|end_of_text|>", "<|end_story|>",
+    "<|eot_id|>", "<|im_end|>", "<|end|>",         "<end_of_turn>", "<|endoftext|>", "<|return|>",
+    "<|eom_id|>", "<EOT>",      "<|end_of_text|>", "<|end_story|>", "<|call|>",
 };
 
 void AppendUtf8(uint32_t cp, std::string& out) {
@@ -217,6 +217,17 @@ absl::Status Vocab::AddMerges(const std::vector<std::string>& merges,
 }
 
 // Decoded pieces and the special, end-of-generation and special-text-splitting sets.
+void Vocab::DropHarmonyMessageEnd() {
+  int32_t end = -1;
+  bool has_return = false, has_call = false;
+  for (int32_t id : eog_) {
+    has_return |= tokens_[id] == "<|return|>";
+    has_call |= tokens_[id] == "<|call|>";
+    if (tokens_[id] == "<|end|>") end = id;
+  }
+  if (has_return && has_call && end >= 0) eog_.erase(end);
+}
+
 void Vocab::BuildPieces(bool byte_level) {
   const size_t n = tokens_.size();
   pieces_.resize(n);
@@ -234,6 +245,7 @@ void Vocab::BuildPieces(bool byte_level) {
       eog_.insert(static_cast<int32_t>(i));
     }
   }
+  DropHarmonyMessageEnd();
   if (spec_.eos_id >= 0) eog_.insert(spec_.eos_id);
   for (auto& cands : split_candidates_) {
     std::stable_sort(cands.begin(), cands.end(),

@@ -76,6 +76,10 @@ class Vocab {
                          const std::vector<std::pair<std::string, std::string>>& merge_pairs);
   // `Build` step: decoded pieces and the special, end-of-generation and splitting sets.
   void BuildPieces(bool byte_level);
+  // In the harmony format (o200k_harmony) "<|end|>" ends one message of a turn, not the
+  // turn: "<|return|>" and "<|call|>" do. With both in the vocabulary, "<|end|>" is not
+  // end-of-generation (llama.cpp's rule for the same vocabulary).
+  void DropHarmonyMessageEnd();
   // `Build` step: `byte_tokens_` from the token table.
   void BuildByteTokens(bool byte_level);
 

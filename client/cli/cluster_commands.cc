@@ -158,6 +158,7 @@ int GenerateCommand(int argc, char** argv) {
         {resp->prompt_ids().begin(), resp->prompt_ids().end()}, {resp->token_ids().begin(), resp->token_ids().end()},
         resp->text(), FinishReasonText(resp->finish()), 0.0, u.ttft_s() > 0 ? u.prompt_tokens() / u.ttft_s() : 0,
         decode_s > 0 ? (u.completion_tokens() - 1) / decode_s : 0));
+    if (!resp->reasoning().empty()) j["reasoning"] = resp->reasoning();
     if (resp->logprobs_size() > 0) {
       nlohmann::json lp = nlohmann::json::array();
       for (const auto& t : resp->logprobs()) {
@@ -177,7 +178,9 @@ int GenerateCommand(int argc, char** argv) {
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return 0;
   }
+  // The answer goes to stdout; reasoning (harmony's analysis channel), if any, to stderr.
   absl::Status s = c->Generate(*req, [&](const v1::GenerateResponse& chunk) {
+    std::fwrite(chunk.reasoning().data(), 1, chunk.reasoning().size(), stderr);
     std::fwrite(chunk.text().data(), 1, chunk.text().size(), stdout);
     std::fflush(stdout);
   });
@@ -216,6 +219,7 @@ int ChatCommand(int argc, char** argv) {
     std::string answer;
     absl::Status s = c->Generate(req, [&](const v1::GenerateResponse& chunk) {
       answer += chunk.text();
+      std::fwrite(chunk.reasoning().data(), 1, chunk.reasoning().size(), stderr);
       std::fwrite(chunk.text().data(), 1, chunk.text().size(), stdout);
       std::fflush(stdout);
     });

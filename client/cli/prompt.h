@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/args.h"
+#include "text/output_filter.h"
 #include "text/tokenizer.h"
 
 namespace cascade::cli {
@@ -16,6 +17,10 @@ namespace cascade::cli {
 // with the model's template or `template_name` when given.
 absl::StatusOr<std::string> RenderChat(const text::Tokenizer& tokenizer, const std::string& user,
                                        const std::string& system, const std::string& template_name);
+
+// How the answer to the prompt options is shown: a --chat rendered in the harmony format
+// is answered in it (reasoning apart from the content); everything else is plain text.
+absl::StatusOr<text::OutputFormat> PromptOutputFormat(const Args& args, const text::Tokenizer& tokenizer);
 
 // Parses "1,2,3" into ids. InvalidArgument for anything else.
 absl::StatusOr<std::vector<int32_t>> ParseIds(const std::string& csv);

@@ -58,6 +58,9 @@ absl::StatusOr<model::GenerateRequest> RequestFromArgs(const Args& args, const t
   auto ids = PromptIds(args, tok, "prompt", /*add_special_text=*/true);
   if (!ids.ok()) return ids.status();
   req->prompt_ids = *ids;
+  auto format = PromptOutputFormat(args, tok);
+  if (!format.ok()) return format.status();
+  req->output_format = *format;
   return req;
 }
 
@@ -104,11 +107,17 @@ int RunCommand(int argc, char** argv) {
   auto req = RequestFromArgs(args, (*engine)->tokenizer());
   if (!req.ok()) return Fail("run", req.status());
   const bool json = args.Has("json");
-  auto res = (*engine)->Generate(*req, [&](std::string_view text) {
-    if (json) return;
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    std::fflush(stdout);
-  });
+  // The answer goes to stdout; reasoning (harmony's analysis channel), if any, to stderr.
+  auto res = (*engine)->Generate(
+      *req,
+      [&](std::string_view text) {
+        if (json) return;
+        std::fwrite(text.data(), 1, text.size(), stdout);
+        std::fflush(stdout);
+      },
+      [&](std::string_view reasoning) {
+        if (!json) std::fwrite(reasoning.data(), 1, reasoning.size(), stderr);
+      });
   if (!res.ok()) return Fail("run", res.status());
   if (!json) {
     std::printf("\n");
@@ -119,6 +128,7 @@ int RunCommand(int argc, char** argv) {
   nlohmann::json j = nlohmann::json::parse(ResultJson(req->prompt_ids, res->token_ids, res->text,
                                                       std::string(text::FinishReasonName(res->finish_reason)), load_s,
                                                       prefill_tok_s, decode_tok_s));
+  if (!res->reasoning.empty()) j["reasoning"] = res->reasoning;
   if (req->sampling.n_logprobs > 0) {
     nlohmann::json lp = nlohmann::json::array();
     for (const auto& t : res->tokens) {

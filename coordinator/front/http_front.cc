@@ -227,7 +227,7 @@ void HttpFront::Complete(OpenAiEndpoint endpoint, const httplib::Request& req, h
   while (first.empty() && !(*call)->Read(kPoll, &first)) {
   }
   const bool output = std::any_of(first.begin(), first.end(), [](const v1::GenerateResponse& m) {
-    return m.token_ids_size() > 0 || !m.text().empty();
+    return m.token_ids_size() > 0 || !m.text().empty() || !m.reasoning().empty();
   });
   if (!output && (*call)->ended() && !(*call)->status().ok()) return SendError(res, (*call)->status());
   auto shared_call = std::shared_ptr<InferenceCall>(std::move(*call));

@@ -134,6 +134,7 @@ grpc::Status InferenceService::Complete(grpc::ServerContext* ctx, const v1::Gene
       [&](const v1::GenerateResponse& m) {
         resp->mutable_token_ids()->Add(m.token_ids().begin(), m.token_ids().end());
         resp->mutable_text()->append(m.text());
+        resp->mutable_reasoning()->append(m.reasoning());
         for (const auto& lp : m.logprobs()) *resp->add_logprobs() = lp;
         if (!m.finish_reason().empty()) resp->set_finish_reason(m.finish_reason());
         if (m.finish() != v1::FINISH_REASON_UNSPECIFIED) resp->set_finish(m.finish());

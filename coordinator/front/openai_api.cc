@@ -448,11 +448,16 @@ std::vector<json> OpenAiResponder::Chunks(const v1::GenerateResponse& m) {
     sent_role_ = true;
     chunk({{"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}});
   }
-  if (!m.text().empty() || m.token_ids_size() > 0) {
+  if (!m.text().empty() || !m.reasoning().empty() || m.token_ids_size() > 0) {
     const json lp = request_.logprobs && m.logprobs_size() > 0 ? Logprobs(m) : json(nullptr);
-    if (!m.text().empty() || !lp.is_null()) {
+    if (!m.text().empty() || !m.reasoning().empty() || !lp.is_null()) {
       if (chat) {
-        chunk({{"delta", {{"content", m.text()}}}, {"logprobs", lp}, {"finish_reason", nullptr}});
+        // Reasoning (harmony's analysis channel) travels as `reasoning_content`, vLLM's and
+        // DeepSeek's name, beside the content.
+        json delta = json::object();
+        if (!m.text().empty() || m.reasoning().empty()) delta["content"] = m.text();
+        if (!m.reasoning().empty()) delta["reasoning_content"] = m.reasoning();
+        chunk({{"delta", std::move(delta)}, {"logprobs", lp}, {"finish_reason", nullptr}});
       } else {
         chunk({{"text", m.text()}, {"logprobs", lp}, {"finish_reason", nullptr}});
       }
@@ -477,6 +482,7 @@ json OpenAiResponder::UsageChunk() const {
 
 void OpenAiResponder::Add(const v1::GenerateResponse& m) {
   text_ += m.text();
+  reasoning_ += m.reasoning();
   if (request_.logprobs && m.logprobs_size() > 0) {
     const json lp = Logprobs(m);
     for (auto& [key, values] : lp.items()) {
@@ -496,6 +502,7 @@ json OpenAiResponder::Whole() const {
       {"index", 0}, {"logprobs", request_.logprobs ? logprobs_ : json(nullptr)}, {"finish_reason", finish_reason_}};
   if (chat) {
     choice["message"] = {{"role", "assistant"}, {"content", text_}};
+    if (!reasoning_.empty()) choice["message"]["reasoning_content"] = reasoning_;
   } else {
     choice["text"] = text_;
   }

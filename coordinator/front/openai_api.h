@@ -72,6 +72,7 @@ class OpenAiResponder {
   int64_t created_;
   bool sent_role_ = false;   // Chat streams open with the assistant role.
   std::string text_;         // Whole: all text so far.
+  std::string reasoning_;    // Whole: all reasoning so far (harmony's analysis channel).
   nlohmann::json logprobs_;  // Whole: merged logprobs.
   int64_t text_offset_ = 0;  // Completions' logprobs.text_offset.
   std::string finish_reason_;

@@ -8,6 +8,15 @@
 #include "wire/api_wire.h"
 
 namespace cascade::coordinator {
+namespace {
+
+// The template a chat is rendered with: the one it names, or the model's as detected.
+absl::StatusOr<text::ChatTemplateKind> ChatTemplateOf(const v1::ChatMessages& chat, const text::Tokenizer& tokenizer) {
+  if (!chat.chat_template().empty()) return text::ChatTemplateFromName(chat.chat_template());
+  return text::DetectChatTemplate(tokenizer.chat_template());
+}
+
+}  // namespace
 
 absl::StatusOr<std::vector<int32_t>> TokenizePrompt(const v1::Prompt& prompt, const text::Tokenizer& tokenizer,
                                                     int64_t n_vocab, bool add_special) {
@@ -26,12 +35,7 @@ absl::StatusOr<std::vector<int32_t>> TokenizePrompt(const v1::Prompt& prompt, co
     case v1::Prompt::kChat: {
       const v1::ChatMessages& chat = prompt.chat();
       if (chat.messages().empty()) return absl::InvalidArgumentError("prompt.chat: no messages");
-      text::ChatTemplateKind kind;
-      if (!chat.chat_template().empty()) {
-        CASCADE_ASSIGN_OR_RETURN(kind, text::ChatTemplateFromName(chat.chat_template()));
-      } else {
-        CASCADE_ASSIGN_OR_RETURN(kind, text::DetectChatTemplate(tokenizer.chat_template()));
-      }
+      CASCADE_ASSIGN_OR_RETURN(const text::ChatTemplateKind kind, ChatTemplateOf(chat, tokenizer));
       std::vector<text::ChatMessage> msgs;
       for (const auto& m : chat.messages()) msgs.push_back({m.role(), m.content()});
       return tokenizer.Encode(text::ApplyChatTemplate(kind, msgs, true), false);
@@ -47,6 +51,12 @@ absl::StatusOr<ServingRequest> ValidateGenerateRequest(const v1::GenerateRequest
   r.request_id = req.request_id();
   CASCADE_ASSIGN_OR_RETURN(r.prompt, TokenizePrompt(req.prompt(), tokenizer, n_vocab, /*add_special=*/true));
   if (r.prompt.empty()) return absl::InvalidArgumentError("prompt: empty (no tokens)");
+  // A chat in the harmony format is answered in it: reasoning apart from the content.
+  if (req.prompt().has_chat() &&
+      ChatTemplateOf(req.prompt().chat(), tokenizer).value_or(text::ChatTemplateKind::kChatMl) ==
+          text::ChatTemplateKind::kHarmony) {
+    r.output_format = text::OutputFormat::kHarmony;
+  }
   r.sampling = wire::FromApiSampling(req.sampling(), req.logprobs());
   if (absl::Status st = r.sampling.Validate(); !st.ok()) return Annotate(st, "sampling");
   if (req.has_max_tokens()) r.max_tokens = req.max_tokens();

@@ -26,7 +26,8 @@ absl::StatusOr<std::vector<int32_t>> TokenizePrompt(const v1::Prompt& prompt, co
                                                     int64_t n_vocab, bool add_special);
 
 // Validates `req` and turns it into the serving loop's request: the prompt tokenized (with
-// special tokens), unset sampling fields left at `SamplingParams`' defaults, max_tokens
+// special tokens), a chat rendered in the harmony format answered in it (reasoning apart
+// from the content, text::OutputFormat::kHarmony), unset sampling fields left at `SamplingParams`' defaults, max_tokens
 // capped to the room left in a context of `max_context` positions. InvalidArgument naming
 // the field for an empty prompt, a prompt that leaves no room for one new token, sampling
 // values out of range, max_tokens < 1, or speculative.num_tokens outside [1, 16].

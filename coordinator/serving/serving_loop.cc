@@ -55,7 +55,7 @@ void ServingLoop::Wake() { cv_.SignalAll(); }
 std::shared_ptr<RequestChannel> ServingLoop::Submit(ServingRequest request) {
   auto a = std::make_shared<Active>();
   a->channel = std::make_shared<RequestChannel>();
-  a->output = std::make_unique<text::OutputFilter>(*tokenizer_, request.stops);
+  a->output = std::make_unique<text::OutputFilter>(*tokenizer_, request.stops, request.output_format);
   a->arrival = std::chrono::steady_clock::now();
   a->spec = std::make_unique<SpeculativeState>(speculation_, request.speculate, request.num_tokens);
   a->req = std::move(request);
@@ -457,6 +457,7 @@ void ServingLoop::Emit(const std::vector<TokenEvent>& events, const TokensBySeq&
       AddLogprob(*found->second[index], msg.add_logprobs());
     }
     msg.mutable_text()->append(a.output->Push(ev.token, ev.reached_max_tokens));
+    msg.mutable_reasoning()->append(a.output->TakeReasoning());
     if (a.output->done()) {
       Finish(ev.seq_id, a, msg);
       pending.erase(ev.seq_id);
@@ -482,6 +483,7 @@ void ServingLoop::ObserveOutput(Active& a, int index, int n_new, std::chrono::st
 
 void ServingLoop::Finish(int64_t seq_id, Active& a, v1::GenerateResponse& last) {
   last.mutable_text()->append(a.output->Flush());
+  last.mutable_reasoning()->append(a.output->TakeReasoning());
   last.set_finish_reason(std::string(text::FinishReasonName(a.output->reason())));
   last.set_finish(a.output->reason() == text::FinishReason::kLength ? v1::FINISH_REASON_LENGTH
                                                                     : v1::FINISH_REASON_STOP);

@@ -18,9 +18,10 @@ struct ServingRequest {
   std::vector<int32_t> prompt;
   sampling::SamplingParams sampling;
   int32_t max_tokens = 256;
-  text::StopConditions stops;  // EOS handling, stop strings and stop ids.
-  bool speculate = true;       // Off: plain decoding for this request.
-  int32_t num_tokens = 0;      // Most drafts per step; 0: the cluster's draft.num_tokens.
+  text::StopConditions stops;                                    // EOS handling, stop strings and stop ids.
+  text::OutputFormat output_format = text::OutputFormat::kText;  // kHarmony: reasoning apart.
+  bool speculate = true;                                         // Off: plain decoding for this request.
+  int32_t num_tokens = 0;  // Most drafts per step; 0: the cluster's draft.num_tokens.
 };
 
 }  // namespace cascade::coordinator

@@ -296,6 +296,29 @@ TEST(OpenAiApiTest, WholeChatWithLogprobs) {
   EXPECT_EQ(content[2]["top_logprobs"].size(), 2u);  // top_logprobs, not the serving loop's 3.
 }
 
+// Harmony's reasoning travels as `reasoning_content`: deltas carry it alone while there is no
+// content, and the whole message has both; a model without reasoning sends no such key.
+TEST(OpenAiApiTest, ReasoningIsReasoningContent) {
+  auto tok = TinyTokenizer();
+  json body = kChat;
+  body.update({{"stream", true}});
+  OpenAiResponder streamed(Parse(OpenAiEndpoint::kChat, body), *tok, kModel);
+  OpenAiResponder whole(Parse(OpenAiEndpoint::kChat, kChat), *tok, kModel);
+  v1::GenerateResponse thinking = Message({3}, "");
+  thinking.set_reasoning("Hmm.");
+  v1::GenerateResponse answer = Message({4}, "Hi", /*last=*/true);
+  std::vector<json> chunks = streamed.Chunks(thinking);
+  ASSERT_EQ(chunks.size(), 2u);  // The role, then the reasoning.
+  EXPECT_EQ(chunks[1]["choices"][0]["delta"], json({{"reasoning_content", "Hmm."}}));
+  chunks = streamed.Chunks(answer);
+  ASSERT_EQ(chunks.size(), 2u);
+  EXPECT_EQ(chunks[0]["choices"][0]["delta"], json({{"content", "Hi"}}));
+  whole.Add(thinking);
+  whole.Add(answer);
+  EXPECT_EQ(whole.Whole()["choices"][0]["message"],
+            json({{"role", "assistant"}, {"content", "Hi"}, {"reasoning_content", "Hmm."}}));
+}
+
 TEST(OpenAiApiTest, WholeCompletionLogprobOffsets) {
   auto tok = TinyTokenizer();
   OpenAiResponder r(Parse(OpenAiEndpoint::kCompletions, {{"prompt", "x"}, {"logprobs", 1}}), *tok, kModel);

@@ -105,6 +105,26 @@ TEST_F(RequestValidationTest, ChatUsesTheModelsTemplateOrTheNamedOne) {
   EXPECT_THAT(Validate(req), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("unknown chat template")));
 }
 
+// A chat rendered in harmony is answered in it (reasoning apart); other chats and text
+// prompts are plain text, even when the text is harmony markup.
+TEST_F(RequestValidationTest, OnlyAHarmonyChatIsAnsweredInHarmony) {
+  v1::GenerateRequest req;
+  v1::ChatMessage* m = req.mutable_prompt()->mutable_chat()->add_messages();
+  m->set_role("user");
+  m->set_content("Hi");
+  auto r = ValidateGenerateRequest(req, *tokenizer_, tokenizer_->n_vocab(), /*max_context=*/256);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->output_format, text::OutputFormat::kText);  // ChatML.
+  req.mutable_prompt()->mutable_chat()->set_chat_template("harmony");
+  r = ValidateGenerateRequest(req, *tokenizer_, tokenizer_->n_vocab(), /*max_context=*/256);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->output_format, text::OutputFormat::kHarmony);
+  req.mutable_prompt()->set_text("<|start|>user<|message|>Hi<|end|><|start|>assistant");
+  r = ValidateGenerateRequest(req, *tokenizer_, tokenizer_->n_vocab(), /*max_context=*/256);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->output_format, text::OutputFormat::kText);
+}
+
 TEST_F(RequestValidationTest, RefusalsNameTheField) {
   const auto refused = [&](const v1::GenerateRequest& req, const char* field) {
     EXPECT_THAT(Validate(req), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(field))) << req.DebugString();

@@ -25,20 +25,20 @@ from prometheus_client.parser import text_string_to_metric_families
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cluster_test  # noqa: E402  (reads BUILD_BIN_DIR from argv[1] too)
 from cluster_test import cluster_from_yaml, config_yaml, generate  # noqa: E402
-from testdata import SMOL, need  # noqa: E402
+from testdata import ROOT, SMOL, need  # noqa: E402
 
 MODEL_ID = "SmolLM2-135M-Instruct.Q4_1"
 
 
 @contextlib.contextmanager
-def http_cluster(pipeline=1, extra=""):
+def http_cluster(pipeline=1, extra="", model=SMOL, model_id=MODEL_ID, tensor=1):
     need(SMOL)
-    text = config_yaml(SMOL, pipeline, kv_cache_mb=64, extra=extra)
+    text = config_yaml(model, pipeline, kv_cache_mb=64, extra=extra, tensor=tensor)
     text = text.replace("server: {listen: 127.0.0.1:0}", "server: {listen: 127.0.0.1:0, http_listen: 127.0.0.1:0}")
     with cluster_from_yaml(text) as (address, proc, log_path):
         m = re.search(r"http front on (\S+) \(model '([^']+)'\)", open(log_path).read())
         assert m, open(log_path).read()
-        assert m.group(2) == MODEL_ID, m.group(2)
+        assert m.group(2) == model_id, m.group(2)
         yield address, m.group(1), proc
 
 
@@ -385,6 +385,46 @@ def test_api_keys():
             assert not any(k in log for k in keys), "a key reached the log"
             print("API keys: refused without and with a wrong key (gRPC UNAUTHENTICATED, HTTP 401), served with "
                   "either right key; /health open, /metrics keyed; no key in the log")
+
+
+def test_harmony_reasoning():
+    """gpt-oss's harmony format through the OpenAI API: a gpt-oss model built to answer a
+    harmony chat in it (scripts/make_random_gpt_oss.py --harmony: a bigram chain in its LM
+    head, so greedy decoding with presence_penalty 1 writes an analysis message "The user
+    says hi." and a final one "Hello!"), at PP 2 x TP 2 with n-gram speculation. The SDK's
+    message has the final channel as `content` and the analysis channel as
+    `reasoning_content`, whole and streamed, no markup in either; the ids equal `cascade
+    run`'s, which splits them the same way."""
+    need(SMOL)
+    with tempfile.TemporaryDirectory() as d:
+        model = os.path.join(d, "gpt-oss-harmony")
+        subprocess.run([os.path.join(ROOT, "scripts", "python_deps.sh"),
+                        os.path.join(ROOT, "scripts", "make_random_gpt_oss.py"), SMOL, "--harmony", model],
+                       check=True, capture_output=True)
+        sampling = ("--temperature", "0", "--presence-penalty", "1", "--max-tokens", "40")
+        local = cluster_test.run_json("run", "--model", model, "--chat", "Hi", *sampling)
+        assert (local["reasoning"], local["text"], local["finish_reason"]) == ("The user says hi.", "Hello!", "stop"), local
+        extra = "draft: {ngram: {n: 2}, adaptive: false}\n"
+        with http_cluster(pipeline=2, tensor=2, extra=extra, model=model, model_id="gpt-oss-harmony") as (
+                address, http_address, _):
+            grpc = generate(address, "--chat", "Hi", *sampling)
+            assert grpc["token_ids"] == local["token_ids"], (grpc["token_ids"], local["token_ids"])
+            assert (grpc["reasoning"], grpc["text"]) == ("The user says hi.", "Hello!"), grpc
+            c = client(http_address)
+            args = dict(model="gpt-oss-harmony", messages=[{"role": "user", "content": "Hi"}], max_tokens=40,
+                        temperature=0, presence_penalty=1)
+            whole = c.chat.completions.create(**args)
+            message = whole.choices[0].message
+            assert (message.reasoning_content, message.content) == ("The user says hi.", "Hello!"), message
+            assert whole.choices[0].finish_reason == "stop", whole
+            assert whole.usage.completion_tokens == len(local["token_ids"]), whole.usage
+            chunks = list(c.chat.completions.create(**args, stream=True))
+            deltas = [ch.choices[0].delta for ch in chunks if ch.choices]
+            reasoning = "".join(getattr(dl, "reasoning_content", None) or "" for dl in deltas)
+            content = "".join(dl.content or "" for dl in deltas)
+            assert (reasoning, content) == ("The user says hi.", "Hello!"), deltas
+            print(f"harmony at PP=2 TP=2: reasoning {reasoning!r}, content {content!r} in {len(chunks)} chunks, "
+                  f"ids equal cascade run's")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@
 
 namespace cascade::testing {
 
-std::unique_ptr<text::Tokenizer> ByteTokenizer() {
+std::unique_ptr<text::Tokenizer> ByteTokenizer(const std::vector<std::string>& specials) {
   text::TokenizerSpec spec;
   spec.kind = text::TokenizerSpec::Kind::kSentencePieceBpe;
   spec.add_space_prefix = false;
@@ -17,6 +17,10 @@ std::unique_ptr<text::Tokenizer> ByteTokenizer() {
   }
   spec.tokens.push_back("</s>");
   spec.token_types.push_back(text::kTokenTypeControl);
+  for (const std::string& s : specials) {
+    spec.tokens.push_back(s);
+    spec.token_types.push_back(text::kTokenTypeControl);
+  }
   spec.eos_id = kByteEos;
   auto tok = text::Tokenizer::FromSpec(spec);
   EXPECT_TRUE(tok.ok()) << tok.status();

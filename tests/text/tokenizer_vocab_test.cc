@@ -5,6 +5,7 @@
 #include <string>
 
 #include "tests/test_support.h"
+#include "tests/text/byte_tokenizer.h"
 #include "text/tokenizer.h"
 #include "text/tokenizer_spec.h"
 
@@ -42,6 +43,18 @@ TEST(TokenizerVocabTest, MergeWithMissingPartNamesIt) {
   spec.merges = {"y b"};
   EXPECT_THAT(Tokenizer::FromSpec(spec),
               StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("token 'y' is not in the vocabulary")));
+}
+
+// "<|end|>" ends a turn in Phi-style formats, but only a message in harmony, whose turn ends
+// at "<|return|>" or "<|call|>": with both of those in the vocabulary it is not
+// end-of-generation (llama.cpp's rule for o200k_harmony).
+TEST(TokenizerVocabTest, HarmonyVocabularyEndsAtReturnAndCallNotEnd) {
+  // Ids 257, 258, 259 after the bytes and EOS.
+  auto harmony = ::cascade::testing::ByteTokenizer({"<|end|>", "<|return|>", "<|call|>"});
+  EXPECT_FALSE(harmony->IsEog(257));
+  EXPECT_TRUE(harmony->IsEog(258));
+  EXPECT_TRUE(harmony->IsEog(259));
+  EXPECT_TRUE(::cascade::testing::ByteTokenizer({"<|end|>"})->IsEog(257));
 }
 
 }  // namespace
