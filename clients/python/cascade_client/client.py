@@ -81,7 +81,7 @@ class Client:
         return GenerateResult(text=resp.text, token_ids=list(resp.token_ids), prompt_ids=list(resp.prompt_ids),
                               finish_reason=resp.finish_reason or _FINISH.get(resp.finish, ""),
                               usage=_usage(resp.usage), request_id=resp.request_id,
-                              logprobs=_logprobs(resp.logprobs))
+                              logprobs=_logprobs(resp.logprobs), reasoning=resp.reasoning)
 
     def stream(self, prompt: Optional[Prompt] = None, *, messages: Optional[Messages] = None,
                timeout: Optional[float] = None, **params) -> Iterator[StreamChunk]:
@@ -95,7 +95,8 @@ class Client:
                 last = resp.HasField("usage") or bool(resp.finish_reason)
                 yield StreamChunk(text=resp.text, token_ids=list(resp.token_ids), request_id=resp.request_id,
                                   finish_reason=(resp.finish_reason or _FINISH.get(resp.finish, "")) if last else None,
-                                  usage=_usage(resp.usage) if last else None, logprobs=_logprobs(resp.logprobs))
+                                  usage=_usage(resp.usage) if last else None, logprobs=_logprobs(resp.logprobs),
+                                  reasoning=resp.reasoning)
         except grpc.RpcError as e:
             raise CascadeError.from_rpc_error(e) from None
         finally:

@@ -51,6 +51,7 @@ class GenerateResult:
     usage: Usage
     request_id: str
     logprobs: List[TokenLogprob] = field(default_factory=list)
+    reasoning: str = ""  # A harmony chat's analysis channel (gpt-oss), apart from `text`.
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ class StreamChunk:
     finish_reason: Optional[str] = None
     usage: Optional[Usage] = None
     logprobs: List[TokenLogprob] = field(default_factory=list)
+    reasoning: str = ""  # New reasoning (a harmony chat's analysis channel).
 
 
 @dataclass(frozen=True)
