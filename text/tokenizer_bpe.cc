@@ -56,11 +56,20 @@ constexpr std::string_view kQwen2 =
     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
     "\\p{N}| ?[^WS\\p{L}\\p{N}]+[\\r\\n]*|[WS]*[\\r\\n]+|[WS]+";
 
+// o200k (GPT-4o, gpt-oss; llama.cpp's "gpt-4o"): words split at case changes, a
+// contraction kept with its word, digits in threes, `/` kept after punctuation.
+constexpr std::string_view kO200k =
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+"
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*"
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+    "\\p{N}{1,3}| ?[^WS\\p{L}\\p{N}]+[\\r\\n/]*|[WS]*[\\r\\n]+|[WS]+";
+
 // How a pattern's trailing `[WS]+` alternative stands for `\s+(?!\S)|\s+`.
 enum class Lookahead {
   kNone,               // The pattern has no such alternative.
   kAnyRun,             // Every all-whitespace match is that alternative's (GPT-2).
-  kRunWithoutNewline,  // Only all-whitespace matches without \r / \n are (Llama 3, Qwen2).
+  kRunWithoutNewline,  // Only all-whitespace matches without \r / \n are (Llama 3, Qwen2, o200k).
 };
 
 struct PrePattern {
@@ -79,6 +88,7 @@ absl::StatusOr<std::vector<PrePattern>> PreTokenizerPatterns(const std::string& 
   if (name == "qwen2" || name == "deepseek-r1-qwen") {
     return std::vector<PrePattern>{{Expand(kQwen2), Lookahead::kRunWithoutNewline}};
   }
+  if (name == "gpt-4o") return std::vector<PrePattern>{{Expand(kO200k), Lookahead::kRunWithoutNewline}};
   if (name == "smollm" || name == "starcoder" || name == "refact" || name == "command-r" || name == "codeshell") {
     return std::vector<PrePattern>{{"\\p{N}"}, gpt2};
   }
@@ -87,7 +97,7 @@ absl::StatusOr<std::vector<PrePattern>> PreTokenizerPatterns(const std::string& 
   }
   return absl::UnimplementedError(cascade::StrCat("unknown byte-level BPE pre-tokenizer '", name,
                                                   "' (supported: gpt-2, llama-bpe, qwen2, "
-                                                  "smollm, default)"));
+                                                  "gpt-4o, smollm, default)"));
 }
 
 class BpeTokenizer final : public Tokenizer {

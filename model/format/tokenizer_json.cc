@@ -28,13 +28,20 @@ using text::TokenizerSpec;
 
 using Json = nlohmann::json;
 
-// The Llama 3 and Qwen2 `Split` patterns as their tokenizer.json files spell them.
+// The Llama 3, Qwen2 and o200k (gpt-oss) `Split` patterns as their tokenizer.json files spell them.
 constexpr std::string_view kHfLlama3Pattern =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 constexpr std::string_view kHfQwen2Pattern =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+constexpr std::string_view kHfO200kPattern =
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+"
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*"
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+    "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -92,13 +99,14 @@ absl::StatusOr<std::string> ByteLevelPreTokenizer(const std::vector<const Json*>
     const std::string regex = pattern.value("Regex", "");
     if (regex == kHfLlama3Pattern) return std::string("llama-bpe");
     if (regex == kHfQwen2Pattern) return std::string("qwen2");
+    if (regex == kHfO200kPattern) return std::string("gpt-4o");
     return absl::UnimplementedError(
         cascade::StrCat(path, ": pre_tokenizer Split regex '", regex, "' is not supported"));
   }
   return absl::UnimplementedError(
       cascade::StrCat(path, ": pre_tokenizer [", described,
-                      "] is not supported (supported: ByteLevel; Digits + ByteLevel; Llama 3 or "
-                      "Qwen2 Split + ByteLevel)"));
+                      "] is not supported (supported: ByteLevel; Digits + ByteLevel; Llama 3, "
+                      "Qwen2 or o200k Split + ByteLevel)"));
 }
 
 // Fills `spec.tokens` / `spec.token_types` from model.vocab and added_tokens, indexed by id.

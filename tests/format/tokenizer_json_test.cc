@@ -101,6 +101,26 @@ TEST(TokenizerJson, MetaspaceStyleWithByteFallbackAndConfig) {
   EXPECT_EQ(t.Encode("h\xE2\x82\xAC\xE2\x82\xAC", false), (std::vector<int32_t>{8, 0}));
 }
 
+// gpt-oss's tokenizer.json splits with o200k's regex before a ByteLevel without its own:
+// that is llama.cpp's "gpt-4o" pre-tokenizer (its splits are checked against Hugging Face
+// tokenizers in tests/text/tokenizer_conformance_test.cc).
+TEST(TokenizerJson, O200kSplitIsGpt4o) {
+  TempDir dir;
+  const std::string path = dir.WriteFile("tokenizer.json", R"({
+    "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+      {"type": "Split", "pattern": {"Regex": "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
+       "behavior": "Isolated", "invert": false},
+      {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false}]},
+    "model": {"type": "BPE", "vocab": {"a": 0, "A": 1, "Ġ": 2, "aA": 3}, "merges": ["a A"]}})");
+  auto spec = TokenizerSpecFromHfJson(path);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->pre_tokenizer, "gpt-4o");
+  auto tok = TokenizerFromHfJson(path);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  // A case change splits a word, so "aA" is never merged (GPT-2's split would merge it).
+  EXPECT_EQ((*tok)->Encode("aA a", false), (std::vector<int32_t>{0, 1, 2, 0}));
+}
+
 TEST(TokenizerJson, Errors) {
   TempDir dir;
   EXPECT_STATUS_CODE(TokenizerFromHfJson(dir.path() + "/missing.json"), kNotFound);

@@ -182,6 +182,32 @@ const std::vector<Golden>& SmolLm2Goldens() {
   return *g;
 }
 
+// From tests/golden/tokenizer_goldens.py --only smollm2-o200k (Hugging Face tokenizers on
+// SmolLM2's vocab/merges behind gpt-oss's o200k `Split` regex + ByteLevel).
+const std::vector<Golden>& SmolLm2O200kGoldens() {
+  static const auto* g = new std::vector<Golden>{
+      {"Once upon a time, there was a little girl named Lily.",
+       {6403, 1980, 253, 655, 28, 665, 436, 253, 1838, 8180, 3365, 14176, 30}},
+      {"Hello world", {19556, 905}},
+      {" leading space and  two  spaces", {2899, 1898, 284, 216, 827, 216, 5600}},
+      {"Tim had 123 apples and 4567 pears.", {17170, 761, 216, 33, 34, 35, 13855, 284, 216, 36, 37, 38, 39, 41684, 30}},
+      {"Ünïcödé ½ months 😀 日本語",
+       {142, 246, 94, 25972, 83, 7466, 84, 2756, 216, 16738, 2704, 40303, 218, 17097, 241, 115, 40993, 179, 120, 248}},
+      {"tabs\tand\nnew lines\n\n", {100, 7366, 197, 397, 198, 2241, 3204, 1116}},
+      {"HelloWorld iPhone XMLHttpRequest McDonald's",
+       {19556, 11265, 2056, 17739, 18391, 42743, 13519, 4139, 20214, 506}},
+      {"THEY'RE here, don't WE'LL I'm", {15964, 73, 23, 3256, 1535, 28, 1326, 982, 26587, 23, 16421, 339, 5248}},
+      {"1234567 and 12 apples/oranges", {33, 34, 35, 36, 37, 38, 39, 284, 216, 33, 34, 13855, 31, 270, 5120}},
+      {"path/to/file.txt://x\n\n  two spaces   three\tTab",
+       {1537, 31, 1141, 31, 2153, 30, 9047, 1742, 104, 1116, 216, 827, 5600, 256, 1296, 197, 30064}},
+      {"  leading\r\n\r\nCRLF lines", {216, 2899, 18682, 9088, 60, 54, 3204}},
+      {"Ünïcödé ÀÉÎ naïve 😀 日本語 ½",
+       {142,   246,   94,    25972, 83,    7466, 84,  2756,  5549, 218, 39614, 142, 232,
+        15486, 46494, 40303, 218,   17097, 241,  115, 40993, 179,  120, 248,   216, 16738}},
+  };
+  return *g;
+}
+
 void ExpectGoldens(const Tokenizer& tok, const std::vector<Golden>& goldens, bool round_trip) {
   for (const Golden& g : goldens) {
     EXPECT_EQ(Ids(tok.Encode(g.text, /*add_special=*/false)), Ids(g.ids)) << "'" << g.text << "'";
@@ -295,6 +321,22 @@ TEST(TokenizerSmolLm2, ByteLevelBpeWithSmolLmPreTokenizer) {
   }
   for (std::thread& t : threads) t.join();
   for (const auto& r : results) EXPECT_EQ(r, ids);
+}
+
+// o200k's pre-tokenizer (GPT-4o, gpt-oss; llama.cpp's "gpt-4o"): its 200k vocabulary
+// cannot be fetched here, so SmolLM2's vocabulary and merges stand behind its split, which
+// is what differs (case changes inside words, contractions, "/" after punctuation, digits
+// in threes), against Hugging Face tokenizers running gpt-oss's Split regex.
+TEST(TokenizerO200k, SplitsAsHuggingFaceTokenizersDo) {
+  CASCADE_REQUIRE_FILE(path, DefaultModelPath());
+  auto gguf = model::GgufFile::Open(path);
+  ASSERT_TRUE(gguf.ok()) << gguf.status();
+  auto spec = model::TokenizerSpecFromGguf(**gguf);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  spec->pre_tokenizer = "gpt-4o";
+  auto tok = Tokenizer::FromSpec(*std::move(spec));
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  ExpectGoldens(**tok, SmolLm2O200kGoldens(), /*round_trip=*/true);
 }
 
 }  // namespace
