@@ -95,6 +95,10 @@ struct Tensor {
   // (a 128 x 128 grid, one per row, or one), which `values` now decode to.
   std::vector<uint8_t> fp8_codes = {};
   std::vector<float> fp8_scales = {};
+  // With RandomModelSpec::quark_mxfp4: E2M1 codes of `values`, two a byte (the even
+  // element low), and one E8M0 exponent per 32 of them, which `values` now decode to.
+  std::vector<uint8_t> mx_codes = {};
+  std::vector<uint8_t> mx_exponents = {};
 };
 
 // Quantizes matrix `v` [rows, cols] to E4M3 with scales in `form` (block: 128 x 128 grid),
@@ -120,6 +124,36 @@ void QuantizeFp8(Fp8Form form, float* v, int64_t rows, int64_t cols, Tensor& t) 
       t.fp8_codes.push_back(q);
       // The test's own OCP decoding (tests/test_support.h): exact, then one rounding.
       v[r * cols + c] = static_cast<float>(static_cast<double>(d) * OcpE4M3(q));
+    }
+  }
+}
+
+// Quantizes matrix `v` [rows, cols] to MXFP4 as OCP's MX spec defines it: per 32 inputs
+// the exponent floor(log2(amax)) - 2 (E2M1's largest exponent), each value the nearest
+// E2M1 code of v / 2^exponent (saturating at 6); appends codes and exponents to `t` and
+// replaces `v` by the values they decode to (tests/test_support.h's OcpE2M1).
+void QuantizeMxfp4(float* v, int64_t rows, int64_t cols, Tensor& t) {
+  CASCADE_CHECK(cols % 32 == 0) << cols;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t g = 0; g < cols; g += 32) {
+      float* x = v + r * cols + g;
+      float amax = 0.0f;
+      for (int k = 0; k < 32; ++k) amax = std::max(amax, std::fabs(x[k]));
+      const int e = amax > 0 ? std::ilogb(amax) - 2 : -127;
+      t.mx_exponents.push_back(static_cast<uint8_t>(e + 127));
+      for (int k = 0; k < 32; k += 2) {
+        uint8_t pair = 0;
+        for (int half = 0; half < 2; ++half) {
+          const double want = std::ldexp(static_cast<double>(x[k + half]), -e);
+          uint8_t best = 0;
+          for (uint8_t code = 1; code < 16; ++code) {
+            if (std::fabs(testing::OcpE2M1(code) - want) < std::fabs(testing::OcpE2M1(best) - want)) best = code;
+          }
+          pair |= static_cast<uint8_t>(best << (4 * half));
+          x[k + half] = static_cast<float>(std::ldexp(testing::OcpE2M1(best), e));
+        }
+        t.mx_codes.push_back(pair);
+      }
     }
   }
 }
@@ -275,6 +309,16 @@ std::vector<Tensor> RandomTensors(const RandomModelSpec& s) {
       }
     }
   }
+  if (s.quark_mxfp4) {
+    CASCADE_CHECK(t == DType::kF32 && !permuted) << "MXFP4 checkpoints: F32, not llama (GGUF permutes its Q/K rows)";
+    for (Tensor& x : out) {
+      if (!x.hf.ends_with("_proj.weight")) continue;
+      const int64_t rows = x.shape[x.shape.size() - 2], cols = x.shape.back();
+      for (int64_t e = 0; e < std::max<int64_t>(x.experts, 1); ++e) {
+        QuantizeMxfp4(x.values.data() + e * rows * cols, rows, cols, x);
+      }
+    }
+  }
   return out;
 }
 
@@ -398,6 +442,23 @@ nlohmann::json HfConfig(const RandomModelSpec& s) {
   if (s.fp8 == Fp8Form::kBlock) {
     c["quantization_config"] = {
         {"quant_method", "fp8"}, {"fmt", "e4m3"}, {"activation_scheme", "dynamic"}, {"weight_block_size", {128, 128}}};
+  } else if (s.quark_mxfp4) {  // As Quark exports it (its config version 0.9).
+    const Json fp4 = {{"dtype", "fp4"},      {"qscheme", "per_group"}, {"group_size", 32},
+                      {"ch_axis", -1},       {"scale_format", "e8m0"}, {"round_method", "half_even"},
+                      {"is_dynamic", false}, {"symmetric", nullptr},   {"scale_type", "float"}};
+    Json inputs = fp4;
+    inputs["is_dynamic"] = true;
+    c["quantization_config"] = {
+        {"quant_method", "quark"},
+        {"global_quant_config",
+         {{"weight", fp4}, {"input_tensors", inputs}, {"output_tensors", nullptr}, {"bias", nullptr}}},
+        {"exclude", {"lm_head"}},
+        {"layer_quant_config", Json::object()},
+        {"layer_type_quant_config", Json::object()},
+        {"export",
+         {{"pack_method", "reorder"}, {"weight_format", "real_quantized"}, {"kv_cache_group", Json::array()}}},
+        {"quant_mode", "eager_mode"},
+        {"version", "0.9"}};
   } else if (s.fp8 != Fp8Form::kNone) {
     const Json weights = {{"num_bits", 8},
                           {"type", "float"},
@@ -486,6 +547,18 @@ void AddFp8Entries(Fp8Form form, const Tensor& t, const std::string& name, int64
   }
 }
 
+// The safetensors entries of a Quark MXFP4 tensor (one expert's, when `expert` >= 0): the
+// packed codes as `name` [rows, cols / 2] and the exponents as `name`_scale [rows, cols / 32].
+void AddMxfp4Entries(const Tensor& t, const std::string& name, int64_t expert, std::vector<SafetensorsEntry>& entries) {
+  const int64_t rows = t.shape[t.shape.size() - 2], cols = t.shape.back();
+  const int64_t e = std::max<int64_t>(expert, 0);
+  const auto slice = [&](const std::vector<uint8_t>& all, int64_t per) {
+    return std::vector<uint8_t>(all.begin() + e * per, all.begin() + (e + 1) * per);
+  };
+  entries.push_back({name, "U8", {rows, cols / 2}, RawBytes(slice(t.mx_codes, rows * cols / 2))});
+  entries.push_back({name + "_scale", "U8", {rows, cols / 32}, RawBytes(slice(t.mx_exponents, rows * cols / 32))});
+}
+
 void WriteRandomHfModel(const RandomModelSpec& s, const std::string& dir) {
   using Json = nlohmann::json;
   const DType wt = s.weight_type;
@@ -502,6 +575,10 @@ void WriteRandomHfModel(const RandomModelSpec& s, const std::string& dir) {
       AddFp8Entries(s.fp8, t, t.hf, -1, entries);
       continue;
     }
+    if (!t.mx_codes.empty() && t.experts == 0) {
+      AddMxfp4Entries(t, t.hf, -1, entries);
+      continue;
+    }
     if (t.experts == 0) {
       entries.push_back(
           {t.hf, st_dtype(t.dtype), t.hf_shape.empty() ? t.shape : t.hf_shape, Encode(t.dtype, t.values, cols)});
@@ -514,6 +591,10 @@ void WriteRandomHfModel(const RandomModelSpec& s, const std::string& dir) {
       const std::vector<float> part(t.values.begin() + e * per, t.values.begin() + (e + 1) * per);
       if (!t.fp8_codes.empty()) {
         AddFp8Entries(s.fp8, t, name, e, entries);
+        continue;
+      }
+      if (!t.mx_codes.empty()) {
+        AddMxfp4Entries(t, name, e, entries);
         continue;
       }
       if (s.gptq_experts) {  // `P.weight` becomes P.qweight, P.qzeros, P.g_idx, P.scales.

@@ -103,6 +103,11 @@ struct RandomModelSpec {
   // every other writer the values they decode to by the OCP definition (f32), so that the
   // GGUF file is the exact model of the FP8 checkpoint.
   Fp8Form fp8 = Fp8Form::kNone;
+  // As `fp8`, in AMD Quark's MXFP4 (model/format/mxfp4_checkpoint.h): every projection
+  // quantized to E2M1 codes with one E8M0 exponent per 32 inputs (OCP MX), the Hugging Face
+  // directory storing the packed codes (`P.weight`, U8) and exponents (`P.weight_scale`)
+  // with quant_method quark, every other writer the values they decode to.
+  bool quark_mxfp4 = false;
   // Hugging Face only: non-empty writes `model.layers.L.self_attn.k_scale` / `v_scale` (F32,
   // the calibrated FP8 KV-cache scales of compressed-tensors' kv_cache_scheme), layer by
   // layer: kv_scale_per_head values per layer each (1: shape [], n_kv_heads: [n_kv_heads]).

@@ -70,4 +70,10 @@ double OcpE4M3(uint8_t q) {
   return q & 0x80 ? -mag : mag;
 }
 
+double OcpE2M1(uint8_t code) {
+  const int e = (code >> 1) & 3, m = code & 1;
+  const double mag = e == 0 ? m * 0.5 : std::ldexp(1 + m / 2.0, e - 1);
+  return code & 8 ? -mag : mag;
+}
+
 }  // namespace cascade::testing

@@ -41,6 +41,9 @@ std::string ReadFileOrDie(const std::string& path);
 // mantissa bits; exponent 0 holds the subnormals (m / 8) 2^-6; S.1111.111 is NaN), in
 // double: the tests' reference, written apart from core/fp8.h, which they check.
 double OcpE4M3(uint8_t q);
+// The OCP MX E2M1 value of a 4-bit code (0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives),
+// from the definition: 1 sign, 2 exponent (bias 1), 1 mantissa bit, no infinities.
+double OcpE2M1(uint8_t code);
 
 // The message of `s` as a std::string (absl::string_view is not std::string_view here).
 inline std::string StatusMessage(const absl::Status& s) { return std::string(s.message().data(), s.message().size()); }

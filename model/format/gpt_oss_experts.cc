@@ -6,6 +6,7 @@
 
 #include "core/status.h"
 #include "core/str_cat.h"
+#include "model/format/mxfp4_checkpoint.h"
 #include "model/format/repacked_source.h"
 
 namespace cascade::model {
@@ -123,9 +124,7 @@ class GptOssExpertsSource final : public RepackedSource {
     mxfp4_.emplace(name, std::move(src));
   }
 
-  // Each 32-element group becomes GGUF's block: the E8M0 byte (the same exponent: GGUF's
-  // doubled code values times 2^(e - 128) are OpenAI's times 2^(e - 127)), then 16 bytes
-  // holding elements j (low nibble) and j + 16 (high), from OpenAI's pairs (2j, 2j + 1).
+  // Each 32-element group becomes GGUF's block (OcpPairsToMxfp4Block).
   absl::Status RepackMxfp4(const Mxfp4Source& s, int64_t r0, int64_t r1, uint8_t* dst) const {
     CASCADE_ASSIGN_OR_RETURN(const TensorView blocks, packed().Read(s.blocks));
     CASCADE_ASSIGN_OR_RETURN(const TensorView scales, packed().Read(s.scales));
@@ -134,10 +133,7 @@ class GptOssExpertsSource final : public RepackedSource {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t row = s.expert * s.stored_rows + r * s.row_step + s.row_offset;
       for (int64_t g = 0; g < s.groups; ++g, dst += 17) {
-        const uint8_t* in = b + (row * s.groups + g) * 16;
-        const auto code = [&](int k) { return k % 2 == 0 ? in[k / 2] & 0x0f : in[k / 2] >> 4; };
-        dst[0] = sc[row * s.groups + g];
-        for (int j = 0; j < 16; ++j) dst[1 + j] = static_cast<uint8_t>(code(j) | code(j + 16) << 4);
+        OcpPairsToMxfp4Block(b + (row * s.groups + g) * 16, sc[row * s.groups + g], dst);
       }
     }
     return absl::OkStatus();

@@ -20,6 +20,7 @@
 #include "model/format/gpt_oss_experts.h"
 #include "model/format/hf_model.h"
 #include "model/format/int4_checkpoint.h"
+#include "model/format/mxfp4_checkpoint.h"
 
 namespace cascade::model {
 namespace {
@@ -520,12 +521,14 @@ absl::StatusOr<std::unique_ptr<WeightSource>> OpenHfWeights(const std::string& p
   }
   CASCADE_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsSource> dir, SafetensorsSource::OpenDirectory(path));
   // A quantized checkpoint declares itself in config.json; its stored tensors are then
-  // read through the FP8 or the INT4 repacking source.
+  // read through the FP8, MXFP4 or INT4 repacking source.
   const std::string config_path = (fs::path(path) / "config.json").string();
   if (!fs::exists(config_path, ec)) return std::unique_ptr<WeightSource>(std::move(dir));
   CASCADE_ASSIGN_OR_RETURN(std::string config_text, ReadSmallFile(config_path));
   CASCADE_ASSIGN_OR_RETURN(std::optional<Fp8Scheme> fp8, Fp8SchemeFromHfConfig(config_text, config_path));
   if (fp8.has_value()) return OpenFp8Checkpoint(std::move(dir), *fp8);
+  CASCADE_ASSIGN_OR_RETURN(const bool quark, IsQuarkMxfp4(config_text, config_path));
+  if (quark) return OpenQuarkMxfp4Checkpoint(std::move(dir));
   if (QuantMethod(config_text) == "mxfp4") {  // OpenAI's gpt-oss release: MXFP4 experts, the rest BF16.
     if (HasGptOssExperts(*dir)) return OpenGptOssExperts(std::move(dir));
     return absl::UnimplementedError(
