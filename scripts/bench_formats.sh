@@ -9,7 +9,8 @@
 #   * MXFP4 GGUF (gpt-oss's E2M1 + E8M0 per 32; make_format_models.py mxfp4, gguf-py's own
 #     quantizer): llama.cpp runs the same file;
 #   * every K type llama.cpp's `llama-quantize` makes (Q2_K, Q3_K_M, Q4_K_M, Q5_K_M, Q6_K) and
-#     Q8_0: llama.cpp runs the same files.
+#     Q8_0: llama.cpp runs the same files;
+#   * with FORMATS including f16, the F16 file itself (the float kernels' row).
 # Per row: `cascade run` and `llama-bench` prefill / decode tok/s, Cascade's decode weight
 # bandwidth (file bytes x decode tok/s, the bytes a batch-1 step streams) against the read
 # probe (build/bin/read_bandwidth) at the same thread count, and peak RSS against the file.
@@ -37,7 +38,7 @@ f16="$MODELS/$stem-f16.gguf"
 
 # The K types and Q8_0 by llama-quantize (Q8_0 is also FP8's llama.cpp reference).
 ktypes=(Q8_0)
-for f in $FORMATS; do [[ $f == fp8 || $f == mxfp4 || $f == Q8_0 ]] || ktypes+=("$f"); done
+for f in $FORMATS; do [[ $f == fp8 || $f == mxfp4 || $f == Q8_0 || $f == f16 ]] || ktypes+=("$f"); done
 source scripts/random_models.sh
 random_models_from "$f16" "$stem" "${ktypes[@]}"
 # The two forms llama-quantize cannot make, rebuilt when the F16 file is newer.

@@ -264,6 +264,9 @@ KernelTable MakeAvx512() {
   t.gemm[static_cast<int>(DType::kQ4_0)] = GemmQuantAvx512<Kind::kQ4_0>;
   t.gemm[static_cast<int>(DType::kQ4_1)] = GemmQuantAvx512<Kind::kQ4_1>;
   t.gemm[static_cast<int>(DType::kF8_E4M3_B128)] = GemmF8Avx512;  // linear_f8_avx512.cc
+  t.gemm[static_cast<int>(DType::kF32)] = GemmF32Avx512;          // linear_float_avx512.cc
+  t.gemm[static_cast<int>(DType::kF16)] = GemmF16Avx512;
+  t.gemm[static_cast<int>(DType::kBF16)] = GemmBF16Avx512;
 #define CASCADE_PACKED_ENTRY(D) t.packed[static_cast<int>(D)] = GemmPackedAvx512<D>;
   CASCADE_FOR_EACH_PACKED_DTYPE(CASCADE_PACKED_ENTRY)
 #undef CASCADE_PACKED_ENTRY

@@ -51,6 +51,10 @@ const KernelTable& Avx2Kernels();     // linear_avx2.cc
 const KernelTable& Avx512Kernels();   // linear_avx512.cc
 // F8_E4M3_B128 on AVX-512 (linear_f8_avx512.cc), an entry of Avx512Kernels().
 void GemmF8Avx512(const GemmArgs& a, int64_t row_begin, int64_t row_end);
+// F32, F16 and BF16 on AVX-512 (linear_float_avx512.cc), entries of Avx512Kernels().
+void GemmF32Avx512(const GemmArgs& a, int64_t row_begin, int64_t row_end);
+void GemmF16Avx512(const GemmArgs& a, int64_t row_begin, int64_t row_end);
+void GemmBF16Avx512(const GemmArgs& a, int64_t row_begin, int64_t row_end);
 
 // AVX-512 VNNI kernels for 1..5 tokens over weights in GGUF layout (linear_gemv_avx512.cc).
 void GemvQ8_0Avx512(const GemmArgs& args, int64_t row_begin, int64_t row_end);
