@@ -104,22 +104,31 @@ struct LoadF8 {
 template <typename L, int R, int T>
 inline void FloatTile(const GemmArgs& a, int64_t r0, int64_t t0) {
   __m256 acc[R][T];
+#pragma GCC unroll 8
   for (int i = 0; i < R; ++i)
+#pragma GCC unroll 8
     for (int j = 0; j < T; ++j) acc[i][j] = _mm256_setzero_ps();
   const uint8_t* w[R];
+#pragma GCC unroll 8
   for (int i = 0; i < R; ++i) w[i] = a.w + (r0 + i) * a.w_row_bytes;
   const float* x[T];
+#pragma GCC unroll 8
   for (int j = 0; j < T; ++j) x[j] = a.x + (t0 + j) * a.n_in;
   const int64_t n8 = a.n_in / 8 * 8;
   for (int64_t k = 0; k < n8; k += 8) {
     __m256 wv[R];
+#pragma GCC unroll 8
     for (int i = 0; i < R; ++i) wv[i] = L::Load8(w[i], k);
+#pragma GCC unroll 8
     for (int j = 0; j < T; ++j) {
       const __m256 xv = _mm256_loadu_ps(x[j] + k);
+#pragma GCC unroll 8
       for (int i = 0; i < R; ++i) acc[i][j] = _mm256_fmadd_ps(wv[i], xv, acc[i][j]);
     }
   }
+#pragma GCC unroll 8
   for (int i = 0; i < R; ++i) {
+#pragma GCC unroll 8
     for (int j = 0; j < T; ++j) {
       float sum = HorizontalSum(acc[i][j]);
       for (int64_t k = n8; k < a.n_in; ++k) sum += L::Load1(w[i], k) * x[j][k];

@@ -23,36 +23,49 @@ constexpr int64_t kPrefetchBytes = 16384;
 template <int R, int T>
 inline void F8Tile(const GemmArgs& a, int64_t r0, int64_t t0) {
   __m512 acc[R][T];
+#pragma GCC unroll 8
   for (int i = 0; i < R; ++i)
+#pragma GCC unroll 8
     for (int j = 0; j < T; ++j) acc[i][j] = _mm512_setzero_ps();
   const uint8_t* w[R];
+#pragma GCC unroll 8
   for (int i = 0; i < R; ++i) w[i] = a.w + (r0 + i) * a.w_row_bytes;
   const float* x[T];
+#pragma GCC unroll 8
   for (int j = 0; j < T; ++j) x[j] = a.x + (t0 + j) * a.n_in;
   for (int64_t kb = 0; kb < a.n_in; kb += 128) {
     const int64_t block = (kb >> 7) * 132;  // f32 scale, then 128 codes.
     __m512 part[R][T];
+#pragma GCC unroll 8
     for (int i = 0; i < R; ++i)
+#pragma GCC unroll 8
       for (int j = 0; j < T; ++j) part[i][j] = _mm512_setzero_ps();
     for (int k = 0; k < 128; k += 16) {
       __m512 wv[R];
+#pragma GCC unroll 8
       for (int i = 0; i < R; ++i) {
         if (k % 64 == 0) _mm_prefetch(reinterpret_cast<const char*>(w[i] + block + k + kPrefetchBytes), _MM_HINT_T1);
         wv[i] = E4M3x16Over256(w[i] + block + 4 + k);
       }
+#pragma GCC unroll 8
       for (int j = 0; j < T; ++j) {
         const __m512 xv = _mm512_loadu_ps(x[j] + kb + k);
+#pragma GCC unroll 8
         for (int i = 0; i < R; ++i) part[i][j] = _mm512_fmadd_ps(wv[i], xv, part[i][j]);
       }
     }
+#pragma GCC unroll 8
     for (int i = 0; i < R; ++i) {
       float d;
       std::memcpy(&d, w[i] + block, 4);
       const __m512 scale = _mm512_set1_ps(d * 256.0f);
+#pragma GCC unroll 8
       for (int j = 0; j < T; ++j) acc[i][j] = _mm512_fmadd_ps(part[i][j], scale, acc[i][j]);
     }
   }
+#pragma GCC unroll 8
   for (int i = 0; i < R; ++i)
+#pragma GCC unroll 8
     for (int j = 0; j < T; ++j) a.out[(t0 + j) * a.ld_out + r0 + i] = _mm512_reduce_add_ps(acc[i][j]);
 }
 
@@ -70,10 +83,12 @@ void GemmF8Avx512(const GemmArgs& a, int64_t rb, int64_t re) {
     F8Tokens<8, 1>(a, rb, re, 0);
     return;
   }
-  int64_t t = 0;
-  for (; t + 3 <= a.n_tokens; t += 3) F8Tokens<4, 3>(a, rb, re, t);
-  if (a.n_tokens - t == 2) F8Tokens<4, 2>(a, rb, re, t);
-  if (a.n_tokens - t == 1) F8Tokens<8, 1>(a, rb, re, t);
+  ForRowBlocks(a, rb, re, [&](int64_t r0, int64_t r1) {
+    int64_t t = 0;
+    for (; t + 3 <= a.n_tokens; t += 3) F8Tokens<4, 3>(a, r0, r1, t);
+    if (a.n_tokens - t == 2) F8Tokens<4, 2>(a, r0, r1, t);
+    if (a.n_tokens - t == 1) F8Tokens<8, 1>(a, r0, r1, t);
+  });
 }
 
 }  // namespace cascade::kernels::cpu::internal
