@@ -1,17 +1,26 @@
 // F8_E4M3_B128 weights on AVX-512: 16 E4M3 codes to f32 per instruction group through f16
 // (the values of core/fp8.h times 2^-8, exact), FMA tiles of rows x tokens as the AVX2 float
 // kernels (linear_avx2.cc), twice as wide, each 128-block's sums scaled once by its scale.
+// A prefill (6 tokens or more) instead decodes a block of rows to f32 once (each value times
+// its scale, one rounding) and runs the F32 tiles (linear_float_avx512.cc) over it.
 // Activations stay f32.
 // Compiled with AVX-512 F/BW/VL/DQ; called only on such CPUs (linear_avx512.cc's table).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "kernels/cpu/fp8_avx512.h"
 #include "kernels/cpu/linear_kernels.h"
 
 namespace cascade::kernels::cpu::internal {
 namespace {
+
+// From this many tokens on, rows are decoded to f32 once per block and run by the F32
+// tiles; fewer (speculative verification) convert in the tiles.
+constexpr int64_t kMinDecodedTokens = 6;
+constexpr int64_t kDecodedBlockBytes = 256 * 1024;
 
 // Software prefetch into L2 this far ahead of each row's read position, as the float
 // kernels (linear_float_avx512.cc) and the packed ones: a tile's rows are one stream.
@@ -78,17 +87,50 @@ void F8Tokens(const GemmArgs& a, int64_t rb, int64_t re, int64_t t0) {
 
 }  // namespace
 
+// Rows [r0, r1) decoded to f32 (E4M3 value x its block's scale, one rounding) into `out`
+// [r1 - r0, n_in].
+void DecodeRows(const GemmArgs& a, int64_t r0, int64_t r1, float* out) {
+  for (int64_t r = r0; r < r1; ++r, out += a.n_in) {
+    const uint8_t* w = a.w + r * a.w_row_bytes;
+    for (int64_t kb = 0; kb < a.n_in; kb += 128) {
+      const uint8_t* block = w + (kb >> 7) * 132;
+      float d;
+      std::memcpy(&d, block, 4);
+      const __m512 scale = _mm512_set1_ps(d * 256.0f);
+      for (int k = 0; k < 128; k += 16) {
+        _mm512_storeu_ps(out + kb + k, _mm512_mul_ps(E4M3x16Over256(block + 4 + k), scale));
+      }
+    }
+  }
+}
+
 void GemmF8Avx512(const GemmArgs& a, int64_t rb, int64_t re) {
   if (a.n_tokens == 1) {
     F8Tokens<8, 1>(a, rb, re, 0);
     return;
   }
-  ForRowBlocks(a, rb, re, [&](int64_t r0, int64_t r1) {
+  if (a.n_tokens < kMinDecodedTokens) {
     int64_t t = 0;
-    for (; t + 3 <= a.n_tokens; t += 3) F8Tokens<4, 3>(a, r0, r1, t);
-    if (a.n_tokens - t == 2) F8Tokens<4, 2>(a, r0, r1, t);
-    if (a.n_tokens - t == 1) F8Tokens<8, 1>(a, r0, r1, t);
-  });
+    for (; t + 3 <= a.n_tokens; t += 3) F8Tokens<4, 3>(a, rb, re, t);
+    if (a.n_tokens - t == 2) F8Tokens<4, 2>(a, rb, re, t);
+    if (a.n_tokens - t == 1) F8Tokens<8, 1>(a, rb, re, t);
+    return;
+  }
+  // Prefill: a block of rows at a time decoded once to f32 (kDecodedBlockBytes, in L2),
+  // then every token over it by the F32 tiles; decoding per tile of tokens instead cost
+  // each weight's conversion n_tokens / 3 times.
+  thread_local std::vector<float> decoded;
+  const int64_t rows = std::max<int64_t>(4, kDecodedBlockBytes / (a.n_in * 4) / 4 * 4);
+  decoded.resize(static_cast<size_t>(rows * a.n_in));
+  for (int64_t r0 = rb; r0 < re; r0 += rows) {
+    const int64_t r1 = std::min(re, r0 + rows);
+    DecodeRows(a, r0, r1, decoded.data());
+    GemmArgs f = a;
+    f.w = reinterpret_cast<const uint8_t*>(decoded.data());
+    f.w_row_bytes = a.n_in * 4;
+    f.out = a.out + r0;
+    GemmF32Avx512(f, 0, r1 - r0);
+  }
 }
 
 }  // namespace cascade::kernels::cpu::internal

@@ -277,6 +277,9 @@ std::vector<Case> Cases() {
           cases.push_back({d, isa, n_tokens, 53, n_in, 2});
         }
       }
+      // Row-major prefill kernels work in row blocks of 256 KiB (FP8: decoded to f32, 64
+      // rows of 1024): several blocks and a partial last one, on both threads.
+      if (BlockElems(d) == 1 || BlockElems(d) == 128) cases.push_back({d, isa, 17, 300, 1024, 2});
     }
   }
   return cases;
