@@ -135,10 +135,12 @@ void TileTokens(const GemmArgs& a, const Tile& tile, int64_t b0, int n_blk, int6
                 bool accumulate) {
   const int64_t nb = a.n_in / 32;
   __m512 facc[T];
+#pragma GCC unroll 8
   for (int t = 0; t < T; ++t) facc[t] = _mm512_setzero_ps();
   const int8_t* xq[T];
   const float* xd[T];
   const float* xs[T];
+#pragma GCC unroll 8
   for (int t = 0; t < T; ++t) {
     xq[t] = a.xq + (t0 + t) * a.n_in + b0 * 32;
     xd[t] = a.xd + (t0 + t) * nb + b0;
@@ -155,6 +157,7 @@ void TileTokens(const GemmArgs& a, const Tile& tile, int64_t b0, int n_blk, int6
                    d1 = _mm512_load_ps(tile.d + (2 * b + 1) * kTileRows);
       const __m512 o0 = _mm512_load_ps(tile.off + 2 * b * kTileRows);
       const __m512 o1 = _mm512_load_ps(tile.off + (2 * b + 1) * kTileRows);
+#pragma GCC unroll 8
       for (int t = 0; t < T; ++t) {
         const int8_t* x = xq[t] + b * 32;
         // Elements 0..15 (operands 0-3) and 16..31 (4-7) have their own scales.
@@ -176,6 +179,7 @@ void TileTokens(const GemmArgs& a, const Tile& tile, int64_t b0, int n_blk, int6
     }
     const __m512 dw = _mm512_load_ps(tile.d + b * kTileRows);
     const __m512 ow = _mm512_load_ps(tile.off + b * kTileRows);
+#pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
       const int8_t* x = xq[t] + b * 32;
       __m512i ia = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w0, _mm512_set1_epi32(Load32(x)));
@@ -191,6 +195,7 @@ void TileTokens(const GemmArgs& a, const Tile& tile, int64_t b0, int n_blk, int6
       facc[t] = _mm512_fmadd_ps(ow, _mm512_set1_ps(xs[t][b]), facc[t]);
     }
   }
+#pragma GCC unroll 8
   for (int t = 0; t < T; ++t) {
     float* o = a.out + (t0 + t) * a.ld_out + r0;
     __m512 v = facc[t];

@@ -97,6 +97,7 @@ void GemvGroup(const GemmArgs& a, int64_t r0, int64_t r_end, int64_t t0) {
   const float* xd[T];
   const float* xs[T];
   __m512 acc[T], oacc[T];
+#pragma GCC unroll 8
   for (int t = 0; t < T; ++t) {
     xq[t] = a.xq + (t0 + t) * a.n_in;
     xd[t] = a.xd + (t0 + t) * nb;
@@ -115,12 +116,14 @@ void GemvGroup(const GemmArgs& a, int64_t r0, int64_t r_end, int64_t t0) {
       dw[h] = _mm512_cvtph_ps(_mm256_load_si256(dptr + b * L::kHalves + h));
       ow[h] = L::kStoredMin ? _mm512_cvtph_ps(_mm256_load_si256(mptr + b * L::kHalves + h)) : dw[h];
     }
+#pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
       BlockDot<D>(w, BlockX(xq[t] + b * 32), dw, ow, xd[t][b], xs[t] + b * L::kHalves, acc[t], oacc[t]);
     }
   }
   const int64_t rows = std::min<int64_t>(16, r_end - r0);
   const __mmask16 m = static_cast<__mmask16>(rows >= 16 ? 0xffff : (1u << static_cast<unsigned>(rows)) - 1);
+#pragma GCC unroll 8
   for (int t = 0; t < T; ++t) {
     const __m512 v = _mm512_fmadd_ps(oacc[t], _mm512_set1_ps(L::kOffsetFactor), acc[t]);
     _mm512_mask_storeu_ps(a.out + (t0 + t) * a.ld_out + r0, m, v);
