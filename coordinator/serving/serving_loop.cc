@@ -165,6 +165,10 @@ void ServingLoop::Admit() {
   {
     absl::MutexLock lock(&mu_);
     batch.swap(submitted_);
+    // Still live while they are admitted: Stats (what the router weighs replicas by) must
+    // not lose them between the queue and active_, or a request arriving meanwhile sees
+    // this replica idle and joins them (PublishStats below recounts).
+    stats_.n_live += static_cast<int64_t>(batch.size());
   }
   for (auto& [id, a] : batch) {
     // While a dead worker is being replaced, arrivals wait in the queue (bounded by their
