@@ -142,6 +142,9 @@ TEST_P(TpRandomModelTest, MatchesSingleRank) {
   for (int tp : {2, 3, 4}) ExpectParity(*files, tp, tc.bound);
 }
 
+// MXFP4 (every matrix, the embedding and the head included): the same activation rounding
+// flips, carried by every MXFP4 layer after them (see QuarkMxfp4CheckpointsMatchSingleRank),
+// measured 8e-3 to 1e-2; the greedy ids stay equal.
 // F32: only the summation order of the partial sums differs (< 1e-4, the bound).
 // Q8_0: every shard boundary is a block boundary, so activations quantize into the same
 // blocks as at TP=1; again only f32 summation order differs, but a rounding flip in an
@@ -150,7 +153,8 @@ INSTANTIATE_TEST_SUITE_P(Types, TpRandomModelTest,
                          ::testing::Values(RandomCase{DType::kF32}, RandomCase{DType::kF32, true, true},
                                            RandomCase{DType::kQ8_0, false, false, 1e-3},
                                            RandomCase{DType::kQ4_1, true, false, 1e-3},
-                                           RandomCase{DType::kF32, false, false, 1e-4, true}));
+                                           RandomCase{DType::kF32, false, false, 1e-4, true},
+                                           RandomCase{DType::kMXFP4, false, false, 2e-2}));
 
 // MoE layers under TP, experts sharded whole over the group (EP: 8 experts as 4 + 4 or
 // 3 + 3 + 2) or every expert's FFN columns sliced: the logits of TP=1 and its greedy ids.
@@ -234,6 +238,23 @@ TEST(TpTransformerTest, GptOssMatchesSingleRank) {
     ExpectParity(*files, tp, 1e-4, 20, 6);
     ExpectParity(*files, tp, 1e-4, 20, 6, /*expert_parallel=*/true);
   }
+}
+
+// gpt-oss in OpenAI's MXFP4 release layout (experts as GGUF MXFP4 blocks, the rest BF16):
+// at EP=2 each rank holds whole experts, so their inputs are not split and the logits
+// equal TP=1's to f32 summation order. This model's expert FFN is one MXFP4 block (32)
+// wide, which TP=2 cannot slice: refused, naming why.
+TEST(TpTransformerTest, GptOssMxfp4ReleaseMatchesSingleRank) {
+  testing::TempDir dir;
+  gpt_oss_test::Model m = gpt_oss_test::MakeModel();
+  const std::vector<gpt_oss_test::Mxfp4Layer> mx = gpt_oss_test::MakeMxfp4Experts(m);
+  auto files = OpenModelFiles(gpt_oss_test::WriteHf(m, dir.path() + "/gpt-oss-mxfp4", &mx));
+  ASSERT_TRUE(files.ok()) << files.status();
+  ExpectParity(*files, 2, 1e-4, 20, 6, /*expert_parallel=*/true);
+  const std::vector<absl::StatusOr<Trace>> sliced = RunTp(*files, 2, Prompt(20, files->config.n_vocab), 1);
+  EXPECT_THAT(sliced[0].status(),
+              testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                ::testing::HasSubstr("cannot split the expert FFN's 1 blocks of 32")));
 }
 
 TEST(TpTransformerTest, Stories260kMatchesSingleRank) {
