@@ -16,6 +16,7 @@
 
 #include "core/half.h"
 #include "model/format/hf_model.h"
+#include "tests/format/checkpoint_dir.h"
 #include "tests/safetensors_writer.h"
 #include "tests/test_support.h"
 
@@ -23,15 +24,11 @@ namespace cascade::model {
 namespace {
 
 using Json = nlohmann::json;
-using ::testing::HasSubstr;
+using testing::ExpectRefused;
 using testing::RawBytes;
 using testing::SafetensorsEntry;
 using testing::TempDir;
-
-std::string WriteCheckpoint(const TempDir& dir, const std::string& name, const Json& q,
-                            const std::vector<SafetensorsEntry>& entries) {
-  return testing::WriteHfDirectory(dir.path() + "/" + name, Json{{"quantization_config", q}}.dump(), entries);
-}
+using testing::WriteCheckpoint;
 
 const Json kBlockConfig = {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"weight_block_size", {128, 128}}};
 
@@ -76,13 +73,6 @@ TEST(Fp8CheckpointTest, BlockScalesReachEveryElementOfTheirBlock) {
   EXPECT_EQ(std::memcmp(part->data, bytes + 120 * RowBytes(DType::kF8_E4M3_B128, n_in),
                         20 * RowBytes(DType::kF8_E4M3_B128, n_in)),
             0);
-}
-
-void ExpectRefused(const std::string& dir, absl::StatusCode code, const std::string& says) {
-  auto w = OpenHfWeights(dir);
-  ASSERT_FALSE(w.ok()) << dir;
-  EXPECT_EQ(w.status().code(), code) << w.status();
-  EXPECT_THAT(std::string(w.status().message()), HasSubstr(says)) << w.status();
 }
 
 TEST(Fp8CheckpointTest, WhatCascadeCannotReadIsRefusedWithTheReason) {

@@ -22,6 +22,7 @@
 #include "model/layers/linear.h"
 #include "model/layers/weight_loader.h"
 #include "model/transformer.h"
+#include "tests/format/checkpoint_dir.h"
 #include "tests/greedy_trace.h"
 #include "tests/int4_writer.h"
 #include "tests/safetensors_writer.h"
@@ -32,6 +33,7 @@ namespace {
 
 using Json = nlohmann::json;
 using testing::AwqConfig;
+using testing::ExpectRefused;
 using testing::GptqConfig;
 using ::testing::HasSubstr;
 using testing::PackAwq;
@@ -42,12 +44,7 @@ using testing::RawBytes;
 using testing::Rtn;
 using testing::SafetensorsEntry;
 using testing::TempDir;
-
-// A directory with config.json {"quantization_config": q} and one safetensors file.
-std::string WriteCheckpoint(const TempDir& dir, const std::string& name, const Json& q,
-                            const std::vector<SafetensorsEntry>& entries) {
-  return testing::WriteHfDirectory(dir.path() + "/" + name, Json{{"quantization_config", q}}.dump(), entries);
-}
+using testing::WriteCheckpoint;
 
 // Every row of `name` read through the loader decodes to exactly m's values.
 void ExpectDecodesExactly(const WeightSource& w, const std::string& name, const QuantMatrix& m) {
@@ -101,11 +98,6 @@ TEST(Int4CheckpointTest, GptqAndAwqRepackExactly) {
     ASSERT_TRUE(w.ok()) << w.status();
     ExpectDecodesExactly(**w, "layer.proj.weight", m);
   }
-}
-
-void ExpectRefused(const std::string& dir, absl::StatusCode code, const std::string& says) {
-  absl::StatusOr<std::unique_ptr<WeightSource>> w = OpenHfWeights(dir);
-  EXPECT_THAT(w, testing::StatusIs(code, HasSubstr(says))) << dir;
 }
 
 TEST(Int4CheckpointTest, UnsupportedSchemesAreRefusedWithTheReason) {

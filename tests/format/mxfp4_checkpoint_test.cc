@@ -15,6 +15,7 @@
 
 #include "kernels/cpu/quantize.h"
 #include "model/format/hf_model.h"
+#include "tests/format/checkpoint_dir.h"
 #include "tests/safetensors_writer.h"
 #include "tests/test_support.h"
 
@@ -22,10 +23,11 @@ namespace cascade::model {
 namespace {
 
 using Json = nlohmann::json;
-using ::testing::HasSubstr;
+using testing::ExpectRefused;
 using testing::RawBytes;
 using testing::SafetensorsEntry;
 using testing::TempDir;
+using testing::WriteCheckpoint;
 
 const Json kFp4 = {{"dtype", "fp4"}, {"qscheme", "per_group"}, {"group_size", 32}, {"scale_format", "e8m0"}};
 
@@ -34,11 +36,6 @@ Json QuarkConfig(const Json& weight) {
           {"global_quant_config", {{"weight", weight}, {"input_tensors", kFp4}}},
           {"exclude", {"lm_head"}},
           {"layer_quant_config", Json::object()}};
-}
-
-std::string WriteCheckpoint(const TempDir& dir, const std::string& name, const Json& q,
-                            const std::vector<SafetensorsEntry>& entries) {
-  return testing::WriteHfDirectory(dir.path() + "/" + name, Json{{"quantization_config", q}}.dump(), entries);
 }
 
 TEST(QuarkMxfp4Test, CodesAndExponentsReachEveryElement) {
@@ -79,13 +76,6 @@ TEST(QuarkMxfp4Test, CodesAndExponentsReachEveryElement) {
     ASSERT_TRUE(one.ok()) << one.status();
     EXPECT_EQ(std::memcmp(one->data, bytes, row_bytes), 0) << "row " << r << " read alone";
   }
-}
-
-void ExpectRefused(const std::string& dir, absl::StatusCode code, const std::string& what) {
-  auto w = OpenHfWeights(dir);
-  ASSERT_FALSE(w.ok()) << dir;
-  EXPECT_EQ(w.status().code(), code) << w.status();
-  EXPECT_THAT(std::string(w.status().message()), HasSubstr(what));
 }
 
 TEST(QuarkMxfp4Test, WhatCascadeCannotReadIsRefusedWithTheReason) {
