@@ -36,6 +36,10 @@ absl::StatusOr<ChatTemplateKind> DetectChatTemplate(std::string_view jinja);
 absl::StatusOr<ChatTemplateKind> ChatTemplateFromName(std::string_view name);
 std::string_view ChatTemplateName(ChatTemplateKind kind);
 
+// The template a chat is rendered with: the one `name` names when given, else the model's
+// own template `jinja` as detected. Errors as those two functions'.
+absl::StatusOr<ChatTemplateKind> ResolveChatTemplate(std::string_view name, std::string_view jinja);
+
 // Renders `messages` in format `kind`. With `add_generation_prompt` the text ends with
 // the opening of an assistant turn (Llama 2 has none: its user turn already ends with
 // "[/INST]"). The leading BOS some formats start with is NOT included: encode the result

@@ -32,7 +32,6 @@ std::string OutputFilter::Route(const std::string& decoded, bool at_end) {
     d.content += rest.content;
   }
   reasoning_ += d.reasoning;
-  all_reasoning_ += d.reasoning;
   return stops_.Push(d.content);
 }
 

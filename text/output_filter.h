@@ -15,9 +15,9 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <utility>
 #include <vector>
 
+#include "text/chat_template.h"
 #include "text/detokenizer.h"
 #include "text/harmony.h"
 #include "text/stop_matcher.h"
@@ -45,6 +45,10 @@ struct StopConditions {
 // messages split into reasoning and content. A chat rendered with the harmony template is
 // answered in kHarmony; everything else in kText.
 enum class OutputFormat { kText, kHarmony };
+// The format a chat rendered with `chat` is answered in.
+inline OutputFormat OutputFormatOf(ChatTemplateKind chat) {
+  return chat == ChatTemplateKind::kHarmony ? OutputFormat::kHarmony : OutputFormat::kText;
+}
 
 class OutputFilter {
  public:
@@ -63,9 +67,13 @@ class OutputFilter {
   const std::string& text() const { return stops_.emitted(); }
   // kHarmony: the reasoning that became known since the last call (after Push or Flush);
   // always "" in kText.
-  std::string TakeReasoning() { return std::exchange(reasoning_, {}); }
+  std::string TakeReasoning() {
+    std::string fresh = reasoning_.substr(reasoning_taken_);
+    reasoning_taken_ = reasoning_.size();
+    return fresh;
+  }
   // All reasoning so far, taken or not.
-  const std::string& reasoning() const { return all_reasoning_; }
+  const std::string& reasoning() const { return reasoning_; }
 
  private:
   const Tokenizer* tokenizer_;  // Borrowed.
@@ -78,8 +86,8 @@ class OutputFilter {
   Detokenizer detok_;
   StopMatcher stops_;
   std::optional<HarmonyParser> harmony_;  // kHarmony only.
-  std::string reasoning_;                 // Not taken yet.
-  std::string all_reasoning_;
+  std::string reasoning_;                 // All reasoning so far.
+  size_t reasoning_taken_ = 0;            // Bytes of it TakeReasoning returned.
   FinishReason reason_ = FinishReason::kNone;
 };
 

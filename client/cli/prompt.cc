@@ -8,20 +8,10 @@
 
 namespace cascade::cli {
 
-namespace {
-
-// The named template, or the model's as detected.
-absl::StatusOr<text::ChatTemplateKind> ChatTemplateOf(const text::Tokenizer& tokenizer,
-                                                      const std::string& template_name) {
-  if (!template_name.empty()) return text::ChatTemplateFromName(template_name);
-  return text::DetectChatTemplate(tokenizer.chat_template());
-}
-
-}  // namespace
-
 absl::StatusOr<std::string> RenderChat(const text::Tokenizer& tokenizer, const std::string& user,
                                        const std::string& system, const std::string& template_name) {
-  CASCADE_ASSIGN_OR_RETURN(const text::ChatTemplateKind kind, ChatTemplateOf(tokenizer, template_name));
+  CASCADE_ASSIGN_OR_RETURN(const text::ChatTemplateKind kind,
+                           text::ResolveChatTemplate(template_name, tokenizer.chat_template()));
   std::vector<text::ChatMessage> messages;
   if (!system.empty()) messages.push_back({"system", system});
   messages.push_back({"user", user});
@@ -31,8 +21,8 @@ absl::StatusOr<std::string> RenderChat(const text::Tokenizer& tokenizer, const s
 absl::StatusOr<text::OutputFormat> PromptOutputFormat(const Args& args, const text::Tokenizer& tokenizer) {
   if (!args.Has("chat")) return text::OutputFormat::kText;
   CASCADE_ASSIGN_OR_RETURN(const text::ChatTemplateKind kind,
-                           ChatTemplateOf(tokenizer, args.GetOr("chat-template", "")));
-  return kind == text::ChatTemplateKind::kHarmony ? text::OutputFormat::kHarmony : text::OutputFormat::kText;
+                           text::ResolveChatTemplate(args.GetOr("chat-template", ""), tokenizer.chat_template()));
+  return text::OutputFormatOf(kind);
 }
 
 absl::StatusOr<std::vector<int32_t>> ParseIds(const std::string& csv) {

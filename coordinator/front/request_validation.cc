@@ -8,15 +8,6 @@
 #include "wire/api_wire.h"
 
 namespace cascade::coordinator {
-namespace {
-
-// The template a chat is rendered with: the one it names, or the model's as detected.
-absl::StatusOr<text::ChatTemplateKind> ChatTemplateOf(const v1::ChatMessages& chat, const text::Tokenizer& tokenizer) {
-  if (!chat.chat_template().empty()) return text::ChatTemplateFromName(chat.chat_template());
-  return text::DetectChatTemplate(tokenizer.chat_template());
-}
-
-}  // namespace
 
 absl::StatusOr<std::vector<int32_t>> TokenizePrompt(const v1::Prompt& prompt, const text::Tokenizer& tokenizer,
                                                     int64_t n_vocab, bool add_special) {
@@ -35,7 +26,8 @@ absl::StatusOr<std::vector<int32_t>> TokenizePrompt(const v1::Prompt& prompt, co
     case v1::Prompt::kChat: {
       const v1::ChatMessages& chat = prompt.chat();
       if (chat.messages().empty()) return absl::InvalidArgumentError("prompt.chat: no messages");
-      CASCADE_ASSIGN_OR_RETURN(const text::ChatTemplateKind kind, ChatTemplateOf(chat, tokenizer));
+      CASCADE_ASSIGN_OR_RETURN(const text::ChatTemplateKind kind,
+                               text::ResolveChatTemplate(chat.chat_template(), tokenizer.chat_template()));
       std::vector<text::ChatMessage> msgs;
       for (const auto& m : chat.messages()) msgs.push_back({m.role(), m.content()});
       return tokenizer.Encode(text::ApplyChatTemplate(kind, msgs, true), false);
@@ -52,10 +44,10 @@ absl::StatusOr<ServingRequest> ValidateGenerateRequest(const v1::GenerateRequest
   CASCADE_ASSIGN_OR_RETURN(r.prompt, TokenizePrompt(req.prompt(), tokenizer, n_vocab, /*add_special=*/true));
   if (r.prompt.empty()) return absl::InvalidArgumentError("prompt: empty (no tokens)");
   // A chat in the harmony format is answered in it: reasoning apart from the content.
-  if (req.prompt().has_chat() &&
-      ChatTemplateOf(req.prompt().chat(), tokenizer).value_or(text::ChatTemplateKind::kChatMl) ==
-          text::ChatTemplateKind::kHarmony) {
-    r.output_format = text::OutputFormat::kHarmony;
+  // (TokenizePrompt resolved the same template without error.)
+  if (req.prompt().has_chat()) {
+    r.output_format = text::OutputFormatOf(
+        *text::ResolveChatTemplate(req.prompt().chat().chat_template(), tokenizer.chat_template()));
   }
   r.sampling = wire::FromApiSampling(req.sampling(), req.logprobs());
   if (absl::Status st = r.sampling.Validate(); !st.ok()) return Annotate(st, "sampling");
