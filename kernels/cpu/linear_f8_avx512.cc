@@ -22,10 +22,6 @@ namespace {
 constexpr int64_t kMinDecodedTokens = 6;
 constexpr int64_t kDecodedBlockBytes = 256 * 1024;
 
-// Software prefetch into L2 this far ahead of each row's read position, as the float
-// kernels (linear_float_avx512.cc) and the packed ones: a tile's rows are one stream.
-constexpr int64_t kPrefetchBytes = 16384;
-
 // R rows x T tokens of output, full dot products over n_in (a multiple of 128). Each
 // 128-block's products are summed unscaled, then added times the block's scale (x 2^8):
 // one FMA per block instead of a multiply per 16 weights.

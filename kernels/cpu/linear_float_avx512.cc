@@ -10,17 +10,28 @@
 // Compiled with AVX-512 F/BW/VL/DQ (+AVX2/F16C); called only on such CPUs (linear_avx512.cc's table).
 #include <immintrin.h>
 
+#include <algorithm>
+
 #include "kernels/cpu/linear_kernels.h"
 
 namespace cascade::kernels::cpu::internal {
 namespace {
 
-// Software prefetch into L2 this far ahead of each row's read position. A tile's rows lie
-// one after another, so this runs 16 KiB ahead of the tile's stream: the distance the
-// packed kernels measured best (linear_packed_avx512.cc). Measured here, bf16 LM head
-// [49152, 576] at batch 1 on the 2-core AMD VM: none 10.0 / 20.8 GB/s (1 / 2 threads),
-// 1 KiB 10.3 / 21.7, 4 KiB 13.9 / 28.2, 16 KiB 27.9 / 50.5, 32 KiB 29.7 / 63.0 (noisy).
-constexpr int64_t kPrefetchBytes = 16384;
+// Each row is prefetched kPrefetchBytes (linear_kernels.h) ahead of its read position. A
+// tile's rows lie one after another, so that runs 16 KiB ahead of the tile's stream.
+// Measured here, bf16 LM head [49152, 576] at batch 1 on the 2-core AMD VM: no prefetch
+// 10.0 / 20.8 GB/s (1 / 2 threads), 1 KiB 10.3 / 21.7, 4 KiB 13.9 / 28.2, 16 KiB 27.9 /
+// 50.5, 32 KiB 29.7 / 63.0 (noisy).
+
+// Rows [row_begin, row_end) in blocks of about kRowBlockBytes of weights (a multiple of 4
+// rows), each passed whole to fn(r0, r1): a prefill runs every token over one block while
+// it sits in L2, instead of streaming the whole matrix from memory once per tile of tokens.
+constexpr int64_t kRowBlockBytes = 256 * 1024;
+template <typename Fn>
+void ForRowBlocks(const GemmArgs& a, int64_t row_begin, int64_t row_end, Fn&& fn) {
+  const int64_t rows = std::max<int64_t>(4, kRowBlockBytes / std::max<int64_t>(a.w_row_bytes, 1) / 4 * 4);
+  for (int64_t r0 = row_begin; r0 < row_end; r0 += rows) fn(r0, std::min(row_end, r0 + rows));
+}
 
 // 16 weights from element k on, f32; lanes outside `m` are 0 (masked loads touch no
 // memory there).

@@ -5,7 +5,6 @@
 // disjoint output rows are safe.
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 
 #include "core/dtype.h"
@@ -36,16 +35,11 @@ struct GemmArgs {
 
 using GemmFn = void (*)(const GemmArgs& args, int64_t row_begin, int64_t row_end);
 
-// Rows [row_begin, row_end) in blocks of about kRowBlockBytes of weights (a multiple of 4
-// rows), each passed whole to fn(r0, r1): the row-major float and FP8 kernels run every
-// token of a prefill over one block while it sits in L2, instead of streaming the whole
-// matrix from memory once per tile of tokens.
-inline constexpr int64_t kRowBlockBytes = 256 * 1024;
-template <typename Fn>
-void ForRowBlocks(const GemmArgs& a, int64_t row_begin, int64_t row_end, Fn&& fn) {
-  const int64_t rows = std::max<int64_t>(4, kRowBlockBytes / std::max<int64_t>(a.w_row_bytes, 1) / 4 * 4);
-  for (int64_t r0 = row_begin; r0 < row_end; r0 += rows) fn(r0, std::min(row_end, r0 + rows));
-}
+// How far ahead of its read position an AVX-512 weight stream is prefetched into L2
+// (`_MM_HINT_T1`), in the packed, float and FP8 kernels alike. Measured in
+// linear_packed_avx512.cc (Intel) and linear_float_avx512.cc (AMD): shorter distances left
+// batch-1 decode waiting on memory, and into L1 that far ahead evicts the lines in use.
+inline constexpr int64_t kPrefetchBytes = 16384;
 // Quantizes x [n] (n a multiple of 32) to quants [n], scales and sums [n / 32].
 using QuantQ8BlockFn = void (*)(const float* x, int64_t n, int8_t* q, float* d, float* s);
 

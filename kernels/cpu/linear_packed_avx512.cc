@@ -39,8 +39,6 @@
 namespace cascade::kernels::cpu::internal {
 namespace {
 
-constexpr int64_t kPrefetchBytes = 16384;
-
 inline __m512i Bcast(const int8_t* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
