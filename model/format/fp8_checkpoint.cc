@@ -11,6 +11,7 @@
 #include "core/quant_blocks.h"
 #include "core/status.h"
 #include "core/str_cat.h"
+#include "model/format/json_string.h"
 #include "model/format/repacked_source.h"
 
 namespace cascade::model {
@@ -19,11 +20,6 @@ namespace {
 using Json = nlohmann::json;
 
 constexpr int64_t kBlock = 128;  // Inputs per F8_E4M3_B128 block.
-
-std::string StringKey(const Json& q, const char* key) {
-  const auto it = q.find(key);
-  return it != q.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
 
 // A [rows, cols] block size: each a positive integer, the columns a multiple of 128.
 absl::Status ReadBlock(const Json& v, const std::string& key, const std::string& source, Fp8Scheme* s) {
@@ -44,7 +40,7 @@ absl::Status ReadBlock(const Json& v, const std::string& key, const std::string&
 // quant_method "fp8": e4m3 weights, an optional weight_block_size.
 absl::StatusOr<Fp8Scheme> FromFp8(const Json& q, const std::string& source) {
   Fp8Scheme s;
-  const std::string fmt = StringKey(q, "fmt");
+  const std::string fmt = JsonString(q, "fmt");
   if (!fmt.empty() && fmt != "e4m3") {
     return absl::UnimplementedError(StrCat(source, ": FP8 format '", fmt, "' is not supported (Cascade reads e4m3)"));
   }
@@ -66,7 +62,7 @@ absl::StatusOr<Fp8Scheme> FromCompressedTensors(const Json& q, const std::string
     if (w == group.end() || !w->is_object()) {
       return absl::InvalidArgumentError(StrCat(source, ": config_groups.", name, " has no weights"));
     }
-    const std::string type = StringKey(*w, "type"), strategy = StringKey(*w, "strategy");
+    const std::string type = JsonString(*w, "type"), strategy = JsonString(*w, "strategy");
     const auto bits = w->find("num_bits");
     if (type != "float" || bits == w->end() || !bits->is_number_integer() || bits->get<int64_t>() != 8) {
       return absl::UnimplementedError(StrCat(source, ": compressed-tensors weights of type '", type,
@@ -212,7 +208,7 @@ absl::StatusOr<std::optional<Fp8Scheme>> Fp8SchemeFromHfConfig(const std::string
   }
   const auto it = config.find("quantization_config");
   if (it == config.end() || !it->is_object()) return std::optional<Fp8Scheme>();
-  const std::string method = StringKey(*it, "quant_method");
+  const std::string method = JsonString(*it, "quant_method");
   if (method == "fp8") {
     CASCADE_ASSIGN_OR_RETURN(Fp8Scheme s, FromFp8(*it, source));
     return std::optional<Fp8Scheme>(s);

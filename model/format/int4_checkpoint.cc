@@ -12,6 +12,7 @@
 #include "core/quant_blocks.h"
 #include "core/status.h"
 #include "core/str_cat.h"
+#include "model/format/json_string.h"
 #include "model/format/repacked_source.h"
 
 namespace cascade::model {
@@ -36,11 +37,6 @@ absl::StatusOr<std::optional<int64_t>> IntKey(const Json& q, const char* key, co
   return std::optional<int64_t>();
 }
 
-std::string StringKey(const Json& q, const char* key, const char* fallback) {
-  const auto it = q.find(key);
-  return it != q.end() && it->is_string() ? it->get<std::string>() : std::string(fallback);
-}
-
 }  // namespace
 
 absl::StatusOr<std::optional<Int4Scheme>> Int4SchemeFromHfConfig(const std::string& config_text,
@@ -53,11 +49,11 @@ absl::StatusOr<std::optional<Int4Scheme>> Int4SchemeFromHfConfig(const std::stri
   if (it == config.end() || it->is_null()) return std::optional<Int4Scheme>();
   const Json& q = *it;
   if (!q.is_object()) return absl::InvalidArgumentError(StrCat(source, ": quantization_config must be an object"));
-  const std::string method = StringKey(q, "quant_method", "");
+  const std::string method = JsonString(q, "quant_method", "");
   Int4Scheme s;
   if (method == "gptq") {
     s.method = Int4Scheme::Method::kGptq;
-    const std::string format = StringKey(q, "checkpoint_format", "gptq");
+    const std::string format = JsonString(q, "checkpoint_format", "gptq");
     if (format != "gptq" && format != "gptq_v2") {
       return absl::UnimplementedError(StrCat(source, ": GPTQ checkpoint_format '", format,
                                              "' is not supported (Cascade reads 'gptq' and 'gptq_v2')"));
@@ -65,7 +61,7 @@ absl::StatusOr<std::optional<Int4Scheme>> Int4SchemeFromHfConfig(const std::stri
     s.zero_offset = format == "gptq" ? 1 : 0;
   } else if (method == "awq") {
     s.method = Int4Scheme::Method::kAwq;
-    const std::string version = StringKey(q, "version", "gemm");
+    const std::string version = JsonString(q, "version", "gemm");
     if (version != "gemm" && version != "GEMM") {
       return absl::UnimplementedError(
           StrCat(source, ": AWQ version '", version, "' is not supported (Cascade reads the 'gemm' packing)"));

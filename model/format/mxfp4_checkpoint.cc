@@ -8,6 +8,7 @@
 #include "core/quant_blocks.h"
 #include "core/status.h"
 #include "core/str_cat.h"
+#include "model/format/json_string.h"
 #include "model/format/repacked_source.h"
 
 namespace cascade::model {
@@ -17,12 +18,6 @@ using Json = nlohmann::json;
 
 constexpr int64_t kGroup = 32;  // Inputs per E8M0 exponent (OCP MX).
 
-// The string at `key` of `spec`, or "".
-std::string StringAt(const Json& spec, const char* key) {
-  const auto it = spec.find(key);
-  return it != spec.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
-
 // `spec` (a weight spec of global_quant_config) is MXFP4: fp4, per group of 32, E8M0.
 absl::Status CheckWeightSpec(const Json& spec, const std::string& source) {
   const std::string key = "quantization_config.global_quant_config.weight";
@@ -31,9 +26,9 @@ absl::Status CheckWeightSpec(const Json& spec, const std::string& source) {
   }
   if (!spec.is_object()) return absl::InvalidArgumentError(StrCat(source, ": ", key, " must be an object"));
   const auto group = spec.find("group_size");
-  const bool mxfp4 = StringAt(spec, "dtype") == "fp4" && StringAt(spec, "qscheme") == "per_group" &&
+  const bool mxfp4 = JsonString(spec, "dtype") == "fp4" && JsonString(spec, "qscheme") == "per_group" &&
                      group != spec.end() && group->is_number_integer() && group->get<int64_t>() == kGroup &&
-                     StringAt(spec, "scale_format") == "e8m0";
+                     JsonString(spec, "scale_format") == "e8m0";
   if (!mxfp4) {
     return absl::UnimplementedError(StrCat(source, ": ", key, " ", spec.dump(),
                                            " is not supported (Cascade reads Quark's MXFP4: dtype fp4, qscheme "
@@ -104,7 +99,7 @@ absl::StatusOr<bool> IsQuarkMxfp4(const std::string& config_text, const std::str
     return absl::InvalidArgumentError(StrCat(source, ": not a JSON object"));
   }
   const auto q = config.find("quantization_config");
-  if (q == config.end() || !q->is_object() || StringAt(*q, "quant_method") != "quark") return false;
+  if (q == config.end() || !q->is_object() || JsonString(*q, "quant_method") != "quark") return false;
   for (const char* per_layer : {"layer_quant_config", "layer_type_quant_config"}) {
     const auto it = q->find(per_layer);
     if (it != q->end() && !it->is_null() && !it->empty()) {
