@@ -82,11 +82,28 @@ void KNibbles(const uint8_t* qs, int s, uint8_t* code) {
   for (int l = 0; l < 32; ++l) code[l] = (q[l] >> shift) & 0x0f;
 }
 
+// The factors of a super-block type's scales: d[h] = super_d * sc[h] (and m[h] =
+// -(super_m * mn[h]) where `min_factor` is 0, else min_factor * d[h]).
+void SetSuperScales(BlockCodes* out, uint16_t d16, uint16_t dmin16, int sc0, int mn0, int sc1, int mn1,
+                    float min_factor) {
+  out->super_d = F16ToF32(d16);
+  out->super_m = F16ToF32(dmin16);
+  out->sc[0] = sc0;
+  out->sc[1] = sc1;
+  out->mn[0] = mn0;
+  out->mn[1] = mn1;
+  const float d0 = out->super_d * static_cast<float>(sc0), d1 = out->super_d * static_cast<float>(sc1);
+  if (min_factor != 0.0f) {
+    SetScales(out, d0, min_factor * d0, d1, min_factor * d1);
+  } else {
+    SetScales(out, d0, -(out->super_m * static_cast<float>(mn0)), d1, -(out->super_m * static_cast<float>(mn1)));
+  }
+}
+
 void KScaleMin(const uint8_t* scales, uint16_t d16, uint16_t dmin16, int s, BlockCodes* out) {
   uint8_t sc, mn;
   UnpackQ4KScaleMin(scales, s, &sc, &mn);
-  const float d = F16ToF32(d16) * sc, m = -(F16ToF32(dmin16) * mn);
-  SetScales(out, d, m, d, m);
+  SetSuperScales(out, d16, dmin16, sc, mn, sc, mn, 0.0f);
 }
 
 void DecodeQ4_K(const uint8_t* row, int64_t b, BlockCodes* out) {
@@ -116,9 +133,7 @@ void DecodeQ6_K(const uint8_t* row, int64_t b, BlockCodes* out) {
     const int high = (qh[l] >> (2 * q)) & 3;
     out->code[l] = static_cast<uint8_t>(low | high << 4);
   }
-  const float d = F16ToF32(x.d);
-  const float d0 = d * x.scales[2 * s], d1 = d * x.scales[2 * s + 1];
-  SetScales(out, d0, -32.0f * d0, d1, -32.0f * d1);
+  SetSuperScales(out, x.d, 0, x.scales[2 * s], 0, x.scales[2 * s + 1], 0, -32.0f);
 }
 
 // Q2_K / Q3_K 2-bit fields: element 32 s + l of the super-block is bits [2 j, 2 j + 2) of
@@ -133,9 +148,8 @@ void DecodeQ2_K(const uint8_t* row, int64_t b, BlockCodes* out) {
   int s;
   const auto& x = SuperBlock<BlockQ2_K>(row, b, &s);
   TwoBits(x.qs, s, out->code);
-  const float d = F16ToF32(x.d), dmin = F16ToF32(x.dmin);
   const uint8_t g0 = x.scales[2 * s], g1 = x.scales[2 * s + 1];
-  SetScales(out, d * (g0 & 0x0f), -(dmin * (g0 >> 4)), d * (g1 & 0x0f), -(dmin * (g1 >> 4)));
+  SetSuperScales(out, x.d, x.dmin, g0 & 0x0f, g0 >> 4, g1 & 0x0f, g1 >> 4, 0.0f);
 }
 
 void DecodeQ3_K(const uint8_t* row, int64_t b, BlockCodes* out) {
@@ -145,9 +159,7 @@ void DecodeQ3_K(const uint8_t* row, int64_t b, BlockCodes* out) {
   for (int l = 0; l < 32; ++l) out->code[l] |= static_cast<uint8_t>(((x.hmask[l] >> s) & 1) << 2);
   uint8_t sc[16];
   UnpackQ3KScales(x.scales, sc);
-  const float d = F16ToF32(x.d);
-  const float d0 = d * (sc[2 * s] - 32), d1 = d * (sc[2 * s + 1] - 32);
-  SetScales(out, d0, -4.0f * d0, d1, -4.0f * d1);
+  SetSuperScales(out, x.d, 0, sc[2 * s] - 32, 0, sc[2 * s + 1] - 32, 0, -4.0f);
 }
 
 void DecodeMXFP4(const uint8_t* row, int64_t b, BlockCodes* out) {
@@ -162,8 +174,8 @@ void DecodeIQ4_XS(const uint8_t* row, int64_t b, BlockCodes* out) {
   const auto& x = SuperBlock<BlockIQ4_XS>(row, b, &s);
   SplitNibbles(x.qs + 16 * s, out->code);
   const int ls = ((x.scales_l[s / 2] >> (4 * (s % 2))) & 0x0f) | (((x.scales_h >> (2 * s)) & 3) << 4);
-  const float d = F16ToF32(x.d) * static_cast<float>(ls - 32);
-  SetScales(out, d, 0.0f, d, 0.0f);
+  SetSuperScales(out, x.d, 0, ls - 32, 0, ls - 32, 0, 0.0f);
+  out->m[0] = out->m[1] = 0.0f;  // A table type: no offset.
 }
 
 }  // namespace

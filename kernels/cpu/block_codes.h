@@ -5,8 +5,11 @@
 // with V(c) = c for the linear types and V(c) = table[c] (m = 0) for the table types:
 // kIq4nlValues for IQ4_NL / IQ4_XS, kMxfp4Values for MXFP4.
 // Scales are the products ggml itself forms in f32 (d * sc, dmin * mn), so dequantizing from
-// this form gives the file's values. The packer (packed_weight.cc) and the scalar
-// dequantizer (quantize.cc) both read blocks through it, so the bit layouts live in one place.
+// this form gives the file's values. The super-block types (the K types and IQ4_XS) also
+// give the factors: their integer sub-scales and the f16 super-block scales, so that the
+// packed layout can keep the file's sub-scales as integers (packed_weight.h). The packer
+// (packed_weight.cc) and the scalar dequantizer (quantize.cc) both read blocks through it,
+// so the bit layouts live in one place.
 //
 // Thread-safety: pure functions.
 #pragma once
@@ -22,15 +25,30 @@ struct BlockCodes {
   uint8_t code[32];
   float d[2];
   float m[2];
+  // Super-block types only: d[h] = super_d * sc[h] and, with a stored min,
+  // m[h] = -(super_m * mn[h]), as ggml forms them (super_d and super_m are f16 values).
+  int sc[2] = {0, 0};
+  int mn[2] = {0, 0};
+  float super_d = 0.0f;
+  float super_m = 0.0f;
+};
+
+// How a super-block type keeps its sub-scales (the factors of BlockCodes).
+enum class SubScales : uint8_t {
+  kNone,     // Not a super-block type: an f16 scale (and min) per block.
+  kU8Pair,   // Q4_K, Q5_K: 6-bit scale and min per 32 elements, as two bytes.
+  kI8,       // Q6_K, Q3_K (per 16) and IQ4_XS (per 32): a signed scale, no stored min.
+  kNibbles,  // Q2_K: 4-bit scale and min per 16 elements, one byte (scale low, min high).
 };
 
 // How a dtype's codes are represented (see packed_weight.h for the packed layout).
 struct CodeFormat {
-  int bits = 4;                   // Bits per code: 4, 5 or 6.
+  int bits = 4;                   // Bits per code: 2 to 6.
   const int8_t* table = nullptr;  // V: a 16-entry table (core/quant_blocks.h); null: V(c) = c.
   bool sub16 = false;             // d/m differ between the halves (the 16-element group types).
   bool stored_min = false;        // m is free; otherwise m = min_factor * d.
   float min_factor = 0.0f;        // For !stored_min (0 for the table types).
+  SubScales sub_scales = SubScales::kNone;
 };
 
 // The dtypes DecodeBlock reads, as an X-macro (kernel tables, explicit instantiations).
@@ -48,21 +66,21 @@ constexpr bool HasBlockCodes(DType dtype) {
 #undef CASCADE_IS_CODE_DTYPE
 }
 
-// The representation of `dtype` (HasBlockCodes(dtype) must hold). Q3_K's 3-bit and Q2_K's
-// 2-bit codes are kept in 4 bits.
+// The representation of `dtype` (HasBlockCodes(dtype) must hold). Q3_K's codes are its
+// value + 4 (0..7).
 constexpr CodeFormat CodeFormatOf(DType dtype) {
   switch (dtype) {
     case DType::kQ4_0: return {.bits = 4, .min_factor = -8.0f};
     case DType::kQ5_0: return {.bits = 5, .min_factor = -16.0f};
-    case DType::kQ4_1:
-    case DType::kQ4_K: return {.bits = 4, .stored_min = true};
-    case DType::kQ5_1:
-    case DType::kQ5_K: return {.bits = 5, .stored_min = true};
-    case DType::kQ6_K: return {.bits = 6, .sub16 = true, .min_factor = -32.0f};
-    case DType::kQ3_K: return {.bits = 4, .sub16 = true, .min_factor = -4.0f};
-    case DType::kQ2_K: return {.bits = 4, .sub16 = true, .stored_min = true};
-    case DType::kIQ4_NL:
-    case DType::kIQ4_XS: return {.bits = 4, .table = kIq4nlValues};
+    case DType::kQ4_1: return {.bits = 4, .stored_min = true};
+    case DType::kQ4_K: return {.bits = 4, .stored_min = true, .sub_scales = SubScales::kU8Pair};
+    case DType::kQ5_1: return {.bits = 5, .stored_min = true};
+    case DType::kQ5_K: return {.bits = 5, .stored_min = true, .sub_scales = SubScales::kU8Pair};
+    case DType::kQ6_K: return {.bits = 6, .sub16 = true, .min_factor = -32.0f, .sub_scales = SubScales::kI8};
+    case DType::kQ3_K: return {.bits = 3, .sub16 = true, .min_factor = -4.0f, .sub_scales = SubScales::kI8};
+    case DType::kQ2_K: return {.bits = 2, .sub16 = true, .stored_min = true, .sub_scales = SubScales::kNibbles};
+    case DType::kIQ4_NL: return {.bits = 4, .table = kIq4nlValues};
+    case DType::kIQ4_XS: return {.bits = 4, .table = kIq4nlValues, .sub_scales = SubScales::kI8};
     case DType::kMXFP4: return {.bits = 4, .table = kMxfp4Values};
     default: return {};
   }

@@ -109,21 +109,19 @@ void BuildTileFromPacked(const GemmArgs& a, int64_t r0, int64_t b0, int n_blk, T
   using L = PackedLayout<D>;
   const int64_t nb = a.n_in / 32;
   const uint8_t* g = a.w + (r0 / kTileRows) * a.w_row_bytes;
-  const uint16_t* d = reinterpret_cast<const uint16_t*>(g + nb * L::kQuant) + b0 * L::kHalves * kTileRows;
-  const uint16_t* m = d + nb * L::kHalves * kTileRows;
   const BlockUnpacker<D> unpack;
+  BlockScales<D> scales(g, nb);
   for (int b = 0; b < n_blk; ++b) {
     __m512i w[8];
     unpack(g + (b0 + b) * L::kQuant, w);
     __m512i* t = reinterpret_cast<__m512i*>(tile->w) + b * 8;
     for (int k = 0; k < 8; ++k) _mm512_store_si512(t + k, w[k]);
+    __m512 dw[2], ow[2];
+    scales(b0 + b, dw, ow);
     for (int h = 0; h < L::kHalves; ++h) {
       const int s = (b * L::kHalves + h) * kTileRows;
-      const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(d + s)));
-      const __m512 off = L::kStoredMin ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(m + s)))
-                                       : _mm512_mul_ps(dw, _mm512_set1_ps(L::kOffsetFactor));
-      _mm512_store_ps(tile->d + s, dw);
-      _mm512_store_ps(tile->off + s, off);
+      _mm512_store_ps(tile->d + s, dw[h]);
+      _mm512_store_ps(tile->off + s, L::kStoredMin ? ow[h] : _mm512_mul_ps(dw[h], _mm512_set1_ps(L::kOffsetFactor)));
     }
   }
 }

@@ -2,17 +2,20 @@
 // block-code type, for the decode path (1 token) and short verify steps (up to 5 tokens).
 //
 // One group of 16 rows at a time, each row a dword lane of a zmm, accumulators in registers.
-// Per block of 32 weights: the code types load 4 zmm of nibbles and split each into its low
-// (elements 4k..4k+3 of all 16 rows) and high (16+4k..) nibbles; a fifth code bit is one
-// masked byte add per operand from a 64-bit mask loaded straight into a k-register, bits
-// 4-5 one shift and one `vpternlogd` (packed_avx512.h), and IQ4's table is one `vpshufb`
-// (its values stored + 128, as u8). Q8_0 loads 8 zmm already
-// biased to u8. Each of the 8 operands meets a broadcast dword of the token's Q8
-// activations in one `vpdpbusd` (two chains per half), then the block's 16 f16 scales (one
-// 32-byte load + `vcvtph2ps`) times the activation scale give one FMA into the row
+// Per block of 32 weights: the 4-6-bit code types load 4 zmm of nibbles and split each
+// into its low (elements 4k..4k+3 of all 16 rows) and high (16+4k..) nibbles; a fifth code
+// bit is one masked byte add per operand from a 64-bit mask loaded straight into a
+// k-register, bits 4-5 one shift and one `vpternlogd`, 2-bit codes (Q2_K, Q3_K) one shift
+// and one AND from 2 zmm, and IQ4's table is one `vpshufb` (its values stored + 128, as
+// u8) (packed_avx512.h). Q8_0 loads 8 zmm already biased to u8. Each of the 8 operands
+// meets a broadcast dword of the token's Q8 activations in one `vpdpbusd` (two chains per
+// half), then the block's 16 scales times the activation scale give one FMA into the row
 // accumulators per scale (two for the 16-element-group types), and one more FMA adds the
 // offset term: m * sum(x) for the types with a stored min, otherwise d * sum(x) times the
 // type's fixed factor at the end (-8 Q4_0, -16 Q5_0, -32 Q6_K, -4 Q3_K, -128 Q8_0 and IQ4).
+// The scales are one f16 vector per block (`vcvtph2ps`), or for the super-block types 16
+// bytes of integer sub-scales per block widened and converted (`vpmovzxbd`, `vcvtdq2ps`)
+// times the super-block's f16 d, loaded once per 8 blocks (BlockScales).
 // No gathers, no horizontal sums: the 16 results are one masked store.
 //
 // The group stream is contiguous, so a software prefetch kPrefetchBytes ahead of the block
@@ -89,8 +92,6 @@ void GemvGroup(const GemmArgs& a, int64_t r0, int64_t r_end, int64_t t0) {
   using L = PackedLayout<D>;
   const int64_t nb = a.n_in / 32;
   const uint8_t* g = a.w + (r0 / 16) * a.w_row_bytes;
-  const auto* dptr = reinterpret_cast<const __m256i*>(g + nb * L::kQuant);
-  const __m256i* mptr = dptr + nb * L::kHalves;
   const int8_t* xq[T];
   const float* xd[T];
   const float* xs[T];
@@ -103,6 +104,7 @@ void GemvGroup(const GemmArgs& a, int64_t r0, int64_t r_end, int64_t t0) {
     acc[t] = oacc[t] = _mm512_setzero_ps();
   }
   const BlockUnpacker<D> unpack;
+  BlockScales<D> scales(g, nb);
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* pf = g + kPrefetchBytes + b * L::kStreamPerBlock;
     for (int64_t l = 0; l < L::kStreamPerBlock; l += 64)
@@ -110,10 +112,7 @@ void GemvGroup(const GemmArgs& a, int64_t r0, int64_t r_end, int64_t t0) {
     __m512i w[8];
     unpack(g + b * L::kQuant, w);
     __m512 dw[2], ow[2];
-    for (int h = 0; h < L::kHalves; ++h) {
-      dw[h] = _mm512_cvtph_ps(_mm256_load_si256(dptr + b * L::kHalves + h));
-      ow[h] = L::kStoredMin ? _mm512_cvtph_ps(_mm256_load_si256(mptr + b * L::kHalves + h)) : dw[h];
-    }
+    scales(b, dw, ow);
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
       BlockDot<D>(w, BlockX(xq[t] + b * 32), dw, ow, xd[t][b], xs[t] + b * L::kHalves, acc[t], oacc[t]);

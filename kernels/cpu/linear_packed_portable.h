@@ -14,7 +14,6 @@
 #include <cstdint>
 #include <cstring>
 
-#include "core/half.h"
 #include "core/quant_blocks.h"
 #include "kernels/cpu/block_codes.h"
 #include "kernels/cpu/linear_kernels.h"
@@ -29,19 +28,10 @@ namespace portable {
 template <DType D>
 inline void UnpackBlock(const uint8_t* q, int16_t v[32][kPackRows]) {
   constexpr CodeFormat f = CodeFormatOf(D);
-  for (int k = 0; k < 4; ++k) {
+  for (int e = 0; e < kQK; ++e) {
     for (int i = 0; i < kPackRows; ++i) {
-      for (int j = 0; j < 4; ++j) {
-        const uint8_t byte = q[64 * k + 4 * i + j];
-        int lo = (byte & 0x0f) | PackedHighBits(q, f.bits, i, 0, k, j) << 4;
-        int hi = (byte >> 4) | PackedHighBits(q, f.bits, i, 1, k, j) << 4;
-        if constexpr (f.table != nullptr) {
-          lo = f.table[lo];
-          hi = f.table[hi];
-        }
-        v[4 * k + j][i] = static_cast<int16_t>(lo);
-        v[16 + 4 * k + j][i] = static_cast<int16_t>(hi);
-      }
+      const int code = PackedCode(q, f.bits, i, e);
+      v[e][i] = static_cast<int16_t>(f.table != nullptr ? f.table[code] : code);
     }
   }
 }
@@ -55,19 +45,13 @@ void GemmPackedCodes(const GemmArgs& a, int64_t rb, int64_t re) {
   alignas(64) int16_t v[32][kPackRows];
   for (int64_t r0 = rb; r0 < re; r0 += kPackRows) {
     const uint8_t* g = a.w + (r0 / kPackRows) * a.w_row_bytes;
-    const auto* d16 = reinterpret_cast<const uint16_t*>(g + nb * kQ);
-    const uint16_t* m16 = d16 + nb * kH * kPackRows;
     const int n_rows = static_cast<int>(std::min<int64_t>(kPackRows, re - r0));
     for (int64_t t = 0; t < a.n_tokens; ++t) std::fill_n(a.out + t * a.ld_out + r0, n_rows, 0.0f);
     for (int64_t b = 0; b < nb; ++b) {
       UnpackBlock<D>(g + b * kQ, v);
       float d[kH][kPackRows], m[kH][kPackRows];
       for (int h = 0; h < kH; ++h) {
-        for (int i = 0; i < kPackRows; ++i) {
-          const int64_t s = (b * kH + h) * kPackRows + i;
-          d[h][i] = F16ToF32(d16[s]);
-          m[h][i] = f.stored_min ? F16ToF32(m16[s]) : f.min_factor * d[h][i];
-        }
+        for (int i = 0; i < kPackRows; ++i) PackedWeight::BlockScale(D, g, nb, b, h, i, &d[h][i], &m[h][i]);
       }
       for (int64_t t = 0; t < a.n_tokens; ++t) {
         const int8_t* x = a.xq + t * a.n_in + b * kQK;

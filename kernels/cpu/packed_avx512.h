@@ -1,6 +1,7 @@
 // Private to the AVX-512 kernel files (linear_packed_avx512.cc, linear_avx512.cc): the
-// compile-time geometry of each packed dtype and the unpacking of one packed block of
-// 16 rows x 32 weights into the 8 `vpdpbusd` operands (packed_weight.h has the layout).
+// compile-time geometry of each packed dtype, the unpacking of one packed block of
+// 16 rows x 32 weights into the 8 `vpdpbusd` operands, and the reading of its 16 rows'
+// scales (packed_weight.h has the layout).
 // Include only from files compiled with AVX-512 F/BW/VL/DQ/VNNI.
 #pragma once
 
@@ -21,11 +22,11 @@ struct PackedLayout {
   static constexpr bool kQ8 = D == DType::kQ8_0;
   static constexpr CodeFormat kFormat = kQ8 ? CodeFormat{} : CodeFormatOf(D);
   static constexpr int64_t kQuant = PackedWeight::QuantBytes(D);
-  static constexpr int kHalves = static_cast<int>(PackedWeight::ScaleVectors(D));
-  static constexpr bool kStoredMin = PackedWeight::MinVectors(D) > 0;
-  // Bytes of the group's stream per block (quants + f16 scale and min vectors).
-  static constexpr int64_t kStreamPerBlock =
-      kQuant + (PackedWeight::ScaleVectors(D) + PackedWeight::MinVectors(D)) * 32;
+  static constexpr int kHalves = PackedWeight::Halves(D);
+  static constexpr bool kStoredMin = PackedWeight::StoredMin(D);
+  static constexpr bool kSuper = PackedWeight::SuperScaled(D);
+  // Bytes of the group's stream per block (quants, scales, a share of the super-scales).
+  static constexpr int64_t kStreamPerBlock = PackedWeight::StreamBytesPerBlock(D);
   // x = d * u + factor * d for the u8 operand u when the min is not stored (Q8_0 and IQ4
   // are stored + 128); 1 when the offset vector is the stored min itself.
   static constexpr float kOffsetFactor =
@@ -54,6 +55,25 @@ struct BlockUnpacker {
     if constexpr (L::kQ8) {
       for (int k = 0; k < 8; ++k) w[k] = _mm512_load_si512(q + k);
       return;
+    } else if constexpr (L::kFormat.bits <= 3) {
+      // Bits [2k, 2k + 2) of each byte: a 16-bit shift leaks the neighbour byte's bits only
+      // above bit 1, which the AND drops; the third bit is a masked add of 4.
+      const __m512i p0 = _mm512_load_si512(q), p1 = _mm512_load_si512(q + 1);
+      const __m512i low2 = _mm512_set1_epi8(0x03);
+      for (int k = 0; k < 4; ++k) {
+        __m512i lo = _mm512_and_si512(_mm512_srli_epi16(p0, 2 * k), low2);
+        __m512i hi = _mm512_and_si512(_mm512_srli_epi16(p1, 2 * k), low2);
+        if constexpr (L::kFormat.bits == 3) {
+          uint64_t mlo, mhi;
+          std::memcpy(&mlo, block + 128 + 16 * k, 8);
+          std::memcpy(&mhi, block + 128 + 16 * k + 8, 8);
+          const __m512i bit = _mm512_set1_epi8(0x04);
+          lo = _mm512_mask_add_epi8(lo, mlo, lo, bit);
+          hi = _mm512_mask_add_epi8(hi, mhi, hi, bit);
+        }
+        w[k] = lo;
+        w[k + 4] = hi;
+      }
     } else {
       for (int k = 0; k < 4; ++k) {
         const __m512i v = _mm512_load_si512(q + k);
@@ -85,6 +105,62 @@ struct BlockUnpacker {
       }
     }
   }
+};
+
+// The 16 rows' scales of each block of one group (packed_weight.h), as f32: dw[h] the
+// scale and ow[h] the offset vector of half h, such that x = dw * u + ow * factor for the u8
+// operand u (PackedLayout::kOffsetFactor: the stored min itself, or a fixed multiple of d).
+// Super-block types form d * sc from their integer sub-scales, ggml's own f32 product.
+template <DType D>
+class BlockScales {
+ public:
+  using L = PackedLayout<D>;
+  BlockScales(const uint8_t* group, int64_t nb)
+      : s_(group + PackedWeight::ScalesOffset(D, nb)), sup_(group + PackedWeight::SuperOffset(D, nb)) {}
+
+  inline void operator()(int64_t b, __m512 dw[2], __m512 ow[2]) {
+    const uint8_t* s = s_ + b * PackedWeight::BlockScaleBytes(D);
+    if constexpr (!L::kSuper) {
+      dw[0] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(s)));
+      ow[0] = L::kStoredMin ? _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(s + 32))) : dw[0];
+    } else {
+      if (b / kBlocksPerSuper != super_) LoadSuper(b / kBlocksPerSuper);
+      for (int h = 0; h < L::kHalves; ++h) {
+        const __m128i v = _mm_load_si128(reinterpret_cast<const __m128i*>(s + 16 * h));
+        if constexpr (L::kFormat.sub_scales == SubScales::kU8Pair) {
+          const __m128i mn = _mm_load_si128(reinterpret_cast<const __m128i*>(s + 16));
+          dw[h] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v)), d_);
+          ow[h] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(mn)), m_);
+        } else if constexpr (L::kFormat.sub_scales == SubScales::kNibbles) {
+          const __m512i both = _mm512_cvtepu8_epi32(v);
+          const __m512i sc = _mm512_and_si512(both, _mm512_set1_epi32(0x0f));
+          dw[h] = _mm512_mul_ps(_mm512_cvtepi32_ps(sc), d_);
+          ow[h] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(both, 4)), m_);
+        } else {
+          dw[h] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v)), d_);
+          ow[h] = dw[h];
+        }
+      }
+    }
+  }
+
+ private:
+  // The f16 d and -dmin of super-block `sb` (the sign makes the offset -(dmin * mn)).
+  void LoadSuper(int64_t sb) {
+    const uint8_t* p = sup_ + sb * PackedWeight::SuperBytes(D);
+    d_ = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(p)));
+    if constexpr (L::kStoredMin) {
+      m_ = _mm512_sub_ps(_mm512_setzero_ps(),
+                         _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(p + 32))));
+    }
+    super_ = sb;
+  }
+
+  const uint8_t* s_;
+  const uint8_t* sup_;
+  int64_t super_ = -1;
+  __m512 d_ = _mm512_setzero_ps();
+  __m512 m_ = _mm512_setzero_ps();
 };
 
 }  // namespace cascade::kernels::cpu::internal

@@ -13,6 +13,32 @@
 namespace cascade::kernels::cpu {
 namespace {
 
+// The 5-bit codes' fifth and the 3-bit codes' third bit: a mask plane at `plane` (layout
+// in packed_weight.h).
+int MaskBit(const uint8_t* plane, int i, int e) {
+  const int h = e / 16, k = (e % 16) / 4, j = e % 4;
+  uint64_t mask;
+  std::memcpy(&mask, plane + 8 * (2 * k + h), 8);
+  return static_cast<int>((mask >> (4 * i + j)) & 1);
+}
+void SetMaskBit(uint8_t* plane, int i, int e, int bit) {
+  const int h = e / 16, k = (e % 16) / 4, j = e % 4;
+  uint64_t mask;
+  std::memcpy(&mask, plane + 8 * (2 * k + h), 8);
+  mask |= static_cast<uint64_t>(bit & 1) << (4 * i + j);
+  std::memcpy(plane + 8 * (2 * k + h), &mask, 8);
+}
+
+// The 2-bit fields: bits [2 k, 2 k + 2) of byte 4 i + j of the 64-byte vector h at `plane`.
+int TwoBits(const uint8_t* plane, int i, int e) {
+  const int h = e / 16, k = (e % 16) / 4, j = e % 4;
+  return (plane[64 * h + 4 * i + j] >> (2 * k)) & 3;
+}
+void SetTwoBits(uint8_t* plane, int i, int e, int v) {
+  const int h = e / 16, k = (e % 16) / 4, j = e % 4;
+  plane[64 * h + 4 * i + j] |= static_cast<uint8_t>((v & 3) << (2 * k));
+}
+
 void PackQ8Group(const uint8_t* src, int64_t row_bytes, int64_t r0, int n_rows, int64_t nb, uint8_t* dst) {
   auto* d = reinterpret_cast<uint16_t*>(dst + nb * 512);
   for (int i = 0; i < n_rows; ++i) {
@@ -36,47 +62,121 @@ absl::Status ToF16(float v, int64_t row, uint16_t* out) {
   return absl::OkStatus();
 }
 
-// Packs rows [r0, r0 + n_rows) of a HasBlockCodes dtype into the group at `dst`.
+// Writes row i's scales of block b (decoded as `c`) into the group at `dst`.
+absl::Status PackScales(DType dtype, const BlockCodes& c, int64_t row, int i, int64_t nb, int64_t b, uint8_t* dst) {
+  const CodeFormat f = CodeFormatOf(dtype);
+  uint8_t* s = dst + PackedWeight::ScalesOffset(dtype, nb) + b * PackedWeight::BlockScaleBytes(dtype);
+  if (f.sub_scales == SubScales::kNone) {
+    // MXFP4's power-of-two scales span 2^-128..2^127: those f16 cannot hold exactly
+    // leave the weight unpacked (its kernels read the file's exponents as they are).
+    if (dtype == DType::kMXFP4 && F16ToF32(F32ToF16(c.d[0])) != c.d[0]) {
+      return absl::UnimplementedError(
+          absl::StrCat("PackedWeight: row ", row, " has an MXFP4 scale ", c.d[0], " that f16 does not hold exactly"));
+    }
+    auto* d = reinterpret_cast<uint16_t*>(s);
+    CASCADE_RETURN_IF_ERROR(ToF16(c.d[0], row, &d[i]));
+    if (f.stored_min) CASCADE_RETURN_IF_ERROR(ToF16(c.m[0], row, &d[kPackRows + i]));
+    return absl::OkStatus();
+  }
+  for (int h = 0; h < PackedWeight::Halves(dtype); ++h) {
+    uint8_t* v = s + 16 * h;
+    switch (f.sub_scales) {
+      case SubScales::kU8Pair:
+        v[i] = static_cast<uint8_t>(c.sc[h]);
+        v[16 + i] = static_cast<uint8_t>(c.mn[h]);
+        break;
+      case SubScales::kI8: v[i] = static_cast<uint8_t>(static_cast<int8_t>(c.sc[h])); break;
+      case SubScales::kNibbles: v[i] = static_cast<uint8_t>(c.sc[h] | c.mn[h] << 4); break;
+      case SubScales::kNone: break;
+    }
+  }
+  if (b % kBlocksPerSuper == 0) {  // The file's f16 values: exact.
+    auto* sup = reinterpret_cast<uint16_t*>(dst + PackedWeight::SuperOffset(dtype, nb) +
+                                            b / kBlocksPerSuper * PackedWeight::SuperBytes(dtype));
+    CASCADE_RETURN_IF_ERROR(ToF16(c.super_d, row, &sup[i]));
+    if (f.stored_min) CASCADE_RETURN_IF_ERROR(ToF16(c.super_m, row, &sup[kPackRows + i]));
+  }
+  return absl::OkStatus();
+}
+
+// Packs rows [r0, r0 + n_rows) of a HasBlockCodes dtype into the group at `dst` (zeroed).
 absl::Status PackCodeGroup(DType dtype, const uint8_t* src, int64_t row_bytes, int64_t r0, int n_rows, int64_t nb,
                            uint8_t* dst) {
   const CodeFormat f = CodeFormatOf(dtype);
   const int64_t qb = PackedWeight::QuantBytes(dtype);
-  const int64_t halves = PackedWeight::ScaleVectors(dtype);
-  auto* d = reinterpret_cast<uint16_t*>(dst + nb * qb);
-  uint16_t* m = d + nb * halves * kPackRows;
   BlockCodes c;
   for (int i = 0; i < n_rows; ++i) {
     const uint8_t* row = src + (r0 + i) * row_bytes;
     for (int64_t b = 0; b < nb; ++b) {
       DecodeBlock(dtype, row, b, &c);
-      uint8_t* q = dst + b * qb;
-      for (int k = 0; k < 4; ++k) {
-        for (int j = 0; j < 4; ++j) {
-          q[64 * k + 4 * i + j] =
-              static_cast<uint8_t>((c.code[4 * k + j] & 0x0f) | (c.code[16 + 4 * k + j] & 0x0f) << 4);
-        }
-      }
-      for (int k = 0; k < 4 && f.bits > 4; ++k) {
-        for (int h = 0; h < 2; ++h) {
-          for (int j = 0; j < 4; ++j) SetPackedHighBits(q, f.bits, i, h, k, j, c.code[16 * h + 4 * k + j] >> 4);
-        }
-      }
-      for (int h = 0; h < halves; ++h) {
-        // MXFP4's power-of-two scales span 2^-128..2^127: those f16 cannot hold exactly
-        // leave the weight unpacked (its kernels read the file's exponents as they are).
-        if (dtype == DType::kMXFP4 && F16ToF32(F32ToF16(c.d[h])) != c.d[h]) {
-          return absl::UnimplementedError(absl::StrCat("PackedWeight: row ", r0 + i, " has an MXFP4 scale ", c.d[h],
-                                                       " that f16 does not hold exactly"));
-        }
-        CASCADE_RETURN_IF_ERROR(ToF16(c.d[h], r0 + i, &d[(b * halves + h) * kPackRows + i]));
-        if (f.stored_min) CASCADE_RETURN_IF_ERROR(ToF16(c.m[h], r0 + i, &m[(b * halves + h) * kPackRows + i]));
-      }
+      for (int e = 0; e < kQK; ++e) SetPackedCode(dst + b * qb, f.bits, i, e, c.code[e]);
+      CASCADE_RETURN_IF_ERROR(PackScales(dtype, c, r0 + i, i, nb, b, dst));
     }
   }
   return absl::OkStatus();
 }
 
 }  // namespace
+
+int PackedCode(const uint8_t* block, int bits, int i, int e) {
+  if (bits <= 3) return TwoBits(block, i, e) | (bits == 3 ? MaskBit(block + 128, i, e) << 2 : 0);
+  const int h = e / 16, k = (e % 16) / 4, j = e % 4;
+  const int low = (block[64 * k + 4 * i + j] >> (4 * h)) & 0x0f;
+  if (bits == 5) return low | MaskBit(block + 256, i, e) << 4;
+  if (bits == 6) return low | TwoBits(block + 256, i, e) << 4;
+  return low;
+}
+
+void SetPackedCode(uint8_t* block, int bits, int i, int e, int code) {
+  if (bits <= 3) {
+    SetTwoBits(block, i, e, code);
+    if (bits == 3) SetMaskBit(block + 128, i, e, code >> 2);
+    return;
+  }
+  const int h = e / 16, k = (e % 16) / 4, j = e % 4;
+  block[64 * k + 4 * i + j] |= static_cast<uint8_t>((code & 0x0f) << (4 * h));
+  if (bits == 5) SetMaskBit(block + 256, i, e, code >> 4);
+  if (bits == 6) SetTwoBits(block + 256, i, e, code >> 4);
+}
+
+void PackedWeight::BlockScale(DType dtype, const uint8_t* group, int64_t nb, int64_t b, int h, int i, float* d,
+                              float* m) {
+  const uint8_t* s = group + ScalesOffset(dtype, nb) + b * BlockScaleBytes(dtype);
+  if (dtype == DType::kQ8_0) {
+    *d = F16ToF32(reinterpret_cast<const uint16_t*>(s)[i]);
+    *m = -128.0f * *d;
+    return;
+  }
+  const CodeFormat f = CodeFormatOf(dtype);
+  if (f.sub_scales == SubScales::kNone) {
+    const auto* v = reinterpret_cast<const uint16_t*>(s);
+    *d = F16ToF32(v[i]);
+    *m = f.stored_min ? F16ToF32(v[kPackRows + i]) : f.min_factor * *d;
+    return;
+  }
+  const auto* sup =
+      reinterpret_cast<const uint16_t*>(group + SuperOffset(dtype, nb) + b / kBlocksPerSuper * SuperBytes(dtype));
+  const uint8_t* v = s + 16 * (Halves(dtype) == 2 ? h : 0);
+  int sc = 0, mn = 0;
+  switch (f.sub_scales) {
+    case SubScales::kU8Pair:
+      sc = v[i];
+      mn = v[16 + i];
+      break;
+    case SubScales::kI8: sc = static_cast<int8_t>(v[i]); break;
+    case SubScales::kNibbles:
+      sc = v[i] & 0x0f;
+      mn = v[i] >> 4;
+      break;
+    case SubScales::kNone: break;
+  }
+  *d = F16ToF32(sup[i]) * static_cast<float>(sc);
+  if (f.stored_min) {
+    *m = -(F16ToF32(sup[kPackRows + i]) * static_cast<float>(mn));
+  } else {
+    *m = f.min_factor * *d;
+  }
+}
 
 bool PackedWeight::Supports(DType dtype) { return dtype == DType::kQ8_0 || HasBlockCodes(dtype); }
 
@@ -97,7 +197,7 @@ absl::StatusOr<PackedWeight> PackedWeight::Pack(const TensorView& weight) {
   p.n_out_ = weight.Rows();
   p.n_in_ = weight.Cols();
   const int64_t nb = p.n_in_ / kQK;
-  const int64_t raw = nb * (QuantBytes(p.dtype_) + (ScaleVectors(p.dtype_) + MinVectors(p.dtype_)) * kPackRows * 2);
+  const int64_t raw = SuperOffset(p.dtype_, nb) + (nb / kBlocksPerSuper) * SuperBytes(p.dtype_);
   p.group_bytes_ = (raw + 63) / 64 * 64;
   const int64_t total = std::max<int64_t>(64, p.bytes());
   p.data_.reset(static_cast<uint8_t*>(std::aligned_alloc(64, static_cast<size_t>(total))));
@@ -122,28 +222,21 @@ absl::StatusOr<PackedWeight> PackedWeight::Pack(const TensorView& weight) {
 void PackedWeight::DequantizeRow(int64_t r, float* out) const {
   const int64_t nb = n_in_ / kQK;
   const int64_t qb = QuantBytes(dtype_);
-  const int64_t halves = ScaleVectors(dtype_);
   const uint8_t* g = data_.get() + (r / kPackRows) * group_bytes_;
   const int i = static_cast<int>(r % kPackRows);
-  const auto* d = reinterpret_cast<const uint16_t*>(g + nb * qb);
-  const uint16_t* m = d + nb * halves * kPackRows;
   for (int64_t b = 0; b < nb; ++b, out += kQK) {
     const uint8_t* q = g + b * qb;
+    float d[2], m[2];
+    for (int h = 0; h < 2; ++h) BlockScale(dtype_, g, nb, b, h, i, &d[h], &m[h]);
     if (dtype_ == DType::kQ8_0) {
-      const float db = F16ToF32(d[b * kPackRows + i]);
-      for (int e = 0; e < kQK; ++e) {
-        out[e] = db * static_cast<float>(static_cast<int>(q[64 * (e / 4) + 4 * i + e % 4]) - 128);
-      }
+      for (int e = 0; e < kQK; ++e) out[e] = d[0] * static_cast<float>(q[64 * (e / 4) + 4 * i + e % 4]) + m[0];
       continue;
     }
     const CodeFormat f = CodeFormatOf(dtype_);
     for (int e = 0; e < kQK; ++e) {
-      const int h = e / 16, k = (e % 16) / 4, j = e % 4;
-      const int code = ((q[64 * k + 4 * i + j] >> (4 * h)) & 0x0f) | PackedHighBits(q, f.bits, i, h, k, j) << 4;
-      const int s = static_cast<int>((b * halves + (halves == 2 ? h : 0)) * kPackRows + i);
-      const float db = F16ToF32(d[s]);
-      const float off = f.stored_min ? F16ToF32(m[s]) : f.min_factor * db;
-      out[e] = f.table != nullptr ? db * f.table[code] : db * static_cast<float>(code) + off;
+      const int code = PackedCode(q, f.bits, i, e);
+      const int h = e / 16;
+      out[e] = f.table != nullptr ? d[h] * f.table[code] : d[h] * static_cast<float>(code) + m[h];
     }
   }
 }

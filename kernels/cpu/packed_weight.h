@@ -5,30 +5,42 @@
 //
 // Rows are interleaved in groups of `kPackRows` (16; the last group is padded with zero
 // rows). Group g holds rows [16 g, 16 g + 16) as, with nb = n_in / 32 blocks per row:
-//   quants  nb x QuantBytes: block b of the group is 16 rows x 32 weights;
+//   quants  nb x QuantBytes: block b of the group is 16 rows x 32 weights, in the operand
+//           order of `vpdpbusd` with a broadcast dword of the Q8 activations (16 rows x 4
+//           consecutive weights per 64 bytes once unpacked):
 //           4-6-bit codes (256 + 64 per extra bit): 4 chunks k of 64 bytes, row i's dword
 //           at 64 k + 4 i holds in its low nibbles the low 4 bits of codes 4k..4k+3 and in
 //           its high nibbles those of codes 16+4k..16+4k+3, so one AND (0x0f / 0xf0) gives
-//           16 rows x 4 consecutive weights, the operand order of `vpdpbusd` with a
-//           broadcast dword of the Q8 activations. Then the code bits above 4:
+//           16 rows x 4 consecutive weights. Then the code bits above 4:
 //           5-bit codes: one 64-byte plane of 8 little-endian u64 masks, mask 2 k + h holding
 //             in bit 4 i + j the fifth bit of code 16 h + 4 k + j of row i: the byte order of
 //             the chunk, so an AVX-512 masked add puts the bit in place;
 //           6-bit codes: two 64-byte vectors (h = 0, 1) whose byte 4 i + j holds in bits
 //             [2 k, 2 k + 2) bits 4-5 of code 16 h + 4 k + j of row i, so one shift and one
-//             `vpternlogd` per operand put them in place (PackedHighBits below).
+//             `vpternlogd` per operand put them in place (PackedCode below).
+//           2-3-bit codes (128, 192): the low 2 bits as the 6-bit codes' two vectors (bits
+//             [2 k, 2 k + 2) of byte 4 i + j of vector h: code 16 h + 4 k + j), one shift and
+//             one AND per operand; a third bit as the 5-bit codes' mask plane (bit 2).
 //           Q8_0 (512 bytes): 8 chunks k of 64 bytes, row i's dword at 64 k + 4 i is
 //           elements 4k..4k+3 stored as q + 128 (u8), so `vpdpbusd` needs no sign fix; the
 //           kernels subtract 128 * d * sum(x) instead.
-//   d       nb x 16 f16 scales of the 16 rows, one 32-byte vector per block; types with
-//           16-element groups (Q2_K, Q3_K, Q6_K) have two per block (halves 0, 1).
-//   m       (types with a stored min: Q4_1, Q5_1, Q4_K, Q5_K, Q2_K) the offsets, likewise.
-//           The others' offset is a fixed multiple of d (CodeFormat::min_factor).
-// So x = d * V(code) + m, with V the IQ4_NL table for IQ4_NL / IQ4_XS (block_codes.h).
-// The K types' scales are the f32 products d * sc and dmin * mn rounded to f16 (relative
-// error <= 2^-11, far below the 4-bit step); the bytes per weight stay close to the
-// file's: Q4_K 5.0 bits (file 4.5), Q5_K 6.0 (5.5), Q6_K 7.0 (6.56), IQ4_XS 4.5 (4.25),
-// Q3_K 5.0 (3.44) and Q2_K 6.0 (2.63), the last two wider because their codes sit in nibbles.
+//   scales, for the types with one scale per block (Q8_0, Q4_0/1, Q5_0/1, IQ4_NL, MXFP4):
+//     d     nb x 16 f16 scales of the 16 rows, one 32-byte vector per block;
+//     m     (Q4_1, Q5_1: a stored min) the offsets, likewise.
+//   scales, for the super-block types (the K types and IQ4_XS, SubScales in block_codes.h),
+//   the file's integer sub-scales under its f16 super-block scales, as ggml reads them:
+//     sub   nb x SubScaleBytes: per block (per half for Q2_K, Q3_K, Q6_K), the 16 rows'
+//           sub-scales in 16 bytes: Q4_K / Q5_K a u8 scale then a u8 min vector, Q6_K /
+//           Q3_K / IQ4_XS an i8 scale (Q3_K and IQ4_XS: the 6-bit value - 32), Q2_K one
+//           byte of 4-bit scale (low) and min (high);
+//     super nb / 8 x SuperBytes: per super-block of 256 weights the 16 rows' f16 d (and
+//           dmin) vectors.
+//     Block b's scale is then d * sc (f32, ggml's own product) and its offset -(dmin * mn).
+// So x = d * V(code) + m, with V the IQ4_NL / MXFP4 table for the table types
+// (block_codes.h) and the offset a fixed multiple of d for the types without a min
+// (CodeFormat::min_factor). Bits per weight match the file's: Q2_K 2.625, Q6_K 6.5625; or
+// come close: Q3_K 3.5625 (file 3.4375), Q4_K 4.625 (4.5), Q5_K 5.625 (5.5), IQ4_XS 4.3125
+// (4.25), where a byte holds a 6-bit sub-scale.
 // The group stride is rounded up to 64 bytes and the buffer is 64-byte aligned.
 //
 // Thread-safety: immutable after Pack; const methods are safe from any thread.
@@ -47,28 +59,12 @@
 namespace cascade::kernels::cpu {
 
 inline constexpr int kPackRows = 16;
+inline constexpr int kBlocksPerSuper = 8;  // 32-element blocks per 256-weight super-block.
 
-// The code bits above the low 4 (0 for 4-bit codes) of code 16 h + 4 k + j of row i in a
-// packed block of `bits`-bit codes, and the writer the packer uses (layouts above).
-inline int PackedHighBits(const uint8_t* block, int bits, int i, int h, int k, int j) {
-  if (bits == 5) {
-    uint64_t mask;
-    std::memcpy(&mask, block + 256 + 8 * (2 * k + h), 8);
-    return static_cast<int>((mask >> (4 * i + j)) & 1);
-  }
-  if (bits == 6) return (block[256 + 64 * h + 4 * i + j] >> (2 * k)) & 3;
-  return 0;
-}
-inline void SetPackedHighBits(uint8_t* block, int bits, int i, int h, int k, int j, int high) {
-  if (bits == 5) {
-    uint64_t mask;
-    std::memcpy(&mask, block + 256 + 8 * (2 * k + h), 8);
-    mask |= static_cast<uint64_t>(high & 1) << (4 * i + j);
-    std::memcpy(block + 256 + 8 * (2 * k + h), &mask, 8);
-  } else if (bits == 6) {
-    block[256 + 64 * h + 4 * i + j] |= static_cast<uint8_t>((high & 3) << (2 * k));
-  }
-}
+// Code e (0..31) of row i in a packed block of `bits`-bit codes, and the writer the packer
+// uses (layouts above). The block must be zeroed before the first SetPackedCode.
+int PackedCode(const uint8_t* block, int bits, int i, int e);
+void SetPackedCode(uint8_t* block, int bits, int i, int e, int code);
 
 class PackedWeight {
  public:
@@ -93,17 +89,43 @@ class PackedWeight {
   int64_t bytes() const { return n_groups() * group_bytes_; }
   const uint8_t* data() const { return data_.get(); }
 
-  // Bytes of one block of 16 rows' quants (256 + 64 per code bit above 4; 512 for Q8_0).
+  // Bytes of one block of 16 rows' quants: 64 per code bit, 64 more for the 4-6-bit codes'
+  // nibble split of 4 and 128 for the 2-3-bit codes' 2-bit planes (see above); 512 for Q8_0.
   static constexpr int64_t QuantBytes(DType dtype) {
-    return dtype == DType::kQ8_0 ? 512 : 256 + 64 * (CodeFormatOf(dtype).bits - 4);
+    if (dtype == DType::kQ8_0) return 512;
+    const int bits = CodeFormatOf(dtype).bits;
+    return bits >= 4 ? 256 + 64 * (bits - 4) : 128 + 64 * (bits - 2);
   }
-  // f16 vectors of 16 scales per block (1 or 2), and of offsets (0, 1 or 2).
-  static constexpr int64_t ScaleVectors(DType dtype) {
-    return dtype == DType::kQ8_0 ? 1 : (CodeFormatOf(dtype).sub16 ? 2 : 1);
+  // Scales per block and row: 2 for the 16-element-group types (one per half), else 1.
+  static constexpr int Halves(DType dtype) { return dtype != DType::kQ8_0 && CodeFormatOf(dtype).sub16 ? 2 : 1; }
+  // Whether `dtype` keeps integer sub-scales under f16 super-block scales.
+  static constexpr bool SuperScaled(DType dtype) {
+    return dtype != DType::kQ8_0 && CodeFormatOf(dtype).sub_scales != SubScales::kNone;
   }
-  static constexpr int64_t MinVectors(DType dtype) {
-    return dtype == DType::kQ8_0 || !CodeFormatOf(dtype).stored_min ? 0 : ScaleVectors(dtype);
+  static constexpr bool StoredMin(DType dtype) { return dtype != DType::kQ8_0 && CodeFormatOf(dtype).stored_min; }
+  // Bytes per block of the per-block scales: f16 vectors (types with a scale per block) or
+  // the sub-scale bytes (super-block types).
+  static constexpr int64_t BlockScaleBytes(DType dtype) {
+    if (!SuperScaled(dtype)) return 32 * (StoredMin(dtype) ? 2 : 1);
+    return 16 * Halves(dtype) * (CodeFormatOf(dtype).sub_scales == SubScales::kU8Pair ? 2 : 1);
   }
+  // Bytes per super-block of the f16 d (and dmin) vectors; 0 for the other types.
+  static constexpr int64_t SuperBytes(DType dtype) { return SuperScaled(dtype) ? 32 * (StoredMin(dtype) ? 2 : 1) : 0; }
+  // Bytes of a group's stream per block, before the group's rounding to 64.
+  static constexpr int64_t StreamBytesPerBlock(DType dtype) {
+    return QuantBytes(dtype) + BlockScaleBytes(dtype) + SuperBytes(dtype) / kBlocksPerSuper;
+  }
+
+  // Where a group's sections start (layout above): the per-block scales, then the
+  // super-block scales.
+  static constexpr int64_t ScalesOffset(DType dtype, int64_t nb) { return nb * QuantBytes(dtype); }
+  static constexpr int64_t SuperOffset(DType dtype, int64_t nb) {
+    return nb * (QuantBytes(dtype) + BlockScaleBytes(dtype));
+  }
+  // The scale d and offset m of half h of block b of row i in the group at `group` (nb
+  // blocks per row), so that x = d * V(code) + m: the portable kernels' and
+  // DequantizeRow's reading of the scales (the AVX-512 kernels read 16 rows at once).
+  static void BlockScale(DType dtype, const uint8_t* group, int64_t nb, int64_t b, int h, int i, float* d, float* m);
 
   // Row `r` (< n_out) as f32 [n_in] (the embedding lookup of a packed table).
   void DequantizeRow(int64_t r, float* out) const;

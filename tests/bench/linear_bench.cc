@@ -13,10 +13,15 @@
 // q, k, v, o, gate, up, down, then the LM head in Q8_0 as the GGUF file ties it), one
 // ~96 MB working set read once per token in model order, so this measures memory-bound
 // decode as the engine sees it (minus attention and the elementwise ops).
-// Usage: linear_bench [--quick] [--decode] [--dtype=q4_1,...]
+// With --model=1b, only a whole-model decode pass of Llama-3.2-1B's shapes (16 layers,
+// hidden 2048, KV dim 512, FFN 8192; Q/K/V and gate/up stacked as the transformer runs them;
+// the tied 128256-token LM head in the same dtype, or Q6_K for a K type, as llama-quantize's
+// _M mixes write it): ~0.7 GB in Q4_K, n_in a multiple of 256, so every K type runs.
+// Usage: linear_bench [--quick] [--decode] [--model=1b] [--dtype=q4_1,...]
 // (--decode: only the 1-token passes)
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -195,6 +200,69 @@ void WholeModelDecode(DType dtype, ThreadPool* pool1, ThreadPool* pool2, double 
   }
 }
 
+// One decode token through Llama-3.2-1B's linear layers, stacked as the transformer runs
+// them, packed, at 1 and 2 threads; prints ms/token and GB/s over the file's bytes and over
+// the packed bytes.
+void Decode1B(DType dtype, double min_s) {
+  struct Mat {
+    DType dtype;
+    std::vector<int64_t> parts;
+    int64_t n_in;
+  };
+  const bool k_type = dtype == DType::kQ2_K || dtype == DType::kQ3_K || dtype == DType::kQ4_K ||
+                      dtype == DType::kQ5_K || dtype == DType::kQ6_K || dtype == DType::kIQ4_XS;
+  std::vector<Mat> order;
+  for (int l = 0; l < 16; ++l) {
+    order.push_back({dtype, {2048, 512, 512}, 2048});
+    order.push_back({dtype, {2048}, 2048});
+    order.push_back({dtype, {8192, 8192}, 2048});
+    order.push_back({dtype, {2048}, 8192});
+  }
+  order.push_back({k_type ? DType::kQ6_K : dtype, {128256}, 2048});
+  std::vector<PackedWeight> packed;
+  double file_bytes = 0, packed_bytes = 0;
+  for (const Mat& m : order) {
+    int64_t n_out = 0;
+    for (int64_t rows : m.parts) n_out += rows;
+    std::vector<uint8_t> w = MakeMatrix(m.dtype, n_out, m.n_in, 1);
+    file_bytes += static_cast<double>(w.size());
+    packed.push_back(*PackedWeight::Pack(TensorView(w.data(), m.dtype, {n_out, m.n_in})));
+    packed_bytes += static_cast<double>(packed.back().bytes());
+  }
+  std::vector<float> x(8192, 0.5f), out(2 * 8192 + 128256);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.1f * static_cast<float>(i));
+  for (int threads : {1, 2}) {
+    ThreadPool pool(threads);
+    auto pass = [&] {
+      for (size_t i = 0; i < order.size(); ++i) {
+        std::vector<LinearPart> parts;
+        int64_t at = 0;
+        for (int64_t rows : order[i].parts) {
+          parts.push_back({out.data() + at, rows});
+          at += rows;
+        }
+        const absl::Status st = LinearPartsPacked(parts, x.data(), packed[i], 1, &pool);
+        if (!st.ok()) std::fprintf(stderr, "Linear failed: %s\n", st.ToString().c_str());
+      }
+    };
+    pass();  // Warm up.
+    const double start = Now();
+    int64_t passes = 0;
+    double elapsed = 0;
+    do {
+      pass();
+      ++passes;
+      elapsed = Now() - start;
+    } while (elapsed < std::max(min_s, 1.0));
+    const double t = elapsed / passes;
+    std::printf(
+        "%-6s 1b whole-model decode %d thread(s): %.2f ms/token = %.1f tok/s; file %.0f MB %.1f GB/s, "
+        "packed %.0f MB %.1f GB/s\n",
+        std::string(DTypeName(dtype)).c_str(), threads, t * 1e3, 1 / t, file_bytes / 1e6, file_bytes / t / 1e9,
+        packed_bytes / 1e6, packed_bytes / t / 1e9);
+  }
+}
+
 void Run(const std::vector<DType>& dtypes, bool quick, bool decode_only) {
   const CpuFeatures& f = GetCpuFeatures();
   std::printf("ISA: %s (avx2=%d avx512f=%d avx512vnni=%d avx_vnni=%d)\n",
@@ -255,10 +323,13 @@ int main(int argc, char** argv) {
   std::vector<DType> dtypes = {DType::kQ4_1, DType::kQ4_0, DType::kQ8_0, DType::kF32};
   bool quick = false;
   bool decode_only = false;
+  bool model_1b = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--quick") {
       quick = true;
+    } else if (a == "--model=1b") {
+      model_1b = true;
     } else if (a == "--decode") {
       decode_only = true;
     } else if (a.rfind("--dtype=", 0) == 0) {
@@ -276,9 +347,13 @@ int main(int argc, char** argv) {
         pos = comma + 1;
       }
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--decode] [--dtype=q4_1,q8_0,...]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--decode] [--model=1b] [--dtype=q4_1,q8_0,...]\n", argv[0]);
       return 2;
     }
+  }
+  if (model_1b) {
+    for (DType d : dtypes) cascade::kernels::cpu::Decode1B(d, quick ? 0.5 : 2.0);
+    return 0;
   }
   cascade::kernels::cpu::Run(dtypes, quick, decode_only);
   return 0;
