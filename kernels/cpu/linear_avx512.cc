@@ -113,7 +113,7 @@ void BuildTileFromPacked(const GemmArgs& a, int64_t r0, int64_t b0, int n_blk, T
   BlockScales<D> scales(g, nb);
   for (int b = 0; b < n_blk; ++b) {
     __m512i w[8];
-    unpack(g + (b0 + b) * L::kQuant, w);
+    unpack(g + L::kGeo.QuantAt(b0 + b), w);
     __m512i* t = reinterpret_cast<__m512i*>(tile->w) + b * 8;
     for (int k = 0; k < 8; ++k) _mm512_store_si512(t + k, w[k]);
     __m512 dw[2], ow[2];

@@ -110,7 +110,7 @@ void GemvGroup(const GemmArgs& a, int64_t r0, int64_t r_end, int64_t t0) {
     for (int64_t l = 0; l < L::kStreamPerBlock; l += 64)
       _mm_prefetch(reinterpret_cast<const char*>(pf + l), _MM_HINT_T1);
     __m512i w[8];
-    unpack(g + b * L::kQuant, w);
+    unpack(g + L::kGeo.QuantAt(b), w);
     __m512 dw[2], ow[2];
     scales(b, dw, ow);
 #pragma GCC unroll 8

@@ -39,8 +39,8 @@ inline void UnpackBlock(const uint8_t* q, int16_t v[32][kPackRows]) {
 template <DType D>
 void GemmPackedCodes(const GemmArgs& a, int64_t rb, int64_t re) {
   constexpr CodeFormat f = CodeFormatOf(D);
-  constexpr int64_t kQ = PackedWeight::QuantBytes(D);
   constexpr int kH = f.sub16 ? 2 : 1;
+  constexpr PackedGeometry kGeo = PackedGeometryOf(D);
   const int64_t nb = a.n_in / kQK;
   alignas(64) int16_t v[32][kPackRows];
   for (int64_t r0 = rb; r0 < re; r0 += kPackRows) {
@@ -48,7 +48,7 @@ void GemmPackedCodes(const GemmArgs& a, int64_t rb, int64_t re) {
     const int n_rows = static_cast<int>(std::min<int64_t>(kPackRows, re - r0));
     for (int64_t t = 0; t < a.n_tokens; ++t) std::fill_n(a.out + t * a.ld_out + r0, n_rows, 0.0f);
     for (int64_t b = 0; b < nb; ++b) {
-      UnpackBlock<D>(g + b * kQ, v);
+      UnpackBlock<D>(g + kGeo.QuantAt(b), v);
       float d[kH][kPackRows], m[kH][kPackRows];
       for (int h = 0; h < kH; ++h) {
         for (int i = 0; i < kPackRows; ++i) PackedWeight::BlockScale(D, g, nb, b, h, i, &d[h][i], &m[h][i]);

@@ -25,8 +25,9 @@ struct PackedLayout {
   static constexpr int kHalves = PackedWeight::Halves(D);
   static constexpr bool kStoredMin = PackedWeight::StoredMin(D);
   static constexpr bool kSuper = PackedWeight::SuperScaled(D);
+  static constexpr PackedGeometry kGeo = PackedGeometryOf(D);
   // Bytes of the group's stream per block (quants, scales, a share of the super-scales).
-  static constexpr int64_t kStreamPerBlock = PackedWeight::StreamBytesPerBlock(D);
+  static constexpr int64_t kStreamPerBlock = kGeo.StreamBytesPerBlock();
   // x = d * u + factor * d for the u8 operand u when the min is not stored (Q8_0 and IQ4
   // are stored + 128); 1 when the offset vector is the stored min itself.
   static constexpr float kOffsetFactor =
@@ -115,11 +116,10 @@ template <DType D>
 class BlockScales {
  public:
   using L = PackedLayout<D>;
-  BlockScales(const uint8_t* group, int64_t nb)
-      : s_(group + PackedWeight::ScalesOffset(D, nb)), sup_(group + PackedWeight::SuperOffset(D, nb)) {}
+  BlockScales(const uint8_t* group, int64_t nb) : g_(group), nb_(nb) {}
 
   inline void operator()(int64_t b, __m512 dw[2], __m512 ow[2]) {
-    const uint8_t* s = s_ + b * PackedWeight::BlockScaleBytes(D);
+    const uint8_t* s = g_ + L::kGeo.ScaleAt(nb_, b);
     if constexpr (!L::kSuper) {
       dw[0] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(s)));
       ow[0] = L::kStoredMin ? _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(s + 32))) : dw[0];
@@ -147,7 +147,7 @@ class BlockScales {
  private:
   // The f16 d and -dmin of super-block `sb` (the sign makes the offset -(dmin * mn)).
   void LoadSuper(int64_t sb) {
-    const uint8_t* p = sup_ + sb * PackedWeight::SuperBytes(D);
+    const uint8_t* p = g_ + L::kGeo.SuperAt(sb);
     d_ = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(p)));
     if constexpr (L::kStoredMin) {
       m_ = _mm512_sub_ps(_mm512_setzero_ps(),
@@ -156,8 +156,8 @@ class BlockScales {
     super_ = sb;
   }
 
-  const uint8_t* s_;
-  const uint8_t* sup_;
+  const uint8_t* g_;
+  int64_t nb_;
   int64_t super_ = -1;
   __m512 d_ = _mm512_setzero_ps();
   __m512 m_ = _mm512_setzero_ps();

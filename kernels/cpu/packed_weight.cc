@@ -21,22 +21,11 @@ int MaskBit(const uint8_t* plane, int i, int e) {
   std::memcpy(&mask, plane + 8 * (2 * k + h), 8);
   return static_cast<int>((mask >> (4 * i + j)) & 1);
 }
-void SetMaskBit(uint8_t* plane, int i, int e, int bit) {
-  const int h = e / 16, k = (e % 16) / 4, j = e % 4;
-  uint64_t mask;
-  std::memcpy(&mask, plane + 8 * (2 * k + h), 8);
-  mask |= static_cast<uint64_t>(bit & 1) << (4 * i + j);
-  std::memcpy(plane + 8 * (2 * k + h), &mask, 8);
-}
 
 // The 2-bit fields: bits [2 k, 2 k + 2) of byte 4 i + j of the 64-byte vector h at `plane`.
 int TwoBits(const uint8_t* plane, int i, int e) {
   const int h = e / 16, k = (e % 16) / 4, j = e % 4;
   return (plane[64 * h + 4 * i + j] >> (2 * k)) & 3;
-}
-void SetTwoBits(uint8_t* plane, int i, int e, int v) {
-  const int h = e / 16, k = (e % 16) / 4, j = e % 4;
-  plane[64 * h + 4 * i + j] |= static_cast<uint8_t>((v & 3) << (2 * k));
 }
 
 void PackQ8Group(const uint8_t* src, int64_t row_bytes, int64_t r0, int n_rows, int64_t nb, uint8_t* dst) {
@@ -63,9 +52,9 @@ absl::Status ToF16(float v, int64_t row, uint16_t* out) {
 }
 
 // Writes row i's scales of block b (decoded as `c`) into the group at `dst`.
-absl::Status PackScales(DType dtype, const BlockCodes& c, int64_t row, int i, int64_t nb, int64_t b, uint8_t* dst) {
-  const CodeFormat f = CodeFormatOf(dtype);
-  uint8_t* s = dst + PackedWeight::ScalesOffset(dtype, nb) + b * PackedWeight::BlockScaleBytes(dtype);
+absl::Status PackScales(DType dtype, const CodeFormat& f, const PackedGeometry& geo, const BlockCodes& c, int64_t row,
+                        int i, int64_t nb, int64_t b, uint8_t* dst) {
+  uint8_t* s = dst + geo.ScaleAt(nb, b);
   if (f.sub_scales == SubScales::kNone) {
     // MXFP4's power-of-two scales span 2^-128..2^127: those f16 cannot hold exactly
     // leave the weight unpacked (its kernels read the file's exponents as they are).
@@ -78,7 +67,7 @@ absl::Status PackScales(DType dtype, const BlockCodes& c, int64_t row, int i, in
     if (f.stored_min) CASCADE_RETURN_IF_ERROR(ToF16(c.m[0], row, &d[kPackRows + i]));
     return absl::OkStatus();
   }
-  for (int h = 0; h < PackedWeight::Halves(dtype); ++h) {
+  for (int h = 0; h < (f.sub16 ? 2 : 1); ++h) {
     uint8_t* v = s + 16 * h;
     switch (f.sub_scales) {
       case SubScales::kU8Pair:
@@ -91,26 +80,62 @@ absl::Status PackScales(DType dtype, const BlockCodes& c, int64_t row, int i, in
     }
   }
   if (b % kBlocksPerSuper == 0) {  // The file's f16 values: exact.
-    auto* sup = reinterpret_cast<uint16_t*>(dst + PackedWeight::SuperOffset(dtype, nb) +
-                                            b / kBlocksPerSuper * PackedWeight::SuperBytes(dtype));
+    auto* sup = reinterpret_cast<uint16_t*>(dst + geo.SuperAt(b / kBlocksPerSuper));
     CASCADE_RETURN_IF_ERROR(ToF16(c.super_d, row, &sup[i]));
     if (f.stored_min) CASCADE_RETURN_IF_ERROR(ToF16(c.super_m, row, &sup[kPackRows + i]));
   }
   return absl::OkStatus();
 }
 
+// Row i's 32 codes into the (zeroed) packed block at `q` (layout in packed_weight.h), a
+// whole byte or mask at a time: packing runs at load, over every weight.
+void PackRowCodes(const uint8_t code[32], int bits, int i, uint8_t* q) {
+  const auto or_mask = [&](uint8_t* plane, int shift) {  // Bit `shift` of each code.
+    for (int h = 0; h < 2; ++h) {
+      for (int k = 0; k < 4; ++k) {
+        uint64_t mask;
+        std::memcpy(&mask, plane + 8 * (2 * k + h), 8);
+        for (int j = 0; j < 4; ++j)
+          mask |= static_cast<uint64_t>((code[16 * h + 4 * k + j] >> shift) & 1) << (4 * i + j);
+        std::memcpy(plane + 8 * (2 * k + h), &mask, 8);
+      }
+    }
+  };
+  const auto two_bits = [&](uint8_t* plane, int shift) {  // Bits [shift, shift + 2).
+    for (int h = 0; h < 2; ++h) {
+      for (int j = 0; j < 4; ++j) {
+        int byte = 0;
+        for (int k = 0; k < 4; ++k) byte |= ((code[16 * h + 4 * k + j] >> shift) & 3) << (2 * k);
+        plane[64 * h + 4 * i + j] = static_cast<uint8_t>(byte);
+      }
+    }
+  };
+  if (bits <= 3) {
+    two_bits(q, 0);
+    if (bits == 3) or_mask(q + 128, 2);
+    return;
+  }
+  for (int k = 0; k < 4; ++k) {
+    for (int j = 0; j < 4; ++j) {
+      q[64 * k + 4 * i + j] = static_cast<uint8_t>((code[4 * k + j] & 0x0f) | (code[16 + 4 * k + j] & 0x0f) << 4);
+    }
+  }
+  if (bits == 5) or_mask(q + 256, 4);
+  if (bits == 6) two_bits(q + 256, 4);
+}
+
 // Packs rows [r0, r0 + n_rows) of a HasBlockCodes dtype into the group at `dst` (zeroed).
 absl::Status PackCodeGroup(DType dtype, const uint8_t* src, int64_t row_bytes, int64_t r0, int n_rows, int64_t nb,
                            uint8_t* dst) {
   const CodeFormat f = CodeFormatOf(dtype);
-  const int64_t qb = PackedWeight::QuantBytes(dtype);
+  const PackedGeometry geo = PackedGeometryOf(dtype);
   BlockCodes c;
   for (int i = 0; i < n_rows; ++i) {
     const uint8_t* row = src + (r0 + i) * row_bytes;
     for (int64_t b = 0; b < nb; ++b) {
       DecodeBlock(dtype, row, b, &c);
-      for (int e = 0; e < kQK; ++e) SetPackedCode(dst + b * qb, f.bits, i, e, c.code[e]);
-      CASCADE_RETURN_IF_ERROR(PackScales(dtype, c, r0 + i, i, nb, b, dst));
+      PackRowCodes(c.code, f.bits, i, dst + geo.QuantAt(b));
+      CASCADE_RETURN_IF_ERROR(PackScales(dtype, f, geo, c, r0 + i, i, nb, b, dst));
     }
   }
   return absl::OkStatus();
@@ -127,21 +152,10 @@ int PackedCode(const uint8_t* block, int bits, int i, int e) {
   return low;
 }
 
-void SetPackedCode(uint8_t* block, int bits, int i, int e, int code) {
-  if (bits <= 3) {
-    SetTwoBits(block, i, e, code);
-    if (bits == 3) SetMaskBit(block + 128, i, e, code >> 2);
-    return;
-  }
-  const int h = e / 16, k = (e % 16) / 4, j = e % 4;
-  block[64 * k + 4 * i + j] |= static_cast<uint8_t>((code & 0x0f) << (4 * h));
-  if (bits == 5) SetMaskBit(block + 256, i, e, code >> 4);
-  if (bits == 6) SetTwoBits(block + 256, i, e, code >> 4);
-}
-
 void PackedWeight::BlockScale(DType dtype, const uint8_t* group, int64_t nb, int64_t b, int h, int i, float* d,
                               float* m) {
-  const uint8_t* s = group + ScalesOffset(dtype, nb) + b * BlockScaleBytes(dtype);
+  const PackedGeometry geo = PackedGeometryOf(dtype);
+  const uint8_t* s = group + geo.ScaleAt(nb, b);
   if (dtype == DType::kQ8_0) {
     *d = F16ToF32(reinterpret_cast<const uint16_t*>(s)[i]);
     *m = -128.0f * *d;
@@ -154,8 +168,7 @@ void PackedWeight::BlockScale(DType dtype, const uint8_t* group, int64_t nb, int
     *m = f.stored_min ? F16ToF32(v[kPackRows + i]) : f.min_factor * *d;
     return;
   }
-  const auto* sup =
-      reinterpret_cast<const uint16_t*>(group + SuperOffset(dtype, nb) + b / kBlocksPerSuper * SuperBytes(dtype));
+  const auto* sup = reinterpret_cast<const uint16_t*>(group + geo.SuperAt(b / kBlocksPerSuper));
   const uint8_t* v = s + 16 * (Halves(dtype) == 2 ? h : 0);
   int sc = 0, mn = 0;
   switch (f.sub_scales) {
@@ -197,8 +210,7 @@ absl::StatusOr<PackedWeight> PackedWeight::Pack(const TensorView& weight) {
   p.n_out_ = weight.Rows();
   p.n_in_ = weight.Cols();
   const int64_t nb = p.n_in_ / kQK;
-  const int64_t raw = SuperOffset(p.dtype_, nb) + (nb / kBlocksPerSuper) * SuperBytes(p.dtype_);
-  p.group_bytes_ = (raw + 63) / 64 * 64;
+  p.group_bytes_ = (PackedGeometryOf(p.dtype_).StreamBytes(nb) + 63) / 64 * 64;
   const int64_t total = std::max<int64_t>(64, p.bytes());
   p.data_.reset(static_cast<uint8_t*>(std::aligned_alloc(64, static_cast<size_t>(total))));
   if (p.data_ == nullptr) {
@@ -221,11 +233,10 @@ absl::StatusOr<PackedWeight> PackedWeight::Pack(const TensorView& weight) {
 
 void PackedWeight::DequantizeRow(int64_t r, float* out) const {
   const int64_t nb = n_in_ / kQK;
-  const int64_t qb = QuantBytes(dtype_);
   const uint8_t* g = data_.get() + (r / kPackRows) * group_bytes_;
   const int i = static_cast<int>(r % kPackRows);
   for (int64_t b = 0; b < nb; ++b, out += kQK) {
-    const uint8_t* q = g + b * qb;
+    const uint8_t* q = g + PackedGeometryOf(dtype_).QuantAt(b);
     float d[2], m[2];
     for (int h = 0; h < 2; ++h) BlockScale(dtype_, g, nb, b, h, i, &d[h], &m[h]);
     if (dtype_ == DType::kQ8_0) {

@@ -27,20 +27,23 @@
 //   scales, for the types with one scale per block (Q8_0, Q4_0/1, Q5_0/1, IQ4_NL, MXFP4):
 //     d     nb x 16 f16 scales of the 16 rows, one 32-byte vector per block;
 //     m     (Q4_1, Q5_1: a stored min) the offsets, likewise.
-//   scales, for the super-block types (the K types and IQ4_XS, SubScales in block_codes.h),
-//   the file's integer sub-scales under its f16 super-block scales, as ggml reads them:
-//     sub   nb x SubScaleBytes: per block (per half for Q2_K, Q3_K, Q6_K), the 16 rows'
+//   The super-block types (the K types and IQ4_XS, SubScales in block_codes.h) keep the
+//   file's integer sub-scales under its f16 super-block scales, as ggml reads them, and
+//   interleave them with the quants, one chunk per super-block of 256 weights (8 blocks),
+//   so that a group is one stream: the chunk is the 8 blocks' quants, then
+//     sub   8 x BlockScaleBytes: per block (per half for Q2_K, Q3_K, Q6_K), the 16 rows'
 //           sub-scales in 16 bytes: Q4_K / Q5_K a u8 scale then a u8 min vector, Q6_K /
 //           Q3_K / IQ4_XS an i8 scale (Q3_K and IQ4_XS: the 6-bit value - 32), Q2_K one
 //           byte of 4-bit scale (low) and min (high);
-//     super nb / 8 x SuperBytes: per super-block of 256 weights the 16 rows' f16 d (and
-//           dmin) vectors.
-//     Block b's scale is then d * sc (f32, ggml's own product) and its offset -(dmin * mn).
+//     super the 16 rows' f16 d (and dmin) vectors;
+//   padded to a multiple of 64 bytes. Block b's scale is then d * sc (f32, ggml's own
+//   product) and its offset -(dmin * mn). (A chunk as one stream read ~10% faster on one
+//   core than the quants, sub-scales and super-scales as three sections of the group.)
 // So x = d * V(code) + m, with V the IQ4_NL / MXFP4 table for the table types
 // (block_codes.h) and the offset a fixed multiple of d for the types without a min
-// (CodeFormat::min_factor). Bits per weight match the file's: Q2_K 2.625, Q6_K 6.5625; or
-// come close: Q3_K 3.5625 (file 3.4375), Q4_K 4.625 (4.5), Q5_K 5.625 (5.5), IQ4_XS 4.3125
-// (4.25), where a byte holds a 6-bit sub-scale.
+// (CodeFormat::min_factor). Bits per weight match the file's: Q2_K 2.625; or come close,
+// where a byte holds a 6-bit sub-scale or a chunk is padded: Q3_K 3.625 (file 3.4375), Q4_K
+// 4.625 (4.5), Q5_K 5.625 (5.5), Q6_K 6.625 (6.5625), IQ4_XS 4.375 (4.25).
 // The group stride is rounded up to 64 bytes and the buffer is 64-byte aligned.
 //
 // Thread-safety: immutable after Pack; const methods are safe from any thread.
@@ -61,10 +64,33 @@ namespace cascade::kernels::cpu {
 inline constexpr int kPackRows = 16;
 inline constexpr int kBlocksPerSuper = 8;  // 32-element blocks per 256-weight super-block.
 
-// Code e (0..31) of row i in a packed block of `bits`-bit codes, and the writer the packer
-// uses (layouts above). The block must be zeroed before the first SetPackedCode.
+// Code e (0..31) of row i in a packed block of `bits`-bit codes (layouts above): the
+// scalar reading of DequantizeRow and the portable kernels.
 int PackedCode(const uint8_t* block, int bits, int i, int e);
-void SetPackedCode(uint8_t* block, int bits, int i, int e, int code);
+
+// Where things lie in a group of a packed dtype (layout above). Made by PackedGeometryOf;
+// a kernel for one dtype holds it as a compile-time constant, so the offsets fold.
+struct PackedGeometry {
+  bool super_scaled = false;  // Chunks of 8 blocks with their sub-scales and super-scales.
+  int64_t quant = 0;          // Bytes of one block's quants.
+  int64_t block_scale = 0;    // Bytes of one block's scales: f16 vectors, or sub-scales.
+  int64_t super = 0;          // Bytes of one super-block's f16 d (and dmin) vectors.
+  int64_t chunk = 0;          // Super-block types: bytes of a chunk, a multiple of 64.
+
+  constexpr int64_t QuantAt(int64_t b) const {
+    return super_scaled ? b / kBlocksPerSuper * chunk + b % kBlocksPerSuper * quant : b * quant;
+  }
+  constexpr int64_t ScaleAt(int64_t nb, int64_t b) const {
+    return super_scaled ? b / kBlocksPerSuper * chunk + kBlocksPerSuper * quant + b % kBlocksPerSuper * block_scale
+                        : nb * quant + b * block_scale;
+  }
+  constexpr int64_t SuperAt(int64_t sb) const { return sb * chunk + kBlocksPerSuper * (quant + block_scale); }
+  // Bytes of a group's stream (before its rounding to 64), and per block.
+  constexpr int64_t StreamBytes(int64_t nb) const {
+    return super_scaled ? nb / kBlocksPerSuper * chunk : nb * (quant + block_scale);
+  }
+  constexpr int64_t StreamBytesPerBlock() const { return super_scaled ? chunk / kBlocksPerSuper : quant + block_scale; }
+};
 
 class PackedWeight {
  public:
@@ -111,17 +137,7 @@ class PackedWeight {
   }
   // Bytes per super-block of the f16 d (and dmin) vectors; 0 for the other types.
   static constexpr int64_t SuperBytes(DType dtype) { return SuperScaled(dtype) ? 32 * (StoredMin(dtype) ? 2 : 1) : 0; }
-  // Bytes of a group's stream per block, before the group's rounding to 64.
-  static constexpr int64_t StreamBytesPerBlock(DType dtype) {
-    return QuantBytes(dtype) + BlockScaleBytes(dtype) + SuperBytes(dtype) / kBlocksPerSuper;
-  }
 
-  // Where a group's sections start (layout above): the per-block scales, then the
-  // super-block scales.
-  static constexpr int64_t ScalesOffset(DType dtype, int64_t nb) { return nb * QuantBytes(dtype); }
-  static constexpr int64_t SuperOffset(DType dtype, int64_t nb) {
-    return nb * (QuantBytes(dtype) + BlockScaleBytes(dtype));
-  }
   // The scale d and offset m of half h of block b of row i in the group at `group` (nb
   // blocks per row), so that x = d * V(code) + m: the portable kernels' and
   // DequantizeRow's reading of the scales (the AVX-512 kernels read 16 rows at once).
@@ -142,5 +158,15 @@ class PackedWeight {
   int64_t group_bytes_ = 0;
   std::unique_ptr<uint8_t[], Free> data_;
 };
+
+constexpr PackedGeometry PackedGeometryOf(DType dtype) {
+  PackedGeometry g;
+  g.super_scaled = PackedWeight::SuperScaled(dtype);
+  g.quant = PackedWeight::QuantBytes(dtype);
+  g.block_scale = PackedWeight::BlockScaleBytes(dtype);
+  g.super = PackedWeight::SuperBytes(dtype);
+  if (g.super_scaled) g.chunk = (kBlocksPerSuper * (g.quant + g.block_scale) + g.super + 63) / 64 * 64;
+  return g;
+}
 
 }  // namespace cascade::kernels::cpu

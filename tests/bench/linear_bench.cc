@@ -220,15 +220,19 @@ void Decode1B(DType dtype, double min_s) {
   }
   order.push_back({k_type ? DType::kQ6_K : dtype, {128256}, 2048});
   std::vector<PackedWeight> packed;
-  double file_bytes = 0, packed_bytes = 0;
+  double file_bytes = 0, packed_bytes = 0, pack_s = 0;
   for (const Mat& m : order) {
     int64_t n_out = 0;
     for (int64_t rows : m.parts) n_out += rows;
     std::vector<uint8_t> w = MakeMatrix(m.dtype, n_out, m.n_in, 1);
     file_bytes += static_cast<double>(w.size());
+    const double start = Now();
     packed.push_back(*PackedWeight::Pack(TensorView(w.data(), m.dtype, {n_out, m.n_in})));
+    pack_s += Now() - start;
     packed_bytes += static_cast<double>(packed.back().bytes());
   }
+  std::printf("%-6s 1b packed at load in %.2f s (%.2f GB/s of file)\n", std::string(DTypeName(dtype)).c_str(), pack_s,
+              file_bytes / pack_s / 1e9);
   std::vector<float> x(8192, 0.5f), out(2 * 8192 + 128256);
   for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.1f * static_cast<float>(i));
   for (int threads : {1, 2}) {
