@@ -15,8 +15,10 @@
 // decode as the engine sees it (minus attention and the elementwise ops).
 // With --model=1b, only a whole-model decode pass of Llama-3.2-1B's shapes (16 layers,
 // hidden 2048, KV dim 512, FFN 8192; Q/K/V and gate/up stacked as the transformer runs them;
-// the tied 128256-token LM head in the same dtype, or Q6_K for a K type, as llama-quantize's
-// _M mixes write it): ~0.7 GB in Q4_K, n_in a multiple of 256, so every K type runs.
+// the tied 128256-token LM head in the same dtype, Q6_K for a K type as llama-quantize's _M
+// mixes write it, BF16 for FP8 as its checkpoints keep it): ~0.8 GB in Q4_K, n_in a
+// multiple of 256, so every K type runs; the packed dtypes packed, the others (FP8, F16,
+// BF16) in their file layout, as the engine runs them.
 // Usage: linear_bench [--quick] [--decode] [--model=1b] [--dtype=q4_1,...]
 // (--decode: only the 1-token passes)
 #include <algorithm>
@@ -218,7 +220,10 @@ void Decode1B(DType dtype, double min_s) {
     order.push_back({dtype, {8192, 8192}, 2048});
     order.push_back({dtype, {2048}, 8192});
   }
-  order.push_back({k_type ? DType::kQ6_K : dtype, {128256}, 2048});
+  // The head: Q6_K for a K type (llama-quantize's _M mixes), BF16 for FP8 (DeepSeek-V3 /
+  // Qwen3-FP8 checkpoints keep the embedding in BF16), else the same dtype.
+  order.push_back({k_type ? DType::kQ6_K : (dtype == DType::kF8_E4M3_B128 ? DType::kBF16 : dtype), {128256}, 2048});
+  std::vector<std::vector<uint8_t>> plain;  // The dtypes that run unpacked.
   std::vector<PackedWeight> packed;
   double file_bytes = 0, packed_bytes = 0, pack_s = 0;
   for (const Mat& m : order) {
@@ -226,13 +231,22 @@ void Decode1B(DType dtype, double min_s) {
     for (int64_t rows : m.parts) n_out += rows;
     std::vector<uint8_t> w = MakeMatrix(m.dtype, n_out, m.n_in, 1);
     file_bytes += static_cast<double>(w.size());
+    if (!PackedLayoutPreferred(m.dtype)) {
+      packed_bytes += static_cast<double>(w.size());
+      plain.push_back(std::move(w));
+      packed.push_back(*PackedWeight::Pack(TensorView(plain.back().data(), DType::kQ8_0, {0, 32})));
+      continue;
+    }
+    plain.emplace_back();
     const double start = Now();
     packed.push_back(*PackedWeight::Pack(TensorView(w.data(), m.dtype, {n_out, m.n_in})));
     pack_s += Now() - start;
     packed_bytes += static_cast<double>(packed.back().bytes());
   }
-  std::printf("%-6s 1b packed at load in %.2f s (%.2f GB/s of file)\n", std::string(DTypeName(dtype)).c_str(), pack_s,
-              file_bytes / pack_s / 1e9);
+  if (pack_s > 0) {
+    std::printf("%-6s 1b packed at load in %.2f s (%.2f GB/s of file)\n", std::string(DTypeName(dtype)).c_str(), pack_s,
+                file_bytes / pack_s / 1e9);
+  }
   std::vector<float> x(8192, 0.5f), out(2 * 8192 + 128256);
   for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.1f * static_cast<float>(i));
   for (int threads : {1, 2}) {
@@ -245,7 +259,10 @@ void Decode1B(DType dtype, double min_s) {
           parts.push_back({out.data() + at, rows});
           at += rows;
         }
-        const absl::Status st = LinearPartsPacked(parts, x.data(), packed[i], 1, &pool);
+        const absl::Status st =
+            plain[i].empty() ? LinearPartsPacked(parts, x.data(), packed[i], 1, &pool)
+                             : LinearParts(parts, x.data(),
+                                           TensorView(plain[i].data(), order[i].dtype, {at, order[i].n_in}), 1, &pool);
         if (!st.ok()) std::fprintf(stderr, "Linear failed: %s\n", st.ToString().c_str());
       }
     };
