@@ -23,6 +23,10 @@ CpuFeatures Detect() {
   CpuFeatures f;
 #if defined(__x86_64__) || defined(__i386__)
   unsigned eax, ebx, ecx, edx;
+  if (__get_cpuid(0, &eax, &ebx, &ecx, &edx)) {
+    // The vendor string is ebx, edx, ecx: "Auth" "enti" "cAMD".
+    f.amd = ebx == 0x68747541 && edx == 0x69746e65 && ecx == 0x444d4163;
+  }
   if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return f;
   const bool osxsave = (ecx >> 27) & 1;
   const bool fma = (ecx >> 12) & 1;

@@ -19,6 +19,7 @@ struct CpuFeatures {
   bool avx512vnni = false;
   bool avx512bf16 = false;
   bool avx_vnni = false;
+  bool amd = false;  // Vendor "AuthenticAMD": some memory-stream tunings differ by vendor.
 };
 
 // Detected once, at first call. Thread-safe.

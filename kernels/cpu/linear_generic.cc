@@ -224,10 +224,10 @@ void GemmQ6_K(const GemmArgs& a, int64_t rb, int64_t re) {
 // types' portable packed kernel is linear_packed_portable.h.
 void GemmPackedQ8_0(const GemmArgs& a, int64_t rb, int64_t re) {
   constexpr int kR = 16;
+  constexpr PackedGeometry kGeo = PackedGeometryOf(DType::kQ8_0);
   const int64_t nb = a.n_in / kQK;
   for (int64_t r0 = rb; r0 < re; r0 += kR) {
     const uint8_t* g = a.w + (r0 / kR) * a.w_row_bytes;
-    const auto* d = reinterpret_cast<const uint16_t*>(g + nb * 512);
     const int n_rows = static_cast<int>(std::min<int64_t>(kR, re - r0));
     for (int i = 0; i < n_rows; ++i) {
       for (int64_t t = 0; t < a.n_tokens; ++t) {
@@ -235,11 +235,12 @@ void GemmPackedQ8_0(const GemmArgs& a, int64_t rb, int64_t re) {
         const float* xd = a.xd + t * nb;
         float acc = 0.0f;
         for (int64_t b = 0; b < nb; ++b) {
-          const uint8_t* q = g + b * 512;
+          const uint8_t* q = g + kGeo.QuantAt(b);
           const int8_t* xb = x + b * kQK;
           int dot = 0;
           for (int e = 0; e < kQK; ++e) dot += (q[64 * (e / 4) + 4 * i + e % 4] - 128) * xb[e];
-          acc += F16ToF32(d[b * kR + i]) * xd[b] * static_cast<float>(dot);
+          const float d = F16ToF32(reinterpret_cast<const uint16_t*>(g + kGeo.ScaleAt(nb, b))[i]);
+          acc += d * xd[b] * static_cast<float>(dot);
         }
         a.out[t * a.ld_out + r0 + i] = acc;
       }

@@ -36,10 +36,13 @@ struct GemmArgs {
 using GemmFn = void (*)(const GemmArgs& args, int64_t row_begin, int64_t row_end);
 
 // How far ahead of its read position an AVX-512 weight stream is prefetched into L2
-// (`_MM_HINT_T1`), in the packed, float and FP8 kernels alike. Measured in
+// (`_MM_HINT_T1`), in the float and FP8 kernels (a stream per row). Measured in
 // linear_packed_avx512.cc (Intel) and linear_float_avx512.cc (AMD): shorter distances left
 // batch-1 decode waiting on memory, and into L1 that far ahead evicts the lines in use.
 inline constexpr int64_t kPrefetchBytes = 16384;
+// The same for the packed kernels' one stream per group of 16 rows, chosen once by vendor
+// (measurements in linear_packed_avx512.cc): 16 KiB on Intel, 6.5 KiB on AMD.
+int64_t PackedPrefetchBytes();
 // Quantizes x [n] (n a multiple of 32) to quants [n], scales and sums [n / 32].
 using QuantQ8BlockFn = void (*)(const float* x, int64_t n, int8_t* q, float* d, float* s);
 

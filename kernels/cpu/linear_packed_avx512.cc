@@ -18,15 +18,20 @@
 // times the super-block's f16 d, loaded once per 8 blocks (BlockScales).
 // No gathers, no horizontal sums: the 16 results are one masked store.
 //
-// The group stream is contiguous, so a software prefetch kPrefetchBytes ahead of the block
-// being read covers the next groups, into L2 (`_MM_HINT_T1`). Measured streaming packed
+// The group stream is contiguous, so a software prefetch PackedPrefetchBytes() ahead of the
+// block being read covers the next groups, into L2 (`_MM_HINT_T1`). Measured streaming packed
 // weights out of cache on one core (2-core Intel Xeon VM, AVX-512 VNNI; 128 Q4_K matrices
 // [1024, 1024] as MoE experts, and one Q6_K [49152, 1024] LM head; runs interleaved):
 // into L1 4 KiB ahead ~12 / ~13 GB/s; into L2 4-8 KiB ~12 / ~15, 16 KiB ~16 / ~19, 32 KiB
 // ~16 / ~20 GB/s; two threads 16 KiB into L2 ~21 / ~45 GB/s against ~17 / ~26 into L1;
 // Q8_0 alike. A prefetch into L1 that far ahead evicts the lines being used; Intel's
-// few outstanding L1 misses per core want the long lead in L2. (On the 2-core AMD EPYC VM
-// of an earlier session, 2-8 KiB into L1 all reached ~11 GB/s; not re-measured there.)
+// few outstanding L1 misses per core want the long lead in L2. On the 2-core AMD EPYC VM
+// (1 MiB L2 per core), one thread through Llama-3.2-1B's K-type matrices
+// (`linear_bench --model=1b`, the chunked super-block layout, medians of 2-4 interleaved
+// runs, GB/s of file bytes): Q4_K 17.6 / 20.8 / 24.7 / 27.4 / 28.4 / 29.6 / 27.0 / 24.8 /
+// 21.6 / 22.0 / 21.9 at 3 / 4 / 5 / 5.5 / 6 / 6.5 / 7 / 7.5 / 8 / 10 / 16 KiB, Q6_K and Q2_K
+// alike (Q6_K 30.4, Q2_K 25.7 at 6.5 KiB against 21.8 / 21.5 at 16 KiB); Q8_0 flat at ~21
+// from 4.5 to 24 KiB; T0 no better. Hence a distance per vendor.
 //
 // Compiled with AVX-512 F/BW/VL/DQ/VNNI (+AVX2/FMA/F16C); called only on such CPUs.
 #include <immintrin.h>
@@ -36,6 +41,7 @@
 
 #include "kernels/cpu/linear_kernels.h"
 #include "kernels/cpu/packed_avx512.h"
+#include "kernels/cpu_features.h"
 
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
@@ -105,8 +111,9 @@ void GemvGroup(const GemmArgs& a, int64_t r0, int64_t r_end, int64_t t0) {
   }
   const BlockUnpacker<D> unpack;
   BlockScales<D> scales(g, nb);
+  const int64_t prefetch_bytes = PackedPrefetchBytes();
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* pf = g + kPrefetchBytes + b * L::kStreamPerBlock;
+    const uint8_t* pf = g + prefetch_bytes + b * L::kStreamPerBlock;
     for (int64_t l = 0; l < L::kStreamPerBlock; l += 64)
       _mm_prefetch(reinterpret_cast<const char*>(pf + l), _MM_HINT_T1);
     __m512i w[8];
@@ -133,6 +140,11 @@ void GemvTokens(const GemmArgs& a, int64_t rb, int64_t re, int64_t t0) {
 }
 
 }  // namespace
+
+int64_t PackedPrefetchBytes() {
+  static const int64_t bytes = GetCpuFeatures().amd ? 6656 : 16384;
+  return bytes;
+}
 
 template <DType D>
 void GemvPackedAvx512(const GemmArgs& a, int64_t rb, int64_t re) {

@@ -29,12 +29,12 @@ int TwoBits(const uint8_t* plane, int i, int e) {
 }
 
 void PackQ8Group(const uint8_t* src, int64_t row_bytes, int64_t r0, int n_rows, int64_t nb, uint8_t* dst) {
-  auto* d = reinterpret_cast<uint16_t*>(dst + nb * 512);
+  constexpr PackedGeometry kGeo = PackedGeometryOf(DType::kQ8_0);
   for (int i = 0; i < n_rows; ++i) {
     const auto* w = reinterpret_cast<const BlockQ8_0*>(src + (r0 + i) * row_bytes);
     for (int64_t b = 0; b < nb; ++b) {
-      uint8_t* q = dst + b * 512;
-      d[b * kPackRows + i] = w[b].d;
+      uint8_t* q = dst + kGeo.QuantAt(b);
+      reinterpret_cast<uint16_t*>(dst + kGeo.ScaleAt(nb, b))[i] = w[b].d;
       for (int k = 0; k < 8; ++k) {
         for (int j = 0; j < 4; ++j) q[64 * k + 4 * i + j] = static_cast<uint8_t>(w[b].qs[4 * k + j] + 128);
       }

@@ -49,6 +49,7 @@
 // Thread-safety: immutable after Pack; const methods are safe from any thread.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -63,6 +64,7 @@ namespace cascade::kernels::cpu {
 
 inline constexpr int kPackRows = 16;
 inline constexpr int kBlocksPerSuper = 8;  // 32-element blocks per 256-weight super-block.
+inline constexpr int kChunkBlocks = 8;     // Blocks per chunk of the group's stream.
 
 // Code e (0..31) of row i in a packed block of `bits`-bit codes (layouts above): the
 // scalar reading of DequantizeRow and the portable kernels.
@@ -71,25 +73,24 @@ int PackedCode(const uint8_t* block, int bits, int i, int e);
 // Where things lie in a group of a packed dtype (layout above). Made by PackedGeometryOf;
 // a kernel for one dtype holds it as a compile-time constant, so the offsets fold.
 struct PackedGeometry {
-  bool super_scaled = false;  // Chunks of 8 blocks with their sub-scales and super-scales.
+  bool super_scaled = false;  // Chunks carry sub-scales and super-scales.
   int64_t quant = 0;          // Bytes of one block's quants.
   int64_t block_scale = 0;    // Bytes of one block's scales: f16 vectors, or sub-scales.
   int64_t super = 0;          // Bytes of one super-block's f16 d (and dmin) vectors.
-  int64_t chunk = 0;          // Super-block types: bytes of a chunk, a multiple of 64.
+  int64_t chunk = 0;          // Bytes of a chunk of 8 blocks, a multiple of 64.
 
-  constexpr int64_t QuantAt(int64_t b) const {
-    return super_scaled ? b / kBlocksPerSuper * chunk + b % kBlocksPerSuper * quant : b * quant;
-  }
+  constexpr int64_t QuantAt(int64_t b) const { return b / kChunkBlocks * chunk + b % kChunkBlocks * quant; }
+  // The last chunk of a row of nb blocks may hold fewer than 8 (never a super-block type's).
   constexpr int64_t ScaleAt(int64_t nb, int64_t b) const {
-    return super_scaled ? b / kBlocksPerSuper * chunk + kBlocksPerSuper * quant + b % kBlocksPerSuper * block_scale
-                        : nb * quant + b * block_scale;
+    const int64_t c = b / kChunkBlocks;
+    return c * chunk + std::min<int64_t>(kChunkBlocks, nb - c * kChunkBlocks) * quant + b % kChunkBlocks * block_scale;
   }
-  constexpr int64_t SuperAt(int64_t sb) const { return sb * chunk + kBlocksPerSuper * (quant + block_scale); }
+  constexpr int64_t SuperAt(int64_t sb) const { return sb * chunk + kChunkBlocks * (quant + block_scale); }
   // Bytes of a group's stream (before its rounding to 64), and per block.
   constexpr int64_t StreamBytes(int64_t nb) const {
-    return super_scaled ? nb / kBlocksPerSuper * chunk : nb * (quant + block_scale);
+    return nb / kChunkBlocks * chunk + nb % kChunkBlocks * (quant + block_scale);
   }
-  constexpr int64_t StreamBytesPerBlock() const { return super_scaled ? chunk / kBlocksPerSuper : quant + block_scale; }
+  constexpr int64_t StreamBytesPerBlock() const { return chunk / kChunkBlocks; }
 };
 
 class PackedWeight {
@@ -165,7 +166,7 @@ constexpr PackedGeometry PackedGeometryOf(DType dtype) {
   g.quant = PackedWeight::QuantBytes(dtype);
   g.block_scale = PackedWeight::BlockScaleBytes(dtype);
   g.super = PackedWeight::SuperBytes(dtype);
-  if (g.super_scaled) g.chunk = (kBlocksPerSuper * (g.quant + g.block_scale) + g.super + 63) / 64 * 64;
+  g.chunk = (kChunkBlocks * (g.quant + g.block_scale) + g.super + 63) / 64 * 64;
   return g;
 }
 
