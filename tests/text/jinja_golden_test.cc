@@ -1,0 +1,118 @@
+// JinjaTemplate against Python's jinja2 over the real chat templates of llama.cpp's
+// collection (models/templates/*.jinja): tests/text/jinja_goldens.py renders each over a
+// fixed corpus of conversations (tools, tool calls with dict and string arguments,
+// thinking on and off, with and without the generation prompt) in transformers'
+// environment, and this test renders the same and compares byte for byte. Where jinja2
+// fails (raise_exception, a type error), so must we, with raise_exception's message.
+// The goldens come from the `jinja_goldens` CTest fixture ($CASCADE_JINJA_GOLDENS).
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+
+#include "nlohmann/json.hpp"
+#include "tests/test_support.h"
+#include "text/jinja_template.h"
+
+namespace cascade::text {
+namespace {
+
+// Templates that do not render as jinja2 does, each with why. The test fails when one of
+// them starts to match (remove it here) or another stops matching.
+const std::map<std::string, std::string>& KnownDifferences() {
+  static const auto* known = new std::map<std::string, std::string>{};
+  return *known;
+}
+
+std::tm FixedNow() {  // jinja_goldens.py's FIXED_NOW: 2024-07-26 09:05:07, a Friday.
+  std::tm tm{};
+  tm.tm_year = 2024 - 1900;
+  tm.tm_mon = 6;
+  tm.tm_mday = 26;
+  tm.tm_hour = 9;
+  tm.tm_min = 5;
+  tm.tm_sec = 7;
+  tm.tm_wday = 5;
+  tm.tm_yday = 207;
+  return tm;
+}
+
+// Where two renders first differ, with some context, for the failure message.
+std::string FirstDifference(const std::string& want, const std::string& got) {
+  size_t i = 0;
+  while (i < want.size() && i < got.size() && want[i] == got[i]) ++i;
+  const size_t from = i < 40 ? 0 : i - 40;
+  return "at byte " + std::to_string(i) + "\n  jinja2: " + nlohmann::json(want.substr(from, 120)).dump() +
+         "\n  ours:   " + nlohmann::json(got.substr(from, 120)).dump();
+}
+
+TEST(JinjaGoldenTest, RealTemplatesRenderAsJinja2) {
+  const char* path = std::getenv("CASCADE_JINJA_GOLDENS");
+  if (path == nullptr) GTEST_SKIP() << "CASCADE_JINJA_GOLDENS unset: run through ctest (fixture jinja_goldens)";
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << "cannot read " << path;
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line));
+  const std::string dir = nlohmann::ordered_json::parse(line).at("templates_dir").get<std::string>();
+
+  std::map<std::string, absl::StatusOr<JinjaTemplate>> parsed;
+  std::map<std::string, std::string> first_failure;  // Template -> why its first failing case failed.
+  std::set<std::string> templates;
+  int cases = 0, matched = 0;
+  while (std::getline(in, line)) {
+    const nlohmann::ordered_json record = nlohmann::ordered_json::parse(line);
+    const std::string name = record.at("template").get<std::string>();
+    const std::string case_name = record.at("case").get<std::string>();
+    templates.insert(name);
+    auto it = parsed.find(name);
+    if (it == parsed.end()) {
+      it = parsed.emplace(name, JinjaTemplate::Parse(testing::ReadFileOrDie(dir + "/" + name))).first;
+    }
+    absl::StatusOr<JinjaValue> context = jinja::ValueFromJson(record.at("context").dump());
+    ASSERT_TRUE(context.ok()) << context.status();
+    absl::StatusOr<std::string> got = it->second.ok() ? it->second->Render(*context, {.now = FixedNow()})
+                                                      : absl::StatusOr<std::string>(it->second.status());
+    std::string why;
+    if (record.contains("output")) {
+      const std::string want = record.at("output").get<std::string>();
+      if (!got.ok()) {
+        why = "jinja2 renders, we fail: " + testing::StatusMessage(got.status());
+      } else if (*got != want) {
+        why = "output differs " + FirstDifference(want, *got);
+      }
+    } else {
+      const std::string want = record.at("error").get<std::string>();
+      const std::string prefix = "TemplateError: ";  // raise_exception: the message must match.
+      if (got.ok()) {
+        why = "jinja2 fails (" + want + "), we render";
+      } else if (want.rfind(prefix, 0) == 0) {
+        const std::string message = want.substr(prefix.size());
+        const std::string ours = testing::StatusMessage(got.status());
+        if (ours.size() < message.size() || ours.compare(ours.size() - message.size(), message.size(), message) != 0) {
+          why = "raise_exception message differs: jinja2 '" + message + "', ours '" + ours + "'";
+        }
+      }
+    }
+    ++cases;
+    if (why.empty()) {
+      ++matched;
+    } else if (!first_failure.count(name)) {
+      first_failure[name] = case_name + ": " + why;
+    }
+  }
+  int identical = 0;
+  for (const std::string& name : templates) {
+    const bool known = KnownDifferences().count(name) > 0;
+    const bool failed = first_failure.count(name) > 0;
+    identical += !failed;
+    if (failed && !known) ADD_FAILURE() << name << " differs from jinja2 in case " << first_failure[name];
+    if (!failed && known) ADD_FAILURE() << name << " now matches jinja2: remove it from KnownDifferences";
+  }
+  std::printf("[ info ] jinja2 goldens: %d/%zu templates identical over the corpus, %d/%d cases\n", identical,
+              templates.size(), matched, cases);
+  EXPECT_GE(templates.size(), 60u) << "the llama.cpp tree lost its templates?";
+}
+
+}  // namespace
+}  // namespace cascade::text

@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""Renders llama.cpp's collection of real chat templates (models/templates/*.jinja in the
+tree scripts/llama_cpp.sh --src unpacks) with Python's jinja2 in the environment Hugging
+Face transformers renders chat templates in, over a fixed corpus of conversations: the
+independent reference of text/jinja_*.cc (tests/text/jinja_golden_test.cc compares).
+
+Usage: jinja_goldens.py OUT.jsonl [TEMPLATES_DIR] (through scripts/python_deps.sh, which
+installs the pinned jinja2). Output, JSON lines: first {"templates_dir": DIR}, then one
+{"template", "case", "context", "output"} per render, or "error" (the exception's class
+and message) in place of "output" where jinja2 refuses.
+
+The environment is transformers' _compile_jinja_template (4.57): an
+ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True) with loopcontrols and a
+`generation` block that renders its body, `tojson` as json.dumps(ensure_ascii=False, ...),
+and the globals raise_exception and strftime_now, here fixed at 26 Jul 2024 so that the
+output is deterministic (the C++ test renders with the same date).
+"""
+import datetime
+import glob
+import json
+import os
+import subprocess
+import sys
+
+# scripts/python_deps.sh installs the pinned jinja2 into a folder of its own.
+if os.environ.get("CASCADE_PYTHON_CACHE"):
+    sys.path.insert(0, os.path.join(os.environ["CASCADE_PYTHON_CACHE"], "jinja"))
+
+import jinja2  # noqa: E402
+import jinja2.ext  # noqa: E402
+import jinja2.nodes  # noqa: E402
+from jinja2.sandbox import ImmutableSandboxedEnvironment  # noqa: E402
+
+assert jinja2.__version__ == "3.1.6", jinja2.__version__
+FIXED_NOW = datetime.datetime(2024, 7, 26, 9, 5, 7)
+
+
+class Generation(jinja2.ext.Extension):
+    """transformers' AssistantTracker without the tracking: {% generation %} renders its body."""
+    tags = {"generation"}
+
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(["name:endgeneration"], drop_needle=True)
+        return jinja2.nodes.CallBlock(self.call_method("_render"), [], [], body).set_lineno(lineno)
+
+    def _render(self, caller):
+        return caller()
+
+
+def make_env():
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    def strftime_now(fmt):
+        return FIXED_NOW.strftime(fmt)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[Generation, jinja2.ext.loopcontrols])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = strftime_now
+    return env
+
+
+TOOLS = [{
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the current weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "description": "The city, e.g. \"Paris\"."},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                "days": {"type": "integer", "description": "Forecast days."},
+            },
+            "required": ["city"],
+        },
+    },
+}, {
+    "type": "function",
+    "function": {
+        "name": "search",
+        "description": "Search the web.",
+        "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]},
+    },
+}]
+
+SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
+CHAT = [
+    {"role": "user", "content": "Hello! Who are you?"},
+    {"role": "assistant", "content": "I am an assistant. How can I help?"},
+    {"role": "user", "content": "Tell me a joke about \"quotes\", 'apostrophes' and émojis 🙂.\nTwo lines."},
+]
+
+
+def tool_turns(arguments_as_string):
+    args = {"city": "Paris", "unit": "celsius"}
+    return [
+        {"role": "user", "content": "What is the weather in Paris?"},
+        {"role": "assistant", "content": "", "tool_calls": [{
+            "id": "call12345", "type": "function",
+            "function": {"name": "get_weather",
+                         "arguments": json.dumps(args) if arguments_as_string else args}}]},
+        {"role": "tool", "tool_call_id": "call12345", "name": "get_weather",
+         "content": "{\"temperature\": 21, \"sky\": \"clear\"}"},
+        {"role": "assistant", "content": "It is 21 °C and clear in Paris."},
+        {"role": "user", "content": "Thanks!"},
+    ]
+
+
+def cases():
+    base = {"bos_token": "<s>", "eos_token": "</s>"}
+    yield "chat", {**base, "messages": [SYSTEM] + CHAT, "add_generation_prompt": True}
+    yield "chat_no_prompt", {**base, "messages": [SYSTEM] + CHAT[:2], "add_generation_prompt": False}
+    yield "user_only", {**base, "messages": CHAT[:1], "add_generation_prompt": True}
+    for thinking in (True, False):
+        yield f"thinking_{str(thinking).lower()}", {
+            **base, "messages": [SYSTEM, CHAT[0],
+                                 {"role": "assistant", "content": "<think>Greeting.</think>I am an assistant.",
+                                  "reasoning_content": "Greeting."}, CHAT[2]],
+            "add_generation_prompt": True, "enable_thinking": thinking}
+    for as_string in (False, True):
+        name = "tools_string_args" if as_string else "tools_dict_args"
+        yield name, {**base, "messages": [SYSTEM] + tool_turns(as_string), "tools": TOOLS,
+                     "add_generation_prompt": True}
+    yield "tools_no_system", {**base, "messages": tool_turns(False)[:1], "tools": TOOLS,
+                              "add_generation_prompt": True}
+
+
+def templates_dir():
+    if len(sys.argv) > 2:
+        return sys.argv[2]
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "llama_cpp.sh")
+    src = subprocess.run([script, "--src"], capture_output=True, text=True, check=True).stdout.strip()
+    return os.path.join(src, "models", "templates")
+
+
+def main():
+    directory = templates_dir()
+    paths = sorted(glob.glob(os.path.join(directory, "*.jinja")))
+    assert paths, f"no templates in {directory}"
+    env = make_env()
+    with open(sys.argv[1], "w", encoding="utf-8") as out:
+        out.write(json.dumps({"templates_dir": directory}) + "\n")
+        for path in paths:
+            with open(path, encoding="utf-8") as f:
+                source = f.read()
+            try:
+                template, compile_error = env.from_string(source), None
+            except jinja2.TemplateError as e:
+                template, compile_error = None, f"{type(e).__name__}: {e}"
+            for case, context in cases():
+                record = {"template": os.path.basename(path), "case": case, "context": context}
+                if compile_error:
+                    record["error"] = compile_error
+                else:
+                    try:
+                        record["output"] = template.render(**context)
+                    except Exception as e:  # Type errors and the like are goldens too.
+                        record["error"] = f"{type(e).__name__}: {e}"
+                out.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+
+if __name__ == "__main__":
+    main()
