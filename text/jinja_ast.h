@@ -56,14 +56,14 @@ struct Target {
 
 struct Node {
   enum class Kind {
-    kText,       // text
-    kOutput,     // {{ expr }}
-    kIf,         // branches: (condition, body)..., else_body
-    kFor,        // for target in expr [if condition] body [else else_body]
-    kSet,        // set target = expr
-    kSetBlock,   // set target %} body {% endset, optionally through filter
-    kMacro,      // macro name(params) body
-    kCallBlock,  // call[(params)] expr %} body: `caller()` renders body
+    kText,         // text
+    kOutput,       // {{ expr }}
+    kIf,           // branches: (condition, body)..., else_body
+    kFor,          // for target in expr [if condition] body [else else_body]
+    kSet,          // set target = expr
+    kSetBlock,     // set target %} body {% endset, optionally through filter
+    kMacro,        // macro name(params) body
+    kCallBlock,    // call[(params)] expr %} body: `caller()` renders body
     kFilterBlock,  // filter filter %} body
     kWith,         // with assignments body
     kBreak,

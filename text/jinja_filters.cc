@@ -93,9 +93,10 @@ std::string EnsureAscii(const std::string& json) {
       continue;
     }
     const auto b = [&](size_t i) { return static_cast<uint32_t>(static_cast<unsigned char>(c[i])); };
-    uint32_t cp = c.size() == 2   ? ((b(0) & 0x1F) << 6) | (b(1) & 0x3F)
-                  : c.size() == 3 ? ((b(0) & 0x0F) << 12) | ((b(1) & 0x3F) << 6) | (b(2) & 0x3F)
-                                  : ((b(0) & 0x07) << 18) | ((b(1) & 0x3F) << 12) | ((b(2) & 0x3F) << 6) | (b(3) & 0x3F);
+    uint32_t cp = c.size() == 2 ? ((b(0) & 0x1F) << 6) | (b(1) & 0x3F)
+                  : c.size() == 3
+                      ? ((b(0) & 0x0F) << 12) | ((b(1) & 0x3F) << 6) | (b(2) & 0x3F)
+                      : ((b(0) & 0x07) << 18) | ((b(1) & 0x3F) << 12) | ((b(2) & 0x3F) << 6) | (b(3) & 0x3F);
     char buf[16];
     if (cp >= 0x10000) {
       cp -= 0x10000;
@@ -145,7 +146,8 @@ std::vector<std::string> SplitLines(const std::string& s) {
 }
 
 std::string Indent(const std::string& text, const Value& width, bool first, bool blank) {
-  const std::string indention = width.is_string() ? width.str() : std::string(std::max<int64_t>(0, width.int_value()), ' ');
+  const std::string indention =
+      width.is_string() ? width.str() : std::string(std::max<int64_t>(0, width.int_value()), ' ');
   std::vector<std::string> lines = SplitLines(text + "\n");
   std::string rv;
   if (blank) {
@@ -178,6 +180,7 @@ std::string EscapeHtml(const std::string& s) {
 
 // select/reject/selectattr/rejectattr: the items whose (attribute's) test is `keep`.
 absl::StatusOr<Value> SelectOrReject(const Value& input, const CallArgs& a, bool by_attribute, bool keep) {
+  if (!input.Truthy()) return Value::Generator({});  // jinja2 checks `if value:` first.
   absl::StatusOr<std::vector<Value>> items = Iterate(input);
   if (!items.ok()) return items.status();
   size_t next = 0;
@@ -210,10 +213,11 @@ absl::StatusOr<Value> SelectOrReject(const Value& input, const CallArgs& a, bool
     }
     if (passed == keep) out.push_back(item);
   }
-  return Value::List(std::move(out));
+  return Value::Generator(std::move(out));
 }
 
 absl::StatusOr<Value> Map(const Value& input, const CallArgs& a) {
+  if (!input.Truthy()) return Value::Generator({});  // jinja2 checks `if value:` first.
   absl::StatusOr<std::vector<Value>> items = Iterate(input);
   if (!items.ok()) return items.status();
   std::vector<Value> out;
@@ -224,7 +228,7 @@ absl::StatusOr<Value> Map(const Value& input, const CallArgs& a) {
       if (!v.ok()) return v.status();
       out.push_back(v->is_undefined() && fallback != nullptr ? *fallback : *std::move(v));
     }
-    return Value::List(std::move(out));
+    return Value::Generator(std::move(out));
   }
   if (a.positional.empty() || !a.positional[0].is_string()) return TypeError("map needs a filter name or attribute=");
   CallArgs rest;
@@ -235,7 +239,7 @@ absl::StatusOr<Value> Map(const Value& input, const CallArgs& a) {
     if (!v.ok()) return v.status();
     out.push_back(*std::move(v));
   }
-  return Value::List(std::move(out));
+  return Value::Generator(std::move(out));
 }
 
 // sort, unique, min, max share the key (attribute, case_sensitive).
@@ -279,11 +283,11 @@ absl::StatusOr<Value> CallFilter(std::string_view name, const Value& v, const Ca
     return Value::List(*std::move(items));
   }
   if (name == "items") {
-    if (v.is_undefined()) return Value::List();
+    if (v.is_undefined()) return Value::Generator({});
     if (!v.is_dict() || v.is_namespace()) return TypeError("Can only get item pairs from a mapping.");
     std::vector<Value> out;
     for (const auto& [k, val] : v.dict().entries) out.push_back(Value::Tuple({k, val}));
-    return Value::List(std::move(out));
+    return Value::Generator(std::move(out));
   }
   if (name == "trim") {
     const Value* chars = FindArg(a, 0, "chars");
@@ -329,6 +333,7 @@ absl::StatusOr<Value> CallFilter(std::string_view name, const Value& v, const Ca
   }
   if (name == "first" || name == "last") {
     if (v.is_undefined()) return UndefinedError(v);
+    if (name == "last" && v.is_generator()) return TypeError(StrCat("'", v.TypeName(), "' object is not reversible"));
     absl::StatusOr<std::vector<Value>> items = Iterate(v);
     if (!items.ok()) return items.status();
     if (items->empty()) return Value::Undefined(StrCat("No ", name, " item, sequence was empty."));
@@ -344,11 +349,16 @@ absl::StatusOr<Value> CallFilter(std::string_view name, const Value& v, const Ca
     absl::StatusOr<std::vector<Value>> items = Iterate(v);
     if (!items.ok()) return items.status();
     std::reverse(items->begin(), items->end());
+    if (v.is_list() || v.is_dict()) {  // reversed(): an iterator; other iterables become a list.
+      return Value::Generator(*std::move(items),
+                              v.is_dict() ? "dict_reversekeyiterator" : StrCat(v.TypeName(), "_reverseiterator"));
+    }
     return Value::List(*std::move(items));
   }
   if (name == "int") {
     const Value fallback = ArgOr(a, 0, "default", Value(0));
-    if (v.is_number()) return v.is_float() ? Value(static_cast<int64_t>(std::trunc(v.float_value()))) : Value(v.int_value());
+    if (v.is_number())
+      return v.is_float() ? Value(static_cast<int64_t>(std::trunc(v.float_value()))) : Value(v.int_value());
     if (v.is_string()) {
       if (std::optional<int64_t> i = ParseInt(v.str(), static_cast<int>(ArgOr(a, 1, "base", Value(10)).int_value()))) {
         return Value(*i);
@@ -393,7 +403,7 @@ absl::StatusOr<Value> CallFilter(std::string_view name, const Value& v, const Ca
       seen.push_back((*keys)[i]);
       out.push_back((*items)[i]);
     }
-    return Value::List(std::move(out));
+    return Value::Generator(std::move(out));
   }
   if (name == "sort") {
     absl::StatusOr<std::vector<Value>> items = Iterate(v);
@@ -497,7 +507,7 @@ absl::StatusOr<Value> CallFilter(std::string_view name, const Value& v, const Ca
       while (fill != nullptr && !fill->is_none() && static_cast<int64_t>(row.size()) < size) row.push_back(*fill);
       out.push_back(Value::List(std::move(row)));
     }
-    return Value::List(std::move(out));
+    return Value::Generator(std::move(out));
   }
   return absl::NotFoundError(StrCat("TemplateRuntimeError: No filter named '", name, "' found."));
 }
@@ -518,7 +528,9 @@ absl::StatusOr<bool> CallTest(std::string_view name, const Value& v, const CallA
   if (name == "number") return v.is_number();
   if (name == "string") return v.is_string();
   if (name == "mapping") return v.is_dict() && !v.is_namespace();
-  if (name == "iterable") return v.is_undefined() || v.is_string() || v.is_list() || (v.is_dict() && !v.is_namespace());
+  if (name == "iterable") {
+    return v.is_undefined() || v.is_string() || v.is_list() || v.is_generator() || (v.is_dict() && !v.is_namespace());
+  }
   if (name == "sequence") return v.is_undefined() || v.is_string() || v.is_list() || (v.is_dict() && !v.is_namespace());
   if (name == "callable") return v.is_function();
   if (name == "escaped") return v.is_markup();

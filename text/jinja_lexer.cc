@@ -118,7 +118,7 @@ class Lexer {
       const int text_lines = Newlines(text);
       if (sign == '-') {
         text.erase(text.find_last_not_of(" \t\n\r\f\v") + 1);
-      } else if (sign != '+' && kind != '{') {  // lstrip_blocks: not for {{ }}.
+      } else if (sign != '+' && kind != '{') {      // lstrip_blocks: not for {{ }}.
         const size_t l_pos = text.rfind('\n') + 1;  // npos + 1 == 0.
         if ((l_pos > 0 || line_starting) && l_pos < text.size() &&
             text.find_first_not_of(" \t\r\f\v", l_pos) == std::string::npos) {
@@ -241,7 +241,9 @@ class Lexer {
     const std::string_view end = block ? "%}" : "}}";
     while (true) {
       while (pos_ < src_.size() && IsSpace(src_[pos_])) Advance(1);
-      if (pos_ >= src_.size()) return Error(begin_line, block ? "unexpected end of template, expected '%}'" : "unexpected end of template, expected '}}'");
+      if (pos_ >= src_.size())
+        return Error(begin_line,
+                     block ? "unexpected end of template, expected '%}'" : "unexpected end of template, expected '}}'");
       if (depth == 0) {
         const char sign = src_[pos_] == '-' || src_[pos_] == '+' ? src_[pos_] : '\0';
         if (sign != '\0' && (block || sign == '-') && src_.compare(pos_ + 1, 2, end) == 0) {

@@ -2,7 +2,9 @@
 // `message.get('x')`, `'{}'.format(x)`), bound to their object; see jinja_builtins.h.
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 #include <optional>
+#include <tuple>
 
 #include "core/str_cat.h"
 #include "text/jinja_builtins.h"
@@ -126,38 +128,74 @@ std::string Replace(const std::string& s, const std::string& from, const std::st
   return out;
 }
 
-std::string MapAscii(const std::string& s, int (*f)(int)) {
-  std::string out = s;
-  for (char& c : out) {
-    if (static_cast<unsigned char>(c) < 0x80) c = static_cast<char>(f(c));
+// Python's case mapping for the scripts a prompt commonly holds: ASCII, Latin-1, Greek and
+// Cyrillic (one-to-one maps; others, and 'ß' -> "SS", are left as they are).
+uint32_t CaseMap(uint32_t cp, bool upper) {
+  auto shift = [&](uint32_t lo_first, uint32_t lo_last, uint32_t up_first) -> std::optional<uint32_t> {
+    const uint32_t up_last = up_first + (lo_last - lo_first);
+    if (upper && cp >= lo_first && cp <= lo_last) return cp - lo_first + up_first;
+    if (!upper && cp >= up_first && cp <= up_last) return cp - up_first + lo_first;
+    return std::nullopt;
+  };
+  if (cp == 0xF7 || cp == 0xD7 || cp == 0x3C2 || cp == 0x3A2) return cp;  // ÷ × ς and the gap.
+  for (auto [lo_first, lo_last, up_first] : {std::tuple<uint32_t, uint32_t, uint32_t>{'a', 'z', 'A'},
+                                             {0xE0, 0xFE, 0xC0},
+                                             {0x3B1, 0x3C9, 0x391},
+                                             {0x430, 0x44F, 0x410},
+                                             {0x450, 0x45F, 0x400}}) {
+    if (std::optional<uint32_t> mapped = shift(lo_first, lo_last, up_first)) return *mapped;
+  }
+  return cp;
+}
+
+bool IsCased(uint32_t cp) { return CaseMap(cp, true) != cp || CaseMap(cp, false) != cp; }
+
+// Applies `upper_at(i, cp, prev_cased)` (true: upper-case, false: lower-case) to each code point.
+template <typename F>
+std::string MapCase(const std::string& s, F upper_at) {
+  std::string out;
+  out.reserve(s.size());
+  bool prev_cased = false;
+  size_t i = 0;
+  for (std::string_view c : Characters(s)) {
+    uint32_t cp = static_cast<unsigned char>(c[0]);
+    if (c.size() == 2) cp = ((cp & 0x1F) << 6) | (static_cast<unsigned char>(c[1]) & 0x3F);
+    if (c.size() > 2 || (c.size() == 1 && cp >= 0x80)) {
+      out += c;
+      prev_cased = false;
+      ++i;
+      continue;
+    }
+    const bool cased = IsCased(cp);
+    const uint32_t m = cased ? CaseMap(cp, upper_at(i, prev_cased)) : cp;
+    if (m < 0x80) {
+      out += static_cast<char>(m);
+    } else {
+      out += static_cast<char>(0xC0 | (m >> 6));
+      out += static_cast<char>(0x80 | (m & 0x3F));
+    }
+    prev_cased = cased;
+    ++i;
   }
   return out;
 }
-
-bool IsAsciiAlpha(char c) { return std::isalpha(static_cast<unsigned char>(c)) != 0; }
 
 }  // namespace
 
-// Python's str.title(): a letter after a non-letter is upper-cased, others lower-cased.
+// Python's str.title(): a cased letter after an uncased character is upper-cased, others
+// lower-cased.
 std::string TitleCase(const std::string& s) {
-  std::string out = s;
-  bool prev_letter = false;
-  for (char& c : out) {
-    const bool letter = IsAsciiAlpha(c) || static_cast<unsigned char>(c) >= 0x80;
-    if (IsAsciiAlpha(c)) c = static_cast<char>(prev_letter ? std::tolower(c) : std::toupper(c));
-    prev_letter = letter;
-  }
-  return out;
+  return MapCase(s, [](size_t, bool prev_cased) { return !prev_cased; });
 }
-
 std::string Capitalize(const std::string& s) {
-  std::string out = MapAscii(s, [](int c) { return std::tolower(c); });
-  if (!out.empty()) out[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(out[0])));
-  return out;
+  return MapCase(s, [](size_t i, bool) { return i == 0; });
 }
-
-std::string Upper(const std::string& s) { return MapAscii(s, [](int c) { return std::toupper(c); }); }
-std::string Lower(const std::string& s) { return MapAscii(s, [](int c) { return std::tolower(c); }); }
+std::string Upper(const std::string& s) {
+  return MapCase(s, [](size_t, bool) { return true; });
+}
+std::string Lower(const std::string& s) {
+  return MapCase(s, [](size_t, bool) { return false; });
+}
 std::string StripWhitespace(const std::string& s) { return Strip(s, nullptr, true, true); }
 
 absl::StatusOr<Value> FormatString(const std::string& format, const CallArgs& args) {
@@ -165,7 +203,7 @@ absl::StatusOr<Value> FormatString(const std::string& format, const CallArgs& ar
   size_t next = 0;
   for (size_t i = 0; i < format.size(); ++i) {
     const char c = format[i];
-    if (c == '}' ) {
+    if (c == '}') {
       if (i + 1 < format.size() && format[i + 1] == '}') ++i;
       out += '}';
       continue;
@@ -180,7 +218,8 @@ absl::StatusOr<Value> FormatString(const std::string& format, const CallArgs& ar
       continue;
     }
     const size_t close = format.find('}', i);
-    if (close == std::string::npos) return absl::InvalidArgumentError("ValueError: Single '{' encountered in format string");
+    if (close == std::string::npos)
+      return absl::InvalidArgumentError("ValueError: Single '{' encountered in format string");
     std::string field = format.substr(i + 1, close - i - 1);
     i = close;
     if (field.find_first_of(":!") != std::string::npos) {
@@ -199,7 +238,8 @@ absl::StatusOr<Value> FormatString(const std::string& format, const CallArgs& ar
       }
       if (v == nullptr) return absl::InvalidArgumentError(StrCat("KeyError: '", field, "'"));
     }
-    if (v == nullptr) return absl::InvalidArgumentError("IndexError: Replacement index out of range for positional args tuple");
+    if (v == nullptr)
+      return absl::InvalidArgumentError("IndexError: Replacement index out of range for positional args tuple");
     out += Str(*v);
   }
   return Value(std::move(out));
@@ -293,19 +333,21 @@ absl::StatusOr<Value> StringMethod(const Value& self, const std::string& name, c
   if (name == "isdigit") return Value(all([](unsigned char c) { return c >= '0' && c <= '9'; }));
   if (name == "isalpha") return Value(all([](unsigned char c) { return std::isalpha(c) != 0; }));
   if (name == "isalnum") return Value(all([](unsigned char c) { return std::isalnum(c) != 0; }));
-  if (name == "isspace") return Value(all([](unsigned char c) { return IsPySpace(std::string_view(reinterpret_cast<const char*>(&c), 1)); }));
+  if (name == "isspace")
+    return Value(
+        all([](unsigned char c) { return IsPySpace(std::string_view(reinterpret_cast<const char*>(&c), 1)); }));
   if (name == "islower") return Value(s != Upper(s) && s == Lower(s));
   if (name == "isupper") return Value(s != Lower(s) && s == Upper(s));
   return absl::InternalError("unreachable");
 }
 
 constexpr std::string_view kStringMethods[] = {
-    "strip", "lstrip", "rstrip", "split", "rsplit", "startswith", "endswith", "replace", "upper", "lower",
-    "title", "capitalize", "find", "rfind", "index", "count", "format", "join", "splitlines", "isdigit",
-    "isalpha", "isalnum", "isspace", "islower", "isupper"};
+    "strip",      "lstrip",  "rstrip",     "split",   "rsplit",  "startswith", "endswith", "replace", "upper",
+    "lower",      "title",   "capitalize", "find",    "rfind",   "index",      "count",    "format",  "join",
+    "splitlines", "isdigit", "isalpha",    "isalnum", "isspace", "islower",    "isupper"};
 // What jinja2's ImmutableSandboxedEnvironment refuses (sandbox.py _mutable_spec).
-constexpr std::string_view kUnsafeListMethods[] = {"append", "clear", "extend", "insert", "pop", "remove",
-                                                   "reverse", "sort"};
+constexpr std::string_view kUnsafeListMethods[] = {"append", "clear",  "extend",  "insert",
+                                                   "pop",    "remove", "reverse", "sort"};
 constexpr std::string_view kUnsafeDictMethods[] = {"clear", "pop", "popitem", "setdefault", "update"};
 
 template <size_t N>
@@ -345,7 +387,8 @@ std::optional<Value> BoundMethod(const Value& obj, const std::string& name) {
       });
     }
     if (name == "copy") {
-      return Value::Function(name, [obj](const CallArgs&) -> absl::StatusOr<Value> { return Value::MakeDict(obj.dict()); });
+      return Value::Function(name,
+                             [obj](const CallArgs&) -> absl::StatusOr<Value> { return Value::MakeDict(obj.dict()); });
     }
     return std::nullopt;
   }

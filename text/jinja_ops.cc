@@ -1,8 +1,8 @@
 // Attribute and item access, Python's operators and iteration; see jinja_builtins.h.
 #include <cmath>
 #include <cstdio>
-#include <optional>
 #include <limits>
+#include <optional>
 
 #include "core/str_cat.h"
 #include "text/jinja_builtins.h"
@@ -37,12 +37,14 @@ std::optional<size_t> Index(int64_t i, size_t size) {
 absl::StatusOr<Value> Repeat(const Value& seq, int64_t n) {
   if (n < 0) n = 0;
   if (seq.is_string()) {
-    if (static_cast<double>(seq.str().size()) * n > kMaxRepeatBytes) return absl::ResourceExhaustedError("string too long");
+    if (static_cast<double>(seq.str().size()) * n > kMaxRepeatBytes)
+      return absl::ResourceExhaustedError("string too long");
     std::string out;
     for (int64_t i = 0; i < n; ++i) out += seq.str();
     return seq.is_markup() ? Value::Markup(std::move(out)) : Value(std::move(out));
   }
-  if (static_cast<double>(seq.list().size()) * n > kMaxRepeatBytes / 16) return absl::ResourceExhaustedError("list too long");
+  if (static_cast<double>(seq.list().size()) * n > kMaxRepeatBytes / 16)
+    return absl::ResourceExhaustedError("list too long");
   std::vector<Value> out;
   for (int64_t i = 0; i < n; ++i) out.insert(out.end(), seq.list().begin(), seq.list().end());
   return seq.is_tuple() ? Value::Tuple(std::move(out)) : Value::List(std::move(out));
@@ -98,7 +100,8 @@ absl::StatusOr<Value> PercentFormat(const Value& format, const Value& args) {
         out += buf;
         break;
       }
-      default: return absl::InvalidArgumentError(StrCat("ValueError: unsupported format character '", std::string(1, c), "'"));
+      default:
+        return absl::InvalidArgumentError(StrCat("ValueError: unsupported format character '", std::string(1, c), "'"));
     }
   }
   if (next < values.size() && args.is_tuple()) return TypeError("not all arguments converted during string formatting");
@@ -240,8 +243,8 @@ absl::StatusOr<Value> BinaryOp(std::string_view op, const Value& a, const Value&
     if (a.is_string() && op == "%") return PercentFormat(a, b);
     if (numbers) {
       if (b.float_value() == 0) {
-        return absl::InvalidArgumentError(
-            op == "%" ? "ZeroDivisionError: integer modulo by zero" : "ZeroDivisionError: integer division or modulo by zero");
+        return absl::InvalidArgumentError(op == "%" ? "ZeroDivisionError: integer modulo by zero"
+                                                    : "ZeroDivisionError: integer division or modulo by zero");
       }
       if (floats) {
         const double x = a.float_value(), y = b.float_value();
@@ -314,7 +317,9 @@ absl::StatusOr<int64_t> Length(const Value& v) {
   switch (v.kind()) {
     case Value::Kind::kUndefined: return 0;
     case Value::Kind::kString: return static_cast<int64_t>(Characters(v.str()).size());
-    case Value::Kind::kList: return static_cast<int64_t>(v.list().size());
+    case Value::Kind::kList:
+      if (!v.is_generator()) return static_cast<int64_t>(v.list().size());
+      break;
     case Value::Kind::kDict:
       if (!v.is_namespace()) return static_cast<int64_t>(v.dict().entries.size());
       break;

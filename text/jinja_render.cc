@@ -30,7 +30,7 @@ using internal::UndefinedError;
 // Bounds that keep a hostile template from hanging or exhausting memory. A real chat
 // template renders a few KiB, a long conversation a few MiB.
 constexpr int64_t kMaxOutputBytes = int64_t{64} << 20;  // Counted over all captures.
-constexpr int64_t kMaxSteps = 10'000'000;               // Loop iterations and calls.
+constexpr int64_t kMaxSteps = 1'000'000;                // Loop iterations and calls.
 constexpr int kMaxCallDepth = 100;                      // Nested macro calls.
 constexpr int64_t kMaxRange = 100'000;                  // jinja2's sandbox MAX_RANGE.
 
@@ -181,8 +181,9 @@ class Renderer {
     }
     CASCADE_ASSIGN_OR_RETURN(std::vector<Value> items, internal::Iterate(v));
     if (items.size() != t.names.size()) {
-      return absl::InvalidArgumentError(StrCat("ValueError: ", items.size() < t.names.size() ? "not enough" : "too many",
-                                               " values to unpack (expected ", t.names.size(), ")"));
+      return absl::InvalidArgumentError(
+          StrCat("ValueError: ", items.size() < t.names.size() ? "not enough" : "too many",
+                 " values to unpack (expected ", t.names.size(), ")"));
     }
     for (size_t i = 0; i < items.size(); ++i) frame->Set(t.names[i], std::move(items[i]));
     return absl::OkStatus();
@@ -225,10 +226,13 @@ class Renderer {
           {Value("depth0"), Value(0)},
           {Value("previtem"), i > 0 ? items[i - 1] : Value::Undefined("there is no previous item")},
           {Value("nextitem"), i + 1 < length ? items[i + 1] : Value::Undefined("there is no next item")},
-          {Value("cycle"), Value::Function("cycle", [i](const CallArgs& a) -> absl::StatusOr<Value> {
-             if (a.positional.empty()) return absl::InvalidArgumentError("TypeError: no items for cycling given");
-             return a.positional[static_cast<size_t>(i) % a.positional.size()];
-           })},
+          {Value("cycle"), Value::Function("cycle",
+                                           [i](const CallArgs& a) -> absl::StatusOr<Value> {
+                                             if (a.positional.empty())
+                                               return absl::InvalidArgumentError(
+                                                   "TypeError: no items for cycling given");
+                                             return a.positional[static_cast<size_t>(i) % a.positional.size()];
+                                           })},
       };
       inner->Set("loop", Value::MakeDict(std::move(loop)));
       Flow flow = Flow::kNormal;
@@ -344,8 +348,8 @@ class Renderer {
     if (r.is_undefined()) return UndefinedError(r);
     absl::StatusOr<bool> less = (op == "<" || op == ">=") ? Less(l, r) : Less(r, l);
     if (!less.ok()) {
-      return absl::InvalidArgumentError(
-          StrCat("TypeError: '", op, "' not supported between instances of '", l.TypeName(), "' and '", r.TypeName(), "'"));
+      return absl::InvalidArgumentError(StrCat("TypeError: '", op, "' not supported between instances of '",
+                                               l.TypeName(), "' and '", r.TypeName(), "'"));
     }
     return (op == "<" || op == ">") ? *less : !*less;
   }
@@ -415,7 +419,8 @@ class Renderer {
         if (e.name == "not") return Value(!v.Truthy());
         if (v.is_undefined()) return UndefinedError(v);
         if (!v.is_number()) {
-          return absl::InvalidArgumentError(StrCat("TypeError: bad operand type for unary ", e.name, ": '", v.TypeName(), "'"));
+          return absl::InvalidArgumentError(
+              StrCat("TypeError: bad operand type for unary ", e.name, ": '", v.TypeName(), "'"));
         }
         if (e.name == "+") return v.is_bool() ? Value(v.int_value()) : v;
         return v.is_float() ? Value(-v.float_value()) : Value(-v.int_value());
@@ -458,7 +463,8 @@ class Renderer {
 absl::StatusOr<Value> Range(const CallArgs& a) {
   for (const Value& v : a.positional) {
     if (!v.is_number() || v.is_float()) {
-      return absl::InvalidArgumentError(StrCat("TypeError: '", v.TypeName(), "' object cannot be interpreted as an integer"));
+      return absl::InvalidArgumentError(
+          StrCat("TypeError: '", v.TypeName(), "' object cannot be interpreted as an integer"));
     }
   }
   int64_t start = 0, stop = 0, step = 1;
@@ -473,9 +479,10 @@ absl::StatusOr<Value> Range(const CallArgs& a) {
   }
   if (step == 0) return absl::InvalidArgumentError("ValueError: range() arg 3 must not be zero");
   const double count = step > 0 ? std::max(0.0, std::ceil((double(stop) - start) / step))
-                                 : std::max(0.0, std::ceil((double(start) - stop) / -double(step)));
+                                : std::max(0.0, std::ceil((double(start) - stop) / -double(step)));
   if (count > kMaxRange) {
-    return absl::InvalidArgumentError("OverflowError: Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
+    return absl::InvalidArgumentError(
+        "OverflowError: Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
   }
   std::vector<Value> out;
   for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.emplace_back(i);
@@ -501,22 +508,22 @@ FramePtr Globals(const JinjaRenderOptions& options) {
   g->Set("namespace", Value::Function("namespace", make_dict(true)));
   g->Set("dict", Value::Function("dict", make_dict(false)));
   g->Set("raise_exception", Value::Function("raise_exception", [](const CallArgs& a) -> absl::StatusOr<Value> {
-    return absl::InvalidArgumentError(Str(internal::ArgOr(a, 0, "message", Value(""))));
-  }));
+           return absl::InvalidArgumentError(Str(internal::ArgOr(a, 0, "message", Value(""))));
+         }));
   std::optional<std::tm> now = options.now;
   g->Set("strftime_now", Value::Function("strftime_now", [now](const CallArgs& a) -> absl::StatusOr<Value> {
-    std::tm tm{};
-    if (now) {
-      tm = *now;
-    } else {
-      const std::time_t t = std::time(nullptr);
-      localtime_r(&t, &tm);
-    }
-    const std::string format = Str(internal::ArgOr(a, 0, "format", Value("")));
-    char buf[512];
-    const size_t n = format.empty() ? 0 : std::strftime(buf, sizeof(buf), format.c_str(), &tm);
-    return Value(std::string(buf, n));
-  }));
+           std::tm tm{};
+           if (now) {
+             tm = *now;
+           } else {
+             const std::time_t t = std::time(nullptr);
+             localtime_r(&t, &tm);
+           }
+           const std::string format = Str(internal::ArgOr(a, 0, "format", Value("")));
+           char buf[512];
+           const size_t n = format.empty() ? 0 : std::strftime(buf, sizeof(buf), format.c_str(), &tm);
+           return Value(std::string(buf, n));
+         }));
   return g;
 }
 

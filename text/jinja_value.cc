@@ -71,6 +71,13 @@ Value Value::Tuple(std::vector<Value> items) {
   return v;
 }
 
+Value Value::Generator(std::vector<Value> items, std::string type_name) {
+  Value v = List(std::move(items));
+  v.generator_ = true;
+  v.name_ = std::move(type_name);
+  return v;
+}
+
 Value Value::MakeDict(Dict dict) {
   Value v;
   v.kind_ = Kind::kDict;
@@ -94,7 +101,7 @@ bool Value::Truthy() const {
     case Kind::kInt: return int_ != 0;
     case Kind::kFloat: return float_ != 0;
     case Kind::kString: return !string_->empty();
-    case Kind::kList: return !list_->empty();
+    case Kind::kList: return generator_ || !list_->empty();
     case Kind::kDict: return is_namespace() || !dict_->entries.empty();
     case Kind::kFunction: return true;
   }
@@ -109,7 +116,7 @@ std::string_view Value::TypeName() const {
     case Kind::kInt: return "int";
     case Kind::kFloat: return "float";
     case Kind::kString: return "str";
-    case Kind::kList: return tuple_ ? "tuple" : "list";
+    case Kind::kList: return generator_ ? std::string_view(name_) : tuple_ ? "tuple" : "list";
     case Kind::kDict: return is_namespace() ? "Namespace" : "dict";
     case Kind::kFunction: return "function";
   }
@@ -127,6 +134,7 @@ bool Equals(const Value& a, const Value& b) {
     case Value::Kind::kNone: return true;
     case Value::Kind::kString: return a.str() == b.str();
     case Value::Kind::kList: {
+      if (a.is_generator() || b.is_generator()) return &a.list() == &b.list();
       if (a.is_tuple() != b.is_tuple() || a.list().size() != b.list().size()) return false;
       for (size_t i = 0; i < a.list().size(); ++i) {
         if (!Equals(a.list()[i], b.list()[i])) return false;
@@ -273,6 +281,7 @@ absl::Status AppendJson(const Value& v, const JsonOptions& o, int depth, std::st
     }
     case Value::Kind::kString: JsonString(v.str(), out); return absl::OkStatus();
     case Value::Kind::kList: {
+      if (v.is_generator()) break;
       if (v.list().empty()) {
         *out += "[]";
         return absl::OkStatus();
@@ -311,8 +320,7 @@ absl::Status AppendJson(const Value& v, const JsonOptions& o, int depth, std::st
         } else if (key.is_number()) {
           JsonString(Str(key), out);
         } else {
-          return absl::InvalidArgumentError(
-              StrCat("keys must be str, int, float, bool or None, not ", key.TypeName()));
+          return absl::InvalidArgumentError(StrCat("keys must be str, int, float, bool or None, not ", key.TypeName()));
         }
         *out += key_sep;
         if (absl::Status s = AppendJson(entries[i]->second, o, depth + 1, out); !s.ok()) return s;
@@ -334,6 +342,10 @@ void AppendRepr(const Value& v, int depth, std::string* out) {
   switch (v.kind()) {
     case Value::Kind::kString: *out += StringRepr(v.str()); return;
     case Value::Kind::kList: {
+      if (v.is_generator()) {  // Python prints an address here; no template can rely on it.
+        StrAppend(out, "<", v.TypeName(), " object>");
+        return;
+      }
       *out += v.is_tuple() ? '(' : '[';
       for (size_t i = 0; i < v.list().size(); ++i) {
         if (i > 0) *out += ", ";

@@ -51,16 +51,20 @@ class Value {
   Value() = default;
   static Value Undefined(std::string hint);
   static Value None();
-  Value(bool b);  // NOLINT: implicit, as Python literals.
-  Value(int i) : Value(static_cast<int64_t>(i)) {}  // NOLINT
-  Value(int64_t i);                                 // NOLINT
-  Value(double d);                                  // NOLINT
-  Value(std::string s);                             // NOLINT
+  Value(bool b);                                        // NOLINT: implicit, as Python literals.
+  Value(int i) : Value(static_cast<int64_t>(i)) {}      // NOLINT
+  Value(int64_t i);                                     // NOLINT
+  Value(double d);                                      // NOLINT
+  Value(std::string s);                                 // NOLINT
   Value(std::string_view s) : Value(std::string(s)) {}  // NOLINT
   Value(const char* s) : Value(std::string(s)) {}       // NOLINT
-  static Value Markup(std::string s);  // A string jinja2 will not escape again (`|safe`).
+  static Value Markup(std::string s);                   // A string jinja2 will not escape again (`|safe`).
   static Value List(std::vector<Value> items = {});
   static Value Tuple(std::vector<Value> items);
+  // What jinja2's map/select/selectattr/unique/items/batch filters return (and reverse,
+  // a "list_reverseiterator"): iterable once, but truthy even when empty, with no len(),
+  // no items by index, and not JSON.
+  static Value Generator(std::vector<Value> items, std::string type_name = "generator");
   static Value MakeDict(Dict dict = {});
   static Value Function(std::string name, NativeFunction fn);
 
@@ -72,7 +76,8 @@ class Value {
   bool is_float() const { return kind_ == Kind::kFloat; }
   bool is_number() const { return is_int() || is_float() || is_bool(); }  // Python: bool is an int.
   bool is_string() const { return kind_ == Kind::kString; }
-  bool is_list() const { return kind_ == Kind::kList; }
+  bool is_list() const { return kind_ == Kind::kList && !generator_; }  // Or a tuple.
+  bool is_generator() const { return kind_ == Kind::kList && generator_; }
   bool is_tuple() const { return kind_ == Kind::kList && tuple_; }
   bool is_dict() const { return kind_ == Kind::kDict; }
   bool is_namespace() const { return is_dict() && dict_->is_namespace; }
@@ -83,7 +88,7 @@ class Value {
   int64_t int_value() const { return is_bool() ? (bool_ ? 1 : 0) : int_; }
   double float_value() const { return is_float() ? float_ : static_cast<double>(int_value()); }
   const std::string& str() const { return *string_; }  // Only for strings.
-  std::vector<Value>& list() const { return *list_; }  // Only for lists and tuples.
+  std::vector<Value>& list() const { return *list_; }  // Only for lists, tuples and generators.
   Dict& dict() const { return *dict_; }                // Only for dicts and namespaces.
   const std::string& undefined_hint() const { return name_; }
   const std::string& function_name() const { return name_; }
@@ -98,6 +103,7 @@ class Value {
   Kind kind_ = Kind::kUndefined;
   bool bool_ = false;
   bool tuple_ = false;
+  bool generator_ = false;
   bool markup_ = false;
   int64_t int_ = 0;
   double float_ = 0;
@@ -105,7 +111,7 @@ class Value {
   std::shared_ptr<std::vector<Value>> list_;
   std::shared_ptr<Dict> dict_;
   std::shared_ptr<const NativeFunction> function_;
-  std::string name_;  // Undefined's hint or a function's name.
+  std::string name_;  // Undefined's hint, a function's name or a generator's type.
 };
 
 // Python's `a == b` (1 == 1.0 == True; dicts compare as mappings; Undefined equals only
