@@ -130,6 +130,29 @@ def cases():
                      "add_generation_prompt": True}
     yield "tools_no_system", {**base, "messages": tool_turns(False)[:1], "tools": TOOLS,
                               "add_generation_prompt": True}
+    yield "tools_unused", {**base, "messages": [SYSTEM] + CHAT, "tools": TOOLS, "add_generation_prompt": True}
+    # Two calls in one turn, content null as the OpenAI API sends it, and their two results.
+    yield "parallel_tool_calls", {**base, "messages": [SYSTEM, {"role": "user", "content": "Weather and news?"}, {
+        "role": "assistant", "content": None, "tool_calls": [
+            {"id": "call12345", "type": "function",
+             "function": {"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}},
+            {"id": "call67890", "type": "function", "function": {"name": "search", "arguments": {"query": "news"}}}]},
+        {"role": "tool", "tool_call_id": "call12345", "name": "get_weather", "content": "sunny"},
+        {"role": "tool", "tool_call_id": "call67890", "name": "search", "content": "[]"}],
+        "tools": TOOLS, "add_generation_prompt": True}
+    # Content as a list of parts (OpenAI's multimodal shape, text only).
+    yield "content_parts", {**base, "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "Describe this."},
+                                     {"type": "text", "text": "Then summarise."}]}],
+        "add_generation_prompt": True}
+    # Earlier assistant turns with their reasoning, the conversation going on.
+    yield "reasoning_history", {**base, "messages": [
+        SYSTEM, CHAT[0],
+        {"role": "assistant", "content": "I am an assistant.", "reasoning_content": "They greet me."},
+        {"role": "user", "content": "And what can you do?"},
+        {"role": "assistant", "content": "Many things.", "reasoning_content": "List skills."},
+        {"role": "user", "content": "Great."}], "add_generation_prompt": True}
+    yield "final_assistant", {**base, "messages": CHAT[:2], "add_generation_prompt": False}
 
 
 def templates_dir():

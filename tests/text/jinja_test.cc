@@ -4,6 +4,7 @@
 // transformers' environment (tests/text/jinja_goldens.py's make_env), rendered once.
 #include "text/jinja_template.h"
 
+#include <ostream>
 #include <string>
 
 #include "tests/test_support.h"
@@ -144,6 +145,8 @@ const Case kCases[] = {
      "3"},
 };
 // clang-format on
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 class JinjaCaseTest : public ::testing::TestWithParam<Case> {};
 
