@@ -76,7 +76,7 @@ absl::Status AtLine(int line, const absl::Status& s) {
 
 class Renderer {
  public:
-  Renderer(const JinjaRenderOptions& options, FramePtr root) : options_(options), root_(std::move(root)) {}
+  explicit Renderer(FramePtr root) : root_(std::move(root)) {}
 
   absl::Status RenderBody(const Body& body, const FramePtr& frame, std::string* out, Flow* flow) {
     for (const NodePtr& node : body) {
@@ -453,7 +453,6 @@ class Renderer {
     return absl::InternalError("unknown expression");
   }
 
-  const JinjaRenderOptions& options_;
   FramePtr root_;
   int64_t output_bytes_ = 0;
   int64_t steps_ = 0;
@@ -490,11 +489,13 @@ absl::StatusOr<Value> Range(const CallArgs& a) {
 }
 
 // The globals: jinja2's range/namespace/dict and transformers' raise_exception/strftime_now.
-FramePtr Globals(const JinjaRenderOptions& options) {
+// Every namespace made is added to `namespaces`: the only mutable values, so the only ones
+// that can hold themselves ({% set ns.me = ns %}); the render empties them at its end.
+FramePtr Globals(const JinjaRenderOptions& options, const std::shared_ptr<std::vector<Value>>& namespaces) {
   auto g = std::make_shared<Frame>();
   g->Set("range", Value::Function("range", Range));
-  auto make_dict = [](bool is_namespace) {
-    return [is_namespace](const CallArgs& a) -> absl::StatusOr<Value> {
+  auto make_dict = [namespaces](bool is_namespace) {
+    return [is_namespace, namespaces](const CallArgs& a) -> absl::StatusOr<Value> {
       Dict d;
       d.is_namespace = is_namespace;
       for (const Value& p : a.positional) {
@@ -502,7 +503,9 @@ FramePtr Globals(const JinjaRenderOptions& options) {
         for (const auto& [k, v] : p.dict().entries) d.Set(k, v);
       }
       for (const auto& [k, v] : a.keywords) d.Set(Value(k), v);
-      return Value::MakeDict(std::move(d));
+      Value made = Value::MakeDict(std::move(d));
+      if (is_namespace) namespaces->push_back(made);
+      return made;
     };
   };
   g->Set("namespace", Value::Function("namespace", make_dict(true)));
@@ -541,15 +544,17 @@ absl::StatusOr<JinjaTemplate> JinjaTemplate::Parse(std::string_view source) {
 absl::StatusOr<std::string> JinjaTemplate::Render(const JinjaValue& context, const JinjaRenderOptions& options) const {
   using jinja::Frame;
   if (!context.is_dict()) return absl::InvalidArgumentError("template context must be a dict");
+  auto namespaces = std::make_shared<std::vector<JinjaValue>>();
   auto root = std::make_shared<Frame>();
-  root->parent = jinja::Globals(options);
+  root->parent = jinja::Globals(options, namespaces);
   for (const auto& [k, v] : context.dict().entries) {
     if (k.is_string()) root->Set(k.str(), v);
   }
-  jinja::Renderer renderer(options, root);
   std::string out;
   jinja::Flow flow = jinja::Flow::kNormal;
-  CASCADE_RETURN_IF_ERROR(renderer.RenderBody(parsed_->body, root, &out, &flow));
+  const absl::Status status = jinja::Renderer(root).RenderBody(parsed_->body, root, &out, &flow);
+  for (const JinjaValue& ns : *namespaces) ns.dict().entries.clear();  // Breaks reference cycles.
+  if (!status.ok()) return status;
   return out;
 }
 

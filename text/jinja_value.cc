@@ -35,6 +35,35 @@ void Dict::Set(Value key, Value value) {
   entries.emplace_back(std::move(key), std::move(value));
 }
 
+Value::~Value() {
+  if (!list_ && !dict_) return;
+  // Children this value alone holds move to a work list before they die, so that each
+  // destructor below sees at most one level: the recursion depth stays constant.
+  std::vector<Value> pending;
+  auto take_children = [&pending](Value& v) {
+    auto take = [&pending](Value& c) {
+      if ((c.list_ && c.list_.use_count() == 1) || (c.dict_ && c.dict_.use_count() == 1)) {
+        pending.push_back(std::move(c));
+      }
+    };
+    if (v.list_ && v.list_.use_count() == 1) {
+      for (Value& c : *v.list_) take(c);
+    }
+    if (v.dict_ && v.dict_.use_count() == 1) {
+      for (auto& [k, c] : v.dict_->entries) {
+        take(k);
+        take(c);
+      }
+    }
+  };
+  take_children(*this);
+  while (!pending.empty()) {
+    Value v = std::move(pending.back());
+    pending.pop_back();
+    take_children(v);
+  }
+}
+
 Value Value::Undefined(std::string hint) {
   Value v;
   v.name_ = std::move(hint);
@@ -123,7 +152,10 @@ std::string_view Value::TypeName() const {
   return "object";
 }
 
-bool Equals(const Value& a, const Value& b) {
+namespace {
+
+bool EqualsAt(const Value& a, const Value& b, int depth) {
+  if (depth > 200) return false;
   if (a.is_number() && b.is_number()) {
     if (a.is_float() || b.is_float()) return a.float_value() == b.float_value();
     return a.int_value() == b.int_value();
@@ -137,7 +169,7 @@ bool Equals(const Value& a, const Value& b) {
       if (a.is_generator() || b.is_generator()) return &a.list() == &b.list();
       if (a.is_tuple() != b.is_tuple() || a.list().size() != b.list().size()) return false;
       for (size_t i = 0; i < a.list().size(); ++i) {
-        if (!Equals(a.list()[i], b.list()[i])) return false;
+        if (!EqualsAt(a.list()[i], b.list()[i], depth + 1)) return false;
       }
       return true;
     }
@@ -146,7 +178,7 @@ bool Equals(const Value& a, const Value& b) {
       if (a.dict().entries.size() != b.dict().entries.size()) return false;
       for (const auto& [k, v] : a.dict().entries) {
         const Value* other = b.dict().Find(k);
-        if (other == nullptr || !Equals(v, *other)) return false;
+        if (other == nullptr || !EqualsAt(v, *other, depth + 1)) return false;
       }
       return true;
     }
@@ -155,7 +187,8 @@ bool Equals(const Value& a, const Value& b) {
   }
 }
 
-absl::StatusOr<bool> Less(const Value& a, const Value& b) {
+absl::StatusOr<bool> LessAt(const Value& a, const Value& b, int depth) {
+  if (depth > 200) return absl::InvalidArgumentError("RecursionError: maximum recursion depth exceeded in comparison");
   if (a.is_number() && b.is_number()) {
     if (a.is_float() || b.is_float()) return a.float_value() < b.float_value();
     return a.int_value() < b.int_value();
@@ -165,14 +198,20 @@ absl::StatusOr<bool> Less(const Value& a, const Value& b) {
     const auto& x = a.list();
     const auto& y = b.list();
     for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
-      if (Equals(x[i], y[i])) continue;
-      return Less(x[i], y[i]);
+      if (EqualsAt(x[i], y[i], depth + 1)) continue;
+      return LessAt(x[i], y[i], depth + 1);
     }
     return x.size() < y.size();
   }
   return absl::InvalidArgumentError(
       StrCat("'<' not supported between instances of '", a.TypeName(), "' and '", b.TypeName(), "'"));
 }
+
+}  // namespace
+
+bool Equals(const Value& a, const Value& b) { return EqualsAt(a, b, 0); }
+
+absl::StatusOr<bool> Less(const Value& a, const Value& b) { return LessAt(a, b, 0); }
 
 std::string FloatRepr(double d) {
   if (std::isnan(d)) return "nan";
@@ -375,7 +414,13 @@ void AppendRepr(const Value& v, int depth, std::string* out) {
   }
 }
 
-Value FromJson(const nlohmann::ordered_json& j) {
+constexpr int kMaxJsonDepth = 512;
+
+Value FromJson(const nlohmann::ordered_json& j, int depth, bool* too_deep) {
+  if (depth > kMaxJsonDepth) {
+    *too_deep = true;
+    return Value::None();
+  }
   switch (j.type()) {
     case nlohmann::ordered_json::value_t::null: return Value::None();
     case nlohmann::ordered_json::value_t::boolean: return Value(j.get<bool>());
@@ -386,13 +431,13 @@ Value FromJson(const nlohmann::ordered_json& j) {
     case nlohmann::ordered_json::value_t::array: {
       std::vector<Value> items;
       items.reserve(j.size());
-      for (const auto& e : j) items.push_back(FromJson(e));
+      for (const auto& e : j) items.push_back(FromJson(e, depth + 1, too_deep));
       return Value::List(std::move(items));
     }
     case nlohmann::ordered_json::value_t::object: {
       Dict d;
       d.entries.reserve(j.size());
-      for (const auto& [k, e] : j.items()) d.entries.emplace_back(Value(k), FromJson(e));
+      for (const auto& [k, e] : j.items()) d.entries.emplace_back(Value(k), FromJson(e, depth + 1, too_deep));
       return Value::MakeDict(std::move(d));
     }
     default: return Value::None();
@@ -431,10 +476,13 @@ absl::StatusOr<std::string> ToJson(const Value& v, const JsonOptions& options) {
 }
 
 absl::StatusOr<Value> ValueFromJson(std::string_view json) {
-  // Depth-limited by nlohmann's own recursion; a parse error is reported, never thrown.
+  // A parse error is reported, never thrown.
   nlohmann::ordered_json j = nlohmann::ordered_json::parse(json, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return absl::InvalidArgumentError("invalid JSON");
-  return FromJson(j);
+  bool too_deep = false;
+  Value v = FromJson(j, 0, &too_deep);
+  if (too_deep) return absl::InvalidArgumentError(StrCat("JSON nested deeper than ", kMaxJsonDepth));
+  return v;
 }
 
 }  // namespace cascade::text::jinja

@@ -49,6 +49,14 @@ class Value {
 
   // Undefined; `hint` is jinja2's message for using it ("'x' is undefined").
   Value() = default;
+  Value(const Value&) = default;
+  Value(Value&&) = default;
+  Value& operator=(const Value&) = default;
+  Value& operator=(Value&&) = default;
+  // Frees nested lists and dicts iteratively: a template can build a list nested a million
+  // deep ({% set ns.x = [ns.x] %} in a loop), which a recursive destructor would overflow
+  // the stack on.
+  ~Value();
   static Value Undefined(std::string hint);
   static Value None();
   Value(bool b);                                        // NOLINT: implicit, as Python literals.
@@ -115,7 +123,8 @@ class Value {
 };
 
 // Python's `a == b` (1 == 1.0 == True; dicts compare as mappings; Undefined equals only
-// Undefined, as jinja2's).
+// Undefined, as jinja2's). Structures nested deeper than 200 compare unequal (Python
+// raises RecursionError near there).
 bool Equals(const Value& a, const Value& b);
 // Python's `a < b` for numbers, strings and lists; InvalidArgument (Python's TypeError)
 // for other pairs.
@@ -138,7 +147,8 @@ struct JsonOptions {
 absl::StatusOr<std::string> ToJson(const Value& v, const JsonOptions& options = {});
 
 // A value from JSON text (objects keep their key order; integers stay ints): how messages
-// and tools arrive from the OpenAI API. InvalidArgument for malformed JSON.
+// and tools arrive from the OpenAI API. InvalidArgument for malformed JSON or nesting
+// deeper than 512.
 absl::StatusOr<Value> ValueFromJson(std::string_view json);
 
 }  // namespace cascade::text::jinja

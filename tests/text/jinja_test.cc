@@ -222,6 +222,17 @@ TEST(JinjaErrorTest, LimitsStopRunawayTemplates) {
   EXPECT_THAT(Error(deep), HasSubstr("nested too deeply"));
   EXPECT_THAT(Error("{{ " + std::string(1000, '[') + std::string(1000, ']') + " }}"), HasSubstr("nested too deeply"));
   EXPECT_THAT(Error("{{ 'x' * 100000000000 }}"), HasSubstr("too long"));
+  // A list nested 100000 deep is built, printed (cut at depth 200) and freed without
+  // overflowing the stack; a namespace holding itself is freed too (ASan would see a leak).
+  EXPECT_EQ(Render("{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}"
+                   "{{ (ns.x|string)[:3] }}{{ ns.x == ns.x }}")
+                .value_or("error"),
+            "[[[False");
+  EXPECT_EQ(Render("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns.me.me is defined }}").value_or("error"),
+            "True");
+  EXPECT_THAT(Error("{% set ns = namespace(x=[]) %}{% for i in range(300) %}{% set ns.x = [ns.x] %}{% endfor %}"
+                    "{{ ns.x|tojson }}"),
+              HasSubstr("nesting too deep"));
 }
 
 TEST(JinjaValueTest, FromJsonKeepsOrderAndTypes) {
