@@ -163,6 +163,37 @@ Value SameString(const Value& input, std::string s) {
   return input.is_markup() ? Value::Markup(std::move(s)) : Value(std::move(s));
 }
 
+// jinja2's do_title (not str.title()): each run after whitespace or one of -({[< starts
+// upper-cased, the rest of it lower-cased.
+std::string TitleFilter(const std::string& s) {
+  std::string out;
+  bool start = true;
+  for (std::string_view c : Characters(s)) {
+    const bool separator = c.size() == 1 && (std::isspace(static_cast<unsigned char>(c[0])) || c[0] == '-' ||
+                                             c[0] == '(' || c[0] == '{' || c[0] == '[' || c[0] == '<');
+    if (separator) {
+      out += c;
+      start = true;
+    } else {
+      out += start ? Upper(std::string(c)) : Lower(std::string(c));
+      start = false;
+    }
+  }
+  return out;
+}
+
+// Python's \w, approximately: ASCII letters, digits and _, and the letters of the
+// alphabetic scripts below U+2000 and of CJK and Hangul; not symbols, punctuation or emoji.
+bool IsWordCharacter(std::string_view c) {
+  if (c.size() == 1) return std::isalnum(static_cast<unsigned char>(c[0])) || c[0] == '_';
+  const auto b = [&](size_t i) { return static_cast<uint32_t>(static_cast<unsigned char>(c[i])); };
+  const uint32_t cp = c.size() == 2   ? ((b(0) & 0x1F) << 6) | (b(1) & 0x3F)
+                      : c.size() == 3 ? ((b(0) & 0x0F) << 12) | ((b(1) & 0x3F) << 6) | (b(2) & 0x3F)
+                                      : 0x10000;
+  if (cp < 0x2000) return cp >= 0xC0 && cp != 0xD7 && cp != 0xF7;
+  return (cp >= 0x3040 && cp <= 0x9FFF) || (cp >= 0xAC00 && cp <= 0xD7AF);
+}
+
 std::string EscapeHtml(const std::string& s) {
   std::string out;
   for (char c : s) {
@@ -260,9 +291,7 @@ absl::StatusOr<std::vector<Value>> Keys(const std::vector<Value>& items, const C
   return keys;
 }
 
-}  // namespace
-
-absl::StatusOr<Value> CallFilter(std::string_view name, const Value& v, const CallArgs& a) {
+absl::StatusOr<Value> CallFilterNow(std::string_view name, const Value& v, const CallArgs& a) {
   if (name == "default" || name == "d") {
     const bool boolean = ArgOr(a, 1, "boolean", Value(false)).Truthy();
     if (v.is_undefined() || (boolean && !v.Truthy())) return ArgOr(a, 0, "default_value", Value(""));
@@ -302,7 +331,7 @@ absl::StatusOr<Value> CallFilter(std::string_view name, const Value& v, const Ca
   }
   if (name == "upper") return SameString(v, Upper(Str(v)));
   if (name == "lower") return SameString(v, Lower(Str(v)));
-  if (name == "title") return SameString(v, TitleCase(Str(v)));
+  if (name == "title") return SameString(v, TitleFilter(Str(v)));
   if (name == "capitalize") return SameString(v, Capitalize(Str(v)));
   if (name == "replace") {
     absl::StatusOr<Value> method = GetAttr(Value(Str(v)), "replace");
@@ -331,8 +360,7 @@ absl::StatusOr<Value> CallFilter(std::string_view name, const Value& v, const Ca
     }
     return Value(std::move(out));
   }
-  if (name == "first" || name == "last") {
-    if (v.is_undefined()) return UndefinedError(v);
+  if (name == "first" || name == "last") {  // An undefined value iterates as empty.
     if (name == "last" && v.is_generator()) return TypeError(StrCat("'", v.TypeName(), "' object is not reversible"));
     absl::StatusOr<std::vector<Value>> items = Iterate(v);
     if (!items.ok()) return items.status();
@@ -347,7 +375,7 @@ absl::StatusOr<Value> CallFilter(std::string_view name, const Value& v, const Ca
       return Value(std::move(out));
     }
     absl::StatusOr<std::vector<Value>> items = Iterate(v);
-    if (!items.ok()) return items.status();
+    if (!items.ok()) return absl::InvalidArgumentError("FilterArgumentError: argument must be iterable");
     std::reverse(items->begin(), items->end());
     if (v.is_list() || v.is_dict()) {  // reversed(): an iterator; other iterables become a list.
       return Value::Generator(*std::move(items),
@@ -416,7 +444,9 @@ absl::StatusOr<Value> CallFilter(std::string_view name, const Value& v, const Ca
     return Value::List(*std::move(sorted));
   }
   if (name == "dictsort") {
-    if (!v.is_dict() || v.is_namespace()) return TypeError("dictsort needs a mapping");
+    if (!v.is_dict() || v.is_namespace()) {
+      return absl::InvalidArgumentError(StrCat("AttributeError: '", v.TypeName(), "' object has no attribute 'items'"));
+    }
     const bool case_sensitive = ArgOr(a, 0, "case_sensitive", Value(false)).Truthy();
     const std::string by = Str(ArgOr(a, 1, "by", Value("key")));
     std::vector<Value> items, keys;
@@ -462,6 +492,13 @@ absl::StatusOr<Value> CallFilter(std::string_view name, const Value& v, const Ca
     return total;
   }
   if (name == "indent") {
+    if (v.is_list()) {  // jinja2 does `s += "\n"` (a list grows) and then s.splitlines().
+      return absl::InvalidArgumentError(
+          StrCat("AttributeError: '", v.TypeName(), "' object has no attribute 'splitlines'"));
+    }
+    if (!v.is_string()) {
+      return TypeError(StrCat("unsupported operand type(s) for +=: '", v.TypeName(), "' and 'str'"));
+    }
     return SameString(v, Indent(Str(v), ArgOr(a, 0, "width", Value(4)), ArgOr(a, 1, "first", Value(false)).Truthy(),
                                 ArgOr(a, 2, "blank", Value(false)).Truthy()));
   }
@@ -473,11 +510,12 @@ absl::StatusOr<Value> CallFilter(std::string_view name, const Value& v, const Ca
     const int64_t pad = width - len, left = pad / 2 + (pad & width & 1);
     return Value(std::string(left, ' ') + s + std::string(pad - left, ' '));
   }
-  if (name == "wordcount") {
+  if (name == "wordcount") {  // len(re.findall(r"\w+", s)).
     int64_t n = 0;
     bool in_word = false;
-    for (unsigned char c : Str(v)) {
-      const bool word = std::isalnum(c) || c == '_' || c >= 0x80;
+    const std::string text = Str(v);
+    for (std::string_view c : Characters(text)) {
+      const bool word = IsWordCharacter(c);
       if (word && !in_word) ++n;
       in_word = word;
     }
@@ -512,6 +550,19 @@ absl::StatusOr<Value> CallFilter(std::string_view name, const Value& v, const Ca
   return absl::NotFoundError(StrCat("TemplateRuntimeError: No filter named '", name, "' found."));
 }
 
+}  // namespace
+
+absl::StatusOr<Value> CallFilter(std::string_view name, const Value& v, const CallArgs& a) {
+  absl::StatusOr<Value> result = CallFilterNow(name, v, a);
+  // jinja2's generator filters fail only when their result is iterated.
+  static constexpr std::string_view kGenerators[] = {"items",      "map",        "select", "reject",
+                                                     "selectattr", "rejectattr", "unique", "batch"};
+  if (!result.ok() && std::find(std::begin(kGenerators), std::end(kGenerators), name) != std::end(kGenerators)) {
+    return Value::FailingGenerator(result.status());
+  }
+  return result;
+}
+
 absl::StatusOr<bool> CallTest(std::string_view name, const Value& v, const CallArgs& a) {
   const Value* arg = FindArg(a, 0, "other");
   auto need_arg = [&]() -> absl::Status {
@@ -529,22 +580,20 @@ absl::StatusOr<bool> CallTest(std::string_view name, const Value& v, const CallA
   if (name == "string") return v.is_string();
   if (name == "mapping") return v.is_dict() && !v.is_namespace();
   if (name == "iterable") {
-    return v.is_undefined() || v.is_string() || v.is_list() || v.is_generator() || (v.is_dict() && !v.is_namespace());
+    return v.is_undefined() || v.is_string() || v.kind() == Value::Kind::kList || (v.is_dict() && !v.is_namespace());
   }
   if (name == "sequence") return v.is_undefined() || v.is_string() || v.is_list() || (v.is_dict() && !v.is_namespace());
-  if (name == "callable") return v.is_function();
+  if (name == "callable") return v.is_function() || v.is_undefined();  // Undefined defines __call__.
   if (name == "escaped") return v.is_markup();
   if (name == "lower") return Str(v) != Upper(Str(v)) && Str(v) == Lower(Str(v));
   if (name == "upper") return Str(v) != Lower(Str(v)) && Str(v) == Upper(Str(v));
-  if (name == "odd" || name == "even" || name == "divisibleby") {
-    if (!v.is_number() || v.is_float()) return TypeError(StrCat("test '", name, "' needs an integer"));
-    if (name == "divisibleby") {
-      CASCADE_RETURN_IF_ERROR(need_arg());
-      const Value d = *FindArg(a, 0, "num");
-      if (d.int_value() == 0) return absl::InvalidArgumentError("ZeroDivisionError: integer modulo by zero");
-      return v.int_value() % d.int_value() == 0;
-    }
-    return (v.int_value() % 2 != 0) == (name == "odd");
+  if (name == "odd" || name == "even" || name == "divisibleby") {  // value % n == 0 or 1, in Python.
+    const Value* d = name == "divisibleby" ? FindArg(a, 0, "num") : nullptr;
+    if (name == "divisibleby") CASCADE_RETURN_IF_ERROR(need_arg());
+    absl::StatusOr<Value> mod = BinaryOp("%", v, d != nullptr ? *d : Value(2));
+    if (!mod.ok()) return mod.status();
+    if (!mod->is_number()) return false;  // A string's % formatting.
+    return Equals(*mod, Value(name == "odd" ? 1 : 0));
   }
   if (name == "eq" || name == "equalto" || name == "==" || name == "ne" || name == "!=") {
     CASCADE_RETURN_IF_ERROR(need_arg());

@@ -15,7 +15,7 @@ bool IsNameChar(char c) { return std::isalnum(static_cast<unsigned char>(c)) || 
 bool IsDigit(char c) { return c >= '0' && c <= '9'; }
 
 absl::Status Error(int line, std::string_view what) {
-  return absl::InvalidArgumentError(StrCat("template line ", line, ": ", what));
+  return absl::InvalidArgumentError(StrCat("template line ", line, ": TemplateSyntaxError: ", what));
 }
 
 void AppendUtf8(uint32_t cp, std::string* out) {

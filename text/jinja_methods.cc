@@ -375,7 +375,7 @@ std::optional<Value> BoundMethod(const Value& obj, const std::string& name) {
         for (const auto& [k, v] : obj.dict().entries) {
           out.push_back(name == "items" ? Value::Tuple({k, v}) : name == "keys" ? k : v);
         }
-        return Value::List(std::move(out));
+        return Value::View(std::move(out), StrCat("dict_", name));
       });
     }
     if (name == "get") {

@@ -104,7 +104,10 @@ absl::StatusOr<Value> PercentFormat(const Value& format, const Value& args) {
         return absl::InvalidArgumentError(StrCat("ValueError: unsupported format character '", std::string(1, c), "'"));
     }
   }
-  if (next < values.size() && args.is_tuple()) return TypeError("not all arguments converted during string formatting");
+  // Python's leftover check spares mappings, and lists and Undefined (they have __getitem__).
+  if (next < values.size() && !args.is_dict() && !(args.is_list() && !args.is_tuple()) && !args.is_undefined()) {
+    return TypeError("not all arguments converted during string formatting");
+  }
   return Value(std::move(out));
 }
 
@@ -208,6 +211,7 @@ absl::StatusOr<Value> Slice(const Value& obj, const Value& start_v, const Value&
 
 absl::StatusOr<Value> BinaryOp(std::string_view op, const Value& a, const Value& b) {
   if (op == "~") return Value(Str(a) + Str(b));
+  if (op == "%" && a.is_string()) return PercentFormat(a, b);  // An Undefined argument prints as "".
   if (a.is_undefined()) return UndefinedError(a);
   if (b.is_undefined()) return UndefinedError(b);
   const bool numbers = a.is_number() && b.is_number();
@@ -284,11 +288,16 @@ absl::StatusOr<bool> Contains(const Value& container, const Value& item) {
       }
       return container.str().find(item.str()) != std::string::npos;
     case Value::Kind::kList:
+      if (absl::Status deferred = container.generator_error(); !deferred.ok()) return deferred;
       for (const Value& v : container.list()) {
         if (Equals(v, item)) return true;
       }
       return false;
-    case Value::Kind::kDict: return !container.is_namespace() && container.dict().Find(item) != nullptr;
+    case Value::Kind::kDict:
+      if ((item.is_list() && !item.is_tuple()) || item.is_dict()) {
+        return TypeError(StrCat("unhashable type: '", item.TypeName(), "'"));
+      }
+      return !container.is_namespace() && container.dict().Find(item) != nullptr;
     default: return TypeError(StrCat("argument of type '", container.TypeName(), "' is not iterable"));
   }
 }
@@ -296,7 +305,9 @@ absl::StatusOr<bool> Contains(const Value& container, const Value& item) {
 absl::StatusOr<std::vector<Value>> Iterate(const Value& v) {
   switch (v.kind()) {
     case Value::Kind::kUndefined: return std::vector<Value>();
-    case Value::Kind::kList: return v.list();
+    case Value::Kind::kList:
+      if (absl::Status deferred = v.generator_error(); !deferred.ok()) return deferred;
+      return v.list();
     case Value::Kind::kDict: {
       if (v.is_namespace()) break;
       std::vector<Value> keys;

@@ -60,7 +60,8 @@ class Parser {
 
   std::nullptr_t Fail(std::string_view what, int line = -1) {
     if (error_.ok()) {
-      error_ = absl::InvalidArgumentError(StrCat("template line ", line < 0 ? Cur().line : line, ": ", what));
+      error_ = absl::InvalidArgumentError(
+          StrCat("template line ", line < 0 ? Cur().line : line, ": TemplateSyntaxError: ", what));
     }
     return nullptr;
   }
@@ -589,7 +590,7 @@ class Parser {
     if (!ExpectOp("]")) return nullptr;
     ExprPtr e = Make(slice ? Expr::Kind::kSlice : Expr::Kind::kGetItem, line);
     e->children.push_back(std::move(target));
-    if (!slice && !parts[0]) return Fail("expected subscript expression", line);
+    if (!slice && !parts[0]) parts[0] = Make(Expr::Kind::kTuple, line);  // x[] indexes by (), as jinja2's.
     e->children.push_back(std::move(parts[0]));
     if (slice) {
       e->children.push_back(std::move(parts[1]));

@@ -204,11 +204,11 @@ class Renderer {
     } else {
       items = std::move(all);
     }
-    if (items.empty()) {
-      Flow flow = Flow::kNormal;
-      return RenderBody(n.else_body, frame, out, &flow);
-    }
     const int64_t length = static_cast<int64_t>(items.size());
+    // The else branch runs unless some iteration reached the end of the body: jinja2 clears
+    // its flag there, so a loop whose every iteration hit `continue` (or a first `break`)
+    // renders it too.
+    bool completed = false;
     for (int64_t i = 0; i < length; ++i) {
       CASCADE_RETURN_IF_ERROR(Step());
       FramePtr inner = Child(frame);
@@ -238,8 +238,11 @@ class Renderer {
       Flow flow = Flow::kNormal;
       CASCADE_RETURN_IF_ERROR(RenderBody(n.body, inner, out, &flow));
       if (flow == Flow::kBreak) break;
+      completed = completed || flow == Flow::kNormal;
     }
-    return absl::OkStatus();
+    if (completed) return absl::OkStatus();
+    Flow flow = Flow::kNormal;
+    return RenderBody(n.else_body, frame, out, &flow);
   }
 
   // A macro (kMacro) or a call block's caller (kCallBlock) as a callable. The defining

@@ -107,6 +107,19 @@ Value Value::Generator(std::vector<Value> items, std::string type_name) {
   return v;
 }
 
+Value Value::FailingGenerator(absl::Status error) {
+  Value v = Generator({});
+  v.error_ = std::make_shared<const absl::Status>(std::move(error));
+  return v;
+}
+
+Value Value::View(std::vector<Value> items, std::string type_name) {
+  Value v = List(std::move(items));
+  v.view_ = true;
+  v.name_ = std::move(type_name);
+  return v;
+}
+
 Value Value::MakeDict(Dict dict) {
   Value v;
   v.kind_ = Kind::kDict;
@@ -145,7 +158,7 @@ std::string_view Value::TypeName() const {
     case Kind::kInt: return "int";
     case Kind::kFloat: return "float";
     case Kind::kString: return "str";
-    case Kind::kList: return generator_ ? std::string_view(name_) : tuple_ ? "tuple" : "list";
+    case Kind::kList: return generator_ || view_ ? std::string_view(name_) : tuple_ ? "tuple" : "list";
     case Kind::kDict: return is_namespace() ? "Namespace" : "dict";
     case Kind::kFunction: return "function";
   }
@@ -189,6 +202,9 @@ bool EqualsAt(const Value& a, const Value& b, int depth) {
 
 absl::StatusOr<bool> LessAt(const Value& a, const Value& b, int depth) {
   if (depth > 200) return absl::InvalidArgumentError("RecursionError: maximum recursion depth exceeded in comparison");
+  for (const Value* v : {&a, &b}) {
+    if (v->is_undefined()) return absl::InvalidArgumentError(StrCat("UndefinedError: ", v->undefined_hint()));
+  }
   if (a.is_number() && b.is_number()) {
     if (a.is_float() || b.is_float()) return a.float_value() < b.float_value();
     return a.int_value() < b.int_value();
@@ -204,7 +220,7 @@ absl::StatusOr<bool> LessAt(const Value& a, const Value& b, int depth) {
     return x.size() < y.size();
   }
   return absl::InvalidArgumentError(
-      StrCat("'<' not supported between instances of '", a.TypeName(), "' and '", b.TypeName(), "'"));
+      StrCat("TypeError: '<' not supported between instances of '", a.TypeName(), "' and '", b.TypeName(), "'"));
 }
 
 }  // namespace
@@ -320,7 +336,7 @@ absl::Status AppendJson(const Value& v, const JsonOptions& o, int depth, std::st
     }
     case Value::Kind::kString: JsonString(v.str(), out); return absl::OkStatus();
     case Value::Kind::kList: {
-      if (v.is_generator()) break;
+      if (v.is_generator() || v.is_view()) break;
       if (v.list().empty()) {
         *out += "[]";
         return absl::OkStatus();
@@ -379,12 +395,15 @@ void AppendRepr(const Value& v, int depth, std::string* out) {
     return;
   }
   switch (v.kind()) {
-    case Value::Kind::kString: *out += StringRepr(v.str()); return;
+    case Value::Kind::kString:
+      *out += v.is_markup() ? StrCat("Markup(", StringRepr(v.str()), ")") : StringRepr(v.str());
+      return;
     case Value::Kind::kList: {
       if (v.is_generator()) {  // Python prints an address here; no template can rely on it.
         StrAppend(out, "<", v.TypeName(), " object>");
         return;
       }
+      if (v.is_view()) StrAppend(out, v.TypeName(), "(");
       *out += v.is_tuple() ? '(' : '[';
       for (size_t i = 0; i < v.list().size(); ++i) {
         if (i > 0) *out += ", ";
@@ -392,6 +411,7 @@ void AppendRepr(const Value& v, int depth, std::string* out) {
       }
       if (v.is_tuple() && v.list().size() == 1) *out += ',';
       *out += v.is_tuple() ? ')' : ']';
+      if (v.is_view()) *out += ')';
       return;
     }
     case Value::Kind::kDict: {

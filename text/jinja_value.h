@@ -73,6 +73,12 @@ class Value {
   // a "list_reverseiterator"): iterable once, but truthy even when empty, with no len(),
   // no items by index, and not JSON.
   static Value Generator(std::vector<Value> items, std::string type_name = "generator");
+  // A generator whose iteration fails with `error`: jinja2's generator filters raise only
+  // when consumed, so `{% if x|items %}` on a string is true rather than an error.
+  static Value FailingGenerator(absl::Status error);
+  // dict.keys()/values()/items(): iterable again and again, with len(), printed as
+  // "dict_keys([...])", but no items by index and not JSON.
+  static Value View(std::vector<Value> items, std::string type_name);
   static Value MakeDict(Dict dict = {});
   static Value Function(std::string name, NativeFunction fn);
 
@@ -84,8 +90,9 @@ class Value {
   bool is_float() const { return kind_ == Kind::kFloat; }
   bool is_number() const { return is_int() || is_float() || is_bool(); }  // Python: bool is an int.
   bool is_string() const { return kind_ == Kind::kString; }
-  bool is_list() const { return kind_ == Kind::kList && !generator_; }  // Or a tuple.
+  bool is_list() const { return kind_ == Kind::kList && !generator_ && !view_; }  // Or a tuple.
   bool is_generator() const { return kind_ == Kind::kList && generator_; }
+  bool is_view() const { return kind_ == Kind::kList && view_; }
   bool is_tuple() const { return kind_ == Kind::kList && tuple_; }
   bool is_dict() const { return kind_ == Kind::kDict; }
   bool is_namespace() const { return is_dict() && dict_->is_namespace; }
@@ -96,9 +103,11 @@ class Value {
   int64_t int_value() const { return is_bool() ? (bool_ ? 1 : 0) : int_; }
   double float_value() const { return is_float() ? float_ : static_cast<double>(int_value()); }
   const std::string& str() const { return *string_; }  // Only for strings.
-  std::vector<Value>& list() const { return *list_; }  // Only for lists, tuples and generators.
+  std::vector<Value>& list() const { return *list_; }  // Lists, tuples, generators, views.
   Dict& dict() const { return *dict_; }                // Only for dicts and namespaces.
   const std::string& undefined_hint() const { return name_; }
+  // A generator's deferred error (OK for others).
+  absl::Status generator_error() const { return error_ ? *error_ : absl::OkStatus(); }
   const std::string& function_name() const { return name_; }
   absl::StatusOr<Value> Call(const CallArgs& args) const { return (*function_)(args); }
 
@@ -112,6 +121,7 @@ class Value {
   bool bool_ = false;
   bool tuple_ = false;
   bool generator_ = false;
+  bool view_ = false;
   bool markup_ = false;
   int64_t int_ = 0;
   double float_ = 0;
@@ -119,6 +129,7 @@ class Value {
   std::shared_ptr<std::vector<Value>> list_;
   std::shared_ptr<Dict> dict_;
   std::shared_ptr<const NativeFunction> function_;
+  std::shared_ptr<const absl::Status> error_;
   std::string name_;  // Undefined's hint, a function's name or a generator's type.
 };
 

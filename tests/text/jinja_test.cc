@@ -140,9 +140,28 @@ const Case kCases[] = {
     {"Unicode", "{{ s|length }} {{ s[1] }} {{ s|reverse }} {{ s|upper }}",
      "{\"s\": \"héllo🙂\"}",
      "6 é 🙂olléh HÉLLO🙂"},
+    {"ForElseAfterOnlyContinues", "{% for x in [1, 2] %}{% continue %}{% else %}E{% endfor %}|{% for x in [1, 2] %}{% if x == 1 %}{% continue %}{% endif %}{% else %}E{% endfor %}|{% for x in [1] %}{% break %}{% else %}E{% endfor %}",
+     "{}",
+     "E||E"},
+    {"GeneratorFiltersFailOnlyWhenIterated", "{{ 'yes' if s|items else 'no' }} {{ (s|items) is iterable }} {{ nope|first is defined }} {{ nope is callable }}",
+     "{\"s\": \"text\"}",
+     "yes True False True"},
+    {"JinjaTitleIsNotPythonTitle", "{{ \"it's a-b (c) [d]\"|title }} {{ \"it's a-b\".title() }}",
+     "{}",
+     "It's A-B (C) [D] It'S A-B"},
+    {"PercentWithListAndUndefined", "{{ 'x' % [1] }}{{ 'y' % nope }}{{ '%s' % nope }}|",
+     "{}",
+     "xy|"},
+    {"DictViewsPrintAsPython", "{{ d.keys() }} {{ d.values()|list }} {{ d.items()|length }} {{ 'a' in d.keys() }}",
+     "{\"d\": {\"a\": 1}}",
+     "dict_keys(['a']) [1] 1 True"},
+    {"MarkupReprAndConcat", "{{ ['x'|safe] }} {{ '<'|safe ~ '<' }}",
+     "{}",
+     "[Markup('x')] <<"},
     {"MacroSeesLaterTopLevelSets", "{% macro m() %}{{ z }}{% endmacro %}{% set z = 3 %}{{ m() }}",
      "{}",
      "3"},
+
 };
 // clang-format on
 
@@ -172,7 +191,8 @@ TEST(JinjaErrorTest, RaiseExceptionNamesTheLine) {
 }
 
 TEST(JinjaErrorTest, SyntaxErrorsNameTheLine) {
-  EXPECT_THAT(Error("ok\n{% if x %}\nno end"), HasSubstr("template line 3: Unexpected end of template"));
+  EXPECT_THAT(Error("ok\n{% if x %}\nno end"),
+              HasSubstr("template line 3: TemplateSyntaxError: Unexpected end of template"));
   EXPECT_THAT(Error("\n\n{{ 1 + }}"), HasSubstr("template line 3:"));
   EXPECT_THAT(Error("{% frobnicate %}"), HasSubstr("Encountered unknown tag 'frobnicate'"));
   EXPECT_THAT(Error("{{ 'open"), HasSubstr("template line 1:"));
