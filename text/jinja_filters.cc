@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 
 #include "core/status.h"
 #include "core/str_cat.h"
@@ -15,6 +16,10 @@ namespace cascade::text::jinja::internal {
 namespace {
 
 absl::Status TypeError(std::string_view what) { return absl::InvalidArgumentError(StrCat("TypeError: ", what)); }
+
+// Widths of padding and indentation beyond this are refused (a template must not make
+// gigabyte strings out of `|center(10**12)`); indent clamps to it.
+constexpr int64_t kMaxPadding = 1 << 16;
 
 // jinja2's make_attrgetter: "a.b.0" looked up part by part as items.
 absl::StatusOr<Value> GetPath(const Value& v, const Value& attribute) {
@@ -115,6 +120,7 @@ absl::StatusOr<Value> ToJsonFilter(const Value& v, const CallArgs& a) {
   if (indent.is_string()) {
     o.indent = indent.str();
   } else if (indent.is_number()) {
+    if (indent.int_value() > kMaxPadding) return absl::ResourceExhaustedError("tojson: indent too large");
     o.indent = std::string(std::max<int64_t>(0, indent.int_value()), ' ');
   }
   const Value seps = ArgOr(a, 2, "separators", Value::None());
@@ -147,7 +153,7 @@ std::vector<std::string> SplitLines(const std::string& s) {
 
 std::string Indent(const std::string& text, const Value& width, bool first, bool blank) {
   const std::string indention =
-      width.is_string() ? width.str() : std::string(std::max<int64_t>(0, width.int_value()), ' ');
+      width.is_string() ? width.str() : std::string(std::clamp<int64_t>(width.int_value(), 0, kMaxPadding), ' ');
   std::vector<std::string> lines = SplitLines(text + "\n");
   std::string rv;
   if (blank) {
@@ -385,13 +391,18 @@ absl::StatusOr<Value> CallFilterNow(std::string_view name, const Value& v, const
   }
   if (name == "int") {
     const Value fallback = ArgOr(a, 0, "default", Value(0));
-    if (v.is_number())
-      return v.is_float() ? Value(static_cast<int64_t>(std::trunc(v.float_value()))) : Value(v.int_value());
+    // Python's int(float): truncation; NaN is a ValueError (the default), beyond 64 bits ours fails.
+    auto from_float = [&](double f) -> absl::StatusOr<Value> {
+      if (std::isnan(f)) return fallback;
+      if (!(std::fabs(f) < 9.2e18)) return absl::InvalidArgumentError("OverflowError: integer beyond 64 bits");
+      return Value(static_cast<int64_t>(std::trunc(f)));
+    };
+    if (v.is_number()) return v.is_float() ? from_float(v.float_value()) : Value(v.int_value());
     if (v.is_string()) {
       if (std::optional<int64_t> i = ParseInt(v.str(), static_cast<int>(ArgOr(a, 1, "base", Value(10)).int_value()))) {
         return Value(*i);
       }
-      if (std::optional<double> f = ParseFloat(v.str()); f && std::isfinite(*f)) return Value(static_cast<int64_t>(*f));
+      if (std::optional<double> f = ParseFloat(v.str())) return from_float(*f);
     }
     if (v.is_undefined()) return UndefinedError(v);
     return fallback;
@@ -407,7 +418,10 @@ absl::StatusOr<Value> CallFilterNow(std::string_view name, const Value& v, const
   }
   if (name == "abs") {
     if (v.is_float()) return Value(std::fabs(v.float_value()));
-    if (v.is_number()) return Value(std::abs(v.int_value()));
+    if (v.is_number()) {
+      if (v.int_value() == std::numeric_limits<int64_t>::min()) return TypeError("integer beyond 64 bits");
+      return Value(std::abs(v.int_value()));
+    }
     return TypeError(StrCat("bad operand type for abs(): '", v.TypeName(), "'"));
   }
   if (name == "round") {
@@ -492,10 +506,12 @@ absl::StatusOr<Value> CallFilterNow(std::string_view name, const Value& v, const
     return total;
   }
   if (name == "indent") {
-    if (v.is_list()) {  // jinja2 does `s += "\n"` (a list grows) and then s.splitlines().
+    if (v.is_undefined()) return UndefinedError(v);
+    if (v.is_list() && !v.is_tuple()) {  // jinja2 does `s += "\n"` (a list grows) and then s.splitlines().
       return absl::InvalidArgumentError(
           StrCat("AttributeError: '", v.TypeName(), "' object has no attribute 'splitlines'"));
     }
+    if (v.is_tuple()) return TypeError("can only concatenate tuple (not \"str\") to tuple");
     if (!v.is_string()) {
       return TypeError(StrCat("unsupported operand type(s) for +=: '", v.TypeName(), "' and 'str'"));
     }
@@ -505,6 +521,7 @@ absl::StatusOr<Value> CallFilterNow(std::string_view name, const Value& v, const
   if (name == "center") {
     const std::string s = Str(v);
     const int64_t width = ArgOr(a, 0, "width", Value(80)).int_value();
+    if (width > kMaxPadding) return absl::ResourceExhaustedError("center: width too large");
     const int64_t len = static_cast<int64_t>(Characters(s).size());
     if (width <= len) return Value(s);
     const int64_t pad = width - len, left = pad / 2 + (pad & width & 1);

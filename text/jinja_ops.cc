@@ -12,6 +12,9 @@ namespace {
 
 absl::Status TypeError(std::string_view what) { return absl::InvalidArgumentError(StrCat("TypeError: ", what)); }
 
+// Python's ints are unbounded; ours are 64-bit and refuse to wrap.
+absl::Status Overflow() { return absl::InvalidArgumentError("OverflowError: integer beyond 64 bits"); }
+
 // Bigger strings or lists than this from `*` are refused: a template must not exhaust memory.
 constexpr int64_t kMaxRepeatBytes = int64_t{1} << 26;
 
@@ -91,6 +94,7 @@ absl::StatusOr<Value> PercentFormat(const Value& format, const Value& args) {
       case 'd':
       case 'i':
         if (!v.is_number()) return TypeError(StrCat("%d format: a real number is required, not ", v.TypeName()));
+        if (v.is_float() && !(std::fabs(v.float_value()) < 9.2e18)) return Overflow();
         out += std::to_string(v.is_float() ? static_cast<int64_t>(v.float_value()) : v.int_value());
         break;
       case 'f': {
@@ -109,6 +113,13 @@ absl::StatusOr<Value> PercentFormat(const Value& format, const Value& args) {
     return TypeError("not all arguments converted during string formatting");
   }
   return Value(std::move(out));
+}
+
+template <typename Op>
+absl::StatusOr<Value> IntResult(const Value& a, const Value& b, Op op) {
+  int64_t r;
+  if (op(a.int_value(), b.int_value(), &r)) return Overflow();
+  return Value(r);
 }
 
 double FloorMod(double a, double b) {
@@ -217,7 +228,9 @@ absl::StatusOr<Value> BinaryOp(std::string_view op, const Value& a, const Value&
   const bool numbers = a.is_number() && b.is_number();
   const bool floats = numbers && (a.is_float() || b.is_float());
   if (op == "+") {
-    if (numbers) return floats ? Value(a.float_value() + b.float_value()) : Value(a.int_value() + b.int_value());
+    if (numbers)
+      return floats ? Value(a.float_value() + b.float_value())
+                    : IntResult(a, b, [](int64_t x, int64_t y, int64_t* r) { return __builtin_add_overflow(x, y, r); });
     if (a.is_string() && b.is_string()) {
       // Markup + str escapes the str (markupsafe), a trap jinja2 keeps even without autoescape.
       if (a.is_markup() || b.is_markup()) {
@@ -233,9 +246,13 @@ absl::StatusOr<Value> BinaryOp(std::string_view op, const Value& a, const Value&
     if (a.is_string()) return TypeError(StrCat("can only concatenate str (not \"", b.TypeName(), "\") to str"));
     if (a.is_list()) return TypeError(StrCat("can only concatenate list (not \"", b.TypeName(), "\") to list"));
   } else if (op == "-") {
-    if (numbers) return floats ? Value(a.float_value() - b.float_value()) : Value(a.int_value() - b.int_value());
+    if (numbers)
+      return floats ? Value(a.float_value() - b.float_value())
+                    : IntResult(a, b, [](int64_t x, int64_t y, int64_t* r) { return __builtin_sub_overflow(x, y, r); });
   } else if (op == "*") {
-    if (numbers) return floats ? Value(a.float_value() * b.float_value()) : Value(a.int_value() * b.int_value());
+    if (numbers)
+      return floats ? Value(a.float_value() * b.float_value())
+                    : IntResult(a, b, [](int64_t x, int64_t y, int64_t* r) { return __builtin_mul_overflow(x, y, r); });
     if ((a.is_string() || a.is_list()) && b.is_number() && !b.is_float()) return Repeat(a, b.int_value());
     if ((b.is_string() || b.is_list()) && a.is_number() && !a.is_float()) return Repeat(b, a.int_value());
   } else if (op == "/") {
@@ -267,10 +284,12 @@ absl::StatusOr<Value> BinaryOp(std::string_view op, const Value& a, const Value&
     if (numbers) {
       if (!floats && b.int_value() >= 0) {
         int64_t result = 1, base = a.int_value();
+        bool overflow = false;
         for (int64_t e = b.int_value(); e > 0; e >>= 1) {
-          if (e & 1) result *= base;
-          base *= base;
+          if (e & 1) overflow |= __builtin_mul_overflow(result, base, &result);
+          if (e > 1) overflow |= __builtin_mul_overflow(base, base, &base);
         }
+        if (overflow) return Overflow();
         return Value(result);
       }
       return Value(std::pow(a.float_value(), b.float_value()));

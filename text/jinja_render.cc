@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <ctime>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -426,7 +427,11 @@ class Renderer {
               StrCat("TypeError: bad operand type for unary ", e.name, ": '", v.TypeName(), "'"));
         }
         if (e.name == "+") return v.is_bool() ? Value(v.int_value()) : v;
-        return v.is_float() ? Value(-v.float_value()) : Value(-v.int_value());
+        if (v.is_float()) return Value(-v.float_value());
+        if (v.int_value() == std::numeric_limits<int64_t>::min()) {
+          return absl::InvalidArgumentError("OverflowError: integer beyond 64 bits");
+        }
+        return Value(-v.int_value());
       }
       case Expr::Kind::kBinary: {
         CASCADE_ASSIGN_OR_RETURN(Value l, Eval(*e.children[0], frame));

@@ -4,10 +4,15 @@ tree scripts/llama_cpp.sh --src unpacks) with Python's jinja2 in the environment
 Face transformers renders chat templates in, over a fixed corpus of conversations: the
 independent reference of text/jinja_*.cc (tests/text/jinja_golden_test.cc compares).
 
+Then the same for RANDOM_CASES small templates drawn from a grammar of the expressions,
+filters, tests, methods and statements the interpreter supports (fixed seed), over a
+context of every value type: the reference for what the real templates do not reach.
+
 Usage: jinja_goldens.py OUT.jsonl [TEMPLATES_DIR] (through scripts/python_deps.sh, which
 installs the pinned jinja2). Output, JSON lines: first {"templates_dir": DIR}, then one
 {"template", "case", "context", "output"} per render, or "error" (the exception's class
-and message) in place of "output" where jinja2 refuses.
+and message) in place of "output" where jinja2 refuses; random templates are named
+"random/N" and carry their "source".
 
 The environment is transformers' _compile_jinja_template (4.57): an
 ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True) with loopcontrols and a
@@ -15,10 +20,13 @@ ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True) with loopcon
 and the globals raise_exception and strftime_now, here fixed at 26 Jul 2024 so that the
 output is deterministic (the C++ test renders with the same date).
 """
+import copy
 import datetime
 import glob
 import json
 import os
+import random
+import re
 import subprocess
 import sys
 
@@ -155,6 +163,102 @@ def cases():
     yield "final_assistant", {**base, "messages": CHAT[:2], "add_generation_prompt": False}
 
 
+# ---- Random templates ----
+RANDOM_CASES = 2000
+RANDOM_CONTEXT = {
+    "s": "Hello, World", "u": "héllo wörld 🙂", "e": "", "n": 3, "f": 2.5, "neg": -7, "z": 0, "t": True, "no": None,
+    "xs": [3, 1, 2], "ws": ["b", "A", "c", "a"], "d": {"b": 1, "a": "x", "c": [1, 2]},
+    "ms": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": None, "x": 1},
+           {"role": "user", "content": [{"type": "text", "text": "p"}]}],
+    "js": "{\"a\": 1}", "sp": "  a  b \n c  ", "big": -12345678901, "tiny": 1e-7, "fl": [1.5, 2.0, 0.1]}
+LEAVES = ["s", "u", "e", "n", "f", "neg", "z", "t", "no", "xs", "ws", "d", "ms", "js", "sp", "big", "tiny", "fl",
+          "nope", "1", "0", "-2", "3.0", "0.5", "'a'", "'x\\ny'", "\"q'\"", "''", "true", "none", "[]", "[1, 'a']",
+          "{'k': 'v'}", "(1, 2)", "(1,)", "ms[0]", "d.a", "d['c']", "xs[-1]", "ms[1].content", "d.missing",
+          "ms[0].role"]
+FILTERS = ["trim", "length", "count", "upper", "lower", "title", "capitalize", "string", "list", "first", "last",
+           "tojson", "tojson(indent=2)", "tojson(sort_keys=true)", "join(', ')", "join", "default('D')",
+           "default('D', true)", "items", "dictsort", "sort", "sort(reverse=true)", "unique", "reverse", "int", "float",
+           "abs", "round", "round(1)", "wordcount", "safe", "e", "indent(2)", "indent(2, true)", "map('upper')",
+           "map(attribute='role')", "selectattr('role', 'equalto', 'user')", "rejectattr('content')", "select('odd')",
+           "reject('none')", "batch(2)", "min", "max", "sum", "replace('l', 'L')", "center(9)", "string|length",
+           "list|length", "d"]
+TESTS = ["defined", "undefined", "none", "string", "number", "integer", "float", "boolean", "mapping", "iterable",
+         "sequence", "true", "false", "callable", "odd", "even", "divisibleby 2", "equalto 3", "eq 'a'", "ne 1",
+         "in xs", "in 'abc'", "lower", "upper", "escaped", "sameas none", "gt 1", "lt 2"]
+METHODS = ["strip()", "lstrip('H')", "rstrip('d')", "split()", "split(',')", "split(' ', 1)", "rsplit(' ', 1)",
+           "startswith('He')", "endswith(('x', 'd'))", "replace('o', '0')", "upper()", "lower()", "title()",
+           "capitalize()", "find('o')", "rfind('o')", "count('l')", "format(1, 'b')", "join(['1', '2'])",
+           "splitlines()", "isdigit()", "isalpha()", "items()", "keys()", "values()", "get('a')", "get('q', 0)",
+           "index(1)", "append(1)", "pop()", "update({})", "copy()"]
+OPERATORS = ["+", "-", "*", "/", "//", "%", "**", "~", "==", "!=", "<", ">", "<=", ">=", "in", "not in", "and", "or"]
+
+
+class RandomTemplates:
+    def __init__(self, seed):
+        self.r = random.Random(seed)
+
+    def expr(self, depth=0):
+        r, c = self.r.random(), self.r.choice
+        if depth > 2 or r < 0.25:
+            return c(LEAVES)
+        if r < 0.4:
+            return f"{self.expr(depth + 1)}|{c(FILTERS)}"
+        if r < 0.5:
+            return f"({self.expr(depth + 1)} is {c(['', 'not '])}{c(TESTS)})"
+        if r < 0.6:
+            return f"{c(LEAVES)}.{c(METHODS)}"
+        if r < 0.75:
+            return f"({self.expr(depth + 1)} {c(OPERATORS)} {self.expr(depth + 1)})"
+        if r < 0.8:
+            return f"({self.expr(depth + 1)} if {self.expr(depth + 1)} else {self.expr(depth + 1)})"
+        if r < 0.85:
+            return (f"{c(['s', 'u', 'xs', 'ws', 'fl'])}[{c(['', '1', '-1', '-2'])}:{c(['', '2', '-1', '10'])}"
+                    f"{c(['', ':2', ':-1'])}]")
+        if r < 0.9:
+            return f"not {self.expr(depth + 1)}"
+        if r < 0.95:
+            return f"[{self.expr(depth + 1)}, {self.expr(depth + 1)}]"
+        return f"{{'k': {self.expr(depth + 1)}}}"
+
+    def statement(self, depth):
+        r, c = self.r.random(), self.r.choice
+        a, b = c(["", "-"]), c(["", "-"])
+        lead = c(["", "  ", "\n", "\n  ", " x "])
+        if depth > 2 or r < 0.35:
+            return f"{lead}{{{{{a} {self.expr()} {b}}}}}"
+        if r < 0.5:
+            return (f"{lead}{{%{a} if {self.expr()} {b}%}}{self.body(depth + 1)}{lead}{{%{c(['', '-'])} else "
+                    f"{c(['', '-'])}%}}{self.body(depth + 1)}{lead}{{%{c(['', '-'])} endif {c(['', '-'])}%}}")
+        if r < 0.65:
+            iterable = c(["xs", "ws", "ms", "d", "s", "d.items()", "range(3)", "nope", "d|dictsort"])
+            target = "k, v" if iterable in ("d.items()", "d|dictsort") else "x"
+            condition = c(["", " if loop is defined", f" if {self.expr()}"]) if target == "x" else ""
+            inner = c(["{{ loop.index }}", "{{ loop.first }}{{ loop.last }}",
+                       "{{ x }}" if target == "x" else "{{ k }}={{ v }}", "{{ loop.previtem }}",
+                       "{{ loop.revindex0 }}/{{ loop.length }}", "{% if loop.index > 1 %}{% break %}{% endif %}",
+                       "{% continue %}"])
+            return (f"{lead}{{%{a} for {target} in {iterable}{condition} {b}%}}{inner}{self.body(depth + 1)}"
+                    "{% else %}E{% endfor %}")
+        if r < 0.8:
+            return f"{lead}{{%{a} set y = {self.expr()} {b}%}}{lead}{{{{ y }}}}"
+        if r < 0.9:
+            return (f"{lead}{{% set ns = namespace(c=0) %}}{{% for i in xs %}}{{% set ns.c = ns.c + i %}}"
+                    "{% endfor %}{{ ns.c }}")
+        return (f"{lead}{{% macro m(p, q='Q') %}}[{{{{ p }}}}|{{{{ q }}}}]{{% endmacro %}}{{{{ m({self.expr()}) }}}}"
+                f"{{{{ m(1, q={self.expr()}) }}}}")
+
+    def body(self, depth):
+        return "".join(self.statement(depth) for _ in range(self.r.randint(0, 2)))
+
+    def template(self):
+        return self.body(0) + self.r.choice(["", "\n", "\n\n  "])
+
+
+# Python prints a generator with its address ("<generator object sync_do_map at 0x7f...>"),
+# which no template can rely on: compared as "<generator object>" (in the case it has).
+ADDRESS = re.compile(r"<(\w+) (object)( \w+)? at 0x[0-9a-f]+>", re.IGNORECASE)
+
+
 def templates_dir():
     if len(sys.argv) > 2:
         return sys.argv[2]
@@ -187,6 +291,17 @@ def main():
                     except Exception as e:  # Type errors and the like are goldens too.
                         record["error"] = f"{type(e).__name__}: {e}"
                 out.write(json.dumps(record, ensure_ascii=False) + "\n")
+        generator = RandomTemplates(seed=20240726)
+        for i in range(RANDOM_CASES):
+            source = generator.template()
+            record = {"template": f"random/{i:04d}", "case": "random", "source": source,
+                      "context": RANDOM_CONTEXT}
+            try:  # A copy: a failing filter can leave a list it was given extended (indent).
+                record["output"] = ADDRESS.sub(r"<\1 \2>", env.from_string(source).render(
+                    **copy.deepcopy(RANDOM_CONTEXT)))
+            except Exception as e:
+                record["error"] = f"{type(e).__name__}: {e}"
+            out.write(json.dumps(record, ensure_ascii=False) + "\n")
 
 
 if __name__ == "__main__":

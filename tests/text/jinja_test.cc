@@ -242,6 +242,13 @@ TEST(JinjaErrorTest, LimitsStopRunawayTemplates) {
   EXPECT_THAT(Error(deep), HasSubstr("nested too deeply"));
   EXPECT_THAT(Error("{{ " + std::string(1000, '[') + std::string(1000, ']') + " }}"), HasSubstr("nested too deeply"));
   EXPECT_THAT(Error("{{ 'x' * 100000000000 }}"), HasSubstr("too long"));
+  EXPECT_THAT(Error("{{ 'x'|center(10 ** 12) }}"), HasSubstr("width too large"));
+  // Python's ints are unbounded; ours refuse to wrap rather than print a wrong number.
+  EXPECT_THAT(Error("{{ 2 ** 64 }}"), HasSubstr("OverflowError"));
+  EXPECT_THAT(Error("{{ 9223372036854775807 + 1 }}"), HasSubstr("OverflowError"));
+  EXPECT_THAT(Error("{{ 1e300|int }}"), HasSubstr("OverflowError"));
+  EXPECT_EQ(Render("{{ 2 ** 62 }} {{ -9223372036854775807 - 1 }}").value_or("error"),
+            "4611686018427387904 -9223372036854775808");
   // A list nested 100000 deep is built, printed (cut at depth 200) and freed without
   // overflowing the stack; a namespace holding itself is freed too (ASan would see a leak).
   EXPECT_EQ(Render("{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}"
