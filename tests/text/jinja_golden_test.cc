@@ -70,8 +70,8 @@ TEST(JinjaGoldenTest, RealTemplatesRenderAsJinja2) {
     templates.insert(name);
     auto it = parsed.find(name);
     if (it == parsed.end()) {
-      const std::string source = record.contains("source") ? record.at("source").get<std::string>()
-                                                            : testing::ReadFileOrDie(dir + "/" + name);
+      const std::string source =
+          record.contains("source") ? record.at("source").get<std::string>() : testing::ReadFileOrDie(dir + "/" + name);
       it = parsed.emplace(name, JinjaTemplate::Parse(source)).first;
     }
     absl::StatusOr<JinjaValue> context = jinja::ValueFromJson(record.at("context").dump());
@@ -119,9 +119,10 @@ TEST(JinjaGoldenTest, RealTemplatesRenderAsJinja2) {
     if (failed && !known) ADD_FAILURE() << name << " differs from jinja2 in case " << first_failure[name];
     if (!failed && known) ADD_FAILURE() << name << " now matches jinja2: remove it from KnownDifferences";
   }
-  std::printf("[ info ] jinja2 goldens: %d/%d real templates identical over the corpus, %d/%d random templates, "
-              "%d/%d renders\n",
-              identical, real, random_identical, random, matched, cases);
+  std::printf(
+      "[ info ] jinja2 goldens: %d/%d real templates identical over the corpus, %d/%d random templates, "
+      "%d/%d renders\n",
+      identical, real, random_identical, random, matched, cases);
   EXPECT_GE(real, 60) << "the llama.cpp tree lost its templates?";
 }
 
