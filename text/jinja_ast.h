@@ -81,6 +81,7 @@ struct Node {
   Body else_body;
   Target target;
   bool recursive = false;  // kFor.
+  bool uses_loop = true;   // kFor: the body names `loop` (else the loop object is not built).
   // kMacro (and kCallBlock's caller parameters): names and defaults (null: required).
   std::string name;
   std::vector<std::string> params;

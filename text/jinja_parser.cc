@@ -173,6 +173,7 @@ class Parser {
       }
     } else if (tag == "for") {
       n = NewNode(Node::Kind::kFor, line);
+      const int loop_refs = loop_refs_;
       if (!ParseTarget(&n->target, /*allow_attribute=*/false)) return nullptr;
       if (!SkipName("in")) return Fail(StrCat("expected 'in', got '", Describe(Cur()), "'"));
       n->expr = ParseTuple(/*with_condition=*/false);
@@ -183,6 +184,7 @@ class Parser {
       }
       n->recursive = SkipName("recursive");
       if (!Expect(Type::kBlockEnd, "'%}'") || !ParseBody({"endfor", "else"}, &n->body, &end)) return nullptr;
+      n->uses_loop = loop_refs_ != loop_refs;
       if (end == "else" && (!Expect(Type::kBlockEnd, "'%}'") || !ParseBody({"endfor"}, &n->else_body, &end))) {
         return nullptr;
       }
@@ -475,6 +477,7 @@ class Parser {
         } else {
           e->kind = Expr::Kind::kName;
           e->name = t.text;
+          loop_refs_ += t.text == "loop";
         }
         Next();
         return e;
@@ -691,6 +694,7 @@ class Parser {
   std::vector<Token> tokens_;
   size_t pos_ = 0;
   int depth_ = 0;
+  int loop_refs_ = 0;  // Names `loop` parsed so far: a for loop whose body adds none skips it.
   absl::Status error_;
 };
 

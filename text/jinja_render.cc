@@ -31,9 +31,9 @@ using internal::UndefinedError;
 // Bounds that keep a hostile template from hanging or exhausting memory. A real chat
 // template renders a few KiB, a long conversation a few MiB.
 constexpr int64_t kMaxOutputBytes = int64_t{64} << 20;  // Counted over all captures.
-constexpr int64_t kMaxSteps = 1'000'000;                // Loop iterations and calls.
-constexpr int kMaxCallDepth = 100;                      // Nested macro calls.
-constexpr int64_t kMaxRange = 100'000;                  // jinja2's sandbox MAX_RANGE.
+
+constexpr int kMaxCallDepth = 100;      // Nested macro calls.
+constexpr int64_t kMaxRange = 100'000;  // jinja2's sandbox MAX_RANGE.
 
 struct Frame;
 using FramePtr = std::shared_ptr<Frame>;
@@ -77,7 +77,7 @@ absl::Status AtLine(int line, const absl::Status& s) {
 
 class Renderer {
  public:
-  explicit Renderer(FramePtr root) : root_(std::move(root)) {}
+  Renderer(FramePtr root, int64_t max_steps) : root_(std::move(root)), max_steps_(max_steps) {}
 
   absl::Status RenderBody(const Body& body, const FramePtr& frame, std::string* out, Flow* flow) {
     for (const NodePtr& node : body) {
@@ -103,7 +103,7 @@ class Renderer {
   }
 
   absl::Status Step() {
-    if (++steps_ > kMaxSteps) return absl::ResourceExhaustedError("template runs too long (loop iterations)");
+    if (++steps_ > max_steps_) return absl::ResourceExhaustedError("template runs too long (loop iterations)");
     return absl::OkStatus();
   }
 
@@ -214,28 +214,7 @@ class Renderer {
       CASCADE_RETURN_IF_ERROR(Step());
       FramePtr inner = Child(frame);
       CASCADE_RETURN_IF_ERROR(Assign(n.target, items[i], inner));
-      Dict loop;
-      loop.entries = {
-          {Value("index"), Value(i + 1)},
-          {Value("index0"), Value(i)},
-          {Value("revindex"), Value(length - i)},
-          {Value("revindex0"), Value(length - i - 1)},
-          {Value("first"), Value(i == 0)},
-          {Value("last"), Value(i == length - 1)},
-          {Value("length"), Value(length)},
-          {Value("depth"), Value(1)},
-          {Value("depth0"), Value(0)},
-          {Value("previtem"), i > 0 ? items[i - 1] : Value::Undefined("there is no previous item")},
-          {Value("nextitem"), i + 1 < length ? items[i + 1] : Value::Undefined("there is no next item")},
-          {Value("cycle"), Value::Function("cycle",
-                                           [i](const CallArgs& a) -> absl::StatusOr<Value> {
-                                             if (a.positional.empty())
-                                               return absl::InvalidArgumentError(
-                                                   "TypeError: no items for cycling given");
-                                             return a.positional[static_cast<size_t>(i) % a.positional.size()];
-                                           })},
-      };
-      inner->Set("loop", Value::MakeDict(std::move(loop)));
+      if (n.uses_loop) inner->Set("loop", LoopObject(items, i));
       Flow flow = Flow::kNormal;
       CASCADE_RETURN_IF_ERROR(RenderBody(n.body, inner, out, &flow));
       if (flow == Flow::kBreak) break;
@@ -244,6 +223,36 @@ class Renderer {
     if (completed) return absl::OkStatus();
     Flow flow = Flow::kNormal;
     return RenderBody(n.else_body, frame, out, &flow);
+  }
+
+  // jinja2's `loop` for iteration i of `items`.
+  static Value LoopObject(const std::vector<Value>& items, int64_t i) {
+    static const auto* keys = new std::vector<Value>{"index",  "index0", "revindex", "revindex0", "first",    "last",
+                                                     "length", "depth",  "depth0",   "previtem",  "nextitem", "cycle"};
+    const int64_t length = static_cast<int64_t>(items.size());
+    Dict loop;
+    loop.entries.reserve(keys->size());
+    const Value values[] = {
+        Value(i + 1),
+        Value(i),
+        Value(length - i),
+        Value(length - i - 1),
+        Value(i == 0),
+        Value(i == length - 1),
+        Value(length),
+        Value(1),
+        Value(0),
+        i > 0 ? items[i - 1] : Value::Undefined("there is no previous item"),
+        i + 1 < length ? items[i + 1] : Value::Undefined("there is no next item"),
+        Value::Function("cycle",
+                        [i](const CallArgs& a) -> absl::StatusOr<Value> {
+                          if (a.positional.empty())
+                            return absl::InvalidArgumentError("TypeError: no items for cycling given");
+                          return a.positional[static_cast<size_t>(i) % a.positional.size()];
+                        }),
+    };
+    for (size_t k = 0; k < keys->size(); ++k) loop.entries.emplace_back((*keys)[k], values[k]);
+    return Value::MakeDict(std::move(loop));
   }
 
   // A macro (kMacro) or a call block's caller (kCallBlock) as a callable. The defining
@@ -462,6 +471,7 @@ class Renderer {
   }
 
   FramePtr root_;
+  const int64_t max_steps_;
   int64_t output_bytes_ = 0;
   int64_t steps_ = 0;
   int call_depth_ = 0;
@@ -560,7 +570,7 @@ absl::StatusOr<std::string> JinjaTemplate::Render(const JinjaValue& context, con
   }
   std::string out;
   jinja::Flow flow = jinja::Flow::kNormal;
-  const absl::Status status = jinja::Renderer(root).RenderBody(parsed_->body, root, &out, &flow);
+  const absl::Status status = jinja::Renderer(root, options.max_steps).RenderBody(parsed_->body, root, &out, &flow);
   for (const JinjaValue& ns : *namespaces) ns.dict().entries.clear();  // Breaks reference cycles.
   if (!status.ok()) return status;
   return out;

@@ -32,6 +32,11 @@ struct JinjaRenderOptions {
   // What strftime_now() formats; nullopt: the local time at the call (transformers'
   // datetime.now()). Tests fix it for deterministic output.
   std::optional<std::tm> now;
+  // Loop iterations and macro calls a render may take before it fails (ResourceExhausted):
+  // a hostile template must not spin. Real templates take a few per message, some
+  // quadratic ones (Gemma 4's) a few million for 2000 messages, ~0.6 s; this default
+  // bounds a render to ~10 s.
+  int64_t max_steps = 30'000'000;
 };
 
 class JinjaTemplate {

@@ -28,7 +28,8 @@ const std::map<std::string, std::string>& KnownDifferences() {
   return *known;
 }
 
-std::tm FixedNow() {  // jinja_goldens.py's FIXED_NOW: 2024-07-26 09:05:07, a Friday.
+// jinja_goldens.py's FIXED_NOW: 2024-07-26 09:05:07, a Friday.
+JinjaRenderOptions FixedNow() {
   std::tm tm{};
   tm.tm_year = 2024 - 1900;
   tm.tm_mon = 6;
@@ -38,7 +39,9 @@ std::tm FixedNow() {  // jinja_goldens.py's FIXED_NOW: 2024-07-26 09:05:07, a Fr
   tm.tm_sec = 7;
   tm.tm_wday = 5;
   tm.tm_yday = 207;
-  return tm;
+  JinjaRenderOptions options;
+  options.now = tm;
+  return options;
 }
 
 // Where two renders first differ, with some context, for the failure message.
@@ -76,8 +79,8 @@ TEST(JinjaGoldenTest, RealTemplatesRenderAsJinja2) {
     }
     absl::StatusOr<JinjaValue> context = jinja::ValueFromJson(record.at("context").dump());
     ASSERT_TRUE(context.ok()) << context.status();
-    absl::StatusOr<std::string> got = it->second.ok() ? it->second->Render(*context, {.now = FixedNow()})
-                                                      : absl::StatusOr<std::string>(it->second.status());
+    absl::StatusOr<std::string> got =
+        it->second.ok() ? it->second->Render(*context, FixedNow()) : absl::StatusOr<std::string>(it->second.status());
     std::string why;
     if (record.contains("output")) {
       const std::string want = record.at("output").get<std::string>();
