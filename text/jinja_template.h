@@ -34,7 +34,7 @@ struct JinjaRenderOptions {
   std::optional<std::tm> now;
   // Loop iterations and macro calls a render may take before it fails (ResourceExhausted):
   // a hostile template must not spin. Real templates take a few per message, some
-  // quadratic ones (Gemma 4's) a few million for 2000 messages, ~0.6 s; this default
+  // quadratic ones (Gemma 4's) millions for 2000 messages (~1.4 s); this default
   // bounds a render to ~10 s.
   int64_t max_steps = 30'000'000;
 };
