@@ -30,10 +30,10 @@ using internal::UndefinedError;
 
 // Bounds that keep a hostile template from hanging or exhausting memory. A real chat
 // template renders a few KiB, a long conversation a few MiB.
+// Loop iterations are bounded by JinjaRenderOptions::max_steps.
 constexpr int64_t kMaxOutputBytes = int64_t{64} << 20;  // Counted over all captures.
-
-constexpr int kMaxCallDepth = 100;      // Nested macro calls.
-constexpr int64_t kMaxRange = 100'000;  // jinja2's sandbox MAX_RANGE.
+constexpr int kMaxCallDepth = 100;                      // Nested macro calls.
+constexpr int64_t kMaxRange = 100'000;                  // jinja2's sandbox MAX_RANGE.
 
 struct Frame;
 using FramePtr = std::shared_ptr<Frame>;

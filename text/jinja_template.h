@@ -3,7 +3,10 @@
 // transformers renders it, i.e. jinja2 3.1 in an ImmutableSandboxedEnvironment with
 // trim_blocks, lstrip_blocks and loop controls (break/continue), its `generation` block,
 // `tojson` as json.dumps(ensure_ascii=False) and the globals raise_exception(msg) and
-// strftime_now(fmt), besides jinja2's own range, namespace, dict, cycler-free loop object.
+// strftime_now(fmt), besides jinja2's own range, namespace and dict globals and its loop
+// object (index, first, last, length, previtem, nextitem, cycle, ...). Not supported:
+// include/import/extends/block (a chat template is one file), recursive loops, loop.changed,
+// *args/**kwargs in calls, str.format specs; Python's ints are 64-bit here.
 // tests/text/jinja_golden_test.cc holds it byte for byte to Python's jinja2 over the real
 // templates of llama.cpp's collection.
 //

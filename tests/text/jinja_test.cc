@@ -6,6 +6,8 @@
 
 #include <ostream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "tests/test_support.h"
 
@@ -300,6 +302,30 @@ TEST(JinjaTemplateTest, ParsedOnceRenderedManyTimes) {
     EXPECT_EQ(*t->Render(*context), std::string("<s><") + role + ">");
   }
   EXPECT_FALSE(t->Render(JinjaValue(1)).ok());  // The context must be a dict.
+}
+
+// One parsed template, one context, several threads rendering at once (the header's
+// promise; run under TSan to check the sharing).
+TEST(JinjaTemplateTest, RendersOnManyThreadsAtOnce) {
+  absl::StatusOr<JinjaTemplate> t = JinjaTemplate::Parse(
+      "{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}{{ loop.index }}:{{ "
+      "m.content|upper }}"
+      "{{ m|tojson }};{% endfor %}{{ ns.n }}");
+  ASSERT_TRUE(t.ok());
+  absl::StatusOr<JinjaValue> context =
+      jinja::ValueFromJson(R"({"messages": [{"content": "a", "x": [1, {"y": 2}]}, {"content": "b"}]})");
+  ASSERT_TRUE(context.ok());
+  const std::string want = *t->Render(*context);
+  std::vector<std::thread> threads;
+  std::vector<std::string> got(4);
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&, i] {
+      for (int k = 0; k < 200; ++k) got[i] = t->Render(*context).value_or("error");
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  for (const std::string& g : got) EXPECT_EQ(g, want);
+  EXPECT_EQ(want, R"(1:A{"content": "a", "x": [1, {"y": 2}]};2:B{"content": "b"};2)");
 }
 
 }  // namespace
