@@ -241,11 +241,25 @@ class RandomTemplates:
                     "{% else %}E{% endfor %}")
         if r < 0.8:
             return f"{lead}{{%{a} set y = {self.expr()} {b}%}}{lead}{{{{ y }}}}"
-        if r < 0.9:
+        if r < 0.84:
             return (f"{lead}{{% set ns = namespace(c=0) %}}{{% for i in xs %}}{{% set ns.c = ns.c + i %}}"
                     "{% endfor %}{{ ns.c }}")
-        return (f"{lead}{{% macro m(p, q='Q') %}}[{{{{ p }}}}|{{{{ q }}}}]{{% endmacro %}}{{{{ m({self.expr()}) }}}}"
-                f"{{{{ m(1, q={self.expr()}) }}}}")
+        if r < 0.88:
+            return (f"{lead}{{% macro m(p, q='Q') %}}[{{{{ p }}}}|{{{{ q }}}}]{{% endmacro %}}{{{{ m({self.expr()}) }}}}"
+                    f"{{{{ m(1, q={self.expr()}) }}}}")
+        # Layouts: indented tags on their own lines (lstrip_blocks, trim_blocks), comments,
+        # block set, filter and call blocks, raw.
+        return c([
+            f"{lead}{{#{a} note {b}#}}\n    {{{{ {self.expr()} }}}}  \n",
+            f"\n    {{%{a} set y %}}\n  {self.expr()} {{{{ {self.expr()} }}}}\n    {{% endset {b}%}}\n[{{{{ y }}}}]",
+            f"\n  {{%{a} filter upper {b}%}}\n    {{{{ {self.expr()} }}}}\n  {{% endfilter %}}\n",
+            f"{{% macro w() %}}({{{{ caller() }}}}){{% endmacro %}}\n  {{%{a} call w() {b}%}}  {{{{ {self.expr()} }}}}"
+            "\n  {% endcall %}",
+            f"\n\t{{%{a} raw {b}%}} {{{{ x }}}}\n {{%- endraw %}}\n",
+            f"\n  {{%{a} if {self.expr()} {b}%}}\n    yes\n  {{%- elif {self.expr()} +%}}\n    elif\n  {{% else %}}"
+            "\n    no\n  {% endif %}\n",
+            f"\n{{%{a} for x in xs {b}%}}\n    {{{{- x }}}},\n    {{% if loop.last %}}last{{% endif %}}\n{{% endfor %}}",
+        ])
 
     def body(self, depth):
         return "".join(self.statement(depth) for _ in range(self.r.randint(0, 2)))
