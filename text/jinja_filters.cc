@@ -29,7 +29,8 @@ absl::StatusOr<Value> GetPath(const Value& v, const Value& attribute) {
   while (true) {
     const size_t dot = path.find('.');
     const std::string part(path.substr(0, dot));
-    Value key = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; })
+    Value key = !part.empty() && part.size() <= 18 &&
+                        std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; })
                     ? Value(static_cast<int64_t>(std::stoll(part)))
                     : Value(part);
     absl::StatusOr<Value> next = GetItem(cur, key);
@@ -81,7 +82,8 @@ std::optional<int64_t> ParseInt(const std::string& s, int base) {
 
 std::optional<double> ParseFloat(const std::string& s) {
   const std::string t = StripWhitespace(s);
-  if (t.empty()) return std::nullopt;
+  // Python's float() takes no hex ("0x1p3"), which strtod would.
+  if (t.empty() || t.find_first_of("xX") != std::string::npos) return std::nullopt;
   char* end = nullptr;
   const double v = std::strtod(t.c_str(), &end);
   if (end != t.c_str() + t.size()) return std::nullopt;
@@ -383,9 +385,10 @@ absl::StatusOr<Value> CallFilterNow(std::string_view name, const Value& v, const
     absl::StatusOr<std::vector<Value>> items = Iterate(v);
     if (!items.ok()) return absl::InvalidArgumentError("FilterArgumentError: argument must be iterable");
     std::reverse(items->begin(), items->end());
-    if (v.is_list() || v.is_dict()) {  // reversed(): an iterator; other iterables become a list.
-      return Value::Generator(*std::move(items),
-                              v.is_dict() ? "dict_reversekeyiterator" : StrCat(v.TypeName(), "_reverseiterator"));
+    if (v.is_list() || v.is_dict() || v.is_undefined()) {  // reversed(): an iterator; others: a list.
+      return Value::Generator(*std::move(items), v.is_dict()                        ? "dict_reversekeyiterator"
+                                                 : v.is_tuple() || v.is_undefined() ? "reversed"
+                                                                                    : "list_reverseiterator");
     }
     return Value::List(*std::move(items));
   }
@@ -458,6 +461,7 @@ absl::StatusOr<Value> CallFilterNow(std::string_view name, const Value& v, const
     return Value::List(*std::move(sorted));
   }
   if (name == "dictsort") {
+    if (v.is_undefined()) return UndefinedError(v);  // value.items() on jinja2's Undefined.
     if (!v.is_dict() || v.is_namespace()) {
       return absl::InvalidArgumentError(StrCat("AttributeError: '", v.TypeName(), "' object has no attribute 'items'"));
     }

@@ -220,26 +220,28 @@ absl::StatusOr<Value> FormatString(const std::string& format, const CallArgs& ar
     const size_t close = format.find('}', i);
     if (close == std::string::npos)
       return absl::InvalidArgumentError("ValueError: Single '{' encountered in format string");
-    std::string field = format.substr(i + 1, close - i - 1);
+    const std::string field = format.substr(i + 1, close - i - 1);
     i = close;
-    if (field.find_first_of(":!") != std::string::npos) {
-      return absl::UnimplementedError("format specs in str.format are not supported");
-    }
+    // The field's name, then its conversion or spec (looked up first: a missing name is a
+    // KeyError whatever follows it).
+    const std::string name = field.substr(0, field.find_first_of(":!"));
     const Value* v = nullptr;
-    if (field.empty()) {
+    if (name.empty()) {
       v = next < args.positional.size() ? &args.positional[next] : nullptr;
       ++next;
-    } else if (std::all_of(field.begin(), field.end(), [](char d) { return d >= '0' && d <= '9'; })) {
-      const size_t k = std::stoul(field);
+    } else if (std::all_of(name.begin(), name.end(), [](char d) { return d >= '0' && d <= '9'; })) {
+      const size_t k = name.size() < 10 ? std::stoul(name) : args.positional.size();
       v = k < args.positional.size() ? &args.positional[k] : nullptr;
     } else {
-      for (const auto& [name, value] : args.keywords) {
-        if (name == field) v = &value;
+      for (const auto& [key, value] : args.keywords) {
+        if (key == name) v = &value;
       }
-      if (v == nullptr) return absl::InvalidArgumentError(StrCat("KeyError: '", field, "'"));
+      if (v == nullptr) return absl::InvalidArgumentError(StrCat("KeyError: '", name, "'"));
     }
-    if (v == nullptr)
+    if (v == nullptr) {
       return absl::InvalidArgumentError("IndexError: Replacement index out of range for positional args tuple");
+    }
+    if (name.size() != field.size()) return absl::UnimplementedError("format specs in str.format are not supported");
     out += Str(*v);
   }
   return Value(std::move(out));

@@ -292,7 +292,15 @@ absl::StatusOr<Value> BinaryOp(std::string_view op, const Value& a, const Value&
         if (overflow) return Overflow();
         return Value(result);
       }
-      return Value(std::pow(a.float_value(), b.float_value()));
+      const double x = a.float_value(), y = b.float_value();
+      if (x == 0 && y < 0)
+        return absl::InvalidArgumentError("ZeroDivisionError: 0.0 cannot be raised to a negative power");
+      const double r = std::pow(x, y);
+      // Python raises where C's pow overflows (finite operands, infinite result).
+      if (std::isinf(r) && std::isfinite(x) && std::isfinite(y)) {
+        return absl::InvalidArgumentError("OverflowError: (34, 'Numerical result out of range')");
+      }
+      return Value(r);
     }
   }
   return TypeError(StrCat("unsupported operand type(s) for ", op, ": '", a.TypeName(), "' and '", b.TypeName(), "'"));

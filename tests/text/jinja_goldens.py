@@ -305,8 +305,9 @@ def main():
                     except Exception as e:  # Type errors and the like are goldens too.
                         record["error"] = f"{type(e).__name__}: {e}"
                 out.write(json.dumps(record, ensure_ascii=False) + "\n")
-        generator = RandomTemplates(seed=20240726)
-        for i in range(RANDOM_CASES):
+        # Exploring beyond the committed corpus: JINJA_RANDOM_SEED=N JINJA_RANDOM_CASES=M.
+        generator = RandomTemplates(seed=int(os.environ.get("JINJA_RANDOM_SEED", "20240726")))
+        for i in range(int(os.environ.get("JINJA_RANDOM_CASES", RANDOM_CASES))):
             source = generator.template()
             record = {"template": f"random/{i:04d}", "case": "random", "source": source,
                       "context": RANDOM_CONTEXT}
