@@ -1,12 +1,14 @@
 // The operations a Jinja template's values support, as jinja2 in transformers'
 // ImmutableSandboxedEnvironment performs them: attribute and item access (a dict's keys
 // through `.` too; str, dict and list methods bound), Python's operators, iteration, and
-// the builtin filters and tests real chat templates use. Internal to jinja_render.cc.
+// the builtin filters and tests real chat templates use. Internal to the jinja_*.cc files.
 // Errors carry no line: the renderer adds the line of the expression that failed.
 // Python's mutating list and dict methods (append, pop, update, ...) are refused as the
 // immutable sandbox refuses them ("access to attribute 'append' of 'list' object is
 // unsafe."), so templates that rely on them fail here exactly where they fail in
 // transformers.
+// Errors name Python's exception class as jinja2 would raise it ("TypeError: ...",
+// "UndefinedError: ...").
 // Thread safety: stateless functions.
 #pragma once
 

@@ -28,8 +28,8 @@ struct CallArgs {
   std::vector<std::pair<std::string, Value>> keywords;
 };
 
-// A callable: a macro, a global function or a bound method. `line` is the calling line,
-// for error messages.
+// A callable: a macro, a global function or a bound method. Its errors get the calling
+// expression's line from the renderer.
 using NativeFunction = std::function<absl::StatusOr<Value>(const CallArgs& args)>;
 
 // An insertion-ordered mapping (Python 3.7+ dicts), with linear lookup: chat messages hold
