@@ -225,6 +225,19 @@ class Renderer {
     return RenderBody(n.else_body, frame, out, &flow);
   }
 
+  // Whether jinja2's compiler folds `e` to a constant: literals and operators over them.
+  static bool IsConstant(const Expr& e) {
+    switch (e.kind) {
+      case Expr::Kind::kLiteral: return true;
+      case Expr::Kind::kUnary:
+      case Expr::Kind::kBinary:
+      case Expr::Kind::kList:
+      case Expr::Kind::kTuple:
+        return std::all_of(e.children.begin(), e.children.end(), [](const ExprPtr& c) { return c && IsConstant(*c); });
+      default: return false;
+    }
+  }
+
   // jinja2's `loop` for iteration i of `items`.
   static Value LoopObject(const std::vector<Value>& items, int64_t i) {
     static const auto* keys = new std::vector<Value>{"index",  "index0", "revindex", "revindex0", "first",    "last",
@@ -447,6 +460,14 @@ class Renderer {
         if (e.name == "and") return l.Truthy() ? Eval(*e.children[1], frame) : l;
         if (e.name == "or") return l.Truthy() ? l : Eval(*e.children[1], frame);
         CASCADE_ASSIGN_OR_RETURN(Value r, Eval(*e.children[1], frame));
+        if (e.name == "**" && l.is_number() && l.float_value() < 0 && IsConstant(*e.children[0]) &&
+            !IsConstant(*e.children[1])) {
+          // jinja2 folds a constant left operand and writes it into Python source as "-2 ** x",
+          // which Python reads as -(2 ** x): {{ -2 ** n }} is -(2 ** n) unless n is constant too.
+          CASCADE_ASSIGN_OR_RETURN(Value magnitude, internal::BinaryOp("*", l, Value(-1)));
+          CASCADE_ASSIGN_OR_RETURN(Value power, internal::BinaryOp("**", magnitude, r));
+          return internal::BinaryOp("*", power, Value(-1));
+        }
         return internal::BinaryOp(e.name, l, r);
       }
       case Expr::Kind::kCompare: {
