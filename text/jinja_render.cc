@@ -374,6 +374,7 @@ class Renderer {
     if (r.is_undefined()) return UndefinedError(r);
     absl::StatusOr<bool> less = (op == "<" || op == ">=") ? Less(l, r) : Less(r, l);
     if (!less.ok()) {
+      if (ToStd(less.status().message()).rfind("TypeError: ", 0) != 0) return less.status();  // Undefined inside.
       return absl::InvalidArgumentError(StrCat("TypeError: '", op, "' not supported between instances of '",
                                                l.TypeName(), "' and '", r.TypeName(), "'"));
     }
