@@ -10,7 +10,9 @@
 #
 # Cache: ${XDG_CACHE_HOME:-~/.cache}/cascade/llama.cpp/<version>/ (sdist, tree, build).
 # Usage: scripts/llama_cpp.sh            # prints .../build/bin
-# Takes ~10 minutes on 2 cores the first time.
+#        scripts/llama_cpp.sh --src      # only unpacks the tree (its models/templates/ are
+#                                        # the chat templates tests/text/ checks); prints it
+# Takes ~10 minutes on 2 cores the first time (--src: the download only).
 set -euo pipefail
 
 VERSION=0.3.36
@@ -18,8 +20,11 @@ CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/cascade/llama.cpp/$VERSION"
 BIN="$CACHE/build/bin"
 TOOLS=(llama-bench llama-quantize llama-server)
 
+SRC_ONLY=0
+[[ ${1:-} == --src ]] && SRC_ONLY=1
+
 have_all() { for t in "${TOOLS[@]}"; do [[ -x "$BIN/$t" ]] || return 1; done; }
-if have_all; then
+if ((!SRC_ONLY)) && have_all; then
   echo "$BIN"
   exit 0
 fi
@@ -44,6 +49,10 @@ if [[ ! -f "$src/CMakeLists.txt" ]]; then
   tar -xzf "$sdist" -C "$CACHE/extract" "llama_cpp_python-$VERSION/vendor/llama.cpp"
   mv "$CACHE/extract/llama_cpp_python-$VERSION/vendor/llama.cpp" "$src"
   rm -rf "$CACHE/extract"
+fi
+if ((SRC_ONLY)); then
+  echo "$src"
+  exit 0
 fi
 
 echo "llama_cpp: building ${TOOLS[*]} in $CACHE/build (first time: ~10 min on 2 cores)" >&2

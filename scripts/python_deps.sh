@@ -15,6 +15,10 @@
 #     offline) with its dependencies (jsonschema, PyYAML, packaging, ...), for deploy/k8s's
 #     manifests. Not on PYTHONPATH, so that no other test imports its packages in place of
 #     its own: the test that wants it adds $CASCADE_PYTHON_CACHE/k8s to sys.path.
+#   * jinja/: `jinja2` with `MarkupSafe`, the reference renderer of chat templates
+#     (tests/text/jinja_goldens.py, transformers' environment). In a folder of their own, not
+#     on PYTHONPATH (the script that wants them adds $CASCADE_PYTHON_CACHE/jinja to sys.path),
+#     so that the pinned jinja2 is the one checked whatever python3 has installed.
 #   * transformers-4.57.6/ and transformers-5.25.0/: Hugging Face `transformers` of each
 #     generation (no torch: only their config classes are imported), the reference for the
 #     config.json defaults of model/format/hf_defaults.cc (tests/format/hf_defaults_goldens.py
@@ -30,6 +34,8 @@ WHEEL_VERSION=0.45.1     # the last wheel with its own bdist_wheel (for setuptoo
 OPENAI_VERSION=3.60.0
 PROMETHEUS_CLIENT_VERSION=0.26.0
 KUBERNETES_VALIDATE_VERSION=1.37.0
+JINJA2_VERSION=3.1.6
+MARKUPSAFE_VERSION=3.0.3
 TRANSFORMERS_VERSIONS=(4.57.6 5.25.0)
 CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/cascade/python/$(python3 -c 'import sys; print(f"py{sys.version_info[0]}{sys.version_info[1]}")')"
 export PYTHONPATH="$CACHE/http:$CACHE${PYTHONPATH:+:$PYTHONPATH}"
@@ -80,6 +86,13 @@ assert version('kubernetes-validate') == '$KUBERNETES_VALIDATE_VERSION'
 assert kubernetes_validate.__file__.startswith('$CACHE/k8s')" >/dev/null 2>&1; then
   pip_install "kubernetes-validate $KUBERNETES_VALIDATE_VERSION" \
     "${PIP[@]}" "$CACHE/k8s" "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION"
+fi
+if ! PYTHONPATH="$CACHE/jinja" python3 -c "
+import jinja2, markupsafe
+assert jinja2.__version__ == '$JINJA2_VERSION' and jinja2.__file__.startswith('$CACHE/jinja')
+assert markupsafe.__file__.startswith('$CACHE/jinja')" >/dev/null 2>&1; then
+  pip_install "jinja2 $JINJA2_VERSION and MarkupSafe $MARKUPSAFE_VERSION" \
+    "${PIP[@]}" "$CACHE/jinja" --no-deps "jinja2==$JINJA2_VERSION" "markupsafe==$MARKUPSAFE_VERSION"
 fi
 for v in "${TRANSFORMERS_VERSIONS[@]}"; do
   if [[ ! -d $CACHE/transformers-$v/transformers-$v.dist-info ]]; then

@@ -9,7 +9,8 @@ cd "$(dirname "$0")/.."
 ./scripts/build.sh
 # The independent references some tests compare against, cached outside the clone: the
 # `gguf` package (block-type dequantizers), gRPC for Python (reflection and health clients,
-# the Python client's build and tests) and llama.cpp's tools (~5 min to build once).
+# the Python client's build and tests), jinja2 (the chat templates' reference) and llama.cpp's
+# tools (~5 min to build once; its tree also holds the real chat templates).
 ./scripts/python_deps.sh
 ./scripts/llama_cpp.sh >/dev/null
 cd "${CASCADE_BUILD_DIR:-build}"
