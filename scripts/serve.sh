@@ -21,8 +21,9 @@ ADDR=$CLUSTER_ADDR
 COORD=$CLUSTER_PID
 
 echo
-echo "== cascade generate --server $ADDR --chat \"$QUESTION\""
-"$BIN/cascade" generate --server "$ADDR" --chat "$QUESTION" --temperature 0 --max-tokens 128
+echo "== cascade generate --server $ADDR --system \"You are a helpful assistant.\" --chat \"$QUESTION\""
+"$BIN/cascade" generate --server "$ADDR" --system "You are a helpful assistant." --chat "$QUESTION" \
+  --temperature 0 --max-tokens 128
 echo
 "$BIN/cascade" status --server "$ADDR" --wait 0
 echo

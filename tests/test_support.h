@@ -59,6 +59,13 @@ inline std::string StatusMessage(const absl::Status& s) { return std::string(s.m
                     "or run scripts/setup.sh";                               \
   }
 
+// Asserts an absl::Status (or StatusOr) is OK, printing it otherwise.
+#define ASSERT_OK(expr)                                                              \
+  do {                                                                               \
+    const ::absl::Status cascade_s_ = ::cascade::testing::internal::GetStatus(expr); \
+    ASSERT_TRUE(cascade_s_.ok()) << cascade_s_;                                      \
+  } while (0)
+
 // Asserts an absl::Status (or StatusOr) has the given code.
 #define EXPECT_STATUS_CODE(expr, code_name)                                          \
   do {                                                                               \

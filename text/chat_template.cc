@@ -152,10 +152,6 @@ absl::StatusOr<ChatTemplateKind> DetectChatTemplate(std::string_view jinja) {
                       kNames, ")"));
 }
 
-absl::StatusOr<ChatTemplateKind> ResolveChatTemplate(std::string_view name, std::string_view jinja) {
-  return name.empty() ? DetectChatTemplate(jinja) : ChatTemplateFromName(name);
-}
-
 absl::StatusOr<ChatTemplateKind> ChatTemplateFromName(std::string_view name) {
   if (name == "chatml") return ChatTemplateKind::kChatMl;
   if (name == "llama2") return ChatTemplateKind::kLlama2;

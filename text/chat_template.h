@@ -1,7 +1,8 @@
-// Chat templates: turn a conversation into the prompt text a chat model was trained on.
-// Rather than run Jinja, the model's template string is recognised by its distinctive
-// markers as one of a few well-known formats, each rendered by hand-written code that
-// follows the format's reference template (quoted in chat_template.cc).
+// The built-in chat formats: a few well-known formats rendered by hand-written code that
+// follows each format's reference template (quoted in chat_template.cc), and the
+// recognition of a model's Jinja template as one of them by its distinctive markers. A chat
+// normally renders with the model's own Jinja template (chat_format.h); these are what
+// `--chat-template NAME` selects, and the fallback for a template that does not parse.
 // Thread safety: stateless functions.
 #pragma once
 
@@ -35,10 +36,6 @@ absl::StatusOr<ChatTemplateKind> DetectChatTemplate(std::string_view jinja);
 // otherwise.
 absl::StatusOr<ChatTemplateKind> ChatTemplateFromName(std::string_view name);
 std::string_view ChatTemplateName(ChatTemplateKind kind);
-
-// The template a chat is rendered with: the one `name` names when given, else the model's
-// own template `jinja` as detected. Errors as those two functions'.
-absl::StatusOr<ChatTemplateKind> ResolveChatTemplate(std::string_view name, std::string_view jinja);
 
 // Renders `messages` in format `kind`. With `add_generation_prompt` the text ends with
 // the opening of an assistant turn (Llama 2 has none: its user turn already ends with

@@ -17,7 +17,7 @@
 #include <string_view>
 #include <vector>
 
-#include "text/chat_template.h"
+#include "text/chat_format.h"
 #include "text/detokenizer.h"
 #include "text/harmony.h"
 #include "text/stop_matcher.h"
@@ -46,8 +46,8 @@ struct StopConditions {
 // answered in kHarmony; everything else in kText.
 enum class OutputFormat { kText, kHarmony };
 // The format a chat rendered with `chat` is answered in.
-inline OutputFormat OutputFormatOf(ChatTemplateKind chat) {
-  return chat == ChatTemplateKind::kHarmony ? OutputFormat::kHarmony : OutputFormat::kText;
+inline OutputFormat OutputFormatOf(const ChatFormat& chat) {
+  return chat.harmony ? OutputFormat::kHarmony : OutputFormat::kText;
 }
 
 class OutputFilter {

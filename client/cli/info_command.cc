@@ -7,8 +7,11 @@
 #include "absl/strings/str_format.h"
 #include "client/cli/commands.h"
 #include "core/args.h"
+#include "core/str_cat.h"
 #include "model/format/gguf.h"
 #include "model/format/model_files.h"
+#include "model/format/tokenizer_files.h"
+#include "text/chat_format.h"
 
 namespace cascade::cli {
 namespace {
@@ -76,8 +79,15 @@ int InfoCommand(int argc, char** argv) {
     total_bytes += t.n_bytes;
     total_params += t.NumElements();
   }
+  // How a chat is rendered for this model (text/chat_format.h): its own template, or why not.
+  std::string chat_format = "none (no tokenizer)";
+  if (absl::StatusOr<std::unique_ptr<text::Tokenizer>> tok = model::LoadTokenizer(*files); tok.ok()) {
+    absl::StatusOr<text::ChatFormat> format = text::ResolveChatFormat("", (*tok)->chat_template());
+    chat_format = format.ok() ? format->Describe() : StrCat("none (", format.status().message(), ")");
+  }
   if (args.Has("json")) {
     nlohmann::json j;
+    j["chat_format"] = chat_format;
     j["path"] = *path;
     j["format"] = std::string(model::ModelFormatName(files->format));
     j["config"] = ConfigJson(files->config);
@@ -91,6 +101,7 @@ int InfoCommand(int argc, char** argv) {
   }
   std::printf("model           %s (%s)\n", path->c_str(), std::string(model::ModelFormatName(files->format)).c_str());
   std::fputs(files->config.ToString().c_str(), stdout);
+  std::printf("chat format     %s\n", chat_format.c_str());
   std::printf("tensors         %zu (%.2f M parameters, %.2f MiB)\n", files->weights->tensors().size(),
               total_params / 1e6, total_bytes / 1048576.0);
   for (const auto& [type, cb] : by_type) {

@@ -4,25 +4,25 @@
 #include "absl/strings/str_split.h"
 #include "core/status.h"
 #include "core/str_cat.h"
-#include "text/chat_template.h"
+#include "text/chat_format.h"
 
 namespace cascade::cli {
 
 absl::StatusOr<std::string> RenderChat(const text::Tokenizer& tokenizer, const std::string& user,
                                        const std::string& system, const std::string& template_name) {
-  CASCADE_ASSIGN_OR_RETURN(const text::ChatTemplateKind kind,
-                           text::ResolveChatTemplate(template_name, tokenizer.chat_template()));
+  CASCADE_ASSIGN_OR_RETURN(const text::ChatFormat format,
+                           text::ResolveChatFormat(template_name, tokenizer.chat_template()));
   std::vector<text::ChatMessage> messages;
   if (!system.empty()) messages.push_back({"system", system});
   messages.push_back({"user", user});
-  return text::ApplyChatTemplate(kind, messages, /*add_generation_prompt=*/true);
+  return text::RenderChat(format, messages, /*add_generation_prompt=*/true, text::SpecialTokensOf(tokenizer));
 }
 
 absl::StatusOr<text::OutputFormat> PromptOutputFormat(const Args& args, const text::Tokenizer& tokenizer) {
   if (!args.Has("chat")) return text::OutputFormat::kText;
-  CASCADE_ASSIGN_OR_RETURN(const text::ChatTemplateKind kind,
-                           text::ResolveChatTemplate(args.GetOr("chat-template", ""), tokenizer.chat_template()));
-  return text::OutputFormatOf(kind);
+  CASCADE_ASSIGN_OR_RETURN(const text::ChatFormat format,
+                           text::ResolveChatFormat(args.GetOr("chat-template", ""), tokenizer.chat_template()));
+  return text::OutputFormatOf(format);
 }
 
 absl::StatusOr<std::vector<int32_t>> ParseIds(const std::string& csv) {

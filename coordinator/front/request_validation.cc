@@ -4,7 +4,8 @@
 
 #include "core/status.h"
 #include "core/str_cat.h"
-#include "text/chat_template.h"
+#include "text/chat_format.h"
+#include "text/output_filter.h"
 #include "wire/api_wire.h"
 
 namespace cascade::coordinator {
@@ -26,11 +27,14 @@ absl::StatusOr<std::vector<int32_t>> TokenizePrompt(const v1::Prompt& prompt, co
     case v1::Prompt::kChat: {
       const v1::ChatMessages& chat = prompt.chat();
       if (chat.messages().empty()) return absl::InvalidArgumentError("prompt.chat: no messages");
-      CASCADE_ASSIGN_OR_RETURN(const text::ChatTemplateKind kind,
-                               text::ResolveChatTemplate(chat.chat_template(), tokenizer.chat_template()));
+      CASCADE_ASSIGN_OR_RETURN(const text::ChatFormat format,
+                               text::ResolveChatFormat(chat.chat_template(), tokenizer.chat_template()));
       std::vector<text::ChatMessage> msgs;
       for (const auto& m : chat.messages()) msgs.push_back({m.role(), m.content()});
-      return tokenizer.Encode(text::ApplyChatTemplate(kind, msgs, true), false);
+      CASCADE_ASSIGN_OR_RETURN(const std::string rendered,
+                               text::RenderChat(format, msgs, true, text::SpecialTokensOf(tokenizer)));
+      // The template holds any BOS the model wants (transformers encodes it so).
+      return tokenizer.Encode(rendered, false);
     }
     case v1::Prompt::KIND_NOT_SET: break;
   }
@@ -46,8 +50,8 @@ absl::StatusOr<ServingRequest> ValidateGenerateRequest(const v1::GenerateRequest
   // A chat in the harmony format is answered in it: reasoning apart from the content.
   // (TokenizePrompt resolved the same template without error.)
   if (req.prompt().has_chat()) {
-    r.output_format = text::OutputFormatOf(
-        *text::ResolveChatTemplate(req.prompt().chat().chat_template(), tokenizer.chat_template()));
+    r.output_format =
+        text::OutputFormatOf(*text::ResolveChatFormat(req.prompt().chat().chat_template(), tokenizer.chat_template()));
   }
   r.sampling = wire::FromApiSampling(req.sampling(), req.logprobs());
   if (absl::Status st = r.sampling.Validate(); !st.ok()) return Annotate(st, "sampling");

@@ -166,8 +166,15 @@ def test_run_seed():
 
 def test_chat_smollm2():
     need(SMOL)
-    out = json.loads(cascade("run", "--model", SMOL, "--chat", "What is the capital of France?", "--temperature", "0",
-                             "--max-tokens", "32", "--json").stdout)
+    # The model's own template (its GGUF's Jinja) renders the chat: without a system message
+    # it opens with the template's default one, which the built-in ChatML leaves out.
+    question = ["--chat", "What is the capital of France?", "--max-tokens", "1", "--json"]
+    own = json.loads(cascade("run", "--model", SMOL, *question).stdout)["prompt_ids"]
+    builtin = json.loads(cascade("run", "--model", SMOL, *question, "--chat-template", "chatml").stdout)["prompt_ids"]
+    assert len(own) > len(builtin) and own[-len(builtin):] == builtin, (own, builtin)
+    out = json.loads(cascade("run", "--model", SMOL, "--chat", "What is the capital of France?", "--system",
+                             "You are a helpful assistant.", "--temperature", "0", "--max-tokens", "32",
+                             "--json").stdout)
     assert "Paris" in out["text"], out["text"]
     assert out["finish_reason"] == "stop"  # Ends with <|im_end|>, which is not in the text.
     assert "<|im_end|>" not in out["text"]

@@ -373,7 +373,8 @@ def test_chat_session():
     """`cascade chat`: two turns typed on stdin, answers streamed, history kept."""
     need(SMOL)
     with cluster(SMOL, 1) as (address, _, _):
-        p = subprocess.run([CASCADE, "chat", "--server", address, "--temperature", "0", "--max-tokens", "24"],
+        p = subprocess.run([CASCADE, "chat", "--server", address, "--system", "You are a helpful assistant.",
+                            "--temperature", "0", "--max-tokens", "24"],
                            input="What is the capital of France?\nAnd of Italy?\n\n", capture_output=True, text=True,
                            timeout=120)
         assert p.returncode == 0, p.stderr

@@ -31,12 +31,6 @@
 namespace cascade::kernels::cpu {
 namespace {
 
-#define ASSERT_OK(expr)                                                    \
-  do {                                                                     \
-    const absl::Status s_ = ::cascade::testing::internal::GetStatus(expr); \
-    ASSERT_TRUE(s_.ok()) << s_;                                            \
-  } while (0)
-
 constexpr DType kTypes[] = {DType::kQ8_0,   DType::kQ4_0,   DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,
                             DType::kQ2_K,   DType::kQ3_K,   DType::kQ4_K, DType::kQ5_K, DType::kQ6_K,
                             DType::kIQ4_NL, DType::kIQ4_XS, DType::kMXFP4};

@@ -31,7 +31,10 @@ nodes:
 server: {{listen: 127.0.0.1:0}}
 scheduler: {{max_num_seqs: 8, max_batched_tokens: 1024, kv_block_size: 16, kv_cache_mb: 64}}
 """
-QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+# With a system message: without one, SmolLM2's own template opens with its default
+# ("You are a helpful AI assistant named SmolLM..."), after which the 135M model rambles.
+QUESTION = [{"role": "system", "content": "You are a helpful assistant."},
+            {"role": "user", "content": "What is the capital of France?"}]
 
 
 def setUpModule():
@@ -180,7 +183,8 @@ class ClientTest(unittest.TestCase):
         self.assertEqual((by_ids.prompt_ids, by_ids.token_ids), (toks.ids, by_text.token_ids))
         chat = self.client.tokenize(messages=QUESTION)
         self.assertEqual(self.client.generate(messages=QUESTION, max_tokens=1).prompt_ids, chat.ids)
-        self.assertEqual(self.client.tokenize(messages=[self.cc.Message("user", QUESTION[0]["content"])]).ids, chat.ids)
+        as_messages = [self.cc.Message(m["role"], m["content"]) for m in QUESTION]
+        self.assertEqual(self.client.tokenize(messages=as_messages).ids, chat.ids)
 
     def test_deadline(self):
         import grpc
@@ -197,7 +201,8 @@ class ClientTest(unittest.TestCase):
     def test_chat_example(self):
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([INSTALLED, os.environ.get("PYTHONPATH", "")]))
         p = subprocess.run([sys.executable, os.path.join(PACKAGE, "examples", "chat.py"), "--server", ADDRESS,
-                            "--max-tokens", "24", "--temperature", "0", "What is the capital of France?"],
+                            "--max-tokens", "24", "--temperature", "0", "--system", "You are a helpful assistant.",
+                            "What is the capital of France?"],
                            capture_output=True, text=True, timeout=300, env=env)
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn("Paris", p.stdout)
