@@ -62,8 +62,15 @@ ChatSpecialTokens SpecialTokensOf(const Tokenizer& tokenizer) {
 }
 
 absl::StatusOr<std::string> RenderChat(const ChatFormat& format, const std::vector<ChatMessage>& messages,
-                                       bool add_generation_prompt, const ChatSpecialTokens& tokens) {
-  if (format.jinja == nullptr) return ApplyChatTemplate(format.builtin, messages, add_generation_prompt);
+                                       bool add_generation_prompt, const ChatSpecialTokens& tokens,
+                                       std::string_view template_kwargs_json) {
+  if (format.jinja == nullptr) {
+    if (!template_kwargs_json.empty()) {
+      return absl::InvalidArgumentError(StrCat("chat_template_kwargs: the ", format.Describe(),
+                                               " format takes no template variables (only the model's own template)"));
+    }
+    return ApplyChatTemplate(format.builtin, messages, add_generation_prompt);
+  }
   std::vector<JinjaValue> list;
   list.reserve(messages.size());
   for (const ChatMessage& m : messages) {
@@ -77,6 +84,14 @@ absl::StatusOr<std::string> RenderChat(const ChatFormat& format, const std::vect
   context.Set("add_generation_prompt", add_generation_prompt);
   context.Set("bos_token", tokens.bos);
   context.Set("eos_token", tokens.eos);
+  if (!template_kwargs_json.empty()) {
+    absl::StatusOr<JinjaValue> kwargs = jinja::ValueFromJson(template_kwargs_json);
+    if (!kwargs.ok() || !kwargs->is_dict()) {
+      return absl::InvalidArgumentError(StrCat("chat_template_kwargs: expected a JSON object",
+                                               kwargs.ok() ? "" : StrCat(" (", kwargs.status().message(), ")")));
+    }
+    for (const auto& [key, value] : kwargs->dict().entries) context.Set(key, value);
+  }
   absl::StatusOr<std::string> text = format.jinja->Render(JinjaValue::MakeDict(std::move(context)));
   if (!text.ok()) return Annotate(text.status(), "the model's chat template");
   return text;

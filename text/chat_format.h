@@ -48,7 +48,12 @@ ChatSpecialTokens SpecialTokensOf(const Tokenizer& tokenizer);
 // `add_generation_prompt`. A Jinja template prints any BOS itself (as transformers
 // renders it, encode the text without adding special tokens); errors from the template
 // (raise_exception, a type error) come back as InvalidArgument naming its line.
+// `template_kwargs_json`: a JSON object of extra variables for a Jinja template
+// (`chat_template_kwargs`, e.g. {"enable_thinking": false}), set after the others as
+// transformers does; InvalidArgument for anything but an object, or with a built-in format,
+// which has no variables.
 absl::StatusOr<std::string> RenderChat(const ChatFormat& format, const std::vector<ChatMessage>& messages,
-                                       bool add_generation_prompt, const ChatSpecialTokens& tokens);
+                                       bool add_generation_prompt, const ChatSpecialTokens& tokens,
+                                       std::string_view template_kwargs_json = {});
 
 }  // namespace cascade::text

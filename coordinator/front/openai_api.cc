@@ -114,6 +114,11 @@ absl::Status ParseMessages(const json& body, v1::GenerateRequest* req) {
     out->set_role(mapped);
     out->set_content(*content);
   }
+  // Variables for the model's template (vLLM's and SGLang's name), e.g. enable_thinking.
+  if (auto kw = body.find("chat_template_kwargs"); kw != body.end() && !kw->is_null()) {
+    if (!kw->is_object()) return Bad("chat_template_kwargs", "expected an object of template variables");
+    if (!kw->empty()) chat->set_template_kwargs_json(kw->dump());
+  }
   return absl::OkStatus();
 }
 

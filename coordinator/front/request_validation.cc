@@ -31,8 +31,9 @@ absl::StatusOr<std::vector<int32_t>> TokenizePrompt(const v1::Prompt& prompt, co
                                text::ResolveChatFormat(chat.chat_template(), tokenizer.chat_template()));
       std::vector<text::ChatMessage> msgs;
       for (const auto& m : chat.messages()) msgs.push_back({m.role(), m.content()});
-      CASCADE_ASSIGN_OR_RETURN(const std::string rendered,
-                               text::RenderChat(format, msgs, true, text::SpecialTokensOf(tokenizer)));
+      CASCADE_ASSIGN_OR_RETURN(
+          const std::string rendered,
+          text::RenderChat(format, msgs, true, text::SpecialTokensOf(tokenizer), chat.template_kwargs_json()));
       // The template holds any BOS the model wants (transformers encodes it so).
       return tokenizer.Encode(rendered, false);
     }

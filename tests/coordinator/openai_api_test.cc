@@ -44,6 +44,7 @@ TEST(OpenAiApiTest, ChatMapsMessagesAndOpenAiDefaults) {
   EXPECT_EQ(chat.messages(0).role(), "system");  // developer is the newer name of system.
   EXPECT_EQ(chat.messages(1).content(), "ab");
   EXPECT_EQ(chat.messages(2).content(), "");
+  EXPECT_EQ(chat.template_kwargs_json(), "");
   // OpenAI's defaults, not `cascade run`'s (0.8 / 40 / 0.95 / 0.05).
   EXPECT_EQ(r.request.sampling().temperature(), 1.0f);
   EXPECT_EQ(r.request.sampling().top_p(), 1.0f);
@@ -53,6 +54,16 @@ TEST(OpenAiApiTest, ChatMapsMessagesAndOpenAiDefaults) {
   EXPECT_FALSE(r.stream);
   EXPECT_FALSE(r.logprobs);
   EXPECT_EQ(r.request.logprobs(), 0);
+}
+
+// vLLM's and SGLang's extension: variables for the model's own chat template.
+TEST(OpenAiApiTest, ChatTemplateKwargsGoToTheTemplate) {
+  json body = kChat;
+  body["chat_template_kwargs"] = {{"enable_thinking", false}, {"reasoning_effort", "low"}};
+  const OpenAiRequest r = Parse(OpenAiEndpoint::kChat, body);
+  EXPECT_EQ(json::parse(r.request.prompt().chat().template_kwargs_json()), body["chat_template_kwargs"]);
+  body["chat_template_kwargs"] = nullptr;
+  EXPECT_EQ(Parse(OpenAiEndpoint::kChat, body).request.prompt().chat().template_kwargs_json(), "");
 }
 
 TEST(OpenAiApiTest, SamplingLimitsAndStops) {
@@ -176,6 +187,8 @@ TEST(OpenAiApiTest, RefusesBadAndUnsupportedFieldsNamingThem) {
       // INT64_MAX overflowed `hi + 1`.
       {H, R"({"messages": [{"role": "developer", "role": null}]})", kInvalid, "messages[0].role: expected a string"},
       {H, R"({"messages": [{"role": 1, "content": "x"}]})", kInvalid, "messages[0].role: expected a string"},
+      {H, R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": [1]})", kInvalid,
+       "chat_template_kwargs: expected an object"},
       {H, R"({"messages": [{"role": "user", "content": [{"type": 1, "text": "x"}]}]})", kInvalid,
        "messages[0].content: only text parts"},
       {H, R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": 1}})", kInvalid,

@@ -112,6 +112,18 @@ def test_openai_sdk():
         assert all(ch.usage is None for ch in chunks[:-1])
         print(f"chat: {whole.usage.completion_tokens} tokens, streamed in {len(chunks)} chunks, equal to gRPC: {text!r}")
 
+        # chat_template_kwargs are variables of the model's own template: overriding
+        # add_generation_prompt drops the assistant opening "<|im_start|>assistant\n", 4 tokens in
+        # SmolLM2's vocabulary (<|im_start|>, "ass", "istant", "\n").
+        no_opening = c.chat.completions.create(model=MODEL_ID, messages=CHAT, max_tokens=1, temperature=0,
+                                               extra_body={"chat_template_kwargs": {"add_generation_prompt": False}})
+        assert no_opening.usage.prompt_tokens == n_prompt - 4, (no_opening.usage, n_prompt)
+        try:
+            c.chat.completions.create(model=MODEL_ID, messages=CHAT, max_tokens=1, extra_body={"chat_template_kwargs": 1})
+            raise AssertionError("chat_template_kwargs: 1 was accepted")
+        except openai.BadRequestError as e:
+            assert "chat_template_kwargs" in str(e), e
+
         # Completions, whole and streamed; max_tokens ends it with "length".
         prompt = "The capital of France is"
         comp = c.completions.create(model=MODEL_ID, prompt=prompt, max_tokens=12, temperature=0)

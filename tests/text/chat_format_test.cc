@@ -65,6 +65,26 @@ TEST(ChatFormatTest, SpecialTokensAndTemplateErrorsReachTheRender) {
   EXPECT_THAT(std::string(text.status().message()), HasSubstr("chat template"));
 }
 
+// chat_template_kwargs: extra variables, set after the others (as transformers does).
+TEST(ChatFormatTest, TemplateKwargsAreVariablesOfTheTemplate) {
+  absl::StatusOr<ChatFormat> format = ResolveChatFormat(
+      "",
+      "{% for m in messages %}{{ m.content }}{% endfor %}"
+      "{% if enable_thinking is defined and not enable_thinking %}<no-think>{% endif %}{{ bos_token }}");
+  ASSERT_OK(format.status());
+  const std::vector<ChatMessage> chat = {{"user", "q"}};
+  EXPECT_EQ(*RenderChat(*format, chat, true, {"<s>", ""}), "q<s>");
+  EXPECT_EQ(*RenderChat(*format, chat, true, {"<s>", ""}, R"({"enable_thinking": false, "bos_token": "[B]"})"),
+            "q<no-think>[B]");
+  EXPECT_EQ(*RenderChat(*format, chat, true, {"<s>", ""}, R"({"enable_thinking": true})"), "q<s>");
+  EXPECT_STATUS_CODE(RenderChat(*format, chat, true, {}, "[1, 2]").status(), kInvalidArgument);
+  EXPECT_STATUS_CODE(RenderChat(*format, chat, true, {}, "{not json").status(), kInvalidArgument);
+  absl::StatusOr<std::string> builtin =
+      RenderChat(*ResolveChatFormat("chatml", ""), chat, true, {}, R"({"enable_thinking": false})");
+  EXPECT_STATUS_CODE(builtin.status(), kInvalidArgument);
+  EXPECT_THAT(std::string(builtin.status().message()), HasSubstr("chat_template_kwargs"));
+}
+
 TEST(ChatFormatTest, AnUnparsableTemplateFallsBackToTheFormatItIsRecognisedAs) {
   absl::StatusOr<ChatFormat> format = ResolveChatFormat("", "{% for m in messages %}<|im_start|>{{ m.role ");
   ASSERT_OK(format.status());
