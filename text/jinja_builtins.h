@@ -55,6 +55,8 @@ std::string Lower(const std::string& s);
 std::string TitleCase(const std::string& s);
 std::string Capitalize(const std::string& s);
 std::string StripWhitespace(const std::string& s);
+// markupsafe.escape: & < > " ' as HTML entities (the `escape` filter, Markup + str).
+std::string EscapeHtml(std::string_view s);
 
 // The builtin filters and tests. NotFound for a name with none (jinja2 reports "No filter
 // named 'x'." only when it is reached).

@@ -202,21 +202,6 @@ bool IsWordCharacter(std::string_view c) {
   return (cp >= 0x3040 && cp <= 0x9FFF) || (cp >= 0xAC00 && cp <= 0xD7AF);
 }
 
-std::string EscapeHtml(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
-
 // select/reject/selectattr/rejectattr: the items whose (attribute's) test is `keep`.
 absl::StatusOr<Value> SelectOrReject(const Value& input, const CallArgs& a, bool by_attribute, bool keep) {
   if (!input.Truthy()) return Value::Generator({});  // jinja2 checks `if value:` first.

@@ -53,22 +53,6 @@ absl::StatusOr<Value> Repeat(const Value& seq, int64_t n) {
   return seq.is_tuple() ? Value::Tuple(std::move(out)) : Value::List(std::move(out));
 }
 
-// markupsafe.escape: what Markup + str does to the str.
-std::string Escape(std::string_view s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
-
 // Python's `%` formatting of a str: %s %r %d %i %f %%; a tuple supplies several values.
 absl::StatusOr<Value> PercentFormat(const Value& format, const Value& args) {
   std::vector<Value> values = args.is_tuple() ? args.list() : std::vector<Value>{args};
@@ -129,6 +113,22 @@ double FloorMod(double a, double b) {
 }
 
 }  // namespace
+
+// markupsafe.escape: what Markup + str does to the str.
+std::string EscapeHtml(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&#34;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
 
 absl::Status UndefinedError(const Value& v) {
   const std::string& hint = v.undefined_hint();
@@ -234,7 +234,8 @@ absl::StatusOr<Value> BinaryOp(std::string_view op, const Value& a, const Value&
     if (a.is_string() && b.is_string()) {
       // Markup + str escapes the str (markupsafe), a trap jinja2 keeps even without autoescape.
       if (a.is_markup() || b.is_markup()) {
-        return Value::Markup((a.is_markup() ? a.str() : Escape(a.str())) + (b.is_markup() ? b.str() : Escape(b.str())));
+        return Value::Markup((a.is_markup() ? a.str() : EscapeHtml(a.str())) +
+                             (b.is_markup() ? b.str() : EscapeHtml(b.str())));
       }
       return Value(a.str() + b.str());
     }
