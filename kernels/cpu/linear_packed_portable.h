@@ -28,10 +28,48 @@ namespace portable {
 template <DType D>
 inline void UnpackBlock(const uint8_t* q, int16_t v[32][kPackRows]) {
   constexpr CodeFormat f = CodeFormatOf(D);
-  for (int e = 0; e < kQK; ++e) {
-    for (int i = 0; i < kPackRows; ++i) {
-      const int code = PackedCode(q, f.bits, i, e);
-      v[e][i] = static_cast<int16_t>(f.table != nullptr ? f.table[code] : code);
+  // A byte (and a mask) at a time in the layout's order, row i's bytes at 4 i + j, which the
+  // compiler vectorises; PackedCode (element by element) is the same reading, several times
+  // slower. Mask 2 k + h holds bit 4 i + j of code 16 h + 4 k + j (packed_weight.h).
+  const auto mask = [q](int offset, int k, int h) {
+    uint64_t m;
+    std::memcpy(&m, q + offset + 8 * (2 * k + h), 8);
+    return m;
+  };
+  if constexpr (f.bits <= 3) {
+    for (int h = 0; h < 2; ++h) {
+      for (int k = 0; k < 4; ++k) {
+        const uint64_t third = f.bits == 3 ? mask(128, k, h) : 0;
+        for (int i = 0; i < kPackRows; ++i) {
+          for (int j = 0; j < 4; ++j) {
+            const int low = (q[64 * h + 4 * i + j] >> (2 * k)) & 3;
+            v[16 * h + 4 * k + j][i] = static_cast<int16_t>(low | ((third >> (4 * i + j)) & 1) << 2);
+          }
+        }
+      }
+    }
+  } else {
+    for (int k = 0; k < 4; ++k) {
+      const uint64_t fifth_lo = f.bits == 5 ? mask(256, k, 0) : 0, fifth_hi = f.bits == 5 ? mask(256, k, 1) : 0;
+      for (int i = 0; i < kPackRows; ++i) {
+        for (int j = 0; j < 4; ++j) {
+          const uint8_t byte = q[64 * k + 4 * i + j];
+          int lo = byte & 0x0f, hi = byte >> 4;
+          if constexpr (f.bits == 5) {
+            lo |= static_cast<int>((fifth_lo >> (4 * i + j)) & 1) << 4;
+            hi |= static_cast<int>((fifth_hi >> (4 * i + j)) & 1) << 4;
+          } else if constexpr (f.bits == 6) {
+            lo |= PackedTwoBits(q + 256, i, 4 * k + j) << 4;
+            hi |= PackedTwoBits(q + 256, i, 16 + 4 * k + j) << 4;
+          }
+          if constexpr (f.table != nullptr) {
+            lo = f.table[lo];
+            hi = f.table[hi];
+          }
+          v[4 * k + j][i] = static_cast<int16_t>(lo);
+          v[16 + 4 * k + j][i] = static_cast<int16_t>(hi);
+        }
+      }
     }
   }
 }
@@ -51,7 +89,7 @@ void GemmPackedCodes(const GemmArgs& a, int64_t rb, int64_t re) {
       UnpackBlock<D>(g + kGeo.QuantAt(b), v);
       float d[kH][kPackRows], m[kH][kPackRows];
       for (int h = 0; h < kH; ++h) {
-        for (int i = 0; i < kPackRows; ++i) PackedWeight::BlockScale(D, g, nb, b, h, i, &d[h][i], &m[h][i]);
+        for (int i = 0; i < kPackRows; ++i) PackedBlockScale(f, kGeo, g, nb, b, h, i, &d[h][i], &m[h][i]);
       }
       for (int64_t t = 0; t < a.n_tokens; ++t) {
         const int8_t* x = a.xq + t * a.n_in + b * kQK;

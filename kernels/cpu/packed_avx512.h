@@ -34,6 +34,17 @@ struct PackedLayout {
       kStoredMin ? 1.0f : (kQ8 || kFormat.table != nullptr ? -128.0f : kFormat.min_factor);
 };
 
+// Adds `bit` to the bytes of lo (elements 4k..4k+3 of the 16 rows) and hi (16+4k..) that
+// the mask plane at `plane` marks (masks 2k and 2k + 1, packed_weight.h): the 5-bit codes'
+// fifth bit, the 3-bit codes' third.
+inline void AddMaskedBit(const uint8_t* plane, int k, __m512i bit, __m512i& lo, __m512i& hi) {
+  uint64_t mlo, mhi;
+  std::memcpy(&mlo, plane + 16 * k, 8);
+  std::memcpy(&mhi, plane + 16 * k + 8, 8);
+  lo = _mm512_mask_add_epi8(lo, mlo, lo, bit);
+  hi = _mm512_mask_add_epi8(hi, mhi, hi, bit);
+}
+
 // Unpacks one block into w[0..7]: w[k] = elements 4k..4k+3, w[4 + k] = 16+4k..16+4k+3, of
 // all 16 rows, as u8 (row i in dword lane i).
 template <DType D>
@@ -64,14 +75,7 @@ struct BlockUnpacker {
       for (int k = 0; k < 4; ++k) {
         __m512i lo = _mm512_and_si512(_mm512_srli_epi16(p0, 2 * k), low2);
         __m512i hi = _mm512_and_si512(_mm512_srli_epi16(p1, 2 * k), low2);
-        if constexpr (L::kFormat.bits == 3) {
-          uint64_t mlo, mhi;
-          std::memcpy(&mlo, block + 128 + 16 * k, 8);
-          std::memcpy(&mhi, block + 128 + 16 * k + 8, 8);
-          const __m512i bit = _mm512_set1_epi8(0x04);
-          lo = _mm512_mask_add_epi8(lo, mlo, lo, bit);
-          hi = _mm512_mask_add_epi8(hi, mhi, hi, bit);
-        }
+        if constexpr (L::kFormat.bits == 3) AddMaskedBit(block + 128, k, _mm512_set1_epi8(0x04), lo, hi);
         w[k] = lo;
         w[k + 4] = hi;
       }
@@ -81,12 +85,7 @@ struct BlockUnpacker {
         __m512i lo = _mm512_and_si512(v, low4);
         __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
         if constexpr (L::kFormat.bits == 5) {
-          uint64_t mlo, mhi;
-          std::memcpy(&mlo, block + 256 + 16 * k, 8);
-          std::memcpy(&mhi, block + 256 + 16 * k + 8, 8);
-          const __m512i bit = _mm512_set1_epi8(0x10);
-          lo = _mm512_mask_add_epi8(lo, mlo, lo, bit);
-          hi = _mm512_mask_add_epi8(hi, mhi, hi, bit);
+          AddMaskedBit(block + 256, k, _mm512_set1_epi8(0x10), lo, hi);
         } else if constexpr (L::kFormat.bits == 6) {
           // Bits [2k, 2k + 2) of each byte to [4, 6): 16-bit shifts leak neighbour bits only
           // outside the 0x30 mask; vpternlogd computes lo | (shifted & 0x30) (imm 0xf8).

@@ -13,21 +13,6 @@
 namespace cascade::kernels::cpu {
 namespace {
 
-// The 5-bit codes' fifth and the 3-bit codes' third bit: a mask plane at `plane` (layout
-// in packed_weight.h).
-int MaskBit(const uint8_t* plane, int i, int e) {
-  const int h = e / 16, k = (e % 16) / 4, j = e % 4;
-  uint64_t mask;
-  std::memcpy(&mask, plane + 8 * (2 * k + h), 8);
-  return static_cast<int>((mask >> (4 * i + j)) & 1);
-}
-
-// The 2-bit fields: bits [2 k, 2 k + 2) of byte 4 i + j of the 64-byte vector h at `plane`.
-int TwoBits(const uint8_t* plane, int i, int e) {
-  const int h = e / 16, k = (e % 16) / 4, j = e % 4;
-  return (plane[64 * h + 4 * i + j] >> (2 * k)) & 3;
-}
-
 void PackQ8Group(const uint8_t* src, int64_t row_bytes, int64_t r0, int n_rows, int64_t nb, uint8_t* dst) {
   constexpr PackedGeometry kGeo = PackedGeometryOf(DType::kQ8_0);
   for (int i = 0; i < n_rows; ++i) {
@@ -143,52 +128,10 @@ absl::Status PackCodeGroup(DType dtype, const uint8_t* src, int64_t row_bytes, i
 
 }  // namespace
 
-int PackedCode(const uint8_t* block, int bits, int i, int e) {
-  if (bits <= 3) return TwoBits(block, i, e) | (bits == 3 ? MaskBit(block + 128, i, e) << 2 : 0);
-  const int h = e / 16, k = (e % 16) / 4, j = e % 4;
-  const int low = (block[64 * k + 4 * i + j] >> (4 * h)) & 0x0f;
-  if (bits == 5) return low | MaskBit(block + 256, i, e) << 4;
-  if (bits == 6) return low | TwoBits(block + 256, i, e) << 4;
-  return low;
-}
-
 void PackedWeight::BlockScale(DType dtype, const uint8_t* group, int64_t nb, int64_t b, int h, int i, float* d,
                               float* m) {
-  const PackedGeometry geo = PackedGeometryOf(dtype);
-  const uint8_t* s = group + geo.ScaleAt(nb, b);
-  if (dtype == DType::kQ8_0) {
-    *d = F16ToF32(reinterpret_cast<const uint16_t*>(s)[i]);
-    *m = -128.0f * *d;
-    return;
-  }
-  const CodeFormat f = CodeFormatOf(dtype);
-  if (f.sub_scales == SubScales::kNone) {
-    const auto* v = reinterpret_cast<const uint16_t*>(s);
-    *d = F16ToF32(v[i]);
-    *m = f.stored_min ? F16ToF32(v[kPackRows + i]) : f.min_factor * *d;
-    return;
-  }
-  const auto* sup = reinterpret_cast<const uint16_t*>(group + geo.SuperAt(b / kBlocksPerSuper));
-  const uint8_t* v = s + 16 * (Halves(dtype) == 2 ? h : 0);
-  int sc = 0, mn = 0;
-  switch (f.sub_scales) {
-    case SubScales::kU8Pair:
-      sc = v[i];
-      mn = v[16 + i];
-      break;
-    case SubScales::kI8: sc = static_cast<int8_t>(v[i]); break;
-    case SubScales::kNibbles:
-      sc = v[i] & 0x0f;
-      mn = v[i] >> 4;
-      break;
-    case SubScales::kNone: break;
-  }
-  *d = F16ToF32(sup[i]) * static_cast<float>(sc);
-  if (f.stored_min) {
-    *m = -(F16ToF32(sup[kPackRows + i]) * static_cast<float>(mn));
-  } else {
-    *m = f.min_factor * *d;
-  }
+  PackedBlockScale(dtype == DType::kQ8_0 ? CodeFormat{.min_factor = -128.0f} : CodeFormatOf(dtype),
+                   PackedGeometryOf(dtype), group, nb, b, h, i, d, m);
 }
 
 bool PackedWeight::Supports(DType dtype) { return dtype == DType::kQ8_0 || HasBlockCodes(dtype); }

@@ -57,6 +57,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/dtype.h"
+#include "core/half.h"
 #include "core/tensor.h"
 #include "kernels/cpu/block_codes.h"
 
@@ -66,9 +67,31 @@ inline constexpr int kPackRows = 16;
 inline constexpr int kBlocksPerSuper = 8;  // 32-element blocks per 256-weight super-block.
 inline constexpr int kChunkBlocks = 8;     // Blocks per chunk of the group's stream.
 
+// Bit 2k + h... of a mask plane (the 5-bit codes' fifth bit, the 3-bit codes' third) and
+// the 2-bit fields (bits [2 k, 2 k + 2) of byte 4 i + j of 64-byte vector h) for code
+// e = 16 h + 4 k + j of row i (layouts above).
+inline int PackedMaskBit(const uint8_t* plane, int i, int e) {
+  const int h = e / 16, k = (e % 16) / 4, j = e % 4;
+  uint64_t mask;
+  std::memcpy(&mask, plane + 8 * (2 * k + h), 8);
+  return static_cast<int>((mask >> (4 * i + j)) & 1);
+}
+inline int PackedTwoBits(const uint8_t* plane, int i, int e) {
+  const int h = e / 16, k = (e % 16) / 4, j = e % 4;
+  return (plane[64 * h + 4 * i + j] >> (2 * k)) & 3;
+}
+
 // Code e (0..31) of row i in a packed block of `bits`-bit codes (layouts above): the
-// scalar reading of DequantizeRow and the portable kernels.
-int PackedCode(const uint8_t* block, int bits, int i, int e);
+// scalar reading of DequantizeRow and the portable kernels. Inline, so that a kernel's
+// constant `bits` folds the branches.
+inline int PackedCode(const uint8_t* block, int bits, int i, int e) {
+  if (bits <= 3) return PackedTwoBits(block, i, e) | (bits == 3 ? PackedMaskBit(block + 128, i, e) << 2 : 0);
+  const int h = e / 16, k = (e % 16) / 4, j = e % 4;
+  const int low = (block[64 * k + 4 * i + j] >> (4 * h)) & 0x0f;
+  if (bits == 5) return low | PackedMaskBit(block + 256, i, e) << 4;
+  if (bits == 6) return low | PackedTwoBits(block + 256, i, e) << 4;
+  return low;
+}
 
 // Where things lie in a group of a packed dtype (layout above). Made by PackedGeometryOf;
 // a kernel for one dtype holds it as a compile-time constant, so the offsets fold.
@@ -168,6 +191,38 @@ constexpr PackedGeometry PackedGeometryOf(DType dtype) {
   g.super = PackedWeight::SuperBytes(dtype);
   g.chunk = (kChunkBlocks * (g.quant + g.block_scale) + g.super + 63) / 64 * 64;
   return g;
+}
+
+// The scale d and offset m of half h of block b of row i in a group of nb blocks per row
+// (x = d * V(code) + m), for a dtype of format `f` and geometry `geo` (Q8_0: CodeFormat
+// with min_factor -128, its codes stored + 128). Inline, so that the portable kernels'
+// constant format folds; PackedWeight::BlockScale is the same for a run-time dtype.
+inline void PackedBlockScale(const CodeFormat& f, const PackedGeometry& geo, const uint8_t* group, int64_t nb,
+                             int64_t b, int h, int i, float* d, float* m) {
+  const uint8_t* s = group + geo.ScaleAt(nb, b);
+  if (f.sub_scales == SubScales::kNone) {
+    const auto* v = reinterpret_cast<const uint16_t*>(s);
+    *d = F16ToF32(v[i]);
+    *m = f.stored_min ? F16ToF32(v[kPackRows + i]) : f.min_factor * *d;
+    return;
+  }
+  const auto* sup = reinterpret_cast<const uint16_t*>(group + geo.SuperAt(b / kBlocksPerSuper));
+  const uint8_t* v = s + 16 * (f.sub16 ? h : 0);
+  int sc = 0, mn = 0;
+  switch (f.sub_scales) {
+    case SubScales::kU8Pair:
+      sc = v[i];
+      mn = v[16 + i];
+      break;
+    case SubScales::kI8: sc = static_cast<int8_t>(v[i]); break;
+    case SubScales::kNibbles:
+      sc = v[i] & 0x0f;
+      mn = v[i] >> 4;
+      break;
+    case SubScales::kNone: break;
+  }
+  *d = F16ToF32(sup[i]) * static_cast<float>(sc);
+  *m = f.stored_min ? -(F16ToF32(sup[kPackRows + i]) * static_cast<float>(mn)) : f.min_factor * *d;
 }
 
 }  // namespace cascade::kernels::cpu
