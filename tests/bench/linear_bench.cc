@@ -27,6 +27,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -223,8 +224,9 @@ void Decode1B(DType dtype, double min_s) {
   // The head: Q6_K for a K type (llama-quantize's _M mixes), BF16 for FP8 (DeepSeek-V3 /
   // Qwen3-FP8 checkpoints keep the embedding in BF16), else the same dtype.
   order.push_back({k_type ? DType::kQ6_K : (dtype == DType::kF8_E4M3_B128 ? DType::kBF16 : dtype), {128256}, 2048});
-  std::vector<std::vector<uint8_t>> plain;  // The dtypes that run unpacked.
-  std::vector<PackedWeight> packed;
+  // Each matrix as the engine runs it: packed, or in the file's layout (FP8, F16, BF16).
+  std::vector<std::vector<uint8_t>> plain;
+  std::vector<std::optional<PackedWeight>> packed;
   double file_bytes = 0, packed_bytes = 0, pack_s = 0;
   for (const Mat& m : order) {
     int64_t n_out = 0;
@@ -234,14 +236,14 @@ void Decode1B(DType dtype, double min_s) {
     if (!PackedLayoutPreferred(m.dtype)) {
       packed_bytes += static_cast<double>(w.size());
       plain.push_back(std::move(w));
-      packed.push_back(*PackedWeight::Pack(TensorView(plain.back().data(), DType::kQ8_0, {0, 32})));
+      packed.emplace_back();
       continue;
     }
     plain.emplace_back();
     const double start = Now();
     packed.push_back(*PackedWeight::Pack(TensorView(w.data(), m.dtype, {n_out, m.n_in})));
     pack_s += Now() - start;
-    packed_bytes += static_cast<double>(packed.back().bytes());
+    packed_bytes += static_cast<double>(packed.back()->bytes());
   }
   if (pack_s > 0) {
     std::printf("%-6s 1b packed at load in %.2f s (%.2f GB/s of file)\n", std::string(DTypeName(dtype)).c_str(), pack_s,
@@ -260,9 +262,9 @@ void Decode1B(DType dtype, double min_s) {
           at += rows;
         }
         const absl::Status st =
-            plain[i].empty() ? LinearPartsPacked(parts, x.data(), packed[i], 1, &pool)
-                             : LinearParts(parts, x.data(),
-                                           TensorView(plain[i].data(), order[i].dtype, {at, order[i].n_in}), 1, &pool);
+            packed[i] ? LinearPartsPacked(parts, x.data(), *packed[i], 1, &pool)
+                      : LinearParts(parts, x.data(), TensorView(plain[i].data(), order[i].dtype, {at, order[i].n_in}),
+                                    1, &pool);
         if (!st.ok()) std::fprintf(stderr, "Linear failed: %s\n", st.ToString().c_str());
       }
     };
