@@ -11,7 +11,9 @@
 namespace cascade::coordinator {
 
 absl::StatusOr<std::vector<int32_t>> TokenizePrompt(const v1::Prompt& prompt, const text::Tokenizer& tokenizer,
-                                                    int64_t n_vocab, bool add_special) {
+                                                    int64_t n_vocab, bool add_special,
+                                                    text::OutputFormat* output_format) {
+  if (output_format != nullptr) *output_format = text::OutputFormat::kText;
   switch (prompt.kind_case()) {
     case v1::Prompt::kText: return tokenizer.Encode(prompt.text(), add_special);
     case v1::Prompt::kIds: {
@@ -29,6 +31,8 @@ absl::StatusOr<std::vector<int32_t>> TokenizePrompt(const v1::Prompt& prompt, co
       if (chat.messages().empty()) return absl::InvalidArgumentError("prompt.chat: no messages");
       CASCADE_ASSIGN_OR_RETURN(const text::ChatFormat format,
                                text::ResolveChatFormat(chat.chat_template(), tokenizer.chat_template()));
+      // A chat in the harmony format is answered in it: reasoning apart from the content.
+      if (output_format != nullptr) *output_format = text::OutputFormatOf(format);
       std::vector<text::ChatMessage> msgs;
       for (const auto& m : chat.messages()) msgs.push_back({m.role(), m.content()});
       CASCADE_ASSIGN_OR_RETURN(
@@ -46,14 +50,9 @@ absl::StatusOr<ServingRequest> ValidateGenerateRequest(const v1::GenerateRequest
                                                        int64_t n_vocab, int64_t max_context) {
   ServingRequest r;
   r.request_id = req.request_id();
-  CASCADE_ASSIGN_OR_RETURN(r.prompt, TokenizePrompt(req.prompt(), tokenizer, n_vocab, /*add_special=*/true));
+  CASCADE_ASSIGN_OR_RETURN(r.prompt,
+                           TokenizePrompt(req.prompt(), tokenizer, n_vocab, /*add_special=*/true, &r.output_format));
   if (r.prompt.empty()) return absl::InvalidArgumentError("prompt: empty (no tokens)");
-  // A chat in the harmony format is answered in it: reasoning apart from the content.
-  // (TokenizePrompt resolved the same template without error.)
-  if (req.prompt().has_chat()) {
-    r.output_format =
-        text::OutputFormatOf(*text::ResolveChatFormat(req.prompt().chat().chat_template(), tokenizer.chat_template()));
-  }
   r.sampling = wire::FromApiSampling(req.sampling(), req.logprobs());
   if (absl::Status st = r.sampling.Validate(); !st.ok()) return Annotate(st, "sampling");
   if (req.has_max_tokens()) r.max_tokens = req.max_tokens();

@@ -19,11 +19,14 @@
 namespace cascade::coordinator {
 
 // The token ids of `prompt`: its text encoded (BOS/EOS as the tokenizer adds them when
-// `add_special`), its ids as given, or its chat rendered with the named chat template (or
-// the one the tokenizer's template is detected as) and encoded. InvalidArgument naming the
-// field for an id outside [0, n_vocab), an empty chat, an unknown template, or no prompt.
+// `add_special`), its ids as given, or its chat rendered with the named built-in format or
+// else the model's own template (text/chat_format.h) and encoded. InvalidArgument naming
+// the field for an id outside [0, n_vocab), an empty chat, an unknown template, a template
+// error, or no prompt. `output_format`, when given, gets the format a chat is answered in
+// (kText for the other prompts).
 absl::StatusOr<std::vector<int32_t>> TokenizePrompt(const v1::Prompt& prompt, const text::Tokenizer& tokenizer,
-                                                    int64_t n_vocab, bool add_special);
+                                                    int64_t n_vocab, bool add_special,
+                                                    text::OutputFormat* output_format = nullptr);
 
 // Validates `req` and turns it into the serving loop's request: the prompt tokenized (with
 // special tokens), a chat rendered in the harmony format answered in it (reasoning apart
