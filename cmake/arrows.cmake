@@ -8,6 +8,7 @@ set(CASCADE_ARROWS_cascade_kernels cascade_core)
 set(CASCADE_ARROWS_cascade_comm cascade_core)
 set(CASCADE_ARROWS_cascade_text cascade_core)
 set(CASCADE_ARROWS_cascade_sampling cascade_core)
+set(CASCADE_ARROWS_cascade_grammar cascade_core)
 set(CASCADE_ARROWS_cascade_format cascade_core cascade_text)
 set(CASCADE_ARROWS_cascade_model cascade_core cascade_kernels cascade_comm cascade_format cascade_text
     cascade_sampling)
@@ -20,8 +21,9 @@ set(CASCADE_ARROWS_cascade_worker cascade_core cascade_model cascade_comm cascad
 set(CASCADE_ARROWS_cascade_coordinator_base cascade_core)
 set(CASCADE_ARROWS_cascade_coordinator_control cascade_coordinator_base cascade_core cascade_proto cascade_wire
     cascade_security)
-set(CASCADE_ARROWS_cascade_coordinator_serving cascade_coordinator_control cascade_text cascade_sampling cascade_wire)
-set(CASCADE_ARROWS_cascade_coordinator_front cascade_coordinator_serving cascade_format cascade_text)
+set(CASCADE_ARROWS_cascade_coordinator_serving cascade_coordinator_control cascade_text cascade_sampling cascade_grammar
+    cascade_wire)
+set(CASCADE_ARROWS_cascade_coordinator_front cascade_coordinator_serving cascade_format cascade_text cascade_grammar)
 set(CASCADE_ARROWS_cascade_coordinator cascade_coordinator_front cascade_format cascade_security)
 set(CASCADE_ARROWS_cascade_client cascade_core cascade_proto cascade_security)
 
@@ -55,7 +57,7 @@ function(cascade_link_closure target out)
   set(${out} ${seen} PARENT_SCOPE)
 endfunction()
 
-set(CASCADE_LIBRARIES cascade_core cascade_kernels cascade_comm cascade_text cascade_sampling cascade_format
+set(CASCADE_LIBRARIES cascade_core cascade_kernels cascade_comm cascade_text cascade_sampling cascade_grammar cascade_format
     cascade_model cascade_proto cascade_wire cascade_security cascade_worker cascade_coordinator_base
     cascade_coordinator_control cascade_coordinator_serving cascade_coordinator_front cascade_coordinator cascade_client)
 

@@ -18,21 +18,22 @@ set(allowed_kernels core)
 set(allowed_comm core)
 set(allowed_text core)
 set(allowed_sampling core)
+set(allowed_grammar core)
 set(allowed_model/format core text)
 set(allowed_model core kernels comm text sampling model/format)
 set(allowed_security core)
 set(allowed_wire core sampling)
 set(allowed_worker core kernels comm text sampling model model/format proto wire security)
-set(allowed_coordinator core text sampling model/format proto wire security coordinator/front coordinator/serving
+set(allowed_coordinator core text sampling grammar model/format proto wire security coordinator/front coordinator/serving
     coordinator/control)
 # The coordinator's rooms: front -> serving -> control, each over the root's config and
 # planner (bring-up, at the root too, is above them all: the link arrows keep it there).
-set(allowed_coordinator/front core text sampling model/format proto wire security coordinator coordinator/serving
+set(allowed_coordinator/front core text sampling grammar model/format proto wire security coordinator coordinator/serving
     coordinator/control)
-set(allowed_coordinator/serving core text sampling proto wire coordinator coordinator/control)
+set(allowed_coordinator/serving core text sampling grammar proto wire coordinator coordinator/control)
 set(allowed_coordinator/control core proto wire security coordinator)
 set(allowed_client core text sampling model model/format proto wire security)
-set(rooms model/format coordinator/front coordinator/serving coordinator/control core kernels comm text sampling model
+set(rooms model/format coordinator/front coordinator/serving coordinator/control core kernels comm text sampling grammar model
     security wire worker coordinator client)
 
 # The room of a path relative to ROOT ("" when it is none of them).
