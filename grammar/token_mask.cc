@@ -109,7 +109,7 @@ void TokenConstraint::Compute(State s, TokenMask& mask) {
 }
 
 TokenConstraint::State TokenConstraint::Next(State s, int32_t token) {
-  if (IsEnd(token)) return matcher_.Accepting(s) ? s : Matcher::kDead;
+  if (IsEnd(token) && matcher_.Accepting(s)) return s;
   if (!trie_->usable(token)) return Matcher::kDead;
   return matcher_.Advance(s, trie_->piece(token));
 }

@@ -80,6 +80,7 @@ class TokenConstraint {
   int64_t masks_computed() const { return masks_computed_; }
   double mask_seconds() const { return mask_seconds_; }
   size_t n_states() const { return matcher_.n_states(); }
+  int32_t n_vocab() const { return trie_->n_vocab(); }
 
  private:
   void Compute(State s, TokenMask& mask);

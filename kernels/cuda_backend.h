@@ -84,10 +84,10 @@ class CudaBackend : public Backend {
   virtual absl::Status Argmax(std::span<int32_t> out, const TensorView& logits) = 0;
   // Samples, or verifies a draft, for each row of logits [n_rows, n_vocab] on the device
   // as rows[r] says (kernels/sample_row.h); rows and out are host memory of n_rows
-  // entries, `penalties` host memory the rows index. Only ids, flags and asked-for
-  // logprobs cross the bus, never the logits, which stay unmodified.
+  // entries, `penalties` and `masks` host memory the rows index. Only ids, flags and
+  // asked-for logprobs cross the bus, never the logits, which stay unmodified.
   virtual absl::Status Sample(std::span<SampleResult> out, const TensorView& logits, std::span<const SampleRow> rows,
-                              std::span<const SamplePenalty> penalties = {}) = 0;
+                              std::span<const SamplePenalty> penalties = {}, std::span<const uint8_t> masks = {}) = 0;
 
   // CUDA graphs: a step's ops (the same calls with the same buffers and shapes) replayed as
   // one launch instead of one launch per op. The caller issues the step's ops between

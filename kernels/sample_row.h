@@ -9,8 +9,9 @@
 // the sampled token as the CPU sampler's for distinct logits.
 //
 // Penalties come as (token, count) pairs of the row's history (SamplePenalty), applied to a
-// copy of the row as sampling/sampler.h's PenalisedLogit does; the logprob and the top-n
-// are of the raw row, as the CPU sampler reports them.
+// copy of the row as sampling/sampler.h's PenalisedLogit does, and a constrained row's
+// bitmask sets the tokens it refuses to -inf in that copy; the logprob and the top-n are
+// of the raw row, as the CPU sampler reports them.
 //
 // Verification (draft >= 0) applies the rejection rule for a one-hot draft q, which is
 // what Cascade's drafters propose: accept with probability p(draft) (u_accept <
@@ -41,6 +42,11 @@ struct SampleRow {
   int32_t n_penalties = 0;
   // 0: no logprobs; n >= 1: the chosen token's logprob and the top n (<= kMaxTopLogprobs).
   int32_t n_logprobs = 0;
+  // Constrained decoding: the row's bitmask is masks[mask_offset, + mask_bits / 8) (bit t
+  // of byte t / 8 allows token t; tokens from mask_bits on are refused), applied after
+  // the penalties as sampling::MaskLogits does; -1: no mask. Logprobs stay the raw row's.
+  int64_t mask_offset = -1;
+  int32_t mask_bits = 0;
 };
 
 struct SamplePenalty {

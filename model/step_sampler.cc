@@ -39,6 +39,10 @@ absl::StatusOr<std::vector<std::vector<sampling::SampledToken>>> StepSampler::Sa
     if (it == seqs_.end()) return absl::InvalidArgumentError(StrCat("sequence ", q.seq_id, " has no sampler"));
     states.push_back(&it->second);
     n_rows += static_cast<int64_t>(q.drafts.size()) + 1;
+    if (q.allowed.size() % (q.drafts.size() + 1) != 0) {
+      return absl::InvalidArgumentError(
+          StrCat("sequence ", q.seq_id, ": ", q.allowed.size(), " mask bytes for ", q.drafts.size() + 1, " rows"));
+    }
   }
   if (logits.Rows() != n_rows) {
     return absl::InvalidArgumentError(StrCat("sampling: ", logits.Rows(), " logit rows for ", n_rows));
@@ -65,19 +69,27 @@ absl::Status StepSampler::SampleOnHost(const TensorView& logits, std::span<Seq* 
       const std::span<const int32_t> drafts = seqs[j].drafts;
       std::span<float> rows(logits.As<float>() + first_row[j] * V, (drafts.size() + 1) * V);
       if (drafts.empty()) {
-        out[j].push_back(s.sampler->Sample(rows, s.history));
+        out[j].push_back(s.sampler->Sample(rows, s.history, seqs[j].allowed));
       } else {
-        out[j] = s.sampler->Verify(rows, drafts, s.history);
+        out[j] = s.sampler->Verify(rows, drafts, s.history, seqs[j].allowed);
       }
     }
   });
   return absl::OkStatus();
 }
 
-void StepSampler::AddDeviceRow(const Seq& s, std::span<const int32_t> drafts, size_t i,
+void StepSampler::AddDeviceRow(const Seq& s, const SampleSeq& q, size_t i,
                                std::span<const std::pair<int32_t, int32_t>> history_counts, int32_t n_vocab) {
   const sampling::SamplingParams& p = s.sampler->params();
+  const std::span<const int32_t> drafts = q.drafts;
   kernels::SampleRow r;
+  if (!q.allowed.empty()) {
+    const size_t row_bytes = q.allowed.size() / (drafts.size() + 1);
+    r.mask_offset = static_cast<int64_t>(masks_.size());
+    r.mask_bits = static_cast<int32_t>(row_bytes * 8);
+    const auto row = q.allowed.subspan(i * row_bytes, row_bytes);
+    masks_.insert(masks_.end(), row.begin(), row.end());
+  }
   r.temperature = p.temperature;
   r.top_k = p.top_k;
   r.top_p = p.top_p;
@@ -125,15 +137,16 @@ absl::Status StepSampler::SampleOnDevice(const TensorView& logits, std::span<Seq
   const int32_t V = static_cast<int32_t>(logits.Cols());
   rows_.clear();
   penalties_.clear();
+  masks_.clear();
   for (size_t j = 0; j < seqs.size(); ++j) {
     const Seq& s = *states[j];
     const std::vector<std::pair<int32_t, int32_t>> counts = sampling::Penalised(s.sampler->params())
                                                                 ? sampling::TokenCounts(s.history, V)
                                                                 : std::vector<std::pair<int32_t, int32_t>>{};
-    for (size_t i = 0; i <= seqs[j].drafts.size(); ++i) AddDeviceRow(s, seqs[j].drafts, i, counts, V);
+    for (size_t i = 0; i <= seqs[j].drafts.size(); ++i) AddDeviceRow(s, seqs[j], i, counts, V);
   }
   results_.resize(rows_.size());
-  CASCADE_RETURN_IF_ERROR(gpu->Sample(results_, logits, rows_, penalties_));
+  CASCADE_RETURN_IF_ERROR(gpu->Sample(results_, logits, rows_, penalties_, masks_));
   // A sequence emits its accepted drafts, then its first unaccepted row's token (the
   // correction, or the next token after all k).
   size_t r = 0;

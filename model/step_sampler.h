@@ -34,9 +34,11 @@ namespace cascade::model {
 
 // One sequence's rows of a step's logits: one row to sample, or k + 1 to verify k drafts
 // (row i scores the position of draft i, row k the one after the last).
+// `allowed`: constrained decoding's bitmasks, one per row, all of one length (empty: none).
 struct SampleSeq {
   int64_t seq_id = 0;
   std::span<const int32_t> drafts;
+  std::span<const uint8_t> allowed;
 };
 
 class StepSampler {
@@ -73,7 +75,7 @@ class StepSampler {
                               std::vector<std::vector<sampling::SampledToken>>& out);
   // Row i of a sequence: its parameters, the draft it verifies, its uniforms and penalties
   // (`history_counts`: sampling::TokenCounts of its history, empty without penalties).
-  void AddDeviceRow(const Seq& s, std::span<const int32_t> drafts, size_t i,
+  void AddDeviceRow(const Seq& s, const SampleSeq& q, size_t i,
                     std::span<const std::pair<int32_t, int32_t>> history_counts, int32_t n_vocab);
 
   kernels::Backend* backend_;
@@ -82,6 +84,7 @@ class StepSampler {
   // The device path's per-step lists, reused.
   std::vector<kernels::SampleRow> rows_;
   std::vector<kernels::SamplePenalty> penalties_;
+  std::vector<uint8_t> masks_;
   std::vector<kernels::SampleResult> results_;
 };
 

@@ -216,11 +216,22 @@ SampledToken Sampler::Describe(std::span<const float> raw, int32_t id) const {
   return out;
 }
 
-SampledToken Sampler::Sample(std::span<float> logits, std::span<const int32_t> history) {
-  // Logprobs are of the model's own distribution: keep the raw logits when penalties apply.
+void MaskLogits(std::span<float> logits, std::span<const uint8_t> allowed) {
+  const size_t n = std::min(logits.size(), allowed.size() * 8);
+  for (size_t t = 0; t < n; ++t) {
+    if (((allowed[t / 8] >> (t % 8)) & 1) == 0) logits[t] = -std::numeric_limits<float>::infinity();
+  }
+  for (size_t t = n; t < logits.size(); ++t) logits[t] = -std::numeric_limits<float>::infinity();
+}
+
+SampledToken Sampler::Sample(std::span<float> logits, std::span<const int32_t> history,
+                             std::span<const uint8_t> allowed) {
+  // Logprobs are of the model's own distribution: keep the raw logits when penalties or
+  // a mask apply.
   std::vector<float> raw;
-  if (penalised() && params_.n_logprobs > 0) raw.assign(logits.begin(), logits.end());
+  if ((penalised() || !allowed.empty()) && params_.n_logprobs > 0) raw.assign(logits.begin(), logits.end());
   Penalize(logits, history);
+  if (!allowed.empty()) MaskLogits(logits, allowed);
   int32_t id = 0;
   if (params_.greedy()) {
     id = Argmax(logits);
@@ -244,7 +255,7 @@ SampledToken Sampler::Sample(std::span<float> logits, std::span<const int32_t> h
 }
 
 std::vector<SampledToken> Sampler::Verify(std::span<const float> logits, std::span<const int32_t> drafts,
-                                          std::span<const int32_t> history) {
+                                          std::span<const int32_t> history, std::span<const uint8_t> allowed) {
   const int64_t k = static_cast<int64_t>(drafts.size());
   const int64_t n_vocab = static_cast<int64_t>(logits.size()) / (k + 1);
   // Row i is shaped as Sample would shape it after drafts [0, i) were appended.
@@ -255,6 +266,10 @@ std::vector<SampledToken> Sampler::Verify(std::span<const float> logits, std::sp
     const std::span<const float> raw = logits.subspan(i * n_vocab, n_vocab);
     std::copy(raw.begin(), raw.end(), row.begin());
     Penalize(row, seen);
+    if (!allowed.empty()) {
+      const size_t row_bytes = allowed.size() / (k + 1);
+      MaskLogits(row, allowed.subspan(i * row_bytes, row_bytes));
+    }
     float* out = target.data() + i * n_vocab;
     if (params_.greedy()) {
       std::copy(row.begin(), row.end(), out);

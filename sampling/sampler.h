@@ -67,16 +67,19 @@ class Sampler {
 
   // Samples from `logits` [n_vocab] (modified in place by penalties and temperature).
   // `history` holds the sequence's tokens so far (prompt and output) for the penalties.
-  SampledToken Sample(std::span<float> logits, std::span<const int32_t> history);
+  // `allowed`, when not empty, is a constrained decoding's bitmask (MaskLogits): only the
+  // tokens it allows can be drawn; the logprobs stay those of the model's distribution.
+  SampledToken Sample(std::span<float> logits, std::span<const int32_t> history, std::span<const uint8_t> allowed = {});
 
   // Speculative verification of `drafts` [k] (sampling/rejection_sampler.h, q one-hot on each
   // draft: the drafters propose deterministically). `logits` [(k + 1) * n_vocab]: row i
   // scores the position of draft i, row k the one after the last draft. `history` holds the
   // tokens before the drafts; row i is shaped as `Sample` would shape it with drafts
   // [0, i) appended. Returns the accepted drafts then the correction or bonus token, each
-  // with its logprob; their law is that of calling `Sample` once per token.
+  // with its logprob; their law is that of calling `Sample` once per token. `allowed`,
+  // when not empty, holds k + 1 bitmasks of equal length, row i's for row i.
   std::vector<SampledToken> Verify(std::span<const float> logits, std::span<const int32_t> drafts,
-                                   std::span<const int32_t> history);
+                                   std::span<const int32_t> history, std::span<const uint8_t> allowed = {});
 
   const SamplingParams& params() const { return params_; }
 
@@ -96,6 +99,10 @@ class Sampler {
   std::mt19937_64 rng_;
   std::vector<std::pair<float, int32_t>> candidates_;  // Scratch, reused.
 };
+
+// Constrained decoding: sets to -inf every logit whose token `allowed` does not allow (bit
+// t of byte t / 8 allows token t; tokens past its bits are not allowed).
+void MaskLogits(std::span<float> logits, std::span<const uint8_t> allowed);
 
 // Index of the largest value (the first one on ties).
 int32_t Argmax(std::span<const float> values);

@@ -19,6 +19,10 @@
 #     (tests/text/jinja_goldens.py, transformers' environment). In a folder of their own, not
 #     on PYTHONPATH (the script that wants them adds $CASCADE_PYTHON_CACHE/jinja to sys.path),
 #     so that the pinned jinja2 is the one checked whatever python3 has installed.
+#   * jsonschema/: `jsonschema` (Draft 2020-12) with `rfc3339-validator` for its time
+#     formats, the judge of structured output (tests/grammar/json_schema_cases.py,
+#     tests/integration/structured_output_test.py), which add $CASCADE_PYTHON_CACHE/jsonschema
+#     to sys.path. Checked by its dist-info folder.
 #   * transformers-4.57.6/ and transformers-5.25.0/: Hugging Face `transformers` of each
 #     generation (no torch: only their config classes are imported), the reference for the
 #     config.json defaults of model/format/hf_defaults.cc (tests/format/hf_defaults_goldens.py
@@ -37,6 +41,8 @@ KUBERNETES_VALIDATE_VERSION=1.37.0
 JINJA2_VERSION=3.1.6
 MARKUPSAFE_VERSION=3.0.3
 TRANSFORMERS_VERSIONS=(4.57.6 5.25.0)
+JSONSCHEMA_VERSION=4.26.0
+RFC3339_VALIDATOR_VERSION=0.1.4
 CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/cascade/python/$(python3 -c 'import sys; print(f"py{sys.version_info[0]}{sys.version_info[1]}")')"
 export PYTHONPATH="$CACHE/http:$CACHE${PYTHONPATH:+:$PYTHONPATH}"
 export CASCADE_PYTHON_CACHE=$CACHE
@@ -93,6 +99,11 @@ assert jinja2.__version__ == '$JINJA2_VERSION' and jinja2.__file__.startswith('$
 assert markupsafe.__file__.startswith('$CACHE/jinja')" >/dev/null 2>&1; then
   pip_install "jinja2 $JINJA2_VERSION and MarkupSafe $MARKUPSAFE_VERSION" \
     "${PIP[@]}" "$CACHE/jinja" --no-deps "jinja2==$JINJA2_VERSION" "markupsafe==$MARKUPSAFE_VERSION"
+fi
+if [[ ! -d $CACHE/jsonschema/jsonschema-$JSONSCHEMA_VERSION.dist-info ||
+      ! -d $CACHE/jsonschema/rfc3339_validator-$RFC3339_VALIDATOR_VERSION.dist-info ]]; then
+  pip_install "jsonschema $JSONSCHEMA_VERSION and rfc3339-validator $RFC3339_VALIDATOR_VERSION" \
+    "${PIP[@]}" "$CACHE/jsonschema" "jsonschema==$JSONSCHEMA_VERSION" "rfc3339-validator==$RFC3339_VALIDATOR_VERSION"
 fi
 for v in "${TRANSFORMERS_VERSIONS[@]}"; do
   if [[ ! -d $CACHE/transformers-$v/transformers-$v.dist-info ]]; then

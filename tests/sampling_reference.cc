@@ -260,4 +260,30 @@ std::string LogprobErrors(const RefSeq& q, std::span<const sampling::SampledToke
   return errors;
 }
 
+std::vector<uint8_t> RefRandomMasks(const RefSeq& seq, int64_t n_vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const size_t rows = seq.drafts.size() + 1, row_bytes = static_cast<size_t>((n_vocab + 7) / 8);
+  std::vector<uint8_t> masks(rows * row_bytes);
+  for (size_t r = 0; r < rows; ++r) {
+    uint8_t* m = masks.data() + r * row_bytes;
+    for (size_t b = 0; b < row_bytes; ++b) m[b] = static_cast<uint8_t>(rng());
+    const std::span<const float> row(seq.logits.data() + r * n_vocab, static_cast<size_t>(n_vocab));
+    const int32_t top = static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+    if (rng() % 2 == 0) m[top / 8] &= static_cast<uint8_t>(~(1u << (top % 8)));  // Often refuse the argmax.
+    if (r < seq.drafts.size()) m[seq.drafts[r] / 8] |= static_cast<uint8_t>(1u << (seq.drafts[r] % 8));
+  }
+  return masks;
+}
+
+RefSeq RefPremasked(const RefSeq& seq, std::span<const uint8_t> masks, int64_t n_vocab) {
+  RefSeq out = seq;
+  const size_t row_bytes = static_cast<size_t>((n_vocab + 7) / 8);
+  for (size_t r = 0; r <= seq.drafts.size(); ++r) {
+    for (int64_t t = 0; t < n_vocab; ++t) {
+      if (((masks[r * row_bytes + t / 8] >> (t % 8)) & 1) == 0) out.logits[r * n_vocab + t] = -1e30f;
+    }
+  }
+  return out;
+}
+
 }  // namespace cascade::testing

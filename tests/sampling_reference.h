@@ -74,4 +74,12 @@ std::vector<int32_t> RefDeviceEmitted(const RefSeq& seq, bool* near_boundary);
 // and no top. Empty when nothing is.
 std::string LogprobErrors(const RefSeq& seq, std::span<const sampling::SampledToken> emitted);
 
+// Constrained decoding: a random bitmask per logit row of `seq` (about half the vocabulary
+// allowed, always the row's draft, sometimes not its largest logit), the rows one after
+// the other as model::SampleSeq::allowed holds them.
+std::vector<uint8_t> RefRandomMasks(const RefSeq& seq, int64_t n_vocab, uint32_t seed);
+// `seq` with every logit its mask refuses at -1e30: the law a mask must give, written
+// without -inf so that the double-precision reference needs no special case.
+RefSeq RefPremasked(const RefSeq& seq, std::span<const uint8_t> masks, int64_t n_vocab);
+
 }  // namespace cascade::testing

@@ -15,7 +15,7 @@ class StubCudaBackend : public kernels::CudaBackend {
   bool SupportsWeight(DType) const override { return false; }
   absl::Status Argmax(std::span<int32_t>, const TensorView&) override { return Stub(); }
   absl::Status Sample(std::span<kernels::SampleResult>, const TensorView&, std::span<const kernels::SampleRow>,
-                      std::span<const kernels::SamplePenalty>) override {
+                      std::span<const kernels::SamplePenalty>, std::span<const uint8_t>) override {
     return Stub();
   }
   absl::Status Linear(TensorView, const TensorView&, const TensorView&, const TensorView&) override { return Stub(); }

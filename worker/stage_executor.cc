@@ -133,6 +133,10 @@ absl::Status StageExecutor::Flatten(const v1::StepRequest& step, Rows& rows) con
       return absl::InvalidArgumentError(
           StrCat(what, ": n_draft ", s.n_draft(), " must be in [0, ", s.tokens_size(), ") and needs sample"));
     }
+    if (!s.allowed_tokens().empty() && (!s.sample() || s.allowed_tokens().size() % (s.n_draft() + 1) != 0)) {
+      return absl::InvalidArgumentError(StrCat(what, ": ", s.allowed_tokens().size(), " bytes of token masks for ",
+                                               s.n_draft() + 1, " rows", s.sample() ? "" : " and no sampling"));
+    }
     if (s.propose() < 0 || (s.propose() > 0 && !options_.draft)) {
       return absl::InvalidArgumentError(StrCat(what, ": propose ", s.propose(), " on a worker that does not draft"));
     }
@@ -330,7 +334,8 @@ absl::Status StageExecutor::Sample(const v1::StepRequest& step, v1::StepResult& 
   for (const v1::StepSequence& s : step.seqs()) {
     if (!s.sample()) continue;
     const std::span<const int32_t> tokens(s.tokens().data(), static_cast<size_t>(s.tokens_size()));
-    seqs.push_back({s.seq_id(), tokens.last(static_cast<size_t>(s.n_draft()))});
+    const auto* mask = reinterpret_cast<const uint8_t*>(s.allowed_tokens().data());
+    seqs.push_back({s.seq_id(), tokens.last(static_cast<size_t>(s.n_draft())), {mask, s.allowed_tokens().size()}});
   }
   int64_t n_rows = 0;
   for (const model::SampleSeq& q : seqs) n_rows += static_cast<int64_t>(q.drafts.size()) + 1;

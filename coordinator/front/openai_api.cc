@@ -22,7 +22,10 @@ absl::Status Bad(std::string_view field, std::string_view why) {
 // mean "not given").
 class Fields {
  public:
-  explicit Fields(const json& body) : body_(body) {}
+  Fields(const json& body, std::string_view text) : body_(body), text_(text) {}
+
+  // The body as it came.
+  std::string_view text() const { return text_; }
 
   const json* Get(const char* key) const {
     auto it = body_.find(key);
@@ -60,6 +63,7 @@ class Fields {
 
  private:
   const json& body_;
+  std::string_view text_;
 };
 
 // `obj[key]` when it is a string, else "" (absent, or of another type). Unlike
@@ -184,10 +188,54 @@ absl::Status RefuseUnsupported(const Fields& f) {
   for (const char* key : {"tools", "functions"}) {
     if (const json* t = f.Get(key); t != nullptr && !t->empty()) return Bad(key, "tool calling is not supported");
   }
-  if (const json* r = f.Get("response_format");
-      r != nullptr && !(r->is_object() && StringMember(*r, "type") == "text")) {
-    return Bad("response_format", "only {\"type\": \"text\"} is supported");
+  return absl::OkStatus();
+}
+
+// The schema as the body spells it: `json` holds an object's keys sorted, and a schema's
+// properties are generated in their declared order, so read the body again, keeping it.
+std::string OrderedSchema(const Fields& f, const json& sorted) {
+  const auto body = nlohmann::ordered_json::parse(f.text(), nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded()) return sorted.dump();
+  return body["response_format"]["json_schema"]["schema"].dump();
+}
+
+// Structured output: OpenAI's response_format, or llama.cpp's `grammar` (GBNF) and a
+// `regex`, at most one of them. Compiled (and refused, naming what) by request validation.
+absl::Status ParseConstraint(const Fields& f, v1::GenerateRequest* req) {
+  v1::OutputConstraint c;
+  int given = 0;
+  if (const json* r = f.Get("response_format"); r != nullptr) {
+    if (!r->is_object()) return Bad("response_format", "expected an object");
+    const std::string type = StringMember(*r, "type");
+    if (type == "json_object") {
+      c.set_json_object(true);
+      ++given;
+    } else if (type == "json_schema") {
+      const auto js = r->find("json_schema");
+      if (js == r->end() || !js->is_object()) return Bad("response_format.json_schema", "expected an object");
+      const auto schema = js->find("schema");
+      if (schema == js->end() || !(schema->is_object() || schema->is_boolean())) {
+        return Bad("response_format.json_schema.schema", "expected a JSON Schema (an object)");
+      }
+      c.set_json_schema(OrderedSchema(f, *schema));
+      ++given;
+    } else if (type != "text") {
+      return Bad("response_format.type", "expected \"text\", \"json_object\" or \"json_schema\"");
+    }
   }
+  for (const char* key : {"grammar", "regex"}) {
+    const json* v = f.Get(key);
+    if (v == nullptr) continue;
+    if (!v->is_string()) return Bad(key, "expected a string");
+    if (std::string_view(key) == "grammar") {
+      c.set_grammar(v->get<std::string>());
+    } else {
+      c.set_regex(v->get<std::string>());
+    }
+    ++given;
+  }
+  if (given > 1) return Bad("response_format", "give one of response_format (JSON), grammar or regex");
+  if (given == 1) *req->mutable_constraint() = std::move(c);
   return absl::OkStatus();
 }
 
@@ -274,7 +322,7 @@ absl::Status ParseStream(const Fields& f, OpenAiRequest* out) {
     if (!out->stream) return Bad("stream_options", "only allowed with stream: true");
     if (!so->is_object()) return Bad("stream_options", "expected an object");
     std::optional<bool> usage;
-    CASCADE_RETURN_IF_ERROR(Fields(*so).Bool("include_usage", &usage));
+    CASCADE_RETURN_IF_ERROR(Fields(*so, "").Bool("include_usage", &usage));
     out->include_usage = usage.value_or(false);
   }
   return absl::OkStatus();
@@ -294,7 +342,7 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, std::s
   const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Bad("body", "not valid JSON");
   if (!j.is_object()) return Bad("body", "expected a JSON object");
-  const Fields f(j);
+  const Fields f(j, body);
   if (const json* model = f.Get("model"); model != nullptr) {
     if (!model->is_string()) return Bad("model", "expected a string");
     if (model->get<std::string>() != model_id) {
@@ -310,6 +358,7 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, std::s
   CASCADE_RETURN_IF_ERROR(ParseSampling(f, &out.request));
   CASCADE_RETURN_IF_ERROR(ParseLimits(f, endpoint, &out));
   CASCADE_RETURN_IF_ERROR(ParseStop(j, &out.request));
+  CASCADE_RETURN_IF_ERROR(ParseConstraint(f, &out.request));
   CASCADE_RETURN_IF_ERROR(ParseLogprobs(f, endpoint, &out));
   CASCADE_RETURN_IF_ERROR(ParseStream(f, &out));
   if (const json* user = f.Get("user"); user != nullptr && user->is_string()) {

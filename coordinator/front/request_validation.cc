@@ -4,6 +4,8 @@
 
 #include "core/status.h"
 #include "core/str_cat.h"
+#include "grammar/json_schema.h"
+#include "nlohmann/json.hpp"
 #include "text/chat_format.h"
 #include "text/output_filter.h"
 #include "wire/api_wire.h"
@@ -46,6 +48,44 @@ absl::StatusOr<std::vector<int32_t>> TokenizePrompt(const v1::Prompt& prompt, co
   return absl::InvalidArgumentError("prompt: give text, ids or chat");
 }
 
+absl::StatusOr<std::shared_ptr<const grammar::Grammar>> CompileConstraint(const v1::OutputConstraint& c) {
+  const auto named = [](std::string_view field, absl::Status st) {
+    return absl::InvalidArgumentError(StrCat("constraint.", field, ": ", st.message()));
+  };
+  absl::StatusOr<std::shared_ptr<const grammar::Grammar>> g;
+  switch (c.kind_case()) {
+    case v1::OutputConstraint::kJsonObject:
+      if (!c.json_object())
+        return absl::InvalidArgumentError("constraint.json_object: set it to true, or leave it out");
+      return grammar::ParseGbnf(grammar::JsonObjectGbnf());
+    case v1::OutputConstraint::kJsonSchema: {
+      // Ordered: the properties are generated in the order the schema declares them.
+      const nlohmann::ordered_json schema =
+          nlohmann::ordered_json::parse(c.json_schema(), nullptr, /*allow_exceptions=*/false);
+      if (schema.is_discarded()) return absl::InvalidArgumentError("constraint.json_schema: not valid JSON");
+      absl::StatusOr<std::string> gbnf = grammar::JsonSchemaToGbnf(schema);
+      if (!gbnf.ok()) return named("json_schema", gbnf.status());
+      g = grammar::ParseGbnf(*gbnf);
+      if (!g.ok())
+        return absl::InternalError(StrCat("the grammar of a JSON schema does not compile: ", g.status().message()));
+      return g;
+    }
+    case v1::OutputConstraint::kGrammar:
+      g = grammar::ParseGbnf(c.grammar());
+      if (!g.ok()) return named("grammar", g.status());
+      return g;
+    case v1::OutputConstraint::kRegex: {
+      absl::StatusOr<std::string> gbnf = grammar::RegexToGbnf(c.regex());
+      if (!gbnf.ok()) return named("regex", gbnf.status());
+      g = grammar::ParseGbnf(*gbnf);
+      if (!g.ok()) return named("regex", g.status());
+      return g;
+    }
+    case v1::OutputConstraint::KIND_NOT_SET: break;
+  }
+  return std::shared_ptr<const grammar::Grammar>();
+}
+
 absl::StatusOr<ServingRequest> ValidateGenerateRequest(const v1::GenerateRequest& req, const text::Tokenizer& tokenizer,
                                                        int64_t n_vocab, int64_t max_context) {
   ServingRequest r;
@@ -66,6 +106,17 @@ absl::StatusOr<ServingRequest> ValidateGenerateRequest(const v1::GenerateRequest
   r.stops.ignore_eos = req.ignore_eos();
   r.stops.stop_strings.assign(req.stop().begin(), req.stop().end());
   r.stops.stop_ids.assign(req.stop_ids().begin(), req.stop_ids().end());
+  if (req.has_constraint()) {
+    CASCADE_ASSIGN_OR_RETURN(r.grammar, CompileConstraint(req.constraint()));
+    if (r.grammar != nullptr && r.output_format == text::OutputFormat::kHarmony) {
+      return absl::InvalidArgumentError(
+          "constraint: a harmony chat answers in channels, and a constraint on its whole output is not supported");
+    }
+    if (r.grammar != nullptr && r.stops.ignore_eos && r.stops.stop_ids.empty()) {
+      return absl::InvalidArgumentError(
+          "constraint: with ignore_eos and no stop_ids a finished grammar has no token left");
+    }
+  }
   if (req.has_speculative()) {
     const v1::SpeculativeParams& sp = req.speculative();
     r.speculate = !sp.has_enabled() || sp.enabled();

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "cascade/v1/inference.pb.h"
 #include "coordinator/serving/serving_request.h"
+#include "grammar/grammar.h"
 #include "text/tokenizer.h"
 
 namespace cascade::coordinator {
@@ -27,6 +28,11 @@ namespace cascade::coordinator {
 absl::StatusOr<std::vector<int32_t>> TokenizePrompt(const v1::Prompt& prompt, const text::Tokenizer& tokenizer,
                                                     int64_t n_vocab, bool add_special,
                                                     text::OutputFormat* output_format = nullptr);
+
+// The grammar of an output constraint (null when none is set): JSON Schema and regular
+// expressions go through GBNF (grammar/json_schema.h). InvalidArgument naming the field,
+// and what the schema, grammar or pattern uses that is not supported.
+absl::StatusOr<std::shared_ptr<const grammar::Grammar>> CompileConstraint(const v1::OutputConstraint& constraint);
 
 // Validates `req` and turns it into the serving loop's request: the prompt tokenized (with
 // special tokens), a chat rendered in the harmony format answered in it (reasoning apart

@@ -28,7 +28,11 @@ void AddLogprob(const v1::SampledToken& t, v1::TokenLogprob* lp) {
 
 ServingLoop::ServingLoop(StageWorkers* workers, const text::Tokenizer* tokenizer, const SchedulerOptions& options,
                          const SpeculationOptions& speculation)
-    : workers_(workers), tokenizer_(tokenizer), scheduler_(options), speculation_(speculation) {
+    : workers_(workers),
+      tokenizer_(tokenizer),
+      constraint_vocab_(tokenizer),
+      scheduler_(options),
+      speculation_(speculation) {
   stats_.scheduler = scheduler_.Stats();
   stats_.prefix_caching = options.prefix_caching;
 }
@@ -58,6 +62,7 @@ std::shared_ptr<RequestChannel> ServingLoop::Submit(ServingRequest request) {
   a->output = std::make_unique<text::OutputFilter>(*tokenizer_, request.stops, request.output_format);
   a->arrival = std::chrono::steady_clock::now();
   a->spec = std::make_unique<SpeculativeState>(speculation_, request.speculate, request.num_tokens);
+  if (request.grammar != nullptr) a->constraint = constraint_vocab_.Start(request.grammar, request.stops);
   a->req = std::move(request);
   auto channel = a->channel;
   {
@@ -200,6 +205,16 @@ void ServingLoop::Admit() {
   PublishStats();
 }
 
+void ServingLoop::FailRequest(int64_t seq_id, const absl::Status& status) {
+  auto it = active_.find(seq_id);
+  if (it == active_.end()) return;
+  CASCADE_LOG(Error) << "request " << it->second->req.request_id << " failed: " << status.ToString();
+  (void)scheduler_.Cancel(seq_id);
+  release_.push_back(seq_id);
+  Push(*it->second->channel, {}, true, status);
+  active_.erase(it);
+}
+
 void ServingLoop::DropCancelled() {
   bool dropped = false;
   for (auto it = active_.begin(); it != active_.end();) {
@@ -306,6 +321,11 @@ v1::StepRequest ServingLoop::BuildDraftStep(const Batch& batch, const v1::StepRe
 
 absl::Status ServingLoop::SendTarget(v1::StepRequest step, Sent sent) {
   sent.t0 = std::chrono::steady_clock::now();
+  for (v1::StepSequence& s : *step.mutable_seqs()) {
+    if (!s.sample()) continue;
+    const auto it = active_.find(s.seq_id());
+    if (it != active_.end() && it->second->constraint != nullptr) ConstrainStep(*it->second->constraint, s);
+  }
   for (const v1::StepSequence& s : step.seqs()) {
     sent.seqs.push_back(s.seq_id());
     if (s.n_draft() > 0) sent.drafted[s.seq_id()] = {s.n_draft(), s.n_past()};
@@ -449,6 +469,14 @@ void ServingLoop::Emit(const std::vector<TokenEvent>& events, const TokensBySeq&
     auto it = active_.find(ev.seq_id);
     if (it == active_.end()) continue;
     Active& a = *it->second;
+    if (a.constraint != nullptr) {
+      if (absl::Status st = a.constraint->Accept(ev.token); !st.ok()) {
+        // The last stage sampled outside the mask it was sent: a broken worker, not input.
+        pending.erase(ev.seq_id);
+        FailRequest(ev.seq_id, absl::InternalError(StrCat("constrained decoding: ", st.message())));
+        continue;
+      }
+    }
     const int index = seen[ev.seq_id]++;
     ObserveOutput(a, index, n_new[ev.seq_id], now);
     a.generated.push_back(ev.token);

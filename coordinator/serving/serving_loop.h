@@ -36,6 +36,7 @@
 #include "cascade/v1/inference.pb.h"
 #include "coordinator/control/serving_metrics.h"
 #include "coordinator/control/stage_workers.h"
+#include "coordinator/serving/output_constraint.h"
 #include "coordinator/serving/scheduler.h"
 #include "coordinator/serving/serving_request.h"
 #include "coordinator/serving/speculation.h"
@@ -73,7 +74,8 @@ class ServingLoop {
   struct Active {
     ServingRequest req;
     std::shared_ptr<RequestChannel> channel;
-    std::unique_ptr<text::OutputFilter> output;  // Detokenizer, stops, finish reason.
+    std::unique_ptr<text::OutputFilter> output;            // Detokenizer, stops, finish reason.
+    std::unique_ptr<grammar::TokenConstraint> constraint;  // Constrained decoding; null: free text.
     std::vector<int32_t> generated;
     std::chrono::steady_clock::time_point arrival;
     std::chrono::steady_clock::time_point last_output;  // When tokens last reached the channel.
@@ -131,6 +133,8 @@ class ServingLoop {
   };
   void Loop();
   void Admit();
+  // Ends request `seq_id` with `status`, giving its blocks back.
+  void FailRequest(int64_t seq_id, const absl::Status& status);
   void DropCancelled();
   bool FillPipeline();
   // The target step of `batch`; entries with draft slots get n-gram drafts here, and
@@ -175,6 +179,7 @@ class ServingLoop {
 
   StageWorkers* workers_;
   const text::Tokenizer* tokenizer_;
+  ConstraintVocabulary constraint_vocab_;
   Scheduler scheduler_;  // Loop thread only (ResetKvBlocks before Start); not guarded.
   const SpeculationOptions speculation_;
   StepCostModel step_cost_;            // Decode-step time against rows, for the choice of k. Loop thread only.

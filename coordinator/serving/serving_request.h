@@ -4,9 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "grammar/grammar.h"
 #include "sampling/sampler.h"
 #include "text/output_filter.h"
 
@@ -22,6 +24,8 @@ struct ServingRequest {
   text::OutputFormat output_format = text::OutputFormat::kText;  // kHarmony: reasoning apart.
   bool speculate = true;                                         // Off: plain decoding for this request.
   int32_t num_tokens = 0;  // Most drafts per step; 0: the cluster's draft.num_tokens.
+  // Constrained decoding (coordinator/serving/output_constraint.h); null: free text.
+  std::shared_ptr<const grammar::Grammar> grammar;
 };
 
 }  // namespace cascade::coordinator

@@ -700,14 +700,14 @@ class CudaBackendImpl final : public CudaBackend {
   }
 
   absl::Status Sample(std::span<SampleResult> out, const TensorView& logits, std::span<const SampleRow> rows,
-                      std::span<const SamplePenalty> penalties) override {
+                      std::span<const SamplePenalty> penalties, std::span<const uint8_t> masks) override {
     Bind();
     if (graphs_->open()) return absl::FailedPreconditionError("Sample inside a graph step");
     const int64_t n_rows = logits.Rows(), n_vocab = logits.Cols();
     if (static_cast<int64_t>(out.size()) != n_rows || static_cast<int64_t>(rows.size()) != n_rows) {
       return absl::InvalidArgumentError("Sample: one SampleRow and one SampleResult per logits row");
     }
-    bool penalised = false;
+    bool shape = false;
     for (const SampleRow& r : rows) {
       if (r.draft >= n_vocab)
         return absl::InvalidArgumentError(StrCat("Sample: draft ", r.draft, " outside the vocabulary"));
@@ -717,7 +717,11 @@ class CudaBackendImpl final : public CudaBackend {
           static_cast<size_t>(r.penalty_begin) + r.n_penalties > penalties.size()) {
         return absl::InvalidArgumentError("Sample: a row's penalties lie outside the list");
       }
-      penalised |= r.n_penalties > 0;
+      if (r.mask_offset >= 0 && (r.mask_bits < 0 || r.mask_bits % 8 != 0 ||
+                                 static_cast<size_t>(r.mask_offset) + r.mask_bits / 8 > masks.size())) {
+        return absl::InvalidArgumentError("Sample: a row's mask lies outside the list");
+      }
+      shape |= r.n_penalties > 0 || r.mask_offset >= 0;
     }
     for (const SamplePenalty& p : penalties) {
       if (p.token < 0 || p.token >= n_vocab)
@@ -725,11 +729,11 @@ class CudaBackendImpl final : public CudaBackend {
     }
     const SampleRow* dev_rows = Upload(kSampleRows, rows);
     const SamplePenalty* dev_penalties = Upload(kPenalties, penalties);
-    float* shaped =
-        penalised ? static_cast<float*>(Scratch(kShaped, static_cast<size_t>(n_rows * n_vocab) * 4)) : nullptr;
+    const uint8_t* dev_masks = Upload(kMasks, masks);
+    float* shaped = shape ? static_cast<float*>(Scratch(kShaped, static_cast<size_t>(n_rows * n_vocab) * 4)) : nullptr;
     auto* dev_out = static_cast<SampleResult*>(Scratch(kSampleOut, out.size_bytes()));
     CASCADE_RETURN_IF_ERROR(ScratchError());
-    cuda::Sample(dev_out, F32(logits), shaped, dev_rows, dev_penalties, penalised, n_rows, n_vocab, stream_);
+    cuda::Sample(dev_out, F32(logits), shaped, dev_rows, dev_penalties, dev_masks, shape, n_rows, n_vocab, stream_);
     CASCADE_RETURN_IF_ERROR(LastError("Sample"));
     CASCADE_CUDA_RETURN(cudaMemcpyAsync(out.data(), dev_out, out.size_bytes(), cudaMemcpyDeviceToHost, stream_),
                         "Sample copy");
@@ -752,6 +756,7 @@ class CudaBackendImpl final : public CudaBackend {
     kSampleRows,
     kSampleOut,
     kPenalties,
+    kMasks,
     kShaped,
     kScatterRows,
     kScatterScales,

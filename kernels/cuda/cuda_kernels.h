@@ -229,9 +229,11 @@ void FillRandom(void* w, int code, int64_t n, float scale, uint32_t seed, cudaSt
 void Argmax(int32_t* out, const float* logits, int64_t n_rows, int64_t n_vocab, cudaStream_t stream);
 
 // out[r] = row r of logits [n_rows, n_vocab] sampled or verified per rows[r]
-// (kernels/sample_row.h); out, rows and penalties are device memory. With `penalised`
-// (some row has penalties), `shaped` [n_rows, n_vocab] receives those rows penalised.
+// (kernels/sample_row.h); out, rows, penalties and masks are device memory. With `shape`
+// (some row has penalties or a mask), `shaped` [n_rows, n_vocab] receives those rows
+// penalised and masked.
 void Sample(SampleResult* out, const float* logits, float* shaped, const SampleRow* rows,
-            const SamplePenalty* penalties, bool penalised, int64_t n_rows, int64_t n_vocab, cudaStream_t stream);
+            const SamplePenalty* penalties, const uint8_t* masks, bool shape, int64_t n_rows, int64_t n_vocab,
+            cudaStream_t stream);
 
 }  // namespace cascade::kernels::cuda

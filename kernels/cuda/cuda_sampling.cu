@@ -223,11 +223,12 @@ __device__ void Describe(SampleResult& res, const float* z, int64_t n_vocab, int
 }
 
 // shaped row = raw row with the row's penalties (sampling::PenalisedLogit, without
-// contractions so that it rounds as the host does); rows without penalties are skipped.
-__global__ void PenalizeKernel(float* shaped, const float* logits, const SampleRow* rows,
-                               const SamplePenalty* penalties, int64_t n_vocab) {
+// contractions so that it rounds as the host does), then its mask (sampling::MaskLogits:
+// refused tokens at -inf); rows with neither are skipped.
+__global__ void ShapeKernel(float* shaped, const float* logits, const SampleRow* rows, const SamplePenalty* penalties,
+                            const uint8_t* masks, int64_t n_vocab) {
   const SampleRow r = rows[blockIdx.x];
-  if (r.n_penalties == 0) return;
+  if (r.n_penalties == 0 && r.mask_offset < 0) return;
   const float* src = logits + blockIdx.x * n_vocab;
   float* dst = shaped + blockIdx.x * n_vocab;
   for (int64_t i = threadIdx.x; i < n_vocab; i += blockDim.x) dst[i] = src[i];
@@ -240,6 +241,12 @@ __global__ void PenalizeKernel(float* shaped, const float* logits, const SampleR
     dst[p.token] =
         __fsub_rn(x, __fadd_rn(r.presence_penalty, __fmul_rn(r.frequency_penalty, static_cast<float>(p.count))));
   }
+  if (r.mask_offset < 0) return;
+  __syncthreads();
+  const uint8_t* mask = masks + r.mask_offset;
+  for (int64_t i = threadIdx.x; i < n_vocab; i += blockDim.x) {
+    if (i >= r.mask_bits || ((mask[i / 8] >> (i % 8)) & 1) == 0) dst[i] = -INFINITY;
+  }
 }
 
 __global__ void SampleKernel(SampleResult* out, const float* logits, const float* shaped, const SampleRow* rows,
@@ -249,7 +256,8 @@ __global__ void SampleKernel(SampleResult* out, const float* logits, const float
   __shared__ long long shl[32];
   const SampleRow r = rows[blockIdx.x];
   const float* raw = logits + blockIdx.x * n_vocab;
-  const RowState row{r.n_penalties > 0 ? shaped + blockIdx.x * n_vocab : raw, n_vocab, 0.0f, 0.0f};
+  const bool shaped_row = r.n_penalties > 0 || r.mask_offset >= 0;
+  const RowState row{shaped_row ? shaped + blockIdx.x * n_vocab : raw, n_vocab, 0.0f, 0.0f};
   SampleResult res = Choose(row, r, shd, shc, shl);
   if (r.n_logprobs > 0) Describe(res, raw, n_vocab, r.n_logprobs, shd, shc);
   if (threadIdx.x == 0) out[blockIdx.x] = res;
@@ -258,10 +266,11 @@ __global__ void SampleKernel(SampleResult* out, const float* logits, const float
 }  // namespace
 
 void Sample(SampleResult* out, const float* logits, float* shaped, const SampleRow* rows,
-            const SamplePenalty* penalties, bool penalised, int64_t n_rows, int64_t n_vocab, cudaStream_t stream) {
+            const SamplePenalty* penalties, const uint8_t* masks, bool shape, int64_t n_rows, int64_t n_vocab,
+            cudaStream_t stream) {
   if (n_rows == 0) return;
   const unsigned blocks = static_cast<unsigned>(n_rows);
-  if (penalised) PenalizeKernel<<<blocks, kThreads, 0, stream>>>(shaped, logits, rows, penalties, n_vocab);
+  if (shape) ShapeKernel<<<blocks, kThreads, 0, stream>>>(shaped, logits, rows, penalties, masks, n_vocab);
   SampleKernel<<<blocks, kThreads, 0, stream>>>(out, logits, shaped, rows, n_vocab);
 }
 

@@ -177,8 +177,13 @@ TEST(OpenAiApiTest, RefusesBadAndUnsupportedFieldsNamingThem) {
       {H, R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", kInvalid,
        "messages[0].content: only text parts"},
       {H, R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", kInvalid, "tools:"},
-      {H, R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})", kInvalid,
-       "response_format:"},
+      {H, R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema"}})", kInvalid,
+       "response_format.json_schema: expected an object"},
+      {H,
+       R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema", "json_schema": {"schema": 3}}})",
+       kInvalid, "response_format.json_schema.schema: expected a JSON Schema"},
+      {H, R"({"messages": [{"role": "user", "content": "x"}], "grammar": 1})", kInvalid, "grammar: expected a string"},
+      {C, R"({"prompt": "x", "grammar": "root ::= \"a\"", "regex": "a"})", kInvalid, "response_format: give one of"},
       {H, R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", kInvalid,
        "top_logprobs: needs logprobs: true"},
       // Found with tests/fuzz/openai_request_fuzz.cc (by it: "role": null; the others while
@@ -192,7 +197,7 @@ TEST(OpenAiApiTest, RefusesBadAndUnsupportedFieldsNamingThem) {
       {H, R"({"messages": [{"role": "user", "content": [{"type": 1, "text": "x"}]}]})", kInvalid,
        "messages[0].content: only text parts"},
       {H, R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": 1}})", kInvalid,
-       "response_format: only"},
+       "response_format.type: expected"},
       {C, R"({"prompt": "x", "seed": 18446744073709551615})", kInvalid,
        "seed: 18446744073709551615 is outside [-9223372036854775808, 9223372036854775807]"},
       {C, R"({"prompt": "x", "max_tokens": 18446744073709551615})", kInvalid,
@@ -207,6 +212,30 @@ TEST(OpenAiApiTest, RefusesBadAndUnsupportedFieldsNamingThem) {
     EXPECT_EQ(st.code(), r.code) << r.body;
     EXPECT_THAT(std::string(st.message()), ::testing::StartsWith(r.message)) << r.body;
   }
+}
+
+TEST(OpenAiApiTest, StructuredOutputFieldsBecomeTheConstraint) {
+  json body = kChat;
+  body["response_format"] = {{"type", "json_schema"},
+                             {"json_schema", {{"name", "a"}, {"strict", true}, {"schema", {{"type", "integer"}}}}}};
+  EXPECT_EQ(json::parse(Parse(OpenAiEndpoint::kChat, body).request.constraint().json_schema()),
+            json({{"type", "integer"}}));
+  // Properties keep the order the body gives them (the grammar generates them in it).
+  const std::string ordered =
+      R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema", "json_schema": )"
+      R"({"schema": {"type": "object", "properties": {"zeta": {"type": "integer"}, "alpha": {"type": "string"}}}}}})";
+  absl::StatusOr<OpenAiRequest> r = ParseOpenAiRequest(OpenAiEndpoint::kChat, ordered, kModel);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->request.constraint().json_schema(),
+            R"({"type":"object","properties":{"zeta":{"type":"integer"},"alpha":{"type":"string"}}})");
+  body["response_format"] = {{"type", "json_object"}};
+  EXPECT_TRUE(Parse(OpenAiEndpoint::kChat, body).request.constraint().json_object());
+  body["response_format"] = {{"type", "text"}};
+  EXPECT_FALSE(Parse(OpenAiEndpoint::kChat, body).request.has_constraint());
+  const json completion = {{"prompt", "x"}, {"grammar", "root ::= \"a\""}};
+  EXPECT_EQ(Parse(OpenAiEndpoint::kCompletions, completion).request.constraint().grammar(), "root ::= \"a\"");
+  EXPECT_EQ(Parse(OpenAiEndpoint::kCompletions, {{"prompt", "x"}, {"regex", "[0-9]+"}}).request.constraint().regex(),
+            "[0-9]+");
 }
 
 TEST(OpenAiApiTest, ErrorsTakeOpenAiShapeAndStatus) {

@@ -21,7 +21,7 @@ std::vector<std::vector<sampling::SampledToken>> SampleStep(StepSampler& sampler
   int64_t n_rows = 0;
   for (size_t j = 0; j < step.size(); ++j) {
     sampler.Start(static_cast<int64_t>(j), step[j].params, step[j].history);
-    seqs.push_back({static_cast<int64_t>(j), step[j].drafts});
+    seqs.push_back({static_cast<int64_t>(j), step[j].drafts, {}});
     n_rows += static_cast<int64_t>(step[j].drafts.size()) + 1;
   }
   auto out = sampler.Sample(TensorView(data, DType::kF32, {n_rows, n_vocab}, device), seqs);
@@ -72,6 +72,57 @@ TEST(StepSamplerGpuTest, DeviceRowsFollowTheDoublePrecisionLawAndGreedyMatchesTh
     EXPECT_GT(accepted, 0) << "no draft accepted: the acceptance path went unchecked";
     EXPECT_GT(with_logprobs, 0);
   }
+}
+
+// Constrained rows on the device: the mask acts as -inf on the refused logits (the
+// double-precision law of the premasked rows), greedy rows pick what the CPU picks under
+// the same masks, and the logprobs stay the raw rows'.
+TEST(StepSamplerGpuTest, MaskedRowsFollowThePremaskedLawAndMatchTheCpu) {
+  const kernels::CudaAvailability a = kernels::QueryCudaDevices();
+  if (a.device_count == 0) GTEST_SKIP() << "no GPU: " << a.reason;
+  auto gpu = kernels::CudaBackend::Create({});
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  const std::unique_ptr<kernels::Backend> cpu = kernels::MakeCpuBackend({.n_threads = 2});
+  const int64_t n_vocab = 49152;
+  const std::vector<RefSeq> step = testing::RefStep(n_vocab, 9);
+  std::vector<std::vector<uint8_t>> masks;
+  std::vector<float> logits;
+  std::vector<SampleSeq> seqs;
+  for (size_t j = 0; j < step.size(); ++j) {
+    masks.push_back(testing::RefRandomMasks(step[j], n_vocab, 900 + static_cast<uint32_t>(j)));
+    logits.insert(logits.end(), step[j].logits.begin(), step[j].logits.end());
+  }
+  for (size_t j = 0; j < step.size(); ++j) seqs.push_back({static_cast<int64_t>(j), step[j].drafts, masks[j]});
+  auto dev = kernels::DeviceBuffer::Create(0, logits.size() * sizeof(float));
+  ASSERT_TRUE(dev.ok()) << dev.status();
+  ASSERT_TRUE(dev->Upload(logits.data(), logits.size() * sizeof(float)).ok());
+  StepSampler on_gpu(gpu->get(), 1), on_cpu(cpu.get(), 2);
+  for (size_t j = 0; j < step.size(); ++j) {
+    on_gpu.Start(static_cast<int64_t>(j), step[j].params, step[j].history);
+    on_cpu.Start(static_cast<int64_t>(j), step[j].params, step[j].history);
+  }
+  const int64_t n_rows = static_cast<int64_t>(logits.size()) / n_vocab;
+  auto got = on_gpu.Sample(TensorView(dev->data(), DType::kF32, {n_rows, n_vocab}, Device{DeviceKind::kCuda, 0}), seqs);
+  ASSERT_TRUE(got.ok()) << got.status();
+  auto host = on_cpu.Sample(TensorView(logits.data(), DType::kF32, {n_rows, n_vocab}), seqs);
+  ASSERT_TRUE(host.ok()) << host.status();
+  int compared = 0;
+  for (size_t j = 0; j < step.size(); ++j) {
+    std::vector<int32_t> ids, cpu_ids;
+    for (const auto& t : (*got)[j]) ids.push_back(t.id);
+    for (const auto& t : (*host)[j]) cpu_ids.push_back(t.id);
+    if (step[j].params.greedy()) {
+      EXPECT_EQ(ids, cpu_ids) << "greedy sequence " << j;
+    }
+    EXPECT_EQ(testing::LogprobErrors(step[j], (*got)[j]), "") << "sequence " << j;
+    bool near = false;
+    const std::vector<int32_t> want =
+        testing::RefDeviceEmitted(testing::RefPremasked(step[j], masks[j], n_vocab), &near);
+    if (near) continue;
+    ++compared;
+    EXPECT_EQ(ids, want) << "sequence " << j;
+  }
+  EXPECT_GE(compared, 13);
 }
 
 }  // namespace

@@ -30,7 +30,7 @@ std::vector<std::vector<sampling::SampledToken>> SampleStep(StepSampler& sampler
   for (size_t j = 0; j < step.size(); ++j) {
     sampler.Start(static_cast<int64_t>(j), step[j].params, step[j].history);
     logits.insert(logits.end(), step[j].logits.begin(), step[j].logits.end());
-    seqs.push_back({static_cast<int64_t>(j), step[j].drafts});
+    seqs.push_back({static_cast<int64_t>(j), step[j].drafts, {}});
   }
   const int64_t n_rows = static_cast<int64_t>(logits.size()) / n_vocab;
   auto out = sampler.Sample(TensorView(logits.data(), DType::kF32, {n_rows, n_vocab}, device), seqs);
@@ -79,20 +79,25 @@ TEST(StepSamplerTest, HostRowsFollowTheDoublePrecisionLaw) {
 class ReferenceGpu final : public testing::StubCudaBackend {
  public:
   absl::Status Sample(std::span<kernels::SampleResult> out, const TensorView& logits,
-                      std::span<const kernels::SampleRow> rows,
-                      std::span<const kernels::SamplePenalty> penalties) override {
+                      std::span<const kernels::SampleRow> rows, std::span<const kernels::SamplePenalty> penalties,
+                      std::span<const uint8_t> masks) override {
     const int64_t V = logits.Cols();
     rows_.assign(rows.begin(), rows.end());
     penalties_.assign(penalties.begin(), penalties.end());
+    masks_.assign(masks.begin(), masks.end());
     for (size_t r = 0; r < rows.size(); ++r) {
       const kernels::SampleRow& row = rows[r];
       const std::span<const float> raw(logits.As<float>() + r * V, V);
+      std::vector<float> shaped(raw.begin(), raw.end());  // The row's mask, as -1e30 (RefPremasked).
+      for (int64_t t = 0; row.mask_offset >= 0 && t < V; ++t) {
+        if (t >= row.mask_bits || ((masks[row.mask_offset + t / 8] >> (t % 8)) & 1) == 0) shaped[t] = -1e30f;
+      }
       std::vector<int32_t> seen;  // The penalties' counts, as a history.
       for (int i = 0; i < row.n_penalties; ++i) {
         const kernels::SamplePenalty& p = penalties[row.penalty_begin + i];
         seen.insert(seen.end(), p.count, p.token);
       }
-      const testing::RefLaw law = testing::RefSampleLaw(raw,
+      const testing::RefLaw law = testing::RefSampleLaw(shaped,
                                                         {.temperature = row.temperature,
                                                          .top_k = row.top_k,
                                                          .top_p = row.top_p,
@@ -126,8 +131,9 @@ class ReferenceGpu final : public testing::StubCudaBackend {
     }
     return absl::OkStatus();
   }
-  // The last call's rows and penalty list.
+  // The last call's rows, penalty list and masks.
   std::vector<kernels::SampleRow> rows_;
+  std::vector<uint8_t> masks_;
   std::vector<kernels::SamplePenalty> penalties_;
 };
 
@@ -181,12 +187,63 @@ TEST(StepSamplerTest, DeviceRowsCarryTheirDraftsUniformsAndPenalties) {
   EXPECT_GT(accepted, 0);
 }
 
+// Constrained rows: a mask acts as -inf on the refused logits (the reference law of the
+// premasked rows), every emitted token is allowed by its row, the logprobs stay those of the
+// raw rows; on the host path and on the device path's host side alike.
+TEST(StepSamplerTest, MasksActAsRefusedLogitsAndLeaveLogprobsRaw) {
+  const int64_t n_vocab = 49152;
+  ReferenceGpu gpu;
+  const std::unique_ptr<kernels::Backend> cpu = kernels::MakeCpuBackend({.n_threads = 2});
+  for (bool device : {false, true}) {
+    int compared = 0, refused_argmax = 0;
+    for (uint32_t seed : {6u, 7u}) {
+      const std::vector<RefSeq> step = testing::RefStep(n_vocab, seed);
+      std::vector<std::vector<uint8_t>> masks;
+      std::vector<float> logits;
+      std::vector<SampleSeq> seqs;
+      StepSampler sampler(device ? static_cast<kernels::Backend*>(&gpu) : cpu.get(), 2);
+      for (size_t j = 0; j < step.size(); ++j) {
+        masks.push_back(testing::RefRandomMasks(step[j], n_vocab, seed * 100 + static_cast<uint32_t>(j)));
+        sampler.Start(static_cast<int64_t>(j), step[j].params, step[j].history);
+        logits.insert(logits.end(), step[j].logits.begin(), step[j].logits.end());
+      }
+      for (size_t j = 0; j < step.size(); ++j) seqs.push_back({static_cast<int64_t>(j), step[j].drafts, masks[j]});
+      const int64_t n_rows = static_cast<int64_t>(logits.size()) / n_vocab;
+      auto got = sampler.Sample(
+          TensorView(logits.data(), DType::kF32, {n_rows, n_vocab}, device ? gpu.device() : Device{}), seqs);
+      ASSERT_TRUE(got.ok()) << got.status();
+      for (size_t j = 0; j < step.size(); ++j) {
+        const RefSeq masked = testing::RefPremasked(step[j], masks[j], n_vocab);
+        const size_t row_bytes = masks[j].size() / (step[j].drafts.size() + 1);
+        for (size_t i = 0; i < (*got)[j].size(); ++i) {
+          const int32_t id = (*got)[j][i].id;
+          EXPECT_TRUE((masks[j][i * row_bytes + id / 8] >> (id % 8)) & 1) << "sequence " << j << " row " << i;
+          const auto row = std::span(step[j].logits).subspan(i * n_vocab, n_vocab);
+          const int32_t top = static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+          refused_argmax += ((masks[j][i * row_bytes + top / 8] >> (top % 8)) & 1) == 0;
+        }
+        EXPECT_EQ(testing::LogprobErrors(step[j], (*got)[j]), "") << "sequence " << j;
+        bool near = false;
+        const std::vector<int32_t> want =
+            device ? testing::RefDeviceEmitted(masked, &near) : testing::RefHostEmitted(masked, &near);
+        if (near) continue;
+        ++compared;
+        std::vector<int32_t> ids;
+        for (const auto& t : (*got)[j]) ids.push_back(t.id);
+        EXPECT_EQ(ids, want) << (device ? "device" : "host") << " seed " << seed << " sequence " << j;
+      }
+    }
+    EXPECT_GE(compared, 26);
+    EXPECT_GT(refused_argmax, 0) << "no mask refused a row's argmax: the mask went untested";
+  }
+}
+
 TEST(StepSamplerTest, RefusesUnknownSequencesAndMiscountedRows) {
   const std::unique_ptr<kernels::Backend> backend = kernels::MakeCpuBackend({.n_threads = 1});
   StepSampler sampler(backend.get(), 1);
   std::vector<float> logits(2 * 8, 0.0f);
   const TensorView two(logits.data(), DType::kF32, {2, 8});
-  const std::vector<SampleSeq> unknown = {{7, {}}};
+  const std::vector<SampleSeq> unknown = {{7, {}, {}}};
   EXPECT_EQ(sampler.Sample(two, unknown).status().code(), absl::StatusCode::kInvalidArgument);
   sampler.Start(7, {.temperature = 0}, {1, 2});
   EXPECT_EQ(sampler.Sample(two, unknown).status().code(), absl::StatusCode::kInvalidArgument);  // 2 rows for 1.
