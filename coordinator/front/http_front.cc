@@ -38,27 +38,60 @@ bool WriteEvent(httplib::DataSink& sink, const json& data) {
   return WriteText(sink, StrCat("data: ", DumpJson(data), "\n\n"));
 }
 
-// One OpenAI request after its first output: streams the rest of it into `sink` (SSE
-// events, or one JSON body for a whole response), writing keep-alives while nothing comes.
-// Returns when the request ended or the client went away (which cancels it).
-void Finish(InferenceCall& call, OpenAiResponder& responder, const OpenAiRequest& request,
-            std::vector<v1::GenerateResponse> pending, httplib::DataSink& sink) {
+using Calls = std::vector<std::shared_ptr<InferenceCall>>;
+
+bool AllEnded(const Calls& calls) {
+  return std::all_of(calls.begin(), calls.end(), [](const auto& c) { return c->ended(); });
+}
+
+// The first error among the choices' calls, or OK.
+absl::Status FirstError(const Calls& calls) {
+  for (const auto& c : calls) {
+    if (c->ended() && !c->status().ok()) return c->status();
+  }
+  return absl::OkStatus();
+}
+
+void CancelAll(const Calls& calls, std::string_view why) {
+  for (const auto& c : calls) c->Cancel(why);
+}
+
+// One OpenAI request after its first output: streams the rest of its choices' output into
+// `sink` (SSE events, or one JSON body for a whole response), writing keep-alives while
+// nothing comes. Returns when every choice ended, one failed (the others are cancelled),
+// or the client went away (which cancels them all). `pending[i]`: choice i's unsent output.
+void Finish(const Calls& calls, OpenAiResponder& responder, const OpenAiRequest& request,
+            std::vector<std::vector<v1::GenerateResponse>> pending, httplib::DataSink& sink) {
   auto last_write = Clock::now();
   bool alive = true;
+  size_t turn = 0;  // The call waited on when none has output: each in turn.
   while (alive) {
-    for (const v1::GenerateResponse& m : pending) {
-      if (!request.stream) {
-        responder.Add(m);
-        continue;
+    bool any = false;
+    for (size_t i = 0; i < calls.size(); ++i) {
+      for (const v1::GenerateResponse& m : pending[i]) {
+        any = true;
+        if (!request.stream) {
+          responder.Add(m, static_cast<int>(i));
+          continue;
+        }
+        for (const json& chunk : responder.Chunks(m, static_cast<int>(i))) alive = alive && WriteEvent(sink, chunk);
+        last_write = Clock::now();
       }
-      for (const json& chunk : responder.Chunks(m)) alive = alive && WriteEvent(sink, chunk);
-      last_write = Clock::now();
+      pending[i].clear();
     }
-    pending.clear();
-    if (!alive || call.ended()) break;
-    call.Read(kPoll, &pending);
+    if (!alive || AllEnded(calls) || !FirstError(calls).ok()) break;
+    if (calls.size() == 1) {
+      calls[0]->Read(kPoll, &pending[0]);
+    } else {
+      for (size_t i = 0; i < calls.size(); ++i) calls[i]->Read(absl::ZeroDuration(), &pending[i]);
+      if (!any) {
+        while (calls[turn % calls.size()]->ended()) ++turn;
+        const size_t i = turn++ % calls.size();
+        calls[i]->Read(kPoll / static_cast<int64_t>(calls.size()), &pending[i]);
+      }
+    }
     // A whole response writes nothing until the end, however much output comes.
-    if (!call.ended() && Clock::now() - last_write > kKeepAlive) {
+    if (!AllEnded(calls) && Clock::now() - last_write > kKeepAlive) {
       // SSE comments and leading JSON whitespace are ignored by clients; a gone client
       // fails the write.
       alive = WriteText(sink, request.stream ? ": keep-alive\n\n" : " ");
@@ -66,10 +99,11 @@ void Finish(InferenceCall& call, OpenAiResponder& responder, const OpenAiRequest
     }
   }
   if (!alive) {
-    call.Cancel("the HTTP client went away");
+    CancelAll(calls, "the HTTP client went away");
     return;
   }
-  const absl::Status& status = call.status();
+  const absl::Status status = FirstError(calls);
+  if (!status.ok()) CancelAll(calls, "another choice of the request failed");
   if (request.stream) {
     if (!status.ok()) {
       WriteEvent(sink, ToOpenAiError(status).body);
@@ -219,30 +253,40 @@ void HttpFront::Complete(OpenAiEndpoint endpoint, const httplib::Request& req, h
     metrics_->CountRequest("http", RequestOutcomeOf(parsed.status(), v1::FINISH_REASON_UNSPECIFIED));
     return SendError(res, parsed.status());
   }
-  auto call = inference_->Begin("http", parsed->request);
+  auto call = inference_->Begin("http", ChoiceRequest(*parsed, 0));
   if (!call.ok()) return SendError(res, call.status());
   // Until the first output, errors (a full cache, a degraded cluster) still get their own
   // HTTP status; after it the status line is out.
-  std::vector<v1::GenerateResponse> first;
-  while (first.empty() && !(*call)->Read(kPoll, &first)) {
+  std::vector<std::vector<v1::GenerateResponse>> first(parsed->n);
+  while (first[0].empty() && !(*call)->Read(kPoll, &first[0])) {
   }
-  const bool output = std::any_of(first.begin(), first.end(), [](const v1::GenerateResponse& m) {
+  const bool output = std::any_of(first[0].begin(), first[0].end(), [](const v1::GenerateResponse& m) {
     return m.token_ids_size() > 0 || !m.text().empty() || !m.reasoning().empty();
   });
   if (!output && (*call)->ended() && !(*call)->status().ok()) return SendError(res, (*call)->status());
-  auto shared_call = std::shared_ptr<InferenceCall>(std::move(*call));
+  Calls calls = {std::shared_ptr<InferenceCall>(std::move(*call))};
+  // The other choices start once choice 0 has its first token: its prompt's full blocks
+  // are in the prefix cache by then, so theirs come from it instead of being computed again.
+  for (int i = 1; i < parsed->n; ++i) {
+    auto more = inference_->Begin("http", ChoiceRequest(*parsed, i));
+    if (!more.ok()) {
+      CancelAll(calls, "another choice of the request was refused");
+      return SendError(res, more.status());
+    }
+    calls.push_back(std::shared_ptr<InferenceCall>(std::move(*more)));
+  }
   auto responder = std::make_shared<OpenAiResponder>(*parsed, *tokenizer_, options_.model_id);
   const OpenAiRequest request = *parsed;
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       request.stream ? "text/event-stream" : "application/json",
-      [shared_call, responder, request, first](size_t, httplib::DataSink& sink) mutable {
-        Finish(*shared_call, *responder, request, std::move(first), sink);
+      [calls, responder, request, first](size_t, httplib::DataSink& sink) mutable {
+        Finish(calls, *responder, request, std::move(first), sink);
         return true;
       },
       // Runs when the response is over, written or not: a client gone before the provider
       // ran still cancels the request.
-      [shared_call](bool) { shared_call->Cancel("the HTTP client went away"); });
+      [calls](bool) { CancelAll(calls, "the HTTP client went away"); });
 }
 
 void HttpFront::Models(httplib::Response& res) const {

@@ -14,6 +14,8 @@ namespace {
 
 using json = nlohmann::json;
 
+constexpr int64_t kMaxChoices = 16;
+
 absl::Status Bad(std::string_view field, std::string_view why) {
   return absl::InvalidArgumentError(StrCat(field, ": ", why));
 }
@@ -170,12 +172,7 @@ absl::Status ParseStop(const json& body, v1::GenerateRequest* req) {
 
 // Options that would change the answer's meaning: refused, never silently ignored.
 absl::Status RefuseUnsupported(const Fields& f) {
-  std::optional<int64_t> n, best_of;
-  if (auto st = f.Int("n", 1, 128, &n); !st.ok()) return st;
-  if (n && *n != 1) {
-    return Bad("n", StrCat(*n, " choices asked; this server returns one choice per request (send ", *n,
-                           " requests, with different seeds to sample different answers)"));
-  }
+  std::optional<int64_t> best_of;
   if (auto st = f.Int("best_of", 1, 128, &best_of); !st.ok()) return st;
   if (best_of && *best_of != 1) return Bad("best_of", "only 1 is supported");
   std::optional<bool> echo;
@@ -359,6 +356,9 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, std::s
   CASCADE_RETURN_IF_ERROR(ParseLimits(f, endpoint, &out));
   CASCADE_RETURN_IF_ERROR(ParseStop(j, &out.request));
   CASCADE_RETURN_IF_ERROR(ParseConstraint(f, &out.request));
+  std::optional<int64_t> n;
+  CASCADE_RETURN_IF_ERROR(f.Int("n", 1, kMaxChoices, &n));
+  out.n = static_cast<int>(n.value_or(1));
   CASCADE_RETURN_IF_ERROR(ParseLogprobs(f, endpoint, &out));
   CASCADE_RETURN_IF_ERROR(ParseStream(f, &out));
   if (const json* user = f.Get("user"); user != nullptr && user->is_string()) {
@@ -419,15 +419,27 @@ OpenAiResponder::OpenAiResponder(const OpenAiRequest& request, const text::Token
       model_id_(std::move(model_id)),
       id_(RandomId(request.endpoint == OpenAiEndpoint::kChat ? "chatcmpl" : "cmpl")),
       created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
-                   .count()) {
-  if (request_.endpoint == OpenAiEndpoint::kChat) {
-    logprobs_ = {{"content", json::array()}};
-  } else {
-    logprobs_ = {{"tokens", json::array()},
-                 {"token_logprobs", json::array()},
-                 {"top_logprobs", json::array()},
-                 {"text_offset", json::array()}};
+                   .count()),
+      choices_(std::max(1, request.n)) {
+  for (Choice& c : choices_) {
+    if (request_.endpoint == OpenAiEndpoint::kChat) {
+      c.logprobs = {{"content", json::array()}};
+    } else {
+      c.logprobs = {{"tokens", json::array()},
+                    {"token_logprobs", json::array()},
+                    {"top_logprobs", json::array()},
+                    {"text_offset", json::array()}};
+    }
   }
+}
+
+v1::GenerateRequest ChoiceRequest(const OpenAiRequest& request, int index) {
+  v1::GenerateRequest r = request.request;
+  if (index > 0) {
+    r.mutable_sampling()->set_seed(r.sampling().seed() + static_cast<uint64_t>(index));
+    if (!r.request_id().empty()) r.set_request_id(StrCat(r.request_id(), "/", index));
+  }
+  return r;
 }
 
 json OpenAiResponder::Envelope(std::string_view object) const {
@@ -439,7 +451,7 @@ std::string OpenAiResponder::TokenString(int32_t id) const {
   return tokenizer_.Decode(ids);
 }
 
-json OpenAiResponder::Logprobs(const v1::GenerateResponse& m) {
+json OpenAiResponder::Logprobs(const v1::GenerateResponse& m, Choice& c) {
   if (request_.endpoint == OpenAiEndpoint::kChat) {
     json content = json::array();
     for (const v1::TokenLogprob& lp : m.logprobs()) {
@@ -470,40 +482,41 @@ json OpenAiResponder::Logprobs(const v1::GenerateResponse& m) {
     out["tokens"].push_back(token);
     out["token_logprobs"].push_back(lp.logprob());
     out["top_logprobs"].push_back(top);
-    out["text_offset"].push_back(text_offset_);
-    text_offset_ += static_cast<int64_t>(token.size());
+    out["text_offset"].push_back(c.text_offset);
+    c.text_offset += static_cast<int64_t>(token.size());
   }
   return out;
 }
 
 json OpenAiResponder::UsageJson() const {
-  return {{"prompt_tokens", usage_.prompt_tokens()},
-          {"completion_tokens", usage_.completion_tokens()},
-          {"total_tokens", usage_.prompt_tokens() + usage_.completion_tokens()},
-          {"prompt_tokens_details", {{"cached_tokens", usage_.cached_tokens()}}}};
+  const v1::Usage& first = choices_[0].usage;
+  int64_t completion = 0;
+  for (const Choice& c : choices_) completion += c.usage.completion_tokens();
+  return {{"prompt_tokens", first.prompt_tokens()},
+          {"completion_tokens", completion},
+          {"total_tokens", first.prompt_tokens() + completion},
+          {"prompt_tokens_details", {{"cached_tokens", first.cached_tokens()}}}};
 }
 
-std::vector<json> OpenAiResponder::Chunks(const v1::GenerateResponse& m) {
+std::vector<json> OpenAiResponder::Chunks(const v1::GenerateResponse& m, int index) {
   const bool chat = request_.endpoint == OpenAiEndpoint::kChat;
   const bool last = m.finish() != v1::FINISH_REASON_UNSPECIFIED;
-  if (m.has_usage()) {
-    usage_ = m.usage();
-    has_usage_ = true;
-  }
+  Choice& ch = choices_.at(index);
+  if (m.has_usage()) ch.usage = m.usage();
   std::vector<json> chunks;
   const auto chunk = [&](json choice) {
     json c = Envelope(chat ? "chat.completion.chunk" : "text_completion");
-    choice["index"] = 0;
+    choice["index"] = index;
     c["choices"] = json::array({std::move(choice)});
     if (request_.include_usage) c["usage"] = nullptr;
     chunks.push_back(std::move(c));
   };
-  if (chat && !sent_role_) {
-    sent_role_ = true;
+  if (chat && !ch.sent_role) {
+    ch.sent_role = true;
     chunk({{"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}});
   }
   if (!m.text().empty() || !m.reasoning().empty() || m.token_ids_size() > 0) {
-    const json lp = request_.logprobs && m.logprobs_size() > 0 ? Logprobs(m) : json(nullptr);
+    const json lp = request_.logprobs && m.logprobs_size() > 0 ? Logprobs(m, ch) : json(nullptr);
     if (!m.text().empty() || !m.reasoning().empty() || !lp.is_null()) {
       if (chat) {
         // Reasoning (harmony's analysis channel) travels as `reasoning_content`, vLLM's and
@@ -534,34 +547,36 @@ json OpenAiResponder::UsageChunk() const {
   return c;
 }
 
-void OpenAiResponder::Add(const v1::GenerateResponse& m) {
-  text_ += m.text();
-  reasoning_ += m.reasoning();
+void OpenAiResponder::Add(const v1::GenerateResponse& m, int index) {
+  Choice& c = choices_.at(index);
+  c.text += m.text();
+  c.reasoning += m.reasoning();
   if (request_.logprobs && m.logprobs_size() > 0) {
-    const json lp = Logprobs(m);
+    const json lp = Logprobs(m, c);
     for (auto& [key, values] : lp.items()) {
-      for (const json& v : values) logprobs_[key].push_back(v);
+      for (const json& v : values) c.logprobs[key].push_back(v);
     }
   }
-  if (m.finish() != v1::FINISH_REASON_UNSPECIFIED) finish_reason_ = FinishName(m.finish());
-  if (m.has_usage()) {
-    usage_ = m.usage();
-    has_usage_ = true;
-  }
+  if (m.finish() != v1::FINISH_REASON_UNSPECIFIED) c.finish_reason = FinishName(m.finish());
+  if (m.has_usage()) c.usage = m.usage();
 }
 
 json OpenAiResponder::Whole() const {
   const bool chat = request_.endpoint == OpenAiEndpoint::kChat;
-  json choice = {
-      {"index", 0}, {"logprobs", request_.logprobs ? logprobs_ : json(nullptr)}, {"finish_reason", finish_reason_}};
-  if (chat) {
-    choice["message"] = {{"role", "assistant"}, {"content", text_}};
-    if (!reasoning_.empty()) choice["message"]["reasoning_content"] = reasoning_;
-  } else {
-    choice["text"] = text_;
-  }
   json out = Envelope(chat ? "chat.completion" : "text_completion");
-  out["choices"] = json::array({std::move(choice)});
+  out["choices"] = json::array();
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    const Choice& c = choices_[i];
+    json choice = {
+        {"index", i}, {"logprobs", request_.logprobs ? c.logprobs : json(nullptr)}, {"finish_reason", c.finish_reason}};
+    if (chat) {
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      if (!c.reasoning.empty()) choice["message"]["reasoning_content"] = c.reasoning;
+    } else {
+      choice["text"] = c.text;
+    }
+    out["choices"].push_back(std::move(choice));
+  }
   out["usage"] = UsageJson();
   return out;
 }

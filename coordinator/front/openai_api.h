@@ -27,6 +27,9 @@ struct OpenAiRequest {
   // Logprobs: completions' `logprobs: n` or chat's `logprobs: true` with `top_logprobs: n`.
   bool logprobs = false;
   int top_logprobs = 0;
+  // Choices: `n` sequences from one prompt. Choice i samples with seed + i; the serving
+  // side computes the prompt once (choices 1.. start after choice 0's prompt is cached).
+  int n = 1;
 };
 
 // Parses and validates a request body. Errors name the field as OpenAI's `param`
@@ -46,22 +49,37 @@ OpenAiError ToOpenAiError(const absl::Status& status);
 // logprobs) replaced rather than thrown on.
 std::string DumpJson(const nlohmann::json& j);
 
-// Turns one request's output messages into OpenAI's responses.
+// The request of choice `index` of `request`: its seed moved on by the index, so that
+// sampled choices differ (greedy ones are equal).
+v1::GenerateRequest ChoiceRequest(const OpenAiRequest& request, int index);
+
+// Turns one request's output messages (of each of its `n` choices) into OpenAI's responses.
 class OpenAiResponder {
  public:
   OpenAiResponder(const OpenAiRequest& request, const text::Tokenizer& tokenizer, std::string model_id);
 
-  // Streaming: the SSE chunks (each a JSON object) for one output message, in order.
-  std::vector<nlohmann::json> Chunks(const v1::GenerateResponse& m);
+  // Streaming: the SSE chunks (each a JSON object) for one output message of choice
+  // `index`, in order.
+  std::vector<nlohmann::json> Chunks(const v1::GenerateResponse& m, int index = 0);
   // Streaming with include_usage: the last chunk (no choices, the usage). Call after the last message.
   nlohmann::json UsageChunk() const;
   // Whole response: feed every message with Add, then Whole.
-  void Add(const v1::GenerateResponse& m);
+  void Add(const v1::GenerateResponse& m, int index = 0);
   nlohmann::json Whole() const;
 
  private:
+  struct Choice {
+    bool sent_role = false;   // Chat streams open with the assistant role.
+    std::string text;         // Whole: all text so far.
+    std::string reasoning;    // Whole: all reasoning so far (harmony's analysis channel).
+    nlohmann::json logprobs;  // Whole: merged logprobs.
+    int64_t text_offset = 0;  // Completions' logprobs.text_offset.
+    std::string finish_reason;
+    v1::Usage usage;
+  };
   nlohmann::json Envelope(std::string_view object) const;
-  nlohmann::json Logprobs(const v1::GenerateResponse& m);  // Of one message's tokens.
+  nlohmann::json Logprobs(const v1::GenerateResponse& m, Choice& c);  // Of one message's tokens.
+  // The prompt counted once (and its cached tokens, choice 0's), the completions summed.
   nlohmann::json UsageJson() const;
   std::string TokenString(int32_t id) const;
 
@@ -70,14 +88,7 @@ class OpenAiResponder {
   std::string model_id_;
   std::string id_;
   int64_t created_;
-  bool sent_role_ = false;   // Chat streams open with the assistant role.
-  std::string text_;         // Whole: all text so far.
-  std::string reasoning_;    // Whole: all reasoning so far (harmony's analysis channel).
-  nlohmann::json logprobs_;  // Whole: merged logprobs.
-  int64_t text_offset_ = 0;  // Completions' logprobs.text_offset.
-  std::string finish_reason_;
-  v1::Usage usage_;
-  bool has_usage_ = false;
+  std::vector<Choice> choices_;
 };
 
 }  // namespace cascade::coordinator

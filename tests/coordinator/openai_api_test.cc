@@ -155,7 +155,7 @@ TEST(OpenAiApiTest, RefusesBadAndUnsupportedFieldsNamingThem) {
       {C, R"({"prompt": [1, "a"]})", kInvalid, "prompt: a token-id prompt must hold integers only"},
       {C, R"({"prompt": [-1]})", kInvalid, "prompt: token id -1"},
       {C, R"({"prompt": {}})", kInvalid, "prompt: expected a string or an array of token ids"},
-      {C, R"({"prompt": "x", "n": 2})", kInvalid, "n: 2 choices asked"},
+      {C, R"({"prompt": "x", "n": 17})", kInvalid, "n: 17 is outside [1, 16]"},
       {C, R"({"prompt": "x", "best_of": 3})", kInvalid, "best_of: only 1"},
       {C, R"({"prompt": "x", "echo": true})", kInvalid, "echo:"},
       {C, R"({"prompt": "x", "suffix": "y"})", kInvalid, "suffix:"},

@@ -166,7 +166,7 @@ def test_openai_sdk():
 
         # Refusals: OpenAI's error shape, the right status, the field named.
         for kwargs, status, param in [
-            (dict(n=2), 400, "n"),
+            (dict(n=0), 400, "n"),
             (dict(temperature=5), 400, "temperature"),
             (dict(max_tokens=0), 400, "max_tokens"),
             (dict(logit_bias={"1": 5}), 400, "logit_bias"),
@@ -437,6 +437,53 @@ def test_harmony_reasoning():
             assert (reasoning, content) == ("The user says hi.", "Hello!"), deltas
             print(f"harmony at PP=2 TP=2: reasoning {reasoning!r}, content {content!r} in {len(chunks)} chunks, "
                   f"ids equal cascade run's")
+
+
+def test_n_choices():
+    """n = 4: four choices with their indices, sampled with seeds 100-103 (so they differ);
+    the prompt's full blocks computed once (the prefix cache's hit counter grows by three
+    choices' worth: choice 0 computes them, the others start once it has); usage counts
+    the prompt once and every choice's tokens (each choice's logprobs list its tokens);
+    streamed chunks carry each choice's index, and each choice ends once."""
+    with http_cluster() as (_, http_address, _):
+        c = client(http_address)
+        chat = [{"role": "system", "content": "You are a helpful assistant."},
+                {"role": "user", "content": "Write one sentence about a lighthouse keeper named Oskar who "
+                                            "collects seashells, paints them blue and sells them at the market."}]
+        kw = dict(model=MODEL_ID, messages=chat, max_tokens=16, temperature=1.0, seed=100)
+        before = metrics(http_address)
+        whole = c.chat.completions.create(n=4, logprobs=True, **kw)
+        after = metrics(http_address)
+        assert [ch.index for ch in whole.choices] == [0, 1, 2, 3], whole
+        texts = [ch.message.content for ch in whole.choices]
+        assert len(set(texts)) == 4 and all(texts), texts
+        n_prompt = whole.usage.prompt_tokens
+        full = 16 * ((n_prompt - 1) // 16)
+        hits = metric(after, "cascade_prefix_cache_hit_tokens_total") - metric(before, "cascade_prefix_cache_hit_tokens_total")
+        assert full > 0 and hits == 3 * full, (hits, full, n_prompt)
+        single = c.chat.completions.create(**kw)
+        assert single.usage.prompt_tokens == n_prompt, single.usage
+        tokens = [len(ch.logprobs.content) for ch in whole.choices]
+        assert whole.usage.completion_tokens == sum(tokens) and min(tokens) > 0, (whole.usage, tokens)
+        assert whole.usage.total_tokens == n_prompt + whole.usage.completion_tokens
+        streamed = ["", "", "", ""]
+        finishes = []
+        usage = None
+        for ch in c.chat.completions.create(n=4, stream=True, stream_options={"include_usage": True}, **kw):
+            for choice in ch.choices:
+                streamed[choice.index] += choice.delta.content or ""
+                if choice.finish_reason:
+                    finishes.append(choice.index)
+            usage = ch.usage or usage
+        assert sorted(finishes) == [0, 1, 2, 3] and all(streamed), (streamed, finishes)
+        assert usage.prompt_tokens == n_prompt and 4 <= usage.completion_tokens <= 64, usage
+        try:
+            c.chat.completions.create(n=17, **kw)
+            raise AssertionError("n = 17 was accepted")
+        except openai.BadRequestError as e:
+            assert "n:" in str(e), e
+        print(f"n=4: {n_prompt} prompt tokens, {hits:.0f} served from the prefix cache for choices 1-3; "
+              f"{whole.usage.completion_tokens} completion tokens ({tokens})")
 
 
 if __name__ == "__main__":
