@@ -260,9 +260,17 @@ absl::Status Parser::ParseSecurity(const YAML::Node& node, SecuritySection* out)
 
 absl::Status Parser::ParseServer(const YAML::Node& node, ServerSection* out) const {
   if (!node.IsDefined()) return absl::OkStatus();
-  CASCADE_RETURN_IF_ERROR(CheckMap(node, "server",
-                                   {"listen", "cluster_listen", "http_listen", "http_threads", "model_name",
-                                    "drain_timeout_s", "recovery_timeout_s", "tls_cert_file", "tls_key_file"}));
+  CASCADE_RETURN_IF_ERROR(
+      CheckMap(node, "server",
+               {"listen", "cluster_listen", "http_listen", "http_threads", "model_name", "drain_timeout_s",
+                "recovery_timeout_s", "tls_cert_file", "tls_key_file", "tool_call_format"}));
+  if (const YAML::Node n = Child(node, "tool_call_format"); n.IsDefined()) {
+    CASCADE_ASSIGN_OR_RETURN(out->tool_call_format, GetString(n, "server.tool_call_format"));
+    const std::string& f = out->tool_call_format;
+    if (f != "auto" && f != "hermes" && f != "llama3" && f != "mistral" && f != "none") {
+      return Error(n, "server.tool_call_format", StrCat("'", f, "': expected auto, hermes, llama3, mistral or none"));
+    }
+  }
   if (const YAML::Node listen = Child(node, "listen"); listen.IsDefined()) {
     CASCADE_RETURN_IF_ERROR(ParseHostPort(listen, "server.listen", &out->listen_host, &out->listen_port));
     out->listen = listen.Scalar();

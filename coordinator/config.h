@@ -116,6 +116,10 @@ struct ServerSection {
   // recomputing their KV; past it they fail with UNAVAILABLE. Default 60. REQUIRES in
   // [1, 86400].
   int recovery_timeout_s = 60;
+  // `server.tool_call_format`: the syntax the OpenAI API reads function calls in and a
+  // required tool_choice forces (text/tool_calls.h): "hermes", "llama3", "mistral", "none",
+  // or "auto" (the default): the one the model's chat template shows, logged at start.
+  std::string tool_call_format = "auto";
   // `server.model_name`: the model's name in the OpenAI API (`model` in requests,
   // /v1/models). Default: the model file's or directory's name without `.gguf`.
   std::string model_name;

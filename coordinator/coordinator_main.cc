@@ -32,6 +32,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server_builder.h"
 #include "security/grpc_tls.h"
+#include "text/tool_calls.h"
 
 namespace {
 
@@ -135,6 +136,12 @@ absl::StatusOr<std::unique_ptr<cascade::coordinator::HttpFront>> StartHttp(
     cascade::coordinator::ServingMetrics& metrics, const cascade::coordinator::ApiKeys& keys) {
   using namespace cascade::coordinator;
   if (config.server.http_listen.empty()) return nullptr;
+  // server.tool_call_format: the template's own syntax unless the config names one.
+  cascade::text::ToolCallFormat tool_format = cascade::text::DetectToolCallFormat(tokenizer->chat_template());
+  const bool from_template = config.server.tool_call_format == "auto";
+  if (!from_template) (void)cascade::text::ParseToolCallFormat(config.server.tool_call_format, &tool_format);
+  CASCADE_LOG(Info) << "tool calls: " << cascade::text::ToolCallFormatName(tool_format)
+                    << (from_template ? " (from the chat template)" : " (server.tool_call_format)");
   auto http = std::make_unique<HttpFront>(&inference, &replicas, tokenizer, &metrics,
                                           HttpFrontOptions{.host = config.server.http_host,
                                                            .port = config.server.http_port,
@@ -144,7 +151,8 @@ absl::StatusOr<std::unique_ptr<cascade::coordinator::HttpFront>> StartHttp(
                                                            .health_needs_key = config.security.health_needs_key,
                                                            .metrics_needs_key = config.security.metrics_needs_key,
                                                            .tls_cert_file = config.server.tls_cert_file,
-                                                           .tls_key_file = config.server.tls_key_file});
+                                                           .tls_key_file = config.server.tls_key_file,
+                                                           .tool_format = tool_format});
   CASCADE_RETURN_IF_ERROR(http->Start());
   CASCADE_LOG(Info) << (config.server.tls_cert_file.empty() ? "http" : "https") << " front on "
                     << config.server.http_host << ":" << http->port() << " (model '" << config.server.model_name

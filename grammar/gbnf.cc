@@ -579,6 +579,38 @@ std::string Grammar::ToString() const {
   return out;
 }
 
+std::string RenameGbnfRule(std::string_view gbnf, std::string_view from, std::string_view to) {
+  const auto name_char = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
+  };
+  std::string out;
+  for (size_t i = 0; i < gbnf.size();) {
+    const char c = gbnf[i];
+    if (c == '"' || c == '[') {  // A literal or a class, copied with its escapes.
+      const char close = c == '"' ? '"' : ']';
+      size_t j = i + 1;
+      while (j < gbnf.size() && gbnf[j] != close) j += gbnf[j] == '\\' ? 2 : 1;
+      j = std::min(j + 1, gbnf.size());
+      out.append(gbnf.substr(i, j - i));
+      i = j;
+    } else if (c == '#') {
+      const size_t j = std::min(gbnf.find('\n', i), gbnf.size());
+      out.append(gbnf.substr(i, j - i));
+      i = j;
+    } else if (name_char(c)) {
+      size_t j = i;
+      while (j < gbnf.size() && name_char(gbnf[j])) ++j;
+      const std::string_view name = gbnf.substr(i, j - i);
+      out.append(name == from ? to : name);
+      i = j;
+    } else {
+      out += c;
+      ++i;
+    }
+  }
+  return out;
+}
+
 std::string GbnfLiteral(std::string_view text) {
   std::string out = "\"";
   for (char ch : text) {

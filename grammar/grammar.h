@@ -60,4 +60,8 @@ bool Accepts(const Grammar& grammar, std::string_view text);
 // A GBNF literal for `text`: "…" with the characters that need it escaped.
 std::string GbnfLiteral(std::string_view text);
 
+// `gbnf` with rule `from` renamed `to`, where it is defined and where it is used (not in
+// literals, classes or comments): to embed one grammar's root in another.
+std::string RenameGbnfRule(std::string_view gbnf, std::string_view from, std::string_view to);
+
 }  // namespace cascade::grammar

@@ -15,11 +15,12 @@ Shapes:
   moe-tiny  the same architecture for cluster tests: hidden 256, 4 layers, 4/2 heads, 8
             experts, top-2, expert FFN 128; weights N(0, 1/fan_in), so text varies
 Options: --hot-expert N makes every token choose expert N (the embedding's column 0 is 10
-and expert N's router row is 20 there): a router biased to one expert.
+and expert N's router row is 20 there): a router biased to one expert. --chat-template FILE
+puts FILE's Jinja template in place of the tokenizer's.
 
 Weights are N(0, 0.02^2) (norms 1), streamed tensor by tensor, so the 16 GB 8B file needs
 little memory. Uses the `gguf` package (scripts/python_deps.sh).
-Usage: make_random_gguf.py {1b|8b|moe|moe-tiny} TOKENIZER.gguf OUT.gguf [--hot-expert N]
+Usage: make_random_gguf.py {1b|8b|moe|moe-tiny} TOKENIZER.gguf OUT.gguf [--hot-expert N] [--chat-template FILE]
 """
 import sys
 
@@ -58,9 +59,11 @@ def tensor_shapes(s, vocab):
     return out
 
 
-def copy_tokenizer(reader, writer):
+def copy_tokenizer(reader, writer, chat_template=None):
+    if chat_template is not None:
+        writer.add_chat_template(chat_template)
     for key, field in reader.fields.items():
-        if not key.startswith("tokenizer."):
+        if not key.startswith("tokenizer.") or (chat_template is not None and key == "tokenizer.chat_template"):
             continue
         vtype = field.types[0]
         sub = field.types[-1] if vtype == GGUFValueType.ARRAY else None
@@ -73,12 +76,12 @@ def is_f32(name, shp):
     return len(shp) == 1 or "ffn_gate_inp" in name
 
 
-def main(shape, tokenizer_path, out_path, hot_expert=-1):
+def main(shape, tokenizer_path, out_path, hot_expert=-1, chat_template=None):
     s = SHAPES[shape]
     reader = GGUFReader(tokenizer_path)
     arch = "qwen3moe" if "experts" in s else "llama"
     w = GGUFWriter(out_path, arch)
-    vocab = copy_tokenizer(reader, w)
+    vocab = copy_tokenizer(reader, w, chat_template)
     head = s["hidden"] // s["heads"]
     w.add_name(f"cascade-random-llama-{shape}")
     w.add_context_length(8192)
@@ -129,10 +132,13 @@ def main(shape, tokenizer_path, out_path, hot_expert=-1):
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    hot = -1
-    if len(args) == 5 and args[3] == "--hot-expert":
-        hot = int(args[4])
-        args = args[:3]
+    hot, template = -1, None
+    while len(args) >= 5 and args[3] in ("--hot-expert", "--chat-template"):
+        if args[3] == "--hot-expert":
+            hot = int(args[4])
+        else:
+            template = open(args[4]).read()
+        args = args[:3] + args[5:]
     if len(args) != 3 or args[0] not in SHAPES:
         sys.exit(__doc__)
-    main(*args, hot_expert=hot)
+    main(*args, hot_expert=hot, chat_template=template)

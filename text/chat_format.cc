@@ -61,26 +61,68 @@ ChatSpecialTokens SpecialTokensOf(const Tokenizer& tokenizer) {
   return tokens;
 }
 
+namespace {
+
+// A message as transformers hands it to a template: role and content, an assistant's
+// tool_calls as {id, type, function: {name, arguments}} with the arguments as an object
+// (templates print them with `tojson`; a string that is not JSON stays a string), and a
+// tool message's tool_call_id and name. An assistant message that only calls tools has
+// content None, as OpenAI clients send it.
+JinjaValue MessageValue(const ChatMessage& m) {
+  jinja::Dict d;
+  d.Set("role", m.role);
+  d.Set("content", m.content.empty() && !m.tool_calls.empty() ? JinjaValue::None() : JinjaValue(m.content));
+  if (!m.tool_calls.empty()) {
+    std::vector<JinjaValue> calls;
+    for (const ChatToolCall& c : m.tool_calls) {
+      absl::StatusOr<JinjaValue> args = jinja::ValueFromJson(c.arguments);
+      jinja::Dict function;
+      function.Set("name", c.name);
+      function.Set("arguments", args.ok() ? *args : JinjaValue(c.arguments));
+      jinja::Dict call;
+      call.Set("id", c.id);
+      call.Set("type", "function");
+      call.Set("function", JinjaValue::MakeDict(std::move(function)));
+      calls.push_back(JinjaValue::MakeDict(std::move(call)));
+    }
+    d.Set("tool_calls", JinjaValue::List(std::move(calls)));
+  }
+  if (!m.tool_call_id.empty()) d.Set("tool_call_id", m.tool_call_id);
+  if (!m.name.empty()) d.Set("name", m.name);
+  return JinjaValue::MakeDict(std::move(d));
+}
+
+bool UsesTools(const std::vector<ChatMessage>& messages) {
+  return std::any_of(messages.begin(), messages.end(),
+                     [](const ChatMessage& m) { return m.role == "tool" || !m.tool_calls.empty(); });
+}
+
+}  // namespace
+
 absl::StatusOr<std::string> RenderChat(const ChatFormat& format, const std::vector<ChatMessage>& messages,
                                        bool add_generation_prompt, const ChatSpecialTokens& tokens,
-                                       std::string_view template_kwargs_json) {
+                                       std::string_view template_kwargs_json, std::string_view tools_json) {
   if (format.jinja == nullptr) {
     if (!template_kwargs_json.empty()) {
       return absl::InvalidArgumentError(StrCat("chat_template_kwargs: the ", format.Describe(),
                                                " format takes no template variables (only the model's own template)"));
     }
+    if (!tools_json.empty() || UsesTools(messages)) {
+      return absl::InvalidArgumentError(StrCat("tools: the ", format.Describe(),
+                                               " format has no syntax for tools (only a model's own template does)"));
+    }
     return ApplyChatTemplate(format.builtin, messages, add_generation_prompt);
   }
   std::vector<JinjaValue> list;
   list.reserve(messages.size());
-  for (const ChatMessage& m : messages) {
-    jinja::Dict d;
-    d.Set("role", m.role);
-    d.Set("content", m.content);
-    list.push_back(JinjaValue::MakeDict(std::move(d)));
-  }
+  for (const ChatMessage& m : messages) list.push_back(MessageValue(m));
   jinja::Dict context;
   context.Set("messages", JinjaValue::List(std::move(list)));
+  if (!tools_json.empty()) {
+    absl::StatusOr<JinjaValue> tools = jinja::ValueFromJson(tools_json);
+    if (!tools.ok() || !tools->is_list()) return absl::InvalidArgumentError("tools: expected a JSON array");
+    context.Set("tools", *tools);
+  }
   context.Set("add_generation_prompt", add_generation_prompt);
   context.Set("bos_token", tokens.bos);
   context.Set("eos_token", tokens.eos);

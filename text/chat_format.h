@@ -52,8 +52,10 @@ ChatSpecialTokens SpecialTokensOf(const Tokenizer& tokenizer);
 // (`chat_template_kwargs`, e.g. {"enable_thinking": false}), set after the others as
 // transformers does; InvalidArgument for anything but an object, or with a built-in format,
 // which has no variables.
+// `tools_json`: a JSON array of tool definitions, the template's `tools` (only Jinja
+// templates take tools, and tool messages or calls).
 absl::StatusOr<std::string> RenderChat(const ChatFormat& format, const std::vector<ChatMessage>& messages,
                                        bool add_generation_prompt, const ChatSpecialTokens& tokens,
-                                       std::string_view template_kwargs_json = {});
+                                       std::string_view template_kwargs_json = {}, std::string_view tools_json = {});
 
 }  // namespace cascade::text

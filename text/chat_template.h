@@ -23,9 +23,19 @@ enum class ChatTemplateKind {
   kHarmony,
 };
 
+// A function call of an assistant message: `arguments` is JSON text.
+struct ChatToolCall {
+  std::string id;
+  std::string name;
+  std::string arguments;
+};
+
 struct ChatMessage {
-  std::string role;  // "system", "user" or "assistant".
+  std::string role;  // "system", "user", "assistant" or "tool".
   std::string content;
+  std::vector<ChatToolCall> tool_calls = {};  // An assistant's calls (Jinja templates only).
+  std::string tool_call_id = {};              // A tool message: the call it answers.
+  std::string name = {};                      // A tool message: the function's name.
 };
 
 // Recognises the format of a model's Jinja template. InvalidArgument for an empty or

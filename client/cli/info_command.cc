@@ -12,6 +12,7 @@
 #include "model/format/model_files.h"
 #include "model/format/tokenizer_files.h"
 #include "text/chat_format.h"
+#include "text/tool_calls.h"
 
 namespace cascade::cli {
 namespace {
@@ -80,14 +81,18 @@ int InfoCommand(int argc, char** argv) {
     total_params += t.NumElements();
   }
   // How a chat is rendered for this model (text/chat_format.h): its own template, or why not.
-  std::string chat_format = "none (no tokenizer)";
+  std::string chat_format = "none (no tokenizer)", tool_calls = "none (no tokenizer)";
   if (absl::StatusOr<std::unique_ptr<text::Tokenizer>> tok = model::LoadTokenizer(*files); tok.ok()) {
     absl::StatusOr<text::ChatFormat> format = text::ResolveChatFormat("", (*tok)->chat_template());
     chat_format = format.ok() ? format->Describe() : StrCat("none (", format.status().message(), ")");
+    // The syntax the server reads calls in when server.tool_call_format is auto.
+    tool_calls = StrCat(text::ToolCallFormatName(text::DetectToolCallFormat((*tok)->chat_template())),
+                        " (from the chat template)");
   }
   if (args.Has("json")) {
     nlohmann::json j;
     j["chat_format"] = chat_format;
+    j["tool_calls"] = tool_calls;
     j["path"] = *path;
     j["format"] = std::string(model::ModelFormatName(files->format));
     j["config"] = ConfigJson(files->config);
@@ -102,6 +107,7 @@ int InfoCommand(int argc, char** argv) {
   std::printf("model           %s (%s)\n", path->c_str(), std::string(model::ModelFormatName(files->format)).c_str());
   std::fputs(files->config.ToString().c_str(), stdout);
   std::printf("chat format     %s\n", chat_format.c_str());
+  std::printf("tool calls      %s\n", tool_calls.c_str());
   std::printf("tensors         %zu (%.2f M parameters, %.2f MiB)\n", files->weights->tensors().size(),
               total_params / 1e6, total_bytes / 1048576.0);
   for (const auto& [type, cb] : by_type) {

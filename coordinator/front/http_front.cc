@@ -248,7 +248,7 @@ bool HttpFront::Authorize(const httplib::Request& req, httplib::Response& res) c
 }
 
 void HttpFront::Complete(OpenAiEndpoint endpoint, const httplib::Request& req, httplib::Response& res) {
-  auto parsed = ParseOpenAiRequest(endpoint, req.body, options_.model_id);
+  auto parsed = ParseOpenAiRequest(endpoint, req.body, options_.model_id, options_.tool_format);
   if (!parsed.ok()) {
     metrics_->CountRequest("http", RequestOutcomeOf(parsed.status(), v1::FINISH_REASON_UNSPECIFIED));
     return SendError(res, parsed.status());

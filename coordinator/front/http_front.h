@@ -27,6 +27,7 @@
 #include "coordinator/front/openai_api.h"
 #include "coordinator/serving/replicas.h"
 #include "text/tokenizer.h"
+#include "text/tool_calls.h"
 
 namespace httplib {
 class Server;
@@ -49,6 +50,8 @@ struct HttpFrontOptions {
   // checked by coordinator/front/public_tls.h first); both empty: plain HTTP.
   std::string tls_cert_file;
   std::string tls_key_file;
+  // The syntax function calls are read in and forced (server.tool_call_format, resolved).
+  text::ToolCallFormat tool_format = text::ToolCallFormat::kNone;
 };
 
 class HttpFront {

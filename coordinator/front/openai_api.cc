@@ -92,6 +92,38 @@ absl::StatusOr<std::string> MessageContent(const json& content, size_t i) {
   return text;
 }
 
+// An assistant message's tool_calls and a tool message's tool_call_id and name.
+absl::Status ParseToolFields(const json& m, size_t i, v1::ChatMessage* out) {
+  if (auto calls = m.find("tool_calls"); calls != m.end() && !calls->is_null()) {
+    const std::string field = StrCat("messages[", i, "].tool_calls");
+    if (out->role() != "assistant" || !calls->is_array())
+      return Bad(field, "expected an array, on an assistant message");
+    for (size_t k = 0; k < calls->size(); ++k) {
+      const json& c = (*calls)[k];
+      const json* f = c.is_object() && c.contains("function") && c["function"].is_object() ? &c["function"] : nullptr;
+      if (f == nullptr || !f->contains("name") || !(*f)["name"].is_string()) {
+        return Bad(StrCat(field, "[", k, "]"),
+                   "expected {\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}");
+      }
+      v1::ToolCall* call = out->add_tool_calls();
+      call->set_id(StringMember(c, "id"));
+      call->set_name((*f)["name"].get<std::string>());
+      const auto args = f->find("arguments");
+      call->set_arguments(args == f->end() || args->is_null() ? "{}"
+                          : args->is_string()                 ? args->get<std::string>()
+                                                              : args->dump());
+    }
+  }
+  if (out->role() == "tool") {
+    if (m.contains("tool_call_id") && !m["tool_call_id"].is_string()) {
+      return Bad(StrCat("messages[", i, "].tool_call_id"), "expected a string");
+    }
+    out->set_tool_call_id(StringMember(m, "tool_call_id"));
+    out->set_name(StringMember(m, "name"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseMessages(const json& body, v1::GenerateRequest* req) {
   auto it = body.find("messages");
   if (it == body.end() || !it->is_array()) return Bad("messages", "required: an array of {role, content} messages");
@@ -105,20 +137,18 @@ absl::Status ParseMessages(const json& body, v1::GenerateRequest* req) {
     std::string mapped;
     if (role == "system" || role == "developer") {
       mapped = "system";
-    } else if (role == "user" || role == "assistant") {
+    } else if (role == "user" || role == "assistant" || role == "tool") {
       mapped = role;
     } else {
       return Bad(StrCat("messages[", i, "].role"),
-                 StrCat("'", role, "' is not supported (system, developer, user or assistant; no tools)"));
-    }
-    if (m.contains("tool_calls") && !m["tool_calls"].is_null() && !m["tool_calls"].empty()) {
-      return Bad(StrCat("messages[", i, "].tool_calls"), "tool calls are not supported");
+                 StrCat("'", role, "' is not supported (system, developer, user, assistant or tool)"));
     }
     auto content = MessageContent(m.contains("content") ? m["content"] : json(), i);
     if (!content.ok()) return content.status();
     v1::ChatMessage* out = chat->add_messages();
     out->set_role(mapped);
     out->set_content(*content);
+    CASCADE_RETURN_IF_ERROR(ParseToolFields(m, i, out));
   }
   // Variables for the model's template (vLLM's and SGLang's name), e.g. enable_thinking.
   if (auto kw = body.find("chat_template_kwargs"); kw != body.end() && !kw->is_null()) {
@@ -182,8 +212,8 @@ absl::Status RefuseUnsupported(const Fields& f) {
     return Bad("suffix", "insertion (suffix) is not supported");
   }
   if (const json* b = f.Get("logit_bias"); b != nullptr && !b->empty()) return Bad("logit_bias", "not supported");
-  for (const char* key : {"tools", "functions"}) {
-    if (const json* t = f.Get(key); t != nullptr && !t->empty()) return Bad(key, "tool calling is not supported");
+  if (const json* t = f.Get("functions"); t != nullptr && !t->empty()) {
+    return Bad("functions", "the deprecated functions API is not supported (send tools)");
   }
   return absl::OkStatus();
 }
@@ -334,8 +364,26 @@ std::string_view FinishName(v1::FinishReason r) { return r == v1::FINISH_REASON_
 
 }  // namespace
 
+// `tools` and `tool_choice`: the tools go to the model's template; a required or named
+// choice becomes the grammar of a call in the template's syntax.
+absl::Status ParseTools(std::string_view body, OpenAiRequest* out) {
+  const auto ordered = nlohmann::ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
+  CASCADE_ASSIGN_OR_RETURN(out->tools, ParseOpenAiTools(ordered));
+  if (!out->tools.any()) return absl::OkStatus();
+  if (out->endpoint != OpenAiEndpoint::kChat) return Bad("tools", "only /v1/chat/completions takes tools");
+  out->request.mutable_prompt()->mutable_chat()->set_tools_json(out->tools.tools.dump());
+  const bool forced =
+      out->tools.choice == OpenAiTools::Choice::kRequired || out->tools.choice == OpenAiTools::Choice::kNamed;
+  if (!forced) return absl::OkStatus();
+  if (out->request.has_constraint())
+    return Bad("tool_choice", "a required tool call cannot take a response_format too");
+  CASCADE_ASSIGN_OR_RETURN(const std::string gbnf, ToolCallGbnf(out->tool_format, out->tools));
+  out->request.mutable_constraint()->set_grammar(gbnf);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, std::string_view body,
-                                                 std::string_view model_id) {
+                                                 std::string_view model_id, text::ToolCallFormat tool_format) {
   const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Bad("body", "not valid JSON");
   if (!j.is_object()) return Bad("body", "expected a JSON object");
@@ -349,6 +397,7 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, std::s
   }
   OpenAiRequest out;
   out.endpoint = endpoint;
+  out.tool_format = tool_format;
   CASCADE_RETURN_IF_ERROR(RefuseUnsupported(f));
   CASCADE_RETURN_IF_ERROR(endpoint == OpenAiEndpoint::kChat ? ParseMessages(j, &out.request)
                                                             : ParsePrompt(j, &out.request));
@@ -356,6 +405,7 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, std::s
   CASCADE_RETURN_IF_ERROR(ParseLimits(f, endpoint, &out));
   CASCADE_RETURN_IF_ERROR(ParseStop(j, &out.request));
   CASCADE_RETURN_IF_ERROR(ParseConstraint(f, &out.request));
+  if (f.Get("tools") != nullptr || f.Get("tool_choice") != nullptr) CASCADE_RETURN_IF_ERROR(ParseTools(body, &out));
   std::optional<int64_t> n;
   CASCADE_RETURN_IF_ERROR(f.Int("n", 1, kMaxChoices, &n));
   out.n = static_cast<int>(n.value_or(1));
@@ -422,6 +472,10 @@ OpenAiResponder::OpenAiResponder(const OpenAiRequest& request, const text::Token
                    .count()),
       choices_(std::max(1, request.n)) {
   for (Choice& c : choices_) {
+    if (request_.endpoint == OpenAiEndpoint::kChat && request_.tools.parse_calls() &&
+        request_.tool_format != text::ToolCallFormat::kNone) {
+      c.reader.emplace(request_.tool_format);
+    }
     if (request_.endpoint == OpenAiEndpoint::kChat) {
       c.logprobs = {{"content", json::array()}};
     } else {
@@ -515,29 +569,41 @@ std::vector<json> OpenAiResponder::Chunks(const v1::GenerateResponse& m, int ind
     ch.sent_role = true;
     chunk({{"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}});
   }
-  if (!m.text().empty() || !m.reasoning().empty() || m.token_ids_size() > 0) {
+  // Calls come out of the text as they complete; what may still be one is held back.
+  std::vector<json> calls;
+  std::string text = ch.reader ? ch.reader->Push(m.text(), calls) : m.text();
+  if (last && ch.reader) text += ch.reader->Flush(calls);
+  if (!text.empty() || !m.reasoning().empty() || m.token_ids_size() > 0) {
     const json lp = request_.logprobs && m.logprobs_size() > 0 ? Logprobs(m, ch) : json(nullptr);
-    if (!m.text().empty() || !m.reasoning().empty() || !lp.is_null()) {
+    if (!text.empty() || !m.reasoning().empty() || !lp.is_null()) {
       if (chat) {
         // Reasoning (harmony's analysis channel) travels as `reasoning_content`, vLLM's and
         // DeepSeek's name, beside the content.
         json delta = json::object();
-        if (!m.text().empty() || m.reasoning().empty()) delta["content"] = m.text();
+        if (!text.empty() || m.reasoning().empty()) delta["content"] = text;
         if (!m.reasoning().empty()) delta["reasoning_content"] = m.reasoning();
         chunk({{"delta", std::move(delta)}, {"logprobs", lp}, {"finish_reason", nullptr}});
       } else {
-        chunk({{"text", m.text()}, {"logprobs", lp}, {"finish_reason", nullptr}});
+        chunk({{"text", text}, {"logprobs", lp}, {"finish_reason", nullptr}});
       }
     }
   }
+  if (!calls.empty()) chunk({{"delta", {{"tool_calls", calls}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}});
   if (last) {
+    const std::string finish = FinishOf(ch, m.finish());
     if (chat) {
-      chunk({{"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", FinishName(m.finish())}});
+      chunk({{"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", finish}});
     } else {
-      chunk({{"text", ""}, {"logprobs", nullptr}, {"finish_reason", FinishName(m.finish())}});
+      chunk({{"text", ""}, {"logprobs", nullptr}, {"finish_reason", finish}});
     }
   }
   return chunks;
+}
+
+std::string OpenAiResponder::FinishOf(const Choice& c, v1::FinishReason finish) {
+  // A choice that called tools and stopped by itself (not cut by max_tokens) ends with them.
+  if (c.reader && c.reader->n_calls() > 0 && finish == v1::FINISH_REASON_STOP) return "tool_calls";
+  return std::string(FinishName(finish));
 }
 
 json OpenAiResponder::UsageChunk() const {
@@ -557,7 +623,7 @@ void OpenAiResponder::Add(const v1::GenerateResponse& m, int index) {
       for (const json& v : values) c.logprobs[key].push_back(v);
     }
   }
-  if (m.finish() != v1::FINISH_REASON_UNSPECIFIED) c.finish_reason = FinishName(m.finish());
+  if (m.finish() != v1::FINISH_REASON_UNSPECIFIED) c.finish = m.finish();
   if (m.has_usage()) c.usage = m.usage();
 }
 
@@ -567,12 +633,23 @@ json OpenAiResponder::Whole() const {
   out["choices"] = json::array();
   for (size_t i = 0; i < choices_.size(); ++i) {
     const Choice& c = choices_[i];
-    json choice = {
-        {"index", i}, {"logprobs", request_.logprobs ? c.logprobs : json(nullptr)}, {"finish_reason", c.finish_reason}};
+    json choice = {{"index", i}, {"logprobs", request_.logprobs ? c.logprobs : json(nullptr)}};
     if (chat) {
-      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      // The calls read out of the whole text; a message that only calls has no content.
+      Choice read;
+      if (c.reader) read.reader.emplace(request_.tool_format);
+      std::vector<json> calls;
+      std::string content = read.reader ? read.reader->Push(c.text, calls) : c.text;
+      if (read.reader) content += read.reader->Flush(calls);
+      choice["message"] = {{"role", "assistant"}, {"content", content}};
+      if (!calls.empty()) {
+        if (content.empty()) choice["message"]["content"] = nullptr;
+        choice["message"]["tool_calls"] = calls;
+      }
       if (!c.reasoning.empty()) choice["message"]["reasoning_content"] = c.reasoning;
+      choice["finish_reason"] = FinishOf(read, c.finish);
     } else {
+      choice["finish_reason"] = FinishName(c.finish);
       choice["text"] = c.text;
     }
     out["choices"].push_back(std::move(choice));

@@ -7,11 +7,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include "absl/status/statusor.h"
 #include "cascade/v1/inference.pb.h"
+#include "coordinator/front/openai_tools.h"
 #include "nlohmann/json.hpp"
 #include "text/tokenizer.h"
 
@@ -30,13 +32,19 @@ struct OpenAiRequest {
   // Choices: `n` sequences from one prompt. Choice i samples with seed + i; the serving
   // side computes the prompt once (choices 1.. start after choice 0's prompt is cached).
   int n = 1;
+  // Tool calling: the request's tools and tool_choice, and the syntax the model writes
+  // calls in (its template's, text/tool_calls.h), read back into tool_calls.
+  OpenAiTools tools;
+  text::ToolCallFormat tool_format = text::ToolCallFormat::kNone;
 };
 
 // Parses and validates a request body. Errors name the field as OpenAI's `param`
 // ("field: why"): InvalidArgument for bad JSON, types, ranges and unsupported options;
-// NotFound when `model` is not `model_id` (the one served).
+// NotFound when `model` is not `model_id` (the one served). `tool_format`: the syntax the
+// served model writes function calls in (a required tool_choice forces it).
 absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, std::string_view body,
-                                                 std::string_view model_id);
+                                                 std::string_view model_id,
+                                                 text::ToolCallFormat tool_format = text::ToolCallFormat::kNone);
 
 // OpenAI's error object for a failed status, and the HTTP status that carries it.
 struct OpenAiError {
@@ -74,9 +82,12 @@ class OpenAiResponder {
     std::string reasoning;    // Whole: all reasoning so far (harmony's analysis channel).
     nlohmann::json logprobs;  // Whole: merged logprobs.
     int64_t text_offset = 0;  // Completions' logprobs.text_offset.
-    std::string finish_reason;
+    v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
     v1::Usage usage;
+    std::optional<ToolCallReader> reader;  // With tools: calls read out of the text.
   };
+  // The finish_reason of a choice that ended with `finish`: "tool_calls" once it called.
+  static std::string FinishOf(const Choice& c, v1::FinishReason finish);
   nlohmann::json Envelope(std::string_view object) const;
   nlohmann::json Logprobs(const v1::GenerateResponse& m, Choice& c);  // Of one message's tokens.
   // The prompt counted once (and its cached tokens, choice 0's), the completions summed.

@@ -36,10 +36,16 @@ absl::StatusOr<std::vector<int32_t>> TokenizePrompt(const v1::Prompt& prompt, co
       // A chat in the harmony format is answered in it: reasoning apart from the content.
       if (output_format != nullptr) *output_format = text::OutputFormatOf(format);
       std::vector<text::ChatMessage> msgs;
-      for (const auto& m : chat.messages()) msgs.push_back({m.role(), m.content()});
-      CASCADE_ASSIGN_OR_RETURN(
-          const std::string rendered,
-          text::RenderChat(format, msgs, true, text::SpecialTokensOf(tokenizer), chat.template_kwargs_json()));
+      for (const auto& m : chat.messages()) {
+        text::ChatMessage msg{m.role(), m.content()};
+        for (const v1::ToolCall& c : m.tool_calls()) msg.tool_calls.push_back({c.id(), c.name(), c.arguments()});
+        msg.tool_call_id = m.tool_call_id();
+        msg.name = m.name();
+        msgs.push_back(std::move(msg));
+      }
+      CASCADE_ASSIGN_OR_RETURN(const std::string rendered,
+                               text::RenderChat(format, msgs, true, text::SpecialTokensOf(tokenizer),
+                                                chat.template_kwargs_json(), chat.tools_json()));
       // The template holds any BOS the model wants (transformers encodes it so).
       return tokenizer.Encode(rendered, false);
     }

@@ -173,10 +173,18 @@ TEST(OpenAiApiTest, RefusesBadAndUnsupportedFieldsNamingThem) {
        "stream_options: only allowed with stream: true"},
       {H, R"({})", kInvalid, "messages: required"},
       {H, R"({"messages": []})", kInvalid, "messages: empty"},
-      {H, R"({"messages": [{"role": "tool", "content": "x"}]})", kInvalid, "messages[0].role: 'tool' is not supported"},
+      {H, R"({"messages": [{"role": "function", "content": "x"}]})", kInvalid,
+       "messages[0].role: 'function' is not supported"},
+      {H, R"({"messages": [{"role": "user", "content": "x", "tool_calls": []}]})", kInvalid,
+       "messages[0].tool_calls: expected an array, on an assistant message"},
+      {H, R"({"messages": [{"role": "assistant", "tool_calls": [{"id": "c"}]}]})", kInvalid,
+       "messages[0].tool_calls[0]: expected"},
+      {C, R"({"prompt": "x", "tools": [{"type": "function", "function": {"name": "f"}}]})", kInvalid,
+       "tools: only /v1/chat/completions"},
       {H, R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", kInvalid,
        "messages[0].content: only text parts"},
-      {H, R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", kInvalid, "tools:"},
+      {H, R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", kInvalid,
+       "tools[0]: expected"},
       {H, R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema"}})", kInvalid,
        "response_format.json_schema: expected an object"},
       {H,
@@ -236,6 +244,36 @@ TEST(OpenAiApiTest, StructuredOutputFieldsBecomeTheConstraint) {
   EXPECT_EQ(Parse(OpenAiEndpoint::kCompletions, completion).request.constraint().grammar(), "root ::= \"a\"");
   EXPECT_EQ(Parse(OpenAiEndpoint::kCompletions, {{"prompt", "x"}, {"regex", "[0-9]+"}}).request.constraint().regex(),
             "[0-9]+");
+}
+
+TEST(OpenAiApiTest, ToolMessagesAndToolsReachTheChat) {
+  json body = kChat;
+  body["messages"] = json::parse(R"([
+    {"role": "user", "content": "Weather?"},
+    {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+      "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+    {"role": "tool", "tool_call_id": "call_1", "name": "get_weather", "content": "sunny"}])");
+  body["tools"] = json::parse(R"([{"type": "function", "function": {"name": "get_weather",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}])");
+  const OpenAiRequest r = Parse(OpenAiEndpoint::kChat, body);
+  const v1::ChatMessages& chat = r.request.prompt().chat();
+  ASSERT_EQ(chat.messages_size(), 3);
+  ASSERT_EQ(chat.messages(1).tool_calls_size(), 1);
+  EXPECT_EQ(chat.messages(1).tool_calls(0).id(), "call_1");
+  EXPECT_EQ(chat.messages(1).tool_calls(0).name(), "get_weather");
+  EXPECT_EQ(chat.messages(1).tool_calls(0).arguments(), "{\"city\": \"Paris\"}");
+  EXPECT_EQ(chat.messages(2).role(), "tool");
+  EXPECT_EQ(chat.messages(2).tool_call_id(), "call_1");
+  EXPECT_EQ(json::parse(chat.tools_json()), body["tools"]);
+  EXPECT_FALSE(r.request.has_constraint());  // "auto": nothing forced.
+  // A required choice is a grammar in the model's syntax; without one, it is refused.
+  body["tool_choice"] = "required";
+  absl::StatusOr<OpenAiRequest> forced =
+      ParseOpenAiRequest(OpenAiEndpoint::kChat, body.dump(), kModel, text::ToolCallFormat::kHermes);
+  ASSERT_TRUE(forced.ok()) << forced.status();
+  EXPECT_NE(forced->request.constraint().grammar().find("<tool_call>"), std::string::npos);
+  EXPECT_EQ(ParseOpenAiRequest(OpenAiEndpoint::kChat, body.dump(), kModel).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(OpenAiApiTest, ErrorsTakeOpenAiShapeAndStatus) {

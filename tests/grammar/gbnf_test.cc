@@ -118,6 +118,12 @@ TEST(GbnfTest, ErrorsNameTheProblem) {
   EXPECT_THAT(error(""), testing::HasSubstr("empty"));
 }
 
+TEST(GbnfTest, RenameTouchesRulesOnly) {
+  const std::string gbnf = "root ::= \"root\" [r-t] root-2 # root\nroot-2 ::= \"\\\"root\" | root\n";
+  EXPECT_EQ(RenameGbnfRule(gbnf, "root", "call"),
+            "call ::= \"root\" [r-t] root-2 # root\nroot-2 ::= \"\\\"root\" | call\n");
+}
+
 TEST(GbnfTest, LiteralEscapesRoundTrip) {
   const std::string text = "q\"b\\s\n\t\r\x01\xC3\xA9";
   const auto g = Compile("root ::= " + GbnfLiteral(text));

@@ -486,5 +486,109 @@ def test_n_choices():
               f"{whole.usage.completion_tokens} completion tokens ({tokens})")
 
 
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city.",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "minLength": 1, "maxLength": 12},
+        "unit": {"enum": ["celsius", "fahrenheit"]}}, "required": ["city", "unit"]}}}
+SEARCH = {"type": "function", "function": {
+    "name": "search", "description": "Search the web.",
+    "parameters": {"type": "object", "properties": {
+        "query": {"type": "string", "maxLength": 16}, "limit": {"type": "integer", "minimum": 1, "maximum": 5}},
+        "required": ["query"]}}}
+
+
+@contextlib.contextmanager
+def qwen_tools_cluster():
+    """A random-weight Qwen3-MoE model (scripts/make_random_gguf.py moe-tiny) with Qwen2's
+    vocabulary and Qwen2.5-7B-Instruct's own chat template (tools in the system prompt,
+    calls as <tool_call> blocks, tool results as <tool_response>), from llama.cpp's tree."""
+    need(os.path.join(ROOT, "..", "shared", "testdata", "vocab", "ggml-vocab-qwen2.gguf"))
+    src = subprocess.run([os.path.join(ROOT, "scripts", "llama_cpp.sh"), "--src"], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    template = os.path.join(src, "models", "templates", "Qwen-Qwen2.5-7B-Instruct.jinja")
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "qwen-tools.gguf")
+        subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "make_random_gguf.py"), "moe-tiny",
+                        os.path.join(ROOT, "..", "shared", "testdata", "vocab", "ggml-vocab-qwen2.gguf"), path,
+                        "--chat-template", template], check=True, capture_output=True)
+        with http_cluster(model=path, model_id="qwen-tools") as (address, http_address, proc):
+            yield http_address, open(template).read()
+
+
+def check_calls(calls, tools, named=None):
+    """Each call names a declared function and its arguments validate against its schema."""
+    import jsonschema
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
+    assert calls, "no tool call"
+    for call in calls:
+        assert call.type == "function" and call.id.startswith("call_"), call
+        assert call.function.name in schemas and (named is None or call.function.name == named), call
+        jsonschema.Draft202012Validator(schemas[call.function.name]).validate(json.loads(call.function.arguments))
+
+
+def test_tool_calls():
+    """tool_choice required and named on a random-weight model with a Qwen template: the
+    forced call parses into tool_calls, its arguments validate against the function's
+    schema, finish_reason is tool_calls; the role: tool answer goes into the next turn (the
+    prompt is the template's own rendering, by jinja2, of the whole conversation); the same
+    streamed as tool_calls deltas."""
+    sys.path.insert(0, os.path.join(os.environ["CASCADE_PYTHON_CACHE"], "jsonschema"))
+    sys.path.insert(0, os.path.join(ROOT, "tests", "text"))
+    import jinja_goldens
+    with qwen_tools_cluster() as (http_address, template):
+        c = client(http_address)
+        tools = [WEATHER, SEARCH]
+        ask = [{"role": "user", "content": "What is the weather in Paris?"}]
+        kw = dict(model="qwen-tools", tools=tools, max_tokens=120, temperature=0, parallel_tool_calls=False)
+        whole = c.chat.completions.create(messages=ask, tool_choice="required", **kw)
+        choice = whole.choices[0]
+        assert choice.finish_reason == "tool_calls", choice
+        assert choice.message.content is None, choice.message
+        check_calls(choice.message.tool_calls, tools)
+        named = c.chat.completions.create(messages=ask, **{**kw, "tool_choice": {"type": "function",
+                                                                               "function": {"name": "search"}}})
+        check_calls(named.choices[0].message.tool_calls, tools, named="search")
+        print(f"required: {[(t.function.name, t.function.arguments) for t in choice.message.tool_calls]}")
+
+        # Streamed: the deltas carry the same call.
+        deltas, finish = [], None
+        for ch in c.chat.completions.create(messages=ask, tool_choice="required", stream=True, **kw):
+            for d in ch.choices:
+                deltas += d.delta.tool_calls or []
+                finish = d.finish_reason or finish
+        assert finish == "tool_calls", finish
+        assert [(t.index, t.function.name, t.function.arguments) for t in deltas] == \
+            [(i, t.function.name, t.function.arguments) for i, t in enumerate(choice.message.tool_calls)], deltas
+        check_calls(deltas, tools)
+
+        # The next turn: the call and the tool's answer, rendered by the model's template.
+        call = choice.message.tool_calls[0]
+        turn = ask + [{"role": "assistant", "content": None, "tool_calls": [
+                          {"id": call.id, "type": "function",
+                           "function": {"name": call.function.name, "arguments": call.function.arguments}}]},
+                      {"role": "tool", "tool_call_id": call.id, "content": "{\"temperature\": 21, \"sky\": \"clear\"}"}]
+        after = c.chat.completions.create(messages=turn, tool_choice="auto", **{**kw, "max_tokens": 4})
+        reference = jinja_goldens.make_env().from_string(template).render(
+            messages=[turn[0], {**turn[1], "tool_calls": [{**turn[1]["tool_calls"][0], "function": {
+                "name": call.function.name, "arguments": json.loads(call.function.arguments)}}]}, turn[2]],
+            tools=tools, add_generation_prompt=True, bos_token="", eos_token="<|endoftext|>")
+        assert "<tool_response>" in reference and "temperature" in reference, reference
+        expected = c.completions.create(model="qwen-tools", prompt=reference, max_tokens=1, temperature=0)
+        assert after.usage.prompt_tokens == expected.usage.prompt_tokens, (after.usage, expected.usage)
+        print(f"next turn: {after.usage.prompt_tokens} prompt tokens, as jinja2 renders the conversation")
+
+        # Refusals name the field.
+        for body, words in [({"tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
+                            ({"tools": [{"type": "function", "function": {}}]}, "tools[0].function.name"),
+                            ({"tool_choice": "required", "response_format": {"type": "json_object"}}, "tool_choice")]:
+            try:
+                c.chat.completions.create(model="qwen-tools", messages=ask, max_tokens=4,
+                                          **{"tools": tools, **body})
+                raise AssertionError(f"{body} was accepted")
+            except openai.BadRequestError as e:
+                assert words in str(e), (body, str(e))
+
+
 if __name__ == "__main__":
     globals()["test_" + sys.argv[2]]()

@@ -5,8 +5,12 @@
 // jinja2 by jinja_golden_test.cc).
 #include "text/chat_format.h"
 
+#include <cstdlib>
+#include <fstream>
 #include "model/format/gguf.h"
 #include "model/format/tokenizer_files.h"
+
+#include "nlohmann/json.hpp"
 #include "tests/test_support.h"
 
 namespace cascade::text {
@@ -126,6 +130,55 @@ TEST(ChatFormatTest, DefaultModelsTemplateEncodes) {
   EXPECT_EQ(ids.front(), 1);                            // <|im_start|>
   EXPECT_EQ(std::count(ids.begin(), ids.end(), 2), 2);  // <|im_end|> after the system and user turns.
   EXPECT_EQ((*tok)->Decode(ids), *text);
+}
+
+}  // namespace
+}  // namespace cascade::text
+
+namespace cascade::text {
+namespace {
+
+// A chat with tools goes to every real template as transformers hands it over: the
+// goldens' "parallel_tool_calls" conversation (an assistant message with content None and
+// two calls whose arguments are objects, two tool answers, the tools) rendered through
+// RenderChat from ChatMessages (arguments as JSON text, as the API carries them) equals
+// jinja2's rendering. Templates that print today's date are left out (RenderChat reads
+// the clock; the goldens fix it).
+TEST(ChatFormatTest, ToolConversationsRenderAsJinja2DoesOnRealTemplates) {
+  const char* path = std::getenv("CASCADE_JINJA_GOLDENS");
+  if (path == nullptr) GTEST_SKIP() << "CASCADE_JINJA_GOLDENS unset: run through ctest (fixture jinja_goldens)";
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  const std::string dir = nlohmann::json::parse(line).at("templates_dir");
+  int compared = 0;
+  while (std::getline(in, line)) {
+    const nlohmann::ordered_json record = nlohmann::ordered_json::parse(line);  // Keys in the golden's order.
+    if (record.at("case") != "parallel_tool_calls" || !record.contains("output")) continue;
+    std::ifstream f(dir + "/" + record.at("template").get<std::string>());
+    const std::string source((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (source.find("strftime_now") != std::string::npos || source.find("date_string") != std::string::npos) continue;
+    absl::StatusOr<ChatFormat> format = ResolveChatFormat("", source);
+    if (!format.ok() || format->jinja == nullptr) continue;
+    const nlohmann::ordered_json& context = record.at("context");
+    std::vector<ChatMessage> messages;
+    for (const nlohmann::ordered_json& m : context.at("messages")) {
+      ChatMessage msg{m.at("role"), m.at("content").is_null() ? "" : m.at("content").get<std::string>()};
+      for (const nlohmann::ordered_json& c : m.value("tool_calls", nlohmann::ordered_json::array())) {
+        msg.tool_calls.push_back({c.at("id"), c.at("function").at("name"), c.at("function").at("arguments").dump()});
+      }
+      msg.tool_call_id = m.value("tool_call_id", "");
+      msg.name = m.value("name", "");
+      messages.push_back(std::move(msg));
+    }
+    absl::StatusOr<std::string> text =
+        RenderChat(*format, messages, context.at("add_generation_prompt"),
+                   {context.at("bos_token"), context.at("eos_token")}, {}, context.at("tools").dump());
+    if (!text.ok()) continue;  // The goldens hold jinja2's error too; the golden test compares those.
+    EXPECT_EQ(*text, record.at("output").get<std::string>()) << record.at("template");
+    ++compared;
+  }
+  EXPECT_GE(compared, 20) << "too few templates rendered the conversation to be a test";
 }
 
 }  // namespace

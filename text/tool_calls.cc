@@ -1,0 +1,163 @@
+#include "text/tool_calls.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "nlohmann/json.hpp"
+
+namespace cascade::text {
+namespace {
+
+using Json = nlohmann::ordered_json;  // Arguments keep the model's order.
+
+constexpr std::string_view kHermesOpen = "<tool_call>", kHermesClose = "</tool_call>";
+constexpr std::string_view kMistralTag = "[TOOL_CALLS]", kPythonTag = "<|python_tag|>";
+
+// The length of the longest suffix of `text` that is a proper prefix of `tag`: text that
+// may be the start of the tag and must wait for more.
+size_t PartialTag(std::string_view text, std::string_view tag) {
+  for (size_t n = std::min(text.size(), tag.size() - 1); n > 0; --n) {
+    if (text.substr(text.size() - n) == tag.substr(0, n)) return n;
+  }
+  return 0;
+}
+
+std::string_view TrimLeft(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\n' || s.front() == '\t' || s.front() == '\r')) {
+    s.remove_prefix(1);
+  }
+  return s;
+}
+
+// {"name": f, <args_key>: {...}} as a call; false for anything else.
+bool CallOf(const Json& j, ParsedToolCall* call) {
+  if (!j.is_object() || !j.contains("name") || !j["name"].is_string()) return false;
+  for (const char* key : {"arguments", "parameters"}) {
+    if (!j.contains(key)) continue;
+    const Json& args = j[key];
+    if (args.is_string()) {  // Some models write the arguments as a JSON string.
+      const Json inner = Json::parse(args.get<std::string>(), nullptr, false);
+      if (!inner.is_object()) return false;
+      *call = {j["name"].get<std::string>(), inner.dump()};
+      return true;
+    }
+    if (!args.is_object()) return false;
+    *call = {j["name"].get<std::string>(), args.dump()};
+    return true;
+  }
+  *call = {j["name"].get<std::string>(), "{}"};
+  return true;
+}
+
+// Every call in `text` (one object, or an array of them); false when any is not one.
+bool CallsOf(std::string_view text, std::vector<ParsedToolCall>& calls) {
+  const Json j = Json::parse(text, nullptr, false);
+  std::vector<ParsedToolCall> found;
+  ParsedToolCall call;
+  if (j.is_array()) {
+    for (const Json& item : j) {
+      if (!CallOf(item, &call)) return false;
+      found.push_back(call);
+    }
+  } else if (CallOf(j, &call)) {
+    found.push_back(call);
+  }
+  if (found.empty()) return false;
+  calls.insert(calls.end(), found.begin(), found.end());
+  return true;
+}
+
+}  // namespace
+
+ToolCallFormat DetectToolCallFormat(std::string_view t) {
+  if (t.find(kHermesOpen) != std::string_view::npos) return ToolCallFormat::kHermes;
+  if (t.find(kMistralTag) != std::string_view::npos) return ToolCallFormat::kMistral;
+  if (t.find(kPythonTag) != std::string_view::npos || t.find("\"parameters\": dictionary") != std::string_view::npos) {
+    return ToolCallFormat::kLlama3;
+  }
+  return ToolCallFormat::kNone;
+}
+
+std::string_view ToolCallFormatName(ToolCallFormat format) {
+  switch (format) {
+    case ToolCallFormat::kHermes: return "hermes";
+    case ToolCallFormat::kLlama3: return "llama3";
+    case ToolCallFormat::kMistral: return "mistral";
+    case ToolCallFormat::kNone: break;
+  }
+  return "none";
+}
+
+bool ParseToolCallFormat(std::string_view name, ToolCallFormat* format) {
+  for (ToolCallFormat f :
+       {ToolCallFormat::kNone, ToolCallFormat::kHermes, ToolCallFormat::kLlama3, ToolCallFormat::kMistral}) {
+    if (name == ToolCallFormatName(f)) {
+      *format = f;
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string ToolCallParser::Push(std::string_view text, std::vector<ParsedToolCall>& calls) {
+  if (format_ == ToolCallFormat::kNone) return std::string(text);
+  held_.append(text);
+  if (format_ == ToolCallFormat::kHermes) return PushHermes(calls);
+  if (!started_) {
+    // A Llama 3 or Mistral answer is a call when it opens like one: decide on the first
+    // characters, holding them while they may still be the opening.
+    const std::string_view head = TrimLeft(held_);
+    if (head.empty()) return "";
+    const std::string_view open = format_ == ToolCallFormat::kMistral ? kMistralTag : kPythonTag;
+    if (head.size() < open.size() && open.substr(0, head.size()) == head) return "";
+    started_ = true;
+    whole_ = head.substr(0, open.size()) == open || (format_ == ToolCallFormat::kLlama3 && head.front() == '{');
+  }
+  if (whole_) return "";
+  return std::exchange(held_, "");
+}
+
+std::string ToolCallParser::PushHermes(std::vector<ParsedToolCall>& calls) {
+  std::string content;
+  while (true) {
+    if (!whole_) {  // Outside a call: content up to the next opening (or a partial one).
+      const size_t open = held_.find(kHermesOpen);
+      if (open == std::string::npos) {
+        const size_t keep = PartialTag(held_, kHermesOpen);
+        content += held_.substr(0, held_.size() - keep);
+        held_.erase(0, held_.size() - keep);
+        return content;
+      }
+      content += held_.substr(0, open);
+      held_.erase(0, open + kHermesOpen.size());
+      whole_ = true;
+    }
+    const size_t close = held_.find(kHermesClose);
+    if (close == std::string::npos) return content;
+    const std::string body = held_.substr(0, close);
+    if (!CallsOf(body, calls)) {  // Not a call after all: the text as it came.
+      content.append(kHermesOpen).append(body).append(kHermesClose);
+    }
+    held_.erase(0, close + kHermesClose.size());
+    whole_ = false;
+  }
+}
+
+std::string ToolCallParser::Flush(std::vector<ParsedToolCall>& calls) {
+  std::string rest = std::exchange(held_, "");
+  switch (format_) {
+    case ToolCallFormat::kNone: return rest;
+    case ToolCallFormat::kHermes: return whole_ ? std::string(kHermesOpen) + rest : rest;
+    case ToolCallFormat::kLlama3:
+    case ToolCallFormat::kMistral: {
+      if (!whole_) return rest;
+      std::string_view body = TrimLeft(rest);
+      const std::string_view open = format_ == ToolCallFormat::kMistral ? kMistralTag : kPythonTag;
+      if (body.substr(0, open.size()) == open) body.remove_prefix(open.size());
+      return CallsOf(body, calls) ? std::string() : rest;
+    }
+  }
+  return rest;
+}
+
+}  // namespace cascade::text
