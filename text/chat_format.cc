@@ -26,7 +26,11 @@ absl::StatusOr<std::shared_ptr<const JinjaTemplate>> ParsedTemplate(std::string_
 }  // namespace
 
 std::string ChatFormat::Describe() const {
-  if (jinja != nullptr) return harmony ? "model template (jinja, harmony output)" : "model template (jinja)";
+  if (jinja != nullptr) {
+    return harmony    ? "model template (jinja, harmony output)"
+           : thinking ? "model template (jinja, <think> reasoning)"
+                      : "model template (jinja)";
+  }
   return StrCat(ChatTemplateName(builtin), " (built in)");
 }
 
@@ -43,6 +47,7 @@ absl::StatusOr<ChatFormat> ResolveChatFormat(std::string_view name, std::string_
   absl::StatusOr<std::shared_ptr<const JinjaTemplate>> parsed = ParsedTemplate(model_template);
   if (parsed.ok()) {
     format.jinja = *std::move(parsed);
+    format.thinking = !format.harmony && model_template.find("</think>") != std::string_view::npos;
     return format;
   }
   if (detected.ok()) {

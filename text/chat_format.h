@@ -26,6 +26,9 @@ struct ChatFormat {
   // The model answers in harmony's channels (gpt-oss): its output is split into reasoning
   // and content (output_filter.h).
   bool harmony = false;
+  // The model thinks between <think> and </think> before answering (its template shows
+  // `</think>`): that text is reasoning, apart from the content (text/think_parser.h).
+  bool thinking = false;
 
   // What the log and `cascade info` show: "model template (jinja)" or "chatml (named)".
   std::string Describe() const;

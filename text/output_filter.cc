@@ -21,9 +21,28 @@ OutputFilter::OutputFilter(const Tokenizer& tokenizer, StopConditions stops, Out
       detok_(tokenizer, {.skip_special = format != OutputFormat::kHarmony}),
       stops_(std::move(stops.stop_strings)) {
   if (format == OutputFormat::kHarmony) harmony_.emplace();
+  if (format == OutputFormat::kThinking || format == OutputFormat::kThinkingOpened) {
+    think_.emplace(format == OutputFormat::kThinkingOpened);
+  }
+}
+
+OutputFormat OutputFormatOf(const ChatFormat& chat, std::string_view rendered_prompt) {
+  if (chat.harmony) return OutputFormat::kHarmony;
+  if (!chat.thinking || PromptClosesThinking(rendered_prompt)) return OutputFormat::kText;
+  return PromptOpensThinking(rendered_prompt) ? OutputFormat::kThinkingOpened : OutputFormat::kThinking;
 }
 
 std::string OutputFilter::Route(const std::string& decoded, bool at_end) {
+  if (think_) {
+    ThinkParser::Delta d = think_->Push(decoded);
+    if (at_end) {
+      ThinkParser::Delta rest = think_->Flush();
+      d.reasoning += rest.reasoning;
+      d.content += rest.content;
+    }
+    reasoning_ += d.reasoning;
+    return stops_.Push(d.content);
+  }
   if (!harmony_) return stops_.Push(decoded);
   HarmonyParser::Delta d = harmony_->Push(decoded);
   if (at_end) {

@@ -6,8 +6,9 @@
 // token budget ends it with `kLength`.
 // In the harmony format (gpt-oss's chat format, text/harmony.h) the special tokens are
 // rendered for the parser, which splits the text into reasoning (the analysis channel) and
-// content; stop strings and `text()` apply to the content, and the reasoning is taken apart
-// with TakeReasoning.
+// content; a thinking model's leading <think> block is reasoning too (text/think_parser.h).
+// Stop strings and `text()` apply to the content, and the reasoning is taken apart with
+// TakeReasoning.
 // Single owner; not thread-safe. Borrows the tokenizer, which must outlive it.
 #pragma once
 
@@ -21,6 +22,7 @@
 #include "text/detokenizer.h"
 #include "text/harmony.h"
 #include "text/stop_matcher.h"
+#include "text/think_parser.h"
 #include "text/tokenizer.h"
 
 namespace cascade::text {
@@ -41,14 +43,14 @@ struct StopConditions {
   std::vector<int32_t> stop_ids;          // Ids that end generation (kept in the ids).
 };
 
-// How generated text is shown: as decoded text (special tokens skipped), or as harmony
-// messages split into reasoning and content. A chat rendered with the harmony template is
-// answered in kHarmony; everything else in kText.
-enum class OutputFormat { kText, kHarmony };
-// The format a chat rendered with `chat` is answered in.
-inline OutputFormat OutputFormatOf(const ChatFormat& chat) {
-  return chat.harmony ? OutputFormat::kHarmony : OutputFormat::kText;
-}
+// How generated text is shown: as decoded text (special tokens skipped), as harmony
+// messages split into reasoning and content, or with a leading <think> block as reasoning
+// (kThinkingOpened: the prompt opened the block, the answer starts inside it). A chat
+// rendered with the harmony template is answered in kHarmony, one with a thinking model's
+// template in kThinking(Opened); everything else in kText.
+enum class OutputFormat { kText, kHarmony, kThinking, kThinkingOpened };
+// The format a chat rendered with `chat` into `rendered_prompt` is answered in.
+OutputFormat OutputFormatOf(const ChatFormat& chat, std::string_view rendered_prompt);
 
 class OutputFilter {
  public:
@@ -86,6 +88,7 @@ class OutputFilter {
   Detokenizer detok_;
   StopMatcher stops_;
   std::optional<HarmonyParser> harmony_;  // kHarmony only.
+  std::optional<ThinkParser> think_;      // kThinking(Opened) only.
   std::string reasoning_;                 // All reasoning so far.
   size_t reasoning_taken_ = 0;            // Bytes of it TakeReasoning returned.
   FinishReason reason_ = FinishReason::kNone;

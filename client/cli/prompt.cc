@@ -22,7 +22,10 @@ absl::StatusOr<text::OutputFormat> PromptOutputFormat(const Args& args, const te
   if (!args.Has("chat")) return text::OutputFormat::kText;
   CASCADE_ASSIGN_OR_RETURN(const text::ChatFormat format,
                            text::ResolveChatFormat(args.GetOr("chat-template", ""), tokenizer.chat_template()));
-  return text::OutputFormatOf(format);
+  CASCADE_ASSIGN_OR_RETURN(
+      const std::string rendered,
+      RenderChat(tokenizer, *args.Get("chat"), args.GetOr("system", ""), args.GetOr("chat-template", "")));
+  return text::OutputFormatOf(format, rendered);
 }
 
 absl::StatusOr<std::vector<int32_t>> ParseIds(const std::string& csv) {

@@ -33,8 +33,6 @@ absl::StatusOr<std::vector<int32_t>> TokenizePrompt(const v1::Prompt& prompt, co
       if (chat.messages().empty()) return absl::InvalidArgumentError("prompt.chat: no messages");
       CASCADE_ASSIGN_OR_RETURN(const text::ChatFormat format,
                                text::ResolveChatFormat(chat.chat_template(), tokenizer.chat_template()));
-      // A chat in the harmony format is answered in it: reasoning apart from the content.
-      if (output_format != nullptr) *output_format = text::OutputFormatOf(format);
       std::vector<text::ChatMessage> msgs;
       for (const auto& m : chat.messages()) {
         text::ChatMessage msg{m.role(), m.content()};
@@ -46,6 +44,9 @@ absl::StatusOr<std::vector<int32_t>> TokenizePrompt(const v1::Prompt& prompt, co
       CASCADE_ASSIGN_OR_RETURN(const std::string rendered,
                                text::RenderChat(format, msgs, true, text::SpecialTokensOf(tokenizer),
                                                 chat.template_kwargs_json(), chat.tools_json()));
+      // A chat in the harmony format is answered in it, a thinking model's with its
+      // <think> block: reasoning apart from the content.
+      if (output_format != nullptr) *output_format = text::OutputFormatOf(format, rendered);
       // The template holds any BOS the model wants (transformers encodes it so).
       return tokenizer.Encode(rendered, false);
     }
@@ -117,6 +118,11 @@ absl::StatusOr<ServingRequest> ValidateGenerateRequest(const v1::GenerateRequest
     if (r.grammar != nullptr && r.output_format == text::OutputFormat::kHarmony) {
       return absl::InvalidArgumentError(
           "constraint: a harmony chat answers in channels, and a constraint on its whole output is not supported");
+    }
+    if (r.grammar != nullptr && r.output_format == text::OutputFormat::kThinkingOpened) {
+      return absl::InvalidArgumentError(
+          "constraint: the chat's prompt opens a <think> block, and a constraint on the reasoning is not supported "
+          "(a template variable such as enable_thinking may turn thinking off)");
     }
     if (r.grammar != nullptr && r.stops.ignore_eos && r.stops.stop_ids.empty()) {
       return absl::InvalidArgumentError(

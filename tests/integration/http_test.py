@@ -499,14 +499,15 @@ SEARCH = {"type": "function", "function": {
 
 
 @contextlib.contextmanager
-def qwen_tools_cluster():
+def qwen_tools_cluster(template_name="Qwen-Qwen2.5-7B-Instruct.jinja"):
     """A random-weight Qwen3-MoE model (scripts/make_random_gguf.py moe-tiny) with Qwen2's
-    vocabulary and Qwen2.5-7B-Instruct's own chat template (tools in the system prompt,
-    calls as <tool_call> blocks, tool results as <tool_response>), from llama.cpp's tree."""
+    vocabulary and a real Qwen chat template from llama.cpp's tree (Qwen2.5-7B-Instruct's:
+    tools in the system prompt, calls as <tool_call> blocks, tool results as
+    <tool_response>)."""
     need(os.path.join(ROOT, "..", "shared", "testdata", "vocab", "ggml-vocab-qwen2.gguf"))
     src = subprocess.run([os.path.join(ROOT, "scripts", "llama_cpp.sh"), "--src"], capture_output=True, text=True,
                          check=True).stdout.strip()
-    template = os.path.join(src, "models", "templates", "Qwen-Qwen2.5-7B-Instruct.jinja")
+    template = os.path.join(src, "models", "templates", template_name)
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "qwen-tools.gguf")
         subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "make_random_gguf.py"), "moe-tiny",
@@ -588,6 +589,32 @@ def test_tool_calls():
                 raise AssertionError(f"{body} was accepted")
             except openai.BadRequestError as e:
                 assert words in str(e), (body, str(e))
+
+
+def test_thinking_reasoning():
+    """Qwen3's template marks a thinking model: the answer's leading <think> block comes back
+    as reasoning_content, the rest as content, whole and streamed. A grammar makes the
+    random-weight model write such an answer; with enable_thinking false the template
+    closes an empty block itself and the answer is all content, tags and all."""
+    with qwen_tools_cluster("Qwen-Qwen3-0.6B.jinja") as (http_address, _):
+        c = client(http_address)
+        ask = [{"role": "user", "content": "Is it raining?"}]
+        gbnf = 'root ::= "<think>" [a-z]{3,12} "</think>" ("yes" | "no")'
+        kw = dict(model="qwen-tools", messages=ask, max_tokens=40, temperature=0, extra_body={"grammar": gbnf})
+        whole = c.chat.completions.create(**kw)
+        message = whole.choices[0].message
+        reasoning = message.model_extra.get("reasoning_content")
+        assert message.content in ("yes", "no") and re.fullmatch("[a-z]{3,12}", reasoning or ""), message
+        streamed = {"content": "", "reasoning_content": ""}
+        for ch in c.chat.completions.create(stream=True, **kw):
+            for d in ch.choices:
+                streamed["content"] += d.delta.content or ""
+                streamed["reasoning_content"] += (d.delta.model_extra or {}).get("reasoning_content") or ""
+        assert streamed == {"content": message.content, "reasoning_content": reasoning}, streamed
+        off = c.chat.completions.create(**{**kw, "extra_body": {"grammar": 'root ::= "<think>x</think>no"',
+                                                                 "chat_template_kwargs": {"enable_thinking": False}}})
+        assert off.choices[0].message.content == "<think>x</think>no", off.choices[0].message
+        print(f"thinking: reasoning {reasoning!r}, content {message.content!r}")
 
 
 if __name__ == "__main__":
