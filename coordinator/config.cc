@@ -267,8 +267,9 @@ absl::Status Parser::ParseServer(const YAML::Node& node, ServerSection* out) con
   if (const YAML::Node n = Child(node, "tool_call_format"); n.IsDefined()) {
     CASCADE_ASSIGN_OR_RETURN(out->tool_call_format, GetString(n, "server.tool_call_format"));
     const std::string& f = out->tool_call_format;
-    if (f != "auto" && f != "hermes" && f != "llama3" && f != "mistral" && f != "none") {
-      return Error(n, "server.tool_call_format", StrCat("'", f, "': expected auto, hermes, llama3, mistral or none"));
+    if (f != "auto" && f != "hermes" && f != "llama3" && f != "mistral" && f != "deepseek" && f != "none") {
+      return Error(n, "server.tool_call_format",
+                   StrCat("'", f, "': expected auto, hermes, llama3, mistral, deepseek or none"));
     }
   }
   if (const YAML::Node listen = Child(node, "listen"); listen.IsDefined()) {

@@ -117,7 +117,8 @@ struct ServerSection {
   // [1, 86400].
   int recovery_timeout_s = 60;
   // `server.tool_call_format`: the syntax the OpenAI API reads function calls in and a
-  // required tool_choice forces (text/tool_calls.h): "hermes", "llama3", "mistral", "none",
+  // required tool_choice forces (text/tool_calls.h): "hermes", "llama3", "mistral",
+  // "deepseek", "none",
   // or "auto" (the default): the one the model's chat template shows, logged at start.
   std::string tool_call_format = "auto";
   // `server.model_name`: the model's name in the OpenAI API (`model` in requests,

@@ -6,8 +6,11 @@
 //   kLlama3   (Llama 3.1/3.2/3.3 JSON)       {"name": f, "parameters": {...}} as the whole answer
 //                                            (after <|python_tag|> when the model writes one)
 //   kMistral  (Mistral, Devstral)            [TOOL_CALLS][{"name": f, "arguments": {...}}, ...]
+//   kDeepSeek (DeepSeek V3, R1 and V3.1)     <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f
+//                                            ```json {...} ```<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>
+//                                            (V3.1: f<｜tool▁sep｜>{...}, no fence)
 //
-// DeepSeek's and gpt-oss's (harmony) call syntaxes are not read: their calls stay text.
+// gpt-oss's (harmony) call syntax is not read: its calls stay in the text.
 // Thread-safety: a ToolCallParser has a single owner.
 #pragma once
 
@@ -17,12 +20,12 @@
 
 namespace cascade::text {
 
-enum class ToolCallFormat { kNone, kHermes, kLlama3, kMistral };
+enum class ToolCallFormat { kNone, kHermes, kLlama3, kMistral, kDeepSeek };
 
 // The family a chat template writes calls in, from its text (what it teaches the model);
 // kNone when it shows no call syntax.
 ToolCallFormat DetectToolCallFormat(std::string_view chat_template);
-// "hermes", "llama3", "mistral" or "none"; and back (false for an unknown name).
+// "hermes", "llama3", "mistral", "deepseek" or "none"; and back (false for an unknown name).
 std::string_view ToolCallFormatName(ToolCallFormat format);
 bool ParseToolCallFormat(std::string_view name, ToolCallFormat* format);
 
@@ -44,7 +47,9 @@ class ToolCallParser {
   std::string Flush(std::vector<ParsedToolCall>& calls);
 
  private:
-  std::string PushHermes(std::vector<ParsedToolCall>& calls);
+  // Hermes and DeepSeek: calls in blocks between an opening and a closing tag, content
+  // around them.
+  std::string PushBlocks(std::vector<ParsedToolCall>& calls);
 
   ToolCallFormat format_;
   std::string held_;      // Text not yet known to be content.

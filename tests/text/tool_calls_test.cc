@@ -69,6 +69,23 @@ TEST(ToolCallsTest, Llama3AndMistralAnswersThatAreCalls) {
   ExpectRead(ToolCallFormat::kMistral, "Sure: [1, 2]", "Sure: [1, 2]", {});
 }
 
+TEST(ToolCallsTest, DeepSeekBlocksOfEitherGeneration) {
+  // V3 / R1: "function", the name, the arguments in a json fence (as the template writes
+  // them, `tojson` of the OpenAI string: a JSON string holding the object).
+  ExpectRead(
+      ToolCallFormat::kDeepSeek,
+      "Checking.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
+      "{\"city\": \"Paris\"}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>search\n```json\n"
+      "\"{\\\"q\\\": 1}\"\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+      "Checking.", {{"get_weather", R"({"city":"Paris"})"}, {"search", R"({"q":1})"}});
+  // V3.1: the name, then the arguments; a block the model left open still gives its calls.
+  ExpectRead(ToolCallFormat::kDeepSeek,
+             "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>f<｜tool▁sep｜>{\"a\": [1]}<｜tool▁call▁end｜>", "",
+             {{"f", R"({"a":[1]})"}});
+  ExpectRead(ToolCallFormat::kDeepSeek, "<｜tool▁calls▁begin｜>junk<｜tool▁calls▁end｜>",
+             "<｜tool▁calls▁begin｜>junk<｜tool▁calls▁end｜>", {});
+}
+
 TEST(ToolCallsTest, FormatsAreDetectedFromRealTemplates) {
   const char* goldens = std::getenv("CASCADE_JINJA_GOLDENS");
   if (goldens == nullptr) GTEST_SKIP() << "CASCADE_JINJA_GOLDENS unset: run through ctest (fixture jinja_goldens)";
@@ -84,6 +101,8 @@ TEST(ToolCallsTest, FormatsAreDetectedFromRealTemplates) {
       {"meta-llama-Llama-3.3-70B-Instruct.jinja", ToolCallFormat::kLlama3},
       {"mistralai-Mistral-Nemo-Instruct-2407.jinja", ToolCallFormat::kMistral},
       {"Mistral-Small-3.2-24B-Instruct-2506.jinja", ToolCallFormat::kMistral},
+      {"deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", ToolCallFormat::kDeepSeek},
+      {"deepseek-ai-DeepSeek-V3.1.jinja", ToolCallFormat::kDeepSeek},
   };
   for (const auto& [name, want] : cases) {
     std::ifstream f(dir + "/" + name);
@@ -95,7 +114,7 @@ TEST(ToolCallsTest, FormatsAreDetectedFromRealTemplates) {
   ToolCallFormat f = ToolCallFormat::kNone;
   EXPECT_TRUE(ParseToolCallFormat("llama3", &f));
   EXPECT_EQ(f, ToolCallFormat::kLlama3);
-  EXPECT_FALSE(ParseToolCallFormat("deepseek", &f));
+  EXPECT_FALSE(ParseToolCallFormat("harmony", &f));
 }
 
 }  // namespace
