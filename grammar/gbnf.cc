@@ -116,6 +116,58 @@ std::vector<Range> Normalize(std::vector<Range> ranges, bool negate) {
   return cut;
 }
 
+// A reference at the start of an alternative (after references that may match
+// nothing): rule r can begin with rule `to`. It `grows` the matcher's stack when
+// something follows `to` in the alternative, which is kept below `to`'s expansion.
+struct LeftEdge {
+  int32_t to;
+  bool grows;
+};
+
+// Strongly connected components of the graph `edges` (node -> its edges): a component
+// id per node. Tarjan's algorithm with an explicit stack, since the graph is as deep as
+// the grammar is large.
+std::vector<int32_t> Components(const std::vector<std::vector<LeftEdge>>& edges) {
+  const size_t n = edges.size();
+  std::vector<int32_t> index(n, -1), low(n, 0), component(n, -1);
+  std::vector<int32_t> open;                      // Visited, component not found yet.
+  std::vector<std::pair<int32_t, size_t>> calls;  // (node, next edge) of the search.
+  int32_t n_visited = 0, n_components = 0;
+  auto visit = [&](int32_t v) {
+    index[v] = low[v] = n_visited++;
+    open.push_back(v);
+    calls.push_back({v, 0});
+  };
+  for (size_t start = 0; start < n; ++start) {
+    if (index[start] >= 0) continue;
+    visit(static_cast<int32_t>(start));
+    while (!calls.empty()) {
+      const auto [v, next] = calls.back();
+      if (next < edges[v].size()) {
+        ++calls.back().second;
+        const int32_t w = edges[v][next].to;
+        if (index[w] < 0) {
+          visit(w);
+        } else if (component[w] < 0) {  // On the open stack: in v's component.
+          low[v] = std::min(low[v], index[w]);
+        }
+        continue;
+      }
+      calls.pop_back();
+      if (!calls.empty()) low[calls.back().first] = std::min(low[calls.back().first], low[v]);
+      if (low[v] != index[v]) continue;
+      int32_t w;
+      do {
+        w = open.back();
+        open.pop_back();
+        component[w] = n_components;
+      } while (w != v);
+      ++n_components;
+    }
+  }
+  return component;
+}
+
 class Parser {
  public:
   explicit Parser(std::string_view text) : text_(text) {}
@@ -450,7 +502,10 @@ class Parser {
 
   // --- Checks and output ------------------------------------------------------------------
   // The matcher expands references eagerly, so a rule that can reach itself without
-  // consuming a byte would expand forever: refuse it here, naming the rule.
+  // consuming a byte and with something left to match after it would expand forever,
+  // each turn one place deeper: refuse it here, naming the rule. A cycle without such a
+  // place comes back to the same stack and the matcher's expansion stops there: `x*` is
+  // `r ::= x r | ""`, which is such a cycle when x may match nothing.
   absl::Status CheckLeftRecursion() const {
     const size_t n = rules_.size();
     std::vector<bool> nullable(n, false);
@@ -468,36 +523,21 @@ class Parser {
         }
       }
     }
-    std::vector<std::vector<int32_t>> left(n);
+    std::vector<std::vector<LeftEdge>> left(n);
     for (size_t r = 0; r < n; ++r) {
       for (const Seq& alt : rules_[r]) {
-        for (const Element& e : alt) {
-          if (e.kind != Element::kRule) break;
-          left[r].push_back(e.arg);
-          if (!nullable[e.arg]) break;
+        for (size_t i = 0; i < alt.size() && alt[i].kind == Element::kRule; ++i) {
+          left[r].push_back({alt[i].arg, i + 1 < alt.size()});
+          if (!nullable[alt[i].arg]) break;
         }
       }
     }
-    std::vector<int> color(n, 0);  // 0 new, 1 on the path, 2 done.
-    std::vector<std::pair<int32_t, size_t>> stack;
-    for (size_t start = 0; start < n; ++start) {
-      if (color[start] != 0) continue;
-      stack.push_back({static_cast<int32_t>(start), 0});
-      color[start] = 1;
-      while (!stack.empty()) {
-        auto& [r, next] = stack.back();
-        if (next == left[r].size()) {
-          color[r] = 2;
-          stack.pop_back();
-          continue;
-        }
-        const int32_t s = left[r][next++];
-        if (color[s] == 1) {
-          return absl::InvalidArgumentError(StrCat("grammar: rule '", names_[s], "' is left-recursive"));
-        }
-        if (color[s] == 0) {
-          color[s] = 1;
-          stack.push_back({s, 0});
+    // A cycle through a growing edge: one whose ends are in the same component.
+    const std::vector<int32_t> component = Components(left);
+    for (size_t r = 0; r < n; ++r) {
+      for (const LeftEdge& e : left[r]) {
+        if (e.grows && component[e.to] == component[r]) {
+          return absl::InvalidArgumentError(StrCat("grammar: rule '", names_[r], "' is left-recursive"));
         }
       }
     }
@@ -560,7 +600,11 @@ std::string DescribeSet(const ByteSet& set) {
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<const Grammar>> ParseGbnf(std::string_view text, std::string_view root) {
-  return Parser(text).Parse(root);
+  absl::StatusOr<std::shared_ptr<const Grammar>> g = Parser(text).Parse(root);
+  if (!g.ok()) return g;
+  auto named = std::const_pointer_cast<Grammar>(*std::move(g));
+  named->source = StrCat(root, "\n", text);
+  return std::shared_ptr<const Grammar>(std::move(named));
 }
 
 std::string Grammar::ToString() const {

@@ -44,6 +44,9 @@ struct Grammar {
   std::vector<std::vector<int32_t>> alternatives;
   std::vector<std::string> rule_names;  // Synthesized rules are named "<parent>-<n>".
   int32_t root = 0;
+  // The GBNF it was compiled from, and its root rule's name: equal sources, equal
+  // grammars (what the requests that use one share their masks by).
+  std::string source;
 
   // Diagnostic dump, one line per rule.
   std::string ToString() const;

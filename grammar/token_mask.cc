@@ -57,15 +57,31 @@ TokenTrie::TokenTrie(const std::vector<std::string>& pieces, const std::vector<b
   token_begin_.push_back(static_cast<int32_t>(token_ids_.size()));
 }
 
+GrammarMasks::GrammarMasks(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenTrie> trie)
+    : matcher_(std::move(grammar)), trie_(std::move(trie)) {}
+
+TokenConstraint::TokenConstraint(std::shared_ptr<GrammarMasks> masks, std::vector<int32_t> end_ids)
+    : masks_(std::move(masks)), end_ids_(std::move(end_ids)), state_(masks_->matcher().start()) {}
+
 TokenConstraint::TokenConstraint(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenTrie> trie,
                                  std::vector<int32_t> end_ids)
-    : matcher_(std::move(grammar)), trie_(std::move(trie)), end_ids_(std::move(end_ids)), state_(matcher_.start()) {}
+    : TokenConstraint(std::make_shared<GrammarMasks>(std::move(grammar), std::move(trie)), std::move(end_ids)) {}
 
 bool TokenConstraint::IsEnd(int32_t token) const {
   return std::find(end_ids_.begin(), end_ids_.end(), token) != end_ids_.end();
 }
 
 const TokenMask& TokenConstraint::Mask(State s) {
+  const TokenMask& bytes = masks_->Mask(s);
+  if (!masks_->matcher().Accepting(s) || end_ids_.empty()) return bytes;
+  with_ends_ = bytes;
+  for (int32_t id : end_ids_) {
+    if (id >= 0 && id < n_vocab()) with_ends_[id / 64] |= uint64_t{1} << (id % 64);
+  }
+  return with_ends_;
+}
+
+const TokenMask& GrammarMasks::Mask(State s) {
   auto it = cache_.find(s);
   if (it != cache_.end()) return it->second;
   if (cache_bytes_ > kMaxCacheBytes) {
@@ -78,7 +94,7 @@ const TokenMask& TokenConstraint::Mask(State s) {
   return mask;
 }
 
-void TokenConstraint::Compute(State s, TokenMask& mask) {
+void GrammarMasks::Compute(State s, TokenMask& mask) {
   const auto t0 = std::chrono::steady_clock::now();
   const TokenTrie& trie = *trie_;
   mask.assign((trie.n_vocab_ + 63) / 64, 0);
@@ -99,19 +115,15 @@ void TokenConstraint::Compute(State s, TokenMask& mask) {
       if (matcher_.Continues(next)) todo.emplace_back(edge.child, next);
     }
   }
-  if (matcher_.Accepting(s)) {
-    for (int32_t id : end_ids_) {
-      if (id >= 0 && id < trie.n_vocab_) mask[id / 64] |= uint64_t{1} << (id % 64);
-    }
-  }
   ++masks_computed_;
   mask_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 TokenConstraint::State TokenConstraint::Next(State s, int32_t token) {
-  if (IsEnd(token) && matcher_.Accepting(s)) return s;
-  if (!trie_->usable(token)) return Matcher::kDead;
-  return matcher_.Advance(s, trie_->piece(token));
+  Matcher& m = masks_->matcher();
+  if (IsEnd(token) && m.Accepting(s)) return s;
+  if (!masks_->trie().usable(token)) return Matcher::kDead;
+  return m.Advance(s, masks_->trie().piece(token));
 }
 
 absl::Status TokenConstraint::Accept(int32_t token) {

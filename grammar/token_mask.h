@@ -33,7 +33,7 @@ class TokenTrie {
   bool usable(int32_t id) const { return id >= 0 && id < n_vocab_ && usable_[id]; }
 
  private:
-  friend class TokenConstraint;
+  friend class GrammarMasks;
   struct Edge {
     uint8_t byte;
     int32_t child;
@@ -55,11 +55,45 @@ inline bool MaskAllows(std::span<const uint64_t> mask, int32_t t) {
   return t >= 0 && static_cast<size_t>(t / 64) < mask.size() && ((mask[t / 64] >> (t % 64)) & 1) != 0;
 }
 
-// One request's grammar over the vocabulary. Single owner (the serving loop).
+// A grammar over a vocabulary: its matcher and the masks of its states (without end
+// tokens, which are each request's own), computed once and shared by every request that
+// uses the grammar. Single owner (one serving loop's thread).
+class GrammarMasks {
+ public:
+  using State = Matcher::State;
+
+  GrammarMasks(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenTrie> trie);
+
+  Matcher& matcher() { return matcher_; }
+  const TokenTrie& trie() const { return *trie_; }
+  // The tokens whose bytes `s` allows. The reference stays valid until the next call.
+  const TokenMask& Mask(State s);
+
+  // Counters for the cost of masks: how many were computed (not cached), the seconds spent
+  // computing them, and the bytes the states and masks hold.
+  int64_t masks_computed() const { return masks_computed_; }
+  double mask_seconds() const { return mask_seconds_; }
+  size_t bytes() const { return cache_bytes_ + matcher_.n_states() * 1024 + matcher_.n_stacks() * 16; }
+
+ private:
+  void Compute(State s, TokenMask& mask);
+
+  Matcher matcher_;
+  std::shared_ptr<const TokenTrie> trie_;
+  absl::flat_hash_map<State, TokenMask> cache_;
+  size_t cache_bytes_ = 0;
+  int64_t masks_computed_ = 0;
+  double mask_seconds_ = 0;
+};
+
+// One request's grammar over the vocabulary: its state and its end tokens, over masks it
+// may share with other requests of the same grammar. Single owner (the serving loop).
 class TokenConstraint {
  public:
   using State = Matcher::State;
 
+  TokenConstraint(std::shared_ptr<GrammarMasks> masks, std::vector<int32_t> end_ids);
+  // With masks of its own.
   TokenConstraint(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenTrie> trie,
                   std::vector<int32_t> end_ids);
 
@@ -75,24 +109,15 @@ class TokenConstraint {
   absl::Status Accept(int32_t token);
   bool IsEnd(int32_t token) const;
 
-  // Counters for the cost of masks: how many were computed (not cached) and the seconds
-  // spent computing them.
-  int64_t masks_computed() const { return masks_computed_; }
-  double mask_seconds() const { return mask_seconds_; }
-  size_t n_states() const { return matcher_.n_states(); }
-  int32_t n_vocab() const { return trie_->n_vocab(); }
+  const GrammarMasks& masks() const { return *masks_; }
+  int64_t masks_computed() const { return masks_->masks_computed(); }
+  int32_t n_vocab() const { return masks_->trie().n_vocab(); }
 
  private:
-  void Compute(State s, TokenMask& mask);
-
-  Matcher matcher_;
-  std::shared_ptr<const TokenTrie> trie_;
+  std::shared_ptr<GrammarMasks> masks_;
   std::vector<int32_t> end_ids_;
   State state_;
-  absl::flat_hash_map<State, TokenMask> cache_;
-  size_t cache_bytes_ = 0;
-  int64_t masks_computed_ = 0;
-  double mask_seconds_ = 0;
+  TokenMask with_ends_;  // Mask's answer at a state where the grammar may end.
 };
 
 }  // namespace cascade::grammar

@@ -5,6 +5,13 @@
 #include <utility>
 
 namespace cascade::coordinator {
+namespace {
+
+// Grammars whose masks are kept for the next request, and the most one may hold.
+constexpr size_t kMaxGrammars = 64;
+constexpr size_t kMaxGrammarBytes = size_t{128} << 20;
+
+}  // namespace
 
 void ConstraintVocabulary::Build() {
   const int32_t n = tokenizer_->n_vocab();
@@ -20,10 +27,18 @@ void ConstraintVocabulary::Build() {
 
 std::unique_ptr<grammar::TokenConstraint> ConstraintVocabulary::Start(std::shared_ptr<const grammar::Grammar> grammar,
                                                                       const text::StopConditions& stops) {
-  absl::call_once(built_, [this] { Build(); });
+  if (trie_ == nullptr) Build();
+  std::shared_ptr<grammar::GrammarMasks>& masks = masks_[grammar->source];
+  if (masks == nullptr || masks->bytes() > kMaxGrammarBytes) {
+    if (masks_.size() > kMaxGrammars) {
+      masks_.clear();
+      return Start(std::move(grammar), stops);
+    }
+    masks = std::make_shared<grammar::GrammarMasks>(std::move(grammar), trie_);
+  }
   std::vector<int32_t> ends = stops.stop_ids;
   if (!stops.ignore_eos) ends.insert(ends.end(), eog_ids_.begin(), eog_ids_.end());
-  return std::make_unique<grammar::TokenConstraint>(std::move(grammar), trie_, std::move(ends));
+  return std::make_unique<grammar::TokenConstraint>(masks, std::move(ends));
 }
 
 void ConstrainStep(grammar::TokenConstraint& constraint, v1::StepSequence& s) {

@@ -10,7 +10,7 @@
 #include <memory>
 #include <vector>
 
-#include "absl/base/call_once.h"
+#include "absl/container/flat_hash_map.h"
 #include "cascade/v1/cluster.pb.h"
 #include "grammar/grammar.h"
 #include "grammar/token_mask.h"
@@ -20,8 +20,10 @@
 namespace cascade::coordinator {
 
 // The vocabulary as grammars see it, built on the first constrained request: the byte
-// trie of every token's piece (control tokens excluded) and the end-of-generation ids.
-// Thread-safe.
+// trie of every token's piece (control tokens excluded) and the end-of-generation ids;
+// and each grammar's masks, shared by the requests with the same grammar (agents send
+// the same schema on every call), so that a state's mask is walked once.
+// Single owner: the serving loop's thread.
 class ConstraintVocabulary {
  public:
   explicit ConstraintVocabulary(const text::Tokenizer* tokenizer) : tokenizer_(tokenizer) {}
@@ -35,9 +37,11 @@ class ConstraintVocabulary {
   void Build();
 
   const text::Tokenizer* tokenizer_;
-  absl::once_flag built_;
   std::shared_ptr<const grammar::TokenTrie> trie_;
   std::vector<int32_t> eog_ids_;
+  // By grammar source. Requests hold their masks themselves: dropping an entry (too many
+  // grammars, or one grown too big) only means the next request starts afresh.
+  absl::flat_hash_map<std::string, std::shared_ptr<grammar::GrammarMasks>> masks_;
 };
 
 // Cuts the drafts of `s` (its last n_draft tokens) at the first one the grammar refuses

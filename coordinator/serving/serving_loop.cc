@@ -62,7 +62,6 @@ std::shared_ptr<RequestChannel> ServingLoop::Submit(ServingRequest request) {
   a->output = std::make_unique<text::OutputFilter>(*tokenizer_, request.stops, request.output_format);
   a->arrival = std::chrono::steady_clock::now();
   a->spec = std::make_unique<SpeculativeState>(speculation_, request.speculate, request.num_tokens);
-  if (request.grammar != nullptr) a->constraint = constraint_vocab_.Start(request.grammar, request.stops);
   a->req = std::move(request);
   auto channel = a->channel;
   {
@@ -194,6 +193,10 @@ void ServingLoop::Admit() {
     // may generate the rest.
     spec.prompt.insert(spec.prompt.end(), a->generated.begin(), a->generated.end());
     spec.max_tokens = a->req.max_tokens - static_cast<int32_t>(a->generated.size());
+    if (absl::Status s = StartConstraint(*a); !s.ok()) {
+      Push(*a->channel, {}, true, s);
+      continue;
+    }
     spec.user_tag = static_cast<uint64_t>(id);
     if (absl::Status s = scheduler_.Add(spec); !s.ok()) {
       Push(*a->channel, {}, true, s);
@@ -203,6 +206,19 @@ void ServingLoop::Admit() {
   }
   absl::MutexLock lock(&mu_);
   PublishStats();
+}
+
+absl::Status ServingLoop::StartConstraint(Active& a) {
+  if (a.req.grammar == nullptr) return absl::OkStatus();
+  // On the loop's thread: the grammar's masks are this loop's. An adopted request's state
+  // is replayed from what it generated.
+  a.constraint = constraint_vocab_.Start(a.req.grammar, a.req.stops);
+  for (int32_t t : a.generated) {
+    if (absl::Status st = a.constraint->Accept(t); !st.ok()) {
+      return absl::InternalError(StrCat("constrained decoding: replaying the request's output: ", st.message()));
+    }
+  }
+  return absl::OkStatus();
 }
 
 void ServingLoop::FailRequest(int64_t seq_id, const absl::Status& status) {

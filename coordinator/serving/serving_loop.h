@@ -133,6 +133,8 @@ class ServingLoop {
   };
   void Loop();
   void Admit();
+  // Starts `a`'s grammar state (constrained decoding), on the loop's thread.
+  absl::Status StartConstraint(Active& a);
   // Ends request `seq_id` with `status`, giving its blocks back.
   void FailRequest(int64_t seq_id, const absl::Status& status);
   void DropCancelled();

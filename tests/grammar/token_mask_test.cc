@@ -104,3 +104,29 @@ TEST(TokenMaskTest, RepeatedStatesAreCached) {
 
 }  // namespace
 }  // namespace cascade::grammar
+
+namespace cascade::grammar {
+namespace {
+
+TEST(TokenMaskTest, RequestsShareMasksButNotEndTokens) {
+  const auto g = ParseGbnf(R"g(root ::= "a" "b"?)g");
+  ASSERT_TRUE(g.ok());
+  const std::vector<std::string> vocab = {"a", "b", "<eos>", "<end>"};
+  auto masks = std::make_shared<GrammarMasks>(
+      *g, std::make_shared<TokenTrie>(vocab, std::vector<bool>{false, false, true, true}));
+  TokenConstraint first(masks, {2}), second(masks, {3});
+  ASSERT_TRUE(first.Accept(0).ok());
+  EXPECT_TRUE(first.Allows(first.state(), 2));
+  EXPECT_FALSE(first.Allows(first.state(), 3));
+  const int64_t computed = masks->masks_computed();
+  ASSERT_TRUE(second.Accept(0).ok());
+  EXPECT_FALSE(second.Allows(second.state(), 2));  // Each request its own end tokens.
+  EXPECT_TRUE(second.Allows(second.state(), 3));
+  EXPECT_TRUE(second.Allows(second.state(), 1));
+  EXPECT_EQ(masks->masks_computed(), computed);  // The same states: no mask walked again.
+  EXPECT_FALSE(second.Accept(2).ok());
+  EXPECT_TRUE(second.Accept(3).ok());
+}
+
+}  // namespace
+}  // namespace cascade::grammar
