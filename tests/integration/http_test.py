@@ -31,9 +31,9 @@ MODEL_ID = "SmolLM2-135M-Instruct.Q4_1"
 
 
 @contextlib.contextmanager
-def http_cluster(pipeline=1, extra="", model=SMOL, model_id=MODEL_ID, tensor=1):
+def http_cluster(pipeline=1, extra="", model=SMOL, model_id=MODEL_ID, tensor=1, data=1):
     need(SMOL)
-    text = config_yaml(model, pipeline, kv_cache_mb=64, extra=extra, tensor=tensor)
+    text = config_yaml(model, pipeline, kv_cache_mb=64, extra=extra, tensor=tensor, data=data)
     text = text.replace("server: {listen: 127.0.0.1:0}", "server: {listen: 127.0.0.1:0, http_listen: 127.0.0.1:0}")
     with cluster_from_yaml(text) as (address, proc, log_path):
         m = re.search(r"http front on (\S+) \(model '([^']+)'\)", open(log_path).read())

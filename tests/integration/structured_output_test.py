@@ -125,7 +125,7 @@ def test_json_schemas():
 
 
 def test_parallel_and_other_constraints():
-    """PP 2 with n-gram drafts: the greedy answers of one stage, one request at a time.
+    """PP 2 with n-gram drafts, and DP 2: the greedy answers of one stage, one request at a time.
     PP 2 x TP 2: every answer valid (TP on Q4_1 is not bit-exact: see cluster_test's
     test_tp_parity_smollm2), and the other constraints: json_object, regex, GBNF, streamed,
     and refusals naming what is wrong."""
@@ -137,6 +137,12 @@ def test_parallel_and_other_constraints():
         same = sum(a == b for a, b in zip(plain, split))
         print(f"PP 2 with n-gram drafts: {len(cases)} valid, {same} equal to one stage")
         assert same == len(cases), same
+    with http_cluster(data=2) as (_, http_address, _):
+        # Two replicas, each with its own serving loop and masks: requests one at a time
+        # still land on either (the router balances by load).
+        replicated = run_schemas(http_address, cases, 0.0, concurrency=1)
+        assert replicated == plain, sum(a == b for a, b in zip(plain, replicated))
+        print(f"DP 2: {len(cases)} valid, equal to one replica")
     with http_cluster(pipeline=2, tensor=2, extra=NGRAM) as (_, http_address, _):
         run_schemas(http_address, cases, 1.0)
         print(f"PP 2 x TP 2 with n-gram drafts, sampled: {len(cases)} of {len(cases)} valid")
