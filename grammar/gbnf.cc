@@ -20,6 +20,7 @@ namespace {
 using Seq = std::vector<Element>;
 using Alts = std::vector<Seq>;
 constexpr int64_t kUnbounded = -1;
+constexpr int kMaxNesting = 200;  // Groups inside groups.
 constexpr uint32_t kMaxCodePoint = 0x10FFFF;
 
 struct Range {
@@ -380,7 +381,10 @@ class Parser {
     }
     if (c == '(') {
       ++pos_;
+      // The parser recurses per group: a bound keeps a hostile grammar off the stack's end.
+      if (++group_depth_ > kMaxNesting) return Error(StrCat("groups nested deeper than ", kMaxNesting));
       CASCADE_ASSIGN_OR_RETURN(Alts alts, ParseAlternatives(rule, /*nested=*/true));
+      --group_depth_;
       if (Peek() != ')') return Error("missing ')'");
       ++pos_;
       seq.push_back({Element::kRule, Synthesize(rule, std::move(alts))});
@@ -562,6 +566,7 @@ class Parser {
 
   std::string_view text_;
   size_t pos_ = 0;
+  int group_depth_ = 0;
   std::vector<Alts> rules_;
   std::vector<std::string> names_;
   std::vector<bool> defined_;

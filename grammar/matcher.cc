@@ -42,30 +42,49 @@ Matcher::State Matcher::InternState(std::vector<int32_t> stacks) {
 }
 
 void Matcher::Expand(int32_t pos, int32_t parent, std::vector<int32_t>& out) {
-  if (!seen_.try_emplace(Key(pos, parent), true).second) return;
-  const Element& e = grammar_->elements[pos];
-  switch (e.kind) {
-    case Element::kBytes: out.push_back(InternNode(pos, parent)); return;
-    case Element::kEnd:
-      // The alternative is done: resume below, or the whole grammar matched.
-      if (parent == kEmptyStack) {
-        out.push_back(kEmptyStack);
-      } else {
-        Expand(nodes_[parent].pos, nodes_[parent].parent, out);
+  // A work list, not recursion: the chain of places passed through without consuming a
+  // byte can be as long as the grammar is large (in (("a"?){300}){300}, 90,000 optional
+  // "a"s), far deeper than a thread's stack. Alternatives are pushed last first, so that
+  // they are taken in order.
+  std::vector<Node> todo = {{pos, parent}};
+  while (!todo.empty()) {
+    const Node next = todo.back();
+    todo.pop_back();
+    if (!seen_.try_emplace(Key(next.pos, next.parent), true).second) continue;
+    const Element& e = grammar_->elements[next.pos];
+    switch (e.kind) {
+      case Element::kBytes:
+        out.push_back(InternNode(next.pos, next.parent));
+        if (out.size() > kMaxStacks) {
+          overflowed_ = true;
+          out.clear();
+          return;
+        }
+        break;
+      case Element::kEnd:
+        // The alternative is done: resume below, or the whole grammar matched.
+        if (next.parent == kEmptyStack) {
+          out.push_back(kEmptyStack);
+        } else {
+          todo.push_back(nodes_[next.parent]);
+        }
+        break;
+      case Element::kRule: {
+        // A reference that ends its alternative resumes directly below: right recursion
+        // (x*, lists) then keeps the stack as deep as it was.
+        const int32_t below = grammar_->elements[next.pos + 1].kind == Element::kEnd
+                                  ? next.parent
+                                  : InternNode(next.pos + 1, next.parent);
+        const std::vector<int32_t>& alts = grammar_->alternatives[e.arg];
+        for (auto alt = alts.rbegin(); alt != alts.rend(); ++alt) todo.push_back({*alt, below});
+        break;
       }
-      return;
-    case Element::kRule: {
-      // A reference that ends its alternative resumes directly below: right recursion
-      // (x*, lists) then keeps the stack as deep as it was.
-      const int32_t below = grammar_->elements[pos + 1].kind == Element::kEnd ? parent : InternNode(pos + 1, parent);
-      for (int32_t alt : grammar_->alternatives[e.arg]) Expand(alt, below, out);
-      return;
     }
   }
 }
 
 Matcher::State Matcher::Advance(State s, uint8_t byte) {
-  if (s == kDead) return kDead;
+  if (s == kDead || overflowed_) return kDead;
   if (states_[s].next == nullptr) {
     states_[s].next = std::make_unique<std::array<State, 256>>();
     states_[s].next->fill(-1);

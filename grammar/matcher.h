@@ -39,6 +39,13 @@ class Matcher {
   // Whether some byte continues `s`.
   bool Continues(State s) const { return states_[s].continues; }
 
+  // A state holds at most this many stacks (parses alive at once). An ambiguous grammar
+  // can need more (nested optional repetitions: (("a"?){300}){300} keeps 180,000), and each
+  // costs time on every byte: past the cap the matcher gives up, every state it then
+  // reaches is kDead, and overflowed() says why.
+  static constexpr size_t kMaxStacks = 4096;
+  bool overflowed() const { return overflowed_; }
+
   size_t n_states() const { return states_.size(); }
   size_t n_stacks() const { return nodes_.size(); }
   const Grammar& grammar() const { return *grammar_; }
@@ -68,6 +75,7 @@ class Matcher {
   std::vector<StateInfo> states_;
   absl::flat_hash_map<std::vector<int32_t>, State> state_ids_;
   State start_ = kDead;
+  bool overflowed_ = false;
   // Expand's scratch: (pos, parent) pairs already expanded in this call.
   absl::flat_hash_map<uint64_t, bool> seen_;
 };

@@ -24,6 +24,8 @@
 namespace cascade::grammar {
 namespace {
 
+constexpr int kMaxGroupNesting = 200;  // Groups inside groups.
+
 constexpr uint32_t kMaxCodePoint = 0x10FFFF;
 constexpr int kUnbounded = -1;
 // GBNF's own limit on a repetition count (grammar/gbnf.cc).
@@ -299,7 +301,10 @@ class RegexParser {
         return ErrorAt(at, "inline flags and other (?...) constructs are not supported");
       }
     }
+    // The parser recurses per group: a bound keeps a hostile pattern off the stack's end.
+    if (++group_depth_ > kMaxGroupNesting) return ErrorAt(at, "groups nested deeper than 200");
     CASCADE_ASSIGN_OR_RETURN(Node inner, ParseAlternation());
+    --group_depth_;
     if (!Next(')')) return ErrorAt(at, "missing ')'");
     return inner;
   }
@@ -403,6 +408,7 @@ class RegexParser {
   std::string_view pattern_;
   std::vector<uint32_t> cps_;
   size_t pos_ = 0;
+  int group_depth_ = 0;
 };
 
 // Drops the anchors where they are no-ops for a whole match (`^` with nothing before it,

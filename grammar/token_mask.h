@@ -65,6 +65,7 @@ class GrammarMasks {
   GrammarMasks(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenTrie> trie);
 
   Matcher& matcher() { return matcher_; }
+  bool overflowed() const { return matcher_.overflowed(); }
   const TokenTrie& trie() const { return *trie_; }
   // The tokens whose bytes `s` allows. The reference stays valid until the next call.
   const TokenMask& Mask(State s);
@@ -110,6 +111,7 @@ class TokenConstraint {
   bool IsEnd(int32_t token) const;
 
   const GrammarMasks& masks() const { return *masks_; }
+  bool overflowed() const { return masks_->overflowed(); }
   int64_t masks_computed() const { return masks_->masks_computed(); }
   int32_t n_vocab() const { return masks_->trie().n_vocab(); }
 

@@ -9,7 +9,7 @@
 #   --runs N         executions per target (libFuzzer -runs), default 1000000
 #   --max-seconds S  also stop a target after S seconds (then fewer than N ran); default: none
 #   TARGET           gguf, safetensors, tokenizer_json, cluster_yaml, openai_request,
-#                    generate_request, jinja_template (default: all)
+#                    generate_request, jinja_template, grammar (default: all)
 # The fuzzers are built by the main build (scripts/build.sh, or
 # `cmake --build build --target cascade_fuzzers`) when clang++ is installed.
 set -euo pipefail
@@ -25,7 +25,7 @@ while (($#)); do
     *) targets+=("$1"); shift ;;
   esac
 done
-((${#targets[@]})) || targets=(gguf safetensors tokenizer_json cluster_yaml openai_request generate_request jinja_template)
+((${#targets[@]})) || targets=(gguf safetensors tokenizer_json cluster_yaml openai_request generate_request jinja_template grammar)
 
 bin=$BUILD_DIR/tests/fuzz/standalone-build
 work=$BUILD_DIR/fuzz

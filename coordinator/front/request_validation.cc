@@ -5,6 +5,7 @@
 #include "core/status.h"
 #include "core/str_cat.h"
 #include "grammar/json_schema.h"
+#include "grammar/matcher.h"
 #include "nlohmann/json.hpp"
 #include "text/chat_format.h"
 #include "text/output_filter.h"
@@ -55,6 +56,22 @@ absl::StatusOr<std::vector<int32_t>> TokenizePrompt(const v1::Prompt& prompt, co
   return absl::InvalidArgumentError("prompt: give text, ids or chat");
 }
 
+namespace {
+
+// A grammar whose very start keeps too many parses open is refused here, with a 400,
+// rather than failing its request at the first step (grammar::Matcher::kMaxStacks).
+absl::StatusOr<std::shared_ptr<const grammar::Grammar>> Followable(std::string_view field,
+                                                                   std::shared_ptr<const grammar::Grammar> g) {
+  if (grammar::Matcher(g).overflowed()) {
+    return absl::InvalidArgumentError(StrCat("constraint.", field, ": the grammar keeps more than ",
+                                             grammar::Matcher::kMaxStacks,
+                                             " parses open at once (nested optional repetitions?)"));
+  }
+  return g;
+}
+
+}  // namespace
+
 absl::StatusOr<std::shared_ptr<const grammar::Grammar>> CompileConstraint(const v1::OutputConstraint& c) {
   const auto named = [](std::string_view field, absl::Status st) {
     return absl::InvalidArgumentError(StrCat("constraint.", field, ": ", st.message()));
@@ -80,13 +97,13 @@ absl::StatusOr<std::shared_ptr<const grammar::Grammar>> CompileConstraint(const 
     case v1::OutputConstraint::kGrammar:
       g = grammar::ParseGbnf(c.grammar());
       if (!g.ok()) return named("grammar", g.status());
-      return g;
+      return Followable("grammar", *std::move(g));
     case v1::OutputConstraint::kRegex: {
       absl::StatusOr<std::string> gbnf = grammar::RegexToGbnf(c.regex());
       if (!gbnf.ok()) return named("regex", gbnf.status());
       g = grammar::ParseGbnf(*gbnf);
       if (!g.ok()) return named("regex", g.status());
-      return g;
+      return Followable("regex", *std::move(g));
     }
     case v1::OutputConstraint::KIND_NOT_SET: break;
   }

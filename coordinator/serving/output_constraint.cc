@@ -1,8 +1,10 @@
 #include "coordinator/serving/output_constraint.h"
 
 #include <cstring>
+
 #include <string>
 #include <utility>
+#include "core/str_cat.h"
 
 namespace cascade::coordinator {
 namespace {
@@ -41,7 +43,7 @@ std::unique_ptr<grammar::TokenConstraint> ConstraintVocabulary::Start(std::share
   return std::make_unique<grammar::TokenConstraint>(masks, std::move(ends));
 }
 
-void ConstrainStep(grammar::TokenConstraint& constraint, v1::StepSequence& s) {
+absl::Status ConstrainStep(grammar::TokenConstraint& constraint, v1::StepSequence& s) {
   const int n_draft = s.n_draft();
   const int first_draft = s.tokens_size() - n_draft;
   grammar::TokenConstraint::State state = constraint.state();
@@ -62,6 +64,12 @@ void ConstrainStep(grammar::TokenConstraint& constraint, v1::StepSequence& s) {
     s.set_n_draft(kept);
   }
   s.set_allowed_tokens(std::move(masks));
+  if (constraint.overflowed()) {
+    return absl::InvalidArgumentError(
+        StrCat("constraint: the grammar keeps more than ", grammar::Matcher::kMaxStacks,
+               " parses open at once (nested optional repetitions?); it is too ambiguous to follow"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace cascade::coordinator

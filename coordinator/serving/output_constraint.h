@@ -46,7 +46,8 @@ class ConstraintVocabulary {
 
 // Cuts the drafts of `s` (its last n_draft tokens) at the first one the grammar refuses
 // from the request's state, and sets `s.allowed_tokens` to one mask per sampled row: the
-// state before each kept draft, then the one after them all.
-void ConstrainStep(grammar::TokenConstraint& constraint, v1::StepSequence& s);
+// state before each kept draft, then the one after them all. InvalidArgument when the
+// grammar turned out too ambiguous to follow (grammar::Matcher::kMaxStacks).
+absl::Status ConstrainStep(grammar::TokenConstraint& constraint, v1::StepSequence& s);
 
 }  // namespace cascade::coordinator

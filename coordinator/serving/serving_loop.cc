@@ -337,10 +337,14 @@ v1::StepRequest ServingLoop::BuildDraftStep(const Batch& batch, const v1::StepRe
 
 absl::Status ServingLoop::SendTarget(v1::StepRequest step, Sent sent) {
   sent.t0 = std::chrono::steady_clock::now();
+  std::vector<std::pair<int64_t, absl::Status>> failed;
   for (v1::StepSequence& s : *step.mutable_seqs()) {
     if (!s.sample()) continue;
     const auto it = active_.find(s.seq_id());
-    if (it != active_.end() && it->second->constraint != nullptr) ConstrainStep(*it->second->constraint, s);
+    if (it == active_.end() || it->second->constraint == nullptr) continue;
+    // A grammar too ambiguous to follow fails its request once the step is out, as a
+    // cancelled one does (its row's result is dropped with it).
+    if (absl::Status st = ConstrainStep(*it->second->constraint, s); !st.ok()) failed.emplace_back(s.seq_id(), st);
   }
   for (const v1::StepSequence& s : step.seqs()) {
     sent.seqs.push_back(s.seq_id());
@@ -351,6 +355,7 @@ absl::Status ServingLoop::SendTarget(v1::StepRequest step, Sent sent) {
   CASCADE_RETURN_IF_ERROR(workers_->SendStep(step));
   in_flight_.push_back(step.step_id());
   sent_[step.step_id()] = std::move(sent);
+  for (const auto& [id, status] : failed) FailRequest(id, status);
   absl::MutexLock lock(&mu_);
   ++stats_.steps;
   return absl::OkStatus();

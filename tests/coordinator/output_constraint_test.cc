@@ -26,7 +26,7 @@ TEST(OutputConstraintTest, DraftsAreCutAtTheFirstRefusedAndEachRowGetsItsMask) {
   for (int t : {0, 1, 3, 0, 4}) s.add_tokens(t);  // Fed "a", drafts "b" "1" "a" "2": "a" is refused.
   s.set_n_draft(4);
   s.set_sample(true);
-  ConstrainStep(c, s);
+  ASSERT_TRUE(ConstrainStep(c, s).ok());
   EXPECT_EQ(s.n_draft(), 2);
   ASSERT_EQ(s.tokens_size(), 3);
   const size_t row_bytes = (vocab.size() + 7) / 8;
@@ -53,9 +53,32 @@ TEST(OutputConstraintTest, EndTokensAreNeverKeptAsDrafts) {
   for (int t : {0, 1}) s.add_tokens(t);
   s.set_n_draft(1);
   s.set_sample(true);
-  ConstrainStep(c, s);
+  ASSERT_TRUE(ConstrainStep(c, s).ok());
   EXPECT_EQ(s.n_draft(), 0);  // The end ends the sequence: it is sampled, never verified.
   EXPECT_EQ(s.allowed_tokens(), std::string(1, '\x02'));
+}
+
+}  // namespace
+}  // namespace cascade::coordinator
+
+namespace cascade::coordinator {
+namespace {
+
+TEST(OutputConstraintTest, AGrammarTooAmbiguousToFollowFailsItsRequest) {
+  // After "x", 90,000 optional "a"s may each come next (grammar::Matcher::kMaxStacks).
+  auto g = grammar::ParseGbnf(R"g(root ::= "x" (("a"?){300}){300} "b")g");
+  ASSERT_TRUE(g.ok()) << g.status();
+  grammar::TokenConstraint c(*g,
+                             std::make_shared<grammar::TokenTrie>(std::vector<std::string>{"x", "a", "b", "<eos>"},
+                                                                  std::vector<bool>{false, false, false, true}),
+                             {3});
+  v1::StepSequence s;
+  for (int t : {2, 0}) s.add_tokens(t);  // A draft "x" leads into the ambiguous part.
+  s.set_n_draft(1);
+  s.set_sample(true);
+  const absl::Status st = ConstrainStep(c, s);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("parses open at once"), std::string_view::npos) << st;
 }
 
 }  // namespace

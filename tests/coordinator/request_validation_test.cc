@@ -8,6 +8,8 @@
 #include <memory>
 
 #include "core/logging.h"
+#include "core/str_cat.h"
+#include "grammar/grammar.h"
 #include "tests/test_support.h"
 #include "text/tokenizer_spec.h"
 
@@ -158,6 +160,49 @@ TEST_F(RequestValidationTest, RefusalsNameTheField) {
   refused(bad, "speculative.num_tokens = 17");
   bad.mutable_speculative()->set_num_tokens(0);
   refused(bad, "speculative.num_tokens = 0");
+}
+
+TEST_F(RequestValidationTest, ConstraintsCompileOrAreRefusedNamingWhy) {
+  v1::GenerateRequest req;
+  req.mutable_prompt()->set_text("Hi");
+  req.mutable_constraint()->set_json_schema(R"({"type": "object", "properties": {"a": {"type": "integer"}}})");
+  absl::StatusOr<ServingRequest> r = Validate(req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_NE(r->grammar, nullptr);
+  EXPECT_TRUE(grammar::Accepts(*r->grammar, R"({"a": 12})"));
+  EXPECT_FALSE(grammar::Accepts(*r->grammar, R"({"a": "x"})"));
+  const auto refused = [&](const v1::OutputConstraint& c, const char* why) {
+    v1::GenerateRequest bad = req;
+    *bad.mutable_constraint() = c;
+    EXPECT_THAT(Validate(bad), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(why))) << c.DebugString();
+  };
+  v1::OutputConstraint c;
+  c.set_json_schema("{");
+  refused(c, "constraint.json_schema: not valid JSON");
+  c.set_json_schema(R"({"type": "integer", "multipleOf": 3})");
+  refused(c, "constraint.json_schema: /multipleOf");
+  c.set_grammar("root ::= x");
+  refused(c, "constraint.grammar: grammar line 1: rule 'x' is used but never defined");
+  // Too ambiguous to follow: 90,000 optional "a"s alive at once (a hang, before the cap).
+  c.set_grammar(R"(root ::= (("a"?){300}){300})");
+  refused(c, "constraint.grammar: the grammar keeps more than 4096 parses open");
+  c.set_regex("((a?){300}){300}");
+  refused(c, "constraint.regex: the grammar keeps more than 4096 parses open");
+  // Nesting past what the parsers recurse through.
+  c.set_grammar("root ::= " + std::string(300, '(') + "\"a\"" + std::string(300, ')'));
+  refused(c, "groups nested deeper than 200");
+  c.set_regex(std::string(300, '(') + "a" + std::string(300, ')'));
+  refused(c, "groups nested deeper than 200");
+  std::string deep = R"({"type": "integer"})";
+  for (int i = 0; i < 150; ++i) deep = StrCat(R"({"type": "array", "items": )", deep, "}");
+  c.set_json_schema(deep);
+  refused(c, "schemas nested deeper than 100");
+  c.set_json_object(false);
+  refused(c, "constraint.json_object: set it to true");
+  // ignore_eos leaves a finished grammar no token.
+  v1::GenerateRequest no_end = req;
+  no_end.set_ignore_eos(true);
+  EXPECT_THAT(Validate(no_end), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("ignore_eos")));
 }
 
 TEST_F(RequestValidationTest, SpeculationCanBeTurnedOff) {

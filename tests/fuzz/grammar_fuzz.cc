@@ -135,8 +135,7 @@ void FuzzGbnf(std::string_view text) {
 
 // Mode 1: a JSON schema.
 void FuzzJsonSchema(std::string_view text) {
-  const nlohmann::ordered_json schema =
-      nlohmann::ordered_json::parse(text, /*cb=*/nullptr, /*allow_exceptions=*/false);
+  const nlohmann::ordered_json schema = nlohmann::ordered_json::parse(text, /*cb=*/nullptr, /*allow_exceptions=*/false);
   if (schema.is_discarded()) return;
   absl::StatusOr<std::string> gbnf = cascade::grammar::JsonSchemaToGbnf(schema);
   CheckRefusal(gbnf.status(), "JsonSchemaToGbnf: not InvalidArgument");

@@ -60,6 +60,33 @@ TEST(GbnfTest, Repetitions) {
   ExpectAccepts(R"g(root ::= "x"{3,})g", {"xxx", "xxxxxxx"}, {"xx"});
 }
 
+TEST(GbnfTest, RepetitionsOfWhatMayMatchNothing) {
+  // `x*` is `r ::= x r | ""`: left-recursive when x matches "", but each turn comes back
+  // to the same stack, so the matcher's expansion ends (tests/fuzz/grammar_fuzz.cc).
+  ExpectAccepts(R"g(root ::= ("a"?)* "b")g", {"b", "ab", "aaab"}, {"", "a", "ba"});
+  ExpectAccepts(R"g(root ::= ("ab" | "c"?){2,} "x")g", {"x", "abx", "cabcx"}, {"ax", "xx"});
+  ExpectAccepts(R"g(root ::= ("a"* "b"*)+)g", {"", "a", "abba", "bab"}, {"c"});
+  ExpectAccepts("root ::= x\nx ::= root | \"y\"", {"y"}, {"", "yy"});  // A cycle of tail references.
+}
+
+TEST(GbnfTest, LongChainsOfOptionalsFitTheStack) {
+  // The start state passes through 90,000 empty rules without consuming a byte: the
+  // matcher's expansion once recursed that deep and overflowed the stack.
+  ExpectAccepts("root ::= ((e){300}){300} \"b\"\ne ::= \"\"", {"b"}, {"", "ab"});
+}
+
+TEST(GbnfTest, TooManyParsesAtOnceAreGivenUp) {
+  // 90,000 optional "a"s: every one may be the next, so a state holds that many parses
+  // and each byte would cost as much. The matcher stops at its cap and says so.
+  const auto g = Compile(R"g(root ::= (("a"?){300}){300} "b")g");
+  ASSERT_NE(g, nullptr);
+  Matcher m(g);
+  EXPECT_TRUE(m.overflowed());
+  EXPECT_EQ(m.Advance(m.start(), 'b'), Matcher::kDead);
+  // Well under the cap: still followed.
+  ExpectAccepts(R"g(root ::= (("a"?){20}){20} "b")g", {"b", "aab"}, {"", "ba"});
+}
+
 TEST(GbnfTest, RecursionNestsBrackets) {
   const auto g = Compile(R"g(root ::= "(" root ")" root | "")g");
   ASSERT_NE(g, nullptr);

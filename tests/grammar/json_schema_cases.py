@@ -384,6 +384,11 @@ REGEX_CASES = [
     ("nested-repeats", r"((a|b){2}c){1,2}", ["abc", "abcbbc", "ac", "abcabcabc"]),
     ("braces-as-python-reads-them", r"a{,}b{}c{1,2", ["aab{}c{1,2", "b{}c{1,2", "ab{}c", "a{,}b{}c{1,2"]),
     ("class-bracket-first", r"[]a]+[^]a]", ["]ab", "a]]x", "ab", "]]"]),
+    # Unbounded repeats of what may match nothing: GBNF's `x*` is `r ::= x r | ""`, a
+    # left-recursive rule once x is nullable (found by tests/fuzz/grammar_fuzz.cc).
+    ("repeated-nullable", r"(ab|c?){2,}x(a?)*(b*c*)+",
+     ["x", "abx", "ccabx", "cx", "xaaa", "xbcbc", "abcx", "ax", "xab", "xca", "abab", ""]),
+    ("nested-nullable-repeats", r"((a|)+b*)*", ["", "a", "ab", "bba", "abab", "c", "ac"]),
 ]
 
 

@@ -166,6 +166,19 @@ TEST(JsonSchemaTest, RuleNamesAreReadableAndValid) {
   EXPECT_TRUE(gbnf->rfind("root ::= ", 0) == 0) << *gbnf;
 }
 
+TEST(JsonSchemaTest, RefRuleNamesSurviveTheRulesAddedInTheirBody) {
+  // A `$ref` target's body adds rules named after it; its name was once read through a
+  // reference into the growing rule list, freed by then (tests/fuzz/grammar_fuzz.cc).
+  const char* schema = R"({"$defs":{"node":{"type":"object","properties":{"a":{"type":"string","maxLength":1},
+      "b":{"type":"string","maxLength":2},"c":{"type":"string","maxLength":3},"d":{"type":"string","maxLength":4},
+      "e":{"type":"string","maxLength":5}}}},"type":"object","properties":{"x":{"$ref":"#/$defs/node"}}})";
+  absl::StatusOr<std::string> gbnf = JsonSchemaToGbnf(ordered_json::parse(schema));
+  ASSERT_TRUE(gbnf.ok()) << gbnf.status();
+  for (const char* rule : {"def-node", "def-node-a", "def-node-b", "def-node-e", "def-node-after-b"}) {
+    EXPECT_THAT(*gbnf, HasSubstr(std::string("\n") + rule + " ::= ")) << *gbnf;
+  }
+}
+
 TEST(JsonSchemaTest, IdenticalSubschemasShareOneRule) {
   absl::StatusOr<std::string> gbnf = JsonSchemaToGbnf(ordered_json::parse(R"({"type":"object","properties":{
       "a":{"type":"string","maxLength":5},"b":{"type":"string","maxLength":5},"c":{"type":"string","maxLength":6}}})"));
