@@ -132,13 +132,18 @@ absl::StatusOr<std::vector<uint32_t>> DecodeUtf8(std::string_view text) {
   std::vector<uint32_t> out;
   for (size_t i = 0; i < text.size();) {
     const unsigned char c = static_cast<unsigned char>(text[i++]);
-    const int n = c < 0x80 ? 0 : c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : c >= 0xC0 ? 1 : -1;
+    const int n = c < 0x80 ? 0 : c >= 0xF8 ? -1 : c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : c >= 0xC0 ? 1 : -1;
     if (n < 0 || i + n > text.size()) return absl::InvalidArgumentError("regex: invalid UTF-8");
     uint32_t cp = n == 0 ? c : c & (0x3F >> n);
     for (int k = 0; k < n; ++k) {
       const unsigned char d = static_cast<unsigned char>(text[i++]);
       if ((d & 0xC0) != 0x80) return absl::InvalidArgumentError("regex: invalid UTF-8");
       cp = (cp << 6) | (d & 0x3F);
+    }
+    // Overlong forms, surrogates and code points past U+10FFFF are no characters.
+    constexpr uint32_t kShortest[] = {0, 0x80, 0x800, 0x10000};
+    if (cp < kShortest[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
+      return absl::InvalidArgumentError("regex: invalid UTF-8");
     }
     out.push_back(cp);
   }
