@@ -232,7 +232,7 @@ class Parser {
     const unsigned char c = static_cast<unsigned char>(text_[pos_++]);
     if (c == '\\') return Escape();
     if (c < 0x80) return c;
-    const int n = c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : c >= 0xC0 ? 1 : -1;
+    const int n = c >= 0xF8 ? -1 : c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : c >= 0xC0 ? 1 : -1;
     if (n < 0 || pos_ + n > text_.size()) return Error("invalid UTF-8");
     uint32_t cp = c & (0x3F >> n);
     for (int i = 0; i < n; ++i) {
@@ -240,6 +240,9 @@ class Parser {
       if ((d & 0xC0) != 0x80) return Error("invalid UTF-8");
       cp = (cp << 6) | (d & 0x3F);
     }
+    // Overlong forms, surrogates and code points past U+10FFFF are no characters.
+    constexpr uint32_t kShortest[] = {0, 0x80, 0x800, 0x10000};
+    if (cp < kShortest[n] || cp > kMaxCodePoint || (cp >= 0xD800 && cp <= 0xDFFF)) return Error("invalid UTF-8");
     return cp;
   }
   absl::StatusOr<uint32_t> Escape() {

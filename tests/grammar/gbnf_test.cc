@@ -143,6 +143,8 @@ TEST(GbnfTest, ErrorsNameTheProblem) {
   EXPECT_THAT(error("root ::= * \"a\""), testing::HasSubstr("repeats nothing"));
   EXPECT_THAT(error("root ::= \"\\q\""), testing::HasSubstr("unknown escape"));
   EXPECT_THAT(error(""), testing::HasSubstr("empty"));
+  EXPECT_THAT(error("root ::= [\xF4\x90\x80\x80]"), testing::HasSubstr("invalid UTF-8"));  // Past U+10FFFF.
+  EXPECT_THAT(error("root ::= [\xC0\xAF]"), testing::HasSubstr("invalid UTF-8"));          // Overlong.
 }
 
 TEST(GbnfTest, RenameTouchesRulesOnly) {
