@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <thread>
 
@@ -14,6 +15,7 @@
 #include "client/client.h"
 #include "core/args.h"
 #include "core/clock.h"
+#include "core/status.h"
 #include "core/str_cat.h"
 #include "proto/grpc_status.h"
 
@@ -64,6 +66,10 @@ Args GenerateArgs() {
   options.insert(options.end(),
                  {{"no-speculate", "", "plain decoding for this request, even with a drafter configured"},
                   {"draft-tokens", "K", "most drafted tokens per step, in [1, 16] (default: the cluster's)"},
+                  {"json-schema", "FILE", "constrain the answer to JSON valid under this JSON Schema"},
+                  {"json-object", "", "constrain the answer to a JSON object"},
+                  {"grammar", "FILE", "constrain the answer to this GBNF grammar (rule `root`)"},
+                  {"regex", "RE", "constrain the answer to match this regular expression"},
                   {"timeout", "SECONDS", "deadline of the request (default 600)"},
                   {"json", "", "print one JSON object (ids, text, usage) instead of streaming"}});
   return Args("cascade generate", "--server HOST:PORT (--prompt T | --prompt-ids 1,2,3 | --chat T) [options]",
@@ -87,6 +93,31 @@ absl::StatusOr<client::Client> Connect(const Args& args) {
   auto timeout = args.GetInt("timeout", 600);
   if (!timeout.ok()) return timeout.status();
   return ConnectToServer(args, std::chrono::seconds(*timeout));
+}
+
+// --json-schema FILE, --json-object, --grammar FILE or --regex RE: the request's
+// constraint (the coordinator compiles it, and refuses it naming what it cannot follow).
+absl::Status FillConstraint(const Args& args, v1::GenerateRequest* req) {
+  const int given = args.Has("json-schema") + args.Has("json-object") + args.Has("grammar") + args.Has("regex");
+  if (given > 1) return absl::InvalidArgumentError("give one of --json-schema, --json-object, --grammar, --regex");
+  const auto read = [](const std::string& flag, const std::string& path) -> absl::StatusOr<std::string> {
+    std::ifstream in(path);
+    if (!in) return absl::InvalidArgumentError(StrCat("--", flag, ": cannot read '", path, "'"));
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  v1::OutputConstraint* c = req->mutable_constraint();
+  if (auto path = args.Get("json-schema")) {
+    CASCADE_ASSIGN_OR_RETURN(*c->mutable_json_schema(), read("json-schema", *path));
+  } else if (auto path = args.Get("grammar")) {
+    CASCADE_ASSIGN_OR_RETURN(*c->mutable_grammar(), read("grammar", *path));
+  } else if (auto re = args.Get("regex")) {
+    c->set_regex(*re);
+  } else if (args.Has("json-object")) {
+    c->set_json_object(true);
+  } else {
+    req->clear_constraint();
+  }
+  return absl::OkStatus();
 }
 
 // --no-speculate and --draft-tokens N: the request's speculative field.
@@ -147,6 +178,7 @@ int GenerateCommand(int argc, char** argv) {
   auto req = ProtoRequestFromArgs(args);
   if (!req.ok()) return Fail("generate", req.status());
   if (absl::Status s = FillSpeculative(args, &*req); !s.ok()) return Fail("generate", s);
+  if (absl::Status s = FillConstraint(args, &*req); !s.ok()) return Fail("generate", s);
   auto c = Connect(args);
   if (!c.ok()) return Fail("generate", c.status());
   if (args.Has("json")) {

@@ -12,6 +12,7 @@ import os
 import random
 import re
 import sys
+import tempfile
 
 import openai
 
@@ -20,6 +21,7 @@ sys.path.insert(0, os.path.join(os.environ["CASCADE_PYTHON_CACHE"], "jsonschema"
 import jsonschema  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cluster_test import generate  # noqa: E402
 from http_test import MODEL_ID, client, http_cluster, metric, metrics  # noqa: E402
 
 NGRAM = "draft: {ngram: {n: 2}, num_tokens: 4, adaptive: false}\n"
@@ -143,7 +145,7 @@ def test_parallel_and_other_constraints():
         replicated = run_schemas(http_address, cases, 0.0, concurrency=1)
         assert replicated == plain, sum(a == b for a, b in zip(plain, replicated))
         print(f"DP 2: {len(cases)} valid, equal to one replica")
-    with http_cluster(pipeline=2, tensor=2, extra=NGRAM) as (_, http_address, _):
+    with http_cluster(pipeline=2, tensor=2, extra=NGRAM) as (address, http_address, _):
         run_schemas(http_address, cases, 1.0)
         print(f"PP 2 x TP 2 with n-gram drafts, sampled: {len(cases)} of {len(cases)} valid")
         c = client(http_address)
@@ -161,6 +163,17 @@ def test_parallel_and_other_constraints():
                                      extra_body={"regex": pattern})
             assert r.choices[0].finish_reason == "stop" and re.fullmatch(pattern, r.choices[0].text), r
             print(f"regex, temperature {t}: {r.choices[0].text!r}")
+        # The gRPC API through the CLI: --regex and --json-schema FILE.
+        got = generate(address, "--prompt", "Distance:", "--regex", pattern, "--max-tokens", "40", "--temperature", "0")
+        assert got["finish_reason"] == "stop" and re.fullmatch(pattern, got["text"]), got
+        with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+            json.dump(cases[1], f)
+            f.flush()
+            got = generate(address, "--chat", "JSON please", "--json-schema", f.name, "--max-tokens", "400",
+                           "--temperature", "0")
+        jsonschema.Draft202012Validator(cases[1]).validate(json.loads(got["text"]))
+        bad = generate(address, "--prompt", "x", "--grammar", "/nonexistent.gbnf", expect_rc=2)
+        assert "--grammar: cannot read" in bad, bad
         # A GBNF grammar.
         gbnf = 'root ::= "The answer is " ("yes" | "no") "."'
         r = c.completions.create(model=MODEL_ID, prompt="Is the sky blue?", max_tokens=20, temperature=0,
