@@ -55,4 +55,32 @@ size_t CompleteUtf8Prefix(std::string_view s) {
   return i;
 }
 
+void AppendUtf8(uint32_t cp, std::string& out) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+size_t DecodeUtf8At(std::string_view s, size_t i, uint32_t* cp) {
+  const int n = SequenceAt(s, i);
+  if (n <= 0) return 0;
+  const auto b = [&](size_t k) { return static_cast<uint32_t>(static_cast<uint8_t>(s[k])); };
+  uint32_t v = n == 1 ? b(i) : b(i) & (0x7Fu >> n);
+  for (int k = 1; k < n; ++k) v = (v << 6) | (b(i + k) & 0x3F);
+  *cp = v;
+  return static_cast<size_t>(n);
+}
+
 }  // namespace cascade

@@ -12,6 +12,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "core/status.h"
 #include "core/str_cat.h"
+#include "core/utf8.h"
 #include "grammar/grammar.h"
 
 namespace cascade::grammar {
@@ -26,24 +27,6 @@ constexpr uint32_t kMaxCodePoint = 0x10FFFF;
 struct Range {
   uint32_t lo, hi;  // Inclusive code points.
 };
-
-void AppendUtf8(uint32_t cp, std::string& out) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
 
 // The code points [lo, hi] as UTF-8 byte-range sequences: each returned sequence is a
 // list of (first, last) byte ranges, one per byte, and a code point's encoding matches
@@ -232,17 +215,10 @@ class Parser {
     const unsigned char c = static_cast<unsigned char>(text_[pos_++]);
     if (c == '\\') return Escape();
     if (c < 0x80) return c;
-    const int n = c >= 0xF8 ? -1 : c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : c >= 0xC0 ? 1 : -1;
-    if (n < 0 || pos_ + n > text_.size()) return Error("invalid UTF-8");
-    uint32_t cp = c & (0x3F >> n);
-    for (int i = 0; i < n; ++i) {
-      const unsigned char d = static_cast<unsigned char>(text_[pos_++]);
-      if ((d & 0xC0) != 0x80) return Error("invalid UTF-8");
-      cp = (cp << 6) | (d & 0x3F);
-    }
-    // Overlong forms, surrogates and code points past U+10FFFF are no characters.
-    constexpr uint32_t kShortest[] = {0, 0x80, 0x800, 0x10000};
-    if (cp < kShortest[n] || cp > kMaxCodePoint || (cp >= 0xD800 && cp <= 0xDFFF)) return Error("invalid UTF-8");
+    uint32_t cp = 0;
+    const size_t n = DecodeUtf8At(text_, pos_ - 1, &cp);  // Overlongs, surrogates, past U+10FFFF: no.
+    if (n == 0) return Error("invalid UTF-8");
+    pos_ += n - 1;
     return cp;
   }
   absl::StatusOr<uint32_t> Escape() {

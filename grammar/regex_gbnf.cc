@@ -18,6 +18,7 @@
 
 #include "core/status.h"
 #include "core/str_cat.h"
+#include "core/utf8.h"
 #include "grammar/grammar.h"
 #include "grammar/json_schema.h"
 
@@ -131,21 +132,11 @@ struct Node {
 absl::StatusOr<std::vector<uint32_t>> DecodeUtf8(std::string_view text) {
   std::vector<uint32_t> out;
   for (size_t i = 0; i < text.size();) {
-    const unsigned char c = static_cast<unsigned char>(text[i++]);
-    const int n = c < 0x80 ? 0 : c >= 0xF8 ? -1 : c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : c >= 0xC0 ? 1 : -1;
-    if (n < 0 || i + n > text.size()) return absl::InvalidArgumentError("regex: invalid UTF-8");
-    uint32_t cp = n == 0 ? c : c & (0x3F >> n);
-    for (int k = 0; k < n; ++k) {
-      const unsigned char d = static_cast<unsigned char>(text[i++]);
-      if ((d & 0xC0) != 0x80) return absl::InvalidArgumentError("regex: invalid UTF-8");
-      cp = (cp << 6) | (d & 0x3F);
-    }
-    // Overlong forms, surrogates and code points past U+10FFFF are no characters.
-    constexpr uint32_t kShortest[] = {0, 0x80, 0x800, 0x10000};
-    if (cp < kShortest[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
-      return absl::InvalidArgumentError("regex: invalid UTF-8");
-    }
+    uint32_t cp = 0;
+    const size_t n = DecodeUtf8At(text, i, &cp);  // Overlongs, surrogates, past U+10FFFF: no.
+    if (n == 0) return absl::InvalidArgumentError("regex: invalid UTF-8");
     out.push_back(cp);
+    i += n;
   }
   return out;
 }
@@ -467,25 +458,6 @@ std::string Hex(uint32_t v, int digits) {
   return buf;
 }
 
-std::string AppendUtf8(uint32_t cp, std::string out = {}) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-  return out;
-}
-
 // One code point inside a GBNF class: escaped where GBNF would read it otherwise, and
 // non-ASCII as \u / \U so that the grammar text stays ASCII.
 std::string ClassChar(uint32_t c) {
@@ -532,7 +504,7 @@ std::string JsonChar(uint32_t c) {
     std::transform(hex.begin(), hex.end(), hex.begin(), [](char h) { return std::tolower(h); });
     return "\\u" + hex;
   }
-  return AppendUtf8(c);
+  return Utf8Of(c);
 }
 
 // Two or more alternatives, atoms or sequences.
@@ -562,7 +534,7 @@ class Writer {
   bool json() const { return escape_ == RegexEscape::kJsonString; }
 
   // The text of a one-character set (as it appears in the output), for merging literals.
-  std::string Spelling(uint32_t c) const { return json() ? JsonChar(c) : AppendUtf8(c); }
+  std::string Spelling(uint32_t c) const { return json() ? JsonChar(c) : Utf8Of(c); }
 
   Expr Chars(const CharSet& set) const {
     if (set.single()) {

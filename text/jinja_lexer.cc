@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "core/str_cat.h"
+#include "core/utf8.h"
 
 namespace cascade::text::jinja {
 namespace {
@@ -16,24 +17,6 @@ bool IsDigit(char c) { return c >= '0' && c <= '9'; }
 
 absl::Status Error(int line, std::string_view what) {
   return absl::InvalidArgumentError(StrCat("template line ", line, ": TemplateSyntaxError: ", what));
-}
-
-void AppendUtf8(uint32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    *out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    *out += static_cast<char>(0xC0 | (cp >> 6));
-    *out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    *out += static_cast<char>(0xE0 | (cp >> 12));
-    *out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    *out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    *out += static_cast<char>(0xF0 | (cp >> 18));
-    *out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    *out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    *out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
 }
 
 // Python's "unicode-escape" decoding of a literal's body, as jinja2 applies it: unknown
@@ -74,7 +57,7 @@ absl::StatusOr<std::string> Unescape(std::string_view body, int line) {
         absl::StatusOr<uint32_t> cp = hex(c == 'x' ? 2 : c == 'u' ? 4 : 8);
         if (!cp.ok()) return cp.status();
         if (*cp > 0x10FFFF) return Error(line, "illegal Unicode character in escape");
-        AppendUtf8(*cp, &out);
+        AppendUtf8(*cp, out);
         break;
       }
       default:
@@ -83,7 +66,7 @@ absl::StatusOr<std::string> Unescape(std::string_view body, int line) {
           for (int k = 0; k < 2 && i + 1 < body.size() && body[i + 1] >= '0' && body[i + 1] <= '7'; ++k) {
             v = v * 8 + (body[++i] - '0');
           }
-          AppendUtf8(v, &out);
+          AppendUtf8(v, out);
         } else {
           out += '\\';
           out += c;

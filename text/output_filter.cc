@@ -32,26 +32,28 @@ OutputFormat OutputFormatOf(const ChatFormat& chat, std::string_view rendered_pr
   return PromptOpensThinking(rendered_prompt) ? OutputFormat::kThinkingOpened : OutputFormat::kThinking;
 }
 
-std::string OutputFilter::Route(const std::string& decoded, bool at_end) {
-  if (think_) {
-    ThinkParser::Delta d = think_->Push(decoded);
-    if (at_end) {
-      ThinkParser::Delta rest = think_->Flush();
-      d.reasoning += rest.reasoning;
-      d.content += rest.content;
-    }
-    reasoning_ += d.reasoning;
-    return stops_.Push(d.content);
-  }
-  if (!harmony_) return stops_.Push(decoded);
-  HarmonyParser::Delta d = harmony_->Push(decoded);
+namespace {
+
+// `decoded` through a parser that splits reasoning from content (harmony's or the think
+// block's), with what it holds back at the end: (reasoning, content).
+template <typename Parser>
+std::pair<std::string, std::string> Split(Parser& parser, const std::string& decoded, bool at_end) {
+  auto d = parser.Push(decoded);
   if (at_end) {
-    HarmonyParser::Delta rest = harmony_->Flush();
+    auto rest = parser.Flush();
     d.reasoning += rest.reasoning;
     d.content += rest.content;
   }
-  reasoning_ += d.reasoning;
-  return stops_.Push(d.content);
+  return {std::move(d.reasoning), std::move(d.content)};
+}
+
+}  // namespace
+
+std::string OutputFilter::Route(const std::string& decoded, bool at_end) {
+  if (!think_ && !harmony_) return stops_.Push(decoded);
+  auto [reasoning, content] = think_ ? Split(*think_, decoded, at_end) : Split(*harmony_, decoded, at_end);
+  reasoning_ += reasoning;
+  return stops_.Push(content);
 }
 
 std::string OutputFilter::Push(int32_t id, bool last_allowed) {

@@ -4,6 +4,13 @@
 
 namespace cascade::text {
 
+size_t PartialTagSuffix(std::string_view text, std::string_view tag) {
+  for (size_t n = std::min(text.size(), tag.size() - 1); n > 0; --n) {
+    if (text.substr(text.size() - n) == tag.substr(0, n)) return n;
+  }
+  return 0;
+}
+
 StopMatcher::StopMatcher(std::vector<std::string> stops) {
   for (auto& s : stops) {
     if (!s.empty()) stops_.push_back(std::move(s));
@@ -25,14 +32,7 @@ std::string StopMatcher::Push(std::string_view text) {
   }
   // Hold back the longest suffix that is a proper prefix of some stop string.
   size_t keep = 0;
-  for (const std::string& s : stops_) {
-    for (size_t n = std::min(s.size() - 1, held_.size()); n > keep; --n) {
-      if (held_.compare(held_.size() - n, n, s, 0, n) == 0) {
-        keep = n;
-        break;
-      }
-    }
-  }
+  for (const std::string& s : stops_) keep = std::max(keep, PartialTagSuffix(held_, s));
   std::string out = held_.substr(0, held_.size() - keep);
   held_.erase(0, held_.size() - keep);
   emitted_ += out;

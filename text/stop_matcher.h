@@ -9,6 +9,11 @@
 
 namespace cascade::text {
 
+// The length of the longest suffix of `text` that is a proper prefix of `tag`: text that
+// may still become `tag` and must wait for more (stop strings, the tags of think blocks
+// and tool calls).
+size_t PartialTagSuffix(std::string_view text, std::string_view tag);
+
 class StopMatcher {
  public:
   explicit StopMatcher(std::vector<std::string> stops);

@@ -2,19 +2,12 @@
 
 #include <algorithm>
 #include <utility>
+#include "text/stop_matcher.h"
 
 namespace cascade::text {
 namespace {
 
 constexpr std::string_view kOpen = "<think>", kClose = "</think>";
-
-// The longest suffix of `text` that is a proper prefix of `tag`.
-size_t PartialTag(std::string_view text, std::string_view tag) {
-  for (size_t n = std::min(text.size(), tag.size() - 1); n > 0; --n) {
-    if (text.substr(text.size() - n) == tag.substr(0, n)) return n;
-  }
-  return 0;
-}
 
 bool IsSpace(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 
@@ -38,7 +31,7 @@ ThinkParser::Delta ThinkParser::Push(std::string_view text) {
   if (state_ == State::kReasoning) {
     const size_t close = held_.find(kClose);
     if (close == std::string::npos) {
-      const size_t keep = PartialTag(held_, kClose);
+      const size_t keep = PartialTagSuffix(held_, kClose);
       d.reasoning = held_.substr(0, held_.size() - keep);
       held_.erase(0, held_.size() - keep);
       return d;

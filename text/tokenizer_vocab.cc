@@ -8,6 +8,7 @@
 
 #include "core/status.h"
 #include "core/str_cat.h"
+#include "core/utf8.h"
 
 namespace cascade::text {
 namespace {
@@ -18,24 +19,6 @@ constexpr std::string_view kEogTexts[] = {
     "<|eot_id|>", "<|im_end|>", "<|end|>",         "<end_of_turn>", "<|endoftext|>", "<|return|>",
     "<|eom_id|>", "<EOT>",      "<|end_of_text|>", "<|end_story|>", "<|call|>",
 };
-
-void AppendUtf8(uint32_t cp, std::string& out) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
 
 // "<0xAB>" -> 0xAB, else -1.
 int ParseByteToken(std::string_view text) {

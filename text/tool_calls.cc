@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "nlohmann/json.hpp"
+#include "text/stop_matcher.h"
 
 namespace cascade::text {
 namespace {
@@ -15,15 +16,6 @@ constexpr std::string_view kMistralTag = "[TOOL_CALLS]", kPythonTag = "<|python_
 constexpr std::string_view kDeepSeekOpen = "<｜tool▁calls▁begin｜>", kDeepSeekClose = "<｜tool▁calls▁end｜>";
 constexpr std::string_view kDeepSeekCall = "<｜tool▁call▁begin｜>", kDeepSeekCallEnd = "<｜tool▁call▁end｜>";
 constexpr std::string_view kDeepSeekSep = "<｜tool▁sep｜>";
-
-// The length of the longest suffix of `text` that is a proper prefix of `tag`: text that
-// may be the start of the tag and must wait for more.
-size_t PartialTag(std::string_view text, std::string_view tag) {
-  for (size_t n = std::min(text.size(), tag.size() - 1); n > 0; --n) {
-    if (text.substr(text.size() - n) == tag.substr(0, n)) return n;
-  }
-  return 0;
-}
 
 std::string_view TrimLeft(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\n' || s.front() == '\t' || s.front() == '\r')) {
@@ -162,7 +154,7 @@ std::string ToolCallParser::PushBlocks(std::vector<ParsedToolCall>& calls) {
     if (!whole_) {  // Outside a block: content up to the next opening (or a partial one).
       const size_t open = held_.find(open_tag);
       if (open == std::string::npos) {
-        const size_t keep = PartialTag(held_, open_tag);
+        const size_t keep = PartialTagSuffix(held_, open_tag);
         content += held_.substr(0, held_.size() - keep);
         held_.erase(0, held_.size() - keep);
         return content;
