@@ -77,6 +77,24 @@ absl::StatusOr<std::vector<int64_t>> StageKvHeads(const ClusterConfig& config, c
   return heads;
 }
 
+// The host tier of the prefix cache: scheduler.host_kv_cache_mb on every target worker,
+// in blocks of the largest stage's size (the drafter recomputes its own KV).
+absl::StatusOr<int64_t> HostKvBlocks(const SchedulerSection& sched, const std::vector<int64_t>& stage_block_bytes) {
+  if (sched.host_kv_cache_mb == 0) return 0;
+  if (!sched.prefix_caching) {
+    return absl::InvalidArgumentError(
+        "scheduler.host_kv_cache_mb: the host tier holds cached prefixes, and "
+        "scheduler.prefix_caching is false");
+  }
+  const int64_t block_bytes = *std::max_element(stage_block_bytes.begin(), stage_block_bytes.end());
+  const int64_t n = std::min<int64_t>(sched.host_kv_cache_mb * 1048576 / block_bytes, INT32_MAX);
+  if (n < 1) {
+    return absl::InvalidArgumentError(
+        StrCat("scheduler.host_kv_cache_mb: too small for one KV block of ", block_bytes, " bytes"));
+  }
+  return n;
+}
+
 // The KV pool: the same block count on every stage, as many as the tightest worker holds:
 // scheduler.kv_cache_mb on CPU workers (and GPU workers when given); a GPU worker's free
 // memory after its weights, once it registers (StageWorkers::BringUp, coordinator/control/kv_budget.h).
@@ -113,6 +131,7 @@ absl::Status SizeKvPool(const ClusterConfig& config, const ServedModels& models,
   if (n_blocks == INT64_MAX) n_blocks = (mc.n_ctx_train + bs - 1) / bs * std::max(1, sched.max_num_seqs);
   co.kv_blocks = n_blocks;
   co.size_kv_from_gpus = any_gpu;
+  CASCADE_ASSIGN_OR_RETURN(co.host_kv_blocks, HostKvBlocks(sched, co.stage_block_bytes));
   out.max_context = MaxContext(mc, n_blocks, bs);
   return absl::OkStatus();
 }
@@ -146,6 +165,7 @@ void CopyOptions(const ClusterConfig& config, const ServedModels& models, Servin
   so.prefix_caching = config.scheduler.prefix_caching;
   so.max_queued = config.scheduler.max_queued;
   so.n_kv_blocks = static_cast<int32_t>(std::min<int64_t>(co.kv_blocks, INT32_MAX));
+  so.n_host_kv_blocks = static_cast<int32_t>(co.host_kv_blocks);
   // One more batch with a drafter worker: it drafts one while the stages verify others.
   so.max_in_flight_batches = static_cast<int>(out.plan.stages.size()) + (models.draft_layers > 0 ? 1 : 0);
   out.speculation = {draft.kind, draft.ngram_n, draft.num_tokens, draft.adaptive, draft.max_batch};

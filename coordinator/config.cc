@@ -317,10 +317,10 @@ absl::Status Parser::ParseServer(const YAML::Node& node, ServerSection* out) con
 
 absl::Status Parser::ParseScheduler(const YAML::Node& node, SchedulerSection* out) const {
   if (!node.IsDefined()) return absl::OkStatus();
-  CASCADE_RETURN_IF_ERROR(
-      CheckMap(node, "scheduler",
-               {"max_num_seqs", "max_batched_tokens", "kv_block_size", "kv_cache_mb", "gpu_memory_fraction",
-                "kv_cache_dtype", "prefix_caching", "max_queued", "device_sampling", "cuda_graphs"}));
+  CASCADE_RETURN_IF_ERROR(CheckMap(
+      node, "scheduler",
+      {"max_num_seqs", "max_batched_tokens", "kv_block_size", "kv_cache_mb", "host_kv_cache_mb", "gpu_memory_fraction",
+       "kv_cache_dtype", "prefix_caching", "max_queued", "device_sampling", "cuda_graphs"}));
   constexpr int64_t kIntMax = std::numeric_limits<int>::max();
   if (const YAML::Node n = Child(node, "max_num_seqs"); n.IsDefined()) {
     CASCADE_ASSIGN_OR_RETURN(out->max_num_seqs, GetInt(n, "scheduler.max_num_seqs", 1, kIntMax));
@@ -341,6 +341,9 @@ absl::Status Parser::ParseScheduler(const YAML::Node& node, SchedulerSection* ou
   if (const YAML::Node n = Child(node, "kv_cache_mb"); n.IsDefined()) {
     CASCADE_ASSIGN_OR_RETURN(out->kv_cache_mb, GetInt(n, "scheduler.kv_cache_mb", 1, int64_t{1} << 30));
     out->kv_cache_mb_given = true;
+  }
+  if (const YAML::Node n = Child(node, "host_kv_cache_mb"); n.IsDefined()) {
+    CASCADE_ASSIGN_OR_RETURN(out->host_kv_cache_mb, GetInt(n, "scheduler.host_kv_cache_mb", 0, int64_t{1} << 30));
   }
   if (const YAML::Node n = Child(node, "gpu_memory_fraction"); n.IsDefined()) {
     double value = 0;

@@ -149,6 +149,12 @@ struct SchedulerSection {
   // (coordinator/control/kv_budget.h). REQUIRES >= 1.
   int64_t kv_cache_mb = 512;
   bool kv_cache_mb_given = false;
+  // `scheduler.host_kv_cache_mb`: the host tier of the prefix cache, in MiB of host memory
+  // per target worker (pinned on cuda:N workers): cached KV blocks evicted from the KV pool
+  // are copied there, stay matchable, and are copied back on a hit instead of recomputed
+  // (coordinator/serving/prefix_cache.h). Blocks: this over the largest block any stage
+  // holds. Default 0: no host tier. REQUIRES >= 0, and prefix_caching.
+  int64_t host_kv_cache_mb = 0;
   // `scheduler.gpu_memory_fraction`: share of a GPU's free memory (as its worker reported
   // it when registering) that the worker's weights and KV cache may take; the rest is left
   // for workspaces and the CUDA context. Default 0.9. REQUIRES (0, 1].

@@ -197,8 +197,11 @@ void LogReady(const cascade::coordinator::ClusterConfig& config, const cascade::
                     << (first.tp_size() > 1 && first.n_stages() > 1
                             ? StrCat(", ", PpHandoffName(config.transport.pp_handoff), " hand-off")
                             : std::string())
-                    << ", " << n_blocks << " KV blocks of " << config.scheduler.kv_block_size << ", context "
-                    << max_context
+                    << ", " << n_blocks << " KV blocks of " << config.scheduler.kv_block_size
+                    << (first.options().host_kv_blocks > 0
+                            ? StrCat(" + ", first.options().host_kv_blocks, " in the host tier")
+                            : std::string())
+                    << ", context " << max_context
                     << (draft.kind == DraftKind::kNone ? std::string()
                                                        : StrCat(", drafter ", DraftKindName(draft.kind)))
                     << ")";

@@ -49,6 +49,43 @@ absl::Status KvCache::UploadScales(kernels::Backend* backend, int64_t offset) {
   return backend->CopyIn(dst, all.data(), all.size() * sizeof(float));
 }
 
+std::vector<uint8_t*> KvCache::Runs(int64_t block) const {
+  std::vector<uint8_t*> runs;
+  for (const kernels::KvCacheLayer& l : layers_) {
+    runs.push_back(static_cast<uint8_t*>(l.k.data) + block * RunBytes());
+    runs.push_back(static_cast<uint8_t*>(l.v.data) + block * RunBytes());
+  }
+  return runs;
+}
+
+absl::Status KvCache::SaveBlock(kernels::Backend* backend, int64_t block, void* host) const {
+  CASCADE_CHECK(block >= 0 && block < options_.n_blocks) << "saving KV block " << block;
+  auto* out = static_cast<uint8_t*>(host);
+  for (const uint8_t* run : Runs(block)) {
+    if (backend == nullptr) {
+      std::memcpy(out, run, static_cast<size_t>(RunBytes()));
+    } else {
+      CASCADE_RETURN_IF_ERROR(backend->CopyOut(out, run, static_cast<size_t>(RunBytes())));
+    }
+    out += RunBytes();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status KvCache::LoadBlock(kernels::Backend* backend, int64_t block, const void* host) {
+  CASCADE_CHECK(block >= 0 && block < options_.n_blocks) << "loading KV block " << block;
+  const auto* in = static_cast<const uint8_t*>(host);
+  for (uint8_t* run : Runs(block)) {
+    if (backend == nullptr) {
+      std::memcpy(run, in, static_cast<size_t>(RunBytes()));
+    } else {
+      CASCADE_RETURN_IF_ERROR(backend->CopyIn(run, in, static_cast<size_t>(RunBytes())));
+    }
+    in += RunBytes();
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<KvCache> KvCache::Create(const KvCacheOptions& o, kernels::Backend* backend) {
   if (o.n_layers < 0 || o.n_blocks <= 0 || o.block_size <= 0 || o.n_kv_heads <= 0 || o.head_dim <= 0) {
     return absl::InvalidArgumentError(

@@ -55,8 +55,22 @@ class KvCache {
     return 2 * o.n_layers * o.block_size * RowBytes(o.dtype, o.n_kv_heads * o.head_dim);
   }
 
+  // The host tier of the prefix cache (coordinator/serving/prefix_cache.h): block
+  // `block`'s K and V of every layer here copied to `host` (BlockBytes bytes: each
+  // layer's K then V), and back. A block's K (or V) is contiguous in its layer's tensor,
+  // so a copy is 2 * n_layers contiguous runs. `backend`: the one Create allocated from
+  // (null: host memory). REQUIRES block in [0, n_blocks).
+  absl::Status SaveBlock(kernels::Backend* backend, int64_t block, void* host) const;
+  absl::Status LoadBlock(kernels::Backend* backend, int64_t block, const void* host);
+
  private:
   absl::Status UploadScales(kernels::Backend* backend, int64_t offset);
+  // Bytes of one block of one layer's K (or V).
+  int64_t RunBytes() const {
+    return options_.block_size * RowBytes(options_.dtype, options_.n_kv_heads * options_.head_dim);
+  }
+  // The 2 * n_layers runs of `block`, K then V per layer, in their order in BlockBytes.
+  std::vector<uint8_t*> Runs(int64_t block) const;
 
   KvCacheOptions options_;
   // Left uninitialised: a large host allocation is fresh zero pages from the kernel, so

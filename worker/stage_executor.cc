@@ -79,6 +79,17 @@ absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Create(const Stage
                            " bytes of weights (lower scheduler.kv_cache_mb or scheduler.gpu_memory_fraction)"));
   }
   e->cache_ = std::make_unique<model::KvCache>(*std::move(cache));
+  if (options.host_kv_blocks > 0 && !options.draft) {
+    e->host_block_bytes_ = model::KvCache::BlockBytes(e->cache_->options());
+    const size_t bytes = static_cast<size_t>(options.host_kv_blocks * e->host_block_bytes_);
+    absl::StatusOr<std::unique_ptr<kernels::Buffer>> host = e->backend_->AllocateStaging(bytes);
+    if (!host.ok()) {
+      return Annotate(host.status(), StrCat("the host KV tier: ", options.host_kv_blocks, " blocks of ",
+                                            e->host_block_bytes_, " bytes (lower scheduler.host_kv_cache_mb)"));
+    }
+    e->host_kv_ = *std::move(host);
+    CASCADE_LOG(Info) << "host KV tier: " << options.host_kv_blocks << " blocks, " << bytes << " bytes";
+  }
   if (e->is_last() && options.tp_rank == 0 && !options.draft) {
     e->sampler_ = std::make_unique<model::StepSampler>(e->backend_.get(), options.n_threads);
     // A GPU head without a TP gather leaves its logits on the device: sample them there.
@@ -182,6 +193,8 @@ absl::StatusOr<v1::StepResult> StageExecutor::Execute(const v1::StepRequest& ste
   if (sampler_ != nullptr) {
     for (int64_t id : step.release()) sampler_->Release(id);
   }
+  // First, even for a step refused below: the coordinator counts the copies done.
+  CASCADE_RETURN_IF_ERROR(MoveKvBlocks(step));
   Rows rows;
   CASCADE_RETURN_IF_ERROR(Flatten(step, rows));  // The only InvalidArgument: a refusal.
   if (absl::Status st = Run(step, rows, result); !st.ok()) {
@@ -192,6 +205,22 @@ absl::StatusOr<v1::StepResult> StageExecutor::Execute(const v1::StepRequest& ste
   result.set_handoff_s(handoff_s_);
   ReportExpertLoad(result);
   return result;
+}
+
+absl::Status StageExecutor::MoveKvBlocks(const v1::StepRequest& step) {
+  if (step.kv_moves().empty() || options_.draft) return absl::OkStatus();
+  const int64_t n_slots = host_kv_ != nullptr ? options_.host_kv_blocks : 0;
+  for (const v1::KvBlockMove& m : step.kv_moves()) {
+    if (m.block() < 0 || m.block() >= cache_->options().n_blocks || m.slot() < 0 || m.slot() >= n_slots) {
+      return absl::InternalError(StrCat("step ", step.step_id(), ": KV move of block ", m.block(), " and host slot ",
+                                        m.slot(), " is outside ", cache_->options().n_blocks, " blocks and ", n_slots,
+                                        " host slots"));
+    }
+    uint8_t* slot = static_cast<uint8_t*>(host_kv_->data()) + m.slot() * host_block_bytes_;
+    CASCADE_RETURN_IF_ERROR(m.to_host() ? cache_->SaveBlock(backend_.get(), m.block(), slot)
+                                        : cache_->LoadBlock(backend_.get(), m.block(), slot));
+  }
+  return absl::OkStatus();
 }
 
 void StageExecutor::ReportExpertLoad(v1::StepResult& result) {

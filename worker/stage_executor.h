@@ -31,6 +31,9 @@ struct StageExecutorOptions {
   int stage = 0;  // Pipeline stage index.
   int n_stages = 1;
   int64_t kv_blocks = 0;  // Blocks in this stage's KV cache.
+  // Slots of the host tier of the prefix cache (StepRequest.kv_moves), in the backend's
+  // staging memory (pinned on a GPU). 0: none.
+  int64_t host_kv_blocks = 0;
   int64_t kv_block_size = 16;
   DType kv_dtype = DType::kF16;  // The KV cache's element type (f32, f16, q8_0).
   int n_threads = 1;             // CPU compute threads.
@@ -84,6 +87,7 @@ class StageExecutor {
 
   int64_t weight_bytes() const { return transformer_->weight_bytes(); }
   int64_t kv_bytes() const { return cache_->bytes(); }
+  int64_t host_kv_bytes() const { return host_kv_ != nullptr ? static_cast<int64_t>(host_kv_->bytes()) : 0; }
   const model::TpShard& shard() const { return transformer_->tp_shard(); }
   int64_t expert_bytes() const { return transformer_->expert_bytes(); }
   bool is_last() const { return options_.stage == options_.n_stages - 1; }
@@ -97,6 +101,9 @@ class StageExecutor {
     std::vector<std::vector<int32_t>> tables;  // Reserved up front: `seqs` points into it.
   };
   StageExecutor() = default;
+  // Runs the step's copies between the KV cache and the host tier, in order. A move out
+  // of range is the coordinator's bug, not a malformed request: Internal.
+  absl::Status MoveKvBlocks(const v1::StepRequest& step);
   absl::Status Flatten(const v1::StepRequest& step, Rows& rows) const;
   // Token ids in the vocabulary, block ids in the cache, blocks covering `n_positions`.
   absl::Status CheckIds(const std::string& what, const v1::StepSequence& s, int64_t n_positions) const;
@@ -132,6 +139,8 @@ class StageExecutor {
   std::unique_ptr<kernels::Backend> backend_;
   std::unique_ptr<model::Transformer> transformer_;
   std::unique_ptr<model::KvCache> cache_;
+  std::unique_ptr<kernels::Buffer> host_kv_;  // [host_kv_blocks, KvCache::BlockBytes] slots.
+  int64_t host_block_bytes_ = 0;
   // Last stage, TP rank 0: every sequence's sampler and history.
   std::unique_ptr<model::StepSampler> sampler_;
   // The step's hidden states in the backend's memory: [c * t, n_embd] rows (c =

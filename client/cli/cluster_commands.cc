@@ -324,6 +324,14 @@ int StatusCommand(int argc, char** argv) {
                 static_cast<long long>(st->prefix_hit_tokens()), static_cast<long long>(query),
                 query > 0 ? 100.0 * static_cast<double>(st->prefix_hit_tokens()) / static_cast<double>(query) : 0.0,
                 static_cast<long long>(st->kv_blocks_cached()));
+    if (st->host_kv_blocks_total() > 0) {
+      std::printf(
+          "host tier: %lld of %lld blocks hold evicted prefixes; %lld blocks copied out, %lld back; "
+          "%lld hit tokens from it\n",
+          static_cast<long long>(st->host_kv_blocks_cached()), static_cast<long long>(st->host_kv_blocks_total()),
+          static_cast<long long>(st->host_kv_offloaded_blocks()), static_cast<long long>(st->host_kv_onloaded_blocks()),
+          static_cast<long long>(st->prefix_host_hit_tokens()));
+    }
   } else {
     std::printf("prefix cache: off\n");
   }

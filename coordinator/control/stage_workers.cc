@@ -324,6 +324,7 @@ absl::Status StageWorkers::LoadOne(int i, const std::string& group) {
   req.set_tp_rank(draft ? 0 : tp_rank);
   req.set_tp_size(draft ? 1 : tp_size());
   req.set_draft(draft);
+  req.set_host_kv_blocks(draft ? 0 : options_.host_kv_blocks);
   req.set_expert_parallel(!draft && options_.expert_parallel);
   if (!draft) {
     req.set_tp_transport(tp_transport);

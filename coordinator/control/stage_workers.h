@@ -37,6 +37,7 @@ struct StageWorkersOptions {
   std::string group = "cascade";  // Rendezvous key prefix of this run (and replica).
   int replica = 0;                // Its data-parallel replica (parallel.data).
   int64_t kv_blocks = 0;          // KV blocks per stage (an upper bound with size_kv_from_gpus).
+  int64_t host_kv_blocks = 0;     // Host tier of the prefix cache, per target worker (0: none).
   // At bring-up, lower kv_blocks to what every registered cuda:N worker holds after its
   // weights (coordinator/control/kv_budget.h): gpu_memory_fraction of the free memory it reported,
   // KV blocks of stage_block_bytes[pp_stage] (draft_block_bytes for the drafter) bytes.

@@ -197,6 +197,11 @@ grpc::Status InferenceService::GetClusterStatus(grpc::ServerContext* ctx, const 
   resp->set_prefix_query_tokens(st.scheduler.prefix_query_tokens);
   resp->set_prefix_hit_tokens(st.scheduler.prefix_hit_tokens);
   resp->set_kv_blocks_cached(st.scheduler.n_cached_blocks);
+  resp->set_host_kv_blocks_total(st.scheduler.n_host_blocks);
+  resp->set_host_kv_blocks_cached(st.scheduler.n_host_cached_blocks);
+  resp->set_host_kv_offloaded_blocks(st.scheduler.host_offloaded_blocks);
+  resp->set_host_kv_onloaded_blocks(st.scheduler.host_onloaded_blocks);
+  resp->set_prefix_host_hit_tokens(st.scheduler.prefix_host_hit_tokens);
   resp->set_requests_finished(st.finished);
   resp->set_drafter(options_.drafter);
   *resp->mutable_speculative() = st.speculative;

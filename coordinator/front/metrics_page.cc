@@ -68,6 +68,15 @@ void RenderServing(const ServingStats& serving, PrometheusText& out) {
         sched.prefix_hit_rate());
   Gauge(out, "cascade_kv_blocks_cached", "KV blocks registered as reusable prefixes (held or cached-free).",
         sched.n_cached_blocks);
+  Gauge(out, "cascade_host_kv_blocks_total", "Blocks of the prefix cache's host tier (scheduler.host_kv_cache_mb).",
+        sched.n_host_blocks);
+  Gauge(out, "cascade_host_kv_blocks_cached", "Host-tier blocks holding evicted prefixes.", sched.n_host_cached_blocks);
+  Counter(out, "cascade_host_kv_offloaded_blocks_total", "Cached KV blocks copied to the host tier on eviction.",
+          sched.host_offloaded_blocks);
+  Counter(out, "cascade_host_kv_onloaded_blocks_total", "Host-tier blocks copied back on a prefix hit.",
+          sched.host_onloaded_blocks);
+  Counter(out, "cascade_prefix_cache_host_hit_tokens_total", "Prefix-hit tokens served from the host tier.",
+          sched.prefix_host_hit_tokens);
 }
 
 void RenderSpeculation(const v1::SpeculativeStats& spec, PrometheusText& out) {

@@ -5,8 +5,10 @@
 
 namespace cascade::coordinator {
 
-BlockAllocator::BlockAllocator(int32_t n_blocks, int32_t block_size)
-    : block_size_(block_size), refs_(n_blocks < 0 ? 0 : n_blocks, 0), cache_(n_blocks, block_size) {
+BlockAllocator::BlockAllocator(int32_t n_blocks, int32_t block_size, int32_t n_host_slots)
+    : block_size_(block_size),
+      refs_(n_blocks < 0 ? 0 : n_blocks, 0),
+      cache_(n_blocks, block_size, PrefixCache::ChainHash, n_host_slots) {
   CASCADE_CHECK(n_blocks >= 0) << "n_blocks " << n_blocks;
   CASCADE_CHECK(block_size >= 1) << "block_size " << block_size;
   free_.reserve(n_blocks);
@@ -27,18 +29,22 @@ absl::Status BlockAllocator::AllocateInto(int32_t n, std::vector<int32_t>* table
         StrCat("KV cache: ", n, " blocks requested, ", n_free(), " of ", n_total(), " free"));
   }
   table->reserve(table->size() + n);
-  for (int32_t i = 0; i < n; ++i) {
-    int32_t id;
-    if (!free_.empty()) {
-      id = free_.back();
-      free_.pop_back();
-    } else {
-      id = cache_.EvictLru();
-    }
-    refs_[id] = 1;
-    table->push_back(id);
-  }
+  for (int32_t i = 0; i < n; ++i) table->push_back(TakeFree());
   return absl::OkStatus();
+}
+
+int32_t BlockAllocator::TakeFree() {
+  int32_t id;
+  if (!free_.empty()) {
+    id = free_.back();
+    free_.pop_back();
+  } else if (cache_.n_parked() > 0) {
+    id = cache_.EvictLru();
+  } else {
+    return -1;
+  }
+  refs_[id] = 1;
+  return id;
 }
 
 void BlockAllocator::Free(std::span<const int32_t> blocks) {
@@ -59,13 +65,34 @@ std::optional<PrefixLink> BlockAllocator::Register(PrefixLink parent, std::span<
   return cache_.Register(parent, tokens, block);
 }
 
-void BlockAllocator::Share(std::span<const PrefixLink> chain, std::vector<int32_t>* table) {
-  table->reserve(table->size() + chain.size());
-  for (const PrefixLink& link : chain) {
+void BlockAllocator::Share(std::span<PrefixLink> chain, std::vector<int32_t>* table) {
+  const size_t base = table->size();
+  table->resize(base + chain.size(), -1);
+  // Device blocks first, and host slots pinned: the allocations that bring the host ones
+  // back must evict neither.
+  for (size_t i = 0; i < chain.size(); ++i) {
+    const PrefixLink& link = chain[i];
     CASCADE_CHECK(cache_.Valid(link) && link.block >= 0) << "sharing unregistered KV block " << link.block;
+    if (cache_.on_host(link.block)) {
+      cache_.Pin(link);
+      continue;
+    }
     if (refs_[link.block]++ == 0) cache_.Unpark(link.block);
-    table->push_back(link.block);
+    (*table)[base + i] = link.block;
   }
+  for (size_t i = 0; i < chain.size(); ++i) {
+    if (!cache_.on_host(chain[i].block)) continue;
+    const int32_t block = TakeFree();
+    CASCADE_CHECK(block >= 0) << "no free KV block to bring a host block back into";
+    cache_.Onload(chain[i], block);
+    (*table)[base + i] = block;
+  }
+}
+
+int32_t BlockAllocator::BlocksTakenBy(std::span<const PrefixLink> chain) const {
+  int32_t n = 0;
+  for (const PrefixLink& link : chain) n += cache_.on_host(link.block) || refs_[link.block] == 0 ? 1 : 0;
+  return n;
 }
 
 void BlockAllocator::ClearPrefixCache() {

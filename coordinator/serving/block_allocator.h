@@ -8,6 +8,8 @@
 // to the pool: to the plain free list, or, when it is registered as a reusable prefix,
 // to the cached-free list, where it stays matchable until an allocation evicts it (least
 // recently used first). Both count as free; allocation takes plain free blocks first.
+// With a host tier, the evicted block's KV moves to host memory instead of being dropped,
+// and a hit there takes a free block to come back into (PrefixCache has the tiers).
 //
 // Thread safety: single owner. The scheduler's loop thread owns the allocator; API
 // threads never touch it.
@@ -25,9 +27,10 @@ namespace cascade::coordinator {
 
 class BlockAllocator {
  public:
-  // A pool of `n_blocks` blocks with ids [0, n_blocks), each `block_size` tokens.
-  // REQUIRES n_blocks >= 0, block_size >= 1 (programmer errors abort).
-  BlockAllocator(int32_t n_blocks, int32_t block_size);
+  // A pool of `n_blocks` blocks with ids [0, n_blocks), each `block_size` tokens, over
+  // a host tier of `n_host_slots` blocks. REQUIRES n_blocks >= 0, block_size >= 1,
+  // n_host_slots >= 0 (programmer errors abort).
+  BlockAllocator(int32_t n_blocks, int32_t block_size, int32_t n_host_slots = 0);
   BlockAllocator(const BlockAllocator&) = delete;
   BlockAllocator& operator=(const BlockAllocator&) = delete;
   BlockAllocator(BlockAllocator&&) = default;
@@ -56,8 +59,17 @@ class BlockAllocator {
   // Registers the held `block` as holding `tokens` after the chain ending at `parent`.
   std::optional<PrefixLink> Register(PrefixLink parent, std::span<const int32_t> tokens, int32_t block);
   // Takes one more reference to each of `chain`'s blocks (registered; cached-free ones
-  // are revived and leave the free pool) and appends them to `table`.
-  void Share(std::span<const PrefixLink> chain, std::vector<int32_t>* table);
+  // are revived and leave the free pool; host ones come back into a free block, and their
+  // links are pointed there) and appends them to `table`. REQUIRES
+  // BlocksTakenBy(chain) <= n_free().
+  void Share(std::span<PrefixLink> chain, std::vector<int32_t>* table);
+  // The free blocks `Share(chain)` takes: the cached-free ones it revives and the host ones.
+  int32_t BlocksTakenBy(std::span<const PrefixLink> chain) const;
+  // Whether `link` names a host slot (a hit in the host tier).
+  bool on_host(const PrefixLink& link) const { return cache_.on_host(link.block); }
+  // The copies between the tiers recorded since the last call, in the order the workers
+  // must run them (before the compute of the next step they receive).
+  std::vector<KvBlockMove> TakeMoves() { return cache_.TakeMoves(); }
   // Unregisters every block (their KV is gone, e.g. a worker restarted); cached-free
   // blocks become plain free ones.
   void ClearPrefixCache();
@@ -68,13 +80,17 @@ class BlockAllocator {
   int32_t ref_count(int32_t block) const { return refs_[block]; }
   int32_t n_free() const { return static_cast<int32_t>(free_.size()) + cache_.n_parked(); }
   int32_t n_cached_free() const { return cache_.n_parked(); }
-  // Blocks registered as reusable prefixes, held or cached-free.
+  // Blocks registered as reusable prefixes, held or cached-free, in both tiers.
   int32_t n_registered() const { return cache_.n_registered(); }
+  const PrefixCache& prefix_cache() const { return cache_; }  // The host tier's counters.
   int32_t n_total() const { return static_cast<int32_t>(refs_.size()); }
   int32_t n_used() const { return n_total() - n_free(); }
   int32_t block_size() const { return block_size_; }
 
  private:
+  // One free block with one reference (plain free first, else the LRU's), or -1.
+  int32_t TakeFree();
+
   int32_t block_size_;
   std::vector<int32_t> free_;  // Stack of plain free ids; the back is handed out next.
   std::vector<int32_t> refs_;  // [n_blocks]: references to each id (0: free).

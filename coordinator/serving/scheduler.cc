@@ -34,20 +34,26 @@ SchedulerStats& SchedulerStats::operator+=(const SchedulerStats& o) {
   prefix_query_tokens += o.prefix_query_tokens;
   prefix_hit_tokens += o.prefix_hit_tokens;
   n_cached_blocks += o.n_cached_blocks;
+  n_host_blocks += o.n_host_blocks;
+  n_host_cached_blocks += o.n_host_cached_blocks;
+  host_offloaded_blocks += o.host_offloaded_blocks;
+  host_onloaded_blocks += o.host_onloaded_blocks;
+  prefix_host_hit_tokens += o.prefix_host_hit_tokens;
   return *this;
 }
 
 Scheduler::Scheduler(const SchedulerOptions& options)
-    : options_(options), allocator_(options.n_kv_blocks, options.kv_block_size) {
+    : options_(options), allocator_(options.n_kv_blocks, options.kv_block_size, options.n_host_kv_blocks) {
   CASCADE_CHECK(options.max_num_seqs >= 1) << "max_num_seqs " << options.max_num_seqs;
   CASCADE_CHECK(options.max_batched_tokens >= 1) << "max_batched_tokens " << options.max_batched_tokens;
   CASCADE_CHECK(options.max_in_flight_batches >= 1) << "max_in_flight_batches " << options.max_in_flight_batches;
+  CASCADE_CHECK(options.n_host_kv_blocks >= 0) << "n_host_kv_blocks " << options.n_host_kv_blocks;
 }
 
 void Scheduler::ResetKvBlocks(int32_t n_blocks) {
   CASCADE_CHECK(seqs_.empty() && next_batch_id_ == 1) << "ResetKvBlocks after the scheduler started";
   options_.n_kv_blocks = n_blocks;
-  allocator_ = BlockAllocator(n_blocks, options_.kv_block_size);
+  allocator_ = BlockAllocator(n_blocks, options_.kv_block_size, options_.n_host_kv_blocks);
 }
 
 absl::Status Scheduler::Add(SequenceSpec spec) {
@@ -179,11 +185,13 @@ bool Scheduler::AdmitHead(int64_t budget, Batch& batch) {
     }
   }
   const int32_t n_hit = static_cast<int32_t>(hit.size());
-  int32_t n_revived = 0;  // Cached-free blocks it revives leave the free pool too.
-  for (const PrefixLink& link : hit) n_revived += allocator_.ref_count(link.block) == 0 ? 1 : 0;
+  // Cached-free blocks it revives and host blocks it brings back leave the free pool too.
+  const int32_t n_revived = allocator_.BlocksTakenBy(hit);
   // The rest of its tokens plus one decode slot must fit.
   if (allocator_.BlocksForTokens(n_tokens + 1) - n_hit + n_revived > allocator_.n_free()) return false;
   waiting_.pop_front();
+  int64_t n_host_hit = 0;
+  for (const PrefixLink& link : hit) n_host_hit += allocator_.on_host(link) ? options_.kv_block_size : 0;
   allocator_.Share(hit, &seq.block_table);  // First: the allocation below must not evict them.
   CASCADE_CHECK(allocator_.AllocateInto(allocator_.BlocksForTokens(n_tokens) - n_hit, &seq.block_table).ok());
   seq.chain = std::move(hit);
@@ -193,6 +201,7 @@ bool Scheduler::AdmitHead(int64_t budget, Batch& batch) {
   if (options_.prefix_caching) {
     prefix_query_tokens_ += n_tokens;
     prefix_hit_tokens_ += seq.n_cached;
+    prefix_host_hit_tokens_ += n_host_hit;
   }
   if (!seq.admitted) seq.n_cached_prompt_tokens = seq.n_cached;
   seq.admitted = true;
@@ -465,6 +474,12 @@ SchedulerStats Scheduler::Stats() const {
   stats.prefix_query_tokens = prefix_query_tokens_;
   stats.prefix_hit_tokens = prefix_hit_tokens_;
   stats.n_cached_blocks = allocator_.n_registered();
+  const PrefixCache& cache = allocator_.prefix_cache();
+  stats.n_host_blocks = cache.n_host_slots();
+  stats.n_host_cached_blocks = cache.n_on_host();
+  stats.host_offloaded_blocks = cache.n_offloaded();
+  stats.host_onloaded_blocks = cache.n_onloaded();
+  stats.prefix_host_hit_tokens = prefix_host_hit_tokens_;
   return stats;
 }
 

@@ -88,6 +88,9 @@ struct SchedulerOptions {
   bool prefix_caching = true;
   // Most sequences waiting for admission; `Add` refuses more. Default 4096. REQUIRES >= 1.
   int max_queued = 4096;
+  // Blocks of the host tier of the prefix cache (scheduler.host_kv_cache_mb): evicted
+  // cached blocks move there and come back on a hit. 0: none. REQUIRES >= 0.
+  int32_t n_host_kv_blocks = 0;
 };
 
 // A request's sequence as handed to `Add`.
@@ -178,6 +181,14 @@ struct SchedulerStats {
   int64_t prefix_query_tokens = 0;
   int64_t prefix_hit_tokens = 0;
   int32_t n_cached_blocks = 0;  // Blocks registered as reusable prefixes now (held or cached-free).
+  // The host tier: its size, the blocks it holds now, and since construction the blocks
+  // copied to it and back, and the prefix tokens served from it at admissions (part of
+  // prefix_hit_tokens).
+  int32_t n_host_blocks = 0;
+  int32_t n_host_cached_blocks = 0;
+  int64_t host_offloaded_blocks = 0;
+  int64_t host_onloaded_blocks = 0;
+  int64_t prefix_host_hit_tokens = 0;
 
   // What status, metrics and the CLI show, derived once here.
   int running() const { return n_running + n_in_flight_seqs; }  // Holding blocks, in a step or not.
@@ -254,8 +265,15 @@ class Scheduler {
   // REQUIRES: no batch in flight (FailBatch them first).
   void RequeueAll();
   // Forgets every cached prefix (the workers' KV is gone: a worker restarted). Blocks held
-  // by live sequences stay theirs; no block is matched again until registered anew.
+  // by live sequences stay theirs; no block is matched again until registered anew. The
+  // copies between tiers not yet taken are forgotten too.
   void ClearPrefixCache();
+  // The copies between the device and host tiers recorded by the batches scheduled since
+  // the last call, in order. The caller sends them with the next step that goes to the
+  // target workers, whichever batch that is, and the workers run them before its compute:
+  // a later batch's step may overtake an earlier one (one waiting for drafts), and the
+  // copies must run in the order they were recorded.
+  std::vector<KvBlockMove> TakeKvMoves() { return allocator_.TakeMoves(); }
 
  private:
   struct Sequence {
@@ -331,6 +349,7 @@ class Scheduler {
   int max_batch_tokens_seen_ = 0;
   int64_t prefix_query_tokens_ = 0;
   int64_t prefix_hit_tokens_ = 0;
+  int64_t prefix_host_hit_tokens_ = 0;
 };
 
 }  // namespace cascade::coordinator

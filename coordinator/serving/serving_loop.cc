@@ -352,6 +352,13 @@ absl::Status ServingLoop::SendTarget(v1::StepRequest step, Sent sent) {
     sent.rows += s.tokens_size();
     sent.decode_only = sent.decode_only && s.sample() && s.tokens_size() == 1 + s.n_draft();
   }
+  // The host tier's copies recorded so far go with whichever target step leaves first.
+  for (const KvBlockMove& m : scheduler_.TakeKvMoves()) {
+    v1::KvBlockMove* out = step.add_kv_moves();
+    out->set_to_host(m.to_host);
+    out->set_block(m.block);
+    out->set_slot(m.slot);
+  }
   CASCADE_RETURN_IF_ERROR(workers_->SendStep(step));
   in_flight_.push_back(step.step_id());
   sent_[step.step_id()] = std::move(sent);

@@ -98,13 +98,20 @@ std::vector<int32_t> Tokens(int n, int32_t base) {
   return v;
 }
 
+std::vector<int32_t> Blocks(const std::vector<PrefixLink>& chain) {
+  std::vector<int32_t> out;
+  for (const PrefixLink& l : chain) out.push_back(l.block);
+  return out;
+}
+
 TEST(BlockAllocatorTest, SharedBlocksReturnWhenTheLastReferenceGoes) {
   BlockAllocator a(4, 4);
   std::vector<int32_t> x = *a.Allocate(2);
   const std::vector<PrefixLink> chain = RegisterChain(a, x, 100);
   EXPECT_EQ(a.n_registered(), 2);
   std::vector<int32_t> y;
-  a.Share(a.Match(Tokens(9, 100), 8), &y);  // A second sharer: 2 full blocks of 9 tokens.
+  std::vector<PrefixLink> hit = a.Match(Tokens(9, 100), 8);  // A second sharer: 2 full blocks of 9 tokens.
+  a.Share(hit, &y);
   EXPECT_EQ(y, x);
   EXPECT_EQ(a.ref_count(x[0]), 2);
   EXPECT_EQ(a.n_free(), 2);
@@ -116,7 +123,8 @@ TEST(BlockAllocatorTest, SharedBlocksReturnWhenTheLastReferenceGoes) {
   EXPECT_EQ(a.n_cached_free(), 2);
   EXPECT_EQ(a.Match(Tokens(8, 100), 8), chain);
   std::vector<int32_t> z;
-  a.Share(chain, &z);  // A hit revives them: they leave the free pool.
+  hit = chain;
+  a.Share(hit, &z);  // A hit revives them: they leave the free pool.
   EXPECT_EQ(a.n_free(), 2);
   EXPECT_EQ(a.n_cached_free(), 0);
   a.Free(z);
@@ -139,7 +147,8 @@ TEST(BlockAllocatorTest, AllocationTakesPlainFreeBlocksThenTheLeastRecentlyUsed)
   EXPECT_EQ(a.Match(Tokens(9, 100), 8).size(), 1u);  // x[0] is left of that chain.
   EXPECT_EQ(a.Match(Tokens(9, 200), 8).size(), 2u);
   std::vector<int32_t> revived;
-  a.Share(a.Match(Tokens(9, 200), 8), &revived);            // y's blocks are in use again...
+  std::vector<PrefixLink> hit = a.Match(Tokens(9, 200), 8);
+  a.Share(hit, &revived);                                   // y's blocks are in use again...
   EXPECT_EQ(*a.Allocate(1), (std::vector<int32_t>{x[0]}));  // ...so x[0] goes next.
   EXPECT_STATUS_CODE(a.Allocate(1), kResourceExhausted);
 }
@@ -158,13 +167,51 @@ TEST(BlockAllocatorTest, UnregisteredBlocksAndClearGoToThePlainFreeList) {
   EXPECT_TRUE(a.Match(Tokens(8, 100), 8).empty());
 }
 
+// A chain half on the device and half in the host tier: the device block is revived and
+// the host ones come back into blocks in chain order. Making room for them moves the
+// least recently used blocks out first, and a slot a hit just read can take the next
+// eviction: the copies are recorded in the one order that keeps every byte.
+TEST(BlockAllocatorTest, AHostHitComesBackAfterTheEvictionsItCauses) {
+  BlockAllocator a(3, 4, /*n_host_slots=*/3);
+  std::vector<int32_t> x = *a.Allocate(3);
+  RegisterChain(a, x, 100);  // 3 full blocks.
+  a.Free(std::vector<int32_t>{x[2], x[1], x[0]});
+  std::vector<int32_t> other = *a.Allocate(2);  // Evicts x[2], then x[1], to the host.
+  EXPECT_EQ(other, (std::vector<int32_t>{x[2], x[1]}));
+  EXPECT_EQ(a.TakeMoves(), (std::vector<KvBlockMove>{{true, x[2], 0}, {true, x[1], 1}}));
+  RegisterChain(a, other, 200);
+  a.Free(std::vector<int32_t>{other[1], other[0]});
+  std::vector<PrefixLink> hit = a.Match(Tokens(13, 100), 8);
+  ASSERT_EQ(hit.size(), 3u);
+  EXPECT_FALSE(a.on_host(hit[0]));
+  EXPECT_TRUE(a.on_host(hit[1]) && a.on_host(hit[2]));
+  EXPECT_EQ(a.BlocksTakenBy(hit), 3);  // x[0] revived, two brought back.
+  EXPECT_EQ(a.n_free(), 3);
+  std::vector<int32_t> table = {7};
+  a.Share(hit, &table);
+  EXPECT_EQ(table, (std::vector<int32_t>{7, x[0], other[1], other[0]}));
+  EXPECT_EQ(a.TakeMoves(), (std::vector<KvBlockMove>{{true, other[1], 2},      // LRU out to the free slot,
+                                                     {false, other[1], 1},     // block 1 of 100 in,
+                                                     {true, other[0], 1},      // the next out to the slot just read,
+                                                     {false, other[0], 0}}));  // block 2 of 100 in.
+  EXPECT_EQ(Blocks(hit), table.size() == 4 ? std::vector<int32_t>(table.begin() + 1, table.end()) : table);
+  EXPECT_EQ(a.n_free(), 0);
+  EXPECT_EQ(a.prefix_cache().n_on_host(), 2);  // Chain 200, all of it.
+  std::vector<PrefixLink> moved = a.Match(Tokens(9, 200), 8);
+  ASSERT_EQ(moved.size(), 2u);
+  EXPECT_TRUE(a.on_host(moved[0]) && a.on_host(moved[1]));
+  EXPECT_EQ(a.prefix_cache().n_offloaded(), 4);
+  EXPECT_EQ(a.prefix_cache().n_onloaded(), 2);
+}
+
 TEST(BlockAllocatorDeathTest, SharingOrRegisteringWhatIsNotHeldAborts) {
   BlockAllocator a(2, 4);
   std::vector<int32_t> x = *a.Allocate(1);
   const std::vector<int32_t> tokens = Tokens(4, 0);
   EXPECT_DEATH(a.Register({}, tokens, 1), "registering unheld KV block 1");
   std::vector<int32_t> table;
-  EXPECT_DEATH(a.Share(std::vector<PrefixLink>{{x[0], 1}}, &table), "sharing unregistered KV block");
+  std::vector<PrefixLink> stale = {{x[0], 1}};
+  EXPECT_DEATH(a.Share(stale, &table), "sharing unregistered KV block");
 }
 
 TEST(BlockAllocatorDeathTest, DoubleFreeAborts) {

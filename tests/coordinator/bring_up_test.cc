@@ -65,6 +65,25 @@ TEST(BringUpTest, SelfDrafterBlocksUseItsLayersAndAllHeads) {
   EXPECT_EQ(plan->scheduler.max_in_flight_batches, 2);  // One stage plus the drafter.
 }
 
+TEST(BringUpTest, HostTierBlocksAreTheLargestStagesBlocks) {
+  cascade::testing::TempDir dir;
+  const std::string model = WriteModel(dir);
+  auto plan = Plan(model,
+                   "parallel: {pipeline: 2}\n"
+                   "nodes: [{name: a, host: 127.0.0.1, devices: [cpu, cpu]}]\n"
+                   "draft: {self: {layers: 1}}\n"
+                   "scheduler: {kv_block_size: 16, kv_cache_mb: 1, host_kv_cache_mb: 3}\n");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  // 3 layers over 2 stages: 2 and 1 layers, 2 * 16 * 3 heads * 64 * 2 bytes each (f16).
+  ASSERT_EQ(plan->workers.stage_block_bytes, (std::vector<int64_t>{24576, 12288}));
+  EXPECT_EQ(plan->workers.host_kv_blocks, 3 * 1048576 / 24576);  // 128: the drafter has no host tier.
+  EXPECT_EQ(plan->scheduler.n_host_kv_blocks, 128);
+  // Off by default.
+  plan = Plan(model, "nodes: [{name: a, host: 127.0.0.1, devices: [cpu]}]\n");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->scheduler.n_host_kv_blocks, 0);
+}
+
 TEST(BringUpTest, BadPlansNameTheirKey) {
   cascade::testing::TempDir dir;
   const std::string model = WriteModel(dir);
@@ -76,6 +95,10 @@ TEST(BringUpTest, BadPlansNameTheirKey) {
                    "nodes: [{name: a, host: 127.0.0.1, devices: [cpu]}]\n"
                    "scheduler: {kv_block_size: 16, kv_cache_mb: 0}\n"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("kv_cache_mb")));
+  EXPECT_THAT(Plan(model,
+                   "nodes: [{name: a, host: 127.0.0.1, devices: [cpu]}]\n"
+                   "scheduler: {prefix_caching: false, host_kv_cache_mb: 64}\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("scheduler.host_kv_cache_mb")));
 }
 
 }  // namespace

@@ -27,7 +27,7 @@ nodes:
     launch: external
 server: {listen: 0.0.0.0:6000}
 scheduler: {max_num_seqs: 8, max_batched_tokens: 512, kv_block_size: 32, kv_cache_mb: 128, kv_cache_dtype: q8_0,
-            prefix_caching: false, device_sampling: false, cuda_graphs: true}
+            prefix_caching: false, device_sampling: false, cuda_graphs: true, host_kv_cache_mb: 2048}
 transport: {activations: ucx}
 draft: {ngram: {n: 3}}
 security: {cluster_dir: /etc/cascade/trust}
@@ -60,6 +60,7 @@ TEST(ConfigTest, FullConfigParses) {
   EXPECT_EQ(c->scheduler.kv_block_size, 32);
   EXPECT_EQ(c->scheduler.kv_cache_mb, 128);
   EXPECT_TRUE(c->scheduler.kv_cache_mb_given);
+  EXPECT_EQ(c->scheduler.host_kv_cache_mb, 2048);
   EXPECT_EQ(c->scheduler.kv_cache_dtype, DType::kQ8_0);
   EXPECT_FALSE(c->scheduler.prefix_caching);
   EXPECT_FALSE(c->scheduler.device_sampling);
@@ -89,6 +90,7 @@ TEST(ConfigTest, DefaultsApply) {
   EXPECT_EQ(c->scheduler.kv_block_size, 16);
   EXPECT_EQ(c->scheduler.kv_cache_mb, 512);
   EXPECT_FALSE(c->scheduler.kv_cache_mb_given);
+  EXPECT_EQ(c->scheduler.host_kv_cache_mb, 0);  // No host tier.
   EXPECT_TRUE(c->scheduler.prefix_caching);
   EXPECT_TRUE(c->scheduler.device_sampling);
   EXPECT_FALSE(c->scheduler.cuda_graphs);
@@ -415,6 +417,8 @@ const BadConfig kBadConfigs[] = {
      "scheduler.kv_cache_mb: must be"},
     {"model: {path: m}\nscheduler: {kv_cache_mb: lots}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
      "scheduler.kv_cache_mb: expected an integer"},
+    {"model: {path: m}\nscheduler: {host_kv_cache_mb: -1}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
+     "scheduler.host_kv_cache_mb: must be >= 0"},
     {"model: {path: m}\nscheduler: {max_num_seq: 8}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
      "scheduler.max_num_seq: unknown key"},
     {"model: {path: m}\nscheduler: {gpu_memory_fraction: 0}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",

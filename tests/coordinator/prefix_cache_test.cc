@@ -1,7 +1,9 @@
 // Tests for PrefixCache (coordinator/serving/prefix_cache.cc): matches over full blocks only, chain
 // semantics (a block's content after another prefix is no hit), the first identical
 // registration kept, exactness under forced hash collisions, stale parents, and the
-// cached-free LRU (order, unpark, eviction unregisters, clear).
+// cached-free LRU (order, unpark, eviction unregisters, clear), and the host tier (an
+// eviction moves the registration to a host slot, a hit brings it back, the copies are
+// recorded in order, the host's own LRU drops its oldest, pinned slots are never dropped).
 // To add a case: register blocks of 4 tokens with `Chain` and look them up with `Match`.
 
 #include <vector>
@@ -10,6 +12,13 @@
 #include "tests/test_support.h"
 
 namespace cascade::coordinator {
+
+// Readable failures (gtest finds it by argument-dependent lookup).
+void PrintTo(const KvBlockMove& m, std::ostream* os) {
+  *os << (m.to_host ? "block " : "slot ") << (m.to_host ? m.block : m.slot) << (m.to_host ? " -> slot " : " -> block ")
+      << (m.to_host ? m.slot : m.block);
+}
+
 namespace {
 
 constexpr int32_t kBs = 4;
@@ -138,6 +147,83 @@ TEST(PrefixCacheTest, LeastRecentlyParkedIsEvictedFirst) {
   EXPECT_EQ(c.n_registered(), 0);
   EXPECT_EQ(c.n_parked(), 0);
   EXPECT_TRUE(c.Match(Toks({10}), 8).empty());
+}
+
+// Host slots are named n_blocks + slot in links.
+constexpr int32_t kHost = 4;
+
+KvBlockMove Out(int32_t block, int32_t slot) { return {.to_host = true, .block = block, .slot = slot}; }
+KvBlockMove In(int32_t slot, int32_t block) { return {.to_host = false, .block = block, .slot = slot}; }
+
+TEST(PrefixCacheTest, AnEvictedBlockMovesToTheHostTierAndStaysMatchable) {
+  PrefixCache c(kHost, kBs, PrefixCache::ChainHash, /*n_host_slots=*/2);
+  const std::vector<int32_t> t = Toks({10, 20});
+  std::vector<PrefixLink> chain = Chain(c, t, {0, 1});
+  c.Park(1);
+  c.Park(0);
+  EXPECT_EQ(c.EvictLru(), 1);  // Device block 1 is free for reuse: its KV went to a host slot first.
+  EXPECT_EQ(c.TakeMoves(), (std::vector<KvBlockMove>{Out(1, 0)}));
+  EXPECT_EQ(c.n_on_host(), 1);
+  EXPECT_EQ(c.n_offloaded(), 1);
+  EXPECT_EQ(c.n_registered(), 2);
+  std::vector<PrefixLink> hit = c.Match(t, 8);
+  ASSERT_EQ(hit.size(), 2u);
+  EXPECT_EQ(hit[0], chain[0]);
+  EXPECT_EQ(hit[1].generation, chain[1].generation);  // The same registration...
+  EXPECT_TRUE(c.on_host(hit[1].block));               // ...in slot 0.
+  EXPECT_EQ(hit[1].block, kHost + 0);
+  EXPECT_FALSE(c.Valid(chain[1]));  // Its old place is gone.
+  // Its parent moves too, under it: the child still matches through the generation.
+  EXPECT_EQ(c.EvictLru(), 0);
+  EXPECT_EQ(c.TakeMoves(), (std::vector<KvBlockMove>{Out(0, 1)}));
+  hit = c.Match(t, 8);
+  ASSERT_EQ(hit.size(), 2u);
+  EXPECT_EQ(hit[0].block, kHost + 1);
+  EXPECT_EQ(hit[1].block, kHost + 0);
+  // A hit brings them back, into blocks the caller took.
+  c.Pin(hit[0]);
+  c.Pin(hit[1]);
+  c.Onload(hit[0], 2);
+  c.Onload(hit[1], 3);
+  EXPECT_EQ(Blocks(hit), (std::vector<int32_t>{2, 3}));
+  EXPECT_EQ(c.TakeMoves(), (std::vector<KvBlockMove>{In(1, 2), In(0, 3)}));
+  EXPECT_TRUE(c.TakeMoves().empty());
+  EXPECT_EQ(c.n_on_host(), 0);
+  EXPECT_EQ(c.n_onloaded(), 2);
+  EXPECT_EQ(Blocks(c.Match(t, 8)), (std::vector<int32_t>{2, 3}));
+  // The moved links are good parents.
+  EXPECT_TRUE(c.Register(hit[1], Toks({30}), 1).has_value());
+  EXPECT_EQ(c.Match(Toks({10, 20, 30}), 8).size(), 3u);
+}
+
+TEST(PrefixCacheTest, TheHostTierDropsItsOldestAndNeverAPinnedSlot) {
+  PrefixCache c(kHost, kBs, PrefixCache::ChainHash, /*n_host_slots=*/1);
+  Chain(c, Toks({10}), {0});
+  Chain(c, Toks({20}), {1});
+  Chain(c, Toks({30}), {2});
+  c.Park(0);
+  c.Park(1);
+  c.Park(2);
+  EXPECT_EQ(c.EvictLru(), 0);  // -> slot 0.
+  EXPECT_EQ(c.EvictLru(), 1);  // -> slot 0, dropping [10]: the host's oldest.
+  EXPECT_EQ(c.TakeMoves(), (std::vector<KvBlockMove>{Out(0, 0), Out(1, 0)}));
+  EXPECT_TRUE(c.Match(Toks({10}), 8).empty());
+  std::vector<PrefixLink> hit = c.Match(Toks({20}), 8);
+  ASSERT_EQ(hit.size(), 1u);
+  c.Pin(hit[0]);
+  // Every slot pinned: the next eviction drops its block's KV instead.
+  EXPECT_EQ(c.EvictLru(), 2);
+  EXPECT_TRUE(c.TakeMoves().empty());
+  EXPECT_TRUE(c.Match(Toks({30}), 8).empty());
+  c.Onload(hit[0], 3);
+  EXPECT_EQ(c.TakeMoves(), (std::vector<KvBlockMove>{In(0, 3)}));
+  // Clear forgets both tiers and the copies not yet taken.
+  c.Park(3);
+  EXPECT_EQ(c.EvictLru(), 3);
+  EXPECT_EQ(c.Clear(), (std::vector<int32_t>{}));
+  EXPECT_TRUE(c.TakeMoves().empty());
+  EXPECT_EQ(c.n_registered(), 0);
+  EXPECT_EQ(c.n_on_host(), 0);
 }
 
 }  // namespace

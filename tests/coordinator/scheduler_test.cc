@@ -77,8 +77,24 @@ uint64_t Extend(uint64_t h, int32_t t) { return (h ^ static_cast<uint32_t>(t)) *
 
 class FakeWorker {
  public:
-  FakeWorker(int32_t n_blocks, int32_t block_size)
-      : block_size_(block_size), kv_(static_cast<size_t>(n_blocks) * block_size) {}
+  FakeWorker(int32_t n_blocks, int32_t block_size, int32_t n_host_slots = 0)
+      : block_size_(block_size),
+        kv_(static_cast<size_t>(n_blocks) * block_size),
+        host_(static_cast<size_t>(n_host_slots) * block_size) {}
+
+  // The host tier's copies, in order, before a step's compute (StageExecutor::MoveKvBlocks).
+  void Move(const std::vector<KvBlockMove>& moves) {
+    for (const KvBlockMove& m : moves) {
+      Kv* block = &kv_[static_cast<size_t>(m.block) * block_size_];
+      Kv* slot = &host_[static_cast<size_t>(m.slot) * block_size_];
+      if (m.to_host) {
+        std::copy(block, block + block_size_, slot);
+      } else {
+        std::copy(slot, slot + block_size_, block);
+      }
+      ++moved;
+    }
+  }
 
   // Each position's "KV" is its token and the hash of the history through it, computed
   // from the previous position's KV as read from the cache (as attention would): a block
@@ -111,6 +127,7 @@ class FakeWorker {
   }
 
   int64_t accepted = 0;  // Drafts accepted so far.
+  int64_t moved = 0;     // Blocks copied between the tiers.
 
  private:
   struct Kv {
@@ -122,6 +139,7 @@ class FakeWorker {
   }
   int32_t block_size_;
   std::vector<Kv> kv_;
+  std::vector<Kv> host_;  // The host tier's slots.
 };
 
 // Drives a scheduler with a fake worker, checking what each entry feeds against the true
@@ -131,7 +149,7 @@ class Driver {
   // With draft_k > 0 every sequence asks for up to draft_k drafts per decode step; the
   // drafts are the true continuation, each corrupted with probability `wrong`.
   explicit Driver(const SchedulerOptions& o, int32_t draft_k = 0, double wrong = 0.3)
-      : sched(o), worker(o.n_kv_blocks, o.kv_block_size), draft_k(draft_k), wrong(wrong) {}
+      : sched(o), worker(o.n_kv_blocks, o.kv_block_size, o.n_host_kv_blocks), draft_k(draft_k), wrong(wrong) {}
 
   void Add(const SequenceSpec& spec) {
     ASSERT_TRUE(sched.Add(spec).ok());
@@ -179,6 +197,9 @@ class Driver {
     ASSERT_LT(index, in_flight.size());
     Batch b = std::move(in_flight[index]);
     in_flight.erase(in_flight.begin() + index);
+    // The worker gets the step now, with every copy recorded so far (ServingLoop::SendTarget):
+    // a later batch may overtake an earlier one, the copies keep their order.
+    worker.Move(sched.TakeKvMoves());
     std::vector<SampledToken> sampled = worker.Run(b);
     absl::StatusOr<std::vector<TokenEvent>> events = sched.Complete(b.id, sampled);
     ASSERT_TRUE(events.ok()) << events.status();
@@ -751,19 +772,22 @@ TEST(SchedulerTest, ConcurrentSequencesMatchTheirSoloRuns) {
 // a third of the drafts wrong).
 // With `shared_prefixes`, prompts start with one of three "system prompts" or continue a
 // finished sequence (prompt + answer + a new turn), so prefix hits happen throughout.
-void RandomisedStress(int32_t draft_k, bool shared_prefixes = false) {
+// With `host_blocks`, evicted cached blocks move to a host tier of that many blocks and
+// come back on hits.
+void RandomisedStress(int32_t draft_k, bool shared_prefixes = false, int32_t host_blocks = 0) {
   int64_t total_preemptions = 0;
   size_t total_cancelled = 0;
   int max_batch_seqs = 0;
   int64_t accepted = 0, drafted = 0;
-  int64_t hit_tokens = 0;
+  int64_t hit_tokens = 0, host_hit_tokens = 0, onloaded = 0, moved = 0;
   for (int seed = 1; seed <= 20; ++seed) {
     SCOPED_TRACE(::testing::Message() << "seed " << seed);
     std::mt19937 rng(seed);
     const int in_flight = 1 + seed % 3;
-    Driver d(Options(/*n_blocks=*/12, /*block_size=*/4, /*max_num_seqs=*/1 + seed % 5,
-                     /*max_batched_tokens=*/4 + seed % 13, in_flight),
-             draft_k);
+    SchedulerOptions options = Options(/*n_blocks=*/12, /*block_size=*/4, /*max_num_seqs=*/1 + seed % 5,
+                                       /*max_batched_tokens=*/4 + seed % 13, in_flight);
+    options.n_host_kv_blocks = host_blocks;
+    Driver d(options, draft_k);
     std::vector<int64_t> cancelled;
     int64_t next_id = 1;
     for (int step = 0; step < 2000; ++step) {
@@ -814,9 +838,18 @@ void RandomisedStress(int32_t draft_k, bool shared_prefixes = false) {
     accepted += d.worker.accepted;
     drafted += d.drafted;
     hit_tokens += d.sched.Stats().prefix_hit_tokens;
+    host_hit_tokens += d.sched.Stats().prefix_host_hit_tokens;
+    onloaded += d.sched.Stats().host_onloaded_blocks;
+    moved += d.worker.moved;
+    EXPECT_TRUE(d.sched.TakeKvMoves().empty()) << "a copy recorded after the last step";
   }
   if (shared_prefixes) {
     EXPECT_GT(hit_tokens, 500);
+  }
+  if (host_blocks > 0) {
+    EXPECT_GT(onloaded, 50);
+    EXPECT_GT(host_hit_tokens, 4 * 50);
+    EXPECT_GT(moved, onloaded);
   }
   // The workload really exercises the interesting paths.
   EXPECT_GT(total_preemptions, 0);
@@ -838,6 +871,15 @@ TEST(SchedulerTest, SpeculativeStressAgainstReference) { RandomisedStress(4); }
 // reused after another prefix or written while shared would), with and without drafts.
 TEST(SchedulerTest, SharedPrefixStressAgainstReference) { RandomisedStress(0, /*shared_prefixes=*/true); }
 TEST(SchedulerTest, SharedPrefixSpeculativeStressAgainstReference) { RandomisedStress(4, /*shared_prefixes=*/true); }
+
+// The host tier changes no token either: a block moved out and back must hold its KV
+// (the copies run in the order recorded, even when a later batch overtakes an earlier one).
+TEST(SchedulerTest, HostTierStressAgainstReference) {
+  RandomisedStress(0, /*shared_prefixes=*/true, /*host_blocks=*/24);
+}
+TEST(SchedulerTest, HostTierSpeculativeStressAgainstReference) {
+  RandomisedStress(4, /*shared_prefixes=*/true, /*host_blocks=*/6);
+}
 
 TEST(SchedulerTest, DraftSlotsRespectMaxTokensAndRollBack) {
   Scheduler s(Options(/*n_blocks=*/8, /*block_size=*/4));
@@ -1233,7 +1275,12 @@ TEST(SchedulerStatsTest, ReplicasAddUpFieldByField) {
                    .max_batch_tokens_seen = 90,
                    .prefix_query_tokens = 100,
                    .prefix_hit_tokens = 20,
-                   .n_cached_blocks = 6};
+                   .n_cached_blocks = 6,
+                   .n_host_blocks = 8,
+                   .n_host_cached_blocks = 2,
+                   .host_offloaded_blocks = 9,
+                   .host_onloaded_blocks = 3,
+                   .prefix_host_hit_tokens = 16};
   const SchedulerStats b{.n_running = 10,
                          .n_in_flight_seqs = 20,
                          .n_waiting = 30,
@@ -1246,7 +1293,12 @@ TEST(SchedulerStatsTest, ReplicasAddUpFieldByField) {
                          .max_batch_tokens_seen = 120,
                          .prefix_query_tokens = 300,
                          .prefix_hit_tokens = 180,
-                         .n_cached_blocks = 60};
+                         .n_cached_blocks = 60,
+                         .n_host_blocks = 80,
+                         .n_host_cached_blocks = 20,
+                         .host_offloaded_blocks = 90,
+                         .host_onloaded_blocks = 30,
+                         .prefix_host_hit_tokens = 160};
   a += b;
   EXPECT_EQ(a.n_running, 11);
   EXPECT_EQ(a.n_in_flight_seqs, 22);
@@ -1261,6 +1313,11 @@ TEST(SchedulerStatsTest, ReplicasAddUpFieldByField) {
   EXPECT_EQ(a.prefix_query_tokens, 400);
   EXPECT_EQ(a.prefix_hit_tokens, 200);
   EXPECT_EQ(a.n_cached_blocks, 66);
+  EXPECT_EQ(a.n_host_blocks, 88);
+  EXPECT_EQ(a.n_host_cached_blocks, 22);
+  EXPECT_EQ(a.host_offloaded_blocks, 99);
+  EXPECT_EQ(a.host_onloaded_blocks, 33);
+  EXPECT_EQ(a.prefix_host_hit_tokens, 176);
   EXPECT_EQ(a.running(), 33);
   EXPECT_EQ(a.used_blocks(), 40);
   EXPECT_DOUBLE_EQ(a.kv_usage(), 0.5);
@@ -1268,7 +1325,7 @@ TEST(SchedulerStatsTest, ReplicasAddUpFieldByField) {
   EXPECT_DOUBLE_EQ(SchedulerStats{}.prefix_hit_rate(), 0.0);
   EXPECT_DOUBLE_EQ(SchedulerStats{}.kv_usage(), 0.0);
   // A field added to SchedulerStats must be added to operator+= and to this test.
-  static_assert(sizeof(SchedulerStats) == 72, "SchedulerStats changed: update operator+= and this test");
+  static_assert(sizeof(SchedulerStats) == 104, "SchedulerStats changed: update operator+= and this test");
 }
 
 }  // namespace

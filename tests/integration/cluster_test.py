@@ -1209,6 +1209,56 @@ def test_prefix_cache_parity():
     print(f"{time.time() - t0:.0f} s")
 
 
+def host_tier_workload(address, extra=()):
+    """A chat's first turn, then enough unrelated prompts (one at a time) to evict every
+    block of it from a small KV pool, then its second turn. Returns (name, response) pairs."""
+    def g(*args, n=16):
+        return generate(address, *args, "--temperature", "0", "--max-tokens", str(n), "--ignore-eos", *extra)
+    out = [("turn1", g("--prompt", " ".join([PREFIX_STORY] * 3) + " Lily said", n=32))]
+    for i in range(6):  # 6 x 160 distinct prompt tokens: more than any pool below holds.
+        ids = [100 + (i * 7919 + k * 104729) % 40000 for k in range(160)]
+        out.append((f"filler{i}", g("--prompt-ids", ",".join(map(str, ids)), n=8)))
+    turn1 = out[0][1]
+    ids = turn1["prompt_ids"] + turn1["token_ids"] + turn1["prompt_ids"][-6:]
+    out.append(("turn2", g("--prompt-ids", ",".join(map(str, ids)), n=24)))
+    return out
+
+
+def test_host_kv_tier():
+    """scheduler.host_kv_cache_mb: a chat's second turn, after its first turn's blocks were
+    evicted from a KV pool too small to keep them, gets them back from the host tier on
+    every worker (PP 1 and PP 2 x TP 2) instead of recomputing them; without the tier it
+    recomputes them. Greedy ids are the same either way, and status shows the copies."""
+    need(SMOL)
+    for pp, tp, kv_mb in [(1, 1, 5), (2, 2, 5)]:
+        runs = {}
+        for host_mb in (0, 64):
+            extra_sched = f"host_kv_cache_mb: {host_mb}"
+            text = config_yaml(SMOL, pp, tensor=tp, kv_cache_mb=kv_mb).replace(
+                "prefix_caching: true}", f"prefix_caching: true, {extra_sched}}}")
+            with cluster_from_yaml(text) as (address, _, log_path):
+                runs[host_mb] = host_tier_workload(address)
+                rc, st = status(address)
+                log = open(log_path).read()
+            assert rc == 0, st
+            cached = {n: r["usage"]["cached_tokens"] for n, r in runs[host_mb]}
+            turn1_blocks = 16 * (len(runs[host_mb][0][1]["prompt_ids"]) // 16)
+            m = re.search(r"host tier: (\d+) of (\d+) blocks hold evicted prefixes; (\d+) blocks copied out, "
+                          r"(\d+) back; (\d+) hit tokens from it", st)
+            if host_mb == 0:
+                assert cached["turn2"] == 0, f"PP={pp} TP={tp}: the workload did not evict turn 1: {cached}"
+                assert m is None, st
+            else:
+                assert m, st
+                assert cached["turn2"] == turn1_blocks, (cached, turn1_blocks)
+                assert int(m.group(4)) >= turn1_blocks // 16 and int(m.group(5)) >= turn1_blocks, st
+                assert re.search(r"\+ \d+ in the host tier", log), log
+                print(f"PP={pp} TP={tp}: turn 2 took {cached['turn2']} tokens from the host tier; {m.group(0)}")
+        for (n, off), (_, on) in zip(runs[0], runs[64]):
+            assert on["token_ids"] == off["token_ids"], f"PP={pp} TP={tp} {n}: {on['token_ids']} != {off['token_ids']}"
+        print(f"PP={pp} TP={tp}: identical ids with and without the host tier")
+
+
 # --- Speculative decoding -----------------------------------------------------------
 
 def spec_topologies():
