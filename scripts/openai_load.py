@@ -9,7 +9,9 @@ request in flight. Prints one JSON row (the keys of `cascade bench --json`).
   openai_load.py chat URL --chats N --concurrency C --turns T --max-tokens M
       N multi-turn conversations, C at a time, through /v1/chat/completions: each turn sends
       the whole history (a shared system prompt, earlier questions and answers) plus a new
-      question; reports TTFT of first turns and of later turns apart.
+      question; reports TTFT of first turns and of later turns apart. --turn-order round
+      runs turn t of every chat before turn t + 1 of any (each history must outlive every
+      other chat's turn); --own-system-prompt gives each chat its own system prompt.
 """
 import argparse
 import concurrent.futures
@@ -118,32 +120,43 @@ def run_chat(a):
     lock = threading.Lock()
     first_ttft, later_ttft, itl, errors, cached = [], [], [], [], []
     tokens = 0
+    # --own-system-prompt: each chat's system prompt starts with its index, so no two chats
+    # share a KV block (a long per-chat context, as a document-grounded chat has).
+    histories = [[{"role": "system", "content": (f"Chat {i}. " if a.own_system_prompt else "") + SYSTEM}]
+                 for i in range(a.chats)]
+    failed = set()
 
-    def conversation(i):
+    def turn_of(i, turn):
         nonlocal tokens
-        messages = [{"role": "system", "content": SYSTEM}]
-        for turn in range(a.turns):
-            topic = TOPICS[(i + turn) % len(TOPICS)]
-            messages.append({"role": "user", "content": f"Question {turn + 1} of chat {i}: tell me about {topic}."})
-            first, times, usage, err, text = stream(a.url, "/v1/chat/completions", {
-                "model": a.model, "messages": messages, "max_tokens": a.max_tokens, "temperature": 0,
-                "ignore_eos": True})
-            with lock:
-                if err or usage is None:
-                    errors.append(err or "no usage")
-                    return
-                tokens += usage["completion_tokens"]
-                (first_ttft if turn == 0 else later_ttft).append(first)
-                itl.extend(b - a_ for a_, b in zip(times, times[1:]))
-                if turn > 0:
-                    details = usage.get("prompt_tokens_details") or {}
-                    cached.append((details.get("cached_tokens", 0), usage["prompt_tokens"]))
-            messages.append({"role": "assistant", "content": text})
+        if i in failed:
+            return
+        messages = histories[i]
+        topic = TOPICS[(i + turn) % len(TOPICS)]
+        messages.append({"role": "user", "content": f"Question {turn + 1} of chat {i}: tell me about {topic}."})
+        first, times, usage, err, text = stream(a.url, "/v1/chat/completions", {
+            "model": a.model, "messages": messages, "max_tokens": a.max_tokens, "temperature": 0,
+            "ignore_eos": True})
+        with lock:
+            if err or usage is None:
+                errors.append(err or "no usage")
+                failed.add(i)
+                return
+            tokens += usage["completion_tokens"]
+            (first_ttft if turn == 0 else later_ttft).append(first)
+            itl.extend(b - a_ for a_, b in zip(times, times[1:]))
+            if turn > 0:
+                details = usage.get("prompt_tokens_details") or {}
+                cached.append((details.get("cached_tokens", 0), usage["prompt_tokens"]))
+        messages.append({"role": "assistant", "content": text})
 
-    wall = run_all(conversation, a.chats, a.concurrency, errors)
+    if a.turn_order == "chat":  # Each conversation's turns back to back.
+        wall = run_all(lambda i: [turn_of(i, t) for t in range(a.turns)], a.chats, a.concurrency, errors)
+    else:  # "round": turn t of every chat, then turn t + 1 of every chat.
+        wall = sum(run_all(lambda i, t=t: turn_of(i, t), a.chats, a.concurrency, errors) for t in range(a.turns))
     ms = lambda v: {"p50": 1e3 * percentile(v, 50), "p99": 1e3 * percentile(v, 99), "mean": 1e3 * sum(v) / max(1, len(v))}  # noqa: E731
     out = summary(a.label, wall, tokens, len(errors), first_ttft + later_ttft, itl, [], chats=a.chats,
-                  concurrency=a.concurrency, turns=a.turns, max_tokens=a.max_tokens)
+                  concurrency=a.concurrency, turns=a.turns, max_tokens=a.max_tokens, turn_order=a.turn_order,
+                  own_system_prompt=a.own_system_prompt)
     out["ttft_first_turn_ms"] = ms(first_ttft)
     out["ttft_later_turns_ms"] = ms(later_ttft)
     out["later_turn_prompt_tokens"] = sum(p for _, p in cached)
@@ -163,6 +176,9 @@ def main():
     p.add_argument("--prompt-tokens", type=int, default=64)
     p.add_argument("--chats", type=int, default=16)
     p.add_argument("--turns", type=int, default=4)
+    p.add_argument("--turn-order", choices=["chat", "round"], default="chat",
+                   help="chat: each conversation's turns back to back; round: turn t of every chat, then t + 1")
+    p.add_argument("--own-system-prompt", action="store_true", help="a distinct system prompt per chat")
     p.add_argument("--json", help="also write the row here")
     a = p.parse_args()
     row = run_load(a) if a.mode == "load" else run_chat(a)
