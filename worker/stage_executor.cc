@@ -9,6 +9,7 @@
 #include "core/str_cat.h"
 #include "kernels/cuda_backend.h"
 #include "model/graph_step.h"
+#include "model/kv_transfer.h"
 #include "sampling/sampler.h"
 #include "wire/step_wire.h"
 
@@ -195,6 +196,11 @@ absl::StatusOr<v1::StepResult> StageExecutor::Execute(const v1::StepRequest& ste
   }
   // First, even for a step refused below: the coordinator counts the copies done.
   CASCADE_RETURN_IF_ERROR(MoveKvBlocks(step));
+  TransferKv(step, result);
+  if (step.seqs().empty()) {  // A step of copies and transfers only: every stage skips the compute alike.
+    result.set_forward_s(SecondsSince(t0));
+    return result;
+  }
   Rows rows;
   CASCADE_RETURN_IF_ERROR(Flatten(step, rows));  // The only InvalidArgument: a refusal.
   if (absl::Status st = Run(step, rows, result); !st.ok()) {
@@ -219,6 +225,36 @@ absl::Status StageExecutor::MoveKvBlocks(const v1::StepRequest& step) {
     uint8_t* slot = static_cast<uint8_t*>(host_kv_->data()) + m.slot() * host_block_bytes_;
     CASCADE_RETURN_IF_ERROR(m.to_host() ? cache_->SaveBlock(backend_.get(), m.block(), slot)
                                         : cache_->LoadBlock(backend_.get(), m.block(), slot));
+  }
+  return absl::OkStatus();
+}
+
+void StageExecutor::TransferKv(const v1::StepRequest& step, v1::StepResult& result) {
+  for (const v1::KvTransfer& t : step.kv_transfers()) {
+    const absl::Status st = RunTransfer(t);
+    if (st.ok()) continue;
+    result.add_failed_transfers(t.id());
+    if (result.transfer_error().empty()) result.set_transfer_error(std::string(st.message()));
+    CASCADE_LOG(Warning) << "KV transfer " << t.id() << ": " << st.ToString();
+  }
+}
+
+absl::Status StageExecutor::RunTransfer(const v1::KvTransfer& t) {
+  if (kv_comm_ == nullptr) return absl::FailedPreconditionError("this worker is in no KV group");
+  if (t.id() > comm::kMaxUserTag) return absl::InvalidArgumentError(StrCat("transfer id ", t.id(), " is too large"));
+  const model::KvPlacement at{options_.first_layer, transformer_->tp_shard().kv_head_begin};
+  const std::span<const int32_t> blocks(t.blocks().data(), static_cast<size_t>(t.blocks_size()));
+  for (const v1::KvTransferPiece& p : t.pieces()) {
+    const model::KvSlice slice{p.first_layer(), p.last_layer(), p.head_begin(), p.head_end()};
+    if (p.send()) {
+      CASCADE_RETURN_IF_ERROR(model::PackKvSlice(*cache_, backend_.get(), at, slice, blocks, &kv_packed_));
+      CASCADE_RETURN_IF_ERROR(kv_comm_->Send(kv_packed_.data(), kv_packed_.size(), p.peer(), t.id()));
+    } else {
+      kv_packed_.resize(
+          static_cast<size_t>(model::KvSliceBytes(cache_->options(), slice, static_cast<int64_t>(blocks.size()))));
+      CASCADE_RETURN_IF_ERROR(kv_comm_->Recv(kv_packed_.data(), kv_packed_.size(), p.peer(), t.id()));
+      CASCADE_RETURN_IF_ERROR(model::UnpackKvSlice(*cache_, backend_.get(), at, slice, blocks, kv_packed_));
+    }
   }
   return absl::OkStatus();
 }

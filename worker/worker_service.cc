@@ -95,6 +95,13 @@ absl::Status WorkerService::ConnectDataPlane(const v1::LoadShardRequest& req) {
     if (!c.ok()) return Annotate(c.status(), "connecting the pipeline stages");
     comm_ = *std::move(c);
   }
+  if (req.kv_group_size() > 1) {
+    // Host memory between replicas: their devices need not share a fabric.
+    absl::StatusOr<std::unique_ptr<comm::Communicator>> c =
+        Connect(req.kv_group(), req.kv_rank(), req.kv_group_size(), 0, v1::TRANSPORT_UCX);
+    if (!c.ok()) return Annotate(c.status(), "connecting the KV transfer group");
+    kv_comm_ = *std::move(c);
+  }
   return absl::OkStatus();
 }
 
@@ -145,6 +152,7 @@ grpc::Status WorkerService::LoadShard(grpc::ServerContext* context, const v1::Lo
   executor_.reset();
   comm_.reset();
   tp_comm_.reset();
+  kv_comm_.reset();
   CASCADE_LOG(Info) << "loading stage " << req->stage() << "/" << req->n_stages() << " tp " << req->tp_rank() << "/"
                     << std::max(1, req->tp_size()) << ": layers [" << req->first_layer() << ", " << req->last_layer()
                     << ") of " << req->model_path()
@@ -165,6 +173,7 @@ grpc::Status WorkerService::LoadShard(grpc::ServerContext* context, const v1::Lo
   });
   if (!e.ok()) return ToGrpc(e.status());
   executor_ = std::move(*e);
+  executor_->set_kv_comm(kv_comm_.get());
   writer->Write(Loaded());
   CASCADE_LOG(Info) << "stage " << req->stage() << " ready: " << executor_->weight_bytes() / 1048576.0
                     << " MiB weights, " << executor_->kv_bytes() / 1048576.0 << " MiB KV";

@@ -75,6 +75,7 @@ class WorkerService final : public v1::Worker::Service {
   std::unique_ptr<comm::Rendezvous> rendezvous_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<comm::Communicator> comm_ ABSL_GUARDED_BY(mu_);     // Pipeline link of this TP rank.
   std::unique_ptr<comm::Communicator> tp_comm_ ABSL_GUARDED_BY(mu_);  // The stage's TP group.
+  std::unique_ptr<comm::Communicator> kv_comm_ ABSL_GUARDED_BY(mu_);  // Disaggregation's KV group.
   std::unique_ptr<StageExecutor> executor_ ABSL_GUARDED_BY(mu_);
   absl::Mutex plan_mu_;
   std::optional<v1::RegisterResponse> planned_ ABSL_GUARDED_BY(plan_mu_);
