@@ -245,6 +245,7 @@ absl::Status StageExecutor::RunTransfer(const v1::KvTransfer& t) {
   const model::KvPlacement at{options_.first_layer, transformer_->tp_shard().kv_head_begin};
   const std::span<const int32_t> blocks(t.blocks().data(), static_cast<size_t>(t.blocks_size()));
   for (const v1::KvTransferPiece& p : t.pieces()) {
+    if (p.rank() != options_.kv_rank) continue;
     const model::KvSlice slice{p.first_layer(), p.last_layer(), p.head_begin(), p.head_end()};
     if (p.send()) {
       CASCADE_RETURN_IF_ERROR(model::PackKvSlice(*cache_, backend_.get(), at, slice, blocks, &kv_packed_));

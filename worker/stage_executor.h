@@ -34,6 +34,9 @@ struct StageExecutorOptions {
   // Slots of the host tier of the prefix cache (StepRequest.kv_moves), in the backend's
   // staging memory (pinned on a GPU). 0: none.
   int64_t host_kv_blocks = 0;
+  // This worker's rank in the KV group of disaggregated serving (LoadShard's kv_rank): it
+  // runs the pieces of StepRequest.kv_transfers with that rank.
+  int kv_rank = 0;
   int64_t kv_block_size = 16;
   DType kv_dtype = DType::kF16;  // The KV cache's element type (f32, f16, q8_0).
   int n_threads = 1;             // CPU compute threads.

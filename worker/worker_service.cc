@@ -114,6 +114,7 @@ StageExecutorOptions WorkerService::StageOptions(const v1::LoadShardRequest& req
   o.n_stages = req.n_stages();
   o.kv_blocks = req.kv_blocks();
   o.host_kv_blocks = req.host_kv_blocks();
+  o.kv_rank = req.kv_rank();
   o.kv_block_size = req.kv_block_size();
   o.kv_dtype = wire::FromKvCacheDType(req.kv_cache_dtype());
   o.n_threads = options_.n_threads;

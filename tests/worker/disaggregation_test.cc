@@ -53,8 +53,10 @@ v1::StepSequence* AddSeq(v1::StepRequest& step, const std::vector<int32_t>& toke
   return s;
 }
 
-void AddPiece(v1::KvTransfer* t, bool send, int peer, int64_t l0, int64_t l1, int64_t h0, int64_t h1) {
+// A piece run by the worker of KV rank `rank`, with `peer`.
+void AddPiece(v1::KvTransfer* t, int rank, bool send, int peer, int64_t l0, int64_t l1, int64_t h0, int64_t h1) {
   v1::KvTransferPiece* p = t->add_pieces();
+  p->set_rank(rank);
   p->set_send(send);
   p->set_peer(peer);
   p->set_first_layer(l0);
@@ -63,8 +65,10 @@ void AddPiece(v1::KvTransfer* t, bool send, int peer, int64_t l0, int64_t l1, in
   p->set_head_end(h1);
 }
 
-StageExecutorOptions Options(const std::string& path, int64_t l0, int64_t l1, int stage, int n_stages, int r, int tp) {
+StageExecutorOptions Options(const std::string& path, int64_t l0, int64_t l1, int stage, int n_stages, int r, int tp,
+                             int kv_rank = 0) {
   StageExecutorOptions o;
+  o.kv_rank = kv_rank;
   o.model_path = path;
   o.first_layer = l0;
   o.last_layer = l1;
@@ -119,7 +123,7 @@ TEST(DisaggregationTest, ADecodePipelineOfAnotherSplitGoesOnFromTheSentKv) {
     t->mutable_blocks()->Add(prefill_table.begin(), prefill_table.begin() + n_prompt_blocks);
     for (int s = 0; s < kStages; ++s) {
       for (int q = 0; q < kTp; ++q) {
-        AddPiece(t, true, 1 + s * kTp + q, n_layers * s / kStages, n_layers * (s + 1) / kStages, n_kv * q / kTp,
+        AddPiece(t, 0, true, 1 + s * kTp + q, n_layers * s / kStages, n_layers * (s + 1) / kStages, n_kv * q / kTp,
                  n_kv * (q + 1) / kTp);
       }
     }
@@ -149,7 +153,7 @@ TEST(DisaggregationTest, ADecodePipelineOfAnotherSplitGoesOnFromTheSentKv) {
         auto pp = Connect(rendezvous, group + "/pp" + std::to_string(q), s, kStages);
         const int64_t l0 = n_layers * s / kStages, l1 = n_layers * (s + 1) / kStages;
         auto e = StageExecutor::Create(
-            Options(path, l0, l1, s, kStages, q, kTp), pp.get(), tp.get(), [](double) {},
+            Options(path, l0, l1, s, kStages, q, kTp, /*kv_rank=*/1 + s * kTp + q), pp.get(), tp.get(), [](double) {},
             std::make_unique<testing::GuardedBackend>());
         if (!e.ok() || kv == nullptr) {
           ADD_FAILURE() << "decode stage " << s << " tp " << q << ": " << e.status();
@@ -170,7 +174,13 @@ TEST(DisaggregationTest, ADecodePipelineOfAnotherSplitGoesOnFromTheSentKv) {
             v1::KvTransfer* t = step.add_kv_transfers();
             t->set_id(kTransfer);
             t->mutable_blocks()->Add(decode_table.begin(), decode_table.begin() + n_prompt_blocks);
-            AddPiece(t, false, 0, l0, l1, n_kv * q / kTp, n_kv * (q + 1) / kTp);
+            // The whole decode side's pieces, as the coordinator sends them: each runs its own.
+            for (int s2 = 0; s2 < kStages; ++s2) {
+              for (int q2 = 0; q2 < kTp; ++q2) {
+                AddPiece(t, 1 + s2 * kTp + q2, false, 0, n_layers * s2 / kStages, n_layers * (s2 + 1) / kStages,
+                         n_kv * q2 / kTp, n_kv * (q2 + 1) / kTp);
+              }
+            }
           }
           auto r = (*e)->Execute(step);
           if (!r.ok()) {
@@ -211,7 +221,8 @@ TEST(DisaggregationTest, ATransferWhosePeerNeverSendsFailsAloneAndTheStepGoesOn)
     while (!done) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   });
   auto kv = Connect(rendezvous, group, 1, 2, 1000);
-  auto e = StageExecutor::Create(Options(path, 0, files->config.n_layers, 0, 1, 0, 1), nullptr, nullptr, [](double) {});
+  auto e = StageExecutor::Create(Options(path, 0, files->config.n_layers, 0, 1, 0, 1, /*kv_rank=*/1), nullptr, nullptr,
+                                 [](double) {});
   ASSERT_TRUE(e.ok()) << e.status();
   (*e)->set_kv_comm(kv.get());
   v1::StepRequest step;
@@ -219,7 +230,7 @@ TEST(DisaggregationTest, ATransferWhosePeerNeverSendsFailsAloneAndTheStepGoesOn)
   v1::KvTransfer* t = step.add_kv_transfers();
   t->set_id(5);
   t->add_blocks(0);
-  AddPiece(t, false, 0, 0, files->config.n_layers, 0, files->config.n_kv_heads);
+  AddPiece(t, 1, false, 0, 0, files->config.n_layers, 0, files->config.n_kv_heads);
   AddSeq(step, {1}, 0, {3})->set_reset(true);
   auto r = (*e)->Execute(step);
   done = true;
