@@ -5,6 +5,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "core/logging.h"
+#include "core/status.h"
 #include "core/str_cat.h"
 
 namespace cascade::coordinator {
@@ -93,8 +94,86 @@ absl::Status Scheduler::Add(SequenceSpec spec) {
 void Scheduler::RequeueAll() {
   CASCADE_CHECK(in_flight_.empty()) << "RequeueAll with " << in_flight_.size() << " batch(es) in flight";
   // Newest first to the front: the queue ends in admission order, ahead of later arrivals.
-  for (auto it = running_.rbegin(); it != running_.rend(); ++it) Unadmit(seqs_.at(*it));
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+    Sequence& seq = seqs_.at(*it);
+    seq.in_flight_batch = -1;  // A transfer in progress is given up with the steps.
+    Unadmit(seq);
+  }
   running_.clear();
+  // Cancelled while their KV was in transit: nothing will end the transfer now.
+  std::vector<int64_t> dropped;
+  for (const auto& [id, seq] : seqs_) {
+    if (seq.dropped && seq.in_flight_batch == kAwaitingKv) dropped.push_back(id);
+  }
+  for (int64_t id : dropped) Drop(id);
+}
+
+absl::StatusOr<std::vector<int32_t>> Scheduler::Detach(int64_t seq_id) {
+  auto it = seqs_.find(seq_id);
+  if (it == seqs_.end() || it->second.dropped) return absl::NotFoundError(StrCat("sequence ", seq_id, " is not live"));
+  Sequence& seq = it->second;
+  if (!seq.running || seq.in_flight_batch >= 0) {
+    return absl::FailedPreconditionError(StrCat("sequence ", seq_id, " is not running idle"));
+  }
+  running_.erase(std::find(running_.begin(), running_.end(), seq_id));
+  std::vector<int32_t> table = std::move(seq.block_table);
+  seqs_.erase(it);
+  return table;
+}
+
+void Scheduler::FreeDetached(std::span<const int32_t> blocks) {
+  const std::vector<int32_t> tail_first(blocks.rbegin(), blocks.rend());
+  allocator_.Free(tail_first);
+}
+
+absl::Status Scheduler::AddPrefilled(SequenceSpec spec, std::vector<int32_t> generated, int64_t n_cached,
+                                     int64_t n_cached_prompt_tokens, std::vector<int32_t>* table) {
+  const int64_t id = spec.id;
+  const int64_t n_tokens = static_cast<int64_t>(spec.prompt.size() + generated.size());
+  CASCADE_CHECK(n_cached > 0 && n_cached < n_tokens) << "AddPrefilled: " << n_cached << " of " << n_tokens;
+  const int32_t need = allocator_.BlocksForTokens(n_tokens + 1);
+  if (need > allocator_.n_free()) {
+    return absl::ResourceExhaustedError(StrCat("KV cache: ", need, " blocks wanted, ", allocator_.n_free(), " free"));
+  }
+  CASCADE_RETURN_IF_ERROR(Add(std::move(spec)));
+  waiting_.pop_back();
+  Sequence& seq = seqs_.at(id);
+  seq.generated = std::move(generated);
+  CASCADE_CHECK(allocator_.AllocateInto(need, &seq.block_table).ok());
+  seq.n_cached = n_cached;
+  seq.n_cached_prompt_tokens = n_cached_prompt_tokens;
+  seq.admitted = seq.running = seq.restart = true;
+  seq.in_flight_batch = kAwaitingKv;
+  running_.push_back(id);
+  *table = seq.block_table;
+  return absl::OkStatus();
+}
+
+Scheduler::Sequence* Scheduler::EndTransfer(int64_t seq_id) {
+  auto it = seqs_.find(seq_id);
+  if (it == seqs_.end() || it->second.in_flight_batch != kAwaitingKv) return nullptr;
+  Sequence& seq = it->second;
+  seq.in_flight_batch = -1;
+  if (seq.dropped) {
+    Drop(seq_id);
+    return nullptr;
+  }
+  return &seq;
+}
+
+void Scheduler::KvArrived(int64_t seq_id) {
+  Sequence* seq = EndTransfer(seq_id);
+  if (seq == nullptr) return;
+  seq->n_prefilled = seq->n_cached;  // Prefill-computed on the other side: registrable.
+  RegisterCachedBlocks(*seq);
+}
+
+void Scheduler::KvLost(int64_t seq_id) {
+  Sequence* seq = EndTransfer(seq_id);
+  if (seq == nullptr) return;
+  running_.erase(std::find(running_.begin(), running_.end(), seq_id));
+  seq->restart = false;
+  Unadmit(*seq);  // Readmitted, it recomputes prompt + generated here.
 }
 
 void Scheduler::ClearPrefixCache() {
@@ -278,7 +357,7 @@ std::optional<Batch> Scheduler::Schedule() {
     }
     if (self_evicted || need > allocator_.n_free()) continue;
     CASCADE_CHECK(allocator_.AllocateInto(need, &seq.block_table).ok());
-    AddEntry(seq, 1, /*is_prefill=*/false, batch);
+    AddEntry(seq, 1, /*is_prefill=*/false, batch, /*first_chunk=*/std::exchange(seq.restart, false));
     batch_ids.push_back(id);
     budget -= 1;
     ReserveDraftSlots(seq, budget, batch.entries.back());

@@ -275,6 +275,23 @@ class Scheduler {
   // copies must run in the order they were recorded.
   std::vector<KvBlockMove> TakeKvMoves() { return allocator_.TakeMoves(); }
 
+  // Disaggregated serving (coordinator/serving/replicas.h). The prefill side: takes running
+  // sequence `seq_id` (not in flight) out of the scheduler, its blocks still held, and
+  // returns its block table; `FreeDetached` gives them back once its KV was sent (tail
+  // first, as a finished sequence's). NotFound / FailedPrecondition otherwise.
+  absl::StatusOr<std::vector<int32_t>> Detach(int64_t seq_id);
+  void FreeDetached(std::span<const int32_t> blocks);
+  // The decode side: a sequence whose positions [0, n_cached) arrive by transfer, with the
+  // tokens it generated already. Admitted at once with blocks for its tokens and a decode
+  // slot (its table in `table`), it counts as in flight (never scheduled or evicted) until
+  // `KvArrived`; then its first entry resets the workers' state, as a first chunk does.
+  // `KvLost`: the transfer failed, and it is recomputed as after a preemption. Errors:
+  // those of Add, and ResourceExhausted when the blocks are not free now (nothing changes).
+  absl::Status AddPrefilled(SequenceSpec spec, std::vector<int32_t> generated, int64_t n_cached,
+                            int64_t n_cached_prompt_tokens, std::vector<int32_t>* table);
+  void KvArrived(int64_t seq_id);
+  void KvLost(int64_t seq_id);
+
  private:
   struct Sequence {
     SequenceSpec spec;
@@ -295,6 +312,7 @@ class Scheduler {
     // Positions [0, n_prefilled) got their KV from prefill chunks or a prefix hit; only
     // blocks inside it are registered (RegisterCachedBlocks says why).
     int64_t n_prefilled = 0;
+    bool restart = false;  // Its KV arrived by transfer: its next entry is a first chunk.
 
     int64_t n_tokens() const { return static_cast<int64_t>(spec.prompt.size() + generated.size()); }
     int32_t token(int64_t i) const;
@@ -308,6 +326,12 @@ class Scheduler {
     int32_t draft_slots = 0;
     bool is_prefill = false;
   };
+
+  // `in_flight_batch` of a sequence whose KV is being transferred (AddPrefilled).
+  static constexpr int64_t kAwaitingKv = INT64_MAX;
+  // The AddPrefilled sequence `seq_id` whose transfer ended; false when it was cancelled
+  // meanwhile (it is dropped then).
+  Sequence* EndTransfer(int64_t seq_id);
 
   // Evicts `seq` (running, not in flight): frees its blocks and puts it at the front
   // of the waiting queue.

@@ -126,6 +126,12 @@ class FakeWorker {
     return out;
   }
 
+  // Disaggregation's transfer: block `from` of this worker's KV into block `to` of `other`'s.
+  void SendBlock(FakeWorker& other, int32_t from, int32_t to) const {
+    std::copy_n(&kv_[static_cast<size_t>(from) * block_size_], block_size_,
+                &other.kv_[static_cast<size_t>(to) * block_size_]);
+  }
+
   int64_t accepted = 0;  // Drafts accepted so far.
   int64_t moved = 0;     // Blocks copied between the tiers.
 
@@ -172,9 +178,13 @@ class Driver {
       EXPECT_GE(static_cast<int64_t>(e.block_table.size()) * sched.options().kv_block_size,
                 e.n_past + 1 + e.draft_slots);
       if (e.first_chunk) {
-        // A (re)admission: it starts at a block boundary, past its cached prefix only.
-        EXPECT_TRUE(e.is_prefill);
-        EXPECT_EQ(e.n_past % sched.options().kv_block_size, 0);
+        // A (re)admission: it starts at a block boundary, past its cached prefix only; or a
+        // sequence whose KV arrived by transfer (AddPrefilled) decodes its next token.
+        if (e.is_prefill) {
+          EXPECT_EQ(e.n_past % sched.options().kv_block_size, 0);
+        } else {
+          EXPECT_EQ(e.tokens.size(), 1u);
+        }
         firsts.push_back({e.seq_id, e.n_past});
       }
     }
@@ -879,6 +889,53 @@ TEST(SchedulerTest, HostTierStressAgainstReference) {
 }
 TEST(SchedulerTest, HostTierSpeculativeStressAgainstReference) {
   RandomisedStress(4, /*shared_prefixes=*/true, /*host_blocks=*/6);
+}
+
+// Disaggregation: a sequence prefilled on one scheduler (and its first token sampled) is
+// detached with its blocks, admitted on another with blocks of its own, its KV copied over
+// (the fake worker's KV reads back the whole history, so a wrong block shows), and decodes
+// its reference tokens there; the prefill side gets every block back. A lost transfer
+// recomputes on the decode side, with the same tokens.
+TEST(SchedulerTest, APrefilledSequenceDecodesOnAnotherSchedulerFromItsKv) {
+  for (bool lost : {false, true}) {
+    SCOPED_TRACE(lost ? "transfer lost" : "transfer done");
+    Driver prefill(Options(12, 4)), decode(Options(10, 4));
+    const SequenceSpec spec = Spec(1, 9, 6);
+    prefill.Add(spec);
+    ASSERT_TRUE(prefill.ScheduleOne());
+    prefill.CompleteOne();
+    ASSERT_EQ(prefill.generated[1].size(), 1u);
+    absl::StatusOr<std::vector<int32_t>> table = prefill.sched.Detach(1);
+    ASSERT_OK(table);
+    EXPECT_FALSE(prefill.sched.Lookup(1).has_value());
+    EXPECT_EQ(prefill.sched.Stats().used_blocks(), 3);  // Still held: 9 positions + a decode slot.
+    SequenceSpec moved = spec;
+    std::vector<int32_t> decode_table;
+    decode.history[1] = prefill.history[1];
+    decode.generated[1] = prefill.generated[1];
+    decode.specs[1] = spec;
+    ASSERT_OK(decode.sched.AddPrefilled(moved, prefill.generated[1], 9, 0, &decode_table));
+    EXPECT_EQ(decode.sched.Lookup(1)->state, SequenceState::kInFlight);  // Not scheduled before its KV.
+    EXPECT_FALSE(decode.sched.Schedule().has_value());
+    for (int b = 0; b < 3; ++b) prefill.worker.SendBlock(decode.worker, (*table)[b], decode_table[b]);
+    prefill.sched.FreeDetached(*table);
+    ExpectAllFree(prefill.sched);
+    if (lost) {
+      decode.sched.KvLost(1);
+    } else {
+      decode.sched.KvArrived(1);
+    }
+    decode.RunAll();
+    EXPECT_EQ(decode.generated[1], Reference(spec));
+    ASSERT_FALSE(decode.firsts.empty());
+    EXPECT_EQ(decode.firsts[0], (std::pair<int64_t, int64_t>{1, lost ? 0 : 9}));  // First chunk either way.
+    ExpectAllFree(decode.sched);
+  }
+  // Not enough free blocks now: nothing changes.
+  Driver small(Options(2, 4));
+  std::vector<int32_t> t;
+  EXPECT_STATUS_CODE(small.sched.AddPrefilled(Spec(2, 9, 2), {5}, 9, 0, &t), kResourceExhausted);
+  EXPECT_TRUE(small.sched.Idle());
 }
 
 TEST(SchedulerTest, DraftSlotsRespectMaxTokensAndRollBack) {
