@@ -59,34 +59,32 @@ bool StageOnGpu(const StagePlan& s) {
   return gpu;
 }
 
-// Each stage's TP shards (InvalidArgument under parallel.tensor when the model cannot
-// split); returns the most KV heads one rank of each stage holds.
-absl::StatusOr<std::vector<int64_t>> StageKvHeads(const ClusterConfig& config, const model::ModelFiles& files,
-                                                  const Plan& plan) {
-  std::vector<int64_t> heads;
+// Each stage's TP shards as KV holders, rank `base` onwards (InvalidArgument under
+// parallel.tensor when the model cannot split).
+absl::StatusOr<std::vector<KvHolder>> ReplicaKvHolders(const ClusterConfig& config, const model::ModelFiles& files,
+                                                       const Plan& plan, int base) {
+  std::vector<KvHolder> out;
   for (const StagePlan& s : plan.stages) {
-    int64_t most = 0;
-    for (int r = 0; r < config.parallel.tensor; ++r) {
-      auto shard = model::TpShard::ForFiles(files, s.first_layer, s.last_layer, r, config.parallel.tensor,
-                                            config.parallel.expert);
+    const int tp = static_cast<int>(s.tp.size());
+    for (int r = 0; r < tp; ++r) {
+      auto shard = model::TpShard::ForFiles(files, s.first_layer, s.last_layer, r, tp, config.parallel.expert);
       if (!shard.ok()) return Annotate(shard.status(), "parallel.tensor");
-      most = std::max(most, shard->n_kv_heads());
+      out.push_back(
+          {base + s.pp_stage * tp + r, s.first_layer, s.last_layer, shard->kv_head_begin, shard->kv_head_end});
     }
-    heads.push_back(most);
   }
-  return heads;
+  return out;
 }
 
 // The host tier of the prefix cache: scheduler.host_kv_cache_mb on every target worker,
 // in blocks of the largest stage's size (the drafter recomputes its own KV).
-absl::StatusOr<int64_t> HostKvBlocks(const SchedulerSection& sched, const std::vector<int64_t>& stage_block_bytes) {
+absl::StatusOr<int64_t> HostKvBlocks(const SchedulerSection& sched, int64_t block_bytes) {
   if (sched.host_kv_cache_mb == 0) return 0;
   if (!sched.prefix_caching) {
     return absl::InvalidArgumentError(
         "scheduler.host_kv_cache_mb: the host tier holds cached prefixes, and "
         "scheduler.prefix_caching is false");
   }
-  const int64_t block_bytes = *std::max_element(stage_block_bytes.begin(), stage_block_bytes.end());
   const int64_t n = std::min<int64_t>(sched.host_kv_cache_mb * 1048576 / block_bytes, INT32_MAX);
   if (n < 1) {
     return absl::InvalidArgumentError(
@@ -98,22 +96,27 @@ absl::StatusOr<int64_t> HostKvBlocks(const SchedulerSection& sched, const std::v
 // The KV pool: the same block count on every stage, as many as the tightest worker holds:
 // scheduler.kv_cache_mb on CPU workers (and GPU workers when given); a GPU worker's free
 // memory after its weights, once it registers (StageWorkers::BringUp, coordinator/control/kv_budget.h).
-absl::Status SizeKvPool(const ClusterConfig& config, const ServedModels& models, const std::vector<int64_t>& kv_heads,
-                        ServingPlan& out) {
+absl::Status SizeKvPool(const ClusterConfig& config, const ServedModels& models, ServingPlan& out) {
   const model::ModelConfig& mc = models.target.config;
   const SchedulerSection& sched = config.scheduler;
   const int64_t bs = sched.kv_block_size, budget = sched.kv_cache_mb * 1048576;
   StageWorkersOptions& co = out.workers;
-  int64_t n_blocks = INT64_MAX;
+  int64_t n_blocks = INT64_MAX, largest_block = 0;
   bool any_gpu = models.draft_layers > 0 && OnGpu(config.draft.devices[0]);
-  for (size_t i = 0; i < out.plan.stages.size(); ++i) {
-    const int64_t block_bytes =
-        KvBlockBytes(out.plan.stages[i].n_layers(), bs, kv_heads[i], mc.head_dim, sched.kv_cache_dtype);
-    co.stage_block_bytes.push_back(block_bytes);
-    const bool gpu = StageOnGpu(out.plan.stages[i]);
-    any_gpu = any_gpu || gpu;
-    if (!gpu || sched.kv_cache_mb_given) n_blocks = std::min(n_blocks, budget / block_bytes);
+  for (size_t r = 0; r < out.replicas.size(); ++r) {
+    for (StagePlan& stage : out.replicas[r].stages) {
+      int64_t heads = 0;  // The busiest TP rank's.
+      for (const KvHolder& h : out.kv_holders[r]) {
+        if (h.first_layer == stage.first_layer) heads = std::max(heads, h.head_end - h.head_begin);
+      }
+      stage.kv_block_bytes = KvBlockBytes(stage.n_layers(), bs, heads, mc.head_dim, sched.kv_cache_dtype);
+      largest_block = std::max(largest_block, stage.kv_block_bytes);
+      const bool gpu = StageOnGpu(stage);
+      any_gpu = any_gpu || gpu;
+      if (!gpu || sched.kv_cache_mb_given) n_blocks = std::min(n_blocks, budget / stage.kv_block_bytes);
+    }
   }
+  out.plan = out.replicas[0];
   if (models.draft_layers > 0) {
     // The drafter holds the same block ids, over its own layers and heads.
     const model::ModelFiles& df = models.draft_files ? *models.draft_files : models.target;
@@ -131,7 +134,7 @@ absl::Status SizeKvPool(const ClusterConfig& config, const ServedModels& models,
   if (n_blocks == INT64_MAX) n_blocks = (mc.n_ctx_train + bs - 1) / bs * std::max(1, sched.max_num_seqs);
   co.kv_blocks = n_blocks;
   co.size_kv_from_gpus = any_gpu;
-  CASCADE_ASSIGN_OR_RETURN(co.host_kv_blocks, HostKvBlocks(sched, co.stage_block_bytes));
+  CASCADE_ASSIGN_OR_RETURN(co.host_kv_blocks, HostKvBlocks(sched, largest_block));
   out.max_context = MaxContext(mc, n_blocks, bs);
   return absl::OkStatus();
 }
@@ -210,22 +213,28 @@ absl::StatusOr<ServingPlan> PlanServing(const ClusterConfig& config, const Serve
   in.layer_bytes = models.target_size.layer_bytes;
   in.embedding_bytes = models.target_size.embedding_bytes;
   in.head_bytes = models.target_size.head_bytes;
-  in.pipeline_size = config.parallel.pipeline;
-  in.tensor_size = config.parallel.tensor;
   const std::vector<PlannerDevice> devices = ClusterDevices(config);
   ServingPlan out;
-  // Replica r plans on the r-th run of pipeline × tensor devices; the layer cut depends on
-  // the model alone, so every replica's stages hold the same layers.
-  const size_t per_replica = static_cast<size_t>(config.parallel.pipeline) * config.parallel.tensor;
-  for (int r = 0; r < config.parallel.data; ++r) {
-    in.devices.assign(devices.begin() + r * per_replica, devices.begin() + (r + 1) * per_replica);
+  // Replica r plans on the next run of its pipeline × tensor devices; the layer cut depends
+  // on the model and the pipeline size alone, so replicas of one shape hold the same layers.
+  size_t next_device = 0;
+  int next_rank = 0;  // In the KV group.
+  for (const ReplicaShape& shape : config.parallel.Replicas()) {
+    const int r = static_cast<int>(out.replicas.size());
+    in.pipeline_size = shape.pipeline;
+    in.tensor_size = shape.tensor;
+    const size_t n = static_cast<size_t>(shape.pipeline) * shape.tensor;
+    in.devices.assign(devices.begin() + next_device, devices.begin() + next_device + n);
+    next_device += n;
     auto plan = PlanStages(in);
     if (!plan.ok()) return Annotate(plan.status(), StrCat("replica ", r));
+    CASCADE_ASSIGN_OR_RETURN(std::vector<KvHolder> holders, ReplicaKvHolders(config, models.target, *plan, next_rank));
+    next_rank += static_cast<int>(n);
     out.replicas.push_back(*std::move(plan));
+    out.kv_holders.push_back(std::move(holders));
+    out.roles.push_back(shape.role);
   }
-  out.plan = out.replicas[0];
-  CASCADE_ASSIGN_OR_RETURN(const std::vector<int64_t> kv_heads, StageKvHeads(config, models.target, out.plan));
-  CASCADE_RETURN_IF_ERROR(SizeKvPool(config, models, kv_heads, out));
+  CASCADE_RETURN_IF_ERROR(SizeKvPool(config, models, out));
   CopyOptions(config, models, out);
   return out;
 }

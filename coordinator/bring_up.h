@@ -17,6 +17,7 @@
 #include "coordinator/control/stage_workers.h"
 #include "coordinator/launcher.h"
 #include "coordinator/planner.h"
+#include "coordinator/serving/kv_transfer_plan.h"
 #include "coordinator/serving/scheduler.h"
 #include "coordinator/serving/speculation.h"
 #include "model/format/model_files.h"
@@ -43,8 +44,12 @@ absl::StatusOr<ServedModels> OpenServedModels(const ClusterConfig& config);
 // What the coordinator runs with: the stage plan, and the options of the cluster, the
 // scheduler and the speculative pipeline derived from the config and the models.
 struct ServingPlan {
-  Plan plan;                   // Replica 0's; every replica's stages hold the same layers.
-  std::vector<Plan> replicas;  // [parallel.data]: each replica's stages on its own devices.
+  Plan plan;                   // Replica 0's.
+  std::vector<Plan> replicas;  // [replicas]: each replica's stages on its own devices.
+  // [replicas]: what each serves (parallel.disaggregation), and its workers' layers and KV
+  // heads with their ranks in the KV group (ranks follow the replicas' devices).
+  std::vector<ReplicaRole> roles;
+  std::vector<std::vector<KvHolder>> kv_holders;
   StageWorkersOptions workers;
   SchedulerOptions scheduler;
   SpeculationOptions speculation;

@@ -116,8 +116,36 @@ absl::Status Parser::ParseModel(const YAML::Node& node, ModelSection* out) const
 
 absl::Status Parser::ParseParallel(const YAML::Node& node, ParallelSection* out) const {
   if (!node.IsDefined()) return absl::OkStatus();
-  CASCADE_RETURN_IF_ERROR(CheckMap(node, "parallel", {"pipeline", "tensor", "expert", "data", "route_by_prefix"}));
+  CASCADE_RETURN_IF_ERROR(
+      CheckMap(node, "parallel", {"pipeline", "tensor", "expert", "data", "route_by_prefix", "disaggregation"}));
   constexpr int64_t kMaxRanks = 1 << 16;
+  if (const YAML::Node d = Child(node, "disaggregation"); d.IsDefined()) {
+    for (const char* key : {"data", "pipeline", "tensor"}) {
+      if (Child(node, key).IsDefined()) {
+        return Error(Child(node, key), StrCat("parallel.", key),
+                     "parallel.disaggregation sets each role's replicas, pipeline and tensor: leave this key out");
+      }
+    }
+    CASCADE_RETURN_IF_ERROR(CheckMap(d, "parallel.disaggregation", {"prefill", "decode"}));
+    out->disaggregated = true;
+    for (const char* role : {"prefill", "decode"}) {
+      const std::string path = StrCat("parallel.disaggregation.", role);
+      const YAML::Node r = Child(d, role);
+      if (!r.IsDefined()) return Error(d, path, "required key is missing");
+      CASCADE_RETURN_IF_ERROR(CheckMap(r, path, {"replicas", "pipeline", "tensor"}));
+      ReplicaShape& shape = std::string_view(role) == "prefill" ? out->prefill : out->decode;
+      int& replicas = std::string_view(role) == "prefill" ? out->prefill_replicas : out->decode_replicas;
+      if (const YAML::Node n = Child(r, "replicas"); n.IsDefined()) {
+        CASCADE_ASSIGN_OR_RETURN(replicas, GetInt(n, StrCat(path, ".replicas"), 1, 128));
+      }
+      if (const YAML::Node n = Child(r, "pipeline"); n.IsDefined()) {
+        CASCADE_ASSIGN_OR_RETURN(shape.pipeline, GetInt(n, StrCat(path, ".pipeline"), 1, kMaxRanks));
+      }
+      if (const YAML::Node n = Child(r, "tensor"); n.IsDefined()) {
+        CASCADE_ASSIGN_OR_RETURN(shape.tensor, GetInt(n, StrCat(path, ".tensor"), 1, kMaxRanks));
+      }
+    }
+  }
   if (const YAML::Node n = Child(node, "route_by_prefix"); n.IsDefined()) {
     CASCADE_ASSIGN_OR_RETURN(out->route_by_prefix, GetBool(n, "parallel.route_by_prefix"));
   }
@@ -509,12 +537,27 @@ absl::StatusOr<ClusterConfig> Parser::Parse(const YAML::Node& root) {
     }
   }
 
-  const int64_t needed = int64_t{config.parallel.data} * config.parallel.pipeline * config.parallel.tensor;
+  int64_t needed = 0;
+  for (const ReplicaShape& r : config.parallel.Replicas()) needed += int64_t{r.pipeline} * r.tensor;
+  if (config.parallel.disaggregated && config.TotalDevices() < needed) {
+    return Error(
+        parallel, "parallel.disaggregation",
+        StrCat(config.parallel.prefill_replicas, " prefill replica(s) of pipeline ", config.parallel.prefill.pipeline,
+               " x tensor ", config.parallel.prefill.tensor, " and ", config.parallel.decode_replicas,
+               " decode replica(s) of pipeline ", config.parallel.decode.pipeline, " x tensor ",
+               config.parallel.decode.tensor, " need ", needed, " devices, but nodes list ", config.TotalDevices()));
+  }
   if (config.TotalDevices() < needed) {
     return Error(parallel.IsDefined() ? parallel : root["nodes"], "parallel.pipeline",
                  StrCat(config.parallel.data > 1 ? StrCat("data ", config.parallel.data, " x ") : std::string(),
                         "pipeline ", config.parallel.pipeline, " x tensor ", config.parallel.tensor, " needs ", needed,
                         " devices, but nodes list ", config.TotalDevices()));
+  }
+  if (config.parallel.disaggregated &&
+      (config.draft.kind == DraftKind::kSelf || config.draft.kind == DraftKind::kModel)) {
+    return Error(parallel, "parallel.disaggregation",
+                 "a drafter worker (draft.self / draft.model) with disaggregation is not supported yet; use "
+                 "draft.ngram");
   }
   if (config.parallel.data > 1 && (config.draft.kind == DraftKind::kSelf || config.draft.kind == DraftKind::kModel)) {
     return Error(parallel, "parallel.data",
@@ -533,6 +576,22 @@ std::string HostPort(std::string_view host, int port) {
 
 bool IsLoopbackHost(std::string_view host) {
   return host == "localhost" || host == "::1" || host.substr(0, 4) == "127.";
+}
+
+std::string_view ReplicaRoleName(ReplicaRole role) {
+  switch (role) {
+    case ReplicaRole::kServe: return "serve";
+    case ReplicaRole::kPrefill: return "prefill";
+    case ReplicaRole::kDecode: return "decode";
+  }
+  return "?";
+}
+
+std::vector<ReplicaShape> ParallelSection::Replicas() const {
+  if (!disaggregated) return std::vector<ReplicaShape>(data, ReplicaShape{pipeline, tensor, ReplicaRole::kServe});
+  std::vector<ReplicaShape> out(prefill_replicas, prefill);
+  out.insert(out.end(), decode_replicas, decode);
+  return out;
 }
 
 std::string_view LaunchModeName(LaunchMode mode) {

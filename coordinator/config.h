@@ -31,6 +31,17 @@ struct ModelSection {
 };
 
 // `parallel:` — how the model is cut.
+// What a replica serves: whole requests, or one phase of disaggregated serving.
+enum class ReplicaRole { kServe, kPrefill, kDecode };
+std::string_view ReplicaRoleName(ReplicaRole role);  // "serve", "prefill", "decode".
+
+// One replica's pipeline x tensor split and its role.
+struct ReplicaShape {
+  int pipeline = 1;
+  int tensor = 1;
+  ReplicaRole role = ReplicaRole::kServe;
+};
+
 struct ParallelSection {
   // `parallel.pipeline`: number of pipeline stages (contiguous layer ranges, one worker
   // process each when tensor = 1). Default 1. REQUIRES >= 1.
@@ -52,6 +63,18 @@ struct ParallelSection {
   // (coordinator/serving/replicas.h). Default false: by load alone (docs/PERFORMANCE.md measured
   // no gain at two replicas here).
   bool route_by_prefix = false;
+  // `parallel.disaggregation: {prefill: {replicas: P, pipeline: p, tensor: t}, decode:
+  // {replicas: D, pipeline: p', tensor: t'}}` (each key default 1): prefill and decode on
+  // separate replicas (coordinator/serving/replicas.h). A request is prefilled on a prefill
+  // replica, its KV moves to a decode replica over the workers' KV group, and it decodes
+  // there. Replaces parallel.data, pipeline and tensor; not with a drafter worker yet.
+  bool disaggregated = false;
+  int prefill_replicas = 1, decode_replicas = 1;
+  ReplicaShape prefill{1, 1, ReplicaRole::kPrefill}, decode{1, 1, ReplicaRole::kDecode};
+
+  // Every replica in device order: `data` of {pipeline, tensor}, or the prefill replicas
+  // then the decode ones.
+  std::vector<ReplicaShape> Replicas() const;
 };
 
 // How the coordinator obtains a node's workers.

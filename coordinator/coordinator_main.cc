@@ -220,7 +220,8 @@ int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coor
   StageWorkersOptions worker_options = serving.workers;
   worker_options.tls = (*trust)->identity();
   Replicas replicas(serving.replicas, worker_options, models.tokenizer.get(), serving.scheduler, serving.speculation,
-                    config.parallel.route_by_prefix);
+                    config.parallel.route_by_prefix,
+                    config.parallel.disaggregated ? ReplicaLayout{serving.roles, serving.kv_holders} : ReplicaLayout{});
   RendezvousStore store;
   ControlService control_service(replicas.all_workers(), &store, {(*trust)->ca(), (*trust)->join_token()});
   InferenceService inference(&replicas, models.tokenizer.get(), mc,

@@ -65,6 +65,8 @@ struct StagePlan {
   Device device;             // The worker's device.
   int64_t weight_bytes = 0;  // Layers' bytes plus embedding (stage 0) / head (last stage).
   std::vector<TpMember> tp;  // [tensor_size] workers of the stage; tp[0] is node/device above.
+  // Bytes of one KV block on the stage's busiest TP rank (set once the KV pool is sized).
+  int64_t kv_block_bytes = 0;
 
   int n_layers() const { return last_layer - first_layer; }
 };

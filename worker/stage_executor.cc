@@ -230,8 +230,10 @@ absl::Status StageExecutor::MoveKvBlocks(const v1::StepRequest& step) {
 }
 
 void StageExecutor::TransferKv(const v1::StepRequest& step, v1::StepResult& result) {
+  int64_t bytes = 0;
   for (const v1::KvTransfer& t : step.kv_transfers()) {
-    const absl::Status st = RunTransfer(t);
+    const absl::Status st = RunTransfer(t, &bytes);
+    result.set_transfer_bytes(bytes);
     if (st.ok()) continue;
     result.add_failed_transfers(t.id());
     if (result.transfer_error().empty()) result.set_transfer_error(std::string(st.message()));
@@ -239,7 +241,7 @@ void StageExecutor::TransferKv(const v1::StepRequest& step, v1::StepResult& resu
   }
 }
 
-absl::Status StageExecutor::RunTransfer(const v1::KvTransfer& t) {
+absl::Status StageExecutor::RunTransfer(const v1::KvTransfer& t, int64_t* bytes) {
   if (kv_comm_ == nullptr) return absl::FailedPreconditionError("this worker is in no KV group");
   if (t.id() > comm::kMaxUserTag) return absl::InvalidArgumentError(StrCat("transfer id ", t.id(), " is too large"));
   const model::KvPlacement at{options_.first_layer, transformer_->tp_shard().kv_head_begin};
@@ -250,11 +252,13 @@ absl::Status StageExecutor::RunTransfer(const v1::KvTransfer& t) {
     if (p.send()) {
       CASCADE_RETURN_IF_ERROR(model::PackKvSlice(*cache_, backend_.get(), at, slice, blocks, &kv_packed_));
       CASCADE_RETURN_IF_ERROR(kv_comm_->Send(kv_packed_.data(), kv_packed_.size(), p.peer(), t.id()));
+      *bytes += static_cast<int64_t>(kv_packed_.size());
     } else {
       kv_packed_.resize(
           static_cast<size_t>(model::KvSliceBytes(cache_->options(), slice, static_cast<int64_t>(blocks.size()))));
       CASCADE_RETURN_IF_ERROR(kv_comm_->Recv(kv_packed_.data(), kv_packed_.size(), p.peer(), t.id()));
       CASCADE_RETURN_IF_ERROR(model::UnpackKvSlice(*cache_, backend_.get(), at, slice, blocks, kv_packed_));
+      *bytes += static_cast<int64_t>(kv_packed_.size());
     }
   }
   return absl::OkStatus();

@@ -113,7 +113,7 @@ class StageExecutor {
   // Runs the step's KV transfers, each piece in order; a failed transfer goes into
   // `result` and the rest go on.
   void TransferKv(const v1::StepRequest& step, v1::StepResult& result);
-  absl::Status RunTransfer(const v1::KvTransfer& t);
+  absl::Status RunTransfer(const v1::KvTransfer& t, int64_t* bytes);
   absl::Status Flatten(const v1::StepRequest& step, Rows& rows) const;
   // Token ids in the vocabulary, block ids in the cache, blocks covering `n_positions`.
   absl::Status CheckIds(const std::string& what, const v1::StepSequence& s, int64_t n_positions) const;

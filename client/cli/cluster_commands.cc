@@ -158,11 +158,13 @@ void PrintExpertLoad(const v1::ClusterStatus& st) {
 void PrintReplicas(const v1::ClusterStatus& st) {
   std::printf("replicas: %d of %d serving\n", st.replicas_serving(), st.n_replicas());
   for (const v1::ReplicaStatus& r : st.replicas()) {
-    std::printf("replica %d: %s; running %lld, waiting %lld; kv blocks %lld free of %lld; steps %lld, finished %lld\n",
-                r.replica(), r.serving() ? "serving" : "down", static_cast<long long>(r.running()),
-                static_cast<long long>(r.waiting()), static_cast<long long>(r.kv_blocks_free()),
-                static_cast<long long>(r.kv_blocks_total()), static_cast<long long>(r.steps()),
-                static_cast<long long>(r.requests_finished()));
+    const std::string role = r.role().empty() || r.role() == "serve" ? "" : StrCat(" (", r.role(), ")");
+    std::printf(
+        "replica %d%s: %s; running %lld, waiting %lld; kv blocks %lld free of %lld; steps %lld, finished %lld\n",
+        r.replica(), role.c_str(), r.serving() ? "serving" : "down", static_cast<long long>(r.running()),
+        static_cast<long long>(r.waiting()), static_cast<long long>(r.kv_blocks_free()),
+        static_cast<long long>(r.kv_blocks_total()), static_cast<long long>(r.steps()),
+        static_cast<long long>(r.requests_finished()));
   }
 }
 

@@ -46,7 +46,15 @@ ServingMetrics::ServingMetrics()
       tpot(LatencyBuckets()),
       itl(LatencyBuckets()),
       queue_time(LatencyBuckets()),
-      e2e(LatencyBuckets()) {}
+      e2e(LatencyBuckets()),
+      kv_transfer_bytes({1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24, 1 << 26, 1 << 28, 1 << 30}),
+      kv_transfer_time(LatencyBuckets()) {}
+
+void ServingMetrics::ObserveKvTransfer(int64_t bytes, double seconds, int64_t tokens) {
+  kv_transfer_bytes.Observe(static_cast<double>(bytes));
+  kv_transfer_time.Observe(seconds);
+  kv_transfer_tokens += tokens;
+}
 
 void ServingMetrics::CountRequest(std::string_view api, RequestOutcome outcome) {
   absl::MutexLock lock(&mu_);

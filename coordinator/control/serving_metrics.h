@@ -37,6 +37,12 @@ class ServingMetrics {
   Histogram itl;         // Per output token: time since the request's previous output.
   Histogram queue_time;  // Arrival to the first step that carries the request.
   Histogram e2e;         // Arrival to the end, finished requests.
+  // Disaggregated serving, per KV transfer received: its bytes (over every receiving
+  // worker) and its time (the receive step's send to its last worker's result).
+  Histogram kv_transfer_bytes;
+  Histogram kv_transfer_time;
+  std::atomic<int64_t> kv_transfer_tokens{0};  // Positions whose KV arrived by transfer.
+  void ObserveKvTransfer(int64_t bytes, double seconds, int64_t tokens);
 
   void CountRequest(std::string_view api, RequestOutcome outcome);
   // A Step result of worker (stage, tp_rank) of a data-parallel replica, or the drafter

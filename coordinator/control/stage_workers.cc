@@ -203,8 +203,7 @@ absl::Status StageWorkers::SizeKvFromGpus() {
                                               ", ", s->device.ToString());
     // The planner's estimate of the stage's weights, split evenly over its TP ranks.
     const int64_t weights = s->stage.weight_bytes / (s->draft ? 1 : tp_size());
-    const int64_t block_bytes =
-        s->draft ? options_.draft_block_bytes : options_.stage_block_bytes.at(s->stage.pp_stage);
+    const int64_t block_bytes = s->draft ? options_.draft_block_bytes : s->stage.kv_block_bytes;
     CASCADE_ASSIGN_OR_RETURN(int64_t fit,
                              GpuKvBlocks(s->memory_bytes, weights, block_bytes, options_.gpu_memory_fraction, who));
     if (fit < blocks) {
@@ -276,6 +275,7 @@ absl::Status StageWorkers::Recover() {
     absl::MutexLock lock(&mu_);
     streams_open_ = false;
     results_.clear();
+    gathering_.clear();
     for (auto& s : slots_) {
       s->stream.reset();
       s->step_ctx.reset();
@@ -325,6 +325,11 @@ absl::Status StageWorkers::LoadOne(int i, const std::string& group) {
   req.set_tp_size(draft ? 1 : tp_size());
   req.set_draft(draft);
   req.set_host_kv_blocks(draft ? 0 : options_.host_kv_blocks);
+  if (!draft && options_.kv_group_size > 0) {
+    req.set_kv_group(options_.kv_group);
+    req.set_kv_group_size(options_.kv_group_size);
+    req.set_kv_rank(options_.kv_rank_base + stage.pp_stage * tp_size() + tp_rank);
+  }
   req.set_expert_parallel(!draft && options_.expert_parallel);
   if (!draft) {
     req.set_tp_transport(tp_transport);
@@ -393,6 +398,22 @@ void StageWorkers::ReadResults(int i) {
       }
       metrics_->ObserveStep(options_.replica, drafter ? -1 : i / tp_size(), drafter ? 0 : i % tp_size(), times);
     }
+    if (auto g = gathering_.find(r.step_id()); !drafter && g != gathering_.end()) {
+      v1::StepResult& all = g->second.result;
+      all.mutable_failed_transfers()->Add(r.failed_transfers().begin(), r.failed_transfers().end());
+      if (all.transfer_error().empty()) all.set_transfer_error(r.transfer_error());
+      all.set_transfer_bytes(all.transfer_bytes() + r.transfer_bytes());
+      all.set_forward_s(std::max(all.forward_s(), r.forward_s()));
+      if (r.code() != 0 && all.code() == 0) {
+        all.set_code(r.code());
+        all.set_error(r.error());
+      }
+      if (--g->second.remaining == 0) {
+        results_.push_back(std::move(all));
+        gathering_.erase(g);
+      }
+      continue;
+    }
     for (const v1::LayerExpertTokens& layer : r.expert_tokens()) {
       std::vector<int64_t>& total = expert_tokens_[layer.layer()];
       total.resize(std::max<size_t>(total.size(), layer.tokens_size()), 0);
@@ -441,6 +462,13 @@ absl::Status StageWorkers::SendStep(const v1::StepRequest& step) {
     if (!streams_open_) return absl::FailedPreconditionError("the cluster is not up yet");
     for (int i = 0; i < n_workers(); ++i) streams.push_back(slots_[i]->stream.get());
     sent_[step.step_id() % sent_.size()] = {step.step_id(), std::chrono::steady_clock::now()};
+    // KV transfers run on every worker apart (no hand-off orders them): the step is done
+    // once all of them answered.
+    if (step.kv_transfers_size() > 0) {
+      Gathered& g = gathering_[step.step_id()];
+      g.remaining = n_workers();
+      g.result.set_step_id(step.step_id());
+    }
   }
   for (size_t i = 0; i < streams.size(); ++i) {
     if (!streams[i]->Write(step)) {

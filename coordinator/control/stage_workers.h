@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "cascade/v1/cluster.grpc.pb.h"
@@ -38,12 +39,16 @@ struct StageWorkersOptions {
   int replica = 0;                // Its data-parallel replica (parallel.data).
   int64_t kv_blocks = 0;          // KV blocks per stage (an upper bound with size_kv_from_gpus).
   int64_t host_kv_blocks = 0;     // Host tier of the prefix cache, per target worker (0: none).
-  // At bring-up, lower kv_blocks to what every registered cuda:N worker holds after its
+  // Disaggregated serving: the KV group joining every target worker of every replica
+  // (LoadShard's kv_group), its size, and the rank of this replica's first worker; worker
+  // (stage s, TP rank r) has rank kv_rank_base + s * tensor + r. Size 0: no group.
+  std::string kv_group;
+  int kv_group_size = 0;
+  int kv_rank_base = 0;  // At bring-up, lower kv_blocks to what every registered cuda:N worker holds after its
   // weights (coordinator/control/kv_budget.h): gpu_memory_fraction of the free memory it reported,
-  // KV blocks of stage_block_bytes[pp_stage] (draft_block_bytes for the drafter) bytes.
+  // KV blocks of its StagePlan's kv_block_bytes (draft_block_bytes for the drafter) bytes.
   bool size_kv_from_gpus = false;
   double gpu_memory_fraction = 0.9;
-  std::vector<int64_t> stage_block_bytes;
   int64_t draft_block_bytes = 0;
   int64_t draft_weight_bytes = 0;  // The drafter's weights (its layers, embedding and head).
   int64_t kv_block_size = 16;
@@ -183,6 +188,12 @@ class StageWorkers {
   std::vector<std::unique_ptr<Slot>> slots_ ABSL_GUARDED_BY(mu_);
   int64_t last_worker_id_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<v1::StepResult> results_ ABSL_GUARDED_BY(mu_);
+  // Steps with KV transfers, by id: answers still awaited, and their merged result.
+  struct Gathered {
+    int remaining = 0;
+    v1::StepResult result;
+  };
+  absl::flat_hash_map<int64_t, Gathered> gathering_ ABSL_GUARDED_BY(mu_);
   // When SendStep sent each of the last steps, at step_id % size (the round-trip metric).
   std::array<std::pair<int64_t, std::chrono::steady_clock::time_point>, 64> sent_ ABSL_GUARDED_BY(mu_);
   // Tokens routed to each expert of each MoE layer since start, by global layer (from the

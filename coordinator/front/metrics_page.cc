@@ -146,6 +146,14 @@ void RenderLatencies(const ServingMetrics& m, PrometheusText& out) {
     out.Family(l.name, "histogram", l.help);
     out.Histogram(l.name, {}, l.histogram->Get());
   }
+  out.Family("cascade_kv_transfer_bytes", "histogram",
+             "Disaggregation: KV bytes of each transfer received from a prefill replica (over its receivers).");
+  out.Histogram("cascade_kv_transfer_bytes", {}, m.kv_transfer_bytes.Get());
+  out.Family("cascade_kv_transfer_seconds", "histogram",
+             "Disaggregation: each KV transfer's time, from its receive step's send to the last receiver's result.");
+  out.Histogram("cascade_kv_transfer_seconds", {}, m.kv_transfer_time.Get());
+  Counter(out, "cascade_kv_transfer_tokens_total", "Disaggregation: positions whose KV arrived by transfer.",
+          m.kv_transfer_tokens.load());
 }
 
 }  // namespace

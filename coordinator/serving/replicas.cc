@@ -55,8 +55,14 @@ void MergeExpertLoad(const std::vector<v1::ClusterStatus>& parts, v1::ClusterSta
 }  // namespace
 
 Replicas::Replicas(const std::vector<Plan>& plans, const StageWorkersOptions& options, const text::Tokenizer* tokenizer,
-                   const SchedulerOptions& scheduler, const SpeculationOptions& speculation, bool route_by_prefix)
-    : max_num_seqs_(std::max(1, scheduler.max_num_seqs)) {
+                   const SchedulerOptions& scheduler, const SpeculationOptions& speculation, bool route_by_prefix,
+                   const ReplicaLayout& layout)
+    : roles_(layout.roles), max_num_seqs_(std::max(1, scheduler.max_num_seqs)) {
+  int kv_group_size = 0;  // Every target worker of every replica, when roles differ.
+  if (!roles_.empty()) {
+    for (const Plan& p : plans) kv_group_size += static_cast<int>(p.stages.size() * p.stages[0].tp.size());
+  }
+  int kv_rank = 0;
   if (route_by_prefix && scheduler.prefix_caching && plans.size() > 1) {
     affinity_ = std::make_unique<PrefixAffinity>(static_cast<int>(plans.size()), scheduler.kv_block_size,
                                                  static_cast<size_t>(std::max(0, scheduler.n_kv_blocks)));
@@ -65,10 +71,27 @@ Replicas::Replicas(const std::vector<Plan>& plans, const StageWorkersOptions& op
     StageWorkersOptions o = options;
     o.replica = static_cast<int>(r);
     if (plans.size() > 1) o.group = StrCat(options.group, "/r", r);  // Rendezvous keys apart.
+    if (kv_group_size > 0) {
+      o.kv_group = StrCat(options.group, "/kv");
+      o.kv_group_size = kv_group_size;
+      o.kv_rank_base = kv_rank;
+      kv_rank += static_cast<int>(plans[r].stages.size() * plans[r].stages[0].tp.size());
+    }
+    // Replicas of other pipeline sizes keep their own number of batches in flight.
+    SchedulerOptions so = scheduler;
+    so.max_in_flight_batches = static_cast<int>(plans[r].stages.size()) + (options.draft ? 1 : 0);
     Replica replica;
     replica.workers = std::make_unique<StageWorkers>(plans[r], o);
-    replica.loop = std::make_unique<ServingLoop>(replica.workers.get(), tokenizer, scheduler, speculation);
+    replica.loop = std::make_unique<ServingLoop>(replica.workers.get(), tokenizer, so, speculation);
+    if (r < layout.kv_holders.size()) replica.loop->SetKvHolders(layout.kv_holders[r]);
     replicas_.push_back(std::move(replica));
+  }
+  for (int r = 0; r < size(); ++r) {
+    if (role(r) != ReplicaRole::kPrefill) continue;
+    replicas_[r].loop->SetHandoff([this]() -> ServingLoop* {
+      const int to = Pick(-1, ReplicaRole::kPrefill);  // Decode replicas only.
+      return to >= 0 && role(to) == ReplicaRole::kDecode ? replicas_[to].loop.get() : nullptr;
+    });
   }
   for (int r = 0; r < size(); ++r) {
     replicas_[r].loop->OnEvacuate([this, r](std::shared_ptr<ServingLoop::Active> request) {
@@ -151,11 +174,12 @@ double Replicas::Headroom(int r) const {
   return kv - static_cast<double>(st.n_live) / max_num_seqs_;
 }
 
-int Replicas::Pick(int except) const {
+int Replicas::Pick(int except, ReplicaRole not_role) const {
   int best = -1;
   double best_room = 0;
   for (int r = 0; r < size(); ++r) {
     if (r == except || !replicas_[r].workers->Healthy()) continue;
+    if (not_role != ReplicaRole::kServe && role(r) == not_role) continue;
     const double room = Headroom(r);
     if (best < 0 || room > best_room) best = r, best_room = room;
   }
@@ -163,6 +187,10 @@ int Replicas::Pick(int except) const {
 }
 
 int Replicas::Route(std::span<const int32_t> prompt) {
+  if (!roles_.empty()) {  // Disaggregated: a prefill replica, or any that serves.
+    const int prefill = Pick(-1, ReplicaRole::kDecode);
+    return prefill >= 0 ? prefill : Pick(-1);
+  }
   const int best = Pick(-1);
   if (best < 0 || affinity_ == nullptr) return best;
   int holder = -1;
@@ -246,6 +274,7 @@ void Replicas::FillStatus(v1::ClusterStatus* st) const {
     rs->set_steps(e.steps);
     rs->set_requests_finished(e.finished);
     rs->set_generation_tokens(e.generation_tokens);
+    rs->set_role(std::string(ReplicaRoleName(role(static_cast<int>(r)))));
     if (!p.detail().empty()) {
       StrAppend(&detail, detail.empty() ? "" : "; ", size() > 1 ? StrCat("replica ", r, ": ") : "", p.detail());
     }

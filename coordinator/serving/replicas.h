@@ -12,6 +12,13 @@
 // it holds beyond the best's x the mean live requests per replica) live requests, and
 // with a tenth of its KV pool free. Reuse, as long as the load stays near even.
 //
+// Disaggregated serving (parallel.disaggregation): replicas have roles. Requests go to the
+// prefill replicas (by headroom; to any replica when none serves); after its first token a
+// request moves to the decode replica with the most headroom, its KV sent over the
+// workers' KV group (coordinator/serving/kv_handoff.cc). With no decode replica serving,
+// a prefill replica decodes its requests itself; a dead replica's requests go to any other,
+// as with data parallelism.
+//
 // Thread-safety: Submit, Wake, Stats, FillStatus, Serving are thread-safe (the workers
 // and serving loops are). The rest (construction, BringUp, Start, Stop, setters) is the owner's
 // thread, before or after serving as each says.
@@ -36,6 +43,13 @@
 
 namespace cascade::coordinator {
 
+// What each replica serves, and its workers as KV holders (ServingPlan). Empty: every
+// replica serves whole requests.
+struct ReplicaLayout {
+  std::vector<ReplicaRole> roles;
+  std::vector<std::vector<KvHolder>> kv_holders;
+};
+
 class Replicas {
  public:
   // How much busier than the best a replica holding the prompt's prefix may be (see
@@ -46,7 +60,8 @@ class Replicas {
   // and its replica index set). Borrows `tokenizer`.
   // `route_by_prefix`: parallel.route_by_prefix (with scheduler.prefix_caching).
   Replicas(const std::vector<Plan>& plans, const StageWorkersOptions& options, const text::Tokenizer* tokenizer,
-           const SchedulerOptions& scheduler, const SpeculationOptions& speculation, bool route_by_prefix = false);
+           const SchedulerOptions& scheduler, const SpeculationOptions& speculation, bool route_by_prefix = false,
+           const ReplicaLayout& layout = {});
   ~Replicas();  // Stop().
   Replicas(const Replicas&) = delete;
   Replicas& operator=(const Replicas&) = delete;
@@ -85,9 +100,10 @@ class Replicas {
     std::unique_ptr<StageWorkers> workers;
     std::unique_ptr<ServingLoop> loop;
   };
-  // The serving replica with the most headroom other than `except` (-1: any); -1 when none
-  // serves.
-  int Pick(int except) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(route_mu_);
+  // The serving replica with the most headroom other than `except` (-1: any), of a role
+  // other than `not_role` (kServe: any role); -1 when none serves.
+  int Pick(int except, ReplicaRole not_role = ReplicaRole::kServe) const;
+  ReplicaRole role(int r) const { return roles_.empty() ? ReplicaRole::kServe : roles_[r]; }
   // Free KV fraction less live requests over max_num_seqs.
   double Headroom(int r) const;
   // Pick, or the replica holding the longest prefix of `prompt` (see above); -1 when none
@@ -95,6 +111,7 @@ class Replicas {
   int Route(std::span<const int32_t> prompt) ABSL_EXCLUSIVE_LOCKS_REQUIRED(route_mu_);
 
   std::vector<Replica> replicas_;
+  std::vector<ReplicaRole> roles_;  // Empty: every replica serves.
   const int max_num_seqs_;
   absl::Mutex route_mu_;  // Held across a Submit's choice and its hand-over.
   // Null with prefix caching off.

@@ -114,6 +114,7 @@ void ServingLoop::Loop() {
   auto last_check = std::chrono::steady_clock::now();
   while (!stop_) {
     Admit();
+    DrainKvInbox();
     DropCancelled();
     if (SecondsSince(last_check) > 0.2) {
       last_check = std::chrono::steady_clock::now();
@@ -149,7 +150,7 @@ void ServingLoop::Loop() {
       // Up to 50 ms, until a submission or stop (Submit and Wake signal cv_).
       absl::MutexLock lock(&mu_);
       const absl::Time deadline = absl::Now() + absl::Milliseconds(50);
-      while (submitted_.empty() && !stop_) {
+      while (submitted_.empty() && kv_inbox_.empty() && !stop_) {
         if (cv_.WaitWithDeadline(&mu_, deadline)) break;  // Timed out.
       }
     }
@@ -436,8 +437,15 @@ ServingLoop::Sent ServingLoop::TakeSent(int64_t step_id) {
 }
 
 void ServingLoop::OnResult(const v1::StepResult& r) {
-  if (!in_flight_.empty() && in_flight_.front() == r.step_id()) in_flight_.pop_front();
+  // In order, but for a transfers-only step, whose result waits for every worker.
+  if (auto it = std::find(in_flight_.begin(), in_flight_.end(), r.step_id()); it != in_flight_.end()) {
+    in_flight_.erase(it);
+  }
   const Sent sent = TakeSent(r.step_id());
+  if (!sent.transfers.empty()) {
+    OnTransfers(r, sent);
+    return;
+  }
   if (r.code() != 0) {
     FailStep(r.step_id(), sent.seqs, absl::Status(static_cast<absl::StatusCode>(r.code()), r.error()));
     return;
@@ -528,6 +536,7 @@ void ServingLoop::Emit(const std::vector<TokenEvent>& events, const TokensBySeq&
     auto it = pending.find(id);
     if (it != pending.end()) Push(*active_.at(id)->channel, std::move(it->second), false);
   }
+  if (pick_decode_) HandOff(order);  // A prefill replica: decoding happens elsewhere.
 }
 
 void ServingLoop::ObserveOutput(Active& a, int index, int n_new, std::chrono::steady_clock::time_point now) {
@@ -598,6 +607,7 @@ void ServingLoop::GiveUpInFlight() {
 
 void ServingLoop::Suspend(std::string_view why) {
   GiveUpInFlight();  // Their positions are re-fed once the cluster is whole.
+  DropTransfers();
   Evacuate(why);
   scheduler_.RequeueAll();
   if (!suspended_at_) {
@@ -654,6 +664,7 @@ void ServingLoop::FailAll(const absl::Status& status) {
   }
   active_.clear();
   GiveUpInFlight();
+  DropTransfers();
   absl::MutexLock lock(&mu_);
   PublishStats();
 }

@@ -36,6 +36,7 @@
 #include "cascade/v1/inference.pb.h"
 #include "coordinator/control/serving_metrics.h"
 #include "coordinator/control/stage_workers.h"
+#include "coordinator/serving/kv_transfer_plan.h"
 #include "coordinator/serving/output_constraint.h"
 #include "coordinator/serving/scheduler.h"
 #include "coordinator/serving/serving_request.h"
@@ -107,6 +108,30 @@ class ServingLoop {
   // its prompt and generated tokens prefilled here, on the same channel, with the same
   // sampler positions (so the same tokens as if nothing had happened).
   void Adopt(std::shared_ptr<Active> request);
+  // Disaggregated serving (coordinator/serving/kv_handoff.cc). A request moving from a
+  // prefill serving loop to a decode one: where its KV is (`source`'s blocks, which it holds
+  // until the transfer's send step is back or `ReleaseKv`), and who holds which part.
+  struct KvHandoff {
+    ServingLoop* source = nullptr;
+    uint64_t transfer_id = 0;
+    int64_t n_cached = 0;                            // Positions whose KV moves: [0, n_cached).
+    int64_t cached_prompt_tokens = 0;                // The prompt's prefix hit on the prefill side.
+    std::vector<int32_t> blocks;                     // The source's blocks holding them, in order.
+    const std::vector<KvHolder>* senders = nullptr;  // The source's workers.
+  };
+  // This serving loop's workers as KV holders (ServingPlan::kv_holders). REQUIRES: before Start.
+  void SetKvHolders(std::vector<KvHolder> holders) { kv_holders_ = std::move(holders); }
+  // A prefill serving loop: once a request has its first token, `pick` names the decode
+  // serving loop to hand it to (null: none serves, it decodes here). Called on the loop
+  // thread. REQUIRES: before Start.
+  void SetHandoff(std::function<ServingLoop*()> pick) { pick_decode_ = std::move(pick); }
+  // The decode side: takes over request `a`, its KV to arrive from `h.source`.
+  void AdoptPrefilled(std::shared_ptr<Active> a, KvHandoff h);
+  // The prefill side, called by the decode side: send transfer `id`'s KV (the pieces
+  // sent by this loop's workers), or give its blocks back unsent.
+  void SendKv(uint64_t id, std::vector<KvPiece> pieces);
+  void ReleaseKv(uint64_t id);
+
   // When a worker of this serving loop's cluster dies, each request is offered to `fn` first
   // (another replica's Adopt); those it takes leave this serving loop, the rest wait here for
   // the cluster to rebuild. `fn` runs on the loop thread. REQUIRES: before Start.
@@ -125,7 +150,45 @@ class ServingLoop {
     bool decode_only = true;                         // No prompt chunk: its time feeds the step cost model.
     absl::flat_hash_map<int64_t, Verified> drafted;  // Sequences whose drafts are verified.
     std::vector<int64_t> seqs;                       // Every sequence in the step.
+    std::vector<uint64_t> transfers;                 // A transfers-only step's KV transfers.
   };
+  // Disaggregation's state (kv_handoff.cc). A request waiting for blocks to take its KV.
+  struct Prefilled {
+    int64_t seq_id = 0;
+    std::shared_ptr<Active> request;
+    KvHandoff handoff;
+  };
+  // The prefill side's blocks of a request handed off: freed once sent (or released).
+  struct HeldKv {
+    std::vector<int32_t> table;  // Its whole block table.
+    int32_t n_blocks = 0;        // Its first n_blocks hold the KV that moves.
+  };
+  // The decode side's transfer in progress: its sequence and where the KV comes from.
+  struct Incoming {
+    int64_t seq_id = 0;
+    ServingLoop* source = nullptr;
+    int64_t n_cached = 0;  // Positions it brings.
+  };
+  // What other serving loops' threads hand this one.
+  struct KvInbox {
+    std::vector<Prefilled> prefilled;
+    std::vector<std::pair<uint64_t, std::vector<KvPiece>>> sends;
+    std::vector<uint64_t> releases;
+    bool empty() const { return prefilled.empty() && sends.empty() && releases.empty(); }
+  };
+  // Takes the inbox: admits prefilled requests whose blocks fit (their receive steps go
+  // out), sends the KV asked for, frees what was released.
+  void DrainKvInbox();
+  bool AdmitPrefilled(Prefilled& p);
+  // Hands the requests of `seqs` that are still live (and idle after their step) to the
+  // decode serving loop `pick_decode_` names.
+  void HandOff(const std::vector<int64_t>& seqs);
+  // A step of KV transfers only, in flight like a batch (results come in order).
+  absl::Status SendTransfers(v1::StepRequest step, std::vector<uint64_t> transfers);
+  // Its result: sent KV freed, received KV arrived (or lost: recomputed).
+  void OnTransfers(const v1::StepResult& r, const Sent& sent);
+  // The worker side is gone (a death): held KV freed, incoming transfers released at their source.
+  void DropTransfers();
   // A batch waiting for the drafter worker.
   struct Drafting {
     v1::StepRequest step;
@@ -197,6 +260,8 @@ class ServingLoop {
   ServingStats stats_ ABSL_GUARDED_BY(mu_);
   int64_t next_seq_id_ ABSL_GUARDED_BY(mu_) = 1;
 
+  KvInbox kv_inbox_ ABSL_GUARDED_BY(mu_);
+
   // Loop-thread state: touched by the loop thread only, so not guarded.
   absl::flat_hash_map<int64_t, std::shared_ptr<Active>> active_;
   std::vector<int64_t> release_;   // Sequences whose worker state can be dropped.
@@ -208,6 +273,13 @@ class ServingLoop {
   std::optional<std::chrono::steady_clock::time_point> suspended_at_;
   std::string down_reason_;
   bool recovery_failed_ = false;
+  // Disaggregation (set before Start, then loop thread only).
+  std::vector<KvHolder> kv_holders_;
+  std::function<ServingLoop*()> pick_decode_;
+  std::deque<Prefilled> awaiting_blocks_;             // Decode side: prefilled, not admitted yet.
+  absl::flat_hash_map<uint64_t, HeldKv> held_kv_;     // Prefill side, by transfer id.
+  absl::flat_hash_map<uint64_t, Incoming> incoming_;  // Decode side, by transfer id.
+  int64_t next_transfer_step_ = int64_t{1} << 48;     // Transfers-only steps' ids: apart from batches'.
 };
 
 }  // namespace cascade::coordinator

@@ -39,8 +39,8 @@ TEST(BringUpTest, KvPoolCountsTheBusiestRanksHeads) {
                    "scheduler: {kv_block_size: 16, kv_cache_mb: 1, kv_cache_dtype: f32}\n");
   ASSERT_TRUE(plan.ok()) << plan.status();
   // K and V, f32: 2 * 3 layers * 16 positions * 2 heads * 64 * 4 bytes = 49152.
-  ASSERT_EQ(plan->workers.stage_block_bytes.size(), 1u);
-  EXPECT_EQ(plan->workers.stage_block_bytes[0], 49152);
+  ASSERT_EQ(plan->plan.stages.size(), 1u);
+  EXPECT_EQ(plan->plan.stages[0].kv_block_bytes, 49152);
   EXPECT_EQ(plan->workers.kv_blocks, 1048576 / 49152);  // 21 blocks in 1 MiB.
   EXPECT_EQ(plan->scheduler.n_kv_blocks, 21);
   EXPECT_EQ(plan->max_context, 256);  // The model's context: 21 blocks of 16 hold 336.
@@ -60,7 +60,7 @@ TEST(BringUpTest, SelfDrafterBlocksUseItsLayersAndAllHeads) {
   // The default f16 cache: 2 * 1 layer * 16 * 3 heads * 64 * 2 = 12288; the target's
   // 2 * 3 * 16 * 3 * 64 * 2 = 36864 is the tighter, so 1 MiB holds 28 blocks.
   EXPECT_EQ(plan->workers.draft_block_bytes, 12288);
-  EXPECT_EQ(plan->workers.stage_block_bytes[0], 36864);
+  EXPECT_EQ(plan->plan.stages[0].kv_block_bytes, 36864);
   EXPECT_EQ(plan->workers.kv_blocks, 28);
   EXPECT_EQ(plan->scheduler.max_in_flight_batches, 2);  // One stage plus the drafter.
 }
@@ -75,13 +75,48 @@ TEST(BringUpTest, HostTierBlocksAreTheLargestStagesBlocks) {
                    "scheduler: {kv_block_size: 16, kv_cache_mb: 1, host_kv_cache_mb: 3}\n");
   ASSERT_TRUE(plan.ok()) << plan.status();
   // 3 layers over 2 stages: 2 and 1 layers, 2 * 16 * 3 heads * 64 * 2 bytes each (f16).
-  ASSERT_EQ(plan->workers.stage_block_bytes, (std::vector<int64_t>{24576, 12288}));
+  ASSERT_EQ(plan->plan.stages.size(), 2u);
+  EXPECT_EQ(plan->plan.stages[0].kv_block_bytes, 24576);
+  EXPECT_EQ(plan->plan.stages[1].kv_block_bytes, 12288);
   EXPECT_EQ(plan->workers.host_kv_blocks, 3 * 1048576 / 24576);  // 128: the drafter has no host tier.
   EXPECT_EQ(plan->scheduler.n_host_kv_blocks, 128);
   // Off by default.
   plan = Plan(model, "nodes: [{name: a, host: 127.0.0.1, devices: [cpu]}]\n");
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->scheduler.n_host_kv_blocks, 0);
+}
+
+// Disaggregation: a TP-1 prefill replica and a PP-2 x TP-2 decode replica on 5 devices.
+// Every worker's layers and KV heads with its rank in the KV group, the pool as large as
+// the tightest worker of either holds, and the roles in order.
+TEST(BringUpTest, DisaggregatedReplicasHaveTheirOwnSplits) {
+  cascade::testing::TempDir dir;
+  const std::string model = WriteModel(dir);
+  auto plan = Plan(model,
+                   "parallel: {disaggregation: {prefill: {tensor: 1}, decode: {pipeline: 2, tensor: 2}}}\n"
+                   "nodes: [{name: a, host: 127.0.0.1, devices: [cpu, cpu, cpu, cpu, cpu]}]\n"
+                   "scheduler: {kv_block_size: 16, kv_cache_mb: 1, kv_cache_dtype: f32}\n");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->replicas.size(), 2u);
+  EXPECT_EQ(plan->roles, (std::vector<ReplicaRole>{ReplicaRole::kPrefill, ReplicaRole::kDecode}));
+  EXPECT_EQ(plan->replicas[0].stages.size(), 1u);
+  EXPECT_EQ(plan->replicas[1].stages.size(), 2u);
+  // The model: 3 layers, 3 KV heads (WriteModel); TP 2 gives ranks heads [0, 2) and [2, 3).
+  EXPECT_EQ(plan->kv_holders[0], (std::vector<KvHolder>{{0, 0, 3, 0, 3}}));
+  const int64_t cut = plan->replicas[1].stages[0].last_layer;
+  EXPECT_EQ(plan->kv_holders[1],
+            (std::vector<KvHolder>{{1, 0, cut, 0, 2}, {2, 0, cut, 2, 3}, {3, cut, 3, 0, 2}, {4, cut, 3, 2, 3}}));
+  // f32: 2 * 3 layers * 16 * 3 heads * 64 * 4 = 73728 bytes on the prefill worker, the tightest.
+  EXPECT_EQ(plan->replicas[0].stages[0].kv_block_bytes, 73728);
+  EXPECT_EQ(plan->workers.kv_blocks, 1048576 / 73728);
+  EXPECT_THAT(Plan(model,
+                   "parallel: {disaggregation: {prefill: {tensor: 2}, decode: {tensor: 2}}}\n"
+                   "nodes: [{name: a, host: 127.0.0.1, devices: [cpu, cpu, cpu]}]\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("need 4 devices, but nodes list 3")));
+  EXPECT_THAT(Plan(model,
+                   "parallel: {tensor: 2, disaggregation: {prefill: {}, decode: {}}}\n"
+                   "nodes: [{name: a, host: 127.0.0.1, devices: [cpu, cpu]}]\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("parallel.tensor")));
 }
 
 TEST(BringUpTest, BadPlansNameTheirKey) {

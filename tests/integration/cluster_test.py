@@ -1259,6 +1259,73 @@ def test_host_kv_tier():
         print(f"PP={pp} TP={tp}: identical ids with and without the host tier")
 
 
+# --- Disaggregated serving -----------------------------------------------------------
+
+def disagg_yaml(model, prefill, decode, extra=""):
+    """A cluster of one prefill replica (PP x TP = `prefill`) and one decode replica
+    (`decode`), n-gram speculation on."""
+    n = prefill[0] * prefill[1] + decode[0] * decode[1]
+    return (f"model: {{path: {model}}}\n"
+            f"parallel: {{disaggregation: {{prefill: {{pipeline: {prefill[0]}, tensor: {prefill[1]}}},"
+            f" decode: {{pipeline: {decode[0]}, tensor: {decode[1]}}}}}}}\n"
+            f"nodes:\n  - {{name: n0, host: 127.0.0.1, devices: [{', '.join(['cpu'] * n)}], launch: local}}\n"
+            "server: {listen: 127.0.0.1:0, http_listen: 127.0.0.1:0}\n"
+            "scheduler: {max_num_seqs: 16, max_batched_tokens: 1024, kv_block_size: 16, kv_cache_mb: 64}\n"
+            "draft: {ngram: {n: 3}, num_tokens: 3, adaptive: false}\n" + extra)
+
+
+def metrics_text(log_path):
+    m = re.search(r"http front on (\S+)", open(log_path).read())
+    assert m, open(log_path).read()
+    with urllib.request.urlopen(f"http://{m.group(1)}/metrics", timeout=30) as r:
+        return r.read().decode()
+
+
+def test_disaggregation_parity():
+    """Prefill on one replica, decode on another of another split: greedy ids equal `cascade
+    run` with n-gram speculation on, every request's KV moved (status: the decode replica
+    finished them all; /metrics: one transfer per request, its bytes per token).
+
+    stories260K (F32) changes TP between the phases (1 -> 2, PP 2 -> TP 2, TP 2 -> 1). SmolLM2
+    Q4_1 changes PP and keeps TP 1 against `cascade run`, and keeps TP 2 (1 -> 2 stages)
+    against a plain TP-2 cluster: with quantized weights a TP size sums the row-parallel
+    partial products in its own order, and TP 2 alone already differs from `cascade run` at
+    a near-tie of the longer prompt (token 27); a prompt's KV from one TP size and its answer
+    from another are a third rounding again. The transfer itself moves bits
+    (tests/worker/disaggregation_test.cc)."""
+    tp2_reference = {}
+    for model, splits in ((STORIES, [((1, 1), (1, 2)), ((2, 1), (1, 2)), ((1, 2), (1, 1))]),
+                          (SMOL, [((2, 1), (1, 1)), ((1, 1), (2, 1)), ((1, 2), (2, 2))])):
+        need(model)
+        name = os.path.basename(model)
+        prompts = [("--prompt", "Once upon a time"), ("--prompt", PREFIX_STORY), ("--prompt", "The cat sat on the mat and")]
+        local = {p: run_json("run", "--model", model, *p, "--temperature", "0", "--max-tokens", "32", "--ignore-eos")["token_ids"]
+                 for p in prompts}
+        if model == SMOL:
+            with cluster(model, 1, tensor=2) as (address, _, _):
+                tp2_reference = {p: generate(address, *p, "--temperature", "0", "--max-tokens", "32",
+                                             "--ignore-eos")["token_ids"] for p in prompts}
+        for prefill, decode in splits:
+            want = tp2_reference if model == SMOL and prefill[1] == 2 else local
+            with cluster_from_yaml(disagg_yaml(model, prefill, decode)) as (address, _, log_path):
+                for p in prompts:
+                    got = generate(address, *p, "--temperature", "0", "--max-tokens", "32", "--ignore-eos")
+                    assert got["token_ids"] == want[p], f"{name} {prefill}->{decode} {p}: {got['token_ids']} != {want[p]}"
+                    assert got.get("speculative", {}).get("steps", 0) > 0, got
+                rc, st = status(address)
+                metrics = metrics_text(log_path)
+            assert rc == 0, st
+            rows = re.findall(r"replica (\d+) \((\w+)\): .*?finished (\d+)", st)
+            assert [(role, int(done)) for _, role, done in rows] == [("prefill", 0), ("decode", len(prompts))], st
+            transfers = int(re.search(r"^cascade_kv_transfer_bytes_count (\d+)", metrics, re.M).group(1))
+            moved = float(re.search(r"^cascade_kv_transfer_bytes_sum (\S+)", metrics, re.M).group(1))
+            tokens = int(re.search(r"^cascade_kv_transfer_tokens_total (\d+)", metrics, re.M).group(1))
+            assert transfers == len(prompts) and tokens > 0, metrics
+            print(f"{name} prefill PP x TP {prefill} -> decode {decode}: identical to "
+                  f"{'a TP-2 cluster' if want is tp2_reference else 'cascade run'}; "
+                  f"{transfers} transfers, {moved / tokens:.0f} KV bytes per token")
+
+
 # --- Speculative decoding -----------------------------------------------------------
 
 def spec_topologies():

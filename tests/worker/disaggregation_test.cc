@@ -94,7 +94,7 @@ TEST(DisaggregationTest, ADecodePipelineOfAnotherSplitGoesOnFromTheSentKv) {
   const int n_prompt_blocks = 3;  // 11 positions in blocks of 4.
   constexpr int kStages = 2, kTp = 2, kDecode = 6;
   constexpr uint64_t kTransfer = 42;
-  std::atomic<int> failures{0};
+  std::atomic<int> failures{0}, decoders_done{0};
   std::vector<int32_t> decoded;
   std::vector<float> logprobs, reference;
   std::vector<std::thread> threads;
@@ -144,6 +144,9 @@ TEST(DisaggregationTest, ADecodePipelineOfAnotherSplitGoesOnFromTheSentKv) {
       reference.push_back(r->tokens(0).logprob());
       seq.push_back(kGolden[11 + i]);
     }
+    // A worker lives on: its KV group stays up until the receivers have taken what it sent
+    // (a small message completes its send before the peer receives it).
+    while (decoders_done < kStages * kTp && failures == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   });
   for (int s = 0; s < kStages; ++s) {
     for (int q = 0; q < kTp; ++q) {
@@ -196,6 +199,7 @@ TEST(DisaggregationTest, ADecodePipelineOfAnotherSplitGoesOnFromTheSentKv) {
           }
           seq.push_back(kGolden[11 + i]);  // Every rank feeds the golden; a wrong KV shows in `decoded`.
         }
+        ++decoders_done;
       });
     }
   }
