@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 
 #include "core/clock.h"
 #include "core/logging.h"
@@ -248,6 +249,9 @@ absl::Status StageExecutor::RunTransfer(const v1::KvTransfer& t, int64_t* bytes)
   const std::span<const int32_t> blocks(t.blocks().data(), static_cast<size_t>(t.blocks_size()));
   for (const v1::KvTransferPiece& p : t.pieces()) {
     if (p.rank() != options_.kv_rank) continue;
+    if (p.send() && options_.kv_send_delay_ms > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(options_.kv_send_delay_ms));
+    }
     const model::KvSlice slice{p.first_layer(), p.last_layer(), p.head_begin(), p.head_end()};
     if (p.send()) {
       CASCADE_RETURN_IF_ERROR(model::PackKvSlice(*cache_, backend_.get(), at, slice, blocks, &kv_packed_));

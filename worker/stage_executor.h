@@ -59,6 +59,8 @@ struct StageExecutorOptions {
   // Fault injection for tests (`cascade-worker --refuse-token-for-testing ID`): refuse,
   // as malformed, every step that feeds token `refuse_token`. -1: off.
   int32_t refuse_token = -1;
+  // Fault injection for tests: sleep this long before each KV transfer this worker sends.
+  int kv_send_delay_ms = 0;
 };
 
 class StageExecutor {

@@ -62,6 +62,13 @@ int main(int argc, char** argv) {
   opts.device = flags->device;
   opts.coordinator = flags->coordinator;
   opts.refuse_token = flags->refuse_token;
+  // Fault injection for the disaggregation kill tests (a local worker takes no test flags,
+  // but inherits the coordinator's environment): hold each KV send this long, so that a
+  // kill lands while a transfer is under way.
+  if (const char* delay = std::getenv("CASCADE_KV_SEND_DELAY_MS_FOR_TESTING"); delay != nullptr) {
+    opts.kv_send_delay_ms = std::atoi(delay);
+    CASCADE_LOG(Warning) << "tests only: every KV send waits " << opts.kv_send_delay_ms << " ms first";
+  }
   // UCX's own variable wins over our one-second keepalive (read here, once).
   if (std::getenv("UCX_KEEPALIVE_INTERVAL") != nullptr) opts.ucx_keepalive_interval.clear();
   worker::WorkerService service(opts);

@@ -127,6 +127,7 @@ StageExecutorOptions WorkerService::StageOptions(const v1::LoadShardRequest& req
   o.cuda_graphs = req.cuda_graphs();
   o.draft = req.draft();
   o.refuse_token = options_.refuse_token;
+  o.kv_send_delay_ms = options_.kv_send_delay_ms;
   return o;
 }
 

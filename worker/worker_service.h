@@ -32,6 +32,7 @@ struct WorkerServiceOptions {
   int64_t comm_timeout_ms = 30000;            // Data-plane operations give up after this.
   int64_t tp_spin_us = 50;                    // TP collectives poll this long before sleeping.
   int32_t refuse_token = -1;                  // StageExecutorOptions::refuse_token (tests only).
+  int kv_send_delay_ms = 0;                   // StageExecutorOptions::kv_send_delay_ms (tests only).
   std::string ucx_keepalive_interval = "1s";  // comm::UcxOptions::keepalive_interval.
   // This worker's cluster certificate (its calls to the coordinator, and who may call it);
   // null: an insecure cluster.

@@ -228,15 +228,20 @@ void StageWorkers::AbortStartup(const std::string& why) {
 absl::Status StageWorkers::LoadAllAndOpenStreams() {
   // Load all stages at once: their data plane connects during the load.
   const std::string group = StrCat(options_.group, "/g", generation_);
+  // The KV group forms once, with every replica loading at once; a replica rebuilt alone
+  // cannot rejoin it (its peers are not reconnecting) and serves without it.
+  const bool join_kv = options_.kv_group_size > 0 && generation_ == 0;
+  kv_linked_ = false;
   // The number of slots is fixed at construction, so reading it unlocked is safe.
   const int n_slots = static_cast<int>(ABSL_TS_UNCHECKED_READ(slots_).size());
   std::vector<absl::Status> results(n_slots);
   std::vector<std::thread> loaders;
-  for (int i = 0; i < n_slots; ++i) loaders.emplace_back([&, i] { results[i] = LoadOne(i, group); });
+  for (int i = 0; i < n_slots; ++i) loaders.emplace_back([&, i] { results[i] = LoadOne(i, group, join_kv); });
   for (auto& t : loaders) t.join();
   for (const absl::Status& s : results) {
     if (!s.ok()) return s;
   }
+  kv_linked_ = join_kv;
   absl::MutexLock lock(&mu_);
   for (int i = 0; i < n_slots; ++i) {
     Slot& s = *slots_[i];
@@ -290,7 +295,7 @@ absl::Status StageWorkers::Recover() {
   return s;
 }
 
-absl::Status StageWorkers::LoadOne(int i, const std::string& group) {
+absl::Status StageWorkers::LoadOne(int i, const std::string& group, bool join_kv) {
   v1::Worker::Stub* stub;
   std::shared_ptr<grpc::Channel> channel;
   StagePlan stage;
@@ -325,7 +330,7 @@ absl::Status StageWorkers::LoadOne(int i, const std::string& group) {
   req.set_tp_size(draft ? 1 : tp_size());
   req.set_draft(draft);
   req.set_host_kv_blocks(draft ? 0 : options_.host_kv_blocks);
-  if (!draft && options_.kv_group_size > 0) {
+  if (!draft && join_kv) {
     req.set_kv_group(options_.kv_group);
     req.set_kv_group_size(options_.kv_group_size);
     req.set_kv_rank(options_.kv_rank_base + stage.pp_stage * tp_size() + tp_rank);

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <deque>
 #include <map>
@@ -104,6 +105,9 @@ class StageWorkers {
   absl::Status BringUp(std::chrono::milliseconds timeout);
   // KV blocks per stage: options.kv_blocks, or after BringUp what the GPUs hold.
   int64_t kv_blocks() const;
+  // Disaggregation: whether the workers joined the KV group, so that KV can move to or from
+  // this replica. A replica rebuilt after a death serves without it (whole requests).
+  bool kv_linked() const { return kv_linked_; }
   // Ends a BringUp in progress (or the next one) with FailedPrecondition(`why`): a worker
   // that can never register (it refused its device or arguments).
   void AbortStartup(const std::string& why);
@@ -168,7 +172,7 @@ class StageWorkers {
     std::unique_ptr<grpc::ClientReaderWriter<v1::StepRequest, v1::StepResult>> stream;
     std::thread reader;
   };
-  absl::Status LoadOne(int stage, const std::string& group);
+  absl::Status LoadOne(int stage, const std::string& group, bool join_kv);
   // "nccl" when every worker of the stage's TP group runs on cuda and has NCCL, else "ucx"
   // (GPU workers then copy through host buffers).
   v1::Transport TpTransport(int pp_stage) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -206,6 +210,7 @@ class StageWorkers {
   // Data-plane group generation; bumped by Recover. Not guarded: only BringUp and Recover
   // touch it (through LoadAllAndOpenStreams), and they never run concurrently.
   int generation_ = 0;
+  std::atomic<bool> kv_linked_{false};  // Its workers are in the KV group (kv_linked()).
 };
 
 }  // namespace cascade::coordinator

@@ -163,6 +163,10 @@ void ServingLoop::OnTransfers(const v1::StepResult& r, const Sent& sent) {
   for (uint64_t id : sent.transfers) {
     const bool ok = r.code() == 0 && !failed.contains(id);
     if (auto held = held_kv_.find(id); held != held_kv_.end()) {  // Sent (or not): the blocks come back.
+      if (!ok) {
+        CASCADE_LOG(Warning) << "KV transfer " << id << ": sending failed ("
+                             << (r.code() != 0 ? r.error() : r.transfer_error()) << ")";
+      }
       scheduler_.FreeDetached(held->second.table);
       held_kv_.erase(held);
     }

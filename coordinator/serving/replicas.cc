@@ -88,9 +88,10 @@ Replicas::Replicas(const std::vector<Plan>& plans, const StageWorkersOptions& op
   }
   for (int r = 0; r < size(); ++r) {
     if (role(r) != ReplicaRole::kPrefill) continue;
-    replicas_[r].loop->SetHandoff([this]() -> ServingLoop* {
-      const int to = Pick(-1, ReplicaRole::kPrefill);  // Decode replicas only.
-      return to >= 0 && role(to) == ReplicaRole::kDecode ? replicas_[to].loop.get() : nullptr;
+    replicas_[r].loop->SetHandoff([this, r]() -> ServingLoop* {
+      if (!replicas_[r].workers->kv_linked()) return nullptr;  // Rebuilt: no KV leaves it.
+      const int to = PickLinkedDecode();
+      return to >= 0 ? replicas_[to].loop.get() : nullptr;
     });
   }
   for (int r = 0; r < size(); ++r) {
@@ -186,10 +187,30 @@ int Replicas::Pick(int except, ReplicaRole not_role) const {
   return best;
 }
 
+int Replicas::PickLinkedDecode() const {
+  int best = -1;
+  double best_room = 0;
+  for (int r = 0; r < size(); ++r) {
+    if (role(r) != ReplicaRole::kDecode || !replicas_[r].workers->Healthy() || !replicas_[r].workers->kv_linked()) {
+      continue;
+    }
+    const double room = Headroom(r);
+    if (best < 0 || room > best_room) best = r, best_room = room;
+  }
+  return best;
+}
+
 int Replicas::Route(std::span<const int32_t> prompt) {
-  if (!roles_.empty()) {  // Disaggregated: a prefill replica, or any that serves.
-    const int prefill = Pick(-1, ReplicaRole::kDecode);
-    return prefill >= 0 ? prefill : Pick(-1);
+  if (!roles_.empty()) {
+    // Disaggregated: to a prefill replica while KV can move on to a decode one; otherwise
+    // every serving replica takes whole requests.
+    bool linked_prefill = false;
+    for (int r = 0; r < size(); ++r) {
+      linked_prefill = linked_prefill || (role(r) == ReplicaRole::kPrefill && replicas_[r].workers->Healthy() &&
+                                          replicas_[r].workers->kv_linked());
+    }
+    if (linked_prefill && PickLinkedDecode() >= 0) return Pick(-1, ReplicaRole::kDecode);
+    return Pick(-1);
   }
   const int best = Pick(-1);
   if (best < 0 || affinity_ == nullptr) return best;

@@ -17,7 +17,9 @@
 // request moves to the decode replica with the most headroom, its KV sent over the
 // workers' KV group (coordinator/serving/kv_handoff.cc). With no decode replica serving,
 // a prefill replica decodes its requests itself; a dead replica's requests go to any other,
-// as with data parallelism.
+// as with data parallelism. The KV group forms once, at bring-up: a replica rebuilt after a
+// death is out of it, and from then on requests reach whichever replica serves, whole, until
+// a prefill and a decode replica both in the group serve again.
 //
 // Thread-safety: Submit, Wake, Stats, FillStatus, Serving are thread-safe (the workers
 // and serving loops are). The rest (construction, BringUp, Start, Stop, setters) is the owner's
@@ -104,6 +106,8 @@ class Replicas {
   // other than `not_role` (kServe: any role); -1 when none serves.
   int Pick(int except, ReplicaRole not_role = ReplicaRole::kServe) const;
   ReplicaRole role(int r) const { return roles_.empty() ? ReplicaRole::kServe : roles_[r]; }
+  // The serving decode replica in the KV group with the most headroom; -1 when none.
+  int PickLinkedDecode() const;
   // Free KV fraction less live requests over max_num_seqs.
   double Headroom(int r) const;
   // Pick, or the replica holding the longest prefix of `prompt` (see above); -1 when none

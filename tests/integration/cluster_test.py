@@ -666,7 +666,7 @@ def replica_lines(address):
     """{replica: (serving, finished)} from `cascade status`."""
     _, text = status(address)
     return {int(m.group(1)): (m.group(2) == "serving", int(m.group(3)))
-            for m in re.finditer(r"^replica (\d+): (serving|down);.*finished (\d+)$", text, re.M)}
+            for m in re.finditer(r"^replica (\d+)(?: \(\w+\))?: (serving|down);.*finished (\d+)$", text, re.M)}
 
 
 def test_dp_parity():
@@ -1324,6 +1324,91 @@ def test_disaggregation_parity():
             print(f"{name} prefill PP x TP {prefill} -> decode {decode}: identical to "
                   f"{'a TP-2 cluster' if want is tp2_reference else 'cascade run'}; "
                   f"{transfers} transfers, {moved / tokens:.0f} KV bytes per token")
+
+
+def listening_pid(port, pids):
+    """Which of `pids` listens on TCP `port` (from /proc: the socket's inode among its fds)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        if os.path.exists(table):
+            for line in open(table).read().splitlines()[1:]:
+                f = line.split()
+                if int(f[1].split(":")[1], 16) == port and f[3] == "0A":  # LISTEN.
+                    inodes.add(f[9])
+    for pid in pids:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}").strip("socket:[]") in inodes:
+                    return pid
+            except OSError:
+                pass
+    raise AssertionError(f"no worker listens on port {port}")
+
+
+def replica_worker_pids(address, proc):
+    """The worker pids in replica order (cascade status lists the workers replica by replica)."""
+    pids = [int(w) for w in subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()]
+    _, text = status(address)
+    ports = [int(m.group(1)) for m in re.finditer(r"^\S+\s+\[.*?\s127\.0\.0\.1:(\d+)\s", text, re.M)]
+    assert len(ports) == len(pids), (text, pids)
+    return [listening_pid(port, pids) for port in ports]
+
+
+def test_disaggregation_worker_killed():
+    """No request is lost when a worker of either side dies (kill -9) while KV moves: every
+    KV send is held 2 s (CASCADE_KV_SEND_DELAY_MS_FOR_TESTING, fault injection the local
+    workers inherit), and the kill lands inside that window. The prefill worker killed: the
+    decode side's receive fails and the request recomputes its KV there; requests still
+    queued or prefilling move to the decode replica and prefill there. The decode worker
+    killed: its replica gives up the receive, and its requests move to the prefill replica,
+    which decodes them itself. Every stream ends with the ids of an undisturbed run (greedy
+    and seeded: the sampler's draws are keyed by position), and the dead replica rebuilds,
+    serving outside the KV group."""
+    need(STORIES)
+    modes = [("--temperature", "0"), ("--temperature", "0.9", "--seed", "3")]
+    n = 400
+    prompts = [("--prompt-ids", "1"), ("--prompt", PREFIX_STORY)]
+    jobs = [(p, m) for p in prompts for m in modes]
+    # Undisturbed: one replica with the same n-gram speculation (a seeded draw depends on it).
+    with cluster(STORIES, 1, extra="draft: {ngram: {n: 3}, num_tokens: 3, adaptive: false}\n") as (address, _, _):
+        reference = {j: generate(address, *j[0], *j[1], "--max-tokens", str(n), "--ignore-eos")["token_ids"]
+                     for j in jobs}
+    os.environ["CASCADE_KV_SEND_DELAY_MS_FOR_TESTING"] = "2000"
+    try:
+        for side in ("prefill", "decode"):
+            with cluster_from_yaml(disagg_yaml(STORIES, (1, 1), (1, 1))) as (address, proc, log_path):
+                workers = replica_worker_pids(address, proc)  # [prefill, decode].
+                victim = workers[0] if side == "prefill" else workers[1]
+                streams = [(j, subprocess.Popen([CASCADE, "generate", "--server", address, *j[0], *j[1],
+                                                 "--max-tokens", str(n), "--ignore-eos", "--json"],
+                                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+                           for j in jobs]
+                time.sleep(1.0)  # The first transfer waits in its 2 s hold.
+                assert all(s.poll() is None for _, s in streams), "a stream ended before the kill"
+                os.kill(victim, signal.SIGKILL)
+                for j, s in streams:
+                    out, err = s.communicate(timeout=300)
+                    assert s.returncode == 0, err
+                    assert json.loads(out)["token_ids"] == reference[j], f"{side} killed, {j}: ids differ"
+                deadline = time.time() + 120
+                while time.time() < deadline and not all(serving for serving, _ in replica_lines(address).values()):
+                    time.sleep(0.5)
+                rows = replica_lines(address)
+                assert len(rows) == 2 and all(serving for serving, _ in rows.values()), status(address)[1]
+                after = generate(address, *prompts[0], *modes[1], "--max-tokens", "50", "--ignore-eos")["token_ids"]
+                assert after == reference[(prompts[0], modes[1])][:50]
+                log = open(log_path).read()
+            lost = re.findall(r"KV transfer \d+ failed|KV transfer \d+: sending failed", log)
+            moved = re.findall(r"moved to another replica", log)
+            if side == "prefill":
+                assert any("failed (" in l for l in lost) or moved, log
+            else:
+                assert moved, log
+            print(f"kill -9 of the {side} worker while KV moved, {len(streams)} streams of {n} tokens: every stream "
+                  f"identical to an undisturbed run ({len(lost)} transfer(s) lost, {len(moved)} evacuation(s)); both "
+                  "replicas serving again")
+    finally:
+        del os.environ["CASCADE_KV_SEND_DELAY_MS_FOR_TESTING"]
 
 
 # --- Speculative decoding -----------------------------------------------------------
