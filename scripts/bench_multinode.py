@@ -47,6 +47,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from netns_hosts import NET_SPECS, Hosts, sh  # noqa: E402
+
 BIN, NFQ_DELAY, OUT = sys.argv[1:4]
 ENV = os.environ
 MODELS = ENV.get("MODELS", "models/SmolLM2-135M-Instruct.Q4_1.gguf").split()
@@ -69,129 +72,7 @@ LAYOUT_SPECS = {
     "tp2pp2-full": (2, 1, 2, 2, "full"),
     "dp2": (2, 2, 1, 1, "split"),  # Two replicas, one per host; only replica 1's steps cross a link.
 }
-# name: tbf rate, its bucket, one-way delay in microseconds (each host's egress).
-NET_SPECS = {"10g": ("10gbit", "2mb", 100), "1g": ("1gbit", "256kb", 1000)}
-SUBNET = "10.78.0"
 TAG = f"cmn{os.getpid() % 100000}"
-
-
-def sh(*cmd, check=True, ns=None):
-    cmd = (["ip", "netns", "exec", ns] if ns else []) + [str(c) for c in cmd]
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if check and p.returncode != 0:
-        raise SystemExit(f"bench_multinode: {' '.join(cmd)}: {p.stderr.strip()}")
-    return p
-
-
-class Hosts:
-    """n network namespaces on one bridge (in a namespace of its own); host i is
-    SUBNET.(i+1) on its veth `eth0`."""
-
-    def __init__(self, n):
-        self.n = n
-        self.switch = f"{TAG}sw"
-        self.names = [f"{TAG}h{i}" for i in range(n)]
-        self.delayers = []
-        self.netem = None
-        sh("ip", "netns", "add", self.switch)
-        sh("ip", "-n", self.switch, "link", "add", "br0", "type", "bridge")
-        sh("ip", "-n", self.switch, "link", "set", "br0", "up")
-        for i, ns in enumerate(self.names):
-            sh("ip", "netns", "add", ns)
-            sh("ip", "link", "add", "eth0", "netns", ns, "type", "veth", "peer", "name", f"p{i}", "netns", self.switch)
-            sh("ip", "-n", self.switch, "link", "set", f"p{i}", "master", "br0", "up")
-            sh("ip", "-n", ns, "addr", "add", f"{self.ip(i)}/24", "dev", "eth0")
-            sh("ip", "-n", ns, "link", "set", "eth0", "up")
-            sh("ip", "-n", ns, "link", "set", "lo", "up")
-
-    @staticmethod
-    def ip(i):
-        return f"{SUBNET}.{i + 1}"
-
-    def shape(self, net):
-        """Rate and one-way delay on every host's egress (so each path between two hosts
-        crosses one shaped link)."""
-        rate, burst, delay_us = NET_SPECS[net]
-        self.stop_delayers()
-        if self.netem is None:  # Probe once: this kernel may lack sch_netem.
-            self.netem = sh("tc", "qdisc", "add", "dev", "eth0", "root", "netem", "delay", "1ms", ns=self.names[0],
-                            check=False).returncode == 0
-            sh("tc", "qdisc", "del", "dev", "eth0", "root", ns=self.names[0], check=False)
-            if not self.netem:
-                print("tc netem is not in this kernel: one-way delay by scripts/nfq_delay.c (iptables NFQUEUE)")
-                if shutil.which("iptables") is None:
-                    raise SystemExit("bench_multinode: no sch_netem and no iptables to queue packets to nfq_delay "
-                                     "(apt-get install iptables)")
-        for ns in self.names:
-            sh("tc", "qdisc", "del", "dev", "eth0", "root", ns=ns, check=False)
-            if self.netem:
-                sh("tc", "qdisc", "add", "dev", "eth0", "root", "handle", "1:", "netem", "delay", f"{delay_us}us",
-                   "limit", "100000", ns=ns)
-                sh("tc", "qdisc", "add", "dev", "eth0", "parent", "1:", "handle", "2:", "tbf", "rate", rate, "burst",
-                   burst, "latency", "50ms", ns=ns)
-            else:
-                sh("tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", rate, "burst", burst, "latency", "50ms",
-                   ns=ns)
-                if sh("iptables", "-C", "OUTPUT", "-o", "eth0", "-j", "NFQUEUE", "--queue-num", "0", "--queue-bypass",
-                      ns=ns, check=False).returncode != 0:
-                    sh("iptables", "-A", "OUTPUT", "-o", "eth0", "-j", "NFQUEUE", "--queue-num", "0", "--queue-bypass",
-                       ns=ns)
-                self.delayers.append(subprocess.Popen(["ip", "netns", "exec", ns, NFQ_DELAY, "0", str(delay_us)],
-                                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        time.sleep(0.3)
-
-    def stop_delayers(self):
-        for p in self.delayers:
-            p.terminate()
-            p.wait()
-        self.delayers = []
-
-    def tx_bytes(self):
-        return [int(sh("cat", "/sys/class/net/eth0/statistics/tx_bytes", ns=ns).stdout) for ns in self.names]
-
-    def socket_bytes(self, i):
-        """{(local, peer): bytes sent} of host i's TCP sockets to other hosts."""
-        out = {}
-        key = None
-        for line in sh("ss", "-tinH", "state", "established", ns=self.names[i]).stdout.splitlines():
-            m = re.search(r"(\d+\.\d+\.\d+\.\d+):(\d+)\s+(\d+\.\d+\.\d+\.\d+):(\d+)", line)
-            if m:
-                key = (m.group(1), int(m.group(2)), m.group(3), int(m.group(4))) if m.group(1) != m.group(3) else None
-                continue
-            b = re.search(r"bytes_sent:(\d+)", line) or re.search(r"bytes_acked:(\d+)", line)
-            if key and b:
-                out[key] = int(b.group(1))
-                key = None
-        return out
-
-    def rtt_us(self):
-        """Median round trip of 64-byte TCP messages between hosts 0 and 1, microseconds."""
-        code = ("import socket,sys,time\n"
-                "if sys.argv[1]=='s':\n"
-                " s=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1);s.bind((sys.argv[2],7777))\n"
-                " s.listen(1);c,_=s.accept();c.setsockopt(socket.IPPROTO_TCP,socket.TCP_NODELAY,1)\n"
-                " while True:\n"
-                "  d=c.recv(64)\n"
-                "  if not d: break\n"
-                "  c.sendall(d)\n"
-                "else:\n"
-                " c=socket.create_connection((sys.argv[2],7777),timeout=10)\n"
-                " c.setsockopt(socket.IPPROTO_TCP,socket.TCP_NODELAY,1);t=[]\n"
-                " for _ in range(101):\n"
-                "  a=time.perf_counter();c.sendall(b'x'*64);c.recv(64);t.append(time.perf_counter()-a)\n"
-                " print(sorted(t)[50]*1e6)\n")
-        server = subprocess.Popen(["ip", "netns", "exec", self.names[1], sys.executable, "-c", code, "s", self.ip(1)])
-        time.sleep(0.3)
-        try:
-            return float(sh(sys.executable, "-c", code, "c", self.ip(1), ns=self.names[0]).stdout)
-        finally:
-            server.kill()
-            server.wait()
-
-    def close(self):
-        self.stop_delayers()
-        for ns in self.names + [self.switch]:
-            sh("ip", "netns", "del", ns, check=False)
 
 
 def wait_for(path, pattern, timeout, procs):
@@ -412,7 +293,7 @@ def main():
         for n_hosts, layouts in sorted(by_hosts.items()):
             hosts = None
             try:
-                hosts = Hosts(n_hosts)
+                hosts = Hosts(n_hosts, TAG, NFQ_DELAY)
                 for model in MODELS:
                     for layout in layouts:
                         print(f"== {os.path.basename(model)}, {layout} on {n_hosts} hosts", flush=True)

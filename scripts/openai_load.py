@@ -12,6 +12,9 @@ request in flight. Prints one JSON row (the keys of `cascade bench --json`).
       question; reports TTFT of first turns and of later turns apart. --turn-order round
       runs turn t of every chat before turn t + 1 of any (each history must outlive every
       other chat's turn); --own-system-prompt gives each chat its own system prompt.
+  openai_load.py mixed URL --streams S --long-prompt-tokens L --long-every-s T --duration-s D
+      S clients decoding back to back while a long prompt arrives every T seconds: the
+      streams' inter-token latency against the long prompts' TTFT (disaggregated serving).
 """
 import argparse
 import concurrent.futures
@@ -164,9 +167,74 @@ def run_chat(a):
     return out
 
 
+def run_mixed(a):
+    """`--streams` clients decode back to back (prompts of --prompt-tokens, --max-tokens each)
+    while a request with a --long-prompt-tokens prompt (--long-max-tokens) arrives every
+    --long-every-s seconds, for --duration-s; the streams' inter-token latency against the
+    long prompts' TTFT."""
+    lock = threading.Lock()
+    itl, stream_ttft, long_ttft, errors = [], [], [], []
+    tokens = 0
+    t0 = time.perf_counter()
+    end = t0 + a.duration_s
+
+    def request(seed, n_prompt, max_tokens):
+        rng = random.Random(seed)
+        prompt = [rng.randrange(200, 20000) for _ in range(n_prompt)]
+        return stream(a.url, "/v1/completions", {"model": a.model, "prompt": prompt, "max_tokens": max_tokens,
+                                                "temperature": 0, "ignore_eos": True})
+
+    def streamer(i):
+        nonlocal tokens
+        k = 0
+        while time.perf_counter() < end:
+            first, times, usage, err, _ = request(1000 * i + k, a.prompt_tokens, a.max_tokens)
+            k += 1
+            with lock:
+                if err or usage is None:
+                    errors.append(err or "no usage")
+                    return
+                tokens += usage["completion_tokens"]
+                stream_ttft.append(first)
+                itl.extend(b - a_ for a_, b in zip(times, times[1:]))
+
+    def long_one(i):
+        nonlocal tokens
+        first, _, usage, err, _ = request(7_000_000 + i, a.long_prompt_tokens, a.long_max_tokens)
+        with lock:
+            if err or usage is None:
+                errors.append(err or "no usage")
+                return
+            tokens += usage["completion_tokens"]
+            long_ttft.append(first)
+
+    threads = [threading.Thread(target=streamer, args=(i,)) for i in range(a.streams)]
+    for t in threads:
+        t.start()
+    i = 0
+    while a.long_every_s > 0 and time.perf_counter() + a.long_every_s < end:
+        time.sleep(a.long_every_s)
+        t = threading.Thread(target=long_one, args=(i,))
+        t.start()
+        threads.append(t)
+        i += 1
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    for e in errors[:3]:
+        print(f"openai_load: failed: {e}", file=sys.stderr)
+    ms = lambda v: {"p50": 1e3 * percentile(v, 50), "p99": 1e3 * percentile(v, 99), "n": len(v)}  # noqa: E731
+    out = summary(a.label, wall, tokens, len(errors), stream_ttft, itl, [], streams=a.streams,
+                  prompt_tokens=a.prompt_tokens, max_tokens=a.max_tokens, long_prompt_tokens=a.long_prompt_tokens,
+                  long_max_tokens=a.long_max_tokens, long_every_s=a.long_every_s, duration_s=a.duration_s)
+    out["itl_ms"] = ms(itl)
+    out["long_ttft_ms"] = ms(long_ttft)
+    return out
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("mode", choices=["load", "chat"])
+    p.add_argument("mode", choices=["load", "chat", "mixed"])
     p.add_argument("url", help="server base URL, e.g. http://127.0.0.1:8000")
     p.add_argument("--model", default=None)
     p.add_argument("--label", default="")
@@ -179,9 +247,14 @@ def main():
     p.add_argument("--turn-order", choices=["chat", "round"], default="chat",
                    help="chat: each conversation's turns back to back; round: turn t of every chat, then t + 1")
     p.add_argument("--own-system-prompt", action="store_true", help="a distinct system prompt per chat")
+    p.add_argument("--streams", type=int, default=32, help="mixed: clients decoding back to back")
+    p.add_argument("--long-prompt-tokens", type=int, default=2048, help="mixed: the long prompts' length")
+    p.add_argument("--long-max-tokens", type=int, default=16, help="mixed: tokens generated for each long prompt")
+    p.add_argument("--long-every-s", type=float, default=2.0, help="mixed: a long prompt arrives this often")
+    p.add_argument("--duration-s", type=float, default=30.0, help="mixed: how long new requests start")
     p.add_argument("--json", help="also write the row here")
     a = p.parse_args()
-    row = run_load(a) if a.mode == "load" else run_chat(a)
+    row = {"load": run_load, "chat": run_chat, "mixed": run_mixed}[a.mode](a)
     print(json.dumps(row))
     if a.json:
         with open(a.json, "w") as f:
