@@ -139,12 +139,13 @@ def main():
           f"{LOAD['long_prompt_tokens']}-token prompt every {LOAD['long_every_s']} s for {LOAD['duration_s']} s; "
           f"{os.path.basename(MODEL)}, one {THREADS}-thread CPU worker per host, {NET} link "
           f"({NET_SPECS[NET][0]}, {NET_SPECS[NET][2]} us one-way)\n")
-    print("| layout | ITL p50 / p99 ms | long-prompt TTFT p50 / p99 ms | stream TTFT p50 / p99 ms | tok/s "
-          "| link tx MB (host 0 / 1) | KV B per transferred position | failed |")
+    print("| layout | ITL p50 / p99 / p99.9 / max ms | long-prompt TTFT p50 / p99 ms | stream TTFT p50 / p99 ms "
+          "| tok/s | link tx MB (host 0 / 1) | KV B per transferred position | failed |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         kv = f"{r['kv_bytes_per_token']:.0f} ({int(r['kv_tokens'])} positions)" if r["kv_tokens"] else "-"
-        print(f"| {r['layout']} | {r['itl_ms']['p50']:.1f} / {r['itl_ms']['p99']:.1f} | "
+        i = r["itl_ms"]
+        print(f"| {r['layout']} | {i['p50']:.1f} / {i['p99']:.1f} / {i['p999']:.0f} / {i['max']:.0f} | "
               f"{r['long_ttft_ms']['p50']:.0f} / {r['long_ttft_ms']['p99']:.0f} | "
               f"{r['ttft_ms']['p50']:.0f} / {r['ttft_ms']['p99']:.0f} | {r['throughput_tok_s']:.1f} | "
               + " / ".join(f"{b / 1e6:.1f}" for b in r["link_tx_bytes"]) + f" | {kv} | {r['failures']} |")

@@ -223,7 +223,8 @@ def run_mixed(a):
     wall = time.perf_counter() - t0
     for e in errors[:3]:
         print(f"openai_load: failed: {e}", file=sys.stderr)
-    ms = lambda v: {"p50": 1e3 * percentile(v, 50), "p99": 1e3 * percentile(v, 99), "n": len(v)}  # noqa: E731
+    ms = lambda v: {"p50": 1e3 * percentile(v, 50), "p99": 1e3 * percentile(v, 99),  # noqa: E731
+                    "p999": 1e3 * percentile(v, 99.9), "max": 1e3 * max(v, default=0.0), "n": len(v)}
     out = summary(a.label, wall, tokens, len(errors), stream_ttft, itl, [], streams=a.streams,
                   prompt_tokens=a.prompt_tokens, max_tokens=a.max_tokens, long_prompt_tokens=a.long_prompt_tokens,
                   long_max_tokens=a.long_max_tokens, long_every_s=a.long_every_s, duration_s=a.duration_s)

@@ -197,8 +197,9 @@ absl::StatusOr<v1::StepResult> StageExecutor::Execute(const v1::StepRequest& ste
   }
   // First, even for a step refused below: the coordinator counts the copies done.
   CASCADE_RETURN_IF_ERROR(MoveKvBlocks(step));
-  TransferKv(step, result);
+  TransferKv(step, /*sends=*/false, result);  // KV arriving: before the compute that reads it.
   if (step.seqs().empty()) {  // A step of copies and transfers only: every stage skips the compute alike.
+    TransferKv(step, /*sends=*/true, result);
     result.set_forward_s(SecondsSince(t0));
     return result;
   }
@@ -208,6 +209,7 @@ absl::StatusOr<v1::StepResult> StageExecutor::Execute(const v1::StepRequest& ste
     if (st.code() != absl::StatusCode::kInvalidArgument) return st;
     return absl::InternalError(StrCat("step ", step.step_id(), " failed after validation: ", st.message()));
   }
+  TransferKv(step, /*sends=*/true, result);  // KV leaving: written by this step's compute.
   result.set_forward_s(SecondsSince(t0));
   result.set_handoff_s(handoff_s_);
   ReportExpertLoad(result);
@@ -230,40 +232,52 @@ absl::Status StageExecutor::MoveKvBlocks(const v1::StepRequest& step) {
   return absl::OkStatus();
 }
 
-void StageExecutor::TransferKv(const v1::StepRequest& step, v1::StepResult& result) {
-  int64_t bytes = 0;
+void StageExecutor::set_kv_comm(comm::Communicator* comm) {
+  kv_channel_ = comm != nullptr ? std::make_unique<KvChannel>(comm, options_.kv_send_delay_ms) : nullptr;
+}
+
+void StageExecutor::TransferKv(const v1::StepRequest& step, bool sends, v1::StepResult& result) {
+  int64_t bytes = result.transfer_bytes();
   for (const v1::KvTransfer& t : step.kv_transfers()) {
-    const absl::Status st = RunTransfer(t, &bytes);
-    result.set_transfer_bytes(bytes);
+    const absl::Status st = RunTransfer(t, sends, &bytes);
     if (st.ok()) continue;
     result.add_failed_transfers(t.id());
     if (result.transfer_error().empty()) result.set_transfer_error(std::string(st.message()));
     CASCADE_LOG(Warning) << "KV transfer " << t.id() << ": " << st.ToString();
   }
+  result.set_transfer_bytes(bytes);
+  if (!sends || kv_channel_ == nullptr) return;
+  for (const auto& [id, why] : kv_channel_->TakeFailures()) {  // Earlier sends, failed since.
+    result.add_failed_transfers(id);
+    if (result.transfer_error().empty()) result.set_transfer_error(why);
+    CASCADE_LOG(Warning) << "KV transfer " << id << ": sending failed: " << why;
+  }
 }
 
-absl::Status StageExecutor::RunTransfer(const v1::KvTransfer& t, int64_t* bytes) {
-  if (kv_comm_ == nullptr) return absl::FailedPreconditionError("this worker is in no KV group");
+absl::Status StageExecutor::RunTransfer(const v1::KvTransfer& t, bool sends, int64_t* bytes) {
+  const auto mine = [&](const v1::KvTransferPiece& p) { return p.rank() == options_.kv_rank && p.send() == sends; };
+  if (std::none_of(t.pieces().begin(), t.pieces().end(), mine)) return absl::OkStatus();
+  if (kv_channel_ == nullptr) return absl::FailedPreconditionError("this worker is in no KV group");
   if (t.id() > comm::kMaxUserTag) return absl::InvalidArgumentError(StrCat("transfer id ", t.id(), " is too large"));
   const model::KvPlacement at{options_.first_layer, transformer_->tp_shard().kv_head_begin};
   const std::span<const int32_t> blocks(t.blocks().data(), static_cast<size_t>(t.blocks_size()));
   for (const v1::KvTransferPiece& p : t.pieces()) {
-    if (p.rank() != options_.kv_rank) continue;
-    if (p.send() && options_.kv_send_delay_ms > 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(options_.kv_send_delay_ms));
-    }
+    if (!mine(p)) continue;
     const model::KvSlice slice{p.first_layer(), p.last_layer(), p.head_begin(), p.head_end()};
-    if (p.send()) {
-      CASCADE_RETURN_IF_ERROR(model::PackKvSlice(*cache_, backend_.get(), at, slice, blocks, &kv_packed_));
-      CASCADE_RETURN_IF_ERROR(kv_comm_->Send(kv_packed_.data(), kv_packed_.size(), p.peer(), t.id()));
-      *bytes += static_cast<int64_t>(kv_packed_.size());
-    } else {
-      kv_packed_.resize(
-          static_cast<size_t>(model::KvSliceBytes(cache_->options(), slice, static_cast<int64_t>(blocks.size()))));
-      CASCADE_RETURN_IF_ERROR(kv_comm_->Recv(kv_packed_.data(), kv_packed_.size(), p.peer(), t.id()));
-      CASCADE_RETURN_IF_ERROR(model::UnpackKvSlice(*cache_, backend_.get(), at, slice, blocks, kv_packed_));
-      *bytes += static_cast<int64_t>(kv_packed_.size());
+    if (sends) {
+      // Packed now, after the step's compute wrote the KV; sent behind the next steps.
+      std::vector<uint8_t> packed;
+      CASCADE_RETURN_IF_ERROR(model::PackKvSlice(*cache_, backend_.get(), at, slice, blocks, &packed));
+      *bytes += static_cast<int64_t>(packed.size());
+      kv_channel_->Send(t.id(), p.peer(), std::move(packed));
+      continue;
     }
+    kv_packed_.resize(
+        static_cast<size_t>(model::KvSliceBytes(cache_->options(), slice, static_cast<int64_t>(blocks.size()))));
+    CASCADE_RETURN_IF_ERROR(kv_channel_->Recv(t.id(), p.peer(), kv_packed_));
+    if (!t.discard())
+      CASCADE_RETURN_IF_ERROR(model::UnpackKvSlice(*cache_, backend_.get(), at, slice, blocks, kv_packed_));
+    *bytes += static_cast<int64_t>(kv_packed_.size());
   }
   return absl::OkStatus();
 }

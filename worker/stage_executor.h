@@ -21,6 +21,7 @@
 #include "model/kv_cache.h"
 #include "model/step_sampler.h"
 #include "model/transformer.h"
+#include "worker/kv_channel.h"
 
 namespace cascade::worker {
 
@@ -94,7 +95,7 @@ class StageExecutor {
   int64_t kv_bytes() const { return cache_->bytes(); }
   // Disaggregated serving: the group StepRequest.kv_transfers move KV over (borrowed;
   // null: none, and a step with transfers fails them).
-  void set_kv_comm(comm::Communicator* comm) { kv_comm_ = comm; }
+  void set_kv_comm(comm::Communicator* comm);
   int64_t host_kv_bytes() const { return host_kv_ != nullptr ? static_cast<int64_t>(host_kv_->bytes()) : 0; }
   const model::TpShard& shard() const { return transformer_->tp_shard(); }
   int64_t expert_bytes() const { return transformer_->expert_bytes(); }
@@ -112,10 +113,12 @@ class StageExecutor {
   // Runs the step's copies between the KV cache and the host tier, in order. A move out
   // of range is the coordinator's bug, not a malformed request: Internal.
   absl::Status MoveKvBlocks(const v1::StepRequest& step);
-  // Runs the step's KV transfers, each piece in order; a failed transfer goes into
-  // `result` and the rest go on.
-  void TransferKv(const v1::StepRequest& step, v1::StepResult& result);
-  absl::Status RunTransfer(const v1::KvTransfer& t, int64_t* bytes);
+  // Runs this worker's receiving (`sends` false: before the compute) or sending (after it)
+  // pieces of the step's KV transfers, in order; a failed transfer goes into `result` and
+  // the rest go on. Sends are packed here and leave in the background (KvChannel); the
+  // ones that failed since the last step are reported with the sends.
+  void TransferKv(const v1::StepRequest& step, bool sends, v1::StepResult& result);
+  absl::Status RunTransfer(const v1::KvTransfer& t, bool sends, int64_t* bytes);
   absl::Status Flatten(const v1::StepRequest& step, Rows& rows) const;
   // Token ids in the vocabulary, block ids in the cache, blocks covering `n_positions`.
   absl::Status CheckIds(const std::string& what, const v1::StepSequence& s, int64_t n_positions) const;
@@ -153,8 +156,8 @@ class StageExecutor {
   std::unique_ptr<model::KvCache> cache_;
   std::unique_ptr<kernels::Buffer> host_kv_;  // [host_kv_blocks, KvCache::BlockBytes] slots.
   int64_t host_block_bytes_ = 0;
-  comm::Communicator* kv_comm_ = nullptr;
-  std::vector<uint8_t> kv_packed_;  // A transfer piece's bytes.
+  std::unique_ptr<KvChannel> kv_channel_;  // Over the KV group, when there is one.
+  std::vector<uint8_t> kv_packed_;         // A received piece's bytes.
   // Last stage, TP rank 0: every sequence's sampler and history.
   std::unique_ptr<model::StepSampler> sampler_;
   // The step's hidden states in the backend's memory: [c * t, n_embd] rows (c =

@@ -403,26 +403,28 @@ void StageWorkers::ReadResults(int i) {
       }
       metrics_->ObserveStep(options_.replica, drafter ? -1 : i / tp_size(), drafter ? 0 : i % tp_size(), times);
     }
-    if (auto g = gathering_.find(r.step_id()); !drafter && g != gathering_.end()) {
-      v1::StepResult& all = g->second.result;
-      all.mutable_failed_transfers()->Add(r.failed_transfers().begin(), r.failed_transfers().end());
-      if (all.transfer_error().empty()) all.set_transfer_error(r.transfer_error());
-      all.set_transfer_bytes(all.transfer_bytes() + r.transfer_bytes());
-      all.set_forward_s(std::max(all.forward_s(), r.forward_s()));
-      if (r.code() != 0 && all.code() == 0) {
-        all.set_code(r.code());
-        all.set_error(r.error());
-      }
-      if (--g->second.remaining == 0) {
-        results_.push_back(std::move(all));
-        gathering_.erase(g);
-      }
-      continue;
-    }
     for (const v1::LayerExpertTokens& layer : r.expert_tokens()) {
       std::vector<int64_t>& total = expert_tokens_[layer.layer()];
       total.resize(std::max<size_t>(total.size(), layer.tokens_size()), 0);
       for (int e = 0; e < layer.tokens_size(); ++e) total[e] += layer.tokens(e);
+    }
+    if (auto g = gathering_.find(r.step_id()); !drafter && g != gathering_.end()) {
+      Gathered& all = g->second;
+      all.failed.insert(all.failed.end(), r.failed_transfers().begin(), r.failed_transfers().end());
+      if (all.error.empty()) all.error = r.transfer_error();
+      all.bytes += r.transfer_bytes();
+      if (r.code() != 0 && all.code == 0) all.code = r.code(), all.step_error = r.error();
+      if (last) all.result = r;  // Its tokens.
+      if (--all.remaining == 0) {
+        v1::StepResult out = std::move(all.result);
+        out.mutable_failed_transfers()->Assign(all.failed.begin(), all.failed.end());
+        out.set_transfer_error(all.error);
+        out.set_transfer_bytes(all.bytes);
+        if (all.code != 0) out.set_code(all.code), out.set_error(all.step_error);
+        results_.push_back(std::move(out));
+        gathering_.erase(g);
+      }
+      continue;
     }
     if (!last) continue;
     results_.push_back(r);
@@ -472,7 +474,6 @@ absl::Status StageWorkers::SendStep(const v1::StepRequest& step) {
     if (step.kv_transfers_size() > 0) {
       Gathered& g = gathering_[step.step_id()];
       g.remaining = n_workers();
-      g.result.set_step_id(step.step_id());
     }
   }
   for (size_t i = 0; i < streams.size(); ++i) {

@@ -192,10 +192,15 @@ class StageWorkers {
   std::vector<std::unique_ptr<Slot>> slots_ ABSL_GUARDED_BY(mu_);
   int64_t last_worker_id_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<v1::StepResult> results_ ABSL_GUARDED_BY(mu_);
-  // Steps with KV transfers, by id: answers still awaited, and their merged result.
+  // Steps with KV transfers, by id: answers still awaited, the last stage's result (its
+  // tokens), and what every worker said of the transfers.
   struct Gathered {
     int remaining = 0;
     v1::StepResult result;
+    std::vector<uint64_t> failed;
+    std::string error, step_error;
+    int64_t bytes = 0;
+    int32_t code = 0;
   };
   absl::flat_hash_map<int64_t, Gathered> gathering_ ABSL_GUARDED_BY(mu_);
   // When SendStep sent each of the last steps, at step_id % size (the round-trip metric).

@@ -1,10 +1,16 @@
 // ServingLoop's part in disaggregated serving (coordinator/serving/replicas.h): a prefill
 // serving loop hands each request over after its first token, a decode serving loop takes
-// it with its KV. The KV moves between the two replicas' workers over their KV group
-// (model/kv_transfer.h), in steps of transfers only: the decode side's receive step goes
-// out when the request has blocks there, and asks the prefill side to send; the prefill
-// side keeps the request's blocks until its send step is back. A failed transfer costs a
-// recompute on the decode side, never the request.
+// it with its KV, which moves between the two replicas' workers over their KV group
+// (model/kv_transfer.h, worker/kv_channel.h):
+//  * the step that samples a request's first token also sends its KV: each prefill worker
+//    packs its slices once the step's compute wrote them and sends them in the background,
+//    so the prefill pipeline never waits for the decode side;
+//  * once that step is back, the request (detached from the prefill scheduler, whose blocks
+//    are free again: the KV left with the step) is adopted by the decode loop, which gives
+//    it blocks and receives the KV with its next step out, before that step's compute;
+//  * the request decodes once every decode worker has its part; a transfer that failed
+//    costs a recompute of its KV on the decode side, never the request.
+#include <algorithm>
 #include <atomic>
 
 #include "absl/container/flat_hash_set.h"
@@ -31,20 +37,69 @@ void ServingLoop::AdoptPrefilled(std::shared_ptr<Active> a, KvHandoff h) {
       return;
     }
   }
-  h.source->ReleaseKv(h.transfer_id);
   Push(*a->channel, {}, true, absl::UnavailableError("the coordinator is shutting down"));
 }
 
-void ServingLoop::SendKv(uint64_t id, std::vector<KvPiece> pieces) {
+void ServingLoop::DiscardKv(KvHandoff h) {
   absl::MutexLock lock(&mu_);
-  kv_inbox_.sends.emplace_back(id, std::move(pieces));
+  kv_inbox_.prefilled.push_back({-1, nullptr, std::move(h)});
   cv_.SignalAll();
 }
 
-void ServingLoop::ReleaseKv(uint64_t id) {
+void ServingLoop::AddSends(const Batch& batch, v1::StepRequest& step) {
+  const int64_t bs = scheduler_.options().kv_block_size;
+  for (const BatchEntry& e : batch.entries) {
+    const Active& a = *active_.at(e.seq_id);
+    if (!e.wants_logits || !a.generated.empty()) continue;  // Not the step of its first token.
+    ServingLoop* target = pick_decode_();
+    if (target == nullptr) return;  // No decode replica in the KV group serves: they decode here.
+    absl::StatusOr<std::vector<KvPiece>> pieces = PlanKvTransfer(kv_holders_, target->kv_holders());
+    if (!pieces.ok()) {
+      CASCADE_LOG(Error) << "disaggregation: " << pieces.status().ToString();
+      return;
+    }
+    Outgoing out{.step_id = step.step_id(), .target = target, .handoff = {}};
+    KvHandoff& h = out.handoff;
+    h.transfer_id = next_transfer_id++;
+    h.n_cached = e.n_past + static_cast<int64_t>(e.tokens.size());  // The whole prompt, once computed.
+    h.n_blocks = static_cast<int32_t>((h.n_cached + bs - 1) / bs);
+    h.pieces = *std::move(pieces);
+    AddKvTransfer(h.transfer_id, std::span(e.block_table).first(h.n_blocks), h.pieces, /*send=*/true, &step);
+    outgoing_[e.seq_id] = std::move(out);
+  }
+}
+
+void ServingLoop::HandOff(int64_t step_id) {
+  // In transfer order, the order the workers send them in (see awaiting_blocks_).
+  std::vector<std::pair<int64_t, Outgoing>> done;
+  for (auto it = outgoing_.begin(); it != outgoing_.end();) {
+    if (it->second.step_id == step_id) {
+      done.emplace_back(it->first, std::move(it->second));
+      outgoing_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  std::sort(done.begin(), done.end(),
+            [](const auto& a, const auto& b) { return a.second.handoff.transfer_id < b.second.handoff.transfer_id; });
+  for (auto& [id, out] : done) {
+    auto a = active_.find(id);
+    const std::optional<SequenceInfo> info = scheduler_.Lookup(id);
+    absl::StatusOr<std::vector<int32_t>> table =
+        a != active_.end() && info ? scheduler_.Detach(id) : absl::NotFoundError("gone");
+    if (!table.ok()) {  // Finished with its first token, cancelled or failed: the KV is not wanted.
+      out.target->DiscardKv(std::move(out.handoff));
+      continue;
+    }
+    scheduler_.FreeDetached(*table);  // Its KV left with the step.
+    out.handoff.cached_prompt_tokens = info->n_cached_prompt_tokens;
+    release_.push_back(id);  // The last stage's sampler state of it goes.
+    std::shared_ptr<Active> request = std::move(a->second);
+    active_.erase(a);
+    out.target->AdoptPrefilled(std::move(request), std::move(out.handoff));
+  }
   absl::MutexLock lock(&mu_);
-  kv_inbox_.releases.push_back(id);
-  cv_.SignalAll();
+  PublishStats();
 }
 
 void ServingLoop::DrainKvInbox() {
@@ -52,19 +107,6 @@ void ServingLoop::DrainKvInbox() {
   {
     absl::MutexLock lock(&mu_);
     std::swap(inbox, kv_inbox_);
-  }
-  for (uint64_t id : inbox.releases) {
-    if (auto it = held_kv_.find(id); it != held_kv_.end()) {
-      scheduler_.FreeDetached(it->second.table);
-      held_kv_.erase(it);
-    }
-  }
-  for (auto& [id, pieces] : inbox.sends) {
-    auto it = held_kv_.find(id);
-    if (it == held_kv_.end()) continue;  // Freed already (this replica's worker died): the receiver times out.
-    v1::StepRequest step;
-    AddKvTransfer(id, std::span(it->second.table).first(it->second.n_blocks), pieces, /*send=*/true, &step);
-    if (absl::Status st = SendTransfers(std::move(step), {id}); !st.ok()) Suspend(std::string(st.message()));
   }
   for (Prefilled& p : inbox.prefilled) awaiting_blocks_.push_back(std::move(p));
   // In arrival order; the first that does not fit waits for blocks, and so do those behind it.
@@ -76,10 +118,14 @@ void ServingLoop::DrainKvInbox() {
 }
 
 bool ServingLoop::AdmitPrefilled(Prefilled& p) {
-  Active& a = *p.request;
   const KvHandoff& h = p.handoff;
+  if (p.request == nullptr) {  // A discard.
+    receives_.push_back({-1, std::vector<int32_t>(h.n_blocks, 0), h});
+    return true;
+  }
+  Active& a = *p.request;
   const auto give_up = [&](const absl::Status& st) {
-    h.source->ReleaseKv(h.transfer_id);
+    receives_.push_back({-1, std::vector<int32_t>(h.n_blocks, 0), h});  // Its senders go on.
     Push(*a.channel, {}, true, st);
     return true;
   };
@@ -91,53 +137,31 @@ bool ServingLoop::AdmitPrefilled(Prefilled& p) {
   spec.prompt.insert(spec.prompt.end(), a.generated.begin(), a.generated.end());
   spec.max_tokens = a.req.max_tokens - static_cast<int32_t>(a.generated.size());
   spec.user_tag = static_cast<uint64_t>(p.seq_id);
-  absl::StatusOr<std::vector<KvPiece>> pieces = PlanKvTransfer(*h.senders, kv_holders_);
-  if (!pieces.ok()) return give_up(pieces.status());
   if (absl::Status st = StartConstraint(a); !st.ok()) return give_up(st);
   std::vector<int32_t> table;
   const absl::Status added = scheduler_.AddPrefilled(spec, {}, h.n_cached, h.cached_prompt_tokens, &table);
   if (added.code() == absl::StatusCode::kResourceExhausted) return false;  // Later, once blocks are free.
   if (!added.ok()) return give_up(added);
   active_[p.seq_id] = p.request;
-  incoming_[h.transfer_id] = {p.seq_id, h.source, h.n_cached};
-  v1::StepRequest step;
-  AddKvTransfer(h.transfer_id, std::span(table).first(h.blocks.size()), *pieces, /*send=*/false, &step);
-  h.source->SendKv(h.transfer_id, *std::move(pieces));
-  if (absl::Status st = SendTransfers(std::move(step), {h.transfer_id}); !st.ok()) Suspend(std::string(st.message()));
+  table.resize(h.n_blocks);
+  receives_.push_back({p.seq_id, std::move(table), h});
   return true;
 }
 
-void ServingLoop::HandOff(const std::vector<int64_t>& seqs) {
-  for (int64_t id : seqs) {
-    auto it = active_.find(id);
-    if (it == active_.end()) continue;  // Finished with its first tokens.
-    ServingLoop* target = pick_decode_();
-    if (target == nullptr) return;  // No decode replica serves: they decode here.
-    const std::optional<SequenceInfo> info = scheduler_.Lookup(id);
-    if (!info || info->state != SequenceState::kRunning) continue;
-    absl::StatusOr<std::vector<int32_t>> table = scheduler_.Detach(id);
-    if (!table.ok()) continue;
-    const uint64_t transfer = next_transfer_id++;
-    KvHandoff h{.source = this,
-                .transfer_id = transfer,
-                .n_cached = info->n_cached,
-                .cached_prompt_tokens = info->n_cached_prompt_tokens,
-                .blocks = {},
-                .senders = &kv_holders_};
-    const int32_t n_blocks = static_cast<int32_t>((info->n_cached + scheduler_.options().kv_block_size - 1) /
-                                                  scheduler_.options().kv_block_size);
-    h.blocks.assign(table->begin(), table->begin() + n_blocks);
-    held_kv_[transfer] = {*std::move(table), n_blocks};
-    release_.push_back(id);  // The last stage's sampler state of it goes.
-    std::shared_ptr<Active> a = std::move(it->second);
-    active_.erase(it);
-    target->AdoptPrefilled(std::move(a), std::move(h));
+std::vector<uint64_t> ServingLoop::TakeReceives(v1::StepRequest& step) {
+  std::vector<uint64_t> ids;
+  for (Receive& r : receives_) {
+    AddKvTransfer(r.handoff.transfer_id, r.blocks, r.handoff.pieces, /*send=*/false, &step);
+    step.mutable_kv_transfers()->rbegin()->set_discard(r.seq_id < 0);
+    ids.push_back(r.handoff.transfer_id);
+    incoming_[r.handoff.transfer_id] = std::move(r);
   }
-  absl::MutexLock lock(&mu_);
-  PublishStats();
+  receives_.clear();
+  return ids;
 }
 
-absl::Status ServingLoop::SendTransfers(v1::StepRequest step, std::vector<uint64_t> transfers) {
+absl::Status ServingLoop::SendTransfers() {
+  v1::StepRequest step;
   step.set_step_id(next_transfer_step_++);
   for (int64_t id : release_) step.add_release(id);
   release_.clear();
@@ -151,7 +175,7 @@ absl::Status ServingLoop::SendTransfers(v1::StepRequest step, std::vector<uint64
   Sent sent;
   sent.t0 = std::chrono::steady_clock::now();
   sent.decode_only = false;
-  sent.transfers = std::move(transfers);
+  sent.transfers = TakeReceives(step);
   CASCADE_RETURN_IF_ERROR(workers_->SendStep(step));
   in_flight_.push_back(step.step_id());
   sent_[step.step_id()] = std::move(sent);
@@ -159,28 +183,24 @@ absl::Status ServingLoop::SendTransfers(v1::StepRequest step, std::vector<uint64
 }
 
 void ServingLoop::OnTransfers(const v1::StepResult& r, const Sent& sent) {
-  absl::flat_hash_set<uint64_t> failed(r.failed_transfers().begin(), r.failed_transfers().end());
+  const absl::flat_hash_set<uint64_t> failed(r.failed_transfers().begin(), r.failed_transfers().end());
+  int64_t bytes = r.transfer_bytes();
   for (uint64_t id : sent.transfers) {
-    const bool ok = r.code() == 0 && !failed.contains(id);
-    if (auto held = held_kv_.find(id); held != held_kv_.end()) {  // Sent (or not): the blocks come back.
-      if (!ok) {
-        CASCADE_LOG(Warning) << "KV transfer " << id << ": sending failed ("
-                             << (r.code() != 0 ? r.error() : r.transfer_error()) << ")";
+    auto in = incoming_.find(id);
+    if (in == incoming_.end()) continue;
+    const Receive rec = std::move(in->second);
+    incoming_.erase(in);
+    if (rec.seq_id < 0) continue;  // Discarded.
+    if (r.code() == 0 && !failed.contains(id)) {
+      if (metrics_ != nullptr) {
+        metrics_->ObserveKvTransfer(bytes, SecondsSince(sent.t0), rec.handoff.n_cached);
+        bytes = 0;  // A step's receive bytes go to its first transfer (one per step, mostly).
       }
-      scheduler_.FreeDetached(held->second.table);
-      held_kv_.erase(held);
-    }
-    if (auto in = incoming_.find(id); in != incoming_.end()) {
-      if (ok && metrics_ != nullptr)
-        metrics_->ObserveKvTransfer(r.transfer_bytes(), SecondsSince(sent.t0), in->second.n_cached);
-      if (ok) {
-        scheduler_.KvArrived(in->second.seq_id);
-      } else {
-        CASCADE_LOG(Warning) << "KV transfer " << id << " failed (" << (r.code() != 0 ? r.error() : r.transfer_error())
-                             << "): sequence " << in->second.seq_id << " recomputes its KV here";
-        scheduler_.KvLost(in->second.seq_id);
-      }
-      incoming_.erase(in);
+      scheduler_.KvArrived(rec.seq_id);
+    } else {
+      CASCADE_LOG(Warning) << "KV transfer " << id << " failed (" << (r.code() != 0 ? r.error() : r.transfer_error())
+                           << "): sequence " << rec.seq_id << " recomputes its KV here";
+      scheduler_.KvLost(rec.seq_id);
     }
   }
   absl::MutexLock lock(&mu_);
@@ -188,14 +208,16 @@ void ServingLoop::OnTransfers(const v1::StepResult& r, const Sent& sent) {
 }
 
 void ServingLoop::DropTransfers() {
-  for (auto& [id, held] : held_kv_) scheduler_.FreeDetached(held.table);
-  held_kv_.clear();
-  for (auto& [id, in] : incoming_) in.source->ReleaseKv(id);  // Its sequence was requeued with the rest.
+  // Sends in flight: whether their KV left is unknown; the decode side's receive fails or
+  // times out, and recomputes. Receives in flight: their sequences were requeued.
+  outgoing_.clear();
   incoming_.clear();
-  for (Prefilled& p : awaiting_blocks_) p.handoff.source->ReleaseKv(p.handoff.transfer_id);
+  receives_.clear();  // Their sequences (if any) were requeued with the rest; senders time out.
   // Not admitted yet: they go back to the queue as plain arrivals, to prefill here.
   absl::MutexLock lock(&mu_);
-  for (Prefilled& p : awaiting_blocks_) submitted_.emplace_back(p.seq_id, std::move(p.request));
+  for (Prefilled& p : awaiting_blocks_) {
+    if (p.request != nullptr) submitted_.emplace_back(p.seq_id, std::move(p.request));
+  }
   awaiting_blocks_.clear();
 }
 

@@ -90,7 +90,7 @@ Replicas::Replicas(const std::vector<Plan>& plans, const StageWorkersOptions& op
     if (role(r) != ReplicaRole::kPrefill) continue;
     replicas_[r].loop->SetHandoff([this, r]() -> ServingLoop* {
       if (!replicas_[r].workers->kv_linked()) return nullptr;  // Rebuilt: no KV leaves it.
-      const int to = PickLinkedDecode();
+      const int to = PickLinkedDecode(r);
       return to >= 0 ? replicas_[to].loop.get() : nullptr;
     });
   }
@@ -187,13 +187,24 @@ int Replicas::Pick(int except, ReplicaRole not_role) const {
   return best;
 }
 
-int Replicas::PickLinkedDecode() const {
+bool Replicas::Paired(int prefill, int decode) const {
+  // Index among its role's replicas, and how many of each role there are.
+  int p = 0, d = 0, n_prefill = 0, n_decode = 0;
+  for (int r = 0; r < size(); ++r) {
+    if (role(r) == ReplicaRole::kPrefill) p += r < prefill ? 1 : 0, ++n_prefill;
+    if (role(r) == ReplicaRole::kDecode) d += r < decode ? 1 : 0, ++n_decode;
+  }
+  return n_prefill >= n_decode ? p % n_decode == d : d % n_prefill == p;
+}
+
+int Replicas::PickLinkedDecode(int prefill) const {
   int best = -1;
   double best_room = 0;
   for (int r = 0; r < size(); ++r) {
     if (role(r) != ReplicaRole::kDecode || !replicas_[r].workers->Healthy() || !replicas_[r].workers->kv_linked()) {
       continue;
     }
+    if (prefill >= 0 && !Paired(prefill, r)) continue;
     const double room = Headroom(r);
     if (best < 0 || room > best_room) best = r, best_room = room;
   }

@@ -106,8 +106,16 @@ class Replicas {
   // other than `not_role` (kServe: any role); -1 when none serves.
   int Pick(int except, ReplicaRole not_role = ReplicaRole::kServe) const;
   ReplicaRole role(int r) const { return roles_.empty() ? ReplicaRole::kServe : roles_[r]; }
-  // The serving decode replica in the KV group with the most headroom; -1 when none.
-  int PickLinkedDecode() const;
+  // The serving decode replica in the KV group with the most headroom that prefill replica
+  // `prefill` may send to (-1: any); -1 when none.
+  int PickLinkedDecode(int prefill = -1) const;
+  // Whether prefill replica `prefill` sends to decode replica `decode`. A worker takes its
+  // transfers one at a time, each sender's in the order it sends them, and a large message
+  // waits for its receiver: were one decode replica fed by two prefill replicas that each
+  // feed two decode replicas, the orders could cross and wait on each other. So every
+  // prefill replica feeds one decode replica (P >= D: prefill p -> decode p mod D), or
+  // every decode replica is fed by one (P < D: decode d <- prefill d mod P).
+  bool Paired(int prefill, int decode) const;
   // Free KV fraction less live requests over max_num_seqs.
   double Headroom(int r) const;
   // Pick, or the replica holding the longest prefix of `prompt` (see above); -1 when none

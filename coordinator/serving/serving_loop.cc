@@ -135,6 +135,10 @@ void ServingLoop::Loop() {
       continue;
     }
     const bool sent = FillPipeline();
+    // KV receives with no step to ride on (nothing else runs here): a step of their own.
+    if (!receives_.empty() && in_flight_.empty() && workers_->Healthy()) {
+      if (absl::Status st = SendTransfers(); !st.ok()) Suspend(std::string(st.message()));
+    }
     if (!in_flight_.empty() || !drafting_.empty()) {
       auto r = workers_->NextResult(std::chrono::milliseconds(100));
       if (r.ok() && r->draft()) {
@@ -309,6 +313,7 @@ v1::StepRequest ServingLoop::BuildStep(const Batch& batch, bool* needs_drafter) 
     s->set_n_draft(static_cast<int32_t>(drafts.size()));
     a.spec->OnDrafted(SecondsSince(t0));
   }
+  if (pick_decode_) AddSends(batch, step);  // A prefill replica: first tokens' KV moves on.
   return step;
 }
 
@@ -353,13 +358,15 @@ absl::Status ServingLoop::SendTarget(v1::StepRequest step, Sent sent) {
     sent.rows += s.tokens_size();
     sent.decode_only = sent.decode_only && s.sample() && s.tokens_size() == 1 + s.n_draft();
   }
-  // The host tier's copies recorded so far go with whichever target step leaves first.
+  // The host tier's copies recorded so far go with whichever target step leaves first, and
+  // so do the KV receives queued (disaggregation's decode side).
   for (const KvBlockMove& m : scheduler_.TakeKvMoves()) {
     v1::KvBlockMove* out = step.add_kv_moves();
     out->set_to_host(m.to_host);
     out->set_block(m.block);
     out->set_slot(m.slot);
   }
+  sent.transfers = TakeReceives(step);
   CASCADE_RETURN_IF_ERROR(workers_->SendStep(step));
   in_flight_.push_back(step.step_id());
   sent_[step.step_id()] = std::move(sent);
@@ -442,11 +449,11 @@ void ServingLoop::OnResult(const v1::StepResult& r) {
     in_flight_.erase(it);
   }
   const Sent sent = TakeSent(r.step_id());
-  if (!sent.transfers.empty()) {
-    OnTransfers(r, sent);
-    return;
-  }
+  if (!sent.transfers.empty()) OnTransfers(r, sent);
+  if (sent.seqs.empty()) return;  // Transfers only.
   if (r.code() != 0) {
+    // Refused before any compute: no KV left with it.
+    absl::erase_if(outgoing_, [&](const auto& o) { return o.second.step_id == r.step_id(); });
     FailStep(r.step_id(), sent.seqs, absl::Status(static_cast<absl::StatusCode>(r.code()), r.error()));
     return;
   }
@@ -457,6 +464,7 @@ void ServingLoop::OnResult(const v1::StepResult& r) {
     Account(sent, by_seq);
     Emit(*events, by_seq);
   }
+  if (!outgoing_.empty()) HandOff(r.step_id());  // First tokens out: their requests move on.
   absl::MutexLock lock(&mu_);
   PublishStats();
 }
@@ -536,7 +544,6 @@ void ServingLoop::Emit(const std::vector<TokenEvent>& events, const TokensBySeq&
     auto it = pending.find(id);
     if (it != pending.end()) Push(*active_.at(id)->channel, std::move(it->second), false);
   }
-  if (pick_decode_) HandOff(order);  // A prefill replica: decoding happens elsewhere.
 }
 
 void ServingLoop::ObserveOutput(Active& a, int index, int n_new, std::chrono::steady_clock::time_point now) {

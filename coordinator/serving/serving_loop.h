@@ -109,28 +109,27 @@ class ServingLoop {
   // sampler positions (so the same tokens as if nothing had happened).
   void Adopt(std::shared_ptr<Active> request);
   // Disaggregated serving (coordinator/serving/kv_handoff.cc). A request moving from a
-  // prefill serving loop to a decode one: where its KV is (`source`'s blocks, which it holds
-  // until the transfer's send step is back or `ReleaseKv`), and who holds which part.
+  // prefill serving loop to a decode one, its KV already on its way: the transfer, the
+  // positions it brings, and the pieces (which worker sends which layers and heads to which).
   struct KvHandoff {
-    ServingLoop* source = nullptr;
     uint64_t transfer_id = 0;
-    int64_t n_cached = 0;                            // Positions whose KV moves: [0, n_cached).
-    int64_t cached_prompt_tokens = 0;                // The prompt's prefix hit on the prefill side.
-    std::vector<int32_t> blocks;                     // The source's blocks holding them, in order.
-    const std::vector<KvHolder>* senders = nullptr;  // The source's workers.
+    int64_t n_cached = 0;              // Positions whose KV moves: [0, n_cached).
+    int64_t cached_prompt_tokens = 0;  // The prompt's prefix hit on the prefill side.
+    int32_t n_blocks = 0;              // Blocks holding them.
+    std::vector<KvPiece> pieces;
   };
   // This serving loop's workers as KV holders (ServingPlan::kv_holders). REQUIRES: before Start.
   void SetKvHolders(std::vector<KvHolder> holders) { kv_holders_ = std::move(holders); }
-  // A prefill serving loop: once a request has its first token, `pick` names the decode
-  // serving loop to hand it to (null: none serves, it decodes here). Called on the loop
-  // thread. REQUIRES: before Start.
+  const std::vector<KvHolder>& kv_holders() const { return kv_holders_; }
+  // A prefill serving loop: when a step is about to sample a request's first token, `pick`
+  // names the decode serving loop it moves to (null: none serves, it decodes here). Called
+  // on the loop thread. REQUIRES: before Start.
   void SetHandoff(std::function<ServingLoop*()> pick) { pick_decode_ = std::move(pick); }
-  // The decode side: takes over request `a`, its KV to arrive from `h.source`.
+  // The decode side: takes over request `a`, its KV arriving as `h` says.
   void AdoptPrefilled(std::shared_ptr<Active> a, KvHandoff h);
-  // The prefill side, called by the decode side: send transfer `id`'s KV (the pieces
-  // sent by this loop's workers), or give its blocks back unsent.
-  void SendKv(uint64_t id, std::vector<KvPiece> pieces);
-  void ReleaseKv(uint64_t id);
+  // The decode side: transfer `h` was sent but its request stays (it finished with its first
+  // token, or failed): its workers receive it and drop it, so that the senders go on.
+  void DiscardKv(KvHandoff h);
 
   // When a worker of this serving loop's cluster dies, each request is offered to `fn` first
   // (another replica's Adopt); those it takes leave this serving loop, the rest wait here for
@@ -152,42 +151,48 @@ class ServingLoop {
     std::vector<int64_t> seqs;                       // Every sequence in the step.
     std::vector<uint64_t> transfers;                 // A transfers-only step's KV transfers.
   };
-  // Disaggregation's state (kv_handoff.cc). A request waiting for blocks to take its KV.
+  // Disaggregation's state (kv_handoff.cc). A request to admit with its KV (or, `request`
+  // null, a transfer to discard), in transfer order.
   struct Prefilled {
     int64_t seq_id = 0;
     std::shared_ptr<Active> request;
     KvHandoff handoff;
   };
-  // The prefill side's blocks of a request handed off: freed once sent (or released).
-  struct HeldKv {
-    std::vector<int32_t> table;  // Its whole block table.
-    int32_t n_blocks = 0;        // Its first n_blocks hold the KV that moves.
+  // The prefill side: a request whose step sends its KV to `target`.
+  struct Outgoing {
+    int64_t step_id = 0;
+    ServingLoop* target = nullptr;
+    KvHandoff handoff;
   };
-  // The decode side's transfer in progress: its sequence and where the KV comes from.
-  struct Incoming {
-    int64_t seq_id = 0;
-    ServingLoop* source = nullptr;
-    int64_t n_cached = 0;  // Positions it brings.
+  // The decode side: a transfer to receive with the next step out (`seq_id` < 0: discard).
+  struct Receive {
+    int64_t seq_id = -1;
+    std::vector<int32_t> blocks;
+    KvHandoff handoff;
   };
-  // What other serving loops' threads hand this one.
+  // What other serving loops' threads hand this one, in the order they sent it.
   struct KvInbox {
     std::vector<Prefilled> prefilled;
-    std::vector<std::pair<uint64_t, std::vector<KvPiece>>> sends;
-    std::vector<uint64_t> releases;
-    bool empty() const { return prefilled.empty() && sends.empty() && releases.empty(); }
+    bool empty() const { return prefilled.empty(); }
   };
-  // Takes the inbox: admits prefilled requests whose blocks fit (their receive steps go
-  // out), sends the KV asked for, frees what was released.
+  // Takes the inbox: admits prefilled requests whose blocks fit; queues their receives and
+  // the discards.
   void DrainKvInbox();
   bool AdmitPrefilled(Prefilled& p);
-  // Hands the requests of `seqs` that are still live (and idle after their step) to the
-  // decode serving loop `pick_decode_` names.
-  void HandOff(const std::vector<int64_t>& seqs);
-  // A step of KV transfers only, in flight like a batch (results come in order).
-  absl::Status SendTransfers(v1::StepRequest step, std::vector<uint64_t> transfers);
-  // Its result: sent KV freed, received KV arrived (or lost: recomputed).
+  // The prefill side, building step `step`: the entries that sample a request's first token
+  // send its KV to the decode loop `pick_decode_` names.
+  void AddSends(const Batch& batch, v1::StepRequest& step);
+  // The prefill side, step `step_id` back: its requests that sent their KV move to their
+  // decode loop (the KV left with the step); those that finished have theirs discarded.
+  void HandOff(int64_t step_id);
+  // The decode side: the receives queued go with `step` (the next target step out).
+  std::vector<uint64_t> TakeReceives(v1::StepRequest& step);
+  // A step of KV transfers only (receives with nothing else to send), in flight like a batch.
+  absl::Status SendTransfers();
+  // A step's transfers are back (every worker answered): received KV arrived, or was lost
+  // (the request recomputes it here).
   void OnTransfers(const v1::StepResult& r, const Sent& sent);
-  // The worker side is gone (a death): held KV freed, incoming transfers released at their source.
+  // A worker died: transfers in flight are given up (their requests were requeued).
   void DropTransfers();
   // A batch waiting for the drafter worker.
   struct Drafting {
@@ -276,10 +281,13 @@ class ServingLoop {
   // Disaggregation (set before Start, then loop thread only).
   std::vector<KvHolder> kv_holders_;
   std::function<ServingLoop*()> pick_decode_;
-  std::deque<Prefilled> awaiting_blocks_;             // Decode side: prefilled, not admitted yet.
-  absl::flat_hash_map<uint64_t, HeldKv> held_kv_;     // Prefill side, by transfer id.
-  absl::flat_hash_map<uint64_t, Incoming> incoming_;  // Decode side, by transfer id.
-  int64_t next_transfer_step_ = int64_t{1} << 48;     // Transfers-only steps' ids: apart from batches'.
+  // Decode side, in transfer order: every worker takes its transfers in the order the
+  // senders send them (a large message waits for its receiver), so a discard waits too.
+  std::deque<Prefilled> awaiting_blocks_;
+  absl::flat_hash_map<int64_t, Outgoing> outgoing_;  // Prefill side, by sequence.
+  std::vector<Receive> receives_;                    // Decode side: for the next step out.
+  absl::flat_hash_map<uint64_t, Receive> incoming_;  // Decode side: in flight, by transfer id.
+  int64_t next_transfer_step_ = int64_t{1} << 48;    // Transfers-only steps' ids: apart from batches'.
 };
 
 }  // namespace cascade::coordinator

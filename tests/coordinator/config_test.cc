@@ -349,6 +349,20 @@ const BadConfig kBadConfigs[] = {
     {"model: {path: m}\nparallel: {data: 2, pipeline: 2}\nnodes: [{name: a, host: h, devices: [cpu, cpu, cpu]}]\n",
      "parallel.pipeline: data 2 x pipeline 2 x tensor 1 needs 4 devices, but nodes list 3"},
     {"model: {path: m}\nparallel: {data: 0}\nnodes: [{name: a, host: h, devices: [cpu]}]\n", "parallel.data:"},
+    {"model: {path: m}\nparallel: {disaggregation: {prefill: {}}}\nnodes: [{name: a, host: h, devices: [cpu, cpu]}]\n",
+     "parallel.disaggregation.decode: required key is missing"},
+    {"model: {path: m}\nparallel: {disaggregation: {prefill: {tp: 2}, decode: {}}}\n"
+     "nodes: [{name: a, host: h, devices: [cpu, cpu]}]\n",
+     "parallel.disaggregation.prefill.tp: unknown key"},
+    {"model: {path: m}\nparallel: {data: 2, disaggregation: {prefill: {}, decode: {}}}\n"
+     "nodes: [{name: a, host: h, devices: [cpu, cpu]}]\n",
+     "parallel.data: parallel.disaggregation sets each role's"},
+    {"model: {path: m}\nparallel: {disaggregation: {prefill: {replicas: 0}, decode: {}}}\n"
+     "nodes: [{name: a, host: h, devices: [cpu, cpu]}]\n",
+     "parallel.disaggregation.prefill.replicas: must be >= 1"},
+    {"model: {path: m}\nparallel: {disaggregation: {prefill: {}, decode: {}}}\n"
+     "nodes: [{name: a, host: h, devices: [cpu, cpu]}]\ndraft: {self: {layers: 1}}\n",
+     "parallel.disaggregation: a drafter worker"},
     {"model: {path: m}\nparallel: {data: 2}\ndraft: {self: {layers: 1}}\nnodes: [{name: a, host: h, devices: [cpu, "
      "cpu]}]\n",
      "parallel.data: replicas with a drafter worker"},

@@ -1398,12 +1398,11 @@ def test_disaggregation_worker_killed():
                 after = generate(address, *prompts[0], *modes[1], "--max-tokens", "50", "--ignore-eos")["token_ids"]
                 assert after == reference[(prompts[0], modes[1])][:50]
                 log = open(log_path).read()
-            lost = re.findall(r"KV transfer \d+ failed|KV transfer \d+: sending failed", log)
+            lost = re.findall(r"KV transfer \d+ failed \(.*recomputes its KV here", log)
             moved = re.findall(r"moved to another replica", log)
-            if side == "prefill":
-                assert any("failed (" in l for l in lost) or moved, log
-            else:
-                assert moved, log
+            # The prefill side's death: a receive fails and recomputes (or requests not yet
+            # handed off move). The decode side's: its requests move to the prefill replica.
+            assert lost or moved if side == "prefill" else moved, log
             print(f"kill -9 of the {side} worker while KV moved, {len(streams)} streams of {n} tokens: every stream "
                   f"identical to an undisturbed run ({len(lost)} transfer(s) lost, {len(moved)} evacuation(s)); both "
                   "replicas serving again")
