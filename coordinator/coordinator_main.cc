@@ -191,9 +191,14 @@ void LogReady(const cascade::coordinator::ClusterConfig& config, const cascade::
   using namespace cascade::coordinator;
   const StageWorkers& first = replicas.workers(0);
   const DraftSection& draft = config.draft;
-  CASCADE_LOG(Info) << "ready on " << address << " ("
-                    << (replicas.size() > 1 ? StrCat(replicas.size(), " replicas x ") : std::string())
-                    << first.n_stages() << " stage(s) x tp " << first.tp_size()
+  const ParallelSection& p = config.parallel;
+  const std::string layout =
+      p.disaggregated
+          ? StrCat("prefill ", p.prefill_replicas, " x ", p.prefill.pipeline, " stage(s) x tp ", p.prefill.tensor,
+                   ", decode ", p.decode_replicas, " x ", p.decode.pipeline, " stage(s) x tp ", p.decode.tensor)
+          : StrCat(replicas.size() > 1 ? StrCat(replicas.size(), " replicas x ") : std::string(), first.n_stages(),
+                   " stage(s) x tp ", first.tp_size());
+  CASCADE_LOG(Info) << "ready on " << address << " (" << layout
                     << (first.tp_size() > 1 && first.n_stages() > 1
                             ? StrCat(", ", PpHandoffName(config.transport.pp_handoff), " hand-off")
                             : std::string())

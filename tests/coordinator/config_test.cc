@@ -237,6 +237,21 @@ TEST(ConfigTest, SampleLocalCpuConfigLoads) {
   EXPECT_EQ(c->source, path);
 }
 
+TEST(ConfigTest, SampleDisaggregatedConfigLoads) {
+  absl::StatusOr<ClusterConfig> c =
+      LoadClusterConfig(::cascade::testing::SourceDir() + "/configs/disaggregated-cpu.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->parallel.disaggregated);
+  const std::vector<ReplicaShape> replicas = c->parallel.Replicas();
+  ASSERT_EQ(replicas.size(), 2u);
+  EXPECT_EQ(replicas[0].role, ReplicaRole::kPrefill);
+  EXPECT_EQ(replicas[0].tensor, 1);
+  EXPECT_EQ(replicas[1].role, ReplicaRole::kDecode);
+  EXPECT_EQ(replicas[1].tensor, 2);
+  EXPECT_EQ(c->nodes[0].devices.size(), 3u);
+  EXPECT_EQ(c->draft.kind, DraftKind::kNgram);
+}
+
 TEST(ConfigTest, RelativeModelPathResolvesAgainstConfigDir) {
   TempDir dir;
   const std::string path =
