@@ -195,6 +195,12 @@ absl::StatusOr<v1::StepResult> StageExecutor::Execute(const v1::StepRequest& ste
   if (sampler_ != nullptr) {
     for (int64_t id : step.release()) sampler_->Release(id);
   }
+  if (step.has_kv_join()) {
+    if (absl::Status st = JoinKvGroup(step.kv_join()); !st.ok()) {
+      result.set_kv_join_error(std::string(st.message()));
+      CASCADE_LOG(Warning) << "joining KV group " << step.kv_join().group() << ": " << st.ToString();
+    }
+  }
   // First, even for a step refused below: the coordinator counts the copies done.
   CASCADE_RETURN_IF_ERROR(MoveKvBlocks(step));
   TransferKv(step, /*sends=*/false, result);  // KV arriving: before the compute that reads it.
@@ -234,6 +240,17 @@ absl::Status StageExecutor::MoveKvBlocks(const v1::StepRequest& step) {
 
 void StageExecutor::set_kv_comm(comm::Communicator* comm) {
   kv_channel_ = comm != nullptr ? std::make_unique<KvChannel>(comm, options_.kv_send_delay_ms) : nullptr;
+}
+
+absl::Status StageExecutor::JoinKvGroup(const v1::KvGroupJoin& join) {
+  kv_channel_.reset();  // The old group's jobs finish (each bounded by its timeout), then it goes.
+  joined_kv_comm_.reset();
+  if (!kv_connect_) return absl::FailedPreconditionError("this worker cannot join a KV group");
+  const int rank = join.rank_base() + options_.stage * options_.tp_size + options_.tp_rank;
+  CASCADE_ASSIGN_OR_RETURN(joined_kv_comm_, kv_connect_(join.group(), rank, join.size()));
+  options_.kv_rank = rank;
+  kv_channel_ = std::make_unique<KvChannel>(joined_kv_comm_.get(), options_.kv_send_delay_ms);
+  return absl::OkStatus();
 }
 
 void StageExecutor::TransferKv(const v1::StepRequest& step, bool sends, v1::StepResult& result) {

@@ -96,6 +96,10 @@ class StageExecutor {
   // Disaggregated serving: the group StepRequest.kv_transfers move KV over (borrowed;
   // null: none, and a step with transfers fails them).
   void set_kv_comm(comm::Communicator* comm);
+  // How StepRequest.kv_join meets a new KV group (the worker's rendezvous); unset: refused.
+  using KvConnect =
+      std::function<absl::StatusOr<std::unique_ptr<comm::Communicator>>(const std::string& group, int rank, int size)>;
+  void set_kv_connect(KvConnect connect) { kv_connect_ = std::move(connect); }
   int64_t host_kv_bytes() const { return host_kv_ != nullptr ? static_cast<int64_t>(host_kv_->bytes()) : 0; }
   const model::TpShard& shard() const { return transformer_->tp_shard(); }
   int64_t expert_bytes() const { return transformer_->expert_bytes(); }
@@ -156,8 +160,12 @@ class StageExecutor {
   std::unique_ptr<model::KvCache> cache_;
   std::unique_ptr<kernels::Buffer> host_kv_;  // [host_kv_blocks, KvCache::BlockBytes] slots.
   int64_t host_block_bytes_ = 0;
-  std::unique_ptr<KvChannel> kv_channel_;  // Over the KV group, when there is one.
-  std::vector<uint8_t> kv_packed_;         // A received piece's bytes.
+  // Joins the group StepRequest.kv_join names, replacing the channel (after its jobs).
+  absl::Status JoinKvGroup(const v1::KvGroupJoin& join);
+  KvConnect kv_connect_;
+  std::unique_ptr<comm::Communicator> joined_kv_comm_;  // A group joined by kv_join (owned).
+  std::unique_ptr<KvChannel> kv_channel_;               // Over the KV group, when there is one.
+  std::vector<uint8_t> kv_packed_;                      // A received piece's bytes.
   // Last stage, TP rank 0: every sequence's sampler and history.
   std::unique_ptr<model::StepSampler> sampler_;
   // The step's hidden states in the backend's memory: [c * t, n_embd] rows (c =

@@ -176,6 +176,11 @@ grpc::Status WorkerService::LoadShard(grpc::ServerContext* context, const v1::Lo
   if (!e.ok()) return ToGrpc(e.status());
   executor_ = std::move(*e);
   executor_->set_kv_comm(kv_comm_.get());
+  // A later StepRequest.kv_join meets its group here; it runs inside Step, which holds mu_.
+  executor_->set_kv_connect([this](const std::string& group, int rank, int size) {
+    mu_.AssertHeld();
+    return Connect(group, rank, size, 0, v1::TRANSPORT_UCX);
+  });
   writer->Write(Loaded());
   CASCADE_LOG(Info) << "stage " << req->stage() << " ready: " << executor_->weight_bytes() / 1048576.0
                     << " MiB weights, " << executor_->kv_bytes() / 1048576.0 << " MiB KV";

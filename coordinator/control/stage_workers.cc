@@ -412,6 +412,7 @@ void StageWorkers::ReadResults(int i) {
       Gathered& all = g->second;
       all.failed.insert(all.failed.end(), r.failed_transfers().begin(), r.failed_transfers().end());
       if (all.error.empty()) all.error = r.transfer_error();
+      if (all.join_error.empty()) all.join_error = r.kv_join_error();
       all.bytes += r.transfer_bytes();
       if (r.code() != 0 && all.code == 0) all.code = r.code(), all.step_error = r.error();
       if (last) all.result = r;  // Its tokens.
@@ -420,6 +421,7 @@ void StageWorkers::ReadResults(int i) {
         out.mutable_failed_transfers()->Assign(all.failed.begin(), all.failed.end());
         out.set_transfer_error(all.error);
         out.set_transfer_bytes(all.bytes);
+        out.set_kv_join_error(all.join_error);
         if (all.code != 0) out.set_code(all.code), out.set_error(all.step_error);
         results_.push_back(std::move(out));
         gathering_.erase(g);
@@ -471,7 +473,7 @@ absl::Status StageWorkers::SendStep(const v1::StepRequest& step) {
     sent_[step.step_id() % sent_.size()] = {step.step_id(), std::chrono::steady_clock::now()};
     // KV transfers run on every worker apart (no hand-off orders them): the step is done
     // once all of them answered.
-    if (step.kv_transfers_size() > 0) {
+    if (step.kv_transfers_size() > 0 || step.has_kv_join()) {
       Gathered& g = gathering_[step.step_id()];
       g.remaining = n_workers();
     }

@@ -105,9 +105,10 @@ class StageWorkers {
   absl::Status BringUp(std::chrono::milliseconds timeout);
   // KV blocks per stage: options.kv_blocks, or after BringUp what the GPUs hold.
   int64_t kv_blocks() const;
-  // Disaggregation: whether the workers joined the KV group, so that KV can move to or from
-  // this replica. A replica rebuilt after a death serves without it (whole requests).
+  // Disaggregation: whether the workers are in the KV group, so that KV can move to or from
+  // this replica. A replica rebuilt after a death is not, until a KV group join.
   bool kv_linked() const { return kv_linked_; }
+  void set_kv_linked(bool linked) { kv_linked_ = linked; }  // After a KV group (re)join.
   // Ends a BringUp in progress (or the next one) with FailedPrecondition(`why`): a worker
   // that can never register (it refused its device or arguments).
   void AbortStartup(const std::string& why);
@@ -198,7 +199,7 @@ class StageWorkers {
     int remaining = 0;
     v1::StepResult result;
     std::vector<uint64_t> failed;
-    std::string error, step_error;
+    std::string error, step_error, join_error;
     int64_t bytes = 0;
     int32_t code = 0;
   };

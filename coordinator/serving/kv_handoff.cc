@@ -40,6 +40,12 @@ void ServingLoop::AdoptPrefilled(std::shared_ptr<Active> a, KvHandoff h) {
   Push(*a->channel, {}, true, absl::UnavailableError("the coordinator is shutting down"));
 }
 
+void ServingLoop::JoinKvGroup(v1::KvGroupJoin join) {
+  absl::MutexLock lock(&mu_);
+  kv_inbox_.join = std::move(join);
+  cv_.SignalAll();
+}
+
 void ServingLoop::DiscardKv(KvHandoff h) {
   absl::MutexLock lock(&mu_);
   kv_inbox_.prefilled.push_back({-1, nullptr, std::move(h)});
@@ -108,6 +114,9 @@ void ServingLoop::DrainKvInbox() {
     absl::MutexLock lock(&mu_);
     std::swap(inbox, kv_inbox_);
   }
+  if (inbox.join && workers_->Healthy()) {
+    if (absl::Status st = SendTransfers(std::move(inbox.join)); !st.ok()) Suspend(std::string(st.message()));
+  }
   for (Prefilled& p : inbox.prefilled) awaiting_blocks_.push_back(std::move(p));
   // In arrival order; the first that does not fit waits for blocks, and so do those behind it.
   while (!awaiting_blocks_.empty() && !suspended_at_ && AdmitPrefilled(awaiting_blocks_.front())) {
@@ -160,9 +169,10 @@ std::vector<uint64_t> ServingLoop::TakeReceives(v1::StepRequest& step) {
   return ids;
 }
 
-absl::Status ServingLoop::SendTransfers() {
+absl::Status ServingLoop::SendTransfers(std::optional<v1::KvGroupJoin> join) {
   v1::StepRequest step;
   step.set_step_id(next_transfer_step_++);
+  if (join) *step.mutable_kv_join() = *std::move(join);
   for (int64_t id : release_) step.add_release(id);
   release_.clear();
   // The host tier's copies recorded so far go first, as with every target step.
@@ -176,6 +186,7 @@ absl::Status ServingLoop::SendTransfers() {
   sent.t0 = std::chrono::steady_clock::now();
   sent.decode_only = false;
   sent.transfers = TakeReceives(step);
+  sent.kv_join = step.has_kv_join();
   CASCADE_RETURN_IF_ERROR(workers_->SendStep(step));
   in_flight_.push_back(step.step_id());
   sent_[step.step_id()] = std::move(sent);

@@ -5,6 +5,7 @@
 #include <map>
 #include <thread>
 
+#include "core/logging.h"
 #include "core/str_cat.h"
 
 namespace cascade::coordinator {
@@ -85,6 +86,9 @@ Replicas::Replicas(const std::vector<Plan>& plans, const StageWorkersOptions& op
     replica.loop = std::make_unique<ServingLoop>(replica.workers.get(), tokenizer, so, speculation);
     if (r < layout.kv_holders.size()) replica.loop->SetKvHolders(layout.kv_holders[r]);
     replicas_.push_back(std::move(replica));
+  }
+  for (int r = 0; r < size() && !roles_.empty(); ++r) {
+    replicas_[r].loop->OnRecovered([this] { RejoinKvGroup(); });
   }
   for (int r = 0; r < size(); ++r) {
     if (role(r) != ReplicaRole::kPrefill) continue;
@@ -185,6 +189,21 @@ int Replicas::Pick(int except, ReplicaRole not_role) const {
     if (best < 0 || room > best_room) best = r, best_room = room;
   }
   return best;
+}
+
+void Replicas::RejoinKvGroup() {
+  absl::MutexLock lock(&kv_mu_);
+  ++kv_generation_;
+  for (Replica& replica : replicas_) replica.workers->set_kv_linked(false);  // No KV moves meanwhile.
+  for (Replica& replica : replicas_) {
+    const StageWorkersOptions& o = replica.workers->options();
+    v1::KvGroupJoin join;
+    join.set_group(StrCat(o.kv_group, "/g", kv_generation_));
+    join.set_rank_base(o.kv_rank_base);
+    join.set_size(o.kv_group_size);
+    replica.loop->JoinKvGroup(std::move(join));
+  }
+  CASCADE_LOG(Info) << "a replica was rebuilt: every worker meets in KV group generation " << kv_generation_;
 }
 
 bool Replicas::Paired(int prefill, int decode) const {

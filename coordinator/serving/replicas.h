@@ -17,9 +17,9 @@
 // request moves to the decode replica with the most headroom, its KV sent over the
 // workers' KV group (coordinator/serving/kv_handoff.cc). With no decode replica serving,
 // a prefill replica decodes its requests itself; a dead replica's requests go to any other,
-// as with data parallelism. The KV group forms once, at bring-up: a replica rebuilt after a
-// death is out of it, and from then on requests reach whichever replica serves, whole, until
-// a prefill and a decode replica both in the group serve again.
+// as with data parallelism. A replica rebuilt after a death is out of the KV group until
+// every replica's workers join a new group generation (RejoinKvGroup); meanwhile requests
+// reach whichever replica serves, whole.
 //
 // Thread-safety: Submit, Wake, Stats, FillStatus, Serving are thread-safe (the workers
 // and serving loops are). The rest (construction, BringUp, Start, Stop, setters) is the owner's
@@ -116,6 +116,9 @@ class Replicas {
   // prefill replica feeds one decode replica (P >= D: prefill p -> decode p mod D), or
   // every decode replica is fed by one (P < D: decode d <- prefill d mod P).
   bool Paired(int prefill, int decode) const;
+  // A replica was rebuilt (its workers are outside the KV group): every replica's workers
+  // join a new group generation, after which KV moves again. Called on a loop thread.
+  void RejoinKvGroup();
   // Free KV fraction less live requests over max_num_seqs.
   double Headroom(int r) const;
   // Pick, or the replica holding the longest prefix of `prompt` (see above); -1 when none
@@ -124,6 +127,8 @@ class Replicas {
 
   std::vector<Replica> replicas_;
   std::vector<ReplicaRole> roles_;  // Empty: every replica serves.
+  absl::Mutex kv_mu_;               // Serialises RejoinKvGroup.
+  int kv_generation_ ABSL_GUARDED_BY(kv_mu_) = 0;
   const int max_num_seqs_;
   absl::Mutex route_mu_;  // Held across a Submit's choice and its hand-over.
   // Null with prefix caching off.

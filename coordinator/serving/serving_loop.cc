@@ -131,6 +131,7 @@ void ServingLoop::Loop() {
         CASCADE_LOG(Error) << "recovery failed: " << st.ToString();
       } else {
         Resume();
+        if (on_recovered_) on_recovered_();
       }
       continue;
     }
@@ -449,6 +450,16 @@ void ServingLoop::OnResult(const v1::StepResult& r) {
     in_flight_.erase(it);
   }
   const Sent sent = TakeSent(r.step_id());
+  if (sent.kv_join) {
+    const bool joined = r.code() == 0 && r.kv_join_error().empty();
+    workers_->set_kv_linked(joined);
+    if (joined) {
+      CASCADE_LOG(Info) << "rejoined the KV group: KV moves to and from this replica again";
+    } else {
+      CASCADE_LOG(Warning) << "joining the KV group failed (" << (r.code() != 0 ? r.error() : r.kv_join_error())
+                           << "): this replica serves whole requests";
+    }
+  }
   if (!sent.transfers.empty()) OnTransfers(r, sent);
   if (sent.seqs.empty()) return;  // Transfers only.
   if (r.code() != 0) {

@@ -127,6 +127,11 @@ class ServingLoop {
   void SetHandoff(std::function<ServingLoop*()> pick) { pick_decode_ = std::move(pick); }
   // The decode side: takes over request `a`, its KV arriving as `h` says.
   void AdoptPrefilled(std::shared_ptr<Active> a, KvHandoff h);
+  // Every worker of this serving loop joins KV group `join` (a step of its own); once all
+  // did, its StageWorkers is linked again (Replicas::RejoinKvGroup).
+  void JoinKvGroup(v1::KvGroupJoin join);
+  // Called on the loop thread once the cluster rebuilt after a death. REQUIRES: before Start.
+  void OnRecovered(std::function<void()> fn) { on_recovered_ = std::move(fn); }
   // The decode side: transfer `h` was sent but its request stays (it finished with its first
   // token, or failed): its workers receive it and drop it, so that the senders go on.
   void DiscardKv(KvHandoff h);
@@ -150,6 +155,7 @@ class ServingLoop {
     absl::flat_hash_map<int64_t, Verified> drafted;  // Sequences whose drafts are verified.
     std::vector<int64_t> seqs;                       // Every sequence in the step.
     std::vector<uint64_t> transfers;                 // A transfers-only step's KV transfers.
+    bool kv_join = false;                            // It joins a KV group.
   };
   // Disaggregation's state (kv_handoff.cc). A request to admit with its KV (or, `request`
   // null, a transfer to discard), in transfer order.
@@ -173,7 +179,8 @@ class ServingLoop {
   // What other serving loops' threads hand this one, in the order they sent it.
   struct KvInbox {
     std::vector<Prefilled> prefilled;
-    bool empty() const { return prefilled.empty(); }
+    std::optional<v1::KvGroupJoin> join;
+    bool empty() const { return prefilled.empty() && !join; }
   };
   // Takes the inbox: admits prefilled requests whose blocks fit; queues their receives and
   // the discards.
@@ -187,8 +194,9 @@ class ServingLoop {
   void HandOff(int64_t step_id);
   // The decode side: the receives queued go with `step` (the next target step out).
   std::vector<uint64_t> TakeReceives(v1::StepRequest& step);
-  // A step of KV transfers only (receives with nothing else to send), in flight like a batch.
-  absl::Status SendTransfers();
+  // A step of KV transfers only (receives with nothing else to send, or a group to join), in
+  // flight like a batch.
+  absl::Status SendTransfers(std::optional<v1::KvGroupJoin> join = std::nullopt);
   // A step's transfers are back (every worker answered): received KV arrived, or was lost
   // (the request recomputes it here).
   void OnTransfers(const v1::StepResult& r, const Sent& sent);
@@ -281,6 +289,7 @@ class ServingLoop {
   // Disaggregation (set before Start, then loop thread only).
   std::vector<KvHolder> kv_holders_;
   std::function<ServingLoop*()> pick_decode_;
+  std::function<void()> on_recovered_;
   // Decode side, in transfer order: every worker takes its transfers in the order the
   // senders send them (a large message waits for its receiver), so a discard waits too.
   std::deque<Prefilled> awaiting_blocks_;

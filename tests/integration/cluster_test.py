@@ -1362,8 +1362,8 @@ def test_disaggregation_worker_killed():
     queued or prefilling move to the decode replica and prefill there. The decode worker
     killed: its replica gives up the receive, and its requests move to the prefill replica,
     which decodes them itself. Every stream ends with the ids of an undisturbed run (greedy
-    and seeded: the sampler's draws are keyed by position), and the dead replica rebuilds,
-    serving outside the KV group."""
+    and seeded: the sampler's draws are keyed by position); the dead replica rebuilds, every
+    worker joins a new KV group, and a new request's KV moves again."""
     need(STORIES)
     modes = [("--temperature", "0"), ("--temperature", "0.9", "--seed", "3")]
     n = 400
@@ -1395,8 +1395,13 @@ def test_disaggregation_worker_killed():
                     time.sleep(0.5)
                 rows = replica_lines(address)
                 assert len(rows) == 2 and all(serving for serving, _ in rows.values()), status(address)[1]
+                wait_for_log(log_path, r"(?s)rejoined the KV group.*rejoined the KV group", 1200)
+                count = r"^cascade_kv_transfer_bytes_count (\d+)"
+                moved_before = int(re.search(count, metrics_text(log_path), re.M).group(1))
                 after = generate(address, *prompts[0], *modes[1], "--max-tokens", "50", "--ignore-eos")["token_ids"]
                 assert after == reference[(prompts[0], modes[1])][:50]
+                assert int(re.search(count, metrics_text(log_path), re.M).group(1)) == moved_before + 1, \
+                    "no KV moved after the KV group was rejoined"
                 log = open(log_path).read()
             lost = re.findall(r"KV transfer \d+ failed \(.*recomputes its KV here", log)
             moved = re.findall(r"moved to another replica", log)
@@ -1405,7 +1410,7 @@ def test_disaggregation_worker_killed():
             assert lost or moved if side == "prefill" else moved, log
             print(f"kill -9 of the {side} worker while KV moved, {len(streams)} streams of {n} tokens: every stream "
                   f"identical to an undisturbed run ({len(lost)} transfer(s) lost, {len(moved)} evacuation(s)); both "
-                  "replicas serving again")
+                  "replicas serving again, in a new KV group, and KV moves again")
     finally:
         del os.environ["CASCADE_KV_SEND_DELAY_MS_FOR_TESTING"]
 
