@@ -25,7 +25,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from netns_hosts import NET_SPECS, Hosts, sh  # noqa: E402
+from netns_hosts import NET_SPECS, Hosts, sh, stop, wait_for  # noqa: E402
 
 BIN, NFQ_DELAY, OUT = sys.argv[1:4]
 ENV = os.environ
@@ -41,18 +41,6 @@ LAYOUTS = {
     "aggregated": "parallel: {data: 2, pipeline: 1, tensor: 1}",
     "disaggregated": "parallel: {disaggregation: {prefill: {replicas: 1}, decode: {replicas: 1}}}",
 }
-
-
-def wait_for(path, pattern, timeout, procs):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        m = re.search(pattern, open(path).read())
-        if m:
-            return m
-        if any(p.poll() is not None for p in procs):
-            raise SystemExit(f"bench_disagg: a process exited:\n{open(path).read()[-3000:]}")
-        time.sleep(0.1)
-    raise SystemExit(f"bench_disagg: no /{pattern}/ in {timeout} s:\n{open(path).read()[-3000:]}")
 
 
 def metric(hosts, http, name):
@@ -107,17 +95,7 @@ def run(hosts, layout, tmp):
         row["layout"] = layout
         return row
     finally:
-        for p in reversed(procs):
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        for p in reversed(procs):
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
+        stop(procs)
 
 
 def main():

@@ -48,7 +48,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from netns_hosts import NET_SPECS, Hosts, sh  # noqa: E402
+from netns_hosts import NET_SPECS, Hosts, sh, stop, wait_for  # noqa: E402
 
 BIN, NFQ_DELAY, OUT = sys.argv[1:4]
 ENV = os.environ
@@ -73,19 +73,6 @@ LAYOUT_SPECS = {
     "dp2": (2, 2, 1, 1, "split"),  # Two replicas, one per host; only replica 1's steps cross a link.
 }
 TAG = f"cmn{os.getpid() % 100000}"
-
-
-def wait_for(path, pattern, timeout, procs):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        m = re.search(pattern, open(path).read())
-        if m:
-            return m
-        for p in procs:
-            if p.poll() is not None:
-                raise SystemExit(f"bench_multinode: a process exited ({p.args[3]}):\n{open(path).read()[-3000:]}")
-        time.sleep(0.1)
-    raise SystemExit(f"bench_multinode: no /{pattern}/ in {timeout} s:\n{open(path).read()[-3000:]}")
 
 
 class Cluster:
@@ -153,17 +140,7 @@ class Cluster:
         return out
 
     def stop(self):
-        for p in reversed(self.procs):
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        for p in reversed(self.procs):
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
+        stop(self.procs)
 
 
 def moved(a, b, name, **labels):

@@ -3,10 +3,12 @@
 joined to the others by a veth on one Linux bridge (10.78.0.x/24, removed on close), each
 host's link shaped on its way out (rate by `tc tbf`, one-way delay by `tc netem`, or, on
 kernels without sch_netem, by scripts/nfq_delay.c behind an iptables NFQUEUE rule).
-Needs root and iproute2 (ip, tc, ss)."""
+Needs root and iproute2 (ip, tc, ss). Also the processes' helpers both benchmarks use:
+wait_for (a line in a log) and stop (a cluster's process groups)."""
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -133,3 +135,34 @@ class Hosts:
         self.stop_delayers()
         for ns in self.names + [self.switch]:
             sh("ip", "netns", "del", ns, check=False)
+
+
+def wait_for(path, pattern, timeout, procs):
+    """The first match of `pattern` in the log at `path`, polled every 0.1 s for `timeout`
+    seconds; exits with the log's tail when one of `procs` exits first or time runs out."""
+    name = os.path.basename(sys.argv[0])
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        m = re.search(pattern, open(path).read())
+        if m:
+            return m
+        for p in procs:
+            if p.poll() is not None:
+                raise SystemExit(f"{name}: a process exited ({p.args[3]}):\n{open(path).read()[-3000:]}")
+        time.sleep(0.1)
+    raise SystemExit(f"{name}: no /{pattern}/ in {timeout} s:\n{open(path).read()[-3000:]}")
+
+
+def stop(procs):
+    """SIGTERM to each process group (the newest first), then SIGKILL to those still up 15 s later."""
+    for p in reversed(procs):
+        try:
+            os.killpg(p.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    for p in reversed(procs):
+        try:
+            p.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()

@@ -175,22 +175,10 @@ absl::Status ServingLoop::SendTransfers(std::optional<v1::KvGroupJoin> join) {
   if (join) *step.mutable_kv_join() = *std::move(join);
   for (int64_t id : release_) step.add_release(id);
   release_.clear();
-  // The host tier's copies recorded so far go first, as with every target step.
-  for (const KvBlockMove& m : scheduler_.TakeKvMoves()) {
-    v1::KvBlockMove* out = step.add_kv_moves();
-    out->set_to_host(m.to_host);
-    out->set_block(m.block);
-    out->set_slot(m.slot);
-  }
   Sent sent;
   sent.t0 = std::chrono::steady_clock::now();
   sent.decode_only = false;
-  sent.transfers = TakeReceives(step);
-  sent.kv_join = step.has_kv_join();
-  CASCADE_RETURN_IF_ERROR(workers_->SendStep(step));
-  in_flight_.push_back(step.step_id());
-  sent_[step.step_id()] = std::move(sent);
-  return absl::OkStatus();
+  return Dispatch(step, std::move(sent));
 }
 
 void ServingLoop::OnTransfers(const v1::StepResult& r, const Sent& sent) {

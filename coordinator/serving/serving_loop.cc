@@ -359,6 +359,14 @@ absl::Status ServingLoop::SendTarget(v1::StepRequest step, Sent sent) {
     sent.rows += s.tokens_size();
     sent.decode_only = sent.decode_only && s.sample() && s.tokens_size() == 1 + s.n_draft();
   }
+  CASCADE_RETURN_IF_ERROR(Dispatch(step, std::move(sent)));
+  for (const auto& [id, status] : failed) FailRequest(id, status);
+  absl::MutexLock lock(&mu_);
+  ++stats_.steps;
+  return absl::OkStatus();
+}
+
+absl::Status ServingLoop::Dispatch(v1::StepRequest& step, Sent sent) {
   // The host tier's copies recorded so far go with whichever target step leaves first, and
   // so do the KV receives queued (disaggregation's decode side).
   for (const KvBlockMove& m : scheduler_.TakeKvMoves()) {
@@ -368,12 +376,10 @@ absl::Status ServingLoop::SendTarget(v1::StepRequest step, Sent sent) {
     out->set_slot(m.slot);
   }
   sent.transfers = TakeReceives(step);
+  sent.kv_join = step.has_kv_join();
   CASCADE_RETURN_IF_ERROR(workers_->SendStep(step));
   in_flight_.push_back(step.step_id());
   sent_[step.step_id()] = std::move(sent);
-  for (const auto& [id, status] : failed) FailRequest(id, status);
-  absl::MutexLock lock(&mu_);
-  ++stats_.steps;
   return absl::OkStatus();
 }
 

@@ -221,6 +221,9 @@ class ServingLoop {
   // The drafter's step for the entries of `batch` with draft slots (`step` is its target step).
   v1::StepRequest BuildDraftStep(const Batch& batch, const v1::StepRequest& step);
   absl::Status SendTarget(v1::StepRequest step, Sent sent);
+  // Every target step's way out (SendTarget, SendTransfers): the host tier's copies and the
+  // KV receives queued go with it, then it is in flight as `sent`.
+  absl::Status Dispatch(v1::StepRequest& step, Sent sent);
   void OnDraft(const v1::StepResult& result);
   // A target step's result: Complete (the scheduler keeps the tokens), Account (step
   // cost fit, speculative acceptance), Emit (logprobs, text, stops, finished requests).
