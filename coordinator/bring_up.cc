@@ -135,12 +135,13 @@ absl::Status SizeKvPool(const ClusterConfig& config, const ServedModels& models,
   co.kv_blocks = n_blocks;
   co.size_kv_from_gpus = any_gpu;
   CASCADE_ASSIGN_OR_RETURN(co.host_kv_blocks, HostKvBlocks(sched, largest_block));
-  out.max_context = MaxContext(mc, n_blocks, bs);
+  out.max_context = MaxContext(mc, n_blocks, bs, sched.kv_sink_window);
   return absl::OkStatus();
 }
 
-// The workers', scheduler and speculation options the config asks for (the KV pool apart).
-void CopyOptions(const ClusterConfig& config, const ServedModels& models, ServingPlan& out) {
+// The workers', scheduler and speculation options the config asks for (the KV pool apart);
+// InvalidArgument when the pool cannot hold one sequence's sink + window.
+absl::Status CopyOptions(const ClusterConfig& config, const ServedModels& models, ServingPlan& out) {
   const DraftSection& draft = config.draft;
   StageWorkersOptions& co = out.workers;
   co.model_path = config.model.path;
@@ -154,6 +155,10 @@ void CopyOptions(const ClusterConfig& config, const ServedModels& models, Servin
   co.expert_parallel = config.parallel.expert;
   co.device_sampling = config.scheduler.device_sampling;
   co.cuda_graphs = config.scheduler.cuda_graphs;
+  if (config.scheduler.kv_sink_window) {
+    co.kv_window_tokens = config.scheduler.kv_window_tokens;
+    co.kv_sink_tokens = config.scheduler.kv_sink_tokens;
+  }
   if (models.draft_layers > 0) {
     co.draft = true;
     co.draft_model_path = draft.kind == DraftKind::kModel ? draft.model_path : config.model.path;
@@ -169,9 +174,18 @@ void CopyOptions(const ClusterConfig& config, const ServedModels& models, Servin
   so.max_queued = config.scheduler.max_queued;
   so.n_kv_blocks = static_cast<int32_t>(std::min<int64_t>(co.kv_blocks, INT32_MAX));
   so.n_host_kv_blocks = static_cast<int32_t>(co.host_kv_blocks);
+  so.kv_window_tokens = co.kv_window_tokens;
+  so.kv_sink_tokens = co.kv_sink_tokens;
+  if (const int64_t peak = Scheduler::WindowPeakBlocks(so); peak > so.n_kv_blocks) {
+    return absl::InvalidArgumentError(StrCat(
+        "scheduler.kv_window_tokens: a sequence's sinks (", so.kv_sink_tokens, "), window (", so.kv_window_tokens,
+        ") and prefill chunk (scheduler.max_batched_tokens ", so.max_batched_tokens, ") need up to ", peak,
+        " KV blocks at once, the pool holds ", so.n_kv_blocks, " (raise scheduler.kv_cache_mb)"));
+  }
   // One more batch with a drafter worker: it drafts one while the stages verify others.
   so.max_in_flight_batches = static_cast<int>(out.plan.stages.size()) + (models.draft_layers > 0 ? 1 : 0);
   out.speculation = {draft.kind, draft.ngram_n, draft.num_tokens, draft.adaptive, draft.max_batch};
+  return absl::OkStatus();
 }
 
 // Debian's UCX disables error handling on its shared-memory transports unless told
@@ -191,8 +205,15 @@ WorkerLaunch LocalWorker(int stage, bool draft, const std::string& node, const D
 
 }  // namespace
 
-int64_t MaxContext(const model::ModelConfig& config, int64_t n_blocks, int64_t block_size) {
-  return std::min<int64_t>(config.n_ctx_train, n_blocks * block_size);
+int64_t MaxContext(const model::ModelConfig& config, int64_t n_blocks, int64_t block_size, bool sink_window) {
+  return sink_window ? config.n_ctx_train : std::min<int64_t>(config.n_ctx_train, n_blocks * block_size);
+}
+
+std::string KvPolicyDescription(const SchedulerSection& sched) {
+  if (!sched.kv_sink_window) return "full";
+  return StrCat("sink_window (sinks ", sched.kv_sink_tokens,
+                sched.kv_sink_tokens_given ? "" : " defaulted: StreamingLLM's four attention sinks", ", window ",
+                sched.kv_window_tokens, ")");
 }
 
 absl::StatusOr<ServedModels> OpenServedModels(const ClusterConfig& config) {
@@ -235,7 +256,7 @@ absl::StatusOr<ServingPlan> PlanServing(const ClusterConfig& config, const Serve
     out.roles.push_back(shape.role);
   }
   CASCADE_RETURN_IF_ERROR(SizeKvPool(config, models, out));
-  CopyOptions(config, models, out);
+  CASCADE_RETURN_IF_ERROR(CopyOptions(config, models, out));
   return out;
 }
 

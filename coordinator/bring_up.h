@@ -62,8 +62,13 @@ struct ServingPlan {
 absl::StatusOr<ServingPlan> PlanServing(const ClusterConfig& config, const ServedModels& models);
 
 // Positions per sequence the cluster serves with `n_blocks` KV blocks of `block_size`: the
-// pool's, at most the model's trained context.
-int64_t MaxContext(const model::ModelConfig& config, int64_t n_blocks, int64_t block_size);
+// pool's, at most the model's trained context; under scheduler.kv_policy sink_window
+// (`sink_window`), the model's context, since a sequence holds only its sinks and window.
+int64_t MaxContext(const model::ModelConfig& config, int64_t n_blocks, int64_t block_size, bool sink_window);
+
+// scheduler.kv_policy as served, for the log and ModelInfo: "full", or "sink_window (sinks
+// S[, defaulted], window W)".
+std::string KvPolicyDescription(const SchedulerSection& sched);
 
 // For scripts/launch_cluster.sh: first "control ADDR" (the control plane workers dial),
 // then "security insecure" or "security tls CLUSTER_DIR" (where ca.pem and join.token

@@ -92,6 +92,7 @@ class Parser {
   // A `HOST:PORT` (IPv6 as `[ADDR]:PORT`) at `key`.
   absl::Status ParseHostPort(const YAML::Node& node, std::string_view key, std::string* host, int* port) const;
   absl::Status ParseScheduler(const YAML::Node& node, SchedulerSection* out) const;
+  absl::Status ParseKvPolicy(const YAML::Node& node, SchedulerSection* out) const;
   absl::Status ParseTransport(const YAML::Node& node, const std::vector<NodeSection>& nodes,
                               TransportSection* out) const;
   absl::Status ParseDraft(const YAML::Node& node, const std::vector<NodeSection>& nodes, DraftSection* out) const;
@@ -345,10 +346,11 @@ absl::Status Parser::ParseServer(const YAML::Node& node, ServerSection* out) con
 
 absl::Status Parser::ParseScheduler(const YAML::Node& node, SchedulerSection* out) const {
   if (!node.IsDefined()) return absl::OkStatus();
-  CASCADE_RETURN_IF_ERROR(CheckMap(
-      node, "scheduler",
-      {"max_num_seqs", "max_batched_tokens", "kv_block_size", "kv_cache_mb", "host_kv_cache_mb", "gpu_memory_fraction",
-       "kv_cache_dtype", "prefix_caching", "max_queued", "device_sampling", "cuda_graphs"}));
+  CASCADE_RETURN_IF_ERROR(
+      CheckMap(node, "scheduler",
+               {"max_num_seqs", "max_batched_tokens", "kv_block_size", "kv_cache_mb", "host_kv_cache_mb",
+                "gpu_memory_fraction", "kv_cache_dtype", "prefix_caching", "max_queued", "device_sampling",
+                "cuda_graphs", "kv_policy", "kv_window_tokens", "kv_sink_tokens"}));
   constexpr int64_t kIntMax = std::numeric_limits<int>::max();
   if (const YAML::Node n = Child(node, "max_num_seqs"); n.IsDefined()) {
     CASCADE_ASSIGN_OR_RETURN(out->max_num_seqs, GetInt(n, "scheduler.max_num_seqs", 1, kIntMax));
@@ -400,6 +402,36 @@ absl::Status Parser::ParseScheduler(const YAML::Node& node, SchedulerSection* ou
   }
   if (const YAML::Node n = Child(node, "cuda_graphs"); n.IsDefined()) {
     CASCADE_ASSIGN_OR_RETURN(out->cuda_graphs, GetBool(n, "scheduler.cuda_graphs"));
+  }
+  return ParseKvPolicy(node, out);
+}
+
+absl::Status Parser::ParseKvPolicy(const YAML::Node& node, SchedulerSection* out) const {
+  const YAML::Node policy = Child(node, "kv_policy"), window = Child(node, "kv_window_tokens"),
+                   sinks = Child(node, "kv_sink_tokens");
+  if (policy.IsDefined()) {
+    CASCADE_ASSIGN_OR_RETURN(const std::string name, GetString(policy, "scheduler.kv_policy"));
+    if (name != "full" && name != "sink_window") {
+      return Error(policy, "scheduler.kv_policy", StrCat("unknown policy '", name, "' (full or sink_window)"));
+    }
+    out->kv_sink_window = name == "sink_window";
+  }
+  if (!out->kv_sink_window) {
+    if (window.IsDefined() || sinks.IsDefined()) {
+      return Error(window.IsDefined() ? window : sinks,
+                   window.IsDefined() ? "scheduler.kv_window_tokens" : "scheduler.kv_sink_tokens",
+                   "only with scheduler.kv_policy: sink_window");
+    }
+    return absl::OkStatus();
+  }
+  if (!window.IsDefined()) {
+    return Error(policy, "scheduler.kv_window_tokens", "required with scheduler.kv_policy: sink_window");
+  }
+  CASCADE_ASSIGN_OR_RETURN(out->kv_window_tokens, GetInt(window, "scheduler.kv_window_tokens", 1, int64_t{1} << 30));
+  out->kv_sink_tokens = 4;
+  if (sinks.IsDefined()) {
+    CASCADE_ASSIGN_OR_RETURN(out->kv_sink_tokens, GetInt(sinks, "scheduler.kv_sink_tokens", 0, int64_t{1} << 30));
+    out->kv_sink_tokens_given = true;
   }
   return absl::OkStatus();
 }
@@ -558,6 +590,12 @@ absl::StatusOr<ClusterConfig> Parser::Parse(const YAML::Node& root) {
     return Error(parallel, "parallel.disaggregation",
                  "a drafter worker (draft.self / draft.model) with disaggregation is not supported yet; use "
                  "draft.ngram");
+  }
+  if (config.scheduler.kv_sink_window && (config.parallel.disaggregated || config.draft.kind == DraftKind::kSelf ||
+                                          config.draft.kind == DraftKind::kModel)) {
+    return Error(root["scheduler"]["kv_policy"], "scheduler.kv_policy",
+                 "sink_window with disaggregation or a drafter worker (draft.self / draft.model) is not supported "
+                 "yet (their KV moves whole); use draft.ngram");
   }
   if (config.parallel.data > 1 && (config.draft.kind == DraftKind::kSelf || config.draft.kind == DraftKind::kModel)) {
     return Error(parallel, "parallel.data",

@@ -201,6 +201,19 @@ struct SchedulerSection {
   // busy, or rebuilds after a worker's death); more are refused with RESOURCE_EXHAUSTED.
   // Default 4096. REQUIRES in [1, 1000000].
   int max_queued = 4096;
+  // `scheduler.kv_policy`: `full` (the default: exact attention, a sequence's context is
+  // bounded by the KV pool) or `sink_window` (opt-in, lossy; StreamingLLM, Xiao et al. 2023):
+  // every layer that would see further sees only the first `kv_sink_tokens` positions and the
+  // last `kv_window_tokens`, the KV blocks between are freed (coordinator/serving/scheduler.h),
+  // and the context is the model's however small the pool; a response whose attention it
+  // narrowed says so in its usage (kv_hidden_tokens).
+  bool kv_sink_window = false;
+  // `scheduler.kv_window_tokens`: REQUIRED with sink_window, >= 1 (refused otherwise).
+  int64_t kv_window_tokens = 0;
+  // `scheduler.kv_sink_tokens`: with sink_window; default 4, StreamingLLM's four attention
+  // sinks (logged as defaulted). REQUIRES >= 0.
+  int64_t kv_sink_tokens = 0;
+  bool kv_sink_tokens_given = false;
 };
 
 // Data-plane transport for hidden states between pipeline stages.

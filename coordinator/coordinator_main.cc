@@ -206,7 +206,7 @@ void LogReady(const cascade::coordinator::ClusterConfig& config, const cascade::
                     << (first.options().host_kv_blocks > 0
                             ? StrCat(" + ", first.options().host_kv_blocks, " in the host tier")
                             : std::string())
-                    << ", context " << max_context
+                    << ", context " << max_context << ", KV policy " << KvPolicyDescription(config.scheduler)
                     << (draft.kind == DraftKind::kNone ? std::string()
                                                        : StrCat(", drafter ", DraftKindName(draft.kind)))
                     << ")";
@@ -230,7 +230,8 @@ int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coor
   RendezvousStore store;
   ControlService control_service(replicas.all_workers(), &store, {(*trust)->ca(), (*trust)->join_token()});
   InferenceService inference(&replicas, models.tokenizer.get(), mc,
-                             {config.model.path, serving.max_context, std::string(DraftKindName(config.draft.kind))});
+                             {config.model.path, serving.max_context, std::string(DraftKindName(config.draft.kind)),
+                              KvPolicyDescription(config.scheduler)});
   ServingMetrics metrics;
   absl::StatusOr<ApiKeys> keys = LoadApiKeys(config);
   if (!keys.ok()) return Fail(keys.status());
@@ -256,7 +257,7 @@ int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coor
     return Fail(st);
   }
   const int64_t n_blocks = replicas.min_kv_blocks();
-  const int64_t max_context = MaxContext(mc, n_blocks, config.scheduler.kv_block_size);
+  const int64_t max_context = MaxContext(mc, n_blocks, config.scheduler.kv_block_size, config.scheduler.kv_sink_window);
   if (n_blocks != serving.workers.kv_blocks) inference.SetMaxContext(max_context);  // GPUs hold fewer.
   replicas.Start();
   health.Update(replicas);

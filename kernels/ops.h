@@ -80,6 +80,11 @@ struct AttentionParams {
   // > 0: sliding-window attention (Mistral, gpt-oss's alternate layers): the row at position
   // p sees positions (p - window, p] only, p included.
   int64_t window = 0;
+  // With window > 0: positions [0, kept_prefix) stay visible to every row as well, the
+  // window's positions apart (StreamingLLM's attention sinks, Xiao et al. 2023:
+  // scheduler.kv_policy). A row at p then sees [0, kept_prefix) and (p - window, p]; the KV
+  // blocks between are never read, and their block-table entries may be -1. 0: none.
+  int64_t kept_prefix = 0;
   // Attention sinks (gpt-oss): F32 [n_heads] in the backend's memory, one learned logit per
   // query head that joins every row's softmax denominator and adds nothing to the output:
   // out = sum_t e^(s_t) v_t / (e^(sink) + sum_t e^(s_t)). Empty: none.

@@ -24,7 +24,10 @@ absl::StatusOr<std::unique_ptr<LocalEngine>> LocalEngine::Create(const std::stri
                                              " tokens but the model only ", e->files_.config.n_vocab));
   }
   e->backend_ = kernels::MakeCpuBackend({.n_threads = options.n_threads});
-  CASCADE_ASSIGN_OR_RETURN(e->transformer_, Transformer::Load(e->files_, e->backend_.get(), {}));
+  StageOptions stage;
+  stage.kv_window_tokens = options.kv_window_tokens;
+  stage.kv_sink_tokens = options.kv_sink_tokens;
+  CASCADE_ASSIGN_OR_RETURN(e->transformer_, Transformer::Load(e->files_, e->backend_.get(), stage));
   LogDefaultedKeys(e->files_);
   e->transformer_->Prefault(options.on_load_progress);
 

@@ -27,6 +27,10 @@ struct LocalEngineOptions {
   int64_t kv_block_size = 16;    // Positions per KV block.
   DType kv_dtype = DType::kF16;  // KV cache element type (f32, f16, q8_0).
   int64_t max_context = 0;       // Positions per sequence; 0 = the model's trained context.
+  // The sink + window policy (StageOptions::kv_window_tokens; scheduler.kv_policy), as a
+  // cluster would run it; window 0: exact attention.
+  int64_t kv_window_tokens = 0;
+  int64_t kv_sink_tokens = 0;
   // Called while the weights are faulted in, with the fraction done (optional).
   std::function<void(double)> on_load_progress;
 };

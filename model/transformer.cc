@@ -60,6 +60,13 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Load(const ModelFiles&
   t->first_layer_ = options.first_layer;
   t->last_layer_ = options.last_layer < 0 ? files.config.n_layers : options.last_layer;
   t->exit_head_ = options.exit_head;
+  if (options.kv_window_tokens < 0 || options.kv_sink_tokens < 0 ||
+      (options.kv_window_tokens == 0 && options.kv_sink_tokens > 0)) {
+    return absl::InvalidArgumentError(StrCat("KV policy: window ", options.kv_window_tokens, ", sink tokens ",
+                                             options.kv_sink_tokens, " (sinks need a window > 0)"));
+  }
+  t->kv_window_tokens_ = options.kv_window_tokens;
+  t->kv_sink_tokens_ = options.kv_sink_tokens;
   t->fuse_projections_ = options.fuse_projections;
   if (t->first_layer_ < 0 || t->first_layer_ >= t->last_layer_ || t->last_layer_ > files.config.n_layers) {
     return absl::InvalidArgumentError(StrCat("stage layers [", t->first_layer_, ", ", t->last_layer_,
@@ -300,7 +307,10 @@ absl::Status Transformer::RunLayers(TensorView hidden, const ForwardBatch& batch
     CASCADE_RETURN_IF_ERROR(L.qkv.Forward(qkv, norm, qkv_bias));
     if (L.q_norm.data != nullptr) CASCADE_RETURN_IF_ERROR(NormHeads(q, k, L.q_norm, L.k_norm));
     CASCADE_RETURN_IF_ERROR(b.RopeWriteKv(q, k, v, batch.positions, rope_, kv, batch.seqs));
-    attn_params.window = L.window;
+    // The sink + window policy narrows every layer that sees further than its window.
+    const bool policy = kv_window_tokens_ > 0 && (L.window == 0 || L.window > kv_window_tokens_);
+    attn_params.window = policy ? kv_window_tokens_ : L.window;
+    attn_params.kept_prefix = policy ? kv_sink_tokens_ : 0;
     attn_params.sinks = L.sinks;
     CASCADE_RETURN_IF_ERROR(b.Attention(attn, q, kv, batch.seqs, attn_params));
     CASCADE_RETURN_IF_ERROR(L.o.Forward(proj, attn, L.bo));  // Reduced over the group's heads.

@@ -70,6 +70,13 @@ struct StageOptions {
   // MoE layers under TP: shard whole experts over the group (parallel.expert) instead of
   // slicing every expert's FFN columns (TpShard).
   bool expert_parallel = false;
+  // scheduler.kv_policy `sink_window` (opt-in, lossy; StreamingLLM): a layer whose attention
+  // reaches further than `kv_window_tokens` positions sees only the first `kv_sink_tokens`
+  // and the last `kv_window_tokens` (kernels::AttentionParams::kept_prefix, window), so the
+  // KV between may be freed; a layer with a narrower window of its own keeps it. Window 0:
+  // off (exact attention).
+  int64_t kv_window_tokens = 0;
+  int64_t kv_sink_tokens = 0;
 };
 
 // One forward step over a batch of sequences. Rows are tokens, sequence by sequence.
@@ -181,6 +188,8 @@ class Transformer {
   int64_t first_layer_ = 0;
   int64_t last_layer_ = 0;
   bool exit_head_ = false;
+  int64_t kv_window_tokens_ = 0;  // StageOptions' sink + window policy.
+  int64_t kv_sink_tokens_ = 0;
   bool fuse_projections_ = true;
   kernels::RopeParams rope_;
   std::vector<float> inv_freq_;

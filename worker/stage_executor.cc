@@ -58,6 +58,8 @@ absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Create(const Stage
   stage.tp_rank = options.tp_rank;
   stage.tp_size = options.tp_size;
   stage.expert_parallel = options.expert_parallel;
+  stage.kv_window_tokens = options.kv_window_tokens;
+  stage.kv_sink_tokens = options.kv_sink_tokens;
   stage.exit_head = options.draft;
   if (options.draft && (options.n_stages != 1 || options.tp_size != 1)) {
     return absl::InvalidArgumentError("a drafter runs in one process: 1 stage, tensor 1");
@@ -123,16 +125,29 @@ absl::Status StageExecutor::CheckIds(const std::string& what, const v1::StepSequ
     return absl::InvalidArgumentError(
         StrCat(what, ": ", s.block_table_size(), " KV blocks do not cover ", n_positions, " positions"));
   }
-  for (int32_t b : s.block_table()) {
+  // Under the sink + window policy, blocks [gap_begin, gap_end) are read by no row: freed.
+  int64_t gap_begin = 0, gap_end = 0;
+  if (const int64_t w = options_.kv_window_tokens; w > 0 && s.n_past() + 1 - w > options_.kv_sink_tokens) {
+    gap_begin = (options_.kv_sink_tokens + block_size - 1) / block_size;
+    gap_end = (s.n_past() + 1 - w) / block_size;
+  }
+  for (int i = 0; i < s.block_table_size(); ++i) {
+    const int32_t b = s.block_table(i);
+    if (b == -1 && i >= gap_begin && i < gap_end) continue;
     if (b < 0 || b >= n_blocks) {
-      return absl::InvalidArgumentError(StrCat(what, ": KV block ", b, " is outside [0, ", n_blocks, ")"));
+      return absl::InvalidArgumentError(StrCat(what, ": KV block ", b, " at ", i, " is outside [0, ", n_blocks, ")"));
     }
   }
   return absl::OkStatus();
 }
 
 absl::Status StageExecutor::Flatten(const v1::StepRequest& step, Rows& rows) const {
-  const int64_t max_pos = cache_->options().n_blocks * cache_->options().block_size;
+  // Under the sink + window policy a sequence holds only the blocks it reads: the model's
+  // context bounds its positions instead.
+  const int64_t max_pos =
+      options_.kv_window_tokens > 0
+          ? std::max(transformer_->config().n_ctx_train, cache_->options().n_blocks * cache_->options().block_size)
+          : cache_->options().n_blocks * cache_->options().block_size;
   rows.tables.reserve(step.seqs_size());
   for (const v1::StepSequence& s : step.seqs()) {
     const std::string what = StrCat("step ", step.step_id(), ": sequence ", s.seq_id());

@@ -57,6 +57,10 @@ struct StageExecutorOptions {
   // last_layer) of its model and the model's head (an early exit when last_layer is not
   // the last layer). Its steps carry `propose`; see Draft.
   bool draft = false;
+  // scheduler.kv_policy's sink + window (model::StageOptions): block-table entries the
+  // window has left behind may be -1, and positions may pass the cache's capacity.
+  int64_t kv_window_tokens = 0;
+  int64_t kv_sink_tokens = 0;
   // Fault injection for tests (`cascade-worker --refuse-token-for-testing ID`): refuse,
   // as malformed, every step that feeds token `refuse_token`. -1: off.
   int32_t refuse_token = -1;

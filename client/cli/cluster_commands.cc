@@ -209,6 +209,7 @@ int GenerateCommand(int argc, char** argv) {
                   {"completion_tokens", u.completion_tokens()},
                   {"cached_tokens", u.cached_tokens()}};
     if (u.expert_load_max_mean() > 0) j["usage"]["expert_load_max_mean"] = u.expert_load_max_mean();
+    if (u.kv_hidden_tokens() > 0) j["usage"]["kv_hidden_tokens"] = u.kv_hidden_tokens();
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return 0;
   }

@@ -9,6 +9,7 @@ namespace cascade::cli {
 int InfoCommand(int argc, char** argv);
 int TokenizeCommand(int argc, char** argv);
 int RunCommand(int argc, char** argv);
+int PerplexityCommand(int argc, char** argv);
 int GenerateCommand(int argc, char** argv);
 int ChatCommand(int argc, char** argv);
 int StatusCommand(int argc, char** argv);

@@ -16,6 +16,8 @@ constexpr char kUsage[] =
     "  tokenize  --model PATH (--text T | --chat T) [--add-special] [--json] [--chat-template NAME]\n"
     "  run       --model PATH (--prompt T | --prompt-ids 1,2,3 | --chat T) [--max-tokens N]\n"
     "            [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [--threads N] [--json]\n"
+    "            [--kv-window-tokens W [--kv-sink-tokens S]]  sink + window attention (lossy)\n"
+    "  perplexity --model PATH --file TEXT [--ctx N] [--threads N] [--kv-window-tokens W [--kv-sink-tokens S]]\n"
     "  generate  --server ADDR (--prompt T | --prompt-ids 1,2,3 | --chat T) [flags as run] [--json]\n"
     "  chat      --server ADDR [--system T] [sampling flags]   interactive, streamed\n"
     "  status    --server ADDR [--wait SECONDS]                 exit 0 once the cluster is ready\n"
@@ -44,6 +46,7 @@ int main(int argc, char** argv) {
   if (cmd == "info") return cascade::cli::InfoCommand(argc, argv);
   if (cmd == "tokenize") return cascade::cli::TokenizeCommand(argc, argv);
   if (cmd == "run") return cascade::cli::RunCommand(argc, argv);
+  if (cmd == "perplexity") return cascade::cli::PerplexityCommand(argc, argv);
   if (cmd == "generate") return cascade::cli::GenerateCommand(argc, argv);
   if (cmd == "chat") return cascade::cli::ChatCommand(argc, argv);
   if (cmd == "status") return cascade::cli::StatusCommand(argc, argv);

@@ -29,6 +29,24 @@ std::vector<ArgOption> GenerationOptions() {
   };
 }
 
+std::vector<ArgOption> KvWindowOptions() {
+  return {{"kv-window-tokens", "W",
+           "sink + window attention (scheduler.kv_policy: sink_window, lossy): each row sees the last W positions "
+           "and the first S (default: exact attention)"},
+          {"kv-sink-tokens", "S", "with --kv-window-tokens: the first positions kept (default 4)"}};
+}
+
+absl::Status ReadKvWindow(const Args& args, model::LocalEngineOptions* options) {
+  CASCADE_ASSIGN_OR_RETURN(const int64_t window, args.GetInt("kv-window-tokens", 0));
+  CASCADE_ASSIGN_OR_RETURN(const int64_t sinks, args.GetInt("kv-sink-tokens", window > 0 ? 4 : 0));
+  if (window < 0 || sinks < 0 || (window == 0 && args.Has("kv-sink-tokens"))) {
+    return absl::InvalidArgumentError("--kv-window-tokens must be >= 1, and --kv-sink-tokens >= 0 goes with it");
+  }
+  options->kv_window_tokens = window;
+  options->kv_sink_tokens = sinks;
+  return absl::OkStatus();
+}
+
 std::vector<ArgOption> PromptOptions() {
   return {
       {"prompt", "TEXT", "the prompt, as plain text"},

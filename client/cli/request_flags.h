@@ -29,6 +29,14 @@ absl::Status FillProtoGeneration(const Args& args, v1::GenerateRequest* req);
 // or --chat (and --system, --chat-template).
 absl::StatusOr<v1::GenerateRequest> ProtoRequestFromArgs(const Args& args);
 
+// --kv-window-tokens W and --kv-sink-tokens S: scheduler.kv_policy's sink + window in the
+// local engine (`cascade run`, `cascade perplexity`).
+std::vector<ArgOption> KvWindowOptions();
+
+// Reads them into `options`: sinks 4 (StreamingLLM's) unless given, and only with a window.
+// InvalidArgument naming the flag.
+absl::Status ReadKvWindow(const Args& args, model::LocalEngineOptions* options);
+
 // The JSON of `cascade run --json` / `cascade generate --json`.
 std::string ResultJson(const std::vector<int32_t>& prompt_ids, const std::vector<int32_t>& token_ids,
                        const std::string& text, const std::string& finish_reason, double load_s, double prefill_tok_s,

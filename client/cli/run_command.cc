@@ -75,6 +75,7 @@ int RunCommand(int argc, char** argv) {
                       {"ctx", "N", "positions per sequence (default: the model's trained context)"},
                       {"kv-type", "TYPE", "KV cache type: f32, f16, q8_0 or fp8_e4m3 (default f16)"},
                       {"json", "", "print one JSON object (ids, text, timings) instead of streaming"}});
+  for (ArgOption& o : KvWindowOptions()) arg_options.push_back(std::move(o));
   Args args("cascade run", "--model PATH (--prompt T | --prompt-ids 1,2,3 | --chat T) [options]",
             std::move(arg_options));
   if (auto s = args.Parse(argc, argv, 2); !s.ok()) return Fail("run", s);
@@ -99,6 +100,7 @@ int RunCommand(int argc, char** argv) {
     if (!dtype.ok()) return Fail("run", absl::InvalidArgumentError(StrCat("--kv-type: ", dtype.status().message())));
     options.kv_dtype = *dtype;
   }
+  if (absl::Status st = ReadKvWindow(args, &options); !st.ok()) return Fail("run", st);
   if (isatty(STDERR_FILENO)) options.on_load_progress = DrawProgress;
   auto engine = model::LocalEngine::Create(*path, options);
   if (!engine.ok()) return Fail("run", engine.status());

@@ -336,6 +336,8 @@ absl::Status StageWorkers::LoadOne(int i, const std::string& group, bool join_kv
     req.set_kv_rank(options_.kv_rank_base + stage.pp_stage * tp_size() + tp_rank);
   }
   req.set_expert_parallel(!draft && options_.expert_parallel);
+  req.set_kv_window_tokens(options_.kv_window_tokens);
+  req.set_kv_sink_tokens(options_.kv_sink_tokens);
   if (!draft) {
     req.set_tp_transport(tp_transport);
     req.set_pp_transport(options_.pp_nccl ? v1::TRANSPORT_NCCL : v1::TRANSPORT_UCX);

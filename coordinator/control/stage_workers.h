@@ -59,8 +59,10 @@ struct StageWorkersOptions {
   bool pp_nccl = false;
   v1::PpHandoff pp_handoff = v1::PP_HANDOFF_SPLIT;  // transport.pp_handoff.
   bool expert_parallel = false;                     // parallel.expert (MoE layers).
-  bool device_sampling = true;                      // scheduler.device_sampling.
-  bool cuda_graphs = false;                         // scheduler.cuda_graphs.
+  int64_t kv_window_tokens = 0;                     // scheduler.kv_policy sink_window (0: full).
+  int64_t kv_sink_tokens = 0;
+  bool device_sampling = true;  // scheduler.device_sampling.
+  bool cuda_graphs = false;     // scheduler.cuda_graphs.
 
   // The coordinator's cluster certificate for its calls to workers (mutual TLS); null:
   // plaintext (security.insecure).

@@ -26,8 +26,9 @@ namespace cascade::coordinator {
 
 struct InferenceServiceOptions {
   std::string model_path;
-  int64_t max_context = 0;  // Positions per sequence the cluster serves.
-  std::string drafter;      // DraftKindName of the configured drafter ("" for none).
+  int64_t max_context = 0;         // Positions per sequence the cluster serves.
+  std::string drafter;             // DraftKindName of the configured drafter ("" for none).
+  std::string kv_policy = "full";  // scheduler.kv_policy as served (KvPolicyDescription).
 };
 
 // A request in flight, read by one front-end thread. Destroying it before the request

@@ -546,10 +546,15 @@ json OpenAiResponder::UsageJson() const {
   const v1::Usage& first = choices_[0].usage;
   int64_t completion = 0;
   for (const Choice& c : choices_) completion += c.usage.completion_tokens();
-  return {{"prompt_tokens", first.prompt_tokens()},
-          {"completion_tokens", completion},
-          {"total_tokens", first.prompt_tokens() + completion},
-          {"prompt_tokens_details", {{"cached_tokens", first.cached_tokens()}}}};
+  json usage = {{"prompt_tokens", first.prompt_tokens()},
+                {"completion_tokens", completion},
+                {"total_tokens", first.prompt_tokens() + completion},
+                {"prompt_tokens_details", {{"cached_tokens", first.cached_tokens()}}}};
+  // scheduler.kv_policy sink_window narrowed some choice's attention: said, never silent.
+  int64_t hidden = 0;
+  for (const Choice& c : choices_) hidden = std::max<int64_t>(hidden, c.usage.kv_hidden_tokens());
+  if (hidden > 0) usage["kv_policy"] = {{"name", "sink_window"}, {"hidden_tokens", hidden}};
+  return usage;
 }
 
 std::vector<json> OpenAiResponder::Chunks(const v1::GenerateResponse& m, int index) {

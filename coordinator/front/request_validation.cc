@@ -1,6 +1,7 @@
 #include "coordinator/front/request_validation.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "core/status.h"
 #include "core/str_cat.h"
@@ -125,6 +126,13 @@ absl::StatusOr<ServingRequest> ValidateGenerateRequest(const v1::GenerateRequest
   if (n >= max_context) {
     return absl::InvalidArgumentError(
         StrCat("prompt: ", n, " tokens, the context holds ", max_context, " (leave room for at least one new token)"));
+  }
+  // An explicit length the context cannot hold is refused rather than cut short silently.
+  if (req.has_max_tokens() && r.max_tokens != std::numeric_limits<int32_t>::max() && n + r.max_tokens > max_context) {
+    return absl::InvalidArgumentError(StrCat(
+        "max_tokens: the prompt's ", n, " tokens + max_tokens ", r.max_tokens, " exceed the context of ", max_context,
+        " positions (the model's, or what the KV pool holds for one sequence; "
+        "scheduler.kv_policy: sink_window serves longer generations in bounded memory)"));
   }
   r.max_tokens = static_cast<int32_t>(std::min<int64_t>(r.max_tokens, max_context - n));
   r.stops.ignore_eos = req.ignore_eos();

@@ -49,6 +49,45 @@ Scheduler::Scheduler(const SchedulerOptions& options)
   CASCADE_CHECK(options.max_batched_tokens >= 1) << "max_batched_tokens " << options.max_batched_tokens;
   CASCADE_CHECK(options.max_in_flight_batches >= 1) << "max_in_flight_batches " << options.max_in_flight_batches;
   CASCADE_CHECK(options.n_host_kv_blocks >= 0) << "n_host_kv_blocks " << options.n_host_kv_blocks;
+  CASCADE_CHECK(options.kv_window_tokens >= 0 && options.kv_sink_tokens >= 0 &&
+                (options.kv_window_tokens > 0 || options.kv_sink_tokens == 0))
+      << "kv window " << options.kv_window_tokens << ", sinks " << options.kv_sink_tokens;
+}
+
+int64_t Scheduler::WindowPeakBlocks(const SchedulerOptions& o) {
+  if (o.kv_window_tokens == 0) return 0;
+  const int64_t bs = o.kv_block_size;
+  // Rows [p, p + n) read and write positions [p + 1 - W, p + n): at most (W - 1 + n) / bs + 2
+  // blocks, n up to a prefill chunk (max_batched_tokens), beside the sinks' blocks.
+  return (o.kv_sink_tokens + bs - 1) / bs + (o.kv_window_tokens - 1 + o.max_batched_tokens) / bs + 2;
+}
+
+void Scheduler::ReleaseHidden(Sequence& seq) {
+  const int64_t w = options_.kv_window_tokens, sinks = options_.kv_sink_tokens, bs = options_.kv_block_size;
+  if (w == 0 || seq.n_cached + 1 - w <= sinks) return;
+  const int64_t end = std::min<int64_t>((seq.n_cached + 1 - w) / bs, static_cast<int64_t>(seq.block_table.size()));
+  std::vector<int32_t> freed;
+  for (int64_t b = (sinks + bs - 1) / bs; b < end; ++b) {
+    if (seq.block_table[b] == kHiddenBlock) continue;
+    freed.push_back(seq.block_table[b]);
+    seq.block_table[b] = kHiddenBlock;
+  }
+  allocator_.Free(freed);
+}
+
+bool Scheduler::Grow(Sequence& seq, int32_t need, const std::vector<int64_t>& batch_ids, bool* preempted) {
+  while (need > allocator_.n_free()) {
+    Sequence* victim = PickVictim(batch_ids);
+    if (victim == nullptr) return false;  // Everything else is in flight: wait for it.
+    // Rather than evict itself, an older sequence waits for newer in-flight ones to
+    // come back and evicts them then (pass 1 reaches it first in that round).
+    if (victim == &seq && NewerInFlight(seq)) return false;
+    Preempt(*victim);
+    *preempted = true;
+    if (victim == &seq) return false;
+  }
+  CASCADE_CHECK(allocator_.AllocateInto(need, &seq.block_table).ok());
+  return true;
 }
 
 void Scheduler::ResetKvBlocks(int32_t n_blocks) {
@@ -72,13 +111,20 @@ absl::Status Scheduler::Add(SequenceSpec spec) {
   const int64_t n_prompt = static_cast<int64_t>(spec.prompt.size());
   // The prompt plus one decode slot must fit, as for admission.
   const int64_t prompt_blocks = allocator_.BlocksForTokens(n_prompt + 1);
-  if (prompt_blocks > allocator_.n_total()) {
+  if (const int64_t peak = WindowPeakBlocks(); peak > 0) {
+    // Sink + window: never more than its peak at once, however long it grows.
+    if (std::min<int64_t>(allocator_.BlocksForTokens(n_prompt + spec.max_tokens), peak) > allocator_.n_total()) {
+      return absl::InvalidArgumentError(StrCat("scheduler.kv_window_tokens: a sequence may hold ", peak,
+                                               " KV blocks at once (sinks, window and a prefill chunk), the cache has ",
+                                               allocator_.n_total()));
+    }
+  } else if (prompt_blocks > allocator_.n_total()) {
     return absl::InvalidArgumentError(StrCat("prompt of ", n_prompt, " tokens needs ", prompt_blocks,
                                              " KV blocks, the cache has ", allocator_.n_total()));
   }
   // The last generated token is never fed, so prompt + max_tokens - 1 positions at most.
   const int64_t full_blocks = allocator_.BlocksForTokens(n_prompt + spec.max_tokens);
-  if (full_blocks > allocator_.n_total()) {
+  if (WindowPeakBlocks() == 0 && full_blocks > allocator_.n_total()) {
     return absl::InvalidArgumentError(StrCat("max_tokens: prompt of ", n_prompt, " tokens + max_tokens ",
                                              spec.max_tokens, " need ", full_blocks, " KV blocks, the cache has ",
                                              allocator_.n_total()));
@@ -220,7 +266,11 @@ void Scheduler::SetDraftTokens(int64_t seq_id, int32_t k) {
 }
 
 void Scheduler::FreeBlocks(Sequence& seq) {
-  const std::vector<int32_t> tail_first(seq.block_table.rbegin(), seq.block_table.rend());
+  std::vector<int32_t> tail_first;
+  tail_first.reserve(seq.block_table.size());
+  for (auto it = seq.block_table.rbegin(); it != seq.block_table.rend(); ++it) {
+    if (*it != kHiddenBlock) tail_first.push_back(*it);
+  }
   allocator_.Free(tail_first);
   seq.block_table.clear();
   seq.chain.clear();
@@ -239,6 +289,10 @@ void Scheduler::RegisterCachedBlocks(Sequence& seq) {
     const int64_t i = static_cast<int64_t>(seq.chain.size());
     for (int64_t j = 0; j < bs; ++j) tokens[j] = seq.token(i * bs + j);
     const PrefixLink parent = i == 0 ? PrefixLink{} : seq.chain.back();
+    if (seq.block_table[i] == kHiddenBlock) {  // Freed before it could be registered.
+      seq.chain_open = false;
+      break;
+    }
     std::optional<PrefixLink> link = allocator_.Register(parent, tokens, seq.block_table[i]);
     if (!link) {
       seq.chain_open = false;  // Its parent was evicted, or a hash collision: stop here.
@@ -266,17 +320,21 @@ bool Scheduler::AdmitHead(int64_t budget, Batch& batch) {
   const int32_t n_hit = static_cast<int32_t>(hit.size());
   // Cached-free blocks it revives and host blocks it brings back leave the free pool too.
   const int32_t n_revived = allocator_.BlocksTakenBy(hit);
-  // The rest of its tokens plus one decode slot must fit.
-  if (allocator_.BlocksForTokens(n_tokens + 1) - n_hit + n_revived > allocator_.n_free()) return false;
+  // The rest of its tokens plus one decode slot must fit; under sink + window, its first
+  // chunk's (the later ones take theirs as they go).
+  const int64_t n_first = std::min(n_tokens - static_cast<int64_t>(n_hit) * options_.kv_block_size, budget);
+  const int64_t end = WindowPeakBlocks() > 0 ? n_hit * options_.kv_block_size + n_first : n_tokens;
+  if (allocator_.BlocksForTokens(end + 1) - n_hit + n_revived > allocator_.n_free()) return false;
   waiting_.pop_front();
   int64_t n_host_hit = 0;
   for (const PrefixLink& link : hit) n_host_hit += allocator_.on_host(link) ? options_.kv_block_size : 0;
   allocator_.Share(hit, &seq.block_table);  // First: the allocation below must not evict them.
-  CASCADE_CHECK(allocator_.AllocateInto(allocator_.BlocksForTokens(n_tokens) - n_hit, &seq.block_table).ok());
+  CASCADE_CHECK(allocator_.AllocateInto(allocator_.BlocksForTokens(end) - n_hit, &seq.block_table).ok());
   seq.chain = std::move(hit);
   seq.chain_open = true;
   seq.n_cached = static_cast<int64_t>(n_hit) * options_.kv_block_size;
   seq.n_prefilled = seq.n_cached;
+  ReleaseHidden(seq);  // A long cached prefix: its middle is not seen.
   if (options_.prefix_caching) {
     prefix_query_tokens_ += n_tokens;
     prefix_hit_tokens_ += seq.n_cached;
@@ -286,8 +344,7 @@ bool Scheduler::AdmitHead(int64_t budget, Batch& batch) {
   seq.admitted = true;
   seq.running = true;
   running_.push_back(seq.spec.id);
-  const int64_t n_new = std::min(n_tokens - seq.n_cached, budget);
-  AddEntry(seq, n_new, /*is_prefill=*/true, batch, /*first_chunk=*/true);
+  AddEntry(seq, n_first, /*is_prefill=*/true, batch, /*first_chunk=*/true);
   return true;
 }
 
@@ -343,20 +400,7 @@ std::optional<Batch> Scheduler::Schedule() {
     if (!seq.running || seq.in_flight_batch >= 0 || seq.at_max_tokens()) continue;
     if (seq.n_tokens() - seq.n_cached != 1) continue;  // A prefill chunk: pass 2.
     const int32_t need = allocator_.BlocksForTokens(seq.n_cached + 1) - static_cast<int32_t>(seq.block_table.size());
-    bool self_evicted = false;
-    while (need > allocator_.n_free()) {
-      Sequence* victim = PickVictim(batch_ids);
-      if (victim == nullptr) break;  // Everything else is in flight: wait for it.
-      // Rather than evict itself, an older sequence waits for newer in-flight ones to
-      // come back and evicts them then (pass 1 reaches it first in that round).
-      if (victim == &seq && NewerInFlight(seq)) break;
-      self_evicted = victim == &seq;
-      Preempt(*victim);
-      preempted = true;
-      if (self_evicted) break;
-    }
-    if (self_evicted || need > allocator_.n_free()) continue;
-    CASCADE_CHECK(allocator_.AllocateInto(need, &seq.block_table).ok());
+    if (!Grow(seq, need, batch_ids, &preempted)) continue;
     AddEntry(seq, 1, /*is_prefill=*/false, batch, /*first_chunk=*/std::exchange(seq.restart, false));
     batch_ids.push_back(id);
     budget -= 1;
@@ -365,13 +409,18 @@ std::optional<Batch> Scheduler::Schedule() {
   }
 
   // 2. Remaining chunks of partly cached prompts (their blocks were allocated at
-  // admission).
-  for (int64_t id : running_) {
+  // admission; under sink + window, each chunk's now, evicting as a decode would).
+  for (int64_t id : std::vector<int64_t>(running_)) {
     if (full()) break;
-    Sequence& seq = seqs_.at(id);
-    if (seq.in_flight_batch >= 0 || seq.n_tokens() - seq.n_cached <= 1) continue;
+    auto found = seqs_.find(id);
+    if (found == seqs_.end()) continue;
+    Sequence& seq = found->second;
+    if (!seq.running || seq.in_flight_batch >= 0 || seq.n_tokens() - seq.n_cached <= 1) continue;
     if (std::find(batch_ids.begin(), batch_ids.end(), id) != batch_ids.end()) continue;
     const int64_t n_new = std::min(seq.n_tokens() - seq.n_cached, budget);
+    const int32_t need =
+        allocator_.BlocksForTokens(seq.n_cached + n_new) - static_cast<int32_t>(seq.block_table.size());
+    if (need > 0 && !Grow(seq, need, batch_ids, &preempted)) continue;
     AddEntry(seq, n_new, /*is_prefill=*/true, batch);
     batch_ids.push_back(id);
     budget -= n_new;
@@ -438,6 +487,7 @@ absl::StatusOr<std::vector<TokenEvent>> Scheduler::Complete(int64_t batch_id, st
     if (e.is_prefill) seq.n_prefilled = seq.n_cached;
     if (!e.wants_logits) {
       RegisterCachedBlocks(seq);
+      ReleaseHidden(seq);
       continue;
     }
     const std::vector<int32_t>& emitted = tokens.at(e.seq_id);
@@ -462,6 +512,7 @@ absl::StatusOr<std::vector<TokenEvent>> Scheduler::Complete(int64_t batch_id, st
       }
     }
     RegisterCachedBlocks(seq);
+    ReleaseHidden(seq);
   }
   ReleaseBatch(batch_id);
   return events;
@@ -526,7 +577,11 @@ std::optional<SequenceInfo> Scheduler::Lookup(int64_t seq_id) const {
                : seq.running            ? SequenceState::kRunning
                                         : SequenceState::kWaiting;
   info.n_cached = seq.n_cached;
-  info.n_blocks = static_cast<int32_t>(seq.block_table.size());
+  info.n_blocks = static_cast<int32_t>(seq.block_table.size() -
+                                       std::count(seq.block_table.begin(), seq.block_table.end(), kHiddenBlock));
+  if (options_.kv_window_tokens > 0) {  // Its last row, at n_cached - 1, saw [0, sinks) and the window.
+    info.n_hidden = std::max<int64_t>(0, seq.n_cached - options_.kv_window_tokens - options_.kv_sink_tokens);
+  }
   info.n_preemptions = seq.n_preemptions;
   info.generated = seq.generated;
   info.n_cached_prompt_tokens = seq.n_cached_prompt_tokens;

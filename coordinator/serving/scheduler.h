@@ -48,8 +48,17 @@
 // holds stays matchable in the allocator's cached-free LRU until a new allocation evicts
 // it; admission counts only the blocks it takes from the free pool (new or revived).
 //
+// Sink + window (`kv_window_tokens` > 0; scheduler.kv_policy, opt-in and lossy; StreamingLLM,
+// Xiao et al. 2023): the workers' attention shows a row at position p only positions
+// [0, kv_sink_tokens) and (p - kv_window_tokens, p], so a sequence's blocks wholly between
+// are freed once its next row no longer sees them, and its table holds -1 there
+// (kHiddenBlock). Its blocks are then taken chunk by chunk rather than for the whole prompt
+// at admission (a prefill chunk may evict newer sequences for them, as a decode does), and
+// what it holds at once is bounded by `WindowPeakBlocks()` however long it grows.
+//
 // Progress guarantee: `Add` rejects a sequence whose prompt + max_tokens could not fit
-// in the whole cache, so a sequence left alone can always run to max_tokens.
+// in the whole cache (under sink + window: whose peak could not), so a sequence left alone
+// can always run to max_tokens.
 //
 // Thread safety: single owner. The coordinator's loop thread owns the scheduler and its
 // block allocator; API threads hand requests to that thread, never call in directly.
@@ -91,6 +100,10 @@ struct SchedulerOptions {
   // Blocks of the host tier of the prefix cache (scheduler.host_kv_cache_mb): evicted
   // cached blocks move there and come back on a hit. 0: none. REQUIRES >= 0.
   int32_t n_host_kv_blocks = 0;
+  // Sink + window (above): the window in positions, 0: off (every position is kept); and
+  // the first positions kept besides it. REQUIRES >= 0, sinks only with a window.
+  int64_t kv_window_tokens = 0;
+  int64_t kv_sink_tokens = 0;
 };
 
 // A request's sequence as handed to `Add`.
@@ -163,6 +176,8 @@ struct SequenceInfo {
   std::vector<int32_t> generated;  // Generated tokens so far.
   // Prompt tokens served from the prefix cache at its first admission (0 before it).
   int64_t n_cached_prompt_tokens = 0;
+  // Sink + window: positions its last computed row did not see (0: its attention was exact).
+  int64_t n_hidden = 0;
 };
 
 struct SchedulerStats {
@@ -292,6 +307,13 @@ class Scheduler {
   void KvArrived(int64_t seq_id);
   void KvLost(int64_t seq_id);
 
+  // A freed block in a sink + window table: no row reads it.
+  static constexpr int32_t kHiddenBlock = -1;
+  // Sink + window: the most blocks one sequence holds at once (its sinks, a window, a prefill
+  // chunk of max_batched_tokens and the blocks they straddle); 0 without the policy.
+  static int64_t WindowPeakBlocks(const SchedulerOptions& options);
+  int64_t WindowPeakBlocks() const { return WindowPeakBlocks(options_); }
+
  private:
   struct Sequence {
     SequenceSpec spec;
@@ -347,6 +369,13 @@ class Scheduler {
   // Frees `seq`'s blocks, tail first (so its cached-free tail is evicted first), and
   // forgets its chain.
   void FreeBlocks(Sequence& seq);
+  // Allocates `need` blocks to `seq`, first evicting newer sequences not in `batch_ids`
+  // (possibly `seq` itself, unless a newer one is in flight: it waits then) while too few are
+  // free. False when it could not; `preempted` is set when anyone was evicted.
+  bool Grow(Sequence& seq, int32_t need, const std::vector<int64_t>& batch_ids, bool* preempted);
+  // Sink + window: frees the blocks of `seq` that its next row (at n_cached) and every later
+  // one no longer see, marking them kHiddenBlock.
+  void ReleaseHidden(Sequence& seq);
   // Appends an entry feeding the next `n_new` uncached tokens of `seq` to `batch`.
   void AddEntry(Sequence& seq, int64_t n_new, bool is_prefill, Batch& batch, bool first_chunk = false);
   // Reserves up to seq.draft_tokens draft positions for the decode `entry` of `seq`.

@@ -585,6 +585,7 @@ void ServingLoop::Finish(int64_t seq_id, Active& a, v1::GenerateResponse& last) 
   u->set_completion_tokens(static_cast<int32_t>(a.generated.size()));
   if (const std::optional<SequenceInfo> info = scheduler_.Lookup(seq_id)) {
     u->set_cached_tokens(static_cast<int32_t>(info->n_cached_prompt_tokens));
+    u->set_kv_hidden_tokens(info->n_hidden);
   }
   u->set_ttft_s(a.ttft_s);
   u->set_total_s(SecondsSince(a.arrival));

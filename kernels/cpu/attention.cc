@@ -32,7 +32,19 @@ using internal::kAttnMaxHeadDim;
 // whole blocks, at least this many positions each, and the partial softmaxes are merged.
 constexpr int64_t kMinSplitPositions = 128;
 
-absl::Status CheckSeqs(const KvCacheLayer& cache, std::span<const AttentionSeq> seqs, int64_t n_rows) {
+// The first position row i of `s` sees past the kept prefix: 0, or its window's start
+// (0 as well when the window reaches back into the kept prefix).
+int64_t FirstVisible(const AttentionSeq& s, int64_t i, int64_t window, int64_t kept_prefix) {
+  if (window <= 0) return 0;
+  const int64_t first = std::max<int64_t>(0, s.n_past + i + 1 - window);
+  return first <= kept_prefix ? 0 : first;
+}
+
+// Checks the table of every sequence covers its positions, and that the blocks read are
+// in the cache: those of the new positions (`new_only`: a KV write), or those every row
+// sees (attention under `params`' window and kept prefix; the blocks between are skipped).
+absl::Status CheckSeqs(const KvCacheLayer& cache, std::span<const AttentionSeq> seqs, int64_t n_rows,
+                       const AttentionParams* params) {
   const int64_t n_blocks = cache.k.dim(0);
   for (const AttentionSeq& s : seqs) {
     if (s.row_begin < 0 || s.n_new < 0 || s.row_begin + s.n_new > n_rows || s.n_past < 0) {
@@ -44,7 +56,16 @@ absl::Status CheckSeqs(const KvCacheLayer& cache, std::span<const AttentionSeq> 
       return absl::InvalidArgumentError(
           StrCat("attention: block table has ", s.block_table.size(), " blocks, positions need ", need));
     }
+    const int64_t bs = cache.block_size;
+    // Blocks [0, kept) and [first, need) are read.
+    int64_t kept = 0, first = s.n_past / bs;
+    if (params != nullptr) {
+      const int64_t from = FirstVisible(s, 0, params->window, params->kept_prefix);
+      kept = from > 0 ? (std::min(params->kept_prefix, from) + bs - 1) / bs : 0;
+      first = from / bs;
+    }
     for (int64_t b = 0; b < need; ++b) {
+      if (b >= kept && b < first) continue;
       if (s.block_table[b] < 0 || s.block_table[b] >= n_blocks) {
         return absl::InvalidArgumentError(
             StrCat("attention: block id ", s.block_table[b], " outside the cache's ", n_blocks, " blocks"));
@@ -204,7 +225,7 @@ absl::Status WriteKvCpu(KvCacheLayer& cache, const TensorView& k, const TensorVi
     return absl::InvalidArgumentError(StrCat("write_kv: k ", k.ShapeString(), " / v ", v.ShapeString(),
                                              " do not match the cache's ", kv_dim, " columns"));
   }
-  if (absl::Status s = CheckSeqs(cache, seqs, k.Rows()); !s.ok()) return s;
+  if (absl::Status s = CheckSeqs(cache, seqs, k.Rows(), /*params=*/nullptr); !s.ok()) return s;
   CASCADE_RETURN_IF_ERROR(CheckKvDtype(cache));
   const DType dtype = cache.k.dtype;
   const int64_t bs = cache.block_size, row_bytes = RowBytes(dtype, kv_dim);
@@ -240,6 +261,7 @@ struct Unit {
   int32_t item;
   int32_t partial;  // Index of its partial result, or -1: writes `out` directly.
   int64_t pos_begin, pos_end;
+  int64_t first_pos;  // Positions before it are skipped (a window's start).
 };
 struct Split {
   int32_t item;
@@ -266,23 +288,21 @@ absl::Status CheckAttention(const TensorView& out, const TensorView& q, const Kv
     return absl::InvalidArgumentError(StrCat("attention: q ", q.ShapeString(), " / out ", out.ShapeString(),
                                              " do not match ", params.n_heads, " heads of ", d));
   }
-  if (params.window < 0 || (params.sinks.data != nullptr &&
-                            (params.sinks.dtype != DType::kF32 || params.sinks.NumElements() != params.n_heads))) {
-    return absl::InvalidArgumentError(StrCat("attention: window ", params.window, ", sinks ",
-                                             params.sinks.ShapeString(), " for ", params.n_heads, " heads"));
+  if (params.window < 0 || params.kept_prefix < 0 ||
+      (params.sinks.data != nullptr &&
+       (params.sinks.dtype != DType::kF32 || params.sinks.NumElements() != params.n_heads))) {
+    return absl::InvalidArgumentError(StrCat("attention: window ", params.window, ", kept prefix ", params.kept_prefix,
+                                             ", sinks ", params.sinks.ShapeString(), " for ", params.n_heads,
+                                             " heads"));
   }
-  CASCADE_RETURN_IF_ERROR(CheckSeqs(cache, seqs, q.Rows()));
+  CASCADE_RETURN_IF_ERROR(CheckSeqs(cache, seqs, q.Rows(), &params));
   return CheckKvDtype(cache);
 }
 
-// The first position row i of `s` sees: 0, or its window's start.
-int64_t FirstVisible(const AttentionSeq& s, int64_t i, int64_t window) {
-  return window > 0 ? std::max<int64_t>(0, s.n_past + i + 1 - window) : 0;
-}
-
 // Splits an item's positions only when there are too few items to keep every thread busy.
-AttentionPlan PlanUnits(std::span<const AttentionSeq> seqs, int64_t n_kv, int64_t bs, int64_t n_threads,
-                        int64_t window) {
+// A row whose window has left the kept prefix behind runs the prefix as one more unit.
+AttentionPlan PlanUnits(std::span<const AttentionSeq> seqs, int64_t n_kv, int64_t bs, int64_t n_threads, int64_t window,
+                        int64_t kept_prefix) {
   AttentionPlan plan;
   for (size_t si = 0; si < seqs.size(); ++si) {
     for (int64_t i = 0; i < seqs[si].n_new; ++i) {
@@ -294,18 +314,21 @@ AttentionPlan PlanUnits(std::span<const AttentionSeq> seqs, int64_t n_kv, int64_
   for (int64_t item = 0; item < n_items; ++item) {
     const RowRef r = plan.rows[item / n_kv];
     const int64_t n_ctx = seqs[r.seq].n_past + r.i + 1;
-    const int64_t first = FirstVisible(seqs[r.seq], r.i, window);
+    const int64_t first = FirstVisible(seqs[r.seq], r.i, window, kept_prefix);
+    const bool prefix_unit = first > 0 && kept_prefix > 0;
     const int64_t first_block = first / bs, n_blocks = (n_ctx + bs - 1) / bs - first_block;
     const int64_t n_split =
         std::clamp<int64_t>((n_ctx - first) / kMinSplitPositions, 1, std::min(max_splits, n_blocks));
-    if (n_split == 1) {
-      plan.units.push_back({static_cast<int32_t>(item), -1, first_block * bs, n_ctx});
+    if (n_split == 1 && !prefix_unit) {
+      plan.units.push_back({static_cast<int32_t>(item), -1, first_block * bs, n_ctx, first});
       continue;
     }
-    plan.splits.push_back({static_cast<int32_t>(item), plan.n_partials, static_cast<int32_t>(n_split)});
+    plan.splits.push_back(
+        {static_cast<int32_t>(item), plan.n_partials, static_cast<int32_t>(n_split + (prefix_unit ? 1 : 0))});
+    if (prefix_unit) plan.units.push_back({static_cast<int32_t>(item), plan.n_partials++, 0, kept_prefix, 0});
     for (int64_t sp = 0; sp < n_split; ++sp) {
       const int64_t b0 = first_block + n_blocks * sp / n_split, b1 = first_block + n_blocks * (sp + 1) / n_split;
-      plan.units.push_back({static_cast<int32_t>(item), plan.n_partials++, b0 * bs, std::min(b1 * bs, n_ctx)});
+      plan.units.push_back({static_cast<int32_t>(item), plan.n_partials++, b0 * bs, std::min(b1 * bs, n_ctx), first});
     }
   }
   return plan;
@@ -353,7 +376,7 @@ absl::Status AttentionCpu(TensorView out, const TensorView& q, const KvCacheLaye
   const int64_t head_bytes = RowBytes(kv_dtype, d);  // Offset of one KV head within a position.
   const int64_t bs = cache.block_size;
   const int64_t n_threads = pool.n_threads();
-  const AttentionPlan plan = PlanUnits(seqs, n_kv, bs, n_threads, params.window);
+  const AttentionPlan plan = PlanUnits(seqs, n_kv, bs, n_threads, params.window, params.kept_prefix);
   const float* sinks = params.sinks.data != nullptr ? params.sinks.As<float>() : nullptr;
   const int64_t partial_floats = n_group * (d + 2);
   std::vector<float> partials(plan.n_partials * partial_floats);
@@ -375,7 +398,7 @@ absl::Status AttentionCpu(TensorView out, const TensorView& q, const KvCacheLaye
                       .table = s.block_table.data(),
                       .pos_begin = unit.pos_begin,
                       .pos_end = unit.pos_end,
-                      .first_pos = FirstVisible(s, r.i, params.window),
+                      .first_pos = unit.first_pos,
                       .bs = bs,
                       .kv_row_bytes = kv_row_bytes,
                       .n_group = n_group,

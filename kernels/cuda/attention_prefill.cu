@@ -44,14 +44,18 @@ __global__ void AttentionTileKernel(AttentionArgs a, const PrefillTile* tiles) {
   for (int j = 0; j < kDims; ++j) acc[j] = 0.0f;
   // With a window, the tile's first row sees keys from pos0 - window + 1: earlier key tiles
   // are skipped, and keys outside a row's window masked below.
+  // A kept prefix (AttentionParams::kept_prefix) is read first, then the walk jumps to the
+  // window's tiles; the keys between are neither loaded nor seen.
   const int64_t lowest = a.window > 0 && tile.pos0 + 1 > a.window ? tile.pos0 + 1 - a.window : 0;
-  for (int64_t k0 = lowest / kTileKeys * kTileKeys; k0 < n_keys; k0 += kTileKeys) {
+  const int64_t start = lowest / kTileKeys * kTileKeys;
+  for (int64_t k0 = a.kept_prefix > 0 ? 0 : start; k0 < n_keys;
+       k0 = k0 + kTileKeys >= a.kept_prefix && k0 + kTileKeys < start ? start : k0 + kTileKeys) {
     __syncthreads();  // The previous tile's ks, vs and ps are no longer read (and qs is in).
     for (int i = t; i < kTileKeys * HD; i += kThreads) {
       const int c = i / HD, d = i % HD;
       const int64_t j = k0 + c;
       float kv = 0.0f, vv = 0.0f;
-      if (j < n_keys) {
+      if (j < n_keys && (j >= lowest || j < a.kept_prefix)) {
         const int64_t slot = static_cast<int64_t>(table[j / a.block_size]) * a.block_size + j % a.block_size;
         const int64_t at = (slot * a.n_kv_heads + kvh) * HD + d;
         kv = KvAt(a.k_cache, a.kv_code, at);
@@ -68,7 +72,7 @@ __global__ void AttentionTileKernel(AttentionArgs a, const PrefillTile* tiles) {
       float dot = 0.0f;
 #pragma unroll 8
       for (int d = 0; d < HD; ++d) dot += qs[row][d] * ks[c][d];
-      const bool seen = k0 + c <= pos && (a.window == 0 || k0 + c > pos - a.window);
+      const bool seen = k0 + c <= pos && (a.window == 0 || k0 + c > pos - a.window || k0 + c < a.kept_prefix);
       s[i] = seen ? dot : -INFINITY;
       tile_max = fmaxf(tile_max, s[i]);
     }

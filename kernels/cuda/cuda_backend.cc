@@ -642,6 +642,7 @@ class CudaBackendImpl final : public CudaBackend {
     a.n_splits = std::max<int64_t>(1, (max_keys + kKeysPerSplit - 1) / kKeysPerSplit);
     a.scale = params.scale;
     a.window = params.window;
+    a.kept_prefix = params.window > 0 ? params.kept_prefix : 0;
     if (params.sinks.data != nullptr) {
       if (params.sinks.dtype != DType::kF32 || params.sinks.NumElements() != params.n_heads) {
         return absl::InvalidArgumentError(
@@ -675,6 +676,7 @@ class CudaBackendImpl final : public CudaBackend {
                    static_cast<uint64_t>(a.n_splits),
                    Bits(a.scale),
                    static_cast<uint64_t>(a.window),
+                   static_cast<uint64_t>(a.kept_prefix),
                    Bits(a.sinks),
                    Bits(a.split_rows),
                    static_cast<uint64_t>(a.n_split_rows),

@@ -432,6 +432,29 @@ __global__ void RopeWriteKvKernel(float* q, float* k, const float* v, const int3
 constexpr int kAttnWarps = 4;
 constexpr int kMaxDimPerLane = 8;  // head_dim <= 256.
 
+// One key j of a warp's walk: lane l adds its dimensions of q.k_j, and the warp folds
+// e^(s - m) v_j into its running (m, l, acc).
+__device__ __forceinline__ void AttendKey(const AttentionArgs& a, const int32_t* table, int64_t j, int64_t kvh,
+                                          int64_t hd, int64_t per_lane, int lane, const float* q, float* acc, float& m,
+                                          float& l) {
+  const int64_t slot = static_cast<int64_t>(table[j / a.block_size]) * a.block_size + j % a.block_size;
+  const int64_t base = (slot * a.n_kv_heads + kvh) * hd;
+  float s = 0.0f;
+  for (int i = 0; i < per_lane; ++i) {
+    const int64_t d = lane + kWarp * i;
+    if (d < hd) s += q[i] * KvAt(a.k_cache, a.kv_code, base + d);
+  }
+  s = WarpSum(s);
+  const float m_new = fmaxf(m, s);
+  const float corr = __expf(m - m_new), p = __expf(s - m_new);
+  l = l * corr + p;
+  for (int i = 0; i < per_lane; ++i) {
+    const int64_t d = lane + kWarp * i;
+    if (d < hd) acc[i] = acc[i] * corr + p * KvAt(a.v_cache, a.kv_code, base + d);
+  }
+  m = m_new;
+}
+
 __global__ void AttentionSplitKernel(AttentionArgs a) {
   const int64_t r = a.split_rows != nullptr ? a.split_rows[blockIdx.x] : blockIdx.x;
   const int64_t h = blockIdx.y, split = blockIdx.z;
@@ -441,7 +464,10 @@ __global__ void AttentionSplitKernel(AttentionArgs a) {
   const int64_t hd = a.head_dim, per_lane = (hd + kWarp - 1) / kWarp;
   const int64_t kvh = h / (a.n_heads / a.n_kv_heads);
   const int64_t n_keys = static_cast<int64_t>(a.row_pos[r]) + 1;
-  const int64_t first = a.window > 0 && n_keys > a.window ? n_keys - a.window : 0;  // The window's start.
+  // The window's start, and the kept prefix [0, kept) read apart when the window left it.
+  int64_t first = a.window > 0 && n_keys > a.window ? n_keys - a.window : 0;
+  if (first <= a.kept_prefix) first = 0;
+  const int64_t kept = first > 0 ? a.kept_prefix : 0;
   const int64_t k0 = split * a.keys_per_split;
   const int64_t k1 = n_keys < k0 + a.keys_per_split ? n_keys : k0 + a.keys_per_split;
   const int32_t* table = a.tables + a.row_table[r];
@@ -454,23 +480,11 @@ __global__ void AttentionSplitKernel(AttentionArgs a) {
     acc[i] = 0.0f;
   }
   float m = -FLT_MAX, l = 0.0f;
+  for (int64_t j = k0 + warp; j < (k1 < kept ? k1 : kept); j += kAttnWarps) {
+    AttendKey(a, table, j, kvh, hd, per_lane, lane, q, acc, m, l);
+  }
   for (int64_t j = (k0 > first ? k0 : first) + warp; j < k1; j += kAttnWarps) {
-    const int64_t slot = static_cast<int64_t>(table[j / a.block_size]) * a.block_size + j % a.block_size;
-    const int64_t base = (slot * a.n_kv_heads + kvh) * hd;
-    float s = 0.0f;
-    for (int i = 0; i < per_lane; ++i) {
-      const int64_t d = lane + kWarp * i;
-      if (d < hd) s += q[i] * KvAt(a.k_cache, a.kv_code, base + d);
-    }
-    s = WarpSum(s);
-    const float m_new = fmaxf(m, s);
-    const float corr = __expf(m - m_new), p = __expf(s - m_new);
-    l = l * corr + p;
-    for (int i = 0; i < per_lane; ++i) {
-      const int64_t d = lane + kWarp * i;
-      if (d < hd) acc[i] = acc[i] * corr + p * KvAt(a.v_cache, a.kv_code, base + d);
-    }
-    m = m_new;
+    AttendKey(a, table, j, kvh, hd, per_lane, lane, q, acc, m, l);
   }
   // Merge the warps' (m, l, acc) in shared memory.
   __shared__ float sm[kAttnWarps], sl[kAttnWarps], sacc[kAttnWarps][256];

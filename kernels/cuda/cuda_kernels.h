@@ -152,7 +152,8 @@ struct AttentionArgs {
   int64_t n_rows = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, block_size = 0;
   int64_t n_splits = 1, keys_per_split = 0;
   float scale = 1.0f;
-  int64_t window = 0;            // > 0: row r sees keys (row_pos[r] - window, row_pos[r]] only.
+  int64_t window = 0;            // > 0: row r sees keys (row_pos[r] - window, row_pos[r]] only,
+  int64_t kept_prefix = 0;       //   and keys [0, kept_prefix) (AttentionParams::kept_prefix).
   const float* sinks = nullptr;  // [n_heads] attention-sink logits, or null.
   // The rows `Attention` computes: split_rows[0, n_split_rows), or every row when null
   // (the others are left to AttentionTiles).

@@ -49,7 +49,7 @@ int Main(int argc, char** argv) {
                                                   TensorView(vs[l].data(), DType::kF32, {n_blocks, kBs, kKv, d}));
           absl::Status s = cpu::AttentionCpu(TensorView(out.data(), DType::kF32, {1, kHeads * d}),
                                              TensorView(q.data(), DType::kF32, {1, kHeads * d}), cache, {&seq, 1},
-                                             {kHeads, 0.125f, 0, {}}, pool);
+                                             {.n_heads = kHeads, .scale = 0.125f, .window = 0, .sinks = {}}, pool);
           if (!s.ok()) std::abort();
         };
         for (int64_t l = 0; l < kLayers; ++l) run(l);

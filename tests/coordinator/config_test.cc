@@ -91,11 +91,33 @@ TEST(ConfigTest, DefaultsApply) {
   EXPECT_EQ(c->scheduler.kv_cache_mb, 512);
   EXPECT_FALSE(c->scheduler.kv_cache_mb_given);
   EXPECT_EQ(c->scheduler.host_kv_cache_mb, 0);  // No host tier.
+  EXPECT_FALSE(c->scheduler.kv_sink_window);    // Exact attention.
   EXPECT_TRUE(c->scheduler.prefix_caching);
   EXPECT_TRUE(c->scheduler.device_sampling);
   EXPECT_FALSE(c->scheduler.cuda_graphs);
   EXPECT_EQ(c->transport.activations, ActivationTransport::kUcx);
   EXPECT_EQ(c->draft.kind, DraftKind::kNone);
+}
+
+// scheduler.kv_policy: sink_window with its window, and the sinks given or defaulted by
+// StreamingLLM's rule (the ready line and ModelInfo say which: KvPolicyDescription).
+TEST(ConfigTest, SinkWindowPolicy) {
+  auto c = ParseClusterConfig(
+      "model: {path: m}\nscheduler: {kv_policy: sink_window, kv_window_tokens: 512}\n"
+      "nodes: [{name: a, host: h, devices: [cpu]}]\n",
+      "w.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->scheduler.kv_sink_window);
+  EXPECT_EQ(c->scheduler.kv_window_tokens, 512);
+  EXPECT_EQ(c->scheduler.kv_sink_tokens, 4);
+  EXPECT_FALSE(c->scheduler.kv_sink_tokens_given);
+  c = ParseClusterConfig(
+      "model: {path: m}\nscheduler: {kv_policy: sink_window, kv_window_tokens: 512, kv_sink_tokens: 0}\n"
+      "nodes: [{name: a, host: h, devices: [cpu]}]\n",
+      "w.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->scheduler.kv_sink_tokens, 0);
+  EXPECT_TRUE(c->scheduler.kv_sink_tokens_given);
 }
 
 TEST(ConfigTest, Ipv6Listen) {
@@ -448,6 +470,21 @@ const BadConfig kBadConfigs[] = {
      "scheduler.kv_cache_mb: expected an integer"},
     {"model: {path: m}\nscheduler: {host_kv_cache_mb: -1}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
      "scheduler.host_kv_cache_mb: must be >= 0"},
+    // The sink + window policy: named, its window required, its keys only with it.
+    {"model: {path: m}\nscheduler: {kv_policy: streaming}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
+     "scheduler.kv_policy: unknown policy 'streaming' (full or sink_window)"},
+    {"model: {path: m}\nscheduler: {kv_policy: sink_window}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
+     "scheduler.kv_window_tokens: required with scheduler.kv_policy: sink_window"},
+    {"model: {path: m}\nscheduler: {kv_window_tokens: 64}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
+     "scheduler.kv_window_tokens: only with scheduler.kv_policy: sink_window"},
+    {"model: {path: m}\nscheduler: {kv_policy: full, kv_sink_tokens: 4}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
+     "scheduler.kv_sink_tokens: only with scheduler.kv_policy: sink_window"},
+    {"model: {path: m}\nscheduler: {kv_policy: sink_window, kv_window_tokens: 0}\n"
+     "nodes: [{name: a, host: h, devices: [cpu]}]\n",
+     "scheduler.kv_window_tokens: must be >= 1"},
+    {"model: {path: m}\nscheduler: {kv_policy: sink_window, kv_window_tokens: 64}\ndraft: {self: {layers: 2}}\n"
+     "nodes: [{name: a, host: h, devices: [cpu, cpu]}]\n",
+     "scheduler.kv_policy: sink_window with disaggregation or a drafter worker"},
     {"model: {path: m}\nscheduler: {max_num_seq: 8}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
      "scheduler.max_num_seq: unknown key"},
     {"model: {path: m}\nscheduler: {gpu_memory_fraction: 0}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",

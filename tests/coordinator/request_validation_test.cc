@@ -5,6 +5,7 @@
 // the `ServingRequest` or on the status (code and field).
 #include "coordinator/front/request_validation.h"
 
+#include <limits>
 #include <memory>
 
 #include "core/logging.h"
@@ -17,6 +18,7 @@ namespace cascade::coordinator {
 namespace {
 
 using ::cascade::testing::StatusIs;
+using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -61,6 +63,26 @@ TEST_F(RequestValidationTest, TextPromptKeepsDefaultsAndCapsMaxTokens) {
   EXPECT_EQ(r->max_tokens, kMaxContext - 3);  // The default 256, capped to the room left.
   EXPECT_TRUE(r->speculate);
   EXPECT_EQ(r->num_tokens, 0);
+}
+
+// An explicit max_tokens the context cannot hold is refused, naming the context and the
+// policy that serves longer generations; 2^31 - 1 (OpenAI chat's default) still means "all
+// that is left", and a length that fits is kept.
+TEST_F(RequestValidationTest, AnExplicitLengthPastTheContextIsRefused) {
+  v1::GenerateRequest req;
+  req.mutable_prompt()->set_text("Hi!");  // 3 tokens.
+  req.set_max_tokens(kMaxContext - 2);
+  EXPECT_THAT(Validate(req), StatusIs(absl::StatusCode::kInvalidArgument,
+                                      AllOf(HasSubstr("max_tokens"), HasSubstr(StrCat("context of ", kMaxContext)),
+                                            HasSubstr("kv_policy: sink_window"))));
+  req.set_max_tokens(kMaxContext - 3);
+  auto r = Validate(req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->max_tokens, kMaxContext - 3);
+  req.set_max_tokens(std::numeric_limits<int32_t>::max());
+  r = Validate(req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->max_tokens, kMaxContext - 3);
 }
 
 TEST_F(RequestValidationTest, FieldsAreCopied) {

@@ -55,18 +55,24 @@ constexpr uint64_t kFnvBasis = 1469598103934665603ull;
 constexpr uint64_t kFnvPrime = 1099511628211ull;
 
 // The "model": a token determined by the whole history (FakeWorker computes the same
-// from its cache).
-int32_t NextToken(const std::vector<int32_t>& history) {
+// from its cache); under sink + window (`window` > 0), by the tokens the last position
+// sees only: the first `sinks` and the last `window`.
+bool Seen(int64_t t, int64_t p, int64_t window, int64_t sinks) { return window == 0 || t < sinks || t > p - window; }
+
+int32_t NextToken(const std::vector<int32_t>& history, int64_t window = 0, int64_t sinks = 0) {
+  const int64_t p = static_cast<int64_t>(history.size()) - 1;
   uint64_t h = kFnvBasis;
-  for (int32_t t : history) h = (h ^ static_cast<uint32_t>(t)) * kFnvPrime;
+  for (int64_t t = 0; t <= p; ++t) {
+    if (Seen(t, p, window, sinks)) h = (h ^ static_cast<uint32_t>(history[t])) * kFnvPrime;
+  }
   return static_cast<int32_t>(h % 5000);
 }
 
-std::vector<int32_t> Reference(const SequenceSpec& spec) {
+std::vector<int32_t> Reference(const SequenceSpec& spec, int64_t window = 0, int64_t sinks = 0) {
   std::vector<int32_t> history = spec.prompt;
   std::vector<int32_t> out;
   for (int i = 0; i < spec.max_tokens; ++i) {
-    out.push_back(NextToken(history));
+    out.push_back(NextToken(history, window, sinks));
     history.push_back(out.back());
   }
   return out;
@@ -77,8 +83,13 @@ uint64_t Extend(uint64_t h, int32_t t) { return (h ^ static_cast<uint32_t>(t)) *
 
 class FakeWorker {
  public:
-  FakeWorker(int32_t n_blocks, int32_t block_size, int32_t n_host_slots = 0)
+  // With `window` > 0 it runs sink + window attention: a position's "KV" is its token, and
+  // a row's output hashes the tokens it sees read back from the cache (a freed block still
+  // seen, or reused by another sequence meanwhile, changes it; a -1 one seen fails).
+  FakeWorker(int32_t n_blocks, int32_t block_size, int32_t n_host_slots = 0, int64_t window = 0, int64_t sinks = 0)
       : block_size_(block_size),
+        window_(window),
+        sinks_(sinks),
         kv_(static_cast<size_t>(n_blocks) * block_size),
         host_(static_cast<size_t>(n_host_slots) * block_size) {}
 
@@ -106,6 +117,10 @@ class FakeWorker {
       EXPECT_GE(static_cast<int64_t>(e.block_table.size()) * block_size_, end)
           << "block table too short for sequence " << e.seq_id;
       if (static_cast<int64_t>(e.block_table.size()) * block_size_ < end) continue;
+      if (window_ > 0) {
+        RunWindowed(e, out);
+        continue;
+      }
       for (size_t i = 0; i < e.tokens.size(); ++i) {
         const int64_t pos = e.n_past + static_cast<int64_t>(i);
         const uint64_t prev = pos == 0 ? kFnvBasis : Slot(e, pos - 1).history_hash;
@@ -140,10 +155,33 @@ class FakeWorker {
     int32_t token = -1;
     uint64_t history_hash = 0;  // Of tokens [0, pos]; 0 for a never-written slot.
   };
+  void RunWindowed(const BatchEntry& e, std::vector<SampledToken>& out) {
+    const int64_t end = e.n_past + static_cast<int64_t>(e.tokens.size());
+    for (size_t i = 0; i < e.tokens.size(); ++i) Slot(e, e.n_past + static_cast<int64_t>(i)) = {e.tokens[i], 1};
+    if (!e.wants_logits) return;
+    const int64_t n_draft = e.draft_slots > 0 ? static_cast<int64_t>(e.tokens.size()) - 1 : 0;
+    for (int64_t i = 0; i <= n_draft; ++i) {
+      const int64_t p = end - 1 - n_draft + i;
+      uint64_t h = kFnvBasis;
+      for (int64_t t = 0; t <= p; ++t) {
+        if (!Seen(t, p, window_, sinks_)) continue;
+        if (e.block_table[t / block_size_] < 0) {
+          ADD_FAILURE() << "sequence " << e.seq_id << " reads position " << t << " of a freed block at " << p;
+          return;
+        }
+        h = Extend(h, Slot(e, t).token);
+      }
+      const int32_t next = static_cast<int32_t>(h % 5000);
+      out.push_back({e.seq_id, next});
+      if (i == n_draft || e.tokens[1 + i] != next) break;
+      ++accepted;
+    }
+  }
   Kv& Slot(const BatchEntry& e, int64_t pos) {
     return kv_[static_cast<size_t>(e.block_table[pos / block_size_]) * block_size_ + pos % block_size_];
   }
   int32_t block_size_;
+  int64_t window_, sinks_;
   std::vector<Kv> kv_;
   std::vector<Kv> host_;  // The host tier's slots.
 };
@@ -155,7 +193,10 @@ class Driver {
   // With draft_k > 0 every sequence asks for up to draft_k drafts per decode step; the
   // drafts are the true continuation, each corrupted with probability `wrong`.
   explicit Driver(const SchedulerOptions& o, int32_t draft_k = 0, double wrong = 0.3)
-      : sched(o), worker(o.n_kv_blocks, o.kv_block_size, o.n_host_kv_blocks), draft_k(draft_k), wrong(wrong) {}
+      : sched(o),
+        worker(o.n_kv_blocks, o.kv_block_size, o.n_host_kv_blocks, o.kv_window_tokens, o.kv_sink_tokens),
+        draft_k(draft_k),
+        wrong(wrong) {}
 
   void Add(const SequenceSpec& spec) {
     ASSERT_TRUE(sched.Add(spec).ok());
@@ -177,6 +218,11 @@ class Driver {
       EXPECT_TRUE(e.draft_slots == 0 || (!e.is_prefill && e.tokens.size() == 1u));
       EXPECT_GE(static_cast<int64_t>(e.block_table.size()) * sched.options().kv_block_size,
                 e.n_past + 1 + e.draft_slots);
+      if (sched.options().kv_window_tokens > 0) {  // Sink + window: bounded, however long.
+        EXPECT_LE(std::count_if(e.block_table.begin(), e.block_table.end(), [](int32_t b) { return b >= 0; }),
+                  sched.WindowPeakBlocks())
+            << "sequence " << e.seq_id;
+      }
       if (e.first_chunk) {
         // A (re)admission: it starts at a block boundary, past its cached prefix only; or a
         // sequence whose KV arrived by transfer (AddPrefilled) decodes its next token.
@@ -191,7 +237,7 @@ class Driver {
     for (BatchEntry& e : b->entries) {
       std::vector<int32_t> truth = history.at(e.seq_id);
       for (int32_t i = 0; i < e.draft_slots; ++i) {
-        truth.push_back(NextToken(truth));
+        truth.push_back(NextToken(truth, sched.options().kv_window_tokens, sched.options().kv_sink_tokens));
         const bool corrupt = std::uniform_real_distribution<double>(0, 1)(rng) < wrong;
         e.tokens.push_back(corrupt ? truth.back() + 1 : truth.back());
         ++drafted;
@@ -784,12 +830,16 @@ TEST(SchedulerTest, ConcurrentSequencesMatchTheirSoloRuns) {
 // finished sequence (prompt + answer + a new turn), so prefix hits happen throughout.
 // With `host_blocks`, evicted cached blocks move to a host tier of that many blocks and
 // come back on hits.
-void RandomisedStress(int32_t draft_k, bool shared_prefixes = false, int32_t host_blocks = 0) {
+// With `window` > 0, sink + window (with `sinks`): sequences grow up to several times the
+// pool, and what each holds stays bounded (Driver checks).
+void RandomisedStress(int32_t draft_k, bool shared_prefixes = false, int32_t host_blocks = 0, int64_t window = 0,
+                      int64_t sinks = 0) {
   int64_t total_preemptions = 0;
   size_t total_cancelled = 0;
   int max_batch_seqs = 0;
   int64_t accepted = 0, drafted = 0;
   int64_t hit_tokens = 0, host_hit_tokens = 0, onloaded = 0, moved = 0;
+  size_t longest = 0;
   for (int seed = 1; seed <= 20; ++seed) {
     SCOPED_TRACE(::testing::Message() << "seed " << seed);
     std::mt19937 rng(seed);
@@ -797,6 +847,8 @@ void RandomisedStress(int32_t draft_k, bool shared_prefixes = false, int32_t hos
     SchedulerOptions options = Options(/*n_blocks=*/12, /*block_size=*/4, /*max_num_seqs=*/1 + seed % 5,
                                        /*max_batched_tokens=*/4 + seed % 13, in_flight);
     options.n_host_kv_blocks = host_blocks;
+    options.kv_window_tokens = window;
+    options.kv_sink_tokens = sinks;
     Driver d(options, draft_k);
     std::vector<int64_t> cancelled;
     int64_t next_id = 1;
@@ -816,7 +868,7 @@ void RandomisedStress(int32_t draft_k, bool shared_prefixes = false, int32_t hos
           prompt.insert(prompt.end(), spec.prompt.begin(), spec.prompt.begin() + std::min(n_prompt, 8));
           spec.prompt = prompt;
         }
-        spec.max_tokens = 1 + static_cast<int>(rng() % (48 - spec.prompt.size()));
+        spec.max_tokens = 1 + static_cast<int>(rng() % (window > 0 ? 150 : 48 - spec.prompt.size()));
         d.Add(spec);
       } else if (action == 2 && !d.history.empty() && rng() % 4 == 0) {
         // Cancel a random live sequence in whatever state it is.
@@ -838,7 +890,8 @@ void RandomisedStress(int32_t draft_k, bool shared_prefixes = false, int32_t hos
     if (::testing::Test::HasFailure()) return;
     for (const auto& [id, spec] : d.specs) {
       if (std::find(cancelled.begin(), cancelled.end(), id) != cancelled.end()) continue;
-      EXPECT_EQ(d.generated[id], Reference(spec)) << "sequence " << id;
+      EXPECT_EQ(d.generated[id], Reference(spec, window, sinks)) << "sequence " << id;
+      longest = std::max(longest, d.history.at(id).size());
     }
     ExpectAllFree(d.sched);
     EXPECT_EQ(d.sched.Stats().n_free_blocks, 12);
@@ -855,6 +908,9 @@ void RandomisedStress(int32_t draft_k, bool shared_prefixes = false, int32_t hos
   }
   if (shared_prefixes) {
     EXPECT_GT(hit_tokens, 500);
+  }
+  if (window > 0) {
+    EXPECT_GT(longest, 3u * 12 * 4);  // Sequences three times what the pool holds.
   }
   if (host_blocks > 0) {
     EXPECT_GT(onloaded, 50);
@@ -889,6 +945,33 @@ TEST(SchedulerTest, HostTierStressAgainstReference) {
 }
 TEST(SchedulerTest, HostTierSpeculativeStressAgainstReference) {
   RandomisedStress(4, /*shared_prefixes=*/true, /*host_blocks=*/6);
+}
+
+// Sink + window (scheduler.kv_policy): sequences up to ~4x the pool's 48 positions run to
+// max_tokens with the tokens of sink + window attention, the blocks they no longer see are
+// freed (and reused: a block freed while still seen would change a token), and none holds
+// more than its peak; with drafts, shared prefixes and the host tier too.
+TEST(SchedulerTest, SinkWindowStressAgainstReference) {
+  RandomisedStress(0, /*shared_prefixes=*/false, /*host_blocks=*/0, /*window=*/9, /*sinks=*/2);
+}
+TEST(SchedulerTest, SinkWindowSpeculativeSharedPrefixStressAgainstReference) {
+  RandomisedStress(4, /*shared_prefixes=*/true, /*host_blocks=*/8, /*window=*/8, /*sinks=*/4);
+}
+
+// Without the policy a sequence longer than the pool is refused; with it, its peak decides.
+TEST(SchedulerTest, SinkWindowAdmitsWhatThePoolCouldNotHoldWhole) {
+  SchedulerOptions o = Options(/*n_blocks=*/12, /*block_size=*/4, 64, /*max_batched_tokens=*/8);
+  EXPECT_THAT(StatusMessage(Scheduler(o).Add(Spec(1, 10, 100))), HasSubstr("need 28 KV blocks, the cache has 12"));
+  o.kv_window_tokens = 16;
+  o.kv_sink_tokens = 4;
+  EXPECT_EQ(Scheduler::WindowPeakBlocks(o), 1 + (15 + 8) / 4 + 2);
+  Driver d(o);
+  d.Add(Spec(1, 10, 100));
+  d.RunAll();
+  EXPECT_EQ(d.generated[1], Reference(d.specs[1], 16, 4));
+  EXPECT_NE(d.generated[1], Reference(d.specs[1]));  // The policy did change the tokens.
+  o.kv_window_tokens = 40;                           // Peak 1 + 47 / 4 + 2 = 14 blocks: more than the pool.
+  EXPECT_THAT(StatusMessage(Scheduler(o).Add(Spec(1, 10, 100))), HasSubstr("scheduler.kv_window_tokens"));
 }
 
 // Disaggregation: a sequence prefilled on one scheduler (and its first token sampled) is

@@ -568,7 +568,8 @@ TEST_F(CudaBackendTest, PagedAttentionMatchesTheCpuBackend) {
       DeviceBuffer out = Poisoned(rows * n_heads * head_dim);
       KvCacheLayer gc = KvCacheLayer::Over(dkc.View(DType::kF32, {n_blocks, bs, n_kv, head_dim}),
                                            dvc.View(DType::kF32, {n_blocks, bs, n_kv, head_dim}));
-      const AttentionParams params{n_heads, 1.0f / std::sqrt(static_cast<float>(head_dim)), 0, {}};
+      const AttentionParams params{
+          .n_heads = n_heads, .scale = 1.0f / std::sqrt(static_cast<float>(head_dim)), .window = 0, .sinks = {}};
       ASSERT_TRUE(
           gpu->WriteKv(gc, dk.View(DType::kF32, {rows, kv_dim}), dv.View(DType::kF32, {rows, kv_dim}), seqs).ok());
       ASSERT_TRUE(gpu->Attention(out.View(DType::kF32, {rows, n_heads * head_dim}),
@@ -635,6 +636,58 @@ TEST_F(CudaBackendTest, WindowAndSinksMatchTheCpuBackend) {
       }
 }
 
+// scheduler.kv_policy's sink + window: a kept prefix beside a window (inside a block, across
+// blocks, and a window that still reaches it), with the blocks no row of a sequence sees
+// marked -1 in its table as the scheduler frees them (a read of one would fault): both kernel
+// sets, the tiled prefill's jump from the prefix's key tiles to the window's included,
+// against the CPU backend (itself checked against a double-precision reference).
+TEST_F(CudaBackendTest, KeptPrefixMatchesTheCpuBackend) {
+  auto tuned = CudaBackend::Create({.device = 0, .kernels = CudaKernels::kTuned});
+  auto reference = CudaBackend::Create({.device = 0, .kernels = CudaKernels::kReference});
+  ASSERT_TRUE(tuned.ok() && reference.ok());
+  const int64_t n_heads = 8, n_kv = 2, bs = 16, n_blocks = 160;
+  for (int b = 0; b < 2; ++b)
+    for (int64_t head_dim : {64, 128})
+      for (const auto& [window, kept] : {std::pair{int64_t{64}, int64_t{4}}, std::pair{int64_t{33}, int64_t{20}},
+                                         std::pair{int64_t{200}, int64_t{40}}, std::pair{int64_t{20}, int64_t{300}}}) {
+        CudaBackend* gpu = b == 0 ? reference->get() : tuned->get();
+        SCOPED_TRACE(
+            StrCat(b == 0 ? "reference" : "tuned", " head_dim ", head_dim, " window ", window, " kept ", kept));
+        const int64_t kv_dim = n_kv * head_dim;
+        PagedBatch batch(bs, n_blocks);
+        for (size_t s = 0; s < batch.seqs.size(); ++s) {  // Free what no row of the sequence sees.
+          const int64_t first = batch.seqs[s].n_past + 1 - window;
+          if (first <= kept) continue;
+          for (int64_t blk = (kept + bs - 1) / bs; blk < first / bs; ++blk) batch.tables[s][blk] = -1;
+          batch.seqs[s].block_table = batch.tables[s];
+        }
+        const int64_t rows = batch.rows;
+        std::vector<float> kc = Random(n_blocks * bs * kv_dim, 10), vc = Random(n_blocks * bs * kv_dim, 11);
+        const std::vector<float> q = Random(rows * n_heads * head_dim, 14);
+        DeviceBuffer dkc = Up(kc), dvc = Up(vc), dq = Up(q);
+        DeviceBuffer out = Poisoned(rows * n_heads * head_dim);
+        KvCacheLayer gc = KvCacheLayer::Over(dkc.View(DType::kF32, {n_blocks, bs, n_kv, head_dim}),
+                                             dvc.View(DType::kF32, {n_blocks, bs, n_kv, head_dim}));
+        const AttentionParams params{.n_heads = n_heads,
+                                     .scale = 1.0f / std::sqrt(static_cast<float>(head_dim)),
+                                     .window = window,
+                                     .kept_prefix = kept,
+                                     .sinks = {}};
+        ASSERT_TRUE(gpu->Attention(out.View(DType::kF32, {rows, n_heads * head_dim}),
+                                   dq.View(DType::kF32, {rows, n_heads * head_dim}), gc, batch.seqs, params)
+                        .ok());
+        ASSERT_TRUE(gpu->Synchronize().ok());
+        KvCacheLayer cc = KvCacheLayer::Over(TensorView(kc.data(), DType::kF32, {n_blocks, bs, n_kv, head_dim}),
+                                             TensorView(vc.data(), DType::kF32, {n_blocks, bs, n_kv, head_dim}));
+        std::vector<float> qh = q, want(rows * n_heads * head_dim);
+        ASSERT_TRUE(cpu_->Attention(TensorView(want.data(), DType::kF32, {rows, n_heads * head_dim}),
+                                    TensorView(qh.data(), DType::kF32, {rows, n_heads * head_dim}), cc, batch.seqs,
+                                    params)
+                        .ok());
+        EXPECT_LT(RelL2(Down(out, want.size()), want), 1e-4);
+      }
+}
+
 // The FP8 KV cache (E4M3 codes times a scale per KV head, different for K and V, above
 // and below 1): WriteKv stores the CPU's codes bit for bit, including saturated and
 // subnormal ones, and attention over them matches the CPU backend's, for both kernel sets
@@ -680,7 +733,8 @@ TEST_F(CudaBackendTest, Fp8KvCacheMatchesTheCpuBackend) {
                                            dvc.View(DType::kF8_E4M3, {n_blocks, bs, n_kv, head_dim}),
                                            TensorView(dev_scales, DType::kF32, {n_kv}, gpu->device()),
                                            TensorView(dev_scales + n_kv, DType::kF32, {n_kv}, gpu->device()));
-      const AttentionParams params{n_heads, 1.0f / std::sqrt(static_cast<float>(head_dim)), 0, {}};
+      const AttentionParams params{
+          .n_heads = n_heads, .scale = 1.0f / std::sqrt(static_cast<float>(head_dim)), .window = 0, .sinks = {}};
       ASSERT_TRUE(
           gpu->WriteKv(gc, dk.View(DType::kF32, {rows, kv_dim}), dv.View(DType::kF32, {rows, kv_dim}), batch.seqs)
               .ok());

@@ -1259,6 +1259,63 @@ def test_host_kv_tier():
         print(f"PP={pp} TP={tp}: identical ids with and without the host tier")
 
 
+# --- Sink + window: long generations in bounded memory -------------------------------
+
+def test_kv_sink_window():
+    """scheduler.kv_policy: sink_window. A KV pool of 14 blocks (224 positions) cannot hold a
+    960-token generation: without the policy the request is refused, naming the context and
+    the policy; with it (4 sinks, a 64-token window) the generation, more than 4x what the
+    pool holds (PP 1: 14 blocks; PP 2: 11 blocks a stage), runs to the end, its
+    greedy ids equal `cascade run --kv-window-tokens 64` (PP 1 and PP 2, n-gram speculation
+    on), equal exact attention's until the window first leaves a position behind, and its
+    usage says how many positions its last token did not see (gRPC and the OpenAI API)."""
+    need(SMOL)
+    window, sinks, n_new, prompt = 64, 4, 960, "Once upon a time"
+    base = config_yaml(SMOL, 1, kv_cache_mb=5).replace("max_batched_tokens: 1024", "max_batched_tokens: 64")
+    with cluster_from_yaml(base) as (address, _, _):
+        err = generate(address, "--prompt", prompt, "--temperature", "0", "--max-tokens", str(n_new), "--ignore-eos",
+                       expect_rc=2)
+        m = re.search(r"context of (\d+) positions", err)
+        assert m and int(m.group(1)) * 3 < n_new and "kv_policy: sink_window" in err, err
+        print(f"without the policy: refused: {err.strip()}")
+    exact = run_json("run", "--model", SMOL, "--prompt", prompt, "--temperature", "0", "--max-tokens", str(n_new),
+                     "--ignore-eos")
+    local = run_json("run", "--model", SMOL, "--prompt", prompt, "--temperature", "0", "--max-tokens", str(n_new),
+                     "--ignore-eos", "--kv-window-tokens", str(window), "--kv-sink-tokens", str(sinks))
+    n_prompt = len(local["prompt_ids"])
+    exact_until = window + sinks - n_prompt  # Tokens sampled before any row's window left a position.
+    assert local["token_ids"][:exact_until] == exact["token_ids"][:exact_until]
+    differs = next((i for i, (a, b) in enumerate(zip(local["token_ids"], exact["token_ids"])) if a != b), None)
+    print(f"cascade run: exact attention and sink + window agree on the first {exact_until} tokens, then first "
+          f"differ at token {differs}")
+    for pp, kv_mb in ((1, 5), (2, 2)):
+        text = (config_yaml(SMOL, pp, kv_cache_mb=kv_mb).replace("max_batched_tokens: 1024", "max_batched_tokens: 64")
+                .replace("prefix_caching: true}", "prefix_caching: true, kv_policy: sink_window, "
+                         f"kv_window_tokens: {window}, kv_sink_tokens: {sinks}}}")
+                .replace("server: {listen: 127.0.0.1:0}", "server: {listen: 127.0.0.1:0, http_listen: 127.0.0.1:0}")
+                + "draft: {ngram: {n: 3}, num_tokens: 3, adaptive: false}\n")
+        with cluster_from_yaml(text) as (address, _, log_path):
+            got = generate(address, "--prompt", prompt, "--temperature", "0", "--max-tokens", str(n_new),
+                           "--ignore-eos")
+            assert got["token_ids"] == local["token_ids"], f"PP={pp}: differs from cascade run at " + str(
+                next(i for i, (a, b) in enumerate(zip(got["token_ids"], local["token_ids"])) if a != b))
+            hidden = n_prompt + n_new - 1 - window - sinks
+            assert got["usage"]["kv_hidden_tokens"] == hidden, got["usage"]
+            log = open(log_path).read()
+            assert f"KV policy sink_window (sinks {sinks}, window {window})" in log, log
+            blocks = int(re.search(r"(\d+) KV blocks of 16", log).group(1))
+            assert n_prompt + n_new > 4 * 16 * blocks, (blocks, log)
+            m = re.search(r"http front on (\S+)", log)
+            body = json.dumps({"prompt": prompt, "max_tokens": 300, "temperature": 0, "ignore_eos": True}).encode()
+            req = urllib.request.Request(f"http://{m.group(1)}/v1/completions", data=body,
+                                         headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=300) as r:
+                usage = json.loads(r.read())["usage"]
+            assert usage["kv_policy"] == {"name": "sink_window", "hidden_tokens": n_prompt + 300 - 1 - window - sinks}, usage
+        print(f"PP={pp}: {n_new} tokens through a pool of {blocks} blocks ({16 * blocks} positions), identical to cascade run; "
+              f"{hidden} positions hidden from the last; OpenAI usage {usage['kv_policy']}")
+
+
 # --- Disaggregated serving -----------------------------------------------------------
 
 def disagg_yaml(model, prefill, decode, extra=""):

@@ -81,9 +81,13 @@ std::vector<float> AsStored(DType dtype, const std::vector<float>& x, int64_t co
 
 // Sliding window and attention sinks (gpt-oss): window 0 is none; with `sinks`, query head
 // h has the sink logit SinkOf(h) (some far above the scores, to check the overflow guard).
+// With `kept_prefix` (and a window), positions [0, kept_prefix) stay visible as well
+// (scheduler.kv_policy's sink + window), and the blocks no row sees are pointed at a block
+// of NaNs in the table, so that a read of one shows.
 struct Extras {
   int64_t window = 0;
   bool sinks = false;
+  int64_t kept_prefix = 0;
 };
 float SinkOf(int64_t h) { return std::array{-1.0f, 0.5f, 3.0f, 40.0f, -30.0f}[h % 5]; }
 
@@ -94,7 +98,8 @@ void RunCase(const Case& c, DType kv_dtype, Extras extras = {}) {
   // Blocks for all sequences, handed out in a shuffled order.
   int64_t n_blocks = 0;
   for (auto [p, n] : c.seqs) n_blocks += (p + n + c.block_size - 1) / c.block_size;
-  std::vector<int32_t> perm(n_blocks);
+  const int64_t poison = n_blocks++;  // Never written: 0xff.
+  std::vector<int32_t> perm(n_blocks - 1);
   std::iota(perm.begin(), perm.end(), 0);
   std::shuffle(perm.begin(), perm.end(), rng);
   // 0xff bytes: NaN in f32 and f16, a NaN scale in q8_0, NaN or -480 in fp8, so a stale
@@ -152,6 +157,21 @@ void RunCase(const Case& c, DType kv_dtype, Extras extras = {}) {
                   ->WriteKv(cache, TensorView(k_new.data(), DType::kF32, {n_rows, kv_dim}),
                             TensorView(v_new.data(), DType::kF32, {n_rows, kv_dim}), seqs)
                   .ok());
+  // Reference visibility: row at position `pos` sees [0, kept) and [first, pos].
+  auto visible_from = [&](int64_t pos) -> std::pair<int64_t, int64_t> {
+    int64_t first = extras.window > 0 ? std::max<int64_t>(0, pos + 1 - extras.window) : 0;
+    if (first <= extras.kept_prefix) first = 0;
+    return {first > 0 ? extras.kept_prefix : 0, first};
+  };
+  if (extras.kept_prefix > 0) {  // Blocks no row of a sequence sees: the NaN block.
+    for (size_t s = 0; s < c.seqs.size(); ++s) {
+      const auto [kept, first] = visible_from(c.seqs[s].first);
+      for (int64_t b = (kept + c.block_size - 1) / c.block_size; b < first / c.block_size; ++b) {
+        tables[s][b] = static_cast<int32_t>(poison);
+      }
+      seqs[s].block_table = tables[s];
+    }
+  }
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   std::vector<float> sinks(c.n_heads);
   for (int64_t h = 0; h < c.n_heads; ++h) sinks[h] = SinkOf(h);
@@ -159,6 +179,7 @@ void RunCase(const Case& c, DType kv_dtype, Extras extras = {}) {
       .n_heads = c.n_heads,
       .scale = scale,
       .window = extras.window,
+      .kept_prefix = extras.kept_prefix,
       .sinks = extras.sinks ? TensorView(sinks.data(), DType::kF32, {c.n_heads}) : TensorView()};
   absl::Status st = backend->Attention(TensorView(out.data(), DType::kF32, {n_rows, q_dim}),
                                        TensorView(q.data(), DType::kF32, {n_rows, q_dim}), cache, seqs, params);
@@ -176,10 +197,11 @@ void RunCase(const Case& c, DType kv_dtype, Extras extras = {}) {
       const int64_t r = seqs[s].row_begin + i;
       for (int64_t h = 0; h < c.n_heads; ++h) {
         const int64_t kvh = h / group;
-        const int64_t first = extras.window > 0 ? std::max<int64_t>(0, p + i + 1 - extras.window) : 0;
-        std::vector<double> w(p + i + 1, -1e300);  // Positions before `first`: weight 0.
+        const auto [kept, first] = visible_from(p + i);
+        std::vector<double> w(p + i + 1, -1e300);  // Positions not seen: weight 0.
         double mx = extras.sinks ? SinkOf(h) : -1e300;
-        for (int64_t t = first; t <= p + i; ++t) {
+        for (int64_t t = 0; t <= p + i; ++t) {
+          if (t >= kept && t < first) continue;
           double d = 0;
           for (int64_t x = 0; x < c.head_dim; ++x)
             d += static_cast<double>(q[r * q_dim + h * c.head_dim + x]) * hist_k[s][t * kv_dim + kvh * c.head_dim + x];
@@ -250,6 +272,49 @@ TEST(AttentionWindowAndSinksTest, MatchNaiveDouble) {
       }
     }
   }
+}
+
+// scheduler.kv_policy's sink + window: a kept prefix inside a block and across blocks, a
+// window that still reaches it (a no-op), with learned sinks too, over decode, prefill
+// chunks, split positions and mixed batches; the blocks between are never read.
+TEST(AttentionKeptPrefixTest, MatchesNaiveDouble) {
+  const Case cases[] = {Case{4, 2, 16, 16, {{0, 80}}, 1},   Case{9, 3, 64, 16, {{699, 1}}, 2},
+                        Case{9, 3, 64, 16, {{699, 1}}, 1},  Case{9, 3, 64, 16, {{131, 1}, {0, 5}, {200, 40}}, 2},
+                        Case{8, 2, 128, 16, {{300, 3}}, 1}, Case{6, 2, 48, 8, {{300, 1}, {0, 2}}, 2}};
+  for (const Extras extras : {Extras{64, false, 4}, Extras{33, false, 20}, Extras{48, true, 16}, Extras{16, false, 40},
+                              Extras{10000, false, 4}}) {
+    for (const Case& c : cases) {
+      for (CpuIsa isa : kAllCpuIsas) {
+        if (!CpuSupportsIsa(isa)) continue;
+        SCOPED_TRACE(::testing::Message() << CpuIsaName(isa) << " window " << extras.window << " kept "
+                                          << extras.kept_prefix << " " << ::testing::PrintToString(c));
+        SetMaxCpuIsaForTesting(isa);
+        for (DType kv : {DType::kF16, DType::kQ8_0}) {
+          if (kv == DType::kQ8_0 && c.head_dim % 32 != 0) continue;
+          RunCase(c, kv, extras);
+        }
+        SetMaxCpuIsaForTesting(BestCpuIsa());
+      }
+    }
+  }
+}
+
+// The blocks a kept prefix and a window leave unseen may be -1 in the table (the
+// scheduler frees them); a block that is seen may not.
+TEST(AttentionKeptPrefixTest, UnseenBlocksMayBeMissing) {
+  auto backend = MakeCpuBackend({});
+  std::vector<float> kc(8 * 16 * 16, 0.5f), vc(kc.size(), 0.25f), q(4 * 16, 0.1f), out(q.size());
+  KvCacheLayer cache = KvCacheLayer::Over(TensorView(kc.data(), DType::kF32, {8, 16, 1, 16}),
+                                          TensorView(vc.data(), DType::kF32, {8, 16, 1, 16}));
+  const std::vector<int32_t> table = {0, -1, 2, 3, 4};  // Row at 70 sees [0, 4) and [39, 70].
+  const AttentionSeq seq{0, 1, 70, table};
+  AttentionParams params{.n_heads = 4, .scale = 1.0f, .window = 32, .kept_prefix = 4, .sinks = {}};
+  const TensorView o(out.data(), DType::kF32, {1, 64}), qv(q.data(), DType::kF32, {1, 64});
+  absl::Status st = backend->Attention(o, qv, cache, {&seq, 1}, params);
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_FLOAT_EQ(out[0], 0.25f);  // Every value seen is 0.25.
+  params.window = 48;              // Now it sees [23, 70]: block 1 is read.
+  EXPECT_EQ(backend->Attention(o, qv, cache, {&seq, 1}, params).code(), absl::StatusCode::kInvalidArgument);
 }
 
 constexpr AttentionParams kParams{.n_heads = 4, .scale = 1.0f, .window = 0, .sinks = {}};

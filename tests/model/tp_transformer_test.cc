@@ -149,10 +149,16 @@ TEST_P(TpRandomModelTest, MatchesSingleRank) {
 // Q8_0: every shard boundary is a block boundary, so activations quantize into the same
 // blocks as at TP=1; again only f32 summation order differs, but a rounding flip in an
 // activation quant can move a logit by ~1/254 of one term, hence 1e-3.
+// Q4_1: the same flips. Measured on an AVX2-only CPU (Q4_1 through the GGUF-layout kernels;
+// AVX-512 repacks it), the third decode step's logits move by 4e-3 (tied) and 7e-3
+// (untied), at TP 2, 3 and 4 alike, while every earlier step agrees to 5e-7, the generic
+// kernels (same quantizer, other summation order) agree to 3e-7 throughout, and the greedy
+// ids stay equal: the mark of one rounding flip carried by the layers after it; hence 1e-2.
 INSTANTIATE_TEST_SUITE_P(Types, TpRandomModelTest,
                          ::testing::Values(RandomCase{DType::kF32}, RandomCase{DType::kF32, true, true},
                                            RandomCase{DType::kQ8_0, false, false, 1e-3},
-                                           RandomCase{DType::kQ4_1, true, false, 1e-3},
+                                           RandomCase{DType::kQ4_1, true, false, 1e-2},
+                                           RandomCase{DType::kQ4_1, false, false, 1e-2},
                                            RandomCase{DType::kF32, false, false, 1e-4, true},
                                            RandomCase{DType::kMXFP4, false, false, 2e-2}));
 

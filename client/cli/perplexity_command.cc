@@ -1,0 +1,129 @@
+// `cascade perplexity --model PATH --file TEXT [--ctx N] [--threads N] [--kv-window-tokens W
+// [--kv-sink-tokens S]] [--json]`: the perplexity of the first N tokens of a text, teacher
+// forced in one forward pass of the local engine, so that exact attention and the sink +
+// window policy (scheduler.kv_policy) can be compared on the same text. With a window it
+// also reports the positions the policy changed (those past S + W), apart.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "client/cli/commands.h"
+#include "client/cli/request_flags.h"
+#include "core/args.h"
+#include "core/str_cat.h"
+#include "model/local_engine.h"
+
+namespace cascade::cli {
+namespace {
+
+// Negative log-likelihoods, in nats, of ids[i + 1] under logits row i, for every row.
+std::vector<double> NextTokenNll(const std::vector<float>& logits, const std::vector<int32_t>& ids, int64_t n_vocab) {
+  std::vector<double> nll;
+  for (size_t i = 0; i + 1 < ids.size(); ++i) {
+    const float* row = logits.data() + i * n_vocab;
+    double mx = row[0];
+    for (int64_t v = 1; v < n_vocab; ++v) mx = std::max<double>(mx, row[v]);
+    double z = 0;
+    for (int64_t v = 0; v < n_vocab; ++v) z += std::exp(row[v] - mx);
+    nll.push_back(mx + std::log(z) - row[ids[i + 1]]);
+  }
+  return nll;
+}
+
+// exp(mean NLL) over rows [begin, end); 0 when empty.
+double Perplexity(const std::vector<double>& nll, size_t begin, size_t end) {
+  if (begin >= end) return 0;
+  double sum = 0;
+  for (size_t i = begin; i < end; ++i) sum += nll[i];
+  return std::exp(sum / static_cast<double>(end - begin));
+}
+
+absl::StatusOr<std::string> ReadText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(StrCat("--file: cannot read ", path));
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+int PerplexityCommand(int argc, char** argv) {
+  std::vector<ArgOption> arg_options = {
+      {"model", "PATH", "a GGUF file or Hugging Face directory (required)"},
+      {"file", "PATH", "the text to score (required)"},
+      {"ctx", "N", "score its first N tokens, the BOS included (default 1024)"},
+      {"threads", "N", "CPU threads, in [1, 256] (default 1)"},
+      {"json", "", "print one JSON object (with each row's negative log-likelihood, `nll`)"}};
+  for (ArgOption& o : KvWindowOptions()) arg_options.push_back(std::move(o));
+  Args args("cascade perplexity", "--model PATH --file TEXT [options]", std::move(arg_options));
+  if (auto s = args.Parse(argc, argv, 2); !s.ok()) return Fail("perplexity", s);
+  if (args.help_requested()) {
+    std::fputs(args.Usage().c_str(), stdout);
+    return 0;
+  }
+  auto path = args.Require("model");
+  if (!path.ok()) return Fail("perplexity", path.status());
+  auto file = args.Require("file");
+  if (!file.ok()) return Fail("perplexity", file.status());
+  auto text = ReadText(*file);
+  if (!text.ok()) return Fail("perplexity", text.status());
+  auto ctx = args.GetInt("ctx", 1024);
+  if (!ctx.ok()) return Fail("perplexity", ctx.status());
+  auto threads = args.GetInt("threads", 1);
+  if (!threads.ok()) return Fail("perplexity", threads.status());
+  if (*ctx < 2 || *threads < 1 || *threads > 256) {
+    return Fail("perplexity", absl::InvalidArgumentError("--ctx must be >= 2 and --threads in [1, 256]"));
+  }
+  model::LocalEngineOptions options;
+  options.n_threads = static_cast<int>(*threads);
+  options.max_context = *ctx;
+  if (absl::Status st = ReadKvWindow(args, &options); !st.ok()) return Fail("perplexity", st);
+  auto engine = model::LocalEngine::Create(*path, options);
+  if (!engine.ok()) return Fail("perplexity", engine.status());
+
+  std::vector<int32_t> ids = (*engine)->tokenizer().Encode(*text, /*add_special=*/true);
+  if (static_cast<int64_t>(ids.size()) < *ctx) {
+    return Fail("perplexity",
+                absl::InvalidArgumentError(StrCat("--file: ", ids.size(), " tokens, fewer than --ctx ", *ctx)));
+  }
+  ids.resize(*ctx);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto logits = (*engine)->PromptLogits(ids, 0);
+  if (!logits.ok()) return Fail("perplexity", logits.status());
+  const double forward_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::vector<double> nll = NextTokenNll(*logits, ids, (*engine)->config().n_vocab);
+  // Rows at positions >= S + W are the ones whose attention the policy narrowed.
+  const size_t narrowed_from = options.kv_window_tokens > 0
+                                   ? static_cast<size_t>(options.kv_window_tokens + options.kv_sink_tokens)
+                                   : nll.size();
+  const double ppl = Perplexity(nll, 0, nll.size());
+  const double ppl_narrowed = Perplexity(nll, narrowed_from, nll.size());
+  if (args.Has("json")) {
+    nlohmann::json j = {{"tokens_scored", nll.size()},
+                        {"perplexity", ppl},
+                        {"kv_window_tokens", options.kv_window_tokens},
+                        {"kv_sink_tokens", options.kv_sink_tokens},
+                        {"narrowed_rows", nll.size() - std::min(narrowed_from, nll.size())},
+                        {"perplexity_narrowed_rows", ppl_narrowed},
+                        {"forward_s", forward_s},
+                        {"nll", nll}};
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  std::printf("tokens scored   %zu\n", nll.size());
+  std::printf("perplexity      %.4f\n", ppl);
+  if (options.kv_window_tokens > 0) {
+    std::printf("sink + window   sinks %lld, window %lld: rows from %zu narrowed, their perplexity %.4f\n",
+                static_cast<long long>(options.kv_sink_tokens), static_cast<long long>(options.kv_window_tokens),
+                narrowed_from, ppl_narrowed);
+  }
+  std::printf("forward         %.2f s\n", forward_s);
+  return 0;
+}
+
+}  // namespace cascade::cli
