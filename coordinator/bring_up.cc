@@ -153,6 +153,8 @@ absl::Status CopyOptions(const ClusterConfig& config, const ServedModels& models
   co.pp_nccl = config.transport.activations == ActivationTransport::kNccl;
   co.pp_handoff = config.transport.pp_handoff == PpHandoff::kFull ? v1::PP_HANDOFF_FULL : v1::PP_HANDOFF_SPLIT;
   co.expert_parallel = config.parallel.expert;
+  co.redundant_experts = config.parallel.redundant_experts;
+  co.eplb_interval_steps = config.parallel.eplb_interval_steps;
   co.device_sampling = config.scheduler.device_sampling;
   co.cuda_graphs = config.scheduler.cuda_graphs;
   if (config.scheduler.kv_sink_window) {

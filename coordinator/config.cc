@@ -93,6 +93,7 @@ class Parser {
   absl::Status ParseHostPort(const YAML::Node& node, std::string_view key, std::string* host, int* port) const;
   absl::Status ParseScheduler(const YAML::Node& node, SchedulerSection* out) const;
   absl::Status ParseKvPolicy(const YAML::Node& node, SchedulerSection* out) const;
+  absl::Status ParseRedundantExperts(const YAML::Node& node, ParallelSection* out) const;
   absl::Status ParseTransport(const YAML::Node& node, const std::vector<NodeSection>& nodes,
                               TransportSection* out) const;
   absl::Status ParseDraft(const YAML::Node& node, const std::vector<NodeSection>& nodes, DraftSection* out) const;
@@ -117,8 +118,9 @@ absl::Status Parser::ParseModel(const YAML::Node& node, ModelSection* out) const
 
 absl::Status Parser::ParseParallel(const YAML::Node& node, ParallelSection* out) const {
   if (!node.IsDefined()) return absl::OkStatus();
-  CASCADE_RETURN_IF_ERROR(
-      CheckMap(node, "parallel", {"pipeline", "tensor", "expert", "data", "route_by_prefix", "disaggregation"}));
+  CASCADE_RETURN_IF_ERROR(CheckMap(node, "parallel",
+                                   {"pipeline", "tensor", "expert", "data", "route_by_prefix", "disaggregation",
+                                    "redundant_experts", "eplb_interval_steps"}));
   constexpr int64_t kMaxRanks = 1 << 16;
   if (const YAML::Node d = Child(node, "disaggregation"); d.IsDefined()) {
     for (const char* key : {"data", "pipeline", "tensor"}) {
@@ -161,6 +163,30 @@ absl::Status Parser::ParseParallel(const YAML::Node& node, ParallelSection* out)
   }
   if (const YAML::Node n = Child(node, "expert"); n.IsDefined()) {
     CASCADE_ASSIGN_OR_RETURN(out->expert, GetBool(n, "parallel.expert"));
+  }
+  return ParseRedundantExperts(node, out);
+}
+
+absl::Status Parser::ParseRedundantExperts(const YAML::Node& node, ParallelSection* out) const {
+  const YAML::Node slots = Child(node, "redundant_experts"), interval = Child(node, "eplb_interval_steps");
+  if (slots.IsDefined()) {
+    CASCADE_ASSIGN_OR_RETURN(out->redundant_experts, GetInt(slots, "parallel.redundant_experts", 0, 1 << 20));
+  }
+  if (out->redundant_experts == 0) {
+    if (interval.IsDefined()) {
+      return Error(interval, "parallel.eplb_interval_steps", "only with parallel.redundant_experts > 0");
+    }
+    return absl::OkStatus();
+  }
+  if (!out->expert || out->disaggregated || out->tensor < 2) {
+    return Error(slots, "parallel.redundant_experts",
+                 "needs expert parallelism: parallel.expert: true with tensor >= 2 (not with disaggregation yet)");
+  }
+  out->eplb_interval_steps = 100;
+  if (interval.IsDefined()) {
+    CASCADE_ASSIGN_OR_RETURN(out->eplb_interval_steps,
+                             GetInt(interval, "parallel.eplb_interval_steps", 1, std::numeric_limits<int>::max()));
+    out->eplb_interval_given = true;
   }
   return absl::OkStatus();
 }

@@ -53,6 +53,17 @@ struct ParallelSection {
   // ranks (expert parallelism; uneven counts allowed) instead of slicing every expert's
   // FFN columns. Attention stays tensor-parallel. Default false; no effect on dense models.
   bool expert = false;
+  // `parallel.redundant_experts`: with expert parallelism, replica slots per rank in every
+  // MoE layer (EPLB): from the measured expert loads the coordinator places replicas of the
+  // hottest experts on the least loaded ranks, and each expert's tokens are split among its
+  // holders (coordinator/serving/expert_balance.h). Default 0: none. REQUIRES >= 0, and
+  // parallel.expert with tensor >= 2 when > 0.
+  int redundant_experts = 0;
+  // `parallel.eplb_interval_steps`: with redundant experts, steps between two placements,
+  // each from the loads counted since the previous one. Default 100 when redundant_experts
+  // is set (logged as defaulted). REQUIRES >= 1.
+  int eplb_interval_steps = 0;
+  bool eplb_interval_given = false;
   // `parallel.data`: data-parallel replicas, each a whole pipeline.tensor × pipeline
   // pipeline on its own devices (replica r takes the r-th run of pipeline × tensor devices
   // in node order), behind the one coordinator and its one queue. Default 1. REQUIRES

@@ -198,18 +198,20 @@ void LogReady(const cascade::coordinator::ClusterConfig& config, const cascade::
                    ", decode ", p.decode_replicas, " x ", p.decode.pipeline, " stage(s) x tp ", p.decode.tensor)
           : StrCat(replicas.size() > 1 ? StrCat(replicas.size(), " replicas x ") : std::string(), first.n_stages(),
                    " stage(s) x tp ", first.tp_size());
-  CASCADE_LOG(Info) << "ready on " << address << " (" << layout
-                    << (first.tp_size() > 1 && first.n_stages() > 1
-                            ? StrCat(", ", PpHandoffName(config.transport.pp_handoff), " hand-off")
-                            : std::string())
-                    << ", " << n_blocks << " KV blocks of " << config.scheduler.kv_block_size
-                    << (first.options().host_kv_blocks > 0
-                            ? StrCat(" + ", first.options().host_kv_blocks, " in the host tier")
-                            : std::string())
-                    << ", context " << max_context << ", KV policy " << KvPolicyDescription(config.scheduler)
-                    << (draft.kind == DraftKind::kNone ? std::string()
-                                                       : StrCat(", drafter ", DraftKindName(draft.kind)))
-                    << ")";
+  CASCADE_LOG(Info)
+      << "ready on " << address << " (" << layout
+      << (first.tp_size() > 1 && first.n_stages() > 1
+              ? StrCat(", ", PpHandoffName(config.transport.pp_handoff), " hand-off")
+              : std::string())
+      << ", " << n_blocks << " KV blocks of " << config.scheduler.kv_block_size
+      << (first.options().host_kv_blocks > 0 ? StrCat(" + ", first.options().host_kv_blocks, " in the host tier")
+                                             : std::string())
+      << ", context " << max_context << ", KV policy " << KvPolicyDescription(config.scheduler)
+      << (p.redundant_experts > 0
+              ? StrCat(", ", p.redundant_experts, " redundant expert(s) per rank, placed every ", p.eplb_interval_steps,
+                       " steps", p.eplb_interval_given ? "" : " (defaulted: parallel.eplb_interval_steps)")
+              : std::string())
+      << (draft.kind == DraftKind::kNone ? std::string() : StrCat(", drafter ", DraftKindName(draft.kind))) << ")";
 }
 
 // Serves the planned cluster until SIGINT/SIGTERM: the gRPC services, the local workers,

@@ -98,6 +98,7 @@ absl::Status Transformer::LoadWeights(const ModelFiles& files) {
   const ModelConfig& c = config_;
   const TpShard& s = shard_;
   loader_ = std::make_unique<WeightLoader>(files.weights.get(), backend_);
+  files_ = &files;
   BackendComm* group = tp_group();
   const auto name = [&](LlamaTensor tensor) { return arch::LlamaTensorName(files.format, tensor); };
   // The embedding is also the LM head when tied; HF tied checkpoints may store only
@@ -229,6 +230,20 @@ absl::Status Transformer::Embed(std::span<const int32_t> tokens, TensorView hidd
 const std::vector<int64_t>& Transformer::expert_load() const {
   DrainDeviceLoad();
   return expert_load_;
+}
+
+absl::Status Transformer::PlaceExperts(std::span<const ExpertReplica> replicas) {
+  for (size_t li = 0; li < layers_.size(); ++li) {
+    MoeBlock* moe = layers_[li].moe.get();
+    if (moe == nullptr) continue;
+    const int64_t layer = first_layer_ + static_cast<int64_t>(li);
+    std::vector<std::pair<int32_t, int32_t>> extra;
+    for (const ExpertReplica& r : replicas) {
+      if (r.layer == layer) extra.emplace_back(r.expert, r.rank);
+    }
+    CASCADE_RETURN_IF_ERROR(moe->SetReplicas(*loader_, *files_, layer, extra));
+  }
+  return absl::OkStatus();
 }
 
 void Transformer::ResetExpertLoad() {

@@ -129,6 +129,16 @@ class Transformer {
   // The global indices of this stage's MoE layers, in order.
   const std::vector<int64_t>& moe_layers() const { return moe_layers_; }
   void ResetExpertLoad();
+  // Expert parallelism's redundant experts (EPLB): the replicas of this stage's MoE layers
+  // beyond each expert's own rank, as (layer, expert, rank), replacing the previous ones
+  // (MoeBlock::SetReplicas); layers of other stages are ignored. Experts this rank newly
+  // holds are read from the file now. The errors of SetReplicas.
+  struct ExpertReplica {
+    int64_t layer = 0;
+    int32_t expert = 0;
+    int32_t rank = 0;
+  };
+  absl::Status PlaceExperts(std::span<const ExpertReplica> replicas);
   // Bytes of the routed experts' weights this rank holds (as read from the file).
   int64_t expert_bytes() const { return expert_bytes_; }
 
@@ -196,8 +206,9 @@ class Transformer {
   KvCacheScales kv_scales_;  // The checkpoint's FP8 KV-cache scales of this shard; often none.
   // Owns every weight the layers below borrow (declared first, so it outlives them).
   std::unique_ptr<WeightLoader> loader_;
-  VocabParallelEmbedding embedding_;  // First stage (or the tied head's table).
-  VocabParallelHead head_;            // Last stage.
+  const ModelFiles* files_ = nullptr;  // Borrowed (Load's `files`): replicas read from it.
+  VocabParallelEmbedding embedding_;   // First stage (or the tied head's table).
+  VocabParallelHead head_;             // Last stage.
   TensorView output_norm_;
   std::vector<Layer> layers_;
   // Workspaces in the backend's memory, grown to the largest batch seen (never shrunk).

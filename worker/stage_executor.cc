@@ -218,6 +218,7 @@ absl::StatusOr<v1::StepResult> StageExecutor::Execute(const v1::StepRequest& ste
   }
   // First, even for a step refused below: the coordinator counts the copies done.
   CASCADE_RETURN_IF_ERROR(MoveKvBlocks(step));
+  if (step.has_expert_placement()) CASCADE_RETURN_IF_ERROR(PlaceExperts(step.expert_placement()));
   TransferKv(step, /*sends=*/false, result);  // KV arriving: before the compute that reads it.
   if (step.seqs().empty()) {  // A step of copies and transfers only: every stage skips the compute alike.
     TransferKv(step, /*sends=*/true, result);
@@ -311,6 +312,19 @@ absl::Status StageExecutor::RunTransfer(const v1::KvTransfer& t, bool sends, int
       CASCADE_RETURN_IF_ERROR(model::UnpackKvSlice(*cache_, backend_.get(), at, slice, blocks, kv_packed_));
     *bytes += static_cast<int64_t>(kv_packed_.size());
   }
+  return absl::OkStatus();
+}
+
+absl::Status StageExecutor::PlaceExperts(const v1::ExpertPlacement& placement) {
+  if (options_.draft) return absl::OkStatus();  // The drafter holds no experts of the target's group.
+  std::vector<model::Transformer::ExpertReplica> replicas;
+  for (const v1::ExpertReplica& r : placement.replicas()) replicas.push_back({r.layer(), r.expert(), r.rank()});
+  const int64_t before = transformer_->weight_bytes();
+  if (absl::Status st = transformer_->PlaceExperts(replicas); !st.ok()) {
+    return absl::InternalError(StrCat("placing redundant experts: ", st.message()));
+  }
+  CASCADE_LOG(Info) << "redundant experts: " << replicas.size() << " replicas in the group, "
+                    << transformer_->weight_bytes() - before << " bytes read here";
   return absl::OkStatus();
 }
 

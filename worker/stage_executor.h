@@ -130,6 +130,8 @@ class StageExecutor {
   absl::Status Flatten(const v1::StepRequest& step, Rows& rows) const;
   // Token ids in the vocabulary, block ids in the cache, blocks covering `n_positions`.
   absl::Status CheckIds(const std::string& what, const v1::StepSequence& s, int64_t n_positions) const;
+  // StepRequest.expert_placement: the stage's MoE layers take the replicas (EPLB).
+  absl::Status PlaceExperts(const v1::ExpertPlacement& placement);
   // Everything after validation: the forward (or the drafts) and sampling.
   // TP rank 0 of a stage with MoE layers: the step's tokens per expert into `result`.
   void ReportExpertLoad(v1::StepResult& result);

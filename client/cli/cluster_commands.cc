@@ -152,6 +152,14 @@ void PrintExpertLoad(const v1::ClusterStatus& st) {
                 static_cast<long long>(l.layer()), l.max_mean_ratio(),
                 static_cast<long long>(busiest == l.tokens().end() ? -1 : busiest - l.tokens().begin()),
                 tokens.c_str());
+    if (l.rank_imbalance_before() == 0) continue;  // No redundant experts placed.
+    std::string replicas;
+    for (int i = 0; i < l.replica_experts_size() && i < l.replica_ranks_size(); ++i) {
+      replicas += StrCat(replicas.empty() ? "" : ", ", l.replica_experts(i), "@", l.replica_ranks(i));
+    }
+    std::printf("moe layer %3lld: redundant experts (expert@rank) %s; busiest rank over the mean %.2f -> %.2f\n",
+                static_cast<long long>(l.layer()), replicas.empty() ? "none" : replicas.c_str(),
+                l.rank_imbalance_before(), l.rank_imbalance_after());
   }
 }
 

@@ -580,7 +580,26 @@ void StageWorkers::FillStatus(v1::ClusterStatus* st) const {
     load->set_layer(layer);
     load->mutable_tokens()->Add(tokens.begin(), tokens.end());
     load->set_max_mean_ratio(MaxMeanRatio(tokens));
+    for (const auto& [l, expert, rank] : replica_placement_.replicas) {
+      if (l != layer) continue;
+      load->add_replica_experts(static_cast<int32_t>(expert));
+      load->add_replica_ranks(static_cast<int32_t>(rank));
+    }
+    if (auto it = replica_placement_.imbalance.find(layer); it != replica_placement_.imbalance.end()) {
+      load->set_rank_imbalance_before(it->second.first);
+      load->set_rank_imbalance_after(it->second.second);
+    }
   }
+}
+
+std::map<int64_t, std::vector<int64_t>> StageWorkers::ExpertTokens() const {
+  absl::MutexLock lock(&mu_);
+  return expert_tokens_;
+}
+
+void StageWorkers::SetReplicaPlacement(ReplicaPlacement placement) {
+  absl::MutexLock lock(&mu_);
+  replica_placement_ = std::move(placement);
 }
 
 double StageWorkers::ExpertLoadMaxMean() const {

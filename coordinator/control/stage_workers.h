@@ -59,6 +59,8 @@ struct StageWorkersOptions {
   bool pp_nccl = false;
   v1::PpHandoff pp_handoff = v1::PP_HANDOFF_SPLIT;  // transport.pp_handoff.
   bool expert_parallel = false;                     // parallel.expert (MoE layers).
+  int redundant_experts = 0;                        // parallel.redundant_experts: replica slots per rank and MoE layer.
+  int eplb_interval_steps = 0;                      // parallel.eplb_interval_steps.
   int64_t kv_window_tokens = 0;                     // scheduler.kv_policy sink_window (0: full).
   int64_t kv_sink_tokens = 0;
   bool device_sampling = true;  // scheduler.device_sampling.
@@ -135,6 +137,15 @@ class StageWorkers {
   // MoE: the worst layer's busiest-expert tokens over its mean, over every token routed so
   // far (0 for a dense model or before any step).
   double ExpertLoadMaxMean() const;
+  // MoE: tokens routed to each expert of every MoE layer so far (layer -> per expert).
+  std::map<int64_t, std::vector<int64_t>> ExpertTokens() const;
+  // parallel.redundant_experts: the placement just sent (layer, expert, rank) and each
+  // layer's rank imbalance before and after it, for the status.
+  struct ReplicaPlacement {
+    std::vector<std::array<int64_t, 3>> replicas;
+    std::map<int64_t, std::pair<double, double>> imbalance;
+  };
+  void SetReplicaPlacement(ReplicaPlacement placement);
   // Marks dead the workers whose heartbeats stopped; returns a description of the dead
   // ones (empty when none).
   std::string CheckHeartbeats();
@@ -211,6 +222,7 @@ class StageWorkers {
   // Tokens routed to each expert of each MoE layer since start, by global layer (from the
   // step results of every stage's TP rank 0).
   std::map<int64_t, std::vector<int64_t>> expert_tokens_ ABSL_GUARDED_BY(mu_);
+  ReplicaPlacement replica_placement_ ABSL_GUARDED_BY(mu_);
   bool streams_open_ ABSL_GUARDED_BY(mu_) = false;
   bool closing_ ABSL_GUARDED_BY(mu_) = false;       // Close() was called.
   std::string startup_error_ ABSL_GUARDED_BY(mu_);  // AbortStartup's reason.

@@ -19,6 +19,8 @@ void AddStats(const ServingStats& from, ServingStats& to) {
   to.finished += from.finished;
   to.prompt_tokens += from.prompt_tokens;
   to.generation_tokens += from.generation_tokens;
+  to.kv_narrowed_requests += from.kv_narrowed_requests;
+  to.kv_hidden_tokens += from.kv_hidden_tokens;
   to.prefix_caching = to.prefix_caching || from.prefix_caching;
   to.n_live += from.n_live;
   v1::SpeculativeStats& a = to.speculative;
@@ -33,8 +35,13 @@ void AddStats(const ServingStats& from, ServingStats& to) {
   a.set_verify_s(a.verify_s() + b.verify_s());
 }
 
-// MoE: tokens routed to each expert of each layer, summed over the replicas.
+// MoE: tokens routed to each expert of each layer, summed over the replicas. Redundant
+// experts are placed per replica: with one replica its placement is the cluster's.
 void MergeExpertLoad(const std::vector<v1::ClusterStatus>& parts, v1::ClusterStatus* out) {
+  if (parts.size() == 1) {
+    *out->mutable_expert_load() = parts[0].expert_load();
+    return;
+  }
   std::map<int64_t, std::vector<int64_t>> by_layer;
   for (const v1::ClusterStatus& p : parts) {
     for (const v1::ExpertLoad& load : p.expert_load()) {

@@ -32,7 +32,8 @@ ServingLoop::ServingLoop(StageWorkers* workers, const text::Tokenizer* tokenizer
       tokenizer_(tokenizer),
       constraint_vocab_(tokenizer),
       scheduler_(options),
-      speculation_(speculation) {
+      speculation_(speculation),
+      balancer_(workers->options().redundant_experts, workers->options().eplb_interval_steps, workers->tp_size()) {
   stats_.scheduler = scheduler_.Stats();
   stats_.prefix_caching = options.prefix_caching;
 }
@@ -131,6 +132,7 @@ void ServingLoop::Loop() {
         CASCADE_LOG(Error) << "recovery failed: " << st.ToString();
       } else {
         Resume();
+        balancer_.Resend();  // The restarted worker holds no replica.
         if (on_recovered_) on_recovered_();
       }
       continue;
@@ -377,10 +379,35 @@ absl::Status ServingLoop::Dispatch(v1::StepRequest& step, Sent sent) {
   }
   sent.transfers = TakeReceives(step);
   sent.kv_join = step.has_kv_join();
+  AttachPlacement(step);
   CASCADE_RETURN_IF_ERROR(workers_->SendStep(step));
   in_flight_.push_back(step.step_id());
   sent_[step.step_id()] = std::move(sent);
   return absl::OkStatus();
+}
+
+void ServingLoop::AttachPlacement(v1::StepRequest& step) {
+  if (workers_->options().redundant_experts == 0) return;
+  const ExpertPlacementPlan* plan = balancer_.Next(workers_->ExpertTokens());
+  if (plan == nullptr) return;
+  StageWorkers::ReplicaPlacement status;
+  v1::ExpertPlacement* out = step.mutable_expert_placement();  // Set even when empty: it clears.
+  for (const ExpertReplicaSlot& r : plan->replicas) {
+    v1::ExpertReplica* rep = out->add_replicas();
+    rep->set_layer(r.layer);
+    rep->set_expert(r.expert);
+    rep->set_rank(r.rank);
+    status.replicas.push_back({r.layer, r.expert, r.rank});
+  }
+  double before = 0, after = 0;
+  for (const LayerBalance& l : plan->layers) {
+    status.imbalance[l.layer] = {l.imbalance_before, l.imbalance_after};
+    before = std::max(before, l.imbalance_before);
+    after = std::max(after, l.imbalance_after);
+  }
+  workers_->SetReplicaPlacement(std::move(status));
+  CASCADE_LOG(Info) << "redundant experts: " << plan->replicas.size() << " replicas placed with step " << step.step_id()
+                    << "; the worst layer's busiest rank over the mean " << before << " -> " << after;
 }
 
 bool ServingLoop::FillPipeline() {
@@ -596,6 +623,7 @@ void ServingLoop::Finish(int64_t seq_id, Active& a, v1::GenerateResponse& last) 
   const v1::SpeculativeStats spec = a.spec->Stats();
   if (a.spec->used()) *u->mutable_speculative() = spec;
   u->set_expert_load_max_mean(workers_->ExpertLoadMaxMean());
+  const int64_t hidden = u->kv_hidden_tokens();
   (void)scheduler_.Finish(seq_id);
   release_.push_back(seq_id);
   Push(*a.channel, std::move(last), true);
@@ -603,6 +631,8 @@ void ServingLoop::Finish(int64_t seq_id, Active& a, v1::GenerateResponse& last) 
   ++stats_.finished;
   stats_.prompt_tokens += static_cast<int64_t>(a.req.prompt.size());
   stats_.generation_tokens += static_cast<int64_t>(a.generated.size());
+  stats_.kv_narrowed_requests += hidden > 0 ? 1 : 0;
+  stats_.kv_hidden_tokens += hidden;
   AccumulateStats(spec, &stats_.speculative);
   PublishStats();
 }

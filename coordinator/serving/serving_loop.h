@@ -36,6 +36,7 @@
 #include "cascade/v1/inference.pb.h"
 #include "coordinator/control/serving_metrics.h"
 #include "coordinator/control/stage_workers.h"
+#include "coordinator/serving/expert_balance.h"
 #include "coordinator/serving/kv_transfer_plan.h"
 #include "coordinator/serving/output_constraint.h"
 #include "coordinator/serving/scheduler.h"
@@ -61,8 +62,12 @@ struct ServingStats {
   SchedulerStats scheduler;
   int64_t steps = 0;
   int64_t finished = 0;
-  int64_t prompt_tokens = 0;         // Over finished requests.
-  int64_t generation_tokens = 0;     // Over finished requests.
+  int64_t prompt_tokens = 0;      // Over finished requests.
+  int64_t generation_tokens = 0;  // Over finished requests.
+  // scheduler.kv_policy sink_window, over finished requests: those whose attention it
+  // narrowed, and the positions their last tokens did not see (Usage.kv_hidden_tokens).
+  int64_t kv_narrowed_requests = 0;
+  int64_t kv_hidden_tokens = 0;
   v1::SpeculativeStats speculative;  // Over finished requests.
   bool prefix_caching = false;       // SchedulerOptions::prefix_caching.
   int64_t n_live = 0;                // Requests submitted or adopted and not finished.
@@ -257,6 +262,8 @@ class ServingLoop {
   // Latency metrics of the `index`-th of `n_new` tokens the request got from one step.
   void ObserveOutput(Active& a, int index, int n_new, std::chrono::steady_clock::time_point now);
   static void Push(RequestChannel& c, v1::GenerateResponse msg, bool done, absl::Status status = absl::OkStatus());
+  // Redundant experts: the placement due with `step` (ExpertBalancer), if any, rides on it.
+  void AttachPlacement(v1::StepRequest& step);
 
   StageWorkers* workers_;
   const text::Tokenizer* tokenizer_;
@@ -264,6 +271,7 @@ class ServingLoop {
   Scheduler scheduler_;  // Loop thread only (ResetKvBlocks before Start); not guarded.
   const SpeculationOptions speculation_;
   StepCostModel step_cost_;            // Decode-step time against rows, for the choice of k. Loop thread only.
+  ExpertBalancer balancer_;            // parallel.redundant_experts. Loop thread only.
   ServingMetrics* metrics_ = nullptr;  // Thread-safe itself; set before Start.
   std::chrono::seconds recovery_timeout_{60};
   std::function<bool(std::shared_ptr<Active>)> evacuate_;  // Set before Start; loop thread.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/load_balance.h"
 #include "core/status.h"
 #include "core/str_cat.h"
 #include "model/format/arch/llama.h"
@@ -10,14 +11,6 @@
 
 namespace cascade::model {
 namespace {
-
-// Part `i` of `n` items split among `parts` as evenly as possible, the first n % parts
-// parts one larger: [begin, end).
-std::pair<int64_t, int64_t> EvenSplit(int64_t n, int64_t parts, int64_t i) {
-  const int64_t base = n / parts, extra = n % parts;
-  const int64_t begin = i * base + std::min(i, extra);
-  return {begin, begin + base + (i < extra ? 1 : 0)};
-}
 
 // Columns [begin, end) of rank `rank` when `n` columns split among `parts` in whole blocks.
 absl::StatusOr<std::pair<int64_t, int64_t>> BlockSplit(int64_t n, int64_t block, int parts, int rank,
@@ -35,6 +28,10 @@ absl::StatusOr<std::pair<int64_t, int64_t>> BlockSplit(int64_t n, int64_t block,
 }
 
 }  // namespace
+
+int TpShard::ExpertRank(int64_t n_experts, int tp_size, int64_t expert) {
+  return static_cast<int>(EvenSplitPart(n_experts, tp_size, expert));
+}
 
 std::string TpShard::ToString() const {
   std::string experts;

@@ -79,6 +79,9 @@ struct TpShard {
   // check at start.
   static absl::StatusOr<TpShard> ForFiles(const ModelFiles& files, int64_t first_layer, int64_t last_layer, int tp_rank,
                                           int tp_size, bool expert_parallel = false);
+  // Under expert parallelism, the rank of `tp_size` holding expert `expert` of `n_experts`
+  // (the split PlanExperts makes).
+  static int ExpertRank(int64_t n_experts, int tp_size, int64_t expert);
 };
 
 }  // namespace cascade::model

@@ -45,6 +45,22 @@ struct ExpertNames {
   arch::ExpertMatrix gate, up, down;
 };
 
+// Columns [f0, f1) of an FFN whose matrices are stored at `n` (each expert's rows of a
+// merged tensor, or a tensor of its own).
+template <typename Expert>
+absl::StatusOr<Expert> LoadFfnAs(WeightLoader& w, const ModelConfig& c, const ExpertNames& n, int64_t n_ff, int64_t f0,
+                                 int64_t f1, bool fuse) {
+  Expert e;
+  const std::string names[] = {n.gate.name, n.up.name};
+  const int64_t rows[] = {n.gate.stored_rows, n.up.stored_rows};
+  const IndexRange ranges[] = {{n.gate.row_begin + f0, n.gate.row_begin + f1},
+                               {n.up.row_begin + f0, n.up.row_begin + f1}};
+  CASCADE_ASSIGN_OR_RETURN(e.gate_up, StackedLinear::LoadColumn(w, names, rows, c.n_embd, ranges, fuse));
+  CASCADE_ASSIGN_OR_RETURN(e.down, Linear::LoadRow(w, n.down.name, n.down.stored_rows, n_ff, {f0, f1}, nullptr,
+                                                   {n.down.row_begin, n.down.row_begin + c.n_embd}));
+  return e;
+}
+
 }  // namespace
 
 absl::StatusOr<MoeBlock> MoeBlock::Load(WeightLoader& w, const ModelFiles& files, int64_t l, const TpShard& s,
@@ -67,28 +83,17 @@ absl::StatusOr<MoeBlock> MoeBlock::Load(WeightLoader& w, const ModelFiles& files
   if (c.router_bias) {
     CASCADE_ASSIGN_OR_RETURN(m.router_bias_, w.Vector(name(MoeTensor::kRouterBias), c.n_experts));
   }
-  // Columns [f0, f1) of an FFN whose matrices are stored at `n` (each expert's rows of a
-  // merged tensor, or a tensor of its own).
-  const auto load = [&](const ExpertNames& n, int64_t n_ff, int64_t f0, int64_t f1) -> absl::StatusOr<Expert> {
-    Expert e;
-    const std::string names[] = {n.gate.name, n.up.name};
-    const int64_t rows[] = {n.gate.stored_rows, n.up.stored_rows};
-    const IndexRange ranges[] = {{n.gate.row_begin + f0, n.gate.row_begin + f1},
-                                 {n.up.row_begin + f0, n.up.row_begin + f1}};
-    CASCADE_ASSIGN_OR_RETURN(e.gate_up, StackedLinear::LoadColumn(w, names, rows, c.n_embd, ranges, fuse));
-    CASCADE_ASSIGN_OR_RETURN(e.down, Linear::LoadRow(w, n.down.name, n.down.stored_rows, n_ff, {f0, f1}, nullptr,
-                                                     {n.down.row_begin, n.down.row_begin + c.n_embd}));
-    return e;
-  };
+  m.expert_parallel_ = s.expert_parallel && group != nullptr;
+  m.fuse_ = fuse;
+  m.rank_ = group != nullptr ? group->rank() : 0;
+  m.n_ranks_ = group != nullptr ? group->size() : 1;
+  m.slot_of_expert_.assign(c.n_experts, -1);
   const int64_t before = w.weight_bytes();
   for (int64_t e = s.expert_begin; e < s.expert_end; ++e) {
-    const auto matrix = [&](MoeTensor t) { return arch::ExpertMatrixOf(c, files.format, t, l, e); };
-    const ExpertNames n{matrix(MoeTensor::kGate), matrix(MoeTensor::kUp), matrix(MoeTensor::kDown)};
-    CASCADE_ASSIGN_OR_RETURN(Expert ex, load(n, c.n_ff_expert, s.ffe_begin, s.ffe_end));
-    if (c.expert_bias) {
-      const bool adds_down = s.expert_parallel || group == nullptr || group->rank() == 0;
-      CASCADE_RETURN_IF_ERROR(LoadExpertBiases(w, files, l, e, s.ffe_begin, s.ffe_end, adds_down, ex));
-    }
+    const bool adds_down = s.expert_parallel || group == nullptr || group->rank() == 0;
+    CASCADE_ASSIGN_OR_RETURN(Expert ex, LoadExpert(w, files, l, e, s.ffe_begin, s.ffe_end, adds_down, fuse));
+    m.slot_of_expert_[e] = static_cast<int32_t>(m.experts_.size());
+    m.expert_of_slot_.push_back(e);
     m.experts_.push_back(std::move(ex));
   }
   m.expert_bytes_ = w.weight_bytes() - before;
@@ -97,11 +102,68 @@ absl::StatusOr<MoeBlock> MoeBlock::Load(WeightLoader& w, const ModelFiles& files
     const ExpertNames n{{name(MoeTensor::kSharedGate), 0, f},
                         {name(MoeTensor::kSharedUp), 0, f},
                         {name(MoeTensor::kSharedDown), 0, c.n_embd}};
-    CASCADE_ASSIGN_OR_RETURN(m.shared_, load(n, f, s.ffs_begin, s.ffs_end));
+    CASCADE_ASSIGN_OR_RETURN(m.shared_, LoadFfnAs<Expert>(w, c, n, f, s.ffs_begin, s.ffs_end, fuse));
     CASCADE_ASSIGN_OR_RETURN(m.shared_router_, Linear::LoadReplicated(w, name(MoeTensor::kSharedRouter), 1, c.n_embd));
   }
   CASCADE_RETURN_IF_ERROR(m.PrepareDeviceExperts());
   return m;
+}
+
+absl::StatusOr<MoeBlock::Expert> MoeBlock::LoadExpert(WeightLoader& w, const ModelFiles& files, int64_t l, int64_t e,
+                                                      int64_t f0, int64_t f1, bool adds_down, bool fuse) {
+  const ModelConfig& c = files.config;
+  const auto matrix = [&](MoeTensor t) { return arch::ExpertMatrixOf(c, files.format, t, l, e); };
+  const ExpertNames n{matrix(MoeTensor::kGate), matrix(MoeTensor::kUp), matrix(MoeTensor::kDown)};
+  CASCADE_ASSIGN_OR_RETURN(Expert ex, LoadFfnAs<Expert>(w, c, n, c.n_ff_expert, f0, f1, fuse));
+  if (c.expert_bias) CASCADE_RETURN_IF_ERROR(LoadExpertBiases(w, files, l, e, f0, f1, adds_down, ex));
+  return ex;
+}
+
+absl::Status MoeBlock::SetReplicas(WeightLoader& w, const ModelFiles& files, int64_t layer,
+                                   std::span<const std::pair<int32_t, int32_t>> extra) {
+  if (!expert_parallel_) {
+    return absl::FailedPreconditionError(StrCat("layer ", layer, ": replicated experts need expert parallelism"));
+  }
+  std::vector<std::vector<int32_t>> holders(n_experts_);
+  for (const auto& [e, r] : extra) {
+    if (e < 0 || e >= n_experts_ || r < 0 || r >= n_ranks_) {
+      return absl::InvalidArgumentError(StrCat("layer ", layer, ": replica of expert ", e, " on rank ", r,
+                                               " is outside ", n_experts_, " experts and ", n_ranks_, " ranks"));
+    }
+    std::vector<int32_t>& h = holders[e];
+    if (h.empty()) h.push_back(TpShard::ExpertRank(n_experts_, n_ranks_, e));
+    if (std::find(h.begin(), h.end(), r) != h.end()) {
+      return absl::InvalidArgumentError(
+          StrCat("layer ", layer, ": expert ", e, " is placed on rank ", r, " twice (or on its own rank)"));
+    }
+    h.push_back(r);
+  }
+  // Keep the own experts and the replicas still held here; load the new ones.
+  std::vector<Expert> kept;
+  std::vector<int64_t> ids;
+  std::vector<int32_t> slots(n_experts_, -1);
+  for (size_t slot = 0; slot < experts_.size(); ++slot) {
+    const int64_t e = expert_of_slot_[slot];
+    const std::vector<int32_t>& h = holders[e];
+    const bool own = TpShard::ExpertRank(n_experts_, n_ranks_, e) == rank_;
+    if (!own && std::find(h.begin(), h.end(), rank_) == h.end()) continue;
+    slots[e] = static_cast<int32_t>(kept.size());
+    ids.push_back(e);
+    kept.push_back(std::move(experts_[slot]));
+  }
+  for (const auto& [e, r] : extra) {
+    if (r != rank_ || slots[e] >= 0) continue;
+    CASCADE_ASSIGN_OR_RETURN(Expert ex, LoadExpert(w, files, layer, e, 0, n_ff_, /*adds_down=*/true, fuse_));
+    slots[e] = static_cast<int32_t>(kept.size());
+    ids.push_back(e);
+    kept.push_back(std::move(ex));
+  }
+  experts_ = std::move(kept);
+  expert_of_slot_ = std::move(ids);
+  slot_of_expert_ = std::move(slots);
+  holders_ = std::move(holders);
+  device_experts_.reset();  // Its kernels know the own experts' range only.
+  return extra.empty() ? PrepareDeviceExperts() : absl::OkStatus();
 }
 
 absl::Status MoeBlock::LoadExpertBiases(WeightLoader& w, const ModelFiles& files, int64_t l, int64_t e, int64_t f0,
@@ -184,22 +246,39 @@ absl::Status MoeBlock::Route(const TensorView& x, int64_t n, MoeScratch& s, std:
     RouteToken(std::span<const float>(s.host_logits).subspan(t * n_experts_, n_experts_), k, norm_topk_,
                std::span(chosen).subspan(t * k, k), std::span(weights).subspan(t * k, k));
   }
+  // The held slot that computes each (token, expert) pair, or -1: without replicas the own
+  // experts' slot; with them, holder j mod |holders| of an expert's j-th pair.
   const int64_t held = static_cast<int64_t>(experts_.size());
+  std::vector<int32_t> slot_of_pair(static_cast<size_t>(n * k));
+  std::vector<int32_t> seen(holders_.empty() ? 0 : n_experts_, 0);
+  for (int64_t i = 0; i < n * k; ++i) {
+    const int32_t e = chosen[i];
+    int32_t slot = -1;
+    if (!expert_parallel_) {
+      slot = e - static_cast<int32_t>(expert_begin_);
+      if (slot < 0 || slot >= held) slot = -1;
+    } else if (holders_.empty() || holders_[e].empty()) {
+      slot = slot_of_expert_[e];
+    } else {
+      const std::vector<int32_t>& h = holders_[e];
+      if (h[seen[e]++ % h.size()] == rank_) slot = slot_of_expert_[e];
+    }
+    slot_of_pair[i] = slot;
+  }
   s.expert_rows.assign(held + 1, 0);
   for (int64_t i = 0; i < n * k; ++i) {
     if (!load.empty()) ++load[chosen[i]];
-    const int64_t e = chosen[i] - expert_begin_;
-    if (e >= 0 && e < held) ++s.expert_rows[e + 1];
+    if (slot_of_pair[i] >= 0) ++s.expert_rows[slot_of_pair[i] + 1];
   }
   std::partial_sum(s.expert_rows.begin(), s.expert_rows.end(), s.expert_rows.begin());
   s.token_of_row.resize(s.expert_rows[held]);
   s.weight_of_row.resize(s.expert_rows[held]);
   std::vector<int64_t> next(s.expert_rows.begin(), s.expert_rows.end() - 1);
   for (int64_t i = 0; i < n * k; ++i) {
-    const int64_t e = chosen[i] - expert_begin_;
-    if (e < 0 || e >= held) continue;
-    s.token_of_row[next[e]] = static_cast<int32_t>(i / k);
-    s.weight_of_row[next[e]++] = weights[i];
+    const int32_t slot = slot_of_pair[i];
+    if (slot < 0) continue;
+    s.token_of_row[next[slot]] = static_cast<int32_t>(i / k);
+    s.weight_of_row[next[slot]++] = weights[i];
   }
   return absl::OkStatus();
 }

@@ -25,6 +25,12 @@
 // holds every expert's FFN columns [ffe_begin, ffe_end). Either way a rank's output is a
 // partial sum, all-reduced once per layer over the group (the existing collective).
 //
+// Redundant experts (EPLB, `SetReplicas`): under expert parallelism other ranks may hold
+// replicas of an expert beside its own rank. Every rank routes alike, so each splits an
+// expert's tokens among its holders the same way without talking: the j-th (token, expert)
+// pair of the batch, in token order, goes to holder j mod (its holders), its own rank
+// first. Each pair is still computed once, so the all-reduced sum is the same FFN output.
+//
 // Weights are borrowed from the WeightLoader, the backend and group from the model.
 // Thread-safety: single owner (the device thread); Forward is a collective over the group.
 #pragma once
@@ -79,6 +85,14 @@ class MoeBlock {
   // the counts instead of `load`.
   absl::Status Forward(TensorView hidden, const TensorView& x, MoeScratch& scratch, std::span<int64_t> load,
                        void* device_load = nullptr) const;
+  // Expert parallelism's replicas (above): `extra` lists (expert, rank) pairs beyond each
+  // expert's own rank, replacing the previous list; this rank loads the experts it newly
+  // holds through `w` (row ranges of the file) and drops those it no longer does. The
+  // device path stays off while any replica is placed. InvalidArgument for a pair outside
+  // the group or the experts, naming an expert's own rank, or twice; FailedPrecondition
+  // without expert parallelism.
+  absl::Status SetReplicas(WeightLoader& w, const ModelFiles& files, int64_t layer,
+                           std::span<const std::pair<int32_t, int32_t>> extra);
   // Whether some batches may run on the device path (its experts are prepared for it).
   bool routes_on_device() const { return device_experts_ != nullptr; }
   // Bytes of the routed experts' weights held here (as read from the file).
@@ -92,6 +106,9 @@ class MoeBlock {
     // adds it (every expert-parallel rank; rank 0 of a column-split group); else empty.
     TensorView gate_bias, up_bias, down_bias;
   };
+  // Reads held expert `e` of layer `l` whole or in columns [f0, f1), its biases included.
+  static absl::StatusOr<Expert> LoadExpert(WeightLoader& w, const ModelFiles& files, int64_t l, int64_t e, int64_t f0,
+                                           int64_t f1, bool adds_down, bool fuse);
   // Reads expert `e`'s biases (ModelConfig::expert_bias) for columns [f0, f1).
   static absl::Status LoadExpertBiases(WeightLoader& w, const ModelFiles& files, int64_t layer, int64_t e, int64_t f0,
                                        int64_t f1, bool adds_down, Expert& ex);
@@ -116,8 +133,16 @@ class MoeBlock {
   TensorView router_bias_;                     // gpt-oss: [n_experts], the router's bias; else empty.
   int64_t expert_bytes_ = 0;
   Linear router_;
-  std::vector<Expert> experts_;  // Held experts, from expert_begin_.
-  Linear shared_router_;         // [1, n_embd]; with a shared expert only.
+  std::vector<Expert> experts_;  // Held experts: [expert_begin_, ...) and then replicas.
+  // Expert parallelism: the expert each held slot is, the slot of each expert held here
+  // (-1: none), and each expert's holders in turn (its own rank first; empty without
+  // replicas, when its own rank holds it alone).
+  std::vector<int64_t> expert_of_slot_;
+  std::vector<int32_t> slot_of_expert_;
+  std::vector<std::vector<int32_t>> holders_;
+  int rank_ = 0, n_ranks_ = 1;
+  bool expert_parallel_ = false, fuse_ = true;
+  Linear shared_router_;  // [1, n_embd]; with a shared expert only.
   Expert shared_;
   std::unique_ptr<kernels::PreparedExperts> device_experts_;  // Null: host routing only.
 };

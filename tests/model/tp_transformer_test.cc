@@ -10,6 +10,7 @@
 #include <cmath>
 #include <filesystem>
 #include <numeric>
+#include <span>
 #include <thread>
 
 #include <unistd.h>
@@ -57,7 +58,8 @@ std::string UniqueGroup() {
 // `weight_bytes` (optional) receives each rank's.
 std::vector<absl::StatusOr<Trace>> RunTp(const ModelFiles& files, int tp, const std::vector<int32_t>& prompt,
                                          int n_decode, Memory memory = Memory::kHost, bool fuse = true,
-                                         bool expert_parallel = false, std::vector<int64_t>* weight_bytes = nullptr) {
+                                         bool expert_parallel = false, std::vector<int64_t>* weight_bytes = nullptr,
+                                         std::span<const Transformer::ExpertReplica> replicas = {}) {
   if (weight_bytes != nullptr) weight_bytes->assign(tp, 0);
   comm::InProcessRendezvous rendezvous;
   const std::string group = UniqueGroup();
@@ -80,6 +82,7 @@ std::vector<absl::StatusOr<Trace>> RunTp(const ModelFiles& files, int tp, const 
                 files, backend.get(),
                 {.tp_rank = r, .tp_size = tp, .fuse_projections = fuse, .expert_parallel = expert_parallel},
                 comm.get()));
+        if (!replicas.empty()) CASCADE_RETURN_IF_ERROR(t->PlaceExperts(replicas));
         if (weight_bytes != nullptr) (*weight_bytes)[r] = t->weight_bytes();
         if (t->tp_shard().tp_rank != r || t->CacheOptions(4, 16).n_kv_heads != t->tp_shard().n_kv_heads()) {
           return absl::InternalError("shard does not match the rank");
@@ -95,13 +98,14 @@ std::vector<absl::StatusOr<Trace>> RunTp(const ModelFiles& files, int tp, const 
 // TP=tp against TP=1: every rank's every step within `bound` relative L2, every greedy id
 // equal, and all ranks bit-identical (they gather the same logits).
 void ExpectParity(const ModelFiles& files, int tp, double bound, int n_prompt = 20, int n_decode = 3,
-                  bool expert_parallel = false, std::vector<int64_t>* weight_bytes = nullptr) {
+                  bool expert_parallel = false, std::vector<int64_t>* weight_bytes = nullptr,
+                  std::span<const Transformer::ExpertReplica> replicas = {}) {
   SCOPED_TRACE(::testing::Message() << files.path << " at TP=" << tp << (expert_parallel ? " EP" : ""));
   const std::vector<int32_t> prompt = Prompt(n_prompt, files.config.n_vocab);
   absl::StatusOr<Trace> ref = RunSingle(files, prompt, n_decode);
   ASSERT_TRUE(ref.ok()) << ref.status();
   std::vector<absl::StatusOr<Trace>> got =
-      RunTp(files, tp, prompt, n_decode, Memory::kHost, true, expert_parallel, weight_bytes);
+      RunTp(files, tp, prompt, n_decode, Memory::kHost, true, expert_parallel, weight_bytes, replicas);
   double worst = 0;
   for (int r = 0; r < tp; ++r) {
     ASSERT_TRUE(got[r].ok()) << "rank " << r << ": " << got[r].status();
@@ -186,6 +190,46 @@ TEST(TpTransformerTest, MoeExpertAndTensorParallelMatchSingleRank) {
         EXPECT_EQ(ep[r] - sliced[r], delta) << "TP=" << tp << " rank " << r;
       }
     }
+  }
+}
+
+// Redundant experts (EPLB): with replicas of experts on ranks beside their own (a hot
+// expert on every rank, others on one more), each expert's tokens are split among its
+// holders and still computed once, so EP 2 and 3 match TP=1 as plain EP does; a rank
+// reads the replicas it holds (its weight bytes grow by exactly theirs), and a bad
+// placement is refused.
+TEST(TpTransformerTest, RedundantExpertsMatchSingleRank) {
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/model.gguf";
+  const testing::RandomModelSpec spec{
+      .n_layers = 2, .moe = testing::MoeFamily::kQwen3Moe, .n_experts = 8, .n_ff_expert = 128};
+  testing::WriteRandomModel(spec, path);
+  auto files = OpenModelFiles(path);
+  ASSERT_TRUE(files.ok()) << files.status();
+  for (int tp : {2, 3}) {
+    SCOPED_TRACE(::testing::Message() << "EP=" << tp);
+    // Expert 0 everywhere, expert 7 on rank 0 too; layer 1 gets expert 3 on the last rank.
+    std::vector<Transformer::ExpertReplica> replicas;
+    for (int r = 1; r < tp; ++r) replicas.push_back({0, 0, r});
+    replicas.push_back({0, 7, 0});
+    if (TpShard::ExpertRank(8, tp, 3) != tp - 1) replicas.push_back({1, 3, tp - 1});
+    std::vector<int64_t> plain, replicated;
+    ExpectParity(*files, tp, 1e-4, 20, 3, true, &plain);
+    ExpectParity(*files, tp, 1e-4, 20, 3, true, &replicated, replicas);
+    const int64_t expert_bytes = 3 * 128 * spec.n_embd * 4;  // F32 gate, up and down.
+    for (int r = 0; r < tp; ++r) {
+      int64_t held = 0;
+      for (const auto& rep : replicas) held += rep.rank == r ? 1 : 0;
+      EXPECT_EQ(replicated[r] - plain[r], held * expert_bytes) << "rank " << r;
+    }
+  }
+  // Refusals: a replica on the expert's own rank, twice, or outside the group.
+  for (const Transformer::ExpertReplica bad : {Transformer::ExpertReplica{0, 0, 0}, Transformer::ExpertReplica{0, 8, 1},
+                                               Transformer::ExpertReplica{0, 1, 5}}) {
+    const std::vector<Transformer::ExpertReplica> one = {bad};
+    std::vector<absl::StatusOr<Trace>> got =
+        RunTp(*files, 2, Prompt(4, files->config.n_vocab), 1, Memory::kHost, true, true, nullptr, one);
+    EXPECT_EQ(got[0].status().code(), absl::StatusCode::kInvalidArgument) << bad.expert << " on " << bad.rank;
   }
 }
 
