@@ -8,19 +8,26 @@
 #      layer's busiest expert over the mean);
 #   2. expert parallelism: batch-1 decode of a cluster with one worker (EP=1, 1 thread)
 #      against two workers holding 32 experts each (EP=2, parallel.expert, 1 thread each),
-#      and against two workers slicing every expert (TP=2, expert: false).
+#      and against two workers slicing every expert (TP=2, expert: false);
+#   3. expert balance (EPLB=1) on a router skewed like a trained one (make_random_gguf.py
+#      moe --skewed-router: 8 hot experts per layer, Zipf-like), Q4_K_M: throughput at
+#      concurrency 16 (32 requests) of EP=1, EP=2, and EP=2 with parallel.redundant_experts
+#      (SLOTS per rank, placed every 20 steps), one thread per worker; the worst layer's
+#      busiest expert over the mean and, with EPLB, its busiest rank over the mean before
+#      and after the last placement.
 # llama.cpp is built by scripts/llama_cpp.sh; models are cached in ~/.cache/cascade/models/
 # (F16 1.8 GB, Q8_0 1 GB, Q4_K_M 0.6 GB).
 #
 # Usage: scripts/bench_moe.sh [OUT.json]     (default build/bench_moe.json)
 # Env: TYPES="Q4_K_M Q8_0"  THREADS="1 2"  N_PROMPT=512  N_DECODE=128  REPEATS=3  EP=1 (0: skip 2.)
+#      EPLB=1 (0: skip 3.)  SLOTS=4  SINGLE=1 (0: skip 1.)
 # Both sides report their best of REPEATS runs (llama-bench: of its repetitions).
 # Prints markdown tables (docs/PERFORMANCE.md holds the latest) and writes JSON.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-build/bench_moe.json}
 export TYPES=${TYPES:-"Q4_K_M Q8_0"} THREADS=${THREADS:-"1 2"} N_PROMPT=${N_PROMPT:-512} N_DECODE=${N_DECODE:-128}
-export REPEATS=${REPEATS:-3} EP=${EP:-1}
+export REPEATS=${REPEATS:-3} EP=${EP:-1} EPLB=${EPLB:-1} SLOTS=${SLOTS:-4} SINGLE=${SINGLE:-1}
 MODELS="${XDG_CACHE_HOME:-$HOME/.cache}/cascade/models"
 mkdir -p "$MODELS" "$(dirname "$OUT")"
 [[ -x build/bin/cascade && -x build/bin/cascade-coordinator ]] || ./scripts/build.sh >/dev/null
@@ -53,6 +60,35 @@ YAML
   build/bin/cascade status --server "$CLUSTER_ADDR" >"$TMP/ep-$label.status"
   kill "$CLUSTER_PID"; wait "$CLUSTER_PID" 2>/dev/null || true
 }
+# Throughput of `cascade bench` at concurrency 16 on model $1 over $2 workers, experts whole
+# when $3 is true, with parallel keys $4 (", redundant_experts: ..."): $TMP/eplb-$5.json/.status.
+cluster_throughput() {
+  local model=$1 tp=$2 expert=$3 extra=$4 label=$5
+  local devices; devices=$(printf 'cpu, %.0s' $(seq 1 "$tp")); devices=${devices%, }
+  cat >"$TMP/$label.yaml" <<YAML
+model: {path: $model}
+parallel: {pipeline: 1, tensor: $tp, expert: $expert$extra}
+nodes: [{name: n0, host: 127.0.0.1, devices: [$devices], launch: local}]
+server: {listen: 127.0.0.1:0}
+scheduler: {kv_cache_mb: 256}
+YAML
+  start_cluster "$TMP/$label.yaml" "$TMP/$label.log"
+  build/bin/cascade bench --server "$CLUSTER_ADDR" --requests 16 --concurrency 16 --prompt-tokens 32 --max-tokens 32 >/dev/null
+  build/bin/cascade bench --server "$CLUSTER_ADDR" --requests 32 --concurrency 16 --prompt-tokens 32 \
+    --max-tokens "$N_DECODE" --label "$label" --json "$TMP/eplb-$label.json" >/dev/null
+  build/bin/cascade status --server "$CLUSTER_ADDR" >"$TMP/eplb-$label.status"
+  kill "$CLUSTER_PID"; wait "$CLUSTER_PID" 2>/dev/null || true
+}
+if [[ $EPLB == 1 ]]; then
+  skewed="$MODELS/random-qwen3moe-skewed-f16.gguf"
+  [[ -f $skewed ]] || ./scripts/python_deps.sh scripts/make_random_gguf.py moe models/SmolLM2-135M-Instruct.Q4_1.gguf \
+    "$skewed" --skewed-router
+  random_models_from "$skewed" random-qwen3moe-skewed Q4_K_M
+  q="$MODELS/random-qwen3moe-skewed-Q4_K_M.gguf"
+  cluster_throughput "$q" 1 false "" ep1
+  cluster_throughput "$q" 2 true "" ep2
+  cluster_throughput "$q" 2 true ", redundant_experts: $SLOTS, eplb_interval_steps: 20" ep2-eplb
+fi
 if [[ $EP == 1 ]]; then
   for t in $TYPES; do
     q="$MODELS/random-qwen3moe-$t.gguf"
@@ -77,7 +113,7 @@ print(f"## Single process against llama-bench (prompt {n_prompt}, decode {n_deco
 print("| type | threads | cascade prefill / decode tok/s | llama.cpp prefill / decode | prefill ratio | decode ratio "
       "| peak RSS cascade / llama.cpp / file MiB | expert load max/mean |")
 print("|---|---|---|---|---|---|---|---|", flush=True)
-for ty in types:
+for ty in types if os.environ["SINGLE"] == "1" else []:
     model = f"{models}/random-qwen3moe-{ty}.gguf"
     file_mib = os.path.getsize(model) / 1048576
     for t in threads:
@@ -117,6 +153,29 @@ if runs:
         print(f"| {ty} | {e1['decode_tok_s']:.1f} | {e2['decode_tok_s']:.1f} | {ratio:.2f}x | {t2['decode_tok_s']:.1f} "
               f"| {', '.join(f'{m:.0f}' for m in e1['worker_weight_mib'])}; "
               f"{', '.join(f'{m:.0f}' for m in e2['worker_weight_mib'])} |")
+balance = {}
+for label in ("ep1", "ep2", "ep2-eplb"):
+    path = f"{tmp}/eplb-{label}.json"
+    if os.path.exists(path):
+        r = json.load(open(path))
+        status = open(f"{tmp}/eplb-{label}.status").read()
+        r["expert_load_max_mean"] = max([float(m) for m in re.findall(r"max/mean ([\d.]+)", status)] or [0])
+        ranks = re.findall(r"busiest rank over the mean ([\d.]+) -> ([\d.]+)", status)
+        r["rank_imbalance"] = [[float(a), float(b)] for a, b in ranks]
+        balance[label] = r
+if balance:
+    results["eplb"] = balance
+    print(f"\n## Expert balance on a skewed router: concurrency 16, 32 requests of {n_decode} tokens, "
+          "1 thread per worker, Q4_K_M\n")
+    print("| cluster | throughput tok/s | over EP=1 | TPOT p50 ms | expert load max/mean (worst layer) "
+          "| busiest rank over the mean, worst layer (before -> after the last placement) |")
+    print("|---|---|---|---|---|---|")
+    base = balance.get("ep1", {}).get("throughput_tok_s", 0)
+    for label, r in balance.items():
+        worst = max(r["rank_imbalance"], key=lambda ba: ba[0]) if r["rank_imbalance"] else None
+        print(f"| {label} | {r['throughput_tok_s']:.1f} | {r['throughput_tok_s'] / base if base else 0:.2f}x "
+              f"| {r['tpot_ms']['p50']:.1f} | {r['expert_load_max_mean']:.2f} "
+              f"| {f'{worst[0]:.2f} -> {worst[1]:.2f}' if worst else '-'} |")
 with open(out_path, "w") as f:
     json.dump(results, f, indent=1)
 print(f"\nwrote {out_path}")

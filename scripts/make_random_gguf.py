@@ -15,12 +15,16 @@ Shapes:
   moe-tiny  the same architecture for cluster tests: hidden 256, 4 layers, 4/2 heads, 8
             experts, top-2, expert FFN 128; weights N(0, 1/fan_in), so text varies
 Options: --hot-expert N makes every token choose expert N (the embedding's column 0 is 10
-and expert N's router row is 20 there): a router biased to one expert. --chat-template FILE
-puts FILE's Jinja template in place of the tokenizer's.
+and expert N's router row is 20 there): a router biased to one expert. --skewed-router
+skews every MoE layer's router as trained ones are (hot experts, a long tail): 8 experts
+per layer, drawn apart for each layer, get a Zipf-like bias (their router rows are
+0.25 / rank at the embedding's column 0, which is 10: about 2.4, 1.2, 0.8, ... over logits
+of order 1). --chat-template FILE puts FILE's Jinja template in place of the tokenizer's.
 
 Weights are N(0, 0.02^2) (norms 1), streamed tensor by tensor, so the 16 GB 8B file needs
 little memory. Uses the `gguf` package (scripts/python_deps.sh).
-Usage: make_random_gguf.py {1b|8b|moe|moe-tiny} TOKENIZER.gguf OUT.gguf [--hot-expert N] [--chat-template FILE]
+Usage: make_random_gguf.py {1b|8b|moe|moe-tiny} TOKENIZER.gguf OUT.gguf [--hot-expert N] [--skewed-router]
+       [--chat-template FILE]
 """
 import sys
 
@@ -76,7 +80,7 @@ def is_f32(name, shp):
     return len(shp) == 1 or "ffn_gate_inp" in name
 
 
-def main(shape, tokenizer_path, out_path, hot_expert=-1, chat_template=None):
+def main(shape, tokenizer_path, out_path, hot_expert=-1, chat_template=None, skewed=False):
     s = SHAPES[shape]
     reader = GGUFReader(tokenizer_path)
     arch = "qwen3moe" if "experts" in s else "llama"
@@ -122,7 +126,12 @@ def main(shape, tokenizer_path, out_path, hot_expert=-1, chat_template=None):
             x *= 1 / (0.02 * np.sqrt(shp[1]))  # Router logits of order 1 over the normed hidden state.
             if hot_expert >= 0:
                 x[hot_expert, 0] = 20.0
-        if name == "token_embd.weight" and hot_expert >= 0:
+            if skewed:
+                layer = int(name.split(".")[1])
+                hot = np.random.default_rng(11 + layer).choice(shp[0], 8, replace=False)
+                for rank, e in enumerate(hot):
+                    x[e, 0] = 0.25 / (rank + 1)
+        if name == "token_embd.weight" and (hot_expert >= 0 or skewed):
             x[:, 0] = 10.0
         w.write_tensor_data(x if is_f32(name, shp) else x.astype(np.float16))
     w.close()
@@ -132,8 +141,14 @@ def main(shape, tokenizer_path, out_path, hot_expert=-1, chat_template=None):
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    hot, template = -1, None
-    while len(args) >= 5 and args[3] in ("--hot-expert", "--chat-template"):
+    hot, template, skewed = -1, None, False
+    while len(args) >= 4 and args[3] in ("--hot-expert", "--chat-template", "--skewed-router"):
+        if args[3] == "--skewed-router":
+            skewed = True
+            args = args[:3] + args[4:]
+            continue
+        if len(args) < 5:
+            sys.exit(__doc__)
         if args[3] == "--hot-expert":
             hot = int(args[4])
         else:
@@ -141,4 +156,4 @@ if __name__ == "__main__":
         args = args[:3] + args[5:]
     if len(args) != 3 or args[0] not in SHAPES:
         sys.exit(__doc__)
-    main(*args, hot_expert=hot, chat_template=template)
+    main(*args, hot_expert=hot, chat_template=template, skewed=skewed)

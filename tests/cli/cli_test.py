@@ -8,6 +8,7 @@ SKIP output to a skipped test). To add a test, write a `test_<name>` function an
 it in CMakeLists.txt.
 """
 import json
+import math
 import os
 import re
 import subprocess
@@ -149,6 +150,26 @@ def test_run_json_stories():
     assert cont["token_ids"] == STORIES_IDS[10:], cont["token_ids"]
 
 
+def test_perplexity_sink_window():
+    """`cascade perplexity`: the same rows score the same with and without sink + window
+    attention until the window first leaves a position behind (rows before sinks + window
+    are exact), differ after it, and the perplexity is exp of the mean NLL it reports."""
+    need(SMOL)
+    with tempfile.NamedTemporaryFile("w", suffix=".txt") as f:
+        f.write(open("/usr/share/common-licenses/GPL-3").read()[:4000])
+        f.flush()
+        run = lambda *extra: json.loads(cascade("perplexity", "--model", SMOL, "--file", f.name, "--ctx", "160",
+                                                "--json", *extra).stdout)
+        exact, narrow = run(), run("--kv-window-tokens", "40", "--kv-sink-tokens", "4")
+    assert len(exact["nll"]) == len(narrow["nll"]) == 159
+    assert narrow["narrowed_rows"] == 159 - 44 and exact["narrowed_rows"] == 0
+    assert narrow["nll"][:44] == exact["nll"][:44]
+    assert narrow["nll"][44:] != exact["nll"][44:]
+    assert abs(exact["perplexity"] - math.exp(sum(exact["nll"]) / 159)) < 1e-6 * exact["perplexity"]
+    assert 1 < exact["perplexity"] < 1000, exact["perplexity"]
+    print(f"perplexity exact {exact['perplexity']:.3f}, sink + window {narrow['perplexity']:.3f}")
+
+
 def test_run_streams_text():
     need(STORIES)
     p = cascade("run", "--model", STORIES, "--prompt", "Once upon a time", "--temperature", "0", "--max-tokens", "30")
@@ -216,7 +237,9 @@ OPTIONS = {
                           "token-file", "insecure", "join-timeout", "refuse-token-for-testing"],
     ("cascade", "info"): ["model", "json"],
     ("cascade", "tokenize"): ["model", "text", "chat", "system", "chat-template", "add-special", "json"],
-    ("cascade", "run"): ["model", *PROMPT, *GENERATION, "threads", "ctx", "kv-type", "json"],
+    ("cascade", "run"): ["model", *PROMPT, *GENERATION, "threads", "ctx", "kv-type", "json", "kv-window-tokens",
+                         "kv-sink-tokens"],
+    ("cascade", "perplexity"): ["model", "file", "ctx", "threads", "json", "kv-window-tokens", "kv-sink-tokens"],
     ("cascade", "generate"): ["server", "tls-ca", *PROMPT, *GENERATION, "no-speculate", "draft-tokens",
                                "json-schema", "json-object", "grammar", "regex", "timeout", "json"],
     ("cascade", "chat"): ["server", "tls-ca", "system", *[g for g in GENERATION if g != "logprobs"], "timeout"],

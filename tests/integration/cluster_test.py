@@ -433,12 +433,12 @@ def test_deadline_and_cancel():
     with cluster(STORIES, 2) as (address, _, _):
         # A 1-second deadline on a long request: DEADLINE_EXCEEDED, blocks freed at once.
         p = subprocess.run([CASCADE, "generate", "--server", address, "--prompt-ids", "1", "--temperature", "0",
-                            "--max-tokens", "100000", "--ignore-eos", "--timeout", "1"], capture_output=True, text=True,
+                            "--max-tokens", str(LONGEST_STREAM), "--ignore-eos", "--timeout", "1"], capture_output=True, text=True,
                            timeout=60)
         assert p.returncode == 2 and "DEADLINE_EXCEEDED" in p.stderr, (p.returncode, p.stderr)
         # A client that goes away mid-stream (killed) cancels its request.
         stream = subprocess.Popen([CASCADE, "generate", "--server", address, "--prompt-ids", "1", "--temperature", "0",
-                                   "--max-tokens", "100000", "--ignore-eos"], stdout=subprocess.DEVNULL,
+                                   "--max-tokens", str(LONGEST_STREAM), "--ignore-eos"], stdout=subprocess.DEVNULL,
                                   stderr=subprocess.DEVNULL)
         time.sleep(1.0)
         stream.kill()
@@ -772,7 +772,8 @@ def test_dp_prefix_affinity():
         assert len(served) == 1, replica_lines(address)
         # A long stream with the same opening goes where that opening was (the affinity).
         stream = subprocess.Popen([CASCADE, "generate", "--server", address, "--prompt-ids", ids(map(str, turn1)),
-                                   "--temperature", "0", "--max-tokens", "3000", "--ignore-eos", "--json"],
+                                   "--temperature", "0", "--max-tokens", str(LONGEST_STREAM + 1 - len(turn1)),
+                                   "--ignore-eos", "--json"],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         time.sleep(0.3)
         _, text = status(address)
@@ -924,7 +925,7 @@ def test_worker_not_back_fails_clearly():
                                           "server: {listen: 127.0.0.1:0, recovery_timeout_s: 2}")
     with cluster_from_yaml(text) as (address, proc, _):
         workers = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
-        stream = start_stream(address, 100000)
+        stream = start_stream(address, LONGEST_STREAM)
         time.sleep(0.3)
         os.kill(int(workers[1]), signal.SIGSTOP)  # Stopped, not exited: the launcher cannot restart it.
         t0 = time.time()
@@ -950,6 +951,11 @@ def drain_cluster(drain_timeout_s):
     text = config_yaml(STORIES, 2).replace("server: {listen: 127.0.0.1:0}",
                                           f"server: {{listen: 127.0.0.1:0, drain_timeout_s: {drain_timeout_s}}}")
     return cluster_from_yaml(text)
+
+
+# The longest answer to a 1-token prompt that stories260K's 2048-position context holds (a
+# longer max_tokens is refused): streams meant to outlast what a test does to the cluster.
+LONGEST_STREAM = 2047
 
 
 def start_stream(address, n_tokens):
@@ -990,7 +996,7 @@ def test_sigterm_drain():
         errors = [line for line in log.splitlines() if line.startswith("E ")]
         assert not errors, "\n".join(errors)
     with drain_cluster(1) as (address, proc, log_path):
-        stream = start_stream(address, 100000)
+        stream = start_stream(address, LONGEST_STREAM)
         time.sleep(0.5)
         t0 = time.time()
         os.kill(proc.pid, signal.SIGTERM)
@@ -1354,7 +1360,8 @@ def test_kv_sink_window():
             metrics = metrics_text(log_path)
             assert "cascade_kv_policy_narrowed_requests_total 2" in metrics, metrics
             assert f"cascade_kv_policy_hidden_tokens_total {hidden + usage['kv_policy']['hidden_tokens']}" in metrics
-        print(f"PP={pp} TP={tp}: {n_new} tokens through a pool of {blocks} blocks ({16 * blocks} positions), identical to cascade run; "
+        print(f"PP={pp} TP={tp}: {n_new} tokens through a pool of {blocks} blocks ({16 * blocks} positions), "
+              f"{'identical to cascade run' if tp == 1 else 'to the end'}; "
               f"{hidden} positions hidden from the last; OpenAI usage {usage['kv_policy']}")
 
 
