@@ -41,28 +41,9 @@ random_models moe random-qwen3moe $TYPES
 TMP=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$TMP"' EXIT
 source scripts/cluster_lib.sh
-# Batch-1 decode of a cluster of $2 workers (one thread each) on model $1, experts sharded
-# whole when $3 is true: writes $TMP/ep-$4.json (cascade bench) and $TMP/ep-$4.status.
-cluster_decode() {
-  local model=$1 tp=$2 expert=$3 label=$4
-  local devices; devices=$(printf 'cpu, %.0s' $(seq 1 "$tp")); devices=${devices%, }
-  cat >"$TMP/$label.yaml" <<YAML
-model: {path: $model}
-parallel: {pipeline: 1, tensor: $tp, expert: $expert}
-nodes: [{name: n0, host: 127.0.0.1, devices: [$devices], launch: local}]
-server: {listen: 127.0.0.1:0}
-scheduler: {kv_cache_mb: 256}
-YAML
-  start_cluster "$TMP/$label.yaml" "$TMP/$label.log"
-  build/bin/cascade bench --server "$CLUSTER_ADDR" --requests 1 --concurrency 1 --prompt-tokens 8 --max-tokens 8 >/dev/null
-  build/bin/cascade bench --server "$CLUSTER_ADDR" --requests 3 --concurrency 1 --prompt-tokens 32 \
-    --max-tokens "$N_DECODE" --label "$label" --json "$TMP/ep-$label.json" >/dev/null
-  build/bin/cascade status --server "$CLUSTER_ADDR" >"$TMP/ep-$label.status"
-  kill "$CLUSTER_PID"; wait "$CLUSTER_PID" 2>/dev/null || true
-}
-# Throughput of `cascade bench` at concurrency 16 on model $1 over $2 workers, experts whole
-# when $3 is true, with parallel keys $4 (", redundant_experts: ..."): $TMP/eplb-$5.json/.status.
-cluster_throughput() {
+# Starts a cluster of $2 workers (one thread each) on model $1, experts sharded whole when $3
+# is true, with more parallel keys $4 (", key: value"), its files named after $5.
+start_moe_cluster() {
   local model=$1 tp=$2 expert=$3 extra=$4 label=$5
   local devices; devices=$(printf 'cpu, %.0s' $(seq 1 "$tp")); devices=${devices%, }
   cat >"$TMP/$label.yaml" <<YAML
@@ -73,6 +54,23 @@ server: {listen: 127.0.0.1:0}
 scheduler: {kv_cache_mb: 256}
 YAML
   start_cluster "$TMP/$label.yaml" "$TMP/$label.log"
+}
+# Batch-1 decode of start_moe_cluster's cluster ($1-$3, no more keys): writes $TMP/ep-$4.json
+# (cascade bench) and $TMP/ep-$4.status.
+cluster_decode() {
+  local model=$1 tp=$2 expert=$3 label=$4
+  start_moe_cluster "$model" "$tp" "$expert" "" "$label"
+  build/bin/cascade bench --server "$CLUSTER_ADDR" --requests 1 --concurrency 1 --prompt-tokens 8 --max-tokens 8 >/dev/null
+  build/bin/cascade bench --server "$CLUSTER_ADDR" --requests 3 --concurrency 1 --prompt-tokens 32 \
+    --max-tokens "$N_DECODE" --label "$label" --json "$TMP/ep-$label.json" >/dev/null
+  build/bin/cascade status --server "$CLUSTER_ADDR" >"$TMP/ep-$label.status"
+  kill "$CLUSTER_PID"; wait "$CLUSTER_PID" 2>/dev/null || true
+}
+# Throughput of `cascade bench` at concurrency 16 on model $1 over $2 workers, experts whole
+# when $3 is true, with parallel keys $4 (", redundant_experts: ..."): $TMP/eplb-$5.json/.status.
+cluster_throughput() {
+  local label=$5
+  start_moe_cluster "$@"
   build/bin/cascade bench --server "$CLUSTER_ADDR" --requests 16 --concurrency 16 --prompt-tokens 32 --max-tokens 32 >/dev/null
   build/bin/cascade bench --server "$CLUSTER_ADDR" --requests 32 --concurrency 16 --prompt-tokens 32 \
     --max-tokens "$N_DECODE" --label "$label" --json "$TMP/eplb-$label.json" >/dev/null

@@ -22,6 +22,7 @@
 #include <numeric>
 #include <random>
 #include <span>
+#include <tuple>
 
 #include "core/half.h"
 #include "core/str_cat.h"
@@ -592,7 +593,11 @@ TEST_F(CudaBackendTest, PagedAttentionMatchesTheCpuBackend) {
 
 // Sliding windows (shorter than a key tile, across the 256-key split boundary) and
 // attention sinks (one far above the scores), alone and together: both kernel sets (the
-// tiled prefill's key-tile skipping and masking included) against the CPU backend.
+// tiled prefill's key-tile skipping and masking included) against the CPU backend (itself
+// checked against a double-precision reference). With a kept prefix (scheduler.kv_policy's
+// sink + window: inside a block, across blocks, beside sinks), the blocks no row of a
+// sequence sees are -1 in its table, as the scheduler frees them (a read would fault), and
+// the tiled prefill jumps from the prefix's key tiles to the window's.
 TEST_F(CudaBackendTest, WindowAndSinksMatchTheCpuBackend) {
   auto tuned = CudaBackend::Create({.device = 0, .kernels = CudaKernels::kTuned});
   auto reference = CudaBackend::Create({.device = 0, .kernels = CudaKernels::kReference});
@@ -601,13 +606,22 @@ TEST_F(CudaBackendTest, WindowAndSinksMatchTheCpuBackend) {
   const std::vector<float> sink_values = {-1.0f, 0.5f, 3.0f, 40.0f, -30.0f, 0.0f, 1.0f, 2.0f};
   for (int b = 0; b < 2; ++b)
     for (int64_t head_dim : {64, 128})
-      for (const auto& [window, with_sinks] : {std::pair{int64_t{20}, false}, std::pair{int64_t{300}, true},
-                                               std::pair{int64_t{0}, true}, std::pair{int64_t{7}, true}}) {
+      for (const auto& [window, with_sinks, kept] :
+           {std::tuple{int64_t{20}, false, int64_t{0}}, std::tuple{int64_t{300}, true, int64_t{0}},
+            std::tuple{int64_t{0}, true, int64_t{0}}, std::tuple{int64_t{7}, true, int64_t{0}},
+            std::tuple{int64_t{64}, false, int64_t{4}}, std::tuple{int64_t{33}, false, int64_t{20}},
+            std::tuple{int64_t{200}, true, int64_t{40}}, std::tuple{int64_t{20}, false, int64_t{300}}}) {
         CudaBackend* gpu = b == 0 ? reference->get() : tuned->get();
-        SCOPED_TRACE(
-            StrCat(b == 0 ? "reference" : "tuned", " head_dim ", head_dim, " window ", window, " sinks ", with_sinks));
+        SCOPED_TRACE(StrCat(b == 0 ? "reference" : "tuned", " head_dim ", head_dim, " window ", window, " sinks ",
+                            with_sinks, " kept ", kept));
         const int64_t kv_dim = n_kv * head_dim;
-        const PagedBatch batch(bs, n_blocks);
+        PagedBatch batch(bs, n_blocks);
+        for (size_t i = 0; kept > 0 && i < batch.seqs.size(); ++i) {  // Free what no row sees.
+          const int64_t first = batch.seqs[i].n_past + 1 - window;
+          if (first <= kept) continue;
+          for (int64_t blk = (kept + bs - 1) / bs; blk < first / bs; ++blk) batch.tables[i][blk] = -1;
+          batch.seqs[i].block_table = batch.tables[i];
+        }
         const int64_t rows = batch.rows;
         std::vector<float> kc = Random(n_blocks * bs * kv_dim, 10), vc = Random(n_blocks * bs * kv_dim, 11);
         const std::vector<float> q = Random(rows * n_heads * head_dim, 14);
@@ -619,6 +633,7 @@ TEST_F(CudaBackendTest, WindowAndSinksMatchTheCpuBackend) {
         AttentionParams params{.n_heads = n_heads,
                                .scale = 1.0f / std::sqrt(static_cast<float>(head_dim)),
                                .window = window,
+                               .kept_prefix = kept,
                                .sinks = with_sinks ? dsinks.View(DType::kF32, {n_heads}) : TensorView()};
         ASSERT_TRUE(gpu->Attention(out.View(DType::kF32, {rows, n_heads * head_dim}),
                                    dq.View(DType::kF32, {rows, n_heads * head_dim}), gc, batch.seqs, params)
@@ -627,58 +642,6 @@ TEST_F(CudaBackendTest, WindowAndSinksMatchTheCpuBackend) {
         KvCacheLayer cc = KvCacheLayer::Over(TensorView(kc.data(), DType::kF32, {n_blocks, bs, n_kv, head_dim}),
                                              TensorView(vc.data(), DType::kF32, {n_blocks, bs, n_kv, head_dim}));
         params.sinks = with_sinks ? TensorView(host_sinks.data(), DType::kF32, {n_heads}) : TensorView();
-        std::vector<float> qh = q, want(rows * n_heads * head_dim);
-        ASSERT_TRUE(cpu_->Attention(TensorView(want.data(), DType::kF32, {rows, n_heads * head_dim}),
-                                    TensorView(qh.data(), DType::kF32, {rows, n_heads * head_dim}), cc, batch.seqs,
-                                    params)
-                        .ok());
-        EXPECT_LT(RelL2(Down(out, want.size()), want), 1e-4);
-      }
-}
-
-// scheduler.kv_policy's sink + window: a kept prefix beside a window (inside a block, across
-// blocks, and a window that still reaches it), with the blocks no row of a sequence sees
-// marked -1 in its table as the scheduler frees them (a read of one would fault): both kernel
-// sets, the tiled prefill's jump from the prefix's key tiles to the window's included,
-// against the CPU backend (itself checked against a double-precision reference).
-TEST_F(CudaBackendTest, KeptPrefixMatchesTheCpuBackend) {
-  auto tuned = CudaBackend::Create({.device = 0, .kernels = CudaKernels::kTuned});
-  auto reference = CudaBackend::Create({.device = 0, .kernels = CudaKernels::kReference});
-  ASSERT_TRUE(tuned.ok() && reference.ok());
-  const int64_t n_heads = 8, n_kv = 2, bs = 16, n_blocks = 160;
-  for (int b = 0; b < 2; ++b)
-    for (int64_t head_dim : {64, 128})
-      for (const auto& [window, kept] : {std::pair{int64_t{64}, int64_t{4}}, std::pair{int64_t{33}, int64_t{20}},
-                                         std::pair{int64_t{200}, int64_t{40}}, std::pair{int64_t{20}, int64_t{300}}}) {
-        CudaBackend* gpu = b == 0 ? reference->get() : tuned->get();
-        SCOPED_TRACE(
-            StrCat(b == 0 ? "reference" : "tuned", " head_dim ", head_dim, " window ", window, " kept ", kept));
-        const int64_t kv_dim = n_kv * head_dim;
-        PagedBatch batch(bs, n_blocks);
-        for (size_t s = 0; s < batch.seqs.size(); ++s) {  // Free what no row of the sequence sees.
-          const int64_t first = batch.seqs[s].n_past + 1 - window;
-          if (first <= kept) continue;
-          for (int64_t blk = (kept + bs - 1) / bs; blk < first / bs; ++blk) batch.tables[s][blk] = -1;
-          batch.seqs[s].block_table = batch.tables[s];
-        }
-        const int64_t rows = batch.rows;
-        std::vector<float> kc = Random(n_blocks * bs * kv_dim, 10), vc = Random(n_blocks * bs * kv_dim, 11);
-        const std::vector<float> q = Random(rows * n_heads * head_dim, 14);
-        DeviceBuffer dkc = Up(kc), dvc = Up(vc), dq = Up(q);
-        DeviceBuffer out = Poisoned(rows * n_heads * head_dim);
-        KvCacheLayer gc = KvCacheLayer::Over(dkc.View(DType::kF32, {n_blocks, bs, n_kv, head_dim}),
-                                             dvc.View(DType::kF32, {n_blocks, bs, n_kv, head_dim}));
-        const AttentionParams params{.n_heads = n_heads,
-                                     .scale = 1.0f / std::sqrt(static_cast<float>(head_dim)),
-                                     .window = window,
-                                     .kept_prefix = kept,
-                                     .sinks = {}};
-        ASSERT_TRUE(gpu->Attention(out.View(DType::kF32, {rows, n_heads * head_dim}),
-                                   dq.View(DType::kF32, {rows, n_heads * head_dim}), gc, batch.seqs, params)
-                        .ok());
-        ASSERT_TRUE(gpu->Synchronize().ok());
-        KvCacheLayer cc = KvCacheLayer::Over(TensorView(kc.data(), DType::kF32, {n_blocks, bs, n_kv, head_dim}),
-                                             TensorView(vc.data(), DType::kF32, {n_blocks, bs, n_kv, head_dim}));
         std::vector<float> qh = q, want(rows * n_heads * head_dim);
         ASSERT_TRUE(cpu_->Attention(TensorView(want.data(), DType::kF32, {rows, n_heads * head_dim}),
                                     TensorView(qh.data(), DType::kF32, {rows, n_heads * head_dim}), cc, batch.seqs,
