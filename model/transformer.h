@@ -139,7 +139,8 @@ class Transformer {
     int32_t rank = 0;
   };
   absl::Status PlaceExperts(std::span<const ExpertReplica> replicas);
-  // Bytes of the routed experts' weights this rank holds (as read from the file).
+  // Bytes of the weights of this rank's own routed experts (as read from the file; replicas
+  // that PlaceExperts reads apart).
   int64_t expert_bytes() const { return expert_bytes_; }
 
   // The backend the stage runs on (borrowed).
