@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -100,6 +101,14 @@ class Communicator {
   virtual absl::Status Broadcast(void* buf, size_t bytes, int root) = 0;
   // Returns once every rank has entered the barrier.
   virtual absl::Status Barrier() = 0;
+  // Personalised all-to-all (expert parallelism's dispatch and combine): this rank sends
+  // send_bytes[q] bytes to every rank q and receives recv_bytes[q] from it. `send` and
+  // `recv` hold one block per rank in rank order, each block right after the one before;
+  // the own block is copied. Both spans have size() entries, and the sizes must agree pair
+  // by pair (send_bytes[q] here == recv_bytes[rank()] on q: callers exchange counts first);
+  // a block of another size fails the call. `send` and `recv` must not overlap.
+  virtual absl::Status AllToAll(const void* send, std::span<const size_t> send_bytes, void* recv,
+                                std::span<const size_t> recv_bytes) = 0;
 };
 
 // A key/value store for bootstrapping a group: each rank publishes its

@@ -100,7 +100,7 @@ class UcxGroupMember final : public Communicator {
         eps_(group.size, nullptr),
         slots_(group.size),
         peer_error_(group.size),
-        ops_(std::max(2, group.size)) {
+        ops_(2 * std::max(1, group.size)) {
     for (int i = 0; i < group.size; ++i) slots_[i] = {this, i};
   }
   ~UcxGroupMember() override;
@@ -119,6 +119,8 @@ class UcxGroupMember final : public Communicator {
   absl::Status AllGather(const void* in, size_t bytes_per_rank, void* out) override;
   absl::Status Broadcast(void* buf, size_t bytes, int root) override;
   absl::Status Barrier() override;
+  absl::Status AllToAll(const void* send, std::span<const size_t> send_bytes, void* recv,
+                        std::span<const size_t> recv_bytes) override;
 
  private:
   struct PeerSlot {
@@ -163,7 +165,7 @@ class UcxGroupMember final : public Communicator {
   absl::Status broken_;         // OK until a collective failed
   uint32_t seq_ = 0;            // collectives started so far; the same on every rank
   std::vector<float> scratch_;  // AllReduceSum receive chunk, grows only
-  std::vector<Op> ops_;         // [max(2, size)]; one collective's operations
+  std::vector<Op> ops_;         // [2 * size]; one collective's operations
 };
 
 void UcxGroupMember::OnEndpointError(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
@@ -485,6 +487,41 @@ absl::Status UcxGroupMember::Barrier() {
         Exchange(&token, 0, (r + k) % p, &sink, 0, (r - k % p + p) % p, seq, round, deadline, "Barrier");
     if (!status.ok()) return Break(std::move(status));
   }
+  return absl::OkStatus();
+}
+
+absl::Status UcxGroupMember::AllToAll(const void* send, std::span<const size_t> send_bytes, void* recv,
+                                      std::span<const size_t> recv_bytes) {
+  CASCADE_RETURN_IF_ERROR(CheckUsable());
+  const int p = group_.size, r = group_.rank;
+  if (static_cast<int>(send_bytes.size()) != p || static_cast<int>(recv_bytes.size()) != p) {
+    return absl::InvalidArgumentError(
+        StrCat("AllToAll: ", send_bytes.size(), " send and ", recv_bytes.size(), " receive sizes for ", p, " ranks"));
+  }
+  if (send_bytes[r] != recv_bytes[r]) {
+    return absl::InvalidArgumentError(
+        StrCat("AllToAll: the own block is ", send_bytes[r], " bytes out and ", recv_bytes[r], " in"));
+  }
+  const uint32_t seq = seq_++;
+  const auto* out = static_cast<const char*>(send);
+  auto* in = static_cast<char*>(recv);
+  size_t send_at = 0, recv_at = 0;
+  int n = 0;
+  // Every receive and send posted at once, then waited for together: no pair waits on
+  // another, whatever the order the ranks reach here.
+  for (int q = 0; q < p; ++q) {
+    if (q == r) {
+      if (send_bytes[q] > 0) std::memcpy(in + recv_at, out + send_at, send_bytes[q]);
+    } else {
+      PostRecv(&ops_[n++], in + recv_at, recv_bytes[q], q, CollectiveTag(seq, 0, q));
+      PostSend(&ops_[n++], out + send_at, send_bytes[q], q, CollectiveTag(seq, 0, r));
+    }
+    send_at += send_bytes[q];
+    recv_at += recv_bytes[q];
+  }
+  if (n == 0) return absl::OkStatus();
+  absl::Status status = WaitAll(ops_.data(), n, Deadline(), "AllToAll");
+  if (!status.ok()) return Break(std::move(status));
   return absl::OkStatus();
 }
 

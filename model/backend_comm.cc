@@ -1,5 +1,8 @@
 #include "model/backend_comm.h"
 
+#include <algorithm>
+#include <numeric>
+
 #include "core/status.h"
 
 namespace cascade::model {
@@ -55,6 +58,19 @@ absl::Status BackendComm::Send(const void* buf, size_t bytes, int peer, uint64_t
   CASCADE_RETURN_IF_ERROR(Stage(in_, bytes));
   CASCADE_RETURN_IF_ERROR(backend_->CopyOut(in_->data(), buf, bytes));
   return comm_->Send(in_->data(), bytes, peer, tag);
+}
+
+absl::Status BackendComm::AllToAll(const void* send, std::span<const size_t> send_bytes, void* recv,
+                                   std::span<const size_t> recv_bytes) {
+  CASCADE_RETURN_IF_ERROR(Prepare());
+  if (mode_ != Mode::kStaged) return comm_->AllToAll(send, send_bytes, recv, recv_bytes);
+  const size_t out = std::accumulate(send_bytes.begin(), send_bytes.end(), size_t{0});
+  const size_t in = std::accumulate(recv_bytes.begin(), recv_bytes.end(), size_t{0});
+  CASCADE_RETURN_IF_ERROR(Stage(in_, std::max<size_t>(out, 1)));
+  CASCADE_RETURN_IF_ERROR(Stage(out_, std::max<size_t>(in, 1)));
+  if (out > 0) CASCADE_RETURN_IF_ERROR(backend_->CopyOut(in_->data(), send, out));
+  CASCADE_RETURN_IF_ERROR(comm_->AllToAll(in_->data(), send_bytes, out_->data(), recv_bytes));
+  return in > 0 ? backend_->CopyIn(recv, out_->data(), in) : absl::OkStatus();
 }
 
 absl::Status BackendComm::Recv(void* buf, size_t bytes, int peer, uint64_t tag) {

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "absl/status/statusor.h"
 #include "comm/communicator.h"
@@ -34,6 +35,8 @@ class BackendComm {
   absl::Status AllGather(const void* in, size_t bytes_per_rank, void* out);
   absl::Status Send(const void* buf, size_t bytes, int peer, uint64_t tag);
   absl::Status Recv(void* buf, size_t bytes, int peer, uint64_t tag);
+  absl::Status AllToAll(const void* send, std::span<const size_t> send_bytes, void* recv,
+                        std::span<const size_t> recv_bytes);
 
  private:
   enum class Mode { kDirect, kSynchronized, kStaged };

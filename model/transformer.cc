@@ -81,8 +81,13 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Load(const ModelFiles&
     t->tp_comm_ = tp_comm;
     CASCADE_ASSIGN_OR_RETURN(t->tp_, BackendComm::Create(backend, tp_comm));
   }
-  CASCADE_ASSIGN_OR_RETURN(t->shard_, TpShard::ForFiles(files, t->first_layer_, t->last_layer_, options.tp_rank,
-                                                        options.tp_size, options.expert_parallel));
+  if (options.expert_all_to_all) {
+    if (!options.expert_parallel) return absl::InvalidArgumentError("all-to-all needs expert parallelism");
+    CASCADE_ASSIGN_OR_RETURN(t->shard_, TpShard::ForExpertGroup(t->config_, options.tp_rank, options.tp_size));
+  } else {
+    CASCADE_ASSIGN_OR_RETURN(t->shard_, TpShard::ForFiles(files, t->first_layer_, t->last_layer_, options.tp_rank,
+                                                          options.tp_size, options.expert_parallel));
+  }
   t->inv_freq_ = RopeInvFreq(t->config_);
   CASCADE_RETURN_IF_ERROR(Annotate(ApplyRopeFreqFactors(files, t->inv_freq_), StrCat("loading ", files.path)));
   t->rope_.style =
@@ -165,7 +170,7 @@ absl::StatusOr<Transformer::Layer> Transformer::LoadLayer(const ModelFiles& file
   const LlamaTensor ffn_norm = c.arch == "gpt-oss" ? LlamaTensor::kPostAttentionNorm : LlamaTensor::kFfnNorm;
   CASCADE_ASSIGN_OR_RETURN(L.ffn_norm, w.Vector(name(ffn_norm), c.n_embd));
   if (c.IsMoeLayer(l)) {
-    CASCADE_ASSIGN_OR_RETURN(MoeBlock moe, MoeBlock::Load(w, files, l, s, group, fuse_projections_));
+    CASCADE_ASSIGN_OR_RETURN(MoeBlock moe, MoeBlock::Load(w, files, l, s, moe_group(), fuse_projections_));
     expert_bytes_ += moe.expert_bytes();
     L.moe = std::make_unique<MoeBlock>(std::move(moe));
     L.moe_index = static_cast<int64_t>(moe_layers_.size());
@@ -291,6 +296,14 @@ absl::Status Transformer::RunLayers(TensorView hidden, const ForwardBatch& batch
     return absl::InvalidArgumentError(StrCat("forward: the cache holds ", cache.options().n_kv_heads, " kv heads of ",
                                              cache.options().head_dim, ", this rank computes ", shard_.n_kv_heads(),
                                              " of ", c.head_dim));
+  }
+  if (n == 0) {
+    // All-to-all expert parallelism: no sequence of this rank in the step, but the other
+    // ranks' tokens may need its experts.
+    for (const Layer& L : layers_) {
+      if (L.moe != nullptr) CASCADE_RETURN_IF_ERROR(L.moe->Forward(hidden, hidden, moe_scratch_, {}));
+    }
+    return absl::OkStatus();
   }
   CASCADE_RETURN_IF_ERROR(EnsureWorkspace(n));
   kernels::Backend& b = *backend_;

@@ -70,6 +70,12 @@ struct StageOptions {
   // MoE layers under TP: shard whole experts over the group (parallel.expert) instead of
   // slicing every expert's FFN columns (TpShard).
   bool expert_parallel = false;
+  // With expert_parallel, its all-to-all form (parallel.expert_comm: all_to_all;
+  // TpShard::ForExpertGroup): attention is data parallel over the group (each rank loads
+  // every weight but the other ranks' experts, and runs only its own sequences) and the
+  // MoE layers dispatch and combine tokens over the group (model/layers/moe.h). A rank
+  // whose batch is empty still runs RunLayers (with no rows) for the other ranks' tokens.
+  bool expert_all_to_all = false;
   // scheduler.kv_policy `sink_window` (opt-in, lossy; StreamingLLM): a layer whose attention
   // reaches further than `kv_window_tokens` positions sees only the first `kv_sink_tokens`
   // and the last `kv_window_tokens` (kernels::AttentionParams::kept_prefix, window), so the
@@ -182,8 +188,11 @@ class Transformer {
   // k [n, kv heads * head_dim], in place (the backends' RmsNorm reads a row before it
   // writes it).
   absl::Status NormHeads(TensorView q, TensorView k, const TensorView& q_norm, const TensorView& k_norm);
-  // The TP group the row-parallel and vocab-parallel layers reduce over; null without TP.
-  BackendComm* tp_group() { return tp_comm_ != nullptr ? &tp_ : nullptr; }
+  // The TP group the row-parallel and vocab-parallel layers reduce over; null without TP
+  // and under all-to-all expert parallelism, where only the MoE layers use the group.
+  BackendComm* tp_group() { return tp_comm_ != nullptr && !shard_.expert_all_to_all ? &tp_ : nullptr; }
+  // The group the MoE layers use: the TP group, or the expert group.
+  BackendComm* moe_group() { return tp_comm_ != nullptr ? &tp_ : nullptr; }
   // This rank's dense FFN columns, 0 when every layer here is MoE (MoE layers keep their
   // workspaces in moe_scratch_).
   int64_t DenseFfnColumns() const;

@@ -78,6 +78,28 @@ class NcclComm final : public Communicator {
     CASCADE_NCCL_STATUS(ncclBroadcast(buf, buf, bytes, ncclUint8, root, comm_, stream_));
     return Wait("broadcast");
   }
+  absl::Status AllToAll(const void* send, std::span<const size_t> send_bytes, void* recv,
+                        std::span<const size_t> recv_bytes) override {
+    CASCADE_RETURN_IF_ERROR(broken_);
+    if (static_cast<int>(send_bytes.size()) != size_ || static_cast<int>(recv_bytes.size()) != size_) {
+      return absl::InvalidArgumentError(StrCat("nccl all-to-all: ", send_bytes.size(), " send and ", recv_bytes.size(),
+                                               " receive sizes for ", size_, " ranks"));
+    }
+    cudaSetDevice(device_);
+    const auto* out = static_cast<const char*>(send);
+    auto* in = static_cast<char*>(recv);
+    size_t send_at = 0, recv_at = 0;
+    // One group of point-to-point calls (the own block included): NCCL runs them at once.
+    CASCADE_NCCL_STATUS(ncclGroupStart());
+    for (int q = 0; q < size_; ++q) {
+      if (send_bytes[q] > 0) CASCADE_NCCL_STATUS(ncclSend(out + send_at, send_bytes[q], ncclUint8, q, comm_, stream_));
+      if (recv_bytes[q] > 0) CASCADE_NCCL_STATUS(ncclRecv(in + recv_at, recv_bytes[q], ncclUint8, q, comm_, stream_));
+      send_at += send_bytes[q];
+      recv_at += recv_bytes[q];
+    }
+    CASCADE_NCCL_STATUS(ncclGroupEnd());
+    return Wait("all-to-all");
+  }
   absl::Status Barrier() override {
     CASCADE_RETURN_IF_ERROR(broken_);
     cudaSetDevice(device_);

@@ -35,7 +35,10 @@ int TpShard::ExpertRank(int64_t n_experts, int tp_size, int64_t expert) {
 
 std::string TpShard::ToString() const {
   std::string experts;
-  if (expert_end > 0 || ffe_end > 0) {
+  if (expert_all_to_all) {
+    experts =
+        StrCat(", experts [", expert_begin, ", ", expert_end, ") of all-to-all rank ", expert_rank, "/", expert_ranks);
+  } else if (expert_end > 0 || ffe_end > 0) {
     experts = expert_parallel ? StrCat(", experts [", expert_begin, ", ", expert_end, ")")
                               : StrCat(", expert ffn [", ffe_begin, ", ", ffe_end, ")");
   }
@@ -131,6 +134,20 @@ absl::StatusOr<TpShard> TpShard::Plan(const ModelConfig& c, int tp_rank, int tp_
   }
   s.vocab_begin = tp_rank * s.vocab_chunk;
   s.vocab_end = std::min(c.n_vocab, s.vocab_begin + s.vocab_chunk);
+  return s;
+}
+
+absl::StatusOr<TpShard> TpShard::ForExpertGroup(const ModelConfig& c, int rank, int size) {
+  if (!c.is_moe()) return absl::InvalidArgumentError("all-to-all expert parallelism needs a mixture-of-experts model");
+  if (size < 1 || rank < 0 || rank >= size) {
+    return absl::InvalidArgumentError(StrCat("expert group: rank ", rank, " outside a group of ", size));
+  }
+  CASCADE_ASSIGN_OR_RETURN(TpShard s, Plan(c, 0, 1));
+  CASCADE_RETURN_IF_ERROR(s.PlanExperts(c, /*ep=*/false));
+  s.expert_parallel = s.expert_all_to_all = true;
+  s.expert_rank = rank;
+  s.expert_ranks = size;
+  std::tie(s.expert_begin, s.expert_end) = EvenSplit(c.n_experts, size, rank);
   return s;
 }
 

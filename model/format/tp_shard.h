@@ -16,6 +16,10 @@
 //    whole blocks, like the dense FFN. The router is replicated, and Qwen2-MoE's shared
 //    expert is always cut by columns [ffs_begin, ffs_end). Either way each rank's output
 //    is a partial sum that the group all-reduces once per layer.
+//  * All-to-all expert parallelism (`parallel.expert_comm: all_to_all`, ForExpertGroup):
+//    attention is data parallel over the group instead (each rank runs its own sequences),
+//    so a rank holds everything whole, tp_size 1, but the routed experts: those split as
+//    expert parallelism splits them over `expert_ranks` (expert_rank's share).
 //  * Embedding and LM head: vocabulary rows [vocab_begin, vocab_end), in chunks of
 //    ceil(n_vocab / tp_size) (the last rank's may be shorter), so that logits gather in
 //    equal-sized pieces.
@@ -56,6 +60,9 @@ struct TpShard {
   int64_t expert_begin = 0, expert_end = 0;  // Experts held here.
   int64_t ffe_begin = 0, ffe_end = 0;        // Columns of each held expert's FFN.
   int64_t ffs_begin = 0, ffs_end = 0;        // Columns of the shared expert's FFN.
+  // All-to-all expert parallelism: this rank's place in its expert group (else 0 of 1).
+  bool expert_all_to_all = false;
+  int expert_rank = 0, expert_ranks = 1;
   int64_t n_experts() const { return expert_end - expert_begin; }
   int64_t n_ff_expert() const { return ffe_end - ffe_begin; }
   int64_t n_ff_shared() const { return ffs_end - ffs_begin; }
@@ -79,6 +86,9 @@ struct TpShard {
   // check at start.
   static absl::StatusOr<TpShard> ForFiles(const ModelFiles& files, int64_t first_layer, int64_t last_layer, int tp_rank,
                                           int tp_size, bool expert_parallel = false);
+  // All-to-all expert parallelism's plan of rank `rank` of `size` (above): the whole model
+  // but for the routed experts. InvalidArgument for a bad rank or a dense model.
+  static absl::StatusOr<TpShard> ForExpertGroup(const ModelConfig& config, int rank, int size);
   // Under expert parallelism, the rank of `tp_size` holding expert `expert` of `n_experts`
   // (the split PlanExperts makes).
   static int ExpertRank(int64_t n_experts, int tp_size, int64_t expert);

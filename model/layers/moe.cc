@@ -84,13 +84,14 @@ absl::StatusOr<MoeBlock> MoeBlock::Load(WeightLoader& w, const ModelFiles& files
     CASCADE_ASSIGN_OR_RETURN(m.router_bias_, w.Vector(name(MoeTensor::kRouterBias), c.n_experts));
   }
   m.expert_parallel_ = s.expert_parallel && group != nullptr;
+  m.all_to_all_ = s.expert_all_to_all && group != nullptr;
   m.fuse_ = fuse;
   m.rank_ = group != nullptr ? group->rank() : 0;
   m.n_ranks_ = group != nullptr ? group->size() : 1;
   m.slot_of_expert_.assign(c.n_experts, -1);
   const int64_t before = w.weight_bytes();
   for (int64_t e = s.expert_begin; e < s.expert_end; ++e) {
-    const bool adds_down = s.expert_parallel || group == nullptr || group->rank() == 0;
+    const bool adds_down = s.expert_parallel || group == nullptr || group->rank() == 0;  // (Always, all-to-all.)
     CASCADE_ASSIGN_OR_RETURN(Expert ex, LoadExpert(w, files, l, e, s.ffe_begin, s.ffe_end, adds_down, fuse));
     m.slot_of_expert_[e] = static_cast<int32_t>(m.experts_.size());
     m.expert_of_slot_.push_back(e);
@@ -121,8 +122,9 @@ absl::StatusOr<MoeBlock::Expert> MoeBlock::LoadExpert(WeightLoader& w, const Mod
 
 absl::Status MoeBlock::SetReplicas(WeightLoader& w, const ModelFiles& files, int64_t layer,
                                    std::span<const std::pair<int32_t, int32_t>> extra) {
-  if (!expert_parallel_) {
-    return absl::FailedPreconditionError(StrCat("layer ", layer, ": replicated experts need expert parallelism"));
+  if (!expert_parallel_ || all_to_all_) {
+    return absl::FailedPreconditionError(
+        StrCat("layer ", layer, ": replicated experts need expert parallelism in its all-reduce form"));
   }
   std::vector<std::vector<int32_t>> holders(n_experts_);
   for (const auto& [e, r] : extra) {
@@ -188,7 +190,7 @@ absl::Status MoeBlock::Activate(const TensorView& gate, const TensorView& up) co
 
 absl::Status MoeBlock::PrepareDeviceExperts() {
   // The device kernels know neither biases nor the clamped SwiGLU: gpt-oss routes on the host.
-  if (experts_.empty() || n_ff_shared_ > 0 || router_bias_.data != nullptr || swiglu_limit_ > 0) {
+  if (experts_.empty() || all_to_all_ || n_ff_shared_ > 0 || router_bias_.data != nullptr || swiglu_limit_ > 0) {
     return absl::OkStatus();
   }
   std::vector<kernels::Backend::ExpertWeights> weights;
@@ -218,10 +220,11 @@ TensorView MoeBlock::View(const kernels::Buffer& b, int64_t rows, int64_t cols) 
   return TensorView(b.data(), DType::kF32, {rows, cols}, backend_->device());
 }
 
-absl::Status MoeBlock::Grow(MoeScratch& s, int64_t n) const {
+absl::Status MoeBlock::Grow(MoeScratch& s, int64_t n, int64_t grouped) const {
   kernels::Backend& b = *backend_;
   const auto f32 = [](int64_t rows, int64_t cols) { return static_cast<size_t>(rows * cols) * sizeof(float); };
-  const int64_t grouped = n * top_k_;  // Every routed row, at most.
+  if (grouped < 0) grouped = n * top_k_;  // Every routed row, at most.
+  n = std::max<int64_t>(n, 1);            // A rank with no tokens still gets buffers to point at.
   const int64_t ff = std::max(n_ff_, n_ff_shared_);
   CASCADE_RETURN_IF_ERROR(GrowBuffer(b, s.logits, f32(n, n_experts_)));
   CASCADE_RETURN_IF_ERROR(GrowBuffer(b, s.shared_logits, f32(n, 1)));
@@ -233,19 +236,29 @@ absl::Status MoeBlock::Grow(MoeScratch& s, int64_t n) const {
   return absl::OkStatus();
 }
 
-absl::Status MoeBlock::Route(const TensorView& x, int64_t n, MoeScratch& s, std::span<int64_t> load) const {
+absl::Status MoeBlock::RouteTokens(const TensorView& x, int64_t n, MoeScratch& s, std::vector<int32_t>& chosen,
+                                   std::vector<float>& weights) const {
+  const int64_t k = top_k_;
+  chosen.resize(static_cast<size_t>(n * k));
+  weights.resize(static_cast<size_t>(n * k));
+  if (n == 0) return absl::OkStatus();
   const TensorView logits = View(*s.logits, n, n_experts_);
   CASCADE_RETURN_IF_ERROR(router_.Forward(logits, x, router_bias_));
   s.host_logits.resize(static_cast<size_t>(n * n_experts_));
   CASCADE_RETURN_IF_ERROR(backend_->CopyOut(s.host_logits.data(), logits.data, s.host_logits.size() * sizeof(float)));
-  // Route every token, then list the held experts' rows expert by expert.
-  const int64_t k = top_k_;
-  std::vector<int32_t> chosen(static_cast<size_t>(n * k));
-  std::vector<float> weights(static_cast<size_t>(n * k));
   for (int64_t t = 0; t < n; ++t) {
     RouteToken(std::span<const float>(s.host_logits).subspan(t * n_experts_, n_experts_), k, norm_topk_,
                std::span(chosen).subspan(t * k, k), std::span(weights).subspan(t * k, k));
   }
+  return absl::OkStatus();
+}
+
+absl::Status MoeBlock::Route(const TensorView& x, int64_t n, MoeScratch& s, std::span<int64_t> load) const {
+  // Route every token, then list the held experts' rows expert by expert.
+  const int64_t k = top_k_;
+  std::vector<int32_t> chosen;
+  std::vector<float> weights;
+  CASCADE_RETURN_IF_ERROR(RouteTokens(x, n, s, chosen, weights));
   // The held slot that computes each (token, expert) pair, or -1: without replicas the own
   // experts' slot; with them, holder j mod |holders| of an expert's j-th pair.
   const int64_t held = static_cast<int64_t>(experts_.size());
@@ -359,6 +372,7 @@ absl::Status MoeBlock::Forward(TensorView hidden, const TensorView& x, MoeScratc
   if (!load.empty() && static_cast<int64_t>(load.size()) != n_experts_) {
     return absl::InvalidArgumentError(StrCat("moe: load counts for ", load.size(), " of ", n_experts_, " experts"));
   }
+  if (all_to_all_) return ForwardAllToAll(hidden, x, s, load);
   CASCADE_RETURN_IF_ERROR(Grow(s, n));
   const bool on_device = device_experts_ != nullptr && backend_->RoutesExperts(n);
   if (!on_device) CASCADE_RETURN_IF_ERROR(Route(x, n, s, load));

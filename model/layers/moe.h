@@ -31,6 +31,15 @@
 // pair of the batch, in token order, goes to holder j mod (its holders), its own rank
 // first. Each pair is still computed once, so the all-reduced sum is the same FFN output.
 //
+// All-to-all expert parallelism (TpShard::expert_all_to_all; parallel.expert_comm: all_to_all;
+// model/layers/moe_all_to_all.cc): attention is data parallel over the group, so each rank
+// brings only its own sequences' tokens. Each rank routes its tokens, tells every rank how
+// many tokens and (token, expert) pairs it will send there (the counts go first), then
+// dispatches each token's row once to every rank holding one of its experts, with the
+// pairs; each rank runs its experts over what it received, sums each token's experts
+// (weighted), and the combine sends one row per token back to the rank it came from, which
+// adds them to its residual stream. A rank with no tokens in a step still takes part.
+//
 // Weights are borrowed from the WeightLoader, the backend and group from the model.
 // Thread-safety: single owner (the device thread); Forward is a collective over the group.
 #pragma once
@@ -62,6 +71,11 @@ struct MoeScratch {
   std::vector<float> weight_of_row;   // Grouped row -> routing weight.
   std::vector<int64_t> expert_rows;   // Held expert -> its first grouped row (+ end).
   std::vector<int32_t> all_rows;      // 0..n-1 (the shared expert's scatter).
+  // All-to-all: the rows dispatched and received, the experts' sums sent back and those
+  // received (backend memory), and the counts and pairs on their way (backend memory).
+  std::unique_ptr<kernels::Buffer> sent, received, summed, combined, meta_out, meta_in;
+  std::vector<int32_t> sent_token;  // Dispatched row -> own token, rank by rank.
+  std::vector<float> ones;          // The combine's scale (1 per row).
 };
 
 // The top `k` experts of one token's router logits [n_experts] and their weights: the
@@ -114,13 +128,24 @@ class MoeBlock {
                                        int64_t f1, bool adds_down, Expert& ex);
   // Runs the held experts' activation over their grouped rows (gate = act(gate, up)).
   absl::Status Activate(const TensorView& gate, const TensorView& up) const;
+  // The top-k experts and weights of each of the n tokens of x (router on the backend, top-k
+  // on the host): chosen and weights [n * top_k].
+  absl::Status RouteTokens(const TensorView& x, int64_t n, MoeScratch& s, std::vector<int32_t>& chosen,
+                           std::vector<float>& weights) const;
+  // All-to-all expert parallelism's Forward (above; moe_all_to_all.cc).
+  absl::Status ForwardAllToAll(TensorView hidden, const TensorView& x, MoeScratch& s, std::span<int64_t> load) const;
+  // Moves blocks of `unit` bytes between the group's ranks: count_out[q] units to rank q
+  // from `out`, count_in[q] from q into `in` (backend memory), as the counts say.
+  absl::Status Exchange(const void* out, std::span<const int64_t> count_out, void* in,
+                        std::span<const int64_t> count_in, size_t unit) const;
   // Routes every token and groups the rows of held experts (scratch's host vectors).
   absl::Status Route(const TensorView& x, int64_t n, MoeScratch& s, std::span<int64_t> load) const;
   // Runs the held experts over their grouped rows and scatters them into `acc`.
   absl::Status RunExperts(TensorView acc, const TensorView& x, MoeScratch& s) const;
   // Qwen2-MoE: acc += sigmoid(shared gate) * shared expert(x).
   absl::Status RunShared(TensorView acc, const TensorView& x, MoeScratch& s) const;
-  absl::Status Grow(MoeScratch& s, int64_t n) const;
+  // Workspaces for n tokens and `grouped` rows of experts (-1: n * top_k).
+  absl::Status Grow(MoeScratch& s, int64_t n, int64_t grouped = -1) const;
   // Backend::PrepareExperts over the held experts; Unimplemented leaves the host path.
   absl::Status PrepareDeviceExperts();
   TensorView View(const kernels::Buffer& b, int64_t rows, int64_t cols) const;
@@ -142,7 +167,8 @@ class MoeBlock {
   std::vector<std::vector<int32_t>> holders_;
   int rank_ = 0, n_ranks_ = 1;
   bool expert_parallel_ = false, fuse_ = true;
-  Linear shared_router_;  // [1, n_embd]; with a shared expert only.
+  bool all_to_all_ = false;  // TpShard::expert_all_to_all (with a group).
+  Linear shared_router_;     // [1, n_embd]; with a shared expert only.
   Expert shared_;
   std::unique_ptr<kernels::PreparedExperts> device_experts_;  // Null: host routing only.
 };

@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <numeric>
 #include <string>
 #include <thread>
 #include <vector>
@@ -281,6 +282,37 @@ TEST_P(UcxGroupTest, AllGatherPutsEachBlockInPlace) {
       ASSERT_TRUE(s.ok()) << s;
       EXPECT_EQ(inplace, out);
     }
+  });
+}
+
+// Block (src -> dst) holds Pattern(size(src, dst), src * 16 + dst, 5): uneven sizes, empty
+// blocks and the own block, each landing at its offset.
+TEST_P(UcxGroupTest, AllToAllDeliversEveryBlockToItsRank) {
+  const int n = GetParam();
+  RunGroup(n, [n](Communicator& comm) {
+    const int r = comm.rank();
+    for (size_t scale : {size_t{0}, size_t{1}, size_t{4099}, size_t{300000}}) {
+      const auto size = [&](int src, int dst) { return scale * static_cast<size_t>((src + 2 * dst) % 3); };
+      std::vector<size_t> send_bytes(n), recv_bytes(n);
+      std::vector<uint8_t> send;
+      for (int q = 0; q < n; ++q) {
+        send_bytes[q] = size(r, q);
+        recv_bytes[q] = size(q, r);
+        const std::vector<uint8_t> block = Pattern(send_bytes[q], r * 16 + q, 5);
+        send.insert(send.end(), block.begin(), block.end());
+      }
+      std::vector<uint8_t> recv(std::accumulate(recv_bytes.begin(), recv_bytes.end(), size_t{0}), 0xEE);
+      absl::Status s = comm.AllToAll(send.data(), send_bytes, recv.data(), recv_bytes);
+      ASSERT_TRUE(s.ok()) << s;
+      size_t at = 0;
+      for (int q = 0; q < n; ++q) {
+        std::vector<uint8_t> block(recv.begin() + at, recv.begin() + at + recv_bytes[q]);
+        EXPECT_EQ(FirstMismatch(block, q * 16 + r, 5), -1) << "scale " << scale << " from " << q;
+        at += recv_bytes[q];
+      }
+    }
+    const std::vector<size_t> wrong(n + 1, 0);
+    EXPECT_STATUS_CODE(comm.AllToAll(nullptr, wrong, nullptr, wrong), kInvalidArgument);
   });
 }
 

@@ -233,6 +233,79 @@ TEST(TpTransformerTest, RedundantExpertsMatchSingleRank) {
   }
 }
 
+// All-to-all expert parallelism: attention data parallel, so each rank of the group runs
+// its own sequence (prompts of other lengths and tokens), and the last rank of three runs
+// none: it only serves the others' tokens in every MoE layer (RunLayers with no rows, as
+// many times as they step). Every rank's logits match TP=1's on its own prompt, for the
+// three MoE families (Qwen2-MoE's shared expert runs whole on each rank), and a rank holds
+// only its share of the experts but everything else whole. Qwen3-MoE runs on the guarded
+// backend too: the exchanges touch device memory only through copies.
+TEST(TpTransformerTest, MoeAllToAllMatchesSingleRank) {
+  for (const testing::MoeFamily family :
+       {testing::MoeFamily::kQwen3Moe, testing::MoeFamily::kMixtral, testing::MoeFamily::kQwen2Moe}) {
+    testing::TempDir dir;
+    const std::string path = dir.path() + "/model.gguf";
+    testing::WriteRandomModel({.n_layers = 2, .moe = family, .n_experts = 8, .n_ff_expert = 128}, path);
+    auto files = OpenModelFiles(path);
+    ASSERT_TRUE(files.ok()) << files.status();
+    const int n_decode = 3;
+    const bool guarded = family == testing::MoeFamily::kQwen3Moe;
+    for (const auto& [ep, memory] :
+         {std::pair{2, Memory::kHost}, std::pair{3, Memory::kHost}, std::pair{guarded ? 3 : 0, Memory::kGuarded}}) {
+      if (ep == 0) continue;
+      SCOPED_TRACE(::testing::Message() << path << " family " << static_cast<int>(family) << " EP=" << ep
+                                        << (memory == Memory::kGuarded ? " guarded" : ""));
+      const int busy = ep == 3 ? 2 : ep;  // Ranks with a sequence; the rest idle.
+      std::vector<std::vector<int32_t>> prompts(busy);
+      for (int r = 0; r < busy; ++r) {
+        prompts[r] = Prompt(17 + 6 * r, files->config.n_vocab);
+        if (r % 2 == 1) std::reverse(prompts[r].begin(), prompts[r].end());
+      }
+      comm::InProcessRendezvous rendezvous;
+      const std::string group = UniqueGroup();
+      std::vector<absl::StatusOr<Trace>> traces(ep, absl::UnknownError("not run"));
+      std::vector<TpShard> shards(ep);
+      std::vector<std::thread> threads;
+      for (int r = 0; r < ep; ++r) {
+        threads.emplace_back([&, r]() {
+          traces[r] = [&]() -> absl::StatusOr<Trace> {
+            CASCADE_ASSIGN_OR_RETURN(std::unique_ptr<comm::Communicator> comm,
+                                     comm::UcxCommunicator::Create({group, r, ep, 60000}, &rendezvous));
+            auto backend = MakeBackend(memory);
+            CASCADE_ASSIGN_OR_RETURN(
+                std::unique_ptr<Transformer> t,
+                Transformer::Load(*files, backend.get(),
+                                  {.tp_rank = r, .tp_size = ep, .expert_parallel = true, .expert_all_to_all = true},
+                                  comm.get()));
+            shards[r] = t->tp_shard();
+            if (r < busy) return Generate(*t, prompts[r], n_decode);
+            CASCADE_ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(t->CacheOptions(4, 16), backend.get()));
+            const TensorView none(nullptr, DType::kF32, {0, files->config.n_embd}, backend->device());
+            for (int step = 0; step <= n_decode; ++step) CASCADE_RETURN_IF_ERROR(t->RunLayers(none, {}, cache));
+            return Trace{};
+          }();
+        });
+      }
+      for (auto& th : threads) th.join();
+      for (int r = 0; r < ep; ++r) {
+        ASSERT_TRUE(traces[r].ok()) << "rank " << r << ": " << traces[r].status();
+        const TpShard& s = shards[r];
+        EXPECT_TRUE(s.expert_all_to_all && s.tp_size == 1 && s.n_kv_heads() == files->config.n_kv_heads &&
+                    s.n_vocab() == files->config.n_vocab)
+            << s.ToString();
+        EXPECT_EQ(s.n_experts(), 8 / ep + (r < 8 % ep ? 1 : 0)) << s.ToString();
+        if (r >= busy) continue;
+        absl::StatusOr<Trace> ref = RunSingle(*files, prompts[r], n_decode);
+        ASSERT_TRUE(ref.ok()) << ref.status();
+        EXPECT_EQ(traces[r]->ids, ref->ids) << "rank " << r;
+        for (size_t step = 0; step < ref->logits.size(); ++step) {
+          EXPECT_LT(RelL2(ref->logits[step], traces[r]->logits[step]), 1e-4) << "rank " << r << " step " << step;
+        }
+      }
+    }
+  }
+}
+
 // FP8 checkpoints (F8_E4M3_B128 weights, blocks of 128 inputs that TP splits must not cut):
 // a dense Qwen3 in 128 x 128 blocks and a Qwen3-MoE with FP8 experts, at TP=2 sliced and,
 // for the experts, EP=2, against TP=1.
