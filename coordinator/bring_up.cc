@@ -67,8 +67,12 @@ absl::StatusOr<std::vector<KvHolder>> ReplicaKvHolders(const ClusterConfig& conf
   for (const StagePlan& s : plan.stages) {
     const int tp = static_cast<int>(s.tp.size());
     for (int r = 0; r < tp; ++r) {
-      auto shard = model::TpShard::ForFiles(files, s.first_layer, s.last_layer, r, tp, config.parallel.expert);
-      if (!shard.ok()) return Annotate(shard.status(), "parallel.tensor");
+      auto shard = config.parallel.expert_all_to_all
+                       ? model::TpShard::ForExpertGroup(files.config, r, tp)
+                       : model::TpShard::ForFiles(files, s.first_layer, s.last_layer, r, tp, config.parallel.expert);
+      if (!shard.ok()) {
+        return Annotate(shard.status(), config.parallel.expert_all_to_all ? "parallel.expert_comm" : "parallel.tensor");
+      }
       out.push_back(
           {base + s.pp_stage * tp + r, s.first_layer, s.last_layer, shard->kv_head_begin, shard->kv_head_end});
     }
@@ -153,6 +157,7 @@ absl::Status CopyOptions(const ClusterConfig& config, const ServedModels& models
   co.pp_nccl = config.transport.activations == ActivationTransport::kNccl;
   co.pp_handoff = config.transport.pp_handoff == PpHandoff::kFull ? v1::PP_HANDOFF_FULL : v1::PP_HANDOFF_SPLIT;
   co.expert_parallel = config.parallel.expert;
+  co.expert_all_to_all = config.parallel.expert_all_to_all;
   co.redundant_experts = config.parallel.redundant_experts;
   co.eplb_interval_steps = config.parallel.eplb_interval_steps;
   co.device_sampling = config.scheduler.device_sampling;
@@ -177,6 +182,7 @@ absl::Status CopyOptions(const ClusterConfig& config, const ServedModels& models
   so.n_kv_blocks = static_cast<int32_t>(std::min<int64_t>(co.kv_blocks, INT32_MAX));
   so.n_host_kv_blocks = static_cast<int32_t>(co.host_kv_blocks);
   so.kv_window_tokens = co.kv_window_tokens;
+  so.n_lanes = config.parallel.expert_all_to_all ? config.parallel.tensor : 1;
   so.kv_sink_tokens = co.kv_sink_tokens;
   if (const int64_t peak = Scheduler::WindowPeakBlocks(so); peak > so.n_kv_blocks) {
     return absl::InvalidArgumentError(StrCat(
@@ -246,6 +252,7 @@ absl::StatusOr<ServingPlan> PlanServing(const ClusterConfig& config, const Serve
     const int r = static_cast<int>(out.replicas.size());
     in.pipeline_size = shape.pipeline;
     in.tensor_size = shape.tensor;
+    in.groups_span_nodes = config.parallel.expert_all_to_all;
     const size_t n = static_cast<size_t>(shape.pipeline) * shape.tensor;
     in.devices.assign(devices.begin() + next_device, devices.begin() + next_device + n);
     next_device += n;

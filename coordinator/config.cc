@@ -120,7 +120,7 @@ absl::Status Parser::ParseParallel(const YAML::Node& node, ParallelSection* out)
   if (!node.IsDefined()) return absl::OkStatus();
   CASCADE_RETURN_IF_ERROR(CheckMap(node, "parallel",
                                    {"pipeline", "tensor", "expert", "data", "route_by_prefix", "disaggregation",
-                                    "redundant_experts", "eplb_interval_steps"}));
+                                    "redundant_experts", "eplb_interval_steps", "expert_comm"}));
   constexpr int64_t kMaxRanks = 1 << 16;
   if (const YAML::Node d = Child(node, "disaggregation"); d.IsDefined()) {
     for (const char* key : {"data", "pipeline", "tensor"}) {
@@ -164,7 +164,23 @@ absl::Status Parser::ParseParallel(const YAML::Node& node, ParallelSection* out)
   if (const YAML::Node n = Child(node, "expert"); n.IsDefined()) {
     CASCADE_ASSIGN_OR_RETURN(out->expert, GetBool(n, "parallel.expert"));
   }
-  return ParseRedundantExperts(node, out);
+  CASCADE_RETURN_IF_ERROR(ParseRedundantExperts(node, out));
+  if (const YAML::Node n = Child(node, "expert_comm"); n.IsDefined()) {
+    CASCADE_ASSIGN_OR_RETURN(const std::string comm, GetString(n, "parallel.expert_comm"));
+    if (comm != "all_reduce" && comm != "all_to_all") {
+      return Error(n, "parallel.expert_comm", StrCat("'", comm, "' is neither all_reduce nor all_to_all"));
+    }
+    out->expert_all_to_all = comm == "all_to_all";
+    if (out->expert_all_to_all && (!out->expert || out->tensor < 2 || out->disaggregated)) {
+      return Error(n, "parallel.expert_comm",
+                   "all_to_all needs expert parallelism: parallel.expert: true with tensor >= 2 (not with "
+                   "disaggregation yet)");
+    }
+    if (out->expert_all_to_all && out->redundant_experts > 0) {
+      return Error(n, "parallel.expert_comm", "all_to_all with parallel.redundant_experts is not supported yet");
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Parser::ParseRedundantExperts(const YAML::Node& node, ParallelSection* out) const {

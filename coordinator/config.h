@@ -59,6 +59,14 @@ struct ParallelSection {
   // holders (coordinator/serving/expert_balance.h). Default 0: none. REQUIRES >= 0, and
   // parallel.expert with tensor >= 2 when > 0.
   int redundant_experts = 0;
+  // `parallel.expert_comm`: how expert parallelism moves tokens. `all_reduce` (the default):
+  // attention is tensor parallel, every rank sees every token and the MoE layer's partial
+  // sums are all-reduced. `all_to_all`: attention is data parallel over the stage's ranks
+  // (each runs its own sequences, a lane, with every KV head and all weights but the other
+  // ranks' experts), and each MoE layer dispatches every token to the ranks holding its
+  // experts and combines the results back (model/layers/moe.h). REQUIRES parallel.expert
+  // with tensor >= 2 for all_to_all; not with redundant experts or disaggregation yet.
+  bool expert_all_to_all = false;
   // `parallel.eplb_interval_steps`: with redundant experts, steps between two placements,
   // each from the loads counted since the previous one. Default 100 when redundant_experts
   // is set (logged as defaulted). REQUIRES >= 1.

@@ -211,6 +211,7 @@ void LogReady(const cascade::coordinator::ClusterConfig& config, const cascade::
               ? StrCat(", ", p.redundant_experts, " redundant expert(s) per rank, placed every ", p.eplb_interval_steps,
                        " steps", p.eplb_interval_given ? "" : " (defaulted: parallel.eplb_interval_steps)")
               : std::string())
+      << (p.expert_all_to_all ? ", experts all-to-all (attention data parallel over the tp ranks)" : "")
       << (draft.kind == DraftKind::kNone ? std::string() : StrCat(", drafter ", DraftKindName(draft.kind))) << ")";
 }
 

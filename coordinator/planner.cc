@@ -48,7 +48,7 @@ absl::Status ValidatePlannerInput(const PlannerInput& input) {
     return absl::InvalidArgumentError(StrCat("parallel.pipeline x parallel.tensor: ", n_stages, " x ", t,
                                              " workers need as many devices, the cluster has ", input.devices.size()));
   }
-  for (int s = 0; s < n_stages; ++s) {
+  for (int s = 0; s < n_stages && !input.groups_span_nodes; ++s) {
     for (int r = 1; r < t; ++r) {
       if (input.devices[s * t + r].node != input.devices[s * t].node) {
         return absl::InvalidArgumentError(

@@ -39,8 +39,12 @@ struct PlannerInput {
   int64_t head_bytes = 0;
   // Number of pipeline stages. Default 1. REQUIRES 1 <= pipeline_size <= n_layers.
   int pipeline_size = 1;
-  // Ranks of each stage's tensor-parallel group; they must sit on one node. Default 1.
+  // Ranks of each stage's tensor-parallel group; they must sit on one node unless
+  // `groups_span_nodes`. Default 1.
   int tensor_size = 1;
+  // All-to-all expert parallelism: a stage's group carries only the MoE layers' dispatch
+  // and combine (attention is data parallel), so it may span nodes.
+  bool groups_span_nodes = false;
   // Devices in node order (the config's `nodes[*].devices` flattened). REQUIRES at least
   // `pipeline_size` entries; the first `pipeline_size` are used.
   std::vector<PlannerDevice> devices;

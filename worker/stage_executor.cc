@@ -58,6 +58,7 @@ absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Create(const Stage
   stage.tp_rank = options.tp_rank;
   stage.tp_size = options.tp_size;
   stage.expert_parallel = options.expert_parallel;
+  stage.expert_all_to_all = options.expert_all_to_all;
   stage.kv_window_tokens = options.kv_window_tokens;
   stage.kv_sink_tokens = options.kv_sink_tokens;
   stage.exit_head = options.draft;
@@ -94,10 +95,11 @@ absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Create(const Stage
     e->host_kv_ = *std::move(host);
     CASCADE_LOG(Info) << "host KV tier: " << options.host_kv_blocks << " blocks, " << bytes << " bytes";
   }
-  if (e->is_last() && options.tp_rank == 0 && !options.draft) {
+  if (e->is_last() && (options.tp_rank == 0 || options.expert_all_to_all) && !options.draft) {
     e->sampler_ = std::make_unique<model::StepSampler>(e->backend_.get(), options.n_threads);
     // A GPU head without a TP gather leaves its logits on the device: sample them there.
-    e->logits_on_device_ = options.device_sampling && !e->backend_->host_memory() && options.tp_size == 1 &&
+    e->logits_on_device_ = options.device_sampling && !e->backend_->host_memory() &&
+                           (options.tp_size == 1 || options.expert_all_to_all) &&
                            dynamic_cast<kernels::CudaBackend*>(e->backend_.get()) != nullptr;
     if (!e->backend_->host_memory()) {
       CASCADE_LOG(Info) << "sampling on "
@@ -169,6 +171,10 @@ absl::Status StageExecutor::Flatten(const v1::StepRequest& step, Rows& rows) con
       return absl::InvalidArgumentError(StrCat(what, ": propose ", s.propose(), " on a worker that does not draft"));
     }
     CASCADE_RETURN_IF_ERROR(CheckIds(what, s, s.n_past() + s.tokens_size()));
+    if (options_.expert_all_to_all && (s.lane() < 0 || s.lane() >= options_.tp_size)) {
+      return absl::InvalidArgumentError(StrCat(what, ": lane ", s.lane(), " outside the group of ", options_.tp_size));
+    }
+    if (!Runs(s)) continue;  // Validated like the rest: every rank refuses a step alike.
     const int64_t row = static_cast<int64_t>(rows.tokens.size());
     for (int i = 0; i < s.tokens_size(); ++i) {
       rows.tokens.push_back(s.tokens(i));
@@ -187,6 +193,7 @@ absl::Status StageExecutor::Flatten(const v1::StepRequest& step, Rows& rows) con
 
 void StageExecutor::TrackHistory(const v1::StepRequest& step) {
   for (const v1::StepSequence& s : step.seqs()) {
+    if (!Runs(s)) continue;
     if (s.reset() || !sampler_->Has(s.seq_id())) {
       std::vector<int32_t> history(s.history().begin(), s.history().end());
       if (history.empty()) history.assign(s.tokens().begin(), s.tokens().end() - s.n_draft());
@@ -331,8 +338,9 @@ absl::Status StageExecutor::PlaceExperts(const v1::ExpertPlacement& placement) {
 void StageExecutor::ReportExpertLoad(v1::StepResult& result) {
   model::Transformer& t = *transformer_;
   if (t.moe_layers().empty()) return;
-  // Every rank routes alike; one per stage reports.
-  if (options_.tp_rank == 0 && !options_.draft) {
+  // Every rank routes alike, and one per stage reports; under all-to-all each routes its
+  // own tokens, and every rank reports (the coordinator adds them up).
+  if ((options_.tp_rank == 0 || options_.expert_all_to_all) && !options_.draft) {
     const int64_t n_experts = t.config().n_experts;
     for (size_t i = 0; i < t.moe_layers().size(); ++i) {
       v1::LayerExpertTokens* layer = result.add_expert_tokens();
@@ -356,11 +364,14 @@ absl::Status StageExecutor::Run(const v1::StepRequest& step, Rows& rows, v1::Ste
 absl::Status StageExecutor::Forward(const Rows& rows, int64_t step_id) {
   const int64_t n = static_cast<int64_t>(rows.tokens.size());
   const int64_t n_embd = transformer_->config().n_embd;
-  const size_t capacity = static_cast<size_t>(SliceRows(n) * options_.tp_size * n_embd) * sizeof(float);
+  const size_t capacity =
+      static_cast<size_t>(std::max<int64_t>(SliceRows(n) * options_.tp_size, 1) * n_embd) * sizeof(float);
   CASCADE_RETURN_IF_ERROR(kernels::GrowBuffer(*backend_, hidden_, capacity));
   TensorView hidden(hidden_->data(), DType::kF32, {n, n_embd}, backend_->device());
   const uint64_t tag = static_cast<uint64_t>(step_id);
-  if (options_.stage > 0) {
+  // Under all-to-all a lane may be empty in a step: nothing moves between its stages.
+  const bool hands_off = n > 0 || !options_.expert_all_to_all;
+  if (options_.stage > 0 && hands_off) {
     const auto t = std::chrono::steady_clock::now();
     const absl::Status received = ReceiveHidden(n, tag);
     handoff_s_ += SecondsSince(t);
@@ -369,7 +380,7 @@ absl::Status StageExecutor::Forward(const Rows& rows, int64_t step_id) {
   // The stage's own compute: one CUDA graph for a decode step when graphs are on.
   const model::ForwardBatch batch{rows.tokens, rows.positions, rows.seqs, rows.logit_rows};
   const auto compute = [&]() -> absl::Status {
-    if (options_.stage == 0) CASCADE_RETURN_IF_ERROR(transformer_->Embed(rows.tokens, hidden));
+    if (options_.stage == 0 && n > 0) CASCADE_RETURN_IF_ERROR(transformer_->Embed(rows.tokens, hidden));
     CASCADE_RETURN_IF_ERROR(transformer_->RunLayers(hidden, batch, *cache_));
     if (!is_last() || rows.logit_rows.empty()) return absl::OkStatus();
     const int64_t V = transformer_->config().n_vocab;
@@ -379,7 +390,7 @@ absl::Status StageExecutor::Forward(const Rows& rows, int64_t step_id) {
     return transformer_->Logits(hidden, rows.logit_rows, LogitsView(n_rows));
   };
   CASCADE_RETURN_IF_ERROR(transformer_->GraphsFor(batch) ? model::RunGraphStep(*backend_, compute) : compute());
-  if (is_last()) return absl::OkStatus();
+  if (is_last() || !hands_off) return absl::OkStatus();
   const auto t = std::chrono::steady_clock::now();
   const absl::Status sent = SendHidden(n, tag);
   handoff_s_ += SecondsSince(t);
@@ -435,7 +446,7 @@ absl::Status StageExecutor::Draft(const v1::StepRequest& step, Rows& rows, v1::S
 }
 
 StageExecutor::HandoffRows StageExecutor::Handoff(int64_t n) const {
-  if (options_.full_handoff) return {0, n};
+  if (options_.full_handoff || options_.expert_all_to_all) return {0, n};  // (All-to-all: the lane's rows.)
   const int64_t c = SliceRows(n);
   return {options_.tp_rank * c, c};
 }
@@ -458,7 +469,7 @@ absl::Status StageExecutor::ReceiveHidden(int64_t n, uint64_t tag) {
   const size_t bytes = static_cast<size_t>(rows.count * d) * sizeof(float);
   float* mine = hidden_->f32() + rows.first * d;
   CASCADE_RETURN_IF_ERROR(pp_.Recv(mine, bytes, options_.stage - 1, tag));
-  if (options_.tp_size == 1 || options_.full_handoff) return absl::OkStatus();
+  if (options_.tp_size == 1 || options_.full_handoff || options_.expert_all_to_all) return absl::OkStatus();
   return tp_.AllGather(mine, bytes, hidden_->data());
 }
 
@@ -466,7 +477,7 @@ absl::Status StageExecutor::Sample(const v1::StepRequest& step, v1::StepResult& 
   // Logit rows, in order: n_draft + 1 per sampled sequence, its drafts its last tokens.
   std::vector<model::SampleSeq> seqs;
   for (const v1::StepSequence& s : step.seqs()) {
-    if (!s.sample()) continue;
+    if (!s.sample() || !Runs(s)) continue;
     const std::span<const int32_t> tokens(s.tokens().data(), static_cast<size_t>(s.tokens_size()));
     const auto* mask = reinterpret_cast<const uint8_t*>(s.allowed_tokens().data());
     seqs.push_back({s.seq_id(), tokens.last(static_cast<size_t>(s.n_draft())), {mask, s.allowed_tokens().size()}});

@@ -45,6 +45,10 @@ struct StageExecutorOptions {
   int tp_rank = 0;               // Rank in the stage's tensor-parallel group.
   int tp_size = 1;               // Its size (1: no tensor parallelism).
   bool expert_parallel = false;  // MoE layers: whole experts per TP rank (TpShard).
+  // Its all-to-all form (model::StageOptions::expert_all_to_all): this rank runs only the
+  // sequences of its lane (StepSequence.lane == tp_rank), hands them to the same rank of
+  // the next stage, and on the last stage samples them itself.
+  bool expert_all_to_all = false;
   // Hand-off under TP (transport.pp_handoff): false, `split`: each TP rank sends its 1/t
   // of the rows and the next stage all-gathers; true, `full`: each sends every row.
   bool full_handoff = false;
@@ -156,7 +160,9 @@ class StageExecutor {
     int64_t first = 0, count = 0;
   };
   HandoffRows Handoff(int64_t n) const;
-
+  // Whether this worker runs sequence `s`: always, but under all-to-all expert parallelism
+  // only its lane's.
+  bool Runs(const v1::StepSequence& s) const { return !options_.expert_all_to_all || s.lane() == options_.tp_rank; }
   StageExecutorOptions options_;
   model::BackendComm pp_;  // Pipeline link (this TP rank across stages), when n_stages > 1.
   model::BackendComm tp_;  // The stage's TP group, when tp_size > 1.
@@ -172,7 +178,7 @@ class StageExecutor {
   std::unique_ptr<comm::Communicator> joined_kv_comm_;  // A group joined by kv_join (owned).
   std::unique_ptr<KvChannel> kv_channel_;               // Over the KV group, when there is one.
   std::vector<uint8_t> kv_packed_;                      // A received piece's bytes.
-  // Last stage, TP rank 0: every sequence's sampler and history.
+  // Last stage, TP rank 0 (every rank, all-to-all): every sequence's sampler and history.
   std::unique_ptr<model::StepSampler> sampler_;
   // The step's hidden states in the backend's memory: [c * t, n_embd] rows (c =
   // SliceRows(n)), so each TP rank's hand-off slice is whole; rows past n are padding.

@@ -122,6 +122,7 @@ StageExecutorOptions WorkerService::StageOptions(const v1::LoadShardRequest& req
   o.tp_rank = req.tp_rank();
   o.tp_size = std::max(1, req.tp_size());
   o.expert_parallel = req.expert_parallel();
+  o.expert_all_to_all = req.expert_all_to_all();
   o.kv_window_tokens = req.kv_window_tokens();
   o.kv_sink_tokens = req.kv_sink_tokens();
   o.full_handoff = req.pp_handoff() == v1::PP_HANDOFF_FULL;

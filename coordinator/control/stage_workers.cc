@@ -336,6 +336,7 @@ absl::Status StageWorkers::LoadOne(int i, const std::string& group, bool join_kv
     req.set_kv_rank(options_.kv_rank_base + stage.pp_stage * tp_size() + tp_rank);
   }
   req.set_expert_parallel(!draft && options_.expert_parallel);
+  req.set_expert_all_to_all(!draft && options_.expert_all_to_all);
   req.set_kv_window_tokens(options_.kv_window_tokens);
   req.set_kv_sink_tokens(options_.kv_sink_tokens);
   if (!draft) {
@@ -387,6 +388,7 @@ void StageWorkers::ReadResults(int i) {
   // acknowledges.
   const bool last = i == n_workers() - tp_size() || i == n_workers();
   const bool drafter = i == n_workers();
+  const bool last_stage = i >= n_workers() - tp_size() && !drafter;  // Any of its ranks.
   v1::StepResult r;
   std::string error;
   while (stream->Read(&r)) {
@@ -417,7 +419,13 @@ void StageWorkers::ReadResults(int i) {
       if (all.join_error.empty()) all.join_error = r.kv_join_error();
       all.bytes += r.transfer_bytes();
       if (r.code() != 0 && all.code == 0) all.code = r.code(), all.step_error = r.error();
-      if (last) all.result = r;  // Its tokens.
+      if (last) {
+        google::protobuf::RepeatedPtrField<v1::SampledToken> tokens = std::move(*all.result.mutable_tokens());
+        all.result = r;  // Its tokens, and those its other ranks answered (all-to-all's lanes).
+        all.result.mutable_tokens()->MergeFrom(tokens);
+      } else if (last_stage) {
+        all.result.mutable_tokens()->MergeFrom(r.tokens());
+      }
       if (--all.remaining == 0) {
         v1::StepResult out = std::move(all.result);
         out.mutable_failed_transfers()->Assign(all.failed.begin(), all.failed.end());
@@ -475,7 +483,7 @@ absl::Status StageWorkers::SendStep(const v1::StepRequest& step) {
     sent_[step.step_id() % sent_.size()] = {step.step_id(), std::chrono::steady_clock::now()};
     // KV transfers run on every worker apart (no hand-off orders them): the step is done
     // once all of them answered.
-    if (step.kv_transfers_size() > 0 || step.has_kv_join()) {
+    if (step.kv_transfers_size() > 0 || step.has_kv_join() || options_.expert_all_to_all) {
       Gathered& g = gathering_[step.step_id()];
       g.remaining = n_workers();
     }

@@ -59,9 +59,12 @@ struct StageWorkersOptions {
   bool pp_nccl = false;
   v1::PpHandoff pp_handoff = v1::PP_HANDOFF_SPLIT;  // transport.pp_handoff.
   bool expert_parallel = false;                     // parallel.expert (MoE layers).
-  int redundant_experts = 0;                        // parallel.redundant_experts: replica slots per rank and MoE layer.
-  int eplb_interval_steps = 0;                      // parallel.eplb_interval_steps.
-  int64_t kv_window_tokens = 0;                     // scheduler.kv_policy sink_window (0: full).
+  // parallel.expert_comm: all_to_all: every rank of the last stage answers for its lane's
+  // sequences, so every step gathers every worker's answer (their tokens merged).
+  bool expert_all_to_all = false;
+  int redundant_experts = 0;     // parallel.redundant_experts: replica slots per rank and MoE layer.
+  int eplb_interval_steps = 0;   // parallel.eplb_interval_steps.
+  int64_t kv_window_tokens = 0;  // scheduler.kv_policy sink_window (0: full).
   int64_t kv_sink_tokens = 0;
   bool device_sampling = true;  // scheduler.device_sampling.
   bool cuda_graphs = false;     // scheduler.cuda_graphs.
@@ -206,8 +209,9 @@ class StageWorkers {
   std::vector<std::unique_ptr<Slot>> slots_ ABSL_GUARDED_BY(mu_);
   int64_t last_worker_id_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<v1::StepResult> results_ ABSL_GUARDED_BY(mu_);
-  // Steps with KV transfers, by id: answers still awaited, the last stage's result (its
-  // tokens), and what every worker said of the transfers.
+  // Steps with KV transfers (every step under all-to-all), by id: answers still awaited,
+  // the last stage's result (its tokens, from each of its ranks), and what every worker
+  // said of the transfers.
   struct Gathered {
     int remaining = 0;
     v1::StepResult result;

@@ -240,6 +240,7 @@ void Scheduler::AddEntry(Sequence& seq, int64_t n_new, bool is_prefill, Batch& b
   entry.wants_logits = seq.n_cached + n_new == seq.n_tokens();
   entry.is_prefill = is_prefill;
   entry.first_chunk = first_chunk;
+  entry.lane = seq.lane;
   batch.entries.push_back(std::move(entry));
 }
 
@@ -276,6 +277,23 @@ void Scheduler::FreeBlocks(Sequence& seq) {
   seq.chain.clear();
 }
 
+int32_t Scheduler::PickLane(std::span<const int32_t> tokens, int32_t max_blocks, std::vector<PrefixLink>* hit) const {
+  std::vector<int> running(options_.n_lanes, 0);
+  for (const auto& [id, seq] : seqs_) {
+    if (seq.admitted && !seq.dropped) ++running[seq.lane];
+  }
+  int32_t best = 0;
+  hit->clear();
+  for (int32_t lane = 0; lane < options_.n_lanes; ++lane) {
+    std::vector<PrefixLink> chain = allocator_.Match(tokens, max_blocks, LaneRoot(lane));
+    if (lane == 0 || chain.size() > hit->size() || (chain.size() == hit->size() && running[lane] < running[best])) {
+      best = lane;
+      *hit = std::move(chain);
+    }
+  }
+  return best;
+}
+
 void Scheduler::RegisterCachedBlocks(Sequence& seq) {
   if (!options_.prefix_caching) return;
   const int64_t bs = options_.kv_block_size;
@@ -288,7 +306,7 @@ void Scheduler::RegisterCachedBlocks(Sequence& seq) {
   while (seq.chain_open && static_cast<int64_t>(seq.chain.size() + 1) * bs <= end) {
     const int64_t i = static_cast<int64_t>(seq.chain.size());
     for (int64_t j = 0; j < bs; ++j) tokens[j] = seq.token(i * bs + j);
-    const PrefixLink parent = i == 0 ? PrefixLink{} : seq.chain.back();
+    const PrefixLink parent = i == 0 ? LaneRoot(seq.lane) : seq.chain.back();
     if (seq.block_table[i] == kHiddenBlock) {  // Freed before it could be registered.
       seq.chain_open = false;
       break;
@@ -309,13 +327,15 @@ bool Scheduler::AdmitHead(int64_t budget, Batch& batch) {
   if (options_.prefix_caching) {
     // At least one token is computed: its logits give the next token.
     const int32_t max_blocks = static_cast<int32_t>((n_tokens - 1) / options_.kv_block_size);
-    if (seq.generated.empty()) {
-      hit = allocator_.Match(seq.spec.prompt, max_blocks);
+    std::vector<int32_t> tokens = seq.spec.prompt;
+    tokens.insert(tokens.end(), seq.generated.begin(), seq.generated.end());
+    if (!seq.admitted && options_.n_lanes > 1) {
+      seq.lane = PickLane(tokens, max_blocks, &hit);
     } else {
-      std::vector<int32_t> tokens = seq.spec.prompt;
-      tokens.insert(tokens.end(), seq.generated.begin(), seq.generated.end());
-      hit = allocator_.Match(tokens, max_blocks);
+      hit = allocator_.Match(tokens, max_blocks, LaneRoot(seq.lane));
     }
+  } else if (!seq.admitted && options_.n_lanes > 1) {
+    seq.lane = PickLane({}, 0, &hit);
   }
   const int32_t n_hit = static_cast<int32_t>(hit.size());
   // Cached-free blocks it revives and host blocks it brings back leave the free pool too.

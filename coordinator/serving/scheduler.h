@@ -104,6 +104,12 @@ struct SchedulerOptions {
   // the first positions kept besides it. REQUIRES >= 0, sinks only with a window.
   int64_t kv_window_tokens = 0;
   int64_t kv_sink_tokens = 0;
+  // All-to-all expert parallelism (parallel.expert_comm): the ranks of a stage, each running
+  // its own sequences with their KV. A sequence gets a lane at its first admission (the
+  // lane whose prefix cache holds most of it, then the one running fewest sequences) and
+  // keeps it; its prefix-cache chains are its lane's (LaneRoot). The block pool stays one:
+  // every lane's worker holds every block id. Default 1. REQUIRES >= 1.
+  int n_lanes = 1;
 };
 
 // A request's sequence as handed to `Add`.
@@ -138,6 +144,8 @@ struct BatchEntry {
   // Decode entries: positions reserved after `tokens[0]` for drafted tokens (the block
   // table covers them). The caller may append up to this many drafts to `tokens`.
   int32_t draft_slots = 0;
+  // SchedulerOptions::n_lanes: the lane that runs it (0 with one lane).
+  int32_t lane = 0;
 };
 
 struct Batch {
@@ -335,6 +343,7 @@ class Scheduler {
     // blocks inside it are registered (RegisterCachedBlocks says why).
     int64_t n_prefilled = 0;
     bool restart = false;  // Its KV arrived by transfer: its next entry is a first chunk.
+    int32_t lane = 0;      // SchedulerOptions::n_lanes: chosen at its first admission.
 
     int64_t n_tokens() const { return static_cast<int64_t>(spec.prompt.size() + generated.size()); }
     int32_t token(int64_t i) const;
@@ -355,6 +364,9 @@ class Scheduler {
   // meanwhile (it is dropped then).
   Sequence* EndTransfer(int64_t seq_id);
 
+  // n_lanes > 1: the lane for `seq`'s first admission (SchedulerOptions::n_lanes) and the
+  // chain its prefix cache holds of `tokens` there.
+  int32_t PickLane(std::span<const int32_t> tokens, int32_t max_blocks, std::vector<PrefixLink>* hit) const;
   // Evicts `seq` (running, not in flight): frees its blocks and puts it at the front
   // of the waiting queue.
   void Preempt(Sequence& seq);

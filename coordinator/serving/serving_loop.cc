@@ -284,6 +284,7 @@ v1::StepRequest ServingLoop::BuildStep(const Batch& batch, bool* needs_drafter) 
     s->set_n_past(e.n_past);
     s->mutable_block_table()->Add(e.block_table.begin(), e.block_table.end());
     s->set_sample(e.wants_logits);
+    s->set_lane(e.lane);
     if (e.first_chunk) {
       // New, or recomputed after a preemption (n_past > 0 after a prefix-cache hit): the
       // last stage starts its sampler and penalty history afresh from everything the

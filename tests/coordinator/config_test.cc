@@ -82,6 +82,7 @@ TEST(ConfigTest, DefaultsApply) {
   EXPECT_EQ(c->parallel.pipeline, 1);
   EXPECT_EQ(c->parallel.tensor, 1);
   EXPECT_FALSE(c->parallel.expert);
+  EXPECT_FALSE(c->parallel.expert_all_to_all);  // parallel.expert_comm: all_reduce.
   EXPECT_EQ(c->nodes[0].launch, LaunchMode::kLocal);
   EXPECT_EQ(c->server.listen, "127.0.0.1:50051");
   EXPECT_EQ(c->server.listen_port, 50051);
@@ -319,6 +320,31 @@ TEST(ConfigTest, PpHandoff) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->transport.pp_handoff, PpHandoff::kSplit);
   EXPECT_EQ(PpHandoffName(c->transport.pp_handoff), "split");
+}
+
+TEST(ConfigTest, ExpertComm) {
+  const auto parse = [](const std::string& parallel) {
+    return ParseClusterConfig(
+        "model: {path: m}\nparallel: " + parallel +
+            "\nnodes: [{name: a, host: h, devices: [cpu]}, {name: b, host: h2, devices: [cpu]}]\n",
+        "t.yaml");
+  };
+  auto c = parse("{tensor: 2, expert: true, expert_comm: all_to_all}");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->parallel.expert_all_to_all);
+  c = parse("{tensor: 2, expert: true, expert_comm: all_reduce}");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->parallel.expert_all_to_all);
+  for (const auto& [parallel, error] : std::vector<std::pair<std::string, std::string>>{
+           {"{tensor: 2, expert: true, expert_comm: alltoall}", "parallel.expert_comm: 'alltoall' is neither"},
+           {"{tensor: 2, expert_comm: all_to_all}", "parallel.expert_comm: all_to_all needs expert parallelism"},
+           {"{tensor: 1, expert: true, expert_comm: all_to_all}", "parallel.expert_comm: all_to_all needs expert"},
+           {"{tensor: 2, expert: true, redundant_experts: 1, expert_comm: all_to_all}",
+            "parallel.expert_comm: all_to_all with parallel.redundant_experts"}}) {
+    c = parse(parallel);
+    ASSERT_FALSE(c.ok()) << parallel;
+    EXPECT_NE(std::string(c.status().message()).find(error), std::string::npos) << c.status();
+  }
 }
 
 TEST(ConfigTest, DataParallelReplicas) {

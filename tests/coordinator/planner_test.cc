@@ -198,6 +198,23 @@ TEST(PlannerTest, ToStringPrintsATable) {
   EXPECT_THAT(table, HasSubstr("30 layers over 2 stages"));
 }
 
+// A TP group must sit on one node; an all-to-all expert group (groups_span_nodes) may not.
+TEST(PlannerTest, GroupsSpanNodesOnlyWhenAllowed) {
+  PlannerInput in;
+  in.layer_bytes = std::vector<int64_t>(4, 1);
+  in.tensor_size = 2;
+  in.devices = {{"a", "10.0.0.1", Device{}}, {"b", "10.0.0.2", Device{}}};
+  absl::StatusOr<Plan> plan = PlanStages(in);
+  EXPECT_STATUS_CODE(plan, kInvalidArgument);
+  EXPECT_THAT(cascade::testing::StatusMessage(plan.status()), HasSubstr("would span nodes 'a' and 'b'"));
+  in.groups_span_nodes = true;
+  plan = PlanStages(in);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->stages[0].tp.size(), 2u);
+  EXPECT_EQ(plan->stages[0].tp[0].node, "a");
+  EXPECT_EQ(plan->stages[0].tp[1].node, "b");
+}
+
 TEST(PlannerTest, Errors) {
   EXPECT_STATUS_CODE(PlanStages(Input({}, 1)), kInvalidArgument);
   EXPECT_STATUS_CODE(PlanStages(Input({1, 2}, 0)), kInvalidArgument);

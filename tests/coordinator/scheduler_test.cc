@@ -14,6 +14,7 @@
 #include <deque>
 #include <map>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "coordinator/serving/scheduler.h"
@@ -196,7 +197,12 @@ class Driver {
       : sched(o),
         worker(o.n_kv_blocks, o.kv_block_size, o.n_host_kv_blocks, o.kv_window_tokens, o.kv_sink_tokens),
         draft_k(draft_k),
-        wrong(wrong) {}
+        wrong(wrong) {
+    for (int lane = 1; lane < o.n_lanes; ++lane) {
+      lane_workers.emplace_back(o.n_kv_blocks, o.kv_block_size, o.n_host_kv_blocks, o.kv_window_tokens,
+                                o.kv_sink_tokens);
+    }
+  }
 
   void Add(const SequenceSpec& spec) {
     ASSERT_TRUE(sched.Add(spec).ok());
@@ -255,8 +261,26 @@ class Driver {
     in_flight.erase(in_flight.begin() + index);
     // The worker gets the step now, with every copy recorded so far (ServingLoop::SendTarget):
     // a later batch may overtake an earlier one, the copies keep their order.
-    worker.Move(sched.TakeKvMoves());
-    std::vector<SampledToken> sampled = worker.Run(b);
+    const std::vector<KvBlockMove> moves = sched.TakeKvMoves();
+    worker.Move(moves);
+    std::vector<SampledToken> sampled;
+    if (lane_workers.empty()) {
+      sampled = worker.Run(b);
+    } else {
+      // Lanes (all-to-all expert parallelism): each lane's worker runs its own entries
+      // over its own cache; every worker runs the copies.
+      for (int lane = 0; lane <= static_cast<int>(lane_workers.size()); ++lane) {
+        FakeWorker& w = lane == 0 ? worker : lane_workers[lane - 1];
+        if (lane > 0) w.Move(moves);
+        Batch mine{b.id, {}};
+        for (const BatchEntry& e : b.entries) {
+          if (e.lane == lane) mine.entries.push_back(e);
+          lanes_seen.insert(e.lane);
+        }
+        const std::vector<SampledToken> out = w.Run(mine);
+        sampled.insert(sampled.end(), out.begin(), out.end());
+      }
+    }
     absl::StatusOr<std::vector<TokenEvent>> events = sched.Complete(b.id, sampled);
     ASSERT_TRUE(events.ok()) << events.status();
     for (const TokenEvent& ev : *events) {
@@ -284,7 +308,9 @@ class Driver {
   }
 
   Scheduler sched;
-  FakeWorker worker;
+  FakeWorker worker;                     // Lane 0's, or the only one.
+  std::vector<FakeWorker> lane_workers;  // Lanes 1.. (SchedulerOptions::n_lanes).
+  std::set<int32_t> lanes_seen;
   std::map<int64_t, std::vector<int32_t>> history;
   std::map<int64_t, std::vector<int32_t>> generated;
   std::map<int64_t, SequenceSpec> specs;
@@ -833,13 +859,14 @@ TEST(SchedulerTest, ConcurrentSequencesMatchTheirSoloRuns) {
 // With `window` > 0, sink + window (with `sinks`): sequences grow up to several times the
 // pool, and what each holds stays bounded (Driver checks).
 void RandomisedStress(int32_t draft_k, bool shared_prefixes = false, int32_t host_blocks = 0, int64_t window = 0,
-                      int64_t sinks = 0) {
+                      int64_t sinks = 0, int lanes = 1) {
   int64_t total_preemptions = 0;
   size_t total_cancelled = 0;
   int max_batch_seqs = 0;
   int64_t accepted = 0, drafted = 0;
   int64_t hit_tokens = 0, host_hit_tokens = 0, onloaded = 0, moved = 0;
   size_t longest = 0;
+  std::set<int32_t> lanes_seen;
   for (int seed = 1; seed <= 20; ++seed) {
     SCOPED_TRACE(::testing::Message() << "seed " << seed);
     std::mt19937 rng(seed);
@@ -849,6 +876,7 @@ void RandomisedStress(int32_t draft_k, bool shared_prefixes = false, int32_t hos
     options.n_host_kv_blocks = host_blocks;
     options.kv_window_tokens = window;
     options.kv_sink_tokens = sinks;
+    options.n_lanes = lanes;
     Driver d(options, draft_k);
     std::vector<int64_t> cancelled;
     int64_t next_id = 1;
@@ -905,9 +933,13 @@ void RandomisedStress(int32_t draft_k, bool shared_prefixes = false, int32_t hos
     onloaded += d.sched.Stats().host_onloaded_blocks;
     moved += d.worker.moved;
     EXPECT_TRUE(d.sched.TakeKvMoves().empty()) << "a copy recorded after the last step";
+    lanes_seen.insert(d.lanes_seen.begin(), d.lanes_seen.end());
   }
   if (shared_prefixes) {
     EXPECT_GT(hit_tokens, 500);
+  }
+  if (lanes > 1) {
+    EXPECT_EQ(lanes_seen.size(), static_cast<size_t>(lanes));
   }
   if (window > 0) {
     EXPECT_GT(longest, 3u * 12 * 4);  // Sequences three times what the pool holds.
@@ -928,6 +960,14 @@ void RandomisedStress(int32_t draft_k, bool shared_prefixes = false, int32_t hos
 }
 
 TEST(SchedulerTest, RandomisedStressAgainstReference) { RandomisedStress(0); }
+
+// Lanes (all-to-all expert parallelism): each lane's fake worker holds only its sequences'
+// KV, so a prefix hit on another lane's blocks, or a sequence changing lanes, would change
+// tokens; with shared prefixes, drafts and the host tier, every lane is used and the hits
+// still come (a conversation's next turn goes to the lane that holds it).
+TEST(SchedulerTest, LanesStressAgainstReference) {
+  RandomisedStress(4, /*shared_prefixes=*/true, /*host_blocks=*/8, 0, 0, /*lanes=*/3);
+}
 
 // Speculation changes no token, under preemption, chunking, cancellation and several
 // batches in flight, and every reserved block comes back.

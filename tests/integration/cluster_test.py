@@ -485,10 +485,16 @@ def test_two_nodes():
         two_nodes(tp)
 
 
-def two_nodes(tp):
-    need(STORIES)
+@contextlib.contextmanager
+def two_namespace_cluster(model, parallel, devices_a, devices_b, extra=""):
+    """A cluster over two network namespaces, UCX over TCP between them: the coordinator and
+    node a's workers (launched by it) in namespace A (10.77.0.1), node b's workers started
+    apart (external, joining with the cluster's token) in namespace B (10.77.0.2). Yields
+    (run, address, log_path), where run(*argv) runs a command in namespace A; None when
+    namespaces cannot be built here (printed SKIP)."""
     if os.geteuid() != 0:
         print("SKIP: network namespaces need root")
+        yield None
         return
     ns_a, ns_b = netns_or_skip()
     env = dict(os.environ, UCX_TLS="tcp")
@@ -496,32 +502,32 @@ def two_nodes(tp):
         with tempfile.TemporaryDirectory() as d:
             cfg = os.path.join(d, "two.yaml")
             open(cfg, "w").write(
-                f"model: {{path: {STORIES}}}\nparallel: {{pipeline: 2, tensor: {tp}}}\n"
-                f"nodes:\n  - {{name: a, host: 10.77.0.1, devices: [{', '.join(['cpu'] * tp)}], launch: local}}\n"
-                f"  - {{name: b, host: 10.77.0.2, devices: [{', '.join(['cpu'] * tp)}], launch: external}}\n"
+                f"model: {{path: {model}}}\nparallel: {parallel}\n"
+                f"nodes:\n  - {{name: a, host: 10.77.0.1, devices: [{', '.join(['cpu'] * devices_a)}], launch: local}}\n"
+                f"  - {{name: b, host: 10.77.0.2, devices: [{', '.join(['cpu'] * devices_b)}], launch: external}}\n"
                 "server: {listen: 10.77.0.1:0}\nscheduler: {kv_cache_mb: 16}\n"
-                f"security: {{cluster_dir: {d}/cluster}}\n")
+                f"security: {{cluster_dir: {d}/cluster}}\n" + extra)
             log_path = os.path.join(d, "coordinator.log")
             log = open(log_path, "w")
             coord = subprocess.Popen(["ip", "netns", "exec", ns_a, COORDINATOR, "--config", cfg], stdout=log,
                                      stderr=subprocess.STDOUT, env=env, start_new_session=True)
-            # The control plane (mutual TLS) is where workers go; the public API is "ready on".
-            control = wait_for_log(log_path, r"waiting for \d+ worker\(s\) on (\S+) \(mutual TLS\)", 300).group(1)
-            workers = [subprocess.Popen(["ip", "netns", "exec", ns_b, os.path.join(BIN, "cascade-worker"), "--coordinator",
-                                         control, "--node", "b", "--device", "cpu", "--listen", "10.77.0.2:0",
-                                         "--ca", f"{d}/cluster/ca.pem", "--token-file", f"{d}/cluster/join.token"],
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
-                       for _ in range(tp)]
+            workers = []
             try:
+                # The control plane (mutual TLS) is where workers go; the public API is "ready on".
+                control = wait_for_log(log_path, r"waiting for \d+ worker\(s\) on (\S+) \(mutual TLS\)", 300).group(1)
+                workers = [subprocess.Popen(["ip", "netns", "exec", ns_b, os.path.join(BIN, "cascade-worker"),
+                                             "--coordinator", control, "--node", "b", "--device", "cpu", "--listen",
+                                             "10.77.0.2:0", "--ca", f"{d}/cluster/ca.pem", "--token-file",
+                                             f"{d}/cluster/join.token"],
+                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                                            start_new_session=True)
+                           for _ in range(devices_b)]
                 address = wait_for_log(log_path, r"ready on (\S+)", 600).group(1)
-                p = subprocess.run(["ip", "netns", "exec", ns_a, CASCADE, "generate", "--server", address, "--prompt-ids", "1",
-                                    "--temperature", "0", "--max-tokens", "20", "--json"], capture_output=True, text=True,
-                                   timeout=120)
-                assert p.returncode == 0, p.stderr
-                got = json.loads(p.stdout)["token_ids"]
-                assert got == [403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267,
-                               337], got
-                print(f"two nodes, TP={tp} x PP=2 (namespaces {ns_a}, {ns_b}, UCX over TCP): greedy ids match the reference")
+
+                def run(*argv):
+                    return subprocess.run(["ip", "netns", "exec", ns_a, *argv], capture_output=True, text=True,
+                                          timeout=300)
+                yield run, address, log_path
             finally:
                 for proc in (*workers, coord):
                     stop(proc)
@@ -529,6 +535,21 @@ def two_nodes(tp):
     finally:
         subprocess.run(["ip", "netns", "del", ns_a], capture_output=True)
         subprocess.run(["ip", "netns", "del", ns_b], capture_output=True)
+
+
+def two_nodes(tp):
+    need(STORIES)
+    with two_namespace_cluster(STORIES, f"{{pipeline: 2, tensor: {tp}}}", tp, tp) as c:
+        if c is None:
+            return
+        run, address, _ = c
+        p = run(CASCADE, "generate", "--server", address, "--prompt-ids", "1", "--temperature", "0", "--max-tokens", "20",
+                "--json")
+        assert p.returncode == 0, p.stderr
+        got = json.loads(p.stdout)["token_ids"]
+        assert got == [403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267,
+                       337], got
+        print(f"two nodes, TP={tp} x PP=2 (UCX over TCP): greedy ids match the reference")
 
 
 def test_refused_step():
@@ -1112,6 +1133,55 @@ def test_moe_redundant_experts():
             assert "redundant expert(s) per rank, placed every 3 steps" in log, log
             print(f"PP={pp} EP={tp}: identical to cascade run under placements; " +
                   "; ".join(f"layer {l}: {r}, {b} -> {a}" for l, r, b, a in placed))
+
+
+def test_moe_all_to_all():
+    """All-to-all expert parallelism (parallel.expert_comm: all_to_all) with expert groups
+    spanning two network-namespace hosts (UCX over TCP): attention data parallel over each
+    stage's ranks, every MoE layer dispatching tokens to their experts' ranks and combining
+    them back. EP 2 and 3 x PP 1 and 2 with speculation (n-grams; the self drafter, whose
+    drafts random text does not starve, at PP 1 x EP 2): three requests at once (so lanes
+    run different sequences, and some steps leave a lane idle) give `cascade run`'s greedy
+    ids; each worker holds its share of the experts."""
+    with tempfile.TemporaryDirectory() as d:
+        model = moe_model(d)
+        prompts = [("--prompt", "The experts of a mixture"), ("--prompt-ids", "1,2,3,4,5,6,7,8"),
+                   ("--prompt", "Once upon a time, in a land of many experts")]
+        ref = {p: run_json("run", "--model", model, *p, "--temperature", "0", "--max-tokens", "32",
+                           "--ignore-eos")["token_ids"] for p in prompts}
+        # (pipeline, ep, devices on a, devices on b): every layout puts a group across both hosts.
+        ngram, self_draft = "{ngram: {n: 2}, adaptive: false}", "{self: {layers: 2}, num_tokens: 3, adaptive: false}"
+        for pp, ep, on_a, on_b, draft in [(1, 2, 1, 1, self_draft), (2, 2, 3, 1, ngram), (1, 3, 2, 1, ngram),
+                                          (2, 3, 4, 2, ngram)]:
+            parallel = f"{{pipeline: {pp}, tensor: {ep}, expert: true, expert_comm: all_to_all}}"
+            with two_namespace_cluster(model, parallel, on_a, on_b, f"draft: {draft}\n") as c:
+                if c is None:
+                    return
+                run, address, log_path = c
+                def one(prompt):
+                    p = run(CASCADE, "generate", "--server", address, *prompt, "--temperature", "0", "--max-tokens", "32",
+                            "--ignore-eos", "--json")
+                    assert p.returncode == 0, p.stderr
+                    out = json.loads(p.stdout)
+                    if draft == self_draft:
+                        assert out.get("speculative", {}).get("steps", 0) > 0, out
+                    return out["token_ids"]
+                for _ in range(2):
+                    with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
+                        got = dict(zip(prompts, pool.map(one, prompts)))
+                    for prompt in prompts:
+                        assert got[prompt] == ref[prompt], f"PP={pp} EP={ep}: {got[prompt]} != {ref[prompt]}"
+                p = run(CASCADE, "status", "--server", address, "--wait", "0")
+                assert p.returncode == 0, p.stderr
+                log = open(log_path).read()
+            assert "experts all-to-all (attention data parallel over the tp ranks)" in log, log
+            workers = [w for w in worker_rows(p.stdout) if w[0] != "draft"]
+            assert len(workers) == pp * ep, p.stdout
+            for stage in range(pp):
+                ranges = sorted(w[1] for w in workers if w[0] == str(stage))
+                assert ranges[0][0] == 0 and ranges[-1][1] == 8, p.stdout
+                assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:])), p.stdout
+            print(f"all-to-all PP={pp} EP={ep} across two hosts, 3 requests at once, draft {draft}: identical to cascade run")
 
 
 def test_gpt_oss_parity():
