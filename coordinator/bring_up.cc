@@ -252,7 +252,7 @@ absl::StatusOr<ServingPlan> PlanServing(const ClusterConfig& config, const Serve
     const int r = static_cast<int>(out.replicas.size());
     in.pipeline_size = shape.pipeline;
     in.tensor_size = shape.tensor;
-    in.groups_span_nodes = config.parallel.expert_all_to_all;
+    in.groups_span_nodes = config.parallel.expert;  // Expert groups may span nodes (either form).
     const size_t n = static_cast<size_t>(shape.pipeline) * shape.tensor;
     in.devices.assign(devices.begin() + next_device, devices.begin() + next_device + n);
     next_device += n;

@@ -171,6 +171,7 @@ absl::Status Parser::ParseParallel(const YAML::Node& node, ParallelSection* out)
       return Error(n, "parallel.expert_comm", StrCat("'", comm, "' is neither all_reduce nor all_to_all"));
     }
     out->expert_all_to_all = comm == "all_to_all";
+    out->expert_comm_given = true;
     if (out->expert_all_to_all && (!out->expert || out->tensor < 2 || out->disaggregated)) {
       return Error(n, "parallel.expert_comm",
                    "all_to_all needs expert parallelism: parallel.expert: true with tensor >= 2 (not with "

@@ -46,12 +46,14 @@ struct ParallelSection {
   // `parallel.pipeline`: number of pipeline stages (contiguous layer ranges, one worker
   // process each when tensor = 1). Default 1. REQUIRES >= 1.
   int pipeline = 1;
-  // `parallel.tensor`: tensor-parallel ranks per stage, all on one node. Default 1.
+  // `parallel.tensor`: tensor-parallel ranks per stage, all on one node (under
+  // parallel.expert, an expert group that may span nodes). Default 1.
   // REQUIRES >= 1, and a split the model's heads and FFN allow (checked at start).
   int tensor = 1;
   // `parallel.expert`: in MoE layers, shard whole experts over each stage's tensor-parallel
   // ranks (expert parallelism; uneven counts allowed) instead of slicing every expert's
-  // FFN columns. Attention stays tensor-parallel. Default false; no effect on dense models.
+  // FFN columns. Attention stays tensor-parallel. A stage's group may then span nodes.
+  // Default false; no effect on dense models.
   bool expert = false;
   // `parallel.redundant_experts`: with expert parallelism, replica slots per rank in every
   // MoE layer (EPLB): from the measured expert loads the coordinator places replicas of the
@@ -67,6 +69,7 @@ struct ParallelSection {
   // experts and combines the results back (model/layers/moe.h). REQUIRES parallel.expert
   // with tensor >= 2 for all_to_all; not with redundant experts or disaggregation yet.
   bool expert_all_to_all = false;
+  bool expert_comm_given = false;
   // `parallel.eplb_interval_steps`: with redundant experts, steps between two placements,
   // each from the loads counted since the previous one. Default 100 when redundant_experts
   // is set (logged as defaulted). REQUIRES >= 1.

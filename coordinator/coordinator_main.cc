@@ -211,7 +211,10 @@ void LogReady(const cascade::coordinator::ClusterConfig& config, const cascade::
               ? StrCat(", ", p.redundant_experts, " redundant expert(s) per rank, placed every ", p.eplb_interval_steps,
                        " steps", p.eplb_interval_given ? "" : " (defaulted: parallel.eplb_interval_steps)")
               : std::string())
-      << (p.expert_all_to_all ? ", experts all-to-all (attention data parallel over the tp ranks)" : "")
+      << (!p.expert || first.tp_size() == 1 ? ""
+          : p.expert_all_to_all
+              ? ", experts all-to-all (attention data parallel over the tp ranks)"
+              : StrCat(", experts all-reduce", p.expert_comm_given ? "" : " (defaulted: parallel.expert_comm)"))
       << (draft.kind == DraftKind::kNone ? std::string() : StrCat(", drafter ", DraftKindName(draft.kind))) << ")";
 }
 

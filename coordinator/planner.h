@@ -42,8 +42,9 @@ struct PlannerInput {
   // Ranks of each stage's tensor-parallel group; they must sit on one node unless
   // `groups_span_nodes`. Default 1.
   int tensor_size = 1;
-  // All-to-all expert parallelism: a stage's group carries only the MoE layers' dispatch
-  // and combine (attention is data parallel), so it may span nodes.
+  // Expert parallelism (parallel.expert): expert groups may span nodes. All-to-all's carry
+  // only the MoE layers' dispatch and combine; the all-reduce form's every collective,
+  // which is slower across nodes but what all-to-all is measured against.
   bool groups_span_nodes = false;
   // Devices in node order (the config's `nodes[*].devices` flattened). REQUIRES at least
   // `pipeline_size` entries; the first `pipeline_size` are used.

@@ -14,20 +14,25 @@
 #      concurrency 16 (32 requests) of EP=1, EP=2, and EP=2 with parallel.redundant_experts
 #      (SLOTS per rank, placed every 20 steps), one thread per worker; the worst layer's
 #      busiest expert over the mean and, with EPLB, its busiest rank over the mean before
-#      and after the last placement.
+#      and after the last placement;
+#   4. across hosts (HOSTS=1, root; scripts/bench_moe_hosts.py): EP=2 and EP=4, one worker per
+#      network-namespace host on shaped links, the skewed Q4_K_M model in three forms
+#      (all-reduce, all-reduce with EPLB, all-to-all): throughput at concurrency 16 and the
+#      data plane's bytes per layer and token measured on the links, against what each
+#      form's collectives imply.
 # llama.cpp is built by scripts/llama_cpp.sh; models are cached in ~/.cache/cascade/models/
 # (F16 1.8 GB, Q8_0 1 GB, Q4_K_M 0.6 GB).
 #
 # Usage: scripts/bench_moe.sh [OUT.json]     (default build/bench_moe.json)
 # Env: TYPES="Q4_K_M Q8_0"  THREADS="1 2"  N_PROMPT=512  N_DECODE=128  REPEATS=3  EP=1 (0: skip 2.)
-#      EPLB=1 (0: skip 3.)  SLOTS=4  SINGLE=1 (0: skip 1.)
+#      EPLB=1 (0: skip 3.)  SLOTS=4  SINGLE=1 (0: skip 1.)  HOSTS=1 (0: skip 4.)  EPS="2 4"  NET=10g
 # Both sides report their best of REPEATS runs (llama-bench: of its repetitions).
 # Prints markdown tables (docs/PERFORMANCE.md holds the latest) and writes JSON.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-build/bench_moe.json}
 export TYPES=${TYPES:-"Q4_K_M Q8_0"} THREADS=${THREADS:-"1 2"} N_PROMPT=${N_PROMPT:-512} N_DECODE=${N_DECODE:-128}
-export REPEATS=${REPEATS:-3} EP=${EP:-1} EPLB=${EPLB:-1} SLOTS=${SLOTS:-4} SINGLE=${SINGLE:-1}
+export REPEATS=${REPEATS:-3} EP=${EP:-1} EPLB=${EPLB:-1} SLOTS=${SLOTS:-4} SINGLE=${SINGLE:-1} HOSTS=${HOSTS:-1}
 MODELS="${XDG_CACHE_HOME:-$HOME/.cache}/cascade/models"
 mkdir -p "$MODELS" "$(dirname "$OUT")"
 [[ -x build/bin/cascade && -x build/bin/cascade-coordinator ]] || ./scripts/build.sh >/dev/null
@@ -77,15 +82,24 @@ cluster_throughput() {
   build/bin/cascade status --server "$CLUSTER_ADDR" >"$TMP/eplb-$label.status"
   kill "$CLUSTER_PID"; wait "$CLUSTER_PID" 2>/dev/null || true
 }
-if [[ $EPLB == 1 ]]; then
-  skewed="$MODELS/random-qwen3moe-skewed-f16.gguf"
+skewed_q4() {
+  local skewed="$MODELS/random-qwen3moe-skewed-f16.gguf"
   [[ -f $skewed ]] || ./scripts/python_deps.sh scripts/make_random_gguf.py moe models/SmolLM2-135M-Instruct.Q4_1.gguf \
-    "$skewed" --skewed-router
-  random_models_from "$skewed" random-qwen3moe-skewed Q4_K_M
-  q="$MODELS/random-qwen3moe-skewed-Q4_K_M.gguf"
+    "$skewed" --skewed-router >&2
+  random_models_from "$skewed" random-qwen3moe-skewed Q4_K_M >&2
+  echo "$MODELS/random-qwen3moe-skewed-Q4_K_M.gguf"
+}
+if [[ $EPLB == 1 ]]; then
+  q=$(skewed_q4)
   cluster_throughput "$q" 1 false "" ep1
   cluster_throughput "$q" 2 true "" ep2
   cluster_throughput "$q" 2 true ", redundant_experts: $SLOTS, eplb_interval_steps: 20" ep2-eplb
+fi
+if [[ $HOSTS == 1 ]]; then
+  [[ build/bin/nfq_delay -nt scripts/nfq_delay.c ]] || cc -O2 -Wall -o build/bin/nfq_delay scripts/nfq_delay.c
+  # qwen3moe as scripts/make_random_gguf.py moe makes it: 8 layers, hidden 1024, 64 experts, top-8.
+  NFQ_DELAY="$PWD/build/bin/nfq_delay" MAX_TOKENS=$N_DECODE python3 scripts/bench_moe_hosts.py build/bin "$(skewed_q4)" \
+    8 1024 64 8 49152 "$TMP/hosts.json"
 fi
 if [[ $EP == 1 ]]; then
   for t in $TYPES; do
@@ -174,6 +188,8 @@ if balance:
         print(f"| {label} | {r['throughput_tok_s']:.1f} | {r['throughput_tok_s'] / base if base else 0:.2f}x "
               f"| {r['tpot_ms']['p50']:.1f} | {r['expert_load_max_mean']:.2f} "
               f"| {f'{worst[0]:.2f} -> {worst[1]:.2f}' if worst else '-'} |")
+if os.path.exists(f"{tmp}/hosts.json"):
+    results["across_hosts"] = json.load(open(f"{tmp}/hosts.json"))  # Its table was printed above.
 with open(out_path, "w") as f:
     json.dump(results, f, indent=1)
 print(f"\nwrote {out_path}")

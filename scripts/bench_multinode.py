@@ -48,7 +48,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from netns_hosts import NET_SPECS, Hosts, sh, stop, wait_for  # noqa: E402
+from netns_hosts import NET_SPECS, HostCluster, Hosts, sh  # noqa: E402
 
 BIN, NFQ_DELAY, OUT = sys.argv[1:4]
 ENV = os.environ
@@ -75,59 +75,17 @@ LAYOUT_SPECS = {
 TAG = f"cmn{os.getpid() % 100000}"
 
 
-class Cluster:
-    """The coordinator in host 0 (launching host 0's workers), external workers elsewhere."""
+class Cluster(HostCluster):
+    """A LAYOUT_SPECS layout over the hosts (netns_hosts.HostCluster)."""
 
     def __init__(self, hosts, model, layout, tmp):
-        self.hosts, self.procs = hosts, []
-        try:
-            self.start(model, layout, tmp)
-        except BaseException:
-            self.stop()
-            raise
-
-    def start(self, model, layout, tmp):
-        hosts = self.hosts
         n_hosts, dp, pp, tp, handoff = LAYOUT_SPECS[layout]
-        devices = ", ".join(["cpu"] * tp)
-        nodes = "".join(f"  - {{name: h{i}, host: {hosts.ip(i)}, devices: [{devices}], "
-                        f"launch: {'local' if i == 0 else 'external'}}}\n" for i in range(n_hosts))
-        trust = os.path.join(tmp, "cluster")
-        cfg = os.path.join(tmp, f"{layout}.yaml")
-        open(cfg, "w").write(
-            f"model: {{path: {os.path.abspath(model)}}}\nparallel: {{data: {dp}, pipeline: {pp}, tensor: {tp}}}\nnodes:\n{nodes}"
-            f"server: {{listen: {hosts.ip(0)}:0, http_listen: {hosts.ip(0)}:0}}\n"
-            f"scheduler: {{max_num_seqs: 32, kv_cache_mb: 128, prefix_caching: false}}\n"
-            f"transport: {{pp_handoff: {handoff}}}\nsecurity: {{cluster_dir: {trust}}}\n")
-        env = dict(os.environ, UCX_TLS=UCX_TLS)
-        self.log = os.path.join(tmp, f"{layout}.log")
-        log = open(self.log, "w")
-        self.procs.append(subprocess.Popen(["ip", "netns", "exec", hosts.names[0], f"{BIN}/cascade-coordinator",
-                                            "--config", cfg], stdout=log, stderr=subprocess.STDOUT, env=env,
-                                           start_new_session=True))
-        control = wait_for(self.log, r"waiting for \d+ worker\(s\) on (\S+) \(mutual TLS\)", 120, self.procs).group(1)
-        for s in range(1, n_hosts):
-            for _ in range(tp):
-                self.procs.append(subprocess.Popen(
-                    ["ip", "netns", "exec", hosts.names[s], f"{BIN}/cascade-worker", "--coordinator", control,
-                     "--node", f"h{s}", "--device", "cpu", "--listen", f"{hosts.ip(s)}:0", "--ca",
-                     f"{trust}/ca.pem", "--token-file", f"{trust}/join.token"],
-                    stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True))
-        self.address = wait_for(self.log, r"ready on (\S+)", 600, self.procs).group(1)
-        self.http = wait_for(self.log, r"http front on (\S+)", 10, self.procs).group(1)
-        # gRPC listens on the control port and each worker's; every other TCP port between hosts is UCX.
-        status = self.client("status", "--server", self.address).stdout
-        self.grpc_ports = {int(control.rsplit(":", 1)[1])} | {int(p) for p in re.findall(r"\d+\.\d+\.\d+\.\d+:(\d+)",
-                                                                                             status)}
-
-    def client(self, *args):
-        return sh(f"{BIN}/cascade", *args, ns=self.hosts.names[0])
+        super().__init__(hosts, BIN, tmp, layout, model, f"{{data: {dp}, pipeline: {pp}, tensor: {tp}}}", [tp] * n_hosts,
+                         "scheduler: {max_num_seqs: 32, kv_cache_mb: 128, prefix_caching: false}\n"
+                         f"transport: {{pp_handoff: {handoff}}}\n", UCX_TLS)
 
     def bench(self, concurrency, requests, max_tokens, json_path=None):
-        args = ["bench", "--server", self.address, "--requests", requests, "--concurrency", concurrency,
-                "--prompt-tokens", PROMPT, "--max-tokens", max_tokens]
-        self.client(*args, *(["--json", json_path] if json_path else []))
-        return json.load(open(json_path)) if json_path else None
+        return super().bench(concurrency, requests, PROMPT, max_tokens, json_path)
 
     def metrics(self):
         text = sh("curl", "-sf", f"http://{self.http}/metrics", ns=self.hosts.names[0]).stdout
@@ -138,9 +96,6 @@ class Cluster:
                 labels = tuple(sorted(re.findall(r'(\w+)="([^"]*)"', m.group(2) or "")))
                 out[(m.group(1), labels)] = float(m.group(3))
         return out
-
-    def stop(self):
-        stop(self.procs)
 
 
 def moved(a, b, name, **labels):
@@ -202,11 +157,7 @@ def run_layout(hosts, model, layout, nets, tmp):
                 if c == 1:
                     row["step"] = step_overhead(m0, m1, cluster.metrics(), pp)
                 tokens = report["output_tokens"]
-                data = 0
-                for i in range(hosts.n):
-                    for k, v in ss1[i].items():
-                        if k[1] not in cluster.grpc_ports and k[3] not in cluster.grpc_ports:
-                            data += v - ss0[i].get(k, 0)
+                data = cluster.data_plane_bytes(ss0, ss1)
                 report["link_tx_bytes_per_token"] = [(b - a) / tokens for a, b in zip(tx0, tx1)]
                 report["data_plane_payload_bytes_per_token"] = data / tokens
                 row["runs"][str(c)] = report

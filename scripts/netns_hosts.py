@@ -5,6 +5,7 @@ host's link shaped on its way out (rate by `tc tbf`, one-way delay by `tc netem`
 kernels without sch_netem, by scripts/nfq_delay.c behind an iptables NFQUEUE rule).
 Needs root and iproute2 (ip, tc, ss). Also the processes' helpers both benchmarks use:
 wait_for (a line in a log) and stop (a cluster's process groups)."""
+import json
 import os
 import re
 import shutil
@@ -135,6 +136,74 @@ class Hosts:
         self.stop_delayers()
         for ns in self.names + [self.switch]:
             sh("ip", "netns", "del", ns, check=False)
+
+
+class HostCluster:
+    """A cluster over `hosts`: the coordinator in host 0 (launching host 0's workers), and
+    `devices[i]` external CPU workers in host i > 0, joined with the cluster's CA and token,
+    UCX over TCP (`ucx_tls`). `parallel` is the config's parallel map (YAML flow), `extra`
+    more top-level YAML. Clients run in host 0 (client, bench); stop() ends it all."""
+
+    def __init__(self, hosts, bin_dir, tmp, name, model, parallel, devices, extra="", ucx_tls="tcp"):
+        self.hosts, self.bin, self.procs = hosts, bin_dir, []
+        try:
+            self.start(tmp, name, model, parallel, devices, extra, ucx_tls)
+        except BaseException:
+            self.stop()
+            raise
+
+    def start(self, tmp, name, model, parallel, devices, extra, ucx_tls):
+        hosts = self.hosts
+        nodes = "".join(f"  - {{name: h{i}, host: {hosts.ip(i)}, devices: [{', '.join(['cpu'] * d)}], "
+                        f"launch: {'local' if i == 0 else 'external'}}}\n" for i, d in enumerate(devices))
+        trust = os.path.join(tmp, f"{name}-cluster")
+        cfg = os.path.join(tmp, f"{name}.yaml")
+        open(cfg, "w").write(
+            f"model: {{path: {os.path.abspath(model)}}}\nparallel: {parallel}\nnodes:\n{nodes}"
+            f"server: {{listen: {hosts.ip(0)}:0, http_listen: {hosts.ip(0)}:0}}\n"
+            f"security: {{cluster_dir: {trust}}}\n{extra}")
+        env = dict(os.environ, UCX_TLS=ucx_tls)
+        self.log = os.path.join(tmp, f"{name}.log")
+        log = open(self.log, "w")
+        self.procs.append(subprocess.Popen(["ip", "netns", "exec", hosts.names[0], f"{self.bin}/cascade-coordinator",
+                                            "--config", cfg], stdout=log, stderr=subprocess.STDOUT, env=env,
+                                           start_new_session=True))
+        control = wait_for(self.log, r"waiting for \d+ worker\(s\) on (\S+) \(mutual TLS\)", 120, self.procs).group(1)
+        for i, d in enumerate(devices):
+            for _ in range(d if i > 0 else 0):
+                self.procs.append(subprocess.Popen(
+                    ["ip", "netns", "exec", hosts.names[i], f"{self.bin}/cascade-worker", "--coordinator", control,
+                     "--node", f"h{i}", "--device", "cpu", "--listen", f"{hosts.ip(i)}:0", "--ca",
+                     f"{trust}/ca.pem", "--token-file", f"{trust}/join.token"],
+                    stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True))
+        self.address = wait_for(self.log, r"ready on (\S+)", 600, self.procs).group(1)
+        self.http = wait_for(self.log, r"http front on (\S+)", 10, self.procs).group(1)
+        # gRPC listens on the control port and each worker's; every other TCP port between hosts is UCX.
+        status = self.client("status", "--server", self.address).stdout
+        self.grpc_ports = {int(control.rsplit(":", 1)[1])} | {int(p) for p in re.findall(r"\d+\.\d+\.\d+\.\d+:(\d+)",
+                                                                                             status)}
+
+    def client(self, *args):
+        return sh(f"{self.bin}/cascade", *args, ns=self.hosts.names[0])
+
+    def bench(self, concurrency, requests, prompt_tokens, max_tokens, json_path=None):
+        args = ["bench", "--server", self.address, "--requests", requests, "--concurrency", concurrency,
+                "--prompt-tokens", prompt_tokens, "--max-tokens", max_tokens]
+        self.client(*args, *(["--json", json_path] if json_path else []))
+        return json.load(open(json_path)) if json_path else None
+
+    def data_plane_bytes(self, before, after):
+        """TCP payload sent between hosts on sockets that are not gRPC (the UCX data plane),
+        from two lists of Hosts.socket_bytes."""
+        data = 0
+        for b, a in zip(before, after):
+            for k, v in a.items():
+                if k[1] not in self.grpc_ports and k[3] not in self.grpc_ports:
+                    data += v - b.get(k, 0)
+        return data
+
+    def stop(self):
+        stop(self.procs)
 
 
 def wait_for(path, pattern, timeout, procs):

@@ -20,6 +20,7 @@
 
 #include "comm/nccl_communicator.h"
 #include "comm/rendezvous.h"
+#include "comm/ucx_communicator.h"
 #include "core/status.h"
 #include "kernels/cuda_backend.h"
 #include "kernels/cuda_device.h"
@@ -242,6 +243,60 @@ TEST_F(CudaTransformerTest, NcclTp2MatchesOneGpu) {
     EXPECT_EQ(got[r]->ids, ref->ids) << "rank " << r;
     EXPECT_EQ(got[r]->logits, got[0]->logits) << "rank " << r;
     for (size_t s = 0; s < ref->logits.size(); ++s) EXPECT_LT(testing::RelL2(ref->logits[s], got[r]->logits[s]), 1e-4);
+  }
+}
+
+// All-to-all expert parallelism on GPUs (model/layers/moe.h): two ranks, each its own
+// sequence (prompts of other lengths), dispatching and combining tokens over UCX through
+// host staging (both ranks on GPU 0) and, with two GPUs, over NCCL in device memory; each
+// rank's logits match the CPU's single-process run of its prompt (F32 Qwen3-MoE, 1e-4).
+TEST_F(CudaTransformerTest, MoeAllToAllMatchesTheCpu) {
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/moe.gguf";
+  testing::WriteRandomModel({.moe = testing::MoeFamily::kQwen3Moe, .n_experts = 8, .n_ff_expert = 128}, path);
+  auto files = OpenModelFiles(path);
+  ASSERT_TRUE(files.ok()) << files.status();
+  const std::vector<int32_t> prompts[] = {testing::Prompt(20, files->config.n_vocab),
+                                          testing::Prompt(27, files->config.n_vocab)};
+  for (const bool nccl : {false, true}) {
+    if (nccl && n_gpus_ < 2) {
+      std::printf("[ info ] all-to-all over NCCL needs two GPUs; this machine has %d\n", n_gpus_);
+      continue;
+    }
+    SCOPED_TRACE(nccl ? "nccl" : "ucx, one GPU");
+    comm::InProcessRendezvous rendezvous;
+    std::vector<absl::StatusOr<Trace>> got(2, absl::UnknownError("not run"));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r] {
+        got[r] = [&]() -> absl::StatusOr<Trace> {
+          const comm::GroupOptions g{nccl ? "a2a-nccl" : "a2a-ucx", r, 2, 60000};
+          CASCADE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Backend> backend, MakeGpu(nccl ? r : 0));
+          std::unique_ptr<comm::Communicator> c;
+          if (nccl) {
+            CASCADE_ASSIGN_OR_RETURN(c, comm::NcclCommunicator::Create(g, &rendezvous, r));
+          } else {
+            CASCADE_ASSIGN_OR_RETURN(c, comm::UcxCommunicator::Create(g, &rendezvous));
+          }
+          CASCADE_ASSIGN_OR_RETURN(
+              std::unique_ptr<Transformer> t,
+              Transformer::Load(*files, backend.get(),
+                                {.tp_rank = r, .tp_size = 2, .expert_parallel = true, .expert_all_to_all = true},
+                                c.get()));
+          return testing::Generate(*t, prompts[r], 6);
+        }();
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_TRUE(got[r].ok()) << "rank " << r << ": " << got[r].status();
+      absl::StatusOr<Trace> cpu = RunOn(*files, false, prompts[r], 6);
+      ASSERT_TRUE(cpu.ok()) << cpu.status();
+      EXPECT_EQ(got[r]->ids, cpu->ids) << "rank " << r;
+      for (size_t s = 0; s < cpu->logits.size(); ++s) {
+        EXPECT_LT(testing::RelL2(cpu->logits[s], got[r]->logits[s]), 1e-4) << "rank " << r << " step " << s;
+      }
+    }
   }
 }
 
