@@ -30,14 +30,24 @@ TEST(NcclCommunicatorTest, WithoutGpuSaysWhy) {
   GTEST_SKIP() << "no GPU: " << cuda.reason << " (NcclCommunicator says: " << c.status().message() << ")";
 }
 
-TEST(NcclCommunicatorTest, AllReduceAndAllGatherOnGpus) {
-  const kernels::CudaAvailability cuda = kernels::QueryCudaDevices();
-  if (cuda.device_count < 2 || !NcclCommunicator::Available()) {
-    GTEST_SKIP() << "needs 2+ GPUs and a CUDA build (one NCCL rank per device): "
-                 << (cuda.device_count == 0 ? cuda.reason : std::to_string(cuda.device_count) + " GPU(s)");
+// A group of NCCL ranks, one per GPU (up to 4): skipped, saying why, without two GPUs and a
+// CUDA build.
+class NcclGroupTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const kernels::CudaAvailability cuda = kernels::QueryCudaDevices();
+    if (cuda.device_count < 2 || !NcclCommunicator::Available()) {
+      GTEST_SKIP() << "needs 2+ GPUs and a CUDA build (one NCCL rank per device): "
+                   << (cuda.device_count == 0 ? cuda.reason : std::to_string(cuda.device_count) + " GPU(s)");
+    }
+    n_ranks_ = std::min(cuda.device_count, 4);
   }
+  int n_ranks_ = 0;
+};
+
+TEST_F(NcclGroupTest, AllReduceAndAllGatherOnGpus) {
 #if CASCADE_WITH_CUDA
-  const int n_ranks = std::min(cuda.device_count, 4);
+  const int n_ranks = n_ranks_;
   InProcessRendezvous rendezvous;
   const size_t n = 1000003;  // Not a multiple of the rank count.
   std::vector<std::vector<float>> out(n_ranks);
@@ -71,14 +81,9 @@ TEST(NcclCommunicatorTest, AllReduceAndAllGatherOnGpus) {
 }
 
 // Rank r sends (q + 1) * 1000 + r bytes of value r * 16 + q to every rank q, itself included.
-TEST(NcclCommunicatorTest, AllToAllOnGpus) {
-  const kernels::CudaAvailability cuda = kernels::QueryCudaDevices();
-  if (cuda.device_count < 2 || !NcclCommunicator::Available()) {
-    GTEST_SKIP() << "needs 2+ GPUs and a CUDA build (one NCCL rank per device): "
-                 << (cuda.device_count == 0 ? cuda.reason : std::to_string(cuda.device_count) + " GPU(s)");
-  }
+TEST_F(NcclGroupTest, AllToAllOnGpus) {
 #if CASCADE_WITH_CUDA
-  const int n_ranks = std::min(cuda.device_count, 4);
+  const int n_ranks = n_ranks_;
   InProcessRendezvous rendezvous;
   const auto size = [](int src, int dst) { return static_cast<size_t>((dst + 1) * 1000 + src); };
   std::vector<absl::Status> status(n_ranks);

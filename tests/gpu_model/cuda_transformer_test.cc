@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <thread>
 
 #include "comm/nccl_communicator.h"
@@ -95,6 +96,32 @@ void ExpectGpuMatchesCpu(const std::string& path, double bound, int n_decode = 8
   }
   std::printf("[ info ] %s: GPU vs CPU worst relative L2 %.3g (bound %.3g), %zu of %zu greedy ids equal\n",
               path.c_str(), worst, bound, s, cpu->ids.size());
+}
+
+// One greedy trace per rank of a group of `size` threads: rank r loads on GPU gpu(r) as
+// rank r of `stage` (tp_rank / tp_size set here) over the communicator connect(r) makes, and
+// generates n_decode tokens after prompts[r].
+std::vector<absl::StatusOr<Trace>> RunGpuGroup(
+    const ModelFiles& files, int size, const std::function<int(int)>& gpu,
+    const std::function<absl::StatusOr<std::unique_ptr<comm::Communicator>>(int)>& connect, StageOptions stage,
+    const std::vector<std::vector<int32_t>>& prompts, int n_decode) {
+  std::vector<absl::StatusOr<Trace>> got(size, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r, stage]() mutable {
+      got[r] = [&]() -> absl::StatusOr<Trace> {
+        CASCADE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Backend> backend, MakeGpu(gpu(r)));
+        CASCADE_ASSIGN_OR_RETURN(std::unique_ptr<comm::Communicator> c, connect(r));
+        stage.tp_rank = r;
+        stage.tp_size = size;
+        CASCADE_ASSIGN_OR_RETURN(std::unique_ptr<Transformer> t,
+                                 Transformer::Load(files, backend.get(), stage, c.get()));
+        return testing::Generate(*t, prompts[r], n_decode);
+      }();
+    });
+  }
+  for (auto& t : threads) t.join();
+  return got;
 }
 
 TEST_F(CudaTransformerTest, Stories260kDecodesTheGolden) {
@@ -219,25 +246,12 @@ TEST_F(CudaTransformerTest, NcclTp2MatchesOneGpu) {
   absl::StatusOr<Trace> ref = RunOn(*files, true, prompt, 8);
   ASSERT_TRUE(ref.ok()) << ref.status();
   comm::InProcessRendezvous rendezvous;
-  std::vector<absl::StatusOr<Trace>> got(2, absl::UnknownError("not run"));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      got[r] = [&]() -> absl::StatusOr<Trace> {
-        comm::GroupOptions g;
-        g.group = "nccl-tp";
-        g.rank = r;
-        g.size = 2;
-        CASCADE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Backend> backend, MakeGpu(r));
-        CASCADE_ASSIGN_OR_RETURN(std::unique_ptr<comm::Communicator> c,
-                                 comm::NcclCommunicator::Create(g, &rendezvous, r));
-        CASCADE_ASSIGN_OR_RETURN(std::unique_ptr<Transformer> t,
-                                 Transformer::Load(*files, backend.get(), {.tp_rank = r, .tp_size = 2}, c.get()));
-        return testing::Generate(*t, prompt, 8);
-      }();
-    });
-  }
-  for (auto& t : threads) t.join();
+  const std::vector<absl::StatusOr<Trace>> got = RunGpuGroup(
+      *files, 2, [](int r) { return r; },
+      [&](int r) {
+        return comm::NcclCommunicator::Create({"nccl-tp", r, 2, 30000}, &rendezvous, r);
+      },
+      {}, {prompt, prompt}, 8);
   for (int r = 0; r < 2; ++r) {
     ASSERT_TRUE(got[r].ok()) << "rank " << r << ": " << got[r].status();
     EXPECT_EQ(got[r]->ids, ref->ids) << "rank " << r;
@@ -256,8 +270,8 @@ TEST_F(CudaTransformerTest, MoeAllToAllMatchesTheCpu) {
   testing::WriteRandomModel({.moe = testing::MoeFamily::kQwen3Moe, .n_experts = 8, .n_ff_expert = 128}, path);
   auto files = OpenModelFiles(path);
   ASSERT_TRUE(files.ok()) << files.status();
-  const std::vector<int32_t> prompts[] = {testing::Prompt(20, files->config.n_vocab),
-                                          testing::Prompt(27, files->config.n_vocab)};
+  const std::vector<std::vector<int32_t>> prompts = {testing::Prompt(20, files->config.n_vocab),
+                                                     testing::Prompt(27, files->config.n_vocab)};
   for (const bool nccl : {false, true}) {
     if (nccl && n_gpus_ < 2) {
       std::printf("[ info ] all-to-all over NCCL needs two GPUs; this machine has %d\n", n_gpus_);
@@ -265,29 +279,14 @@ TEST_F(CudaTransformerTest, MoeAllToAllMatchesTheCpu) {
     }
     SCOPED_TRACE(nccl ? "nccl" : "ucx, one GPU");
     comm::InProcessRendezvous rendezvous;
-    std::vector<absl::StatusOr<Trace>> got(2, absl::UnknownError("not run"));
-    std::vector<std::thread> threads;
-    for (int r = 0; r < 2; ++r) {
-      threads.emplace_back([&, r] {
-        got[r] = [&]() -> absl::StatusOr<Trace> {
-          const comm::GroupOptions g{nccl ? "a2a-nccl" : "a2a-ucx", r, 2, 60000};
-          CASCADE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Backend> backend, MakeGpu(nccl ? r : 0));
-          std::unique_ptr<comm::Communicator> c;
-          if (nccl) {
-            CASCADE_ASSIGN_OR_RETURN(c, comm::NcclCommunicator::Create(g, &rendezvous, r));
-          } else {
-            CASCADE_ASSIGN_OR_RETURN(c, comm::UcxCommunicator::Create(g, &rendezvous));
-          }
-          CASCADE_ASSIGN_OR_RETURN(
-              std::unique_ptr<Transformer> t,
-              Transformer::Load(*files, backend.get(),
-                                {.tp_rank = r, .tp_size = 2, .expert_parallel = true, .expert_all_to_all = true},
-                                c.get()));
-          return testing::Generate(*t, prompts[r], 6);
-        }();
-      });
-    }
-    for (auto& t : threads) t.join();
+    const auto connect = [&](int r) -> absl::StatusOr<std::unique_ptr<comm::Communicator>> {
+      const comm::GroupOptions g{nccl ? "a2a-nccl" : "a2a-ucx", r, 2, 60000};
+      if (nccl) return comm::NcclCommunicator::Create(g, &rendezvous, r);
+      return comm::UcxCommunicator::Create(g, &rendezvous);
+    };
+    const std::vector<absl::StatusOr<Trace>> got = RunGpuGroup(
+        *files, 2, [nccl](int r) { return nccl ? r : 0; }, connect,
+        {.expert_parallel = true, .expert_all_to_all = true}, prompts, 6);
     for (int r = 0; r < 2; ++r) {
       ASSERT_TRUE(got[r].ok()) << "rank " << r << ": " << got[r].status();
       absl::StatusOr<Trace> cpu = RunOn(*files, false, prompts[r], 6);
