@@ -127,7 +127,9 @@ absl::Status SizeKvPool(const ClusterConfig& config, const ServedModels& models,
     co.draft_block_bytes =
         KvBlockBytes(models.draft_layers, bs, df.config.n_kv_heads, df.config.head_dim, sched.kv_cache_dtype);
     if (!OnGpu(config.draft.devices[0]) || sched.kv_cache_mb_given) {
-      n_blocks = std::min(n_blocks, budget / co.draft_block_bytes);
+      // Under all-to-all the drafter holds every lane's pool.
+      const int64_t lanes = config.parallel.expert_all_to_all ? config.parallel.tensor : 1;
+      n_blocks = std::min(n_blocks, budget / (co.draft_block_bytes * lanes));
     }
     const model::ModelSize draft_size = models.draft_files ? model::MeasureModel(df) : models.target_size;
     co.draft_weight_bytes = draft_size.PrefixBytes(models.draft_layers);

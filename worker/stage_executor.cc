@@ -249,6 +249,7 @@ absl::Status StageExecutor::MoveKvBlocks(const v1::StepRequest& step) {
   if (step.kv_moves().empty() || options_.draft) return absl::OkStatus();
   const int64_t n_slots = host_kv_ != nullptr ? options_.host_kv_blocks : 0;
   for (const v1::KvBlockMove& m : step.kv_moves()) {
+    if (options_.expert_all_to_all && m.lane() != options_.tp_rank) continue;  // Another lane's pool.
     if (m.block() < 0 || m.block() >= cache_->options().n_blocks || m.slot() < 0 || m.slot() >= n_slots) {
       return absl::InternalError(StrCat("step ", step.step_id(), ": KV move of block ", m.block(), " and host slot ",
                                         m.slot(), " is outside ", cache_->options().n_blocks, " blocks and ", n_slots,

@@ -206,6 +206,7 @@ absl::Status StageWorkers::SizeKvFromGpus() {
     const int64_t block_bytes = s->draft ? options_.draft_block_bytes : s->stage.kv_block_bytes;
     CASCADE_ASSIGN_OR_RETURN(int64_t fit,
                              GpuKvBlocks(s->memory_bytes, weights, block_bytes, options_.gpu_memory_fraction, who));
+    if (s->draft && options_.expert_all_to_all) fit /= tp_size();  // It holds every lane's pool.
     if (fit < blocks) {
       blocks = fit;
       tightest = who;
@@ -321,7 +322,8 @@ absl::Status StageWorkers::LoadOne(int i, const std::string& group, bool join_kv
   req.set_last_layer(stage.last_layer);
   req.set_stage(stage.pp_stage);
   req.set_n_stages(draft ? 1 : n_stages());
-  req.set_kv_blocks(kv_blocks);
+  // All-to-all's lanes each have a pool of kv_blocks; the drafter holds all of them.
+  req.set_kv_blocks(draft && options_.expert_all_to_all ? kv_blocks * tp_size() : kv_blocks);
   req.set_kv_block_size(options_.kv_block_size);
   req.set_kv_cache_dtype(wire::ToKvCacheDType(options_.kv_cache_dtype));
   req.set_group(draft ? StrCat(group, "/draft") : group);

@@ -38,8 +38,8 @@ struct StageWorkersOptions {
   std::string model_path;         // As the workers should open it.
   std::string group = "cascade";  // Rendezvous key prefix of this run (and replica).
   int replica = 0;                // Its data-parallel replica (parallel.data).
-  int64_t kv_blocks = 0;          // KV blocks per stage (an upper bound with size_kv_from_gpus).
-  int64_t host_kv_blocks = 0;     // Host tier of the prefix cache, per target worker (0: none).
+  int64_t kv_blocks = 0;  // KV blocks per worker (per lane under all-to-all; an upper bound with size_kv_from_gpus).
+  int64_t host_kv_blocks = 0;  // Host tier of the prefix cache, per target worker (0: none).
   // Disaggregated serving: the KV group joining every target worker of every replica
   // (LoadShard's kv_group), its size, and the rank of this replica's first worker; worker
   // (stage s, TP rank r) has rank kv_rank_base + s * tensor + r. Size 0: no group.

@@ -53,8 +53,8 @@ class BlockAllocator {
 
   // Prefix caching (PrefixCache has the contracts). `Match` takes no reference: pass
   // what it found to `Share` at once, before any allocation can evict it.
-  std::vector<PrefixLink> Match(std::span<const int32_t> tokens, int32_t max_blocks, PrefixLink root = {}) const {
-    return cache_.Match(tokens, max_blocks, root);
+  std::vector<PrefixLink> Match(std::span<const int32_t> tokens, int32_t max_blocks) const {
+    return cache_.Match(tokens, max_blocks);
   }
   // Registers the held `block` as holding `tokens` after the chain ending at `parent`.
   std::optional<PrefixLink> Register(PrefixLink parent, std::span<const int32_t> tokens, int32_t block);

@@ -30,15 +30,13 @@ bool PrefixCache::Valid(PrefixLink link) const {
   return e.registered && e.generation == link.generation;
 }
 
-uint64_t PrefixCache::HashOf(PrefixLink link) const {
-  return link.block < 0 ? link.generation : entries_[link.block].hash;  // A root seeds with its generation.
-}
+uint64_t PrefixCache::HashOf(PrefixLink link) const { return link.block < 0 ? 0 : entries_[link.block].hash; }
 
-std::vector<PrefixLink> PrefixCache::Match(std::span<const int32_t> tokens, int32_t max_blocks, PrefixLink root) const {
+std::vector<PrefixLink> PrefixCache::Match(std::span<const int32_t> tokens, int32_t max_blocks) const {
   std::vector<PrefixLink> chain;
   const int64_t n = std::min<int64_t>(max_blocks, static_cast<int64_t>(tokens.size()) / block_size_);
-  PrefixLink parent = root;
-  uint64_t h = HashOf(root);
+  PrefixLink parent;
+  uint64_t h = 0;
   for (int64_t i = 0; i < n; ++i) {
     const std::span<const int32_t> block = tokens.subspan(i * block_size_, block_size_);
     h = hash_(h, block);

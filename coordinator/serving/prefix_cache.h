@@ -47,19 +47,12 @@ struct PrefixLink {
   bool operator==(const PrefixLink&) const = default;
 };
 
-// The root of lane `lane`'s chains (all-to-all expert parallelism: a lane's KV lives on its
-// rank only, so its blocks match only its own sequences): lane 0's is the root; the others
-// are roots of their own, whose generations (top bit set) no registration takes and whose
-// hash seeds their chains apart.
-inline PrefixLink LaneRoot(int32_t lane) {
-  return lane == 0 ? PrefixLink{} : PrefixLink{-1, (uint64_t{1} << 63) | static_cast<uint32_t>(lane)};
-}
-
 // One copy between a device KV block and a host slot, on every worker holding KV.
 struct KvBlockMove {
   bool to_host = false;  // true: block -> slot (an eviction); false: slot -> block (a hit).
   int32_t block = 0;     // Device block id.
   int32_t slot = 0;      // Host slot, [0, n_host_slots).
+  int32_t lane = 0;      // The lane whose worker runs it (Scheduler's lanes; else 0).
   bool operator==(const KvBlockMove&) const = default;
 };
 
@@ -80,10 +73,9 @@ class PrefixCache {
   PrefixCache& operator=(PrefixCache&&) = default;
 
   // The registered chain holding the first full blocks of `tokens`, longest first match
-  // from `root` (the root, or a LaneRoot), at most `max_blocks` long (fewer when `tokens`
-  // has fewer full blocks). Marks nothing as used: the caller takes references on the
-  // blocks it keeps.
-  std::vector<PrefixLink> Match(std::span<const int32_t> tokens, int32_t max_blocks, PrefixLink root = {}) const;
+  // from the root, at most `max_blocks` long (fewer when `tokens` has fewer full blocks).
+  // Marks nothing as used: the caller takes references on the blocks it keeps.
+  std::vector<PrefixLink> Match(std::span<const int32_t> tokens, int32_t max_blocks) const;
 
   // Registers `block` as holding `tokens` (exactly block_size ids, their KV all computed)
   // after the chain ending at `parent` (the root, or a link from Match / Register).
@@ -138,7 +130,7 @@ class PrefixCache {
     std::vector<int32_t> tokens;       // [block_size] while registered.
     std::list<int32_t>::iterator lru;  // Its place in its tier's LRU while parked.
   };
-  uint64_t HashOf(PrefixLink link) const;  // A root's generation (0 for the root).
+  uint64_t HashOf(PrefixLink link) const;  // 0 for the root.
   void Unregister(int32_t id);
   // Moves the registration at `from` (parked or pinned) to the unregistered `to`.
   void Relocate(int32_t from, int32_t to);

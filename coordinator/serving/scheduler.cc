@@ -43,8 +43,11 @@ SchedulerStats& SchedulerStats::operator+=(const SchedulerStats& o) {
   return *this;
 }
 
-Scheduler::Scheduler(const SchedulerOptions& options)
-    : options_(options), allocator_(options.n_kv_blocks, options.kv_block_size, options.n_host_kv_blocks) {
+Scheduler::Scheduler(const SchedulerOptions& options) : options_(options) {
+  CASCADE_CHECK(options.n_lanes >= 1) << "n_lanes " << options.n_lanes;
+  for (int lane = 0; lane < options.n_lanes; ++lane) {
+    pools_.emplace_back(options.n_kv_blocks, options.kv_block_size, options.n_host_kv_blocks);
+  }
   CASCADE_CHECK(options.max_num_seqs >= 1) << "max_num_seqs " << options.max_num_seqs;
   CASCADE_CHECK(options.max_batched_tokens >= 1) << "max_batched_tokens " << options.max_batched_tokens;
   CASCADE_CHECK(options.max_in_flight_batches >= 1) << "max_in_flight_batches " << options.max_in_flight_batches;
@@ -72,12 +75,12 @@ void Scheduler::ReleaseHidden(Sequence& seq) {
     freed.push_back(seq.block_table[b]);
     seq.block_table[b] = kHiddenBlock;
   }
-  allocator_.Free(freed);
+  Pool(seq).Free(freed);
 }
 
 bool Scheduler::Grow(Sequence& seq, int32_t need, const std::vector<int64_t>& batch_ids, bool* preempted) {
-  while (need > allocator_.n_free()) {
-    Sequence* victim = PickVictim(batch_ids);
+  while (need > Pool(seq).n_free()) {
+    Sequence* victim = PickVictim(batch_ids, seq.lane);
     if (victim == nullptr) return false;  // Everything else is in flight: wait for it.
     // Rather than evict itself, an older sequence waits for newer in-flight ones to
     // come back and evicts them then (pass 1 reaches it first in that round).
@@ -86,14 +89,15 @@ bool Scheduler::Grow(Sequence& seq, int32_t need, const std::vector<int64_t>& ba
     *preempted = true;
     if (victim == &seq) return false;
   }
-  CASCADE_CHECK(allocator_.AllocateInto(need, &seq.block_table).ok());
+  CASCADE_CHECK(Pool(seq).AllocateInto(need, &seq.block_table).ok());
   return true;
 }
 
 void Scheduler::ResetKvBlocks(int32_t n_blocks) {
   CASCADE_CHECK(seqs_.empty() && next_batch_id_ == 1) << "ResetKvBlocks after the scheduler started";
   options_.n_kv_blocks = n_blocks;
-  allocator_ = BlockAllocator(n_blocks, options_.kv_block_size, options_.n_host_kv_blocks);
+  for (BlockAllocator& pool : pools_)
+    pool = BlockAllocator(n_blocks, options_.kv_block_size, options_.n_host_kv_blocks);
 }
 
 absl::Status Scheduler::Add(SequenceSpec spec) {
@@ -109,25 +113,27 @@ absl::Status Scheduler::Add(SequenceSpec spec) {
     return absl::InvalidArgumentError(StrCat("max_tokens: must be >= 1, got ", spec.max_tokens));
   }
   const int64_t n_prompt = static_cast<int64_t>(spec.prompt.size());
-  // The prompt plus one decode slot must fit, as for admission.
-  const int64_t prompt_blocks = allocator_.BlocksForTokens(n_prompt + 1);
+  // The prompt plus one decode slot must fit, as for admission, in one lane's pool (they
+  // are all alike).
+  const BlockAllocator& pool = pools_[0];
+  const int64_t prompt_blocks = pool.BlocksForTokens(n_prompt + 1);
   if (const int64_t peak = WindowPeakBlocks(); peak > 0) {
     // Sink + window: never more than its peak at once, however long it grows.
-    if (std::min<int64_t>(allocator_.BlocksForTokens(n_prompt + spec.max_tokens), peak) > allocator_.n_total()) {
+    if (std::min<int64_t>(pool.BlocksForTokens(n_prompt + spec.max_tokens), peak) > pool.n_total()) {
       return absl::InvalidArgumentError(StrCat("scheduler.kv_window_tokens: a sequence may hold ", peak,
                                                " KV blocks at once (sinks, window and a prefill chunk), the cache has ",
-                                               allocator_.n_total()));
+                                               pool.n_total()));
     }
-  } else if (prompt_blocks > allocator_.n_total()) {
-    return absl::InvalidArgumentError(StrCat("prompt of ", n_prompt, " tokens needs ", prompt_blocks,
-                                             " KV blocks, the cache has ", allocator_.n_total()));
+  } else if (prompt_blocks > pool.n_total()) {
+    return absl::InvalidArgumentError(
+        StrCat("prompt of ", n_prompt, " tokens needs ", prompt_blocks, " KV blocks, the cache has ", pool.n_total()));
   }
   // The last generated token is never fed, so prompt + max_tokens - 1 positions at most.
-  const int64_t full_blocks = allocator_.BlocksForTokens(n_prompt + spec.max_tokens);
-  if (WindowPeakBlocks() == 0 && full_blocks > allocator_.n_total()) {
+  const int64_t full_blocks = pool.BlocksForTokens(n_prompt + spec.max_tokens);
+  if (WindowPeakBlocks() == 0 && full_blocks > pool.n_total()) {
     return absl::InvalidArgumentError(StrCat("max_tokens: prompt of ", n_prompt, " tokens + max_tokens ",
                                              spec.max_tokens, " need ", full_blocks, " KV blocks, the cache has ",
-                                             allocator_.n_total()));
+                                             pool.n_total()));
   }
   const int64_t id = spec.id;
   Sequence seq;
@@ -169,7 +175,7 @@ absl::StatusOr<std::vector<int32_t>> Scheduler::Detach(int64_t seq_id) {
 
 void Scheduler::FreeDetached(std::span<const int32_t> blocks) {
   const std::vector<int32_t> tail_first(blocks.rbegin(), blocks.rend());
-  allocator_.Free(tail_first);
+  pools_[0].Free(tail_first);  // Disaggregation: one lane.
 }
 
 absl::Status Scheduler::AddPrefilled(SequenceSpec spec, std::vector<int32_t> generated, int64_t n_cached,
@@ -177,15 +183,16 @@ absl::Status Scheduler::AddPrefilled(SequenceSpec spec, std::vector<int32_t> gen
   const int64_t id = spec.id;
   const int64_t n_tokens = static_cast<int64_t>(spec.prompt.size() + generated.size());
   CASCADE_CHECK(n_cached > 0 && n_cached < n_tokens) << "AddPrefilled: " << n_cached << " of " << n_tokens;
-  const int32_t need = allocator_.BlocksForTokens(n_tokens + 1);
-  if (need > allocator_.n_free()) {
-    return absl::ResourceExhaustedError(StrCat("KV cache: ", need, " blocks wanted, ", allocator_.n_free(), " free"));
+  BlockAllocator& pool = pools_[0];  // Disaggregation: one lane.
+  const int32_t need = pool.BlocksForTokens(n_tokens + 1);
+  if (need > pool.n_free()) {
+    return absl::ResourceExhaustedError(StrCat("KV cache: ", need, " blocks wanted, ", pool.n_free(), " free"));
   }
   CASCADE_RETURN_IF_ERROR(Add(std::move(spec)));
   waiting_.pop_back();
   Sequence& seq = seqs_.at(id);
   seq.generated = std::move(generated);
-  CASCADE_CHECK(allocator_.AllocateInto(need, &seq.block_table).ok());
+  CASCADE_CHECK(pool.AllocateInto(need, &seq.block_table).ok());
   seq.n_cached = n_cached;
   seq.n_cached_prompt_tokens = n_cached_prompt_tokens;
   seq.admitted = seq.running = seq.restart = true;
@@ -223,7 +230,7 @@ void Scheduler::KvLost(int64_t seq_id) {
 }
 
 void Scheduler::ClearPrefixCache() {
-  allocator_.ClearPrefixCache();
+  for (BlockAllocator& pool : pools_) pool.ClearPrefixCache();
   for (auto& [id, seq] : seqs_) {
     seq.chain.clear();
     seq.chain_open = false;  // Its blocks' KV may be gone too; never register them.
@@ -249,10 +256,9 @@ void Scheduler::ReserveDraftSlots(Sequence& seq, int64_t budget, BatchEntry& ent
   const int64_t left = seq.spec.max_tokens - static_cast<int64_t>(seq.generated.size()) - 1;
   int64_t k = std::min<int64_t>({seq.draft_tokens, left, budget});
   while (k > 0) {
-    const int32_t need =
-        allocator_.BlocksForTokens(seq.n_cached + 1 + k) - static_cast<int32_t>(seq.block_table.size());
-    if (need <= allocator_.n_free()) {
-      if (need > 0) CASCADE_CHECK(allocator_.AllocateInto(need, &seq.block_table).ok());
+    const int32_t need = Pool(seq).BlocksForTokens(seq.n_cached + 1 + k) - static_cast<int32_t>(seq.block_table.size());
+    if (need <= Pool(seq).n_free()) {
+      if (need > 0) CASCADE_CHECK(Pool(seq).AllocateInto(need, &seq.block_table).ok());
       break;
     }
     --k;  // Drafts never preempt: fewer of them when blocks are short.
@@ -272,26 +278,34 @@ void Scheduler::FreeBlocks(Sequence& seq) {
   for (auto it = seq.block_table.rbegin(); it != seq.block_table.rend(); ++it) {
     if (*it != kHiddenBlock) tail_first.push_back(*it);
   }
-  allocator_.Free(tail_first);
+  Pool(seq).Free(tail_first);
   seq.block_table.clear();
   seq.chain.clear();
 }
 
 int32_t Scheduler::PickLane(std::span<const int32_t> tokens, int32_t max_blocks, std::vector<PrefixLink>* hit) const {
-  std::vector<int> running(options_.n_lanes, 0);
-  for (const auto& [id, seq] : seqs_) {
-    if (seq.admitted && !seq.dropped) ++running[seq.lane];
-  }
   int32_t best = 0;
   hit->clear();
   for (int32_t lane = 0; lane < options_.n_lanes; ++lane) {
-    std::vector<PrefixLink> chain = allocator_.Match(tokens, max_blocks, LaneRoot(lane));
-    if (lane == 0 || chain.size() > hit->size() || (chain.size() == hit->size() && running[lane] < running[best])) {
+    std::vector<PrefixLink> chain = pools_[lane].Match(tokens, max_blocks);
+    if (lane == 0 || chain.size() > hit->size() ||
+        (chain.size() == hit->size() && pools_[lane].n_free() > pools_[best].n_free())) {
       best = lane;
       *hit = std::move(chain);
     }
   }
   return best;
+}
+
+std::vector<KvBlockMove> Scheduler::TakeKvMoves() {
+  std::vector<KvBlockMove> moves;
+  for (int32_t lane = 0; lane < options_.n_lanes; ++lane) {
+    for (KvBlockMove& m : pools_[lane].TakeMoves()) {
+      m.lane = lane;
+      moves.push_back(m);
+    }
+  }
+  return moves;
 }
 
 void Scheduler::RegisterCachedBlocks(Sequence& seq) {
@@ -306,12 +320,12 @@ void Scheduler::RegisterCachedBlocks(Sequence& seq) {
   while (seq.chain_open && static_cast<int64_t>(seq.chain.size() + 1) * bs <= end) {
     const int64_t i = static_cast<int64_t>(seq.chain.size());
     for (int64_t j = 0; j < bs; ++j) tokens[j] = seq.token(i * bs + j);
-    const PrefixLink parent = i == 0 ? LaneRoot(seq.lane) : seq.chain.back();
+    const PrefixLink parent = i == 0 ? PrefixLink{} : seq.chain.back();
     if (seq.block_table[i] == kHiddenBlock) {  // Freed before it could be registered.
       seq.chain_open = false;
       break;
     }
-    std::optional<PrefixLink> link = allocator_.Register(parent, tokens, seq.block_table[i]);
+    std::optional<PrefixLink> link = Pool(seq).Register(parent, tokens, seq.block_table[i]);
     if (!link) {
       seq.chain_open = false;  // Its parent was evicted, or a hash collision: stop here.
       break;
@@ -332,24 +346,25 @@ bool Scheduler::AdmitHead(int64_t budget, Batch& batch) {
     if (!seq.admitted && options_.n_lanes > 1) {
       seq.lane = PickLane(tokens, max_blocks, &hit);
     } else {
-      hit = allocator_.Match(tokens, max_blocks, LaneRoot(seq.lane));
+      hit = Pool(seq).Match(tokens, max_blocks);
     }
   } else if (!seq.admitted && options_.n_lanes > 1) {
     seq.lane = PickLane({}, 0, &hit);
   }
   const int32_t n_hit = static_cast<int32_t>(hit.size());
   // Cached-free blocks it revives and host blocks it brings back leave the free pool too.
-  const int32_t n_revived = allocator_.BlocksTakenBy(hit);
+  BlockAllocator& pool = Pool(seq);
+  const int32_t n_revived = pool.BlocksTakenBy(hit);
   // The rest of its tokens plus one decode slot must fit; under sink + window, its first
   // chunk's (the later ones take theirs as they go).
   const int64_t n_first = std::min(n_tokens - static_cast<int64_t>(n_hit) * options_.kv_block_size, budget);
   const int64_t end = WindowPeakBlocks() > 0 ? n_hit * options_.kv_block_size + n_first : n_tokens;
-  if (allocator_.BlocksForTokens(end + 1) - n_hit + n_revived > allocator_.n_free()) return false;
+  if (pool.BlocksForTokens(end + 1) - n_hit + n_revived > pool.n_free()) return false;
   waiting_.pop_front();
   int64_t n_host_hit = 0;
-  for (const PrefixLink& link : hit) n_host_hit += allocator_.on_host(link) ? options_.kv_block_size : 0;
-  allocator_.Share(hit, &seq.block_table);  // First: the allocation below must not evict them.
-  CASCADE_CHECK(allocator_.AllocateInto(allocator_.BlocksForTokens(end) - n_hit, &seq.block_table).ok());
+  for (const PrefixLink& link : hit) n_host_hit += pool.on_host(link) ? options_.kv_block_size : 0;
+  pool.Share(hit, &seq.block_table);  // First: the allocation below must not evict them.
+  CASCADE_CHECK(pool.AllocateInto(pool.BlocksForTokens(end) - n_hit, &seq.block_table).ok());
   seq.chain = std::move(hit);
   seq.chain_open = true;
   seq.n_cached = static_cast<int64_t>(n_hit) * options_.kv_block_size;
@@ -384,10 +399,10 @@ void Scheduler::Preempt(Sequence& seq) {
   Unadmit(seq);
 }
 
-Scheduler::Sequence* Scheduler::PickVictim(const std::vector<int64_t>& batch_ids) {
+Scheduler::Sequence* Scheduler::PickVictim(const std::vector<int64_t>& batch_ids, int32_t lane) {
   for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
     Sequence& seq = seqs_.at(*it);
-    if (seq.in_flight_batch >= 0 || seq.at_max_tokens()) continue;
+    if (seq.lane != lane || seq.in_flight_batch >= 0 || seq.at_max_tokens()) continue;
     if (std::find(batch_ids.begin(), batch_ids.end(), *it) != batch_ids.end()) continue;
     return &seq;  // `running_` is in admission order: the back is the newest.
   }
@@ -396,7 +411,7 @@ Scheduler::Sequence* Scheduler::PickVictim(const std::vector<int64_t>& batch_ids
 
 bool Scheduler::NewerInFlight(const Sequence& seq) const {
   for (auto it = running_.rbegin(); it != running_.rend() && *it != seq.spec.id; ++it) {
-    if (seqs_.at(*it).in_flight_batch >= 0) return true;
+    if (seqs_.at(*it).lane == seq.lane && seqs_.at(*it).in_flight_batch >= 0) return true;
   }
   return false;
 }
@@ -419,7 +434,7 @@ std::optional<Batch> Scheduler::Schedule() {
     Sequence& seq = found->second;
     if (!seq.running || seq.in_flight_batch >= 0 || seq.at_max_tokens()) continue;
     if (seq.n_tokens() - seq.n_cached != 1) continue;  // A prefill chunk: pass 2.
-    const int32_t need = allocator_.BlocksForTokens(seq.n_cached + 1) - static_cast<int32_t>(seq.block_table.size());
+    const int32_t need = Pool(seq).BlocksForTokens(seq.n_cached + 1) - static_cast<int32_t>(seq.block_table.size());
     if (!Grow(seq, need, batch_ids, &preempted)) continue;
     AddEntry(seq, 1, /*is_prefill=*/false, batch, /*first_chunk=*/std::exchange(seq.restart, false));
     batch_ids.push_back(id);
@@ -438,8 +453,7 @@ std::optional<Batch> Scheduler::Schedule() {
     if (!seq.running || seq.in_flight_batch >= 0 || seq.n_tokens() - seq.n_cached <= 1) continue;
     if (std::find(batch_ids.begin(), batch_ids.end(), id) != batch_ids.end()) continue;
     const int64_t n_new = std::min(seq.n_tokens() - seq.n_cached, budget);
-    const int32_t need =
-        allocator_.BlocksForTokens(seq.n_cached + n_new) - static_cast<int32_t>(seq.block_table.size());
+    const int32_t need = Pool(seq).BlocksForTokens(seq.n_cached + n_new) - static_cast<int32_t>(seq.block_table.size());
     if (need > 0 && !Grow(seq, need, batch_ids, &preempted)) continue;
     AddEntry(seq, n_new, /*is_prefill=*/true, batch);
     batch_ids.push_back(id);
@@ -525,9 +539,9 @@ absl::StatusOr<std::vector<TokenEvent>> Scheduler::Complete(int64_t batch_id, st
     }
     if (e.draft_slots > 0) {
       // Roll back: blocks reserved for rejected drafts return to the pool.
-      const size_t keep = static_cast<size_t>(allocator_.BlocksForTokens(seq.n_tokens()));
+      const size_t keep = static_cast<size_t>(Pool(seq).BlocksForTokens(seq.n_tokens()));
       if (seq.block_table.size() > keep) {
-        allocator_.Free(std::span<const int32_t>(seq.block_table).subspan(keep));
+        Pool(seq).Free(std::span<const int32_t>(seq.block_table).subspan(keep));
         seq.block_table.resize(keep);
       }
     }
@@ -619,20 +633,22 @@ SchedulerStats Scheduler::Stats() const {
   }
   stats.n_waiting = static_cast<int>(waiting_.size());
   stats.n_in_flight_batches = static_cast<int>(in_flight_.size());
-  stats.n_free_blocks = allocator_.n_free();
-  stats.n_total_blocks = allocator_.n_total();
+  for (const BlockAllocator& pool : pools_) {  // Every lane's pool together.
+    stats.n_free_blocks += pool.n_free();
+    stats.n_total_blocks += pool.n_total();
+    stats.n_cached_blocks += pool.n_registered();
+    const PrefixCache& cache = pool.prefix_cache();
+    stats.n_host_blocks += cache.n_host_slots();
+    stats.n_host_cached_blocks += cache.n_on_host();
+    stats.host_offloaded_blocks += cache.n_offloaded();
+    stats.host_onloaded_blocks += cache.n_onloaded();
+  }
   stats.n_preemptions = n_preemptions_;
   stats.n_batches = n_batches_;
   stats.max_batch_seqs_seen = max_batch_seqs_seen_;
   stats.max_batch_tokens_seen = max_batch_tokens_seen_;
   stats.prefix_query_tokens = prefix_query_tokens_;
   stats.prefix_hit_tokens = prefix_hit_tokens_;
-  stats.n_cached_blocks = allocator_.n_registered();
-  const PrefixCache& cache = allocator_.prefix_cache();
-  stats.n_host_blocks = cache.n_host_slots();
-  stats.n_host_cached_blocks = cache.n_on_host();
-  stats.host_offloaded_blocks = cache.n_offloaded();
-  stats.host_onloaded_blocks = cache.n_onloaded();
   stats.prefix_host_hit_tokens = prefix_host_hit_tokens_;
   return stats;
 }

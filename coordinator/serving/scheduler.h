@@ -105,10 +105,11 @@ struct SchedulerOptions {
   int64_t kv_window_tokens = 0;
   int64_t kv_sink_tokens = 0;
   // All-to-all expert parallelism (parallel.expert_comm): the ranks of a stage, each running
-  // its own sequences with their KV. A sequence gets a lane at its first admission (the
-  // lane whose prefix cache holds most of it, then the one running fewest sequences) and
-  // keeps it; its prefix-cache chains are its lane's (LaneRoot). The block pool stays one:
-  // every lane's worker holds every block id. Default 1. REQUIRES >= 1.
+  // its own sequences with their KV. Each lane has a pool of its own, `n_kv_blocks` blocks
+  // (ids [0, n_kv_blocks) on its rank), with its own prefix cache and host tier. A sequence
+  // gets a lane at its first admission (the lane whose prefix cache holds most of it, then
+  // the one with the most free blocks) and keeps it; it evicts only in its lane. Default 1.
+  // REQUIRES >= 1.
   int n_lanes = 1;
 };
 
@@ -296,7 +297,7 @@ class Scheduler {
   // target workers, whichever batch that is, and the workers run them before its compute:
   // a later batch's step may overtake an earlier one (one waiting for drafts), and the
   // copies must run in the order they were recorded.
-  std::vector<KvBlockMove> TakeKvMoves() { return allocator_.TakeMoves(); }
+  std::vector<KvBlockMove> TakeKvMoves();
 
   // Disaggregated serving (coordinator/serving/replicas.h). The prefill side: takes running
   // sequence `seq_id` (not in flight) out of the scheduler, its blocks still held, and
@@ -364,9 +365,11 @@ class Scheduler {
   // meanwhile (it is dropped then).
   Sequence* EndTransfer(int64_t seq_id);
 
-  // n_lanes > 1: the lane for `seq`'s first admission (SchedulerOptions::n_lanes) and the
-  // chain its prefix cache holds of `tokens` there.
+  // n_lanes > 1: the lane for a sequence's first admission (SchedulerOptions::n_lanes) and
+  // the chain its prefix cache holds of `tokens` there.
   int32_t PickLane(std::span<const int32_t> tokens, int32_t max_blocks, std::vector<PrefixLink>* hit) const;
+  // The pool of `seq`'s lane (the only one without lanes).
+  BlockAllocator& Pool(const Sequence& seq) { return pools_[seq.lane]; }
   // Evicts `seq` (running, not in flight): frees its blocks and puts it at the front
   // of the waiting queue.
   void Preempt(Sequence& seq);
@@ -394,15 +397,16 @@ class Scheduler {
   void ReserveDraftSlots(Sequence& seq, int64_t budget, BatchEntry& entry);
   // Frees the blocks of `seq` and forgets it.
   void Drop(int64_t seq_id);
-  // The most recently admitted running sequence not in flight and not in `batch_ids`.
-  Sequence* PickVictim(const std::vector<int64_t>& batch_ids);
-  // Whether a sequence admitted after `seq` is in flight.
+  // The most recently admitted running sequence of `lane` not in flight and not in
+  // `batch_ids`.
+  Sequence* PickVictim(const std::vector<int64_t>& batch_ids, int32_t lane);
+  // Whether a sequence of its lane admitted after `seq` is in flight.
   bool NewerInFlight(const Sequence& seq) const;
   // Clears the in-flight marks of batch `batch_id` (dropping cancelled sequences).
   void ReleaseBatch(int64_t batch_id);
 
-  SchedulerOptions options_;  // n_kv_blocks changes only in ResetKvBlocks.
-  BlockAllocator allocator_;
+  SchedulerOptions options_;           // n_kv_blocks changes only in ResetKvBlocks.
+  std::vector<BlockAllocator> pools_;  // One per lane (SchedulerOptions::n_lanes).
   absl::flat_hash_map<int64_t, Sequence> seqs_;
   std::deque<int64_t> waiting_;   // FCFS; preempted sequences go to the front.
   std::vector<int64_t> running_;  // Admitted and not dropped, in admission order.

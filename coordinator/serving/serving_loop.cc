@@ -338,7 +338,10 @@ v1::StepRequest ServingLoop::BuildDraftStep(const Batch& batch, const v1::StepRe
       d->add_tokens(p < n_prompt ? a.req.prompt[p] : a.generated[p - n_prompt]);
     }
     d->set_n_past(a.spec->draft_cached);
-    d->mutable_block_table()->Add(e.block_table.begin(), e.block_table.end());
+    // The drafter keeps every lane's blocks (all-to-all's lanes each number theirs from 0):
+    // lane l's block b is its block l * (blocks a lane) + b.
+    const int32_t base = e.lane * scheduler_.options().n_kv_blocks;
+    for (int32_t b : e.block_table) d->add_block_table(base + b);
     d->set_propose(e.draft_slots);
     a.spec->draft_fed = last + e.draft_slots;  // The last draft is proposed, not fed.
   }
@@ -377,6 +380,7 @@ absl::Status ServingLoop::Dispatch(v1::StepRequest& step, Sent sent) {
     out->set_to_host(m.to_host);
     out->set_block(m.block);
     out->set_slot(m.slot);
+    out->set_lane(m.lane);
   }
   sent.transfers = TakeReceives(step);
   sent.kv_join = step.has_kv_join();

@@ -262,16 +262,20 @@ class Driver {
     // The worker gets the step now, with every copy recorded so far (ServingLoop::SendTarget):
     // a later batch may overtake an earlier one, the copies keep their order.
     const std::vector<KvBlockMove> moves = sched.TakeKvMoves();
-    worker.Move(moves);
     std::vector<SampledToken> sampled;
     if (lane_workers.empty()) {
+      worker.Move(moves);
       sampled = worker.Run(b);
     } else {
-      // Lanes (all-to-all expert parallelism): each lane's worker runs its own entries
-      // over its own cache; every worker runs the copies.
+      // Lanes (all-to-all expert parallelism): each lane's worker runs its own entries and
+      // copies over its own cache and host tier, with the block ids of its lane's pool.
       for (int lane = 0; lane <= static_cast<int>(lane_workers.size()); ++lane) {
         FakeWorker& w = lane == 0 ? worker : lane_workers[lane - 1];
-        if (lane > 0) w.Move(moves);
+        std::vector<KvBlockMove> mine_moves;
+        for (const KvBlockMove& m : moves) {
+          if (m.lane == lane) mine_moves.push_back(m);
+        }
+        w.Move(mine_moves);
         Batch mine{b.id, {}};
         for (const BatchEntry& e : b.entries) {
           if (e.lane == lane) mine.entries.push_back(e);
@@ -922,7 +926,7 @@ void RandomisedStress(int32_t draft_k, bool shared_prefixes = false, int32_t hos
       longest = std::max(longest, d.history.at(id).size());
     }
     ExpectAllFree(d.sched);
-    EXPECT_EQ(d.sched.Stats().n_free_blocks, 12);
+    EXPECT_EQ(d.sched.Stats().n_free_blocks, 12 * lanes);  // Every lane's pool.
     total_preemptions += d.sched.Stats().n_preemptions;
     total_cancelled += cancelled.size();
     max_batch_seqs = std::max(max_batch_seqs, d.sched.Stats().max_batch_seqs_seen);
@@ -961,10 +965,12 @@ void RandomisedStress(int32_t draft_k, bool shared_prefixes = false, int32_t hos
 
 TEST(SchedulerTest, RandomisedStressAgainstReference) { RandomisedStress(0); }
 
-// Lanes (all-to-all expert parallelism): each lane's fake worker holds only its sequences'
-// KV, so a prefix hit on another lane's blocks, or a sequence changing lanes, would change
-// tokens; with shared prefixes, drafts and the host tier, every lane is used and the hits
-// still come (a conversation's next turn goes to the lane that holds it).
+// Lanes (all-to-all expert parallelism): each lane has a pool of its own (12 blocks, ids from
+// 0) and its fake worker holds only its sequences' KV, so a block given to two lanes' live
+// sequences, a prefix hit on another lane's blocks, another lane's copy, or a sequence
+// changing lanes would change tokens; with shared prefixes, drafts and the host tier, every
+// lane is used and the hits still come (a conversation's next turn goes to the lane that
+// holds it).
 TEST(SchedulerTest, LanesStressAgainstReference) {
   RandomisedStress(4, /*shared_prefixes=*/true, /*host_blocks=*/8, 0, 0, /*lanes=*/3);
 }

@@ -1142,7 +1142,7 @@ def test_moe_all_to_all():
     them back. EP 2 and 3 x PP 1 and 2 with speculation (n-grams; the self drafter, whose
     drafts random text does not starve, at PP 1 x EP 2): three requests at once (so lanes
     run different sequences, and some steps leave a lane idle) give `cascade run`'s greedy
-    ids; each worker holds its share of the experts."""
+    ids; each worker holds its share of the experts, and each lane has a KV pool of its own."""
     with tempfile.TemporaryDirectory() as d:
         model = moe_model(d)
         prompts = [("--prompt", "The experts of a mixture"), ("--prompt-ids", "1,2,3,4,5,6,7,8"),
@@ -1175,6 +1175,10 @@ def test_moe_all_to_all():
                 assert p.returncode == 0, p.stderr
                 log = open(log_path).read()
             assert "experts all-to-all (attention data parallel over the tp ranks)" in log, log
+            # Each lane has a pool of its own: the cluster holds EP times a worker's blocks.
+            per_worker = int(re.search(r"ready on \S+ \(.*?, (\d+) KV blocks of", log).group(1))
+            pool = re.search(r"kv blocks (\d+) free of (\d+)", p.stdout)
+            assert pool and int(pool.group(2)) == ep * per_worker, (per_worker, p.stdout)
             workers = [w for w in worker_rows(p.stdout) if w[0] != "draft"]
             assert len(workers) == pp * ep, p.stdout
             for stage in range(pp):
