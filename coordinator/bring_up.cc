@@ -226,6 +226,12 @@ std::string KvPolicyDescription(const SchedulerSection& sched) {
                 sched.kv_window_tokens, ")");
 }
 
+std::string ExpertCommDescription(const ParallelSection& p) {
+  if (!p.expert || p.tensor < 2) return "";
+  if (p.expert_all_to_all) return "all_to_all (attention data parallel over the tp ranks)";
+  return p.expert_comm_given ? "all_reduce" : "all_reduce (defaulted: parallel.expert_comm)";
+}
+
 absl::StatusOr<ServedModels> OpenServedModels(const ClusterConfig& config) {
   ServedModels models;
   auto files = model::OpenModelFiles(config.model.path);

@@ -70,6 +70,11 @@ int64_t MaxContext(const model::ModelConfig& config, int64_t n_blocks, int64_t b
 // S[, defaulted], window W)".
 std::string KvPolicyDescription(const SchedulerSection& sched);
 
+// parallel.expert_comm as served, for the log and ModelInfo: "" without expert parallelism
+// over more than one rank; else "all_reduce" (", defaulted" when not given) or
+// "all_to_all (attention data parallel over the tp ranks)".
+std::string ExpertCommDescription(const ParallelSection& parallel);
+
 // For scripts/launch_cluster.sh: first "control ADDR" (the control plane workers dial),
 // then "security insecure" or "security tls CLUSTER_DIR" (where ca.pem and join.token
 // are), then one line per worker of an external node, "worker STAGE NODE HOST DEVICE"

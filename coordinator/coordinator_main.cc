@@ -184,9 +184,10 @@ absl::Status LaunchAndBringUp(const cascade::coordinator::ClusterConfig& config,
   return st;
 }
 
-// The one line that says the cluster serves: where, its layout, its KV pool and context.
+// The one line that says the cluster serves: where, its layout, its KV pool and context, and
+// a MoE model's expert form (ExpertCommDescription; empty when none).
 void LogReady(const cascade::coordinator::ClusterConfig& config, const cascade::coordinator::Replicas& replicas,
-              const std::string& address, int64_t n_blocks, int64_t max_context) {
+              const std::string& address, int64_t n_blocks, int64_t max_context, const std::string& expert_comm) {
   using namespace cascade;
   using namespace cascade::coordinator;
   const StageWorkers& first = replicas.workers(0);
@@ -211,10 +212,7 @@ void LogReady(const cascade::coordinator::ClusterConfig& config, const cascade::
               ? StrCat(", ", p.redundant_experts, " redundant expert(s) per rank, placed every ", p.eplb_interval_steps,
                        " steps", p.eplb_interval_given ? "" : " (defaulted: parallel.eplb_interval_steps)")
               : std::string())
-      << (!p.expert || first.tp_size() == 1 ? ""
-          : p.expert_all_to_all
-              ? ", experts all-to-all (attention data parallel over the tp ranks)"
-              : StrCat(", experts all-reduce", p.expert_comm_given ? "" : " (defaulted: parallel.expert_comm)"))
+      << (expert_comm.empty() ? "" : StrCat(", experts ", expert_comm))
       << (draft.kind == DraftKind::kNone ? std::string() : StrCat(", drafter ", DraftKindName(draft.kind))) << ")";
 }
 
@@ -235,9 +233,10 @@ int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coor
                     config.parallel.disaggregated ? ReplicaLayout{serving.roles, serving.kv_holders} : ReplicaLayout{});
   RendezvousStore store;
   ControlService control_service(replicas.all_workers(), &store, {(*trust)->ca(), (*trust)->join_token()});
+  const std::string expert_comm = mc.n_experts > 0 ? ExpertCommDescription(config.parallel) : "";
   InferenceService inference(&replicas, models.tokenizer.get(), mc,
                              {config.model.path, serving.max_context, std::string(DraftKindName(config.draft.kind)),
-                              KvPolicyDescription(config.scheduler)});
+                              KvPolicyDescription(config.scheduler), expert_comm});
   ServingMetrics metrics;
   absl::StatusOr<ApiKeys> keys = LoadApiKeys(config);
   if (!keys.ok()) return Fail(keys.status());
@@ -267,7 +266,7 @@ int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coor
   if (n_blocks != serving.workers.kv_blocks) inference.SetMaxContext(max_context);  // GPUs hold fewer.
   replicas.Start();
   health.Update(replicas);
-  LogReady(config, replicas, servers->address, n_blocks, max_context);
+  LogReady(config, replicas, servers->address, n_blocks, max_context, expert_comm);
   while (g_signals == 0) {
     health.Update(replicas);  // NOT_SERVING while no replica has every worker, until one rebuilds.
     std::this_thread::sleep_for(std::chrono::milliseconds(100));

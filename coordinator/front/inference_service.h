@@ -29,6 +29,7 @@ struct InferenceServiceOptions {
   int64_t max_context = 0;         // Positions per sequence the cluster serves.
   std::string drafter;             // DraftKindName of the configured drafter ("" for none).
   std::string kv_policy = "full";  // scheduler.kv_policy as served (KvPolicyDescription).
+  std::string expert_comm;         // parallel.expert_comm as served (ExpertCommDescription).
 };
 
 // A request in flight, read by one front-end thread. Destroying it before the request

@@ -46,6 +46,41 @@ TEST(BringUpTest, KvPoolCountsTheBusiestRanksHeads) {
   EXPECT_EQ(plan->max_context, 256);  // The model's context: 21 blocks of 16 hold 336.
 }
 
+// All-to-all expert parallelism: each lane's worker holds every KV head (its sequences'
+// whole KV), the scheduler has a lane per rank; a dense model is refused naming the key; the
+// form is described for the log and ModelInfo, the default said to be one.
+TEST(BringUpTest, AllToAllLanesHoldEveryKvHead) {
+  cascade::testing::TempDir dir;
+  const std::string moe = dir.path() + "/moe.gguf";
+  cascade::testing::WriteRandomModel({.n_layers = 2, .moe = cascade::testing::MoeFamily::kQwen3Moe, .n_experts = 8},
+                                     moe);
+  const std::string nodes =
+      "nodes: [{name: a, host: 127.0.0.1, devices: [cpu]}, {name: b, host: 127.0.0.2, "
+      "devices: [cpu]}]\nscheduler: {kv_block_size: 16, kv_cache_mb: 1, kv_cache_dtype: f32}\n";
+  auto plan = Plan(moe, "parallel: {tensor: 2, expert: true, expert_comm: all_to_all}\n" + nodes);
+  ASSERT_TRUE(plan.ok()) << plan.status();  // The expert group spans nodes a and b.
+  // K and V, f32: 2 * 2 layers * 16 positions * 2 KV heads (all of them) * 64 * 4 bytes.
+  EXPECT_EQ(plan->plan.stages[0].kv_block_bytes, 32768);
+  EXPECT_EQ(plan->scheduler.n_lanes, 2);
+  EXPECT_EQ(plan->scheduler.n_kv_blocks, 1048576 / 32768);  // Per lane.
+  auto reduce = Plan(moe, "parallel: {tensor: 2, expert: true}\n" + nodes);
+  ASSERT_TRUE(reduce.ok()) << reduce.status();
+  EXPECT_EQ(reduce->plan.stages[0].kv_block_bytes, 16384);  // One KV head a rank.
+  EXPECT_EQ(reduce->scheduler.n_lanes, 1);
+  cascade::testing::TempDir dense_dir;
+  EXPECT_THAT(
+      Plan(WriteModel(dense_dir), "parallel: {tensor: 2, expert: true, expert_comm: all_to_all}\n" + nodes).status(),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("parallel.expert_comm: all-to-all expert "
+                                                             "parallelism needs a mixture-of-experts model")));
+  ParallelSection p;
+  EXPECT_EQ(ExpertCommDescription(p), "");
+  p.expert = true;
+  p.tensor = 2;
+  EXPECT_EQ(ExpertCommDescription(p), "all_reduce (defaulted: parallel.expert_comm)");
+  p.expert_all_to_all = p.expert_comm_given = true;
+  EXPECT_EQ(ExpertCommDescription(p), "all_to_all (attention data parallel over the tp ranks)");
+}
+
 TEST(BringUpTest, SelfDrafterBlocksUseItsLayersAndAllHeads) {
   cascade::testing::TempDir dir;
   const std::string model = WriteModel(dir);

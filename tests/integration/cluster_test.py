@@ -1174,7 +1174,7 @@ def test_moe_all_to_all():
                 p = run(CASCADE, "status", "--server", address, "--wait", "0")
                 assert p.returncode == 0, p.stderr
                 log = open(log_path).read()
-            assert "experts all-to-all (attention data parallel over the tp ranks)" in log, log
+            assert "experts all_to_all (attention data parallel over the tp ranks)" in log, log
             # Each lane has a pool of its own: the cluster holds EP times a worker's blocks.
             per_worker = int(re.search(r"ready on \S+ \(.*?, (\d+) KV blocks of", log).group(1))
             pool = re.search(r"kv blocks (\d+) free of (\d+)", p.stdout)
