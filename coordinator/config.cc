@@ -177,9 +177,6 @@ absl::Status Parser::ParseParallel(const YAML::Node& node, ParallelSection* out)
                    "all_to_all needs expert parallelism: parallel.expert: true with tensor >= 2 (not with "
                    "disaggregation yet)");
     }
-    if (out->expert_all_to_all && out->redundant_experts > 0) {
-      return Error(n, "parallel.expert_comm", "all_to_all with parallel.redundant_experts is not supported yet");
-    }
   }
   return absl::OkStatus();
 }

@@ -67,7 +67,7 @@ struct ParallelSection {
   // (each runs its own sequences, a lane, with every KV head and all weights but the other
   // ranks' experts), and each MoE layer dispatches every token to the ranks holding its
   // experts and combines the results back (model/layers/moe.h). REQUIRES parallel.expert
-  // with tensor >= 2 for all_to_all; not with redundant experts or disaggregation yet.
+  // with tensor >= 2 for all_to_all; not with disaggregation yet.
   bool expert_all_to_all = false;
   bool expert_comm_given = false;
   // `parallel.eplb_interval_steps`: with redundant experts, steps between two placements,

@@ -122,9 +122,8 @@ absl::StatusOr<MoeBlock::Expert> MoeBlock::LoadExpert(WeightLoader& w, const Mod
 
 absl::Status MoeBlock::SetReplicas(WeightLoader& w, const ModelFiles& files, int64_t layer,
                                    std::span<const std::pair<int32_t, int32_t>> extra) {
-  if (!expert_parallel_ || all_to_all_) {
-    return absl::FailedPreconditionError(
-        StrCat("layer ", layer, ": replicated experts need expert parallelism in its all-reduce form"));
+  if (!expert_parallel_) {
+    return absl::FailedPreconditionError(StrCat("layer ", layer, ": replicated experts need expert parallelism"));
   }
   std::vector<std::vector<int32_t>> holders(n_experts_);
   for (const auto& [e, r] : extra) {

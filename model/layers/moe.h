@@ -38,7 +38,9 @@
 // dispatches each token's row once to every rank holding one of its experts, with the
 // pairs; each rank runs its experts over what it received, sums each token's experts
 // (weighted), and the combine sends one row per token back to the rank it came from, which
-// adds them to its residual stream. A rank with no tokens in a step still takes part.
+// adds them to its residual stream. A rank with no tokens in a step still takes part. With
+// replicas (SetReplicas), a rank holding one of a token's experts keeps that pair, and the
+// other ranks send an expert's pairs to its holders in turn.
 //
 // Weights are borrowed from the WeightLoader, the backend and group from the model.
 // Thread-safety: single owner (the device thread); Forward is a collective over the group.

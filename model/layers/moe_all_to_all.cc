@@ -47,13 +47,23 @@ absl::Status MoeBlock::ForwardAllToAll(TensorView hidden, const TensorView& x, M
   if (!load.empty()) {
     for (int32_t e : chosen) ++load[e];
   }
-  // Each token goes once to every rank holding one of its experts, with its pairs there.
+  // The rank that computes a pair: the expert's own; with replicas (SetReplicas), this rank
+  // when it holds one (the pair stays here), else the expert's holders in turn (its j-th
+  // pair of this batch to holder j mod holders). Receivers only need to hold the expert.
+  std::vector<int32_t> seen(holders_.empty() ? 0 : n_experts_, 0);
+  const auto rank_of_pair = [&](int32_t e) -> int {
+    if (holders_.empty() || holders_[e].empty()) return TpShard::ExpertRank(n_experts_, R, e);
+    const std::vector<int32_t>& h = holders_[e];
+    if (slot_of_expert_[e] >= 0) return rank_;
+    return h[seen[e]++ % h.size()];
+  };
+  // Each token goes once to every rank computing one of its pairs, with its pairs there.
   std::vector<std::vector<int32_t>> tokens_to(R);
   std::vector<std::vector<Pair>> pairs_to(R);
   for (int64_t t = 0; t < n; ++t) {
     for (int64_t j = 0; j < k; ++j) {
       const int32_t e = chosen[t * k + j];
-      const int q = TpShard::ExpertRank(n_experts_, R, e);
+      const int q = rank_of_pair(e);
       std::vector<int32_t>& tokens = tokens_to[q];
       if (tokens.empty() || tokens.back() != t) tokens.push_back(static_cast<int32_t>(t));
       pairs_to[q].push_back({static_cast<int32_t>(tokens.size()) - 1, e, weights[t * k + j]});

@@ -1142,7 +1142,8 @@ def test_moe_all_to_all():
     them back. EP 2 and 3 x PP 1 and 2 with speculation (n-grams; the self drafter, whose
     drafts random text does not starve, at PP 1 x EP 2): three requests at once (so lanes
     run different sequences, and some steps leave a lane idle) give `cascade run`'s greedy
-    ids; each worker holds its share of the experts, and each lane has a KV pool of its own."""
+    ids; each worker holds its share of the experts, and each lane has a KV pool of its own.
+    With redundant experts too (EP 3, placed every 3 steps while the requests run)."""
     with tempfile.TemporaryDirectory() as d:
         model = moe_model(d)
         prompts = [("--prompt", "The experts of a mixture"), ("--prompt-ids", "1,2,3,4,5,6,7,8"),
@@ -1151,9 +1152,11 @@ def test_moe_all_to_all():
                            "--ignore-eos")["token_ids"] for p in prompts}
         # (pipeline, ep, devices on a, devices on b): every layout puts a group across both hosts.
         ngram, self_draft = "{ngram: {n: 2}, adaptive: false}", "{self: {layers: 2}, num_tokens: 3, adaptive: false}"
-        for pp, ep, on_a, on_b, draft in [(1, 2, 1, 1, self_draft), (2, 2, 3, 1, ngram), (1, 3, 2, 1, ngram),
-                                          (2, 3, 4, 2, ngram)]:
-            parallel = f"{{pipeline: {pp}, tensor: {ep}, expert: true, expert_comm: all_to_all}}"
+        eplb = ", redundant_experts: 1, eplb_interval_steps: 3"
+        for pp, ep, on_a, on_b, draft, more in [(1, 2, 1, 1, self_draft, ""), (2, 2, 3, 1, ngram, ""),
+                                                (1, 3, 2, 1, ngram, ""), (2, 3, 4, 2, ngram, ""),
+                                                (1, 3, 2, 1, ngram, eplb)]:
+            parallel = f"{{pipeline: {pp}, tensor: {ep}, expert: true, expert_comm: all_to_all{more}}}"
             with two_namespace_cluster(model, parallel, on_a, on_b, f"draft: {draft}\n") as c:
                 if c is None:
                     return
@@ -1179,13 +1182,16 @@ def test_moe_all_to_all():
             per_worker = int(re.search(r"ready on \S+ \(.*?, (\d+) KV blocks of", log).group(1))
             pool = re.search(r"kv blocks (\d+) free of (\d+)", p.stdout)
             assert pool and int(pool.group(2)) == ep * per_worker, (per_worker, p.stdout)
+            if more:  # Redundant experts placed while the requests ran, in every MoE layer.
+                assert len(re.findall(r"moe layer +\d+: redundant experts \(expert@rank\)", p.stdout)) == 4, p.stdout
             workers = [w for w in worker_rows(p.stdout) if w[0] != "draft"]
             assert len(workers) == pp * ep, p.stdout
             for stage in range(pp):
                 ranges = sorted(w[1] for w in workers if w[0] == str(stage))
                 assert ranges[0][0] == 0 and ranges[-1][1] == 8, p.stdout
                 assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:])), p.stdout
-            print(f"all-to-all PP={pp} EP={ep} across two hosts, 3 requests at once, draft {draft}: identical to cascade run")
+            print(f"all-to-all PP={pp} EP={ep}{more} across two hosts, 3 requests at once, draft {draft}: identical to "
+                  "cascade run")
 
 
 def test_gpt_oss_parity():

@@ -239,7 +239,8 @@ TEST(TpTransformerTest, RedundantExpertsMatchSingleRank) {
 // many times as they step). Every rank's logits match TP=1's on its own prompt, for the
 // three MoE families (Qwen2-MoE's shared expert runs whole on each rank), and a rank holds
 // only its share of the experts but everything else whole. Qwen3-MoE runs on the guarded
-// backend too: the exchanges touch device memory only through copies.
+// backend too (the exchanges touch device memory only through copies), and with redundant
+// experts (a rank holding a replica keeps its pairs; the others split theirs over holders).
 TEST(TpTransformerTest, MoeAllToAllMatchesSingleRank) {
   for (const testing::MoeFamily family :
        {testing::MoeFamily::kQwen3Moe, testing::MoeFamily::kMixtral, testing::MoeFamily::kQwen2Moe}) {
@@ -249,12 +250,24 @@ TEST(TpTransformerTest, MoeAllToAllMatchesSingleRank) {
     auto files = OpenModelFiles(path);
     ASSERT_TRUE(files.ok()) << files.status();
     const int n_decode = 3;
-    const bool guarded = family == testing::MoeFamily::kQwen3Moe;
-    for (const auto& [ep, memory] :
-         {std::pair{2, Memory::kHost}, std::pair{3, Memory::kHost}, std::pair{guarded ? 3 : 0, Memory::kGuarded}}) {
+    const bool qwen3 = family == testing::MoeFamily::kQwen3Moe;
+    struct Case {
+      int ep;
+      Memory memory;
+      bool replicas;
+    };
+    for (const Case& c : {Case{2, Memory::kHost, false}, Case{3, Memory::kHost, false},
+                          Case{qwen3 ? 3 : 0, Memory::kGuarded, false}, Case{qwen3 ? 3 : 0, Memory::kHost, true}}) {
+      const int ep = c.ep;
       if (ep == 0) continue;
       SCOPED_TRACE(::testing::Message() << path << " family " << static_cast<int>(family) << " EP=" << ep
-                                        << (memory == Memory::kGuarded ? " guarded" : ""));
+                                        << (c.memory == Memory::kGuarded ? " guarded" : "")
+                                        << (c.replicas ? " with replicas" : ""));
+      // Redundant experts: expert 0 (rank 0's) on ranks 1 and 2 too, expert 7 (rank 2's) on
+      // rank 0; in layer 1 expert 3 (rank 1's) on rank 2. Rank 1's pairs of expert 7 then
+      // alternate between ranks 2 and 0, rank 0's of expert 3 between ranks 1 and 2.
+      std::vector<Transformer::ExpertReplica> replicas;
+      if (c.replicas) replicas = {{0, 0, 1}, {0, 0, 2}, {0, 7, 0}, {1, 3, 2}};
       const int busy = ep == 3 ? 2 : ep;  // Ranks with a sequence; the rest idle.
       std::vector<std::vector<int32_t>> prompts(busy);
       for (int r = 0; r < busy; ++r) {
@@ -271,12 +284,13 @@ TEST(TpTransformerTest, MoeAllToAllMatchesSingleRank) {
           traces[r] = [&]() -> absl::StatusOr<Trace> {
             CASCADE_ASSIGN_OR_RETURN(std::unique_ptr<comm::Communicator> comm,
                                      comm::UcxCommunicator::Create({group, r, ep, 60000}, &rendezvous));
-            auto backend = MakeBackend(memory);
+            auto backend = MakeBackend(c.memory);
             CASCADE_ASSIGN_OR_RETURN(
                 std::unique_ptr<Transformer> t,
                 Transformer::Load(*files, backend.get(),
                                   {.tp_rank = r, .tp_size = ep, .expert_parallel = true, .expert_all_to_all = true},
                                   comm.get()));
+            if (!replicas.empty()) CASCADE_RETURN_IF_ERROR(t->PlaceExperts(replicas));
             shards[r] = t->tp_shard();
             if (r < busy) return Generate(*t, prompts[r], n_decode);
             CASCADE_ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(t->CacheOptions(4, 16), backend.get()));
