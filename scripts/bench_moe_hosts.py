@@ -20,9 +20,9 @@ token in all (layers, embedding and logits), so the model is checked against the
 the per-layer comparison rests on it.
 
 Usage (root): bench_moe_hosts.py BIN_DIR MODEL N_LAYERS N_EMBD N_EXPERTS TOP_K N_VOCAB OUT_JSON
-Env: EPS ("2 4"), FORMS ("all_reduce eplb all_to_all"), NET (10g), CONCURRENCY (16),
-REQUESTS (32), PROMPT_TOKENS (32), MAX_TOKENS (64), SLOTS (4), NFQ_DELAY (path; needed on a
-kernel without sch_netem).
+Env: EPS ("2 4"), FORMS ("all_reduce eplb all_to_all"), NET (10g; none: links unshaped),
+CONCURRENCY (16), REQUESTS (32), PROMPT_TOKENS (32), MAX_TOKENS (64), SLOTS (4), KV_MB (256, a
+worker's scheduler.kv_cache_mb), NFQ_DELAY (path; needed on a kernel without sch_netem).
 """
 import json
 import os
@@ -44,6 +44,7 @@ FORMS = ENV.get("FORMS", "all_reduce eplb all_to_all").split()
 NET = ENV.get("NET", "10g")
 CONCURRENCY, REQUESTS = int(ENV.get("CONCURRENCY", "16")), int(ENV.get("REQUESTS", "32"))
 PROMPT, MAX_TOKENS, SLOTS = int(ENV.get("PROMPT_TOKENS", "32")), int(ENV.get("MAX_TOKENS", "64")), int(ENV.get("SLOTS", "4"))
+KV_MB = int(ENV.get("KV_MB", "256"))
 TAG = f"cmh{os.getpid() % 100000}"
 
 
@@ -76,7 +77,7 @@ def model_bytes(ep, form, sampled_share):
 
 def run(hosts, ep, form, tmp):
     cluster = HostCluster(hosts, BIN, tmp, f"ep{ep}-{form}", MODEL, parallel_of(ep, form), [1] * ep,
-                          "scheduler: {max_num_seqs: 32, kv_cache_mb: 256, prefix_caching: false}\n")
+                          f"scheduler: {{max_num_seqs: 32, kv_cache_mb: {KV_MB}, prefix_caching: false}}\n")
     try:
         cluster.bench(CONCURRENCY, CONCURRENCY, PROMPT, 16)  # Warm-up (and EPLB's first loads).
         tx0, ss0 = hosts.tx_bytes(), [hosts.socket_bytes(i) for i in range(hosts.n)]
@@ -130,7 +131,8 @@ def main():
             hosts = None
             try:
                 hosts = Hosts(ep, TAG, ENV.get("NFQ_DELAY", ""))
-                hosts.shape(NET)
+                if NET != "none":
+                    hosts.shape(NET)
                 for form in FORMS:
                     print(f"== EP={ep} {form} on {ep} hosts", flush=True)
                     rows.append(run(hosts, ep, form, tmp))
@@ -139,7 +141,7 @@ def main():
                     hosts.close()
     print_table(rows)
     print(f"\nwall {time.time() - t0:.0f} s; load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
-    settings = {"net": NET_SPECS[NET], "concurrency": CONCURRENCY, "requests": REQUESTS, "prompt_tokens": PROMPT,
+    settings = {"net": NET_SPECS.get(NET, "unshaped"), "concurrency": CONCURRENCY, "requests": REQUESTS, "prompt_tokens": PROMPT,
                 "max_tokens": MAX_TOKENS, "slots": SLOTS, "n_layers": N_LAYERS, "n_embd": N_EMBD,
                 "n_experts": N_EXPERTS, "top_k": TOP_K, "n_vocab": N_VOCAB}
     json.dump({"settings": settings, "rows": rows}, open(OUT, "w"), indent=1)
