@@ -12,6 +12,9 @@ Shapes:
             embedding N(0, 1), so that each token's own features dominate its hidden state and
             the router spreads tokens over the experts as a trained one does (with 0.02, the
             deeper layers send every token to the same 8 experts)
+  moe-wide  the moe shape with 32/8 heads (head 32), 2 layers and expert FFN 128: attention that
+            splits 32 ways, so the all-reduce form of expert parallelism runs at EP 32
+            (scripts/bench_moe_hosts.py)
   moe-tiny  the same architecture for cluster tests: hidden 256, 4 layers, 4/2 heads, 8
             experts, top-2, expert FFN 128; weights N(0, 1/fan_in), so text varies
 Options: --hot-expert N makes every token choose expert N (the embedding's column 0 is 10
@@ -23,7 +26,7 @@ of order 1). --chat-template FILE puts FILE's Jinja template in place of the tok
 
 Weights are N(0, 0.02^2) (norms 1), streamed tensor by tensor, so the 16 GB 8B file needs
 little memory. Uses the `gguf` package (scripts/python_deps.sh).
-Usage: make_random_gguf.py {1b|8b|moe|moe-tiny} TOKENIZER.gguf OUT.gguf [--hot-expert N] [--skewed-router]
+Usage: make_random_gguf.py {1b|8b|moe|moe-wide|moe-tiny} TOKENIZER.gguf OUT.gguf [--hot-expert N] [--skewed-router]
        [--chat-template FILE]
 """
 import sys
@@ -36,6 +39,8 @@ SHAPES = {
     "8b": dict(hidden=4096, layers=32, heads=32, kv_heads=8, ffn=14336, tied=False, rope_base=500000.0),
     "moe": dict(hidden=1024, layers=8, heads=16, kv_heads=4, ffn=3072, tied=False, rope_base=1000000.0, experts=64,
                 experts_used=8, expert_ffn=512, embd_std=1.0),
+    "moe-wide": dict(hidden=1024, layers=2, heads=32, kv_heads=8, ffn=3072, tied=False, rope_base=1000000.0, experts=64,
+                     experts_used=8, expert_ffn=128, embd_std=1.0),
     "moe-tiny": dict(hidden=256, layers=4, heads=4, kv_heads=2, ffn=512, tied=False, rope_base=1000000.0, experts=8,
                      experts_used=2, expert_ffn=128, fan_in=True),
 }
