@@ -128,8 +128,7 @@ absl::Status SizeKvPool(const ClusterConfig& config, const ServedModels& models,
         KvBlockBytes(models.draft_layers, bs, df.config.n_kv_heads, df.config.head_dim, sched.kv_cache_dtype);
     if (!OnGpu(config.draft.devices[0]) || sched.kv_cache_mb_given) {
       // Under all-to-all the drafter holds every lane's pool.
-      const int64_t lanes = config.parallel.expert_all_to_all ? config.parallel.tensor : 1;
-      n_blocks = std::min(n_blocks, budget / (co.draft_block_bytes * lanes));
+      n_blocks = std::min(n_blocks, budget / (co.draft_block_bytes * config.parallel.lanes()));
     }
     const model::ModelSize draft_size = models.draft_files ? model::MeasureModel(df) : models.target_size;
     co.draft_weight_bytes = draft_size.PrefixBytes(models.draft_layers);
@@ -184,7 +183,7 @@ absl::Status CopyOptions(const ClusterConfig& config, const ServedModels& models
   so.n_kv_blocks = static_cast<int32_t>(std::min<int64_t>(co.kv_blocks, INT32_MAX));
   so.n_host_kv_blocks = static_cast<int32_t>(co.host_kv_blocks);
   so.kv_window_tokens = co.kv_window_tokens;
-  so.n_lanes = config.parallel.expert_all_to_all ? config.parallel.tensor : 1;
+  so.n_lanes = config.parallel.lanes();
   so.kv_sink_tokens = co.kv_sink_tokens;
   if (const int64_t peak = Scheduler::WindowPeakBlocks(so); peak > so.n_kv_blocks) {
     return absl::InvalidArgumentError(StrCat(

@@ -70,6 +70,8 @@ struct ParallelSection {
   // with tensor >= 2 for all_to_all; not with disaggregation yet.
   bool expert_all_to_all = false;
   bool expert_comm_given = false;
+  // All-to-all's lanes per stage (each rank runs its own sequences): tensor; else 1.
+  int lanes() const { return expert_all_to_all ? tensor : 1; }
   // `parallel.eplb_interval_steps`: with redundant experts, steps between two placements,
   // each from the loads counted since the previous one. Default 100 when redundant_experts
   // is set (logged as defaulted). REQUIRES >= 1.
