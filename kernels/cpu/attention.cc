@@ -121,6 +121,7 @@ void AttendGeneric(const AttendArgs& a) {
     v_tile.resize(static_cast<size_t>(bs * d));
   }
   const int64_t kv_stride = f32 ? a.kv_row_bytes / static_cast<int64_t>(sizeof(float)) : d;
+  const auto to_f32 = ActiveCpuIsa() >= CpuIsa::kAvx2 ? KvRowsToF32Avx2 : KvRowsToF32;
   float m[kAttnMaxGroup], l[kAttnMaxGroup];
   float acc[kAttnMaxGroup][kAttnMaxHeadDim];
   float s[kAttnMaxBlock];
@@ -140,8 +141,8 @@ void AttendGeneric(const AttendArgs& a) {
     const float* kb = reinterpret_cast<const float*>(kraw);
     const float* vb = reinterpret_cast<const float*>(vraw);
     if (!f32) {
-      KvRowsToF32(a.kv_dtype, kraw, a.kv_row_bytes, len, d, k_tile.data());
-      KvRowsToF32(a.kv_dtype, vraw, a.kv_row_bytes, len, d, v_tile.data());
+      to_f32(a.kv_dtype, kraw, a.kv_row_bytes, len, d, k_tile.data());
+      to_f32(a.kv_dtype, vraw, a.kv_row_bytes, len, d, v_tile.data());
       kb = k_tile.data();
       vb = v_tile.data();
     }

@@ -67,6 +67,8 @@ inline float SoftmaxFactor(float m, float l, const float* sink) {
 // Converts `n` cache rows of d elements of `dtype` (F16, Q8_0 or F8_E4M3, unscaled), `row_bytes` apart from
 // `src`, to f32 rows of d floats at `dst`. Portable version (attention.cc).
 void KvRowsToF32(DType dtype, const uint8_t* src, int64_t row_bytes, int64_t n, int64_t d, float* dst);
+// The same with F16C (attention_avx2.cc); REQUIRES an AVX2 CPU.
+void KvRowsToF32Avx2(DType dtype, const uint8_t* src, int64_t row_bytes, int64_t n, int64_t d, float* dst);
 
 void AttendGeneric(const AttendArgs& args);  // attention.cc; any shape.
 // attention_avx512.cc; REQUIRES d % 16 == 0 and an AVX-512 CPU.
