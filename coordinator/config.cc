@@ -20,6 +20,9 @@
 namespace cascade::coordinator {
 namespace {
 
+// The most ranks a pipeline or tensor group may have.
+constexpr int64_t kMaxRanks = 1 << 16;
+
 // Validation context: the source name for messages.
 class Parser {
  public:
@@ -94,6 +97,7 @@ class Parser {
   absl::Status ParseScheduler(const YAML::Node& node, SchedulerSection* out) const;
   absl::Status ParseKvPolicy(const YAML::Node& node, SchedulerSection* out) const;
   absl::Status ParseRedundantExperts(const YAML::Node& node, ParallelSection* out) const;
+  absl::Status ParseDisaggregation(const YAML::Node& node, ParallelSection* out) const;
   absl::Status ParseTransport(const YAML::Node& node, const std::vector<NodeSection>& nodes,
                               TransportSection* out) const;
   absl::Status ParseDraft(const YAML::Node& node, const std::vector<NodeSection>& nodes, DraftSection* out) const;
@@ -121,34 +125,7 @@ absl::Status Parser::ParseParallel(const YAML::Node& node, ParallelSection* out)
   CASCADE_RETURN_IF_ERROR(CheckMap(node, "parallel",
                                    {"pipeline", "tensor", "expert", "data", "route_by_prefix", "disaggregation",
                                     "redundant_experts", "eplb_interval_steps", "expert_comm"}));
-  constexpr int64_t kMaxRanks = 1 << 16;
-  if (const YAML::Node d = Child(node, "disaggregation"); d.IsDefined()) {
-    for (const char* key : {"data", "pipeline", "tensor"}) {
-      if (Child(node, key).IsDefined()) {
-        return Error(Child(node, key), StrCat("parallel.", key),
-                     "parallel.disaggregation sets each role's replicas, pipeline and tensor: leave this key out");
-      }
-    }
-    CASCADE_RETURN_IF_ERROR(CheckMap(d, "parallel.disaggregation", {"prefill", "decode"}));
-    out->disaggregated = true;
-    for (const char* role : {"prefill", "decode"}) {
-      const std::string path = StrCat("parallel.disaggregation.", role);
-      const YAML::Node r = Child(d, role);
-      if (!r.IsDefined()) return Error(d, path, "required key is missing");
-      CASCADE_RETURN_IF_ERROR(CheckMap(r, path, {"replicas", "pipeline", "tensor"}));
-      ReplicaShape& shape = std::string_view(role) == "prefill" ? out->prefill : out->decode;
-      int& replicas = std::string_view(role) == "prefill" ? out->prefill_replicas : out->decode_replicas;
-      if (const YAML::Node n = Child(r, "replicas"); n.IsDefined()) {
-        CASCADE_ASSIGN_OR_RETURN(replicas, GetInt(n, StrCat(path, ".replicas"), 1, 128));
-      }
-      if (const YAML::Node n = Child(r, "pipeline"); n.IsDefined()) {
-        CASCADE_ASSIGN_OR_RETURN(shape.pipeline, GetInt(n, StrCat(path, ".pipeline"), 1, kMaxRanks));
-      }
-      if (const YAML::Node n = Child(r, "tensor"); n.IsDefined()) {
-        CASCADE_ASSIGN_OR_RETURN(shape.tensor, GetInt(n, StrCat(path, ".tensor"), 1, kMaxRanks));
-      }
-    }
-  }
+  CASCADE_RETURN_IF_ERROR(ParseDisaggregation(node, out));
   if (const YAML::Node n = Child(node, "route_by_prefix"); n.IsDefined()) {
     CASCADE_ASSIGN_OR_RETURN(out->route_by_prefix, GetBool(n, "parallel.route_by_prefix"));
   }
@@ -177,6 +154,41 @@ absl::Status Parser::ParseParallel(const YAML::Node& node, ParallelSection* out)
                    "all_to_all needs expert parallelism: parallel.expert: true with tensor >= 2 (not with "
                    "disaggregation yet)");
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Parser::ParseDisaggregation(const YAML::Node& node, ParallelSection* out) const {
+  const YAML::Node d = Child(node, "disaggregation");
+  if (!d.IsDefined()) return absl::OkStatus();
+  for (const char* key : {"data", "pipeline", "tensor"}) {
+    if (Child(node, key).IsDefined()) {
+      return Error(Child(node, key), StrCat("parallel.", key),
+                   "parallel.disaggregation sets each role's replicas, pipeline and tensor: leave this key out");
+    }
+  }
+  CASCADE_RETURN_IF_ERROR(CheckMap(d, "parallel.disaggregation", {"prefill", "decode", "local_prefill_tokens"}));
+  out->disaggregated = true;
+  for (const char* role : {"prefill", "decode"}) {
+    const std::string path = StrCat("parallel.disaggregation.", role);
+    const YAML::Node r = Child(d, role);
+    if (!r.IsDefined()) return Error(d, path, "required key is missing");
+    CASCADE_RETURN_IF_ERROR(CheckMap(r, path, {"replicas", "pipeline", "tensor"}));
+    ReplicaShape& shape = std::string_view(role) == "prefill" ? out->prefill : out->decode;
+    int& replicas = std::string_view(role) == "prefill" ? out->prefill_replicas : out->decode_replicas;
+    if (const YAML::Node n = Child(r, "replicas"); n.IsDefined()) {
+      CASCADE_ASSIGN_OR_RETURN(replicas, GetInt(n, StrCat(path, ".replicas"), 1, 128));
+    }
+    if (const YAML::Node n = Child(r, "pipeline"); n.IsDefined()) {
+      CASCADE_ASSIGN_OR_RETURN(shape.pipeline, GetInt(n, StrCat(path, ".pipeline"), 1, kMaxRanks));
+    }
+    if (const YAML::Node n = Child(r, "tensor"); n.IsDefined()) {
+      CASCADE_ASSIGN_OR_RETURN(shape.tensor, GetInt(n, StrCat(path, ".tensor"), 1, kMaxRanks));
+    }
+  }
+  if (const YAML::Node n = Child(d, "local_prefill_tokens"); n.IsDefined()) {
+    CASCADE_ASSIGN_OR_RETURN(out->local_prefill_tokens,
+                             GetInt(n, "parallel.disaggregation.local_prefill_tokens", 0, 1 << 30));
   }
   return absl::OkStatus();
 }

@@ -93,6 +93,12 @@ struct ParallelSection {
   // replica, its KV moves to a decode replica over the workers' KV group, and it decodes
   // there. Replaces parallel.data, pipeline and tensor; not with a drafter worker yet.
   bool disaggregated = false;
+  // `parallel.disaggregation.local_prefill_tokens`: a prompt of at most this many tokens is
+  // prefilled on the decode replica that decodes it, and no KV moves (conditional
+  // disaggregation, as NVIDIA Dynamo's max_local_prefill_length): short prompts need not wait
+  // behind long ones on the prefill side. Default 0: every prompt is prefilled on a prefill
+  // replica. REQUIRES >= 0.
+  int local_prefill_tokens = 0;
   int prefill_replicas = 1, decode_replicas = 1;
   ReplicaShape prefill{1, 1, ReplicaRole::kPrefill}, decode{1, 1, ReplicaRole::kDecode};
 

@@ -195,8 +195,12 @@ void LogReady(const cascade::coordinator::ClusterConfig& config, const cascade::
   const ParallelSection& p = config.parallel;
   const std::string layout =
       p.disaggregated
-          ? StrCat("prefill ", p.prefill_replicas, " x ", p.prefill.pipeline, " stage(s) x tp ", p.prefill.tensor,
-                   ", decode ", p.decode_replicas, " x ", p.decode.pipeline, " stage(s) x tp ", p.decode.tensor)
+          ? StrCat(
+                "prefill ", p.prefill_replicas, " x ", p.prefill.pipeline, " stage(s) x tp ", p.prefill.tensor,
+                ", decode ", p.decode_replicas, " x ", p.decode.pipeline, " stage(s) x tp ", p.decode.tensor,
+                p.local_prefill_tokens > 0
+                    ? StrCat(", prompts of <= ", p.local_prefill_tokens, " tokens prefilled on the decode side")
+                    : ", every prompt prefilled on the prefill side (parallel.disaggregation.local_prefill_tokens 0)")
           : StrCat(replicas.size() > 1 ? StrCat(replicas.size(), " replicas x ") : std::string(), first.n_stages(),
                    " stage(s) x tp ", first.tp_size());
   CASCADE_LOG(Info)
@@ -230,7 +234,9 @@ int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coor
   worker_options.tls = (*trust)->identity();
   Replicas replicas(serving.replicas, worker_options, models.tokenizer.get(), serving.scheduler, serving.speculation,
                     config.parallel.route_by_prefix,
-                    config.parallel.disaggregated ? ReplicaLayout{serving.roles, serving.kv_holders} : ReplicaLayout{});
+                    config.parallel.disaggregated
+                        ? ReplicaLayout{serving.roles, serving.kv_holders, config.parallel.local_prefill_tokens}
+                        : ReplicaLayout{});
   RendezvousStore store;
   ControlService control_service(replicas.all_workers(), &store, {(*trust)->ca(), (*trust)->join_token()});
   const std::string expert_comm = mc.n_experts > 0 ? ExpertCommDescription(config.parallel) : "";

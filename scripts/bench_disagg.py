@@ -3,7 +3,8 @@
 scripts/netns_hosts.py has the hosts and their shaped link). Same cores on both sides: one
 CPU worker of THREADS threads per host. Aggregated: two data-parallel replicas, one per host.
 Disaggregated: a prefill replica on host 0 and a decode replica on host 1, the KV of every
-request moving over the link (UCX over TCP). The coordinator and the client sit in host 0.
+request longer than LOCAL_PREFILL_TOKENS moving over the link (UCX over TCP); shorter
+prompts are prefilled on the decode replica (parallel.disaggregation.local_prefill_tokens). The coordinator and the client sit in host 0.
 
 The load (scripts/openai_load.py mixed): STREAMS clients decode back to back (PROMPT_TOKENS
 prompts, MAX_TOKENS tokens each) while a LONG_PROMPT_TOKENS prompt arrives every LONG_EVERY_S
@@ -36,10 +37,13 @@ LOAD = {k: ENV.get(k.upper(), v) for k, v in {"streams": "32", "prompt_tokens": 
                                               "long_prompt_tokens": "2048", "long_max_tokens": "16",
                                               "long_every_s": "3", "duration_s": "40"}.items()}
 UCX_TLS = ENV.get("UCX_TLS", "tcp")
+LOCAL_PREFILL_TOKENS = int(ENV.get("LOCAL_PREFILL_TOKENS", "512"))
+MAX_BATCHED_TOKENS = int(ENV.get("MAX_BATCHED_TOKENS", "2048"))
 TAG = f"cdg{os.getpid() % 100000}"
 LAYOUTS = {
     "aggregated": "parallel: {data: 2, pipeline: 1, tensor: 1}",
-    "disaggregated": "parallel: {disaggregation: {prefill: {replicas: 1}, decode: {replicas: 1}}}",
+    "disaggregated": "parallel: {disaggregation: {prefill: {replicas: 1}, decode: {replicas: 1}, "
+                     f"local_prefill_tokens: {LOCAL_PREFILL_TOKENS}}}}}",
 }
 
 
@@ -57,7 +61,8 @@ def run(hosts, layout, tmp):
         f"  - {{name: h0, host: {hosts.ip(0)}, devices: [cpu], launch: local}}\n"
         f"  - {{name: h1, host: {hosts.ip(1)}, devices: [cpu], launch: external}}\n"
         f"server: {{listen: {hosts.ip(0)}:0, http_listen: {hosts.ip(0)}:0}}\n"
-        "scheduler: {max_num_seqs: 64, max_batched_tokens: 2048, kv_cache_mb: 512, prefix_caching: false}\n"
+        f"scheduler: {{max_num_seqs: 64, max_batched_tokens: {MAX_BATCHED_TOKENS}, kv_cache_mb: 512, "
+        "prefix_caching: false}\n"
         f"security: {{cluster_dir: {trust}}}\n")
     env = dict(os.environ, UCX_TLS=UCX_TLS)
     log_path = os.path.join(tmp, f"{layout}.log")
@@ -116,7 +121,8 @@ def main():
     print(f"\n{LOAD['streams']} streams of {LOAD['max_tokens']} tokens (prompts {LOAD['prompt_tokens']}), a "
           f"{LOAD['long_prompt_tokens']}-token prompt every {LOAD['long_every_s']} s for {LOAD['duration_s']} s; "
           f"{os.path.basename(MODEL)}, one {THREADS}-thread CPU worker per host, {NET} link "
-          f"({NET_SPECS[NET][0]}, {NET_SPECS[NET][2]} us one-way)\n")
+          f"({NET_SPECS[NET][0]}, {NET_SPECS[NET][2]} us one-way); max_batched_tokens {MAX_BATCHED_TOKENS}; "
+          f"disaggregated: prompts of <= {LOCAL_PREFILL_TOKENS} tokens prefilled on the decode side\n")
     print("| layout | ITL p50 / p99 / p99.9 / max ms | long-prompt TTFT p50 / p99 ms | stream TTFT p50 / p99 ms "
           "| tok/s | link tx MB (host 0 / 1) | KV B per transferred position | failed |")
     print("|---|---|---|---|---|---|---|---|")
@@ -132,7 +138,9 @@ def main():
     print(f"\nITL p99 {itl:.2f}x lower disaggregated (goal >= 2x), at {thr:.2f}x the throughput (goal >= 0.9x)")
     load1 = os.getloadavg()
     print(f"wall {time.time() - t0:.0f} s; load average {load0[0]:.2f} at the start, {load1[0]:.2f} at the end")
-    json.dump({"settings": {**LOAD, "model": MODEL, "net": NET, "threads": THREADS}, "rows": rows,
+    json.dump({"settings": {**LOAD, "model": MODEL, "net": NET, "threads": THREADS,
+                            "local_prefill_tokens": LOCAL_PREFILL_TOKENS, "max_batched_tokens": MAX_BATCHED_TOKENS},
+               "rows": rows,
                "itl_p99_ratio": itl, "throughput_ratio": thr}, open(OUT, "w"), indent=1)
     print(f"wrote {OUT}")
 

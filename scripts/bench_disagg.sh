@@ -8,7 +8,9 @@
 #
 # Settings (environment): MODEL (SmolLM2 Q4_1), NET (10g | 1g), THREADS (1 per worker),
 # STREAMS (32), PROMPT_TOKENS (64), MAX_TOKENS (128), LONG_PROMPT_TOKENS (2048),
-# LONG_MAX_TOKENS (16), LONG_EVERY_S (3), DURATION_S (40), UCX_TLS (tcp).
+# LONG_MAX_TOKENS (16), LONG_EVERY_S (3), DURATION_S (40), UCX_TLS (tcp), MAX_BATCHED_TOKENS
+# (2048, both layouts), LOCAL_PREFILL_TOKENS (512: disaggregated, prompts up to this long are
+# prefilled on the decode replica; 0 sends every prompt to the prefill replica).
 # Table on stdout, JSON in ${1:-build/bench_disagg.json}. About 3 minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."

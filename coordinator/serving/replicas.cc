@@ -65,7 +65,9 @@ void MergeExpertLoad(const std::vector<v1::ClusterStatus>& parts, v1::ClusterSta
 Replicas::Replicas(const std::vector<Plan>& plans, const StageWorkersOptions& options, const text::Tokenizer* tokenizer,
                    const SchedulerOptions& scheduler, const SpeculationOptions& speculation, bool route_by_prefix,
                    const ReplicaLayout& layout)
-    : roles_(layout.roles), max_num_seqs_(std::max(1, scheduler.max_num_seqs)) {
+    : roles_(layout.roles),
+      local_prefill_tokens_(layout.local_prefill_tokens),
+      max_num_seqs_(std::max(1, scheduler.max_num_seqs)) {
   int kv_group_size = 0;  // Every target worker of every replica, when roles differ.
   if (!roles_.empty()) {
     for (const Plan& p : plans) kv_group_size += static_cast<int>(p.stages.size() * p.stages[0].tp.size());
@@ -246,8 +248,9 @@ int Replicas::Route(std::span<const int32_t> prompt) {
       linked_prefill = linked_prefill || (role(r) == ReplicaRole::kPrefill && replicas_[r].workers->Healthy() &&
                                           replicas_[r].workers->kv_linked());
     }
-    if (linked_prefill && PickLinkedDecode() >= 0) return Pick(-1, ReplicaRole::kDecode);
-    return Pick(-1);
+    const int decode = linked_prefill ? PickLinkedDecode() : -1;
+    if (decode < 0) return Pick(-1);
+    return std::ssize(prompt) <= local_prefill_tokens_ ? decode : Pick(-1, ReplicaRole::kDecode);
   }
   const int best = Pick(-1);
   if (best < 0 || affinity_ == nullptr) return best;

@@ -15,7 +15,10 @@
 // Disaggregated serving (parallel.disaggregation): replicas have roles. Requests go to the
 // prefill replicas (by headroom; to any replica when none serves); after its first token a
 // request moves to the decode replica with the most headroom, its KV sent over the
-// workers' KV group (coordinator/serving/kv_handoff.cc). With no decode replica serving,
+// workers' KV group (coordinator/serving/kv_handoff.cc). A prompt of at most
+// local_prefill_tokens goes straight to that decode replica and is prefilled there: a
+// short prefill costs a decode step little, and it would otherwise queue behind the long
+// ones on the prefill side and move its KV for nothing. With no decode replica serving,
 // a prefill replica decodes its requests itself; a dead replica's requests go to any other,
 // as with data parallelism. A replica rebuilt after a death is out of the KV group until
 // every replica's workers join a new group generation (RejoinKvGroup); meanwhile requests
@@ -50,6 +53,8 @@ namespace cascade::coordinator {
 struct ReplicaLayout {
   std::vector<ReplicaRole> roles;
   std::vector<std::vector<KvHolder>> kv_holders;
+  // parallel.disaggregation.local_prefill_tokens: prompts up to this long skip the prefill side.
+  int local_prefill_tokens = 0;
 };
 
 class Replicas {
@@ -127,7 +132,8 @@ class Replicas {
 
   std::vector<Replica> replicas_;
   std::vector<ReplicaRole> roles_;  // Empty: every replica serves.
-  absl::Mutex kv_mu_;               // Serialises RejoinKvGroup.
+  const int local_prefill_tokens_;
+  absl::Mutex kv_mu_;  // Serialises RejoinKvGroup.
   int kv_generation_ ABSL_GUARDED_BY(kv_mu_) = 0;
   const int max_num_seqs_;
   absl::Mutex route_mu_;  // Held across a Submit's choice and its hand-over.

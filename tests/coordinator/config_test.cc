@@ -271,6 +271,7 @@ TEST(ConfigTest, SampleDisaggregatedConfigLoads) {
   EXPECT_EQ(replicas[0].tensor, 1);
   EXPECT_EQ(replicas[1].role, ReplicaRole::kDecode);
   EXPECT_EQ(replicas[1].tensor, 2);
+  EXPECT_EQ(c->parallel.local_prefill_tokens, 128);
   EXPECT_EQ(c->nodes[0].devices.size(), 3u);
   EXPECT_EQ(c->draft.kind, DraftKind::kNgram);
 }
@@ -423,6 +424,9 @@ const BadConfig kBadConfigs[] = {
     {"model: {path: m}\nparallel: {disaggregation: {prefill: {replicas: 0}, decode: {}}}\n"
      "nodes: [{name: a, host: h, devices: [cpu, cpu]}]\n",
      "parallel.disaggregation.prefill.replicas: must be >= 1"},
+    {"model: {path: m}\nparallel: {disaggregation: {prefill: {}, decode: {}, local_prefill_tokens: -1}}\n"
+     "nodes: [{name: a, host: h, devices: [cpu, cpu]}]\n",
+     "parallel.disaggregation.local_prefill_tokens: must be >= 0"},
     {"model: {path: m}\nparallel: {disaggregation: {prefill: {}, decode: {}}}\n"
      "nodes: [{name: a, host: h, devices: [cpu, cpu]}]\ndraft: {self: {layers: 1}}\n",
      "parallel.disaggregation: a drafter worker"},

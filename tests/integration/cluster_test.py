@@ -1510,6 +1510,30 @@ def test_disaggregation_parity():
             print(f"{name} prefill PP x TP {prefill} -> decode {decode}: identical to "
                   f"{'a TP-2 cluster' if want is tp2_reference else 'cascade run'}; "
                   f"{transfers} transfers, {moved / tokens:.0f} KV bytes per token")
+        if model == STORIES:
+            check_local_prefill(local, prompts)
+
+
+def check_local_prefill(want, prompts):
+    """Conditional disaggregation (parallel.disaggregation.local_prefill_tokens: 16): the
+    two short prompts (5 and 11 tokens) are prefilled on the decode replica and move no KV,
+    the long one (55) moves its KV; the greedy ids stay `cascade run`'s."""
+    yaml = disagg_yaml(STORIES, (1, 1), (1, 2)).replace("}}}\n", "}, local_prefill_tokens: 16}}\n", 1)
+    with cluster_from_yaml(yaml) as (address, _, log_path):
+        assert "prompts of <= 16 tokens prefilled on the decode side" in open(log_path).read()
+        for p in prompts:
+            got = generate(address, *p, "--temperature", "0", "--max-tokens", "32", "--ignore-eos")
+            assert got["token_ids"] == want[p], f"local prefill {p}: {got['token_ids']} != {want[p]}"
+        rc, st = status(address)
+        metrics = metrics_text(log_path)
+    assert rc == 0, st
+    rows = re.findall(r"replica (\d+) \((\w+)\): .*?finished (\d+)", st)
+    assert [(role, int(done)) for _, role, done in rows] == [("prefill", 0), ("decode", len(prompts))], st
+    transfers = int(re.search(r"^cascade_kv_transfer_bytes_count (\d+)", metrics, re.M).group(1))
+    tokens = int(re.search(r"^cascade_kv_transfer_tokens_total (\d+)", metrics, re.M).group(1))
+    assert (transfers, tokens) == (1, 55), metrics
+    print("stories260K with local_prefill_tokens 16: identical to cascade run; the 5- and 11-token prompts "
+          "prefilled on the decode replica, only the 55-token prompt's KV moved (1 transfer, 55 positions)")
 
 
 def listening_pid(port, pids):
