@@ -9,8 +9,8 @@ prompts are prefilled on the decode replica (parallel.disaggregation.local_prefi
 The load (scripts/openai_load.py mixed): STREAMS clients decode back to back (PROMPT_TOKENS
 prompts, MAX_TOKENS tokens each) while a LONG_PROMPT_TOKENS prompt arrives every LONG_EVERY_S
 seconds (LONG_MAX_TOKENS tokens each), for DURATION_S. Reported per layout: the streams'
-inter-token latency p50 / p99, the long prompts' TTFT, the throughput (all output tokens over
-the wall time), every host's link bytes, and, disaggregated, the data plane's payload bytes
+inter-token latency p50 / p99, the long prompts' TTFT, the throughput (output tokens over
+the counted window), every host's link bytes, and, disaggregated, the data plane's payload bytes
 (UCX sockets, from `ss -ti`) per KV position transferred (cascade_kv_transfer_tokens_total).
 Goal: ITL p99 >= 2x lower disaggregated, at >= 0.9x the throughput.
 
@@ -34,10 +34,14 @@ MODEL = os.path.abspath(ENV.get("MODEL", "models/SmolLM2-135M-Instruct.Q4_1.gguf
 NET = ENV.get("NET", "10g")
 THREADS = int(ENV.get("THREADS", "1"))
 LOAD = {k: ENV.get(k.upper(), v) for k, v in {"streams": "32", "prompt_tokens": "64", "max_tokens": "128",
-                                              "long_prompt_tokens": "2048", "long_max_tokens": "16",
-                                              "long_every_s": "3", "duration_s": "40"}.items()}
+                                              "long_prompt_tokens": "512", "long_max_tokens": "16",
+                                              "long_every_s": "", "duration_s": "90", "warmup_s": "20",
+                                              "stagger_s": "20"}.items()}
+# Without LONG_EVERY_S, the long prompts' interval is the measured prefill time of one (TTFT
+# on the idle aggregated cluster) over PREFILL_LOAD: how busy the prefill replica is kept.
+PREFILL_LOAD = float(ENV.get("PREFILL_LOAD", "0.95"))
 UCX_TLS = ENV.get("UCX_TLS", "tcp")
-LOCAL_PREFILL_TOKENS = int(ENV.get("LOCAL_PREFILL_TOKENS", "512"))
+LOCAL_PREFILL_TOKENS = int(ENV.get("LOCAL_PREFILL_TOKENS", "256"))
 MAX_BATCHED_TOKENS = int(ENV.get("MAX_BATCHED_TOKENS", "2048"))
 TAG = f"cdg{os.getpid() % 100000}"
 LAYOUTS = {
@@ -51,6 +55,19 @@ def metric(hosts, http, name):
     text = sh("curl", "-sf", f"http://{http}/metrics", ns=hosts.names[0]).stdout
     m = re.search(rf"^{name} (\S+)$", text, re.M)
     return float(m.group(1)) if m else 0.0
+
+
+def calibrate(hosts, http):
+    """One long prompt's TTFT on the idle cluster (the second of two: warm), in seconds."""
+    out = []
+    for _ in range(2):
+        row = json.loads(sh("python3", "scripts/openai_load.py", "load", f"http://{http}", "--requests", "1",
+                            "--concurrency", "1", "--prompt-tokens", LOAD["long_prompt_tokens"], "--max-tokens", "1",
+                            ns=hosts.names[0]).stdout)
+        out.append(row["ttft_ms"]["p50"] / 1e3)
+    print(f"a {LOAD['long_prompt_tokens']}-token prefill takes {out[-1]:.2f} s here: a long prompt every "
+          f"{out[-1] / PREFILL_LOAD:.2f} s keeps the prefill replica {PREFILL_LOAD:.0%} busy", flush=True)
+    return out[-1]
 
 
 def run(hosts, layout, tmp):
@@ -84,6 +101,8 @@ def run(hosts, layout, tmp):
         load = ["python3", "scripts/openai_load.py"]
         sh(*load, "load", f"http://{http}", "--requests", "4", "--concurrency", "4", "--max-tokens", "4",
            ns=hosts.names[0])  # Warm-up.
+        if not LOAD["long_every_s"]:
+            LOAD["long_every_s"] = f"{calibrate(hosts, http) / PREFILL_LOAD:.2f}"
         tx0, ss0 = hosts.tx_bytes(), [hosts.socket_bytes(i) for i in range(hosts.n)]
         kv0 = metric(hosts, http, "cascade_kv_transfer_tokens_total")
         out = os.path.join(tmp, f"{layout}.json")
@@ -138,7 +157,7 @@ def main():
     print(f"\nITL p99 {itl:.2f}x lower disaggregated (goal >= 2x), at {thr:.2f}x the throughput (goal >= 0.9x)")
     load1 = os.getloadavg()
     print(f"wall {time.time() - t0:.0f} s; load average {load0[0]:.2f} at the start, {load1[0]:.2f} at the end")
-    json.dump({"settings": {**LOAD, "model": MODEL, "net": NET, "threads": THREADS,
+    json.dump({"settings": {**LOAD, "model": MODEL, "net": NET, "threads": THREADS, "prefill_load": PREFILL_LOAD,
                             "local_prefill_tokens": LOCAL_PREFILL_TOKENS, "max_batched_tokens": MAX_BATCHED_TOKENS},
                "rows": rows,
                "itl_p99_ratio": itl, "throughput_ratio": thr}, open(OUT, "w"), indent=1)

@@ -7,11 +7,13 @@
 # iproute2 (ip, tc, ss) and curl; on a kernel without sch_netem also iptables.
 #
 # Settings (environment): MODEL (SmolLM2 Q4_1), NET (10g | 1g), THREADS (1 per worker),
-# STREAMS (32), PROMPT_TOKENS (64), MAX_TOKENS (128), LONG_PROMPT_TOKENS (2048),
-# LONG_MAX_TOKENS (16), LONG_EVERY_S (3), DURATION_S (40), UCX_TLS (tcp), MAX_BATCHED_TOKENS
-# (2048, both layouts), LOCAL_PREFILL_TOKENS (512: disaggregated, prompts up to this long are
+# STREAMS (32), PROMPT_TOKENS (64), MAX_TOKENS (128), LONG_PROMPT_TOKENS (512),
+# LONG_MAX_TOKENS (16), LONG_EVERY_S (default: one long prefill's measured time over
+# PREFILL_LOAD, 0.95), DURATION_S (90), WARMUP_S (20: not counted), STAGGER_S (20: the
+# streams' starts spread over it), UCX_TLS (tcp), MAX_BATCHED_TOKENS
+# (2048, both layouts), LOCAL_PREFILL_TOKENS (256: disaggregated, prompts up to this long are
 # prefilled on the decode replica; 0 sends every prompt to the prefill replica).
-# Table on stdout, JSON in ${1:-build/bench_disagg.json}. About 3 minutes.
+# Table on stdout, JSON in ${1:-build/bench_disagg.json}. About 8 minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-build/bench_disagg.json}

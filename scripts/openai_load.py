@@ -13,8 +13,10 @@ request in flight. Prints one JSON row (the keys of `cascade bench --json`).
       runs turn t of every chat before turn t + 1 of any (each history must outlive every
       other chat's turn); --own-system-prompt gives each chat its own system prompt.
   openai_load.py mixed URL --streams S --long-prompt-tokens L --long-every-s T --duration-s D
+      [--warmup-s W] [--stagger-s G]
       S clients decoding back to back while a long prompt arrives every T seconds: the
-      streams' inter-token latency against the long prompts' TTFT (disaggregated serving).
+      streams' inter-token latency against the long prompts' TTFT (disaggregated serving),
+      counted between W and D, the clients' starts spread over G.
 """
 import argparse
 import concurrent.futures
@@ -171,12 +173,23 @@ def run_mixed(a):
     """`--streams` clients decode back to back (prompts of --prompt-tokens, --max-tokens each)
     while a request with a --long-prompt-tokens prompt (--long-max-tokens) arrives every
     --long-every-s seconds, for --duration-s; the streams' inter-token latency against the
-    long prompts' TTFT."""
+    long prompts' TTFT.
+
+    Steady state: client i starts i / streams of --stagger-s late (clients started together
+    stay in step, their prompts arriving as one burst every round), and only what happens
+    between --warmup-s and --duration-s counts: the streams' TTFTs and inter-token gaps, and
+    the tokens (a request's usage spread over its chunks) over that window's length."""
     lock = threading.Lock()
     itl, stream_ttft, long_ttft, errors = [], [], [], []
-    tokens = 0
+    tokens = 0.0
     t0 = time.perf_counter()
     end = t0 + a.duration_s
+    begin = t0 + min(a.warmup_s, a.duration_s)
+
+    def counted(start, times, usage):
+        """The tokens of a request whose chunks arrived at start + times that fall in the window."""
+        inside = sum(begin <= start + t <= end for t in times)
+        return usage["completion_tokens"] * inside / max(1, len(times))
 
     def request(seed, n_prompt, max_tokens):
         rng = random.Random(seed)
@@ -186,26 +199,30 @@ def run_mixed(a):
 
     def streamer(i):
         nonlocal tokens
+        time.sleep(a.stagger_s * i / max(1, a.streams))
         k = 0
         while time.perf_counter() < end:
+            start = time.perf_counter()
             first, times, usage, err, _ = request(1000 * i + k, a.prompt_tokens, a.max_tokens)
             k += 1
             with lock:
                 if err or usage is None:
                     errors.append(err or "no usage")
                     return
-                tokens += usage["completion_tokens"]
-                stream_ttft.append(first)
-                itl.extend(b - a_ for a_, b in zip(times, times[1:]))
+                tokens += counted(start, times, usage)
+                if begin <= start + first <= end:
+                    stream_ttft.append(first)
+                itl.extend(b - a_ for a_, b in zip(times, times[1:]) if begin <= start + b <= end)
 
     def long_one(i):
         nonlocal tokens
-        first, _, usage, err, _ = request(7_000_000 + i, a.long_prompt_tokens, a.long_max_tokens)
+        start = time.perf_counter()
+        first, times, usage, err, _ = request(7_000_000 + i, a.long_prompt_tokens, a.long_max_tokens)
         with lock:
             if err or usage is None:
                 errors.append(err or "no usage")
                 return
-            tokens += usage["completion_tokens"]
+            tokens += counted(start, times, usage)
             long_ttft.append(first)
 
     threads = [threading.Thread(target=streamer, args=(i,)) for i in range(a.streams)]
@@ -220,14 +237,15 @@ def run_mixed(a):
         i += 1
     for t in threads:
         t.join()
-    wall = time.perf_counter() - t0
+    wall = end - begin  # The window the counts come from.
     for e in errors[:3]:
         print(f"openai_load: failed: {e}", file=sys.stderr)
     ms = lambda v: {"p50": 1e3 * percentile(v, 50), "p99": 1e3 * percentile(v, 99),  # noqa: E731
                     "p999": 1e3 * percentile(v, 99.9), "max": 1e3 * max(v, default=0.0), "n": len(v)}
     out = summary(a.label, wall, tokens, len(errors), stream_ttft, itl, [], streams=a.streams,
                   prompt_tokens=a.prompt_tokens, max_tokens=a.max_tokens, long_prompt_tokens=a.long_prompt_tokens,
-                  long_max_tokens=a.long_max_tokens, long_every_s=a.long_every_s, duration_s=a.duration_s)
+                  long_max_tokens=a.long_max_tokens, long_every_s=a.long_every_s, duration_s=a.duration_s,
+                  warmup_s=a.warmup_s, stagger_s=a.stagger_s)
     out["itl_ms"] = ms(itl)
     out["long_ttft_ms"] = ms(long_ttft)
     return out
@@ -253,6 +271,8 @@ def main():
     p.add_argument("--long-max-tokens", type=int, default=16, help="mixed: tokens generated for each long prompt")
     p.add_argument("--long-every-s", type=float, default=2.0, help="mixed: a long prompt arrives this often")
     p.add_argument("--duration-s", type=float, default=30.0, help="mixed: how long new requests start")
+    p.add_argument("--warmup-s", type=float, default=0.0, help="mixed: what happens before this is not counted")
+    p.add_argument("--stagger-s", type=float, default=0.0, help="mixed: the streams' starts spread over this")
     p.add_argument("--json", help="also write the row here")
     a = p.parse_args()
     row = {"load": run_load, "chat": run_chat, "mixed": run_mixed}[a.mode](a)
