@@ -1493,20 +1493,9 @@ def test_disaggregation_parity():
                                              "--ignore-eos")["token_ids"] for p in prompts}
         for prefill, decode in splits:
             want = tp2_reference if model == SMOL and prefill[1] == 2 else local
-            with cluster_from_yaml(disagg_yaml(model, prefill, decode)) as (address, _, log_path):
-                for p in prompts:
-                    got = generate(address, *p, "--temperature", "0", "--max-tokens", "32", "--ignore-eos")
-                    assert got["token_ids"] == want[p], f"{name} {prefill}->{decode} {p}: {got['token_ids']} != {want[p]}"
-                    assert got.get("speculative", {}).get("steps", 0) > 0, got
-                rc, st = status(address)
-                metrics = metrics_text(log_path)
-            assert rc == 0, st
-            rows = re.findall(r"replica (\d+) \((\w+)\): .*?finished (\d+)", st)
-            assert [(role, int(done)) for _, role, done in rows] == [("prefill", 0), ("decode", len(prompts))], st
-            transfers = int(re.search(r"^cascade_kv_transfer_bytes_count (\d+)", metrics, re.M).group(1))
-            moved = float(re.search(r"^cascade_kv_transfer_bytes_sum (\S+)", metrics, re.M).group(1))
-            tokens = int(re.search(r"^cascade_kv_transfer_tokens_total (\d+)", metrics, re.M).group(1))
-            assert transfers == len(prompts) and tokens > 0, metrics
+            _, transfers, moved, tokens = serve_disaggregated(disagg_yaml(model, prefill, decode), prompts, want,
+                                                              f"{name} {prefill}->{decode}")
+            assert transfers == len(prompts) and tokens > 0, (transfers, tokens)
             print(f"{name} prefill PP x TP {prefill} -> decode {decode}: identical to "
                   f"{'a TP-2 cluster' if want is tp2_reference else 'cascade run'}; "
                   f"{transfers} transfers, {moved / tokens:.0f} KV bytes per token")
@@ -1514,24 +1503,34 @@ def test_disaggregation_parity():
             check_local_prefill(local, prompts)
 
 
+def serve_disaggregated(yaml, prompts, want, label):
+    """Serves `prompts` greedily through the cluster of `yaml`: ids equal `want`'s, with
+    speculation, and the decode replica finished them all. The log, and from /metrics the
+    KV transfers, their bytes and their positions."""
+    with cluster_from_yaml(yaml) as (address, _, log_path):
+        for p in prompts:
+            got = generate(address, *p, "--temperature", "0", "--max-tokens", "32", "--ignore-eos")
+            assert got["token_ids"] == want[p], f"{label} {p}: {got['token_ids']} != {want[p]}"
+            assert got.get("speculative", {}).get("steps", 0) > 0, got
+        rc, st = status(address)
+        metrics = metrics_text(log_path)
+        log = open(log_path).read()
+    assert rc == 0, st
+    rows = re.findall(r"replica (\d+) \((\w+)\): .*?finished (\d+)", st)
+    assert [(role, int(done)) for _, role, done in rows] == [("prefill", 0), ("decode", len(prompts))], st
+    value = lambda name: float(re.search(rf"^{name} (\S+)", metrics, re.M).group(1))  # noqa: E731
+    return (log, int(value("cascade_kv_transfer_bytes_count")), value("cascade_kv_transfer_bytes_sum"),
+            int(value("cascade_kv_transfer_tokens_total")))
+
+
 def check_local_prefill(want, prompts):
     """Conditional disaggregation (parallel.disaggregation.local_prefill_tokens: 16): the
     two short prompts (5 and 11 tokens) are prefilled on the decode replica and move no KV,
     the long one (55) moves its KV; the greedy ids stay `cascade run`'s."""
     yaml = disagg_yaml(STORIES, (1, 1), (1, 2)).replace("}}}\n", "}, local_prefill_tokens: 16}}\n", 1)
-    with cluster_from_yaml(yaml) as (address, _, log_path):
-        assert "prompts of <= 16 tokens prefilled on the decode side" in open(log_path).read()
-        for p in prompts:
-            got = generate(address, *p, "--temperature", "0", "--max-tokens", "32", "--ignore-eos")
-            assert got["token_ids"] == want[p], f"local prefill {p}: {got['token_ids']} != {want[p]}"
-        rc, st = status(address)
-        metrics = metrics_text(log_path)
-    assert rc == 0, st
-    rows = re.findall(r"replica (\d+) \((\w+)\): .*?finished (\d+)", st)
-    assert [(role, int(done)) for _, role, done in rows] == [("prefill", 0), ("decode", len(prompts))], st
-    transfers = int(re.search(r"^cascade_kv_transfer_bytes_count (\d+)", metrics, re.M).group(1))
-    tokens = int(re.search(r"^cascade_kv_transfer_tokens_total (\d+)", metrics, re.M).group(1))
-    assert (transfers, tokens) == (1, 55), metrics
+    log, transfers, _, tokens = serve_disaggregated(yaml, prompts, want, "local prefill")
+    assert "prompts of <= 16 tokens prefilled on the decode side" in log, log
+    assert (transfers, tokens) == (1, 55), (transfers, tokens)
     print("stories260K with local_prefill_tokens 16: identical to cascade run; the 5- and 11-token prompts "
           "prefilled on the decode replica, only the 55-token prompt's KV moved (1 transfer, 55 positions)")
 
