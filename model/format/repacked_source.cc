@@ -32,8 +32,8 @@ const TensorInfo* RepackedSource::FindTensor(std::string_view name) const {
 void RepackedSource::ReleasePages(const TensorView& view) const {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto it = cache_.begin(); it != cache_.end(); ++it) {
-    if (!it->second.empty() && it->second.data() == view.data) {
-      cache_.erase(it);
+    if (!it->second.bytes.empty() && it->second.bytes.data() == view.data) {
+      if (--it->second.readers <= 0) cache_.erase(it);
       return;
     }
   }
@@ -55,7 +55,8 @@ absl::StatusOr<TensorView> RepackedSource::ReadRows(std::string_view name, int64
                                         ") are outside [0, ", n_out, ")"));
   }
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<uint8_t>& rows = cache_[{info.name, row_begin, row_end}];
+  Cached& cached = cache_[{info.name, row_begin, row_end}];
+  std::vector<uint8_t>& rows = cached.bytes;
   if (rows.empty() && row_end > row_begin) {
     rows.resize(static_cast<size_t>((row_end - row_begin) * RowBytes(info.dtype, n_in)));
     if (absl::Status s = Repack(info, row_begin, row_end, rows.data()); !s.ok()) {
@@ -63,6 +64,7 @@ absl::StatusOr<TensorView> RepackedSource::ReadRows(std::string_view name, int64
       return s;
     }
   }
+  ++cached.readers;
   return TensorView(rows.data(), info.dtype, {row_end - row_begin, n_in});
 }
 

@@ -1,10 +1,12 @@
 // A WeightSource over a checkpoint's stored tensors that shows some of them, repacked, as
 // ordinary tensors of one of Cascade's block types: GPTQ/AWQ triples as I4_G128
-// (int4_checkpoint.h), FP8 weights and their scales as F8_E4M3_B128 (fp8_checkpoint.h).
-// A subclass registers each virtual tensor with the stored tensors behind it (hidden from
-// then on) and repacks rows on demand; this class answers the WeightSource calls: rows
-// are repacked on first read under a lock and cached until released (ReleasePages) or the
-// source is destroyed. Other tensors pass through.
+// (int4_checkpoint.h), FP8 weights and their scales as F8_E4M3_B128 (fp8_checkpoint.h),
+// Quark MXFP4 as GGUF mxfp4 (mxfp4_checkpoint.h). A subclass registers each virtual tensor
+// with the stored tensors behind it (hidden from then on) and repacks rows on demand; this
+// class answers the WeightSource calls: rows are repacked on first read under a lock and
+// cached until every reader of them released them (ReleasePages) or the source is
+// destroyed. Tensor-parallel ranks loading in one process read the same rows at once, so
+// one rank's release must not free what another still reads. Other tensors pass through.
 // Thread-safe after Finish().
 #pragma once
 
@@ -50,7 +52,11 @@ class RepackedSource : public WeightSource {
   absl::flat_hash_set<std::string> hidden_;  // The stored tensors behind virtual_.
   std::vector<TensorInfo> tensors_;
   mutable std::mutex mu_;
-  mutable std::map<std::tuple<std::string, int64_t, int64_t>, std::vector<uint8_t>> cache_;
+  struct Cached {
+    std::vector<uint8_t> bytes;
+    int readers = 0;  // ReadRows calls not yet released.
+  };
+  mutable std::map<std::tuple<std::string, int64_t, int64_t>, Cached> cache_;
 };
 
 }  // namespace cascade::model
