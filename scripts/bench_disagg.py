@@ -4,7 +4,8 @@ scripts/netns_hosts.py has the hosts and their shaped link). Same cores on both 
 CPU worker of THREADS threads per host. Aggregated: two data-parallel replicas, one per host.
 Disaggregated: a prefill replica on host 0 and a decode replica on host 1, the KV of every
 request longer than LOCAL_PREFILL_TOKENS moving over the link (UCX over TCP); shorter
-prompts are prefilled on the decode replica (parallel.disaggregation.local_prefill_tokens). The coordinator and the client sit in host 0.
+prompts are prefilled on the decode replica (parallel.disaggregation.local_prefill_tokens).
+The coordinator and the client sit in host 0.
 
 The load (scripts/openai_load.py mixed): STREAMS clients decode back to back (PROMPT_TOKENS
 prompts, MAX_TOKENS tokens each) while a LONG_PROMPT_TOKENS prompt arrives every LONG_EVERY_S
