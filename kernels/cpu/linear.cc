@@ -13,6 +13,15 @@
 #include "kernels/cpu_features.h"
 
 namespace cascade::kernels::cpu {
+namespace internal {
+
+// Measured in linear_packed_avx512.cc; the AVX2 packed kernels use the same distance.
+int64_t PackedPrefetchBytes() {
+  static const int64_t bytes = GetCpuFeatures().amd ? 6656 : 16384;
+  return bytes;
+}
+
+}  // namespace internal
 namespace {
 
 using internal::GemmArgs;

@@ -41,7 +41,8 @@ using GemmFn = void (*)(const GemmArgs& args, int64_t row_begin, int64_t row_end
 // batch-1 decode waiting on memory, and into L1 that far ahead evicts the lines in use.
 inline constexpr int64_t kPrefetchBytes = 16384;
 // The same for the packed kernels' one stream per group of 16 rows, chosen once by vendor
-// (measurements in linear_packed_avx512.cc): 16 KiB on Intel, 6.5 KiB on AMD.
+// (measurements in linear_packed_avx512.cc): 16 KiB on Intel, 6.5 KiB on AMD. The AVX2
+// packed kernels use it too.
 int64_t PackedPrefetchBytes();
 // Quantizes x [n] (n a multiple of 32) to quants [n], scales and sums [n / 32].
 using QuantQ8BlockFn = void (*)(const float* x, int64_t n, int8_t* q, float* d, float* s);
@@ -72,6 +73,11 @@ void GemvQ4_1Avx512(const GemmArgs& args, int64_t row_begin, int64_t row_end);
 
 // The dtypes PackedWeight packs (packed_weight.h), for explicit instantiations.
 #define CASCADE_FOR_EACH_PACKED_DTYPE(X) X(DType::kQ8_0) CASCADE_FOR_EACH_CODE_DTYPE(X)
+
+// AVX2 kernels over packed weights of the block-code types (linear_packed_avx2.cc;
+// instantiated for every CASCADE_FOR_EACH_CODE_DTYPE): few tokens and tiles alike.
+template <DType D>
+void GemmPackedAvx2(const GemmArgs& args, int64_t row_begin, int64_t row_end);
 
 // AVX-512 VNNI kernels for 1..5 tokens over packed weights of dtype D
 // (linear_packed_avx512.cc; instantiated for every CASCADE_FOR_EACH_PACKED_DTYPE).

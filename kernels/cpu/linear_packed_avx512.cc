@@ -41,7 +41,6 @@
 
 #include "kernels/cpu/linear_kernels.h"
 #include "kernels/cpu/packed_avx512.h"
-#include "kernels/cpu_features.h"
 
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
@@ -140,11 +139,6 @@ void GemvTokens(const GemmArgs& a, int64_t rb, int64_t re, int64_t t0) {
 }
 
 }  // namespace
-
-int64_t PackedPrefetchBytes() {
-  static const int64_t bytes = GetCpuFeatures().amd ? 6656 : 16384;
-  return bytes;
-}
 
 template <DType D>
 void GemvPackedAvx512(const GemmArgs& a, int64_t rb, int64_t re) {

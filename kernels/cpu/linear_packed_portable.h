@@ -1,8 +1,7 @@
-// Private to kernels/cpu/linear_generic.cc and linear_avx2.cc: the portable kernel over
-// packed weights of the block-code types (packed_weight.h), in plain C++ written so that
-// the compiler vectorises it across the 16 rows of a group. linear_generic.cc compiles it
-// for the baseline ISA (the reference the AVX-512 kernels are tested against), and
-// linear_avx2.cc for AVX2 + FMA, where it is the packed kernel of AVX2-only CPUs.
+// Private to kernels/cpu/linear_generic.cc: the portable kernel over packed weights of the
+// block-code types (packed_weight.h), in plain C++ written so that the compiler vectorises
+// it across the 16 rows of a group, for the baseline ISA (the reference the AVX2 and
+// AVX-512 kernels are tested against).
 //
 // Per group and block: the 16 rows x 32 codes are unpacked once into values V (int16,
 // element-major so that row i is the inner index), then every token's int8 activations

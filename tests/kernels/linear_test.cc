@@ -285,25 +285,32 @@ std::vector<Case> Cases() {
   return cases;
 }
 
-// Packed weights on every ISA path (AVX-512 VNNI: the packed kernels; below it, the
-// portable packed kernel). n_out 37 / 53 / 16 / 1: a partial last group of 16 rows, one
-// full group, a single row; n_in 96 / 288 / 1600 / 32: 3, 9, 50 (two tile chunks) and 1
-// blocks, odd block counts; 1..5 tokens take the matrix-vector kernels, 8 and 17 the tiles.
+// Packed weights on every ISA path (AVX-512 VNNI and AVX2: the packed kernels, AVX2 for the
+// block-code types only; below them, the portable packed kernel). n_out 37 / 53 / 16 / 1: a
+// partial last group of 16 rows, one full group, a single row; n_in 96 / 288 / 1600 / 32: 3,
+// 9, 50 (two tile chunks) and 1 blocks, odd block counts (super-block types: 256 and 1792,
+// 8 and 56 blocks, two tile chunks); 1..5 tokens take the matrix-vector kernels, 8 and 17
+// the tiles. Q4_K (stored min), Q6_K (6-bit codes, a scale per 16) and MXFP4 (a signed
+// table) stand for the block-code types here; tests/quant/quant_types_test.cc has them all.
 std::vector<Case> PackedCases() {
   std::vector<Case> cases;
-  for (DType d : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1}) {
+  for (DType d : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K, DType::kQ6_K, DType::kMXFP4}) {
+    const bool super = BlockElems(d) == 256;
+    const std::vector<int64_t> n_ins =
+        super ? std::vector<int64_t>{256, 1792} : std::vector<int64_t>{96, 288, 1600, 32};
+    const int64_t n_in_wide = super ? 512 : 576;
     for (CpuIsa isa : kAllCpuIsas) {
       if (!CpuSupportsIsa(isa)) continue;
       for (int64_t n_tokens : {1, 2, 3, 4, 5, 8, 17}) {
-        for (int64_t n_in : {96, 288, 1600, 32}) {
+        for (int64_t n_in : n_ins) {
           cases.push_back({d, isa, n_tokens, 37, n_in, 1, true});
           cases.push_back({d, isa, n_tokens, 53, n_in, 2, true});
         }
-        cases.push_back({d, isa, n_tokens, 16, 576, 1, true});
-        cases.push_back({d, isa, n_tokens, 1, 576, 1, true});
+        cases.push_back({d, isa, n_tokens, 16, n_in_wide, 1, true});
+        cases.push_back({d, isa, n_tokens, 1, n_in_wide, 1, true});
       }
-      cases.push_back({d, isa, 1, 1000, 576, 2, true});
-      cases.push_back({d, isa, 40, 333, 576, 2, true});
+      cases.push_back({d, isa, 1, 1000, n_in_wide, 2, true});
+      cases.push_back({d, isa, 40, 333, n_in_wide, 2, true});
     }
   }
   return cases;

@@ -1,0 +1,437 @@
+// AVX2 kernels over packed weights (packed_weight.h) of the block-code types: every K type,
+// Q5_0 / Q5_1, IQ4_NL / IQ4_XS and MXFP4 (Q8_0 / Q4_0 / Q4_1 keep their GGUF-layout
+// kernels below AVX-512, linear_avx2.cc). Without these, AVX2-only CPUs ran the portable
+// packed kernel, which unpacks 16 rows x 32 codes to int16 element by element: Q4_K through
+// Llama-3.2-1B's matrices streamed 1.5 GB/s on one core of an AMD EPYC against Q8_0's 16.
+//
+// The layout was made for AVX-512's `vpdpbusd`: a block's 16 rows x 4 consecutive codes per
+// 64 bytes. Here a ymm holds one 8-row half (rows 8 rh .. 8 rh + 7, a dword lane each), so a
+// block is two passes of the same code as the AVX-512 unpacking (packed_avx512.h), 256 bits
+// wide: nibbles by AND and shift, a fifth or third code bit from its 32-bit mask expanded to
+// bytes (one shuffle, AND, compare), bits 4-5 of 6-bit codes by shift and AND, tables by
+// `vpshufb`. AVX2 has no `vpdpbusd`: `vpmaddubsw` multiplies the u8 codes by a broadcast
+// dword of the token's int8 activations into int16 pairs, several of those are summed in
+// int16 while they cannot overflow (Layout::kSum16), and `vpmaddwd` by ones widens to int32.
+// The table types' values are signed, so they go as |v| against the activations carrying
+// v's sign (`vpsignb`), llama.cpp's way. Then, as on AVX-512, per block and half: one FMA of
+// the int32 sums by scale x activation scale, and one of the offset term (the stored min
+// times the activation sum, or the type's fixed multiple of d).
+//
+// Few tokens (decode, verify steps): each block is unpacked and met by every token at once.
+// More: 16 rows x up to 48 blocks are unpacked once into an L1 tile, then tokens stream
+// over it, 4 at a time. Compiled with -mavx2 -mfma -mf16c; called only on such CPUs.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+
+#include "kernels/cpu/linear_kernels.h"
+#include "kernels/cpu/packed_weight.h"
+
+namespace cascade::kernels::cpu::internal {
+namespace {
+
+constexpr int MaxAbs(const int8_t* table) {
+  int m = 0;
+  for (int i = 0; i < 16; ++i) m = std::max(m, table[i] < 0 ? -table[i] : int{table[i]});
+  return m;
+}
+
+template <DType D>
+struct Layout {
+  static constexpr CodeFormat kFormat = CodeFormatOf(D);
+  static constexpr PackedGeometry kGeo = PackedGeometryOf(D);
+  static constexpr int kHalves = PackedWeight::Halves(D);
+  static constexpr bool kTable = kFormat.table != nullptr;
+  static constexpr bool kStoredMin = kFormat.stored_min;
+  // How many `vpmaddubsw` results (each at most 2 x 128 x the largest |code value|) add up
+  // in int16 without overflow: 8 for codes of up to 4 bits, 4 for 5, 2 for 6, 1 for IQ4's
+  // table.
+  static constexpr int kMaxAbs = kTable ? MaxAbs(kFormat.table) : (1 << kFormat.bits) - 1;
+  static constexpr int kSum16 = std::min(8, 32767 / (256 * kMaxAbs));
+  // x = d * V(code) + m with m = kOffsetFactor * (the offset vector): the stored min, or
+  // the type's fixed multiple of d (none for the tables).
+  static constexpr float kOffsetFactor = kStoredMin ? 1.0f : kFormat.min_factor;
+  static constexpr bool kOffset = kStoredMin || kFormat.min_factor != 0.0f;
+};
+
+inline __m256i Load256(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+inline __m256 LoadF16x8(const uint8_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline __m256 LoadU8x8(const uint8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+inline uint32_t Load32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+inline __m256i Bcast(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+// The 32 bits of m as bytes: 0xff where bit j is set, else 0 (AVX2 has no byte masks).
+inline __m256i MaskBytes(uint32_t m) {
+  const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
+                                          2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
+  const __m256i v = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(m)), spread), bit);
+  return _mm256_cmpeq_epi8(v, bit);
+}
+
+// Operands k (elements 4k..4k+3) and 4 + k (16 + 4k..) of rows [8 rh, 8 rh + 8) of the
+// packed block at q (packed_weight.h), one dword lane per row: u8 codes, or the table's
+// signed values. A mask plane's bit 4 i + j of mask 2 k + h belongs to row i, so the
+// 8-row half's 32 bits are the dword at 16 k + 8 h + 4 rh.
+template <DType D>
+inline void UnpackPair(const uint8_t* q, int k, int rh, __m256i& lo, __m256i& hi) {
+  using L = Layout<D>;
+  if constexpr (L::kFormat.bits <= 3) {
+    const __m256i low2 = _mm256_set1_epi8(0x03);
+    lo = _mm256_and_si256(_mm256_srli_epi16(Load256(q + 32 * rh), 2 * k), low2);
+    hi = _mm256_and_si256(_mm256_srli_epi16(Load256(q + 64 + 32 * rh), 2 * k), low2);
+    if constexpr (L::kFormat.bits == 3) {
+      const __m256i four = _mm256_set1_epi8(0x04);
+      lo = _mm256_or_si256(lo, _mm256_and_si256(MaskBytes(Load32(q + 128 + 16 * k + 4 * rh)), four));
+      hi = _mm256_or_si256(hi, _mm256_and_si256(MaskBytes(Load32(q + 128 + 16 * k + 8 + 4 * rh)), four));
+    }
+  } else {
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    const __m256i v = Load256(q + 64 * k + 32 * rh);
+    lo = _mm256_and_si256(v, low4);
+    hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+    if constexpr (L::kFormat.bits == 5) {
+      const __m256i bit = _mm256_set1_epi8(0x10);
+      lo = _mm256_or_si256(lo, _mm256_and_si256(MaskBytes(Load32(q + 256 + 16 * k + 4 * rh)), bit));
+      hi = _mm256_or_si256(hi, _mm256_and_si256(MaskBytes(Load32(q + 256 + 16 * k + 8 + 4 * rh)), bit));
+    } else if constexpr (L::kFormat.bits == 6) {
+      // Bits [2k, 2k + 2) of each byte to [4, 6): a 16-bit shift leaks neighbour bits only
+      // outside 0x30.
+      const __m256i m30 = _mm256_set1_epi8(0x30);
+      const __m256i plo = Load256(q + 256 + 32 * rh), phi = Load256(q + 320 + 32 * rh);
+      const __m256i slo = 2 * k <= 4 ? _mm256_slli_epi16(plo, 4 - 2 * k) : _mm256_srli_epi16(plo, 2 * k - 4);
+      const __m256i shi = 2 * k <= 4 ? _mm256_slli_epi16(phi, 4 - 2 * k) : _mm256_srli_epi16(phi, 2 * k - 4);
+      lo = _mm256_or_si256(lo, _mm256_and_si256(slo, m30));
+      hi = _mm256_or_si256(hi, _mm256_and_si256(shi, m30));
+    }
+    if constexpr (L::kTable) {
+      static constexpr auto kLut = [] {
+        std::array<int8_t, 16> t{};
+        for (int i = 0; i < 16; ++i) t[i] = L::kFormat.table[i];
+        return t;
+      }();
+      const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kLut.data())));
+      lo = _mm256_shuffle_epi8(lut, lo);
+      hi = _mm256_shuffle_epi8(lut, hi);
+    }
+  }
+}
+
+// The 8 rows' (half rh's) scale dw[h] and offset vector ow[h] of each half h of block b
+// (x = dw * V + kOffsetFactor * ow): f16 vectors, or for the super-block types the integer
+// sub-scales times the super-block's f16 d (and -dmin), ggml's own f32 products.
+template <DType D>
+inline void Scales8(const uint8_t* g, int64_t nb, int64_t b, int rh, __m256 dw[2], __m256 ow[2]) {
+  using L = Layout<D>;
+  const uint8_t* s = g + L::kGeo.ScaleAt(nb, b);
+  if constexpr (L::kFormat.sub_scales == SubScales::kNone) {
+    dw[0] = LoadF16x8(s + 16 * rh);
+    ow[0] = L::kStoredMin ? LoadF16x8(s + 32 + 16 * rh) : dw[0];
+  } else {
+    const uint8_t* sup = g + L::kGeo.SuperAt(b / kBlocksPerSuper);
+    const __m256 d = LoadF16x8(sup + 16 * rh);
+    if constexpr (L::kFormat.sub_scales == SubScales::kU8Pair) {
+      dw[0] = _mm256_mul_ps(LoadU8x8(s + 8 * rh), d);
+      ow[0] =
+          _mm256_mul_ps(LoadU8x8(s + 16 + 8 * rh), _mm256_sub_ps(_mm256_setzero_ps(), LoadF16x8(sup + 32 + 16 * rh)));
+    } else if constexpr (L::kFormat.sub_scales == SubScales::kNibbles) {
+      const __m256 m = _mm256_sub_ps(_mm256_setzero_ps(), LoadF16x8(sup + 32 + 16 * rh));
+      for (int h = 0; h < 2; ++h) {
+        const __m256i both =
+            _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s + 16 * h + 8 * rh)));
+        dw[h] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(both, _mm256_set1_epi32(0x0f))), d);
+        ow[h] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(both, 4)), m);
+      }
+    } else {
+      for (int h = 0; h < L::kHalves; ++h) {
+        const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s + 16 * h + 8 * rh));
+        dw[h] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)), d);
+        ow[h] = dw[h];
+      }
+    }
+  }
+}
+
+// The int16 pair products of operand w (u8 codes, or signed table values with wa = |w|)
+// with the broadcast activations x.
+template <DType D>
+inline __m256i Product(__m256i w, __m256i wa, __m256i x) {
+  if constexpr (Layout<D>::kTable) {
+    return _mm256_maddubs_epi16(wa, _mm256_sign_epi8(x, w));
+  } else {
+    return _mm256_maddubs_epi16(w, x);
+  }
+}
+
+inline __m256i Widen(__m256i p16) { return _mm256_madd_epi16(p16, _mm256_set1_epi16(1)); }
+
+// Adds the int16 products p of step k into `part`, and `part` into the int32 `sum` every N
+// steps (k is a constant once the caller's loop is unrolled).
+template <int N>
+inline void Accumulate(int k, __m256i p, __m256i& part, __m256i& sum) {
+  part = k % N == 0 ? p : _mm256_add_epi16(part, p);
+  if (k % N == N - 1) sum = _mm256_add_epi32(sum, Widen(part));
+}
+
+// One half-row's block dot products for one token: sums[h] (int32 per row) of half h,
+// given the 8 operands w[o] (o = k: elements 4k.., o = 4 + k: 16 + 4k..) and |w| for
+// tables, and the token's 32 activations of the block at x.
+template <DType D>
+inline void BlockSums(const __m256i w[8], const __m256i wa[8], const int8_t* x, __m256i sums[2]) {
+  using L = Layout<D>;
+  __m256i part[2];
+  sums[0] = sums[1] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    const __m256i plo = Product<D>(w[k], wa[k], Bcast(x + 4 * k));
+    const __m256i phi = Product<D>(w[4 + k], wa[4 + k], Bcast(x + 16 + 4 * k));
+    if constexpr (L::kHalves == 2) {
+      Accumulate<std::min(4, L::kSum16)>(k, plo, part[0], sums[0]);
+      Accumulate<std::min(4, L::kSum16)>(k, phi, part[1], sums[1]);
+    } else if constexpr (L::kSum16 >= 2) {
+      Accumulate<std::min(4, L::kSum16 / 2)>(k, _mm256_add_epi16(plo, phi), part[0], sums[0]);
+    } else {
+      sums[0] = _mm256_add_epi32(sums[0], _mm256_add_epi32(Widen(plo), Widen(phi)));
+    }
+  }
+}
+
+// acc += the block's contribution for one token: sums scaled by dw x xd, plus the offset.
+template <DType D>
+inline void Scale(const __m256i sums[2], const __m256 dw[2], const __m256 ow[2], float xd, const float* xs,
+                  __m256& acc) {
+  using L = Layout<D>;
+  const __m256 sx = _mm256_set1_ps(xd);
+#pragma GCC unroll 2
+  for (int h = 0; h < L::kHalves; ++h) {
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[h]), _mm256_mul_ps(dw[h], sx), acc);
+    if constexpr (L::kOffset) acc = _mm256_fmadd_ps(ow[h], _mm256_set1_ps(L::kOffsetFactor * xs[h]), acc);
+  }
+}
+
+// |w| of each operand (tables only; the codes are already unsigned).
+template <DType D>
+inline void Magnitudes(const __m256i w[8], __m256i wa[8]) {
+  if constexpr (Layout<D>::kTable) {
+#pragma GCC unroll 8
+    for (int o = 0; o < 8; ++o) wa[o] = _mm256_abs_epi8(w[o]);
+  }
+}
+
+inline void Store(float* o, int rows, __m256 v) {
+  if (rows >= 8) {
+    _mm256_storeu_ps(o, v);
+  } else if (rows > 0) {
+    alignas(32) float tmp[8];
+    _mm256_store_ps(tmp, v);
+    std::copy_n(tmp, rows, o);
+  }
+}
+
+// ---- Few tokens: each block unpacked once, every token meets it ---------------------------
+
+// Rows [r0, r_end) of the group at r0 x tokens [t0, t0 + T).
+template <DType D, int T>
+void GemvGroup(const GemmArgs& a, int64_t r0, int64_t r_end, int64_t t0) {
+  using L = Layout<D>;
+  const int64_t nb = a.n_in / 32;
+  const uint8_t* g = a.w + (r0 / kPackRows) * a.w_row_bytes;
+  const int64_t prefetch = PackedPrefetchBytes(), stream = L::kGeo.StreamBytesPerBlock();
+  __m256 acc[T][2];
+#pragma GCC unroll 4
+  for (int t = 0; t < T; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* pf = g + prefetch + b * stream;
+    for (int64_t l = 0; l < stream; l += 64) _mm_prefetch(reinterpret_cast<const char*>(pf + l), _MM_HINT_T1);
+    const uint8_t* q = g + L::kGeo.QuantAt(b);
+#pragma GCC unroll 2
+    for (int rh = 0; rh < 2; ++rh) {
+      __m256i w[8], wa[8];
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) UnpackPair<D>(q, k, rh, w[k], w[4 + k]);
+      Magnitudes<D>(w, wa);
+      __m256 dw[2], ow[2];
+      Scales8<D>(g, nb, b, rh, dw, ow);
+#pragma GCC unroll 4
+      for (int t = 0; t < T; ++t) {
+        const int64_t tb = (t0 + t) * nb + b;
+        __m256i sums[2];
+        BlockSums<D>(w, wa, a.xq + tb * 32, sums);
+        const float* xs = L::kHalves == 2 ? a.xs16 + 2 * tb : a.xs + tb;
+        Scale<D>(sums, dw, ow, a.xd[tb], xs, acc[t][rh]);
+      }
+    }
+  }
+  const int rows = static_cast<int>(std::min<int64_t>(kPackRows, r_end - r0));
+#pragma GCC unroll 4
+  for (int t = 0; t < T; ++t) {
+    float* o = a.out + (t0 + t) * a.ld_out + r0;
+    Store(o, rows, acc[t][0]);
+    Store(o + 8, rows - 8, acc[t][1]);
+  }
+}
+
+template <DType D, int T>
+void GemvTokens(const GemmArgs& a, int64_t rb, int64_t re, int64_t t0) {
+  for (int64_t r = rb; r < re; r += kPackRows) GemvGroup<D, T>(a, r, re, t0);
+}
+
+template <DType D>
+void Gemv(const GemmArgs& a, int64_t rb, int64_t re) {
+  int64_t t = 0;
+  for (; t + 4 <= a.n_tokens; t += 4) GemvTokens<D, 4>(a, rb, re, t);
+  switch (a.n_tokens - t) {
+    case 3: GemvTokens<D, 3>(a, rb, re, t); break;
+    case 2: GemvTokens<D, 2>(a, rb, re, t); break;
+    case 1: GemvTokens<D, 1>(a, rb, re, t); break;
+    default: break;
+  }
+}
+
+// ---- Many tokens: tiles unpacked once into L1 -------------------------------------------
+
+constexpr int kTileBlocks = 48;  // 16 rows x 48 blocks: 24 KiB of operands.
+constexpr int kTokenGroup = 4;
+
+struct alignas(32) Tile {
+  // Half rh, block b, operand o: 32 bytes (8 rows x 4 codes) at w + ((rh * kTileBlocks + b)
+  // * 8 + o) * 32.
+  uint8_t w[2 * kTileBlocks * 8 * 32];
+  // Scale and offset (already times kOffsetFactor) of half rh, block b, half h, 8 rows.
+  float d[2 * kTileBlocks * 2 * 8];
+  float off[2 * kTileBlocks * 2 * 8];
+  static constexpr int64_t W(int rh, int b) { return (rh * kTileBlocks + b) * 8 * 32; }
+  static constexpr int64_t S(int rh, int b, int h) { return ((rh * kTileBlocks + b) * 2 + h) * 8; }
+};
+
+template <DType D>
+void BuildTile(const GemmArgs& a, int64_t r0, int64_t b0, int n_blk, Tile* tile) {
+  using L = Layout<D>;
+  const int64_t nb = a.n_in / 32;
+  const uint8_t* g = a.w + (r0 / kPackRows) * a.w_row_bytes;
+  for (int b = 0; b < n_blk; ++b) {
+    const uint8_t* q = g + L::kGeo.QuantAt(b0 + b);
+    for (int rh = 0; rh < 2; ++rh) {
+      __m256i w[8];
+      for (int k = 0; k < 4; ++k) UnpackPair<D>(q, k, rh, w[k], w[4 + k]);
+      auto* tw = reinterpret_cast<__m256i*>(tile->w + Tile::W(rh, b));
+      for (int o = 0; o < 8; ++o) _mm256_store_si256(tw + o, w[o]);
+      __m256 dw[2], ow[2];
+      Scales8<D>(g, nb, b0 + b, rh, dw, ow);
+      for (int h = 0; h < L::kHalves; ++h) {
+        _mm256_store_ps(tile->d + Tile::S(rh, b, h), dw[h]);
+        _mm256_store_ps(tile->off + Tile::S(rh, b, h), _mm256_mul_ps(ow[h], _mm256_set1_ps(L::kOffsetFactor)));
+      }
+    }
+  }
+}
+
+// Tokens [t0, t0 + T) x the tile's rows of half rh over its n_blk blocks (from block b0 of
+// the activations); adds into `out` when `accumulate`.
+template <DType D, int T>
+void TileTokens(const GemmArgs& a, const Tile& tile, int rh, int64_t b0, int n_blk, int64_t r0, int rows, int64_t t0,
+                bool accumulate) {
+  using L = Layout<D>;
+  const int64_t nb = a.n_in / 32;
+  __m256 acc[T];
+#pragma GCC unroll 4
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  for (int b = 0; b < n_blk; ++b) {
+    const auto* tw = reinterpret_cast<const __m256i*>(tile.w + Tile::W(rh, b));
+    __m256i w[8], wa[8];
+#pragma GCC unroll 8
+    for (int o = 0; o < 8; ++o) w[o] = _mm256_load_si256(tw + o);
+    Magnitudes<D>(w, wa);
+    __m256 dw[2], ow[2];
+#pragma GCC unroll 2
+    for (int h = 0; h < L::kHalves; ++h) {
+      dw[h] = _mm256_load_ps(tile.d + Tile::S(rh, b, h));
+      ow[h] = _mm256_load_ps(tile.off + Tile::S(rh, b, h));
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) {
+      const int64_t tb = (t0 + t) * nb + b0 + b;
+      __m256i sums[2];
+      BlockSums<D>(w, wa, a.xq + tb * 32, sums);
+      const __m256 sx = _mm256_set1_ps(a.xd[tb]);
+      const float* xs = L::kHalves == 2 ? a.xs16 + 2 * tb : a.xs + tb;
+#pragma GCC unroll 2
+      for (int h = 0; h < L::kHalves; ++h) {
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[h]), _mm256_mul_ps(dw[h], sx), acc[t]);
+        if constexpr (L::kOffset) acc[t] = _mm256_fmadd_ps(ow[h], _mm256_set1_ps(xs[h]), acc[t]);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int t = 0; t < T; ++t) {
+    float* o = a.out + (t0 + t) * a.ld_out + r0 + 8 * rh;
+    const int n = std::min(8, rows - 8 * rh);
+    if (n <= 0) continue;
+    __m256 v = acc[t];
+    if (accumulate) {
+      alignas(32) float prev[8] = {};
+      std::copy_n(o, n, prev);
+      v = _mm256_add_ps(v, _mm256_load_ps(prev));
+    }
+    Store(o, n, v);
+  }
+}
+
+template <DType D>
+void GemmTiled(const GemmArgs& a, int64_t rb, int64_t re) {
+  const int64_t nb = a.n_in / 32;
+  Tile tile;
+  for (int64_t r0 = rb; r0 < re; r0 += kPackRows) {
+    const int rows = static_cast<int>(std::min<int64_t>(kPackRows, re - r0));
+    for (int64_t b0 = 0; b0 < nb; b0 += kTileBlocks) {
+      const int n_blk = static_cast<int>(std::min<int64_t>(kTileBlocks, nb - b0));
+      BuildTile<D>(a, r0, b0, n_blk, &tile);
+      for (int rh = 0; rh < (rows > 8 ? 2 : 1); ++rh) {
+        int64_t t = 0;
+        for (; t + kTokenGroup <= a.n_tokens; t += kTokenGroup) {
+          TileTokens<D, kTokenGroup>(a, tile, rh, b0, n_blk, r0, rows, t, b0 > 0);
+        }
+        switch (a.n_tokens - t) {
+          case 3: TileTokens<D, 3>(a, tile, rh, b0, n_blk, r0, rows, t, b0 > 0); break;
+          case 2: TileTokens<D, 2>(a, tile, rh, b0, n_blk, r0, rows, t, b0 > 0); break;
+          case 1: TileTokens<D, 1>(a, tile, rh, b0, n_blk, r0, rows, t, b0 > 0); break;
+          default: break;
+        }
+      }
+    }
+  }
+}
+
+// Below this many tokens unpacking into a tile costs more than it saves.
+constexpr int64_t kMinTiledTokens = 6;
+
+}  // namespace
+
+template <DType D>
+void GemmPackedAvx2(const GemmArgs& a, int64_t rb, int64_t re) {
+  if (a.n_tokens >= kMinTiledTokens) {
+    GemmTiled<D>(a, rb, re);
+  } else {
+    Gemv<D>(a, rb, re);
+  }
+}
+
+#define CASCADE_GEMM_PACKED_AVX2(D) template void GemmPackedAvx2<D>(const GemmArgs&, int64_t, int64_t);
+CASCADE_FOR_EACH_CODE_DTYPE(CASCADE_GEMM_PACKED_AVX2)
+#undef CASCADE_GEMM_PACKED_AVX2
+
+}  // namespace cascade::kernels::cpu::internal
