@@ -1,4 +1,4 @@
-// AVX2 + FMA + F16C kernels: f32/f16/bf16/FP8 weights (FMA, also used on AVX-512 machines),
+// AVX2 + FMA + F16C kernels: f32/f16/bf16 weights (FMA; FP8 in linear_f8_avx2.cc),
 // the activation quantizer, and Q8_0/Q4_0/Q4_1/I4_G128 integer dot products with `vpmaddubsw`.
 // Compiled with -mavx2 -mfma -mf16c; only called when the CPU has them (linear.cc).
 #include <immintrin.h>
@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "core/fp8.h"
 #include "core/half.h"
 #include "kernels/cpu/linear_kernels.h"
 
@@ -72,31 +71,6 @@ struct LoadBF16 {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
   }
   static float Load1(const uint8_t* w, int64_t k) { return Bf16ToF32(reinterpret_cast<const uint16_t*>(w)[k]); }
-};
-
-// F8_E4M3_B128: eight codes of one 128-block to f32 by bit arithmetic (core/fp8.h's
-// values: normals re-biased from 7 to 127, subnormals m x 2^-9, the sign or-ed in), times
-// the block's scale.
-struct LoadF8 {
-  static __m256 Load8(const uint8_t* w, int64_t k) {
-    const uint8_t* b = w + (k >> 7) * 132;
-    float d;
-    std::memcpy(&d, b, 4);
-    const __m256i u = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 4 + (k & 127))));
-    const __m256i mag = _mm256_and_si256(u, _mm256_set1_epi32(0x7f));
-    const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x80)), 24);
-    const __m256i normal = _mm256_add_epi32(_mm256_slli_epi32(mag, 20), _mm256_set1_epi32(120 << 23));
-    const __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(mag), _mm256_set1_ps(1.0f / 512.0f));
-    const __m256 is_sub = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(8), mag));
-    const __m256 v = _mm256_blendv_ps(_mm256_castsi256_ps(normal), sub, is_sub);
-    return _mm256_mul_ps(_mm256_or_ps(v, _mm256_castsi256_ps(sign)), _mm256_set1_ps(d));
-  }
-  static float Load1(const uint8_t* w, int64_t k) {
-    const uint8_t* b = w + (k >> 7) * 132;
-    float d;
-    std::memcpy(&d, b, 4);
-    return d * E4M3ToF32(b[4 + (k & 127)]);
-  }
 };
 
 // R rows x T tokens of output, full dot products over n_in.
@@ -288,16 +262,22 @@ void Tokens(const GemmArgs& a, int64_t rb, int64_t re, int64_t t0) {
   }
 }
 
+}  // namespace
+
+void GemmF32Avx2(const GemmArgs& a, int64_t rb, int64_t re) { GemmFloatAvx2<LoadF32>(a, rb, re); }
+
+namespace {
+
 KernelTable MakeAvx2() {
   KernelTable t;
-  t.gemm[static_cast<int>(DType::kF32)] = GemmFloatAvx2<LoadF32>;
+  t.gemm[static_cast<int>(DType::kF32)] = GemmF32Avx2;
   t.gemm[static_cast<int>(DType::kF16)] = GemmFloatAvx2<LoadF16>;
   t.gemm[static_cast<int>(DType::kBF16)] = GemmFloatAvx2<LoadBF16>;
   t.gemm[static_cast<int>(DType::kQ8_0)] = GemmQuantAvx2<Kind::kQ8_0>;
   t.gemm[static_cast<int>(DType::kQ4_0)] = GemmQuantAvx2<Kind::kQ4_0>;
   t.gemm[static_cast<int>(DType::kQ4_1)] = GemmQuantAvx2<Kind::kQ4_1>;
   t.gemm[static_cast<int>(DType::kI4_G128)] = GemmQuantAvx2<Kind::kI4G128>;
-  t.gemm[static_cast<int>(DType::kF8_E4M3_B128)] = GemmFloatAvx2<LoadF8>;
+  t.gemm[static_cast<int>(DType::kF8_E4M3_B128)] = GemmF8Avx2;  // linear_f8_avx2.cc
   t.quant_q8_block = QuantQ8BlockAvx2;
   // Packed block-code types: linear_packed_avx2.cc (the portable kernel below it, compiled
   // for AVX2, was 8-10x slower).

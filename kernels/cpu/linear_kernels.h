@@ -59,6 +59,10 @@ struct KernelTable {
 const KernelTable& GenericKernels();  // Complete: every supported dtype.
 const KernelTable& Avx2Kernels();     // linear_avx2.cc
 const KernelTable& Avx512Kernels();   // linear_avx512.cc
+// F32 on AVX2 (linear_avx2.cc) and F8_E4M3_B128 on AVX2 (linear_f8_avx2.cc), entries of
+// Avx2Kernels().
+void GemmF32Avx2(const GemmArgs& a, int64_t row_begin, int64_t row_end);
+void GemmF8Avx2(const GemmArgs& a, int64_t row_begin, int64_t row_end);
 // F8_E4M3_B128 on AVX-512 (linear_f8_avx512.cc), an entry of Avx512Kernels().
 void GemmF8Avx512(const GemmArgs& a, int64_t row_begin, int64_t row_end);
 // F32, F16 and BF16 on AVX-512 (linear_float_avx512.cc), entries of Avx512Kernels().

@@ -1,0 +1,142 @@
+// F8_E4M3_B128 weights on AVX2 + F16C: the AVX-512 kernel's design (linear_f8_avx512.cc)
+// at 256 bits. 16 E4M3 codes become f16 bits in three operations: an E4M3 code's bits moved
+// into an f16's (sign to bit 15, exponent and mantissa to bits 13..7) are the f16 of its
+// value x 2^-8, subnormals included (both formats' subnormals are linear in the code), and
+// a sign-extended byte shifted left by 7 has its sign at bit 15 and a copy at bit 14, which
+// one AND clears. `vcvtph2ps` makes the f32s; each 128-block's products are summed
+// unscaled and added once times its scale x 2^8. (The float tiles' per-8-codes bit
+// arithmetic on f32, with a scale multiply each time, was 2x the operations: Llama-3.2-1B's
+// FP8 matrices streamed ~5 GB/s on one core of an AMD EPYC.) A prefill decodes a block of
+// rows to f32 once and runs the F32 tiles over it. Activations stay f32. The E4M3FN NaN
+// codes (0x7f, 0xff) read as +-480: checkpoints hold none (the quantizers saturate).
+// Compiled with -mavx2 -mfma -mf16c; called only on such CPUs (linear_avx2.cc's table).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/linear_kernels.h"
+
+namespace cascade::kernels::cpu::internal {
+namespace {
+
+constexpr int64_t kMinDecodedTokens = 6;
+constexpr int64_t kDecodedBlockBytes = 256 * 1024;
+
+// 16 codes as f32 values x 2^-8: lo the first 8, hi the next.
+inline void E4M3x16Over256(const uint8_t* codes, __m256& lo, __m256& hi) {
+  const __m256i c = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)));
+  const __m256i h = _mm256_and_si256(_mm256_slli_epi16(c, 7), _mm256_set1_epi16(static_cast<int16_t>(0xbf80)));
+  lo = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
+  hi = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+}
+
+inline float HorizontalSum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// R rows x T tokens of output, full dot products over n_in (a multiple of 128).
+template <int R, int T>
+inline void F8Tile(const GemmArgs& a, int64_t r0, int64_t t0) {
+  __m256 acc[R][T];
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i)
+#pragma GCC unroll 8
+    for (int j = 0; j < T; ++j) acc[i][j] = _mm256_setzero_ps();
+  const uint8_t* w[R];
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i) w[i] = a.w + (r0 + i) * a.w_row_bytes;
+  const float* x[T];
+#pragma GCC unroll 8
+  for (int j = 0; j < T; ++j) x[j] = a.x + (t0 + j) * a.n_in;
+  for (int64_t kb = 0; kb < a.n_in; kb += 128) {
+    const int64_t block = (kb >> 7) * 132;  // f32 scale, then 128 codes.
+    __m256 part[R][T];
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i)
+#pragma GCC unroll 8
+      for (int j = 0; j < T; ++j) part[i][j] = _mm256_setzero_ps();
+    for (int k = 0; k < 128; k += 16) {
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i) {
+        if (k % 64 == 0) _mm_prefetch(reinterpret_cast<const char*>(w[i] + block + k + kPrefetchBytes), _MM_HINT_T1);
+        __m256 lo, hi;
+        E4M3x16Over256(w[i] + block + 4 + k, lo, hi);
+#pragma GCC unroll 8
+        for (int j = 0; j < T; ++j) {
+          part[i][j] = _mm256_fmadd_ps(lo, _mm256_loadu_ps(x[j] + kb + k), part[i][j]);
+          part[i][j] = _mm256_fmadd_ps(hi, _mm256_loadu_ps(x[j] + kb + k + 8), part[i][j]);
+        }
+      }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i) {
+      float d;
+      std::memcpy(&d, w[i] + block, 4);
+      const __m256 scale = _mm256_set1_ps(d * 256.0f);
+#pragma GCC unroll 8
+      for (int j = 0; j < T; ++j) acc[i][j] = _mm256_fmadd_ps(part[i][j], scale, acc[i][j]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i)
+#pragma GCC unroll 8
+    for (int j = 0; j < T; ++j) a.out[(t0 + j) * a.ld_out + r0 + i] = HorizontalSum(acc[i][j]);
+}
+
+template <int R, int T>
+void F8Tokens(const GemmArgs& a, int64_t rb, int64_t re, int64_t t0) {
+  int64_t r = rb;
+  for (; r + R <= re; r += R) F8Tile<R, T>(a, r, t0);
+  for (; r < re; ++r) F8Tile<1, T>(a, r, t0);
+}
+
+// Rows [r0, r1) decoded to f32 (E4M3 value x its block's scale, one rounding) into `out`
+// [r1 - r0, n_in].
+void DecodeRows(const GemmArgs& a, int64_t r0, int64_t r1, float* out) {
+  for (int64_t r = r0; r < r1; ++r, out += a.n_in) {
+    const uint8_t* w = a.w + r * a.w_row_bytes;
+    for (int64_t kb = 0; kb < a.n_in; kb += 128) {
+      const uint8_t* block = w + (kb >> 7) * 132;
+      float d;
+      std::memcpy(&d, block, 4);
+      const __m256 scale = _mm256_set1_ps(d * 256.0f);
+      for (int k = 0; k < 128; k += 16) {
+        __m256 lo, hi;
+        E4M3x16Over256(block + 4 + k, lo, hi);
+        _mm256_storeu_ps(out + kb + k, _mm256_mul_ps(lo, scale));
+        _mm256_storeu_ps(out + kb + k + 8, _mm256_mul_ps(hi, scale));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void GemmF8Avx2(const GemmArgs& a, int64_t rb, int64_t re) {
+  if (a.n_tokens < kMinDecodedTokens) {
+    int64_t t = 0;
+    for (; t + 2 <= a.n_tokens; t += 2) F8Tokens<2, 2>(a, rb, re, t);
+    if (t < a.n_tokens) F8Tokens<4, 1>(a, rb, re, t);
+    return;
+  }
+  // Prefill: as on AVX-512, a block of rows (in L2) decoded once, then the F32 tiles.
+  thread_local std::vector<float> decoded;
+  const int64_t rows = std::max<int64_t>(4, kDecodedBlockBytes / (a.n_in * 4) / 4 * 4);
+  decoded.resize(static_cast<size_t>(rows * a.n_in));
+  for (int64_t r0 = rb; r0 < re; r0 += rows) {
+    const int64_t r1 = std::min(re, r0 + rows);
+    DecodeRows(a, r0, r1, decoded.data());
+    GemmArgs f = a;
+    f.w = reinterpret_cast<const uint8_t*>(decoded.data());
+    f.w_row_bytes = a.n_in * 4;
+    f.out = a.out + r0;
+    GemmF32Avx2(f, 0, r1 - r0);
+  }
+}
+
+}  // namespace cascade::kernels::cpu::internal
