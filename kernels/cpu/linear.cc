@@ -338,12 +338,12 @@ absl::Status Linear(float* out, const float* in, const TensorView& weight, int64
 }
 
 // Q8_0 / Q4_0 / Q4_1 have GGUF-layout kernels for every ISA, and packing pays only with
-// AVX-512; every other type runs packed on every ISA (its GGUF-layout kernel is a slow
-// dequantizing fallback).
+// AVX2 or AVX-512 (packed kernels of their own); every other type runs packed on every ISA
+// (its GGUF-layout kernel is a slow dequantizing fallback).
 bool PackedLayoutPreferred(DType dtype) {
   if (!PackedWeight::Supports(dtype)) return false;
   const bool classic = dtype == DType::kQ8_0 || dtype == DType::kQ4_0 || dtype == DType::kQ4_1;
-  return !classic || ActiveCpuIsa() == CpuIsa::kAvx512;
+  return !classic || ActiveCpuIsa() != CpuIsa::kGeneric;
 }
 
 absl::Status LinearPacked(float* out, const QuantizedActivations& in, const PackedWeight& weight, ThreadPool* pool) {

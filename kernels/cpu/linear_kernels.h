@@ -78,8 +78,8 @@ void GemvQ4_1Avx512(const GemmArgs& args, int64_t row_begin, int64_t row_end);
 // The dtypes PackedWeight packs (packed_weight.h), for explicit instantiations.
 #define CASCADE_FOR_EACH_PACKED_DTYPE(X) X(DType::kQ8_0) CASCADE_FOR_EACH_CODE_DTYPE(X)
 
-// AVX2 kernels over packed weights of the block-code types (linear_packed_avx2.cc;
-// instantiated for every CASCADE_FOR_EACH_CODE_DTYPE): few tokens and tiles alike.
+// AVX2 kernels over packed weights of dtype D (linear_packed_avx2.cc; instantiated for
+// every CASCADE_FOR_EACH_PACKED_DTYPE): few tokens and tiles alike.
 template <DType D>
 void GemmPackedAvx2(const GemmArgs& args, int64_t row_begin, int64_t row_end);
 

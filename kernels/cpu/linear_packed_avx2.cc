@@ -1,8 +1,9 @@
-// AVX2 kernels over packed weights (packed_weight.h) of the block-code types: every K type,
-// Q5_0 / Q5_1, IQ4_NL / IQ4_XS and MXFP4 (Q8_0 / Q4_0 / Q4_1 keep their GGUF-layout
-// kernels below AVX-512, linear_avx2.cc). Without these, AVX2-only CPUs ran the portable
-// packed kernel, which unpacks 16 rows x 32 codes to int16 element by element: Q4_K through
-// Llama-3.2-1B's matrices streamed 1.5 GB/s on one core of an AMD EPYC against Q8_0's 16.
+// AVX2 kernels over packed weights (packed_weight.h): Q8_0 and every block-code type (the
+// K types, Q4_0 / Q4_1 / Q5_0 / Q5_1, IQ4_NL / IQ4_XS, MXFP4). Without them, AVX2-only CPUs
+// ran the block-code types through the portable packed kernel, which unpacks 16 rows x 32
+// codes to int16 element by element (Llama-3.2-1B's Q4_K matrices streamed 1.5 GB/s on one
+// core of an AMD EPYC against Q8_0's 16), and Q8_0 / Q4_0 / Q4_1 through GGUF-layout
+// kernels a row at a time (SmolLM2's Q4_1 matrices: 10 GB/s here against 27 packed).
 //
 // The layout was made for AVX-512's `vpdpbusd`: a block's 16 rows x 4 consecutive codes per
 // 64 bytes. Here a ymm holds one 8-row half (rows 8 rh .. 8 rh + 7, a dword lane each), so a
@@ -12,10 +13,10 @@
 // `vpshufb`. AVX2 has no `vpdpbusd`: `vpmaddubsw` multiplies the u8 codes by a broadcast
 // dword of the token's int8 activations into int16 pairs, several of those are summed in
 // int16 while they cannot overflow (Layout::kSum16), and `vpmaddwd` by ones widens to int32.
-// The table types' values are signed, so they go as |v| against the activations carrying
-// v's sign (`vpsignb`), llama.cpp's way. Then, as on AVX-512, per block and half: one FMA of
-// the int32 sums by scale x activation scale, and one of the offset term (the stored min
-// times the activation sum, or the type's fixed multiple of d).
+// Signed operands (the tables' values, Q8_0's codes - 128) go as |v| against the
+// activations carrying v's sign (`vpsignb`), llama.cpp's way. Then, as on AVX-512, per block
+// and half: one FMA of the int32 sums by scale x activation scale, and one of the offset
+// term (the stored min times the activation sum, or the type's fixed multiple of d).
 //
 // Few tokens (decode, verify steps): each block is unpacked and met by every token at once.
 // More: 16 rows x up to 48 blocks are unpacked once into an L1 tile, then tokens stream
@@ -40,16 +41,19 @@ constexpr int MaxAbs(const int8_t* table) {
 
 template <DType D>
 struct Layout {
-  static constexpr CodeFormat kFormat = CodeFormatOf(D);
+  static constexpr bool kQ8 = D == DType::kQ8_0;  // Its codes stored + 128, as u8.
+  static constexpr CodeFormat kFormat = kQ8 ? CodeFormat{.bits = 8} : CodeFormatOf(D);
   static constexpr PackedGeometry kGeo = PackedGeometryOf(D);
   static constexpr int kHalves = PackedWeight::Halves(D);
   static constexpr bool kTable = kFormat.table != nullptr;
+  // Operands held as signed values (tables, and Q8_0's codes - 128), multiplied as |v|.
+  static constexpr bool kSigned = kTable || kQ8;
   static constexpr bool kStoredMin = kFormat.stored_min;
   // How many `vpmaddubsw` results (each at most 2 x 128 x the largest |code value|) add up
   // in int16 without overflow: 8 for codes of up to 4 bits, 4 for 5, 2 for 6, 1 for IQ4's
-  // table.
-  static constexpr int kMaxAbs = kTable ? MaxAbs(kFormat.table) : (1 << kFormat.bits) - 1;
-  static constexpr int kSum16 = std::min(8, 32767 / (256 * kMaxAbs));
+  // table and Q8_0.
+  static constexpr int kMaxAbs = kQ8 ? 127 : (kTable ? MaxAbs(kFormat.table) : (1 << kFormat.bits) - 1);
+  static constexpr int kSum16 = std::clamp(32767 / (256 * kMaxAbs), 1, 8);
   // x = d * V(code) + m with m = kOffsetFactor * (the offset vector): the stored min, or
   // the type's fixed multiple of d (none for the tables).
   static constexpr float kOffsetFactor = kStoredMin ? 1.0f : kFormat.min_factor;
@@ -90,7 +94,11 @@ inline __m256i MaskBytes(uint32_t m) {
 template <DType D>
 inline void UnpackPair(const uint8_t* q, int k, int rh, __m256i& lo, __m256i& hi) {
   using L = Layout<D>;
-  if constexpr (L::kFormat.bits <= 3) {
+  if constexpr (L::kQ8) {  // 8 chunks of 64 bytes: chunk o holds elements 4 o .. 4 o + 3.
+    const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+    lo = _mm256_xor_si256(Load256(q + 64 * k + 32 * rh), flip);
+    hi = _mm256_xor_si256(Load256(q + 64 * (4 + k) + 32 * rh), flip);
+  } else if constexpr (L::kFormat.bits <= 3) {
     const __m256i low2 = _mm256_set1_epi8(0x03);
     lo = _mm256_and_si256(_mm256_srli_epi16(Load256(q + 32 * rh), 2 * k), low2);
     hi = _mm256_and_si256(_mm256_srli_epi16(Load256(q + 64 + 32 * rh), 2 * k), low2);
@@ -170,7 +178,7 @@ inline void Scales8(const uint8_t* g, int64_t nb, int64_t b, int rh, __m256 dw[2
 // with the broadcast activations x.
 template <DType D>
 inline __m256i Product(__m256i w, __m256i wa, __m256i x) {
-  if constexpr (Layout<D>::kTable) {
+  if constexpr (Layout<D>::kSigned) {
     return _mm256_maddubs_epi16(wa, _mm256_sign_epi8(x, w));
   } else {
     return _mm256_maddubs_epi16(w, x);
@@ -223,10 +231,10 @@ inline void Scale(const __m256i sums[2], const __m256 dw[2], const __m256 ow[2],
   }
 }
 
-// |w| of each operand (tables only; the codes are already unsigned).
+// |w| of each operand (signed operands only; the codes are already unsigned).
 template <DType D>
 inline void Magnitudes(const __m256i w[8], __m256i wa[8]) {
-  if constexpr (Layout<D>::kTable) {
+  if constexpr (Layout<D>::kSigned) {
 #pragma GCC unroll 8
     for (int o = 0; o < 8; ++o) wa[o] = _mm256_abs_epi8(w[o]);
   }
@@ -431,7 +439,7 @@ void GemmPackedAvx2(const GemmArgs& a, int64_t rb, int64_t re) {
 }
 
 #define CASCADE_GEMM_PACKED_AVX2(D) template void GemmPackedAvx2<D>(const GemmArgs&, int64_t, int64_t);
-CASCADE_FOR_EACH_CODE_DTYPE(CASCADE_GEMM_PACKED_AVX2)
+CASCADE_FOR_EACH_PACKED_DTYPE(CASCADE_GEMM_PACKED_AVX2)
 #undef CASCADE_GEMM_PACKED_AVX2
 
 }  // namespace cascade::kernels::cpu::internal
