@@ -218,16 +218,20 @@ inline void BlockSums(const __m256i w[8], const __m256i wa[8], const int8_t* x, 
   }
 }
 
-// acc += the block's contribution for one token: sums scaled by dw x xd, plus the offset.
+// The block's contribution for one token, in the AVX-512 kernels' order of operations (so
+// that, for the unsigned codes, both give the same bits): acc += each half's sums times
+// dw x xd, then oacc += each half's offset vector times its activation sum.
 template <DType D>
-inline void Scale(const __m256i sums[2], const __m256 dw[2], const __m256 ow[2], float xd, const float* xs,
-                  __m256& acc) {
+inline void Scale(const __m256i sums[2], const __m256 dw[2], const __m256 ow[2], float xd, const float* xs, __m256& acc,
+                  __m256& oacc) {
   using L = Layout<D>;
   const __m256 sx = _mm256_set1_ps(xd);
 #pragma GCC unroll 2
-  for (int h = 0; h < L::kHalves; ++h) {
+  for (int h = 0; h < L::kHalves; ++h)
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[h]), _mm256_mul_ps(dw[h], sx), acc);
-    if constexpr (L::kOffset) acc = _mm256_fmadd_ps(ow[h], _mm256_set1_ps(L::kOffsetFactor * xs[h]), acc);
+  if constexpr (L::kOffset) {
+#pragma GCC unroll 2
+    for (int h = 0; h < L::kHalves; ++h) oacc = _mm256_fmadd_ps(ow[h], _mm256_set1_ps(xs[h]), oacc);
   }
 }
 
@@ -259,9 +263,9 @@ void GemvGroup(const GemmArgs& a, int64_t r0, int64_t r_end, int64_t t0) {
   const int64_t nb = a.n_in / 32;
   const uint8_t* g = a.w + (r0 / kPackRows) * a.w_row_bytes;
   const int64_t prefetch = PackedPrefetchBytes(), stream = L::kGeo.StreamBytesPerBlock();
-  __m256 acc[T][2];
+  __m256 acc[T][2], oacc[T][2];
 #pragma GCC unroll 4
-  for (int t = 0; t < T; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+  for (int t = 0; t < T; ++t) acc[t][0] = acc[t][1] = oacc[t][0] = oacc[t][1] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* pf = g + prefetch + b * stream;
     for (int64_t l = 0; l < stream; l += 64) _mm_prefetch(reinterpret_cast<const char*>(pf + l), _MM_HINT_T1);
@@ -280,7 +284,7 @@ void GemvGroup(const GemmArgs& a, int64_t r0, int64_t r_end, int64_t t0) {
         __m256i sums[2];
         BlockSums<D>(w, wa, a.xq + tb * 32, sums);
         const float* xs = L::kHalves == 2 ? a.xs16 + 2 * tb : a.xs + tb;
-        Scale<D>(sums, dw, ow, a.xd[tb], xs, acc[t][rh]);
+        Scale<D>(sums, dw, ow, a.xd[tb], xs, acc[t][rh], oacc[t][rh]);
       }
     }
   }
@@ -288,8 +292,9 @@ void GemvGroup(const GemmArgs& a, int64_t r0, int64_t r_end, int64_t t0) {
 #pragma GCC unroll 4
   for (int t = 0; t < T; ++t) {
     float* o = a.out + (t0 + t) * a.ld_out + r0;
-    Store(o, rows, acc[t][0]);
-    Store(o + 8, rows - 8, acc[t][1]);
+    const __m256 factor = _mm256_set1_ps(L::kOffsetFactor);
+    Store(o, rows, L::kOffset ? _mm256_fmadd_ps(oacc[t][0], factor, acc[t][0]) : acc[t][0]);
+    Store(o + 8, rows - 8, L::kOffset ? _mm256_fmadd_ps(oacc[t][1], factor, acc[t][1]) : acc[t][1]);
   }
 }
 
@@ -377,10 +382,14 @@ void TileTokens(const GemmArgs& a, const Tile& tile, int rh, int64_t b0, int n_b
       BlockSums<D>(w, wa, a.xq + tb * 32, sums);
       const __m256 sx = _mm256_set1_ps(a.xd[tb]);
       const float* xs = L::kHalves == 2 ? a.xs16 + 2 * tb : a.xs + tb;
+      // Both halves' products, then both offsets: the AVX-512 tiles' order.
 #pragma GCC unroll 2
       for (int h = 0; h < L::kHalves; ++h) {
         acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[h]), _mm256_mul_ps(dw[h], sx), acc[t]);
-        if constexpr (L::kOffset) acc[t] = _mm256_fmadd_ps(ow[h], _mm256_set1_ps(xs[h]), acc[t]);
+      }
+      if constexpr (L::kOffset) {
+#pragma GCC unroll 2
+        for (int h = 0; h < L::kHalves; ++h) acc[t] = _mm256_fmadd_ps(ow[h], _mm256_set1_ps(xs[h]), acc[t]);
       }
     }
   }

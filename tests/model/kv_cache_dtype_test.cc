@@ -32,9 +32,12 @@ std::unique_ptr<LocalEngine> Engine(const std::string& path, DType kv) {
 // whose rounding of each K/V element (up to 2^-4 relative, against f16's 2^-11 and q8_0's
 // ~2^-8 of its block's max) moves near-tied logits further. Measured with ten choices of
 // the K and V scales from 1/16 to 2 that keep this model's K and V (max 21 and 12.8) in
-// range: 147-155/160 exact, the largest gap per choice 0.76 (unit scales) to 1.65 nats,
-// so its allowance is 2 nats.
-constexpr double kFp8TieNats = 2.0;
+// range: 147-155/160 exact, the largest gap per choice 0.76 (unit scales) to 1.65 nats.
+// Two of Cascade's own kernel sets that differ only in f32 summation order (portable over
+// GGUF rows, AVX2 over packed rows) put llama.cpp's token 1.65 and 2.83 nats below their
+// best at one position (case 0, position 5; 0 nats with a q8_0 cache), so its allowance is
+// 3 nats.
+constexpr double kFp8TieNats = 3.0;
 TEST(KvCacheDTypeTest, SmolLM2MatchesLlamaCppGreedyWithEveryKvType) {
   CASCADE_REQUIRE_FILE(path, testing::DefaultModelPath());
   int64_t f32_bytes = 0;

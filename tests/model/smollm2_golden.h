@@ -8,8 +8,12 @@ namespace cascade::model::testing_golden {
 
 // SmolLM2 amplifies a 1e-7 input change to ~1.3% relative L2 in its logits (see
 // tests/model/tp_transformer_test.cc); with logits up to ~25 one token moves by up to
-// ~0.7 nats between two implementations that round activations differently.
-inline constexpr double kTieNats = 0.75;
+// ~0.8 nats between two implementations that round activations differently. Measured
+// between two of Cascade's own kernel sets that differ only in f32 summation order (the
+// portable kernels over GGUF rows, and AVX2's over packed rows), teacher-forced over these
+// goldens with a q8_0 KV cache: 0.78 nats at one position (case 3, position 13), where
+// llama.cpp's token is the first's best and 0.78 nats below the second's. Hence 1 nat.
+inline constexpr double kTieNats = 1.0;
 
 struct GoldenAgreement {
   int exact = 0;       // Teacher-forced positions whose argmax is llama.cpp's token.

@@ -418,14 +418,18 @@ TEST(TpTransformerTest, Tinystories656kMatchesSingleRank) {
 // and through 30 layers a 1e-7 relative perturbation of TP=1's own input moves its hidden
 // state by ~1.3e-2 (SmolLm2Tp2HiddenWithinQuantNoise below measures both), which shows in
 // the logits (max |logit| ~25-30) as up to ~0.6 per logit, ~2% of the largest. A tie is
-// then a top-two gap below 4% of the largest |logit| (twice that noise); logits stay
-// within 5e-2 relative L2 (measured <= 2.7e-2).
+// then a top-two gap below 4% of the largest |logit| (twice that noise), and the logits'
+// RMS difference stays below 3% of the largest |logit| (measured <= 2.0%). Not the
+// relative L2 of the whole vector: the noise is absolute (~50-100 in L2 over 49152 logits),
+// and a flat step's small norm inflates the ratio (0.13 at a step whose logits' norm is 745
+// against 2000-4000 elsewhere, with AVX2's packed kernels, while every id matched).
 TEST(TpTransformerTest, SmolLm2Tp2GreedyMatches) {
   CASCADE_REQUIRE_FILE(path, testing::DefaultModelPath());
   auto files = OpenModelFiles(path);
   ASSERT_TRUE(files.ok()) << files.status();
   constexpr int kDecode = 16;
-  constexpr double kTieFraction = 0.04;  // Of the largest |logit| at that step.
+  constexpr double kTieFraction = 0.04;    // Of the largest |logit| at that step.
+  constexpr double kNoiseFraction = 0.03;  // The RMS logit difference, likewise.
   const std::vector<int32_t> prompt = Prompt(20, files->config.n_vocab);
   absl::StatusOr<Trace> ref = RunSingle(*files, prompt, kDecode);
   ASSERT_TRUE(ref.ok()) << ref.status();
@@ -433,22 +437,27 @@ TEST(TpTransformerTest, SmolLm2Tp2GreedyMatches) {
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(got[r].ok()) << "rank " << r << ": " << got[r].status();
   double worst = 0;
   for (size_t s = 0; s < ref->ids.size(); ++s) {
-    const double e = RelL2(ref->logits[s], got[0]->logits[s]);
+    const std::vector<float>& l = ref->logits[s];
+    double max_abs = 0, diff2 = 0;
+    for (size_t i = 0; i < l.size(); ++i) {
+      max_abs = std::max(max_abs, double(std::fabs(l[i])));
+      diff2 += (double{l[i]} - got[0]->logits[s][i]) * (double{l[i]} - got[0]->logits[s][i]);
+    }
+    const double e = std::sqrt(diff2 / static_cast<double>(l.size())) / max_abs;
     worst = std::max(worst, e);
     EXPECT_EQ(got[1]->logits[s], got[0]->logits[s]) << "ranks differ at step " << s;
     if (got[0]->ids[s] != ref->ids[s]) {
-      const std::vector<float>& l = ref->logits[s];
       const double gap = l[ref->ids[s]] - l[got[0]->ids[s]];
-      double max_abs = 0;
-      for (float x : l) max_abs = std::max(max_abs, double(std::fabs(x)));
       EXPECT_LT(gap, kTieFraction * max_abs)
           << "step " << s << ": TP=2 picked " << got[0]->ids[s] << ", TP=1 " << ref->ids[s];
       std::printf("[ info ] diverged at step %zu within a tie (gap %.3g)\n", s, gap);
       break;
     }
-    EXPECT_LT(e, 5e-2) << "step " << s;
+    EXPECT_LT(e, kNoiseFraction) << "step " << s;
   }
-  std::printf("[ info ] SmolLM2 TP=2: worst relative L2 vs TP=1 %.3g over matching steps\n", worst);
+  std::printf(
+      "[ info ] SmolLM2 TP=2: worst RMS logit difference vs TP=1 %.3g of the largest |logit|, over matching steps\n",
+      worst);
 }
 
 // Backend memory the host cannot touch between ops (the GPU's contract): every weight,
