@@ -375,7 +375,7 @@ def test_chat_session():
     with cluster(SMOL, 1) as (address, _, _):
         p = subprocess.run([CASCADE, "chat", "--server", address, "--system", "You are a helpful assistant.",
                             "--temperature", "0", "--max-tokens", "24"],
-                           input="What is the capital of France?\nAnd of Italy?\n\n", capture_output=True, text=True,
+                           input="What is the capital of France? Answer in English.\nAnd of Italy?\n\n", capture_output=True, text=True,
                            timeout=120)
         assert p.returncode == 0, p.stderr
         answers = [line for line in p.stdout.splitlines() if line.strip()]

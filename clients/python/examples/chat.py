@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Streams a chat with a Cascade cluster through cascade-client.
 
-    python3 examples/chat.py --server 127.0.0.1:50051 "What is the capital of France?"
+    python3 examples/chat.py --server 127.0.0.1:50051 "What is the capital of France? Answer in English."
     python3 examples/chat.py --server 127.0.0.1:50051      # interactive: one message a line
 
 Each answer is printed as it is generated; a line of usage follows on stderr.
