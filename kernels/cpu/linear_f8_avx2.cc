@@ -14,15 +14,11 @@
 
 #include <algorithm>
 #include <cstring>
-#include <vector>
 
 #include "kernels/cpu/linear_kernels.h"
 
 namespace cascade::kernels::cpu::internal {
 namespace {
-
-constexpr int64_t kMinDecodedTokens = 6;
-constexpr int64_t kDecodedBlockBytes = 256 * 1024;
 
 // 16 codes as f32 values x 2^-8: lo the first 8, hi the next.
 inline void E4M3x16Over256(const uint8_t* codes, __m256& lo, __m256& hi) {
@@ -124,19 +120,8 @@ void GemmF8Avx2(const GemmArgs& a, int64_t rb, int64_t re) {
     if (t < a.n_tokens) F8Tokens<4, 1>(a, rb, re, t);
     return;
   }
-  // Prefill: as on AVX-512, a block of rows (in L2) decoded once, then the F32 tiles.
-  thread_local std::vector<float> decoded;
-  const int64_t rows = std::max<int64_t>(4, kDecodedBlockBytes / (a.n_in * 4) / 4 * 4);
-  decoded.resize(static_cast<size_t>(rows * a.n_in));
-  for (int64_t r0 = rb; r0 < re; r0 += rows) {
-    const int64_t r1 = std::min(re, r0 + rows);
-    DecodeRows(a, r0, r1, decoded.data());
-    GemmArgs f = a;
-    f.w = reinterpret_cast<const uint8_t*>(decoded.data());
-    f.w_row_bytes = a.n_in * 4;
-    f.out = a.out + r0;
-    GemmF32Avx2(f, 0, r1 - r0);
-  }
+  GemmDecodedRows(
+      a, rb, re, [&](int64_t r0, int64_t r1, float* out) { DecodeRows(a, r0, r1, out); }, GemmF32Avx2);
 }
 
 }  // namespace cascade::kernels::cpu::internal

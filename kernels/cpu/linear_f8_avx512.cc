@@ -9,18 +9,12 @@
 
 #include <algorithm>
 #include <cstring>
-#include <vector>
 
 #include "kernels/cpu/fp8_avx512.h"
 #include "kernels/cpu/linear_kernels.h"
 
 namespace cascade::kernels::cpu::internal {
 namespace {
-
-// From this many tokens on, rows are decoded to f32 once per block and run by the F32
-// tiles; fewer (speculative verification) convert in the tiles.
-constexpr int64_t kMinDecodedTokens = 6;
-constexpr int64_t kDecodedBlockBytes = 256 * 1024;
 
 // R rows x T tokens of output, full dot products over n_in (a multiple of 128). Each
 // 128-block's products are summed unscaled, then added times the block's scale (x 2^8):
@@ -81,8 +75,6 @@ void F8Tokens(const GemmArgs& a, int64_t rb, int64_t re, int64_t t0) {
   for (; r < re; ++r) F8Tile<1, T>(a, r, t0);
 }
 
-}  // namespace
-
 // Rows [r0, r1) decoded to f32 (E4M3 value x its block's scale, one rounding) into `out`
 // [r1 - r0, n_in].
 void DecodeRows(const GemmArgs& a, int64_t r0, int64_t r1, float* out) {
@@ -100,6 +92,8 @@ void DecodeRows(const GemmArgs& a, int64_t r0, int64_t r1, float* out) {
   }
 }
 
+}  // namespace
+
 void GemmF8Avx512(const GemmArgs& a, int64_t rb, int64_t re) {
   if (a.n_tokens == 1) {
     F8Tokens<8, 1>(a, rb, re, 0);
@@ -112,21 +106,8 @@ void GemmF8Avx512(const GemmArgs& a, int64_t rb, int64_t re) {
     if (a.n_tokens - t == 1) F8Tokens<8, 1>(a, rb, re, t);
     return;
   }
-  // Prefill: a block of rows at a time decoded once to f32 (kDecodedBlockBytes, in L2),
-  // then every token over it by the F32 tiles; decoding per tile of tokens instead cost
-  // each weight's conversion n_tokens / 3 times.
-  thread_local std::vector<float> decoded;
-  const int64_t rows = std::max<int64_t>(4, kDecodedBlockBytes / (a.n_in * 4) / 4 * 4);
-  decoded.resize(static_cast<size_t>(rows * a.n_in));
-  for (int64_t r0 = rb; r0 < re; r0 += rows) {
-    const int64_t r1 = std::min(re, r0 + rows);
-    DecodeRows(a, r0, r1, decoded.data());
-    GemmArgs f = a;
-    f.w = reinterpret_cast<const uint8_t*>(decoded.data());
-    f.w_row_bytes = a.n_in * 4;
-    f.out = a.out + r0;
-    GemmF32Avx512(f, 0, r1 - r0);
-  }
+  GemmDecodedRows(
+      a, rb, re, [&](int64_t r0, int64_t r1, float* out) { DecodeRows(a, r0, r1, out); }, GemmF32Avx512);
 }
 
 }  // namespace cascade::kernels::cpu::internal

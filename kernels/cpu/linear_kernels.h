@@ -5,7 +5,9 @@
 // disjoint output rows are safe.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/quant_blocks.h"
@@ -87,6 +89,31 @@ void GemmPackedAvx2(const GemmArgs& args, int64_t row_begin, int64_t row_end);
 // (linear_packed_avx512.cc; instantiated for every CASCADE_FOR_EACH_PACKED_DTYPE).
 template <DType D>
 void GemvPackedAvx512(const GemmArgs& args, int64_t row_begin, int64_t row_end);
+
+// From this many tokens on, the FP8 kernels decode their rows to f32 once and run the F32
+// tiles over them (GemmDecodedRows); fewer convert inside their own tiles.
+inline constexpr int64_t kMinDecodedTokens = 6;
+
+// Rows [rb, re) of a prefill in blocks of about 256 KiB of f32 (they stay in L2): each
+// block decoded once by decode(r0, r1, out) into a per-thread buffer [r1 - r0, n_in], then
+// every token multiplied over it by the F32 kernel `gemm_f32`. Decoding per tile of tokens
+// instead cost each weight's conversion n_tokens / 3 times.
+template <typename Decode>
+void GemmDecodedRows(const GemmArgs& a, int64_t rb, int64_t re, const Decode& decode, GemmFn gemm_f32) {
+  constexpr int64_t kBlockBytes = 256 * 1024;
+  thread_local std::vector<float> decoded;
+  const int64_t rows = std::max<int64_t>(4, kBlockBytes / (a.n_in * 4) / 4 * 4);
+  decoded.resize(static_cast<size_t>(rows * a.n_in));
+  for (int64_t r0 = rb; r0 < re; r0 += rows) {
+    const int64_t r1 = std::min(re, r0 + rows);
+    decode(r0, r1, decoded.data());
+    GemmArgs f = a;
+    f.w = reinterpret_cast<const uint8_t*>(decoded.data());
+    f.w_row_bytes = a.n_in * 4;
+    f.out = a.out + r0;
+    gemm_f32(f, 0, r1 - r0);
+  }
+}
 
 // Portable Q8_K activation quantizer (one super-block per 256 elements).
 void QuantizeQ8K(const float* x, int64_t n, BlockQ8_K* y);
