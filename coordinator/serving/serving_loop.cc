@@ -631,15 +631,20 @@ void ServingLoop::Finish(int64_t seq_id, Active& a, v1::GenerateResponse& last) 
   const int64_t hidden = u->kv_hidden_tokens();
   (void)scheduler_.Finish(seq_id);
   release_.push_back(seq_id);
+  {
+    absl::MutexLock lock(&mu_);
+    ++stats_.finished;
+    stats_.prompt_tokens += static_cast<int64_t>(a.req.prompt.size());
+    stats_.generation_tokens += static_cast<int64_t>(a.generated.size());
+    stats_.kv_narrowed_requests += hidden > 0 ? 1 : 0;
+    stats_.kv_hidden_tokens += hidden;
+    AccumulateStats(spec, &stats_.speculative);
+    PublishStats();
+  }
+  // The last chunk goes after the counts: a client that reads /metrics or `cascade status`
+  // once its answer is whole sees it counted (cluster_kv_sink_window read one narrowed
+  // request of two under load when the chunk went first).
   Push(*a.channel, std::move(last), true);
-  absl::MutexLock lock(&mu_);
-  ++stats_.finished;
-  stats_.prompt_tokens += static_cast<int64_t>(a.req.prompt.size());
-  stats_.generation_tokens += static_cast<int64_t>(a.generated.size());
-  stats_.kv_narrowed_requests += hidden > 0 ? 1 : 0;
-  stats_.kv_hidden_tokens += hidden;
-  AccumulateStats(spec, &stats_.speculative);
-  PublishStats();
 }
 
 void ServingLoop::FailStep(int64_t step_id, const std::vector<int64_t>& seqs, const absl::Status& status) {
