@@ -24,7 +24,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <array>
 #include <cstring>
 
 #include "kernels/cpu/linear_kernels.h"
@@ -87,10 +86,18 @@ inline __m256i MaskBytes(uint32_t m) {
   return _mm256_cmpeq_epi8(v, bit);
 }
 
+// Ors `bit` into the bytes of lo (elements 4k..4k+3 of the 8 rows of half rh) and hi
+// (16+4k..) that the mask plane at `plane` marks: the 5-bit codes' fifth bit, the 3-bit
+// codes' third (packed_avx512.h's AddMaskedBit, for an 8-row half). Mask 2 k + h holds bit
+// 4 i + j for row i, so the half's 32 bits are the dword at 16 k + 8 h + 4 rh.
+inline void AddMaskedBit(const uint8_t* plane, int k, int rh, __m256i bit, __m256i& lo, __m256i& hi) {
+  lo = _mm256_or_si256(lo, _mm256_and_si256(MaskBytes(Load32(plane + 16 * k + 4 * rh)), bit));
+  hi = _mm256_or_si256(hi, _mm256_and_si256(MaskBytes(Load32(plane + 16 * k + 8 + 4 * rh)), bit));
+}
+
 // Operands k (elements 4k..4k+3) and 4 + k (16 + 4k..) of rows [8 rh, 8 rh + 8) of the
 // packed block at q (packed_weight.h), one dword lane per row: u8 codes, or the table's
-// signed values. A mask plane's bit 4 i + j of mask 2 k + h belongs to row i, so the
-// 8-row half's 32 bits are the dword at 16 k + 8 h + 4 rh.
+// signed values.
 template <DType D>
 inline void UnpackPair(const uint8_t* q, int k, int rh, __m256i& lo, __m256i& hi) {
   using L = Layout<D>;
@@ -102,20 +109,14 @@ inline void UnpackPair(const uint8_t* q, int k, int rh, __m256i& lo, __m256i& hi
     const __m256i low2 = _mm256_set1_epi8(0x03);
     lo = _mm256_and_si256(_mm256_srli_epi16(Load256(q + 32 * rh), 2 * k), low2);
     hi = _mm256_and_si256(_mm256_srli_epi16(Load256(q + 64 + 32 * rh), 2 * k), low2);
-    if constexpr (L::kFormat.bits == 3) {
-      const __m256i four = _mm256_set1_epi8(0x04);
-      lo = _mm256_or_si256(lo, _mm256_and_si256(MaskBytes(Load32(q + 128 + 16 * k + 4 * rh)), four));
-      hi = _mm256_or_si256(hi, _mm256_and_si256(MaskBytes(Load32(q + 128 + 16 * k + 8 + 4 * rh)), four));
-    }
+    if constexpr (L::kFormat.bits == 3) AddMaskedBit(q + 128, k, rh, _mm256_set1_epi8(0x04), lo, hi);
   } else {
     const __m256i low4 = _mm256_set1_epi8(0x0f);
     const __m256i v = Load256(q + 64 * k + 32 * rh);
     lo = _mm256_and_si256(v, low4);
     hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
     if constexpr (L::kFormat.bits == 5) {
-      const __m256i bit = _mm256_set1_epi8(0x10);
-      lo = _mm256_or_si256(lo, _mm256_and_si256(MaskBytes(Load32(q + 256 + 16 * k + 4 * rh)), bit));
-      hi = _mm256_or_si256(hi, _mm256_and_si256(MaskBytes(Load32(q + 256 + 16 * k + 8 + 4 * rh)), bit));
+      AddMaskedBit(q + 256, k, rh, _mm256_set1_epi8(0x10), lo, hi);
     } else if constexpr (L::kFormat.bits == 6) {
       // Bits [2k, 2k + 2) of each byte to [4, 6): a 16-bit shift leaks neighbour bits only
       // outside 0x30.
@@ -126,13 +127,9 @@ inline void UnpackPair(const uint8_t* q, int k, int rh, __m256i& lo, __m256i& hi
       lo = _mm256_or_si256(lo, _mm256_and_si256(slo, m30));
       hi = _mm256_or_si256(hi, _mm256_and_si256(shi, m30));
     }
-    if constexpr (L::kTable) {
-      static constexpr auto kLut = [] {
-        std::array<int8_t, 16> t{};
-        for (int i = 0; i < 16; ++i) t[i] = L::kFormat.table[i];
-        return t;
-      }();
-      const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kLut.data())));
+    if constexpr (L::kTable) {  // The table's 16 signed values, one 128-bit load.
+      const __m256i lut =
+          _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(L::kFormat.table)));
       lo = _mm256_shuffle_epi8(lut, lo);
       hi = _mm256_shuffle_epi8(lut, hi);
     }
@@ -220,7 +217,8 @@ inline void BlockSums(const __m256i w[8], const __m256i wa[8], const int8_t* x, 
 
 // The block's contribution for one token, in the AVX-512 kernels' order of operations (so
 // that, for the unsigned codes, both give the same bits): acc += each half's sums times
-// dw x xd, then oacc += each half's offset vector times its activation sum.
+// dw x xd, then oacc += each half's offset vector times its activation sum. The GEMV keeps
+// the offsets apart (scaled by kOffsetFactor at the end); the tiles pass acc as oacc.
 template <DType D>
 inline void Scale(const __m256i sums[2], const __m256 dw[2], const __m256 ow[2], float xd, const float* xs, __m256& acc,
                   __m256& oacc) {
@@ -380,24 +378,16 @@ void TileTokens(const GemmArgs& a, const Tile& tile, int rh, int64_t b0, int n_b
       const int64_t tb = (t0 + t) * nb + b0 + b;
       __m256i sums[2];
       BlockSums<D>(w, wa, a.xq + tb * 32, sums);
-      const __m256 sx = _mm256_set1_ps(a.xd[tb]);
       const float* xs = L::kHalves == 2 ? a.xs16 + 2 * tb : a.xs + tb;
-      // Both halves' products, then both offsets: the AVX-512 tiles' order.
-#pragma GCC unroll 2
-      for (int h = 0; h < L::kHalves; ++h) {
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[h]), _mm256_mul_ps(dw[h], sx), acc[t]);
-      }
-      if constexpr (L::kOffset) {
-#pragma GCC unroll 2
-        for (int h = 0; h < L::kHalves; ++h) acc[t] = _mm256_fmadd_ps(ow[h], _mm256_set1_ps(xs[h]), acc[t]);
-      }
+      // One chain, the AVX-512 tiles': both halves' products, then both offsets (the tile's
+      // are already times kOffsetFactor).
+      Scale<D>(sums, dw, ow, a.xd[tb], xs, acc[t], acc[t]);
     }
   }
 #pragma GCC unroll 4
   for (int t = 0; t < T; ++t) {
     float* o = a.out + (t0 + t) * a.ld_out + r0 + 8 * rh;
-    const int n = std::min(8, rows - 8 * rh);
-    if (n <= 0) continue;
+    const int n = std::min(8, rows - 8 * rh);  // >= 1: GemmTiled runs half 1 only past 8 rows.
     __m256 v = acc[t];
     if (accumulate) {
       alignas(32) float prev[8] = {};
