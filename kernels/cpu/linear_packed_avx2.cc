@@ -8,8 +8,8 @@
 // The layout was made for AVX-512's `vpdpbusd`: a block's 16 rows x 4 consecutive codes per
 // 64 bytes. Here a ymm holds one 8-row half (rows 8 rh .. 8 rh + 7, a dword lane each), so a
 // block is two passes of the same code as the AVX-512 unpacking (packed_avx512.h), 256 bits
-// wide: nibbles by AND and shift, a fifth or third code bit from its 32-bit mask expanded to
-// bytes (one shuffle, AND, compare), bits 4-5 of 6-bit codes by shift and AND, tables by
+// wide: nibbles by AND and shift, a fifth or third code bit and bits 4-5 of 6-bit codes
+// from their planes by shift and AND, tables by
 // `vpshufb`. AVX2 has no `vpdpbusd`: `vpmaddubsw` multiplies the u8 codes by a broadcast
 // dword of the token's int8 activations into int16 pairs, several of those are summed in
 // int16 while they cannot overflow (Layout::kSum16), and `vpmaddwd` by ones widens to int32.
@@ -77,22 +77,21 @@ inline __m256i Bcast(const int8_t* p) {
   return _mm256_set1_epi32(v);
 }
 
-// The 32 bits of m as bytes: 0xff where bit j is set, else 0 (AVX2 has no byte masks).
-inline __m256i MaskBytes(uint32_t m) {
-  const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
-                                          2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
-  const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
-  const __m256i v = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(m)), spread), bit);
-  return _mm256_cmpeq_epi8(v, bit);
-}
+// Bits [p, p + 8) of each byte of v moved to [p + s, ...): a 16-bit shift, which leaks a
+// neighbour byte's bits only where the caller's AND drops them.
+inline __m256i ShiftBits(__m256i v, int s) { return s >= 0 ? _mm256_slli_epi16(v, s) : _mm256_srli_epi16(v, -s); }
 
-// Ors `bit` into the bytes of lo (elements 4k..4k+3 of the 8 rows of half rh) and hi
-// (16+4k..) that the mask plane at `plane` marks: the 5-bit codes' fifth bit, the 3-bit
-// codes' third (packed_avx512.h's AddMaskedBit, for an 8-row half). Mask 2 k + h holds bit
-// 4 i + j for row i, so the half's 32 bits are the dword at 16 k + 8 h + 4 rh.
-inline void AddMaskedBit(const uint8_t* plane, int k, int rh, __m256i bit, __m256i& lo, __m256i& hi) {
-  lo = _mm256_or_si256(lo, _mm256_and_si256(MaskBytes(Load32(plane + 16 * k + 4 * rh)), bit));
-  hi = _mm256_or_si256(hi, _mm256_and_si256(MaskBytes(Load32(plane + 16 * k + 8 + 4 * rh)), bit));
+// Ors bit kPos into the bytes of lo (elements 4k..4k+3 of the 8 rows of half rh) and hi
+// (16+4k..) where the mask plane at `plane` has it: the 5-bit codes' fifth bit (kPos 4), the
+// 3-bit codes' third (2). Byte 4 i + j of the plane holds in bit 2 k + h the bit of code
+// 16 h + 4 k + j of row i (packed_weight.h), so the half's bytes are at 32 rh, and one
+// shift and one AND put an operand's bits in place. The shifts' leaks stay outside kPos:
+// left by at most kPos (into bits below it), right by at most 7 - kPos (into bits above).
+template <int kPos>
+inline void AddMaskedBit(const uint8_t* plane, int k, int rh, __m256i& lo, __m256i& hi) {
+  const __m256i p = Load256(plane + 32 * rh), bit = _mm256_set1_epi8(1 << kPos);
+  lo = _mm256_or_si256(lo, _mm256_and_si256(ShiftBits(p, kPos - 2 * k), bit));
+  hi = _mm256_or_si256(hi, _mm256_and_si256(ShiftBits(p, kPos - 2 * k - 1), bit));
 }
 
 // Operands k (elements 4k..4k+3) and 4 + k (16 + 4k..) of rows [8 rh, 8 rh + 8) of the
@@ -109,14 +108,14 @@ inline void UnpackPair(const uint8_t* q, int k, int rh, __m256i& lo, __m256i& hi
     const __m256i low2 = _mm256_set1_epi8(0x03);
     lo = _mm256_and_si256(_mm256_srli_epi16(Load256(q + 32 * rh), 2 * k), low2);
     hi = _mm256_and_si256(_mm256_srli_epi16(Load256(q + 64 + 32 * rh), 2 * k), low2);
-    if constexpr (L::kFormat.bits == 3) AddMaskedBit(q + 128, k, rh, _mm256_set1_epi8(0x04), lo, hi);
+    if constexpr (L::kFormat.bits == 3) AddMaskedBit<2>(q + 128, k, rh, lo, hi);
   } else {
     const __m256i low4 = _mm256_set1_epi8(0x0f);
     const __m256i v = Load256(q + 64 * k + 32 * rh);
     lo = _mm256_and_si256(v, low4);
     hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
     if constexpr (L::kFormat.bits == 5) {
-      AddMaskedBit(q + 256, k, rh, _mm256_set1_epi8(0x10), lo, hi);
+      AddMaskedBit<4>(q + 256, k, rh, lo, hi);
     } else if constexpr (L::kFormat.bits == 6) {
       // Bits [2k, 2k + 2) of each byte to [4, 6): a 16-bit shift leaks neighbour bits only
       // outside 0x30.

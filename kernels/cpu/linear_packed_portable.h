@@ -29,34 +29,30 @@ inline void UnpackBlock(const uint8_t* q, int16_t v[32][kPackRows]) {
   constexpr CodeFormat f = CodeFormatOf(D);
   // A byte (and a mask) at a time in the layout's order, row i's bytes at 4 i + j, which the
   // compiler vectorises; PackedCode (element by element) is the same reading, several times
-  // slower. Mask 2 k + h holds bit 4 i + j of code 16 h + 4 k + j (packed_weight.h).
-  const auto mask = [q](int offset, int k, int h) {
-    uint64_t m;
-    std::memcpy(&m, q + offset + 8 * (2 * k + h), 8);
-    return m;
-  };
+  // slower. Bit 2 k + h of plane byte 4 i + j is that of code 16 h + 4 k + j of row i
+  // (packed_weight.h).
+  const auto mask = [q](int offset, int i, int j, int k, int h) { return (q[offset + 4 * i + j] >> (2 * k + h)) & 1; };
   if constexpr (f.bits <= 3) {
     for (int h = 0; h < 2; ++h) {
       for (int k = 0; k < 4; ++k) {
-        const uint64_t third = f.bits == 3 ? mask(128, k, h) : 0;
         for (int i = 0; i < kPackRows; ++i) {
           for (int j = 0; j < 4; ++j) {
             const int low = (q[64 * h + 4 * i + j] >> (2 * k)) & 3;
-            v[16 * h + 4 * k + j][i] = static_cast<int16_t>(low | ((third >> (4 * i + j)) & 1) << 2);
+            const int third = f.bits == 3 ? mask(128, i, j, k, h) : 0;
+            v[16 * h + 4 * k + j][i] = static_cast<int16_t>(low | third << 2);
           }
         }
       }
     }
   } else {
     for (int k = 0; k < 4; ++k) {
-      const uint64_t fifth_lo = f.bits == 5 ? mask(256, k, 0) : 0, fifth_hi = f.bits == 5 ? mask(256, k, 1) : 0;
       for (int i = 0; i < kPackRows; ++i) {
         for (int j = 0; j < 4; ++j) {
           const uint8_t byte = q[64 * k + 4 * i + j];
           int lo = byte & 0x0f, hi = byte >> 4;
           if constexpr (f.bits == 5) {
-            lo |= static_cast<int>((fifth_lo >> (4 * i + j)) & 1) << 4;
-            hi |= static_cast<int>((fifth_hi >> (4 * i + j)) & 1) << 4;
+            lo |= mask(256, i, j, k, 0) << 4;
+            hi |= mask(256, i, j, k, 1) << 4;
           } else if constexpr (f.bits == 6) {
             lo |= PackedTwoBits(q + 256, i, 4 * k + j) << 4;
             hi |= PackedTwoBits(q + 256, i, 16 + 4 * k + j) << 4;

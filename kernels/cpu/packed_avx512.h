@@ -35,12 +35,12 @@ struct PackedLayout {
 };
 
 // Adds `bit` to the bytes of lo (elements 4k..4k+3 of the 16 rows) and hi (16+4k..) that
-// the mask plane at `plane` marks (masks 2k and 2k + 1, packed_weight.h): the 5-bit codes'
-// fifth bit, the 3-bit codes' third.
+// the mask plane at `plane` marks (bits 2k and 2k + 1 of its bytes, packed_weight.h): the
+// 5-bit codes' fifth bit, the 3-bit codes' third.
 inline void AddMaskedBit(const uint8_t* plane, int k, __m512i bit, __m512i& lo, __m512i& hi) {
-  uint64_t mlo, mhi;
-  std::memcpy(&mlo, plane + 16 * k, 8);
-  std::memcpy(&mhi, plane + 16 * k + 8, 8);
+  const __m512i p = _mm512_loadu_si512(plane);
+  const __mmask64 mlo = _mm512_test_epi8_mask(p, _mm512_set1_epi8(static_cast<char>(1 << (2 * k))));
+  const __mmask64 mhi = _mm512_test_epi8_mask(p, _mm512_set1_epi8(static_cast<char>(1 << (2 * k + 1))));
   lo = _mm512_mask_add_epi8(lo, mlo, lo, bit);
   hi = _mm512_mask_add_epi8(hi, mhi, hi, bit);
 }

@@ -76,14 +76,12 @@ absl::Status PackScales(DType dtype, const CodeFormat& f, const PackedGeometry& 
 // whole byte or mask at a time: packing runs at load, over every weight.
 void PackRowCodes(const uint8_t code[32], int bits, int i, uint8_t* q) {
   const auto or_mask = [&](uint8_t* plane, int shift) {  // Bit `shift` of each code.
-    for (int h = 0; h < 2; ++h) {
-      for (int k = 0; k < 4; ++k) {
-        uint64_t mask;
-        std::memcpy(&mask, plane + 8 * (2 * k + h), 8);
-        for (int j = 0; j < 4; ++j)
-          mask |= static_cast<uint64_t>((code[16 * h + 4 * k + j] >> shift) & 1) << (4 * i + j);
-        std::memcpy(plane + 8 * (2 * k + h), &mask, 8);
+    for (int j = 0; j < 4; ++j) {
+      int byte = 0;
+      for (int h = 0; h < 2; ++h) {
+        for (int k = 0; k < 4; ++k) byte |= ((code[16 * h + 4 * k + j] >> shift) & 1) << (2 * k + h);
       }
+      plane[4 * i + j] = static_cast<uint8_t>(byte);
     }
   };
   const auto two_bits = [&](uint8_t* plane, int shift) {  // Bits [shift, shift + 2).

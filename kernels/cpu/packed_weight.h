@@ -12,9 +12,10 @@
 //           at 64 k + 4 i holds in its low nibbles the low 4 bits of codes 4k..4k+3 and in
 //           its high nibbles those of codes 16+4k..16+4k+3, so one AND (0x0f / 0xf0) gives
 //           16 rows x 4 consecutive weights. Then the code bits above 4:
-//           5-bit codes: one 64-byte plane of 8 little-endian u64 masks, mask 2 k + h holding
-//             in bit 4 i + j the fifth bit of code 16 h + 4 k + j of row i: the byte order of
-//             the chunk, so an AVX-512 masked add puts the bit in place;
+//           5-bit codes: one 64-byte plane whose byte 4 i + j holds in bit 2 k + h the
+//             fifth bit of code 16 h + 4 k + j of row i: the bytes in the chunk's order, so
+//             AVX-512 tests one bit per operand into a byte mask (`vptestmb`) and AVX2 puts
+//             it in place with one shift and one AND;
 //           6-bit codes: two 64-byte vectors (h = 0, 1) whose byte 4 i + j holds in bits
 //             [2 k, 2 k + 2) bits 4-5 of code 16 h + 4 k + j of row i, so one shift and one
 //             `vpternlogd` per operand put them in place (PackedCode below).
@@ -67,14 +68,12 @@ inline constexpr int kPackRows = 16;
 inline constexpr int kBlocksPerSuper = 8;  // 32-element blocks per 256-weight super-block.
 inline constexpr int kChunkBlocks = 8;     // Blocks per chunk of the group's stream.
 
-// Bit 2k + h... of a mask plane (the 5-bit codes' fifth bit, the 3-bit codes' third) and
-// the 2-bit fields (bits [2 k, 2 k + 2) of byte 4 i + j of 64-byte vector h) for code
-// e = 16 h + 4 k + j of row i (layouts above).
+// The bit of a mask plane (the 5-bit codes' fifth bit, the 3-bit codes' third: bit 2 k + h
+// of byte 4 i + j) and the 2-bit fields (bits [2 k, 2 k + 2) of byte 4 i + j of 64-byte
+// vector h) for code e = 16 h + 4 k + j of row i (layouts above).
 inline int PackedMaskBit(const uint8_t* plane, int i, int e) {
   const int h = e / 16, k = (e % 16) / 4, j = e % 4;
-  uint64_t mask;
-  std::memcpy(&mask, plane + 8 * (2 * k + h), 8);
-  return static_cast<int>((mask >> (4 * i + j)) & 1);
+  return (plane[4 * i + j] >> (2 * k + h)) & 1;
 }
 inline int PackedTwoBits(const uint8_t* plane, int i, int e) {
   const int h = e / 16, k = (e % 16) / 4, j = e % 4;
