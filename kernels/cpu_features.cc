@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -107,6 +108,15 @@ CpuIsa BestCpuIsa() {
     return CpuIsa::kGeneric;
   }();
   return best;
+}
+
+std::string DescribeActiveCpuIsa() {
+  const CpuIsa active = ActiveCpuIsa(), best = BestCpuIsa();
+  std::string d(CpuIsaName(active));
+  if (active == best) return d + " (the best this CPU runs)";
+  const char* env = std::getenv("CASCADE_CPU_ISA");
+  d += env != nullptr ? std::string(" (capped by CASCADE_CPU_ISA=") + env : std::string(" (capped for testing");
+  return d + "; this CPU runs " + std::string(CpuIsaName(best)) + ")";
 }
 
 CpuIsa ActiveCpuIsa() {

@@ -3,6 +3,7 @@
 // atomic, meant for tests that run every path against the others.
 #pragma once
 
+#include <string>
 #include <string_view>
 
 namespace cascade::kernels {
@@ -44,6 +45,11 @@ bool CpuSupportsIsa(CpuIsa isa);
 // variable CASCADE_CPU_ISA (generic | avx2 | avx512, read once) or by
 // `SetMaxCpuIsaForTesting`. Thread-safe (relaxed atomic read).
 CpuIsa ActiveCpuIsa();
+
+// The active level and the rule that chose it, for the log and `cascade info`: "avx2 (the
+// best this CPU runs)", or "generic (capped by CASCADE_CPU_ISA=generic; this CPU runs
+// avx512)". The level moves results by f32 summation order, so it is never left unsaid.
+std::string DescribeActiveCpuIsa();
 
 // Caps the kernels at `isa` (lower levels only; a level above `BestCpuIsa()` is clamped to
 // it) until reset with `BestCpuIsa()`. For tests that compare paths; not for production.

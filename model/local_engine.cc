@@ -8,11 +8,14 @@
 #include "core/clock.h"
 #include "core/status.h"
 #include "core/str_cat.h"
+#include "kernels/cpu_features.h"
 #include "model/format/gguf.h"
 #include "model/format/tokenizer_files.h"
 
 namespace cascade::model {
 namespace {}  // namespace
+
+std::string LocalEngine::CpuKernels() { return kernels::DescribeActiveCpuIsa(); }
 
 absl::StatusOr<std::unique_ptr<LocalEngine>> LocalEngine::Create(const std::string& model_path,
                                                                  const LocalEngineOptions& options) {

@@ -56,6 +56,10 @@ struct GenerateResult {
 
 class LocalEngine {
  public:
+  // The CPU kernel level this machine computes with and the rule that chose it
+  // (kernels::DescribeActiveCpuIsa), for `cascade info`.
+  static std::string CpuKernels();
+
   // Opens the model and its tokenizer and faults the weights in.
   static absl::StatusOr<std::unique_ptr<LocalEngine>> Create(const std::string& model_path,
                                                              const LocalEngineOptions& options);

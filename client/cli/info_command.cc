@@ -1,4 +1,5 @@
-// `cascade info --model PATH [--json]`: the model's config, tensor counts by type, sizes.
+// `cascade info --model PATH [--json]`: the model's config, tensor counts by type, sizes, and
+// the CPU kernel level `cascade run` computes with here.
 #include <cstdio>
 #include <map>
 
@@ -11,6 +12,7 @@
 #include "model/format/gguf.h"
 #include "model/format/model_files.h"
 #include "model/format/tokenizer_files.h"
+#include "model/local_engine.h"
 #include "text/chat_format.h"
 #include "text/tool_calls.h"
 
@@ -93,6 +95,7 @@ int InfoCommand(int argc, char** argv) {
     nlohmann::json j;
     j["chat_format"] = chat_format;
     j["tool_calls"] = tool_calls;
+    j["cpu_kernels"] = model::LocalEngine::CpuKernels();
     j["path"] = *path;
     j["format"] = std::string(model::ModelFormatName(files->format));
     j["config"] = ConfigJson(files->config);
@@ -108,6 +111,7 @@ int InfoCommand(int argc, char** argv) {
   std::fputs(files->config.ToString().c_str(), stdout);
   std::printf("chat format     %s\n", chat_format.c_str());
   std::printf("tool calls      %s\n", tool_calls.c_str());
+  std::printf("cpu kernels     %s\n", model::LocalEngine::CpuKernels().c_str());
   std::printf("tensors         %zu (%.2f M parameters, %.2f MiB)\n", files->weights->tensors().size(),
               total_params / 1e6, total_bytes / 1048576.0);
   for (const auto& [type, cb] : by_type) {

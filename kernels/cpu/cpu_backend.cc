@@ -1,9 +1,11 @@
 // The CPU implementation of kernels::Backend: shape checks, then the row kernels of
 // elementwise.h, attention.h and the quantized matmuls of linear.h on the backend's pool.
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
+#include "core/logging.h"
 #include "core/status.h"
 #include "core/str_cat.h"
 #include "core/thread_pool.h"
@@ -11,6 +13,7 @@
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/quantize.h"
+#include "kernels/cpu_features.h"
 #include "kernels/ops.h"
 
 namespace cascade::kernels {
@@ -313,6 +316,10 @@ class CpuBackend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> MakeCpuBackend(const CpuBackendOptions& options) {
+  // Once per process: the kernel level moves results (f32 summation order), so the log
+  // names it and why (a worker or engine makes one backend; tests make many).
+  static std::once_flag logged;
+  std::call_once(logged, [] { CASCADE_LOG(Info) << "cpu kernels: " << DescribeActiveCpuIsa(); });
   return std::make_unique<CpuBackend>(options);
 }
 

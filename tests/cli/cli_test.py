@@ -119,6 +119,28 @@ def test_info_defaulted():
     print("defaulted keys listed by cascade info and logged; the 5.x layout is the same model")
 
 
+def test_info_cpu_kernels():
+    """The CPU kernel level moves results (f32 summation order), so `cascade info` names it and
+    the rule that chose it, and `cascade run` logs it: the best this CPU runs, or the cap that
+    CASCADE_CPU_ISA sets."""
+    need(STORIES)
+    levels = ("generic", "avx2", "avx512")
+    best = json.loads(cascade("info", "--model", STORIES, "--json").stdout)["cpu_kernels"]
+    assert best.split(" ")[0] in levels and best.endswith("(the best this CPU runs)"), best
+    assert f"cpu kernels     {best}\n" in cascade("info", "--model", STORIES).stdout
+    capped = subprocess.run([BIN, "info", "--model", STORIES, "--json"], capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "CASCADE_CPU_ISA": "generic"})
+    got = json.loads(capped.stdout)["cpu_kernels"]
+    if best.startswith("generic"):
+        assert got == best, got
+    else:
+        assert got == f"generic (capped by CASCADE_CPU_ISA=generic; this CPU runs {best.split(' ')[0]})", got
+    p = subprocess.run([BIN, "run", "--model", STORIES, "--prompt-ids", "1", "--max-tokens", "2"], capture_output=True,
+                       text=True, timeout=60, env={**os.environ, "CASCADE_LOG": "info", "CASCADE_CPU_ISA": "generic"})
+    assert p.returncode == 0 and f"cpu kernels: {got}" in p.stderr, p.stderr
+    print(f"cascade info: cpu kernels {best}; capped: {got}")
+
+
 def test_tokenize():
     need(STORIES, SMOL)
     plain = json.loads(cascade("tokenize", "--model", STORIES, "--text", "Once upon a time", "--json").stdout)
