@@ -81,7 +81,7 @@ class CpuBackend final : public Backend {
       return absl::InvalidArgumentError(StrCat("prepare weight: expected [n_out, n_in], got ", weight.ShapeString()));
     }
     if (!cpu::PackedLayoutPreferred(weight.dtype)) return std::make_unique<PreparedWeight>(weight);
-    absl::StatusOr<cpu::PackedWeight> packed = cpu::PackedWeight::Pack(weight);
+    absl::StatusOr<cpu::PackedWeight> packed = cpu::PackedWeight::Pack(weight, pool_.get());
     if (absl::IsUnimplemented(packed.status())) return std::make_unique<PreparedWeight>(weight);  // Read as is.
     if (!packed.ok()) return packed.status();
     return std::make_unique<CpuPackedWeight>(weight, *std::move(packed));

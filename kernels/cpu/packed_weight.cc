@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/half.h"
@@ -134,7 +135,7 @@ void PackedWeight::BlockScale(DType dtype, const uint8_t* group, int64_t nb, int
 
 bool PackedWeight::Supports(DType dtype) { return dtype == DType::kQ8_0 || HasBlockCodes(dtype); }
 
-absl::StatusOr<PackedWeight> PackedWeight::Pack(const TensorView& weight) {
+absl::StatusOr<PackedWeight> PackedWeight::Pack(const TensorView& weight, ThreadPool* pool) {
   if (!Supports(weight.dtype)) {
     return absl::UnimplementedError(
         absl::StrCat("PackedWeight: no packed layout for ", std::string(DTypeName(weight.dtype))));
@@ -157,18 +158,32 @@ absl::StatusOr<PackedWeight> PackedWeight::Pack(const TensorView& weight) {
   if (p.data_ == nullptr) {
     return absl::ResourceExhaustedError(absl::StrCat("PackedWeight: cannot allocate ", total, " bytes"));
   }
-  std::memset(p.data_.get(), 0, static_cast<size_t>(total));  // Padding rows: d = 0, q = 0.
   const auto* src = static_cast<const uint8_t*>(weight.data);
   const int64_t row_bytes = weight.RowBytes();
-  for (int64_t g = 0; g < p.n_groups(); ++g) {
-    const int n_rows = static_cast<int>(std::min<int64_t>(kPackRows, p.n_out_ - g * kPackRows));
-    uint8_t* dst = p.data_.get() + g * p.group_bytes_;
-    if (p.dtype_ == DType::kQ8_0) {
-      PackQ8Group(src, row_bytes, g * kPackRows, n_rows, nb, dst);
-    } else {
-      CASCADE_RETURN_IF_ERROR(PackCodeGroup(p.dtype_, src, row_bytes, g * kPackRows, n_rows, nb, dst));
+  if (p.n_groups() == 0) std::memset(p.data_.get(), 0, static_cast<size_t>(total));
+  // Each group zeroed (padding rows: d = 0, q = 0) and packed by the thread that writes it.
+  const auto pack_groups = [&](int64_t g0, int64_t g1) -> absl::Status {
+    for (int64_t g = g0; g < g1; ++g) {
+      const int n_rows = static_cast<int>(std::min<int64_t>(kPackRows, p.n_out_ - g * kPackRows));
+      uint8_t* dst = p.data_.get() + g * p.group_bytes_;
+      std::memset(dst, 0, static_cast<size_t>(p.group_bytes_));
+      if (p.dtype_ == DType::kQ8_0) {
+        PackQ8Group(src, row_bytes, g * kPackRows, n_rows, nb, dst);
+      } else {
+        CASCADE_RETURN_IF_ERROR(PackCodeGroup(p.dtype_, src, row_bytes, g * kPackRows, n_rows, nb, dst));
+      }
     }
+    return absl::OkStatus();
+  };
+  if (pool == nullptr) {
+    CASCADE_RETURN_IF_ERROR(pack_groups(0, p.n_groups()));
+    return p;
   }
+  std::vector<absl::Status> errors(static_cast<size_t>(pool->n_threads()));  // The first per thread.
+  pool->ParallelForChunked(p.n_groups(), 16, [&](int64_t g0, int64_t g1, int thread) {
+    if (errors[thread].ok()) errors[thread] = pack_groups(g0, g1);
+  });
+  for (const absl::Status& e : errors) CASCADE_RETURN_IF_ERROR(e);
   return p;
 }
 

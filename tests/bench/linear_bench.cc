@@ -228,6 +228,7 @@ void Decode1B(DType dtype, double min_s) {
   std::vector<std::vector<uint8_t>> plain;
   std::vector<std::optional<PackedWeight>> packed;
   double file_bytes = 0, packed_bytes = 0, pack_s = 0;
+  ThreadPool pack_pool(2);  // As the engine packs: on its compute threads.
   for (const Mat& m : order) {
     int64_t n_out = 0;
     for (int64_t rows : m.parts) n_out += rows;
@@ -241,13 +242,13 @@ void Decode1B(DType dtype, double min_s) {
     }
     plain.emplace_back();
     const double start = Now();
-    packed.push_back(*PackedWeight::Pack(TensorView(w.data(), m.dtype, {n_out, m.n_in})));
+    packed.push_back(*PackedWeight::Pack(TensorView(w.data(), m.dtype, {n_out, m.n_in}), &pack_pool));
     pack_s += Now() - start;
     packed_bytes += static_cast<double>(packed.back()->bytes());
   }
   if (pack_s > 0) {
-    std::printf("%-6s 1b packed at load in %.2f s (%.2f GB/s of file)\n", std::string(DTypeName(dtype)).c_str(), pack_s,
-                file_bytes / pack_s / 1e9);
+    std::printf("%-6s 1b packed at load on %d threads in %.2f s (%.2f GB/s of file)\n",
+                std::string(DTypeName(dtype)).c_str(), pack_pool.n_threads(), pack_s, file_bytes / pack_s / 1e9);
   }
   std::vector<float> x(8192, 0.5f), out(2 * 8192 + 128256);
   for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.1f * static_cast<float>(i));

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "core/half.h"
+#include "core/thread_pool.h"
 #include "kernels/cpu/quantize.h"
 #include "kernels/cpu_features.h"
 #include "kernels/ops.h"
@@ -341,6 +342,29 @@ TEST(LinearTest, PackedRowsDequantizeExactly) {
   EXPECT_STATUS_CODE(PackedWeight::Pack(TensorView(buf.data(), DType::kI4_G128, {2, 256})).status(), kUnimplemented);
   EXPECT_STATUS_CODE(PackedWeight::Pack(TensorView(buf.data(), DType::kF32, {2, 64})).status(), kUnimplemented);
   EXPECT_STATUS_CODE(PackedWeight::Pack(TensorView(buf.data(), DType::kQ8_0, {2, 2, 64})).status(), kInvalidArgument);
+}
+
+// Packing on a pool's threads (the engine's load) writes the same bytes as on one, and a
+// group's error reaches the caller from whichever thread packed it.
+TEST(LinearTest, PackOnThreadsEqualsOneThread) {
+  std::mt19937 rng(5);
+  ThreadPool pool(3);
+  for (DType d : {DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
+    const int64_t n_out = 16 * 37 + 3, n_in = 512;  // 38 groups: chunks of 16 on several threads.
+    std::vector<uint8_t> w = MakeWeights(d, n_out, n_in, &rng);
+    const TensorView view(w.data(), d, {n_out, n_in});
+    absl::StatusOr<PackedWeight> one = PackedWeight::Pack(view), many = PackedWeight::Pack(view, &pool);
+    ASSERT_TRUE(one.ok() && many.ok()) << one.status() << many.status();
+    ASSERT_EQ(one->bytes(), many->bytes());
+    EXPECT_EQ(std::memcmp(one->data(), many->data(), static_cast<size_t>(one->bytes())), 0) << DTypeName(d);
+  }
+  // MXFP4 with a scale f16 cannot hold (2^-127) in the last row: group 19, past the first chunk.
+  const int64_t n_out = 16 * 20;
+  std::vector<uint8_t> w(RowBytes(DType::kMXFP4, 64) * n_out, 0x33);
+  for (int64_t b = 0; b < 2 * n_out; ++b) w[17 * b] = 120;  // 2^-7 everywhere ...
+  w[17 * (2 * n_out - 1)] = 1;                              // ... but here.
+  EXPECT_STATUS_CODE(PackedWeight::Pack(TensorView(w.data(), DType::kMXFP4, {n_out, 64}), &pool).status(),
+                     kUnimplemented);
 }
 
 // MXFP4's scales are powers of two from 2^-128: those f16 cannot hold exactly leave the
