@@ -10,19 +10,28 @@
 #     quantizer): llama.cpp runs the same file;
 #   * every K type llama.cpp's `llama-quantize` makes (Q2_K, Q3_K_M, Q4_K_M, Q5_K_M, Q6_K) and
 #     Q8_0: llama.cpp runs the same files;
-#   * with FORMATS including f16, the F16 file itself (the float kernels' row).
+#   * with FORMATS including f16, the F16 file itself (the float kernels' row);
+#   * fp8-moe: bench_moe.sh's Qwen3-30B-A3B-shaped model (make_random_gguf.py moe: 64 experts,
+#     top 8) as Qwen3-30B-A3B-FP8 ships it (make_format_models.py fp8-hf: one FP8 tensor per
+#     expert, the router BF16); llama.cpp runs that model's Q8_0 file, the nearest;
+#   * mxfp4-gptoss: a gpt-oss-20b-shaped model scaled as that one (make_random_gpt_oss.py
+#     --gguf 20b-scaled: 32 experts, top 4, alternating 128-token windows, sinks) as
+#     llama.cpp's converter writes gpt-oss (experts MXFP4, the rest F16); llama.cpp runs the
+#     same file.
 # Per row: `cascade run` and `llama-bench` prefill / decode tok/s, Cascade's decode weight
-# bandwidth (file bytes x decode tok/s, the bytes a batch-1 step streams) against the read
-# probe (build/bin/read_bandwidth) at the same thread count, and peak RSS against the file.
+# bandwidth (the weight bytes a batch-1 token reads, `cascade info`'s decode_step_bytes: the
+# whole file for a dense model, the routed experts' share for a MoE, times decode tok/s)
+# against the read probe (build/bin/read_bandwidth) at the same thread count, and peak RSS
+# against the file.
 #
 # Usage: scripts/bench_formats.sh [OUT.json]     (default build/bench_formats.json)
-# Env: FORMATS="fp8 mxfp4 Q2_K Q3_K_M Q4_K_M Q5_K_M Q6_K Q8_0"  THREADS="2"  REPEATS=1
+# Env: FORMATS="fp8 mxfp4 Q2_K Q3_K_M Q4_K_M Q5_K_M Q6_K Q8_0 fp8-moe mxfp4-gptoss"  THREADS="2"  REPEATS=1
 #      N_PROMPT=512  N_DECODE=64
 # Prints a markdown table (docs/PERFORMANCE.md holds the latest) and writes JSON.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-build/bench_formats.json}
-export FORMATS=${FORMATS:-"fp8 mxfp4 Q2_K Q3_K_M Q4_K_M Q5_K_M Q6_K Q8_0"} THREADS=${THREADS:-2}
+export FORMATS=${FORMATS:-"fp8 mxfp4 Q2_K Q3_K_M Q4_K_M Q5_K_M Q6_K Q8_0 fp8-moe mxfp4-gptoss"} THREADS=${THREADS:-2}
 export REPEATS=${REPEATS:-1} N_PROMPT=${N_PROMPT:-512} N_DECODE=${N_DECODE:-64}
 TESTDATA=${CASCADE_TESTDATA:-../shared/testdata}
 VOCAB=$TESTDATA/vocab/ggml-vocab-llama-bpe.gguf
@@ -38,7 +47,7 @@ f16="$MODELS/$stem-f16.gguf"
 
 # The K types and Q8_0 by llama-quantize (Q8_0 is also FP8's llama.cpp reference).
 ktypes=(Q8_0)
-for f in $FORMATS; do [[ $f == fp8 || $f == mxfp4 || $f == Q8_0 || $f == f16 ]] || ktypes+=("$f"); done
+for f in $FORMATS; do [[ $f == fp8* || $f == mxfp4* || $f == Q8_0 || $f == f16 ]] || ktypes+=("$f"); done
 source scripts/random_models.sh
 random_models_from "$f16" "$stem" "${ktypes[@]}"
 # The two forms llama-quantize cannot make, rebuilt when the F16 file is newer.
@@ -53,9 +62,26 @@ if [[ " $FORMATS " == *" mxfp4 "* && (! -f $mxfp4 || $mxfp4 -ot $f16) ]]; then
   ./scripts/python_deps.sh scripts/make_format_models.py "$f16" mxfp4 "$mxfp4.tmp"
   mv "$mxfp4.tmp" "$mxfp4"
 fi
+# The MoE shapes: Qwen3-30B-A3B-shaped F16 and Q8_0 (shared with bench_moe.sh), its FP8
+# directory; the gpt-oss-20b-shaped MXFP4 GGUF (SmolLM2's tokenizer, as bench_moe.sh's).
+if [[ " $FORMATS " == *" fp8-moe "* ]]; then
+  random_models moe random-qwen3moe Q8_0
+  moe_fp8="$MODELS/random-qwen3moe-fp8"
+  if [[ ! -f $moe_fp8/model.safetensors || $moe_fp8/model.safetensors -ot $MODELS/random-qwen3moe-f16.gguf ]]; then
+    echo "make_format_models fp8-hf (qwen3moe)" >&2
+    ./scripts/python_deps.sh scripts/make_format_models.py "$MODELS/random-qwen3moe-f16.gguf" fp8-hf "$moe_fp8"
+  fi
+fi
+gptoss="$MODELS/random-gpt-oss-20b-scaled-mxfp4.gguf"
+if [[ " $FORMATS " == *" mxfp4-gptoss "* && ! -f $gptoss ]]; then
+  echo "make_random_gpt_oss 20b-scaled" >&2
+  ./scripts/python_deps.sh scripts/make_random_gpt_oss.py models/SmolLM2-135M-Instruct.Q4_1.gguf --gguf "$gptoss.tmp" \
+    20b-scaled
+  mv "$gptoss.tmp" "$gptoss"
+fi
 
 exec python3 - "$OUT" "$stem" <<'PYEOF'
-import json, os, sys
+import json, os, subprocess, sys
 out_path, stem = sys.argv[1], sys.argv[2]
 formats, threads = os.environ["FORMATS"].split(), [int(t) for t in os.environ["THREADS"].split()]
 repeats, n_prompt, n_decode = int(os.environ["REPEATS"]), int(os.environ["N_PROMPT"]), int(os.environ["N_DECODE"])
@@ -67,12 +93,20 @@ from bench_lib import cascade_run, llama_bench, read_probe  # noqa: E402
 
 def paths(fmt):
     """(what Cascade runs, its bytes, the GGUF llama.cpp runs, what that is)."""
-    if fmt == "fp8":
-        d = f"{models}/{stem}-fp8"
+    if fmt in ("fp8", "fp8-moe"):
+        s = stem if fmt == "fp8" else "random-qwen3moe"
+        d = f"{models}/{s}-fp8"
         size = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d) if f.endswith(".safetensors"))
-        return d, size, f"{models}/{stem}-Q8_0.gguf", "Q8_0 (nearest)"
-    m = f"{models}/{stem}-{fmt}.gguf"
+        return d, size, f"{models}/{s}-Q8_0.gguf", "Q8_0 (nearest)"
+    m = f"{models}/random-gpt-oss-20b-scaled-mxfp4.gguf" if fmt == "mxfp4-gptoss" else f"{models}/{stem}-{fmt}.gguf"
     return m, os.path.getsize(m), m, "same file"
+
+
+def info(model):
+    """`cascade info --json`: parameters, and the weight bytes a decode token reads."""
+    out = subprocess.run(["build/bin/cascade", "info", "--model", model, "--json"], capture_output=True, text=True,
+                         check=True).stdout
+    return json.loads(out)
 
 
 bw = read_probe(threads, os.path.dirname(os.path.abspath(out_path)))
@@ -80,19 +114,19 @@ results = {"read_bandwidth_gb_s": bw, "n_prompt": n_prompt, "n_decode": n_decode
 print("| format | bits / weight (file) | threads | cascade prefill / decode tok/s | llama.cpp prefill / decode (file) "
       "| prefill ratio | decode ratio | cascade decode GB/s (% of probe) | peak RSS cascade / file MiB |")
 print("|---|---|---|---|---|---|---|---|---|", flush=True)
-n_params = None
 for fmt in formats:
     model, size, ref_model, ref_what = paths(fmt)
+    i = info(model)
     for t in threads:
         c = cascade_run(model, n_prompt, n_decode, t, repeats)
-        n_params = n_params or c["json"].get("n_params")
         c.pop("json")
         l = llama_bench(llama, ref_model, n_prompt, n_decode, t, repeats)
-        gbs = size * c["decode"] / 1e9
-        row = {"format": fmt, "threads": t, "file_bytes": size, "cascade": c, "llama_cpp": l, "llama_cpp_file": ref_what,
+        gbs = i["decode_step_bytes"] * c["decode"] / 1e9
+        row = {"format": fmt, "threads": t, "file_bytes": size, "n_params": i["n_params"],
+               "decode_step_bytes": i["decode_step_bytes"], "cascade": c, "llama_cpp": l, "llama_cpp_file": ref_what,
                "cascade_decode_gb_s": gbs, "decode_fraction_of_probe": gbs / bw[t]}
         results["rows"].append(row)
-        bits = 8 * size / 1.236e9  # Llama-3.2-1B: 1.236e9 weights (tied embedding counted once).
+        bits = 8 * size / i["n_params"]  # The tied 1B's embedding counted once.
         print(f"| {fmt} | {bits:.2f} | {t} | {c['prefill']:.1f} / {c['decode']:.1f} | {l['prefill']:.1f} / {l['decode']:.1f} "
               f"({ref_what}) | {c['prefill'] / l['prefill']:.2f}x | {c['decode'] / l['decode']:.2f}x "
               f"| {gbs:.1f} ({100 * gbs / bw[t]:.0f}%) | {c['rss_mib']:.0f} / {size / 1048576:.0f} |", flush=True)

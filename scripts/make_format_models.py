@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Rewrites a random-weight `llama` GGUF with F16 matrices (scripts/make_random_gguf.py) in
-the low-precision forms the reference models ship in and llama-quantize cannot make, for
-scripts/bench_formats.sh:
+"""Rewrites a random-weight `llama` or `qwen3moe` GGUF with F16 matrices
+(scripts/make_random_gguf.py) in the low-precision forms the reference models ship in and
+llama-quantize cannot make, for scripts/bench_formats.sh:
 
   fp8-hf DIR      a Hugging Face directory as DeepSeek-V3 and Qwen3-FP8 ship: every
                   projection in F8_E4M3 with `weight_scale_inv` (F32) per 128 x 128 block
@@ -9,6 +9,8 @@ scripts/bench_formats.sh:
                   embedding, norms and head BF16 / F32 as those checkpoints keep them; Q/K rows
                   back in Hugging Face order (llama.cpp's converter permutes them); config.json
                   and a byte-level BPE tokenizer.json from the GGUF's own vocabulary and merges.
+                  A qwen3moe GGUF becomes Qwen3-30B-A3B-FP8's layout: one FP8 tensor per
+                  expert and projection, the router (`mlp.gate`) BF16, Q/K norms F32.
   mxfp4 OUT.gguf  the same GGUF with every projection in GGML's MXFP4 (E2M1 codes, an E8M0
                   scale per 32: gpt-oss's format), quantized by gguf-py's own reference
                   (gguf.quants), and the embedding in Q8_0.
@@ -107,8 +109,9 @@ class SafetensorsStream:
 
 
 def hf_config(reader, vocab, tied):
-    g = lambda k: field(reader, "llama." + k)  # noqa: E731
-    return {
+    arch = str(field(reader, "general.architecture"))
+    g = lambda k: field(reader, f"{arch}.{k}")  # noqa: E731
+    config = {
         "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": int(g("embedding_length")),
         "intermediate_size": int(g("feed_forward_length")), "num_hidden_layers": int(g("block_count")),
         "num_attention_heads": int(g("attention.head_count")), "num_key_value_heads": int(g("attention.head_count_kv")),
@@ -118,6 +121,14 @@ def hf_config(reader, vocab, tied):
         "quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
                                 "weight_block_size": [128, 128]},
     }
+    if arch == "qwen3moe":  # Qwen3-30B-A3B-FP8's config: every layer sparse, top-k renormalised.
+        config.update({
+            "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "head_dim": int(g("attention.key_length")),
+            "num_experts": int(g("expert_count")), "num_experts_per_tok": int(g("expert_used_count")),
+            "moe_intermediate_size": int(g("expert_feed_forward_length")), "norm_topk_prob": True,
+            "decoder_sparse_step": 1, "mlp_only_layers": [], "attention_bias": False, "use_sliding_window": False,
+            "sliding_window": None})
+    return config
 
 
 def write_tokenizer(reader, out_dir):
@@ -142,20 +153,32 @@ def fp8_hf(src, out_dir):
     tied = "output.weight" not in tensors
     config = hf_config(reader, vocab, tied)
     n_head, n_kv = config["num_attention_heads"], config["num_key_value_heads"]
-    plan = []  # (hf name, gguf tensor, kind): kind fp8 | bf16 | f32
-    plan.append(("model.embed_tokens.weight", "token_embd.weight", "bf16"))
+    moe = config["model_type"] == "qwen3_moe"
+    # (hf name, gguf tensor, kind, expert): kind fp8 | bf16 | f32; expert: the slice of a
+    # merged [experts, rows, cols] GGUF tensor that is one Hugging Face tensor, or None.
+    plan = [("model.embed_tokens.weight", "token_embd.weight", "bf16", None)]
     for i in range(config["num_hidden_layers"]):
+        layer, blk = f"model.layers.{i}.", f"blk.{i}."
         for part in ("attn_norm", "ffn_norm"):
-            plan.append((f"model.layers.{i}.{HF_NAMES[part]}.weight", f"blk.{i}.{part}.weight", "f32"))
-        for part in PROJECTIONS:
-            plan.append((f"model.layers.{i}.{HF_NAMES[part]}.weight", f"blk.{i}.{part}.weight", "fp8"))
-    plan.append(("model.norm.weight", "output_norm.weight", "f32"))
+            plan.append((f"{layer}{HF_NAMES[part]}.weight", f"{blk}{part}.weight", "f32", None))
+        for part in PROJECTIONS[:4] if moe else PROJECTIONS:
+            plan.append((f"{layer}{HF_NAMES[part]}.weight", f"{blk}{part}.weight", "fp8", None))
+        if moe:  # Q/K norms and the router as Qwen3-FP8 keeps them (F32 / BF16), experts FP8.
+            plan.append((f"{layer}self_attn.q_norm.weight", f"{blk}attn_q_norm.weight", "f32", None))
+            plan.append((f"{layer}self_attn.k_norm.weight", f"{blk}attn_k_norm.weight", "f32", None))
+            plan.append((f"{layer}mlp.gate.weight", f"{blk}ffn_gate_inp.weight", "bf16", None))
+            for e in range(config["num_experts"]):
+                for part, hf in (("ffn_gate_exps", "gate_proj"), ("ffn_up_exps", "up_proj"), ("ffn_down_exps", "down_proj")):
+                    plan.append((f"{layer}mlp.experts.{e}.{hf}.weight", f"{blk}{part}.weight", "fp8", e))
+    plan.append(("model.norm.weight", "output_norm.weight", "f32", None))
     if not tied:
-        plan.append(("lm_head.weight", "output.weight", "bf16"))
+        plan.append(("lm_head.weight", "output.weight", "bf16", None))
     entries = []
-    for hf, name, kind in plan:
+    for hf, name, kind, expert in plan:
         t = tensors[name]
         shape = [int(d) for d in reversed(t.shape)] if len(t.shape) > 1 else [int(t.shape[0])]
+        if expert is not None:
+            shape = shape[1:]
         n = int(np.prod(shape))
         if kind == "fp8":
             entries.append((hf, "F8_E4M3", shape, n))
@@ -164,15 +187,23 @@ def fp8_hf(src, out_dir):
         else:
             entries.append((hf, kind.upper(), shape, n * (2 if kind == "bf16" else 4)))
     out = SafetensorsStream(os.path.join(out_dir, "model.safetensors"), entries)
-    for hf, name, kind in plan:
+    merged = {}  # The current merged expert tensor, read once for all its experts.
+    for hf, name, kind, expert in plan:
         t = tensors[name]
         if kind == "f32":
             out.write(np.asarray(t.data, dtype=np.float32).tobytes())
             continue
-        w = matrix(t)
-        if name.endswith("attn_q.weight"):
+        if expert is not None:
+            if name not in merged:
+                e, rows, cols = (int(d) for d in reversed(t.shape))
+                merged = {name: np.asarray(t.data, dtype=np.float32).reshape(e, rows, cols)}
+            w = merged[name][expert]
+        else:
+            w = matrix(t)
+        # llama.cpp's converter permutes Llama's Q/K rows, not Qwen3's (NeoX rotation).
+        if name.endswith("attn_q.weight") and not moe:
             w = unpermute(w, n_head)
-        elif name.endswith("attn_k.weight"):
+        elif name.endswith("attn_k.weight") and not moe:
             w = unpermute(w, n_kv)
         if kind == "bf16":
             out.write(to_bf16_bytes(w))

@@ -28,7 +28,7 @@ chosen once, then the second. So greedy decoding writes reasoning "The user says
 content "Hello!", whatever serves it.
 
 Usage: make_random_gpt_oss.py TOKENIZER.gguf OUT_DIR           (through scripts/python_deps.sh)
-       make_random_gpt_oss.py TOKENIZER.gguf --gguf OUT.gguf
+       make_random_gpt_oss.py TOKENIZER.gguf --gguf OUT.gguf [20b-scaled]
        make_random_gpt_oss.py TOKENIZER.gguf --harmony OUT_DIR
 """
 import json
@@ -43,6 +43,17 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_format_models import SafetensorsStream, to_bf16_bytes, write_tokenizer  # noqa: E402
 
 LAYERS, HIDDEN, HEADS, KV_HEADS, HEAD_DIM, EXPERTS, TOP_K, FF, WINDOW = 4, 256, 4, 2, 64, 8, 4, 128, 16
+# The GGUF's shapes: the tests' tiny one (the constants above), and gpt-oss-20b scaled to fit
+# as bench_moe.sh scales Qwen3-30B-A3B (scripts/bench_formats.sh): gpt-oss-20b is hidden 2880,
+# 24 layers, 64/8 heads of 64, 32 experts (top 4) of 2880, window 128, YaRN 32 over 4096;
+# here hidden 1024, 8 layers, 16/2 heads of 64 (its 8:1 grouping), 32 experts (top 4) of 1024
+# (expert width = hidden, as there), the same window and YaRN.
+GGUF_SHAPES = {
+    "tiny": dict(layers=LAYERS, hidden=HIDDEN, heads=HEADS, kv_heads=KV_HEADS, head_dim=HEAD_DIM, experts=EXPERTS,
+                 top_k=TOP_K, ff=FF, window=WINDOW, ctx=1024, rope_factor=4.0, rope_orig=256),
+    "20b-scaled": dict(layers=8, hidden=1024, heads=16, kv_heads=2, head_dim=64, experts=32, top_k=4, ff=1024,
+                       window=128, ctx=131072, rope_factor=32.0, rope_orig=4096),
+}
 
 
 def tensors(vocab):
@@ -182,7 +193,8 @@ def main(tokenizer_path, out_dir, harmony=False):
         json.dump(config, f, indent=2)
 
 
-def write_gguf(tokenizer_path, out_path):
+def write_gguf(tokenizer_path, out_path, shape="tiny"):
+    g = GGUF_SHAPES[shape]
     reader = GGUFReader(tokenizer_path)
     w = GGUFWriter(out_path, "gpt-oss")
     for key, field in reader.fields.items():
@@ -192,48 +204,48 @@ def write_gguf(tokenizer_path, out_path):
                             sub_type=field.types[-1] if vtype == GGUFValueType.ARRAY else None)
     vocab = len(reader.fields["tokenizer.ggml.tokens"].contents())
     w.add_name("cascade-random-gpt-oss")
-    w.add_context_length(1024)
-    w.add_embedding_length(HIDDEN)
-    w.add_block_count(LAYERS)
-    w.add_feed_forward_length(FF)
-    w.add_head_count(HEADS)
-    w.add_head_count_kv(KV_HEADS)
-    w.add_key_length(HEAD_DIM)
-    w.add_value_length(HEAD_DIM)
+    w.add_context_length(g["ctx"])
+    w.add_embedding_length(g["hidden"])
+    w.add_block_count(g["layers"])
+    w.add_feed_forward_length(g["ff"])
+    w.add_head_count(g["heads"])
+    w.add_head_count_kv(g["kv_heads"])
+    w.add_key_length(g["head_dim"])
+    w.add_value_length(g["head_dim"])
     w.add_rope_freq_base(150000.0)
     w.add_rope_scaling_type(__import__("gguf").RopeScalingType.YARN)
-    w.add_rope_scaling_factor(4.0)
-    w.add_rope_scaling_orig_ctx_len(256)
+    w.add_rope_scaling_factor(g["rope_factor"])
+    w.add_rope_scaling_orig_ctx_len(g["rope_orig"])
     w.add_layer_norm_rms_eps(1e-5)
-    w.add_expert_count(EXPERTS)
-    w.add_expert_used_count(TOP_K)
-    w.add_expert_feed_forward_length(FF)
-    w.add_sliding_window(WINDOW)
+    w.add_expert_count(g["experts"])
+    w.add_expert_used_count(g["top_k"])
+    w.add_expert_feed_forward_length(g["ff"])
+    w.add_sliding_window(g["window"])
     w.add_vocab_size(vocab)
     rng = np.random.default_rng(6)
     normal = lambda shape, scale, mean=0.0: (mean + scale * rng.standard_normal(shape)).astype(np.float32)  # noqa: E731
-    q, kv = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM
-    w.add_tensor("token_embd.weight", normal((vocab, HIDDEN), 1.0).astype(np.float16))
-    for i in range(LAYERS):
+    q, kv = g["heads"] * g["head_dim"], g["kv_heads"] * g["head_dim"]
+    w.add_tensor("token_embd.weight", normal((vocab, g["hidden"]), 1.0).astype(np.float16))
+    for i in range(g["layers"]):
         p = f"blk.{i}."
-        w.add_tensor(p + "attn_norm.weight", normal((HIDDEN,), 0.0, 1.0))
+        w.add_tensor(p + "attn_norm.weight", normal((g["hidden"],), 0.0, 1.0))
         for name, rows in (("attn_q", q), ("attn_k", kv), ("attn_v", kv)):
-            w.add_tensor(p + name + ".weight", normal((rows, HIDDEN), HIDDEN ** -0.5).astype(np.float16))
+            w.add_tensor(p + name + ".weight", normal((rows, g["hidden"]), g["hidden"] ** -0.5).astype(np.float16))
             w.add_tensor(p + name + ".bias", normal((rows,), 0.1))
-        w.add_tensor(p + "attn_output.weight", normal((HIDDEN, q), q ** -0.5).astype(np.float16))
-        w.add_tensor(p + "attn_output.bias", normal((HIDDEN,), 0.1))
-        w.add_tensor(p + "attn_sinks.weight", normal((HEADS,), 1.0))
-        w.add_tensor(p + "post_attention_norm.weight", normal((HIDDEN,), 0.0, 1.0))
-        w.add_tensor(p + "ffn_gate_inp.weight", normal((EXPERTS, HIDDEN), HIDDEN ** -0.5))
-        w.add_tensor(p + "ffn_gate_inp.bias", normal((EXPERTS,), 0.3))
-        for name, rows, cols in (("ffn_gate_exps", FF, HIDDEN), ("ffn_up_exps", FF, HIDDEN),
-                                 ("ffn_down_exps", HIDDEN, FF)):
-            data = quantize(normal((EXPERTS, rows, cols), cols ** -0.5), GGMLQuantizationType.MXFP4)
+        w.add_tensor(p + "attn_output.weight", normal((g["hidden"], q), q ** -0.5).astype(np.float16))
+        w.add_tensor(p + "attn_output.bias", normal((g["hidden"],), 0.1))
+        w.add_tensor(p + "attn_sinks.weight", normal((g["heads"],), 1.0))
+        w.add_tensor(p + "post_attention_norm.weight", normal((g["hidden"],), 0.0, 1.0))
+        w.add_tensor(p + "ffn_gate_inp.weight", normal((g["experts"], g["hidden"]), g["hidden"] ** -0.5))
+        w.add_tensor(p + "ffn_gate_inp.bias", normal((g["experts"],), 0.3))
+        for name, rows, cols in (("ffn_gate_exps", g["ff"], g["hidden"]), ("ffn_up_exps", g["ff"], g["hidden"]),
+                                 ("ffn_down_exps", g["hidden"], g["ff"])):
+            data = quantize(normal((g["experts"], rows, cols), cols ** -0.5), GGMLQuantizationType.MXFP4)
             w.add_tensor(p + name + ".weight", data, raw_dtype=GGMLQuantizationType.MXFP4)
-            w.add_tensor(p + name + ".bias", normal((EXPERTS, rows), 0.1))
-    w.add_tensor("output_norm.weight", normal((HIDDEN,), 0.0, 1.0))
+            w.add_tensor(p + name + ".bias", normal((g["experts"], rows), 0.1))
+    w.add_tensor("output_norm.weight", normal((g["hidden"],), 0.0, 1.0))
     # Logits of spread 4, so that greedy steps are rarely near-ties against llama.cpp.
-    w.add_tensor("output.weight", normal((vocab, HIDDEN), 4 * HIDDEN ** -0.5).astype(np.float16))
+    w.add_tensor("output.weight", normal((vocab, g["hidden"]), 4 * g["hidden"] ** -0.5).astype(np.float16))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -241,8 +253,8 @@ def write_gguf(tokenizer_path, out_path):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[2] == "--gguf":
-        write_gguf(sys.argv[1], sys.argv[3])
+    if len(sys.argv) in (4, 5) and sys.argv[2] == "--gguf" and sys.argv[4:] in ([], ["20b-scaled"]):
+        write_gguf(sys.argv[1], sys.argv[3], *sys.argv[4:])
     elif len(sys.argv) == 4 and sys.argv[2] == "--harmony":
         main(sys.argv[1], sys.argv[3], harmony=True)
     elif len(sys.argv) == 3:

@@ -11,6 +11,7 @@
 #include "core/str_cat.h"
 #include "model/format/gguf.h"
 #include "model/format/model_files.h"
+#include "model/format/model_size.h"
 #include "model/format/tokenizer_files.h"
 #include "model/local_engine.h"
 #include "text/chat_format.h"
@@ -91,6 +92,7 @@ int InfoCommand(int argc, char** argv) {
     tool_calls = StrCat(text::ToolCallFormatName(text::DetectToolCallFormat((*tok)->chat_template())),
                         " (from the chat template)");
   }
+  const int64_t step_bytes = model::MeasureModel(*files).DecodeStepBytes(files->config);
   if (args.Has("json")) {
     nlohmann::json j;
     j["chat_format"] = chat_format;
@@ -102,6 +104,7 @@ int InfoCommand(int argc, char** argv) {
     j["n_tensors"] = files->weights->tensors().size();
     j["n_params"] = total_params;
     j["tensor_bytes"] = total_bytes;
+    j["decode_step_bytes"] = step_bytes;
     for (const auto& [type, cb] : by_type) j["tensors_by_type"][type] = {{"count", cb.first}, {"bytes", cb.second}};
     if (files->gguf != nullptr) j["gguf_version"] = files->gguf->version();
     std::printf("%s\n", j.dump(2).c_str());
@@ -114,6 +117,8 @@ int InfoCommand(int argc, char** argv) {
   std::printf("cpu kernels     %s\n", model::LocalEngine::CpuKernels().c_str());
   std::printf("tensors         %zu (%.2f M parameters, %.2f MiB)\n", files->weights->tensors().size(),
               total_params / 1e6, total_bytes / 1048576.0);
+  std::printf("decode reads    %.2f MiB of weights a token (batch 1%s)\n", step_bytes / 1048576.0,
+              files->config.is_moe() ? ", the routed experts' share" : "");
   for (const auto& [type, cb] : by_type) {
     std::printf("  %-6s        %4lld tensors  %10.2f MiB\n", type.c_str(), static_cast<long long>(cb.first),
                 cb.second / 1048576.0);

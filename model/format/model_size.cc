@@ -24,6 +24,15 @@ int64_t ModelSize::PrefixBytes(int64_t n_layers) const {
   return total;
 }
 
+int64_t ModelSize::DecodeStepBytes(const ModelConfig& config) const {
+  int64_t total = head_bytes;
+  for (int64_t b : layer_bytes) total += b;
+  if (config.n_experts > 0) {
+    total -= routed_expert_bytes - routed_expert_bytes * config.n_experts_used / config.n_experts;
+  }
+  return total;
+}
+
 ModelSize MeasureModel(const ModelFiles& files) {
   const WeightSource& w = *files.weights;
   const auto name = [&](LlamaTensor t, int64_t layer = -1) { return arch::LlamaTensorName(files.format, t, layer); };
@@ -40,6 +49,9 @@ ModelSize MeasureModel(const ModelFiles& files) {
     const auto [end, ec] = std::from_chars(n.data(), n.data() + n.size(), layer);
     if (ec != std::errc() || end == n.data() || *end != '.' || layer >= files.config.n_layers) continue;
     size.layer_bytes[layer] += static_cast<int64_t>(t.n_bytes);
+    if (n.find("_exps") != std::string_view::npos || n.find(".experts.") != std::string_view::npos) {
+      size.routed_expert_bytes += static_cast<int64_t>(t.n_bytes);
+    }
   }
   // HF tied checkpoints may store only lm_head.weight (as the transformer's loader knows).
   size.embedding_bytes = BytesOf(w, name(LlamaTensor::kTokenEmbd));
