@@ -112,8 +112,8 @@ absl::Status Transformer::LoadWeights(const ModelFiles& files) {
   if (files.weights->FindTensor(embd_name) == nullptr && c.tied_embeddings) embd_name = name(LlamaTensor::kOutput);
   // Both are vocab-parallel: rows [vocab_begin, vocab_end) (all of them without TP).
   if (has_embedding() || (has_head() && c.tied_embeddings)) {
-    CASCADE_ASSIGN_OR_RETURN(embedding_,
-                             VocabParallelEmbedding::Load(*loader_, embd_name, c.n_vocab, c.n_embd, s, group));
+    CASCADE_ASSIGN_OR_RETURN(embedding_, VocabParallelEmbedding::Load(*loader_, embd_name, c.n_vocab, c.n_embd, s,
+                                                                      group, !(has_head() && c.tied_embeddings)));
   }
   if (has_head()) {
     CASCADE_ASSIGN_OR_RETURN(output_norm_, loader_->Vector(name(LlamaTensor::kOutputNorm), c.n_embd));
@@ -129,6 +129,7 @@ absl::Status Transformer::LoadWeights(const ModelFiles& files) {
     layers_.push_back(std::move(layer));
   }
   CASCADE_ASSIGN_OR_RETURN(kv_scales_, ReadKvCacheScales(files, first_layer_, last_layer_, s));
+  loader_->ReleaseSpare();
   return absl::OkStatus();
 }
 
@@ -248,6 +249,7 @@ absl::Status Transformer::PlaceExperts(std::span<const ExpertReplica> replicas) 
     }
     CASCADE_RETURN_IF_ERROR(moe->SetReplicas(*loader_, *files_, layer, extra));
   }
+  loader_->ReleaseSpare();
   return absl::OkStatus();
 }
 

@@ -17,9 +17,12 @@ TensorView View(const kernels::Backend& backend, const kernels::Buffer& b, int64
 
 absl::StatusOr<VocabParallelEmbedding> VocabParallelEmbedding::Load(WeightLoader& loader, const std::string& name,
                                                                     int64_t n_vocab, int64_t n_embd,
-                                                                    const TpShard& shard, BackendComm* group) {
+                                                                    const TpShard& shard, BackendComm* group,
+                                                                    bool lookup_only) {
   VocabParallelEmbedding e;
-  CASCADE_ASSIGN_OR_RETURN(e.table_, loader.Matrix(name, n_vocab, n_embd, {shard.vocab_begin, shard.vocab_end}));
+  const IndexRange rows{shard.vocab_begin, shard.vocab_end};
+  CASCADE_ASSIGN_OR_RETURN(e.table_, lookup_only ? loader.LookupTable(name, n_vocab, n_embd, rows)
+                                                 : loader.Matrix(name, n_vocab, n_embd, rows));
   e.backend_ = loader.backend();
   e.n_vocab_ = n_vocab;
   e.n_embd_ = n_embd;

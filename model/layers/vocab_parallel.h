@@ -37,9 +37,11 @@ class VocabParallelEmbedding {
  public:
   VocabParallelEmbedding() = default;
   // The shard's vocabulary rows of table `name` [n_vocab, n_embd]; `group` borrowed, null
-  // without TP.
+  // without TP. `lookup_only`: the table is not also the LM head, so it is read only by
+  // row (WeightLoader::LookupTable).
   static absl::StatusOr<VocabParallelEmbedding> Load(WeightLoader& loader, const std::string& name, int64_t n_vocab,
-                                                     int64_t n_embd, const TpShard& shard, BackendComm* group);
+                                                     int64_t n_embd, const TpShard& shard, BackendComm* group,
+                                                     bool lookup_only);
 
   // This rank's rows of the table (null before Load).
   const kernels::PreparedWeight* table() const { return table_; }

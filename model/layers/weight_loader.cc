@@ -20,11 +20,19 @@ WeightLoader::WeightLoader(const WeightSource* source, kernels::Backend* backend
 WeightLoader::~WeightLoader() = default;
 
 absl::StatusOr<uint8_t*> WeightLoader::OwnBytes(const std::string& tensor, size_t bytes) {
-  auto* buf = static_cast<uint8_t*>(std::aligned_alloc(64, std::max<size_t>(64, (bytes + 63) / 64 * 64)));
+  const size_t size = std::max<size_t>(64, (bytes + 63) / 64 * 64);
+  // The spare when this copy would use at least half of it (a copy the backend then keeps
+  // wastes at most as much as it holds).
+  if (spare_.data != nullptr && size <= spare_.size && 2 * size >= spare_.size) {
+    owned_bytes_.push_back(std::move(spare_));
+    spare_ = {};
+    return owned_bytes_.back().data.get();
+  }
+  auto* buf = static_cast<uint8_t*>(std::aligned_alloc(64, size));
   if (buf == nullptr) {
     return absl::ResourceExhaustedError(StrCat("tensor '", tensor, "': cannot allocate ", bytes, " bytes"));
   }
-  owned_bytes_.emplace_back(buf);
+  owned_bytes_.push_back({.data = std::unique_ptr<uint8_t[], FreeBytes>(buf), .size = size});
   return buf;
 }
 
@@ -79,8 +87,9 @@ absl::StatusOr<const kernels::PreparedWeight*> WeightLoader::Prepare(const Slice
     return absl::InternalError(StrCat("tensor '", sl.name, "': the backend left the weight in host memory"));
   }
   if (!p->reads_source()) {
-    if (sl.owned) {
-      owned_bytes_.pop_back();  // The backend made its own copy (the slice's is the latest).
+    if (sl.owned) {  // The backend made its own copy (the slice's is the latest): a spare.
+      if (owned_bytes_.back().size > spare_.size) spare_ = std::move(owned_bytes_.back());
+      owned_bytes_.pop_back();
     } else {
       source_->ReleasePages(sl.file);
     }
@@ -94,6 +103,14 @@ absl::StatusOr<const kernels::PreparedWeight*> WeightLoader::Matrix(const std::s
                                                                     IndexRange row_range, IndexRange col_range) {
   CASCADE_ASSIGN_OR_RETURN(Slice sl, ReadSlice(name, rows, cols, row_range, col_range));
   return Prepare(sl);
+}
+
+absl::StatusOr<const kernels::PreparedWeight*> WeightLoader::LookupTable(const std::string& name, int64_t rows,
+                                                                         int64_t cols, IndexRange row_range) {
+  if (!backend_->host_memory()) return Matrix(name, rows, cols, row_range);
+  CASCADE_ASSIGN_OR_RETURN(Slice sl, ReadSlice(name, rows, cols, row_range, {}));
+  weight_bytes_ += sl.kept.NumBytes();
+  return prepared_.emplace_back(std::make_unique<kernels::PreparedWeight>(sl.kept)).get();
 }
 
 absl::StatusOr<const kernels::PreparedWeight*> WeightLoader::Stacked(std::span<const std::string> names,

@@ -53,6 +53,13 @@ class WeightLoader {
   // shape or columns that are not whole blocks, Unimplemented for a type the backend lacks.
   absl::StatusOr<const kernels::PreparedWeight*> Matrix(const std::string& name, int64_t rows, int64_t cols,
                                                         IndexRange row_range = {}, IndexRange col_range = {});
+  // Matrix `name` read only by row (a token embedding that is not also the LM head), cut
+  // to `row_range`: on a host backend the file's rows as they are, neither repacked nor
+  // prefaulted, so only the rows that tokens look up become resident (a packed copy of an
+  // untied Qwen3-235B Q4_K_M embedding would hold 350 MB for a few rows a step); on another
+  // backend, as Matrix.
+  absl::StatusOr<const kernels::PreparedWeight*> LookupTable(const std::string& name, int64_t rows, int64_t cols,
+                                                             IndexRange row_range);
   // Row ranges of matrices of one input (Q/K/V, gate/up) stacked into one owned weight for
   // Backend::LinearParts: names[i] is [rows[i], cols], its rows `ranges[i]` are kept. Null
   // (and nothing read) when they cannot stack: a tensor missing, of another shape or of
@@ -72,6 +79,8 @@ class WeightLoader {
   void Prefault(const std::function<void(double)>& progress) const;
   // Bytes of weights loaded so far (as read from the file, before any repack).
   int64_t weight_bytes() const { return weight_bytes_; }
+  // Frees the spare copy buffer (below): call once a batch of loading is done.
+  void ReleaseSpare() { spare_ = {}; }
 
  private:
   // A matrix cut to its slice, before it is prepared.
@@ -98,7 +107,16 @@ class WeightLoader {
   struct FreeBytes {
     void operator()(uint8_t* p) const;
   };
-  std::vector<std::unique_ptr<uint8_t[], FreeBytes>> owned_bytes_;
+  struct OwnedBytes {
+    std::unique_ptr<uint8_t[], FreeBytes> data;
+    size_t size = 0;
+  };
+  std::vector<OwnedBytes> owned_bytes_;
+  // The largest copy a backend repacked (so no longer read), kept for the next copy that
+  // fits it well: freeing each one left a hole in the heap that a small allocation then
+  // split, so glibc could not reuse it for the next copy of the same size (gpt-oss-20b
+  // scaled, a stacked gate/up per expert: 134 MB of free heap held after loading).
+  OwnedBytes spare_;
   std::vector<std::unique_ptr<kernels::PreparedWeight>> prepared_;  // Every matrix.
   std::vector<TensorView> used_;           // Every weight view still read from the file (for Prefault).
   std::vector<std::vector<float>> owned_;  // Converted vectors (host backends).
