@@ -117,6 +117,7 @@ print("|---|---|---|---|---|---|---|---|---|", flush=True)
 for fmt in formats:
     model, size, ref_model, ref_what = paths(fmt)
     i = info(model)
+    results["cpu_kernels"] = i["cpu_kernels"]  # The level the numbers were taken with.
     for t in threads:
         c = cascade_run(model, n_prompt, n_decode, t, repeats)
         c.pop("json")
@@ -132,5 +133,5 @@ for fmt in formats:
               f"| {gbs:.1f} ({100 * gbs / bw[t]:.0f}%) | {c['rss_mib']:.0f} / {size / 1048576:.0f} |", flush=True)
 with open(out_path, "w") as f:
     json.dump(results, f, indent=1)
-print(f"wrote {out_path}")
+print(f"cpu kernels: {results.get('cpu_kernels')}; wrote {out_path}")
 PYEOF
