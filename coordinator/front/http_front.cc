@@ -84,10 +84,14 @@ void Finish(const Calls& calls, OpenAiResponder& responder, const OpenAiRequest&
       calls[0]->Read(kPoll, &pending[0]);
     } else {
       for (size_t i = 0; i < calls.size(); ++i) calls[i]->Read(absl::ZeroDuration(), &pending[i]);
-      if (!any) {
-        while (calls[turn % calls.size()]->ended()) ++turn;
+      // Nothing came: wait on the next call in turn that has not ended. Every call may have
+      // ended since the check above (the loop's top then sees it); a search without that
+      // bound spun forever on such a request (seen once in http_n_choices, 100% CPU).
+      for (size_t k = 0; !any && k < calls.size(); ++k) {
         const size_t i = turn++ % calls.size();
+        if (calls[i]->ended()) continue;
         calls[i]->Read(kPoll / static_cast<int64_t>(calls.size()), &pending[i]);
+        break;
       }
     }
     // A whole response writes nothing until the end, however much output comes.
