@@ -4,6 +4,7 @@
 #include <string_view>
 
 #include "model/format/arch/llama.h"
+#include "model/format/arch/moe.h"
 
 namespace cascade::model {
 namespace {
@@ -14,6 +15,12 @@ using arch::LlamaTensor;
 int64_t BytesOf(const WeightSource& w, const std::string& name) {
   const TensorInfo* t = w.FindTensor(name);
   return t == nullptr ? 0 : static_cast<int64_t>(t->n_bytes);
+}
+
+// The bytes of `rows` of an expert slice of `t`, whose stored rows (or, flat, elements) are
+// `stored`.
+int64_t SliceBytes(const TensorInfo& t, int64_t stored, int64_t rows) {
+  return static_cast<int64_t>(t.n_bytes) / stored * rows;
 }
 
 }  // namespace
@@ -49,8 +56,23 @@ ModelSize MeasureModel(const ModelFiles& files) {
     const auto [end, ec] = std::from_chars(n.data(), n.data() + n.size(), layer);
     if (ec != std::errc() || end == n.data() || *end != '.' || layer >= files.config.n_layers) continue;
     size.layer_bytes[layer] += static_cast<int64_t>(t.n_bytes);
-    if (n.find("_exps") != std::string_view::npos || n.find(".experts.") != std::string_view::npos) {
-      size.routed_expert_bytes += static_cast<int64_t>(t.n_bytes);
+  }
+  // The routed experts' matrices, by the MoE name table: a GGUF merged tensor's slice per
+  // expert, a Hugging Face tensor per expert.
+  for (int64_t l = 0; files.config.is_moe() && l < files.config.n_layers; ++l) {
+    if (!files.config.IsMoeLayer(l)) continue;
+    for (arch::MoeTensor part : {arch::MoeTensor::kGate, arch::MoeTensor::kUp, arch::MoeTensor::kDown}) {
+      const int64_t rows = part == arch::MoeTensor::kDown ? files.config.n_embd : files.config.n_ff_expert;
+      for (int64_t e = 0; e < files.config.n_experts; ++e) {
+        const arch::ExpertMatrix m = arch::ExpertMatrixOf(files.config, files.format, part, l, e);
+        const TensorInfo* t = w.FindTensor(m.name);
+        if (t != nullptr && t->Rows() == m.stored_rows) size.routed_expert_bytes += SliceBytes(*t, m.stored_rows, rows);
+        // gpt-oss's expert biases, read flat (its elements are its "rows").
+        const arch::ExpertMatrix b = arch::ExpertBiasOf(files.config, files.format, part, l, e);
+        const TensorInfo* bt = w.FindTensor(b.name);
+        if (bt != nullptr && bt->NumElements() == b.stored_rows)
+          size.routed_expert_bytes += SliceBytes(*bt, b.stored_rows, rows);
+      }
     }
   }
   // HF tied checkpoints may store only lm_head.weight (as the transformer's loader knows).

@@ -17,8 +17,8 @@ struct ModelSize {
   // The final norm and LM head (last stage); with tied embeddings the embedding again,
   // since the last stage reads it as its head.
   int64_t head_bytes = 0;
-  // Of layer_bytes, the routed experts' tensors (GGUF `*_exps*`, Hugging Face `*.experts.*`;
-  // not a shared expert): a token reads n_experts_used / n_experts of them.
+  // Of layer_bytes, the routed experts' matrices (arch/moe.h's names; not a shared expert):
+  // a token reads n_experts_used / n_experts of them.
   int64_t routed_expert_bytes = 0;
 
   // Bytes of layers [0, n_layers) plus the embedding and the head: a drafter's weights.
