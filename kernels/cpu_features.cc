@@ -74,6 +74,12 @@ std::atomic<int>& MaxIsa() {
   return max_isa;
 }
 
+// -1: by vendor; 0 / 1: forced by a test.
+std::atomic<int>& DenormalOverride() {
+  static std::atomic<int> forced{-1};
+  return forced;
+}
+
 }  // namespace
 
 const CpuFeatures& GetCpuFeatures() {
@@ -126,5 +132,14 @@ CpuIsa ActiveCpuIsa() {
 }
 
 void SetMaxCpuIsaForTesting(CpuIsa isa) { MaxIsa().store(static_cast<int>(isa), std::memory_order_relaxed); }
+
+bool DenormalOperandsFast() {
+  const int forced = DenormalOverride().load(std::memory_order_relaxed);
+  return forced >= 0 ? forced == 1 : GetCpuFeatures().amd;
+}
+
+void SetDenormalOperandsFastForTesting(bool fast) { DenormalOverride().store(fast ? 1 : 0, std::memory_order_relaxed); }
+
+void ResetDenormalOperandsFastForTesting() { DenormalOverride().store(-1, std::memory_order_relaxed); }
 
 }  // namespace cascade::kernels

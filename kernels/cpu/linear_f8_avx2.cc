@@ -9,13 +9,26 @@
 // FP8 matrices streamed ~5 GB/s on one core of an AMD EPYC.) A prefill decodes a block of
 // rows to f32 once and runs the F32 tiles over it. Activations stay f32. The E4M3FN NaN
 // codes (0x7f, 0xff) read as +-480: checkpoints hold none (the quantizers saturate).
+//
+// Where denormal operands are fast (kernels/cpu_features.h: AMD), the GEMV skips f16: a
+// code sign-extended to 32 bits, shifted left by 20 and ANDed with 0x87f00000 is the f32 of
+// its value x 2^-120 (again subnormals included, as f32 denormals), against activations
+// scaled by 2^64 once per call, each block's sums times its scale x 2^56. Every product
+// and partial sum is the f16 path's times 2^-48 exactly, so both paths give the same bits
+// (for activations below 2^60 in magnitude, else the f16 path runs, and partial sums above
+// 2^-70: below, f32's denormals round the two differently); the f32 one spends 3 operations per 8
+// codes and no `vcvtph2ps`: the GEMV's conversion, not memory, bounded it on Zen 3 (a
+// weight block in L2 streamed at ~12 GB/s a core through f16, 16.6 this way; a whole 1B
+// model's matrices 12.4 -> 15.4 GB/s on one core, 23.2 -> 27.9 on two).
 // Compiled with -mavx2 -mfma -mf16c; called only on such CPUs (linear_avx2.cc's table).
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "kernels/cpu/linear_kernels.h"
+#include "kernels/cpu_features.h"
 
 namespace cascade::kernels::cpu::internal {
 namespace {
@@ -28,6 +41,18 @@ inline void E4M3x16Over256(const uint8_t* codes, __m256& lo, __m256& hi) {
   hi = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
 }
 
+// 8 codes as f32 values x 2^-120 (denormal for the subnormal codes).
+inline __m256 E4M3x8Over2p120(const uint8_t* codes) {
+  const __m256i c = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes)));
+  return _mm256_castsi256_ps(
+      _mm256_and_si256(_mm256_slli_epi32(c, 20), _mm256_set1_epi32(static_cast<int>(0x87f00000u))));
+}
+
+// How a GEMV decodes its codes: through f16, or into f32 bits against activations x 2^64.
+enum class Decode { kF16, kF32Bits };
+inline constexpr float kF32BitsXScale = 0x1p64f;
+inline constexpr float kF32BitsBlockScale = 0x1p56f;  // 2^120 / 2^64.
+
 inline float HorizontalSum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -35,9 +60,10 @@ inline float HorizontalSum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// R rows x T tokens of output, full dot products over n_in (a multiple of 128).
-template <int R, int T>
-inline void F8Tile(const GemmArgs& a, int64_t r0, int64_t t0) {
+// R rows x T tokens of output, full dot products over n_in (a multiple of 128), against
+// activations `xs` [n_tokens, n_in]: a.x, or a.x x 2^64 for Decode::kF32Bits.
+template <Decode D, int R, int T>
+inline void F8Tile(const GemmArgs& a, const float* xs, int64_t r0, int64_t t0) {
   __m256 acc[R][T];
 #pragma GCC unroll 8
   for (int i = 0; i < R; ++i)
@@ -48,7 +74,7 @@ inline void F8Tile(const GemmArgs& a, int64_t r0, int64_t t0) {
   for (int i = 0; i < R; ++i) w[i] = a.w + (r0 + i) * a.w_row_bytes;
   const float* x[T];
 #pragma GCC unroll 8
-  for (int j = 0; j < T; ++j) x[j] = a.x + (t0 + j) * a.n_in;
+  for (int j = 0; j < T; ++j) x[j] = xs + (t0 + j) * a.n_in;
   for (int64_t kb = 0; kb < a.n_in; kb += 128) {
     const int64_t block = (kb >> 7) * 132;  // f32 scale, then 128 codes.
     __m256 part[R][T];
@@ -61,7 +87,12 @@ inline void F8Tile(const GemmArgs& a, int64_t r0, int64_t t0) {
       for (int i = 0; i < R; ++i) {
         if (k % 64 == 0) _mm_prefetch(reinterpret_cast<const char*>(w[i] + block + k + kPrefetchBytes), _MM_HINT_T1);
         __m256 lo, hi;
-        E4M3x16Over256(w[i] + block + 4 + k, lo, hi);
+        if constexpr (D == Decode::kF32Bits) {
+          lo = E4M3x8Over2p120(w[i] + block + 4 + k);
+          hi = E4M3x8Over2p120(w[i] + block + 4 + k + 8);
+        } else {
+          E4M3x16Over256(w[i] + block + 4 + k, lo, hi);
+        }
 #pragma GCC unroll 8
         for (int j = 0; j < T; ++j) {
           part[i][j] = _mm256_fmadd_ps(lo, _mm256_loadu_ps(x[j] + kb + k), part[i][j]);
@@ -73,7 +104,7 @@ inline void F8Tile(const GemmArgs& a, int64_t r0, int64_t t0) {
     for (int i = 0; i < R; ++i) {
       float d;
       std::memcpy(&d, w[i] + block, 4);
-      const __m256 scale = _mm256_set1_ps(d * 256.0f);
+      const __m256 scale = _mm256_set1_ps(d * (D == Decode::kF32Bits ? kF32BitsBlockScale : 256.0f));
 #pragma GCC unroll 8
       for (int j = 0; j < T; ++j) acc[i][j] = _mm256_fmadd_ps(part[i][j], scale, acc[i][j]);
     }
@@ -84,11 +115,35 @@ inline void F8Tile(const GemmArgs& a, int64_t r0, int64_t t0) {
     for (int j = 0; j < T; ++j) a.out[(t0 + j) * a.ld_out + r0 + i] = HorizontalSum(acc[i][j]);
 }
 
-template <int R, int T>
-void F8Tokens(const GemmArgs& a, int64_t rb, int64_t re, int64_t t0) {
+template <Decode D, int R, int T>
+void F8Tokens(const GemmArgs& a, const float* xs, int64_t rb, int64_t re, int64_t t0) {
   int64_t r = rb;
-  for (; r + R <= re; r += R) F8Tile<R, T>(a, r, t0);
-  for (; r < re; ++r) F8Tile<1, T>(a, r, t0);
+  for (; r + R <= re; r += R) F8Tile<D, R, T>(a, xs, r, t0);
+  for (; r < re; ++r) F8Tile<D, 1, T>(a, xs, r, t0);
+}
+
+template <Decode D>
+void F8Gemv(const GemmArgs& a, const float* xs, int64_t rb, int64_t re) {
+  int64_t t = 0;
+  for (; t + 2 <= a.n_tokens; t += 2) F8Tokens<D, 2, 2>(a, xs, rb, re, t);
+  if (t < a.n_tokens) F8Tokens<D, 4, 1>(a, xs, rb, re, t);
+}
+
+// a.x x 2^64 into `scaled`, exact; false (nothing to use) when some |x| >= 2^60 or is NaN,
+// whose products could overflow where the f16 path's do not.
+bool ScaleActivations(const GemmArgs& a, std::vector<float>& scaled) {
+  const int64_t n = a.n_tokens * a.n_in;
+  scaled.resize(n);
+  const __m256 factor = _mm256_set1_ps(kF32BitsXScale), limit = _mm256_set1_ps(0x1p60f);
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 out_of_range = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n; i += 8) {  // n_in is a multiple of 128.
+    const __m256 v = _mm256_loadu_ps(a.x + i);
+    // Not |v| < 2^60: too large, or NaN (unordered).
+    out_of_range = _mm256_or_ps(out_of_range, _mm256_cmp_ps(_mm256_and_ps(v, abs_mask), limit, _CMP_NLT_UQ));
+    _mm256_storeu_ps(scaled.data() + i, _mm256_mul_ps(v, factor));
+  }
+  return _mm256_movemask_ps(out_of_range) == 0;
 }
 
 // Rows [r0, r1) decoded to f32 (E4M3 value x its block's scale, one rounding) into `out`
@@ -115,9 +170,12 @@ void DecodeRows(const GemmArgs& a, int64_t r0, int64_t r1, float* out) {
 
 void GemmF8Avx2(const GemmArgs& a, int64_t rb, int64_t re) {
   if (a.n_tokens < kMinDecodedTokens) {
-    int64_t t = 0;
-    for (; t + 2 <= a.n_tokens; t += 2) F8Tokens<2, 2>(a, rb, re, t);
-    if (t < a.n_tokens) F8Tokens<4, 1>(a, rb, re, t);
+    thread_local std::vector<float> scaled;
+    if (DenormalOperandsFast() && ScaleActivations(a, scaled)) {
+      F8Gemv<Decode::kF32Bits>(a, scaled.data(), rb, re);
+    } else {
+      F8Gemv<Decode::kF16>(a, a.x, rb, re);
+    }
     return;
   }
   GemmDecodedRows(

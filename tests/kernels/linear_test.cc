@@ -590,5 +590,53 @@ TEST(LinearTest, RejectsBadInputs) {
   EXPECT_FALSE(LinearSupports(DType::kQ8_K));
 }
 
+// The AVX2 FP8 GEMV decodes E4M3 into f32 bits where denormal operands are fast
+// (DenormalOperandsFast) and through f16 elsewhere; both must give the same bits, the
+// subnormal codes (a block of nothing else here) and activations near both ends of f32's
+// range included, and fall back to f16 for activations whose x 2^64 could overflow.
+TEST(LinearTest, F8GemvDecodesGiveTheSameBits) {
+  const int64_t n_out = 37, n_in = 512;
+  std::mt19937 rng(91);
+  std::vector<uint8_t> w = MakeWeights(DType::kF8_E4M3_B128, n_out, n_in, &rng);
+  const int64_t row_bytes = RowBytes(DType::kF8_E4M3_B128, n_in);
+  for (int e = 0; e < 128; ++e) w[5 * row_bytes + 132 + 4 + e] = static_cast<uint8_t>((e / 8 % 2 ? 0x80 : 0) | e % 8);
+  for (int e = 0; e < 128; ++e) w[6 * row_bytes + 4 + e] = static_cast<uint8_t>((e % 2 ? 0x80 : 0) | e % 8);
+  const TensorView weight(w.data(), DType::kF8_E4M3_B128, {n_out, n_in});
+  const std::vector<double> reference = NaiveDequant(DType::kF8_E4M3_B128, w.data(), n_out * n_in);
+  for (CpuIsa isa : kAllCpuIsas) {
+    if (!CpuSupportsIsa(isa)) continue;
+    SetMaxCpuIsaForTesting(isa);
+    for (int64_t n_tokens = 1; n_tokens <= 5; ++n_tokens) {
+      for (float outlier : {1.0f, 3e-30f, 0x1p59f, 0x1p65f}) {
+        SCOPED_TRACE(::testing::Message() << CpuIsaName(isa) << " tokens " << n_tokens << " outlier " << outlier);
+        std::vector<float> x(n_tokens * n_in);
+        std::normal_distribution<float> normal(0.0f, 1.0f);
+        for (auto& v : x) v = normal(rng);
+        x[3] = outlier;
+        std::vector<float> f16(n_tokens * n_out, -1.0f), bits(n_tokens * n_out, -2.0f);
+        SetDenormalOperandsFastForTesting(false);
+        ASSERT_TRUE(Linear(f16.data(), x.data(), weight, n_tokens, nullptr).ok());
+        SetDenormalOperandsFastForTesting(true);
+        ASSERT_TRUE(Linear(bits.data(), x.data(), weight, n_tokens, nullptr).ok());
+        ResetDenormalOperandsFastForTesting();
+        for (size_t i = 0; i < bits.size(); ++i) {
+          ASSERT_EQ(std::memcmp(&bits[i], &f16[i], 4), 0) << i << ": " << bits[i] << " vs " << f16[i];
+        }
+        for (int64_t t = 0; t < n_tokens; ++t) {  // And right, against double precision.
+          for (int64_t r = 0; r < n_out; ++r) {
+            double want = 0, mag = 0;
+            for (int64_t k = 0; k < n_in; ++k) {
+              want += reference[r * n_in + k] * x[t * n_in + k];
+              mag += std::fabs(reference[r * n_in + k] * x[t * n_in + k]);
+            }
+            ASSERT_NEAR(bits[t * n_out + r], want, 1e-5 * mag + 1e-30) << "token " << t << " row " << r;
+          }
+        }
+      }
+    }
+  }
+  SetMaxCpuIsaForTesting(BestCpuIsa());
+}
+
 }  // namespace
 }  // namespace cascade::kernels::cpu
