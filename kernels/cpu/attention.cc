@@ -100,7 +100,14 @@ float HeadScale(const TensorView& scales, int64_t h) { return scales.data != nul
 
 AttendFn PickAttend(int64_t d) {
   if (ActiveCpuIsa() == CpuIsa::kAvx512 && d % 16 == 0) return internal::AttendAvx512;
+  if (ActiveCpuIsa() >= CpuIsa::kAvx2 && d % 8 == 0) return internal::AttendAvx2;
   return internal::AttendGeneric;
+}
+
+// How many rows of a sequence one call of `attend` may take (AttendArgs::n_rows).
+int64_t MaxRowsPerUnit(AttendFn attend, int64_t n_group) {
+  if (attend != internal::AttendAvx2) return 1;
+  return std::min(internal::kAttnMaxRows, internal::kAttnMaxQueries / n_group);
 }
 
 }  // namespace
@@ -263,6 +270,10 @@ struct Unit {
   int32_t partial;  // Index of its partial result, or -1: writes `out` directly.
   int64_t pos_begin, pos_end;
   int64_t first_pos;  // Positions before it are skipped (a window's start).
+  // Rows item's, item's + 1, ... of the same sequence and KV head (AttendArgs::n_rows, whose
+  // windows slide by `window` when > 0); pos_end is the first row's.
+  int32_t n_rows = 1;
+  int64_t window = 0;
 };
 struct Split {
   int32_t item;
@@ -302,8 +313,10 @@ absl::Status CheckAttention(const TensorView& out, const TensorView& q, const Kv
 
 // Splits an item's positions only when there are too few items to keep every thread busy.
 // A row whose window has left the kept prefix behind runs the prefix as one more unit.
+// Otherwise (a prefill), up to `max_rows` consecutive rows of a sequence run as one unit per
+// KV head, sharing each K/V tile, where none of them has a prefix unit.
 AttentionPlan PlanUnits(std::span<const AttentionSeq> seqs, int64_t n_kv, int64_t bs, int64_t n_threads, int64_t window,
-                        int64_t kept_prefix) {
+                        int64_t kept_prefix, int64_t max_rows) {
   AttentionPlan plan;
   for (size_t si = 0; si < seqs.size(); ++si) {
     for (int64_t i = 0; i < seqs[si].n_new; ++i) {
@@ -312,17 +325,20 @@ AttentionPlan PlanUnits(std::span<const AttentionSeq> seqs, int64_t n_kv, int64_
   }
   const int64_t n_items = static_cast<int64_t>(plan.rows.size()) * n_kv;
   const int64_t max_splits = n_threads > 1 && n_items < 2 * n_threads ? (2 * n_threads + n_items - 1) / n_items : 1;
-  for (int64_t item = 0; item < n_items; ++item) {
+  const auto has_prefix_unit = [&](RowRef r) {
+    return kept_prefix > 0 && FirstVisible(seqs[r.seq], r.i, window, kept_prefix) > 0;
+  };
+  const auto add_item = [&](int64_t item) {
     const RowRef r = plan.rows[item / n_kv];
     const int64_t n_ctx = seqs[r.seq].n_past + r.i + 1;
     const int64_t first = FirstVisible(seqs[r.seq], r.i, window, kept_prefix);
-    const bool prefix_unit = first > 0 && kept_prefix > 0;
+    const bool prefix_unit = has_prefix_unit(r);
     const int64_t first_block = first / bs, n_blocks = (n_ctx + bs - 1) / bs - first_block;
     const int64_t n_split =
         std::clamp<int64_t>((n_ctx - first) / kMinSplitPositions, 1, std::min(max_splits, n_blocks));
     if (n_split == 1 && !prefix_unit) {
       plan.units.push_back({static_cast<int32_t>(item), -1, first_block * bs, n_ctx, first});
-      continue;
+      return;
     }
     plan.splits.push_back(
         {static_cast<int32_t>(item), plan.n_partials, static_cast<int32_t>(n_split + (prefix_unit ? 1 : 0))});
@@ -331,6 +347,27 @@ AttentionPlan PlanUnits(std::span<const AttentionSeq> seqs, int64_t n_kv, int64_
       const int64_t b0 = first_block + n_blocks * sp / n_split, b1 = first_block + n_blocks * (sp + 1) / n_split;
       plan.units.push_back({static_cast<int32_t>(item), plan.n_partials++, b0 * bs, std::min(b1 * bs, n_ctx), first});
     }
+  };
+  if (max_splits > 1 || max_rows <= 1) {
+    for (int64_t item = 0; item < n_items; ++item) add_item(item);
+    return plan;
+  }
+  for (int64_t row = 0; row < static_cast<int64_t>(plan.rows.size());) {
+    const RowRef r = plan.rows[row];
+    const int64_t n = std::min<int64_t>(max_rows, seqs[r.seq].n_new - r.i);
+    bool together = n > 1;
+    for (int64_t j = 0; j < n && together; ++j) together = !has_prefix_unit(plan.rows[row + j]);
+    for (int64_t h = 0; h < n_kv; ++h) {
+      if (!together) {
+        for (int64_t j = 0; j < n; ++j) add_item((row + j) * n_kv + h);
+        continue;
+      }
+      // With a kept prefix every row here sees from 0; without one, each row's window.
+      const int64_t first = FirstVisible(seqs[r.seq], r.i, window, kept_prefix);
+      plan.units.push_back({static_cast<int32_t>(row * n_kv + h), -1, first / bs * bs, seqs[r.seq].n_past + r.i + 1, 0,
+                            static_cast<int32_t>(n), kept_prefix > 0 ? 0 : window});
+    }
+    row += n;
   }
   return plan;
 }
@@ -377,11 +414,12 @@ absl::Status AttentionCpu(TensorView out, const TensorView& q, const KvCacheLaye
   const int64_t head_bytes = RowBytes(kv_dtype, d);  // Offset of one KV head within a position.
   const int64_t bs = cache.block_size;
   const int64_t n_threads = pool.n_threads();
-  const AttentionPlan plan = PlanUnits(seqs, n_kv, bs, n_threads, params.window, params.kept_prefix);
+  const AttendFn attend = PickAttend(d);
+  const AttentionPlan plan =
+      PlanUnits(seqs, n_kv, bs, n_threads, params.window, params.kept_prefix, MaxRowsPerUnit(attend, n_group));
   const float* sinks = params.sinks.data != nullptr ? params.sinks.As<float>() : nullptr;
   const int64_t partial_floats = n_group * (d + 2);
   std::vector<float> partials(plan.n_partials * partial_floats);
-  const AttendFn attend = PickAttend(d);
   const int64_t n_units = static_cast<int64_t>(plan.units.size());
   // Later rows of a prefill attend to more positions: hand out small chunks.
   const int64_t chunk = n_units >= 8 * n_threads ? 4 : 1;
@@ -406,6 +444,9 @@ absl::Status AttentionCpu(TensorView out, const TensorView& q, const KvCacheLaye
                       .d = d,
                       .scale = params.scale * HeadScale(cache.k_scale, h),
                       .v_scale = HeadScale(cache.v_scale, h),
+                      .n_rows = unit.n_rows,
+                      .row_stride = params.n_heads * d,
+                      .window = unit.window,
                       .sinks = sinks != nullptr ? sinks + h * n_group : nullptr};
       if (unit.partial < 0) {
         args.out = out.As<float>() + off;

@@ -13,6 +13,9 @@
 namespace cascade::kernels::cpu::internal {
 
 inline constexpr int64_t kAttnMaxGroup = 16;  // Query heads per KV head handled in one pass.
+// Query vectors (rows x the group's heads) of a unit of several rows (AttendArgs::n_rows).
+inline constexpr int64_t kAttnMaxQueries = 32;
+inline constexpr int64_t kAttnMaxRows = 8;
 inline constexpr int64_t kAttnMaxHeadDim = 256;
 inline constexpr int64_t kAttnMaxBlock = 256;
 // Stand-in for -inf as the running max before any score: keeps the arithmetic finite.
@@ -38,6 +41,15 @@ struct AttendArgs {
   int64_t d = 0;             // <= kAttnMaxHeadDim.
   float scale = 1.0f;
   float v_scale = 1.0f;  // Multiplies out (normalised or not).
+  // Consecutive rows of one sequence (a prefill's) run together so that each K/V tile read
+  // serves them all: row j's query heads at q + j * row_stride, its output at
+  // out + j * row_stride; it sees positions [first_j, pos_end + j), first_j = window > 0 ?
+  // max(first_pos, pos_end + j - window) : first_pos. n_rows * n_group <= kAttnMaxQueries,
+  // n_rows <= kAttnMaxRows; more than one row only with `normalize` and the kernels that
+  // say so (MultiRowAttend).
+  int64_t n_rows = 1;
+  int64_t row_stride = 0;
+  int64_t window = 0;
   // Attention sinks of the group's query heads [n_group], or null; used when normalising
   // (a split item's merge adds them instead).
   const float* sinks = nullptr;
@@ -71,6 +83,8 @@ void KvRowsToF32(DType dtype, const uint8_t* src, int64_t row_bytes, int64_t n, 
 void KvRowsToF32Avx2(DType dtype, const uint8_t* src, int64_t row_bytes, int64_t n, int64_t d, float* dst);
 
 void AttendGeneric(const AttendArgs& args);  // attention.cc; any shape.
+// attention_avx2.cc; REQUIRES d % 8 == 0 and an AVX2 CPU. Takes several rows.
+void AttendAvx2(const AttendArgs& args);
 // attention_avx512.cc; REQUIRES d % 16 == 0 and an AVX-512 CPU.
 void AttendAvx512(const AttendArgs& args);
 

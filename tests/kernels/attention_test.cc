@@ -2,7 +2,7 @@
 // Cases cross block boundaries, use shuffled (non-contiguous) block tables, GQA groups,
 // several sequences per batch with different histories, and 1 or 2 threads (decode with 2
 // threads splits each row's positions across them, flash-decoding style). Every case runs
-// on each ISA path this CPU has (portable, AVX-512), with the cache in f32, f16, q8_0
+// on each ISA path this CPU has (portable, AVX2, AVX-512), with the cache in f32, f16, q8_0
 // (head_dim a multiple of 32) and fp8_e4m3 with a different scale per KV head (some above
 // 1, some below, K's and V's different). For the stored formats the reference uses the values the cache holds
 // (the inputs rounded to the format, checked against the format's rounding bound), so the
