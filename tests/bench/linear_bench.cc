@@ -379,6 +379,13 @@ int main(int argc, char** argv) {
     for (DType d : dtypes) cascade::kernels::cpu::Decode1B(d, quick ? 0.5 : 2.0);
     return 0;
   }
+  for (DType d : dtypes) {  // SmolLM2's 576-wide rows: no 256-element super-blocks.
+    if (576 % cascade::BlockElems(d) != 0) {
+      std::fprintf(stderr, "%s: SmolLM2's 576-column matrices are not whole %lld-element blocks; use --model=1b\n",
+                   std::string(cascade::DTypeName(d)).c_str(), static_cast<long long>(cascade::BlockElems(d)));
+      return 2;
+    }
+  }
   cascade::kernels::cpu::Run(dtypes, quick, decode_only);
   return 0;
 }
