@@ -23,6 +23,7 @@
 
 #include "core/quant_blocks.h"
 #include "kernels/cpu/attention_kernels.h"
+#include "kernels/cpu/exp_poly.h"
 
 namespace cascade::kernels::cpu::internal {
 
@@ -50,23 +51,17 @@ void KvRowsToF32Avx2(DType dtype, const uint8_t* src, int64_t row_bytes, int64_t
 
 namespace {
 
-// e^x for x <= 88 (softmax feeds it x <= 0); below -87.3 it gives ~e^-87.3, which callers
-// mask or multiply by zero. Cephes expf, as the AVX-512 kernel's, with 2^n built in the
-// exponent bits (-126 <= n <= 127 after the clamp, so always a normal float).
+// e^x for x <= 88 (softmax feeds it x <= 0); below kExpMinArg it gives ~e^-87.3, which
+// callers mask or multiply by zero. exp_poly.h's polynomial, 2^n built in the exponent bits
+// (-126 <= n <= 127 after the clamp, so always a normal float).
 inline __m256 Exp(__m256 x) {
-  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.33654f)), _mm256_set1_ps(88.0f));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
-  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
-  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
-  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
-  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
-  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
-  y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), r);
-  y = _mm256_add_ps(y, _mm256_set1_ps(1.0f));
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(kExpMinArg)), _mm256_set1_ps(88.0f));
+  const __m256 n =
+      _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kExpLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kExpLn2Lo), _mm256_fnmadd_ps(n, _mm256_set1_ps(kExpLn2Hi), x));
+  __m256 y = _mm256_set1_ps(kExpPoly[0]);
+  for (int i = 1; i < 6; ++i) y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(kExpPoly[i]));
+  y = _mm256_add_ps(_mm256_fmadd_ps(y, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
   const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
 }

@@ -23,28 +23,22 @@
 
 #include "core/quant_blocks.h"
 #include "kernels/cpu/attention_kernels.h"
+#include "kernels/cpu/exp_poly.h"
 #include "kernels/cpu/fp8_avx512.h"
 
 namespace cascade::kernels::cpu::internal {
 namespace {
 
-// e^x for x <= 88.37 (softmax feeds it x <= 0); x < -87.3 gives ~e^-87.3, which callers mask
-// or multiply by zero. Cephes expf: x = n ln2 + r, |r| <= ln2/2, degree-6 polynomial, scaled
-// by 2^n with vscalefps.
+// e^x for x <= 88.37 (softmax feeds it x <= 0); below kExpMinArg it gives ~e^-87.3, which
+// callers mask or multiply by zero. exp_poly.h's polynomial, scaled by 2^n with vscalefps.
 inline __m512 Exp(__m512 x) {
-  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.33654f)), _mm512_set1_ps(88.37626f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 y = _mm512_set1_ps(1.9875691500e-4f);
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
-  y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), r);
-  y = _mm512_add_ps(y, _mm512_set1_ps(1.0f));
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(kExpMinArg)), _mm512_set1_ps(88.37626f));
+  const __m512 n =
+      _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kExpLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kExpLn2Lo), _mm512_fnmadd_ps(n, _mm512_set1_ps(kExpLn2Hi), x));
+  __m512 y = _mm512_set1_ps(kExpPoly[0]);
+  for (int i = 1; i < 6; ++i) y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(kExpPoly[i]));
+  y = _mm512_add_ps(_mm512_fmadd_ps(y, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
   return _mm512_scalef_ps(y, n);
 }
 
