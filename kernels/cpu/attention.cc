@@ -348,6 +348,9 @@ AttentionPlan PlanUnits(std::span<const AttentionSeq> seqs, int64_t n_kv, int64_
       plan.units.push_back({static_cast<int32_t>(item), plan.n_partials++, b0 * bs, std::min(b1 * bs, n_ctx), first});
     }
   };
+  // Rows a unit: as many as the kernel takes, while every thread keeps two units or more
+  // (a verify step's 5 rows at one KV head stay 5 units on 2 threads).
+  max_rows = std::clamp<int64_t>(n_items / (2 * n_threads), 1, max_rows);
   if (max_splits > 1 || max_rows <= 1) {
     for (int64_t item = 0; item < n_items; ++item) add_item(item);
     return plan;
