@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "core/half.h"
 #include "kernels/cpu/linear_kernels.h"
@@ -275,9 +276,116 @@ void Tokens(const GemmArgs& a, int64_t rb, int64_t re, int64_t t0) {
   }
 }
 
+// ---- F32 weights for many tokens: 16-row panels, outer products ----------------------------
+
+constexpr int kPanelRows = 16;
+constexpr int kPanelTokens = 6;
+
+// The 8 x 8 floats at src (rows `stride` apart) transposed into dst (rows 16 apart).
+inline void Transpose8x8(const float* src, int64_t stride, float* dst) {
+  __m256 r[8], t[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * stride);
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    r[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int i = 0; i < 4; ++i) {
+    _mm256_storeu_ps(dst + i * kPanelRows, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+    _mm256_storeu_ps(dst + (i + 4) * kPanelRows, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+  }
+}
+
+// Rows [r0, r0 + 16) of the row-major f32 weight as a k-major panel [n_in][16]; rows from
+// re on are zero (their outputs are not stored). n_in is a multiple of 8.
+void PackPanel(const GemmArgs& a, int64_t r0, int64_t re, float* panel) {
+  const auto* w = reinterpret_cast<const float*>(a.w);
+  const int64_t stride = a.w_row_bytes / static_cast<int64_t>(sizeof(float));
+  alignas(32) float tail[8][8];
+  for (int h = 0; h < 2; ++h) {
+    const int64_t rows = std::clamp<int64_t>(re - r0 - 8 * h, 0, 8);
+    for (int64_t k = 0; k < a.n_in; k += 8) {
+      float* dst = panel + k * kPanelRows + 8 * h;
+      if (rows == 8) {
+        Transpose8x8(w + (r0 + 8 * h) * stride + k, stride, dst);
+        continue;
+      }
+      for (int i = 0; i < 8; ++i) {
+        for (int j = 0; j < 8; ++j) tail[i][j] = i < rows ? w[(r0 + 8 * h + i) * stride + k + j] : 0.0f;
+      }
+      Transpose8x8(tail[0], 8, dst);
+    }
+  }
+}
+
+// Tokens [t0, t0 + T) x the panel's 16 rows: out[t][r0 + i] = sum over k, one accumulator
+// per output (12 independent FMA chains for T = 6, two panel loads and T broadcasts a k).
+template <int T>
+void PanelTile(const GemmArgs& a, const float* panel, int64_t r0, int rows, int64_t t0) {
+  __m256 acc[T][2];
+#pragma GCC unroll 6
+  for (int j = 0; j < T; ++j) acc[j][0] = acc[j][1] = _mm256_setzero_ps();
+  const float* x = a.x + t0 * a.n_in;
+  for (int64_t k = 0; k < a.n_in; ++k) {
+    const __m256 w0 = _mm256_loadu_ps(panel + k * kPanelRows), w1 = _mm256_loadu_ps(panel + k * kPanelRows + 8);
+#pragma GCC unroll 6
+    for (int j = 0; j < T; ++j) {
+      const __m256 xb = _mm256_broadcast_ss(x + j * a.n_in + k);
+      acc[j][0] = _mm256_fmadd_ps(w0, xb, acc[j][0]);
+      acc[j][1] = _mm256_fmadd_ps(w1, xb, acc[j][1]);
+    }
+  }
+#pragma GCC unroll 6
+  for (int j = 0; j < T; ++j) {
+    float* o = a.out + (t0 + j) * a.ld_out + r0;
+    if (rows == kPanelRows) {
+      _mm256_storeu_ps(o, acc[j][0]);
+      _mm256_storeu_ps(o + 8, acc[j][1]);
+    } else {
+      alignas(32) float tmp[kPanelRows];
+      _mm256_store_ps(tmp, acc[j][0]);
+      _mm256_store_ps(tmp + 8, acc[j][1]);
+      std::copy_n(tmp, rows, o);
+    }
+  }
+}
+
 }  // namespace
 
 void GemmF32Avx2(const GemmArgs& a, int64_t rb, int64_t re) { GemmFloatAvx2<LoadF32>(a, rb, re); }
+
+void GemmF32PanelsAvx2(const GemmArgs& a, int64_t rb, int64_t re) {
+  if (a.n_in % 8 != 0) {
+    GemmF32Avx2(a, rb, re);
+    return;
+  }
+  thread_local std::vector<float> panels;
+  const int64_t n_panels = (re - rb + kPanelRows - 1) / kPanelRows;
+  panels.resize(static_cast<size_t>(n_panels * a.n_in * kPanelRows));
+  for (int64_t p = 0; p < n_panels; ++p) PackPanel(a, rb + p * kPanelRows, re, panels.data() + p * a.n_in * kPanelRows);
+  int64_t t = 0;
+  for (; t < a.n_tokens; t += kPanelTokens) {
+    const int64_t n = std::min<int64_t>(kPanelTokens, a.n_tokens - t);
+    for (int64_t p = 0; p < n_panels; ++p) {
+      const float* panel = panels.data() + p * a.n_in * kPanelRows;
+      const int64_t r0 = rb + p * kPanelRows;
+      const int rows = static_cast<int>(std::min<int64_t>(kPanelRows, re - r0));
+      switch (n) {
+        case 6: PanelTile<6>(a, panel, r0, rows, t); break;
+        case 5: PanelTile<5>(a, panel, r0, rows, t); break;
+        case 4: PanelTile<4>(a, panel, r0, rows, t); break;
+        case 3: PanelTile<3>(a, panel, r0, rows, t); break;
+        case 2: PanelTile<2>(a, panel, r0, rows, t); break;
+        default: PanelTile<1>(a, panel, r0, rows, t); break;
+      }
+    }
+  }
+}
 
 namespace {
 

@@ -179,7 +179,7 @@ void GemmF8Avx2(const GemmArgs& a, int64_t rb, int64_t re) {
     return;
   }
   GemmDecodedRows(
-      a, rb, re, [&](int64_t r0, int64_t r1, float* out) { DecodeRows(a, r0, r1, out); }, GemmF32Avx2);
+      a, rb, re, [&](int64_t r0, int64_t r1, float* out) { DecodeRows(a, r0, r1, out); }, GemmF32PanelsAvx2);
 }
 
 }  // namespace cascade::kernels::cpu::internal

@@ -65,6 +65,9 @@ const KernelTable& Avx512Kernels();   // linear_avx512.cc
 // Avx2Kernels().
 void GemmF32Avx2(const GemmArgs& a, int64_t row_begin, int64_t row_end);
 void GemmF8Avx2(const GemmArgs& a, int64_t row_begin, int64_t row_end);
+// F32 for many tokens on AVX2: rows in k-major panels of 16, outer products 6 tokens at a
+// time (linear_avx2.cc), for weights decoded to f32 in L2 (GemmDecodedRows).
+void GemmF32PanelsAvx2(const GemmArgs& a, int64_t row_begin, int64_t row_end);
 // F8_E4M3_B128 on AVX-512 (linear_f8_avx512.cc), an entry of Avx512Kernels().
 void GemmF8Avx512(const GemmArgs& a, int64_t row_begin, int64_t row_end);
 // F32, F16 and BF16 on AVX-512 (linear_float_avx512.cc), entries of Avx512Kernels().

@@ -281,6 +281,10 @@ std::vector<Case> Cases() {
       // Row-major prefill kernels work in row blocks of 256 KiB (FP8: decoded to f32, 64
       // rows of 1024): several blocks and a partial last one, on both threads.
       if (BlockElems(d) == 1 || BlockElems(d) == 128) cases.push_back({d, isa, 17, 300, 1024, 2});
+      // FP8 prefills run the F32 panels (16 rows, 6 tokens a tile): every token remainder.
+      if (BlockElems(d) == 128) {
+        for (int64_t n_tokens : {7, 9, 10, 12}) cases.push_back({d, isa, n_tokens, 37, 384, 1});
+      }
     }
   }
   return cases;
