@@ -281,10 +281,9 @@ void Tokens(const GemmArgs& a, int64_t rb, int64_t re, int64_t t0) {
 constexpr int kPanelRows = 16;
 constexpr int kPanelTokens = 6;
 
-// The 8 x 8 floats at src (rows `stride` apart) transposed into dst (rows 16 apart).
-inline void Transpose8x8(const float* src, int64_t stride, float* dst) {
-  __m256 r[8], t[8];
-  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * stride);
+// The 8 rows r (8 floats each) transposed into dst (rows 16 apart).
+inline void Transpose8x8(__m256 r[8], float* dst) {
+  __m256 t[8];
   for (int i = 0; i < 8; i += 2) {
     t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
     t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
@@ -301,24 +300,18 @@ inline void Transpose8x8(const float* src, int64_t stride, float* dst) {
   }
 }
 
-// Rows [r0, r0 + 16) of the row-major f32 weight as a k-major panel [n_in][16]; rows from
-// re on are zero (their outputs are not stored). n_in is a multiple of 8.
+// Rows [r0, r0 + 16) of the weight (f32, f16 or bf16 by L) as a k-major f32 panel
+// [n_in][16]; rows from re on are zero (their outputs are not stored). n_in % 8 == 0.
+template <typename L>
 void PackPanel(const GemmArgs& a, int64_t r0, int64_t re, float* panel) {
-  const auto* w = reinterpret_cast<const float*>(a.w);
-  const int64_t stride = a.w_row_bytes / static_cast<int64_t>(sizeof(float));
-  alignas(32) float tail[8][8];
   for (int h = 0; h < 2; ++h) {
     const int64_t rows = std::clamp<int64_t>(re - r0 - 8 * h, 0, 8);
     for (int64_t k = 0; k < a.n_in; k += 8) {
-      float* dst = panel + k * kPanelRows + 8 * h;
-      if (rows == 8) {
-        Transpose8x8(w + (r0 + 8 * h) * stride + k, stride, dst);
-        continue;
-      }
+      __m256 r[8];
       for (int i = 0; i < 8; ++i) {
-        for (int j = 0; j < 8; ++j) tail[i][j] = i < rows ? w[(r0 + 8 * h + i) * stride + k + j] : 0.0f;
+        r[i] = i < rows ? L::Load8(a.w + (r0 + 8 * h + i) * a.w_row_bytes, k) : _mm256_setzero_ps();
       }
-      Transpose8x8(tail[0], 8, dst);
+      Transpose8x8(r, panel + k * kPanelRows + 8 * h);
     }
   }
 }
@@ -355,45 +348,63 @@ void PanelTile(const GemmArgs& a, const float* panel, int64_t r0, int rows, int6
   }
 }
 
-}  // namespace
-
-void GemmF32Avx2(const GemmArgs& a, int64_t rb, int64_t re) { GemmFloatAvx2<LoadF32>(a, rb, re); }
-
-void GemmF32PanelsAvx2(const GemmArgs& a, int64_t rb, int64_t re) {
-  if (a.n_in % 8 != 0) {
-    GemmF32Avx2(a, rb, re);
-    return;
-  }
+// Rows [rb, re) in blocks of about 256 KiB of f32 panels (they stay in L2), each packed
+// once and multiplied by every token, 6 at a time.
+template <typename L>
+void GemmPanels(const GemmArgs& a, int64_t rb, int64_t re) {
+  constexpr int64_t kBlockBytes = 256 * 1024;
+  const int64_t block_rows = std::max<int64_t>(1, kBlockBytes / (a.n_in * 4 * kPanelRows)) * kPanelRows;
   thread_local std::vector<float> panels;
-  const int64_t n_panels = (re - rb + kPanelRows - 1) / kPanelRows;
-  panels.resize(static_cast<size_t>(n_panels * a.n_in * kPanelRows));
-  for (int64_t p = 0; p < n_panels; ++p) PackPanel(a, rb + p * kPanelRows, re, panels.data() + p * a.n_in * kPanelRows);
-  int64_t t = 0;
-  for (; t < a.n_tokens; t += kPanelTokens) {
-    const int64_t n = std::min<int64_t>(kPanelTokens, a.n_tokens - t);
+  panels.resize(static_cast<size_t>(std::min(block_rows, re - rb + kPanelRows) * a.n_in));
+  for (int64_t b0 = rb; b0 < re; b0 += block_rows) {
+    const int64_t b1 = std::min(re, b0 + block_rows);
+    const int64_t n_panels = (b1 - b0 + kPanelRows - 1) / kPanelRows;
     for (int64_t p = 0; p < n_panels; ++p) {
-      const float* panel = panels.data() + p * a.n_in * kPanelRows;
-      const int64_t r0 = rb + p * kPanelRows;
-      const int rows = static_cast<int>(std::min<int64_t>(kPanelRows, re - r0));
-      switch (n) {
-        case 6: PanelTile<6>(a, panel, r0, rows, t); break;
-        case 5: PanelTile<5>(a, panel, r0, rows, t); break;
-        case 4: PanelTile<4>(a, panel, r0, rows, t); break;
-        case 3: PanelTile<3>(a, panel, r0, rows, t); break;
-        case 2: PanelTile<2>(a, panel, r0, rows, t); break;
-        default: PanelTile<1>(a, panel, r0, rows, t); break;
+      PackPanel<L>(a, b0 + p * kPanelRows, b1, panels.data() + p * a.n_in * kPanelRows);
+    }
+    for (int64_t t = 0; t < a.n_tokens; t += kPanelTokens) {
+      const int64_t n = std::min<int64_t>(kPanelTokens, a.n_tokens - t);
+      for (int64_t p = 0; p < n_panels; ++p) {
+        const float* panel = panels.data() + p * a.n_in * kPanelRows;
+        const int64_t r0 = b0 + p * kPanelRows;
+        const int rows = static_cast<int>(std::min<int64_t>(kPanelRows, b1 - r0));
+        switch (n) {
+          case 6: PanelTile<6>(a, panel, r0, rows, t); break;
+          case 5: PanelTile<5>(a, panel, r0, rows, t); break;
+          case 4: PanelTile<4>(a, panel, r0, rows, t); break;
+          case 3: PanelTile<3>(a, panel, r0, rows, t); break;
+          case 2: PanelTile<2>(a, panel, r0, rows, t); break;
+          default: PanelTile<1>(a, panel, r0, rows, t); break;
+        }
       }
     }
   }
 }
 
+// Float weights: below kMinPanelTokens the dot-product tiles (each weight read once per
+// tile of 3 tokens, converted as read), from it the panels (converted once per block).
+constexpr int64_t kMinPanelTokens = 6;
+
+template <typename L>
+void GemmFloat(const GemmArgs& a, int64_t rb, int64_t re) {
+  if (a.n_tokens >= kMinPanelTokens && a.n_in % 8 == 0) {
+    GemmPanels<L>(a, rb, re);
+  } else {
+    GemmFloatAvx2<L>(a, rb, re);
+  }
+}
+
+}  // namespace
+
+void GemmF32PanelsAvx2(const GemmArgs& a, int64_t rb, int64_t re) { GemmPanels<LoadF32>(a, rb, re); }
+
 namespace {
 
 KernelTable MakeAvx2() {
   KernelTable t;
-  t.gemm[static_cast<int>(DType::kF32)] = GemmF32Avx2;
-  t.gemm[static_cast<int>(DType::kF16)] = GemmFloatAvx2<LoadF16>;
-  t.gemm[static_cast<int>(DType::kBF16)] = GemmFloatAvx2<LoadBF16>;
+  t.gemm[static_cast<int>(DType::kF32)] = GemmFloat<LoadF32>;
+  t.gemm[static_cast<int>(DType::kF16)] = GemmFloat<LoadF16>;
+  t.gemm[static_cast<int>(DType::kBF16)] = GemmFloat<LoadBF16>;
   t.gemm[static_cast<int>(DType::kQ8_0)] = GemmQuantAvx2<Kind::kQ8_0>;
   t.gemm[static_cast<int>(DType::kQ4_0)] = GemmQuantAvx2<Kind::kQ4_0>;
   t.gemm[static_cast<int>(DType::kQ4_1)] = GemmQuantAvx2<Kind::kQ4_1>;

@@ -61,12 +61,10 @@ struct KernelTable {
 const KernelTable& GenericKernels();  // Complete: every supported dtype.
 const KernelTable& Avx2Kernels();     // linear_avx2.cc
 const KernelTable& Avx512Kernels();   // linear_avx512.cc
-// F32 on AVX2 (linear_avx2.cc) and F8_E4M3_B128 on AVX2 (linear_f8_avx2.cc), entries of
-// Avx2Kernels().
-void GemmF32Avx2(const GemmArgs& a, int64_t row_begin, int64_t row_end);
+// F8_E4M3_B128 on AVX2 (linear_f8_avx2.cc), an entry of Avx2Kernels().
 void GemmF8Avx2(const GemmArgs& a, int64_t row_begin, int64_t row_end);
-// F32 for many tokens on AVX2: rows in k-major panels of 16, outer products 6 tokens at a
-// time (linear_avx2.cc), for weights decoded to f32 in L2 (GemmDecodedRows).
+// F32 for many tokens on AVX2 (linear_avx2.cc): rows in k-major panels of 16, outer
+// products 6 tokens at a time; the FP8 kernel's f32 GEMM over its decoded rows.
 void GemmF32PanelsAvx2(const GemmArgs& a, int64_t row_begin, int64_t row_end);
 // F8_E4M3_B128 on AVX-512 (linear_f8_avx512.cc), an entry of Avx512Kernels().
 void GemmF8Avx512(const GemmArgs& a, int64_t row_begin, int64_t row_end);
