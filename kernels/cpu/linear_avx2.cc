@@ -381,19 +381,6 @@ void GemmPanels(const GemmArgs& a, int64_t rb, int64_t re) {
   }
 }
 
-// Float weights: below kMinPanelTokens the dot-product tiles (each weight read once per
-// tile of 3 tokens, converted as read), from it the panels (converted once per block).
-constexpr int64_t kMinPanelTokens = 6;
-
-template <typename L>
-void GemmFloat(const GemmArgs& a, int64_t rb, int64_t re) {
-  if (a.n_tokens >= kMinPanelTokens && a.n_in % 8 == 0) {
-    GemmPanels<L>(a, rb, re);
-  } else {
-    GemmFloatAvx2<L>(a, rb, re);
-  }
-}
-
 }  // namespace
 
 void GemmF32PanelsAvx2(const GemmArgs& a, int64_t rb, int64_t re) { GemmPanels<LoadF32>(a, rb, re); }
@@ -402,9 +389,13 @@ namespace {
 
 KernelTable MakeAvx2() {
   KernelTable t;
-  t.gemm[static_cast<int>(DType::kF32)] = GemmFloat<LoadF32>;
-  t.gemm[static_cast<int>(DType::kF16)] = GemmFloat<LoadF16>;
-  t.gemm[static_cast<int>(DType::kBF16)] = GemmFloat<LoadBF16>;
+  // Float weights keep the dot-product tiles at every token count: each output's sum in the
+  // same order as the 1-token GEMV's, so a prefill recomputes a decode's bits (a stream moved
+  // to another replica, a prefix re-read). The panels (GemmPanels) sum in another order:
+  // 2x the F16 prefill here, kept to FP8, whose decode and prefill differ anyway.
+  t.gemm[static_cast<int>(DType::kF32)] = GemmFloatAvx2<LoadF32>;
+  t.gemm[static_cast<int>(DType::kF16)] = GemmFloatAvx2<LoadF16>;
+  t.gemm[static_cast<int>(DType::kBF16)] = GemmFloatAvx2<LoadBF16>;
   t.gemm[static_cast<int>(DType::kQ8_0)] = GemmQuantAvx2<Kind::kQ8_0>;
   t.gemm[static_cast<int>(DType::kQ4_0)] = GemmQuantAvx2<Kind::kQ4_0>;
   t.gemm[static_cast<int>(DType::kQ4_1)] = GemmQuantAvx2<Kind::kQ4_1>;

@@ -642,5 +642,38 @@ TEST(LinearTest, F8GemvDecodesGiveTheSameBits) {
   SetMaxCpuIsaForTesting(BestCpuIsa());
 }
 
+// Float weights give every output the same bits whatever the number of tokens beside it: a
+// prefill recomputes what decode steps computed (a stream moved to another replica goes on
+// from its tokens, `cluster_dp_worker_killed`), so the many-token tiles must sum each
+// output in the 1-token GEMV's order.
+TEST(LinearTest, FloatWeightsGiveTheSameBitsForAnyTokenCount) {
+  const int64_t n_out = 37, n_tokens = 17;
+  for (DType d : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (int64_t n_in : {512, 100}) {
+      std::mt19937 rng(5);
+      std::vector<uint8_t> w = MakeWeights(d, n_out, n_in, &rng);
+      const TensorView weight(w.data(), d, {n_out, n_in});
+      std::vector<float> x(n_tokens * n_in);
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      for (auto& v : x) v = normal(rng);
+      for (CpuIsa isa : kAllCpuIsas) {
+        if (!CpuSupportsIsa(isa)) continue;
+        SetMaxCpuIsaForTesting(isa);
+        SCOPED_TRACE(::testing::Message() << DTypeName(d) << " n_in " << n_in << " " << CpuIsaName(isa));
+        std::vector<float> all(n_tokens * n_out);
+        ASSERT_TRUE(Linear(all.data(), x.data(), weight, n_tokens, nullptr).ok());
+        for (int64_t t = 0; t < n_tokens; ++t) {
+          std::vector<float> one(n_out);
+          ASSERT_TRUE(Linear(one.data(), x.data() + t * n_in, weight, 1, nullptr).ok());
+          for (int64_t r = 0; r < n_out; ++r) {
+            ASSERT_EQ(std::memcmp(&one[r], &all[t * n_out + r], 4), 0) << "token " << t << " row " << r;
+          }
+        }
+      }
+      SetMaxCpuIsaForTesting(BestCpuIsa());
+    }
+  }
+}
+
 }  // namespace
 }  // namespace cascade::kernels::cpu
