@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 
@@ -315,6 +316,50 @@ TEST(AttentionKeptPrefixTest, UnseenBlocksMayBeMissing) {
   EXPECT_FLOAT_EQ(out[0], 0.25f);  // Every value seen is 0.25.
   params.window = 48;              // Now it sees [23, 70]: block 1 is read.
   EXPECT_EQ(backend->Attention(o, qv, cache, {&seq, 1}, params).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A prefill's rows give each row the bits that row gets alone as a decode step (one new row
+// after its history): a prefill recomputes a decode's results (a stream moved to another
+// replica goes on from its tokens), so grouping rows (AttendArgs::n_rows) must not change a
+// row's sums. f16 cache, GQA 4 per KV head, with and without a window, every ISA.
+TEST(AttentionRowsTest, PrefillRowsEqualDecodeRowsBitForBit) {
+  constexpr int64_t kBlocks = 4, kBs = 16, kKv = 2, kD = 64, kHeads = 8, kRows = 40;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<uint16_t> kc(kBlocks * kBs * kKv * kD), vc(kc.size());
+  for (auto& h : kc) h = F32ToF16(normal(rng));
+  for (auto& h : vc) h = F32ToF16(normal(rng));
+  KvCacheLayer cache = KvCacheLayer::Over(TensorView(kc.data(), DType::kF16, {kBlocks, kBs, kKv, kD}),
+                                          TensorView(vc.data(), DType::kF16, {kBlocks, kBs, kKv, kD}));
+  const std::vector<int32_t> table = {2, 0, 3, 1};
+  std::vector<float> q(kRows * kHeads * kD);
+  for (auto& x : q) x = normal(rng);
+  auto backend = MakeCpuBackend({.n_threads = 1});
+  for (int64_t window : {int64_t{0}, int64_t{12}}) {
+    const AttentionParams params{.n_heads = kHeads, .scale = 0.125f, .window = window, .sinks = {}};
+    for (CpuIsa isa : kAllCpuIsas) {
+      if (!CpuSupportsIsa(isa)) continue;
+      SetMaxCpuIsaForTesting(isa);
+      SCOPED_TRACE(::testing::Message() << CpuIsaName(isa) << " window " << window);
+      std::vector<float> all(q.size());
+      const AttentionSeq prefill{0, kRows, 0, table};
+      ASSERT_TRUE(backend
+                      ->Attention(TensorView(all.data(), DType::kF32, {kRows, kHeads * kD}),
+                                  TensorView(q.data(), DType::kF32, {kRows, kHeads * kD}), cache, {&prefill, 1}, params)
+                      .ok());
+      for (int64_t i = 0; i < kRows; ++i) {
+        std::vector<float> one(kHeads * kD);
+        const AttentionSeq decode{0, 1, i, table};
+        ASSERT_TRUE(backend
+                        ->Attention(TensorView(one.data(), DType::kF32, {1, kHeads * kD}),
+                                    TensorView(q.data() + i * kHeads * kD, DType::kF32, {1, kHeads * kD}), cache,
+                                    {&decode, 1}, params)
+                        .ok());
+        ASSERT_EQ(std::memcmp(one.data(), all.data() + i * kHeads * kD, one.size() * 4), 0) << "row " << i;
+      }
+    }
+    SetMaxCpuIsaForTesting(BestCpuIsa());
+  }
 }
 
 constexpr AttentionParams kParams{.n_heads = 4, .scale = 1.0f, .window = 0, .sinks = {}};
