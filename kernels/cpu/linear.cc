@@ -61,11 +61,12 @@ int64_t FormatBlock(ActivationFormat f) {
 }
 
 // Per 16 elements: scale * (sum of quants), for the weights with 16-element groups.
-void HalfBlockSums(const int8_t* q, const float* d, int64_t nb, float* s16) {
+void HalfBlockSums(const int8_t* q, const float* d, int64_t nb, float* s16, int16_t* i16) {
   for (int64_t h = 0; h < 2 * nb; ++h) {
     int sum = 0;
     for (int e = 0; e < 16; ++e) sum += q[16 * h + e];
     s16[h] = d[h / 2] * static_cast<float>(sum);
+    i16[h] = static_cast<int16_t>(sum);  // |sum| <= 16 x 127.
   }
 }
 
@@ -202,6 +203,7 @@ absl::Status QuantizedActivations::Quantize(const float* in, int64_t n_tokens, i
         q8_scales_.resize(n / kQK);
         q8_sums_.resize(n / kQK);
         q8_sums16_.resize(n / 16);
+        q8_isums16_.resize(n / 16);
       }
       const internal::QuantQ8BlockFn quant = ActiveKernels().quant_q8_block;
       const int64_t nb = n_in / kQK;
@@ -209,7 +211,8 @@ absl::Status QuantizedActivations::Quantize(const float* in, int64_t n_tokens, i
         for (int64_t t = begin; t < end; ++t) {
           quant(in + t * n_in, n_in, q8_quants_.data() + t * n_in, q8_scales_.data() + t * nb,
                 q8_sums_.data() + t * nb);
-          HalfBlockSums(q8_quants_.data() + t * n_in, q8_scales_.data() + t * nb, nb, q8_sums16_.data() + t * 2 * nb);
+          HalfBlockSums(q8_quants_.data() + t * n_in, q8_scales_.data() + t * nb, nb, q8_sums16_.data() + t * 2 * nb,
+                        q8_isums16_.data() + t * 2 * nb);
         }
       };
       if (pool != nullptr && n >= 16384) {
@@ -252,6 +255,7 @@ internal::GemmArgs ActivationArgs(const QuantizedActivations& in) {
     args.xd = in.q8_scales();
     args.xs = in.q8_sums();
     args.xs16 = in.q8_sums16();
+    args.xi16 = in.q8_isums16();
   } else if (in.format() == ActivationFormat::kQ8K) {
     args.xk = in.q8k_blocks();
   }

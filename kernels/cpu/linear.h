@@ -72,6 +72,8 @@ class QuantizedActivations {
   const float* q8_sums() const { return q8_sums_.data(); }
   // The same sums per 16 elements [n_tokens, n_in / 16] (weights with 16-element groups).
   const float* q8_sums16() const { return q8_sums16_.data(); }
+  // The sums of the quants themselves per 16 elements [n_tokens, n_in / 16].
+  const int16_t* q8_isums16() const { return q8_isums16_.data(); }
   // Format kQ8K: [n_tokens, n_in / 256].
   const BlockQ8_K* q8k_blocks() const { return q8k_.data(); }
 
@@ -84,6 +86,7 @@ class QuantizedActivations {
   std::vector<float> q8_scales_;
   std::vector<float> q8_sums_;
   std::vector<float> q8_sums16_;
+  std::vector<int16_t> q8_isums16_;
   std::vector<BlockQ8_K> q8k_;
 };
 

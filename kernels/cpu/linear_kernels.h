@@ -32,6 +32,7 @@ struct GemmArgs {
   const float* xd = nullptr;      //   [n_tokens, n_in / 32] scales.
   const float* xs = nullptr;      //   [n_tokens, n_in / 32] scale * sum of quants.
   const float* xs16 = nullptr;    //   [n_tokens, n_in / 16] the same per 16 elements.
+  const int16_t* xi16 = nullptr;  //   [n_tokens, n_in / 16] sums of the quants per 16.
   const BlockQ8_K* xk = nullptr;  // kQ8K: [n_tokens, n_in / 256].
 };
 

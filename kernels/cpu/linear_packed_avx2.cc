@@ -24,6 +24,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 #include "kernels/cpu/linear_kernels.h"
@@ -38,6 +39,13 @@ constexpr int MaxAbs(const int8_t* table) {
   return m;
 }
 
+// `table` + lift (16 entries), or zeros without a table.
+constexpr std::array<int8_t, 16> LiftedTable(const int8_t* table, int lift) {
+  std::array<int8_t, 16> out{};
+  for (int i = 0; table != nullptr && i < 16; ++i) out[i] = static_cast<int8_t>(table[i] + lift);
+  return out;
+}
+
 template <DType D>
 struct Layout {
   static constexpr bool kQ8 = D == DType::kQ8_0;  // Its codes stored + 128, as u8.
@@ -45,18 +53,33 @@ struct Layout {
   static constexpr PackedGeometry kGeo = PackedGeometryOf(D);
   static constexpr int kHalves = PackedWeight::Halves(D);
   static constexpr bool kTable = kFormat.table != nullptr;
-  // Operands held as signed values (tables, and Q8_0's codes - 128), multiplied as |v|.
-  static constexpr bool kSigned = kTable || kQ8;
+  // A table whose values are small (MXFP4's E2M1, |V| <= 12) is lifted to unsigned, V +
+  // kLift, so that `vpmaddubsw` takes it as it takes codes, without an |v| per operand and a
+  // `vpsignb` per operand and token; the lift comes back as a fixed offset, -kLift x d.
+  // (IQ4_NL's values reach 127: V + 127 times 127 overflows the int16 pair sums.)
+  static constexpr int kLift = kTable && MaxAbs(kFormat.table) <= 63 ? MaxAbs(kFormat.table) : 0;
+  static constexpr std::array<int8_t, 16> kLut = LiftedTable(kFormat.table, kLift);
+  // Operands held as signed values (unlifted tables, and Q8_0's codes - 128), multiplied
+  // as |v|.
+  static constexpr bool kSigned = (kTable && kLift == 0) || kQ8;
   static constexpr bool kStoredMin = kFormat.stored_min;
   // How many `vpmaddubsw` results (each at most 2 x 128 x the largest |code value|) add up
-  // in int16 without overflow: 8 for codes of up to 4 bits, 4 for 5, 2 for 6, 1 for IQ4's
-  // table and Q8_0.
-  static constexpr int kMaxAbs = kQ8 ? 127 : (kTable ? MaxAbs(kFormat.table) : (1 << kFormat.bits) - 1);
+  // in int16 without overflow: 8 for codes of up to 4 bits, 4 for 5 and for the lifted
+  // MXFP4 (up to 24), 2 for 6, 1 for IQ4's table and Q8_0.
+  static constexpr int kMaxAbs =
+      kQ8 ? 127 : (kTable ? (kLift != 0 ? 2 * kLift : MaxAbs(kFormat.table)) : (1 << kFormat.bits) - 1);
   static constexpr int kSum16 = std::clamp(32767 / (256 * kMaxAbs), 1, 8);
   // x = d * V(code) + m with m = kOffsetFactor * (the offset vector): the stored min, or
-  // the type's fixed multiple of d (none for the tables).
-  static constexpr float kOffsetFactor = kStoredMin ? 1.0f : kFormat.min_factor;
-  static constexpr bool kOffset = kStoredMin || kFormat.min_factor != 0.0f;
+  // the type's fixed multiple of d (the lift for a lifted table, none for the others).
+  static constexpr float kOffsetFactor = kStoredMin ? 1.0f : (kLift != 0 ? -kLift : kFormat.min_factor);
+  static constexpr bool kOffset = kStoredMin || kOffsetFactor != 0.0f;
+  // The super-block types' GEMV applies their integer sub-scales to the int16 products
+  // (IntScales8) and their fixed offset, min_factor x the sub-scale, in int32 as a left
+  // shift by kMinShift (min_factor is -4 or -32 there).
+  static constexpr bool kIntScales = kFormat.sub_scales != SubScales::kNone;
+  static constexpr int kMinShift = kFormat.min_factor == -4.0f ? 2 : kFormat.min_factor == -32.0f ? 5 : 0;
+  static_assert(!kIntScales || kStoredMin || kFormat.min_factor == 0.0f || kMinShift != 0);
+  static_assert(!kIntScales || kLift == 0);
 };
 
 inline __m256i Load256(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
@@ -126,9 +149,9 @@ inline void UnpackPair(const uint8_t* q, int k, int rh, __m256i& lo, __m256i& hi
       lo = _mm256_or_si256(lo, _mm256_and_si256(slo, m30));
       hi = _mm256_or_si256(hi, _mm256_and_si256(shi, m30));
     }
-    if constexpr (L::kTable) {  // The table's 16 signed values, one 128-bit load.
+    if constexpr (L::kTable) {  // The table's 16 values (lifted or signed), one 128-bit load.
       const __m256i lut =
-          _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(L::kFormat.table)));
+          _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(L::kLut.data())));
       lo = _mm256_shuffle_epi8(lut, lo);
       hi = _mm256_shuffle_epi8(lut, hi);
     }
@@ -181,21 +204,24 @@ inline __m256i Product(__m256i w, __m256i wa, __m256i x) {
   }
 }
 
-inline __m256i Widen(__m256i p16) { return _mm256_madd_epi16(p16, _mm256_set1_epi16(1)); }
+// The int32 sums of p16's pairs, each times its multiplier in `mult` (ones, or a sub-scale).
+inline __m256i Widen(__m256i p16, __m256i mult) { return _mm256_madd_epi16(p16, mult); }
 
-// Adds the int16 products p of step k into `part`, and `part` into the int32 `sum` every N
-// steps (k is a constant once the caller's loop is unrolled).
+// Adds the int16 products p of step k into `part`, and `part` widened by `mult` into the
+// int32 `sum` every N steps (k is a constant once the caller's loop is unrolled).
 template <int N>
-inline void Accumulate(int k, __m256i p, __m256i& part, __m256i& sum) {
+inline void Accumulate(int k, __m256i p, __m256i mult, __m256i& part, __m256i& sum) {
   part = k % N == 0 ? p : _mm256_add_epi16(part, p);
-  if (k % N == N - 1) sum = _mm256_add_epi32(sum, Widen(part));
+  if (k % N == N - 1) sum = _mm256_add_epi32(sum, Widen(part, mult));
 }
 
 // One half-row's block dot products for one token: sums[h] (int32 per row) of half h,
 // given the 8 operands w[o] (o = k: elements 4k.., o = 4 + k: 16 + 4k..) and |w| for
-// tables, and the token's 32 activations of the block at x.
+// tables, the token's 32 activations of the block at x, and each half's int16 multipliers
+// (ones, or IntScales8's sub-scales, so that the sums come out times them).
 template <DType D>
-inline void BlockSums(const __m256i w[8], const __m256i wa[8], const int8_t* x, __m256i sums[2]) {
+inline void BlockSums(const __m256i w[8], const __m256i wa[8], const int8_t* x, const __m256i mult[2],
+                      __m256i sums[2]) {
   using L = Layout<D>;
   __m256i part[2];
   sums[0] = sums[1] = _mm256_setzero_si256();
@@ -204,12 +230,53 @@ inline void BlockSums(const __m256i w[8], const __m256i wa[8], const int8_t* x, 
     const __m256i plo = Product<D>(w[k], wa[k], Bcast(x + 4 * k));
     const __m256i phi = Product<D>(w[4 + k], wa[4 + k], Bcast(x + 16 + 4 * k));
     if constexpr (L::kHalves == 2) {
-      Accumulate<std::min(4, L::kSum16)>(k, plo, part[0], sums[0]);
-      Accumulate<std::min(4, L::kSum16)>(k, phi, part[1], sums[1]);
+      Accumulate<std::min(4, L::kSum16)>(k, plo, mult[0], part[0], sums[0]);
+      Accumulate<std::min(4, L::kSum16)>(k, phi, mult[1], part[1], sums[1]);
     } else if constexpr (L::kSum16 >= 2) {
-      Accumulate<std::min(4, L::kSum16 / 2)>(k, _mm256_add_epi16(plo, phi), part[0], sums[0]);
+      Accumulate<std::min(4, L::kSum16 / 2)>(k, _mm256_add_epi16(plo, phi), mult[0], part[0], sums[0]);
     } else {
-      sums[0] = _mm256_add_epi32(sums[0], _mm256_add_epi32(Widen(plo), Widen(phi)));
+      sums[0] = _mm256_add_epi32(sums[0], _mm256_add_epi32(Widen(plo, mult[0]), Widen(phi, mult[0])));
+    }
+  }
+}
+
+// Multipliers of one for BlockSums (the float-scaled paths).
+inline void Ones(__m256i mult[2]) { mult[0] = mult[1] = _mm256_set1_epi16(1); }
+
+// The super-block types' integer sub-scales of rows [8 rh, 8 rh + 8) of a block whose
+// sub-scale bytes are at s (packed_weight.h), for the GEMV: mult[h], each row's sub-scale
+// of half h in both int16 of its dword (BlockSums' multipliers), and `off`, per row a pair
+// of int16 to meet the token's (sum of quants of half 0, of half 1) in one `vpmaddwd`: the
+// two halves' mins (Q2_K) or sub-scales (Q3_K, Q6_K, whose fixed offset is min_factor x
+// the sub-scale), or the block's min twice (Q4_K, Q5_K). IQ4_XS has no offset.
+template <DType D>
+inline void IntScales8(const uint8_t* s, int rh, __m256i mult[2], __m256i& off) {
+  using L = Layout<D>;
+  constexpr bool kSignedScales = L::kFormat.sub_scales == SubScales::kI8;
+  const auto bytes8 = [](const uint8_t* p) { return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)); };
+  const auto widen = [](__m128i v) { return kSignedScales ? _mm256_cvtepi8_epi16(v) : _mm256_cvtepu8_epi16(v); };
+  if constexpr (L::kHalves == 2) {
+    // Row r's bytes of halves 0 and 1 side by side: dword r = (byte of half 0, of half 1).
+    __m256i pairs = widen(_mm_unpacklo_epi8(bytes8(s + 8 * rh), bytes8(s + 16 + 8 * rh)));
+    off = pairs;
+    if constexpr (L::kFormat.sub_scales == SubScales::kNibbles) {  // Scale low, min high.
+      off = _mm256_srli_epi16(pairs, 4);
+      pairs = _mm256_and_si256(pairs, _mm256_set1_epi16(0x0f));
+    }
+    // Each dword's int16 h in both of its halves.
+    const __m256i dup0 = _mm256_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13, 0, 1, 0, 1, 4, 5, 4, 5, 8,
+                                          9, 8, 9, 12, 13, 12, 13);
+    const __m256i dup1 = _mm256_add_epi8(dup0, _mm256_set1_epi8(2));
+    mult[0] = _mm256_shuffle_epi8(pairs, dup0);
+    mult[1] = _mm256_shuffle_epi8(pairs, dup1);
+  } else {
+    const __m128i v = bytes8(s + 8 * rh);
+    mult[0] = mult[1] = widen(_mm_unpacklo_epi8(v, v));
+    if constexpr (L::kStoredMin) {
+      const __m128i m = bytes8(s + 16 + 8 * rh);
+      off = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m, m));
+    } else {
+      off = _mm256_setzero_si256();
     }
   }
 }
@@ -253,6 +320,41 @@ inline void Store(float* o, int rows, __m256 v) {
 
 // ---- Few tokens: each block unpacked once, every token meets it ---------------------------
 
+// The super-block types' f32 d (and -dmin) of the group's 16 rows for super-block sb, into
+// d[16] (and m[16]): converted once per 8 blocks rather than per block.
+template <DType D>
+inline void SuperScales(const uint8_t* g, int64_t sb, float* d, float* m) {
+  const uint8_t* sup = g + Layout<D>::kGeo.SuperAt(sb);
+  for (int rh = 0; rh < 2; ++rh) {
+    _mm256_store_ps(d + 8 * rh, LoadF16x8(sup + 16 * rh));
+    if constexpr (Layout<D>::kStoredMin) {
+      _mm256_store_ps(m + 8 * rh, _mm256_sub_ps(_mm256_setzero_ps(), LoadF16x8(sup + 32 + 16 * rh)));
+    }
+  }
+}
+
+// The block's contribution for one token on the integer-scaled path: `sums` already carry
+// the sub-scales (BlockSums with IntScales8's multipliers), so the fixed offsets join them
+// in int32 (a shift), and a stored min's term is one more `vpmaddwd` with the token's
+// integer sums per half `xi` (a dword: half 0, half 1); then acc += S x d x xd and
+// oacc += O x (-dmin) x xd. Exact integers until the one conversion per block and row.
+// (One chain for both, as the tiles have, measured 4% slower on Q2_K at one thread.)
+template <DType D>
+inline void IntScale(const __m256i sums[2], __m256i off, const float* d, const float* m, float xd, const int16_t* xi,
+                     __m256& acc, __m256& oacc) {
+  using L = Layout<D>;
+  const __m256 sx = _mm256_set1_ps(xd);
+  __m256i total = L::kHalves == 2 ? _mm256_add_epi32(sums[0], sums[1]) : sums[0];
+  __m256i o;
+  if constexpr (L::kOffset) {
+    o = _mm256_madd_epi16(off, Bcast(reinterpret_cast<const int8_t*>(xi)));
+    if constexpr (!L::kStoredMin) total = _mm256_sub_epi32(total, _mm256_slli_epi32(o, L::kMinShift));
+  }
+  acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(_mm256_load_ps(d), sx), acc);
+  if constexpr (L::kStoredMin)
+    oacc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(o), _mm256_mul_ps(_mm256_load_ps(m), sx), oacc);
+}
+
 // Rows [r0, r_end) of the group at r0 x tokens [t0, t0 + T).
 template <DType D, int T>
 void GemvGroup(const GemmArgs& a, int64_t r0, int64_t r_end, int64_t t0) {
@@ -261,11 +363,15 @@ void GemvGroup(const GemmArgs& a, int64_t r0, int64_t r_end, int64_t t0) {
   const uint8_t* g = a.w + (r0 / kPackRows) * a.w_row_bytes;
   const int64_t prefetch = PackedPrefetchBytes(), stream = L::kGeo.StreamBytesPerBlock();
   __m256 acc[T][2], oacc[T][2];
+  alignas(32) float sup_d[16] = {}, sup_m[16] = {};  // Filled at each super-block (b % 8 == 0).
 #pragma GCC unroll 4
   for (int t = 0; t < T; ++t) acc[t][0] = acc[t][1] = oacc[t][0] = oacc[t][1] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* pf = g + prefetch + b * stream;
     for (int64_t l = 0; l < stream; l += 64) _mm_prefetch(reinterpret_cast<const char*>(pf + l), _MM_HINT_T1);
+    if constexpr (L::kIntScales) {
+      if (b % kBlocksPerSuper == 0) SuperScales<D>(g, b / kBlocksPerSuper, sup_d, sup_m);
+    }
     const uint8_t* q = g + L::kGeo.QuantAt(b);
 #pragma GCC unroll 2
     for (int rh = 0; rh < 2; ++rh) {
@@ -273,25 +379,36 @@ void GemvGroup(const GemmArgs& a, int64_t r0, int64_t r_end, int64_t t0) {
 #pragma GCC unroll 4
       for (int k = 0; k < 4; ++k) UnpackPair<D>(q, k, rh, w[k], w[4 + k]);
       Magnitudes<D>(w, wa);
+      __m256i mult[2], off;
       __m256 dw[2], ow[2];
-      Scales8<D>(g, nb, b, rh, dw, ow);
+      if constexpr (L::kIntScales) {
+        IntScales8<D>(g + L::kGeo.ScaleAt(nb, b), rh, mult, off);
+      } else {
+        Ones(mult);
+        Scales8<D>(g, nb, b, rh, dw, ow);
+      }
 #pragma GCC unroll 4
       for (int t = 0; t < T; ++t) {
         const int64_t tb = (t0 + t) * nb + b;
         __m256i sums[2];
-        BlockSums<D>(w, wa, a.xq + tb * 32, sums);
-        const float* xs = L::kHalves == 2 ? a.xs16 + 2 * tb : a.xs + tb;
-        Scale<D>(sums, dw, ow, a.xd[tb], xs, acc[t][rh], oacc[t][rh]);
+        BlockSums<D>(w, wa, a.xq + tb * 32, mult, sums);
+        if constexpr (L::kIntScales) {
+          IntScale<D>(sums, off, sup_d + 8 * rh, sup_m + 8 * rh, a.xd[tb], a.xi16 + 2 * tb, acc[t][rh], oacc[t][rh]);
+        } else {
+          const float* xs = L::kHalves == 2 ? a.xs16 + 2 * tb : a.xs + tb;
+          Scale<D>(sums, dw, ow, a.xd[tb], xs, acc[t][rh], oacc[t][rh]);
+        }
       }
     }
   }
   const int rows = static_cast<int>(std::min<int64_t>(kPackRows, r_end - r0));
+  constexpr bool kApart = L::kOffset && (!L::kIntScales || L::kStoredMin);
 #pragma GCC unroll 4
   for (int t = 0; t < T; ++t) {
     float* o = a.out + (t0 + t) * a.ld_out + r0;
     const __m256 factor = _mm256_set1_ps(L::kOffsetFactor);
-    Store(o, rows, L::kOffset ? _mm256_fmadd_ps(oacc[t][0], factor, acc[t][0]) : acc[t][0]);
-    Store(o + 8, rows - 8, L::kOffset ? _mm256_fmadd_ps(oacc[t][1], factor, acc[t][1]) : acc[t][1]);
+    Store(o, rows, kApart ? _mm256_fmadd_ps(oacc[t][0], factor, acc[t][0]) : acc[t][0]);
+    Store(o + 8, rows - 8, kApart ? _mm256_fmadd_ps(oacc[t][1], factor, acc[t][1]) : acc[t][1]);
   }
 }
 
@@ -366,6 +483,8 @@ void TileTokens(const GemmArgs& a, const Tile& tile, int rh, int64_t b0, int n_b
 #pragma GCC unroll 8
     for (int o = 0; o < 8; ++o) w[o] = _mm256_load_si256(tw + o);
     Magnitudes<D>(w, wa);
+    __m256i ones[2];
+    Ones(ones);
     __m256 dw[2], ow[2];
 #pragma GCC unroll 2
     for (int h = 0; h < L::kHalves; ++h) {
@@ -376,7 +495,7 @@ void TileTokens(const GemmArgs& a, const Tile& tile, int rh, int64_t b0, int n_b
     for (int t = 0; t < T; ++t) {
       const int64_t tb = (t0 + t) * nb + b0 + b;
       __m256i sums[2];
-      BlockSums<D>(w, wa, a.xq + tb * 32, sums);
+      BlockSums<D>(w, wa, a.xq + tb * 32, ones, sums);
       const float* xs = L::kHalves == 2 ? a.xs16 + 2 * tb : a.xs + tb;
       // One chain, the AVX-512 tiles': both halves' products, then both offsets (the tile's
       // are already times kOffsetFactor).
