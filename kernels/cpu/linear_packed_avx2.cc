@@ -12,15 +12,20 @@
 // from their planes by shift and AND, tables by
 // `vpshufb`. AVX2 has no `vpdpbusd`: `vpmaddubsw` multiplies the u8 codes by a broadcast
 // dword of the token's int8 activations into int16 pairs, several of those are summed in
-// int16 while they cannot overflow (Layout::kSum16), and `vpmaddwd` by ones widens to int32.
-// Signed operands (the tables' values, Q8_0's codes - 128) go as |v| against the
-// activations carrying v's sign (`vpsignb`), llama.cpp's way. Then, as on AVX-512, per block
-// and half: one FMA of the int32 sums by scale x activation scale, and one of the offset
-// term (the stored min times the activation sum, or the type's fixed multiple of d).
+// int16 while they cannot overflow (Layout::kSum16), and `vpmaddwd` widens to int32.
+// Signed operands (IQ4's table values, Q8_0's codes - 128) go as |v| against the
+// activations carrying v's sign (`vpsignb`), llama.cpp's way; MXFP4's small values are
+// lifted to unsigned instead (Layout::kLift). Then, as on AVX-512, per block and half: one
+// FMA of the int32 sums by scale x activation scale, and one of the offset term (the
+// stored min times the activation sum, or the type's fixed multiple of d).
 //
 // Few tokens (decode, verify steps): each block is unpacked and met by every token at once.
-// More: 16 rows x up to 48 blocks are unpacked once into an L1 tile, then tokens stream
-// over it, 4 at a time. Compiled with -mavx2 -mfma -mf16c; called only on such CPUs.
+// There the super-block types widen by their integer sub-scales instead of by ones and
+// keep their offsets in int32 (IntScales8, IntScale): one f32 conversion per block and row,
+// and d / dmin converted once per super-block (Q2_K decode +15-19%, the types with
+// float-heavy scales gaining most). More tokens: 16 rows x up to 48 blocks are unpacked once
+// into an L1 tile, then tokens stream over it, 4 at a time, in passes whose activations stay
+// in L2. Compiled with -mavx2 -mfma -mf16c; called only on such CPUs.
 #include <immintrin.h>
 
 #include <algorithm>
