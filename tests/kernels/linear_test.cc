@@ -440,6 +440,27 @@ TEST(LinearTest, QuantizedActivationsAreReusable) {
                      kInvalidArgument);
 }
 
+// The sums per 16 quants that the packed kernels' offsets read: as floats (scale x sum)
+// and as the integers themselves (the AVX2 GEMV's int32 offsets), checked against the
+// quants; a block of one sign reaches the extreme |sum| = 16 x 127.
+TEST(LinearTest, QuantizedActivationSumsPerSixteen) {
+  const int64_t n_in = 96, n_tokens = 3;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(n_tokens * n_in);
+  for (auto& v : x) v = normal(rng);
+  for (int e = 0; e < 32; ++e) x[n_in + 32 + e] = -3.0f;  // Token 1, block 1: all -127.
+  QuantizedActivations q;
+  ASSERT_TRUE(q.Quantize(x.data(), n_tokens, n_in, ActivationFormat::kQ8Block, nullptr).ok());
+  for (int64_t h = 0; h < n_tokens * n_in / 16; ++h) {
+    int sum = 0;
+    for (int e = 0; e < 16; ++e) sum += q.q8_quants()[16 * h + e];
+    EXPECT_EQ(q.q8_isums16()[h], sum) << "half-block " << h;
+    EXPECT_EQ(q.q8_sums16()[h], q.q8_scales()[h / 2] * static_cast<float>(sum)) << "half-block " << h;
+  }
+  EXPECT_EQ(q.q8_isums16()[(n_in + 32) / 16], -16 * 127);
+}
+
 // A stacked weight (Q/K/V-like parts of 48, 32 and 37 rows) through LinearParts gives
 // every part exactly what Linear gives over that part's rows alone: rows are computed
 // independently, whichever chunk or tile they land in. Also through a packed weight, on
