@@ -295,8 +295,9 @@ std::vector<Case> Cases() {
 // partial last group of 16 rows, one full group, a single row; n_in 96 / 288 / 1600 / 32: 3,
 // 9, 50 (two tile chunks) and 1 blocks, odd block counts (super-block types: 256 and 1792,
 // 8 and 56 blocks, two tile chunks); 1..5 tokens take the matrix-vector kernels, 8 and 17
-// the tiles. Q4_K (stored min), Q6_K (6-bit codes, a scale per 16) and MXFP4 (a signed
-// table) stand for the block-code types here; tests/quant/quant_types_test.cc has them all.
+// the tiles, and 40 at 12288 inputs several of the AVX2 tiles' token passes. Q4_K (stored
+// min), Q6_K (6-bit codes, a scale per 16) and MXFP4 (a table) stand for the block-code
+// types here; tests/quant/quant_types_test.cc has them all.
 std::vector<Case> PackedCases() {
   std::vector<Case> cases;
   for (DType d : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K, DType::kQ6_K, DType::kMXFP4}) {
@@ -316,6 +317,8 @@ std::vector<Case> PackedCases() {
       }
       cases.push_back({d, isa, 1, 1000, n_in_wide, 2, true});
       cases.push_back({d, isa, 40, 333, n_in_wide, 2, true});
+      // The AVX2 tiles take tokens in passes sized to L2 (16 at this width): 16, 16 and 8.
+      cases.push_back({d, isa, 40, 37, 12288, 1, true});
     }
   }
   return cases;
