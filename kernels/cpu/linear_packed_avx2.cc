@@ -163,6 +163,40 @@ inline void UnpackPair(const uint8_t* q, int k, int rh, __m256i& lo, __m256i& hi
   }
 }
 
+// All 8 operands w[o] (UnpackPair's lo as w[k], hi as w[4 + k]) of rows [8 rh, 8 rh + 8)
+// of the packed block at q. The 3-bit codes first merge each 2-bit field with its third
+// bit for two k at once (a byte then holds the codes of k and k + 2, or k + 1 and k + 3, in
+// bits 0-2 and 4-6), 29 operations against UnpackPair's 37 (Q3_K's GEMV is bound by them).
+template <DType D>
+inline void UnpackBlock(const uint8_t* q, int rh, __m256i w[8]) {
+  if constexpr (Layout<D>::kFormat.bits == 3 && !Layout<D>::kQ8) {
+    const __m256i a0 = Load256(q + 32 * rh), a1 = Load256(q + 64 + 32 * rh), b = Load256(q + 128 + 32 * rh);
+    const auto mask = [](int m) { return _mm256_set1_epi8(static_cast<char>(m)); };
+    const auto both = [&](__m256i v, __m256i& low, __m256i& high) {  // Bits 0-2 and 4-6.
+      low = _mm256_and_si256(v, mask(0x07));
+      high = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask(0x07));
+    };
+    // Fields k = 0, 2 (bits 0-1, 4-5) with third bits 2k (lo) or 2k + 1 (hi) moved to 2, 6;
+    // then k = 1, 3 shifted down by 2, their third bits 2k (lo) at 2, 6 already, or 2k + 1
+    // (hi) one above. The 16-bit shifts move bits across bytes only where the masks drop them.
+    const __m256i lo02 =
+        _mm256_or_si256(_mm256_and_si256(a0, mask(0x33)), _mm256_slli_epi16(_mm256_and_si256(b, mask(0x11)), 2));
+    const __m256i lo13 =
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a0, 2), mask(0x33)), _mm256_and_si256(b, mask(0x44)));
+    const __m256i hi02 =
+        _mm256_or_si256(_mm256_and_si256(a1, mask(0x33)), _mm256_slli_epi16(_mm256_and_si256(b, mask(0x22)), 1));
+    const __m256i hi13 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a1, 2), mask(0x33)),
+                                         _mm256_and_si256(_mm256_srli_epi16(b, 1), mask(0x44)));
+    both(lo02, w[0], w[2]);
+    both(lo13, w[1], w[3]);
+    both(hi02, w[4], w[6]);
+    both(hi13, w[5], w[7]);
+  } else {
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) UnpackPair<D>(q, k, rh, w[k], w[4 + k]);
+  }
+}
+
 // The 8 rows' (half rh's) scale dw[h] and offset vector ow[h] of each half h of block b
 // (x = dw * V + kOffsetFactor * ow): f16 vectors, or for the super-block types the integer
 // sub-scales times the super-block's f16 d (and -dmin), ggml's own f32 products.
@@ -381,8 +415,7 @@ void GemvGroup(const GemmArgs& a, int64_t r0, int64_t r_end, int64_t t0) {
 #pragma GCC unroll 2
     for (int rh = 0; rh < 2; ++rh) {
       __m256i w[8], wa[8];
-#pragma GCC unroll 4
-      for (int k = 0; k < 4; ++k) UnpackPair<D>(q, k, rh, w[k], w[4 + k]);
+      UnpackBlock<D>(q, rh, w);
       Magnitudes<D>(w, wa);
       __m256i mult[2], off;
       __m256 dw[2], ow[2];
@@ -459,7 +492,7 @@ void BuildTile(const GemmArgs& a, int64_t r0, int64_t b0, int n_blk, Tile* tile)
     const uint8_t* q = g + L::kGeo.QuantAt(b0 + b);
     for (int rh = 0; rh < 2; ++rh) {
       __m256i w[8];
-      for (int k = 0; k < 4; ++k) UnpackPair<D>(q, k, rh, w[k], w[4 + k]);
+      UnpackBlock<D>(q, rh, w);
       auto* tw = reinterpret_cast<__m256i*>(tile->w + Tile::W(rh, b));
       for (int o = 0; o < 8; ++o) _mm256_store_si256(tw + o, w[o]);
       __m256 dw[2], ow[2];
