@@ -45,6 +45,8 @@ class Matcher {
   // reaches is kDead, and overflowed() says why.
   static constexpr size_t kMaxStacks = 4096;
   bool overflowed() const { return overflowed_; }
+  // The stacks (parses alive) at `s`: what one Advance from it costs, roughly.
+  size_t StackCount(State s) const { return states_[s].stacks.size(); }
 
   size_t n_states() const { return states_.size(); }
   size_t n_stacks() const { return nodes_.size(); }
