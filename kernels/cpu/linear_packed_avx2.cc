@@ -110,11 +110,12 @@ inline __m256i Bcast(const int8_t* p) {
 inline __m256i ShiftBits(__m256i v, int s) { return s >= 0 ? _mm256_slli_epi16(v, s) : _mm256_srli_epi16(v, -s); }
 
 // Ors bit kPos into the bytes of lo (elements 4k..4k+3 of the 8 rows of half rh) and hi
-// (16+4k..) where the mask plane at `plane` has it: the 5-bit codes' fifth bit (kPos 4), the
-// 3-bit codes' third (2). Byte 4 i + j of the plane holds in bit 2 k + h the bit of code
-// 16 h + 4 k + j of row i (packed_weight.h), so the half's bytes are at 32 rh, and one
-// shift and one AND put an operand's bits in place. The shifts' leaks stay outside kPos:
-// left by at most kPos (into bits below it), right by at most 7 - kPos (into bits above).
+// (16+4k..) where the mask plane at `plane` has it: the 5-bit codes' fifth bit (kPos 4; the
+// 3-bit codes' third goes in with their fields, UnpackBlock). Byte 4 i + j of the plane
+// holds in bit 2 k + h the bit of code 16 h + 4 k + j of row i (packed_weight.h), so the
+// half's bytes are at 32 rh, and one shift and one AND put an operand's bits in place. The
+// shifts' leaks stay outside kPos: left by at most kPos (into bits below it), right by at
+// most 7 - kPos (into bits above).
 template <int kPos>
 inline void AddMaskedBit(const uint8_t* plane, int k, int rh, __m256i& lo, __m256i& hi) {
   const __m256i p = Load256(plane + 32 * rh), bit = _mm256_set1_epi8(1 << kPos);
@@ -124,7 +125,7 @@ inline void AddMaskedBit(const uint8_t* plane, int k, int rh, __m256i& lo, __m25
 
 // Operands k (elements 4k..4k+3) and 4 + k (16 + 4k..) of rows [8 rh, 8 rh + 8) of the
 // packed block at q (packed_weight.h), one dword lane per row: u8 codes, or the table's
-// signed values.
+// values. Not for the 3-bit codes (UnpackBlock unpacks those a whole block at a time).
 template <DType D>
 inline void UnpackPair(const uint8_t* q, int k, int rh, __m256i& lo, __m256i& hi) {
   using L = Layout<D>;
@@ -132,12 +133,12 @@ inline void UnpackPair(const uint8_t* q, int k, int rh, __m256i& lo, __m256i& hi
     const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
     lo = _mm256_xor_si256(Load256(q + 64 * k + 32 * rh), flip);
     hi = _mm256_xor_si256(Load256(q + 64 * (4 + k) + 32 * rh), flip);
-  } else if constexpr (L::kFormat.bits <= 3) {
+  } else if constexpr (L::kFormat.bits == 2) {
     const __m256i low2 = _mm256_set1_epi8(0x03);
     lo = _mm256_and_si256(_mm256_srli_epi16(Load256(q + 32 * rh), 2 * k), low2);
     hi = _mm256_and_si256(_mm256_srli_epi16(Load256(q + 64 + 32 * rh), 2 * k), low2);
-    if constexpr (L::kFormat.bits == 3) AddMaskedBit<2>(q + 128, k, rh, lo, hi);
   } else {
+    static_assert(L::kFormat.bits >= 4);
     const __m256i low4 = _mm256_set1_epi8(0x0f);
     const __m256i v = Load256(q + 64 * k + 32 * rh);
     lo = _mm256_and_si256(v, low4);
@@ -169,7 +170,7 @@ inline void UnpackPair(const uint8_t* q, int k, int rh, __m256i& lo, __m256i& hi
 // bits 0-2 and 4-6), 29 operations against UnpackPair's 37 (Q3_K's GEMV is bound by them).
 template <DType D>
 inline void UnpackBlock(const uint8_t* q, int rh, __m256i w[8]) {
-  if constexpr (Layout<D>::kFormat.bits == 3 && !Layout<D>::kQ8) {
+  if constexpr (Layout<D>::kFormat.bits == 3) {
     const __m256i a0 = Load256(q + 32 * rh), a1 = Load256(q + 64 + 32 * rh), b = Load256(q + 128 + 32 * rh);
     const auto mask = [](int m) { return _mm256_set1_epi8(static_cast<char>(m)); };
     const auto both = [&](__m256i v, __m256i& low, __m256i& high) {  // Bits 0-2 and 4-6.
