@@ -20,4 +20,15 @@ inline __m512 E4M3x16Over256(const uint8_t* codes) {
   return _mm512_cvtph_ps(h);
 }
 
+// 32 E4M3 codes to f32 times 2^-8 (the same values as two E4M3x16Over256): the codes
+// sign-extended to 16 bits put the sign in bits 14 and 15 after a shift by 7, so one AND
+// (0xbf80) leaves the f16 bits of all 32 at once; then a `vcvtph2ps` per half. 8 uops
+// against 16 for two calls of the 16-code form, which bounded the FP8 GEMV on Intel.
+inline void E4M3x32Over256(const uint8_t* codes, __m512& lo, __m512& hi) {
+  const __m512i s = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes)));
+  const __m512i h = _mm512_and_si512(_mm512_slli_epi16(s, 7), _mm512_set1_epi16(static_cast<int16_t>(0xbf80)));
+  lo = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+  hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
+}
+
 }  // namespace cascade::kernels::cpu::internal

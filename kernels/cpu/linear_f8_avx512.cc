@@ -1,5 +1,5 @@
-// F8_E4M3_B128 weights on AVX-512: 16 E4M3 codes to f32 per instruction group through f16
-// (the values of core/fp8.h times 2^-8, exact), FMA tiles of rows x tokens as the AVX2 float
+// F8_E4M3_B128 weights on AVX-512: 32 E4M3 codes to f16 bits per instruction group, then
+// f32 (the values of core/fp8.h times 2^-8, exact; fp8_avx512.h), FMA tiles of rows x tokens as the AVX2 float
 // kernels (linear_avx2.cc), twice as wide, each 128-block's sums scaled once by its scale.
 // A prefill (6 tokens or more) instead decodes a block of rows to f32 once (each value times
 // its scale, one rounding) and runs the F32 tiles (linear_float_avx512.cc) over it.
@@ -39,18 +39,19 @@ inline void F8Tile(const GemmArgs& a, int64_t r0, int64_t t0) {
     for (int i = 0; i < R; ++i)
 #pragma GCC unroll 8
       for (int j = 0; j < T; ++j) part[i][j] = _mm512_setzero_ps();
-    for (int k = 0; k < 128; k += 16) {
-      __m512 wv[R];
+    for (int k = 0; k < 128; k += 32) {
+      __m512 lo[R], hi[R];
 #pragma GCC unroll 8
       for (int i = 0; i < R; ++i) {
         if (k % 64 == 0) _mm_prefetch(reinterpret_cast<const char*>(w[i] + block + k + kPrefetchBytes), _MM_HINT_T1);
-        wv[i] = E4M3x16Over256(w[i] + block + 4 + k);
+        E4M3x32Over256(w[i] + block + 4 + k, lo[i], hi[i]);
       }
+      // Weights k..k+15 then k+16..k+31 into each chain: the order of 16 at a time.
 #pragma GCC unroll 8
       for (int j = 0; j < T; ++j) {
-        const __m512 xv = _mm512_loadu_ps(x[j] + kb + k);
+        const __m512 xlo = _mm512_loadu_ps(x[j] + kb + k), xhi = _mm512_loadu_ps(x[j] + kb + k + 16);
 #pragma GCC unroll 8
-        for (int i = 0; i < R; ++i) part[i][j] = _mm512_fmadd_ps(wv[i], xv, part[i][j]);
+        for (int i = 0; i < R; ++i) part[i][j] = _mm512_fmadd_ps(hi[i], xhi, _mm512_fmadd_ps(lo[i], xlo, part[i][j]));
       }
     }
 #pragma GCC unroll 8
@@ -85,8 +86,11 @@ void DecodeRows(const GemmArgs& a, int64_t r0, int64_t r1, float* out) {
       float d;
       std::memcpy(&d, block, 4);
       const __m512 scale = _mm512_set1_ps(d * 256.0f);
-      for (int k = 0; k < 128; k += 16) {
-        _mm512_storeu_ps(out + kb + k, _mm512_mul_ps(E4M3x16Over256(block + 4 + k), scale));
+      for (int k = 0; k < 128; k += 32) {
+        __m512 lo, hi;
+        E4M3x32Over256(block + 4 + k, lo, hi);
+        _mm512_storeu_ps(out + kb + k, _mm512_mul_ps(lo, scale));
+        _mm512_storeu_ps(out + kb + k + 16, _mm512_mul_ps(hi, scale));
       }
     }
   }

@@ -133,9 +133,112 @@ void GemvGroup(const GemmArgs& a, int64_t r0, int64_t r_end, int64_t t0) {
   }
 }
 
+// Q2_K and Q3_K: codes of at most 3 bits with a sub-scale per 16. A half's sum of products
+// fits int16 (16 x 7 x 128, less Q3_K's offset -4 x a sum of 16 quants: |22464|), so both
+// halves' int32 sums are packed into one int16 pair per row, and one `vpdpwssd` against
+// the rows' sub-scale pairs gives the block's sc0 * S0 + sc1 * S1 in int32: one conversion
+// and one FMA by the token's scale a block and token, d applied once per super-block, in
+// place of a float sub-scale built, multiplied and added per half (Q2_K's decode was bound
+// by them on Intel). Q2_K's min term is likewise one `vpdpwssd` of the rows' min pairs
+// with the token's integer sums per 16 (GemmArgs::xi16); Q3_K's offset -4 is subtracted
+// from the pair as 4 x those sums.
+template <DType D>
+inline constexpr bool kIntPairs = PackedWeight::Halves(D) == 2 && CodeFormatOf(D).bits <= 3;
+
+// The 16 rows' sub-scales of block `b`'s two halves (16 bytes each, packed_weight.h) as int16
+// pairs, row i in dword i: Q3_K's signed bytes, Q2_K's scale nibbles; Q2_K's mins into `mn`.
+template <DType D>
+inline __m512i SubScalePairs(const uint8_t* s, __m512i* mn) {
+  alignas(64) static constexpr int16_t kPairs[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                                     8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m256i bytes = _mm256_load_si256(reinterpret_cast<const __m256i*>(s));
+  const __m512i idx = _mm512_load_si512(kPairs);
+  if constexpr (CodeFormatOf(D).sub_scales == SubScales::kNibbles) {
+    const __m512i v = _mm512_permutexvar_epi16(idx, _mm512_cvtepu8_epi16(bytes));
+    *mn = _mm512_srli_epi16(v, 4);
+    return _mm512_and_si512(v, _mm512_set1_epi16(0x0f));
+  } else {
+    static_assert(CodeFormatOf(D).sub_scales == SubScales::kI8);
+    return _mm512_permutexvar_epi16(idx, _mm512_cvtepi8_epi16(bytes));
+  }
+}
+
+template <DType D, int T>
+void GemvGroupPairs(const GemmArgs& a, int64_t r0, int64_t r_end, int64_t t0) {
+  using L = PackedLayout<D>;
+  constexpr bool kMin = L::kStoredMin;
+  const int64_t nb = a.n_in / 32;
+  const uint8_t* g = a.w + (r0 / 16) * a.w_row_bytes;
+  const int8_t* xq[T];
+  const float* xd[T];
+  const int16_t* xi[T];
+  __m512 out[T], acc[T], macc[T];
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) {
+    xq[t] = a.xq + (t0 + t) * a.n_in;
+    xd[t] = a.xd + (t0 + t) * nb;
+    xi[t] = a.xi16 + (t0 + t) * 2 * nb;
+    out[t] = acc[t] = macc[t] = _mm512_setzero_ps();
+  }
+  const BlockUnpacker<D> unpack;
+  const int64_t prefetch_bytes = PackedPrefetchBytes();
+  const __m512i zero = _mm512_setzero_si512();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* pf = g + prefetch_bytes + b * L::kStreamPerBlock;
+    for (int64_t l = 0; l < L::kStreamPerBlock; l += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(pf + l), _MM_HINT_T1);
+    __m512i w[8];
+    unpack(g + L::kGeo.QuantAt(b), w);
+    __m512i mn;
+    const __m512i sc = SubScalePairs<D>(g + L::kGeo.ScaleAt(nb, b), &mn);
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      const BlockX bx(xq[t] + b * 32);
+      __m512i s0 = _mm512_dpbusd_epi32(zero, w[0], bx.x[0]);
+      __m512i s1 = _mm512_dpbusd_epi32(zero, w[4], bx.x[4]);
+#pragma GCC unroll 4
+      for (int k = 1; k < 4; ++k) {
+        s0 = _mm512_dpbusd_epi32(s0, w[k], bx.x[k]);
+        s1 = _mm512_dpbusd_epi32(s1, w[4 + k], bx.x[4 + k]);
+      }
+      __m512i pair = _mm512_mask_blend_epi16(0xaaaaaaaa, s0, _mm512_slli_epi32(s1, 16));
+      int32_t xi_pair;
+      std::memcpy(&xi_pair, xi[t] + 2 * b, 4);
+      const __m512i xis = _mm512_set1_epi32(xi_pair);
+      if constexpr (!kMin) pair = _mm512_sub_epi16(pair, _mm512_slli_epi16(xis, 2));  // Q3_K's -4.
+      const __m512 sx = _mm512_set1_ps(xd[t][b]);
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpwssd_epi32(zero, sc, pair)), sx, acc[t]);
+      if constexpr (kMin)
+        macc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpwssd_epi32(zero, mn, xis)), sx, macc[t]);
+    }
+    if (b % kBlocksPerSuper == kBlocksPerSuper - 1) {  // The super-block's d (and dmin).
+      const uint8_t* sup = g + L::kGeo.SuperAt(b / kBlocksPerSuper);
+      const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(sup)));
+      __m512 dmin = _mm512_setzero_ps();
+      if constexpr (kMin) dmin = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(sup + 32)));
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) {
+        out[t] = _mm512_fmadd_ps(acc[t], d, out[t]);
+        if constexpr (kMin) out[t] = _mm512_fnmadd_ps(macc[t], dmin, out[t]);
+        acc[t] = macc[t] = _mm512_setzero_ps();
+      }
+    }
+  }
+  const int64_t rows = std::min<int64_t>(16, r_end - r0);
+  const __mmask16 m = static_cast<__mmask16>(rows >= 16 ? 0xffff : (1u << static_cast<unsigned>(rows)) - 1);
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(a.out + (t0 + t) * a.ld_out + r0, m, out[t]);
+}
+
 template <DType D, int T>
 void GemvTokens(const GemmArgs& a, int64_t rb, int64_t re, int64_t t0) {
-  for (int64_t r = rb; r < re; r += 16) GemvGroup<D, T>(a, r, re, t0);
+  for (int64_t r = rb; r < re; r += 16) {
+    if constexpr (kIntPairs<D>) {
+      GemvGroupPairs<D, T>(a, r, re, t0);
+    } else {
+      GemvGroup<D, T>(a, r, re, t0);
+    }
+  }
 }
 
 }  // namespace

@@ -164,7 +164,7 @@ TEST_F(QuantTypesTest, PackedLinearEveryIsaMatchesDoubleReference) {
       for (CpuIsa isa : kAllCpuIsas) {
         if (!CpuSupportsIsa(isa)) continue;
         SetMaxCpuIsaForTesting(isa);
-        for (int64_t n_tokens : {1, 2, 5, 8, 19}) {
+        for (int64_t n_tokens : {1, 2, 3, 5, 8, 19}) {
           for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
             SCOPED_TRACE(::testing::Message() << DTypeName(d) << " " << n_out << "x" << n_in << " " << CpuIsaName(isa)
                                               << " tokens " << n_tokens << (tp ? " 2 threads" : " 1 thread"));
