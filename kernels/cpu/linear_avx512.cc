@@ -10,7 +10,8 @@
 // the 16 rows' block dot products in the 16 lanes, and 8 tokens share each tile load.
 // Packed weights are already in the tile's row order, so their tiles are the GEMV's block
 // unpacking stored to L1 (packed_avx512.h) instead of the GGUF path's scatters; the
-// 16-element-group types keep two scales per block in the tile.
+// 16-element-group types keep two scales per block in the tile. A type's fixed offset
+// enters each dot-product chain as an integer (OffsetSums), a stored min as a float FMA.
 // Compiled with AVX-512 F/BW/VL/DQ/VNNI (+AVX2/FMA/F16C); called only on such CPUs.
 #include <immintrin.h>
 

@@ -321,9 +321,10 @@ inline void IntScales8(const uint8_t* s, int rh, __m256i mult[2], __m256i& off) 
   }
 }
 
-// The block's contribution for one token, in the AVX-512 kernels' order of operations (so
-// that, for the unsigned codes, both give the same bits): acc += each half's sums times
-// dw x xd, then oacc += each half's offset vector times its activation sum. The GEMV keeps
+// The block's contribution for one token: acc += each half's sums times dw x xd, then
+// oacc += each half's offset vector times its activation sum. (The AVX-512 kernels now sum
+// in other orders: a fixed offset in their integer chains, Q2_K / Q3_K's halves paired;
+// the two ISAs agree within f32 rounding, not bit for bit.) The GEMV keeps
 // the offsets apart (scaled by kOffsetFactor at the end); the tiles pass acc as oacc.
 template <DType D>
 inline void Scale(const __m256i sums[2], const __m256 dw[2], const __m256 ow[2], float xd, const float* xs, __m256& acc,
@@ -536,8 +537,8 @@ void TileTokens(const GemmArgs& a, const Tile& tile, int rh, int64_t b0, int n_b
       __m256i sums[2];
       BlockSums<D>(w, wa, a.xq + tb * 32, ones, sums);
       const float* xs = L::kHalves == 2 ? a.xs16 + 2 * tb : a.xs + tb;
-      // One chain, the AVX-512 tiles': both halves' products, then both offsets (the tile's
-      // are already times kOffsetFactor).
+      // One chain: both halves' products, then both offsets (the tile's are already times
+      // kOffsetFactor).
       Scale<D>(sums, dw, ow, a.xd[tb], xs, acc[t], acc[t]);
     }
   }
