@@ -154,7 +154,7 @@ void OffsetSums(const GemmArgs& a, int32_t factor, std::vector<int32_t>* out) {
 // token's scale (the two halves' sums scaled and added first): 8 `vpdpbusd` and 3-5 other
 // vector uops, against 13-18 before (this CPU issues `vpdpbusd` on two ports, so the
 // others were a third of the work).
-template <int T, int kHalves>
+template <int T, int kHalves, bool kOffsets>
 void TileTokens(const GemmArgs& a, const Tile& tile, const int32_t* offsets, int64_t b0, int n_blk, int64_t r0,
                 __mmask16 rmask, int64_t t0, bool accumulate) {
   const int64_t nb = a.n_in / 32;
@@ -170,7 +170,7 @@ void TileTokens(const GemmArgs& a, const Tile& tile, const int32_t* offsets, int
     xq[t] = a.xq + (t0 + t) * a.n_in + b0 * 32;
     xd[t] = a.xd + (t0 + t) * nb + b0;
     xs[t] = kHalves == 2 ? a.xs16 + (t0 + t) * 2 * nb + 2 * b0 : a.xs + (t0 + t) * nb + b0;
-    xo[t] = offsets != nullptr ? offsets + (t0 + t) * kHalves * nb + kHalves * b0 : nullptr;
+    xo[t] = kOffsets ? offsets + (t0 + t) * kHalves * nb + kHalves * b0 : nullptr;
   }
   for (int b = 0; b < n_blk; ++b) {
     const __m512i* wp = reinterpret_cast<const __m512i*>(tile.w) + b * 8;
@@ -184,8 +184,8 @@ void TileTokens(const GemmArgs& a, const Tile& tile, const int32_t* offsets, int
       for (int t = 0; t < T; ++t) {
         const int8_t* x = xq[t] + b * 32;
         // Elements 0..15 (operands 0-3) and 16..31 (4-7) have their own scales.
-        __m512i s0 = offsets != nullptr ? _mm512_set1_epi32(xo[t][2 * b]) : _mm512_setzero_si512();
-        __m512i s1 = offsets != nullptr ? _mm512_set1_epi32(xo[t][2 * b + 1]) : _mm512_setzero_si512();
+        __m512i s0 = kOffsets ? _mm512_set1_epi32(xo[t][2 * b]) : _mm512_setzero_si512();
+        __m512i s1 = kOffsets ? _mm512_set1_epi32(xo[t][2 * b + 1]) : _mm512_setzero_si512();
 #pragma GCC unroll 4
         for (int k = 0; k < 4; ++k) {
           s0 = _mm512_dpbusd_epi32(s0, w[k], _mm512_set1_epi32(Load32(x + 4 * k)));
@@ -193,7 +193,7 @@ void TileTokens(const GemmArgs& a, const Tile& tile, const int32_t* offsets, int
         }
         const __m512 u = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), d1, _mm512_mul_ps(_mm512_cvtepi32_ps(s0), d0));
         facc[t] = _mm512_fmadd_ps(u, _mm512_set1_ps(xd[t][b]), facc[t]);
-        if (offsets == nullptr) {
+        if constexpr (!kOffsets) {
           facc[t] =
               _mm512_fmadd_ps(_mm512_load_ps(tile.off + 2 * b * kTileRows), _mm512_set1_ps(xs[t][2 * b]), facc[t]);
           facc[t] = _mm512_fmadd_ps(_mm512_load_ps(tile.off + (2 * b + 1) * kTileRows),
@@ -207,7 +207,7 @@ void TileTokens(const GemmArgs& a, const Tile& tile, const int32_t* offsets, int
     for (int t = 0; t < T; ++t) {
       const int8_t* x = xq[t] + b * 32;
       // Two chains: one 8 deep measured 8-16% slower here.
-      __m512i ia = offsets != nullptr ? _mm512_set1_epi32(xo[t][b]) : _mm512_setzero_si512();
+      __m512i ia = kOffsets ? _mm512_set1_epi32(xo[t][b]) : _mm512_setzero_si512();
       __m512i ib = _mm512_setzero_si512();
 #pragma GCC unroll 4
       for (int k = 0; k < 8; k += 2) {
@@ -216,7 +216,7 @@ void TileTokens(const GemmArgs& a, const Tile& tile, const int32_t* offsets, int
       }
       const __m512 p = _mm512_cvtepi32_ps(_mm512_add_epi32(ia, ib));
       facc[t] = _mm512_fmadd_ps(p, _mm512_mul_ps(dw, _mm512_set1_ps(xd[t][b])), facc[t]);
-      if (offsets == nullptr) {
+      if constexpr (!kOffsets) {
         facc[t] = _mm512_fmadd_ps(_mm512_load_ps(tile.off + b * kTileRows), _mm512_set1_ps(xs[t][b]), facc[t]);
       }
     }
@@ -232,10 +232,16 @@ void TileTokens(const GemmArgs& a, const Tile& tile, const int32_t* offsets, int
 
 using TileTokensFn = void (*)(const GemmArgs&, const Tile&, const int32_t*, int64_t, int, int64_t, __mmask16, int64_t,
                               bool);
-template <int H>
-constexpr TileTokensFn kTileTokens[kTokenGroup + 1] = {nullptr,          TileTokens<1, H>, TileTokens<2, H>,
-                                                       TileTokens<3, H>, TileTokens<4, H>, TileTokens<5, H>,
-                                                       TileTokens<6, H>, TileTokens<7, H>, TileTokens<8, H>};
+template <int H, bool O>
+constexpr TileTokensFn kTileTokens[kTokenGroup + 1] = {nullptr,
+                                                       TileTokens<1, H, O>,
+                                                       TileTokens<2, H, O>,
+                                                       TileTokens<3, H, O>,
+                                                       TileTokens<4, H, O>,
+                                                       TileTokens<5, H, O>,
+                                                       TileTokens<6, H, O>,
+                                                       TileTokens<7, H, O>,
+                                                       TileTokens<8, H, O>};
 
 // The tiles of rows [rb, re), each filled by `build(r0, n_rows, b0, n_blk, &tile)`, for a
 // type whose fixed offset is `offset_factor` (0: a stored min, in the tile's `off`).
@@ -256,13 +262,12 @@ void GemmTiled(const GemmArgs& a, int64_t rb, int64_t re, int32_t offset_factor,
       const int n_blk = static_cast<int>(std::min<int64_t>(kTileBlocks, nb - b0));
       build(r0, n_rows, b0, n_blk, &tile);
       const bool accumulate = b0 > 0;
+      const TileTokensFn* tokens = offsets != nullptr ? kTileTokens<kHalves, true> : kTileTokens<kHalves, false>;
       int64_t t = 0;
       for (; t + kTokenGroup <= a.n_tokens; t += kTokenGroup) {
-        TileTokens<kTokenGroup, kHalves>(a, tile, offsets, b0, n_blk, r0, rmask, t, accumulate);
+        tokens[kTokenGroup](a, tile, offsets, b0, n_blk, r0, rmask, t, accumulate);
       }
-      if (t < a.n_tokens) {
-        kTileTokens<kHalves>[a.n_tokens - t](a, tile, offsets, b0, n_blk, r0, rmask, t, accumulate);
-      }
+      if (t < a.n_tokens) tokens[a.n_tokens - t](a, tile, offsets, b0, n_blk, r0, rmask, t, accumulate);
     }
   }
 }
