@@ -148,12 +148,12 @@ void OffsetSums(const GemmArgs& a, int32_t factor, std::vector<int32_t>* out) {
 
 // Tokens [t0, t0 + T) x the tile's 16 rows over its n_blk blocks (starting at block b0 of the
 // activations); adds into `out` rows [r0, r0 + 16) under `rmask` when `accumulate`.
-// Per token and block: each group's `vpdpbusd` chain (8 deep, or 4 per half) starts from
-// the group's offset sum when `offsets` is given (else from 0, and the tile's stored min
-// times the token's sum is added in float), one conversion per group, and one FMA by the
-// token's scale (the two halves' sums scaled and added first): 8 `vpdpbusd` and 3-5 other
-// vector uops, against 13-18 before (this CPU issues `vpdpbusd` on two ports, so the
-// others were a third of the work).
+// Per token and block: the `vpdpbusd` chains (two 4 deep; or one per half) start from the
+// group's offset sum with kOffsets (else from 0, and the tile's stored min times the
+// token's sum is added in float), one conversion per group, and one FMA by the token's
+// scale (the two halves' sums scaled and added first): 8 `vpdpbusd` and 4-7 other vector
+// uops, against 5-10 before. An Intel core that issues `vpdpbusd` on two ports spends a
+// slot on each of those too.
 template <int T, int kHalves, bool kOffsets>
 void TileTokens(const GemmArgs& a, const Tile& tile, const int32_t* offsets, int64_t b0, int n_blk, int64_t r0,
                 __mmask16 rmask, int64_t t0, bool accumulate) {

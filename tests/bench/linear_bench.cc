@@ -19,7 +19,9 @@
 // mixes write it, BF16 for FP8 as its checkpoints keep it): ~0.8 GB in Q4_K, n_in a
 // multiple of 256, so every K type runs; the packed dtypes packed, the others (FP8, F16,
 // BF16) in their file layout, as the engine runs them.
-// Usage: linear_bench [--quick] [--decode] [--model=1b] [--dtype=q4_1,...]
+// With --resident, one [4096, 4096] matrix per dtype that stays in L3, at 1 and 64 tokens
+// on one thread: the kernels' compute-side rate (Resident below).
+// Usage: linear_bench [--quick] [--decode] [--model=1b | --resident] [--dtype=q4_1,...]
 // (--decode: only the 1-token passes)
 #include <algorithm>
 #include <chrono>
@@ -339,6 +341,31 @@ void Run(const std::vector<DType>& dtypes, bool quick, bool decode_only) {
   }
 }
 
+// One [4096, 4096] matrix that stays in L3 (a 2 MiB L2 holds none of it, a 260 MiB L3
+// all), called over and over on one thread at 1 and 64 tokens: the kernels' compute-side
+// rate, apart from memory bandwidth (the whole-model passes above measure that). FP8 and the
+// float types run in their file layout, the rest packed, as the engine runs them.
+void Resident(const std::vector<DType>& dtypes, bool quick) {
+  const Shape s{"resident 4096x4096", 4096, 4096, 1, 1};
+  for (DType d : dtypes) {
+    const std::vector<uint8_t> w = MakeMatrix(d, s.n_out, s.n_in, 1);
+    const std::vector<PackedWeight> packed =
+        PackedWeight::Supports(d) ? PackCopies(d, s, w) : std::vector<PackedWeight>{};
+    for (int64_t n_tokens : {1, 64}) {
+      std::vector<float> x(n_tokens * s.n_in, 0.5f), out(n_tokens * s.n_out);
+      double best = 1e30;  // Best of 5: the VM's neighbours only ever slow a run down.
+      for (int rep = 0; rep < 5; ++rep) {
+        best = std::min(best, TimeShape(d, s, w, packed, n_tokens, nullptr, x, &out, quick ? 0.05 : 0.2));
+      }
+      const double bytes = packed.empty() ? static_cast<double>(w.size()) : static_cast<double>(packed[0].bytes());
+      std::printf(
+          "%-12s resident 4096x4096 %2lld token(s), 1 thread: %7.1f us per token, %5.1f GB/s of weights per pass\n",
+          std::string(DTypeName(d)).c_str(), static_cast<long long>(n_tokens), best / n_tokens * 1e6,
+          bytes / best / 1e9);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace cascade::kernels::cpu
 
@@ -348,12 +375,15 @@ int main(int argc, char** argv) {
   bool quick = false;
   bool decode_only = false;
   bool model_1b = false;
+  bool resident = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--quick") {
       quick = true;
     } else if (a == "--model=1b") {
       model_1b = true;
+    } else if (a == "--resident") {
+      resident = true;
     } else if (a == "--decode") {
       decode_only = true;
     } else if (a.rfind("--dtype=", 0) == 0) {
@@ -371,9 +401,14 @@ int main(int argc, char** argv) {
         pos = comma + 1;
       }
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--decode] [--model=1b] [--dtype=q4_1,q8_0,...]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--decode] [--model=1b | --resident] [--dtype=q4_1,q8_0,...]\n",
+                   argv[0]);
       return 2;
     }
+  }
+  if (resident) {
+    cascade::kernels::cpu::Resident(dtypes, quick);
+    return 0;
   }
   if (model_1b) {
     for (DType d : dtypes) cascade::kernels::cpu::Decode1B(d, quick ? 0.5 : 2.0);
