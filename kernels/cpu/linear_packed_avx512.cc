@@ -90,6 +90,16 @@ inline void BlockDot(const __m512i w[8], const BlockX& bx, const __m512 dw[2], c
   }
 }
 
+// Block b of the group at `g` unpacked into its 8 operands, the group's stream prefetched
+// `ahead` bytes past it.
+template <DType D>
+inline void LoadBlock(const uint8_t* g, int64_t b, int64_t ahead, const BlockUnpacker<D>& unpack, __m512i w[8]) {
+  using L = PackedLayout<D>;
+  const uint8_t* pf = g + ahead + b * L::kStreamPerBlock;
+  for (int64_t l = 0; l < L::kStreamPerBlock; l += 64) _mm_prefetch(reinterpret_cast<const char*>(pf + l), _MM_HINT_T1);
+  unpack(g + L::kGeo.QuantAt(b), w);
+}
+
 // Rows [r0, r_end) of the group at r0 x tokens [t0, t0 + T). (Sharing one token's
 // broadcasts between two groups measured no faster: broadcasts from memory issue on the
 // load ports, and decode is bound by memory.)
@@ -113,11 +123,8 @@ void GemvGroup(const GemmArgs& a, int64_t r0, int64_t r_end, int64_t t0) {
   BlockScales<D> scales(g, nb);
   const int64_t prefetch_bytes = PackedPrefetchBytes();
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* pf = g + prefetch_bytes + b * L::kStreamPerBlock;
-    for (int64_t l = 0; l < L::kStreamPerBlock; l += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(pf + l), _MM_HINT_T1);
     __m512i w[8];
-    unpack(g + L::kGeo.QuantAt(b), w);
+    LoadBlock<D>(g, b, prefetch_bytes, unpack, w);
     __m512 dw[2], ow[2];
     scales(b, dw, ow);
 #pragma GCC unroll 8
@@ -185,11 +192,8 @@ void GemvGroupPairs(const GemmArgs& a, int64_t r0, int64_t r_end, int64_t t0) {
   const int64_t prefetch_bytes = PackedPrefetchBytes();
   const __m512i zero = _mm512_setzero_si512();
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* pf = g + prefetch_bytes + b * L::kStreamPerBlock;
-    for (int64_t l = 0; l < L::kStreamPerBlock; l += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(pf + l), _MM_HINT_T1);
     __m512i w[8];
-    unpack(g + L::kGeo.QuantAt(b), w);
+    LoadBlock<D>(g, b, prefetch_bytes, unpack, w);
     __m512i mn;
     const __m512i sc = SubScalePairs<D>(g + L::kGeo.ScaleAt(nb, b), &mn);
 #pragma GCC unroll 8
