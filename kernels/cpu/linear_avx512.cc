@@ -61,8 +61,9 @@ constexpr int kTokenGroup = 8;
 struct alignas(64) Tile {
   // Block b, group k (elements 4k..4k+3), row i: bytes at w[((b * 8 + k) * 16 + i) * 4].
   uint8_t w[kTileBlocks * 8 * kTileRows * 4];
-  // Weight scale and value of u8 0 (x = d * u + off) per block (or half block, for the
-  // 16-element-group types: index 2 b + h) and row.
+  // Weight scale and, for a stored min, the value of u8 0 (x = d * u + off) per block (or
+  // half block, for the 16-element-group types: index 2 b + h) and row; a fixed offset
+  // enters the tile's dot products as an integer instead (OffsetSums).
   float d[2 * kTileBlocks * kTileRows];
   float off[2 * kTileBlocks * kTileRows];
 };
@@ -76,29 +77,22 @@ void BuildTile(const GemmArgs& a, int64_t r0, int n_rows, int64_t b0, int n_blk,
   if (n_rows < kTileRows) {
     std::memset(tile->w, 0, static_cast<size_t>(n_blk) * 8 * kTileRows * 4);
     std::memset(tile->d, 0, sizeof(float) * n_blk * kTileRows);
-    std::memset(tile->off, 0, sizeof(float) * n_blk * kTileRows);
+    if constexpr (K == Kind::kQ4_1) std::memset(tile->off, 0, sizeof(float) * n_blk * kTileRows);
   }
   for (int i = 0; i < n_rows; ++i) {
     const B* w = reinterpret_cast<const B*>(a.w + (r0 + i) * a.w_row_bytes) + b0;
     for (int b = 0; b < n_blk; ++b) {
       __m256i v;
       const float d = _cvtsh_ss(w[b].d);
-      float off;
       if constexpr (K == Kind::kQ8_0) {
         v = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs)), flip);
-        off = -128.0f * d;
       } else {
         const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].qs));
         v = _mm256_setr_m128i(_mm_and_si128(q, low4), _mm_and_si128(_mm_srli_epi16(q, 4), low4));
-        if constexpr (K == Kind::kQ4_1) {
-          off = _cvtsh_ss(w[b].m);
-        } else {
-          off = -8.0f * d;
-        }
+        if constexpr (K == Kind::kQ4_1) tile->off[b * kTileRows + i] = _cvtsh_ss(w[b].m);
       }
       _mm256_i32scatter_epi32(tile->w + (b * 8 * kTileRows + i) * 4, scatter_idx, v, 1);
       tile->d[b * kTileRows + i] = d;
-      tile->off[b * kTileRows + i] = off;
     }
   }
 }
@@ -123,7 +117,7 @@ void BuildTileFromPacked(const GemmArgs& a, int64_t r0, int64_t b0, int n_blk, T
     for (int h = 0; h < L::kHalves; ++h) {
       const int s = (b * L::kHalves + h) * kTileRows;
       _mm512_store_ps(tile->d + s, dw[h]);
-      _mm512_store_ps(tile->off + s, L::kStoredMin ? ow[h] : _mm512_mul_ps(dw[h], _mm512_set1_ps(L::kOffsetFactor)));
+      if constexpr (L::kStoredMin) _mm512_store_ps(tile->off + s, ow[h]);
     }
   }
 }
