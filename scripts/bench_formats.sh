@@ -22,7 +22,8 @@
 # bandwidth (the weight bytes a batch-1 token reads, `cascade info`'s decode_step_bytes: the
 # whole file for a dense model, the routed experts' share for a MoE, times decode tok/s)
 # against the read probe (build/bin/read_bandwidth) at the same thread count, and peak RSS
-# against the file.
+# against llama.cpp's (llama-bench's, which maps the file it reads: for the FP8 rows that is
+# the Q8_0 file) and the file.
 #
 # Usage: scripts/bench_formats.sh [OUT.json]     (default build/bench_formats.json)
 # Env: FORMATS="fp8 mxfp4 Q2_K Q3_K_M Q4_K_M Q5_K_M Q6_K Q8_0 fp8-moe mxfp4-gptoss"  THREADS="2"  REPEATS=1
@@ -112,7 +113,7 @@ def info(model):
 bw = read_probe(threads, os.path.dirname(os.path.abspath(out_path)))
 results = {"read_bandwidth_gb_s": bw, "n_prompt": n_prompt, "n_decode": n_decode, "rows": []}
 print("| format | bits / weight (file) | threads | cascade prefill / decode tok/s | llama.cpp prefill / decode (file) "
-      "| prefill ratio | decode ratio | cascade decode GB/s (% of probe) | peak RSS cascade / file MiB |")
+      "| prefill ratio | decode ratio | cascade decode GB/s (% of probe) | peak RSS cascade / llama.cpp / file MiB |")
 print("|---|---|---|---|---|---|---|---|---|", flush=True)
 for fmt in formats:
     model, size, ref_model, ref_what = paths(fmt)
@@ -130,7 +131,8 @@ for fmt in formats:
         bits = 8 * size / i["n_params"]  # The tied 1B's embedding counted once.
         print(f"| {fmt} | {bits:.2f} | {t} | {c['prefill']:.1f} / {c['decode']:.1f} | {l['prefill']:.1f} / {l['decode']:.1f} "
               f"({ref_what}) | {c['prefill'] / l['prefill']:.2f}x | {c['decode'] / l['decode']:.2f}x "
-              f"| {gbs:.1f} ({100 * gbs / bw[t]:.0f}%) | {c['rss_mib']:.0f} / {size / 1048576:.0f} |", flush=True)
+              f"| {gbs:.1f} ({100 * gbs / bw[t]:.0f}%) | {c['rss_mib']:.0f} / {l['rss_mib']:.0f} / {size / 1048576:.0f} |",
+              flush=True)
 with open(out_path, "w") as f:
     json.dump(results, f, indent=1)
 print(f"cpu kernels: {results.get('cpu_kernels')}; wrote {out_path}")

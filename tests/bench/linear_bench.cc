@@ -21,7 +21,7 @@
 // BF16) in their file layout, as the engine runs them.
 // With --resident, one [4096, 4096] matrix per dtype that stays in L3, at 1 and 64 tokens
 // on one thread: the kernels' compute-side rate (Resident below).
-// Usage: linear_bench [--quick] [--decode] [--model=1b | --resident] [--dtype=q4_1,...]
+// Usage: linear_bench [--quick] [--decode] [--model=1b | --resident[=ROWSxCOLS]] [--dtype=q4_1,...]
 // (--decode: only the 1-token passes)
 #include <algorithm>
 #include <chrono>
@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
@@ -341,12 +342,15 @@ void Run(const std::vector<DType>& dtypes, bool quick, bool decode_only) {
   }
 }
 
-// One [4096, 4096] matrix that stays in L3 (a 2 MiB L2 holds none of it, a 260 MiB L3
-// all), called over and over on one thread at 1 and 64 tokens: the kernels' compute-side
-// rate, apart from memory bandwidth (the whole-model passes above measure that). FP8 and the
-// float types run in their file layout, the rest packed, as the engine runs them.
-void Resident(const std::vector<DType>& dtypes, bool quick) {
-  const Shape s{"resident 4096x4096", 4096, 4096, 1, 1};
+// One matrix, [4096, 4096] unless --resident=ROWSxCOLS says otherwise, that stays in
+// the caches (a 2 MiB L2 holds none of that one, a 260 MiB L3 all; a smaller one can stay
+// in L2, past the bandwidth of a VM's shared L3), called over and over on one thread at 1
+// and 64 tokens: the kernels' compute-side rate, apart from memory bandwidth (the
+// whole-model passes above measure that). FP8 and the float types run in their file
+// layout, the rest packed, as the engine runs them.
+void Resident(const std::vector<DType>& dtypes, int64_t rows, int64_t cols, bool quick) {
+  const std::string name = absl::StrCat("resident ", rows, "x", cols);
+  const Shape s{name.c_str(), rows, cols, 1, 1};
   for (DType d : dtypes) {
     const std::vector<uint8_t> w = MakeMatrix(d, s.n_out, s.n_in, 1);
     const std::vector<PackedWeight> packed =
@@ -359,10 +363,10 @@ void Resident(const std::vector<DType>& dtypes, bool quick) {
       }
       const double bytes = packed.empty() ? static_cast<double>(w.size()) : static_cast<double>(packed[0].bytes());
       // 1 token: the weights' bytes a second; 64: multiply-adds a second.
-      const double rate = n_tokens == 1 ? bytes / best / 1e9 : 4096.0 * 4096.0 * n_tokens / best / 1e9;
-      std::printf("%-12s resident 4096x4096 %2lld token(s), 1 thread: %7.1f us per token, %6.1f %s\n",
-                  std::string(DTypeName(d)).c_str(), static_cast<long long>(n_tokens), best / n_tokens * 1e6, rate,
-                  n_tokens == 1 ? "GB/s of weights" : "G multiply-adds/s");
+      const double rate = n_tokens == 1 ? bytes / best / 1e9 : double(rows) * double(cols) * n_tokens / best / 1e9;
+      std::printf("%-12s %s %2lld token(s), 1 thread: %7.1f us per token, %6.1f %s\n",
+                  std::string(DTypeName(d)).c_str(), name.c_str(), static_cast<long long>(n_tokens),
+                  best / n_tokens * 1e6, rate, n_tokens == 1 ? "GB/s of weights" : "G multiply-adds/s");
     }
   }
 }
@@ -377,6 +381,7 @@ int main(int argc, char** argv) {
   bool decode_only = false;
   bool model_1b = false;
   bool resident = false;
+  int64_t resident_rows = 4096, resident_cols = 4096;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--quick") {
@@ -385,6 +390,15 @@ int main(int argc, char** argv) {
       model_1b = true;
     } else if (a == "--resident") {
       resident = true;
+    } else if (a.rfind("--resident=", 0) == 0) {
+      long long rows = 0, cols = 0;
+      if (std::sscanf(a.c_str() + 11, "%lldx%lld", &rows, &cols) != 2 || rows < 16 || cols < 256 || cols % 256 != 0) {
+        std::fprintf(stderr, "%s: want ROWSxCOLS, at least 16 rows and a multiple of 256 columns\n", a.c_str());
+        return 2;
+      }
+      resident = true;
+      resident_rows = rows;
+      resident_cols = cols;
     } else if (a == "--decode") {
       decode_only = true;
     } else if (a.rfind("--dtype=", 0) == 0) {
@@ -402,13 +416,14 @@ int main(int argc, char** argv) {
         pos = comma + 1;
       }
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--decode] [--model=1b | --resident] [--dtype=q4_1,q8_0,...]\n",
+      std::fprintf(stderr,
+                   "usage: %s [--quick] [--decode] [--model=1b | --resident[=ROWSxCOLS]] [--dtype=q4_1,q8_0,...]\n",
                    argv[0]);
       return 2;
     }
   }
   if (resident) {
-    cascade::kernels::cpu::Resident(dtypes, quick);
+    cascade::kernels::cpu::Resident(dtypes, resident_rows, resident_cols, quick);
     return 0;
   }
   if (model_1b) {

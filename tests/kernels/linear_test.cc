@@ -618,11 +618,12 @@ TEST(LinearTest, RejectsBadInputs) {
   EXPECT_FALSE(LinearSupports(DType::kQ8_K));
 }
 
-// The AVX2 FP8 GEMV decodes E4M3 into f32 bits where denormal operands are fast
-// (DenormalOperandsFast) and through f16 elsewhere; both must give the same bits, the
-// subnormal codes (a block of nothing else here) and activations near both ends of f32's
-// range included, and fall back to f16 for activations whose x 2^64 could overflow.
-TEST(LinearTest, F8GemvDecodesGiveTheSameBits) {
+// The AVX2 FP8 GEMV decodes E4M3 into f32 bits, 32 codes in a transposed order, where
+// denormal operands are fast (DenormalOperandsFast) and through f16 in the codes' order
+// elsewhere; both must be right against double precision, the subnormal codes (a block of
+// nothing else here) and activations near both ends of f32's range included, and the f32
+// path must fall back to f16 (the same bits) for activations whose x 2^64 could overflow.
+TEST(LinearTest, F8GemvDecodesAreRight) {
   const int64_t n_out = 37, n_in = 512;
   std::mt19937 rng(91);
   std::vector<uint8_t> w = MakeWeights(DType::kF8_E4M3_B128, n_out, n_in, &rng);
@@ -647,10 +648,12 @@ TEST(LinearTest, F8GemvDecodesGiveTheSameBits) {
         SetDenormalOperandsFastForTesting(true);
         ASSERT_TRUE(Linear(bits.data(), x.data(), weight, n_tokens, nullptr).ok());
         ResetDenormalOperandsFastForTesting();
-        for (size_t i = 0; i < bits.size(); ++i) {
-          ASSERT_EQ(std::memcmp(&bits[i], &f16[i], 4), 0) << i << ": " << bits[i] << " vs " << f16[i];
+        if (outlier > 0x1p60f) {
+          for (size_t i = 0; i < bits.size(); ++i) {
+            ASSERT_EQ(std::memcmp(&bits[i], &f16[i], 4), 0) << i << ": " << bits[i] << " vs " << f16[i];
+          }
         }
-        for (int64_t t = 0; t < n_tokens; ++t) {  // And right, against double precision.
+        for (int64_t t = 0; t < n_tokens; ++t) {
           for (int64_t r = 0; r < n_out; ++r) {
             double want = 0, mag = 0;
             for (int64_t k = 0; k < n_in; ++k) {
@@ -658,6 +661,7 @@ TEST(LinearTest, F8GemvDecodesGiveTheSameBits) {
               mag += std::fabs(reference[r * n_in + k] * x[t * n_in + k]);
             }
             ASSERT_NEAR(bits[t * n_out + r], want, 1e-5 * mag + 1e-30) << "token " << t << " row " << r;
+            ASSERT_NEAR(f16[t * n_out + r], want, 1e-5 * mag + 1e-30) << "token " << t << " row " << r;
           }
         }
       }
