@@ -230,7 +230,6 @@ absl::Status MoeBlock::Grow(MoeScratch& s, int64_t n, int64_t grouped) const {
   CASCADE_RETURN_IF_ERROR(GrowBuffer(b, s.x, f32(std::max(grouped, n), n_embd_)));
   CASCADE_RETURN_IF_ERROR(GrowBuffer(b, s.gate, f32(std::max(grouped, n), ff)));
   CASCADE_RETURN_IF_ERROR(GrowBuffer(b, s.up, f32(std::max(grouped, n), ff)));
-  CASCADE_RETURN_IF_ERROR(GrowBuffer(b, s.out, f32(std::max(grouped, n), n_embd_)));
   if (group_ != nullptr) CASCADE_RETURN_IF_ERROR(GrowBuffer(b, s.partial, f32(n, n_embd_)));
   return absl::OkStatus();
 }
@@ -315,7 +314,7 @@ absl::Status MoeBlock::RunExperts(TensorView acc, const TensorView& x, MoeScratc
     };
     gate_up[e] = {slice(*s.gate, n_ff_), slice(*s.up, n_ff_)};
     xs[e] = slice(*s.x, n_embd_);
-    down[e] = slice(*s.out, n_embd_);
+    down[e] = xs[e];  // Over its own inputs: gate/up have read them.
     const StackedLinear& gu = experts_[e].gate_up;
     if (gu.stacked()) {
       gate_up_jobs.push_back({gate_up[e], xs[e], gu.stacked_weight()});
@@ -340,7 +339,7 @@ absl::Status MoeBlock::RunExperts(TensorView acc, const TensorView& x, MoeScratc
     if (experts_[e].down.reorders_input()) CASCADE_RETURN_IF_ERROR(experts_[e].down.Forward(down[e], gate_up[e][0]));
     if (experts_[e].down_bias.data != nullptr) CASCADE_RETURN_IF_ERROR(b.AddBias(down[e], experts_[e].down_bias));
   }
-  return b.AddScaledRows(acc, View(*s.out, rows, n_embd_), s.token_of_row, s.weight_of_row);
+  return b.AddScaledRows(acc, View(*s.x, rows, n_embd_), s.token_of_row, s.weight_of_row);
 }
 
 absl::Status MoeBlock::RunShared(TensorView acc, const TensorView& x, MoeScratch& s) const {
@@ -355,7 +354,7 @@ absl::Status MoeBlock::RunShared(TensorView acc, const TensorView& x, MoeScratch
   const TensorView gate_up[] = {gate, up};
   CASCADE_RETURN_IF_ERROR(shared_.gate_up.Forward(gate_up, x, {}));
   CASCADE_RETURN_IF_ERROR(Activate(gate, up));
-  const TensorView out = View(*s.out, n, n_embd_);
+  const TensorView out = View(*s.x, n, n_embd_);  // The routed experts' rows are summed.
   CASCADE_RETURN_IF_ERROR(shared_.down.Forward(out, gate));
   s.all_rows.resize(n);
   std::iota(s.all_rows.begin(), s.all_rows.end(), 0);

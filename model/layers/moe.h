@@ -66,8 +66,11 @@ namespace cascade::model {
 // largest batch seen.
 struct MoeScratch {
   std::unique_ptr<kernels::Buffer> logits, shared_logits;  // Router outputs (backend memory).
-  std::unique_ptr<kernels::Buffer> x, gate, up, out;       // Grouped rows (backend memory).
-  std::unique_ptr<kernels::Buffer> partial;                // The rank's partial sum under TP.
+  // Grouped rows (backend memory). The experts' outputs go into `x`, over the inputs they
+  // were computed from (dead once gate/up have run): a 512-token prefill of a top-8 MoE at
+  // hidden 2048 saves 32 MiB.
+  std::unique_ptr<kernels::Buffer> x, gate, up;
+  std::unique_ptr<kernels::Buffer> partial;  // The rank's partial sum under TP.
   std::vector<float> host_logits, host_shared, zeros;
   std::vector<int32_t> token_of_row;  // Grouped row -> token.
   std::vector<float> weight_of_row;   // Grouped row -> routing weight.
