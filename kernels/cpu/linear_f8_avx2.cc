@@ -178,12 +178,14 @@ bool ScaleActivations(const GemmArgs& a, std::vector<float>& scaled) {
   const __m256 factor = _mm256_set1_ps(kF32BitsXScale), limit = _mm256_set1_ps(0x1p60f);
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   __m256 out_of_range = _mm256_setzero_ps();
-  for (int64_t i = 0; i < n; i += 8) {  // n_in is a multiple of 128.
-    const __m256 v = _mm256_loadu_ps(a.x + i);
-    // Not |v| < 2^60: too large, or NaN (unordered).
-    out_of_range = _mm256_or_ps(out_of_range, _mm256_cmp_ps(_mm256_and_ps(v, abs_mask), limit, _CMP_NLT_UQ));
+  for (int64_t i = 0; i < n; i += 32) {  // n_in is a multiple of 128.
+    for (int64_t j = i; j < i + 32; j += 8) {
+      const __m256 v = _mm256_loadu_ps(a.x + j);
+      // Not |v| < 2^60: too large, or NaN (unordered).
+      out_of_range = _mm256_or_ps(out_of_range, _mm256_cmp_ps(_mm256_and_ps(v, abs_mask), limit, _CMP_NLT_UQ));
+    }
+    Reorder32(a.x + i, factor, scaled.data() + i);
   }
-  for (int64_t i = 0; i < n; i += 32) Reorder32(a.x + i, factor, scaled.data() + i);
   return _mm256_movemask_ps(out_of_range) == 0;
 }
 

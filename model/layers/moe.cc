@@ -354,7 +354,7 @@ absl::Status MoeBlock::RunShared(TensorView acc, const TensorView& x, MoeScratch
   const TensorView gate_up[] = {gate, up};
   CASCADE_RETURN_IF_ERROR(shared_.gate_up.Forward(gate_up, x, {}));
   CASCADE_RETURN_IF_ERROR(Activate(gate, up));
-  const TensorView out = View(*s.x, n, n_embd_);  // The routed experts' rows are summed.
+  const TensorView out = View(*s.x, n, n_embd_);  // Free: the routed rows are in acc already.
   CASCADE_RETURN_IF_ERROR(shared_.down.Forward(out, gate));
   s.all_rows.resize(n);
   std::iota(s.all_rows.begin(), s.all_rows.end(), 0);
