@@ -55,11 +55,11 @@ std::string DescribeActiveCpuIsa();
 // it) until reset with `BestCpuIsa()`. For tests that compare paths; not for production.
 void SetMaxCpuIsaForTesting(CpuIsa isa);
 
-// Whether a kernel may give the FMA units denormal operands where that saves work (the AVX2
-// FP8 GEMV decodes E4M3 straight into f32 bits, its subnormal codes f32 denormals): AMD's
+// Whether a kernel may give the FMA units denormal operands where that saves work (the FP8
+// GEMVs decode E4M3 straight into f32 bits, its subnormal codes f32 denormals): AMD's
 // cores take them at full speed (measured on Zen 3), Intel's through a microcode assist of
-// ~100 cycles each. By vendor; the kernels that ask give the same bits either way, so the
-// rule moves speed only. Thread-safe (relaxed atomic read).
+// ~100 cycles each. By vendor; the kernels that ask agree either way within f32 rounding
+// (the same products, summed in another order), so the rule moves speed only. Thread-safe (relaxed atomic read).
 bool DenormalOperandsFast();
 // Forces the answer (for tests that run both paths; not for production) until reset with
 // `ResetDenormalOperandsFastForTesting`.

@@ -106,7 +106,7 @@ AttendFn PickAttend(int64_t d) {
 
 // How many rows of a sequence one call of `attend` may take (AttendArgs::n_rows).
 int64_t MaxRowsPerUnit(AttendFn attend, int64_t n_group) {
-  if (attend != internal::AttendAvx2) return 1;
+  if (attend != internal::AttendAvx2 && attend != internal::AttendAvx512) return 1;
   return std::min(internal::kAttnMaxRows, internal::kAttnMaxQueries / n_group);
 }
 

@@ -1,4 +1,4 @@
-// AVX-512 attention kernel: one query row against a KV head, 16 positions at a time.
+// AVX-512 attention kernel: query rows against a KV head, 16 positions at a time.
 //
 // Per tile of 16 positions and per query head of the group, the 16 dot products q.k_t are
 // kept as 16 partial vectors (d / 16 FMAs each, q held in registers, pre-scaled) and
@@ -7,14 +7,17 @@
 // one vector of 16 scores. The online softmax then needs one horizontal max per tile; exp
 // is a Cephes-style polynomial with range reduction (Exp below, relative error < 2e-7 over
 // the range softmax feeds it); the row sum stays a vector until the end. P.V broadcasts
-// each weight from a small L1 table (a load, not a shuffle) into d / 16 FMAs.
+// each weight (from a small L1 table; a whole tile's 16 held in registers) into d / 16 FMAs.
 //
 // A tile shorter than 16 (the sequence's last block, or a block size under 16) reads its
 // last valid K row in place of the missing ones and masks their scores, so no row past the
 // sequence's end is ever touched (those slots may hold anything, NaN included).
 //
 // The K/V rows of a tile are loaded once per query head of the group; they are in L1 after
-// the first head (16 rows x d floats), so the group costs one trip to memory per tile.
+// the first head (16 rows x d floats), so the group costs one trip to memory per tile. A
+// prefill's rows run up to 8 at a time (AttendArgs::n_rows; attention.cc's PlanUnits groups
+// them), so that trip and the tile's conversion serve all of them: a row alone streams its
+// whole history from L2 or beyond once per KV head.
 //
 // Compiled with AVX-512 F/BW/VL/DQ/VNNI (+AVX2/FMA/F16C); called only on such CPUs.
 #include <immintrin.h>
@@ -85,90 +88,127 @@ void KvRowsToF32Avx512(DType dtype, const uint8_t* src, int64_t row_bytes, int n
   }
 }
 
-// kD = d / 16 vectors per head row.
+// The scores of q (pre-scaled) against the tile's 16 K rows (row min(t, len - 1) for lane
+// t): 16 partial vectors of kD FMAs, reduced together.
+template <int kD>
+inline __m512 Scores(const float* q, const float* kc, int64_t stride, int len) {
+  __m512 qv[kD];
+  for (int j = 0; j < kD; ++j) qv[j] = _mm512_load_ps(q + 16 * j);
+  __m512 part[16];
+  for (int t = 0; t < 16; ++t) {
+    const float* kt = kc + std::min(t, len - 1) * stride;
+    __m512 s = _mm512_mul_ps(qv[0], _mm512_loadu_ps(kt));
+    for (int j = 1; j < kD; ++j) s = _mm512_fmadd_ps(qv[j], _mm512_loadu_ps(kt + 16 * j), s);
+    part[t] = s;
+  }
+  return Reduce16(part);
+}
+
+// kD = d / 16 vectors per head row. With several rows (a prefill's, AttendArgs::n_rows),
+// each 16-position tile is converted and read once for all of their query heads, as in
+// the AVX2 kernel (attention_avx2.cc): each row keeps its own causal end and window start,
+// and every query's sums are those it gets alone (a decode row's bits).
 template <int kD>
 void AttendImpl(const AttendArgs& a) {
-  const int64_t n_group = a.n_group;
+  const int64_t n_group = a.n_group, n_rows = a.n_rows, n_q = n_rows * n_group;
   const bool f32 = a.kv_dtype == DType::kF32;
   const int64_t stride = f32 ? a.kv_row_bytes / static_cast<int64_t>(sizeof(float)) : kD * 16;
   // F16 / Q8_0 / F8_E4M3 caches: each 16-position chunk is converted once into these (L1), then
-  // read by every query head of the group as f32.
+  // read by every query of the unit as f32.
   alignas(64) float k_tile[16][kD * 16];
   alignas(64) float v_tile[16][kD * 16];
-  alignas(64) float acc[kAttnMaxGroup][kD * 16];
-  alignas(64) float qs[kAttnMaxGroup][kD * 16];  // q * scale.
-  alignas(64) float lsum[kAttnMaxGroup][16];     // Row sums, per lane.
+  alignas(64) float acc[kAttnMaxQueries][kD * 16];  // Query q = row j * n_group + head g.
+  alignas(64) float qs[kAttnMaxQueries][kD * 16];   // q * scale.
+  alignas(64) float lsum[kAttnMaxQueries][16];      // Row sums, per lane.
   alignas(64) float p[16];
-  float m[kAttnMaxGroup];
+  float m[kAttnMaxQueries];
+  int64_t row_first[kAttnMaxRows], row_end[kAttnMaxRows];
+  for (int64_t j = 0; j < n_rows; ++j) {
+    row_end[j] = a.pos_end + j;
+    row_first[j] = a.window > 0 ? std::max(a.first_pos, row_end[j] - a.window) : a.first_pos;
+  }
   const __m512 scale = _mm512_set1_ps(a.scale);
-  for (int64_t g = 0; g < n_group; ++g) {
+  for (int64_t q = 0; q < n_q; ++q) {
+    const float* src = a.q + (q / n_group) * a.row_stride + (q % n_group) * kD * 16;
     for (int j = 0; j < kD; ++j) {
-      _mm512_store_ps(qs[g] + 16 * j, _mm512_mul_ps(_mm512_loadu_ps(a.q + g * kD * 16 + 16 * j), scale));
-      _mm512_store_ps(acc[g] + 16 * j, _mm512_setzero_ps());
+      _mm512_store_ps(qs[q] + 16 * j, _mm512_mul_ps(_mm512_loadu_ps(src + 16 * j), scale));
+      _mm512_store_ps(acc[q] + 16 * j, _mm512_setzero_ps());
     }
-    _mm512_store_ps(lsum[g], _mm512_setzero_ps());
-    m[g] = kAttnNoMax;
+    _mm512_store_ps(lsum[q], _mm512_setzero_ps());
+    m[q] = kAttnNoMax;
   }
   const __m512 no_max = _mm512_set1_ps(kAttnNoMax);
-  for (int64_t start = a.pos_begin; start < a.pos_end; start += a.bs) {
-    const int64_t block_len = std::min(a.bs, a.pos_end - start);
+  const int64_t last_end = row_end[n_rows - 1];
+  for (int64_t start = a.pos_begin; start < last_end; start += a.bs) {
+    const int64_t block_len = std::min(a.bs, last_end - start);
     const int64_t block = a.table[start / a.bs];
     const uint8_t* kb = a.k_base + block * a.bs * a.kv_row_bytes;
     const uint8_t* vb = a.v_base + block * a.bs * a.kv_row_bytes;
     for (int64_t c = 0; c < block_len; c += 16) {
-      const int len = static_cast<int>(std::min<int64_t>(16, block_len - c));
-      // The chunk's first `lo` positions lie before the window's start: masked.
-      const int lo = static_cast<int>(std::clamp<int64_t>(a.first_pos - (start + c), 0, 16));
-      if (lo >= len) continue;
-      const __mmask16 valid = static_cast<__mmask16>(((1u << len) - 1) & ~((1u << lo) - 1));
+      const int64_t tile = start + c;
+      const int tile_len = static_cast<int>(std::min<int64_t>(16, block_len - c));
+      if (tile + tile_len <= row_first[0]) continue;  // Every row's window starts later.
       const float* kc = reinterpret_cast<const float*>(kb + c * a.kv_row_bytes);
       const float* vc = reinterpret_cast<const float*>(vb + c * a.kv_row_bytes);
       if (!f32) {
-        KvRowsToF32Avx512<kD>(a.kv_dtype, kb + c * a.kv_row_bytes, a.kv_row_bytes, len, k_tile);
-        KvRowsToF32Avx512<kD>(a.kv_dtype, vb + c * a.kv_row_bytes, a.kv_row_bytes, len, v_tile);
+        KvRowsToF32Avx512<kD>(a.kv_dtype, kb + c * a.kv_row_bytes, a.kv_row_bytes, tile_len, k_tile);
+        KvRowsToF32Avx512<kD>(a.kv_dtype, vb + c * a.kv_row_bytes, a.kv_row_bytes, tile_len, v_tile);
         kc = k_tile[0];
         vc = v_tile[0];
       }
-      for (int64_t g = 0; g < n_group; ++g) {
-        __m512 q[kD];
-        for (int j = 0; j < kD; ++j) q[j] = _mm512_load_ps(qs[g] + 16 * j);
-        __m512 part[16];
-        for (int t = 0; t < 16; ++t) {
-          const float* kt = kc + std::min(t, len - 1) * stride;
-          __m512 s = _mm512_mul_ps(q[0], _mm512_loadu_ps(kt));
-          for (int j = 1; j < kD; ++j) s = _mm512_fmadd_ps(q[j], _mm512_loadu_ps(kt + 16 * j), s);
-          part[t] = s;
+      for (int64_t j = 0; j < n_rows; ++j) {
+        // Row j sees tile positions [lo, len): its last ones may lie past its causal end,
+        // its first before its window's start.
+        const int len = static_cast<int>(std::clamp<int64_t>(row_end[j] - tile, 0, tile_len));
+        const int lo = static_cast<int>(std::clamp<int64_t>(row_first[j] - tile, 0, 16));
+        if (lo >= len) continue;
+        const __mmask16 valid = static_cast<__mmask16>(((1u << len) - 1) & ~((1u << lo) - 1));
+        for (int64_t q = j * n_group; q < (j + 1) * n_group; ++q) {
+          const __m512 s = _mm512_mask_mov_ps(no_max, valid, Scores<kD>(qs[q], kc, stride, len));
+          const float m_new = std::max(m[q], _mm512_reduce_max_ps(s));
+          // ~0 on the first tile; 1, without an exp, once the running max has settled
+          // (Exp(0) is exactly 1, so the bits do not depend on which).
+          const __m512 corr = m_new > m[q] ? Exp(_mm512_set1_ps(m[q] - m_new)) : _mm512_set1_ps(1.0f);
+          const __m512 pv = _mm512_maskz_mov_ps(valid, Exp(_mm512_sub_ps(s, _mm512_set1_ps(m_new))));
+          m[q] = m_new;
+          _mm512_store_ps(lsum[q], _mm512_fmadd_ps(_mm512_load_ps(lsum[q]), corr, pv));
+          _mm512_store_ps(p, pv);
+          float* aq = acc[q];
+          if (lo == 0 && len == 16) {  // A whole tile: the 16 weights stay in registers.
+            __m512 w[16];
+            for (int t = 0; t < 16; ++t) w[t] = _mm512_set1_ps(p[t]);
+            for (int i = 0; i < kD; ++i) {
+              __m512 o = _mm512_mul_ps(_mm512_load_ps(aq + 16 * i), corr);
+              for (int t = 0; t < 16; ++t) o = _mm512_fmadd_ps(w[t], _mm512_loadu_ps(vc + t * stride + 16 * i), o);
+              _mm512_store_ps(aq + 16 * i, o);
+            }
+            continue;
+          }
+          for (int i = 0; i < kD; ++i) {
+            __m512 o = _mm512_mul_ps(_mm512_load_ps(aq + 16 * i), corr);
+            for (int t = lo; t < len; ++t) {
+              o = _mm512_fmadd_ps(_mm512_set1_ps(p[t]), _mm512_loadu_ps(vc + t * stride + 16 * i), o);
+            }
+            _mm512_store_ps(aq + 16 * i, o);
+          }
         }
-        const __m512 s = _mm512_mask_mov_ps(no_max, valid, Reduce16(part));
-        const float m_new = std::max(m[g], _mm512_reduce_max_ps(s));
-        const __m512 mv = _mm512_set1_ps(m_new);
-        const __m512 corr = Exp(_mm512_set1_ps(m[g] - m_new));  // ~0 on the first tile.
-        const __m512 pv = _mm512_maskz_mov_ps(valid, Exp(_mm512_sub_ps(s, mv)));
-        m[g] = m_new;
-        _mm512_store_ps(lsum[g], _mm512_fmadd_ps(_mm512_load_ps(lsum[g]), corr, pv));
-        _mm512_store_ps(p, pv);
-        __m512 o[kD];
-        for (int j = 0; j < kD; ++j) o[j] = _mm512_mul_ps(_mm512_load_ps(acc[g] + 16 * j), corr);
-        for (int t = lo; t < len; ++t) {
-          const __m512 w = _mm512_set1_ps(p[t]);
-          const float* vt = vc + t * stride;
-          for (int j = 0; j < kD; ++j) o[j] = _mm512_fmadd_ps(w, _mm512_loadu_ps(vt + 16 * j), o[j]);
-        }
-        for (int j = 0; j < kD; ++j) _mm512_store_ps(acc[g] + 16 * j, o[j]);
       }
     }
   }
-  for (int64_t g = 0; g < n_group; ++g) {
-    const float l = _mm512_reduce_add_ps(_mm512_load_ps(lsum[g]));
-    float* og = a.out + g * kD * 16;
-    __m512 f = _mm512_set1_ps(a.v_scale);
+  for (int64_t q = 0; q < n_q; ++q) {
+    const int64_t g = q % n_group;
+    const float l = _mm512_reduce_add_ps(_mm512_load_ps(lsum[q]));
+    float* oq = a.out + (q / n_group) * a.row_stride + g * kD * 16;
+    float f = a.v_scale;
     if (a.normalize) {
-      f = _mm512_set1_ps(a.v_scale * SoftmaxFactor(m[g], l, a.sinks != nullptr ? a.sinks + g : nullptr));
-    } else {
-      a.m[g] = m[g];
+      f = a.v_scale * SoftmaxFactor(m[q], l, a.sinks != nullptr ? a.sinks + g : nullptr);
+    } else {  // One row.
+      a.m[g] = m[q];
       a.l[g] = l;
     }
-    for (int j = 0; j < kD; ++j) _mm512_storeu_ps(og + 16 * j, _mm512_mul_ps(_mm512_load_ps(acc[g] + 16 * j), f));
+    for (int i = 0; i < kD; ++i) {
+      _mm512_storeu_ps(oq + 16 * i, _mm512_mul_ps(_mm512_load_ps(acc[q] + 16 * i), _mm512_set1_ps(f)));
+    }
   }
 }
 

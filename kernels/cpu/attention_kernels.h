@@ -46,7 +46,7 @@ struct AttendArgs {
   // out + j * row_stride; it sees positions [first_j, pos_end + j), first_j = window > 0 ?
   // max(first_pos, pos_end + j - window) : first_pos. n_rows * n_group <= kAttnMaxQueries,
   // n_rows <= kAttnMaxRows; more than one row only with `normalize` and the kernels that
-  // say so (MultiRowAttend).
+  // say so (attention.cc's MaxRowsPerUnit).
   int64_t n_rows = 1;
   int64_t row_stride = 0;
   int64_t window = 0;
@@ -85,7 +85,7 @@ void KvRowsToF32Avx2(DType dtype, const uint8_t* src, int64_t row_bytes, int64_t
 void AttendGeneric(const AttendArgs& args);  // attention.cc; any shape.
 // attention_avx2.cc; REQUIRES d % 8 == 0 and an AVX2 CPU. Takes several rows.
 void AttendAvx2(const AttendArgs& args);
-// attention_avx512.cc; REQUIRES d % 16 == 0 and an AVX-512 CPU.
+// attention_avx512.cc; REQUIRES d % 16 == 0 and an AVX-512 CPU. Takes several rows.
 void AttendAvx512(const AttendArgs& args);
 
 }  // namespace cascade::kernels::cpu::internal

@@ -68,8 +68,6 @@ inline void E4M3x32Over2p120(const uint8_t* codes, __m256 v[4]) {
 
 // How a GEMV decodes its codes: through f16, or into f32 bits against activations x 2^64.
 enum class Decode { kF16, kF32Bits };
-inline constexpr float kF32BitsXScale = 0x1p64f;
-inline constexpr float kF32BitsBlockScale = 0x1p56f;  // 2^120 / 2^64.
 
 inline float HorizontalSum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -125,7 +123,7 @@ inline void F8Tile(const GemmArgs& a, const float* xs, int64_t r0, int64_t t0) {
     for (int i = 0; i < R; ++i) {
       float d;
       std::memcpy(&d, w[i] + block, 4);
-      const __m256 scale = _mm256_set1_ps(d * (D == Decode::kF32Bits ? kF32BitsBlockScale : 256.0f));
+      const __m256 scale = _mm256_set1_ps(d * (D == Decode::kF32Bits ? kF8BitsBlockScale : 256.0f));
 #pragma GCC unroll 8
       for (int j = 0; j < T; ++j)
         acc[i][j] = _mm256_fmadd_ps(_mm256_add_ps(part[i][j][0], part[i][j][1]), scale, acc[i][j]);
@@ -175,7 +173,7 @@ inline void Reorder32(const float* x, __m256 factor, float* out) {
 bool ScaleActivations(const GemmArgs& a, std::vector<float>& scaled) {
   const int64_t n = a.n_tokens * a.n_in;
   scaled.resize(n);
-  const __m256 factor = _mm256_set1_ps(kF32BitsXScale), limit = _mm256_set1_ps(0x1p60f);
+  const __m256 factor = _mm256_set1_ps(kF8BitsXScale), limit = _mm256_set1_ps(0x1p60f);
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   __m256 out_of_range = _mm256_setzero_ps();
   for (int64_t i = 0; i < n; i += 32) {  // n_in is a multiple of 128.

@@ -18,10 +18,10 @@ namespace cascade::kernels::cpu::internal {
 namespace {
 
 // Each row is prefetched kPrefetchBytes (linear_kernels.h) ahead of its read position. A
-// tile's rows lie one after another, so that runs 16 KiB ahead of the tile's stream.
-// Measured here, bf16 LM head [49152, 576] at batch 1 on the 2-core AMD VM: no prefetch
+// tile's rows lie one after another, so that runs that far ahead of the tile's stream.
+// Measured, bf16 LM head [49152, 576] at batch 1 on a 2-core AMD VM (Zen 3): no prefetch
 // 10.0 / 20.8 GB/s (1 / 2 threads), 1 KiB 10.3 / 21.7, 4 KiB 13.9 / 28.2, 16 KiB 27.9 /
-// 50.5, 32 KiB 29.7 / 63.0 (noisy).
+// 50.5, 32 KiB 29.7 / 63.0 (noisy); on Zen 5, see linear_kernels.h.
 
 // Rows [row_begin, row_end) in blocks of about kRowBlockBytes of weights (a multiple of 4
 // rows), each passed whole to fn(r0, r1): a prefill runs every token over one block while

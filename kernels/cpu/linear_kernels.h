@@ -42,7 +42,10 @@ using GemmFn = void (*)(const GemmArgs& args, int64_t row_begin, int64_t row_end
 // (`_MM_HINT_T1`), in the float and FP8 kernels (a stream per row). Measured in
 // linear_packed_avx512.cc (Intel) and linear_float_avx512.cc (AMD): shorter distances left
 // batch-1 decode waiting on memory, and into L1 that far ahead evicts the lines in use.
-inline constexpr int64_t kPrefetchBytes = 16384;
+// 32 KiB since a Zen 5 VM (41 GB/s a core): the 1B FP8 and BF16 decodes' weights streamed
+// at 26-27 GB/s on one thread at 16 KiB, 29.5-30.4 at 32 KiB, 28-30 at 64 and 128 KiB,
+// 26-27 at 4 KiB (`linear_bench --model=1b --quick`); not re-measured on Intel.
+inline constexpr int64_t kPrefetchBytes = 32768;
 // The same for the packed kernels' one stream per group of 16 rows, chosen once by vendor
 // (measurements in linear_packed_avx512.cc): 16 KiB on Intel, 6.5 KiB on AMD. The AVX2
 // packed kernels use it too.
@@ -92,9 +95,17 @@ void GemmPackedAvx2(const GemmArgs& args, int64_t row_begin, int64_t row_end);
 template <DType D>
 void GemvPackedAvx512(const GemmArgs& args, int64_t row_begin, int64_t row_end);
 
-// From this many tokens on, the FP8 kernels decode their rows to f32 once and run the F32
-// tiles over them (GemmDecodedRows); fewer convert inside their own tiles.
+// From this many tokens on, the FP8 kernels decode their rows to f32 once and multiply
+// k-major panels of them (AVX2: GemmDecodedRows and GemmF32PanelsAvx2; AVX-512:
+// panels_avx512.h), the same values summed in the same order; fewer tokens convert inside
+// their own tiles.
 inline constexpr int64_t kMinDecodedTokens = 6;
+
+// The FP8 GEMVs' f32-bits decode (where DenormalOperandsFast()): codes become f32 values
+// x 2^-120, activations are scaled by 2^64 (exactly, below 2^60 in magnitude), and each
+// 128-block's sums are multiplied by its scale x 2^56 (2^120 / 2^64).
+inline constexpr float kF8BitsXScale = 0x1p64f;
+inline constexpr float kF8BitsBlockScale = 0x1p56f;
 
 // Rows [rb, re) of a prefill in blocks of about 256 KiB of f32 (they stay in L2): each
 // block decoded once by decode(r0, r1, out) into a per-thread buffer [r1 - r0, n_in], then
