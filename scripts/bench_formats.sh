@@ -40,6 +40,8 @@ VOCAB=$TESTDATA/vocab/ggml-vocab-llama-bpe.gguf
 MODELS="${XDG_CACHE_HOME:-$HOME/.cache}/cascade/models"
 mkdir -p "$MODELS" "$(dirname "$OUT")"
 [[ -x build/bin/cascade && -x build/bin/read_bandwidth ]] || ./scripts/build.sh >/dev/null
+# The MoE shapes take SmolLM2's tokenizer from the default model.
+[[ -f models/SmolLM2-135M-Instruct.Q4_1.gguf ]] || ./scripts/setup.sh
 LLAMA_BIN=$(./scripts/llama_cpp.sh)
 export LLAMA_BIN MODELS
 stem=random-llama-1b-v128k
