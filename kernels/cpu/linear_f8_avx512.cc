@@ -2,7 +2,8 @@
 // f32 (the values of core/fp8.h times 2^-8, exact; fp8_avx512.h), FMA tiles of rows x tokens as the AVX2 float
 // kernels (linear_avx2.cc), twice as wide, each 128-block's sums scaled once by its scale.
 // A prefill (6 tokens or more) instead decodes its rows to f32 once (each value times its
-// scale, one rounding) into k-major panels and multiplies them as outer products
+// scale, one rounding) and runs the F32 tiles (linear_float_avx512.cc) over them, or, from
+// 32 tokens on, decodes them into k-major panels and multiplies those as outer products
 // (panels_avx512.h): the AVX2 prefill's values and order, so the same bits.
 // Activations stay f32.
 //
@@ -26,6 +27,13 @@
 
 namespace cascade::kernels::cpu::internal {
 namespace {
+
+// From this many tokens on, a prefill decodes its rows into panels (panels_avx512.h);
+// fewer decode a block of rows to f32 once and run the F32 dot-product tiles over it, which
+// cost less to set up: `linear_bench --resident --tokens=8,...,64` on Zen 5, G multiply-adds
+// a second, panels / rows: 8 tokens 32-36 / 39-40, 16: 42-53 / 49-53, 24: 63-66 / 66-71,
+// 32: 72-76 / 67-69, 64: 88-89 / 68-71. A MoE's experts see few tokens each.
+constexpr int64_t kMinPanelTokens = 32;
 
 // 64 codes as f32 values x 2^-120 (denormal for the subnormal codes), a vector per byte
 // position of the 32-bit lanes: v[j]'s lane l is code 4 l + j. linear_f8_avx2.cc's
@@ -77,9 +85,10 @@ inline void F8Tile(const GemmArgs& a, const float* xs, int64_t r0, int64_t t0) {
 #pragma GCC unroll 2
         for (int c = 0; c < C; ++c) part[i][j][c] = _mm512_setzero_ps();
     for (int k = 0; k < 128; k += 64) {
+      // 64 codes and, spread over them, half a 4-byte scale: 66 bytes a row.
+      PrefetchNextTile(w[0] + R * a.w_row_bytes, (block + k) * R, R * 66);
 #pragma GCC unroll 8
       for (int i = 0; i < R; ++i) {
-        _mm_prefetch(reinterpret_cast<const char*>(w[i] + block + k + kPrefetchBytes), _MM_HINT_T1);
         __m512 v[4];
         if constexpr (D == Decode::kF32Bits) {
           E4M3x64Over2p120(w[i] + block + 4 + k, v);
@@ -169,6 +178,26 @@ bool ScaleActivations(const GemmArgs& a, std::vector<float>& scaled) {
   return out_of_range == 0;
 }
 
+// Rows [r0, r1) decoded to f32 (E4M3 value x its block's scale, one rounding) into `out`
+// [r1 - r0, n_in].
+void DecodeRows(const GemmArgs& a, int64_t r0, int64_t r1, float* out) {
+  for (int64_t r = r0; r < r1; ++r, out += a.n_in) {
+    const uint8_t* w = a.w + r * a.w_row_bytes;
+    for (int64_t kb = 0; kb < a.n_in; kb += 128) {
+      const uint8_t* block = w + (kb >> 7) * 132;
+      float d;
+      std::memcpy(&d, block, 4);
+      const __m512 scale = _mm512_set1_ps(d * 256.0f);
+      for (int k = 0; k < 128; k += 32) {
+        __m512 lo, hi;
+        E4M3x32Over256(block + 4 + k, lo, hi);
+        _mm512_storeu_ps(out + kb + k, _mm512_mul_ps(lo, scale));
+        _mm512_storeu_ps(out + kb + k + 16, _mm512_mul_ps(hi, scale));
+      }
+    }
+  }
+}
+
 // Rows r0 .. r0 + rows - 1 (rows <= 32) over k in [k0, k0 + kc) as a k-major f32 panel
 // [kc][32] (panels_avx512.h): each E4M3 value times its block's scale, one rounding (the
 // values the AVX2 prefill decodes), 16 rows x 16 codes transposed at a time.
@@ -201,6 +230,11 @@ void GemmF8Avx512(const GemmArgs& a, int64_t rb, int64_t re) {
     } else {
       F8Gemv<Decode::kF16>(a, a.x, rb, re);
     }
+    return;
+  }
+  if (a.n_tokens < kMinPanelTokens) {
+    GemmDecodedRows(
+        a, rb, re, [&](int64_t r0, int64_t r1, float* out) { DecodeRows(a, r0, r1, out); }, GemmF32Avx512);
     return;
   }
   GemmPanels512(a, rb, re, [&](int64_t r0, int rows, int64_t k0, int64_t kc, float* panel) {

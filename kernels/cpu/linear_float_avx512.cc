@@ -4,8 +4,9 @@
 // activations in one FMA; a tile of R rows x T tokens shares each activation load across
 // its rows. The last n_in % 16 elements take masked loads, so any n_in works. Activations
 // and accumulation stay f32: the same numbers as the AVX2 kernels up to summation order.
-// Each row's stream is prefetched into L2 well ahead (kPrefetchBytes): without it, batch-1
-// decode read a third of the bandwidth the packed kernels reach.
+// The next tile's rows are prefetched into L2 as one stream while a tile runs
+// (PrefetchNextTile): without a prefetch, batch-1 decode read a third of the bandwidth the
+// packed kernels reach, and with a stream per row (kPrefetchBytes ahead of each) 75%.
 // Measured by build/bin/linear_bench --decode (docs/PERFORMANCE.md).
 // Compiled with AVX-512 F/BW/VL/DQ (+AVX2/F16C); called only on such CPUs (linear_avx512.cc's table).
 #include <immintrin.h>
@@ -17,11 +18,10 @@
 namespace cascade::kernels::cpu::internal {
 namespace {
 
-// Each row is prefetched kPrefetchBytes (linear_kernels.h) ahead of its read position. A
-// tile's rows lie one after another, so that runs that far ahead of the tile's stream.
-// Measured, bf16 LM head [49152, 576] at batch 1 on a 2-core AMD VM (Zen 3): no prefetch
-// 10.0 / 20.8 GB/s (1 / 2 threads), 1 KiB 10.3 / 21.7, 4 KiB 13.9 / 28.2, 16 KiB 27.9 /
-// 50.5, 32 KiB 29.7 / 63.0 (noisy); on Zen 5, see linear_kernels.h.
+// Measured with a prefetch per row kPrefetchBytes ahead, bf16 LM head [49152, 576] at
+// batch 1 on a 2-core AMD VM (Zen 3): no prefetch 10.0 / 20.8 GB/s (1 / 2 threads), 1 KiB
+// 10.3 / 21.7, 4 KiB 13.9 / 28.2, 16 KiB 27.9 / 50.5, 32 KiB 29.7 / 63.0 (noisy); the next
+// tile's rows as one stream instead: linear_kernels.h (measured on Zen 5 only).
 
 // Rows [row_begin, row_end) in blocks of about kRowBlockBytes of weights (a multiple of 4
 // rows), each passed whole to fn(r0, r1): a prefill runs every token over one block while
@@ -76,11 +76,9 @@ inline void FloatTile(const GemmArgs& a, int64_t r0, int64_t t0) {
   for (int64_t k = 0; k < a.n_in; k += 16) {
     const __mmask16 m = k < n16 ? 0xffff : static_cast<__mmask16>((1u << (a.n_in - n16)) - 1);
     __m512 wv[R];
+    PrefetchNextTile(w[0] + R * a.w_row_bytes, k * R * L::kBytes, R * 16 * L::kBytes);
 #pragma GCC unroll 8
-    for (int i = 0; i < R; ++i) {
-      _mm_prefetch(reinterpret_cast<const char*>(w[i] + k * L::kBytes + kPrefetchBytes), _MM_HINT_T1);
-      wv[i] = L::Load(w[i], k, m);
-    }
+    for (int i = 0; i < R; ++i) wv[i] = L::Load(w[i], k, m);
 #pragma GCC unroll 8
     for (int j = 0; j < T; ++j) {
       const __m512 xv = _mm512_maskz_loadu_ps(m, x[j] + k);

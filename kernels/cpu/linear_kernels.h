@@ -5,6 +5,8 @@
 // disjoint output rows are safe.
 #pragma once
 
+#include <xmmintrin.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <vector>
@@ -38,14 +40,29 @@ struct GemmArgs {
 
 using GemmFn = void (*)(const GemmArgs& args, int64_t row_begin, int64_t row_end);
 
-// How far ahead of its read position an AVX-512 weight stream is prefetched into L2
-// (`_MM_HINT_T1`), in the float and FP8 kernels (a stream per row). Measured in
-// linear_packed_avx512.cc (Intel) and linear_float_avx512.cc (AMD): shorter distances left
-// batch-1 decode waiting on memory, and into L1 that far ahead evicts the lines in use.
-// 32 KiB since a Zen 5 VM (41 GB/s a core): the 1B FP8 and BF16 decodes' weights streamed
-// at 26-27 GB/s on one thread at 16 KiB, 29.5-30.4 at 32 KiB, 28-30 at 64 and 128 KiB,
-// 26-27 at 4 KiB (`linear_bench --model=1b --quick`); not re-measured on Intel.
+// How far ahead of its read position a weight row is prefetched into L2 (`_MM_HINT_T1`) by
+// the AVX2 float and FP8 kernels (a stream per row). Measured in linear_packed_avx512.cc
+// (Intel) and linear_float_avx512.cc (AMD): shorter distances left batch-1 decode waiting
+// on memory, and into L1 that far ahead evicts the lines in use. 32 KiB since a Zen 5 VM
+// (41 GB/s a core), where the AVX-512 kernels, then prefetching the same way, streamed the
+// 1B FP8 and BF16 decodes' weights at 26-27 GB/s on one thread at 16 KiB, 29.5-30.4 at
+// 32 KiB, 28-30 at 64 and 128 KiB, 26-27 at 4 KiB (`linear_bench --model=1b --quick`); a
+// Zen 3 VM read a BF16 head at 27.9 / 50.5 GB/s (1 / 2 threads) at 16 KiB, 29.7 / 63.0 at
+// 32 KiB; not re-measured on Intel.
 inline constexpr int64_t kPrefetchBytes = 32768;
+
+// The AVX-512 row-major kernels (float, FP8) prefetch instead the rows of their next tile,
+// which follow the current tile's rows in memory, as one sequential stream into L2: at each
+// step, `bytes` from `offset` on past `next_tile`, the same share of it as the step reads of
+// the current tile. Their R row streams, each prefetched kPrefetchBytes ahead, read 26-30
+// GB/s on one thread of a Zen 5 VM whose probe reads 41; one stream reads 39-41 (BF16 and
+// F16 weights of the 1B decode, `linear_bench --model=1b --quick`; two threads 35-41
+// against 37).
+inline void PrefetchNextTile(const uint8_t* next_tile, int64_t offset, int64_t bytes) {
+  for (int64_t l = 0; l < bytes; l += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(next_tile + offset + l), _MM_HINT_T1);
+  }
+}
 // The same for the packed kernels' one stream per group of 16 rows, chosen once by vendor
 // (measurements in linear_packed_avx512.cc): 16 KiB on Intel, 6.5 KiB on AMD. The AVX2
 // packed kernels use it too.

@@ -20,13 +20,15 @@
 // multiple of 256, so every K type runs; the packed dtypes packed, the others (FP8, F16,
 // BF16) in their file layout, as the engine runs them.
 // With --resident, one [4096, 4096] matrix per dtype that stays in L3, at 1 and 64 tokens
-// on one thread: the kernels' compute-side rate (Resident below).
-// Usage: linear_bench [--quick] [--decode] [--model=1b | --resident[=ROWSxCOLS]] [--dtype=q4_1,...]
+// (--tokens=N,... for others) on one thread: the kernels' compute-side rate (Resident below).
+// Usage: linear_bench [--quick] [--decode] [--model=1b | --resident[=ROWSxCOLS] [--tokens=1,64]]
+//        [--dtype=q4_1,...]
 // (--decode: only the 1-token passes)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <optional>
@@ -348,21 +350,22 @@ void Run(const std::vector<DType>& dtypes, bool quick, bool decode_only) {
 // and 64 tokens: the kernels' compute-side rate, apart from memory bandwidth (the
 // whole-model passes above measure that). FP8 and the float types run in their file
 // layout, the rest packed, as the engine runs them.
-void Resident(const std::vector<DType>& dtypes, int64_t rows, int64_t cols, bool quick) {
+void Resident(const std::vector<DType>& dtypes, int64_t rows, int64_t cols, const std::vector<int64_t>& token_counts,
+              bool quick) {
   const std::string name = absl::StrCat("resident ", rows, "x", cols);
   const Shape s{name.c_str(), rows, cols, 1, 1};
   for (DType d : dtypes) {
     const std::vector<uint8_t> w = MakeMatrix(d, s.n_out, s.n_in, 1);
     const std::vector<PackedWeight> packed =
         PackedWeight::Supports(d) ? PackCopies(d, s, w) : std::vector<PackedWeight>{};
-    for (int64_t n_tokens : {1, 64}) {
+    for (int64_t n_tokens : token_counts) {
       std::vector<float> x(n_tokens * s.n_in, 0.5f), out(n_tokens * s.n_out);
       double best = 1e30;  // Best of 5: the VM's neighbours only ever slow a run down.
       for (int rep = 0; rep < 5; ++rep) {
         best = std::min(best, TimeShape(d, s, w, packed, n_tokens, nullptr, x, &out, quick ? 0.05 : 0.2));
       }
       const double bytes = packed.empty() ? static_cast<double>(w.size()) : static_cast<double>(packed[0].bytes());
-      // 1 token: the weights' bytes a second; 64: multiply-adds a second.
+      // 1 token: the weights' bytes a second; more: multiply-adds a second.
       const double rate = n_tokens == 1 ? bytes / best / 1e9 : double(rows) * double(cols) * n_tokens / best / 1e9;
       std::printf("%-12s %s %2lld token(s), 1 thread: %7.1f us per token, %6.1f %s\n",
                   std::string(DTypeName(d)).c_str(), name.c_str(), static_cast<long long>(n_tokens),
@@ -382,6 +385,7 @@ int main(int argc, char** argv) {
   bool model_1b = false;
   bool resident = false;
   int64_t resident_rows = 4096, resident_cols = 4096;
+  std::vector<int64_t> resident_tokens = {1, 64};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--quick") {
@@ -399,6 +403,18 @@ int main(int argc, char** argv) {
       resident = true;
       resident_rows = rows;
       resident_cols = cols;
+    } else if (a.rfind("--tokens=", 0) == 0) {  // The resident benchmark's token counts.
+      resident_tokens.clear();
+      for (const char* p = a.c_str() + 9; *p != '\0';) {
+        char* end = nullptr;
+        const long long n = std::strtoll(p, &end, 10);
+        if (end == p || n < 1 || n > 4096 || (*end != ',' && *end != '\0')) {
+          std::fprintf(stderr, "%s: want token counts in [1, 4096], comma-separated\n", a.c_str());
+          return 2;
+        }
+        resident_tokens.push_back(n);
+        p = *end == ',' ? end + 1 : end;
+      }
     } else if (a == "--decode") {
       decode_only = true;
     } else if (a.rfind("--dtype=", 0) == 0) {
@@ -417,13 +433,14 @@ int main(int argc, char** argv) {
       }
     } else {
       std::fprintf(stderr,
-                   "usage: %s [--quick] [--decode] [--model=1b | --resident[=ROWSxCOLS]] [--dtype=q4_1,q8_0,...]\n",
+                   "usage: %s [--quick] [--decode] [--model=1b | --resident[=ROWSxCOLS] [--tokens=1,64]] "
+                   "[--dtype=q4_1,q8_0,...]\n",
                    argv[0]);
       return 2;
     }
   }
   if (resident) {
-    cascade::kernels::cpu::Resident(dtypes, resident_rows, resident_cols, quick);
+    cascade::kernels::cpu::Resident(dtypes, resident_rows, resident_cols, resident_tokens, quick);
     return 0;
   }
   if (model_1b) {

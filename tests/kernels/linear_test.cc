@@ -281,12 +281,14 @@ std::vector<Case> Cases() {
       // Row-major prefill kernels work in row blocks of 256 KiB (FP8: decoded to f32, 64
       // rows of 1024): several blocks and a partial last one, on both threads.
       if (BlockElems(d) == 1 || BlockElems(d) == 128) cases.push_back({d, isa, 17, 300, 1024, 2});
-      // FP8 prefills run f32 panels (AVX2: 16 rows, 6 tokens a tile; AVX-512: 32 rows, 12
-      // tokens, k in chunks of 512): every token remainder of both, rows past a panel's
-      // end, and 1152 inputs (chunks of 512, 512 and 128).
+      // FP8 prefills run f32 panels (AVX2: 16 rows, 6 tokens a tile; AVX-512 from 32
+      // tokens on: 32 rows, 12 tokens, k in chunks of 512): every token remainder of both,
+      // rows past a panel's end, and 1152 inputs (chunks of 512, 512 and 128).
       if (BlockElems(d) == 128) {
-        for (int64_t n_tokens : {7, 9, 10, 12, 13, 23, 25}) cases.push_back({d, isa, n_tokens, 37, 384, 1});
-        cases.push_back({d, isa, 30, 70, 1152, 2});
+        for (int64_t n_tokens : {7, 9, 10, 12, 13, 23, 25, 31, 32, 37, 44}) {
+          cases.push_back({d, isa, n_tokens, 37, 384, 1});
+        }
+        cases.push_back({d, isa, 40, 70, 1152, 2});
       }
     }
   }
@@ -676,14 +678,15 @@ TEST(LinearTest, F8GemvDecodesAreRight) {
 // The FP8 prefill panels of AVX2 and AVX-512 decode the same values and sum each output in
 // the same order (panels_avx512.h), so they give the same bits: the AVX-512 kernel's
 // transposes, k-chunks and tails against the AVX2 kernel's. 70 rows (two panels of 32 and a
-// part), 1152 inputs (three chunks), every token count from 6 to 30.
+// part), 1152 inputs (three chunks), every token count from 32 (where AVX-512 takes the
+// panels) to 56.
 TEST(LinearTest, F8PrefillPanelsGiveTheSameBitsOnAvx2AndAvx512) {
   if (!CpuSupportsIsa(CpuIsa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
   const int64_t n_out = 70, n_in = 1152;
   std::mt19937 rng(17);
   std::vector<uint8_t> w = MakeWeights(DType::kF8_E4M3_B128, n_out, n_in, &rng);
   const TensorView weight(w.data(), DType::kF8_E4M3_B128, {n_out, n_in});
-  for (int64_t n_tokens = 6; n_tokens <= 30; ++n_tokens) {
+  for (int64_t n_tokens = 32; n_tokens <= 56; ++n_tokens) {
     SCOPED_TRACE(::testing::Message() << "tokens " << n_tokens);
     std::vector<float> x(n_tokens * n_in);
     std::normal_distribution<float> normal(0.0f, 1.0f);
