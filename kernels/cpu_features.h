@@ -59,7 +59,8 @@ void SetMaxCpuIsaForTesting(CpuIsa isa);
 // GEMVs decode E4M3 straight into f32 bits, its subnormal codes f32 denormals): AMD's
 // cores take them at full speed (measured on Zen 3), Intel's through a microcode assist of
 // ~100 cycles each. By vendor; the kernels that ask agree either way within f32 rounding
-// (the same products, summed in another order), so the rule moves speed only. Thread-safe (relaxed atomic read).
+// (the same products, summed in another order), so the rule moves speed only.
+// Thread-safe (relaxed atomic read).
 bool DenormalOperandsFast();
 // Forces the answer (for tests that run both paths; not for production) until reset with
 // `ResetDenormalOperandsFastForTesting`.

@@ -54,10 +54,10 @@ inline constexpr int64_t kPrefetchBytes = 32768;
 // The AVX-512 row-major kernels (float, FP8) prefetch instead the rows of their next tile,
 // which follow the current tile's rows in memory, as one sequential stream into L2: at each
 // step, `bytes` from `offset` on past `next_tile`, the same share of it as the step reads of
-// the current tile. Their R row streams, each prefetched kPrefetchBytes ahead, read 26-30
-// GB/s on one thread of a Zen 5 VM whose probe reads 41; one stream reads 39-41 (BF16 and
-// F16 weights of the 1B decode, `linear_bench --model=1b --quick`; two threads 35-41
-// against 37).
+// the current tile. Their R row streams, each prefetched kPrefetchBytes ahead, read 29-30
+// GB/s on one thread of a Zen 5 VM whose probe reads 41; one stream reads 40-41 (BF16 and
+// F16 weights of the 1B decode, `linear_bench --model=1b --quick`, interleaved; two
+// threads 67-76 against 36-56, FP8 34 against 29-30 on one thread).
 inline void PrefetchNextTile(const uint8_t* next_tile, int64_t offset, int64_t bytes) {
   for (int64_t l = 0; l < bytes; l += 64) {
     _mm_prefetch(reinterpret_cast<const char*>(next_tile + offset + l), _MM_HINT_T1);
@@ -112,10 +112,11 @@ void GemmPackedAvx2(const GemmArgs& args, int64_t row_begin, int64_t row_end);
 template <DType D>
 void GemvPackedAvx512(const GemmArgs& args, int64_t row_begin, int64_t row_end);
 
-// From this many tokens on, the FP8 kernels decode their rows to f32 once and multiply
-// k-major panels of them (AVX2: GemmDecodedRows and GemmF32PanelsAvx2; AVX-512:
-// panels_avx512.h), the same values summed in the same order; fewer tokens convert inside
-// their own tiles.
+// From this many tokens on, the FP8 kernels decode their rows to f32 once (each value times
+// its scale, one rounding) and multiply them as k-major panels (AVX2: GemmDecodedRows and
+// GemmF32PanelsAvx2; AVX-512 from 32 tokens on: panels_avx512.h, the same values summed in
+// the same order; below 32, GemmDecodedRows and the F32 dot-product tiles); fewer tokens
+// convert inside their own tiles.
 inline constexpr int64_t kMinDecodedTokens = 6;
 
 // The FP8 GEMVs' f32-bits decode (where DenormalOperandsFast()): codes become f32 values
