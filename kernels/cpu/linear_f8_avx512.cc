@@ -75,6 +75,7 @@ inline void F8Tile(const GemmArgs& a, const float* xs, int64_t r0, int64_t t0) {
   const float* x[T];
 #pragma GCC unroll 8
   for (int j = 0; j < T; ++j) x[j] = xs + (t0 + j) * a.n_in;
+  const uint8_t* ahead = TileToPrefetch(w[0], R * a.w_row_bytes);
   for (int64_t kb = 0; kb < a.n_in; kb += 128) {
     const int64_t block = (kb >> 7) * 132;  // f32 scale, then 128 codes.
     __m512 part[R][T][C];
@@ -86,7 +87,7 @@ inline void F8Tile(const GemmArgs& a, const float* xs, int64_t r0, int64_t t0) {
         for (int c = 0; c < C; ++c) part[i][j][c] = _mm512_setzero_ps();
     for (int k = 0; k < 128; k += 64) {
       // 64 codes and, spread over them, half a 4-byte scale: 66 bytes a row.
-      PrefetchNextTile(w[0] + R * a.w_row_bytes, (block + k) * R, R * 66);
+      PrefetchNextTile(ahead, (block + k) * R, R * 66);
 #pragma GCC unroll 8
       for (int i = 0; i < R; ++i) {
         __m512 v[4];

@@ -51,17 +51,27 @@ using GemmFn = void (*)(const GemmArgs& args, int64_t row_begin, int64_t row_end
 // 32 KiB; not re-measured on Intel.
 inline constexpr int64_t kPrefetchBytes = 32768;
 
-// The AVX-512 row-major kernels (float, FP8) prefetch instead the rows of their next tile,
+// The AVX-512 row-major kernels (float, FP8) prefetch instead the rows of a tile ahead,
 // which follow the current tile's rows in memory, as one sequential stream into L2: at each
-// step, `bytes` from `offset` on past `next_tile`, the same share of it as the step reads of
-// the current tile. Their R row streams, each prefetched kPrefetchBytes ahead, read 29-30
-// GB/s on one thread of a Zen 5 VM whose probe reads 41; one stream reads 40-41 (BF16 and
-// F16 weights of the 1B decode, `linear_bench --model=1b --quick`, interleaved; two
-// threads 67-76 against 36-56, FP8 34 against 29-30 on one thread).
-inline void PrefetchNextTile(const uint8_t* next_tile, int64_t offset, int64_t bytes) {
+// step, `bytes` from `offset` on past `tile` (TileToPrefetch), the same share of it as the
+// step reads of the current tile. Their R row streams, each prefetched kPrefetchBytes
+// ahead, read 29-30 GB/s on one thread of a Zen 5 VM whose probe reads 41; one stream
+// reads 40-41 (BF16 and F16 weights of the 1B decode, `linear_bench --model=1b --quick`,
+// interleaved; two threads 67-76 against 36-56, FP8 34 against 29-30 on one thread).
+inline void PrefetchNextTile(const uint8_t* tile, int64_t offset, int64_t bytes) {
   for (int64_t l = 0; l < bytes; l += 64) {
-    _mm_prefetch(reinterpret_cast<const char*>(next_tile + offset + l), _MM_HINT_T1);
+    _mm_prefetch(reinterpret_cast<const char*>(tile + offset + l), _MM_HINT_T1);
   }
+}
+// The first tile of `tile_bytes` at least kPrefetchBytes past `tile`, for PrefetchNextTile:
+// the next tile stayed too close where tiles are small. The FP8 GEMV's tile of 4 rows of
+// 2048 inputs is 8.4 KB; prefetching the next one, the 1B FP8 decode ran 19.1-20.0 tok/s on
+// one thread of a Zen 5 VM, and 20.6-21.6 / 21.3-21.7 / 21.8-21.9 two, four and eight
+// tiles ahead (`linear_bench --model=1b`, interleaved, three runs); the BF16 tile of 8 rows
+// (32 KB) gained nothing from 64 or 128 KB (the eighth session's runs and this one's).
+inline const uint8_t* TileToPrefetch(const uint8_t* tile, int64_t tile_bytes) {
+  const int64_t tiles = std::max<int64_t>(1, (kPrefetchBytes + tile_bytes - 1) / tile_bytes);
+  return tile + tiles * tile_bytes;
 }
 // The same for the packed kernels' one stream per group of 16 rows, chosen once by vendor
 // (measurements in linear_packed_avx512.cc): 16 KiB on Intel, 6.5 KiB on AMD. The AVX2
