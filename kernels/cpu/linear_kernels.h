@@ -63,12 +63,13 @@ inline void PrefetchNextTile(const uint8_t* tile, int64_t offset, int64_t bytes)
     _mm_prefetch(reinterpret_cast<const char*>(tile + offset + l), _MM_HINT_T1);
   }
 }
-// The first tile of `tile_bytes` at least kPrefetchBytes past `tile`, for PrefetchNextTile:
-// the next tile stayed too close where tiles are small. The FP8 GEMV's tile of 4 rows of
-// 2048 inputs is 8.4 KB; prefetching the next one, the 1B FP8 decode ran 19.1-20.0 tok/s on
-// one thread of a Zen 5 VM, and 20.6-21.6 / 21.3-21.7 / 21.8-21.9 two, four and eight
-// tiles ahead (`linear_bench --model=1b`, interleaved, three runs); the BF16 tile of 8 rows
-// (32 KB) gained nothing from 64 or 128 KB (the eighth session's runs and this one's).
+// The first tile of `tile_bytes` at least kPrefetchBytes past `tile`: where the FP8 GEMV
+// points PrefetchNextTile. Its tile of 4 rows of 2048 inputs is 8.4 KB, and the next one
+// was too close: the 1B FP8 decode ran 19.1-20.0 tok/s on one thread of a Zen 5 VM, and
+// 20.6-21.6 / 21.3-21.7 / 21.8-21.9 two, four and eight tiles ahead (`linear_bench
+// --model=1b`, interleaved, three runs). The float tiles (8 rows, 32 KB at 1B) keep the
+// next tile: through this function, whose answer was the same for them, GCC put their
+// prefetches ahead of the step's loads and BF16 decode lost 8-10% (14.0 against 15.6).
 inline const uint8_t* TileToPrefetch(const uint8_t* tile, int64_t tile_bytes) {
   const int64_t tiles = std::max<int64_t>(1, (kPrefetchBytes + tile_bytes - 1) / tile_bytes);
   return tile + tiles * tile_bytes;
