@@ -943,14 +943,17 @@ def test_reflection_and_health():
 def test_worker_not_back_fails_clearly():
     """A dead worker that does not come back within server.recovery_timeout_s fails its
     requests with UNAVAILABLE saying so, arrivals are refused until it is back, and the
-    cluster serves again once it is."""
-    need(STORIES)
-    text = config_yaml(STORIES, 2).replace("server: {listen: 127.0.0.1:0}",
+    cluster serves again once it is. On SmolLM2: stories260K's longest stream took 0.86 s
+    on a Zen 5 core, close to ending before the SIGSTOP (as cluster_deadline_and_cancel's did)."""
+    need(SMOL)
+    local = run_json("run", "--model", SMOL, "--prompt-ids", "1", "--temperature", "0", "--max-tokens", "20")
+    text = config_yaml(SMOL, 2).replace("server: {listen: 127.0.0.1:0}",
                                           "server: {listen: 127.0.0.1:0, recovery_timeout_s: 2}")
     with cluster_from_yaml(text) as (address, proc, _):
         workers = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
         stream = start_stream(address, LONGEST_STREAM)
         time.sleep(0.3)
+        assert stream.poll() is None, "the stream ended before SIGSTOP"
         os.kill(int(workers[1]), signal.SIGSTOP)  # Stopped, not exited: the launcher cannot restart it.
         t0 = time.time()
         out, err = stream.communicate(timeout=60)
@@ -967,7 +970,7 @@ def test_worker_not_back_fails_clearly():
                 break
             time.sleep(0.3)
         got = generate(address, "--prompt-ids", "1", "--temperature", "0", "--max-tokens", "20")
-        assert got["token_ids"][:3] == [403, 407, 261], got
+        assert got["token_ids"] == local["token_ids"], (got, local)
         print(f"serving again {time.time() - t0:.1f} s after SIGCONT")
 
 
