@@ -62,7 +62,7 @@ enum class Decode { kF16, kF32Bits };
 // decode sums in two FMA chains a row and token (its tiles are small); the f16 decode in
 // one, 16 weights at a time in order.
 template <Decode D, int R, int T>
-inline void F8Tile(const GemmArgs& a, const float* xs, int64_t r0, int64_t t0) {
+inline void F8Tile(const GemmArgs& a, const float* xs, int64_t r0, int64_t t0, int64_t re) {
   constexpr int C = D == Decode::kF32Bits ? 2 : 1;  // Chains.
   __m512 acc[R][T];
 #pragma GCC unroll 8
@@ -75,7 +75,7 @@ inline void F8Tile(const GemmArgs& a, const float* xs, int64_t r0, int64_t t0) {
   const float* x[T];
 #pragma GCC unroll 8
   for (int j = 0; j < T; ++j) x[j] = xs + (t0 + j) * a.n_in;
-  const uint8_t* ahead = TileToPrefetch(w[0], R * a.w_row_bytes);
+  const uint8_t* ahead = TileToPrefetch(w[0], R * a.w_row_bytes, a.w + re * a.w_row_bytes);
   for (int64_t kb = 0; kb < a.n_in; kb += 128) {
     const int64_t block = (kb >> 7) * 132;  // f32 scale, then 128 codes.
     __m512 part[R][T][C];
@@ -87,7 +87,7 @@ inline void F8Tile(const GemmArgs& a, const float* xs, int64_t r0, int64_t t0) {
         for (int c = 0; c < C; ++c) part[i][j][c] = _mm512_setzero_ps();
     for (int k = 0; k < 128; k += 64) {
       // 64 codes and, spread over them, half a 4-byte scale: 66 bytes a row.
-      PrefetchNextTile(ahead, (block + k) * R, R * 66);
+      if (ahead != nullptr) PrefetchNextTile(ahead, (block + k) * R, R * 66);
 #pragma GCC unroll 8
       for (int i = 0; i < R; ++i) {
         __m512 v[4];
@@ -126,9 +126,10 @@ inline void F8Tile(const GemmArgs& a, const float* xs, int64_t r0, int64_t t0) {
 
 template <Decode D, int R, int T>
 void F8Tokens(const GemmArgs& a, const float* xs, int64_t rb, int64_t re, int64_t t0) {
+  PrefetchRangeStart(a.w + rb * a.w_row_bytes, R * a.w_row_bytes, a.w + re * a.w_row_bytes);
   int64_t r = rb;
-  for (; r + R <= re; r += R) F8Tile<D, R, T>(a, xs, r, t0);
-  for (; r < re; ++r) F8Tile<D, 1, T>(a, xs, r, t0);
+  for (; r + R <= re; r += R) F8Tile<D, R, T>(a, xs, r, t0, re);
+  for (; r < re; ++r) F8Tile<D, 1, T>(a, xs, r, t0, re);
 }
 
 // 1..5 tokens. f32 bits: tokens two at a time over pairs of rows, a last one over four rows

@@ -63,16 +63,32 @@ inline void PrefetchNextTile(const uint8_t* tile, int64_t offset, int64_t bytes)
     _mm_prefetch(reinterpret_cast<const char*>(tile + offset + l), _MM_HINT_T1);
   }
 }
-// The first tile of `tile_bytes` at least kPrefetchBytes past `tile`: where the FP8 GEMV
-// points PrefetchNextTile. Its tile of 4 rows of 2048 inputs is 8.4 KB, and the next one
-// was too close: the 1B FP8 decode ran 19.1-20.0 tok/s on one thread of a Zen 5 VM, and
+// Where the FP8 GEMV's tile at `tile` points PrefetchNextTile: the first tile of
+// `tile_bytes` at least kPrefetchBytes ahead, or null when that lies past `range_end` (the
+// end of the kernel's rows: nothing of them left to fetch; PrefetchRangeStart fetched the
+// first ones). The next tile was too close: the FP8 tile of 4 rows of 2048 inputs is 8.4
+// KB, and the 1B FP8 decode ran 19.1-20.0 tok/s on one thread of a Zen 5 VM against
 // 20.6-21.6 / 21.3-21.7 / 21.8-21.9 two, four and eight tiles ahead (`linear_bench
 // --model=1b`, interleaved, three runs). The float tiles (8 rows, 32 KB at 1B) keep the
 // next tile: through this function, whose answer was the same for them, GCC put their
-// prefetches ahead of the step's loads and BF16 decode lost 8-10% (14.0 against 15.6).
-inline const uint8_t* TileToPrefetch(const uint8_t* tile, int64_t tile_bytes) {
-  const int64_t tiles = std::max<int64_t>(1, (kPrefetchBytes + tile_bytes - 1) / tile_bytes);
-  return tile + tiles * tile_bytes;
+// prefetches ahead of the step's loads and BF16 decode lost 8-10% (14.0 against 15.6 tok/s).
+inline int64_t TilesAhead(int64_t tile_bytes) {
+  return std::max<int64_t>(1, (kPrefetchBytes + tile_bytes - 1) / tile_bytes);
+}
+inline const uint8_t* TileToPrefetch(const uint8_t* tile, int64_t tile_bytes, const uint8_t* range_end) {
+  const uint8_t* ahead = tile + TilesAhead(tile_bytes) * tile_bytes;
+  return ahead < range_end ? ahead : nullptr;
+}
+// At the start of a kernel's rows: the tiles between the first and the one it prefetches,
+// which no tile's stream reaches. Two threads split a MoE expert into chunks of 64 rows (67
+// KB at 1024 inputs); without this, a chunk's second to eighth tiles went unfetched and
+// the Qwen3-30B-A3B-shaped FP8 model decoded 5% slower on two threads than with the next
+// tile (142-146 tok/s against 146-157).
+inline void PrefetchRangeStart(const uint8_t* first_tile, int64_t tile_bytes, const uint8_t* range_end) {
+  const uint8_t* end = std::min(range_end, first_tile + TilesAhead(tile_bytes) * tile_bytes);
+  for (const uint8_t* p = first_tile + tile_bytes; p < end; p += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1);
+  }
 }
 // The same for the packed kernels' one stream per group of 16 rows, chosen once by vendor
 // (measurements in linear_packed_avx512.cc): 16 KiB on Intel, 6.5 KiB on AMD. The AVX2
