@@ -60,7 +60,8 @@ enum class Decode { kF16, kF32Bits };
 // summed unscaled, then added once times the block's scale (x 2^8 or x 2^56 for the
 // decode's factor): one FMA per block instead of a multiply per 16 weights. The f32-bits
 // decode sums in two FMA chains a row and token (its tiles are small); the f16 decode in
-// one, 16 weights at a time in order.
+// one, 16 weights at a time in order. `re` ends the kernel's rows, past which it prefetches
+// nothing (TileToPrefetch).
 template <Decode D, int R, int T>
 inline void F8Tile(const GemmArgs& a, const float* xs, int64_t r0, int64_t t0, int64_t re) {
   constexpr int C = D == Decode::kF32Bits ? 2 : 1;  // Chains.
