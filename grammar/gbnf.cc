@@ -68,7 +68,9 @@ void Utf8Sequences(uint32_t lo, uint32_t hi, std::vector<std::vector<std::pair<u
   out.push_back(std::move(seq));
 }
 
-// Sorted, merged ranges; with `negate`, their complement among the Unicode scalar values.
+// Sorted, merged ranges of Unicode scalar values; with `negate`, their complement. A
+// range that spans the surrogates (U+D800 to U+DFFF) leaves them out: they are no
+// characters, and their UTF-8 spellings are no UTF-8.
 std::vector<Range> Normalize(std::vector<Range> ranges, bool negate) {
   std::sort(ranges.begin(), ranges.end(), [](Range a, Range b) { return a.lo < b.lo; });
   std::vector<Range> merged;
@@ -79,15 +81,17 @@ std::vector<Range> Normalize(std::vector<Range> ranges, bool negate) {
       merged.push_back(r);
     }
   }
-  if (!negate) return merged;
   std::vector<Range> out;
-  uint32_t next = 0;
-  for (Range r : merged) {
-    if (r.lo > next) out.push_back({next, r.lo - 1});
-    next = r.hi + 1;
+  if (negate) {
+    uint32_t next = 0;
+    for (Range r : merged) {
+      if (r.lo > next) out.push_back({next, r.lo - 1});
+      next = r.hi + 1;
+    }
+    if (next <= kMaxCodePoint) out.push_back({next, kMaxCodePoint});
+  } else {
+    out = std::move(merged);
   }
-  if (next <= kMaxCodePoint) out.push_back({next, kMaxCodePoint});
-  // Surrogates are no characters: cut them out of the complement.
   std::vector<Range> cut;
   for (Range r : out) {
     if (r.hi < 0xD800 || r.lo > 0xDFFF) {
@@ -251,6 +255,7 @@ class Parser {
       ++pos_;
     }
     if (v > kMaxCodePoint) return Error("escape beyond U+10FFFF");
+    if (v >= 0xD800 && v <= 0xDFFF) return Error("escape of a surrogate (U+D800 to U+DFFF), which is no character");
     return v;
   }
 

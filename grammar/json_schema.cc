@@ -53,16 +53,17 @@ const std::vector<Primitive>& Primitives() {
       {"member", R"(string ws ":" ws value)", {"string", "ws", "value"}},
       {"array", R"("[" ws ( value ( ws "," ws value )* ws )? "]")", {"ws", "value"}},
       {"string", R"("\"" char* "\"")", {"char"}},
-      // A character of a JSON string: itself, or any escape JSON allows.
-      {"char", R"([^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}))", {}},
+      // A character of a JSON string: itself or an escape, a surrogate escape only as half
+      // of a pair. RFC 8259 (section 8.2) leaves a lone surrogate's meaning open and strict
+      // parsers refuse it (nlohmann, serde_json), so no text this grammar allows has one.
+      // A pair is one repetition of `char`, as minLength and maxLength count it (Python's
+      // len, in code points).
+      {"char",
+       R"([^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" ([0-9a-cA-CeEfF] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2}) | "u" [dD] [89abAB] [0-9a-fA-F]{2} "\\u" [dD] [c-fC-F] [0-9a-fA-F]{2}))",
+       {}},
       // A character of an extra member's key: one spelling per character (no \/ or \u),
       // so that excluding the declared keys' spellings excludes the keys.
       {"key-char", R"([^"\\\x00-\x1F] | "\\" ["\\bfnrt])", {}},
-      // A character as minLength and maxLength count it (Python's len, in code points):
-      // a surrogate pair's two escapes are one, and a lone surrogate is left out.
-      {"length-char",
-       R"([^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" ([0-9a-cA-CeEfF] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2}) | "u" [dD] [89abAB] [0-9a-fA-F]{2} "\\u" [dD] [c-fC-F] [0-9a-fA-F]{2}))",
-       {}},
       {"integer", R"("-"? ("0" | [1-9] [0-9]{0,15}))", {}},
       {"number", R"(integer ("." [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})?)", {"integer"}},
       {"boolean", R"("true" | "false")", {}},
@@ -638,7 +639,7 @@ class Converter {
       if (max_length != kUnbounded && max_length < min_length) {
         return Refuse(Child(pointer, "maxLength"), "below minLength: nothing validates");
       }
-      return Seq({quote, Repeat(Use("length-char"), min_length, max_length), quote});
+      return Seq({quote, Repeat(Use("char"), min_length, max_length), quote});
     }
     if (schema.contains("format") && schema["format"].is_string()) {
       const std::string format = schema["format"].get<std::string>();

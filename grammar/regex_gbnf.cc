@@ -50,7 +50,7 @@ class CharSet {
     ranges_.insert(ranges_.end(), other.ranges_.begin(), other.ranges_.end());
     Normalize();
   }
-  // Every Unicode scalar value not in the set (surrogates are no characters).
+  // Every Unicode scalar value not in the set.
   CharSet Complement() const {
     CharSet out;
     uint32_t next = 0;
@@ -59,7 +59,8 @@ class CharSet {
       next = hi + 1;
     }
     if (next <= kMaxCodePoint) out.ranges_.emplace_back(next, kMaxCodePoint);
-    return out.Minus(0xD800, 0xDFFF);
+    out.Normalize();
+    return out;
   }
   CharSet Minus(uint32_t lo, uint32_t hi) const {
     CharSet out;
@@ -81,6 +82,8 @@ class CharSet {
   const std::vector<Range>& ranges() const { return ranges_; }
 
  private:
+  // Sorted and merged, the surrogates (U+D800 to U+DFFF) cut out: they are no characters,
+  // and a range such as [\]-\U0001F64F] spans them.
   void Normalize() {
     std::sort(ranges_.begin(), ranges_.end());
     std::vector<Range> merged;
@@ -92,6 +95,7 @@ class CharSet {
       }
     }
     ranges_ = std::move(merged);
+    *this = Minus(0xD800, 0xDFFF);
   }
 
   std::vector<Range> ranges_;
@@ -398,6 +402,8 @@ class RegexParser {
       ++pos_;
     }
     if (v > kMaxCodePoint) return ErrorAt(at, "escape beyond U+10FFFF");
+    if (v >= 0xD800 && v <= 0xDFFF)
+      return ErrorAt(at, "escape of a surrogate (U+D800 to U+DFFF), which is no character");
     return CharSet::Of(v, v);
   }
 

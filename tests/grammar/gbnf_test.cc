@@ -51,6 +51,9 @@ TEST(GbnfTest, ClassesOverUnicodeMatchWholeUtf8Sequences) {
   ExpectAccepts(R"g(root ::= [^"\\]*)g", {"abc", "\xC3\xA9t\xC3\xA9", "\xF0\x9F\x98\x80", ""},
                 {"a\"", "\\", "\xC3", "\xED\xA0\x80"});
   ExpectAccepts(R"g(root ::= .)g", {"a", "\n", "\xC3\xA9", "\xF4\x8F\xBF\xBF"}, {"", "ab", "\xF4\x90\x80\x80"});
+  // A range across the surrogates leaves them out: U+D800's spelling is no UTF-8.
+  ExpectAccepts(R"g(root ::= [\x00-\U0010FFFF])g", {"a", "\xED\x9F\xBF", "\xEE\x80\x80", "\xF4\x8F\xBF\xBF"},
+                {"\xED\xA0\x80", "\xED\xBF\xBF"});
 }
 
 TEST(GbnfTest, Repetitions) {
@@ -145,6 +148,8 @@ TEST(GbnfTest, ErrorsNameTheProblem) {
   EXPECT_THAT(error(""), testing::HasSubstr("empty"));
   EXPECT_THAT(error("root ::= [\xF4\x90\x80\x80]"), testing::HasSubstr("invalid UTF-8"));  // Past U+10FFFF.
   EXPECT_THAT(error("root ::= [\xC0\xAF]"), testing::HasSubstr("invalid UTF-8"));          // Overlong.
+  EXPECT_THAT(error(R"(root ::= "\uD83D")"), testing::HasSubstr("escape of a surrogate"));
+  EXPECT_THAT(error(R"(root ::= [\uDC00-\uDFFF])"), testing::HasSubstr("escape of a surrogate"));
 }
 
 TEST(GbnfTest, RenameTouchesRulesOnly) {

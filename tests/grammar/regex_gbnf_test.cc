@@ -92,6 +92,8 @@ TEST(RegexGbnfTest, RefusesWhatItCannotExpress) {
       {R"(\012)", "octal escapes are not supported"},
       {R"([^\s\S])", "a character class that matches nothing"},
       {"ab\\", "a '\\' ends the pattern"},
+      {R"(\uD83D\uDE00)", "offset 0: escape of a surrogate (U+D800 to U+DFFF), which is no character"},
+      {R"([\uDC00-\uDFFF])", "escape of a surrogate"},
   };
   for (const auto& [pattern, message] : refusals) {
     SCOPED_TRACE(pattern);
@@ -114,6 +116,24 @@ TEST(RegexGbnfTest, RefusesWhatIsNotUtf8) {
     EXPECT_EQ(gbnf.status().message(), "regex: invalid UTF-8");
   }
   EXPECT_TRUE(RegexToGbnf("caf\xC3\xA9|\xF0\x9F\x98\x80").ok());
+}
+
+// A class range across the surrogates leaves them out (found by tests/fuzz/grammar_fuzz.cc:
+// `[\]-\U0001F64F]` let a walk spell U+DDFD, which no JSON parser reads), in the GBNF as
+// in its JSON-string spelling.
+TEST(RegexGbnfTest, RangesAcrossTheSurrogatesLeaveThemOut) {
+  for (bool json_string : {false, true}) {
+    absl::StatusOr<std::string> expr = json_string
+                                           ? RegexToGbnfExpression(R"([\]-\U0001F64F])", RegexEscape::kJsonString)
+                                           : RegexToGbnf(R"([\]-\U0001F64F])");
+    ASSERT_TRUE(expr.ok()) << expr.status();
+    absl::StatusOr<std::shared_ptr<const Grammar>> grammar = ParseGbnf(json_string ? "root ::= " + *expr : *expr);
+    ASSERT_TRUE(grammar.ok()) << grammar.status() << "\n" << *expr;
+    for (const char* text : {"a", "\xED\x9F\xBF", "\xEE\x80\x80", "\xF0\x9F\x99\x8F"})
+      EXPECT_TRUE(Accepts(**grammar, text)) << text;
+    for (const char* text : {"\xED\xA0\x80", "\xED\xB7\xBD", "\xF0\x9F\x99\x90"})
+      EXPECT_FALSE(Accepts(**grammar, text)) << text;
+  }
 }
 
 TEST(RegexGbnfTest, OneRootRuleOverStrings) {
