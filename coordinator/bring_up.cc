@@ -163,6 +163,7 @@ absl::Status CopyOptions(const ClusterConfig& config, const ServedModels& models
   co.eplb_interval_steps = config.parallel.eplb_interval_steps;
   co.device_sampling = config.scheduler.device_sampling;
   co.cuda_graphs = config.scheduler.cuda_graphs;
+  co.cpu_bf16_prefill = config.scheduler.cpu_bf16_prefill;
   if (config.scheduler.kv_sink_window) {
     co.kv_window_tokens = config.scheduler.kv_window_tokens;
     co.kv_sink_tokens = config.scheduler.kv_sink_tokens;
@@ -223,6 +224,10 @@ std::string KvPolicyDescription(const SchedulerSection& sched) {
   return StrCat("sink_window (sinks ", sched.kv_sink_tokens,
                 sched.kv_sink_tokens_given ? "" : " defaulted: StreamingLLM's four attention sinks", ", window ",
                 sched.kv_window_tokens, ")");
+}
+
+std::string CpuPrefillActivationsDescription(const SchedulerSection& sched) {
+  return sched.cpu_bf16_prefill ? "bf16 (FP8 weights' prefills on CPU workers with AVX512_BF16)" : "f32";
 }
 
 std::string ExpertCommDescription(const ParallelSection& p) {

@@ -70,6 +70,10 @@ int64_t MaxContext(const model::ModelConfig& config, int64_t n_blocks, int64_t b
 // S[, defaulted], window W)".
 std::string KvPolicyDescription(const SchedulerSection& sched);
 
+// scheduler.cpu_prefill_activations as served, for the log and ModelInfo: "f32", or "bf16
+// (...)" naming what it applies to (each CPU worker's log says what its CPU makes of it).
+std::string CpuPrefillActivationsDescription(const SchedulerSection& sched);
+
 // parallel.expert_comm as served, for the log and ModelInfo: "" without expert parallelism
 // over more than one rank; else "all_reduce" (", defaulted" when not given) or
 // "all_to_all (attention data parallel over the tp ranks)".

@@ -402,7 +402,7 @@ absl::Status Parser::ParseScheduler(const YAML::Node& node, SchedulerSection* ou
       CheckMap(node, "scheduler",
                {"max_num_seqs", "max_batched_tokens", "kv_block_size", "kv_cache_mb", "host_kv_cache_mb",
                 "gpu_memory_fraction", "kv_cache_dtype", "prefix_caching", "max_queued", "device_sampling",
-                "cuda_graphs", "kv_policy", "kv_window_tokens", "kv_sink_tokens"}));
+                "cuda_graphs", "kv_policy", "kv_window_tokens", "kv_sink_tokens", "cpu_prefill_activations"}));
   constexpr int64_t kIntMax = std::numeric_limits<int>::max();
   if (const YAML::Node n = Child(node, "max_num_seqs"); n.IsDefined()) {
     CASCADE_ASSIGN_OR_RETURN(out->max_num_seqs, GetInt(n, "scheduler.max_num_seqs", 1, kIntMax));
@@ -454,6 +454,13 @@ absl::Status Parser::ParseScheduler(const YAML::Node& node, SchedulerSection* ou
   }
   if (const YAML::Node n = Child(node, "cuda_graphs"); n.IsDefined()) {
     CASCADE_ASSIGN_OR_RETURN(out->cuda_graphs, GetBool(n, "scheduler.cuda_graphs"));
+  }
+  if (const YAML::Node n = Child(node, "cpu_prefill_activations"); n.IsDefined()) {
+    CASCADE_ASSIGN_OR_RETURN(const std::string name, GetString(n, "scheduler.cpu_prefill_activations"));
+    if (name != "f32" && name != "bf16") {
+      return Error(n, "scheduler.cpu_prefill_activations", StrCat("must be f32 or bf16, got '", name, "'"));
+    }
+    out->cpu_bf16_prefill = name == "bf16";
   }
   return ParseKvPolicy(node, out);
 }

@@ -227,6 +227,11 @@ struct SchedulerSection {
   // tensor parallelism as one CUDA graph, captured per step shape (model/graph_step.h).
   // Default false until measured on a GPU.
   bool cuda_graphs = false;
+  // `scheduler.cpu_prefill_activations`: `f32` (the default: exact products) or `bf16`
+  // (opt-in, lossy): a CPU worker's prefill of 8 or more tokens over FP8 weights rounds the
+  // activations to bf16 and multiplies them by `vdpbf16ps` (AVX512_BF16 CPUs; others keep
+  // f32 and say so), twice the f32 rate; the weights and their scales stay exact.
+  bool cpu_bf16_prefill = false;
   // `scheduler.max_queued`: most requests waiting for admission (while the cluster is
   // busy, or rebuilds after a worker's death); more are refused with RESOURCE_EXHAUSTED.
   // Default 4096. REQUIRES in [1, 1000000].

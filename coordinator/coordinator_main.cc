@@ -212,6 +212,9 @@ void LogReady(const cascade::coordinator::ClusterConfig& config, const cascade::
       << (first.options().host_kv_blocks > 0 ? StrCat(" + ", first.options().host_kv_blocks, " in the host tier")
                                              : std::string())
       << ", context " << max_context << ", KV policy " << KvPolicyDescription(config.scheduler)
+      << (config.scheduler.cpu_bf16_prefill
+              ? StrCat(", prefill activations ", CpuPrefillActivationsDescription(config.scheduler))
+              : std::string())
       << (p.redundant_experts > 0
               ? StrCat(", ", p.redundant_experts, " redundant expert(s) per rank, placed every ", p.eplb_interval_steps,
                        " steps", p.eplb_interval_given ? "" : " (defaulted: parallel.eplb_interval_steps)")
@@ -240,9 +243,10 @@ int Serve(const cascade::coordinator::ClusterConfig& config, const cascade::coor
   RendezvousStore store;
   ControlService control_service(replicas.all_workers(), &store, {(*trust)->ca(), (*trust)->join_token()});
   const std::string expert_comm = mc.n_experts > 0 ? ExpertCommDescription(config.parallel) : "";
-  InferenceService inference(&replicas, models.tokenizer.get(), mc,
-                             {config.model.path, serving.max_context, std::string(DraftKindName(config.draft.kind)),
-                              KvPolicyDescription(config.scheduler), expert_comm});
+  InferenceService inference(
+      &replicas, models.tokenizer.get(), mc,
+      {config.model.path, serving.max_context, std::string(DraftKindName(config.draft.kind)),
+       KvPolicyDescription(config.scheduler), expert_comm, CpuPrefillActivationsDescription(config.scheduler)});
   ServingMetrics metrics;
   absl::StatusOr<ApiKeys> keys = LoadApiKeys(config);
   if (!keys.ok()) return Fail(keys.status());

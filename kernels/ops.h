@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -351,7 +352,15 @@ absl::Status GrowBuffer(Backend& backend, std::unique_ptr<Buffer>& buf, size_t b
 
 struct CpuBackendOptions {
   int n_threads = 1;  // Threads of the backend's pool, the calling thread included.
+  // Prefills of FP8 weights round their activations to bf16 where the CPU multiplies bf16
+  // pairs (cpu::LinearOptions; `scheduler.cpu_prefill_activations: bf16`, opt-in, lossy).
+  bool bf16_prefill = false;
 };
+
+// What `options` makes of a CPU backend's prefill activations on this CPU, for the log,
+// ModelInfo and `cascade run`: "f32", "bf16 (FP8 weights' prefills of 8 or more tokens)",
+// or "f32 (bf16 asked; this CPU has no AVX512_BF16)".
+std::string DescribeCpuPrefillActivations(const CpuBackendOptions& options);
 
 // The CPU backend (AVX-512 / AVX2 paths chosen at run time, portable fallback).
 std::unique_ptr<Backend> MakeCpuBackend(const CpuBackendOptions& options);

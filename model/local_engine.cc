@@ -17,6 +17,11 @@ namespace {}  // namespace
 
 std::string LocalEngine::CpuKernels() { return kernels::DescribeActiveCpuIsa(); }
 
+std::string LocalEngine::CpuPrefillActivations(const LocalEngineOptions& options) {
+  return kernels::DescribeCpuPrefillActivations(
+      {.n_threads = options.n_threads, .bf16_prefill = options.cpu_bf16_prefill});
+}
+
 absl::StatusOr<std::unique_ptr<LocalEngine>> LocalEngine::Create(const std::string& model_path,
                                                                  const LocalEngineOptions& options) {
   std::unique_ptr<LocalEngine> e(new LocalEngine());
@@ -26,7 +31,7 @@ absl::StatusOr<std::unique_ptr<LocalEngine>> LocalEngine::Create(const std::stri
     return absl::InvalidArgumentError(StrCat(model_path, ": tokenizer has ", e->tokenizer_->n_vocab(),
                                              " tokens but the model only ", e->files_.config.n_vocab));
   }
-  e->backend_ = kernels::MakeCpuBackend({.n_threads = options.n_threads});
+  e->backend_ = kernels::MakeCpuBackend({.n_threads = options.n_threads, .bf16_prefill = options.cpu_bf16_prefill});
   StageOptions stage;
   stage.kv_window_tokens = options.kv_window_tokens;
   stage.kv_sink_tokens = options.kv_sink_tokens;

@@ -31,6 +31,9 @@ struct LocalEngineOptions {
   // cluster would run it; window 0: exact attention.
   int64_t kv_window_tokens = 0;
   int64_t kv_sink_tokens = 0;
+  // Prefills of FP8 weights round activations to bf16 where the CPU multiplies bf16 pairs
+  // (kernels::CpuBackendOptions::bf16_prefill; scheduler.cpu_prefill_activations).
+  bool cpu_bf16_prefill = false;
   // Called while the weights are faulted in, with the fraction done (optional).
   std::function<void(double)> on_load_progress;
 };
@@ -59,6 +62,9 @@ class LocalEngine {
   // The CPU kernel level this machine computes with and the rule that chose it
   // (kernels::DescribeActiveCpuIsa), for `cascade info`.
   static std::string CpuKernels();
+  // What `options` make of the prefill activations on this CPU
+  // (kernels::DescribeCpuPrefillActivations), for `cascade run --json`.
+  static std::string CpuPrefillActivations(const LocalEngineOptions& options);
 
   // Opens the model and its tokenizer and faults the weights in.
   static absl::StatusOr<std::unique_ptr<LocalEngine>> Create(const std::string& model_path,

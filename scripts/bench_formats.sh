@@ -14,6 +14,9 @@
 #   * fp8-moe: bench_moe.sh's Qwen3-30B-A3B-shaped model (make_random_gguf.py moe: 64 experts,
 #     top 8) as Qwen3-30B-A3B-FP8 ships it (make_format_models.py fp8-hf: one FP8 tensor per
 #     expert, the router BF16); llama.cpp runs that model's Q8_0 file, the nearest;
+#   * fp8+bf16, fp8-moe+bf16: the same FP8 models with `--cpu-prefill-activations bf16`
+#     (scheduler.cpu_prefill_activations: opt-in, lossy; prefills on AVX512_BF16 CPUs round
+#     activations to bf16), against the same llama.cpp run as their f32 rows;
 #   * mxfp4-gptoss: a gpt-oss-20b-shaped model scaled as that one (make_random_gpt_oss.py
 #     --gguf 20b-scaled: 32 experts, top 4, alternating 128-token windows, sinks) as
 #     llama.cpp's converter writes gpt-oss (experts MXFP4, the rest F16); llama.cpp runs the
@@ -26,13 +29,15 @@
 # the Q8_0 file) and the file.
 #
 # Usage: scripts/bench_formats.sh [OUT.json]     (default build/bench_formats.json)
-# Env: FORMATS="fp8 mxfp4 Q2_K Q3_K_M Q4_K_M Q5_K_M Q6_K Q8_0 fp8-moe mxfp4-gptoss"  THREADS="2"  REPEATS=1
+# Env: FORMATS="fp8 fp8+bf16 mxfp4 Q2_K Q3_K_M Q4_K_M Q5_K_M Q6_K Q8_0 fp8-moe fp8-moe+bf16 mxfp4-gptoss"
+#      THREADS="2"  REPEATS=1
 #      N_PROMPT=512  N_DECODE=64
 # Prints a markdown table (docs/PERFORMANCE.md holds the latest) and writes JSON.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-build/bench_formats.json}
-export FORMATS=${FORMATS:-"fp8 mxfp4 Q2_K Q3_K_M Q4_K_M Q5_K_M Q6_K Q8_0 fp8-moe mxfp4-gptoss"} THREADS=${THREADS:-2}
+export FORMATS=${FORMATS:-"fp8 fp8+bf16 mxfp4 Q2_K Q3_K_M Q4_K_M Q5_K_M Q6_K Q8_0 fp8-moe fp8-moe+bf16 mxfp4-gptoss"}
+export THREADS=${THREADS:-2}
 export REPEATS=${REPEATS:-1} N_PROMPT=${N_PROMPT:-512} N_DECODE=${N_DECODE:-64}
 TESTDATA=${CASCADE_TESTDATA:-../shared/testdata}
 VOCAB=$TESTDATA/vocab/ggml-vocab-llama-bpe.gguf
@@ -51,11 +56,12 @@ f16="$MODELS/$stem-f16.gguf"
 # The K types and Q8_0 by llama-quantize (Q8_0 is also FP8's llama.cpp reference).
 ktypes=(Q8_0)
 for f in $FORMATS; do [[ $f == fp8* || $f == mxfp4* || $f == Q8_0 || $f == f16 ]] || ktypes+=("$f"); done
+plain=" ${FORMATS//+bf16/} "  # The models a +bf16 row runs are its plain row's.
 source scripts/random_models.sh
 random_models_from "$f16" "$stem" "${ktypes[@]}"
 # The two forms llama-quantize cannot make, rebuilt when the F16 file is newer.
 fp8="$MODELS/$stem-fp8"
-if [[ " $FORMATS " == *" fp8 "* && (! -f $fp8/model.safetensors || $fp8/model.safetensors -ot $f16) ]]; then
+if [[ $plain == *" fp8 "* && (! -f $fp8/model.safetensors || $fp8/model.safetensors -ot $f16) ]]; then
   echo "make_format_models fp8-hf" >&2
   ./scripts/python_deps.sh scripts/make_format_models.py "$f16" fp8-hf "$fp8"
 fi
@@ -67,7 +73,7 @@ if [[ " $FORMATS " == *" mxfp4 "* && (! -f $mxfp4 || $mxfp4 -ot $f16) ]]; then
 fi
 # The MoE shapes: Qwen3-30B-A3B-shaped F16 and Q8_0 (shared with bench_moe.sh), its FP8
 # directory; the gpt-oss-20b-shaped MXFP4 GGUF (SmolLM2's tokenizer, as bench_moe.sh's).
-if [[ " $FORMATS " == *" fp8-moe "* ]]; then
+if [[ $plain == *" fp8-moe "* ]]; then
   random_models moe random-qwen3moe Q8_0
   moe_fp8="$MODELS/random-qwen3moe-fp8"
   if [[ ! -f $moe_fp8/model.safetensors || $moe_fp8/model.safetensors -ot $MODELS/random-qwen3moe-f16.gguf ]]; then
@@ -96,6 +102,7 @@ from bench_lib import cascade_run, llama_bench, read_probe  # noqa: E402
 
 def paths(fmt):
     """(what Cascade runs, its bytes, the GGUF llama.cpp runs, what that is)."""
+    fmt = fmt.removesuffix("+bf16")
     if fmt in ("fp8", "fp8-moe"):
         s = stem if fmt == "fp8" else "random-qwen3moe"
         d = f"{models}/{s}-fp8"
@@ -113,6 +120,7 @@ def info(model):
 
 
 bw = read_probe(threads, os.path.dirname(os.path.abspath(out_path)))
+llama_runs = {}  # (file, threads): a +bf16 row compares with its f32 row's llama.cpp run.
 results = {"read_bandwidth_gb_s": bw, "n_prompt": n_prompt, "n_decode": n_decode, "rows": []}
 print("| format | bits / weight (file) | threads | cascade prefill / decode tok/s | llama.cpp prefill / decode (file) "
       "| prefill ratio | decode ratio | cascade decode GB/s (% of probe) | peak RSS cascade / llama.cpp / file MiB |")
@@ -122,9 +130,12 @@ for fmt in formats:
     i = info(model)
     results["cpu_kernels"] = i["cpu_kernels"]  # The level the numbers were taken with.
     for t in threads:
-        c = cascade_run(model, n_prompt, n_decode, t, repeats)
-        c.pop("json")
-        l = llama_bench(llama, ref_model, n_prompt, n_decode, t, repeats)
+        extra = ["--cpu-prefill-activations", "bf16"] if fmt.endswith("+bf16") else []
+        c = cascade_run(model, n_prompt, n_decode, t, repeats, extra)
+        c["prefill_activations"] = c.pop("json")["cpu_prefill_activations"]
+        if (ref_model, t) not in llama_runs:
+            llama_runs[(ref_model, t)] = llama_bench(llama, ref_model, n_prompt, n_decode, t, repeats)
+        l = llama_runs[(ref_model, t)]
         gbs = i["decode_step_bytes"] * c["decode"] / 1e9
         row = {"format": fmt, "threads": t, "file_bytes": size, "n_params": i["n_params"],
                "decode_step_bytes": i["decode_step_bytes"], "cascade": c, "llama_cpp": l, "llama_cpp_file": ref_what,

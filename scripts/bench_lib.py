@@ -41,14 +41,14 @@ def prompt_ids(n, seed=1):
     return ",".join(str(rng.randrange(100, 40000)) for _ in range(n))
 
 
-def cascade_run(model, n_prompt, n_decode, threads, repeats=1):
-    """`cascade run` prefill and decode tok/s (the best of `repeats` by decode), peak RSS,
-    and the run's JSON (expert load on MoE models)."""
+def cascade_run(model, n_prompt, n_decode, threads, repeats=1, extra=()):
+    """`cascade run` (with the flags `extra`) prefill and decode tok/s (the best of `repeats`
+    by decode), peak RSS, and the run's JSON (expert load on MoE models)."""
     best = None
     for _ in range(repeats):
         out, rss = rss_run(["build/bin/cascade", "run", "--model", model, "--prompt-ids", prompt_ids(n_prompt),
                             "--max-tokens", str(n_decode), "--ignore-eos", "--temperature", "0", "--threads",
-                            str(threads), "--json"])
+                            str(threads), "--json", *extra])
         j = json.loads(out.strip().splitlines()[-1])
         row = {"prefill": j["timings"]["prefill_tok_s"], "decode": j["timings"]["decode_tok_s"], "rss_mib": rss,
                "json": j}

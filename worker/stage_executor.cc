@@ -18,7 +18,9 @@ namespace cascade::worker {
 namespace {
 
 absl::StatusOr<std::unique_ptr<kernels::Backend>> MakeBackend(const StageExecutorOptions& options) {
-  if (options.device.kind == DeviceKind::kCpu) return kernels::MakeCpuBackend({.n_threads = options.n_threads});
+  if (options.device.kind == DeviceKind::kCpu) {
+    return kernels::MakeCpuBackend({.n_threads = options.n_threads, .bf16_prefill = options.cpu_bf16_prefill});
+  }
   absl::StatusOr<std::unique_ptr<kernels::CudaBackend>> gpu =
       kernels::CudaBackend::Create({.device = options.device.index});
   if (!gpu.ok()) return Annotate(gpu.status(), StrCat("device cuda:", options.device.index));

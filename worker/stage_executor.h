@@ -57,6 +57,9 @@ struct StageExecutorOptions {
   bool device_sampling = true;
   // Decode steps as CUDA graphs on a GPU (model/graph_step.h; scheduler.cuda_graphs).
   bool cuda_graphs = false;
+  // A CPU worker's prefills of FP8 weights round activations to bf16 where the CPU
+  // multiplies bf16 pairs (kernels::CpuBackendOptions; scheduler.cpu_prefill_activations).
+  bool cpu_bf16_prefill = false;
   // A drafter (speculative decoding): one process holding layers [first_layer,
   // last_layer) of its model and the model's head (an early exit when last_layer is not
   // the last layer). Its steps carry `propose`; see Draft.

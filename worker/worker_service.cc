@@ -128,6 +128,7 @@ StageExecutorOptions WorkerService::StageOptions(const v1::LoadShardRequest& req
   o.full_handoff = req.pp_handoff() == v1::PP_HANDOFF_FULL;
   o.device_sampling = !req.host_sampling();
   o.cuda_graphs = req.cuda_graphs();
+  o.cpu_bf16_prefill = req.cpu_bf16_prefill();
   o.draft = req.draft();
   o.refuse_token = options_.refuse_token;
   o.kv_send_delay_ms = options_.kv_send_delay_ms;

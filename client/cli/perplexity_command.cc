@@ -60,6 +60,7 @@ int PerplexityCommand(int argc, char** argv) {
       {"threads", "N", "CPU threads, in [1, 256] (default 1)"},
       {"json", "", "print one JSON object (with each row's negative log-likelihood, `nll`)"}};
   for (ArgOption& o : KvWindowOptions()) arg_options.push_back(std::move(o));
+  arg_options.push_back(CpuPrefillActivationsOption());
   Args args("cascade perplexity", "--model PATH --file TEXT [options]", std::move(arg_options));
   if (auto s = args.Parse(argc, argv, 2); !s.ok()) return Fail("perplexity", s);
   if (args.help_requested()) {
@@ -83,6 +84,7 @@ int PerplexityCommand(int argc, char** argv) {
   options.n_threads = static_cast<int>(*threads);
   options.max_context = *ctx;
   if (absl::Status st = ReadKvWindow(args, &options); !st.ok()) return Fail("perplexity", st);
+  if (absl::Status st = ReadCpuPrefillActivations(args, &options); !st.ok()) return Fail("perplexity", st);
   auto engine = model::LocalEngine::Create(*path, options);
   if (!engine.ok()) return Fail("perplexity", engine.status());
 
@@ -111,6 +113,7 @@ int PerplexityCommand(int argc, char** argv) {
                         {"narrowed_rows", nll.size() - std::min(narrowed_from, nll.size())},
                         {"perplexity_narrowed_rows", ppl_narrowed},
                         {"forward_s", forward_s},
+                        {"cpu_prefill_activations", model::LocalEngine::CpuPrefillActivations(options)},
                         {"nll", nll}};
     std::printf("%s\n", j.dump().c_str());
     return 0;
@@ -122,7 +125,8 @@ int PerplexityCommand(int argc, char** argv) {
                 static_cast<long long>(options.kv_sink_tokens), static_cast<long long>(options.kv_window_tokens),
                 narrowed_from, ppl_narrowed);
   }
-  std::printf("forward         %.2f s\n", forward_s);
+  std::printf("forward         %.2f s (prefill activations %s)\n", forward_s,
+              model::LocalEngine::CpuPrefillActivations(options).c_str());
   return 0;
 }
 

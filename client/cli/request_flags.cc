@@ -47,6 +47,21 @@ absl::Status ReadKvWindow(const Args& args, model::LocalEngineOptions* options) 
   return absl::OkStatus();
 }
 
+ArgOption CpuPrefillActivationsOption() {
+  return {"cpu-prefill-activations", "TYPE",
+          "f32 or bf16 (scheduler.cpu_prefill_activations; bf16 is lossy: FP8 weights' prefills round activations to "
+          "bf16 on AVX512_BF16 CPUs) (default f32)"};
+}
+
+absl::Status ReadCpuPrefillActivations(const Args& args, model::LocalEngineOptions* options) {
+  const std::string name = args.Get("cpu-prefill-activations").value_or("f32");
+  if (name != "f32" && name != "bf16") {
+    return absl::InvalidArgumentError(StrCat("--cpu-prefill-activations must be f32 or bf16, got '", name, "'"));
+  }
+  options->cpu_bf16_prefill = name == "bf16";
+  return absl::OkStatus();
+}
+
 std::vector<ArgOption> PromptOptions() {
   return {
       {"prompt", "TEXT", "the prompt, as plain text"},

@@ -37,6 +37,13 @@ std::vector<ArgOption> KvWindowOptions();
 // InvalidArgument naming the flag.
 absl::Status ReadKvWindow(const Args& args, model::LocalEngineOptions* options);
 
+// --cpu-prefill-activations f32|bf16: scheduler.cpu_prefill_activations in the local
+// engine (`cascade run`, `cascade perplexity`).
+ArgOption CpuPrefillActivationsOption();
+
+// Reads it into `options` (f32 unless given). InvalidArgument naming the flag.
+absl::Status ReadCpuPrefillActivations(const Args& args, model::LocalEngineOptions* options);
+
 // The JSON of `cascade run --json` / `cascade generate --json`.
 std::string ResultJson(const std::vector<int32_t>& prompt_ids, const std::vector<int32_t>& token_ids,
                        const std::string& text, const std::string& finish_reason, double load_s, double prefill_tok_s,

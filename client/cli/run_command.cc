@@ -76,6 +76,7 @@ int RunCommand(int argc, char** argv) {
                       {"kv-type", "TYPE", "KV cache type: f32, f16, q8_0 or fp8_e4m3 (default f16)"},
                       {"json", "", "print one JSON object (ids, text, timings) instead of streaming"}});
   for (ArgOption& o : KvWindowOptions()) arg_options.push_back(std::move(o));
+  arg_options.push_back(CpuPrefillActivationsOption());
   Args args("cascade run", "--model PATH (--prompt T | --prompt-ids 1,2,3 | --chat T) [options]",
             std::move(arg_options));
   if (auto s = args.Parse(argc, argv, 2); !s.ok()) return Fail("run", s);
@@ -101,6 +102,7 @@ int RunCommand(int argc, char** argv) {
     options.kv_dtype = *dtype;
   }
   if (absl::Status st = ReadKvWindow(args, &options); !st.ok()) return Fail("run", st);
+  if (absl::Status st = ReadCpuPrefillActivations(args, &options); !st.ok()) return Fail("run", st);
   if (isatty(STDERR_FILENO)) options.on_load_progress = DrawProgress;
   auto engine = model::LocalEngine::Create(*path, options);
   if (!engine.ok()) return Fail("run", engine.status());
@@ -141,6 +143,7 @@ int RunCommand(int argc, char** argv) {
     j["logprobs"] = lp;
   }
   j["kv_cache"] = {{"dtype", std::string(KvCacheDTypeName(options.kv_dtype))}, {"bytes", (*engine)->kv_bytes()}};
+  j["cpu_prefill_activations"] = model::LocalEngine::CpuPrefillActivations(options);
   if (const model::Transformer& t = (*engine)->transformer(); !t.moe_layers().empty())
     j["expert_load"] = ExpertLoadJson(t);
   std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());

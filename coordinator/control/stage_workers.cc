@@ -347,6 +347,7 @@ absl::Status StageWorkers::LoadOne(int i, const std::string& group, bool join_kv
     req.set_pp_handoff(options_.pp_handoff);
     req.set_host_sampling(!options_.device_sampling);
     req.set_cuda_graphs(options_.cuda_graphs);
+    req.set_cpu_bf16_prefill(options_.cpu_bf16_prefill);
   }
   // A first connection attempt to a worker that has just registered can fail
   // transiently (seen in CI as ENOENT from connect); a fail-fast RPC would then

@@ -66,8 +66,9 @@ struct StageWorkersOptions {
   int eplb_interval_steps = 0;   // parallel.eplb_interval_steps.
   int64_t kv_window_tokens = 0;  // scheduler.kv_policy sink_window (0: full).
   int64_t kv_sink_tokens = 0;
-  bool device_sampling = true;  // scheduler.device_sampling.
-  bool cuda_graphs = false;     // scheduler.cuda_graphs.
+  bool device_sampling = true;    // scheduler.device_sampling.
+  bool cuda_graphs = false;       // scheduler.cuda_graphs.
+  bool cpu_bf16_prefill = false;  // scheduler.cpu_prefill_activations: bf16.
 
   // The coordinator's cluster certificate for its calls to workers (mutual TLS); null:
   // plaintext (security.insecure).

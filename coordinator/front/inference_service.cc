@@ -175,6 +175,7 @@ grpc::Status InferenceService::GetModelInfo(grpc::ServerContext* ctx, const v1::
   resp->set_max_context(max_context_.load());
   resp->set_kv_policy(options_.kv_policy);
   resp->set_expert_comm(options_.expert_comm);
+  resp->set_cpu_prefill_activations(options_.cpu_prefill_activations);
   if (auto kind = text::DetectChatTemplate(tokenizer_->chat_template()); kind.ok()) {
     resp->set_chat_template(std::string(text::ChatTemplateName(*kind)));
   }

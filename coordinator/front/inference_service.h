@@ -30,6 +30,8 @@ struct InferenceServiceOptions {
   std::string drafter;             // DraftKindName of the configured drafter ("" for none).
   std::string kv_policy = "full";  // scheduler.kv_policy as served (KvPolicyDescription).
   std::string expert_comm;         // parallel.expert_comm as served (ExpertCommDescription).
+  // scheduler.cpu_prefill_activations as served (CpuPrefillActivationsDescription).
+  std::string cpu_prefill_activations = "f32";
 };
 
 // A request in flight, read by one front-end thread. Destroying it before the request

@@ -2,6 +2,7 @@
 // elementwise.h, attention.h and the quantized matmuls of linear.h on the backend's pool.
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
@@ -48,7 +49,8 @@ class CpuPackedWeight final : public PreparedWeight {
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(const CpuBackendOptions& options)
-      : pool_(std::make_unique<ThreadPool>(std::max(1, options.n_threads))) {}
+      : pool_(std::make_unique<ThreadPool>(std::max(1, options.n_threads))),
+        linear_options_{.bf16_prefill = options.bf16_prefill} {}
 
   Device device() const override { return {}; }
   int n_threads() const override { return pool_->n_threads(); }
@@ -66,7 +68,10 @@ class CpuBackend final : public Backend {
       return absl::InvalidArgumentError(
           StrCat("linear: in ", in.ShapeString(), " x weight ", weight.ShapeString(), " -> out ", out.ShapeString()));
     }
-    if (auto s = cpu::Linear(out.As<float>(), in.As<float>(), weight, in.Rows(), pool_.get()); !s.ok()) return s;
+    if (auto s = cpu::Linear(out.As<float>(), in.As<float>(), weight, in.Rows(), pool_.get(), linear_options_);
+        !s.ok()) {
+      return s;
+    }
     return AddOptionalBias(out, bias);
   }
 
@@ -115,8 +120,9 @@ class CpuBackend final : public Backend {
     }
     const auto* packed = dynamic_cast<const CpuPackedWeight*>(&weight);
     CASCADE_RETURN_IF_ERROR(
-        packed != nullptr ? cpu::LinearPartsPacked(parts, in.As<float>(), packed->packed(), in.Rows(), pool_.get())
-                          : cpu::LinearParts(parts, in.As<float>(), weight.source(), in.Rows(), pool_.get()));
+        packed != nullptr
+            ? cpu::LinearPartsPacked(parts, in.As<float>(), packed->packed(), in.Rows(), pool_.get())
+            : cpu::LinearParts(parts, in.As<float>(), weight.source(), in.Rows(), pool_.get(), linear_options_));
     for (size_t i = 0; i < biases.size(); ++i) CASCADE_RETURN_IF_ERROR(AddOptionalBias(outs[i], biases[i]));
     return absl::OkStatus();
   }
@@ -311,15 +317,24 @@ class CpuBackend final : public Backend {
   }
 
   std::unique_ptr<ThreadPool> pool_;
+  cpu::LinearOptions linear_options_;
 };
 
 }  // namespace
+
+std::string DescribeCpuPrefillActivations(const CpuBackendOptions& options) {
+  if (!options.bf16_prefill) return "f32";
+  if (ActiveCpuIsa() != CpuIsa::kAvx512) return "f32 (bf16 asked; the active kernels are not AVX-512)";
+  if (!GetCpuFeatures().avx512bf16) return "f32 (bf16 asked; this CPU has no AVX512_BF16)";
+  return "bf16 (FP8 weights' prefills of 8 or more tokens)";
+}
 
 std::unique_ptr<Backend> MakeCpuBackend(const CpuBackendOptions& options) {
   // Once per process: the kernel level moves results (f32 summation order), so the log
   // names it and why (a worker or engine makes one backend; tests make many).
   static std::once_flag logged;
   std::call_once(logged, [] { CASCADE_LOG(Info) << "cpu kernels: " << DescribeActiveCpuIsa(); });
+  if (options.bf16_prefill) CASCADE_LOG(Info) << "cpu prefill activations: " << DescribeCpuPrefillActivations(options);
   return std::make_unique<CpuBackend>(options);
 }
 

@@ -263,7 +263,7 @@ internal::GemmArgs ActivationArgs(const QuantizedActivations& in) {
 }
 
 absl::Status LinearQuantizedParts(std::span<const LinearPart> parts, const QuantizedActivations& in,
-                                  const TensorView& weight, ThreadPool* pool) {
+                                  const TensorView& weight, ThreadPool* pool, const LinearOptions& options = {}) {
   CASCADE_RETURN_IF_ERROR(CheckWeight(weight));
   CASCADE_RETURN_IF_ERROR(CheckParts(parts, weight.Rows(), false));
   const int64_t n_in = weight.Cols();
@@ -277,6 +277,7 @@ absl::Status LinearQuantizedParts(std::span<const LinearPart> parts, const Quant
   }
   if (auto done = TrivialLinear(parts, in.n_tokens(), n_in)) return *done;
   GemmArgs args = ActivationArgs(in);
+  args.bf16_products = options.bf16_prefill;
   args.w = static_cast<const uint8_t*>(weight.data);
   args.w_row_bytes = weight.RowBytes();
   const internal::GemmFn gemm = ActiveKernels().gemm[static_cast<int>(weight.dtype)];
@@ -325,20 +326,21 @@ absl::Status LinearQuantized(float* out, const QuantizedActivations& in, const T
 }
 
 absl::Status LinearParts(std::span<const LinearPart> parts, const float* in, const TensorView& weight, int64_t n_tokens,
-                         ThreadPool* pool) {
+                         ThreadPool* pool, const LinearOptions& options) {
   CASCADE_RETURN_IF_ERROR(CheckWeight(weight));
   CASCADE_RETURN_IF_ERROR(CheckInput(in, n_tokens, weight.Cols()));
   thread_local QuantizedActivations scratch;
   CASCADE_RETURN_IF_ERROR(scratch.Quantize(in, n_tokens, weight.Cols(), ActivationFormatFor(weight.dtype), pool));
-  return LinearQuantizedParts(parts, scratch, weight, pool);
+  return LinearQuantizedParts(parts, scratch, weight, pool, options);
 }
 
-absl::Status Linear(float* out, const float* in, const TensorView& weight, int64_t n_tokens, ThreadPool* pool) {
+absl::Status Linear(float* out, const float* in, const TensorView& weight, int64_t n_tokens, ThreadPool* pool,
+                    const LinearOptions& options) {
   if (n_tokens > 0 && weight.Cols() > 0 && weight.Rows() > 0 && out == nullptr) {
     return absl::InvalidArgumentError("Linear: null input or output");
   }
   const LinearPart part{out, weight.Rows()};
-  return LinearParts({&part, 1}, in, weight, n_tokens, pool);
+  return LinearParts({&part, 1}, in, weight, n_tokens, pool, options);
 }
 
 // Q8_0 / Q4_0 / Q4_1 have GGUF-layout kernels for every ISA, and packing pays only with

@@ -90,6 +90,15 @@ class QuantizedActivations {
   std::vector<BlockQ8_K> q8k_;
 };
 
+// How a CPU linear layer may round (CpuBackendOptions::bf16_prefill).
+struct LinearOptions {
+  // F8_E4M3_B128 weights times 8 or more tokens on a CPU with AVX512_BF16: activations
+  // rounded to bf16 and multiplied by `vdpbf16ps` (linear_f8_avx512bf16.cc), twice the f32
+  // FMA rate; the weights and their scales stay exact. Off: activations stay f32. Other
+  // weight types and CPUs ignore it.
+  bool bf16_prefill = false;
+};
+
 // out [n_tokens, n_out] = in [n_tokens, n_in] x weight^T, where weight is [n_out, n_in]
 // (a 2-D CPU TensorView, rows contiguous, any supported dtype) and n_in is its Cols().
 // `pool` may be null (single-threaded). Errors, with `out` unspecified:
@@ -97,7 +106,8 @@ class QuantizedActivations {
 //   InvalidArgument  weight not 2-D, n_in not a multiple of the dtype's block (32 for
 //                    Q8_0/Q4_0/Q4_1, 256 for Q4_K/Q6_K), null pointers, n_tokens < 0.
 // `out` must not alias `in` or the weight.
-absl::Status Linear(float* out, const float* in, const TensorView& weight, int64_t n_tokens, ThreadPool* pool);
+absl::Status Linear(float* out, const float* in, const TensorView& weight, int64_t n_tokens, ThreadPool* pool,
+                    const LinearOptions& options = {});
 
 // As `Linear`, with activations prepared by `QuantizedActivations::Quantize` in
 // ActivationFormatFor(weight.dtype) and n_in == weight.Cols(); InvalidArgument otherwise.
@@ -123,7 +133,7 @@ struct LinearPart {
 // sum to the weight's n_out; for a packed weight every part but the last must be a
 // multiple of 16 rows (its row groups). InvalidArgument otherwise.
 absl::Status LinearParts(std::span<const LinearPart> parts, const float* in, const TensorView& weight, int64_t n_tokens,
-                         ThreadPool* pool);
+                         ThreadPool* pool, const LinearOptions& options = {});
 absl::Status LinearPartsPacked(std::span<const LinearPart> parts, const float* in, const PackedWeight& weight,
                                int64_t n_tokens, ThreadPool* pool);
 

@@ -34,6 +34,11 @@ namespace {
 // a second, panels / rows: 8 tokens 32-36 / 39-40, 16: 42-53 / 49-53, 24: 63-66 / 66-71,
 // 32: 72-76 / 67-69, 64: 88-89 / 68-71. A MoE's experts see few tokens each.
 constexpr int64_t kMinPanelTokens = 32;
+// The same for the bf16 panels (GemmArgs::bf16_products, linear_f8_avx512bf16.cc), which
+// set up as cheaply and multiply twice as fast: [768, 2048] (a MoE expert), G
+// multiply-adds a second, bf16 panels / f32 rows and dot tiles, two runs: 6 tokens 59-60 /
+// 62-63, 8: 73 / 58-59, 12: 96-98 / 70-72, 16: 104-109 / 60, 32: 145-156 / 83-84.
+constexpr int64_t kMinBf16PanelTokens = 8;
 
 // 64 codes as f32 values x 2^-120 (denormal for the subnormal codes), a vector per byte
 // position of the 32-bit lanes: v[j]'s lane l is code 4 l + j. linear_f8_avx2.cc's
@@ -233,6 +238,10 @@ void GemmF8Avx512(const GemmArgs& a, int64_t rb, int64_t re) {
     } else {
       F8Gemv<Decode::kF16>(a, a.x, rb, re);
     }
+    return;
+  }
+  if (a.bf16_products && a.n_tokens >= kMinBf16PanelTokens && GetCpuFeatures().avx512bf16) {
+    GemmF8Bf16Avx512(a, rb, re);
     return;
   }
   if (a.n_tokens < kMinPanelTokens) {

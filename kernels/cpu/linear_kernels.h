@@ -36,6 +36,10 @@ struct GemmArgs {
   const float* xs16 = nullptr;    //   [n_tokens, n_in / 16] the same per 16 elements.
   const int16_t* xi16 = nullptr;  //   [n_tokens, n_in / 16] sums of the quants per 16.
   const BlockQ8_K* xk = nullptr;  // kQ8K: [n_tokens, n_in / 256].
+  // kF32 activations may be rounded to bf16 where a kernel multiplies bf16 pairs
+  // (LinearOptions::bf16_prefill): the F8_E4M3_B128 prefill on AVX512_BF16 CPUs
+  // (GemmF8Avx512).
+  bool bf16_products = false;
 };
 
 using GemmFn = void (*)(const GemmArgs& args, int64_t row_begin, int64_t row_end);
@@ -116,6 +120,9 @@ void GemmF8Avx2(const GemmArgs& a, int64_t row_begin, int64_t row_end);
 void GemmF32PanelsAvx2(const GemmArgs& a, int64_t row_begin, int64_t row_end);
 // F8_E4M3_B128 on AVX-512 (linear_f8_avx512.cc), an entry of Avx512Kernels().
 void GemmF8Avx512(const GemmArgs& a, int64_t row_begin, int64_t row_end);
+// Its prefill with activations rounded to bf16 (linear_f8_avx512bf16.cc), on CPUs with
+// AVX512_BF16 only.
+void GemmF8Bf16Avx512(const GemmArgs& a, int64_t row_begin, int64_t row_end);
 // F32, F16 and BF16 on AVX-512 (linear_float_avx512.cc), entries of Avx512Kernels().
 void GemmF32Avx512(const GemmArgs& a, int64_t row_begin, int64_t row_end);
 void GemmF16Avx512(const GemmArgs& a, int64_t row_begin, int64_t row_end);

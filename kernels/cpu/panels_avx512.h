@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/linear_kernels.h"
@@ -95,13 +96,62 @@ void Panel512Tile(const GemmArgs& a, const float* panel, int64_t kc, int64_t k0,
   }
 }
 
-template <int T>
-void Panel512Tiles(const GemmArgs& a, const float* panels, int64_t n_panels, int64_t kc, int64_t k0, int64_t b0,
-                   int64_t b1, int64_t t0) {
-  for (int64_t p = 0; p < n_panels; ++p) {
-    const int64_t r0 = b0 + p * kPanel512Rows;
-    const int rows = static_cast<int>(std::min<int64_t>(kPanel512Rows, b1 - r0));
-    Panel512Tile<T>(a, panels + p * kc * kPanel512Rows, kc, k0, r0, rows, t0);
+// Calls f(std::integral_constant<int, T>{}) with T = n, for 1 <= n <= kPanel512Tokens: a
+// tile template instantiated for each token count a prefill's last tile may have.
+template <typename F>
+void WithPanelTokens(int64_t n, const F& f) {
+  switch (n) {
+    case 12: f(std::integral_constant<int, 12>{}); break;
+    case 11: f(std::integral_constant<int, 11>{}); break;
+    case 10: f(std::integral_constant<int, 10>{}); break;
+    case 9: f(std::integral_constant<int, 9>{}); break;
+    case 8: f(std::integral_constant<int, 8>{}); break;
+    case 7: f(std::integral_constant<int, 7>{}); break;
+    case 6: f(std::integral_constant<int, 6>{}); break;
+    case 5: f(std::integral_constant<int, 5>{}); break;
+    case 4: f(std::integral_constant<int, 4>{}); break;
+    case 3: f(std::integral_constant<int, 3>{}); break;
+    case 2: f(std::integral_constant<int, 2>{}); break;
+    case 1: f(std::integral_constant<int, 1>{}); break;
+    default: break;
+  }
+}
+
+// Rows of a weight per block of panels: the most whose panels over one k-chunk fit
+// kPanel512BlockBytes, at `bytes_per_k` a row and input (4 for f32 panels), a multiple of
+// kPanel512Rows.
+inline int64_t Panel512BlockRows(const GemmArgs& a, int64_t bytes_per_k) {
+  const int64_t chunk = std::min(a.n_in, kPanel512Chunk);
+  return std::max<int64_t>(1, kPanel512BlockBytes / (chunk * bytes_per_k * kPanel512Rows)) * kPanel512Rows;
+}
+
+// The blocking every panel prefill shares: rows [rb, re) in blocks of Panel512BlockRows(a,
+// bytes_per_k), each over k-chunks of kPanel512Chunk. For a block and chunk, pack(p, r0,
+// rows, k0, kc) packs panel p (rows r0 .. r0 + rows - 1, rows <= 32), then tile(T, p, r0,
+// rows, k0, kc, t0) multiplies it by tokens [t0, t0 + T) (T an std::integral_constant),
+// every panel for kPanel512Tokens tokens at a time and a last tile of fewer.
+template <typename Pack, typename Tile>
+void PanelBlocks512(const GemmArgs& a, int64_t rb, int64_t re, int64_t bytes_per_k, const Pack& pack,
+                    const Tile& tile) {
+  const int64_t chunk = std::min(a.n_in, kPanel512Chunk), block_rows = Panel512BlockRows(a, bytes_per_k);
+  for (int64_t b0 = rb; b0 < re; b0 += block_rows) {
+    const int64_t b1 = std::min(re, b0 + block_rows);
+    const int64_t n_panels = (b1 - b0 + kPanel512Rows - 1) / kPanel512Rows;
+    auto rows_of = [&](int64_t p) {
+      return static_cast<int>(std::min<int64_t>(kPanel512Rows, b1 - b0 - p * kPanel512Rows));
+    };
+    for (int64_t k0 = 0; k0 < a.n_in; k0 += chunk) {
+      const int64_t kc = std::min(chunk, a.n_in - k0);
+      for (int64_t p = 0; p < n_panels; ++p) pack(p, b0 + p * kPanel512Rows, rows_of(p), k0, kc);
+      auto tiles = [&](auto T, int64_t t0) {
+        for (int64_t p = 0; p < n_panels; ++p) tile(T, p, b0 + p * kPanel512Rows, rows_of(p), k0, kc, t0);
+      };
+      int64_t t = 0;
+      for (; t + kPanel512Tokens <= a.n_tokens; t += kPanel512Tokens) {
+        tiles(std::integral_constant<int, kPanel512Tokens>{}, t);
+      }
+      if (t < a.n_tokens) WithPanelTokens(a.n_tokens - t, [&](auto T) { tiles(T, t); });
+    }
   }
 }
 
@@ -110,41 +160,16 @@ void Panel512Tiles(const GemmArgs& a, const float* panels, int64_t n_panels, int
 // the lanes past `rows`; kc is a multiple of 16. n_in must be a multiple of 16.
 template <typename Pack>
 void GemmPanels512(const GemmArgs& a, int64_t rb, int64_t re, const Pack& pack) {
-  const int64_t chunk = std::min(a.n_in, kPanel512Chunk);
-  const int64_t block_rows = std::max<int64_t>(1, kPanel512BlockBytes / (chunk * 4 * kPanel512Rows)) * kPanel512Rows;
   thread_local std::vector<float> panels;
-  panels.resize(static_cast<size_t>(block_rows * chunk));
-  for (int64_t b0 = rb; b0 < re; b0 += block_rows) {
-    const int64_t b1 = std::min(re, b0 + block_rows);
-    const int64_t n_panels = (b1 - b0 + kPanel512Rows - 1) / kPanel512Rows;
-    for (int64_t k0 = 0; k0 < a.n_in; k0 += chunk) {
-      const int64_t kc = std::min(chunk, a.n_in - k0);
-      for (int64_t p = 0; p < n_panels; ++p) {
-        const int64_t r0 = b0 + p * kPanel512Rows;
-        pack(r0, static_cast<int>(std::min<int64_t>(kPanel512Rows, b1 - r0)), k0, kc,
-             panels.data() + p * kc * kPanel512Rows);
-      }
-      int64_t t = 0;
-      for (; t + kPanel512Tokens <= a.n_tokens; t += kPanel512Tokens) {
-        Panel512Tiles<kPanel512Tokens>(a, panels.data(), n_panels, kc, k0, b0, b1, t);
-      }
-      const float* p = panels.data();
-      switch (a.n_tokens - t) {
-        case 11: Panel512Tiles<11>(a, p, n_panels, kc, k0, b0, b1, t); break;
-        case 10: Panel512Tiles<10>(a, p, n_panels, kc, k0, b0, b1, t); break;
-        case 9: Panel512Tiles<9>(a, p, n_panels, kc, k0, b0, b1, t); break;
-        case 8: Panel512Tiles<8>(a, p, n_panels, kc, k0, b0, b1, t); break;
-        case 7: Panel512Tiles<7>(a, p, n_panels, kc, k0, b0, b1, t); break;
-        case 6: Panel512Tiles<6>(a, p, n_panels, kc, k0, b0, b1, t); break;
-        case 5: Panel512Tiles<5>(a, p, n_panels, kc, k0, b0, b1, t); break;
-        case 4: Panel512Tiles<4>(a, p, n_panels, kc, k0, b0, b1, t); break;
-        case 3: Panel512Tiles<3>(a, p, n_panels, kc, k0, b0, b1, t); break;
-        case 2: Panel512Tiles<2>(a, p, n_panels, kc, k0, b0, b1, t); break;
-        case 1: Panel512Tiles<1>(a, p, n_panels, kc, k0, b0, b1, t); break;
-        default: break;
-      }
-    }
-  }
+  panels.resize(static_cast<size_t>(Panel512BlockRows(a, 4) * std::min(a.n_in, kPanel512Chunk)));
+  PanelBlocks512(
+      a, rb, re, 4,
+      [&](int64_t p, int64_t r0, int rows, int64_t k0, int64_t kc) {
+        pack(r0, rows, k0, kc, panels.data() + p * kc * kPanel512Rows);
+      },
+      [&](auto T, int64_t p, int64_t r0, int rows, int64_t k0, int64_t kc, int64_t t0) {
+        Panel512Tile<decltype(T)::value>(a, panels.data() + p * kc * kPanel512Rows, kc, k0, r0, rows, t0);
+      });
 }
 
 }  // namespace cascade::kernels::cpu::internal

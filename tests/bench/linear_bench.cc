@@ -22,8 +22,9 @@
 // With --resident, one [4096, 4096] matrix per dtype that stays in L3, at 1 and 64 tokens
 // (--tokens=N,... for others) on one thread: the kernels' compute-side rate (Resident below).
 // Usage: linear_bench [--quick] [--decode] [--model=1b | --resident[=ROWSxCOLS] [--tokens=1,64]]
-//        [--dtype=q4_1,...]
-// (--decode: only the 1-token passes)
+//        [--dtype=q4_1,...] [--bf16-prefill]
+// (--decode: only the 1-token passes; --bf16-prefill: LinearOptions::bf16_prefill, the
+// activations of FP8 prefills rounded to bf16, scheduler.cpu_prefill_activations: bf16)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -89,6 +90,8 @@ std::vector<uint8_t> MakeMatrix(DType dtype, int64_t n_out, int64_t n_in, int co
   return w;
 }
 
+LinearOptions g_linear_options;  // --bf16-prefill.
+
 // Seconds per call of Linear over `shape`, cycling over its copies (wall clock; with one
 // thread, the thread's CPU time instead, so that other processes on the core don't count).
 // With `packed` non-empty, its entries (one per copy) are used instead of `w`.
@@ -102,7 +105,7 @@ double TimeShape(DType dtype, const Shape& s, const std::vector<uint8_t>& w, con
       st = LinearPacked(out->data(), x.data(), packed[copy], n_tokens, pool);
     } else {
       TensorView view(const_cast<uint8_t*>(w.data()) + copy * mat_bytes, dtype, {s.n_out, s.n_in});
-      st = Linear(out->data(), x.data(), view, n_tokens, pool);
+      st = Linear(out->data(), x.data(), view, n_tokens, pool, g_linear_options);
     }
     if (!st.ok()) std::fprintf(stderr, "Linear failed: %s\n", st.ToString().c_str());
   };
@@ -352,7 +355,8 @@ void Run(const std::vector<DType>& dtypes, bool quick, bool decode_only) {
 // layout, the rest packed, as the engine runs them.
 void Resident(const std::vector<DType>& dtypes, int64_t rows, int64_t cols, const std::vector<int64_t>& token_counts,
               bool quick) {
-  const std::string name = absl::StrCat("resident ", rows, "x", cols);
+  const std::string name =
+      absl::StrCat("resident ", rows, "x", cols, g_linear_options.bf16_prefill ? " (bf16 prefill)" : "");
   const Shape s{name.c_str(), rows, cols, 1, 1};
   for (DType d : dtypes) {
     const std::vector<uint8_t> w = MakeMatrix(d, s.n_out, s.n_in, 1);
@@ -417,6 +421,8 @@ int main(int argc, char** argv) {
       }
     } else if (a == "--decode") {
       decode_only = true;
+    } else if (a == "--bf16-prefill") {
+      cascade::kernels::cpu::g_linear_options.bf16_prefill = true;
     } else if (a.rfind("--dtype=", 0) == 0) {
       dtypes.clear();
       std::string list = a.substr(8);
@@ -434,7 +440,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [--quick] [--decode] [--model=1b | --resident[=ROWSxCOLS] [--tokens=1,64]] "
-                   "[--dtype=q4_1,q8_0,...]\n",
+                   "[--dtype=q4_1,q8_0,...] [--bf16-prefill]\n",
                    argv[0]);
       return 2;
     }

@@ -159,8 +159,10 @@ def test_run_json_stories():
     need(STORIES)
     out = json.loads(cascade("run", "--model", STORIES, "--prompt-ids", "1", "--temperature", "0",
                              "--max-tokens", "20", "--json").stdout)
-    assert set(out) == {"prompt_ids", "token_ids", "text", "finish_reason", "timings", "kv_cache"}, out.keys()
+    assert set(out) == {"prompt_ids", "token_ids", "text", "finish_reason", "timings", "kv_cache",
+                        "cpu_prefill_activations"}, out.keys()
     assert out["kv_cache"]["dtype"] == "f16" and out["kv_cache"]["bytes"] > 0, out["kv_cache"]  # The default.
+    assert out["cpu_prefill_activations"] == "f32", out  # The default: exact products.
     assert set(out["timings"]) == {"load_s", "prefill_tok_s", "decode_tok_s"}
     assert out["prompt_ids"] == [1]
     assert out["token_ids"] == STORIES_IDS, out["token_ids"]
@@ -245,6 +247,8 @@ def test_errors_are_one_line_exit_2():
     fails_cleanly("run", "--model", STORIES, "--prompt-ids", "1", "--temperature", "-1", mention="temperature")
     fails_cleanly("run", "--model", STORIES, "--prompt-ids", "1", "--top-p", "0", mention="top_p")
     fails_cleanly("run", "--model", STORIES, "--prompt", "a", "--chat", "b", mention="exactly one")
+    fails_cleanly("run", "--model", STORIES, "--prompt-ids", "1", "--cpu-prefill-activations", "fp16",
+                  mention="--cpu-prefill-activations must be f32 or bf16, got 'fp16'")
     # stories260K has no chat template: the error names the way out.
     fails_cleanly("run", "--model", STORIES, "--chat", "hello", mention="--chat-template")
     # An oversized prompt is refused, not truncated.
@@ -262,8 +266,9 @@ OPTIONS = {
     ("cascade", "info"): ["model", "json"],
     ("cascade", "tokenize"): ["model", "text", "chat", "system", "chat-template", "add-special", "json"],
     ("cascade", "run"): ["model", *PROMPT, *GENERATION, "threads", "ctx", "kv-type", "json", "kv-window-tokens",
-                         "kv-sink-tokens"],
-    ("cascade", "perplexity"): ["model", "file", "ctx", "threads", "json", "kv-window-tokens", "kv-sink-tokens"],
+                         "kv-sink-tokens", "cpu-prefill-activations"],
+    ("cascade", "perplexity"): ["model", "file", "ctx", "threads", "json", "kv-window-tokens", "kv-sink-tokens",
+                                "cpu-prefill-activations"],
     ("cascade", "generate"): ["server", "tls-ca", *PROMPT, *GENERATION, "no-speculate", "draft-tokens",
                                "json-schema", "json-object", "grammar", "regex", "timeout", "json"],
     ("cascade", "chat"): ["server", "tls-ca", "system", *[g for g in GENERATION if g != "logprobs"], "timeout"],

@@ -81,6 +81,14 @@ TEST(BringUpTest, AllToAllLanesHoldEveryKvHead) {
   EXPECT_EQ(ExpertCommDescription(p), "all_to_all (attention data parallel over the tp ranks)");
 }
 
+// scheduler.cpu_prefill_activations as the ready line and ModelInfo name it.
+TEST(BringUpTest, CpuPrefillActivationsAreNamed) {
+  SchedulerSection s;
+  EXPECT_EQ(CpuPrefillActivationsDescription(s), "f32");
+  s.cpu_bf16_prefill = true;
+  EXPECT_EQ(CpuPrefillActivationsDescription(s), "bf16 (FP8 weights' prefills on CPU workers with AVX512_BF16)");
+}
+
 TEST(BringUpTest, SelfDrafterBlocksUseItsLayersAndAllHeads) {
   cascade::testing::TempDir dir;
   const std::string model = WriteModel(dir);

@@ -27,7 +27,8 @@ nodes:
     launch: external
 server: {listen: 0.0.0.0:6000}
 scheduler: {max_num_seqs: 8, max_batched_tokens: 512, kv_block_size: 32, kv_cache_mb: 128, kv_cache_dtype: q8_0,
-            prefix_caching: false, device_sampling: false, cuda_graphs: true, host_kv_cache_mb: 2048}
+            prefix_caching: false, device_sampling: false, cuda_graphs: true, host_kv_cache_mb: 2048,
+            cpu_prefill_activations: bf16}
 transport: {activations: ucx}
 draft: {ngram: {n: 3}}
 security: {cluster_dir: /etc/cascade/trust}
@@ -65,6 +66,7 @@ TEST(ConfigTest, FullConfigParses) {
   EXPECT_FALSE(c->scheduler.prefix_caching);
   EXPECT_FALSE(c->scheduler.device_sampling);
   EXPECT_TRUE(c->scheduler.cuda_graphs);
+  EXPECT_TRUE(c->scheduler.cpu_bf16_prefill);
   EXPECT_EQ(c->scheduler.gpu_memory_fraction, 0.9);
   EXPECT_EQ(c->transport.activations, ActivationTransport::kUcx);
   EXPECT_EQ(c->draft.kind, DraftKind::kNgram);
@@ -96,6 +98,7 @@ TEST(ConfigTest, DefaultsApply) {
   EXPECT_TRUE(c->scheduler.prefix_caching);
   EXPECT_TRUE(c->scheduler.device_sampling);
   EXPECT_FALSE(c->scheduler.cuda_graphs);
+  EXPECT_FALSE(c->scheduler.cpu_bf16_prefill);  // Exact products.
   EXPECT_EQ(c->transport.activations, ActivationTransport::kUcx);
   EXPECT_EQ(c->draft.kind, DraftKind::kNone);
 }
@@ -503,6 +506,8 @@ const BadConfig kBadConfigs[] = {
     // The sink + window policy: named, its window required, its keys only with it.
     {"model: {path: m}\nscheduler: {kv_policy: streaming}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
      "scheduler.kv_policy: unknown policy 'streaming' (full or sink_window)"},
+    {"model: {path: m}\nscheduler: {cpu_prefill_activations: fp16}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
+     "scheduler.cpu_prefill_activations: must be f32 or bf16, got 'fp16'"},
     {"model: {path: m}\nscheduler: {kv_policy: sink_window}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",
      "scheduler.kv_window_tokens: required with scheduler.kv_policy: sink_window"},
     {"model: {path: m}\nscheduler: {kv_window_tokens: 64}\nnodes: [{name: a, host: h, devices: [cpu]}]\n",

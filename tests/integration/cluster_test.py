@@ -1234,6 +1234,43 @@ def test_gpt_oss_parity():
             print(f"gpt-oss PP=2 TP=2 EP={ep} draft={draft}: identical to cascade run over 40 tokens")
 
 
+def test_fp8_bf16_prefill():
+    """scheduler.cpu_prefill_activations: bf16 on a block-FP8 checkpoint (moe-tiny through
+    scripts/make_format_models.py fp8-hf: every projection, the experts' too, in E4M3 with
+    128 x 128 scales). A 40-token prompt puts 8 or more tokens through the dense projections
+    and most experts. The cluster (PP 2) gives `cascade run --cpu-prefill-activations
+    bf16`'s ids and logprobs, which differ from f32's where the CPU has AVX512_BF16 (the
+    workers took the key) and equal them where it has not (and `cascade run` says why)."""
+    need(SMOL)
+    with tempfile.TemporaryDirectory() as d:
+        model = os.path.join(d, "moe-tiny-fp8")
+        subprocess.run([os.path.join(ROOT, "scripts", "python_deps.sh"), os.path.join(ROOT, "scripts",
+                        "make_format_models.py"), moe_model(d), "fp8-hf", model], check=True, capture_output=True)
+        ids = ",".join(str(100 + i * 7919 % 20000) for i in range(40))
+        args = ("--prompt-ids", ids, "--temperature", "0", "--max-tokens", "8", "--ignore-eos", "--logprobs", "1")
+        runs = {a: run_json("run", "--model", model, *args, "--cpu-prefill-activations", a) for a in ("f32", "bf16")}
+        assert runs["f32"]["cpu_prefill_activations"] == "f32", runs["f32"]
+        bf16_served = runs["bf16"]["cpu_prefill_activations"].startswith("bf16 (")
+        assert bf16_served or "no AVX512_BF16" in runs["bf16"]["cpu_prefill_activations"], runs["bf16"]
+
+        def logprobs(res):
+            return [t["logprob"] for t in res["logprobs"]]
+
+        gap = max(abs(a - b) for a, b in zip(logprobs(runs["f32"]), logprobs(runs["bf16"])))
+        assert gap > 1e-5 if bf16_served else gap == 0, (gap, runs)
+        cfg = config_yaml(model, 2).replace("prefix_caching: true}", "prefix_caching: true, cpu_prefill_activations: bf16}")
+        with cluster_from_yaml(cfg) as (address, _, log_path):
+            got = generate(address, *args)
+            log = open(log_path).read()
+        assert got["token_ids"] == runs["bf16"]["token_ids"], (got["token_ids"], runs["bf16"]["token_ids"])
+        off = max(abs(a - b) for a, b in zip(logprobs(got), logprobs(runs["bf16"])))
+        assert off < 1e-6, (off, gap)
+        assert "prefill activations bf16" in log, log
+        assert log.count("cpu prefill activations: " + runs["bf16"]["cpu_prefill_activations"]) == 2, log
+        print(f"FP8 PP=2 with bf16 prefill activations: cascade run's ids, logprobs within {off:.1e} "
+              f"(f32's are {gap:.1e} away); served as {runs['bf16']['cpu_prefill_activations']}")
+
+
 def test_moe_expert_load():
     """A router biased to expert 3: every token chooses it, so `cascade status` shows expert
     3 busiest in every MoE layer at max/mean = 8 experts / top-2 = 4.00, and the request's

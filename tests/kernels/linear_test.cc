@@ -703,6 +703,72 @@ TEST(LinearTest, F8PrefillPanelsGiveTheSameBitsOnAvx2AndAvx512) {
   SetMaxCpuIsaForTesting(BestCpuIsa());
 }
 
+// x rounded to the nearest bf16, ties to even (finite x), as `vcvtne2ps2bf16` rounds.
+double RoundToBf16(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  bits = (bits + 0x7fff + ((bits >> 16) & 1)) & 0xffff0000u;
+  float r;
+  std::memcpy(&r, &bits, 4);
+  return r;
+}
+
+// LinearOptions::bf16_prefill (scheduler.cpu_prefill_activations: bf16): from 8 tokens on,
+// an FP8 prefill multiplies the weights, exact, by its activations rounded to bf16. Against
+// double precision over the same rounded activations it is as close as f32 sums are, and it
+// is measurably not the f32 path (whose outputs follow the unrounded activations). Panels
+// and their tails (70 rows: two panels of 32 and a part), k-chunks and a 128-block tail
+// (640 and 1152 inputs), token tiles and their tails, one thread and two. Below 8 tokens
+// the option changes nothing.
+TEST(LinearTest, F8Bf16PrefillFollowsItsRoundedActivationsExactly) {
+  if (!CpuSupportsIsa(CpuIsa::kAvx512) || !GetCpuFeatures().avx512bf16) {
+    GTEST_SKIP() << "no AVX-512 with AVX512_BF16 on this CPU: the bf16 prefill does not run here";
+  }
+  const int64_t n_out = 70;
+  ThreadPool pool(2);
+  for (int64_t n_in : {640, 1152}) {
+    std::mt19937 rng(23);
+    std::vector<uint8_t> w = MakeWeights(DType::kF8_E4M3_B128, n_out, n_in, &rng);
+    const TensorView weight(w.data(), DType::kF8_E4M3_B128, {n_out, n_in});
+    const std::vector<double> reference = NaiveDequant(DType::kF8_E4M3_B128, w.data(), n_out * n_in);
+    for (int64_t n_tokens : {7, 8, 13, 31, 40}) {
+      for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+        SCOPED_TRACE(::testing::Message()
+                     << "n_in " << n_in << " tokens " << n_tokens << " threads " << (p == nullptr ? 1 : 2));
+        std::vector<float> x(n_tokens * n_in);
+        std::normal_distribution<float> normal(0.0f, 1.0f);
+        for (auto& v : x) v = normal(rng);
+        std::vector<float> f32(n_tokens * n_out, -1.0f), bf16(n_tokens * n_out, -2.0f);
+        ASSERT_TRUE(Linear(f32.data(), x.data(), weight, n_tokens, p).ok());
+        ASSERT_TRUE(Linear(bf16.data(), x.data(), weight, n_tokens, p, {.bf16_prefill = true}).ok());
+        if (n_tokens < 8) {
+          ASSERT_EQ(std::memcmp(f32.data(), bf16.data(), f32.size() * 4), 0);
+          continue;
+        }
+        double worst_rounded = 0, worst_unrounded = 0;  // Errors over the magnitude.
+        for (int64_t t = 0; t < n_tokens; ++t) {
+          for (int64_t r = 0; r < n_out; ++r) {
+            double rounded = 0, unrounded = 0, mag = 0;
+            for (int64_t k = 0; k < n_in; ++k) {
+              const double wk = reference[r * n_in + k], xk = x[t * n_in + k];
+              rounded += wk * RoundToBf16(x[t * n_in + k]);
+              unrounded += wk * xk;
+              mag += std::fabs(wk * xk);
+            }
+            const double out = bf16[t * n_out + r];
+            worst_rounded = std::max(worst_rounded, std::fabs(out - rounded) / mag);
+            worst_unrounded = std::max(worst_unrounded, std::fabs(out - unrounded) / mag);
+            ASSERT_NEAR(f32[t * n_out + r], unrounded, 1e-5 * mag) << "token " << t << " row " << r;
+          }
+        }
+        EXPECT_LT(worst_rounded, 1e-6);      // f32 sums of exact products.
+        EXPECT_GT(worst_unrounded, 1e-5);    // The activations' rounding shows.
+        EXPECT_LT(worst_unrounded, 0x1p-8);  // And stays within bf16's half ulp.
+      }
+    }
+  }
+}
+
 // Float weights give every output the same bits whatever the number of tokens beside it: a
 // prefill recomputes what decode steps computed (a stream moved to another replica goes on
 // from its tokens, `cluster_dp_worker_killed`), so the many-token tiles must sum each
