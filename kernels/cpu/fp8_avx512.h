@@ -31,4 +31,18 @@ inline void E4M3x32Over256(const uint8_t* codes, __m512& lo, __m512& hi) {
   hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
 }
 
+// Prefetches into L2 rows [r0, r0 + rows) of an F8_E4M3_B128 weight (rows `row_bytes`
+// apart, 132 bytes a 128-block: scale, then codes) over k in [k0, k0 + kc): the next
+// panel's bytes, fetched while a prefill packs this one. A panel reads 32 rows a k-chunk
+// each (528 bytes at 512 inputs), too short for the hardware's stream prefetcher: without
+// this, packing waited on memory for every line.
+inline void PrefetchF8Rows(const uint8_t* w, int64_t row_bytes, int64_t r0, int rows, int64_t k0, int64_t kc) {
+  const int64_t bytes = (kc >> 7) * 132;
+  for (int i = 0; i < rows; ++i) {
+    const uint8_t* row = w + (r0 + i) * row_bytes + (k0 >> 7) * 132;
+    for (int64_t b = 0; b < bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(row + b), _MM_HINT_T1);
+    _mm_prefetch(reinterpret_cast<const char*>(row + bytes - 1), _MM_HINT_T1);
+  }
+}
+
 }  // namespace cascade::kernels::cpu::internal

@@ -249,8 +249,9 @@ void GemmF8Avx512(const GemmArgs& a, int64_t rb, int64_t re) {
         a, rb, re, [&](int64_t r0, int64_t r1, float* out) { DecodeRows(a, r0, r1, out); }, GemmF32Avx512);
     return;
   }
-  GemmPanels512(a, rb, re, [&](int64_t r0, int rows, int64_t k0, int64_t kc, float* panel) {
-    PackF8Panel(a, r0, rows, k0, kc, panel);
+  GemmPanels512(a, rb, re, [&](const PanelSpan& s, const PanelSpan& next, float* panel) {
+    PrefetchF8Rows(a.w, a.w_row_bytes, next.r0, next.rows, next.k0, next.kc);
+    PackF8Panel(a, s.r0, s.rows, s.k0, s.kc, panel);
   });
 }
 

@@ -128,8 +128,10 @@ void GemmF8Bf16Avx512(const GemmArgs& a, int64_t rb, int64_t re) {
   scales.resize(static_cast<size_t>(block_values / 128));
   PanelBlocks512(
       a, rb, re, 2,
-      [&](int64_t p, int64_t r0, int rows, int64_t k0, int64_t kc) {
-        PackPanel(a, r0, rows, k0, kc, panels.data() + p * (kc / 2) * kRows, scales.data() + p * (kc / 128) * kRows);
+      [&](int64_t p, const PanelSpan& s, const PanelSpan& next) {
+        PrefetchF8Rows(a.w, a.w_row_bytes, next.r0, next.rows, next.k0, next.kc);
+        PackPanel(a, s.r0, s.rows, s.k0, s.kc, panels.data() + p * (s.kc / 2) * kRows,
+                  scales.data() + p * (s.kc / 128) * kRows);
       },
       [&](auto T, int64_t p, int64_t r0, int rows, int64_t k0, int64_t kc, int64_t t0) {
         Tile<decltype(T)::value>(a, xb.data(), panels.data() + p * (kc / 2) * kRows,

@@ -125,9 +125,17 @@ inline int64_t Panel512BlockRows(const GemmArgs& a, int64_t bytes_per_k) {
   return std::max<int64_t>(1, kPanel512BlockBytes / (chunk * bytes_per_k * kPanel512Rows)) * kPanel512Rows;
 }
 
+// A panel's place in the weight: rows [r0, r0 + rows) (rows <= 32) over k in [k0, k0 + kc).
+struct PanelSpan {
+  int64_t r0 = 0;
+  int rows = 0;  // 0: no panel.
+  int64_t k0 = 0, kc = 0;
+};
+
 // The blocking every panel prefill shares: rows [rb, re) in blocks of Panel512BlockRows(a,
-// bytes_per_k), each over k-chunks of kPanel512Chunk. For a block and chunk, pack(p, r0,
-// rows, k0, kc) packs panel p (rows r0 .. r0 + rows - 1, rows <= 32), then tile(T, p, r0,
+// bytes_per_k), each over k-chunks of kPanel512Chunk. For a block and chunk, pack(p, span,
+// next) packs panel p (`next`: the panel packed after it, in this chunk or the next, or
+// none, for its rows to be prefetched), then tile(T, p, r0,
 // rows, k0, kc, t0) multiplies it by tokens [t0, t0 + T) (T an std::integral_constant),
 // every panel for kPanel512Tokens tokens at a time and a last tile of fewer.
 template <typename Pack, typename Tile>
@@ -137,14 +145,25 @@ void PanelBlocks512(const GemmArgs& a, int64_t rb, int64_t re, int64_t bytes_per
   for (int64_t b0 = rb; b0 < re; b0 += block_rows) {
     const int64_t b1 = std::min(re, b0 + block_rows);
     const int64_t n_panels = (b1 - b0 + kPanel512Rows - 1) / kPanel512Rows;
-    auto rows_of = [&](int64_t p) {
-      return static_cast<int>(std::min<int64_t>(kPanel512Rows, b1 - b0 - p * kPanel512Rows));
+    // Panel p of the block starting at row `b` (rows to `e`) over the chunk at k0.
+    auto span = [&](int64_t b, int64_t e, int64_t p, int64_t k0) {
+      const int64_t r0 = b + p * kPanel512Rows;
+      if (r0 >= e || k0 >= a.n_in) return PanelSpan{};
+      return PanelSpan{r0, static_cast<int>(std::min<int64_t>(kPanel512Rows, e - r0)), k0,
+                       std::min(chunk, a.n_in - k0)};
     };
     for (int64_t k0 = 0; k0 < a.n_in; k0 += chunk) {
-      const int64_t kc = std::min(chunk, a.n_in - k0);
-      for (int64_t p = 0; p < n_panels; ++p) pack(p, b0 + p * kPanel512Rows, rows_of(p), k0, kc);
+      for (int64_t p = 0; p < n_panels; ++p) {
+        PanelSpan next = span(b0, b1, p + 1, k0);
+        if (next.rows == 0) next = span(b0, b1, 0, k0 + chunk);
+        if (next.rows == 0) next = span(b1, std::min(re, b1 + block_rows), 0, 0);
+        pack(p, span(b0, b1, p, k0), next);
+      }
       auto tiles = [&](auto T, int64_t t0) {
-        for (int64_t p = 0; p < n_panels; ++p) tile(T, p, b0 + p * kPanel512Rows, rows_of(p), k0, kc, t0);
+        for (int64_t p = 0; p < n_panels; ++p) {
+          const PanelSpan s = span(b0, b1, p, k0);
+          tile(T, p, s.r0, s.rows, s.k0, s.kc, t0);
+        }
       };
       int64_t t = 0;
       for (; t + kPanel512Tokens <= a.n_tokens; t += kPanel512Tokens) {
@@ -155,17 +174,18 @@ void PanelBlocks512(const GemmArgs& a, int64_t rb, int64_t re, int64_t bytes_per
   }
 }
 
-// Rows [rb, re) for every token. pack(r0, rows, k0, kc, panel) writes rows r0 .. r0 + rows - 1
-// (rows <= 32) of the weight over k in [k0, k0 + kc) as f32 into panel [kc][32], zeros in
-// the lanes past `rows`; kc is a multiple of 16. n_in must be a multiple of 16.
+// Rows [rb, re) for every token. pack(span, next, panel) writes rows span.r0 .. span.r0 +
+// span.rows - 1 of the weight over k in [span.k0, span.k0 + span.kc) as f32 into panel
+// [kc][32], zeros in the lanes past `rows` (`next`: as PanelBlocks512's); kc is a multiple
+// of 16. n_in must be a multiple of 16.
 template <typename Pack>
 void GemmPanels512(const GemmArgs& a, int64_t rb, int64_t re, const Pack& pack) {
   thread_local std::vector<float> panels;
   panels.resize(static_cast<size_t>(Panel512BlockRows(a, 4) * std::min(a.n_in, kPanel512Chunk)));
   PanelBlocks512(
       a, rb, re, 4,
-      [&](int64_t p, int64_t r0, int rows, int64_t k0, int64_t kc) {
-        pack(r0, rows, k0, kc, panels.data() + p * kc * kPanel512Rows);
+      [&](int64_t p, const PanelSpan& s, const PanelSpan& next) {
+        pack(s, next, panels.data() + p * s.kc * kPanel512Rows);
       },
       [&](auto T, int64_t p, int64_t r0, int rows, int64_t k0, int64_t kc, int64_t t0) {
         Panel512Tile<decltype(T)::value>(a, panels.data() + p * kc * kPanel512Rows, kc, k0, r0, rows, t0);
