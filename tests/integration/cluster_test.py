@@ -844,7 +844,15 @@ def test_dp_one_replica_down():
         streams = [subprocess.Popen([CASCADE, "generate", "--server", address, "--prompt-ids", "1", *mode,
                                      "--max-tokens", "800", "--ignore-eos", "--json"], stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, text=True) for _ in range(4)]
-        time.sleep(0.3)
+        # Stop a worker once both replicas run streams (on a fast core stories260K's 800
+        # tokens take under a second: a fixed wait could stop it after its streams ended).
+        t0 = time.time()
+        while True:
+            running = [int(n) for n in re.findall(r"^replica \d: serving; running (\d+)", status(address)[1], re.M)]
+            if len(running) == 2 and min(running) >= 1:
+                break
+            assert time.time() - t0 < 20, status(address)[1]
+            time.sleep(0.02)
         os.kill(int(workers[1]), signal.SIGSTOP)
         try:
             t0 = time.time()
