@@ -237,6 +237,107 @@ constexpr TileTokensFn kTileTokens[kTokenGroup + 1] = {nullptr,
                                                        TileTokens<7, H, O>,
                                                        TileTokens<8, H, O>};
 
+// Tokens [t0, t0 + T) x two tiles' 32 rows (tile `ta` rows r0 .. r0 + 15 under `ma`, `tb` the
+// next 16 under `mb`): TileTokens' sums for both, each broadcast of a token's activations
+// feeding the two tiles' `vpdpbusd`. With one tile a block took 64 `vpdpbusd` and 64
+// broadcasts for 8 tokens and ran at 55-62% of the `vpdpbusd` peak on Zen 5; sharing the
+// broadcasts took the tile loop to ~75%. Integer sums are exact, so the outputs have the
+// bits of TileTokens'. Four tokens: 16 weight vectors and 8 accumulators stay in registers.
+template <int T, int kHalves, bool kOffsets>
+void TilePairTokens(const GemmArgs& a, const Tile& ta, const Tile& tb, const int32_t* offsets, int64_t b0, int n_blk,
+                    int64_t r0, __mmask16 ma, __mmask16 mb, int64_t t0, bool accumulate) {
+  const int64_t nb = a.n_in / 32;
+  __m512 facc[T][2];
+#pragma GCC unroll 4
+  for (int t = 0; t < T; ++t) facc[t][0] = facc[t][1] = _mm512_setzero_ps();
+  const int8_t* xq = a.xq + t0 * a.n_in + b0 * 32;
+  const float* xd = a.xd + t0 * nb + b0;
+  const float* xs = kHalves == 2 ? a.xs16 + t0 * 2 * nb + 2 * b0 : a.xs + t0 * nb + b0;
+  const int32_t* xo = kOffsets ? offsets + t0 * kHalves * nb + kHalves * b0 : nullptr;
+  const Tile* tiles[2] = {&ta, &tb};
+  for (int b = 0; b < n_blk; ++b) {
+    __m512i w[2][8];
+#pragma GCC unroll 2
+    for (int g = 0; g < 2; ++g) {
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k)
+        w[g][k] = _mm512_load_si512(reinterpret_cast<const __m512i*>(tiles[g]->w) + b * 8 + k);
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) {
+      const int8_t* x = xq + t * a.n_in + b * 32;
+      if constexpr (kHalves == 2) {
+        __m512i s[2][2];  // [tile][half]
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+          const __m512i o = kOffsets ? _mm512_set1_epi32(xo[t * 2 * nb + 2 * b + h]) : _mm512_setzero_si512();
+          s[0][h] = s[1][h] = o;
+        }
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) {
+          const __m512i x0 = _mm512_set1_epi32(Load32(x + 4 * k)), x1 = _mm512_set1_epi32(Load32(x + 16 + 4 * k));
+#pragma GCC unroll 2
+          for (int g = 0; g < 2; ++g) {
+            s[g][0] = _mm512_dpbusd_epi32(s[g][0], w[g][k], x0);
+            s[g][1] = _mm512_dpbusd_epi32(s[g][1], w[g][4 + k], x1);
+          }
+        }
+#pragma GCC unroll 2
+        for (int g = 0; g < 2; ++g) {
+          const float* d = tiles[g]->d + 2 * b * kTileRows;
+          const __m512 u = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[g][1]), _mm512_load_ps(d + kTileRows),
+                                           _mm512_mul_ps(_mm512_cvtepi32_ps(s[g][0]), _mm512_load_ps(d)));
+          facc[t][g] = _mm512_fmadd_ps(u, _mm512_set1_ps(xd[t * nb + b]), facc[t][g]);
+          if constexpr (!kOffsets) {
+            const float* off = tiles[g]->off + 2 * b * kTileRows;
+            facc[t][g] = _mm512_fmadd_ps(_mm512_load_ps(off), _mm512_set1_ps(xs[t * 2 * nb + 2 * b]), facc[t][g]);
+            facc[t][g] = _mm512_fmadd_ps(_mm512_load_ps(off + kTileRows), _mm512_set1_ps(xs[t * 2 * nb + 2 * b + 1]),
+                                         facc[t][g]);
+          }
+        }
+      } else {
+        const __m512i o = kOffsets ? _mm512_set1_epi32(xo[t * nb + b]) : _mm512_setzero_si512();
+        __m512i s[2] = {o, o};
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; ++k) {
+          const __m512i xk = _mm512_set1_epi32(Load32(x + 4 * k));
+          s[0] = _mm512_dpbusd_epi32(s[0], w[0][k], xk);
+          s[1] = _mm512_dpbusd_epi32(s[1], w[1][k], xk);
+        }
+#pragma GCC unroll 2
+        for (int g = 0; g < 2; ++g) {
+          const __m512 dw = _mm512_load_ps(tiles[g]->d + b * kTileRows);
+          facc[t][g] =
+              _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[g]), _mm512_mul_ps(dw, _mm512_set1_ps(xd[t * nb + b])), facc[t][g]);
+          if constexpr (!kOffsets) {
+            facc[t][g] = _mm512_fmadd_ps(_mm512_load_ps(tiles[g]->off + b * kTileRows), _mm512_set1_ps(xs[t * nb + b]),
+                                         facc[t][g]);
+          }
+        }
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int t = 0; t < T; ++t) {
+    float* o = a.out + (t0 + t) * a.ld_out + r0;
+#pragma GCC unroll 2
+    for (int g = 0; g < 2; ++g) {
+      const __mmask16 m = g == 0 ? ma : mb;
+      __m512 v = facc[t][g];
+      if (accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, o + 16 * g));
+      _mm512_mask_storeu_ps(o + 16 * g, m, v);
+    }
+  }
+}
+
+constexpr int kPairTokenGroup = 4;
+constexpr int kPairTileBlocks = 24;  // Two tiles of 24 blocks: ~30 KiB, in L1.
+using TilePairTokensFn = void (*)(const GemmArgs&, const Tile&, const Tile&, const int32_t*, int64_t, int, int64_t,
+                                  __mmask16, __mmask16, int64_t, bool);
+template <int H, bool O>
+constexpr TilePairTokensFn kTilePairTokens[kPairTokenGroup + 1] = {
+    nullptr, TilePairTokens<1, H, O>, TilePairTokens<2, H, O>, TilePairTokens<3, H, O>, TilePairTokens<4, H, O>};
+
 // The tiles of rows [rb, re), each filled by `build(r0, n_rows, b0, n_blk, &tile)`, for a
 // type whose fixed offset is `offset_factor` (0: a stored min, in the tile's `off`).
 template <int kHalves, typename Build>
@@ -248,10 +349,30 @@ void GemmTiled(const GemmArgs& a, int64_t rb, int64_t re, int32_t offset_factor,
     OffsetSums<kHalves>(a, offset_factor, &offset_sums);
     offsets = offset_sums.data();
   }
-  Tile tile;
-  for (int64_t r0 = rb; r0 < re; r0 += kTileRows) {
+  auto mask = [](int64_t n) { return static_cast<__mmask16>((1u << std::clamp<int64_t>(n, 0, 16)) - 1); };
+  Tile tile, tile_b;
+  int64_t r0 = rb;
+  // Pairs of tiles (32 rows) while two have rows, then one.
+  for (; r0 + kTileRows < re; r0 += 2 * kTileRows) {
+    const int64_t rows_b = std::min<int64_t>(kTileRows, re - r0 - kTileRows);
+    for (int64_t b0 = 0; b0 < nb; b0 += kPairTileBlocks) {
+      const int n_blk = static_cast<int>(std::min<int64_t>(kPairTileBlocks, nb - b0));
+      build(r0, kTileRows, b0, n_blk, &tile);
+      build(r0 + kTileRows, static_cast<int>(rows_b), b0, n_blk, &tile_b);
+      const TilePairTokensFn* tokens =
+          offsets != nullptr ? kTilePairTokens<kHalves, true> : kTilePairTokens<kHalves, false>;
+      int64_t t = 0;
+      for (; t + kPairTokenGroup <= a.n_tokens; t += kPairTokenGroup) {
+        tokens[kPairTokenGroup](a, tile, tile_b, offsets, b0, n_blk, r0, mask(16), mask(rows_b), t, b0 > 0);
+      }
+      if (t < a.n_tokens) {
+        tokens[a.n_tokens - t](a, tile, tile_b, offsets, b0, n_blk, r0, mask(16), mask(rows_b), t, b0 > 0);
+      }
+    }
+  }
+  for (; r0 < re; r0 += kTileRows) {
     const int n_rows = static_cast<int>(std::min<int64_t>(kTileRows, re - r0));
-    const __mmask16 rmask = static_cast<__mmask16>((1u << n_rows) - 1);
+    const __mmask16 rmask = mask(n_rows);
     for (int64_t b0 = 0; b0 < nb; b0 += kTileBlocks) {
       const int n_blk = static_cast<int>(std::min<int64_t>(kTileBlocks, nb - b0));
       build(r0, n_rows, b0, n_blk, &tile);
