@@ -8,6 +8,8 @@
 // L1-resident tile laid out so that one zmm holds 4 consecutive u8 weights of each of the
 // 16 rows; a token's 4 matching activations are a 32-bit broadcast, so 8 `vpdpbusd` give
 // the 16 rows' block dot products in the 16 lanes, and 8 tokens share each tile load.
+// Where 32 rows remain, two tiles of 24 blocks run together, 4 tokens at a time, each
+// broadcast feeding both tiles' `vpdpbusd` (TilePairTokens).
 // Packed weights are already in the tile's row order, so their tiles are the GEMV's block
 // unpacking stored to L1 (packed_avx512.h) instead of the GGUF path's scatters; the
 // 16-element-group types keep two scales per block in the tile. A type's fixed offset
