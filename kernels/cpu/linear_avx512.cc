@@ -9,7 +9,7 @@
 // 16 rows; a token's 4 matching activations are a 32-bit broadcast, so 8 `vpdpbusd` give
 // the 16 rows' block dot products in the 16 lanes, and 8 tokens share each tile load.
 // Where 32 rows remain, two tiles of 24 blocks run together, 4 tokens at a time, each
-// broadcast feeding both tiles' `vpdpbusd` (TilePairTokens).
+// broadcast feeding both tiles' `vpdpbusd` (TileTokens<2, ...>).
 // Packed weights are already in the tile's row order, so their tiles are the GEMV's block
 // unpacking stored to L1 (packed_avx512.h) instead of the GGUF path's scatters; the
 // 16-element-group types keep two scales per block in the tile. A type's fixed offset
@@ -18,7 +18,9 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "core/half.h"
@@ -142,150 +144,62 @@ void OffsetSums(const GemmArgs& a, int32_t factor, std::vector<int32_t>* out) {
   }
 }
 
-// Tokens [t0, t0 + T) x the tile's 16 rows over its n_blk blocks (starting at block b0 of the
-// activations); adds into `out` rows [r0, r0 + 16) under `rmask` when `accumulate`.
-// Per token and block: the `vpdpbusd` chains (two 4 deep; or one per half) start from the
-// group's offset sum with kOffsets (else from 0, and the tile's stored min times the
-// token's sum is added in float), one conversion per group, and one FMA by the token's
-// scale (the two halves' sums scaled and added first): 8 `vpdpbusd` and 4-7 other vector
-// uops, against 5-10 before. An Intel core that issues `vpdpbusd` on two ports spends a
-// slot on each of those too.
-template <int T, int kHalves, bool kOffsets>
-void TileTokens(const GemmArgs& a, const Tile& tile, const int32_t* offsets, int64_t b0, int n_blk, int64_t r0,
-                __mmask16 rmask, int64_t t0, bool accumulate) {
+// Tokens [t0, t0 + T) x G tiles of 16 rows (tile g holds rows r0 + 16 g .. under
+// masks[g]) over their n_blk blocks (starting at block b0 of the activations); adds into
+// `out` when `accumulate`. Per token and block: the `vpdpbusd` chains (per tile two 4 deep
+// when alone, one 8 deep beside another; or one per half) start from the group's offset
+// sum with kOffsets (else from 0, and the tile's stored min times the token's sum is added
+// in float), one conversion per group, and one FMA by the token's scale (the two halves'
+// sums scaled and added first). Each broadcast of a token's activations feeds every tile:
+// one tile took 64 `vpdpbusd` and 64 broadcasts a block for 8 tokens, 55-62% of the
+// `vpdpbusd` peak on Zen 5, and a throwaway kernel sharing them between two tiles ~75%.
+// Two tiles run 4 tokens at a time (16 weight vectors and 8 accumulators in registers),
+// one tile 8. Integer sums are exact, so every G gives the same bits.
+template <int G, int T, int kHalves, bool kOffsets>
+void TileTokens(const GemmArgs& a, const Tile* const* tiles, const int32_t* offsets, int64_t b0, int n_blk, int64_t r0,
+                const __mmask16* masks, int64_t t0, bool accumulate) {
+  constexpr int C = G == 1 ? 2 : 1;  // Chains a tile, without halves.
   const int64_t nb = a.n_in / 32;
-  __m512 facc[T];
+  __m512 facc[T][G];
 #pragma GCC unroll 8
-  for (int t = 0; t < T; ++t) facc[t] = _mm512_setzero_ps();
-  const int8_t* xq[T];
-  const float* xd[T];
-  const float* xs[T];
-  const int32_t* xo[T];
-#pragma GCC unroll 8
-  for (int t = 0; t < T; ++t) {
-    xq[t] = a.xq + (t0 + t) * a.n_in + b0 * 32;
-    xd[t] = a.xd + (t0 + t) * nb + b0;
-    xs[t] = kHalves == 2 ? a.xs16 + (t0 + t) * 2 * nb + 2 * b0 : a.xs + (t0 + t) * nb + b0;
-    xo[t] = kOffsets ? offsets + (t0 + t) * kHalves * nb + kHalves * b0 : nullptr;
-  }
-  for (int b = 0; b < n_blk; ++b) {
-    const __m512i* wp = reinterpret_cast<const __m512i*>(tile.w) + b * 8;
-    __m512i w[8];
-#pragma GCC unroll 8
-    for (int k = 0; k < 8; ++k) w[k] = _mm512_load_si512(wp + k);
-    if constexpr (kHalves == 2) {
-      const __m512 d0 = _mm512_load_ps(tile.d + 2 * b * kTileRows),
-                   d1 = _mm512_load_ps(tile.d + (2 * b + 1) * kTileRows);
-#pragma GCC unroll 8
-      for (int t = 0; t < T; ++t) {
-        const int8_t* x = xq[t] + b * 32;
-        // Elements 0..15 (operands 0-3) and 16..31 (4-7) have their own scales.
-        __m512i s0 = kOffsets ? _mm512_set1_epi32(xo[t][2 * b]) : _mm512_setzero_si512();
-        __m512i s1 = kOffsets ? _mm512_set1_epi32(xo[t][2 * b + 1]) : _mm512_setzero_si512();
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; ++k) {
-          s0 = _mm512_dpbusd_epi32(s0, w[k], _mm512_set1_epi32(Load32(x + 4 * k)));
-          s1 = _mm512_dpbusd_epi32(s1, w[4 + k], _mm512_set1_epi32(Load32(x + 16 + 4 * k)));
-        }
-        const __m512 u = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), d1, _mm512_mul_ps(_mm512_cvtepi32_ps(s0), d0));
-        facc[t] = _mm512_fmadd_ps(u, _mm512_set1_ps(xd[t][b]), facc[t]);
-        if constexpr (!kOffsets) {
-          facc[t] =
-              _mm512_fmadd_ps(_mm512_load_ps(tile.off + 2 * b * kTileRows), _mm512_set1_ps(xs[t][2 * b]), facc[t]);
-          facc[t] = _mm512_fmadd_ps(_mm512_load_ps(tile.off + (2 * b + 1) * kTileRows),
-                                    _mm512_set1_ps(xs[t][2 * b + 1]), facc[t]);
-        }
-      }
-      continue;
-    }
-    const __m512 dw = _mm512_load_ps(tile.d + b * kTileRows);
-#pragma GCC unroll 8
-    for (int t = 0; t < T; ++t) {
-      const int8_t* x = xq[t] + b * 32;
-      // Two chains: one 8 deep measured 8-16% slower here.
-      __m512i ia = kOffsets ? _mm512_set1_epi32(xo[t][b]) : _mm512_setzero_si512();
-      __m512i ib = _mm512_setzero_si512();
-#pragma GCC unroll 4
-      for (int k = 0; k < 8; k += 2) {
-        ia = _mm512_dpbusd_epi32(ia, w[k], _mm512_set1_epi32(Load32(x + 4 * k)));
-        ib = _mm512_dpbusd_epi32(ib, w[k + 1], _mm512_set1_epi32(Load32(x + 4 * k + 4)));
-      }
-      const __m512 p = _mm512_cvtepi32_ps(_mm512_add_epi32(ia, ib));
-      facc[t] = _mm512_fmadd_ps(p, _mm512_mul_ps(dw, _mm512_set1_ps(xd[t][b])), facc[t]);
-      if constexpr (!kOffsets) {
-        facc[t] = _mm512_fmadd_ps(_mm512_load_ps(tile.off + b * kTileRows), _mm512_set1_ps(xs[t][b]), facc[t]);
-      }
-    }
-  }
-#pragma GCC unroll 8
-  for (int t = 0; t < T; ++t) {
-    float* o = a.out + (t0 + t) * a.ld_out + r0;
-    __m512 v = facc[t];
-    if (accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(rmask, o));
-    _mm512_mask_storeu_ps(o, rmask, v);
-  }
-}
-
-using TileTokensFn = void (*)(const GemmArgs&, const Tile&, const int32_t*, int64_t, int, int64_t, __mmask16, int64_t,
-                              bool);
-template <int H, bool O>
-constexpr TileTokensFn kTileTokens[kTokenGroup + 1] = {nullptr,
-                                                       TileTokens<1, H, O>,
-                                                       TileTokens<2, H, O>,
-                                                       TileTokens<3, H, O>,
-                                                       TileTokens<4, H, O>,
-                                                       TileTokens<5, H, O>,
-                                                       TileTokens<6, H, O>,
-                                                       TileTokens<7, H, O>,
-                                                       TileTokens<8, H, O>};
-
-// Tokens [t0, t0 + T) x two tiles' 32 rows (tile `ta` rows r0 .. r0 + 15 under `ma`, `tb` the
-// next 16 under `mb`): TileTokens' sums for both, each broadcast of a token's activations
-// feeding the two tiles' `vpdpbusd`. With one tile a block took 64 `vpdpbusd` and 64
-// broadcasts for 8 tokens and ran at 55-62% of the `vpdpbusd` peak on Zen 5; sharing the
-// broadcasts took the tile loop to ~75%. Integer sums are exact, so the outputs have the
-// bits of TileTokens'. Four tokens: 16 weight vectors and 8 accumulators stay in registers.
-template <int T, int kHalves, bool kOffsets>
-void TilePairTokens(const GemmArgs& a, const Tile& ta, const Tile& tb, const int32_t* offsets, int64_t b0, int n_blk,
-                    int64_t r0, __mmask16 ma, __mmask16 mb, int64_t t0, bool accumulate) {
-  const int64_t nb = a.n_in / 32;
-  __m512 facc[T][2];
-#pragma GCC unroll 4
-  for (int t = 0; t < T; ++t) facc[t][0] = facc[t][1] = _mm512_setzero_ps();
+  for (int t = 0; t < T; ++t)
+#pragma GCC unroll 2
+    for (int g = 0; g < G; ++g) facc[t][g] = _mm512_setzero_ps();
   const int8_t* xq = a.xq + t0 * a.n_in + b0 * 32;
   const float* xd = a.xd + t0 * nb + b0;
   const float* xs = kHalves == 2 ? a.xs16 + t0 * 2 * nb + 2 * b0 : a.xs + t0 * nb + b0;
   const int32_t* xo = kOffsets ? offsets + t0 * kHalves * nb + kHalves * b0 : nullptr;
-  const Tile* tiles[2] = {&ta, &tb};
   for (int b = 0; b < n_blk; ++b) {
-    __m512i w[2][8];
+    __m512i w[G][8];
 #pragma GCC unroll 2
-    for (int g = 0; g < 2; ++g) {
+    for (int g = 0; g < G; ++g) {
 #pragma GCC unroll 8
       for (int k = 0; k < 8; ++k)
         w[g][k] = _mm512_load_si512(reinterpret_cast<const __m512i*>(tiles[g]->w) + b * 8 + k);
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
       const int8_t* x = xq + t * a.n_in + b * 32;
       if constexpr (kHalves == 2) {
-        __m512i s[2][2];  // [tile][half]
+        // Elements 0..15 (operands 0-3) and 16..31 (4-7) have their own scales.
+        __m512i s[G][2];
 #pragma GCC unroll 2
         for (int h = 0; h < 2; ++h) {
           const __m512i o = kOffsets ? _mm512_set1_epi32(xo[t * 2 * nb + 2 * b + h]) : _mm512_setzero_si512();
-          s[0][h] = s[1][h] = o;
+#pragma GCC unroll 2
+          for (int g = 0; g < G; ++g) s[g][h] = o;
         }
 #pragma GCC unroll 4
         for (int k = 0; k < 4; ++k) {
           const __m512i x0 = _mm512_set1_epi32(Load32(x + 4 * k)), x1 = _mm512_set1_epi32(Load32(x + 16 + 4 * k));
 #pragma GCC unroll 2
-          for (int g = 0; g < 2; ++g) {
+          for (int g = 0; g < G; ++g) {
             s[g][0] = _mm512_dpbusd_epi32(s[g][0], w[g][k], x0);
             s[g][1] = _mm512_dpbusd_epi32(s[g][1], w[g][4 + k], x1);
           }
         }
 #pragma GCC unroll 2
-        for (int g = 0; g < 2; ++g) {
+        for (int g = 0; g < G; ++g) {
           const float* d = tiles[g]->d + 2 * b * kTileRows;
           const __m512 u = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[g][1]), _mm512_load_ps(d + kTileRows),
                                            _mm512_mul_ps(_mm512_cvtepi32_ps(s[g][0]), _mm512_load_ps(d)));
@@ -298,19 +212,24 @@ void TilePairTokens(const GemmArgs& a, const Tile& ta, const Tile& tb, const int
           }
         }
       } else {
-        const __m512i o = kOffsets ? _mm512_set1_epi32(xo[t * nb + b]) : _mm512_setzero_si512();
-        __m512i s[2] = {o, o};
+        __m512i s[G][C];
+#pragma GCC unroll 2
+        for (int g = 0; g < G; ++g) {
+          s[g][0] = kOffsets ? _mm512_set1_epi32(xo[t * nb + b]) : _mm512_setzero_si512();
+          if constexpr (C == 2) s[g][C - 1] = _mm512_setzero_si512();
+        }
 #pragma GCC unroll 8
         for (int k = 0; k < 8; ++k) {
           const __m512i xk = _mm512_set1_epi32(Load32(x + 4 * k));
-          s[0] = _mm512_dpbusd_epi32(s[0], w[0][k], xk);
-          s[1] = _mm512_dpbusd_epi32(s[1], w[1][k], xk);
+#pragma GCC unroll 2
+          for (int g = 0; g < G; ++g) s[g][k % C] = _mm512_dpbusd_epi32(s[g][k % C], w[g][k], xk);
         }
 #pragma GCC unroll 2
-        for (int g = 0; g < 2; ++g) {
+        for (int g = 0; g < G; ++g) {
+          const __m512i sum = C == 2 ? _mm512_add_epi32(s[g][0], s[g][C - 1]) : s[g][0];
           const __m512 dw = _mm512_load_ps(tiles[g]->d + b * kTileRows);
           facc[t][g] =
-              _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[g]), _mm512_mul_ps(dw, _mm512_set1_ps(xd[t * nb + b])), facc[t][g]);
+              _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dw, _mm512_set1_ps(xd[t * nb + b])), facc[t][g]);
           if constexpr (!kOffsets) {
             facc[t][g] = _mm512_fmadd_ps(_mm512_load_ps(tiles[g]->off + b * kTileRows), _mm512_set1_ps(xs[t * nb + b]),
                                          facc[t][g]);
@@ -319,29 +238,41 @@ void TilePairTokens(const GemmArgs& a, const Tile& ta, const Tile& tb, const int
       }
     }
   }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int t = 0; t < T; ++t) {
     float* o = a.out + (t0 + t) * a.ld_out + r0;
 #pragma GCC unroll 2
-    for (int g = 0; g < 2; ++g) {
-      const __mmask16 m = g == 0 ? ma : mb;
+    for (int g = 0; g < G; ++g) {
       __m512 v = facc[t][g];
-      if (accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, o + 16 * g));
-      _mm512_mask_storeu_ps(o + 16 * g, m, v);
+      if (accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(masks[g], o + 16 * g));
+      _mm512_mask_storeu_ps(o + 16 * g, masks[g], v);
     }
   }
 }
 
-constexpr int kPairTokenGroup = 4;
-constexpr int kPairTileBlocks = 24;  // Two tiles of 24 blocks: ~30 KiB, in L1.
-using TilePairTokensFn = void (*)(const GemmArgs&, const Tile&, const Tile&, const int32_t*, int64_t, int, int64_t,
-                                  __mmask16, __mmask16, int64_t, bool);
-template <int H, bool O>
-constexpr TilePairTokensFn kTilePairTokens[kPairTokenGroup + 1] = {
-    nullptr, TilePairTokens<1, H, O>, TilePairTokens<2, H, O>, TilePairTokens<3, H, O>, TilePairTokens<4, H, O>};
+using TileTokensFn = void (*)(const GemmArgs&, const Tile* const*, const int32_t*, int64_t, int, int64_t,
+                              const __mmask16*, int64_t, bool);
+// Tokens a call of G tiles takes at most, and blocks a tile holds then: two tiles of 24
+// (~30 KiB) stay in L1 as one of 48 does. 16 or 32 blocks a pair measured no better.
+template <int G>
+inline constexpr int kGroupTokens = G == 1 ? kTokenGroup : 4;
+template <int G>
+inline constexpr int kGroupBlocks = kTileBlocks / G;
+// By token count; a table of two tiles holds its 4-token kernel past 4 (never called).
+template <int G, int H, bool O>
+constexpr TileTokensFn kTileTokens[kTokenGroup + 1] = {nullptr,
+                                                       TileTokens<G, 1, H, O>,
+                                                       TileTokens<G, 2, H, O>,
+                                                       TileTokens<G, 3, H, O>,
+                                                       TileTokens<G, 4, H, O>,
+                                                       TileTokens<G, std::min(5, kGroupTokens<G>), H, O>,
+                                                       TileTokens<G, std::min(6, kGroupTokens<G>), H, O>,
+                                                       TileTokens<G, std::min(7, kGroupTokens<G>), H, O>,
+                                                       TileTokens<G, std::min(8, kGroupTokens<G>), H, O>};
 
 // The tiles of rows [rb, re), each filled by `build(r0, n_rows, b0, n_blk, &tile)`, for a
-// type whose fixed offset is `offset_factor` (0: a stored min, in the tile's `off`).
+// type whose fixed offset is `offset_factor` (0: a stored min, in the tile's `off`): two
+// at a time while 32 rows remain, then one.
 template <int kHalves, typename Build>
 void GemmTiled(const GemmArgs& a, int64_t rb, int64_t re, int32_t offset_factor, const Build& build) {
   const int64_t nb = a.n_in / 32;
@@ -351,42 +282,32 @@ void GemmTiled(const GemmArgs& a, int64_t rb, int64_t re, int32_t offset_factor,
     OffsetSums<kHalves>(a, offset_factor, &offset_sums);
     offsets = offset_sums.data();
   }
-  auto mask = [](int64_t n) { return static_cast<__mmask16>((1u << std::clamp<int64_t>(n, 0, 16)) - 1); };
-  Tile tile, tile_b;
+  Tile tile_storage[2];
+  const Tile* const tiles[2] = {&tile_storage[0], &tile_storage[1]};
+  // Rows [r0, r0 + 16 G) (the last tile may have fewer) through G tiles.
+  auto run = [&](auto group, int64_t r0) {
+    constexpr int G = decltype(group)::value;
+    __mmask16 masks[G];
+    for (int g = 0; g < G; ++g) {
+      const int64_t rows = std::min<int64_t>(kTileRows, re - r0 - g * kTileRows);
+      masks[g] = static_cast<__mmask16>((1u << rows) - 1);
+    }
+    const TileTokensFn* tokens = offsets != nullptr ? kTileTokens<G, kHalves, true> : kTileTokens<G, kHalves, false>;
+    for (int64_t b0 = 0; b0 < nb; b0 += kGroupBlocks<G>) {
+      const int n_blk = static_cast<int>(std::min<int64_t>(kGroupBlocks<G>, nb - b0));
+      for (int g = 0; g < G; ++g) {
+        build(r0 + g * kTileRows, std::popcount(masks[g]), b0, n_blk, &tile_storage[g]);
+      }
+      int64_t t = 0;
+      for (; t + kGroupTokens<G> <= a.n_tokens; t += kGroupTokens<G>) {
+        tokens[kGroupTokens<G>](a, tiles, offsets, b0, n_blk, r0, masks, t, b0 > 0);
+      }
+      if (t < a.n_tokens) tokens[a.n_tokens - t](a, tiles, offsets, b0, n_blk, r0, masks, t, b0 > 0);
+    }
+  };
   int64_t r0 = rb;
-  // Pairs of tiles (32 rows) while two have rows, then one.
-  for (; r0 + kTileRows < re; r0 += 2 * kTileRows) {
-    const int64_t rows_b = std::min<int64_t>(kTileRows, re - r0 - kTileRows);
-    for (int64_t b0 = 0; b0 < nb; b0 += kPairTileBlocks) {
-      const int n_blk = static_cast<int>(std::min<int64_t>(kPairTileBlocks, nb - b0));
-      build(r0, kTileRows, b0, n_blk, &tile);
-      build(r0 + kTileRows, static_cast<int>(rows_b), b0, n_blk, &tile_b);
-      const TilePairTokensFn* tokens =
-          offsets != nullptr ? kTilePairTokens<kHalves, true> : kTilePairTokens<kHalves, false>;
-      int64_t t = 0;
-      for (; t + kPairTokenGroup <= a.n_tokens; t += kPairTokenGroup) {
-        tokens[kPairTokenGroup](a, tile, tile_b, offsets, b0, n_blk, r0, mask(16), mask(rows_b), t, b0 > 0);
-      }
-      if (t < a.n_tokens) {
-        tokens[a.n_tokens - t](a, tile, tile_b, offsets, b0, n_blk, r0, mask(16), mask(rows_b), t, b0 > 0);
-      }
-    }
-  }
-  for (; r0 < re; r0 += kTileRows) {
-    const int n_rows = static_cast<int>(std::min<int64_t>(kTileRows, re - r0));
-    const __mmask16 rmask = mask(n_rows);
-    for (int64_t b0 = 0; b0 < nb; b0 += kTileBlocks) {
-      const int n_blk = static_cast<int>(std::min<int64_t>(kTileBlocks, nb - b0));
-      build(r0, n_rows, b0, n_blk, &tile);
-      const bool accumulate = b0 > 0;
-      const TileTokensFn* tokens = offsets != nullptr ? kTileTokens<kHalves, true> : kTileTokens<kHalves, false>;
-      int64_t t = 0;
-      for (; t + kTokenGroup <= a.n_tokens; t += kTokenGroup) {
-        tokens[kTokenGroup](a, tile, offsets, b0, n_blk, r0, rmask, t, accumulate);
-      }
-      if (t < a.n_tokens) tokens[a.n_tokens - t](a, tile, offsets, b0, n_blk, r0, rmask, t, accumulate);
-    }
-  }
+  for (; r0 + kTileRows < re; r0 += 2 * kTileRows) run(std::integral_constant<int, 2>{}, r0);
+  for (; r0 < re; r0 += kTileRows) run(std::integral_constant<int, 1>{}, r0);
 }
 
 // Below this many tokens the per-tile unpacking costs more than it saves.
