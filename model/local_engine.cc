@@ -13,13 +13,18 @@
 #include "model/format/tokenizer_files.h"
 
 namespace cascade::model {
-namespace {}  // namespace
+namespace {
+
+kernels::CpuBackendOptions BackendOptions(const LocalEngineOptions& options) {
+  return {.n_threads = options.n_threads, .bf16_prefill = options.cpu_bf16_prefill};
+}
+
+}  // namespace
 
 std::string LocalEngine::CpuKernels() { return kernels::DescribeActiveCpuIsa(); }
 
 std::string LocalEngine::CpuPrefillActivations(const LocalEngineOptions& options) {
-  return kernels::DescribeCpuPrefillActivations(
-      {.n_threads = options.n_threads, .bf16_prefill = options.cpu_bf16_prefill});
+  return kernels::DescribeCpuPrefillActivations(BackendOptions(options));
 }
 
 absl::StatusOr<std::unique_ptr<LocalEngine>> LocalEngine::Create(const std::string& model_path,
@@ -31,7 +36,7 @@ absl::StatusOr<std::unique_ptr<LocalEngine>> LocalEngine::Create(const std::stri
     return absl::InvalidArgumentError(StrCat(model_path, ": tokenizer has ", e->tokenizer_->n_vocab(),
                                              " tokens but the model only ", e->files_.config.n_vocab));
   }
-  e->backend_ = kernels::MakeCpuBackend({.n_threads = options.n_threads, .bf16_prefill = options.cpu_bf16_prefill});
+  e->backend_ = kernels::MakeCpuBackend(BackendOptions(options));
   StageOptions stage;
   stage.kv_window_tokens = options.kv_window_tokens;
   stage.kv_sink_tokens = options.kv_sink_tokens;
