@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cpu/exp_poly.h"
 #include "kernels/cpu/simd.h"
 
 namespace cascade::kernels::cpu {
@@ -22,7 +23,7 @@ void SiluMulRow(float* out, const float* gate, const float* up, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];
-    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+    out[i] = g / (1.0f + internal::ExpPoly(-g)) * up[i];
   }
 }
 
@@ -32,7 +33,7 @@ void ClampedSwigluRow(float* out, const float* gate, const float* up, int64_t n,
   for (int64_t i = 0; i < n; ++i) {
     const float g = std::min(gate[i], limit);
     const float u = std::clamp(up[i], -limit, limit);
-    out[i] = (u + 1.0f) * g / (1.0f + std::exp(-alpha * g));
+    out[i] = (u + 1.0f) * g / (1.0f + internal::ExpPoly(-alpha * g));
   }
 }
 

@@ -35,15 +35,23 @@ TEST(ElementwiseTest, RmsNorm) {
   }
 }
 
+// SiLU(g) x u against double precision, relative to the result's size, over gates from
+// 0.01 to 100 in magnitude (the exp's range ends included: -g past 88 is clamped there)
+// and the exp's argument at every point of its range reduction.
 TEST(ElementwiseTest, SiluMul) {
   auto b = MakeCpuBackend({});
   const int64_t n = 1000;
   auto g = Random(n, 3), u = Random(n, 4);
+  for (int64_t i = 0; i < n; ++i) g[i] *= std::pow(10.0f, static_cast<float>(i % 5) - 2);  // 0.01x .. 100x.
+  g[0] = 87.9f, g[1] = -87.9f, g[2] = 88.5f, g[3] = -88.5f, g[4] = -200.0f, g[5] = 0.0f, g[6] = 0.3465736f;
   std::vector<float> out(n);
   ASSERT_TRUE(b->SiluMul(TensorView(out.data(), DType::kF32, {1, n}), TensorView(g.data(), DType::kF32, {1, n}),
                          TensorView(u.data(), DType::kF32, {1, n}))
                   .ok());
-  for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(out[i], g[i] / (1 + std::exp(-double(g[i]))) * u[i], 1e-5);
+  for (int64_t i = 0; i < n; ++i) {
+    const double want = g[i] / (1 + std::exp(-double(g[i]))) * u[i];
+    EXPECT_NEAR(out[i], want, 1e-6 * std::fabs(want) + 1e-30) << "gate " << g[i];
+  }
 }
 
 // gpt-oss's clamped SwiGLU against transformers' formula in double, over values past the
