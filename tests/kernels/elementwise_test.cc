@@ -97,6 +97,23 @@ TEST(ElementwiseTest, AddBias) {
       b->AddBias(TensorView(out.data(), DType::kF32, {rows, d}), TensorView(bias.data(), DType::kF32, {d - 1})).ok());
 }
 
+// The residual sum out += in, element by element, small (one pass) and large (split over
+// the pool, a ragged last chunk); a shape mismatch is refused.
+TEST(ElementwiseTest, AddInPlace) {
+  auto b = MakeCpuBackend({.n_threads = 2});
+  for (const auto& [rows, d] : {std::tuple{3, 70}, std::tuple{129, 2053}}) {
+    auto x = Random(rows * d, 10), in = Random(rows * d, 11);
+    std::vector<float> out = x;
+    ASSERT_TRUE(
+        b->AddInPlace(TensorView(out.data(), DType::kF32, {rows, d}), TensorView(in.data(), DType::kF32, {rows, d}))
+            .ok());
+    for (int64_t i = 0; i < int64_t{rows} * d; ++i) ASSERT_EQ(out[i], x[i] + in[i]) << i;
+  }
+  std::vector<float> out(10), in(9);
+  EXPECT_FALSE(
+      b->AddInPlace(TensorView(out.data(), DType::kF32, {1, 10}), TensorView(in.data(), DType::kF32, {1, 9})).ok());
+}
+
 // The MoE scatter: out[rows[i]] += scales[i] * in[i], rows repeating (a token's experts),
 // against the sum in double; small (serial) and large (split by columns over the pool);
 // a row outside out is refused.
