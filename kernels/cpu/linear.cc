@@ -185,6 +185,7 @@ absl::Status QuantizedActivations::Quantize(const float* in, int64_t n_tokens, i
   n_tokens_ = 0;
   n_in_ = 0;
   f32_ = nullptr;
+  has_bf16_ = false;
   format_ = format;
   const int64_t block = FormatBlock(format);
   if (n_tokens < 0 || n_in < 0 || n_in % block != 0) {
@@ -243,6 +244,20 @@ absl::Status QuantizedActivations::Quantize(const float* in, int64_t n_tokens, i
   return absl::OkStatus();
 }
 
+void QuantizedActivations::RoundToBf16(ThreadPool* pool) {
+  const int64_t n = n_tokens_ * n_in_;
+  if (static_cast<int64_t>(bf16_.size()) < n) bf16_.resize(n);
+  auto run = [&](int64_t begin, int64_t end, int) {
+    internal::RoundToBf16Avx512(f32_ + begin * n_in_, (end - begin) * n_in_, bf16_.data() + begin * n_in_);
+  };
+  if (pool != nullptr && n >= 16384) {
+    pool->ParallelFor(n_tokens_, run);
+  } else {
+    run(0, n_tokens_, 0);
+  }
+  has_bf16_ = true;
+}
+
 namespace {
 
 internal::GemmArgs ActivationArgs(const QuantizedActivations& in) {
@@ -250,6 +265,7 @@ internal::GemmArgs ActivationArgs(const QuantizedActivations& in) {
   args.n_in = in.n_in();
   args.n_tokens = in.n_tokens();
   args.x = in.f32();
+  args.xb = in.bf16();
   if (in.format() == ActivationFormat::kQ8Block) {
     args.xq = in.q8_quants();
     args.xd = in.q8_scales();
@@ -263,7 +279,7 @@ internal::GemmArgs ActivationArgs(const QuantizedActivations& in) {
 }
 
 absl::Status LinearQuantizedParts(std::span<const LinearPart> parts, const QuantizedActivations& in,
-                                  const TensorView& weight, ThreadPool* pool, const LinearOptions& options = {}) {
+                                  const TensorView& weight, ThreadPool* pool) {
   CASCADE_RETURN_IF_ERROR(CheckWeight(weight));
   CASCADE_RETURN_IF_ERROR(CheckParts(parts, weight.Rows(), false));
   const int64_t n_in = weight.Cols();
@@ -277,7 +293,6 @@ absl::Status LinearQuantizedParts(std::span<const LinearPart> parts, const Quant
   }
   if (auto done = TrivialLinear(parts, in.n_tokens(), n_in)) return *done;
   GemmArgs args = ActivationArgs(in);
-  args.bf16_products = options.bf16_prefill;
   args.w = static_cast<const uint8_t*>(weight.data);
   args.w_row_bytes = weight.RowBytes();
   const internal::GemmFn gemm = ActiveKernels().gemm[static_cast<int>(weight.dtype)];
@@ -331,7 +346,10 @@ absl::Status LinearParts(std::span<const LinearPart> parts, const float* in, con
   CASCADE_RETURN_IF_ERROR(CheckInput(in, n_tokens, weight.Cols()));
   thread_local QuantizedActivations scratch;
   CASCADE_RETURN_IF_ERROR(scratch.Quantize(in, n_tokens, weight.Cols(), ActivationFormatFor(weight.dtype), pool));
-  return LinearQuantizedParts(parts, scratch, weight, pool, options);
+  if (options.bf16_prefill && weight.dtype == DType::kF8_E4M3_B128 && internal::F8Bf16PrefillRuns(n_tokens)) {
+    scratch.RoundToBf16(pool);
+  }
+  return LinearQuantizedParts(parts, scratch, weight, pool);
 }
 
 absl::Status Linear(float* out, const float* in, const TensorView& weight, int64_t n_tokens, ThreadPool* pool,

@@ -77,6 +77,13 @@ class QuantizedActivations {
   // Format kQ8K: [n_tokens, n_in / 256].
   const BlockQ8_K* q8k_blocks() const { return q8k_.data(); }
 
+  // Format kF32 on an AVX512_BF16 CPU, n_in a multiple of 32: also rounds the activations
+  // to nearest bf16, once for every kernel and thread that multiplies bf16 pairs (each
+  // thread's piece of each call had converted all of them). Until the next Quantize.
+  void RoundToBf16(ThreadPool* pool);
+  // Those bf16 values [n_tokens, n_in], or null when not rounded.
+  const uint16_t* bf16() const { return has_bf16_ ? bf16_.data() : nullptr; }
+
  private:
   ActivationFormat format_ = ActivationFormat::kF32;
   int64_t n_tokens_ = 0;
@@ -88,6 +95,8 @@ class QuantizedActivations {
   std::vector<float> q8_sums16_;
   std::vector<int16_t> q8_isums16_;
   std::vector<BlockQ8_K> q8k_;
+  std::vector<uint16_t> bf16_;
+  bool has_bf16_ = false;
 };
 
 // How a CPU linear layer may round (CpuBackendOptions::bf16_prefill).

@@ -34,7 +34,7 @@ namespace {
 // a second, panels / rows: 8 tokens 32-36 / 39-40, 16: 42-53 / 49-53, 24: 63-66 / 66-71,
 // 32: 72-76 / 67-69, 64: 88-89 / 68-71. A MoE's experts see few tokens each.
 constexpr int64_t kMinPanelTokens = 32;
-// The same for the bf16 panels (GemmArgs::bf16_products, linear_f8_avx512bf16.cc), which
+// The same for the bf16 panels (GemmArgs::xb, linear_f8_avx512bf16.cc), which
 // set up as cheaply and multiply twice as fast: [768, 2048] (a MoE expert), G
 // multiply-adds a second, bf16 panels / f32 rows and dot tiles, two runs: 6 tokens 59-60 /
 // 62-63, 8: 73 / 58-59, 12: 96-98 / 70-72, 16: 104-109 / 60, 32: 145-156 / 83-84.
@@ -230,6 +230,10 @@ void PackF8Panel(const GemmArgs& a, int64_t r0, int rows, int64_t k0, int64_t kc
 
 }  // namespace
 
+bool F8Bf16PrefillRuns(int64_t n_tokens) {
+  return ActiveCpuIsa() == CpuIsa::kAvx512 && GetCpuFeatures().avx512bf16 && n_tokens >= kMinBf16PanelTokens;
+}
+
 void GemmF8Avx512(const GemmArgs& a, int64_t rb, int64_t re) {
   if (a.n_tokens < kMinDecodedTokens) {
     thread_local std::vector<float> scaled;
@@ -240,7 +244,7 @@ void GemmF8Avx512(const GemmArgs& a, int64_t rb, int64_t re) {
     }
     return;
   }
-  if (a.bf16_products && a.n_tokens >= kMinBf16PanelTokens && GetCpuFeatures().avx512bf16) {
+  if (a.xb != nullptr) {  // Made only where F8Bf16PrefillRuns.
     GemmF8Bf16Avx512(a, rb, re);
     return;
   }

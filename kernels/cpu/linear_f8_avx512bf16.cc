@@ -1,5 +1,5 @@
 // A prefill of F8_E4M3_B128 weights with its activations rounded to bf16, on AVX-512 with
-// BF16 (`GemmArgs::bf16_products`: `scheduler.cpu_prefill_activations: bf16`, opt-in and
+// BF16 (`GemmArgs::xb`: `scheduler.cpu_prefill_activations: bf16`, opt-in and
 // lossy). `vdpbf16ps` multiplies 32 pairs an instruction where an FMA multiplies 16, so the
 // outer-product panels of panels_avx512.h, which hold one core at 76-84% of its f32 FMA
 // peak, get twice the peak.
@@ -34,14 +34,6 @@ namespace {
 // A panel's rows, two vectors of 16; its blocks, chunks and tiles (12 tokens: 24
 // accumulators) are panels_avx512.h's (PanelBlocks512).
 constexpr int kRows = kPanel512Rows;
-
-// x [n] (a multiple of 32) rounded to nearest bf16 into `out`.
-void ToBf16(const float* x, int64_t n, uint16_t* out) {
-  for (int64_t i = 0; i < n; i += 32) {
-    const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(x + i));
-    _mm512_storeu_si512(out + i, reinterpret_cast<const __m512i&>(v));
-  }
-}
 
 // Rows r0 .. r0 + rows - 1 (rows <= 32) over k in [k0, k0 + kc) (kc a multiple of 128) into
 // `panel` [kc / 2][32] pairs and `scales` [kc / 128][32] (the block scales times 2^8, for
@@ -116,10 +108,14 @@ void Tile(const GemmArgs& a, const uint16_t* xb, const uint32_t* panel, const fl
 
 }  // namespace
 
+void RoundToBf16Avx512(const float* x, int64_t n, uint16_t* out) {
+  for (int64_t i = 0; i < n; i += 32) {
+    const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(x + i));
+    _mm512_storeu_si512(out + i, reinterpret_cast<const __m512i&>(v));
+  }
+}
+
 void GemmF8Bf16Avx512(const GemmArgs& a, int64_t rb, int64_t re) {
-  thread_local std::vector<uint16_t> xb;
-  xb.resize(static_cast<size_t>(a.n_tokens * a.n_in));
-  ToBf16(a.x, a.n_tokens * a.n_in, xb.data());
   // Panel p of a block over a chunk of kc: kc / 2 pairs of 32 rows, kc / 128 scales of 32.
   thread_local std::vector<uint32_t> panels;
   thread_local std::vector<float> scales;
@@ -134,8 +130,8 @@ void GemmF8Bf16Avx512(const GemmArgs& a, int64_t rb, int64_t re) {
                   scales.data() + p * (s.kc / 128) * kRows);
       },
       [&](auto T, int64_t p, int64_t r0, int rows, int64_t k0, int64_t kc, int64_t t0) {
-        Tile<decltype(T)::value>(a, xb.data(), panels.data() + p * (kc / 2) * kRows,
-                                 scales.data() + p * (kc / 128) * kRows, kc, k0, r0, rows, t0);
+        Tile<decltype(T)::value>(a, a.xb, panels.data() + p * (kc / 2) * kRows, scales.data() + p * (kc / 128) * kRows,
+                                 kc, k0, r0, rows, t0);
       });
 }
 

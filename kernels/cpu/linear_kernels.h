@@ -36,10 +36,10 @@ struct GemmArgs {
   const float* xs16 = nullptr;    //   [n_tokens, n_in / 16] the same per 16 elements.
   const int16_t* xi16 = nullptr;  //   [n_tokens, n_in / 16] sums of the quants per 16.
   const BlockQ8_K* xk = nullptr;  // kQ8K: [n_tokens, n_in / 256].
-  // kF32 activations may be rounded to bf16 where a kernel multiplies bf16 pairs
-  // (LinearOptions::bf16_prefill): the F8_E4M3_B128 prefill on AVX512_BF16 CPUs
-  // (GemmF8Avx512).
-  bool bf16_products = false;
+  // kF32 activations rounded to bf16 [n_tokens, n_in] (QuantizedActivations::RoundToBf16),
+  // set where a kernel multiplies bf16 pairs (LinearOptions::bf16_prefill): then the
+  // F8_E4M3_B128 prefill on AVX512_BF16 CPUs runs on them (GemmF8Avx512). Null otherwise.
+  const uint16_t* xb = nullptr;
 };
 
 using GemmFn = void (*)(const GemmArgs& args, int64_t row_begin, int64_t row_end);
@@ -120,9 +120,14 @@ void GemmF8Avx2(const GemmArgs& a, int64_t row_begin, int64_t row_end);
 void GemmF32PanelsAvx2(const GemmArgs& a, int64_t row_begin, int64_t row_end);
 // F8_E4M3_B128 on AVX-512 (linear_f8_avx512.cc), an entry of Avx512Kernels().
 void GemmF8Avx512(const GemmArgs& a, int64_t row_begin, int64_t row_end);
-// Its prefill with activations rounded to bf16 (linear_f8_avx512bf16.cc), on CPUs with
-// AVX512_BF16 only.
+// Its prefill with activations rounded to bf16 (linear_f8_avx512bf16.cc, GemmArgs::xb), on
+// CPUs with AVX512_BF16 only.
 void GemmF8Bf16Avx512(const GemmArgs& a, int64_t row_begin, int64_t row_end);
+// Whether the active kernels run an F8_E4M3_B128 product of n_tokens on bf16 activations
+// when LinearOptions::bf16_prefill asks (AVX-512 kernels, AVX512_BF16, enough tokens).
+bool F8Bf16PrefillRuns(int64_t n_tokens);
+// x [n] (a multiple of 32) rounded to nearest bf16 into `out`; AVX512_BF16 CPUs only.
+void RoundToBf16Avx512(const float* x, int64_t n, uint16_t* out);
 // F32, F16 and BF16 on AVX-512 (linear_float_avx512.cc), entries of Avx512Kernels().
 void GemmF32Avx512(const GemmArgs& a, int64_t row_begin, int64_t row_end);
 void GemmF16Avx512(const GemmArgs& a, int64_t row_begin, int64_t row_end);
