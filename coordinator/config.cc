@@ -13,6 +13,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
+#include "core/cpu_prefill_activations.h"
 #include "core/kv_cache_dtype.h"
 #include "core/status.h"
 #include "core/str_cat.h"
@@ -457,10 +458,12 @@ absl::Status Parser::ParseScheduler(const YAML::Node& node, SchedulerSection* ou
   }
   if (const YAML::Node n = Child(node, "cpu_prefill_activations"); n.IsDefined()) {
     CASCADE_ASSIGN_OR_RETURN(const std::string name, GetString(n, "scheduler.cpu_prefill_activations"));
-    if (name != "f32" && name != "bf16") {
-      return Error(n, "scheduler.cpu_prefill_activations", StrCat("must be f32 or bf16, got '", name, "'"));
+    const std::optional<bool> bf16 = CpuPrefillActivationsAreBf16(name);
+    if (!bf16.has_value()) {
+      return Error(n, "scheduler.cpu_prefill_activations",
+                   StrCat("must be ", kCpuPrefillActivationNames, ", got '", name, "'"));
     }
-    out->cpu_bf16_prefill = name == "bf16";
+    out->cpu_bf16_prefill = *bf16;
   }
   return ParseKvPolicy(node, out);
 }

@@ -150,6 +150,10 @@ static_assert(sizeof(BlockIQ4_XS) == 136);
 static_assert(sizeof(BlockF8E4M3B128) == 132);
 static_assert(sizeof(BlockMXFP4) == 17);
 
+// Bytes of an F8_E4M3_B128 row from its start to the block holding input k (its f32 scale,
+// then its 128 codes).
+inline constexpr int64_t F8BlockOffset(int64_t k) { return (k >> 7) * static_cast<int64_t>(sizeof(BlockF8E4M3B128)); }
+
 // The 16 values of IQ4_NL / IQ4_XS quants (ggml's `kvalues_iq4nl`).
 inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 

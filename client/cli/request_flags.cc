@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "client/cli/prompt.h"
+#include "core/cpu_prefill_activations.h"
 #include "core/status.h"
 #include "core/str_cat.h"
 #include "wire/api_wire.h"
@@ -55,10 +56,12 @@ ArgOption CpuPrefillActivationsOption() {
 
 absl::Status ReadCpuPrefillActivations(const Args& args, model::LocalEngineOptions* options) {
   const std::string name = args.Get("cpu-prefill-activations").value_or("f32");
-  if (name != "f32" && name != "bf16") {
-    return absl::InvalidArgumentError(StrCat("--cpu-prefill-activations must be f32 or bf16, got '", name, "'"));
+  const std::optional<bool> bf16 = CpuPrefillActivationsAreBf16(name);
+  if (!bf16.has_value()) {
+    return absl::InvalidArgumentError(
+        StrCat("--cpu-prefill-activations must be ", kCpuPrefillActivationNames, ", got '", name, "'"));
   }
-  options->cpu_bf16_prefill = name == "bf16";
+  options->cpu_bf16_prefill = *bf16;
   return absl::OkStatus();
 }
 

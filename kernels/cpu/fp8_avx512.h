@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "core/quant_blocks.h"
+
 namespace cascade::kernels::cpu::internal {
 
 // 16 E4M3 codes to f32 times 2^-8, exactly: the code's 7 magnitude bits shifted into an
@@ -37,9 +39,9 @@ inline void E4M3x32Over256(const uint8_t* codes, __m512& lo, __m512& hi) {
 // each (528 bytes at 512 inputs), too short for the hardware's stream prefetcher: without
 // this, packing waited on memory for every line.
 inline void PrefetchF8Rows(const uint8_t* w, int64_t row_bytes, int64_t r0, int rows, int64_t k0, int64_t kc) {
-  const int64_t bytes = (kc >> 7) * 132;
+  const int64_t bytes = F8BlockOffset(kc);
   for (int i = 0; i < rows; ++i) {
-    const uint8_t* row = w + (r0 + i) * row_bytes + (k0 >> 7) * 132;
+    const uint8_t* row = w + (r0 + i) * row_bytes + F8BlockOffset(k0);
     for (int64_t b = 0; b < bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(row + b), _MM_HINT_T1);
     _mm_prefetch(reinterpret_cast<const char*>(row + bytes - 1), _MM_HINT_T1);
   }

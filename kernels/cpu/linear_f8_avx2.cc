@@ -92,7 +92,7 @@ inline void F8Tile(const GemmArgs& a, const float* xs, int64_t r0, int64_t t0) {
 #pragma GCC unroll 8
   for (int j = 0; j < T; ++j) x[j] = xs + (t0 + j) * a.n_in;
   for (int64_t kb = 0; kb < a.n_in; kb += 128) {
-    const int64_t block = (kb >> 7) * 132;  // f32 scale, then 128 codes.
+    const int64_t block = F8BlockOffset(kb);
     // Two FMA chains a row and token (the even and the odd vectors of 8).
     __m256 part[R][T][2];
 #pragma GCC unroll 8
@@ -193,7 +193,7 @@ void DecodeRows(const GemmArgs& a, int64_t r0, int64_t r1, float* out) {
   for (int64_t r = r0; r < r1; ++r, out += a.n_in) {
     const uint8_t* w = a.w + r * a.w_row_bytes;
     for (int64_t kb = 0; kb < a.n_in; kb += 128) {
-      const uint8_t* block = w + (kb >> 7) * 132;
+      const uint8_t* block = w + F8BlockOffset(kb);
       float d;
       std::memcpy(&d, block, 4);
       const __m256 scale = _mm256_set1_ps(d * 256.0f);

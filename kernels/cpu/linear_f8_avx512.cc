@@ -83,7 +83,7 @@ inline void F8Tile(const GemmArgs& a, const float* xs, int64_t r0, int64_t t0, i
   for (int j = 0; j < T; ++j) x[j] = xs + (t0 + j) * a.n_in;
   const uint8_t* ahead = TileToPrefetch(w[0], R * a.w_row_bytes, a.w + re * a.w_row_bytes);
   for (int64_t kb = 0; kb < a.n_in; kb += 128) {
-    const int64_t block = (kb >> 7) * 132;  // f32 scale, then 128 codes.
+    const int64_t block = F8BlockOffset(kb);
     __m512 part[R][T][C];
 #pragma GCC unroll 8
     for (int i = 0; i < R; ++i)
@@ -192,7 +192,7 @@ void DecodeRows(const GemmArgs& a, int64_t r0, int64_t r1, float* out) {
   for (int64_t r = r0; r < r1; ++r, out += a.n_in) {
     const uint8_t* w = a.w + r * a.w_row_bytes;
     for (int64_t kb = 0; kb < a.n_in; kb += 128) {
-      const uint8_t* block = w + (kb >> 7) * 132;
+      const uint8_t* block = w + F8BlockOffset(kb);
       float d;
       std::memcpy(&d, block, 4);
       const __m512 scale = _mm512_set1_ps(d * 256.0f);
@@ -217,7 +217,7 @@ void PackF8Panel(const GemmArgs& a, int64_t r0, int rows, int64_t k0, int64_t kc
       for (int i = 0; i < 16; ++i) {
         r[i] = _mm512_setzero_ps();
         if (i >= n) continue;
-        const uint8_t* block = a.w + (r0 + 16 * h + i) * a.w_row_bytes + (k >> 7) * 132;  // Scale, then 128 codes.
+        const uint8_t* block = a.w + (r0 + 16 * h + i) * a.w_row_bytes + F8BlockOffset(k);
         float d;
         std::memcpy(&d, block, 4);
         r[i] = _mm512_mul_ps(E4M3x16Over256(block + 4 + (k & 127)), _mm512_set1_ps(d * 256.0f));

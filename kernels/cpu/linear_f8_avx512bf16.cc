@@ -46,7 +46,7 @@ void PackPanel(const GemmArgs& a, int64_t r0, int rows, int64_t k0, int64_t kc, 
       for (int i = 0; i < 16; ++i) {
         r[i] = _mm512_setzero_ps();
         if (i >= n) continue;
-        const uint8_t* block = a.w + (r0 + 16 * h + i) * a.w_row_bytes + (k >> 7) * 132;  // Scale, then 128 codes.
+        const uint8_t* block = a.w + (r0 + 16 * h + i) * a.w_row_bytes + F8BlockOffset(k);
         __m512 lo, hi;
         E4M3x32Over256(block + 4 + (k & 127), lo, hi);
         const __m512bh pairs = _mm512_cvtne2ps_pbh(hi, lo);  // Exact: 4 significant bits.
@@ -60,7 +60,7 @@ void PackPanel(const GemmArgs& a, int64_t r0, int rows, int64_t k0, int64_t kc, 
     for (int64_t kb = k0; kb < k0 + kc; kb += 128) {
       for (int i = 0; i < 16; ++i) {
         float d = 0.0f;
-        if (i < n) std::memcpy(&d, a.w + (r0 + 16 * h + i) * a.w_row_bytes + (kb >> 7) * 132, 4);
+        if (i < n) std::memcpy(&d, a.w + (r0 + 16 * h + i) * a.w_row_bytes + F8BlockOffset(kb), 4);
         scales[((kb - k0) >> 7) * kRows + 16 * h + i] = d * 256.0f;
       }
     }

@@ -721,8 +721,9 @@ double RoundToBf16(float x) {
 // (640 and 1152 inputs), token tiles and their tails, one thread and two. Below 8 tokens
 // the option changes nothing.
 TEST(LinearTest, F8Bf16PrefillFollowsItsRoundedActivationsExactly) {
-  if (!CpuSupportsIsa(CpuIsa::kAvx512) || !GetCpuFeatures().avx512bf16) {
-    GTEST_SKIP() << "no AVX-512 with AVX512_BF16 on this CPU: the bf16 prefill does not run here";
+  if (ActiveCpuIsa() != CpuIsa::kAvx512 || !GetCpuFeatures().avx512bf16) {
+    GTEST_SKIP() << "AVX-512 kernels on a CPU with AVX512_BF16 are not active (CPU or CASCADE_CPU_ISA): the bf16 "
+                    "prefill does not run here";
   }
   const int64_t n_out = 70;
   ThreadPool pool(2);
