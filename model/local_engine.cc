@@ -29,6 +29,9 @@ std::string LocalEngine::CpuPrefillActivations(const LocalEngineOptions& options
 
 absl::StatusOr<std::unique_ptr<LocalEngine>> LocalEngine::Create(const std::string& model_path,
                                                                  const LocalEngineOptions& options) {
+  if (options.max_batched_tokens < 1) {
+    return absl::InvalidArgumentError(StrCat("max_batched_tokens = ", options.max_batched_tokens, ": must be >= 1"));
+  }
   std::unique_ptr<LocalEngine> e(new LocalEngine());
   CASCADE_ASSIGN_OR_RETURN(e->files_, OpenModelFiles(model_path));
   CASCADE_ASSIGN_OR_RETURN(e->tokenizer_, LoadTokenizer(e->files_));
@@ -46,6 +49,7 @@ absl::StatusOr<std::unique_ptr<LocalEngine>> LocalEngine::Create(const std::stri
 
   const ModelConfig& c = e->files_.config;
   e->max_context_ = options.max_context > 0 ? options.max_context : std::max<int64_t>(c.n_ctx_train, 1);
+  e->max_batched_tokens_ = options.max_batched_tokens;
   const int64_t bs = options.kv_block_size;
   const int64_t n_blocks = (e->max_context_ + bs - 1) / bs;
   CASCADE_ASSIGN_OR_RETURN(
@@ -120,7 +124,10 @@ absl::StatusOr<GenerateResult> LocalEngine::Generate(const GenerateRequest& req,
   };
 
   auto t0 = std::chrono::steady_clock::now();
-  CASCADE_RETURN_IF_ERROR(Step(req.prompt_ids, 0, logits));
+  const std::span<const int32_t> prompt = req.prompt_ids;
+  for (int64_t p = 0; p < n_prompt; p += max_batched_tokens_) {
+    CASCADE_RETURN_IF_ERROR(Step(prompt.subspan(p, std::min(max_batched_tokens_, n_prompt - p)), p, logits));
+  }
   res.prefill_s = SecondsSince(t0);
   t0 = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < budget && !output.done(); ++i) {

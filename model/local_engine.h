@@ -31,6 +31,11 @@ struct LocalEngineOptions {
   // cluster would run it; window 0: exact attention.
   int64_t kv_window_tokens = 0;
   int64_t kv_sink_tokens = 0;
+  // Prompt tokens per forward pass at most: a longer prompt is prefilled in pieces, as a
+  // cluster's scheduler does by scheduler.max_batched_tokens (whose default this is). The
+  // pass's workspace grows with its tokens (an 8B's FFN holds three 14336-float rows a
+  // token: 1.4 GB at 8192 tokens in one pass). REQUIRES >= 1.
+  int64_t max_batched_tokens = 2048;
   // Prefills of FP8 weights round activations to bf16 where the CPU multiplies bf16 pairs
   // (kernels::CpuBackendOptions::bf16_prefill; scheduler.cpu_prefill_activations).
   bool cpu_bf16_prefill = false;
@@ -105,6 +110,7 @@ class LocalEngine {
   std::vector<int32_t> block_table_;
   std::vector<int32_t> positions_;
   int64_t max_context_ = 0;
+  int64_t max_batched_tokens_ = 0;
 };
 
 }  // namespace cascade::model

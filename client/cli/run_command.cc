@@ -74,6 +74,9 @@ int RunCommand(int argc, char** argv) {
                      {{"threads", "N", "CPU threads, in [1, 256] (default 1)"},
                       {"ctx", "N", "positions per sequence (default: the model's trained context)"},
                       {"kv-type", "TYPE", "KV cache type: f32, f16, q8_0 or fp8_e4m3 (default f16)"},
+                      {"max-batched-tokens", "N",
+                       "prompt tokens per forward pass; a longer prompt is prefilled in pieces "
+                       "(scheduler.max_batched_tokens) (default 2048)"},
                       {"json", "", "print one JSON object (ids, text, timings) instead of streaming"}});
   for (ArgOption& o : KvWindowOptions()) arg_options.push_back(std::move(o));
   arg_options.push_back(CpuPrefillActivationsOption());
@@ -91,11 +94,15 @@ int RunCommand(int argc, char** argv) {
   if (*threads < 1 || *threads > 256) return Fail("run", absl::InvalidArgumentError("--threads must be in [1, 256]"));
   auto ctx = args.GetInt("ctx", 0);
   if (!ctx.ok()) return Fail("run", ctx.status());
+  auto max_batched = args.GetInt("max-batched-tokens", model::LocalEngineOptions{}.max_batched_tokens);
+  if (!max_batched.ok()) return Fail("run", max_batched.status());
+  if (*max_batched < 1) return Fail("run", absl::InvalidArgumentError("--max-batched-tokens must be >= 1"));
 
   const auto t0 = std::chrono::steady_clock::now();
   model::LocalEngineOptions options;
   options.n_threads = static_cast<int>(*threads);
   options.max_context = *ctx;
+  options.max_batched_tokens = *max_batched;
   if (auto kv = args.Get("kv-type")) {
     auto dtype = KvCacheDTypeFromName(*kv);
     if (!dtype.ok()) return Fail("run", absl::InvalidArgumentError(StrCat("--kv-type: ", dtype.status().message())));
@@ -144,6 +151,7 @@ int RunCommand(int argc, char** argv) {
   }
   j["kv_cache"] = {{"dtype", std::string(KvCacheDTypeName(options.kv_dtype))}, {"bytes", (*engine)->kv_bytes()}};
   j["cpu_prefill_activations"] = model::LocalEngine::CpuPrefillActivations(options);
+  j["max_batched_tokens"] = options.max_batched_tokens;
   if (const model::Transformer& t = (*engine)->transformer(); !t.moe_layers().empty())
     j["expert_load"] = ExpertLoadJson(t);
   std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());

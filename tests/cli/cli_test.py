@@ -160,7 +160,8 @@ def test_run_json_stories():
     out = json.loads(cascade("run", "--model", STORIES, "--prompt-ids", "1", "--temperature", "0",
                              "--max-tokens", "20", "--json").stdout)
     assert set(out) == {"prompt_ids", "token_ids", "text", "finish_reason", "timings", "kv_cache",
-                        "cpu_prefill_activations"}, out.keys()
+                        "cpu_prefill_activations", "max_batched_tokens"}, out.keys()
+    assert out["max_batched_tokens"] == 2048, out  # The default: scheduler.max_batched_tokens'.
     assert out["kv_cache"]["dtype"] == "f16" and out["kv_cache"]["bytes"] > 0, out["kv_cache"]  # The default.
     assert out["cpu_prefill_activations"] == "f32", out  # The default: exact products.
     assert set(out["timings"]) == {"load_s", "prefill_tok_s", "decode_tok_s"}
@@ -172,6 +173,13 @@ def test_run_json_stories():
     cont = json.loads(cascade("run", "--model", STORIES, "--prompt-ids", ",".join(map(str, [1] + STORIES_IDS[:10])),
                               "--temperature", "0", "--max-tokens", "10", "--json").stdout)
     assert cont["token_ids"] == STORIES_IDS[10:], cont["token_ids"]
+    # The same prompt prefilled 4 tokens a pass (4 + 4 + 3) continues the same way.
+    pieces = json.loads(cascade("run", "--model", STORIES, "--prompt-ids", ",".join(map(str, [1] + STORIES_IDS[:10])),
+                                "--temperature", "0", "--max-tokens", "10", "--max-batched-tokens", "4",
+                                "--json").stdout)
+    assert pieces["token_ids"] == STORIES_IDS[10:] and pieces["max_batched_tokens"] == 4, pieces
+    fails_cleanly("run", "--model", STORIES, "--prompt-ids", "1", "--max-batched-tokens", "0",
+                  mention="--max-batched-tokens must be >= 1")
 
 
 def test_perplexity_sink_window():
@@ -265,7 +273,8 @@ OPTIONS = {
                           "token-file", "insecure", "join-timeout", "refuse-token-for-testing"],
     ("cascade", "info"): ["model", "json"],
     ("cascade", "tokenize"): ["model", "text", "chat", "system", "chat-template", "add-special", "json"],
-    ("cascade", "run"): ["model", *PROMPT, *GENERATION, "threads", "ctx", "kv-type", "json", "kv-window-tokens",
+    ("cascade", "run"): ["model", *PROMPT, *GENERATION, "threads", "ctx", "kv-type", "max-batched-tokens", "json",
+                         "kv-window-tokens",
                          "kv-sink-tokens", "cpu-prefill-activations"],
     ("cascade", "perplexity"): ["model", "file", "ctx", "threads", "json", "kv-window-tokens", "kv-sink-tokens",
                                 "cpu-prefill-activations"],

@@ -64,6 +64,40 @@ TEST(LocalEngineTest, MultiTokenPromptContinuesTheGreedyRun) {
   EXPECT_EQ(rest->token_ids, std::vector<int32_t>(full->token_ids.begin() + 17, full->token_ids.end()));
 }
 
+// A prompt longer than max_batched_tokens is prefilled in pieces (17 + 17 + 7 tokens,
+// across KV blocks) and continues as the one-pass prefill does: the same greedy ids and
+// the same logprobs bit for bit, since each token's rows are computed as if alone
+// (LinearTest.FloatWeightsGiveTheSameBitsForAnyTokenCount, AttentionRowsTest). A piece
+// size under 1 is refused.
+TEST(LocalEngineTest, LongPromptIsPrefilledInPieces) {
+  CASCADE_REQUIRE_FILE(path, testing::TestDataPath("models/stories260K.gguf"));
+  auto one_pass = Engine(path, 2);
+  ASSERT_NE(one_pass, nullptr);
+  auto first = one_pass->Generate(Greedy({1}, 40));
+  ASSERT_TRUE(first.ok());
+  std::vector<int32_t> prompt = {1};
+  prompt.insert(prompt.end(), first->token_ids.begin(), first->token_ids.end());
+  GenerateRequest req = Greedy(prompt, 12);
+  req.sampling.n_logprobs = 1;
+  auto whole = one_pass->Generate(req);
+  ASSERT_TRUE(whole.ok());
+  LocalEngineOptions options;
+  options.n_threads = 2;
+  options.max_context = 512;
+  options.max_batched_tokens = 17;
+  auto pieces_engine = LocalEngine::Create(path, options);
+  ASSERT_TRUE(pieces_engine.ok()) << pieces_engine.status();
+  auto pieces = (*pieces_engine)->Generate(req);
+  ASSERT_TRUE(pieces.ok());
+  EXPECT_EQ(pieces->token_ids, whole->token_ids);
+  ASSERT_EQ(pieces->tokens.size(), whole->tokens.size());
+  for (size_t i = 0; i < whole->tokens.size(); ++i) {
+    EXPECT_EQ(pieces->tokens[i].logprob, whole->tokens[i].logprob) << i;
+  }
+  options.max_batched_tokens = 0;
+  EXPECT_FALSE(LocalEngine::Create(path, options).ok());
+}
+
 TEST(LocalEngineTest, TinyStoriesBothFormatsAgree) {
   CASCADE_REQUIRE_FILE(hf, testing::TestDataPath("models/tinystories-656k"));
   CASCADE_REQUIRE_FILE(gguf, testing::TestDataPath("models/tinystories-656k-q8_0.gguf"));
