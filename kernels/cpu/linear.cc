@@ -60,16 +60,6 @@ int64_t FormatBlock(ActivationFormat f) {
   return 1;
 }
 
-// Per 16 elements: scale * (sum of quants), for the weights with 16-element groups.
-void HalfBlockSums(const int8_t* q, const float* d, int64_t nb, float* s16, int16_t* i16) {
-  for (int64_t h = 0; h < 2 * nb; ++h) {
-    int sum = 0;
-    for (int e = 0; e < 16; ++e) sum += q[16 * h + e];
-    s16[h] = d[h / 2] * static_cast<float>(sum);
-    i16[h] = static_cast<int16_t>(sum);  // |sum| <= 16 x 127.
-  }
-}
-
 // Rows per work item: a multiple of 16 (the micro-kernels' row tile, and whole cache lines
 // of f32 output), about four items per thread so that a slow thread can be helped.
 int64_t RowChunk(int64_t n_out, int n_threads) {
@@ -210,10 +200,8 @@ absl::Status QuantizedActivations::Quantize(const float* in, int64_t n_tokens, i
       const int64_t nb = n_in / kQK;
       auto run = [&](int64_t begin, int64_t end, int) {
         for (int64_t t = begin; t < end; ++t) {
-          quant(in + t * n_in, n_in, q8_quants_.data() + t * n_in, q8_scales_.data() + t * nb,
-                q8_sums_.data() + t * nb);
-          HalfBlockSums(q8_quants_.data() + t * n_in, q8_scales_.data() + t * nb, nb, q8_sums16_.data() + t * 2 * nb,
-                        q8_isums16_.data() + t * 2 * nb);
+          quant(in + t * n_in, n_in, q8_quants_.data() + t * n_in, q8_scales_.data() + t * nb, q8_sums_.data() + t * nb,
+                q8_sums16_.data() + t * 2 * nb, q8_isums16_.data() + t * 2 * nb);
         }
       };
       if (pool != nullptr && n >= 16384) {

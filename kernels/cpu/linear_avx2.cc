@@ -22,7 +22,7 @@ inline float HorizontalSum(__m256 v) {
 
 // ---- Activation quantizer --------------------------------------------------------------
 
-void QuantQ8BlockAvx2(const float* x, int64_t n, int8_t* q, float* d, float* s) {
+void QuantQ8BlockAvx2(const float* x, int64_t n, int8_t* q, float* d, float* s, float* s16, int16_t* i16) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   for (int64_t b = 0; b < n / 32; ++b, x += 32, q += 32) {
@@ -40,17 +40,23 @@ void QuantQ8BlockAvx2(const float* x, int64_t n, int8_t* q, float* d, float* s) 
     const __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v1, inv));
     const __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v2, inv));
     const __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v3, inv));
-    __m256i sum = _mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3));
-    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
-    s4 = _mm_hadd_epi32(s4, s4);
-    s4 = _mm_hadd_epi32(s4, s4);
+    // The halves' sums: after two hadds each 128-bit lane holds [lo, hi, lo, hi] of its
+    // elements (lo: 0..15, hi: 16..31), and the two lanes add up to the halves.
+    __m256i h = _mm256_hadd_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3));
+    h = _mm256_hadd_epi32(h, h);
+    const __m128i halves = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    const int32_t lo = _mm_cvtsi128_si32(halves), hi = _mm_extract_epi32(halves, 1);
     // packs work per 128-bit lane: restore element order with a dword permute.
     const __m256i p16a = _mm256_packs_epi32(i0, i1);
     const __m256i p16b = _mm256_packs_epi32(i2, i3);
     const __m256i p8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p16a, p16b), perm);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), p8);
     d[b] = scale;
-    s[b] = scale * static_cast<float>(_mm_cvtsi128_si32(s4));
+    s[b] = scale * static_cast<float>(lo + hi);
+    s16[2 * b] = scale * static_cast<float>(lo);
+    s16[2 * b + 1] = scale * static_cast<float>(hi);
+    i16[2 * b] = static_cast<int16_t>(lo);  // |sum| <= 16 x 127.
+    i16[2 * b + 1] = static_cast<int16_t>(hi);
   }
 }
 

@@ -17,19 +17,23 @@ namespace {
 
 inline int NearestInt(float x) { return static_cast<int>(std::lrintf(x)); }
 
-void QuantQ8BlockGeneric(const float* x, int64_t n, int8_t* q, float* d, float* s) {
+void QuantQ8BlockGeneric(const float* x, int64_t n, int8_t* q, float* d, float* s, float* s16, int16_t* i16) {
   for (int64_t b = 0; b < n / kQK; ++b, x += kQK, q += kQK) {
     float amax = 0.0f;
     for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
     const float scale = amax / 127.0f;
     const float inv = amax != 0.0f ? 127.0f / amax : 0.0f;
-    int sum = 0;
+    int half[2] = {0, 0};
     for (int j = 0; j < kQK; ++j) {
       q[j] = static_cast<int8_t>(NearestInt(x[j] * inv));
-      sum += q[j];
+      half[j / 16] += q[j];
     }
     d[b] = scale;
-    s[b] = scale * static_cast<float>(sum);
+    s[b] = scale * static_cast<float>(half[0] + half[1]);
+    for (int h = 0; h < 2; ++h) {
+      s16[2 * b + h] = scale * static_cast<float>(half[h]);
+      i16[2 * b + h] = static_cast<int16_t>(half[h]);  // |sum| <= 16 x 127.
+    }
   }
 }
 

@@ -98,8 +98,10 @@ inline void PrefetchRangeStart(const uint8_t* first_tile, int64_t tile_bytes, co
 // (measurements in linear_packed_avx512.cc): 16 KiB on Intel, 6.5 KiB on AMD. The AVX2
 // packed kernels use it too.
 int64_t PackedPrefetchBytes();
-// Quantizes x [n] (n a multiple of 32) to quants [n], scales and sums [n / 32].
-using QuantQ8BlockFn = void (*)(const float* x, int64_t n, int8_t* q, float* d, float* s);
+// Quantizes x [n] (n a multiple of 32) to quants [n], scales d and sums s [n / 32] (scale
+// times the block's sum of quants), and the same per 16 elements [n / 16]: s16 (scale times
+// the sum) and i16 (the sum itself), for the weights with 16-element groups.
+using QuantQ8BlockFn = void (*)(const float* x, int64_t n, int8_t* q, float* d, float* s, float* s16, int16_t* i16);
 
 inline constexpr int kNumDTypes = static_cast<int>(DType::kMXFP4) + 1;  // Every DType.
 
