@@ -33,8 +33,8 @@ struct LocalEngineOptions {
   int64_t kv_sink_tokens = 0;
   // Prompt tokens per forward pass at most: a longer prompt is prefilled in pieces, as a
   // cluster's scheduler does by scheduler.max_batched_tokens (whose default this is). The
-  // pass's workspace grows with its tokens (an 8B's FFN holds three 14336-float rows a
-  // token: 1.4 GB at 8192 tokens in one pass). REQUIRES >= 1.
+  // pass's workspace grows with its tokens (an 8B's gate and up rows alone are 2 x 14336
+  // floats a token: 0.94 GB at 8192 tokens in one pass). REQUIRES >= 1.
   int64_t max_batched_tokens = 2048;
   // Prefills of FP8 weights round activations to bf16 where the CPU multiplies bf16 pairs
   // (kernels::CpuBackendOptions::bf16_prefill; scheduler.cpu_prefill_activations).
