@@ -74,22 +74,41 @@ absl::Status LocalEngine::Step(std::span<const int32_t> tokens, int64_t n_past, 
 }
 
 absl::StatusOr<std::vector<float>> LocalEngine::PromptLogits(const std::vector<int32_t>& ids, int64_t first_row) {
+  std::vector<float> all;
+  CASCADE_RETURN_IF_ERROR(ForEachPromptLogits(ids, first_row, [&](int64_t, std::span<const float> logits) {
+    all.insert(all.end(), logits.begin(), logits.end());
+    return absl::OkStatus();
+  }));
+  return all;
+}
+
+absl::Status LocalEngine::ForEachPromptLogits(
+    const std::vector<int32_t>& ids, int64_t first_row,
+    const std::function<absl::Status(int64_t row, std::span<const float> logits)>& fn) {
   const int64_t n = static_cast<int64_t>(ids.size());
   if (n == 0 || n > max_context_ || first_row < 0 || first_row >= n) {
     return absl::InvalidArgumentError(
         StrCat("prompt of ", n, " tokens (1 to ", max_context_, " allowed), logits from row ", first_row));
   }
-  positions_.resize(n);
-  for (int64_t i = 0; i < n; ++i) positions_[i] = static_cast<int32_t>(i);
-  std::vector<int64_t> rows;
-  for (int64_t r = first_row; r < n; ++r) rows.push_back(r);
-  const kernels::AttentionSeq seq{0, n, 0, block_table_};
   const int64_t V = config().n_vocab;
-  std::vector<float> logits(rows.size() * V);
-  CASCADE_RETURN_IF_ERROR(
-      transformer_->Forward({ids, positions_, {&seq, 1}, rows}, *cache_,
-                            TensorView(logits.data(), DType::kF32, {static_cast<int64_t>(rows.size()), V})));
-  return logits;
+  std::vector<int64_t> rows;
+  std::vector<float> logits;
+  for (int64_t p = 0; p < n; p += max_batched_tokens_) {
+    const int64_t len = std::min(max_batched_tokens_, n - p);
+    positions_.resize(len);
+    for (int64_t i = 0; i < len; ++i) positions_[i] = static_cast<int32_t>(p + i);
+    // A piece before first_row still fills the KV cache; its last row's logits go unused.
+    const int64_t row0 = std::clamp(first_row - p, int64_t{0}, len - 1);
+    rows.clear();
+    for (int64_t r = row0; r < len; ++r) rows.push_back(r);
+    const kernels::AttentionSeq seq{0, len, p, block_table_};
+    logits.resize(rows.size() * V);
+    CASCADE_RETURN_IF_ERROR(
+        transformer_->Forward({std::span<const int32_t>(ids).subspan(p, len), positions_, {&seq, 1}, rows}, *cache_,
+                              TensorView(logits.data(), DType::kF32, {static_cast<int64_t>(rows.size()), V})));
+    if (p + row0 >= first_row) CASCADE_RETURN_IF_ERROR(fn(p + row0, logits));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<GenerateResult> LocalEngine::Generate(const GenerateRequest& req,

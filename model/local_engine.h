@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -95,8 +96,13 @@ class LocalEngine {
 
   // Logits [ids.size() - first_row, n_vocab] of rows [first_row, ids.size()) after one
   // prefill of `ids` from position 0: teacher forcing, for comparisons with reference
-  // implementations. REQUIRES 0 <= first_row < ids.size().
+  // implementations. InvalidArgument unless 0 <= first_row < ids.size() <= max_context.
   absl::StatusOr<std::vector<float>> PromptLogits(const std::vector<int32_t>& ids, int64_t first_row);
+  // The same rows a piece of the prefill at a time (max_batched_tokens positions):
+  // fn(row, logits) with `logits` [rows, n_vocab] of rows [row, row + rows), in order, so
+  // that a long prompt's logits need not be held at once. Stops at fn's first error.
+  absl::Status ForEachPromptLogits(const std::vector<int32_t>& ids, int64_t first_row,
+                                   const std::function<absl::Status(int64_t row, std::span<const float> logits)>& fn);
 
  private:
   LocalEngine() = default;

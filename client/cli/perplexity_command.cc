@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <span>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -20,18 +21,13 @@
 namespace cascade::cli {
 namespace {
 
-// Negative log-likelihoods, in nats, of ids[i + 1] under logits row i, for every row.
-std::vector<double> NextTokenNll(const std::vector<float>& logits, const std::vector<int32_t>& ids, int64_t n_vocab) {
-  std::vector<double> nll;
-  for (size_t i = 0; i + 1 < ids.size(); ++i) {
-    const float* row = logits.data() + i * n_vocab;
-    double mx = row[0];
-    for (int64_t v = 1; v < n_vocab; ++v) mx = std::max<double>(mx, row[v]);
-    double z = 0;
-    for (int64_t v = 0; v < n_vocab; ++v) z += std::exp(row[v] - mx);
-    nll.push_back(mx + std::log(z) - row[ids[i + 1]]);
-  }
-  return nll;
+// The negative log-likelihood, in nats, of `next` under one row of logits.
+double RowNll(const float* row, int64_t n_vocab, int32_t next) {
+  double mx = row[0];
+  for (int64_t v = 1; v < n_vocab; ++v) mx = std::max<double>(mx, row[v]);
+  double z = 0;
+  for (int64_t v = 0; v < n_vocab; ++v) z += std::exp(row[v] - mx);
+  return mx + std::log(z) - row[next];
 }
 
 // exp(mean NLL) over rows [begin, end); 0 when empty.
@@ -58,6 +54,7 @@ int PerplexityCommand(int argc, char** argv) {
       {"file", "PATH", "the text to score (required)"},
       {"ctx", "N", "score its first N tokens, the BOS included (default 1024)"},
       {"threads", "N", "CPU threads, in [1, 256] (default 1)"},
+      MaxBatchedTokensOption(),
       {"json", "", "print one JSON object (with each row's negative log-likelihood, `nll`)"}};
   for (ArgOption& o : KvWindowOptions()) arg_options.push_back(std::move(o));
   arg_options.push_back(CpuPrefillActivationsOption());
@@ -85,6 +82,7 @@ int PerplexityCommand(int argc, char** argv) {
   options.max_context = *ctx;
   if (absl::Status st = ReadKvWindow(args, &options); !st.ok()) return Fail("perplexity", st);
   if (absl::Status st = ReadCpuPrefillActivations(args, &options); !st.ok()) return Fail("perplexity", st);
+  if (absl::Status st = ReadMaxBatchedTokens(args, &options); !st.ok()) return Fail("perplexity", st);
   auto engine = model::LocalEngine::Create(*path, options);
   if (!engine.ok()) return Fail("perplexity", engine.status());
 
@@ -95,10 +93,23 @@ int PerplexityCommand(int argc, char** argv) {
   }
   ids.resize(*ctx);
   const auto t0 = std::chrono::steady_clock::now();
-  auto logits = (*engine)->PromptLogits(ids, 0);
-  if (!logits.ok()) return Fail("perplexity", logits.status());
-  const double forward_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const std::vector<double> nll = NextTokenNll(*logits, ids, (*engine)->config().n_vocab);
+  // ids[r + 1] under row r, for every row but the last; a piece of rows at a time, so that
+  // the logits of a long window are never held at once.
+  const int64_t n_vocab = (*engine)->config().n_vocab;
+  std::vector<double> nll;
+  double scoring_s = 0;  // Not the forward's: the NLLs between its pieces.
+  absl::Status scored = (*engine)->ForEachPromptLogits(ids, 0, [&](int64_t row, std::span<const float> logits) {
+    const auto s0 = std::chrono::steady_clock::now();
+    for (int64_t i = 0; (i + 1) * n_vocab <= static_cast<int64_t>(logits.size()); ++i) {
+      if (row + i + 1 < static_cast<int64_t>(ids.size())) {
+        nll.push_back(RowNll(logits.data() + i * n_vocab, n_vocab, ids[row + i + 1]));
+      }
+    }
+    scoring_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
+    return absl::OkStatus();
+  });
+  if (!scored.ok()) return Fail("perplexity", scored);
+  const double forward_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() - scoring_s;
   // Rows at positions >= S + W are the ones whose attention the policy narrowed.
   const size_t narrowed_from = options.kv_window_tokens > 0
                                    ? static_cast<size_t>(options.kv_window_tokens + options.kv_sink_tokens)

@@ -65,6 +65,21 @@ absl::Status ReadCpuPrefillActivations(const Args& args, model::LocalEngineOptio
   return absl::OkStatus();
 }
 
+ArgOption MaxBatchedTokensOption() {
+  return {
+      "max-batched-tokens", "N",
+      StrCat("prompt tokens per forward pass; a longer prompt is prefilled in pieces (scheduler.max_batched_tokens) "
+             "(default ",
+             model::LocalEngineOptions{}.max_batched_tokens, ")")};
+}
+
+absl::Status ReadMaxBatchedTokens(const Args& args, model::LocalEngineOptions* options) {
+  CASCADE_ASSIGN_OR_RETURN(const int64_t n, args.GetInt("max-batched-tokens", options->max_batched_tokens));
+  if (n < 1) return absl::InvalidArgumentError("--max-batched-tokens must be >= 1");
+  options->max_batched_tokens = n;
+  return absl::OkStatus();
+}
+
 std::vector<ArgOption> PromptOptions() {
   return {
       {"prompt", "TEXT", "the prompt, as plain text"},

@@ -40,6 +40,10 @@ absl::Status ReadKvWindow(const Args& args, model::LocalEngineOptions* options);
 // --cpu-prefill-activations f32|bf16: scheduler.cpu_prefill_activations in the local
 // engine (`cascade run`, `cascade perplexity`).
 ArgOption CpuPrefillActivationsOption();
+// --max-batched-tokens N: prompt tokens per forward pass (LocalEngineOptions::max_batched_tokens).
+ArgOption MaxBatchedTokensOption();
+// Reads it into `options` (its default when absent); InvalidArgument below 1.
+absl::Status ReadMaxBatchedTokens(const Args& args, model::LocalEngineOptions* options);
 
 // Reads it into `options` (f32 unless given). InvalidArgument naming the flag.
 absl::Status ReadCpuPrefillActivations(const Args& args, model::LocalEngineOptions* options);

@@ -74,9 +74,7 @@ int RunCommand(int argc, char** argv) {
                      {{"threads", "N", "CPU threads, in [1, 256] (default 1)"},
                       {"ctx", "N", "positions per sequence (default: the model's trained context)"},
                       {"kv-type", "TYPE", "KV cache type: f32, f16, q8_0 or fp8_e4m3 (default f16)"},
-                      {"max-batched-tokens", "N",
-                       "prompt tokens per forward pass; a longer prompt is prefilled in pieces "
-                       "(scheduler.max_batched_tokens) (default 2048)"},
+                      MaxBatchedTokensOption(),
                       {"json", "", "print one JSON object (ids, text, timings) instead of streaming"}});
   for (ArgOption& o : KvWindowOptions()) arg_options.push_back(std::move(o));
   arg_options.push_back(CpuPrefillActivationsOption());
@@ -94,15 +92,11 @@ int RunCommand(int argc, char** argv) {
   if (*threads < 1 || *threads > 256) return Fail("run", absl::InvalidArgumentError("--threads must be in [1, 256]"));
   auto ctx = args.GetInt("ctx", 0);
   if (!ctx.ok()) return Fail("run", ctx.status());
-  auto max_batched = args.GetInt("max-batched-tokens", model::LocalEngineOptions{}.max_batched_tokens);
-  if (!max_batched.ok()) return Fail("run", max_batched.status());
-  if (*max_batched < 1) return Fail("run", absl::InvalidArgumentError("--max-batched-tokens must be >= 1"));
 
   const auto t0 = std::chrono::steady_clock::now();
   model::LocalEngineOptions options;
   options.n_threads = static_cast<int>(*threads);
   options.max_context = *ctx;
-  options.max_batched_tokens = *max_batched;
   if (auto kv = args.Get("kv-type")) {
     auto dtype = KvCacheDTypeFromName(*kv);
     if (!dtype.ok()) return Fail("run", absl::InvalidArgumentError(StrCat("--kv-type: ", dtype.status().message())));
@@ -110,6 +104,7 @@ int RunCommand(int argc, char** argv) {
   }
   if (absl::Status st = ReadKvWindow(args, &options); !st.ok()) return Fail("run", st);
   if (absl::Status st = ReadCpuPrefillActivations(args, &options); !st.ok()) return Fail("run", st);
+  if (absl::Status st = ReadMaxBatchedTokens(args, &options); !st.ok()) return Fail("run", st);
   if (isatty(STDERR_FILENO)) options.on_load_progress = DrawProgress;
   auto engine = model::LocalEngine::Create(*path, options);
   if (!engine.ok()) return Fail("run", engine.status());

@@ -185,7 +185,8 @@ def test_run_json_stories():
 def test_perplexity_sink_window():
     """`cascade perplexity`: the same rows score the same with and without sink + window
     attention until the window first leaves a position behind (rows before sinks + window
-    are exact), differ after it, and the perplexity is exp of the mean NLL it reports."""
+    are exact), differ after it, and the perplexity is exp of the mean NLL it reports. The
+    window prefilled 48 tokens a pass (48 + 48 + 48 + 16) scores every row as one pass does."""
     need(SMOL)
     with tempfile.NamedTemporaryFile("w", suffix=".txt") as f:
         f.write(open("/usr/share/common-licenses/GPL-3").read()[:4000])
@@ -193,7 +194,9 @@ def test_perplexity_sink_window():
         run = lambda *extra: json.loads(cascade("perplexity", "--model", SMOL, "--file", f.name, "--ctx", "160",
                                                 "--json", *extra).stdout)
         exact, narrow = run(), run("--kv-window-tokens", "40", "--kv-sink-tokens", "4")
+        pieces = run("--max-batched-tokens", "48")
     assert len(exact["nll"]) == len(narrow["nll"]) == 159
+    assert pieces["nll"] == exact["nll"]
     assert narrow["narrowed_rows"] == 159 - 44 and exact["narrowed_rows"] == 0
     assert narrow["nll"][:44] == exact["nll"][:44]
     assert narrow["nll"][44:] != exact["nll"][44:]
@@ -276,8 +279,8 @@ OPTIONS = {
     ("cascade", "run"): ["model", *PROMPT, *GENERATION, "threads", "ctx", "kv-type", "max-batched-tokens", "json",
                          "kv-window-tokens",
                          "kv-sink-tokens", "cpu-prefill-activations"],
-    ("cascade", "perplexity"): ["model", "file", "ctx", "threads", "json", "kv-window-tokens", "kv-sink-tokens",
-                                "cpu-prefill-activations"],
+    ("cascade", "perplexity"): ["model", "file", "ctx", "threads", "max-batched-tokens", "json", "kv-window-tokens",
+                                "kv-sink-tokens", "cpu-prefill-activations"],
     ("cascade", "generate"): ["server", "tls-ca", *PROMPT, *GENERATION, "no-speculate", "draft-tokens",
                                "json-schema", "json-object", "grammar", "regex", "timeout", "json"],
     ("cascade", "chat"): ["server", "tls-ca", "system", *[g for g in GENERATION if g != "logprobs"], "timeout"],

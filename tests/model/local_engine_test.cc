@@ -66,9 +66,9 @@ TEST(LocalEngineTest, MultiTokenPromptContinuesTheGreedyRun) {
 
 // A prompt longer than max_batched_tokens is prefilled in pieces (17 + 17 + 7 tokens,
 // across KV blocks) and continues as the one-pass prefill does: the same greedy ids and
-// the same logprobs bit for bit, since each token's rows are computed as if alone
-// (LinearTest.FloatWeightsGiveTheSameBitsForAnyTokenCount, AttentionRowsTest). A piece
-// size under 1 is refused.
+// the same logprobs bit for bit, and teacher forcing gives the same logits, since each
+// token's rows are computed as if alone (LinearTest.FloatWeightsGiveTheSameBitsForAnyTokenCount,
+// AttentionRowsTest). A piece size under 1 is refused.
 TEST(LocalEngineTest, LongPromptIsPrefilledInPieces) {
   CASCADE_REQUIRE_FILE(path, testing::TestDataPath("models/stories260K.gguf"));
   auto one_pass = Engine(path, 2);
@@ -94,6 +94,13 @@ TEST(LocalEngineTest, LongPromptIsPrefilledInPieces) {
   for (size_t i = 0; i < whole->tokens.size(); ++i) {
     EXPECT_EQ(pieces->tokens[i].logprob, whole->tokens[i].logprob) << i;
   }
+  // Teacher forcing the same way: the logits of rows 20.. of the 41-token prompt (the first
+  // piece, rows 0-16, only fills the KV cache) equal one pass's.
+  auto one = one_pass->PromptLogits(prompt, 20);
+  auto in_pieces = (*pieces_engine)->PromptLogits(prompt, 20);
+  ASSERT_TRUE(one.ok() && in_pieces.ok());
+  ASSERT_EQ(one->size(), (prompt.size() - 20) * static_cast<size_t>(one_pass->config().n_vocab));
+  EXPECT_EQ(*in_pieces, *one);
   options.max_batched_tokens = 0;
   EXPECT_FALSE(LocalEngine::Create(path, options).ok());
 }
