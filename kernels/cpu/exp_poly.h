@@ -25,7 +25,7 @@ inline constexpr float kExpPoly[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334
 // `omp simd` loop. libm's expf is a call per element there: SiLU's exp was 5-6% of a 1B
 // prefill on one Zen 5 core. n is rounded to nearest by adding and subtracting 1.5 x 2^23.
 inline float ExpPoly(float x) {
-  x = std::min(std::max(x, kExpMinArg), 88.0f);
+  x = std::min(88.0f, std::max(kExpMinArg, x));  // In this order a NaN becomes kExpMinArg: n stays a number.
   const float n = (x * kExpLog2e + 12582912.0f) - 12582912.0f;
   const float r = (x - n * kExpLn2Hi) - n * kExpLn2Lo;
   float y = kExpPoly[0];

@@ -44,11 +44,14 @@ TEST(ElementwiseTest, SiluMul) {
   auto g = Random(n, 3), u = Random(n, 4);
   for (int64_t i = 0; i < n; ++i) g[i] *= std::pow(10.0f, static_cast<float>(i % 5) - 2);  // 0.01x .. 100x.
   g[0] = 87.9f, g[1] = -87.9f, g[2] = 88.5f, g[3] = -88.5f, g[4] = -200.0f, g[5] = 0.0f, g[6] = 0.3465736f;
+  g[7] = std::nanf("");  // Stays NaN (the exp's clamp turns its argument into a number first).
   std::vector<float> out(n);
   ASSERT_TRUE(b->SiluMul(TensorView(out.data(), DType::kF32, {1, n}), TensorView(g.data(), DType::kF32, {1, n}),
                          TensorView(u.data(), DType::kF32, {1, n}))
                   .ok());
+  EXPECT_TRUE(std::isnan(out[7]));
   for (int64_t i = 0; i < n; ++i) {
+    if (i == 7) continue;
     const double want = g[i] / (1 + std::exp(-double(g[i]))) * u[i];
     EXPECT_NEAR(out[i], want, 1e-6 * std::fabs(want) + 1e-30) << "gate " << g[i];
   }
