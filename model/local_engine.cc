@@ -143,10 +143,10 @@ absl::StatusOr<GenerateResult> LocalEngine::Generate(const GenerateRequest& req,
   };
 
   auto t0 = std::chrono::steady_clock::now();
-  const std::span<const int32_t> prompt = req.prompt_ids;
-  for (int64_t p = 0; p < n_prompt; p += max_batched_tokens_) {
-    CASCADE_RETURN_IF_ERROR(Step(prompt.subspan(p, std::min(max_batched_tokens_, n_prompt - p)), p, logits));
-  }
+  CASCADE_RETURN_IF_ERROR(ForEachPromptLogits(req.prompt_ids, n_prompt - 1, [&](int64_t, std::span<const float> row) {
+    logits.assign(row.begin(), row.end());
+    return absl::OkStatus();
+  }));
   res.prefill_s = SecondsSince(t0);
   t0 = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < budget && !output.done(); ++i) {

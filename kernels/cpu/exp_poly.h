@@ -1,7 +1,7 @@
 // The vector e^x of the CPU kernels: Cephes expf, its constants shared by the SIMD attention
 // kernels (attention_avx2.cc, attention_avx512.cc) and written out once as ExpPoly for the
-// `#pragma omp simd` row loops (elementwise.cc). x = n ln2 + r with n = round(x log2 e) and ln2 split
-// in two so that r is exact, |r| <= ln2 / 2; e^r = 1 + r + r^2 P(r) with P of degree 5
+// `#pragma omp simd` row loops (elementwise.cc). x = n ln2 + r with n = round(x log2 e) and
+// ln2 split in two so that r is exact, |r| <= ln2 / 2; e^r = 1 + r + r^2 P(r) with P of degree 5
 // (relative error < 2e-7 over the range softmax feeds it); then times 2^n. Each kernel
 // evaluates it at its own vector width.
 #pragma once

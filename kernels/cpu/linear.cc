@@ -60,6 +60,17 @@ int64_t FormatBlock(ActivationFormat f) {
   return 1;
 }
 
+// run(begin, end, thread) over tokens [0, n_tokens) of an activation pass over n values:
+// split across the pool from 16384 values on (fewer cost less than a dispatch).
+template <typename F>
+void OverTokens(ThreadPool* pool, int64_t n_tokens, int64_t n, const F& run) {
+  if (pool != nullptr && n >= 16384) {
+    pool->ParallelFor(n_tokens, run);
+  } else {
+    run(0, n_tokens, 0);
+  }
+}
+
 // Rows per work item: a multiple of 16 (the micro-kernels' row tile, and whole cache lines
 // of f32 output), about four items per thread so that a slow thread can be helped.
 int64_t RowChunk(int64_t n_out, int n_threads) {
@@ -204,11 +215,7 @@ absl::Status QuantizedActivations::Quantize(const float* in, int64_t n_tokens, i
                 q8_sums16_.data() + t * 2 * nb, q8_isums16_.data() + t * 2 * nb);
         }
       };
-      if (pool != nullptr && n >= 16384) {
-        pool->ParallelFor(n_tokens, run);
-      } else {
-        run(0, n_tokens, 0);
-      }
+      OverTokens(pool, n_tokens, n, run);
       break;
     }
     case ActivationFormat::kQ8K: {
@@ -219,11 +226,7 @@ absl::Status QuantizedActivations::Quantize(const float* in, int64_t n_tokens, i
           internal::QuantizeQ8K(in + t * n_in, n_in, q8k_.data() + t * nb);
         }
       };
-      if (pool != nullptr && n >= 16384) {
-        pool->ParallelFor(n_tokens, run);
-      } else {
-        run(0, n_tokens, 0);
-      }
+      OverTokens(pool, n_tokens, n, run);
       break;
     }
   }
@@ -238,11 +241,7 @@ void QuantizedActivations::RoundToBf16(ThreadPool* pool) {
   auto run = [&](int64_t begin, int64_t end, int) {
     internal::RoundToBf16Avx512(f32_ + begin * n_in_, (end - begin) * n_in_, bf16_.data() + begin * n_in_);
   };
-  if (pool != nullptr && n >= 16384) {
-    pool->ParallelFor(n_tokens_, run);
-  } else {
-    run(0, n_tokens_, 0);
-  }
+  OverTokens(pool, n_tokens_, n, run);
   has_bf16_ = true;
 }
 

@@ -51,12 +51,7 @@ void QuantQ8BlockAvx2(const float* x, int64_t n, int8_t* q, float* d, float* s, 
     const __m256i p16b = _mm256_packs_epi32(i2, i3);
     const __m256i p8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p16a, p16b), perm);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), p8);
-    d[b] = scale;
-    s[b] = scale * static_cast<float>(lo + hi);
-    s16[2 * b] = scale * static_cast<float>(lo);
-    s16[2 * b + 1] = scale * static_cast<float>(hi);
-    i16[2 * b] = static_cast<int16_t>(lo);  // |sum| <= 16 x 127.
-    i16[2 * b + 1] = static_cast<int16_t>(hi);
+    StoreQ8BlockSums(b, scale, lo, hi, d, s, s16, i16);
   }
 }
 

@@ -28,12 +28,7 @@ void QuantQ8BlockGeneric(const float* x, int64_t n, int8_t* q, float* d, float* 
       q[j] = static_cast<int8_t>(NearestInt(x[j] * inv));
       half[j / 16] += q[j];
     }
-    d[b] = scale;
-    s[b] = scale * static_cast<float>(half[0] + half[1]);
-    for (int h = 0; h < 2; ++h) {
-      s16[2 * b + h] = scale * static_cast<float>(half[h]);
-      i16[2 * b + h] = static_cast<int16_t>(half[h]);  // |sum| <= 16 x 127.
-    }
+    StoreQ8BlockSums(b, scale, half[0], half[1], d, s, s16, i16);
   }
 }
 

@@ -102,6 +102,17 @@ int64_t PackedPrefetchBytes();
 // times the block's sum of quants), and the same per 16 elements [n / 16]: s16 (scale times
 // the sum) and i16 (the sum itself), for the weights with 16-element groups.
 using QuantQ8BlockFn = void (*)(const float* x, int64_t n, int8_t* q, float* d, float* s, float* s16, int16_t* i16);
+// Block b's entries of those outputs, from its scale and its halves' sums of quants (every
+// QuantQ8BlockFn stores them so, for the same bits on every ISA).
+inline void StoreQ8BlockSums(int64_t b, float scale, int32_t lo, int32_t hi, float* d, float* s, float* s16,
+                             int16_t* i16) {
+  d[b] = scale;
+  s[b] = scale * static_cast<float>(lo + hi);
+  s16[2 * b] = scale * static_cast<float>(lo);
+  s16[2 * b + 1] = scale * static_cast<float>(hi);
+  i16[2 * b] = static_cast<int16_t>(lo);  // |sum| <= 16 x 127.
+  i16[2 * b + 1] = static_cast<int16_t>(hi);
+}
 
 inline constexpr int kNumDTypes = static_cast<int>(DType::kMXFP4) + 1;  // Every DType.
 
