@@ -35,10 +35,10 @@ struct BlockCodes {
 
 // How a super-block type keeps its sub-scales (the factors of BlockCodes).
 enum class SubScales : uint8_t {
-  kNone,     // Not a super-block type: an f16 scale (and min) per block.
-  kU8Pair,   // Q4_K, Q5_K: 6-bit scale and min per 32 elements, as two bytes.
-  kI8,       // Q6_K, Q3_K (per 16) and IQ4_XS (per 32): a signed scale, no stored min.
-  kNibbles,  // Q2_K: 4-bit scale and min per 16 elements, one byte (scale low, min high).
+  kNone,         // Not a super-block type: an f16 scale (and min) per block.
+  kSixBitPairs,  // Q4_K, Q5_K: 6-bit scale and min per 32 elements, kept in 6 bits.
+  kI8,           // Q6_K, Q3_K (per 16) and IQ4_XS (per 32): a signed scale, no stored min.
+  kNibbles,      // Q2_K: 4-bit scale and min per 16 elements, one byte (scale low, min high).
 };
 
 // How a dtype's codes are represented (see packed_weight.h for the packed layout).
@@ -73,9 +73,9 @@ constexpr CodeFormat CodeFormatOf(DType dtype) {
     case DType::kQ4_0: return {.bits = 4, .min_factor = -8.0f};
     case DType::kQ5_0: return {.bits = 5, .min_factor = -16.0f};
     case DType::kQ4_1: return {.bits = 4, .stored_min = true};
-    case DType::kQ4_K: return {.bits = 4, .stored_min = true, .sub_scales = SubScales::kU8Pair};
+    case DType::kQ4_K: return {.bits = 4, .stored_min = true, .sub_scales = SubScales::kSixBitPairs};
     case DType::kQ5_1: return {.bits = 5, .stored_min = true};
-    case DType::kQ5_K: return {.bits = 5, .stored_min = true, .sub_scales = SubScales::kU8Pair};
+    case DType::kQ5_K: return {.bits = 5, .stored_min = true, .sub_scales = SubScales::kSixBitPairs};
     case DType::kQ6_K: return {.bits = 6, .sub16 = true, .min_factor = -32.0f, .sub_scales = SubScales::kI8};
     case DType::kQ3_K: return {.bits = 3, .sub16 = true, .min_factor = -4.0f, .sub_scales = SubScales::kI8};
     case DType::kQ2_K: return {.bits = 2, .sub16 = true, .stored_min = true, .sub_scales = SubScales::kNibbles};

@@ -91,9 +91,6 @@ inline __m256i Load256(const uint8_t* p) { return _mm256_loadu_si256(reinterpret
 inline __m256 LoadF16x8(const uint8_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
-inline __m256 LoadU8x8(const uint8_t* p) {
-  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
-}
 inline uint32_t Load32(const uint8_t* p) {
   uint32_t v;
   std::memcpy(&v, p, 4);
@@ -198,6 +195,37 @@ inline void UnpackBlock(const uint8_t* q, int rh, __m256i w[8]) {
   }
 }
 
+// Q4_K / Q5_K's 6-bit sub-scales (packed_weight.h, kSixBitPairBytes), rows [8 rh, 8 rh + 8):
+// the scales (s = 0) or mins (s = 1) of blocks 4 q .. 4 q + 3 as bytes of the row lanes
+// (block 4 q + k in byte k), the low nibbles joined with the high bits moved to bits 4-5.
+inline __m256i SixBitPairLanes8(const uint8_t* p, int s, int q, int rh) {
+  const __m256i low = _mm256_srl_epi32(Load256(p + 64 * s + 32 * rh), _mm_cvtsi32_si128(4 * q));
+  const __m256i high = _mm256_srl_epi32(Load256(p + 128 + 32 * rh), _mm_cvtsi32_si128(2 * (2 * s + q)));
+  return _mm256_or_si256(_mm256_and_si256(low, _mm256_set1_epi8(0x0f)),
+                         _mm256_slli_epi32(_mm256_and_si256(high, _mm256_set1_epi8(0x03)), 4));
+}
+
+// All of a super-block's as those lanes: out + 64 (2 s + q) + 32 rh, so that block t's
+// value of a row is byte t % 4 of its dword at out + 64 (2 s + t / 4) (the shifts leak
+// neighbour bits only outside the masks).
+inline void SixBitPairBytes(const uint8_t* p, uint8_t* out) {
+  const __m256i m0f = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+  const auto join = [&](__m256i low, __m256i high) {
+    return _mm256_or_si256(_mm256_and_si256(low, m0f), _mm256_and_si256(high, m30));
+  };
+  for (int rh = 0; rh < 2; ++rh) {
+    const __m256i a = Load256(p + 32 * rh), b = Load256(p + 64 + 32 * rh), c = Load256(p + 128 + 32 * rh);
+    const __m256i v[4] = {join(a, _mm256_slli_epi32(c, 4)), join(_mm256_srli_epi32(a, 4), _mm256_slli_epi32(c, 2)),
+                          join(b, c), join(_mm256_srli_epi32(b, 4), _mm256_srli_epi32(c, 2))};
+    for (int k = 0; k < 4; ++k) _mm256_store_si256(reinterpret_cast<__m256i*>(out + 64 * k + 32 * rh), v[k]);
+  }
+}
+
+// Byte t % 4 of each dword of `lanes` (a SixBitPairLanes8 vector of block t's 4) as int32.
+inline __m256i LaneByte(__m256i lanes, int t) {
+  return _mm256_and_si256(_mm256_srl_epi32(lanes, _mm_cvtsi32_si128(8 * (t % 4))), _mm256_set1_epi32(0xff));
+}
+
 // The 8 rows' (half rh's) scale dw[h] and offset vector ow[h] of each half h of block b
 // (x = dw * V + kOffsetFactor * ow): f16 vectors, or for the super-block types the integer
 // sub-scales times the super-block's f16 d (and -dmin), ggml's own f32 products.
@@ -211,10 +239,12 @@ inline void Scales8(const uint8_t* g, int64_t nb, int64_t b, int rh, __m256 dw[2
   } else {
     const uint8_t* sup = g + L::kGeo.SuperAt(b / kBlocksPerSuper);
     const __m256 d = LoadF16x8(sup + 16 * rh);
-    if constexpr (L::kFormat.sub_scales == SubScales::kU8Pair) {
-      dw[0] = _mm256_mul_ps(LoadU8x8(s + 8 * rh), d);
-      ow[0] =
-          _mm256_mul_ps(LoadU8x8(s + 16 + 8 * rh), _mm256_sub_ps(_mm256_setzero_ps(), LoadF16x8(sup + 32 + 16 * rh)));
+    if constexpr (L::kFormat.sub_scales == SubScales::kSixBitPairs) {
+      const uint8_t* p = g + L::kGeo.SubAt(b / kBlocksPerSuper);
+      const int t = static_cast<int>(b % kBlocksPerSuper);
+      const auto value = [&](int s) { return _mm256_cvtepi32_ps(LaneByte(SixBitPairLanes8(p, s, t / 4, rh), t)); };
+      dw[0] = _mm256_mul_ps(value(0), d);
+      ow[0] = _mm256_mul_ps(value(1), _mm256_sub_ps(_mm256_setzero_ps(), LoadF16x8(sup + 32 + 16 * rh)));
     } else if constexpr (L::kFormat.sub_scales == SubScales::kNibbles) {
       const __m256 m = _mm256_sub_ps(_mm256_setzero_ps(), LoadF16x8(sup + 32 + 16 * rh));
       for (int h = 0; h < 2; ++h) {
@@ -374,6 +404,18 @@ inline void SuperScales(const uint8_t* g, int64_t sb, float* d, float* m) {
   }
 }
 
+// IntScales8 for Q4_K / Q5_K from a super-block's SixBitPairBytes at `sub`: block t's scale
+// and min of each row in both int16 halves of its dword, one `vpshufb` each (byte t % 4 of
+// the dword to bytes 0 and 2, zeros to 1 and 3).
+inline void SixBitIntScales8(const uint8_t* sub, int t, int rh, __m256i mult[2], __m256i& off) {
+  const __m256i dup0 = _mm256_setr_epi8(0, -128, 0, -128, 4, -128, 4, -128, 8, -128, 8, -128, 12, -128, 12, -128, 0,
+                                        -128, 0, -128, 4, -128, 4, -128, 8, -128, 8, -128, 12, -128, 12, -128);
+  const __m256i dup = _mm256_add_epi8(dup0, _mm256_set1_epi8(static_cast<char>(t % 4)));
+  const uint8_t* v = sub + 64 * (t / 4) + 32 * rh;
+  mult[0] = mult[1] = _mm256_shuffle_epi8(_mm256_load_si256(reinterpret_cast<const __m256i*>(v)), dup);
+  off = _mm256_shuffle_epi8(_mm256_load_si256(reinterpret_cast<const __m256i*>(v + 128)), dup);
+}
+
 // The block's contribution for one token on the integer-scaled path: `sums` already carry
 // the sub-scales (BlockSums with IntScales8's multipliers), so the fixed offsets join them
 // in int32 (a shift), and a stored min's term is one more `vpmaddwd` with the token's
@@ -405,13 +447,18 @@ void GemvGroup(const GemmArgs& a, int64_t r0, int64_t r_end, int64_t t0) {
   const int64_t prefetch = PackedPrefetchBytes(), stream = L::kGeo.StreamBytesPerBlock();
   __m256 acc[T][2], oacc[T][2];
   alignas(32) float sup_d[16] = {}, sup_m[16] = {};  // Filled at each super-block (b % 8 == 0).
+  constexpr bool kSixBitPairs = L::kFormat.sub_scales == SubScales::kSixBitPairs;
+  alignas(32) uint8_t sub[kSixBitPairs ? 256 : 1];  // Q4_K / Q5_K: the super-block's sub-scales as bytes.
 #pragma GCC unroll 4
   for (int t = 0; t < T; ++t) acc[t][0] = acc[t][1] = oacc[t][0] = oacc[t][1] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* pf = g + prefetch + b * stream;
     for (int64_t l = 0; l < stream; l += 64) _mm_prefetch(reinterpret_cast<const char*>(pf + l), _MM_HINT_T1);
     if constexpr (L::kIntScales) {
-      if (b % kBlocksPerSuper == 0) SuperScales<D>(g, b / kBlocksPerSuper, sup_d, sup_m);
+      if (b % kBlocksPerSuper == 0) {
+        SuperScales<D>(g, b / kBlocksPerSuper, sup_d, sup_m);
+        if constexpr (kSixBitPairs) SixBitPairBytes(g + L::kGeo.SubAt(b / kBlocksPerSuper), sub);
+      }
     }
     const uint8_t* q = g + L::kGeo.QuantAt(b);
 #pragma GCC unroll 2
@@ -422,7 +469,11 @@ void GemvGroup(const GemmArgs& a, int64_t r0, int64_t r_end, int64_t t0) {
       __m256i mult[2], off;
       __m256 dw[2], ow[2];
       if constexpr (L::kIntScales) {
-        IntScales8<D>(g + L::kGeo.ScaleAt(nb, b), rh, mult, off);
+        if constexpr (kSixBitPairs) {
+          SixBitIntScales8(sub, static_cast<int>(b % kBlocksPerSuper), rh, mult, off);
+        } else {
+          IntScales8<D>(g + L::kGeo.ScaleAt(nb, b), rh, mult, off);
+        }
       } else {
         Ones(mult);
         Scales8<D>(g, nb, b, rh, dw, ow);

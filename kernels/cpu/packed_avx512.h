@@ -107,6 +107,23 @@ struct BlockUnpacker {
   }
 };
 
+// Q4_K / Q5_K's 6-bit sub-scales of one super-block (packed_weight.h, kSixBitPairBytes) as
+// bytes of the 16 row lanes: v[0] the scales of blocks 0-3 (block k in byte k of each
+// lane), v[1] of blocks 4-7, v[2] and v[3] the mins. Per vector one ternary-logic OR of the
+// low nibbles and the high bits moved to bits 4-5 (the shifts leak neighbour bits only
+// outside the masks).
+inline void SixBitPairBytes(const uint8_t* p, __m512i v[4]) {
+  const __m512i a = _mm512_load_si512(p), b = _mm512_load_si512(p + 64), c = _mm512_load_si512(p + 128);
+  const __m512i m0f = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+  const auto join = [&](__m512i low, __m512i high) {  // (low & 0x0f) | (high & 0x30).
+    return _mm512_ternarylogic_epi32(_mm512_and_si512(low, m0f), high, m30, 0xf8);
+  };
+  v[0] = join(a, _mm512_slli_epi32(c, 4));
+  v[1] = join(_mm512_srli_epi32(a, 4), _mm512_slli_epi32(c, 2));
+  v[2] = join(b, c);
+  v[3] = join(_mm512_srli_epi32(b, 4), _mm512_srli_epi32(c, 2));
+}
+
 // The 16 rows' scales of each block of one group (packed_weight.h), as f32: dw[h] the
 // scale and ow[h] the offset vector of half h, such that x = dw * u + ow * factor for the u8
 // operand u (PackedLayout::kOffsetFactor: the stored min itself, or a fixed multiple of d).
@@ -115,22 +132,21 @@ template <DType D>
 class BlockScales {
  public:
   using L = PackedLayout<D>;
+  static constexpr bool kSixBitPairs = L::kFormat.sub_scales == SubScales::kSixBitPairs;
   BlockScales(const uint8_t* group, int64_t nb) : g_(group), nb_(nb) {}
 
   inline void operator()(int64_t b, __m512 dw[2], __m512 ow[2]) {
     const uint8_t* s = g_ + L::kGeo.ScaleAt(nb_, b);
-    if constexpr (!L::kSuper) {
+    if constexpr (kSixBitPairs) {
+      SixBitPairScales(b, dw, ow);
+    } else if constexpr (!L::kSuper) {
       dw[0] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(s)));
       ow[0] = L::kStoredMin ? _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(s + 32))) : dw[0];
     } else {
       if (b / kBlocksPerSuper != super_) LoadSuper(b / kBlocksPerSuper);
       for (int h = 0; h < L::kHalves; ++h) {
         const __m128i v = _mm_load_si128(reinterpret_cast<const __m128i*>(s + 16 * h));
-        if constexpr (L::kFormat.sub_scales == SubScales::kU8Pair) {
-          const __m128i mn = _mm_load_si128(reinterpret_cast<const __m128i*>(s + 16));
-          dw[h] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v)), d_);
-          ow[h] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(mn)), m_);
-        } else if constexpr (L::kFormat.sub_scales == SubScales::kNibbles) {
+        if constexpr (L::kFormat.sub_scales == SubScales::kNibbles) {
           const __m512i both = _mm512_cvtepu8_epi32(v);
           const __m512i sc = _mm512_and_si512(both, _mm512_set1_epi32(0x0f));
           dw[h] = _mm512_mul_ps(_mm512_cvtepi32_ps(sc), d_);
@@ -144,9 +160,29 @@ class BlockScales {
   }
 
  private:
+  // Block b's scales from the super-block's bytes (SixBitPairBytes), in registers: lanes
+  // hold 4 blocks' bytes, shifted down one byte per block; re-read at blocks 0 and 4 of a
+  // super-block and wherever a caller skips a block.
+  inline void SixBitPairScales(int64_t b, __m512 dw[2], __m512 ow[2]) {
+    if (b / kBlocksPerSuper != super_) LoadSuper(b / kBlocksPerSuper);
+    const int t = static_cast<int>(b % kBlocksPerSuper);
+    if (b != next_ || t % 4 == 0) {
+      const __m128i shift = _mm_cvtsi32_si128(8 * (t % 4));
+      sc_ = _mm512_srl_epi32(t < 4 ? pairs_[0] : pairs_[1], shift);
+      mn_ = _mm512_srl_epi32(t < 4 ? pairs_[2] : pairs_[3], shift);
+    }
+    const __m512i ff = _mm512_set1_epi32(0xff);
+    dw[0] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(sc_, ff)), d_);
+    ow[0] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(mn_, ff)), m_);
+    sc_ = _mm512_srli_epi32(sc_, 8);
+    mn_ = _mm512_srli_epi32(mn_, 8);
+    next_ = b + 1;
+  }
+
   // The f16 d and -dmin of super-block `sb` (the sign makes the offset -(dmin * mn)).
   void LoadSuper(int64_t sb) {
     const uint8_t* p = g_ + L::kGeo.SuperAt(sb);
+    if constexpr (kSixBitPairs) SixBitPairBytes(g_ + L::kGeo.SubAt(sb), pairs_);
     d_ = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(p)));
     if constexpr (L::kStoredMin) {
       m_ = _mm512_sub_ps(_mm512_setzero_ps(),
@@ -160,6 +196,11 @@ class BlockScales {
   int64_t super_ = -1;
   __m512 d_ = _mm512_setzero_ps();
   __m512 m_ = _mm512_setzero_ps();
+  // Q4_K / Q5_K: the super-block's sub-scales as bytes, and the current block's lanes.
+  __m512i pairs_[4];
+  __m512i sc_ = _mm512_setzero_si512();
+  __m512i mn_ = _mm512_setzero_si512();
+  int64_t next_ = -1;
 };
 
 }  // namespace cascade::kernels::cpu::internal

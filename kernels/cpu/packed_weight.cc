@@ -56,10 +56,12 @@ absl::Status PackScales(DType dtype, const CodeFormat& f, const PackedGeometry& 
   for (int h = 0; h < (f.sub16 ? 2 : 1); ++h) {
     uint8_t* v = s + 16 * h;
     switch (f.sub_scales) {
-      case SubScales::kU8Pair:
-        v[i] = static_cast<uint8_t>(c.sc[h]);
-        v[16 + i] = static_cast<uint8_t>(c.mn[h]);
+      case SubScales::kSixBitPairs: {
+        uint8_t* p = dst + geo.SubAt(b / kBlocksPerSuper);
+        SetSixBitPairValue(p, 0, static_cast<int>(b % kBlocksPerSuper), i, c.sc[h]);
+        SetSixBitPairValue(p, 1, static_cast<int>(b % kBlocksPerSuper), i, c.mn[h]);
         break;
+      }
       case SubScales::kI8: v[i] = static_cast<uint8_t>(static_cast<int8_t>(c.sc[h])); break;
       case SubScales::kNibbles: v[i] = static_cast<uint8_t>(c.sc[h] | c.mn[h] << 4); break;
       case SubScales::kNone: break;

@@ -333,6 +333,24 @@ TEST(LinearTest, PackedAllIsasAgainstNaiveReference) {
   for (const Case& c : PackedCases()) RunCase(c);
 }
 
+// The K types keep their file's bits once packed: the 6-bit sub-scales of Q4_K and Q5_K in 6
+// bits (Q2_K's 4-bit ones were always nibbles); the others within a byte per sub-scale and
+// the 64-byte rounding of a chunk. (Their values: tests/quant/quant_types_test.cc.)
+TEST(LinearTest, PackedKTypesKeepTheFileBits) {
+  const int64_t n_out = 32, n_in = 1024;
+  for (DType d : {DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kIQ4_XS}) {
+    std::vector<uint8_t> w(n_out * RowBytes(d, n_in), 0);
+    absl::StatusOr<PackedWeight> p = PackedWeight::Pack(TensorView(w.data(), d, {n_out, n_in}));
+    ASSERT_TRUE(p.ok()) << p.status();
+    const int64_t file = n_out * RowBytes(d, n_in);
+    if (d == DType::kQ2_K || d == DType::kQ4_K || d == DType::kQ5_K) {
+      EXPECT_EQ(p->bytes(), file) << DTypeName(d);
+    } else {
+      EXPECT_LE(p->bytes(), file * 1.06) << DTypeName(d);
+    }
+  }
+}
+
 // The packed layout is a pure rearrangement: its rows dequantize to the GGUF rows' values.
 TEST(LinearTest, PackedRowsDequantizeExactly) {
   std::mt19937 rng(3);
