@@ -7,13 +7,6 @@
 #include "text/tokenizer_vocab.h"
 
 namespace cascade::text {
-namespace {
-const std::string& EmptyString() {
-  static const std::string* empty = new std::string;
-  return *empty;
-}
-}  // namespace
-
 Tokenizer::Tokenizer(std::unique_ptr<const Vocab> vocab) : vocab_(std::move(vocab)) {}
 Tokenizer::~Tokenizer() = default;
 
@@ -58,11 +51,11 @@ std::string Tokenizer::Decode(std::span<const int32_t> ids, bool skip_special) c
   return out;
 }
 
-const std::string& Tokenizer::TokenPiece(int32_t id) const {
-  return id >= 0 && id < n_vocab() ? vocab_->piece(id) : EmptyString();
+std::string_view Tokenizer::TokenPiece(int32_t id) const {
+  return id >= 0 && id < n_vocab() ? vocab_->piece(id) : std::string_view();
 }
-const std::string& Tokenizer::TokenText(int32_t id) const {
-  return id >= 0 && id < n_vocab() ? vocab_->text(id) : EmptyString();
+std::string_view Tokenizer::TokenText(int32_t id) const {
+  return id >= 0 && id < n_vocab() ? vocab_->text(id) : std::string_view();
 }
 int32_t Tokenizer::TokenId(std::string_view text) const { return vocab_->Find(text); }
 int32_t Tokenizer::n_vocab() const { return vocab_->n_vocab(); }

@@ -49,9 +49,9 @@ class Tokenizer {
 
   // The bytes token `id` stands for (byte tokens are one raw byte, "▁" / "Ġ" are
   // spaces); empty for an id out of range. No leading-space stripping.
-  const std::string& TokenPiece(int32_t id) const;
+  std::string_view TokenPiece(int32_t id) const;
   // The token's stored vocabulary text ("▁Hello", "ĠHello", "<0x0A>"); empty if out of range.
-  const std::string& TokenText(int32_t id) const;
+  std::string_view TokenText(int32_t id) const;
   // Id of the token whose vocabulary text is exactly `text`, or -1.
   int32_t TokenId(std::string_view text) const;
 

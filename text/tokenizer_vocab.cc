@@ -86,12 +86,12 @@ const ByteTables& GetByteTables() {
 }
 
 // The bytes token text `t` of type `type` decodes to.
-std::string DecodePiece(const std::string& t, int32_t type, bool byte_level) {
+std::string DecodePiece(std::string_view t, int32_t type, bool byte_level) {
   if (type == kTokenTypeNormal) return byte_level ? DecodeByteLevelPiece(t) : DecodeSpmPiece(t);
   if (type == kTokenTypeByte && ParseByteToken(t) >= 0) {
     return std::string(1, static_cast<char>(ParseByteToken(t)));
   }
-  return t;
+  return std::string(t);
 }
 
 // Rejects a spec with mismatched table sizes, out-of-range special ids, or byte-level BPE without merges.
@@ -99,7 +99,9 @@ absl::Status ValidateSpec(const TokenizerSpec& spec) {
   const std::string& src = spec.source;
   const size_t n = spec.tokens.size();
   if (n == 0) return absl::InvalidArgumentError(cascade::StrCat(src, ": the vocabulary is empty"));
-  if (n > static_cast<size_t>(INT32_MAX)) {
+  size_t text_bytes = 0;
+  for (const std::string& t : spec.tokens) text_bytes += t.size();
+  if (n > static_cast<size_t>(INT32_MAX) || text_bytes > UINT32_MAX / 4) {  // Pieces can be longer than texts.
     return absl::InvalidArgumentError(cascade::StrCat(src, ": vocabulary too large"));
   }
   if (!spec.scores.empty() && spec.scores.size() != n) {
@@ -175,14 +177,22 @@ absl::Status Vocab::AddMerge(std::string_view left, std::string_view right, int3
     return absl::InvalidArgumentError(cascade::StrCat(spec_.source, ": merges[", index, "] '", left, " ", right,
                                                       "': token '", missing, "' is not in the vocabulary"));
   }
-  merges_.try_emplace(PairKey(l, r), RankedMerge{rank, result});
+  merges_.insert(PairKey(l, r) << kRankBits | static_cast<uint64_t>(rank));  // The first of a pair stays.
+  merge_results_[rank] = result;
   return absl::OkStatus();
 }
 
 // Ranks "left right" `merges` first, then `merge_pairs`, in list order.
 absl::Status Vocab::AddMerges(const std::vector<std::string>& merges,
                               const std::vector<std::pair<std::string, std::string>>& merge_pairs) {
-  merges_.reserve(merges.size() + merge_pairs.size());
+  const size_t n = merges.size() + merge_pairs.size();
+  if (texts_.size() > (size_t{1} << kIdBits) || n > (size_t{1} << kRankBits)) {
+    return absl::InvalidArgumentError(cascade::StrCat(spec_.source, ": ", texts_.size(), " tokens and ", n,
+                                                      " merges: more than the merge table holds (",
+                                                      size_t{1} << kIdBits, " and ", size_t{1} << kRankBits, ")"));
+  }
+  merges_.reserve(n);
+  merge_results_.assign(n, -1);
   int32_t rank = 0;
   for (size_t i = 0; i < merges.size(); ++i, ++rank) {
     const std::string& m = merges[i];
@@ -204,20 +214,20 @@ void Vocab::DropHarmonyMessageEnd() {
   int32_t end = -1;
   bool has_return = false, has_call = false;
   for (int32_t id : eog_) {
-    has_return |= tokens_[id] == "<|return|>";
-    has_call |= tokens_[id] == "<|call|>";
-    if (tokens_[id] == "<|end|>") end = id;
+    has_return |= texts_[id] == "<|return|>";
+    has_call |= texts_[id] == "<|call|>";
+    if (texts_[id] == "<|end|>") end = id;
   }
   if (has_return && has_call && end >= 0) eog_.erase(end);
 }
 
 void Vocab::BuildPieces(bool byte_level) {
-  const size_t n = tokens_.size();
-  pieces_.resize(n);
+  const size_t n = texts_.size();
+  pieces_.Reserve(n, n * 8);
   for (size_t i = 0; i < n; ++i) {
-    const std::string& t = tokens_[i];
+    const std::string_view t = texts_[i];
     const int32_t type = types_[i];
-    pieces_[i] = DecodePiece(t, type, byte_level);
+    pieces_.Add(DecodePiece(t, type, byte_level));
     if (type == kTokenTypeControl || type == kTokenTypeUnknown || type == kTokenTypeUnused) {
       special_.insert(static_cast<int32_t>(i));
     }
@@ -232,7 +242,7 @@ void Vocab::BuildPieces(bool byte_level) {
   if (spec_.eos_id >= 0) eog_.insert(spec_.eos_id);
   for (auto& cands : split_candidates_) {
     std::stable_sort(cands.begin(), cands.end(),
-                     [&](int32_t a, int32_t b) { return tokens_[a].size() > tokens_[b].size(); });
+                     [&](int32_t a, int32_t b) { return texts_[a].size() > texts_[b].size(); });
   }
 }
 
@@ -258,21 +268,24 @@ absl::StatusOr<std::unique_ptr<Vocab>> Vocab::Build(TokenizerSpec spec) {
   const size_t n = spec.tokens.size();
   const bool byte_level = spec.kind == TokenizerSpec::Kind::kByteLevelBpe;
 
-  v->tokens_ = std::move(spec.tokens);
+  size_t text_bytes = 0;
+  for (const std::string& t : spec.tokens) text_bytes += t.size();
+  v->texts_.Reserve(n, text_bytes);
+  for (const std::string& t : spec.tokens) v->texts_.Add(t);
+  std::vector<std::string>().swap(spec.tokens);  // Its buffer too (clear() would keep 32 bytes a token).
   v->types_ = spec.token_types.empty() ? std::vector<int32_t>(n, kTokenTypeNormal) : std::move(spec.token_types);
   v->scores_ = spec.scores.empty() ? std::vector<float>(n, 0.0f) : std::move(spec.scores);
   std::vector<std::string> merges = std::move(spec.merges);
   std::vector<std::pair<std::string, std::string>> merge_pairs = std::move(spec.merge_pairs);
-  v->spec_ = std::move(spec);
-  v->spec_.tokens.clear();
-  v->spec_.scores.clear();
-  v->spec_.token_types.clear();
+  v->spec_ = std::move(spec);  // Its tables are moved out (or freed) above.
 
   // Text -> id. Duplicate texts keep the last id, as llama.cpp's loader does.
-  v->token_to_id_.reserve(n);
+  v->token_to_id_ = decltype(v->token_to_id_)(n, TextHash{{&v->texts_}}, TextEq{{&v->texts_}});
   for (size_t i = 0; i < n; ++i) {
     if (v->types_[i] == kTokenTypeUndefined) v->types_[i] = kTokenTypeNormal;
-    if (!v->tokens_[i].empty()) v->token_to_id_[v->tokens_[i]] = static_cast<int32_t>(i);
+    if (v->texts_[i].empty()) continue;
+    if (auto it = v->token_to_id_.find(v->texts_[i]); it != v->token_to_id_.end()) v->token_to_id_.erase(it);
+    v->token_to_id_.insert(static_cast<int32_t>(i));
   }
 
   if (!merges.empty() || !merge_pairs.empty()) {
@@ -292,7 +305,7 @@ std::vector<TextFragment> Vocab::SplitSpecial(std::string_view text) const {
   while (i < n) {
     int32_t found = -1;
     for (int32_t id : split_candidates_[static_cast<uint8_t>(text[i])]) {
-      const std::string& t = tokens_[id];
+      const std::string_view t = texts_[id];
       if (t.size() <= n - i && std::memcmp(text.data() + i, t.data(), t.size()) == 0) {
         found = id;
         break;
@@ -304,7 +317,7 @@ std::vector<TextFragment> Vocab::SplitSpecial(std::string_view text) const {
     }
     if (i > start) out.push_back({-1, text.substr(start, i - start)});
     out.push_back({found, {}});
-    i += tokens_[found].size();
+    i += texts_[found].size();
     start = i;
   }
   if (start < n) out.push_back({-1, text.substr(start)});
@@ -332,8 +345,8 @@ void ApplyRankedMerges(const Vocab& vocab, std::vector<int32_t>& ids) {
     if (left < 0) return;
     const int32_t right = syms[left].next;
     if (right < 0 || syms[left].id < 0 || syms[right].id < 0) return;
-    if (const RankedMerge* m = vocab.FindMerge(syms[left].id, syms[right].id)) {
-      queue.push({m->rank, left, syms[left].id, syms[right].id});
+    if (const RankedMerge m = vocab.FindMerge(syms[left].id, syms[right].id); m.rank >= 0) {
+      queue.push({m.rank, left, syms[left].id, syms[right].id});
     }
   };
   for (int32_t i = 0; i + 1 < n; ++i) try_add(i);
@@ -344,7 +357,7 @@ void ApplyRankedMerges(const Vocab& vocab, std::vector<int32_t>& ids) {
     if (l.id != c.left_id || l.next < 0) continue;
     Symbol& r = syms[l.next];
     if (r.id != c.right_id) continue;
-    l.id = vocab.FindMerge(c.left_id, c.right_id)->result;
+    l.id = vocab.FindMerge(c.left_id, c.right_id).result;
     r.id = -2;
     l.next = r.next;
     if (l.next >= 0) syms[l.next].prev = c.left;

@@ -12,8 +12,8 @@
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/hash/hash.h"
 #include "absl/status/statusor.h"
 #include "text/tokenizer_spec.h"
 
@@ -21,7 +21,7 @@ namespace cascade::text {
 
 // One merge rule: applying it to the pair gives `result`; lower `rank` merges first.
 struct RankedMerge {
-  int32_t rank = 0;
+  int32_t rank = -1;  // -1: no merge.
   int32_t result = -1;
 };
 
@@ -32,15 +32,42 @@ struct TextFragment {
   std::string_view text;
 };
 
+// Strings by index, in one buffer: a vocabulary's 128k-256k token texts as std::strings
+// would spend 32 bytes of header each before their text. Offsets are 32-bit (Vocab::Build
+// refuses texts over 4 GiB in all).
+class StringTable {
+ public:
+  void Reserve(size_t n, size_t bytes) {
+    ends_.reserve(n);
+    bytes_.reserve(bytes);
+  }
+  void Add(std::string_view s) {
+    bytes_.append(s);
+    ends_.push_back(static_cast<uint32_t>(bytes_.size()));
+  }
+  std::string_view operator[](size_t i) const {
+    const uint32_t begin = i == 0 ? 0 : ends_[i - 1];
+    return std::string_view(bytes_).substr(begin, ends_[i] - begin);
+  }
+  size_t size() const { return ends_.size(); }
+
+ private:
+  std::string bytes_;
+  std::vector<uint32_t> ends_;
+};
+
 class Vocab {
  public:
+  Vocab(const Vocab&) = delete;  // token_to_id_'s functors point at texts_.
+  Vocab& operator=(const Vocab&) = delete;
+
   // Validates `spec` (see `Tokenizer::FromSpec`) and builds the tables.
   static absl::StatusOr<std::unique_ptr<Vocab>> Build(TokenizerSpec spec);
 
-  int32_t n_vocab() const { return static_cast<int32_t>(tokens_.size()); }
+  int32_t n_vocab() const { return static_cast<int32_t>(texts_.size()); }
   const TokenizerSpec& spec() const { return spec_; }
-  const std::string& text(int32_t id) const { return tokens_[id]; }
-  const std::string& piece(int32_t id) const { return pieces_[id]; }
+  std::string_view text(int32_t id) const { return texts_[id]; }
+  std::string_view piece(int32_t id) const { return pieces_[id]; }
   int32_t type(int32_t id) const { return types_[id]; }
   float score(int32_t id) const { return scores_[id]; }
   bool has_merges() const { return !merges_.empty(); }
@@ -49,13 +76,15 @@ class Vocab {
 
   // Id of the token with exactly this text, or -1.
   int32_t Find(std::string_view text) const {
-    auto it = token_to_id_.find(absl::string_view(text.data(), text.size()));
-    return it == token_to_id_.end() ? -1 : it->second;
+    auto it = token_to_id_.find(text);
+    return it == token_to_id_.end() ? -1 : *it;
   }
-  // The merge for the adjacent pair (left, right), or nullptr.
-  const RankedMerge* FindMerge(int32_t left, int32_t right) const {
-    auto it = merges_.find(PairKey(left, right));
-    return it == merges_.end() ? nullptr : &it->second;
+  // The merge for the adjacent pair (left, right); rank -1 when there is none.
+  RankedMerge FindMerge(int32_t left, int32_t right) const {
+    auto it = merges_.find(MergePair{PairKey(left, right)});
+    if (it == merges_.end()) return {};
+    const auto rank = static_cast<int32_t>(*it & ((uint64_t{1} << kRankBits) - 1));
+    return {rank, merge_results_[rank]};
   }
   // SPM: the id of byte `b`'s "<0xAB>" token (else the one-byte token), or -1.
   // Byte-level BPE: the id of the token for byte `b`'s GPT-2 code point, or -1.
@@ -67,9 +96,27 @@ class Vocab {
 
  private:
   Vocab() = default;
+  // A merge is one 64-bit entry, the pair's ids (21 bits each) over its rank (22 bits), in a
+  // set hashed by the pair: 8 bytes a slot, where a map to a RankedMerge took 16 (a 128k
+  // vocabulary has 280k merges). The result is merge_results_[rank].
+  static constexpr int kIdBits = 21, kRankBits = 22;
   static uint64_t PairKey(int32_t left, int32_t right) {
-    return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
+    return static_cast<uint64_t>(left) << kIdBits | static_cast<uint64_t>(right);
   }
+  struct MergePair {  // A lookup by the pair alone.
+    uint64_t key;
+  };
+  struct MergeHash {
+    using is_transparent = void;
+    size_t operator()(uint64_t entry) const { return absl::Hash<uint64_t>{}(entry >> kRankBits); }
+    size_t operator()(MergePair p) const { return absl::Hash<uint64_t>{}(p.key); }
+  };
+  struct MergeEq {
+    using is_transparent = void;
+    bool operator()(uint64_t a, uint64_t b) const { return a >> kRankBits == b >> kRankBits; }
+    bool operator()(uint64_t a, MergePair b) const { return a >> kRankBits == b.key; }
+    bool operator()(MergePair a, uint64_t b) const { return a.key == b >> kRankBits; }
+  };
   absl::Status AddMerge(std::string_view left, std::string_view right, int32_t rank, size_t index);
   // `Build` step: ranks "left right" `merges`, then `merge_pairs`, in list order.
   absl::Status AddMerges(const std::vector<std::string>& merges,
@@ -83,13 +130,35 @@ class Vocab {
   // `Build` step: `byte_tokens_` from the token table.
   void BuildByteTokens(bool byte_level);
 
-  TokenizerSpec spec_;               // tokens/scores/types/merges moved out.
-  std::vector<std::string> tokens_;  // [n_vocab]
-  std::vector<std::string> pieces_;  // [n_vocab] decoded bytes.
-  std::vector<float> scores_;        // [n_vocab]
-  std::vector<int32_t> types_;       // [n_vocab]
-  absl::flat_hash_map<std::string, int32_t> token_to_id_;
-  absl::flat_hash_map<uint64_t, RankedMerge> merges_;
+  // Text -> id as a set of ids hashed and compared by their text (4 bytes a slot, where a
+  // map from std::string would take 40), looked up by a string_view.
+  struct TextOfId {
+    using is_transparent = void;
+    const StringTable* texts = nullptr;
+    std::string_view operator()(int32_t id) const { return (*texts)[id]; }
+    std::string_view operator()(std::string_view s) const { return s; }
+  };
+  struct TextHash : TextOfId {
+    template <typename T>
+    size_t operator()(const T& key) const {
+      return absl::Hash<std::string_view>{}(TextOfId::operator()(key));
+    }
+  };
+  struct TextEq : TextOfId {
+    template <typename A, typename B>
+    bool operator()(const A& a, const B& b) const {
+      return TextOfId::operator()(a) == TextOfId::operator()(b);
+    }
+  };
+
+  TokenizerSpec spec_;          // tokens/scores/types/merges moved out.
+  StringTable texts_;           // [n_vocab]
+  StringTable pieces_;          // [n_vocab] decoded bytes.
+  std::vector<float> scores_;   // [n_vocab]
+  std::vector<int32_t> types_;  // [n_vocab]
+  absl::flat_hash_set<int32_t, TextHash, TextEq> token_to_id_;
+  absl::flat_hash_set<uint64_t, MergeHash, MergeEq> merges_;
+  std::vector<int32_t> merge_results_;  // By rank.
   std::array<int32_t, 256> byte_tokens_{};
   absl::flat_hash_set<int32_t> special_;  // Control, unknown, unused.
   absl::flat_hash_set<int32_t> eog_;

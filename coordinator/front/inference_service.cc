@@ -153,7 +153,7 @@ grpc::Status InferenceService::Tokenize(grpc::ServerContext* ctx, const v1::Toke
   if (!ids.ok()) return ToGrpc(ids.status());
   for (int32_t id : *ids) {
     resp->add_ids(id);
-    resp->add_pieces(tokenizer_->TokenText(id));
+    resp->add_pieces(std::string(tokenizer_->TokenText(id)));
   }
   return grpc::Status::OK;
 }

@@ -122,8 +122,8 @@ absl::Status ReadInteger(Cursor& c, std::string_view key, GgufValue& out) {
   return absl::OkStatus();
 }
 
-// An array value: its element type and count, then its elements (strings kept as views,
-// nested arrays read and dropped, scalars skipped: readers index them in place).
+// An array value: its element type and count, then its elements (strings and nested
+// arrays read to validate them and dropped, scalars skipped: readers index them in place).
 absl::Status ReadArray(Cursor& c, GgufValue& out, int depth, const std::string& name, std::string_view key) {
   const auto bad = [&](std::string_view problem) {
     return absl::DataLossError(cascade::StrCat(name, ": metadata key '", key, "': ", problem));
@@ -144,11 +144,7 @@ absl::Status ReadArray(Cursor& c, GgufValue& out, int depth, const std::string& 
                                " elements does not fit in the ", c.remaining(), " bytes left in the file"));
   }
   if (out.elem_type == GgufType::kString) {
-    out.strings.reserve(out.count);
-    for (uint64_t k = 0; k < out.count; ++k) {
-      CASCADE_ASSIGN_OR_RETURN(std::string_view s, c.ReadString(key));
-      out.strings.push_back(s);
-    }
+    for (uint64_t k = 0; k < out.count; ++k) CASCADE_RETURN_IF_ERROR(c.ReadString(key).status());
   } else if (out.elem_type == GgufType::kArray) {
     for (uint64_t k = 0; k < out.count; ++k) {
       GgufValue inner;
@@ -405,6 +401,7 @@ absl::Status GgufFile::Parse() {
   }
 
   const uint64_t data_start = (c.pos() + alignment_ - 1) / alignment_ * alignment_;
+  header_bytes_ = data_start;
   return PlaceTensorData(data_start, size_, rel_offsets, name_, tensors_);
 }
 
@@ -462,7 +459,15 @@ absl::StatusOr<std::vector<std::string_view>> GgufFile::GetStringArray(std::stri
   if (v->type != GgufType::kArray || v->elem_type != GgufType::kString) {
     return WrongType(name_, key, *v, "array of string");
   }
-  return v->strings;
+  std::vector<std::string_view> out(v->count);
+  const uint8_t* p = v->elems;
+  for (std::string_view& s : out) {  // In bounds: Open read each one.
+    uint64_t len;
+    std::memcpy(&len, p, sizeof(len));
+    s = std::string_view(reinterpret_cast<const char*>(p + sizeof(len)), len);
+    p += sizeof(len) + len;
+  }
+  return out;
 }
 
 absl::StatusOr<std::vector<float>> GgufFile::GetFloatArray(std::string_view key) const {
@@ -544,6 +549,10 @@ void GgufFile::ReleasePages(const TensorView& view) const {
   const auto* p = static_cast<const uint8_t*>(view.data);
   if (p < data_ || p >= data_ + size_) return;  // Not ours.
   file_->DontNeed(static_cast<size_t>(p - file_->data()), static_cast<size_t>(view.NumBytes()));
+}
+
+void GgufFile::ReleaseHeaderPages() const {
+  if (file_ != nullptr) file_->DontNeed(0, static_cast<size_t>(header_bytes_));
 }
 
 absl::StatusOr<TensorView> GgufFile::ReadRows(std::string_view name, int64_t row_begin, int64_t row_end) const {

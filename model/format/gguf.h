@@ -47,8 +47,7 @@ struct GgufValue {
   // Arrays: element type, count, and where the elements start in the mapping.
   GgufType elem_type = GgufType::kU8;
   uint64_t count = 0;
-  const uint8_t* elems = nullptr;
-  std::vector<std::string_view> strings;  // Filled for arrays of strings.
+  const uint8_t* elems = nullptr;  // Strings: each a u64 length and its bytes (validated at Open).
 
   bool IsInteger() const;
   bool IsFloat() const { return type == GgufType::kF32 || type == GgufType::kF64; }
@@ -75,6 +74,8 @@ class GgufFile final : public WeightSource {
   absl::StatusOr<int64_t> GetInt(std::string_view key) const;   // Any integer type.
   absl::StatusOr<double> GetFloat(std::string_view key) const;  // Any float or integer type.
   absl::StatusOr<bool> GetBool(std::string_view key) const;
+  // Views into the mapping, read from the array on each call (Open only validates them, so
+  // that a 128k-token vocabulary is not also held as a vector for the file's lifetime).
   absl::StatusOr<std::vector<std::string_view>> GetStringArray(std::string_view key) const;
   absl::StatusOr<std::vector<float>> GetFloatArray(std::string_view key) const;
   absl::StatusOr<std::vector<int64_t>> GetIntArray(std::string_view key) const;
@@ -86,6 +87,10 @@ class GgufFile final : public WeightSource {
   absl::StatusOr<TensorView> ReadRows(std::string_view name, int64_t row_begin, int64_t row_end) const override;
   // Drops the mapping's pages under `view` (a no-op for OpenBytes).
   void ReleasePages(const TensorView& view) const override;
+  // Drops the pages of the header (metadata and tensor table) once a reader has copied what
+  // it needs, such as a tokenizer's vocabulary (megabytes at a 128k vocabulary); a later
+  // read of the metadata faults them back in.
+  void ReleaseHeaderPages() const;
 
  private:
   GgufFile() = default;
@@ -97,6 +102,7 @@ class GgufFile final : public WeightSource {
   size_t size_ = 0;
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
+  uint64_t header_bytes_ = 0;  // Where the tensor data starts.
   std::vector<std::pair<std::string_view, GgufValue>> kv_;
   absl::flat_hash_map<std::string_view, size_t> kv_index_;
   std::vector<TensorInfo> tensors_;

@@ -8,7 +8,11 @@
 namespace cascade::model {
 
 absl::StatusOr<std::unique_ptr<text::Tokenizer>> LoadTokenizer(const ModelFiles& files) {
-  if (files.format == ModelFormat::kGguf) return TokenizerFromGguf(*files.gguf);
+  if (files.format == ModelFormat::kGguf) {
+    absl::StatusOr<std::unique_ptr<text::Tokenizer>> tokenizer = TokenizerFromGguf(*files.gguf);
+    files.gguf->ReleaseHeaderPages();  // The tokenizer holds its own copy of the vocabulary.
+    return tokenizer;
+  }
   return TokenizerFromHfJson(files.path + "/tokenizer.json");
 }
 

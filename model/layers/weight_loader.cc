@@ -1,5 +1,7 @@
 #include "model/layers/weight_loader.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -12,27 +14,38 @@
 
 namespace cascade::model {
 
-void WeightLoader::FreeBytes::operator()(uint8_t* p) const { std::free(p); }
+void WeightLoader::FreeBytes::operator()(uint8_t* p) const {
+  if (mapped) {
+    ::munmap(p, size);
+  } else {
+    std::free(p);
+  }
+}
 
 WeightLoader::WeightLoader(const WeightSource* source, kernels::Backend* backend)
     : source_(source), backend_(backend) {}
-
 WeightLoader::~WeightLoader() = default;
 
 absl::StatusOr<uint8_t*> WeightLoader::OwnBytes(const std::string& tensor, size_t bytes) {
   const size_t size = std::max<size_t>(64, (bytes + 63) / 64 * 64);
+  const auto refuse = [&] {
+    return absl::ResourceExhaustedError(StrCat("tensor '", tensor, "': cannot allocate ", bytes, " bytes"));
+  };
+  if (size >= kMappedCopyBytes) {
+    void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    if (p == MAP_FAILED) return refuse();
+    owned_bytes_.push_back(OwnedBytes(static_cast<uint8_t*>(p), FreeBytes{.size = size, .mapped = true}));
+    return owned_bytes_.back().get();
+  }
   // The spare when this copy would use at least half of it (a copy the backend then keeps
   // wastes at most as much as it holds).
-  if (spare_.data != nullptr && size <= spare_.size && 2 * size >= spare_.size) {
+  if (spare_ != nullptr && size <= spare_.get_deleter().size && 2 * size >= spare_.get_deleter().size) {
     owned_bytes_.push_back(std::move(spare_));
-    spare_ = {};
-    return owned_bytes_.back().data.get();
+    return owned_bytes_.back().get();
   }
   auto* buf = static_cast<uint8_t*>(std::aligned_alloc(64, size));
-  if (buf == nullptr) {
-    return absl::ResourceExhaustedError(StrCat("tensor '", tensor, "': cannot allocate ", bytes, " bytes"));
-  }
-  owned_bytes_.push_back({.data = std::unique_ptr<uint8_t[], FreeBytes>(buf), .size = size});
+  if (buf == nullptr) return refuse();
+  owned_bytes_.push_back(OwnedBytes(buf, FreeBytes{.size = size, .mapped = false}));
   return buf;
 }
 
@@ -88,7 +101,10 @@ absl::StatusOr<const kernels::PreparedWeight*> WeightLoader::Prepare(const Slice
   }
   if (!p->reads_source()) {
     if (sl.owned) {  // The backend made its own copy (the slice's is the latest): a spare.
-      if (owned_bytes_.back().size > spare_.size) spare_ = std::move(owned_bytes_.back());
+      OwnedBytes& last = owned_bytes_.back();
+      if (!last.get_deleter().mapped && (spare_ == nullptr || last.get_deleter().size > spare_.get_deleter().size)) {
+        spare_ = std::move(last);
+      }
       owned_bytes_.pop_back();
     } else {
       source_->ReleasePages(sl.file);

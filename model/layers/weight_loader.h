@@ -80,7 +80,7 @@ class WeightLoader {
   // Bytes of weights loaded so far (as read from the file, before any repack).
   int64_t weight_bytes() const { return weight_bytes_; }
   // Frees the spare copy buffer (below): call once a batch of loading is done.
-  void ReleaseSpare() { spare_ = {}; }
+  void ReleaseSpare() { spare_ = nullptr; }
 
  private:
   // A matrix cut to its slice, before it is prepared.
@@ -105,16 +105,19 @@ class WeightLoader {
   // Column slices and stacked copies of matrices, kept while their prepared weight reads
   // them (declared before prepared_, so they outlive the weights over them).
   struct FreeBytes {
+    size_t size;
+    bool mapped;  // Its own mapping (a copy of at least kMappedCopyBytes).
     void operator()(uint8_t* p) const;
   };
-  struct OwnedBytes {
-    std::unique_ptr<uint8_t[], FreeBytes> data;
-    size_t size = 0;
-  };
+  using OwnedBytes = std::unique_ptr<uint8_t[], FreeBytes>;
   std::vector<OwnedBytes> owned_bytes_;
-  // The largest copy a backend repacked (so no longer read), kept for the next copy that
-  // fits it well: freeing each one left a hole in the heap that a small allocation then
-  // split, so glibc could not reuse it for the next copy of the same size (gpt-oss-20b
+  // Copies of 2 MiB or more get their own mapping, so that freeing one returns its pages
+  // at once (a 1B's stacked gate/up is 18 MB: kept as the spare below, it stayed resident
+  // until loading ended, at the peak).
+  static constexpr size_t kMappedCopyBytes = size_t{2} << 20;
+  // The largest smaller copy a backend repacked (so no longer read), kept for the next copy
+  // that fits it well: freeing each one left a hole in the heap that a small allocation
+  // then split, so glibc could not reuse it for the next copy of the same size (gpt-oss-20b
   // scaled, a stacked gate/up per expert: 134 MB of free heap held after loading).
   OwnedBytes spare_;
   std::vector<std::unique_ptr<kernels::PreparedWeight>> prepared_;  // Every matrix.
