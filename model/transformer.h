@@ -196,6 +196,11 @@ class Transformer {
   // This rank's dense FFN columns, 0 when every layer here is MoE (MoE layers keep their
   // workspaces in moe_scratch_).
   int64_t DenseFfnColumns() const;
+  // Tokens per pass of a dense FFN over a batch of n: at most kFfnSliceTokens on a host
+  // backend, so that its gate and up workspaces (n x n_ff f32 each: 64 MB for a 1B at 512
+  // tokens, 235 MB for an 8B at 2048) stay small; the whole batch on a device.
+  int64_t FfnSlice(int64_t n) const;
+  static constexpr int64_t kFfnSliceTokens = 256;
   // A view of `rows` x `cols` f32 at the start of a workspace buffer.
   TensorView View(const kernels::Buffer& b, int64_t rows, int64_t cols) const;
 

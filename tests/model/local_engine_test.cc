@@ -105,6 +105,26 @@ TEST(LocalEngineTest, LongPromptIsPrefilledInPieces) {
   EXPECT_FALSE(LocalEngine::Create(path, options).ok());
 }
 
+// A batch over Transformer::kFfnSliceTokens runs its FFN in passes of that many tokens:
+// the rows of a 300-token prompt in one batch (passes of 256 and 44) equal those of pieces
+// of 100 (one pass each), which LongPromptIsPrefilledInPieces holds to the unsplit bits.
+TEST(LocalEngineTest, FfnInTokenSlicesGivesTheSameBits) {
+  CASCADE_REQUIRE_FILE(path, testing::TestDataPath("models/stories260K.gguf"));
+  std::vector<int32_t> prompt = {1};
+  for (int32_t i = 1; i < 300; ++i) prompt.push_back(3 + (i * 7) % 500);
+  LocalEngineOptions options;
+  options.n_threads = 2;
+  options.max_context = 512;
+  auto sliced = LocalEngine::Create(path, options);
+  options.max_batched_tokens = 100;
+  auto pieces = LocalEngine::Create(path, options);
+  ASSERT_TRUE(sliced.ok() && pieces.ok());
+  auto a = (*sliced)->PromptLogits(prompt, 250), b = (*pieces)->PromptLogits(prompt, 250);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(a->size(), 50 * static_cast<size_t>((*sliced)->config().n_vocab));
+  EXPECT_EQ(*a, *b);
+}
+
 TEST(LocalEngineTest, TinyStoriesBothFormatsAgree) {
   CASCADE_REQUIRE_FILE(hf, testing::TestDataPath("models/tinystories-656k"));
   CASCADE_REQUIRE_FILE(gguf, testing::TestDataPath("models/tinystories-656k-q8_0.gguf"));
