@@ -233,7 +233,10 @@ template <DType D>
 inline void Scales8(const uint8_t* g, int64_t nb, int64_t b, int rh, __m256 dw[2], __m256 ow[2]) {
   using L = Layout<D>;
   const uint8_t* s = g + L::kGeo.ScaleAt(nb, b);
-  if constexpr (L::kFormat.sub_scales == SubScales::kNone) {
+  if constexpr (D == DType::kMXFP4) {  // Exponent bytes (packed_weight.h).
+    const __m128i e = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s + 8 * rh));
+    dw[0] = ow[0] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu8_epi32(e), 23));
+  } else if constexpr (L::kFormat.sub_scales == SubScales::kNone) {
     dw[0] = LoadF16x8(s + 16 * rh);
     ow[0] = L::kStoredMin ? LoadF16x8(s + 32 + 16 * rh) : dw[0];
   } else {

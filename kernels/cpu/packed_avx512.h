@@ -139,6 +139,10 @@ class BlockScales {
     const uint8_t* s = g_ + L::kGeo.ScaleAt(nb_, b);
     if constexpr (kSixBitPairs) {
       SixBitPairScales(b, dw, ow);
+    } else if constexpr (D == DType::kMXFP4) {  // Exponent bytes (packed_weight.h).
+      dw[0] = _mm512_castsi512_ps(
+          _mm512_slli_epi32(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(s))), 23));
+      ow[0] = dw[0];
     } else if constexpr (!L::kSuper) {
       dw[0] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(s)));
       ow[0] = L::kStoredMin ? _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(s + 32))) : dw[0];

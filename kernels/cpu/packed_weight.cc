@@ -41,13 +41,19 @@ absl::Status ToF16(float v, int64_t row, uint16_t* out) {
 absl::Status PackScales(DType dtype, const CodeFormat& f, const PackedGeometry& geo, const BlockCodes& c, int64_t row,
                         int i, int64_t nb, int64_t b, uint8_t* dst) {
   uint8_t* s = dst + geo.ScaleAt(nb, b);
-  if (f.sub_scales == SubScales::kNone) {
-    // MXFP4's power-of-two scales span 2^-128..2^127: those f16 cannot hold exactly
-    // leave the weight unpacked (its kernels read the file's exponents as they are).
-    if (dtype == DType::kMXFP4 && F16ToF32(F32ToF16(c.d[0])) != c.d[0]) {
+  if (dtype == DType::kMXFP4) {
+    // 2^(e - 128) is (e - 1) << 23 as f32 bits for e >= 2; the two subnormal scales (e = 0,
+    // 1: never a trained weight's) leave the weight unpacked, read by the file's kernels.
+    uint32_t bits;
+    std::memcpy(&bits, &c.d[0], 4);
+    if ((bits & 0x807fffffu) != 0 || bits == 0) {
       return absl::UnimplementedError(
-          absl::StrCat("PackedWeight: row ", row, " has an MXFP4 scale ", c.d[0], " that f16 does not hold exactly"));
+          absl::StrCat("PackedWeight: row ", row, " has an MXFP4 scale ", c.d[0], " below 2^-126"));
     }
+    s[i] = static_cast<uint8_t>(bits >> 23);
+    return absl::OkStatus();
+  }
+  if (f.sub_scales == SubScales::kNone) {
     auto* d = reinterpret_cast<uint16_t*>(s);
     CASCADE_RETURN_IF_ERROR(ToF16(c.d[0], row, &d[i]));
     if (f.stored_min) CASCADE_RETURN_IF_ERROR(ToF16(c.m[0], row, &d[kPackRows + i]));

@@ -26,7 +26,10 @@
 //           elements 4k..4k+3 stored as q + 128 (u8), so `vpdpbusd` needs no sign fix; the
 //           kernels subtract 128 * d * sum(x) instead.
 //   scales, for the types with one scale per block (Q8_0, Q4_0/1, Q5_0/1, IQ4_NL, MXFP4):
-//     d     nb x 16 f16 scales of the 16 rows, one 32-byte vector per block;
+//     d     nb x 16 f16 scales of the 16 rows, one 32-byte vector per block; MXFP4's
+//           16 bytes, each the block's E8M0 exponent e - 1, so that its scale 2^(e - 128)
+//           is the byte shifted into an f32's exponent field (PackedExponentScale; a
+//           subnormal scale, e < 2, leaves the weight unpacked);
 //     m     (Q4_1, Q5_1: a stored min) the offsets, likewise.
 //   The super-block types (the K types and IQ4_XS, SubScales in block_codes.h) keep the
 //   file's integer sub-scales under its f16 super-block scales, as ggml reads them, and
@@ -47,7 +50,7 @@
 // So x = d * V(code) + m, with V the IQ4_NL / MXFP4 table for the table types
 // (block_codes.h) and the offset a fixed multiple of d for the types without a min
 // (CodeFormat::min_factor). Bits per weight match the file's: Q2_K 2.625, Q4_K 4.5, Q5_K
-// 5.5; or come close, where a byte holds a 6-bit sub-scale or a chunk is padded: Q3_K 3.625
+// 5.5, MXFP4 4.25; or come close, where a byte holds a 6-bit sub-scale or a chunk is padded: Q3_K 3.625
 // (file 3.4375), Q6_K 6.625 (6.5625), IQ4_XS 4.375 (4.25).
 // The group stride is rounded up to 64 bytes and the buffer is 64-byte aligned.
 //
@@ -108,6 +111,15 @@ inline int SixBitPairValue(const uint8_t* p, int s, int t, int i) {
 inline void SetSixBitPairValue(uint8_t* p, int s, int t, int i, int v) {
   p[64 * s + 4 * i + t % 4] |= static_cast<uint8_t>((v & 0x0f) << (4 * (t / 4)));
   p[128 + 4 * i + t % 4] |= static_cast<uint8_t>((v >> 4 & 3) << (2 * (2 * s + t / 4)));
+}
+
+// MXFP4's packed scale byte (its E8M0 exponent e - 1, e >= 2) as the f32 2^(e - 128):
+// Mxfp4Scale(e), bit for bit.
+inline float PackedExponentScale(uint8_t b) {
+  const uint32_t bits = static_cast<uint32_t>(b) << 23;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
 }
 
 // Code e (0..31) of row i in a packed block of `bits`-bit codes (layouts above): the
@@ -193,6 +205,7 @@ class PackedWeight {
   // Bytes per block of the per-block scales: f16 vectors (types with a scale per block) or
   // the sub-scale bytes (super-block types; Q4_K / Q5_K an eighth of kSixBitPairBytes).
   static constexpr int64_t BlockScaleBytes(DType dtype) {
+    if (dtype == DType::kMXFP4) return 16;
     if (!SuperScaled(dtype)) return 32 * (StoredMin(dtype) ? 2 : 1);
     if (CodeFormatOf(dtype).sub_scales == SubScales::kSixBitPairs) return kSixBitPairBytes / kBlocksPerSuper;
     return 16 * Halves(dtype);
@@ -241,6 +254,11 @@ constexpr PackedGeometry PackedGeometryOf(DType dtype) {
 inline void PackedBlockScale(const CodeFormat& f, const PackedGeometry& geo, const uint8_t* group, int64_t nb,
                              int64_t b, int h, int i, float* d, float* m) {
   const uint8_t* s = group + geo.ScaleAt(nb, b);
+  if (f.table == kMxfp4Values) {
+    *d = PackedExponentScale(s[i]);
+    *m = 0.0f;
+    return;
+  }
   if (f.sub_scales == SubScales::kNone) {
     const auto* v = reinterpret_cast<const uint16_t*>(s);
     *d = F16ToF32(v[i]);

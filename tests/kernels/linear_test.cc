@@ -335,8 +335,9 @@ TEST(LinearTest, PackedAllIsasAgainstNaiveReference) {
 
 // The K types keep their file's bits once packed: the 6-bit sub-scales of Q4_K and Q5_K in 6
 // bits (Q2_K's 4-bit ones were always nibbles); the others within a byte per sub-scale and
-// the 64-byte rounding of a chunk. (Their values: tests/quant/quant_types_test.cc.)
-TEST(LinearTest, PackedKTypesKeepTheFileBits) {
+// the 64-byte rounding of a chunk; MXFP4 its exponent bytes. (Their values:
+// tests/quant/quant_types_test.cc.)
+TEST(LinearTest, PackedTypesKeepTheFileBits) {
   const int64_t n_out = 32, n_in = 1024;
   for (DType d : {DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kIQ4_XS}) {
     std::vector<uint8_t> w(n_out * RowBytes(d, n_in), 0);
@@ -349,6 +350,12 @@ TEST(LinearTest, PackedKTypesKeepTheFileBits) {
       EXPECT_LE(p->bytes(), file * 1.06) << DTypeName(d);
     }
   }
+  // MXFP4: an exponent byte per block and row, as the file's (scales 2^-8).
+  std::vector<uint8_t> w(n_out * RowBytes(DType::kMXFP4, n_in), 0x5a);
+  for (size_t b = 0; b < w.size(); b += 17) w[b] = 120;
+  absl::StatusOr<PackedWeight> p = PackedWeight::Pack(TensorView(w.data(), DType::kMXFP4, {n_out, n_in}));
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->bytes(), static_cast<int64_t>(w.size()));
 }
 
 // The packed layout is a pure rearrangement: its rows dequantize to the GGUF rows' values.
@@ -388,7 +395,7 @@ TEST(LinearTest, PackOnThreadsEqualsOneThread) {
     ASSERT_EQ(one->bytes(), many->bytes());
     EXPECT_EQ(std::memcmp(one->data(), many->data(), static_cast<size_t>(one->bytes())), 0) << DTypeName(d);
   }
-  // MXFP4 with a scale f16 cannot hold (2^-127) in the last row: group 19, past the first chunk.
+  // MXFP4 with a subnormal scale (2^-127) in the last row: group 19, past the first chunk.
   const int64_t n_out = 16 * 20;
   std::vector<uint8_t> w(RowBytes(DType::kMXFP4, 64) * n_out, 0x33);
   for (int64_t b = 0; b < 2 * n_out; ++b) w[17 * b] = 120;  // 2^-7 everywhere ...
@@ -397,20 +404,28 @@ TEST(LinearTest, PackOnThreadsEqualsOneThread) {
                      kUnimplemented);
 }
 
-// MXFP4's scales are powers of two from 2^-128: those f16 cannot hold exactly leave the
-// weight unpacked (Pack says Unimplemented, and the CPU backend then reads the rows as they
-// are), so no scale is rounded.
-TEST(LinearTest, Mxfp4ScalesOutsideF16StayUnpacked) {
+// MXFP4's scales are powers of two from 2^-128 to 2^127, packed as exponent bytes: every
+// normal one packs, exactly (2^-126 and 2^72, which f16 cannot hold, included), and a
+// subnormal one (e = 0, 1) leaves the weight unpacked (Pack says Unimplemented, and the CPU
+// backend then reads the rows as they are), so no scale is rounded.
+TEST(LinearTest, Mxfp4ScalesPackExactlyAndSubnormalOnesStayUnpacked) {
   std::vector<uint8_t> w(RowBytes(DType::kMXFP4, 64) * 2);
   for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<uint8_t>(0x21 * i);
-  w[0] = 120;   // 2^-8: f16 holds it.
-  w[17] = 120;  // Row 0, block 1.
+  w[0] = 2;     // 2^-126.
+  w[17] = 200;  // Row 0, block 1: 2^72.
   w[34] = 1;    // Row 1, block 0: 2^-127.
   w[51] = 120;
   const TensorView weight(w.data(), DType::kMXFP4, {2, 64});
   EXPECT_STATUS_CODE(PackedWeight::Pack(weight).status(), kUnimplemented);
   w[34] = 120;
-  EXPECT_TRUE(PackedWeight::Pack(weight).ok());
+  absl::StatusOr<PackedWeight> packed = PackedWeight::Pack(weight);
+  ASSERT_TRUE(packed.ok()) << packed.status();
+  for (int64_t r = 0; r < 2; ++r) {
+    std::vector<float> got(64);
+    packed->DequantizeRow(r, got.data());
+    const std::vector<double> want = NaiveDequant(DType::kMXFP4, w.data() + r * RowBytes(DType::kMXFP4, 64), 64);
+    for (int e = 0; e < 64; ++e) ASSERT_EQ(static_cast<double>(got[e]), want[e]) << "row " << r << " elem " << e;
+  }
   w[34] = 1;
   auto backend = kernels::MakeCpuBackend({.n_threads = 1});
   auto prepared = backend->PrepareWeight(weight);
