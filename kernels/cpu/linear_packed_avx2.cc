@@ -21,7 +21,8 @@
 //
 // Few tokens (decode, verify steps): each block is unpacked and met by every token at once.
 // There the super-block types widen by their integer sub-scales instead of by ones and
-// keep their offsets in int32 (IntScales8, IntScale): one f32 conversion per block and row,
+// keep their offsets in int32 (IntScales8, IntScale; Q4_K / Q5_K's 6-bit sub-scales are
+// formed as bytes once per super-block, SixBitIntScales8): one f32 conversion per block and row,
 // and d / dmin converted once per super-block (Q2_K decode +15-19%, the types with
 // float-heavy scales gaining most). More tokens: 16 rows x up to 48 blocks are unpacked once
 // into an L1 tile, then tokens stream over it, 4 at a time, in passes whose activations stay

@@ -13,10 +13,12 @@
 // accumulators per scale (two for the 16-element-group types), and one more FMA adds the
 // offset term: m * sum(x) for the types with a stored min, otherwise d * sum(x) times the
 // type's fixed factor at the end (-8 Q4_0, -16 Q5_0, -32 Q6_K, -4 Q3_K, -128 Q8_0 and IQ4).
-// The scales are one f16 vector per block (`vcvtph2ps`), or for the super-block types 16
-// bytes of integer sub-scales per block widened and converted (`vpmovzxbd`, `vcvtdq2ps`)
-// times the super-block's f16 d, loaded once per 8 blocks (BlockScales). Q2_K and Q3_K
-// instead apply their sub-scales in integers (GemvGroupPairs, below).
+// The scales are one f16 vector per block (`vcvtph2ps`; MXFP4's exponent bytes widened and
+// shifted into place), or for the super-block types 16 bytes of integer sub-scales per
+// block widened and converted (`vpmovzxbd`, `vcvtdq2ps`; Q4_K / Q5_K's 6-bit ones formed as
+// bytes of the row lanes once per super-block, one byte per block) times the super-block's
+// f16 d, loaded once per 8 blocks (BlockScales). Q2_K and Q3_K instead apply their
+// sub-scales in integers (GemvGroupPairs, below).
 // No gathers, no horizontal sums: the 16 results are one masked store.
 //
 // The group stream is contiguous, so a software prefetch PackedPrefetchBytes() ahead of the
