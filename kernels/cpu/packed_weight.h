@@ -50,8 +50,8 @@
 // So x = d * V(code) + m, with V the IQ4_NL / MXFP4 table for the table types
 // (block_codes.h) and the offset a fixed multiple of d for the types without a min
 // (CodeFormat::min_factor). Bits per weight match the file's: Q2_K 2.625, Q4_K 4.5, Q5_K
-// 5.5, MXFP4 4.25; or come close, where a byte holds a 6-bit sub-scale or a chunk is padded: Q3_K 3.625
-// (file 3.4375), Q6_K 6.625 (6.5625), IQ4_XS 4.375 (4.25).
+// 5.5, MXFP4 4.25; or come close, where a byte holds a 6-bit sub-scale or a chunk is
+// padded: Q3_K 3.625 (file 3.4375), Q6_K 6.625 (6.5625), IQ4_XS 4.375 (4.25).
 // The group stride is rounded up to 64 bytes and the buffer is 64-byte aligned.
 //
 // Thread-safety: immutable after Pack; const methods are safe from any thread.
@@ -241,9 +241,7 @@ constexpr PackedGeometry PackedGeometryOf(DType dtype) {
   g.block_scale = PackedWeight::BlockScaleBytes(dtype);
   g.super = PackedWeight::SuperBytes(dtype);
   g.chunk = (kChunkBlocks * (g.quant + g.block_scale) + g.super + 63) / 64 * 64;
-  if (CodeFormatOf(dtype).sub_scales == SubScales::kSixBitPairs && dtype != DType::kQ8_0) {
-    g.head = kChunkBlocks * g.block_scale + g.super;
-  }
+  if (CodeFormatOf(dtype).sub_scales == SubScales::kSixBitPairs) g.head = kChunkBlocks * g.block_scale + g.super;
   return g;
 }
 
