@@ -94,14 +94,20 @@ std::string DecodePiece(std::string_view t, int32_t type, bool byte_level) {
   return std::string(t);
 }
 
+// Bytes of all token texts (the size of Vocab's StringTable of them).
+size_t TextBytes(const std::vector<std::string>& tokens) {
+  size_t bytes = 0;
+  for (const std::string& t : tokens) bytes += t.size();
+  return bytes;
+}
+
 // Rejects a spec with mismatched table sizes, out-of-range special ids, or byte-level BPE without merges.
 absl::Status ValidateSpec(const TokenizerSpec& spec) {
   const std::string& src = spec.source;
   const size_t n = spec.tokens.size();
   if (n == 0) return absl::InvalidArgumentError(cascade::StrCat(src, ": the vocabulary is empty"));
-  size_t text_bytes = 0;
-  for (const std::string& t : spec.tokens) text_bytes += t.size();
-  if (n > static_cast<size_t>(INT32_MAX) || text_bytes > UINT32_MAX / 4) {  // Pieces can be longer than texts.
+  // StringTable's offsets are 32-bit (with room to spare: a piece is never longer than its text).
+  if (n > static_cast<size_t>(INT32_MAX) || TextBytes(spec.tokens) > UINT32_MAX / 4) {
     return absl::InvalidArgumentError(cascade::StrCat(src, ": vocabulary too large"));
   }
   if (!spec.scores.empty() && spec.scores.size() != n) {
@@ -268,9 +274,7 @@ absl::StatusOr<std::unique_ptr<Vocab>> Vocab::Build(TokenizerSpec spec) {
   const size_t n = spec.tokens.size();
   const bool byte_level = spec.kind == TokenizerSpec::Kind::kByteLevelBpe;
 
-  size_t text_bytes = 0;
-  for (const std::string& t : spec.tokens) text_bytes += t.size();
-  v->texts_.Reserve(n, text_bytes);
+  v->texts_.Reserve(n, TextBytes(spec.tokens));
   for (const std::string& t : spec.tokens) v->texts_.Add(t);
   std::vector<std::string>().swap(spec.tokens);  // Its buffer too (clear() would keep 32 bytes a token).
   v->types_ = spec.token_types.empty() ? std::vector<int32_t>(n, kTokenTypeNormal) : std::move(spec.token_types);
@@ -331,7 +335,7 @@ void ApplyRankedMerges(const Vocab& vocab, std::vector<int32_t>& ids) {
     int32_t id, prev, next;
   };
   struct Candidate {
-    int32_t rank, left, left_id, right_id;
+    int32_t rank, left, left_id, right_id, result;
   };
   auto later = [](const Candidate& a, const Candidate& b) {
     return a.rank > b.rank || (a.rank == b.rank && a.left > b.left);
@@ -346,7 +350,7 @@ void ApplyRankedMerges(const Vocab& vocab, std::vector<int32_t>& ids) {
     const int32_t right = syms[left].next;
     if (right < 0 || syms[left].id < 0 || syms[right].id < 0) return;
     if (const RankedMerge m = vocab.FindMerge(syms[left].id, syms[right].id); m.rank >= 0) {
-      queue.push({m.rank, left, syms[left].id, syms[right].id});
+      queue.push({m.rank, left, syms[left].id, syms[right].id, m.result});
     }
   };
   for (int32_t i = 0; i + 1 < n; ++i) try_add(i);
@@ -357,7 +361,7 @@ void ApplyRankedMerges(const Vocab& vocab, std::vector<int32_t>& ids) {
     if (l.id != c.left_id || l.next < 0) continue;
     Symbol& r = syms[l.next];
     if (r.id != c.right_id) continue;
-    l.id = vocab.FindMerge(c.left_id, c.right_id).result;
+    l.id = c.result;
     r.id = -2;
     l.next = r.next;
     if (l.next >= 0) syms[l.next].prev = c.left;

@@ -207,18 +207,12 @@ inline __m256i SixBitPairLanes8(const uint8_t* p, int s, int q, int rh) {
 }
 
 // All of a super-block's as those lanes: out + 64 (2 s + q) + 32 rh, so that block t's
-// value of a row is byte t % 4 of its dword at out + 64 (2 s + t / 4) (the shifts leak
-// neighbour bits only outside the masks).
+// value of a row is byte t % 4 of its dword at out + 64 (2 s + t / 4).
 inline void SixBitPairBytes(const uint8_t* p, uint8_t* out) {
-  const __m256i m0f = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
-  const auto join = [&](__m256i low, __m256i high) {
-    return _mm256_or_si256(_mm256_and_si256(low, m0f), _mm256_and_si256(high, m30));
-  };
-  for (int rh = 0; rh < 2; ++rh) {
-    const __m256i a = Load256(p + 32 * rh), b = Load256(p + 64 + 32 * rh), c = Load256(p + 128 + 32 * rh);
-    const __m256i v[4] = {join(a, _mm256_slli_epi32(c, 4)), join(_mm256_srli_epi32(a, 4), _mm256_slli_epi32(c, 2)),
-                          join(b, c), join(_mm256_srli_epi32(b, 4), _mm256_srli_epi32(c, 2))};
-    for (int k = 0; k < 4; ++k) _mm256_store_si256(reinterpret_cast<__m256i*>(out + 64 * k + 32 * rh), v[k]);
+  for (int v = 0; v < 4; ++v) {
+    for (int rh = 0; rh < 2; ++rh) {
+      _mm256_store_si256(reinterpret_cast<__m256i*>(out + 64 * v + 32 * rh), SixBitPairLanes8(p, v / 2, v % 2, rh));
+    }
   }
 }
 
