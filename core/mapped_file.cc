@@ -60,4 +60,19 @@ void MappedFile::DontNeed(size_t offset, size_t bytes) const {
   ::madvise(const_cast<uint8_t*>(data_) + begin, end - begin, MADV_DONTNEED);
 }
 
+void MappedFile::DontNeedExcept(std::vector<std::pair<const uint8_t*, size_t>> keep) const {
+  if (data_ == nullptr) return;
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  std::sort(keep.begin(), keep.end());
+  size_t from = 0;  // Start of the next gap, page-aligned.
+  for (const auto& [start, bytes] : keep) {
+    if (bytes == 0 || start < data_ || start >= data_ + size_) continue;
+    const size_t offset = static_cast<size_t>(start - data_);
+    const size_t begin = offset / page * page;
+    if (begin > from) DontNeed(from, begin - from);
+    from = std::max(from, (std::min(size_, offset + bytes) + page - 1) / page * page);
+  }
+  if (from < size_) DontNeed(from, size_ - from);
+}
+
 }  // namespace cascade

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -32,6 +34,11 @@ class MappedFile {
   // them, and a later read faults the same bytes back in from the file (a neighbouring
   // tensor on a shared boundary page is re-read, never changed).
   void DontNeed(size_t offset, size_t bytes) const;
+  // Drops every page of the file except those that a range (start, bytes) of `keep` lies
+  // on, likewise (ranges outside the mapping are ignored). Loading calls it once done: each page fault maps the cached
+  // pages around the one read (the kernel's fault-around, 64 KiB), so the pages of tensors dropped earlier come back
+  // with a neighbour's read and would stay mapped (~10 MB at 1B).
+  void DontNeedExcept(std::vector<std::pair<const uint8_t*, size_t>> keep) const;
 
  private:
   MappedFile(std::string path, const uint8_t* data, size_t size) : path_(std::move(path)), data_(data), size_(size) {}

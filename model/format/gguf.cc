@@ -551,6 +551,10 @@ void GgufFile::ReleasePages(const TensorView& view) const {
   file_->DontNeed(static_cast<size_t>(p - file_->data()), static_cast<size_t>(view.NumBytes()));
 }
 
+void GgufFile::ReleasePagesExcept(std::span<const TensorView> in_use) const {
+  if (file_ != nullptr) file_->DontNeedExcept(ByteRanges(in_use));
+}
+
 void GgufFile::ReleaseHeaderPages() const {
   if (file_ != nullptr) file_->DontNeed(0, static_cast<size_t>(header_bytes_));
 }

@@ -87,6 +87,7 @@ class GgufFile final : public WeightSource {
   absl::StatusOr<TensorView> ReadRows(std::string_view name, int64_t row_begin, int64_t row_end) const override;
   // Drops the mapping's pages under `view` (a no-op for OpenBytes).
   void ReleasePages(const TensorView& view) const override;
+  void ReleasePagesExcept(std::span<const TensorView> in_use) const override;
   // Drops the pages of the header (metadata and tensor table) once a reader has copied what
   // it needs, such as a tokenizer's vocabulary (megabytes at a 128k vocabulary); a later
   // read of the metadata faults them back in.

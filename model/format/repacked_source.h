@@ -31,6 +31,8 @@ class RepackedSource : public WeightSource {
   // Frees the repacked rows behind `view` (the transformer calls this once it copied them,
   // or the backend did); stored tensors pass through.
   void ReleasePages(const TensorView& view) const override;
+  // Passes to the stored tensors' source (the repacked rows are this source's own memory).
+  void ReleasePagesExcept(std::span<const TensorView> in_use) const override { packed_->ReleasePagesExcept(in_use); }
 
  protected:
   explicit RepackedSource(std::unique_ptr<WeightSource> packed) : packed_(std::move(packed)) {}

@@ -471,6 +471,13 @@ void SafetensorsSource::ReleasePages(const TensorView& view) const {
   }
 }
 
+void SafetensorsSource::ReleasePagesExcept(std::span<const TensorView> in_use) const {
+  const std::vector<std::pair<const uint8_t*, size_t>> ranges = ByteRanges(in_use);
+  for (const Shard& s : shards_) {
+    if (s.file != nullptr) s.file->DontNeedExcept(ranges);
+  }
+}
+
 const TensorInfo* SafetensorsSource::FindTensor(std::string_view name) const {
   const auto it = tensor_index_.find(AbslView(name));
   return it == tensor_index_.end() ? nullptr : &tensors_[it->second];

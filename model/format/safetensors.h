@@ -65,6 +65,7 @@ class SafetensorsSource final : public WeightSource {
   // Drops the mapped pages behind `view` (a view this source returned; others are
   // ignored), as GgufFile does: read again, they fault back in from the file.
   void ReleasePages(const TensorView& view) const override;
+  void ReleasePagesExcept(std::span<const TensorView> in_use) const override;
 
   // The file a tensor's `file_offset` refers to (for messages and prefetch hints).
   // REQUIRES: `name` is one of tensors().

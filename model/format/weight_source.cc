@@ -15,6 +15,15 @@ std::string TensorInfo::ShapeString() const {
   return cascade::StrCat("[", absl::StrJoin(shape.begin(), shape.begin() + n_dims, ", "), "]");
 }
 
+std::vector<std::pair<const uint8_t*, size_t>> ByteRanges(std::span<const TensorView> views) {
+  std::vector<std::pair<const uint8_t*, size_t>> ranges;
+  ranges.reserve(views.size());
+  for (const TensorView& v : views) {
+    ranges.emplace_back(static_cast<const uint8_t*>(v.data), static_cast<size_t>(v.NumBytes()));
+  }
+  return ranges;
+}
+
 absl::StatusOr<TensorView> WeightSource::Read(std::string_view name) const {
   const TensorInfo* info = FindTensor(name);
   if (info == nullptr) {

@@ -6,7 +6,9 @@
 
 #include <array>
 #include <cstdint>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -31,6 +33,9 @@ struct TensorInfo {
   std::string ShapeString() const;
 };
 
+// The bytes each view covers, as MappedFile::DontNeedExcept takes them.
+std::vector<std::pair<const uint8_t*, size_t>> ByteRanges(std::span<const TensorView> views);
+
 class WeightSource {
  public:
   virtual ~WeightSource() = default;
@@ -53,6 +58,10 @@ class WeightSource {
   // memory of its own may free it (the view then dangles: callers must keep their word).
   // The default does nothing (sources over memory they do not own must never release it).
   virtual void ReleasePages(const TensorView& view) const { (void)view; }
+  // (optional) Drops the mapped pages of the source's files except those that a view of
+  // `in_use` lies on (best effort; those dropped fault back in if read), once loading is
+  // done (MappedFile::DontNeedExcept says why). Memory the source owns is never freed.
+  virtual void ReleasePagesExcept(std::span<const TensorView> in_use) const { (void)in_use; }
 };
 
 }  // namespace cascade::model

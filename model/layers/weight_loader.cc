@@ -171,15 +171,12 @@ absl::StatusOr<TensorView> WeightLoader::Vector(const std::string& n, int64_t le
   if (v.NumElements() != len) {
     return absl::InvalidArgumentError(StrCat("tensor '", n, "' has shape ", v.ShapeString(), ", expected [", len, "]"));
   }
-  if (v.dtype == DType::kF32) {
-    const std::span<const float> kept(static_cast<const float*>(v.data) + e0, static_cast<size_t>(e1 - e0));
-    weight_bytes_ += static_cast<int64_t>(kept.size_bytes());
-    if (backend_->host_memory()) used_.push_back(TensorView(const_cast<float*>(kept.data()), DType::kF32, {e1 - e0}));
-    return Keep(kept);
-  }
-  weight_bytes_ += v.NumBytes();
+  // Copied even as f32: read in place, a norm's page would keep the file's pages around it
+  // mapped (fault-around, or a whole 2 MiB folio), though their tensors were released.
   std::vector<float> full(len);
   CASCADE_RETURN_IF_ERROR(kernels::cpu::DequantizeRow(v.dtype, v.data, full.data(), len));
+  weight_bytes_ += v.dtype == DType::kF32 ? (e1 - e0) * static_cast<int64_t>(sizeof(float)) : v.NumBytes();
+  source_->ReleasePages(v);
   std::vector<float>& buf = owned_.emplace_back(full.begin() + e0, full.begin() + e1);
   absl::StatusOr<TensorView> kept = Keep(buf);
   if (!backend_->host_memory()) owned_.pop_back();  // Keep uploaded it.
@@ -204,6 +201,8 @@ void WeightLoader::Prefault(const std::function<void(double)>& progress) const {
     done += v.NumBytes();
     if (progress && total > 0) progress(static_cast<double>(done) / static_cast<double>(total));
   }
+  // Last, so that the pages faulted in around these reads go too.
+  source_->ReleasePagesExcept(used_);
 }
 
 }  // namespace cascade::model

@@ -74,8 +74,9 @@ class WeightLoader {
   absl::StatusOr<TensorView> Vector(const std::string& name, int64_t len, IndexRange range = {});
 
   // Reads one byte per page of every weight still read from the file (those the backend
-  // did not copy), so the first step does not pay the page faults; `progress` (optional)
-  // gets the fraction of bytes done.
+  // did not copy), so the first step does not pay the page faults, then drops the source's
+  // other pages (WeightSource::ReleasePagesExcept): call once loading is done. `progress`
+  // (optional) gets the fraction of bytes done.
   void Prefault(const std::function<void(double)>& progress) const;
   // Bytes of weights loaded so far (as read from the file, before any repack).
   int64_t weight_bytes() const { return weight_bytes_; }
