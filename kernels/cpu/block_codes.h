@@ -36,8 +36,9 @@ struct BlockCodes {
 // How a super-block type keeps its sub-scales (the factors of BlockCodes).
 enum class SubScales : uint8_t {
   kNone,         // Not a super-block type: an f16 scale (and min) per block.
-  kSixBitPairs,  // Q4_K, Q5_K: 6-bit scale and min per 32 elements, kept in 6 bits.
-  kI8,           // Q6_K, Q3_K (per 16) and IQ4_XS (per 32): a signed scale, no stored min.
+  kSixBitPairs,  // Two 6-bit values per 32 elements, kept in 6 bits: Q4_K / Q5_K's scale and
+                 // min, Q3_K's scales of the two halves (each + sub_bias).
+  kI8,           // Q6_K (per 16) and IQ4_XS (per 32): a signed scale, no stored min.
   kNibbles,      // Q2_K: 4-bit scale and min per 16 elements, one byte (scale low, min high).
 };
 
@@ -49,6 +50,7 @@ struct CodeFormat {
   bool stored_min = false;        // m is free; otherwise m = min_factor * d.
   float min_factor = 0.0f;        // For !stored_min (0 for the table types).
   SubScales sub_scales = SubScales::kNone;
+  int sub_bias = 0;  // Added to a signed sub-scale to store it in kSixBitPairs' 6 bits.
 };
 
 // The dtypes DecodeBlock reads, as an X-macro (kernel tables, explicit instantiations).
@@ -77,7 +79,8 @@ constexpr CodeFormat CodeFormatOf(DType dtype) {
     case DType::kQ5_1: return {.bits = 5, .stored_min = true};
     case DType::kQ5_K: return {.bits = 5, .stored_min = true, .sub_scales = SubScales::kSixBitPairs};
     case DType::kQ6_K: return {.bits = 6, .sub16 = true, .min_factor = -32.0f, .sub_scales = SubScales::kI8};
-    case DType::kQ3_K: return {.bits = 3, .sub16 = true, .min_factor = -4.0f, .sub_scales = SubScales::kI8};
+    case DType::kQ3_K:
+      return {.bits = 3, .sub16 = true, .min_factor = -4.0f, .sub_scales = SubScales::kSixBitPairs, .sub_bias = 32};
     case DType::kQ2_K: return {.bits = 2, .sub16 = true, .stored_min = true, .sub_scales = SubScales::kNibbles};
     case DType::kIQ4_NL: return {.bits = 4, .table = kIq4nlValues};
     case DType::kIQ4_XS: return {.bits = 4, .table = kIq4nlValues, .sub_scales = SubScales::kI8};

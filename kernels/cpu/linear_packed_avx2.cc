@@ -21,8 +21,8 @@
 //
 // Few tokens (decode, verify steps): each block is unpacked and met by every token at once.
 // There the super-block types widen by their integer sub-scales instead of by ones and
-// keep their offsets in int32 (IntScales8, IntScale; Q4_K / Q5_K's 6-bit sub-scales are
-// formed as bytes once per super-block, SixBitIntScales8): one f32 conversion per block and row,
+// keep their offsets in int32 (IntScales8, IntScale; the 6-bit sub-scales of Q3_K, Q4_K and
+// Q5_K are formed as bytes once per super-block, SixBitIntScales8): one f32 conversion per block and row,
 // and d / dmin converted once per super-block (Q2_K decode +15-19%, the types with
 // float-heavy scales gaining most). More tokens: 16 rows x up to 48 blocks are unpacked once
 // into an L1 tile, then tokens stream over it, 4 at a time, in passes whose activations stay
@@ -196,8 +196,8 @@ inline void UnpackBlock(const uint8_t* q, int rh, __m256i w[8]) {
   }
 }
 
-// Q4_K / Q5_K's 6-bit sub-scales (packed_weight.h, kSixBitPairBytes), rows [8 rh, 8 rh + 8):
-// the scales (s = 0) or mins (s = 1) of blocks 4 q .. 4 q + 3 as bytes of the row lanes
+// The 6-bit sub-scales (packed_weight.h, kSixBitPairBytes), rows [8 rh, 8 rh + 8): the
+// values s (0: scales, 1: mins or Q3_K's half 1) of blocks 4 q .. 4 q + 3 as bytes of the row lanes
 // (block 4 q + k in byte k), the low nibbles joined with the high bits moved to bits 4-5.
 inline __m256i SixBitPairLanes8(const uint8_t* p, int s, int q, int rh) {
   const __m256i low = _mm256_srl_epi32(Load256(p + 64 * s + 32 * rh), _mm_cvtsi32_si128(4 * q));
@@ -240,9 +240,16 @@ inline void Scales8(const uint8_t* g, int64_t nb, int64_t b, int rh, __m256 dw[2
     if constexpr (L::kFormat.sub_scales == SubScales::kSixBitPairs) {
       const uint8_t* p = g + L::kGeo.SubAt(b / kBlocksPerSuper);
       const int t = static_cast<int>(b % kBlocksPerSuper);
-      const auto value = [&](int s) { return _mm256_cvtepi32_ps(LaneByte(SixBitPairLanes8(p, s, t / 4, rh), t)); };
-      dw[0] = _mm256_mul_ps(value(0), d);
-      ow[0] = _mm256_mul_ps(value(1), _mm256_sub_ps(_mm256_setzero_ps(), LoadF16x8(sup + 32 + 16 * rh)));
+      const auto value = [&](int s) {  // Less the bias Q3_K stores its signed scales with.
+        const __m256i v = LaneByte(SixBitPairLanes8(p, s, t / 4, rh), t);
+        return _mm256_cvtepi32_ps(_mm256_sub_epi32(v, _mm256_set1_epi32(L::kFormat.sub_bias)));
+      };
+      if constexpr (L::kStoredMin) {
+        dw[0] = _mm256_mul_ps(value(0), d);
+        ow[0] = _mm256_mul_ps(value(1), _mm256_sub_ps(_mm256_setzero_ps(), LoadF16x8(sup + 32 + 16 * rh)));
+      } else {  // Q3_K: the two halves' scales.
+        for (int h = 0; h < 2; ++h) ow[h] = dw[h] = _mm256_mul_ps(value(h), d);
+      }
     } else if constexpr (L::kFormat.sub_scales == SubScales::kNibbles) {
       const __m256 m = _mm256_sub_ps(_mm256_setzero_ps(), LoadF16x8(sup + 32 + 16 * rh));
       for (int h = 0; h < 2; ++h) {
@@ -402,16 +409,28 @@ inline void SuperScales(const uint8_t* g, int64_t sb, float* d, float* m) {
   }
 }
 
-// IntScales8 for Q4_K / Q5_K from a super-block's SixBitPairBytes at `sub`: block t's scale
-// and min of each row in both int16 halves of its dword, one `vpshufb` each (byte t % 4 of
-// the dword to bytes 0 and 2, zeros to 1 and 3).
+// IntScales8 for the 6-bit types from a super-block's SixBitPairBytes at `sub`: block t's
+// values of each row in both int16 halves of its dword, one `vpshufb` each (byte t % 4 of
+// the dword to bytes 0 and 2, zeros to 1 and 3). Q4_K / Q5_K: the scale is the multiplier
+// and the min the offset; Q3_K: the halves' scales (less their bias) are the multipliers,
+// and its offset pair is (half 0's, half 1's), as IntScales8 makes it.
+template <DType D>
 inline void SixBitIntScales8(const uint8_t* sub, int t, int rh, __m256i mult[2], __m256i& off) {
   const __m256i dup0 = _mm256_setr_epi8(0, -128, 0, -128, 4, -128, 4, -128, 8, -128, 8, -128, 12, -128, 12, -128, 0,
                                         -128, 0, -128, 4, -128, 4, -128, 8, -128, 8, -128, 12, -128, 12, -128);
   const __m256i dup = _mm256_add_epi8(dup0, _mm256_set1_epi8(static_cast<char>(t % 4)));
   const uint8_t* v = sub + 64 * (t / 4) + 32 * rh;
-  mult[0] = mult[1] = _mm256_shuffle_epi8(_mm256_load_si256(reinterpret_cast<const __m256i*>(v)), dup);
-  off = _mm256_shuffle_epi8(_mm256_load_si256(reinterpret_cast<const __m256i*>(v + 128)), dup);
+  const __m256i v0 = _mm256_shuffle_epi8(_mm256_load_si256(reinterpret_cast<const __m256i*>(v)), dup);
+  const __m256i v1 = _mm256_shuffle_epi8(_mm256_load_si256(reinterpret_cast<const __m256i*>(v + 128)), dup);
+  if constexpr (Layout<D>::kStoredMin) {
+    mult[0] = mult[1] = v0;
+    off = v1;
+  } else {
+    const __m256i bias = _mm256_set1_epi16(static_cast<int16_t>(Layout<D>::kFormat.sub_bias));
+    mult[0] = _mm256_sub_epi16(v0, bias);
+    mult[1] = _mm256_sub_epi16(v1, bias);
+    off = _mm256_blend_epi16(mult[0], mult[1], 0xaa);
+  }
 }
 
 // The block's contribution for one token on the integer-scaled path: `sums` already carry
@@ -446,7 +465,7 @@ void GemvGroup(const GemmArgs& a, int64_t r0, int64_t r_end, int64_t t0) {
   __m256 acc[T][2], oacc[T][2];
   alignas(32) float sup_d[16] = {}, sup_m[16] = {};  // Filled at each super-block (b % 8 == 0).
   constexpr bool kSixBitPairs = L::kFormat.sub_scales == SubScales::kSixBitPairs;
-  alignas(32) uint8_t sub[kSixBitPairs ? 256 : 1];  // Q4_K / Q5_K: the super-block's sub-scales as bytes.
+  alignas(32) uint8_t sub[kSixBitPairs ? 256 : 1];  // The 6-bit types: the super-block's sub-scales as bytes.
 #pragma GCC unroll 4
   for (int t = 0; t < T; ++t) acc[t][0] = acc[t][1] = oacc[t][0] = oacc[t][1] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
@@ -468,7 +487,7 @@ void GemvGroup(const GemmArgs& a, int64_t r0, int64_t r_end, int64_t t0) {
       __m256 dw[2], ow[2];
       if constexpr (L::kIntScales) {
         if constexpr (kSixBitPairs) {
-          SixBitIntScales8(sub, static_cast<int>(b % kBlocksPerSuper), rh, mult, off);
+          SixBitIntScales8<D>(sub, static_cast<int>(b % kBlocksPerSuper), rh, mult, off);
         } else {
           IntScales8<D>(g + L::kGeo.ScaleAt(nb, b), rh, mult, off);
         }

@@ -15,10 +15,10 @@
 // type's fixed factor at the end (-8 Q4_0, -16 Q5_0, -32 Q6_K, -4 Q3_K, -128 Q8_0 and IQ4).
 // The scales are one f16 vector per block (`vcvtph2ps`; MXFP4's exponent bytes widened and
 // shifted into place), or for the super-block types 16 bytes of integer sub-scales per
-// block widened and converted (`vpmovzxbd`, `vcvtdq2ps`; Q4_K / Q5_K's 6-bit ones formed as
-// bytes of the row lanes once per super-block, one byte per block) times the super-block's
-// f16 d, loaded once per 8 blocks (BlockScales). Q2_K and Q3_K instead apply their
-// sub-scales in integers (GemvGroupPairs, below).
+// block widened and converted (`vpmovzxbd`, `vcvtdq2ps`; the 6-bit ones of Q3_K, Q4_K and
+// Q5_K formed as bytes of the row lanes once per super-block, one byte per block) times the
+// super-block's f16 d, loaded once per 8 blocks (BlockScales). Q2_K and Q3_K instead apply
+// their sub-scales in integers (GemvGroupPairs, below).
 // No gathers, no horizontal sums: the 16 results are one masked store.
 //
 // The group stream is contiguous, so a software prefetch PackedPrefetchBytes() ahead of the
@@ -156,21 +156,48 @@ template <DType D>
 inline constexpr bool kIntPairs = PackedWeight::Halves(D) == 2 && CodeFormatOf(D).bits <= 3;
 
 // The 16 rows' sub-scales of block `b`'s two halves (16 bytes each, packed_weight.h) as int16
-// pairs, row i in dword i: Q3_K's signed bytes, Q2_K's scale nibbles; Q2_K's mins into `mn`.
+// pairs, row i in dword i: Q2_K's scale nibbles, its mins into `mn`.
 template <DType D>
 inline __m512i SubScalePairs(const uint8_t* s, __m512i* mn) {
   alignas(64) static constexpr int16_t kPairs[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
                                                      8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
   const __m256i bytes = _mm256_load_si256(reinterpret_cast<const __m256i*>(s));
   const __m512i idx = _mm512_load_si512(kPairs);
-  if constexpr (CodeFormatOf(D).sub_scales == SubScales::kNibbles) {
-    const __m512i v = _mm512_permutexvar_epi16(idx, _mm512_cvtepu8_epi16(bytes));
-    *mn = _mm512_srli_epi16(v, 4);
-    return _mm512_and_si512(v, _mm512_set1_epi16(0x0f));
-  } else {
-    static_assert(CodeFormatOf(D).sub_scales == SubScales::kI8);
-    return _mm512_permutexvar_epi16(idx, _mm512_cvtepi8_epi16(bytes));
+  static_assert(CodeFormatOf(D).sub_scales == SubScales::kNibbles);
+  const __m512i v = _mm512_permutexvar_epi16(idx, _mm512_cvtepu8_epi16(bytes));
+  *mn = _mm512_srli_epi16(v, 4);
+  return _mm512_and_si512(v, _mm512_set1_epi16(0x0f));
+}
+
+// Q3_K's sub-scales as SubScalePairs gives them: row i's scales of halves 0 and 1 as the
+// int16 pair of dword i. Once per super-block (SixBitHalfBytes) its SixBitPairBytes less
+// the bias, as signed bytes; then per block t (SixBitHalfPairs) one `vpshufb` of each half's
+// bytes puts byte t % 4 of every dword into the high byte of its int16 (the mask: bytes
+// 1 and 3 of dword i select byte 4 i + t % 4 of the 128-bit lane, 0x80 zeroes 0 and 2), a
+// blend takes int16 0 from half 0 and int16 1 from half 1, and an arithmetic shift by 8
+// sign-extends them: 4 instructions a block (7 with a shift, AND and subtract per value).
+template <DType D>
+inline void SixBitHalfBytes(const uint8_t* sub, __m512i v[4]) {
+  SixBitPairBytes(sub, v);
+  const __m512i bias = _mm512_set1_epi8(static_cast<char>(CodeFormatOf(D).sub_bias));
+  for (int q = 0; q < 4; ++q) v[q] = _mm512_sub_epi8(v[q], bias);
+}
+
+struct HalfPairMasks {
+  alignas(64) int8_t m[4][64];
+  constexpr HalfPairMasks() : m{} {
+    for (int t = 0; t < 4; ++t) {
+      for (int b = 0; b < 64; ++b)
+        m[t][b] = b % 2 == 0 ? static_cast<int8_t>(-128) : static_cast<int8_t>(b % 16 / 4 * 4 + t);
+    }
   }
+};
+inline constexpr HalfPairMasks kHalfPairMasks;
+
+inline __m512i SixBitHalfPairs(const __m512i v[4], int t) {
+  const __m512i mask = _mm512_load_si512(kHalfPairMasks.m[t % 4]);
+  const __m512i h0 = _mm512_shuffle_epi8(v[t / 4], mask), h1 = _mm512_shuffle_epi8(v[2 + t / 4], mask);
+  return _mm512_srai_epi16(_mm512_mask_blend_epi16(0xaaaaaaaa, h0, h1), 8);
 }
 
 template <DType D, int T>
@@ -193,11 +220,18 @@ void GemvGroupPairs(const GemmArgs& a, int64_t r0, int64_t r_end, int64_t t0) {
   const BlockUnpacker<D> unpack;
   const int64_t prefetch_bytes = PackedPrefetchBytes();
   const __m512i zero = _mm512_setzero_si512();
+  constexpr bool kSixBit = L::kFormat.sub_scales == SubScales::kSixBitPairs;  // Q3_K.
+  __m512i six_bit[4];  // Q3_K: the super-block's sub-scales as signed bytes (SixBitHalfBytes).
   for (int64_t b = 0; b < nb; ++b) {
     __m512i w[8];
     LoadBlock<D>(g, b, prefetch_bytes, unpack, w);
-    __m512i mn;
-    const __m512i sc = SubScalePairs<D>(g + L::kGeo.ScaleAt(nb, b), &mn);
+    __m512i mn, sc;
+    if constexpr (kSixBit) {
+      if (b % kBlocksPerSuper == 0) SixBitHalfBytes<D>(g + L::kGeo.SubAt(b / kBlocksPerSuper), six_bit);
+      sc = SixBitHalfPairs(six_bit, static_cast<int>(b % kBlocksPerSuper));
+    } else {
+      sc = SubScalePairs<D>(g + L::kGeo.ScaleAt(nb, b), &mn);
+    }
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
       const BlockX bx(xq[t] + b * 32);

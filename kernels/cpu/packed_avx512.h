@@ -46,7 +46,8 @@ inline void AddMaskedBit(const uint8_t* plane, int k, __m512i bit, __m512i& lo, 
 }
 
 // Unpacks one block into w[0..7]: w[k] = elements 4k..4k+3, w[4 + k] = 16+4k..16+4k+3, of
-// all 16 rows, as u8 (row i in dword lane i).
+// all 16 rows, as u8 (row i in dword lane i). Loads are unaligned: a chunk may start 32
+// bytes into a cache line (packed_weight.h).
 template <DType D>
 struct BlockUnpacker {
   using L = PackedLayout<D>;
@@ -65,12 +66,12 @@ struct BlockUnpacker {
   inline void operator()(const uint8_t* block, __m512i w[8]) const {
     const auto* q = reinterpret_cast<const __m512i*>(block);
     if constexpr (L::kQ8) {
-      for (int k = 0; k < 8; ++k) w[k] = _mm512_load_si512(q + k);
+      for (int k = 0; k < 8; ++k) w[k] = _mm512_loadu_si512(q + k);
       return;
     } else if constexpr (L::kFormat.bits <= 3) {
       // Bits [2k, 2k + 2) of each byte: a 16-bit shift leaks the neighbour byte's bits only
       // above bit 1, which the AND drops; the third bit is a masked add of 4.
-      const __m512i p0 = _mm512_load_si512(q), p1 = _mm512_load_si512(q + 1);
+      const __m512i p0 = _mm512_loadu_si512(q), p1 = _mm512_loadu_si512(q + 1);
       const __m512i low2 = _mm512_set1_epi8(0x03);
       for (int k = 0; k < 4; ++k) {
         __m512i lo = _mm512_and_si512(_mm512_srli_epi16(p0, 2 * k), low2);
@@ -81,7 +82,7 @@ struct BlockUnpacker {
       }
     } else {
       for (int k = 0; k < 4; ++k) {
-        const __m512i v = _mm512_load_si512(q + k);
+        const __m512i v = _mm512_loadu_si512(q + k);
         __m512i lo = _mm512_and_si512(v, low4);
         __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
         if constexpr (L::kFormat.bits == 5) {
@@ -89,7 +90,7 @@ struct BlockUnpacker {
         } else if constexpr (L::kFormat.bits == 6) {
           // Bits [2k, 2k + 2) of each byte to [4, 6): 16-bit shifts leak neighbour bits only
           // outside the 0x30 mask; vpternlogd computes lo | (shifted & 0x30) (imm 0xf8).
-          const __m512i plo = _mm512_load_si512(block + 256), phi = _mm512_load_si512(block + 320);
+          const __m512i plo = _mm512_loadu_si512(block + 256), phi = _mm512_loadu_si512(block + 320);
           const __m512i m30 = _mm512_set1_epi8(0x30);
           const __m512i slo = 2 * k <= 4 ? _mm512_slli_epi16(plo, 4 - 2 * k) : _mm512_srli_epi16(plo, 2 * k - 4);
           const __m512i shi = 2 * k <= 4 ? _mm512_slli_epi16(phi, 4 - 2 * k) : _mm512_srli_epi16(phi, 2 * k - 4);
@@ -107,13 +108,13 @@ struct BlockUnpacker {
   }
 };
 
-// Q4_K / Q5_K's 6-bit sub-scales of one super-block (packed_weight.h, kSixBitPairBytes) as
-// bytes of the 16 row lanes: v[0] the scales of blocks 0-3 (block k in byte k of each
-// lane), v[1] of blocks 4-7, v[2] and v[3] the mins. Per vector one ternary-logic OR of the
-// low nibbles and the high bits moved to bits 4-5 (the shifts leak neighbour bits only
-// outside the masks).
+// The 6-bit sub-scales of one super-block (packed_weight.h, kSixBitPairBytes) as bytes of
+// the 16 row lanes: v[0] the values 0 (scales; Q3_K: of half 0) of blocks 0-3 (block k in
+// byte k of each lane), v[1] of blocks 4-7, v[2] and v[3] the values 1 (mins; Q3_K: half 1). Per vector one
+// ternary-logic OR of the low nibbles and the high bits moved to bits 4-5 (the shifts leak neighbour bits only outside
+// the masks).
 inline void SixBitPairBytes(const uint8_t* p, __m512i v[4]) {
-  const __m512i a = _mm512_load_si512(p), b = _mm512_load_si512(p + 64), c = _mm512_load_si512(p + 128);
+  const __m512i a = _mm512_loadu_si512(p), b = _mm512_loadu_si512(p + 64), c = _mm512_loadu_si512(p + 128);
   const __m512i m0f = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
   const auto join = [&](__m512i low, __m512i high) {  // (low & 0x0f) | (high & 0x30).
     return _mm512_ternarylogic_epi32(_mm512_and_si512(low, m0f), high, m30, 0xf8);
@@ -166,7 +167,7 @@ class BlockScales {
  private:
   // Block b's scales from the super-block's bytes (SixBitPairBytes), in registers: lanes
   // hold 4 blocks' bytes, shifted down one byte per block; re-read at blocks 0 and 4 of a
-  // super-block and wherever a caller skips a block.
+  // super-block and wherever a caller skips a block. sc_ / mn_ hold the values 0 / 1.
   inline void SixBitPairScales(int64_t b, __m512 dw[2], __m512 ow[2]) {
     if (b / kBlocksPerSuper != super_) LoadSuper(b / kBlocksPerSuper);
     const int t = static_cast<int>(b % kBlocksPerSuper);
@@ -176,8 +177,16 @@ class BlockScales {
       mn_ = _mm512_srl_epi32(t < 4 ? pairs_[2] : pairs_[3], shift);
     }
     const __m512i ff = _mm512_set1_epi32(0xff);
-    dw[0] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(sc_, ff)), d_);
-    ow[0] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(mn_, ff)), m_);
+    if constexpr (L::kStoredMin) {
+      dw[0] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(sc_, ff)), d_);
+      ow[0] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(mn_, ff)), m_);
+    } else {  // Q3_K: the halves' scales, each stored + sub_bias.
+      const __m512i bias = _mm512_set1_epi32(L::kFormat.sub_bias);
+      dw[0] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_and_si512(sc_, ff), bias)), d_);
+      dw[1] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_and_si512(mn_, ff), bias)), d_);
+      ow[0] = dw[0];
+      ow[1] = dw[1];
+    }
     sc_ = _mm512_srli_epi32(sc_, 8);
     mn_ = _mm512_srli_epi32(mn_, 8);
     next_ = b + 1;
@@ -200,7 +209,7 @@ class BlockScales {
   int64_t super_ = -1;
   __m512 d_ = _mm512_setzero_ps();
   __m512 m_ = _mm512_setzero_ps();
-  // Q4_K / Q5_K: the super-block's sub-scales as bytes, and the current block's lanes.
+  // The 6-bit types: the super-block's sub-scales as bytes, and the current block's lanes.
   __m512i pairs_[4];
   __m512i sc_ = _mm512_setzero_si512();
   __m512i mn_ = _mm512_setzero_si512();

@@ -62,10 +62,15 @@ absl::Status PackScales(DType dtype, const CodeFormat& f, const PackedGeometry& 
   for (int h = 0; h < (f.sub16 ? 2 : 1); ++h) {
     uint8_t* v = s + 16 * h;
     switch (f.sub_scales) {
-      case SubScales::kSixBitPairs: {
+      case SubScales::kSixBitPairs: {  // Scale and min, or (Q3_K) half h's scale.
         uint8_t* p = dst + geo.SubAt(b / kBlocksPerSuper);
-        SetSixBitPairValue(p, 0, static_cast<int>(b % kBlocksPerSuper), i, c.sc[h]);
-        SetSixBitPairValue(p, 1, static_cast<int>(b % kBlocksPerSuper), i, c.mn[h]);
+        const int t = static_cast<int>(b % kBlocksPerSuper);
+        if (f.sub16) {
+          SetSixBitPairValue(p, h, t, i, c.sc[h] + f.sub_bias);
+        } else {
+          SetSixBitPairValue(p, 0, t, i, c.sc[0]);
+          SetSixBitPairValue(p, 1, t, i, c.mn[0]);
+        }
         break;
       }
       case SubScales::kI8: v[i] = static_cast<uint8_t>(static_cast<int8_t>(c.sc[h])); break;

@@ -35,24 +35,28 @@
 //   file's integer sub-scales under its f16 super-block scales, as ggml reads them, and
 //   interleave them with the quants, one chunk per super-block of 256 weights (8 blocks),
 //   so that a group is one stream: the chunk is the 8 blocks' quants, then
-//     sub   8 x BlockScaleBytes: per block (per half for Q2_K, Q3_K, Q6_K), the 16 rows'
-//           sub-scales in 16 bytes: Q6_K / Q3_K / IQ4_XS an i8 scale (Q3_K and IQ4_XS: the
-//           6-bit value - 32), Q2_K one byte of 4-bit scale (low) and min (high); Q4_K /
-//           Q5_K their 6-bit scales and mins in 6 bits, 192 bytes for the super-block
-//           (kSixBitPairBytes below);
+//     sub   8 x BlockScaleBytes: per block (per half for Q2_K, Q6_K), the 16 rows'
+//           sub-scales in 16 bytes: Q6_K / IQ4_XS an i8 scale (IQ4_XS: the 6-bit value -
+//           32), Q2_K one byte of 4-bit scale (low) and min (high); Q4_K / Q5_K their 6-bit
+//           scales and mins, Q3_K its two halves' 6-bit scales (value + 32), in 6 bits:
+//           192 bytes for the super-block (kSixBitPairBytes below);
 //     super the 16 rows' f16 d (and dmin) vectors;
-//   padded to a multiple of 64 bytes. Block b's scale is then d * sc (f32, ggml's own
+//   padded to a multiple of 32 bytes. Block b's scale is then d * sc (f32, ggml's own
 //   product) and its offset -(dmin * mn). (A chunk as one stream read ~10% faster on one
 //   core than the quants, sub-scales and super-scales as three sections of the group.)
-//   Q4_K / Q5_K put sub and super first, ahead of the quants (PackedGeometry::head): their
-//   kernels read all of a super-block's sub-scales at its first block, and one thread's
-//   decode measured 2-3% faster with them leading the chunk than trailing it.
+//   The 6-bit types (Q3_K, Q4_K, Q5_K) put sub and super first, ahead of the quants
+//   (PackedGeometry::head): their kernels read all of a super-block's sub-scales at its
+//   first block, and one thread's Q4_K decode measured 2-3% faster with them leading the
+//   chunk than trailing it.
 // So x = d * V(code) + m, with V the IQ4_NL / MXFP4 table for the table types
 // (block_codes.h) and the offset a fixed multiple of d for the types without a min
-// (CodeFormat::min_factor). Bits per weight match the file's: Q2_K 2.625, Q4_K 4.5, Q5_K
-// 5.5, MXFP4 4.25; or come close, where a byte holds a 6-bit sub-scale or a chunk is
-// padded: Q3_K 3.625 (file 3.4375), Q6_K 6.625 (6.5625), IQ4_XS 4.375 (4.25).
-// The group stride is rounded up to 64 bytes and the buffer is 64-byte aligned.
+// (CodeFormat::min_factor). Bits per weight match the file's: Q2_K 2.625, Q3_K 3.4375,
+// Q4_K 4.5, Q5_K 5.5, Q6_K 6.5625, MXFP4 4.25; IQ4_XS comes close (4.3125 against 4.25: a
+// byte holds each 6-bit sub-scale).
+// A chunk is a multiple of 32 bytes, not 64, so that Q3_K (1760 bytes) and Q6_K (3360)
+// keep the file's bits: every other chunk of theirs starts 32 bytes into a cache line, and
+// the AVX-512 kernels load chunks unaligned. The group stride is rounded up to 64 bytes
+// and the buffer is 64-byte aligned.
 //
 // Thread-safety: immutable after Pack; const methods are safe from any thread.
 #pragma once
@@ -88,20 +92,21 @@ inline int PackedTwoBits(const uint8_t* plane, int i, int e) {
   return (plane[64 * h + 4 * i + j] >> (2 * k)) & 3;
 }
 
-// Q4_K / Q5_K's sub-scales of one super-block in the file's 6 bits: 12 bytes per row, as
-// in the file, laid out so that row i's are in dword lane i of three 64-byte vectors:
-//   A  bytes [0, 64):    byte 4 i + k holds the low 4 bits of block k's scale (low
+// The 6-bit sub-scales of one super-block in the file's 6 bits: 12 bytes per row, as in
+// the file, two values (s = 0, 1) per block: Q4_K / Q5_K's scale and min, Q3_K's scales of
+// halves 0 and 1 (+ 32). Row i's are in dword lane i of three 64-byte vectors:
+//   A  bytes [0, 64):    byte 4 i + k holds the low 4 bits of block k's value 0 (low
 //                        nibble) and of block k + 4's (high nibble), k = 0..3;
-//   B  bytes [64, 128):  the same of the mins;
-//   C  bytes [128, 192): byte 4 i + k holds bits 4-5 of block k's scale in bits 0-1, of
-//                        block k + 4's scale in 2-3, of block k's min in 4-5, of block
-//                        k + 4's min in 6-7.
+//   B  bytes [64, 128):  the same of the values 1;
+//   C  bytes [128, 192): byte 4 i + k holds bits 4-5 of block k's value 0 in bits 0-1, of
+//                        block k + 4's value 0 in 2-3, of block k's value 1 in 4-5, of
+//                        block k + 4's value 1 in 6-7.
 // So a kernel forms, per super-block, the blocks' values as bytes of the row lanes with a
-// few whole-vector steps (SixBitPairBytes: scales of blocks 0-3, of 4-7, mins of 0-3, of
-// 4-7, byte k of lane i block k's or k + 4's), then block t's is one byte of each lane:
-// a shift and an AND per block, all in registers.
+// few whole-vector steps (SixBitPairBytes: values 0 of blocks 0-3, of 4-7, values 1 of
+// 0-3, of 4-7, byte k of lane i block k's or k + 4's), then block t's is one byte of each
+// lane: a shift and an AND per block, all in registers.
 inline constexpr int64_t kSixBitPairBytes = 192;
-// Row i's scale (s = 0) or min (s = 1) of block t (0..7).
+// Row i's value s (0, 1: scale or min, Q3_K's half) of block t (0..7).
 inline int SixBitPairValue(const uint8_t* p, int s, int t, int i) {
   const int low = (p[64 * s + 4 * i + t % 4] >> (4 * (t / 4))) & 0x0f;
   const int high = (p[128 + 4 * i + t % 4] >> (2 * (2 * s + t / 4))) & 3;
@@ -141,8 +146,8 @@ struct PackedGeometry {
   int64_t quant = 0;          // Bytes of one block's quants.
   int64_t block_scale = 0;    // Bytes of one block's scales: f16 vectors, or sub-scales.
   int64_t super = 0;          // Bytes of one super-block's f16 d (and dmin) vectors.
-  int64_t chunk = 0;          // Bytes of a chunk of 8 blocks, a multiple of 64.
-  int64_t head = 0;           // Q4_K / Q5_K: the scales lead the chunk (this many bytes).
+  int64_t chunk = 0;          // Bytes of a chunk of 8 blocks, a multiple of 32.
+  int64_t head = 0;           // The 6-bit types: the scales lead the chunk (this many bytes).
 
   constexpr int64_t QuantAt(int64_t b) const { return b / kChunkBlocks * chunk + head + b % kChunkBlocks * quant; }
   // The last chunk of a row of nb blocks may hold fewer than 8 (never a super-block type's).
@@ -203,7 +208,7 @@ class PackedWeight {
   }
   static constexpr bool StoredMin(DType dtype) { return dtype != DType::kQ8_0 && CodeFormatOf(dtype).stored_min; }
   // Bytes per block of the per-block scales: f16 vectors (types with a scale per block) or
-  // the sub-scale bytes (super-block types; Q4_K / Q5_K an eighth of kSixBitPairBytes).
+  // the sub-scale bytes (super-block types; the 6-bit ones an eighth of kSixBitPairBytes).
   static constexpr int64_t BlockScaleBytes(DType dtype) {
     if (dtype == DType::kMXFP4) return 16;
     if (!SuperScaled(dtype)) return 32 * (StoredMin(dtype) ? 2 : 1);
@@ -240,7 +245,7 @@ constexpr PackedGeometry PackedGeometryOf(DType dtype) {
   g.quant = PackedWeight::QuantBytes(dtype);
   g.block_scale = PackedWeight::BlockScaleBytes(dtype);
   g.super = PackedWeight::SuperBytes(dtype);
-  g.chunk = (kChunkBlocks * (g.quant + g.block_scale) + g.super + 63) / 64 * 64;
+  g.chunk = (kChunkBlocks * (g.quant + g.block_scale) + g.super + 31) / 32 * 32;
   if (CodeFormatOf(dtype).sub_scales == SubScales::kSixBitPairs) g.head = kChunkBlocks * g.block_scale + g.super;
   return g;
 }
@@ -267,10 +272,11 @@ inline void PackedBlockScale(const CodeFormat& f, const PackedGeometry& geo, con
   const uint8_t* v = s + 16 * (f.sub16 ? h : 0);
   int sc = 0, mn = 0;
   switch (f.sub_scales) {
-    case SubScales::kSixBitPairs: {
+    case SubScales::kSixBitPairs: {  // Scale and min, or (Q3_K) half h's scale.
       const uint8_t* p = group + geo.SubAt(b / kBlocksPerSuper);
-      sc = SixBitPairValue(p, 0, static_cast<int>(b % kBlocksPerSuper), i);
-      mn = SixBitPairValue(p, 1, static_cast<int>(b % kBlocksPerSuper), i);
+      const int t = static_cast<int>(b % kBlocksPerSuper);
+      sc = SixBitPairValue(p, f.sub16 ? h : 0, t, i) - f.sub_bias;
+      if (!f.sub16) mn = SixBitPairValue(p, 1, t, i);
       break;
     }
     case SubScales::kI8: sc = static_cast<int8_t>(v[i]); break;

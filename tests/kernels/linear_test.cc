@@ -333,10 +333,10 @@ TEST(LinearTest, PackedAllIsasAgainstNaiveReference) {
   for (const Case& c : PackedCases()) RunCase(c);
 }
 
-// The K types keep their file's bits once packed: the 6-bit sub-scales of Q4_K and Q5_K in 6
-// bits (Q2_K's 4-bit ones were always nibbles); the others within a byte per sub-scale and
-// the 64-byte rounding of a chunk; MXFP4 its exponent bytes. (Their values:
-// tests/quant/quant_types_test.cc.)
+// The K types keep their file's bits once packed: the 6-bit sub-scales of Q3_K, Q4_K and Q5_K
+// in 6 bits (Q2_K's 4-bit ones were always nibbles, Q6_K's bytes), and chunks rounded to 32
+// bytes only (Q3_K's and Q6_K's are not multiples of 64); IQ4_XS within a byte per
+// sub-scale; MXFP4 its exponent bytes. (Their values: tests/quant/quant_types_test.cc.)
 TEST(LinearTest, PackedTypesKeepTheFileBits) {
   const int64_t n_out = 32, n_in = 1024;
   for (DType d : {DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kIQ4_XS}) {
@@ -344,10 +344,10 @@ TEST(LinearTest, PackedTypesKeepTheFileBits) {
     absl::StatusOr<PackedWeight> p = PackedWeight::Pack(TensorView(w.data(), d, {n_out, n_in}));
     ASSERT_TRUE(p.ok()) << p.status();
     const int64_t file = n_out * RowBytes(d, n_in);
-    if (d == DType::kQ2_K || d == DType::kQ4_K || d == DType::kQ5_K) {
+    if (d != DType::kIQ4_XS) {
       EXPECT_EQ(p->bytes(), file) << DTypeName(d);
-    } else {
-      EXPECT_LE(p->bytes(), file * 1.06) << DTypeName(d);
+    } else {  // A byte per 6-bit sub-scale: 4.3125 bits a weight against 4.25.
+      EXPECT_EQ(p->bytes() * 4.25, file * 4.3125) << DTypeName(d);
     }
   }
   // MXFP4: an exponent byte per block and row, as the file's (scales 2^-8).
