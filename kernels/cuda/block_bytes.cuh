@@ -1,6 +1,7 @@
 // Reading the fields of GGUF blocks and KV-cache blocks on the device, where they sit at
-// any byte alignment: an f16 scale, four bytes little-endian. Shared by every kernel that
-// decodes blocks (cuda_kernels.cu, q8_gemv.cu, kv_read.cuh).
+// any byte alignment: an f16 scale, four bytes little-endian, the K types' packed 6-bit
+// scales. Shared by every kernel that decodes blocks (cuda_kernels.cu, q8_unpack.cuh,
+// kv_read.cuh).
 #pragma once
 
 #include <cuda_fp16.h>
@@ -18,6 +19,25 @@ __device__ __forceinline__ float Half(const uint8_t* p) {
 __device__ __forceinline__ uint32_t Le32(const uint8_t* p) {
   return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 | static_cast<uint32_t>(p[2]) << 16 |
          static_cast<uint32_t>(p[3]) << 24;
+}
+
+// The 6-bit scale and min of sub-block s of a Q4_K / Q5_K super-block's 12 scale bytes
+// (core/quant_blocks.h UnpackQ4KScaleMin).
+__device__ __forceinline__ void ScaleMinK4(const uint8_t* sc, int s, int* scale, int* mn) {
+  if (s < 4) {
+    *scale = sc[s] & 63;
+    *mn = sc[s + 4] & 63;
+  } else {
+    *scale = (sc[s + 4] & 0x0f) | ((sc[s - 4] >> 6) << 4);
+    *mn = (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
+  }
+}
+
+// The signed scale of group g (0..15) of a Q3_K super-block's 12 scale bytes
+// (core/quant_blocks.h UnpackQ3KScales, less 32).
+__device__ __forceinline__ int ScaleQ3K(const uint8_t* sc, int g) {
+  const int low = g < 8 ? sc[g] & 0x0f : sc[g - 8] >> 4;
+  return (low | ((sc[8 + g % 4] >> (2 * (g / 4))) & 3) << 4) - 32;
 }
 
 }  // namespace cascade::kernels::cuda

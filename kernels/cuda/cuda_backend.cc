@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "core/logging.h"
+#include "core/quant_blocks.h"
 #include "core/status.h"
 #include "core/str_cat.h"
 #include "kernels/cpu/block_codes.h"
@@ -31,6 +32,17 @@
 
 namespace cascade::kernels {
 namespace {
+
+// The device's value tables (cuda_kernels.h) are the host's (core/quant_blocks.h).
+constexpr uint32_t TableWord(const int8_t* t, int i) {
+  uint32_t w = 0;
+  for (int j = 3; j >= 0; --j) w = w << 8 | static_cast<uint8_t>(t[4 * i + j]);
+  return w;
+}
+static_assert(TableWord(kIq4nlValues, 0) == cuda::kIq4nlWord0 && TableWord(kIq4nlValues, 1) == cuda::kIq4nlWord1 &&
+              TableWord(kIq4nlValues, 2) == cuda::kIq4nlWord2 && TableWord(kIq4nlValues, 3) == cuda::kIq4nlWord3);
+static_assert(TableWord(kMxfp4Values, 0) == cuda::kMxfp4Word0 && TableWord(kMxfp4Values, 1) == cuda::kMxfp4Word1 &&
+              TableWord(kMxfp4Values, 2) == cuda::kMxfp4Word2 && TableWord(kMxfp4Values, 3) == cuda::kMxfp4Word3);
 
 using cuda::Bits;
 

@@ -76,17 +76,6 @@ __constant__ int8_t kMxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6
 
 // Element j of a 32-element block in Q4_0's nibble order (qs[j] low = j, high = j + 16).
 __device__ __forceinline__ int Nibble(const uint8_t* qs, int j) { return j < 16 ? qs[j] & 0x0f : qs[j - 16] >> 4; }
-// The 6-bit scale and min of sub-block s of a Q4_K / Q5_K super-block (ggml's get_scale_min_k4).
-__device__ __forceinline__ void ScaleMinK4(const uint8_t* sc, int s, int* scale, int* mn) {
-  if (s < 4) {
-    *scale = sc[s] & 63;
-    *mn = sc[s + 4] & 63;
-  } else {
-    *scale = (sc[s + 4] & 0x0f) | ((sc[s - 4] >> 6) << 4);
-    *mn = (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
-  }
-}
-
 // Element i of a row of the Q5_0 / Q5_1 / IQ4_NL / MXFP4 / K / IQ4_XS types, from the bit layouts of
 // core/quant_blocks.h (the same decoding as kernels/cpu/block_codes.cc, element by element).
 __device__ float CodeValue(const uint8_t* row, int code, int64_t i) {
@@ -134,10 +123,7 @@ __device__ float CodeValue(const uint8_t* row, int code, int64_t i) {
     }
     case kWQ3_K: {
       const int q = ((sb[32 + 32 * (s / 4) + j] >> (2 * (s % 4))) & 3) | ((sb[j] >> s) & 1) << 2;
-      const uint8_t* sc = sb + 96;
-      const int low = g < 8 ? sc[g] & 0x0f : sc[g - 8] >> 4;
-      const int scale = (low | ((sc[8 + g % 4] >> (2 * (g / 4))) & 3) << 4) - 32;
-      return Half(sb + 108) * static_cast<float>(scale) * static_cast<float>(q - 4);
+      return Half(sb + 108) * static_cast<float>(ScaleQ3K(sb + 96, g)) * static_cast<float>(q - 4);
     }
     default: {  // IQ4_XS
       const int scales_h = sb[2] | sb[3] << 8;

@@ -88,19 +88,44 @@ void QuantGemv(const GemvOut& out, const float* x, const void* w, int code, int6
 // 16-byte aligned.
 constexpr int64_t kMaxHalfGemvTokens = 8;
 
-// Quantized weights (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K, I4_G128: Q8GemvCode) times activations quantized
+// Quantized weights (every GGUF block type and I4_G128: Q8GemvCode) times activations quantized
 // to 8 bits, by integer dot products (q8_gemv.cu). QuantizeActivations writes x
 // [n_tokens, n_in] (n_in % 32 == 0) as n_tokens * n_in / 32 blocks; Q8Gemv then writes
 // out as QuantGemv does. Each block of 32 activations loses what an 8-bit quantization
 // with an amax scale loses (as the CPU backend's quantized matmuls do).
 struct Q8Block {
-  float d = 0.0f;  // Scale: x ~ d * q.
-  float s = 0.0f;  // d * sum(q).
-  int32_t q[8];    // 32 int8, four to a word.
+  float d = 0.0f;   // Scale: x ~ d * q.
+  float s = 0.0f;   // d * sum(q).
+  float s1 = 0.0f;  // d * sum(q[16:32]) (Q2_K's second min).
+  int32_t q[8];     // 32 int8, four to a word.
 };
 inline bool Q8GemvCode(int code) {
-  return code == kWQ8_0 || code == kWQ4_0 || code == kWQ4_1 || code == kWQ4_K || code == kWQ6_K || code == kWI4G128;
+  switch (code) {
+    case kWQ8_0:
+    case kWQ4_0:
+    case kWQ4_1:
+    case kWQ5_0:
+    case kWQ5_1:
+    case kWQ2_K:
+    case kWQ3_K:
+    case kWQ4_K:
+    case kWQ5_K:
+    case kWQ6_K:
+    case kWIQ4_NL:
+    case kWIQ4_XS:
+    case kWMXFP4:
+    case kWI4G128: return true;
+    default: return false;
+  }
 }
+// The 16-entry value tables of the IQ4 and MXFP4 codes (core/quant_blocks.h's kIq4nlValues
+// and kMxfp4Values) as four little-endian words, entries 4 i .. 4 i + 3 in word i, for the
+// integer kernels' byte permutes (q8_unpack.cuh TableBytes; checked against the tables in
+// cuda_backend.cc). Scalars, which device code may read as constants (arrays it may not).
+constexpr uint32_t kIq4nlWord0 = 0xbfad9881u, kIq4nlWord1 = 0xf6eaddcfu, kIq4nlWord2 = 0x26190d01u,
+                   kIq4nlWord3 = 0x71594535u;
+constexpr uint32_t kMxfp4Word0 = 0x03020100u, kMxfp4Word1 = 0x0c080604u, kMxfp4Word2 = 0xfdfeff00u,
+                   kMxfp4Word3 = 0xf4f8fafcu;
 void QuantizeActivations(Q8Block* out, const float* x, int64_t n_tokens, int64_t n_in, cudaStream_t stream);
 void Q8Gemv(const GemvOut& out, const Q8Block* xq, const void* w, int code, int64_t row_bytes, int64_t n_tokens,
             int64_t n_out, int64_t n_in, cudaStream_t stream);

@@ -3,10 +3,12 @@
 // blocks of 32 int8 with a scale (and the scaled sum of the quants, for the types whose
 // values carry an offset); each 32-weight chunk is unpacked to 8 words of 4 signed bytes
 // with up to two multipliers (a0 for its first 16 weights, a1 for the last 16) and an
-// offset multiplier b, so that
-//     sum_j w_j x_j = dx * (a0 * dot(q[0:16], xq[0:16]) + a1 * dot(q[16:32], xq[16:32])) + b * sx
-// with the integer dot products done four bytes at a time by __dp4a. One warp per output
-// row, as the F32-decoding QuantGemv, which stays for the other types.
+// offset multipliers b and b1, so that
+//     sum_j w_j x_j = dx * (a0 * dot(q[0:16], xq[0:16]) + a1 * dot(q[16:32], xq[16:32]))
+//                     + b * sx + b1 * sx1
+// (sx = dx * sum(xq), sx1 = dx * sum(xq[16:32])) with the integer dot products done four
+// bytes at a time by __dp4a. One warp per output row, as the F32-decoding QuantGemv (the
+// reference path, and F8_E4M3_B128's).
 #include <cuda_fp16.h>
 
 #include <cstdint>
@@ -29,20 +31,21 @@ __global__ void QuantizeActivationsKernel(Q8Block* out, const float* x, int64_t 
   for (int j = 0; j < 32; ++j) amax = fmaxf(amax, fabsf(v[j]));
   const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
   Q8Block b;
-  int sum = 0;
+  int sum[2] = {0, 0};  // Of elements 0-15, 16-31.
 #pragma unroll
   for (int k = 0; k < 8; ++k) {
     uint32_t word = 0;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int q = __float2int_rn(v[4 * k + j] * id);
-      sum += q;
+      sum[k / 4] += q;
       word |= static_cast<uint32_t>(static_cast<uint8_t>(static_cast<int8_t>(q))) << (8 * j);
     }
     b.q[k] = static_cast<int32_t>(word);
   }
   b.d = d;
-  b.s = d * static_cast<float>(sum);
+  b.s = d * static_cast<float>(sum[0] + sum[1]);
+  b.s1 = d * static_cast<float>(sum[1]);
   out[i] = b;
 }
 

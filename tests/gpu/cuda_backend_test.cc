@@ -28,11 +28,14 @@
 #include "core/str_cat.h"
 #include "kernels/cpu/quantize.h"
 #include "kernels/cuda_device.h"
+#include "tests/random_blocks.h"
 #include "tests/sampling_reference.h"
 #include "tests/test_support.h"
 
 namespace cascade::kernels {
 namespace {
+
+using cascade::testing::RandomBlocks;
 
 class CudaBackendTest : public ::testing::Test {
  protected:
@@ -88,41 +91,6 @@ std::vector<uint8_t> RandomWeights(DType dtype, int64_t n_out, int64_t n_in, uin
     uint8_t* row = w.data() + r * RowBytes(dtype, n_in);
     EXPECT_TRUE(cpu::QuantizeRow(dtype, wf.data() + r * n_in, row, n_in).ok());
     EXPECT_TRUE(cpu::DequantizeRow(dtype, row, decoded->data() + r * n_in, n_in).ok());
-  }
-  return w;
-}
-
-// Random blocks of a GGUF block type (any bit pattern is a valid block) with finite f16
-// scale fields, and their values by the CPU's dequantizer (itself checked against the gguf
-// package in tests/quant/); for the types QuantizeRow does not write.
-std::vector<uint8_t> RandomBlocks(DType dtype, int64_t n_out, int64_t n_in, uint32_t seed,
-                                  std::vector<float>* decoded) {
-  std::vector<int> f16_fields;  // Byte offsets in a block (core/quant_blocks.h).
-  switch (dtype) {
-    case DType::kQ5_1:
-    case DType::kI4_G128:  // d and the zero point z.
-    case DType::kQ4_K:
-    case DType::kQ5_K: f16_fields = {0, 2}; break;
-    case DType::kQ2_K: f16_fields = {80, 82}; break;
-    case DType::kQ3_K: f16_fields = {108}; break;
-    case DType::kQ6_K: f16_fields = {208}; break;
-    case DType::kMXFP4: break;         // An E8M0 exponent, set below.
-    default: f16_fields = {0}; break;  // Q5_0, IQ4_NL, IQ4_XS.
-  }
-  std::mt19937 rng(seed);
-  std::vector<uint8_t> w(RowBytes(dtype, n_in) * n_out);
-  for (auto& b : w) b = static_cast<uint8_t>(rng());
-  std::uniform_real_distribution<float> scale(0.5e-3f, 4e-3f);
-  for (size_t b = 0; b < w.size() / BlockBytes(dtype); ++b) {
-    if (dtype == DType::kMXFP4) w[b * BlockBytes(dtype)] = static_cast<uint8_t>(110 + rng() % 20);  // 2^-18..2^1.
-    for (int off : f16_fields) {
-      const uint16_t h = F32ToF16(scale(rng));
-      std::memcpy(w.data() + b * BlockBytes(dtype) + off, &h, 2);
-    }
-  }
-  decoded->resize(n_out * n_in);
-  for (int64_t r = 0; r < n_out; ++r) {
-    EXPECT_TRUE(cpu::DequantizeRow(dtype, w.data() + r * RowBytes(dtype, n_in), decoded->data() + r * n_in, n_in).ok());
   }
   return w;
 }
@@ -248,20 +216,27 @@ std::vector<double> Q8Activations(const std::vector<float>& x) {
   return out;
 }
 
-// The tuned kernels' integer GEMV (8-bit activations, __dp4a) for Q8_0, Q4_0, Q4_1, Q4_K
-// and Q6_K, from QuantizeRow's blocks and from random bit patterns (every scale bit of the
-// K types), 1 to 12 tokens (12: two passes of the 8-token kernel): against the double
-// product with the activations rounded as the kernel rounds them (the integer arithmetic
-// itself: 1e-5), against the exact product (what 8-bit activations cost: 2e-2), and against
-// the reference path.
+// The tuned kernels' integer GEMV (8-bit activations, __dp4a) for every GGUF block type and
+// I4_G128, from QuantizeRow's blocks where it writes the type and from random bit patterns
+// (every scale and code bit; the other types only so), 1 to 12 tokens (12: two passes of
+// the 8-token kernel): against the double product with the activations rounded as the
+// kernel rounds them (the integer arithmetic itself: 1e-5), against the exact product
+// (what 8-bit activations cost: 2e-2), and against the reference path.
 TEST_F(CudaBackendTest, TunedQ8GemvMatchesDoublePrecision) {
   auto tuned = CudaBackend::Create({.device = 0, .kernels = CudaKernels::kTuned});
   auto reference = CudaBackend::Create({.device = 0, .kernels = CudaKernels::kReference});
   ASSERT_TRUE(tuned.ok() && reference.ok());
   const int64_t n_out = 100, n_in = 512;
   for (const bool random_bits : {false, true}) {
-    for (DType dtype : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K, DType::kQ6_K, DType::kI4_G128}) {
-      if (random_bits && dtype != DType::kQ4_K && dtype != DType::kQ6_K && dtype != DType::kI4_G128) continue;
+    for (DType dtype :
+         {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ2_K, DType::kQ3_K,
+          DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kIQ4_NL, DType::kIQ4_XS, DType::kMXFP4, DType::kI4_G128}) {
+      const bool quantizable = dtype == DType::kQ8_0 || dtype == DType::kQ4_0 || dtype == DType::kQ4_1 ||
+                               dtype == DType::kQ4_K || dtype == DType::kQ6_K || dtype == DType::kMXFP4 ||
+                               dtype == DType::kI4_G128;
+      if (random_bits ? dtype == DType::kQ8_0 || dtype == DType::kQ4_0 || dtype == DType::kQ4_1 : !quantizable) {
+        continue;
+      }
       std::vector<float> decoded;
       const std::vector<uint8_t> w = random_bits ? RandomBlocks(dtype, n_out, n_in, 51, &decoded)
                                                  : RandomWeights(dtype, n_out, n_in, 51, &decoded);
@@ -870,7 +845,8 @@ std::vector<std::pair<int64_t, double>> RouteReference(const float* logits, int6
 // experts' silu(gate x) * (up x) through down, weighted by the routing above. The device
 // quantizes x and the products to 8 bits, as the quantized GEMV does: 3e-2 relative L2 on
 // what the experts add. The counts of chosen experts are exact. Cases: Q8_0 experts; the
-// Q4_K_M mix (Q4_K gate/up, Q6_K down) without renormalisation; GPTQ's I4_G128; expert parallelism (the
+// Q4_K_M mix (Q4_K gate/up, Q6_K down) without renormalisation; GPTQ's I4_G128; gpt-oss's
+// MXFP4; Q5_K_M's and Q3_K_M's mixes (Q5_K / Q6_K, Q3_K / Q5_K); expert parallelism (the
 // rank holds experts 8..15 of 16: the others' tokens are counted but not computed); 1, 3
 // and 32 tokens (kMaxMoeTokens), with a tie between two logits of the first token.
 TEST_F(CudaBackendTest, TunedRoutedExpertsMatchDoublePrecision) {
@@ -882,9 +858,9 @@ TEST_F(CudaBackendTest, TunedRoutedExpertsMatchDoublePrecision) {
     int64_t expert_begin, n_held;
     bool norm;
   };
-  const Case cases[] = {{DType::kQ8_0, DType::kQ8_0, 0, 16, true},
-                        {DType::kQ4_K, DType::kQ6_K, 0, 16, false},
-                        {DType::kI4_G128, DType::kI4_G128, 0, 16, true},
+  const Case cases[] = {{DType::kQ8_0, DType::kQ8_0, 0, 16, true},       {DType::kQ4_K, DType::kQ6_K, 0, 16, false},
+                        {DType::kI4_G128, DType::kI4_G128, 0, 16, true}, {DType::kMXFP4, DType::kMXFP4, 0, 16, true},
+                        {DType::kQ5_K, DType::kQ6_K, 0, 16, true},       {DType::kQ3_K, DType::kQ5_K, 0, 16, false},
                         {DType::kQ8_0, DType::kQ8_0, 8, 8, true}};
   for (const Case& c : cases) {
     SCOPED_TRACE(StrCat(DTypeName(c.gate_up), "/", DTypeName(c.down), " experts from ", c.expert_begin));
