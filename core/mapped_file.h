@@ -35,9 +35,10 @@ class MappedFile {
   // tensor on a shared boundary page is re-read, never changed).
   void DontNeed(size_t offset, size_t bytes) const;
   // Drops every page of the file except those that a range (start, bytes) of `keep` lies
-  // on, likewise (ranges outside the mapping are ignored). Loading calls it once done: each page fault maps the cached
-  // pages around the one read (the kernel's fault-around, 64 KiB), so the pages of tensors dropped earlier come back
-  // with a neighbour's read and would stay mapped (~10 MB at 1B).
+  // on, likewise (ranges outside the mapping are ignored). Loading calls it once done:
+  // each page fault maps the cached pages around the one read (the kernel's fault-around,
+  // 64 KiB, or a whole large folio), so the pages of tensors dropped earlier come back
+  // with a neighbour's read and would stay mapped (~10 MB of a 1B model's file).
   void DontNeedExcept(std::vector<std::pair<const uint8_t*, size_t>> keep) const;
 
  private:
