@@ -110,20 +110,10 @@ __device__ __forceinline__ void Unpack(const uint8_t* row, int code, int64_t c, 
     const bool q4_1 = code == kWQ4_1;
     const uint8_t* b = row + c * (q4_1 ? 20 : 18);
     const uint8_t* qs = b + (q4_1 ? 4 : 2);
-    const float d = Half(b);
-    w.a0 = w.a1 = d;
+    w.a0 = w.a1 = Half(b);
     w.b = q4_1 ? Half(b + 2) : 0.0f;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const uint32_t v = Le32(qs + 4 * k);
-      uint32_t lo = v & 0x0f0f0f0fu, hi = (v >> 4) & 0x0f0f0f0fu;  // Weights 4k.., 16 + 4k..
-      if (!q4_1) {
-        lo = Vsub4(lo, 0x08080808u);  // Q4_0: q - 8, a signed byte.
-        hi = Vsub4(hi, 0x08080808u);
-      }
-      w.q[k] = static_cast<int32_t>(lo);
-      w.q[4 + k] = static_cast<int32_t>(hi);
-    }
+    // Q4_0: q - 8, a signed byte.
+    SplitNibbleWords(qs, w, [&](uint32_t q, int) { return q4_1 ? q : Vsub4(q, 0x08080808u); });
     return;
   }
   if (code == kWI4G128) {
