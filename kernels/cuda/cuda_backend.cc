@@ -351,9 +351,12 @@ class CudaBackendImpl final : public CudaBackend {
     return std::unique_ptr<PreparedExperts>(std::make_unique<CudaExperts>(a, std::move(table)));
   }
 
-  bool RoutesExperts(int64_t n_tokens) const override {
-    return kernels_ == CudaKernels::kTuned && n_tokens > 0 && n_tokens <= cuda::kMaxMoeTokens;
-  }
+  bool RoutesExperts(int64_t n_tokens) const override { return kernels_ == CudaKernels::kTuned && n_tokens > 0; }
+
+  // Tokens a MoE pass takes at most: its scratch grows with tokens x top k x (n_ff + n_embd)
+  // floats (~90 MiB at 512 tokens for Qwen3-235B-A22B's 8 of 128 experts), and each pass reads
+  // the chosen experts' weights once, so longer batches run in passes of this many.
+  static constexpr int64_t kMoePassTokens = 512;
 
   absl::Status RoutedExperts(TensorView acc, const TensorView& x, const TensorView& logits,
                              const PreparedExperts& experts, const MoeRouting& routing, void* load) override {
@@ -375,8 +378,19 @@ class CudaBackendImpl final : public CudaBackend {
                                                ", logits ", logits.ShapeString(), ", top ", a.top_k, " of ",
                                                a.n_experts, " experts, ", a.n_held, " held from ", a.expert_begin));
     }
+    for (int64_t t0 = 0; t0 < n; t0 += kMoePassTokens) {
+      const int64_t rows = std::min(kMoePassTokens, n - t0);
+      CASCADE_RETURN_IF_ERROR(RoutedExpertsPass(acc.RowSlice(t0, t0 + rows), x.RowSlice(t0, t0 + rows),
+                                                logits.RowSlice(t0, t0 + rows), *ex, a, load));
+    }
+    return absl::OkStatus();
+  }
+
+  // One pass of RoutedExperts over x's rows.
+  absl::Status RoutedExpertsPass(TensorView acc, const TensorView& x, const TensorView& logits, const CudaExperts& ex,
+                                 const cuda::MoeArgs& a, void* load) {
     // The work areas, carved out of one scratch buffer at 256-byte boundaries.
-    const int64_t m = n * a.top_k;
+    const int64_t n = x.Rows(), m = n * a.top_k;
     size_t end = 0;
     const auto take = [&](size_t bytes) { return std::exchange(end, end + ((bytes + 255) & ~size_t{255})); };
     const size_t chosen = take(m * 4), weights = take(m * 4), entry_row = take(m * 4),
@@ -394,7 +408,7 @@ class CudaBackendImpl final : public CudaBackend {
                           .h = reinterpret_cast<float*>(base + h),
                           .hq = reinterpret_cast<cuda::Q8Block*>(base + hq),
                           .out = reinterpret_cast<float*>(base + out)};
-    graphs_->Sign({kOpMoe, Bits(acc.data), Bits(x.data), Bits(logits.data), Bits(load), Bits(ex), Dims(x),
+    graphs_->Sign({kOpMoe, Bits(acc.data), Bits(x.data), Bits(logits.data), Bits(load), Bits(&ex), Dims(x),
                    static_cast<uint64_t>(a.n_experts), static_cast<uint64_t>(a.top_k),
                    static_cast<uint64_t>(a.expert_begin), static_cast<uint64_t>(a.norm), Bits(base)});
     if (graphs_->dry()) return absl::OkStatus();

@@ -203,18 +203,18 @@ constexpr int kTileRows = 16;
 inline bool TiledAttentionHeadDim(int64_t head_dim) { return head_dim == 64 || head_dim == 128; }
 void AttentionTiles(const AttentionArgs& args, const PrefillTile* tiles, int64_t n_tiles, cudaStream_t stream);
 
-// A MoE layer's routed experts for a few tokens, on the device from the router's logits to
-// the weighted sum (moe_experts.cu), with no host synchronisation: per token the softmax
-// over all experts, the top k (lower id on ties) and their weights (renormalised over the
-// k when `norm`), as model/layers/moe.h RouteToken; the entries of held experts grouped
-// expert by expert (in token order within an expert); per held expert one warp per output
+// A MoE layer's routed experts, on the device from the router's logits to the weighted sum
+// (moe_experts.cu), with no host synchronisation: per token the softmax over all experts,
+// the top k (lower id on ties) and their weights (renormalised over the k when `norm`), as
+// model/layers/moe.h RouteToken; the entries of held experts grouped expert by expert (in
+// no fixed order within an expert: no value depends on it); per held expert one warp per output
 // row computes silu(gate) * up for its rows and then down (the block types of Q8GemvCode,
 // activations quantized to 8 bits); then each token's row of `acc` adds its experts' rows
 // scaled by their weights, in the token's order of choice (deterministic). Blocks of held
 // experts no token chose return at once. `load` [n_experts] (or null) gains each entry.
-// REQUIRES n_tokens <= kMaxMoeTokens, top_k <= kMaxMoeTopK, n_experts <= kMaxMoeExperts,
-// n_embd and n_ff multiples of 32, every code Q8GemvCode.
-constexpr int64_t kMaxMoeTokens = 32;
+// Any number of tokens; MoeWork is sized by it (the backend runs long batches in passes).
+// REQUIRES top_k <= kMaxMoeTopK, n_experts <= kMaxMoeExperts, n_embd and n_ff multiples
+// of 32, every code Q8GemvCode.
 constexpr int64_t kMaxMoeTopK = 16;
 constexpr int64_t kMaxMoeExperts = 1024;
 struct MoeExpertRows {  // One held expert's matrices: its gate, up and down rows [0, ...).

@@ -4,7 +4,9 @@
 //   2. RouteKernel, one block per token: softmax statistics, the top k by k block-wide
 //      argmax rounds (lower id first on ties, as RouteToken's sort), their weights;
 //   3. GroupKernel, one block: the entries of held experts listed expert by expert (a
-//      counting sort, stable: token order within an expert), and each entry's row;
+//      counting sort: counts and row slots by shared-memory atomics, so the order of an
+//      expert's rows varies from run to run; no value depends on it, as each row is
+//      computed alone and CombineKernel reads rows by entry), and each entry's row;
 //   4. GateUpKernel, a block per (held expert, 4 output rows): each warp one row of the
 //      expert's gate and of its up over that expert's rows, silu(gate) * up stored;
 //   5. the products quantized, and DownKernel the same way over down;
@@ -27,7 +29,8 @@ namespace {
 
 constexpr int kRouteThreads = 256;
 constexpr int kRouteWarps = kRouteThreads / kWarp;
-constexpr int kGroupThreads = 256;
+constexpr int kGroupThreads = 1024;
+static_assert(kGroupThreads >= kMaxMoeExperts, "GroupKernel scans one expert's count per thread");
 constexpr int kWarpsPerBlock = 4;  // GEMV blocks: one output row per warp.
 constexpr int kRowsPerPass = 8;    // An expert's rows per pass over its weight rows.
 constexpr int kNone = 0x7fffffff;  // No expert yet, in an argmax.
@@ -105,36 +108,61 @@ __global__ void RouteKernel(const float* logits, int64_t n_experts, int64_t k, b
   }
 }
 
-// A counting sort of the m entries by held expert; dynamic shared memory: n_held + 1 ints.
+// An inclusive prefix sum of one value per thread over the block (kGroupThreads threads,
+// all of them calling): warp scans by shuffles, then the warps' totals scanned by warp 0.
+__device__ int32_t BlockInclusiveSum(int32_t v, int32_t* warp_totals) {
+  constexpr int kWarps = kGroupThreads / kWarp;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  for (int o = 1; o < kWarp; o <<= 1) {
+    const int32_t n = __shfl_up_sync(0xffffffffu, v, o);
+    if (lane >= o) v += n;
+  }
+  if (lane == kWarp - 1) warp_totals[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    int32_t t = lane < kWarps ? warp_totals[lane] : 0;
+    for (int o = 1; o < kWarp; o <<= 1) {
+      const int32_t n = __shfl_up_sync(0xffffffffu, t, o);
+      if (lane >= o) t += n;
+    }
+    if (lane < kWarps) warp_totals[lane] = t;
+  }
+  __syncthreads();
+  return warp > 0 ? v + warp_totals[warp - 1] : v;
+}
+
+// A counting sort of the m entries by held expert, for any m: counts by shared atomics, their
+// prefix sum, then each entry takes the next row of its expert. Dynamic shared memory:
+// 2 n_held + 1 ints.
 __global__ void GroupKernel(const int32_t* chosen, int64_t m, int64_t k, int64_t expert_begin, int64_t n_held,
                             int32_t* entry_row, int32_t* expert_rows, int32_t* token_of_row) {
-  extern __shared__ int32_t first[];  // [n_held + 1]: counts, then each expert's first row.
-  __shared__ int32_t held[kMaxMoeTokens * kMaxMoeTopK];
+  extern __shared__ int32_t first[];   // [n_held + 1]: counts, then each expert's first row.
+  int32_t* next = first + n_held + 1;  // [n_held]: each expert's next free row.
+  __shared__ int32_t warp_totals[kGroupThreads / kWarp];
   const int tid = threadIdx.x;
+  for (int64_t e = tid; e <= n_held; e += kGroupThreads) first[e] = 0;
+  __syncthreads();
   for (int64_t i = tid; i < m; i += kGroupThreads) {
-    held[i] = static_cast<int32_t>(chosen[i] - expert_begin);  // Outside [0, n_held): not held here.
-    entry_row[i] = -1;
+    const int64_t e = chosen[i] - expert_begin;  // Outside [0, n_held): not held here.
+    if (e >= 0 && e < n_held) atomicAdd(first + e + 1, 1);
   }
   __syncthreads();
-  for (int64_t e = tid; e < n_held; e += kGroupThreads) {
-    int32_t n = 0;
-    for (int64_t i = 0; i < m; ++i) n += held[i] == e;
-    first[e + 1] = n;
-  }
-  __syncthreads();
-  if (tid == 0) {
-    first[0] = 0;
-    for (int64_t e = 1; e <= n_held; ++e) first[e] += first[e - 1];
+  const int32_t count = tid < n_held ? first[tid + 1] : 0;  // n_held <= kGroupThreads.
+  const int32_t end = BlockInclusiveSum(count, warp_totals);
+  if (tid < n_held) {
+    first[tid + 1] = end;
+    next[tid] = end - count;
   }
   __syncthreads();
   for (int64_t e = tid; e <= n_held; e += kGroupThreads) expert_rows[e] = first[e];
-  for (int64_t e = tid; e < n_held; e += kGroupThreads) {
-    int32_t r = first[e];
-    for (int64_t i = 0; i < m; ++i) {
-      if (held[i] != e) continue;
+  for (int64_t i = tid; i < m; i += kGroupThreads) {
+    const int64_t e = chosen[i] - expert_begin;
+    int32_t r = -1;
+    if (e >= 0 && e < n_held) {
+      r = atomicAdd(next + e, 1);
       token_of_row[r] = static_cast<int32_t>(i / k);
-      entry_row[i] = r++;
     }
+    entry_row[i] = r;
   }
 }
 
@@ -236,7 +264,7 @@ void MoeRoutedExperts(float* acc, const float* x, const float* logits, int32_t* 
   QuantizeActivations(w.xq, x, n_tokens, a.n_embd, stream);
   RouteKernel<<<static_cast<unsigned>(n_tokens), kRouteThreads, 0, stream>>>(logits, a.n_experts, a.top_k, a.norm,
                                                                              w.chosen, w.weights, load);
-  GroupKernel<<<1, kGroupThreads, static_cast<size_t>(a.n_held + 1) * sizeof(int32_t), stream>>>(
+  GroupKernel<<<1, kGroupThreads, static_cast<size_t>(2 * a.n_held + 1) * sizeof(int32_t), stream>>>(
       w.chosen, m, a.top_k, a.expert_begin, a.n_held, w.entry_row, w.expert_rows, w.token_of_row);
   const dim3 gate_up(held, static_cast<unsigned>((a.n_ff + kWarpsPerBlock - 1) / kWarpsPerBlock));
   GateUpKernel<<<gate_up, kGemvThreads, 0, stream>>>(a, w.expert_rows, w.token_of_row, w.xq, w.h);

@@ -15,7 +15,7 @@
 //
 // On the device: where the backend prepared this layer's experts (Backend::PrepareExperts:
 // the CUDA backend, for the block types with an integer form) and runs the batch there now
-// (RoutesExperts: the tuned kernels, a few tokens), steps 1-3 run as one backend call from
+// (RoutesExperts: the tuned kernels, any batch), steps 1-3 run as one backend call from
 // the router's logits in device memory (Backend::RoutedExperts), with no copy to the host;
 // the counts of each expert's tokens go to a device counter instead (`device_load`). Layers
 // with a shared expert keep the host path.

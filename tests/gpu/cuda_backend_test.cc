@@ -847,8 +847,9 @@ std::vector<std::pair<int64_t, double>> RouteReference(const float* logits, int6
 // what the experts add. The counts of chosen experts are exact. Cases: Q8_0 experts; the
 // Q4_K_M mix (Q4_K gate/up, Q6_K down) without renormalisation; GPTQ's I4_G128; gpt-oss's
 // MXFP4; Q5_K_M's and Q3_K_M's mixes (Q5_K / Q6_K, Q3_K / Q5_K); expert parallelism (the
-// rank holds experts 8..15 of 16: the others' tokens are counted but not computed); 1, 3
-// and 32 tokens (kMaxMoeTokens), with a tie between two logits of the first token.
+// rank holds experts 8..15 of 16: the others' tokens are counted but not computed); 1, 3,
+// 32 and 600 tokens (two passes of kMoePassTokens, every expert with many rows), with a tie
+// between two logits of the first token.
 TEST_F(CudaBackendTest, TunedRoutedExpertsMatchDoublePrecision) {
   auto tuned = CudaBackend::Create({.device = 0, .kernels = CudaKernels::kTuned});
   ASSERT_TRUE(tuned.ok()) << tuned.status();
@@ -883,7 +884,7 @@ TEST_F(CudaBackendTest, TunedRoutedExpertsMatchDoublePrecision) {
     }
     auto experts = (*tuned)->PrepareExperts(held, n_ff);
     ASSERT_TRUE(experts.ok()) << experts.status();
-    for (int64_t n : {1, 3, 32}) {
+    for (int64_t n : {1, 3, 32, 600}) {
       SCOPED_TRACE(StrCat(n, " tokens"));
       ASSERT_TRUE((*tuned)->RoutesExperts(n));
       const std::vector<float> x = Random(n * n_embd, 7 + n), acc0 = Random(n * n_embd, 9 + n);
