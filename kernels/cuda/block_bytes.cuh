@@ -1,7 +1,7 @@
 // Reading the fields of GGUF blocks and KV-cache blocks on the device, where they sit at
-// any byte alignment: an f16 scale, four bytes little-endian, the K types' packed 6-bit
-// scales. Shared by every kernel that decodes blocks (cuda_kernels.cu, q8_unpack.cuh,
-// kv_read.cuh).
+// any byte alignment: an f16 scale, an E4M3 code, four bytes little-endian, the K types'
+// packed 6-bit scales. Shared by every kernel that decodes blocks (cuda_kernels.cu,
+// q8_unpack.cuh, float_chunk.cuh, kv_read.cuh).
 #pragma once
 
 #include <cuda_fp16.h>
@@ -14,6 +14,14 @@ __device__ __forceinline__ float Half(const uint8_t* p) {
   __half h;
   memcpy(&h, p, 2);
   return __half2float(h);
+}
+
+// An E4M3 code's value (core/fp8.h) through f16: the 7 magnitude bits shifted into an f16's
+// exponent and mantissa fields are the value times 2^-8 (bias 15 against 7), subnormals
+// included; the sign moves to bit 15. Exact.
+__device__ __forceinline__ float E4M3Value(uint8_t c) {
+  const unsigned short h = static_cast<unsigned short>(((c & 0x7fu) << 7) | ((c & 0x80u) << 8));
+  return __half2float(__ushort_as_half(h)) * 256.0f;
 }
 
 __device__ __forceinline__ uint32_t Le32(const uint8_t* p) {

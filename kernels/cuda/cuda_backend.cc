@@ -191,7 +191,7 @@ absl::StatusOr<const uint8_t*> ExpertMatrix(const PreparedWeight* w, int64_t row
   if (cw == nullptr) return absl::InternalError(StrCat("PrepareExperts: ", what, " prepared by another backend"));
   const TensorView& v = cw->view();
   const int c = static_cast<int>(v.dtype);
-  if (!cuda::Q8GemvCode(c)) {
+  if (!cuda::Q8GemvCode(c) && !cuda::FloatChunkCode(c)) {
     return absl::UnimplementedError(StrCat("PrepareExperts: no device routing for ", what, " in ", DTypeName(v.dtype)));
   }
   if (row_bytes != 0 && (c != code || v.RowBytes() != row_bytes)) {
@@ -344,6 +344,11 @@ class CudaBackendImpl final : public CudaBackend {
       CASCADE_ASSIGN_OR_RETURN(r.up, ExpertMatrix(e.up, e.up_row0, n_ff, a.n_embd, a.up_code, a.up_row_bytes, "up"));
       CASCADE_ASSIGN_OR_RETURN(r.down, ExpertMatrix(e.down, 0, a.n_embd, n_ff, a.down_code, a.down_row_bytes, "down"));
       rows.push_back(r);
+    }
+    if (cuda::FloatChunkCode(a.gate_code) != cuda::FloatChunkCode(a.up_code)) {
+      return absl::UnimplementedError(StrCat("PrepareExperts: gate in ", DTypeName(experts[0].gate->dtype()),
+                                             " and up in ", DTypeName(experts[0].up->dtype()),
+                                             ": one float and one quantized"));
     }
     const size_t bytes = rows.size() * sizeof(cuda::MoeExpertRows);
     CASCADE_ASSIGN_OR_RETURN(DeviceBuffer table, DeviceBuffer::Create(device_, bytes));

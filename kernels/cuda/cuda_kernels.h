@@ -118,6 +118,9 @@ inline bool Q8GemvCode(int code) {
     default: return false;
   }
 }
+// The float weight encodings the device MoE layers take (float_chunk.cuh), against f32
+// activations.
+inline bool FloatChunkCode(int code) { return code == kWF32 || code == kWF16 || code == kWBF16 || code == kWF8B128; }
 // The 16-entry value tables of the IQ4 and MXFP4 codes (core/quant_blocks.h's kIq4nlValues
 // and kMxfp4Values) as four little-endian words, entries 4 i .. 4 i + 3 in word i, for the
 // integer kernels' byte permutes (q8_unpack.cuh TableBytes; checked against the tables in
@@ -208,13 +211,15 @@ void AttentionTiles(const AttentionArgs& args, const PrefillTile* tiles, int64_t
 // the top k (lower id on ties) and their weights (renormalised over the k when `norm`), as
 // model/layers/moe.h RouteToken; the entries of held experts grouped expert by expert (in
 // no fixed order within an expert: no value depends on it); per held expert one warp per output
-// row computes silu(gate) * up for its rows and then down (the block types of Q8GemvCode,
-// activations quantized to 8 bits); then each token's row of `acc` adds its experts' rows
+// row computes silu(gate) * up for its rows and then down (the block types of Q8GemvCode
+// against activations quantized to 8 bits; F32, F16, BF16 and F8_E4M3_B128 against the f32
+// activations: FloatChunkCode); then each token's row of `acc` adds its experts' rows
 // scaled by their weights, in the token's order of choice (deterministic). Blocks of held
 // experts no token chose return at once. `load` [n_experts] (or null) gains each entry.
 // Any number of tokens; MoeWork is sized by it (the backend runs long batches in passes).
 // REQUIRES top_k <= kMaxMoeTopK, n_experts <= kMaxMoeExperts, n_embd and n_ff multiples
-// of 32, every code Q8GemvCode.
+// of 32 (of 128 for F8_E4M3_B128), every code Q8GemvCode or FloatChunkCode, gate and up of
+// the same kind.
 constexpr int64_t kMaxMoeTopK = 16;
 constexpr int64_t kMaxMoeExperts = 1024;
 struct MoeExpertRows {  // One held expert's matrices: its gate, up and down rows [0, ...).

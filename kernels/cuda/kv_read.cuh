@@ -10,14 +10,6 @@
 
 namespace cascade::kernels::cuda {
 
-// An E4M3 code's value (core/fp8.h) through f16: the 7 magnitude bits shifted into an f16's
-// exponent and mantissa fields are the value times 2^-8 (bias 15 against 7), subnormals
-// included; the sign moves to bit 15. Exact.
-__device__ __forceinline__ float E4M3Value(uint8_t c) {
-  const unsigned short h = static_cast<unsigned short>(((c & 0x7fu) << 7) | ((c & 0x80u) << 8));
-  return __half2float(__ushort_as_half(h)) * 256.0f;
-}
-
 // Element i (flat index) of a KV cache in encoding `code` (kWF32, kWF16, kWQ8_0: blocks
 // of 32 int8 with an f16 scale first, or kWF8: unscaled, the caller applies the head's).
 __device__ __forceinline__ float KvAt(const void* cache, int code, int64_t i) {

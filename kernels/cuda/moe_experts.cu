@@ -1,6 +1,8 @@
 // A MoE layer's routed experts on the device, from the router's logits to the weighted
-// sum (cuda_kernels.h, MoeRoutedExperts), in six launches and no host synchronisation:
-//   1. the token activations quantized to 8 bits once (QuantizeActivations);
+// sum (cuda_kernels.h, MoeRoutedExperts), in four to six launches and no host synchronisation:
+//   1. the token activations quantized to 8 bits once (QuantizeActivations), for experts
+//      of the block types; float experts (F32, F16, BF16, FP8 with 128-blocks) read them
+//      in f32 as they are, and their chunks decoded to f32 (float_chunk.cuh);
 //   2. RouteKernel, one block per token: softmax statistics, the top k by k block-wide
 //      argmax rounds (lower id first on ties, as RouteToken's sort), their weights;
 //   3. GroupKernel, one block: the entries of held experts listed expert by expert (a
@@ -9,7 +11,7 @@
 //      computed alone and CombineKernel reads rows by entry), and each entry's row;
 //   4. GateUpKernel, a block per (held expert, 4 output rows): each warp one row of the
 //      expert's gate and of its up over that expert's rows, silu(gate) * up stored;
-//   5. the products quantized, and DownKernel the same way over down;
+//   5. the products quantized (block-type down only), and DownKernel the same way over down;
 //   6. CombineKernel, one block per token: acc += each chosen expert's row times its
 //      weight, in the token's order of choice, so the sum is the same on every run.
 // Blocks of experts that no token chose return at their first load. For a decode step the
@@ -21,6 +23,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/float_chunk.cuh"
 #include "kernels/cuda/q8_unpack.cuh"
 #include "kernels/cuda/warp_reduce.cuh"
 
@@ -166,9 +169,44 @@ __global__ void GroupKernel(const int32_t* chosen, int64_t m, int64_t k, int64_t
   }
 }
 
+// The two sides of an expert's dot products, by the weights' encoding: the block types'
+// 32-weight chunks (q8_unpack.cuh) against activations quantized to 8 bits, by __dp4a; or
+// the float types' chunks (float_chunk.cuh) against the f32 activations as they are.
+struct IntRows {
+  using Chunk = WeightChunk;
+  const Q8Block* x;  // [rows, n_in / 32]
+  int64_t n_chunks;
+  __device__ __forceinline__ static void Load(const uint8_t* row, int code, int64_t c, Chunk& w) {
+    Unpack(row, code, c, w);
+  }
+  __device__ __forceinline__ float Dot(const Chunk& w, int64_t r, int64_t c) const {
+    return DotChunk(w, x[r * n_chunks + c]);
+  }
+};
+struct FloatRows {
+  struct Chunk {
+    float v[32];
+  };
+  const float* x;  // [rows, n_in]
+  int64_t n_in;
+  __device__ __forceinline__ static void Load(const uint8_t* row, int code, int64_t c, Chunk& w) {
+    FloatChunk(row, code, c, w.v);
+  }
+  __device__ __forceinline__ float Dot(const Chunk& w, int64_t r, int64_t c) const {
+    const float4* xr = reinterpret_cast<const float4*>(x + r * n_in + 32 * c);
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float4 v = xr[j];
+      s += w.v[4 * j] * v.x + w.v[4 * j + 1] * v.y + w.v[4 * j + 2] * v.z + w.v[4 * j + 3] * v.w;
+    }
+    return s;
+  }
+};
+
 // h[r, o] = silu(gate_o . x_token(r)) * (up_o . x_token(r)) for each row r of expert e.
-__global__ void GateUpKernel(MoeArgs a, const int32_t* expert_rows, const int32_t* token_of_row, const Q8Block* xq,
-                             float* h) {
+template <typename Rows>
+__global__ void GateUpKernel(MoeArgs a, const int32_t* expert_rows, const int32_t* token_of_row, Rows x, float* h) {
   const int64_t e = blockIdx.x;
   const int r0 = expert_rows[e], r1 = expert_rows[e + 1];
   const int64_t o = static_cast<int64_t>(blockIdx.y) * kWarpsPerBlock + threadIdx.x / kWarp;
@@ -188,15 +226,14 @@ __global__ void GateUpKernel(MoeArgs a, const int32_t* expert_rows, const int32_
       tok[t] = t < n_t ? token_of_row[rb + t] : 0;
     }
     for (int64_t c = lane; c < n_chunks; c += kWarp) {
-      WeightChunk wg, wu;
-      Unpack(g, a.gate_code, c, wg);
-      Unpack(u, a.up_code, c, wu);
+      typename Rows::Chunk wg, wu;
+      Rows::Load(g, a.gate_code, c, wg);
+      Rows::Load(u, a.up_code, c, wu);
 #pragma unroll
       for (int t = 0; t < kRowsPerPass; ++t) {
         if (t >= n_t) break;
-        const Q8Block& xb = xq[tok[t] * n_chunks + c];
-        ag[t] += DotChunk(wg, xb);
-        au[t] += DotChunk(wu, xb);
+        ag[t] += x.Dot(wg, tok[t], c);
+        au[t] += x.Dot(wu, tok[t], c);
       }
     }
 #pragma unroll
@@ -209,7 +246,8 @@ __global__ void GateUpKernel(MoeArgs a, const int32_t* expert_rows, const int32_
 }
 
 // out[r, o] = down_o . h[r] for each row r of expert e.
-__global__ void DownKernel(MoeArgs a, const int32_t* expert_rows, const Q8Block* hq, float* out) {
+template <typename Rows>
+__global__ void DownKernel(MoeArgs a, const int32_t* expert_rows, Rows h, float* out) {
   const int64_t e = blockIdx.x;
   const int r0 = expert_rows[e], r1 = expert_rows[e + 1];
   const int64_t o = static_cast<int64_t>(blockIdx.y) * kWarpsPerBlock + threadIdx.x / kWarp;
@@ -223,12 +261,12 @@ __global__ void DownKernel(MoeArgs a, const int32_t* expert_rows, const Q8Block*
 #pragma unroll
     for (int t = 0; t < kRowsPerPass; ++t) acc[t] = 0.0f;
     for (int64_t c = lane; c < n_chunks; c += kWarp) {
-      WeightChunk w;
-      Unpack(d, a.down_code, c, w);
+      typename Rows::Chunk w;
+      Rows::Load(d, a.down_code, c, w);
 #pragma unroll
       for (int t = 0; t < kRowsPerPass; ++t) {
         if (t >= n_t) break;
-        acc[t] += DotChunk(w, hq[(rb + t) * n_chunks + c]);
+        acc[t] += h.Dot(w, rb + t, c);
       }
     }
 #pragma unroll
@@ -261,17 +299,26 @@ void MoeRoutedExperts(float* acc, const float* x, const float* logits, int32_t* 
   const int64_t m = n_tokens * a.top_k;
   constexpr unsigned kGemvThreads = kWarpsPerBlock * kWarp;
   const auto held = static_cast<unsigned>(a.n_held);
-  QuantizeActivations(w.xq, x, n_tokens, a.n_embd, stream);
+  if (!FloatChunkCode(a.gate_code)) QuantizeActivations(w.xq, x, n_tokens, a.n_embd, stream);
   RouteKernel<<<static_cast<unsigned>(n_tokens), kRouteThreads, 0, stream>>>(logits, a.n_experts, a.top_k, a.norm,
                                                                              w.chosen, w.weights, load);
   GroupKernel<<<1, kGroupThreads, static_cast<size_t>(2 * a.n_held + 1) * sizeof(int32_t), stream>>>(
       w.chosen, m, a.top_k, a.expert_begin, a.n_held, w.entry_row, w.expert_rows, w.token_of_row);
   const dim3 gate_up(held, static_cast<unsigned>((a.n_ff + kWarpsPerBlock - 1) / kWarpsPerBlock));
-  GateUpKernel<<<gate_up, kGemvThreads, 0, stream>>>(a, w.expert_rows, w.token_of_row, w.xq, w.h);
-  // Rows past the grouped ones hold stale values; their blocks are quantized and never read.
-  QuantizeActivations(w.hq, w.h, m, a.n_ff, stream);
+  if (FloatChunkCode(a.gate_code)) {
+    GateUpKernel<<<gate_up, kGemvThreads, 0, stream>>>(a, w.expert_rows, w.token_of_row, FloatRows{x, a.n_embd}, w.h);
+  } else {
+    GateUpKernel<<<gate_up, kGemvThreads, 0, stream>>>(a, w.expert_rows, w.token_of_row, IntRows{w.xq, a.n_embd / 32},
+                                                       w.h);
+  }
   const dim3 down(held, static_cast<unsigned>((a.n_embd + kWarpsPerBlock - 1) / kWarpsPerBlock));
-  DownKernel<<<down, kGemvThreads, 0, stream>>>(a, w.expert_rows, w.hq, w.out);
+  if (FloatChunkCode(a.down_code)) {
+    DownKernel<<<down, kGemvThreads, 0, stream>>>(a, w.expert_rows, FloatRows{w.h, a.n_ff}, w.out);
+  } else {
+    // Rows past the grouped ones hold stale values; their blocks are quantized and never read.
+    QuantizeActivations(w.hq, w.h, m, a.n_ff, stream);
+    DownKernel<<<down, kGemvThreads, 0, stream>>>(a, w.expert_rows, IntRows{w.hq, a.n_ff / 32}, w.out);
+  }
   CombineKernel<<<static_cast<unsigned>(n_tokens), 256, 0, stream>>>(acc, w.out, w.weights, w.entry_row, a.top_k,
                                                                      a.n_embd);
 }

@@ -844,9 +844,12 @@ std::vector<std::pair<int64_t, double>> RouteReference(const float* logits, int6
 // against a double-precision reference from the decoded weights: acc += each token's held
 // experts' silu(gate x) * (up x) through down, weighted by the routing above. The device
 // quantizes x and the products to 8 bits, as the quantized GEMV does: 3e-2 relative L2 on
-// what the experts add. The counts of chosen experts are exact. Cases: Q8_0 experts; the
+// what the experts add; float experts (BF16, FP8 with 128 x 128 blocks, F16) take the f32
+// activations as they are: 1e-4, or 3e-2 where a quantized down follows. The counts of
+// chosen experts are exact. Cases: Q8_0 experts; the
 // Q4_K_M mix (Q4_K gate/up, Q6_K down) without renormalisation; GPTQ's I4_G128; gpt-oss's
-// MXFP4; Q5_K_M's and Q3_K_M's mixes (Q5_K / Q6_K, Q3_K / Q5_K); expert parallelism (the
+// MXFP4; Q5_K_M's and Q3_K_M's mixes (Q5_K / Q6_K, Q3_K / Q5_K); BF16; FP8 (Qwen3-FP8's
+// form); F16 gate/up with a Q8_0 down; expert parallelism (the
 // rank holds experts 8..15 of 16: the others' tokens are counted but not computed); 1, 3,
 // 32 and 600 tokens (two passes of kMoePassTokens, every expert with many rows), with a tie
 // between two logits of the first token.
@@ -859,16 +862,20 @@ TEST_F(CudaBackendTest, TunedRoutedExpertsMatchDoublePrecision) {
     int64_t expert_begin, n_held;
     bool norm;
   };
-  const Case cases[] = {{DType::kQ8_0, DType::kQ8_0, 0, 16, true},       {DType::kQ4_K, DType::kQ6_K, 0, 16, false},
-                        {DType::kI4_G128, DType::kI4_G128, 0, 16, true}, {DType::kMXFP4, DType::kMXFP4, 0, 16, true},
-                        {DType::kQ5_K, DType::kQ6_K, 0, 16, true},       {DType::kQ3_K, DType::kQ5_K, 0, 16, false},
-                        {DType::kQ8_0, DType::kQ8_0, 8, 8, true}};
+  const Case cases[] = {
+      {DType::kQ8_0, DType::kQ8_0, 0, 16, true},       {DType::kQ4_K, DType::kQ6_K, 0, 16, false},
+      {DType::kI4_G128, DType::kI4_G128, 0, 16, true}, {DType::kMXFP4, DType::kMXFP4, 0, 16, true},
+      {DType::kQ5_K, DType::kQ6_K, 0, 16, true},       {DType::kQ3_K, DType::kQ5_K, 0, 16, false},
+      {DType::kBF16, DType::kBF16, 0, 16, true},       {DType::kF8_E4M3_B128, DType::kF8_E4M3_B128, 0, 16, true},
+      {DType::kF16, DType::kQ8_0, 0, 16, false},       {DType::kQ8_0, DType::kQ8_0, 8, 8, true}};
   for (const Case& c : cases) {
     SCOPED_TRACE(StrCat(DTypeName(c.gate_up), "/", DTypeName(c.down), " experts from ", c.expert_begin));
+    const auto is_float = [](DType t) { return t == DType::kF16 || t == DType::kBF16 || t == DType::kF8_E4M3_B128; };
     const auto weights = [&](DType type, int64_t rows, int64_t cols, uint32_t seed, std::vector<float>* decoded) {
-      return type == DType::kQ8_0 ? RandomWeights(type, rows, cols, seed, decoded)
-                                  : RandomBlocks(type, rows, cols, seed, decoded);
+      return type == DType::kQ8_0 || is_float(type) ? RandomWeights(type, rows, cols, seed, decoded)
+                                                    : RandomBlocks(type, rows, cols, seed, decoded);
     };
+    const bool float_experts = is_float(c.gate_up) && is_float(c.down);
     std::vector<std::vector<float>> gu_values(c.n_held), down_values(c.n_held);
     std::vector<std::unique_ptr<PreparedWeight>> prepared;
     std::vector<Backend::ExpertWeights> held;
@@ -929,7 +936,7 @@ TEST_F(CudaBackendTest, TunedRoutedExpertsMatchDoublePrecision) {
         }
       }
       for (size_t i = 0; i < got.size(); ++i) got[i] -= acc0[i];  // What the experts added.
-      EXPECT_LT(RelL2(got, want), 3e-2);
+      EXPECT_LT(RelL2(got, want), float_experts ? 1e-4 : 3e-2);
       EXPECT_EQ(load, want_load);
     }
   }
