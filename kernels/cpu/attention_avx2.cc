@@ -111,17 +111,22 @@ inline float HorizontalSum(__m256 v) {
 // query heads: a row alone streams its whole history from L3 once per KV head (SmolLM2's
 // 1.4 MB of f16 K/V per layer at 1800 tokens), which held the one-row kernel at ~2.5
 // multiply-adds a cycle.
-template <int kD>
+template <int kD, bool kF32>
 void AttendImpl(const AttendArgs& a) {
   const int64_t n_group = a.n_group, n_rows = a.n_rows, n_q = n_rows * n_group;
-  const bool f32 = a.kv_dtype == DType::kF32;
+  constexpr bool f32 = kF32;  // The AVX-512 kernel's reason: a constant stride for converted tiles.
   const int64_t stride = f32 ? a.kv_row_bytes / static_cast<int64_t>(sizeof(float)) : kD * 8;
   alignas(32) float k_tile[8][kD * 8];
   alignas(32) float v_tile[8][kD * 8];
   alignas(32) float acc[kAttnMaxQueries][kD * 8];  // Query q = row j * n_group + head g.
   alignas(32) float qs[kAttnMaxQueries][kD * 8];   // q * scale.
   alignas(32) float lsum[kAttnMaxQueries][8];      // Row sums, per lane.
-  alignas(32) float p[8];
+  alignas(32) float scores[kAttnMaxQueries][8];    // A tile's scores, then weights, of its live queries.
+  alignas(32) float corrs[kAttnMaxQueries][8];     // Their running sums' corrections.
+  alignas(32) float valids[kAttnMaxQueries][8];    // Their masks of positions seen.
+  struct Live {
+    int q, lo, len;
+  } live[kAttnMaxQueries];  // The queries that see some of the tile.
   float m[kAttnMaxQueries];
   int64_t row_first[kAttnMaxRows], row_end[kAttnMaxRows];
   for (int64_t j = 0; j < n_rows; ++j) {
@@ -159,6 +164,8 @@ void AttendImpl(const AttendArgs& a) {
         kc = k_tile[0];
         vc = v_tile[0];
       }
+      // The AVX-512 kernel's three passes: scores, softmax steps, then P.V sums.
+      int n_live = 0;
       for (int64_t j = 0; j < n_rows; ++j) {
         const int len = static_cast<int>(std::clamp<int64_t>(row_end[j] - tile, 0, tile_len));
         const int lo = static_cast<int>(std::clamp<int64_t>(row_first[j] - tile, 0, 8));
@@ -166,32 +173,44 @@ void AttendImpl(const AttendArgs& a) {
         const __m256 valid = _mm256_castsi256_ps(_mm256_and_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(len), lane),
                                                                   _mm256_cmpgt_epi32(lane, _mm256_set1_epi32(lo - 1))));
         for (int64_t q = j * n_group; q < (j + 1) * n_group; ++q) {
-          const __m256 s = _mm256_blendv_ps(no_max, Scores<kD>(qs[q], kc, stride, len), valid);
-          const float m_new = std::max(m[q], HorizontalMax(s));
-          // ~0 on the first tile; 1, without an exp, once the running max has settled.
-          const __m256 corr = m_new > m[q] ? Exp(_mm256_set1_ps(m[q] - m_new)) : _mm256_set1_ps(1.0f);
-          const __m256 pv = _mm256_and_ps(valid, Exp(_mm256_sub_ps(s, _mm256_set1_ps(m_new))));
-          m[q] = m_new;
-          _mm256_store_ps(lsum[q], _mm256_fmadd_ps(_mm256_load_ps(lsum[q]), corr, pv));
-          _mm256_store_ps(p, pv);
-          float* aq = acc[q];
-          if (lo == 0 && len == 8) {  // A whole tile: the 8 weights stay in registers.
-            __m256 w[8];
-            for (int t = 0; t < 8; ++t) w[t] = _mm256_broadcast_ss(p + t);
-            for (int i = 0; i < kD; ++i) {
-              __m256 o = _mm256_mul_ps(_mm256_load_ps(aq + 8 * i), corr);
-              for (int t = 0; t < 8; ++t) o = _mm256_fmadd_ps(w[t], _mm256_loadu_ps(vc + t * stride + 8 * i), o);
-              _mm256_store_ps(aq + 8 * i, o);
-            }
-            continue;
+          live[n_live] = {static_cast<int>(q), lo, len};
+          _mm256_store_ps(valids[n_live], valid);
+          _mm256_store_ps(scores[n_live++], _mm256_blendv_ps(no_max, Scores<kD>(qs[q], kc, stride, len), valid));
+        }
+      }
+      for (int i = 0; i < n_live; ++i) {
+        const int q = live[i].q;
+        const __m256 s = _mm256_load_ps(scores[i]);
+        const float m_new = std::max(m[q], HorizontalMax(s));
+        // ~0 on the first tile; 1, without an exp, once the running max has settled.
+        const __m256 corr = m_new > m[q] ? Exp(_mm256_set1_ps(m[q] - m_new)) : _mm256_set1_ps(1.0f);
+        const __m256 pv = _mm256_and_ps(_mm256_load_ps(valids[i]), Exp(_mm256_sub_ps(s, _mm256_set1_ps(m_new))));
+        m[q] = m_new;
+        _mm256_store_ps(lsum[q], _mm256_fmadd_ps(_mm256_load_ps(lsum[q]), corr, pv));
+        _mm256_store_ps(scores[i], pv);  // Now the weights p.
+        _mm256_store_ps(corrs[i], corr);
+      }
+      for (int i = 0; i < n_live; ++i) {
+        const float* p = scores[i];
+        const __m256 corr = _mm256_load_ps(corrs[i]);
+        const int lo = live[i].lo, len = live[i].len;
+        float* aq = acc[live[i].q];
+        if (lo == 0 && len == 8) {  // A whole tile: the 8 weights stay in registers.
+          __m256 w[8];
+          for (int t = 0; t < 8; ++t) w[t] = _mm256_broadcast_ss(p + t);
+          for (int d = 0; d < kD; ++d) {
+            __m256 o = _mm256_mul_ps(_mm256_load_ps(aq + 8 * d), corr);
+            for (int t = 0; t < 8; ++t) o = _mm256_fmadd_ps(w[t], _mm256_loadu_ps(vc + t * stride + 8 * d), o);
+            _mm256_store_ps(aq + 8 * d, o);
           }
-          for (int i = 0; i < kD; ++i) {
-            __m256 o = _mm256_mul_ps(_mm256_load_ps(aq + 8 * i), corr);
-            for (int t = lo; t < len; ++t) {
-              o = _mm256_fmadd_ps(_mm256_set1_ps(p[t]), _mm256_loadu_ps(vc + t * stride + 8 * i), o);
-            }
-            _mm256_store_ps(aq + 8 * i, o);
+          continue;
+        }
+        for (int d = 0; d < kD; ++d) {
+          __m256 o = _mm256_mul_ps(_mm256_load_ps(aq + 8 * d), corr);
+          for (int t = lo; t < len; ++t) {
+            o = _mm256_fmadd_ps(_mm256_set1_ps(p[t]), _mm256_loadu_ps(vc + t * stride + 8 * d), o);
           }
+          _mm256_store_ps(aq + 8 * d, o);
         }
       }
     }
@@ -212,16 +231,17 @@ void AttendImpl(const AttendArgs& a) {
   }
 }
 
-template <int... kDs>
+template <bool kF32, int... kDs>
 constexpr std::array<AttendFn, sizeof...(kDs) + 1> MakeTable(std::integer_sequence<int, kDs...>) {
-  return {nullptr, &AttendImpl<kDs + 1>...};
+  return {nullptr, &AttendImpl<kDs + 1, kF32>...};
 }
 
 }  // namespace
 
 void AttendAvx2(const AttendArgs& args) {
-  static constexpr auto kTable = MakeTable(std::make_integer_sequence<int, kAttnMaxHeadDim / 8>());
-  kTable[args.d / 8](args);
+  static constexpr auto kF32Table = MakeTable<true>(std::make_integer_sequence<int, kAttnMaxHeadDim / 8>());
+  static constexpr auto kTable = MakeTable<false>(std::make_integer_sequence<int, kAttnMaxHeadDim / 8>());
+  (args.kv_dtype == DType::kF32 ? kF32Table : kTable)[args.d / 8](args);
 }
 
 }  // namespace cascade::kernels::cpu::internal

@@ -107,11 +107,14 @@ inline __m512 Scores(const float* q, const float* kc, int64_t stride, int len) {
 // kD = d / 16 vectors per head row. With several rows (a prefill's, AttendArgs::n_rows),
 // each 16-position tile is converted and read once for all of their query heads, as in
 // the AVX2 kernel (attention_avx2.cc): each row keeps its own causal end and window start,
-// and every query's sums are those it gets alone (a decode row's bits).
-template <int kD>
+// and every query's sums are those it gets alone (a decode row's bits). kF32: the cache is
+// F32 and read in place, rows `kv_row_bytes` apart; otherwise converted tiles, whose
+// constant row stride lets the P.V loop address its 16 rows by displacement (a run-time
+// stride spent a register per row and spilled them).
+template <int kD, bool kF32>
 void AttendImpl(const AttendArgs& a) {
   const int64_t n_group = a.n_group, n_rows = a.n_rows, n_q = n_rows * n_group;
-  const bool f32 = a.kv_dtype == DType::kF32;
+  constexpr bool f32 = kF32;
   const int64_t stride = f32 ? a.kv_row_bytes / static_cast<int64_t>(sizeof(float)) : kD * 16;
   // F16 / Q8_0 / F8_E4M3 caches: each 16-position chunk is converted once into these (L1), then
   // read by every query of the unit as f32.
@@ -120,7 +123,12 @@ void AttendImpl(const AttendArgs& a) {
   alignas(64) float acc[kAttnMaxQueries][kD * 16];  // Query q = row j * n_group + head g.
   alignas(64) float qs[kAttnMaxQueries][kD * 16];   // q * scale.
   alignas(64) float lsum[kAttnMaxQueries][16];      // Row sums, per lane.
-  alignas(64) float p[16];
+  alignas(64) float scores[kAttnMaxQueries][16];    // A tile's scores, then weights, of its live queries.
+  alignas(64) float corrs[kAttnMaxQueries][16];     // Their running sums' corrections.
+  struct Live {
+    int q, lo, len;
+    __mmask16 valid;
+  } live[kAttnMaxQueries];  // The queries that see some of the tile.
   float m[kAttnMaxQueries];
   int64_t row_first[kAttnMaxRows], row_end[kAttnMaxRows];
   for (int64_t j = 0; j < n_rows; ++j) {
@@ -156,6 +164,12 @@ void AttendImpl(const AttendArgs& a) {
         kc = k_tile[0];
         vc = v_tile[0];
       }
+      // Three passes over the tile's queries, each query's arithmetic that of a query
+      // alone (its bits do not depend on the others): their scores, then their softmax
+      // steps, then their P.V sums. One query's work is a chain (scores, max, exp, then 16
+      // dependent FMAs per output vector); in passes, the queries' chains are independent
+      // neighbours that the core overlaps.
+      int n_live = 0;
       for (int64_t j = 0; j < n_rows; ++j) {
         // Row j sees tile positions [lo, len): its last ones may lie past its causal end,
         // its first before its window's start.
@@ -164,33 +178,44 @@ void AttendImpl(const AttendArgs& a) {
         if (lo >= len) continue;
         const __mmask16 valid = static_cast<__mmask16>(((1u << len) - 1) & ~((1u << lo) - 1));
         for (int64_t q = j * n_group; q < (j + 1) * n_group; ++q) {
-          const __m512 s = _mm512_mask_mov_ps(no_max, valid, Scores<kD>(qs[q], kc, stride, len));
-          const float m_new = std::max(m[q], _mm512_reduce_max_ps(s));
-          // ~0 on the first tile; 1, without an exp, once the running max has settled
-          // (Exp(0) is exactly 1, so the bits do not depend on which).
-          const __m512 corr = m_new > m[q] ? Exp(_mm512_set1_ps(m[q] - m_new)) : _mm512_set1_ps(1.0f);
-          const __m512 pv = _mm512_maskz_mov_ps(valid, Exp(_mm512_sub_ps(s, _mm512_set1_ps(m_new))));
-          m[q] = m_new;
-          _mm512_store_ps(lsum[q], _mm512_fmadd_ps(_mm512_load_ps(lsum[q]), corr, pv));
-          _mm512_store_ps(p, pv);
-          float* aq = acc[q];
-          if (lo == 0 && len == 16) {  // A whole tile: the 16 weights stay in registers.
-            __m512 w[16];
-            for (int t = 0; t < 16; ++t) w[t] = _mm512_set1_ps(p[t]);
-            for (int i = 0; i < kD; ++i) {
-              __m512 o = _mm512_mul_ps(_mm512_load_ps(aq + 16 * i), corr);
-              for (int t = 0; t < 16; ++t) o = _mm512_fmadd_ps(w[t], _mm512_loadu_ps(vc + t * stride + 16 * i), o);
-              _mm512_store_ps(aq + 16 * i, o);
-            }
-            continue;
+          live[n_live] = {static_cast<int>(q), lo, len, valid};
+          _mm512_store_ps(scores[n_live++], _mm512_mask_mov_ps(no_max, valid, Scores<kD>(qs[q], kc, stride, len)));
+        }
+      }
+      for (int i = 0; i < n_live; ++i) {
+        const int q = live[i].q;
+        const __m512 s = _mm512_load_ps(scores[i]);
+        const float m_new = std::max(m[q], _mm512_reduce_max_ps(s));
+        // ~0 on the first tile; 1, without an exp, once the running max has settled
+        // (Exp(0) is exactly 1, so the bits do not depend on which).
+        const __m512 corr = m_new > m[q] ? Exp(_mm512_set1_ps(m[q] - m_new)) : _mm512_set1_ps(1.0f);
+        const __m512 pv = _mm512_maskz_mov_ps(live[i].valid, Exp(_mm512_sub_ps(s, _mm512_set1_ps(m_new))));
+        m[q] = m_new;
+        _mm512_store_ps(lsum[q], _mm512_fmadd_ps(_mm512_load_ps(lsum[q]), corr, pv));
+        _mm512_store_ps(scores[i], pv);  // Now the weights p.
+        _mm512_store_ps(corrs[i], corr);
+      }
+      for (int i = 0; i < n_live; ++i) {
+        const float* p = scores[i];
+        const __m512 corr = _mm512_load_ps(corrs[i]);
+        const int lo = live[i].lo, len = live[i].len;
+        float* aq = acc[live[i].q];
+        if (lo == 0 && len == 16) {  // A whole tile: the 16 weights stay in registers.
+          __m512 w[16];
+          for (int t = 0; t < 16; ++t) w[t] = _mm512_set1_ps(p[t]);
+          for (int d = 0; d < kD; ++d) {
+            __m512 o = _mm512_mul_ps(_mm512_load_ps(aq + 16 * d), corr);
+            for (int t = 0; t < 16; ++t) o = _mm512_fmadd_ps(w[t], _mm512_loadu_ps(vc + t * stride + 16 * d), o);
+            _mm512_store_ps(aq + 16 * d, o);
           }
-          for (int i = 0; i < kD; ++i) {
-            __m512 o = _mm512_mul_ps(_mm512_load_ps(aq + 16 * i), corr);
-            for (int t = lo; t < len; ++t) {
-              o = _mm512_fmadd_ps(_mm512_set1_ps(p[t]), _mm512_loadu_ps(vc + t * stride + 16 * i), o);
-            }
-            _mm512_store_ps(aq + 16 * i, o);
+          continue;
+        }
+        for (int d = 0; d < kD; ++d) {
+          __m512 o = _mm512_mul_ps(_mm512_load_ps(aq + 16 * d), corr);
+          for (int t = lo; t < len; ++t) {
+            o = _mm512_fmadd_ps(_mm512_set1_ps(p[t]), _mm512_loadu_ps(vc + t * stride + 16 * d), o);
           }
+          _mm512_store_ps(aq + 16 * d, o);
         }
       }
     }
@@ -212,15 +237,31 @@ void AttendImpl(const AttendArgs& a) {
   }
 }
 
+// By head size (kD) and whether the cache is F32.
+template <bool kF32>
+constexpr AttendFn kAttendTable[] = {nullptr,
+                                     &AttendImpl<1, kF32>,
+                                     &AttendImpl<2, kF32>,
+                                     &AttendImpl<3, kF32>,
+                                     &AttendImpl<4, kF32>,
+                                     &AttendImpl<5, kF32>,
+                                     &AttendImpl<6, kF32>,
+                                     &AttendImpl<7, kF32>,
+                                     &AttendImpl<8, kF32>,
+                                     &AttendImpl<9, kF32>,
+                                     &AttendImpl<10, kF32>,
+                                     &AttendImpl<11, kF32>,
+                                     &AttendImpl<12, kF32>,
+                                     &AttendImpl<13, kF32>,
+                                     &AttendImpl<14, kF32>,
+                                     &AttendImpl<15, kF32>,
+                                     &AttendImpl<16, kF32>};
+static_assert(sizeof(kAttendTable<true>) / sizeof(AttendFn) == kAttnMaxHeadDim / 16 + 1);
+
 }  // namespace
 
 void AttendAvx512(const AttendArgs& args) {
-  static constexpr AttendFn kTable[] = {
-      nullptr,         &AttendImpl<1>,  &AttendImpl<2>,  &AttendImpl<3>,  &AttendImpl<4>,  &AttendImpl<5>,
-      &AttendImpl<6>,  &AttendImpl<7>,  &AttendImpl<8>,  &AttendImpl<9>,  &AttendImpl<10>, &AttendImpl<11>,
-      &AttendImpl<12>, &AttendImpl<13>, &AttendImpl<14>, &AttendImpl<15>, &AttendImpl<16>};
-  static_assert(sizeof(kTable) / sizeof(kTable[0]) == kAttnMaxHeadDim / 16 + 1);
-  kTable[args.d / 16](args);
+  (args.kv_dtype == DType::kF32 ? kAttendTable<true> : kAttendTable<false>)[args.d / 16](args);
 }
 
 }  // namespace cascade::kernels::cpu::internal
