@@ -71,11 +71,11 @@ absl::StatusOr<Trace> RunOn(const ModelFiles& files, bool gpu, const std::vector
 
 // GPU against CPU: ids equal up to a tie, logits within `bound` relative L2 until then.
 void ExpectGpuMatchesCpu(const std::string& path, double bound, int n_decode = 8, double tie_fraction = 0.04,
-                         kernels::CudaKernels kernels = kernels::CudaKernels::kReference) {
+                         kernels::CudaKernels kernels = kernels::CudaKernels::kReference, int n_prompt = 20) {
   SCOPED_TRACE(path);
   auto files = OpenModelFiles(path);
   ASSERT_TRUE(files.ok()) << files.status();
-  const std::vector<int32_t> prompt = testing::Prompt(20, files->config.n_vocab);
+  const std::vector<int32_t> prompt = testing::Prompt(n_prompt, files->config.n_vocab);
   absl::StatusOr<Trace> cpu = RunOn(*files, false, prompt, n_decode);
   absl::StatusOr<Trace> gpu = RunOn(*files, true, prompt, n_decode, kernels);
   ASSERT_TRUE(cpu.ok()) << cpu.status();
@@ -183,17 +183,38 @@ TEST_F(CudaTransformerTest, MoeModelsMatchTheCpu) {
   }
 }
 
-// With the tuned kernels, MoE layers of the block types route on the device
-// (Backend::RoutedExperts: no logits read back, one call for every expert) and still
-// match the CPU: Qwen3-MoE in Q8_0 and in Q4_K (experts 256 wide, as K blocks want).
+// With the tuned kernels, MoE layers route on the device (Backend::RoutedExperts: no
+// logits read back, one call for every expert) and still match the CPU, a 40-token prompt
+// included: Qwen3-MoE in Q8_0 and in Q4_K (experts 256 wide, as K blocks want), and in F32
+// and BF16 (the float experts, against f32 activations).
 TEST_F(CudaTransformerTest, TunedMoeRoutedOnTheDeviceMatchesTheCpu) {
   testing::TempDir dir;
-  for (const DType type : {DType::kQ8_0, DType::kQ4_K}) {
+  const std::pair<DType, double> cases[] = {
+      {DType::kQ8_0, 5e-2}, {DType::kQ4_K, 5e-2}, {DType::kF32, 1e-4}, {DType::kBF16, 3e-2}};
+  for (const auto& [type, bound] : cases) {
     const std::string path = dir.path() + "/tuned-moe-" + std::string(DTypeName(type)) + ".gguf";
     testing::WriteRandomModel(
         {.weight_type = type, .moe = testing::MoeFamily::kQwen3Moe, .n_experts = 8, .n_ff_expert = 256}, path);
-    ExpectGpuMatchesCpu(path, 5e-2, 8, 0.04, kernels::CudaKernels::kTuned);
+    ExpectGpuMatchesCpu(path, bound, 8, 0.04, kernels::CudaKernels::kTuned, 40);
   }
+}
+
+// Qwen3-MoE as Qwen3-FP8 ships it (E4M3 with 128 x 128 block scales, experts included):
+// with the tuned kernels its MoE layers route on the device through the float experts
+// (FP8 decoded in registers against f32 activations); the dense projections go through the
+// tuned GEMMs' bf16 activations, hence the BF16 models' bound.
+TEST_F(CudaTransformerTest, TunedFp8MoeRoutedOnTheDeviceMatchesTheCpu) {
+  testing::TempDir dir;
+  testing::RandomModelSpec spec{.weight_type = DType::kF32,
+                                .n_layers = 2,
+                                .qk_norm = true,
+                                .moe = testing::MoeFamily::kQwen3Moe,
+                                .n_experts = 8,
+                                .n_experts_used = 2,
+                                .n_ff_expert = 256,
+                                .fp8 = testing::Fp8Form::kBlock};
+  testing::WriteRandomHfModel(spec, dir.path() + "/fp8-moe");
+  ExpectGpuMatchesCpu(dir.path() + "/fp8-moe", 3e-2, 8, 0.04, kernels::CudaKernels::kTuned, 40);
 }
 
 // A checkpoint as transformers 5 saves it (rope_parameters with a base of 1e6 and YaRN):
