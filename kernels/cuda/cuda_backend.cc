@@ -359,7 +359,7 @@ class CudaBackendImpl final : public CudaBackend {
   bool RoutesExperts(int64_t n_tokens) const override { return kernels_ == CudaKernels::kTuned && n_tokens > 0; }
 
   // Tokens a MoE pass takes at most: its scratch grows with tokens x top k x (n_ff + n_embd)
-  // floats (~90 MiB at 512 tokens for Qwen3-235B-A22B's 8 of 128 experts), and each pass reads
+  // floats (~100 MiB at 512 tokens for Qwen3-235B-A22B's 8 of 128 experts), and each pass reads
   // the chosen experts' weights once, so longer batches run in passes of this many.
   static constexpr int64_t kMoePassTokens = 512;
 
