@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/half.h"
+#include "core/huge_pages.h"
 #include "core/quant_blocks.h"
 #include "core/status.h"
 
@@ -171,6 +172,7 @@ absl::StatusOr<PackedWeight> PackedWeight::Pack(const TensorView& weight, Thread
   if (p.data_ == nullptr) {
     return absl::ResourceExhaustedError(absl::StrCat("PackedWeight: cannot allocate ", total, " bytes"));
   }
+  AdviseHugePages(p.data_.get(), static_cast<size_t>(total));  // Streamed whole every decode step.
   const auto* src = static_cast<const uint8_t*>(weight.data);
   const int64_t row_bytes = weight.RowBytes();
   if (p.n_groups() == 0) std::memset(p.data_.get(), 0, static_cast<size_t>(total));

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "core/dtype.h"
+#include "core/huge_pages.h"
 #include "core/status.h"
 #include "core/str_cat.h"
 #include "kernels/cpu/quantize.h"
@@ -32,8 +33,9 @@ absl::StatusOr<uint8_t*> WeightLoader::OwnBytes(const std::string& tensor, size_
     return absl::ResourceExhaustedError(StrCat("tensor '", tensor, "': cannot allocate ", bytes, " bytes"));
   };
   if (size >= kMappedCopyBytes) {
-    void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return refuse();
+    AdviseHugePages(p, size);  // A weight the backend may stream whole every step (FP8, BF16 copies).
     owned_bytes_.push_back(OwnedBytes(static_cast<uint8_t*>(p), FreeBytes{.size = size, .mapped = true}));
     return owned_bytes_.back().get();
   }
