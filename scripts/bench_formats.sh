@@ -30,7 +30,8 @@
 #
 # Usage: scripts/bench_formats.sh [OUT.json]     (default build/bench_formats.json)
 # Env: FORMATS="fp8 fp8+bf16 mxfp4 Q2_K Q3_K_M Q4_K_M Q5_K_M Q6_K Q8_0 fp8-moe fp8-moe+bf16 mxfp4-gptoss"
-#      THREADS="2"  REPEATS=1
+#      THREADS="2"  REPEATS=2 (both engines report their best of this many runs; llama-bench
+#      of its repetitions, never fewer than 2)
 #      N_PROMPT=512  N_DECODE=64
 # Prints a markdown table (docs/PERFORMANCE.md holds the latest) and writes JSON.
 set -euo pipefail
@@ -38,7 +39,7 @@ cd "$(dirname "$0")/.."
 OUT=${1:-build/bench_formats.json}
 export FORMATS=${FORMATS:-"fp8 fp8+bf16 mxfp4 Q2_K Q3_K_M Q4_K_M Q5_K_M Q6_K Q8_0 fp8-moe fp8-moe+bf16 mxfp4-gptoss"}
 export THREADS=${THREADS:-2}
-export REPEATS=${REPEATS:-1} N_PROMPT=${N_PROMPT:-512} N_DECODE=${N_DECODE:-64}
+export REPEATS=${REPEATS:-2} N_PROMPT=${N_PROMPT:-512} N_DECODE=${N_DECODE:-64}
 TESTDATA=${CASCADE_TESTDATA:-../shared/testdata}
 VOCAB=$TESTDATA/vocab/ggml-vocab-llama-bpe.gguf
 [[ -f $VOCAB ]] || { echo "bench_formats: $VOCAB not found (set CASCADE_TESTDATA)" >&2; exit 1; }

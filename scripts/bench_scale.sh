@@ -11,14 +11,16 @@
 # under ~/.cache/cascade/models/ (1B: 2.1 GB F16 + ~4 GB quantized; 8B: 16 GB F16 + ~29 GB).
 #
 # Usage: scripts/bench_scale.sh [OUT.json]     (default build/bench_scale.json)
-# Env: SHAPES="1b 8b"  TYPES="Q4_K_M Q5_K_M Q6_K Q8_0 Q4_0"  THREADS="1 2"  REPEATS=1
+# Env: SHAPES="1b 8b"  TYPES="Q4_K_M Q5_K_M Q6_K Q8_0 Q4_0"  THREADS="1 2"  REPEATS=2
+#      (both engines report their best of this many runs; llama-bench of its repetitions,
+#      never fewer than 2)
 #      (8B runs use a 128-token prompt and 32 decode tokens; 1B 512 and 128.)
 # Prints a markdown table (docs/PERFORMANCE.md holds the latest) and writes JSON.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-build/bench_scale.json}
 export SHAPES=${SHAPES:-"1b 8b"} TYPES=${TYPES:-"Q4_K_M Q5_K_M Q6_K Q8_0 Q4_0"} THREADS=${THREADS:-"1 2"}
-export REPEATS=${REPEATS:-1}
+export REPEATS=${REPEATS:-2}
 MODELS="${XDG_CACHE_HOME:-$HOME/.cache}/cascade/models"
 mkdir -p "$MODELS" "$(dirname "$OUT")"
 [[ -x build/bin/cascade && -x build/bin/read_bandwidth ]] || ./scripts/build.sh >/dev/null
