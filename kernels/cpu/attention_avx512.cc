@@ -23,6 +23,8 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
+#include <utility>
 
 #include "core/quant_blocks.h"
 #include "kernels/cpu/attention_kernels.h"
@@ -237,31 +239,17 @@ void AttendImpl(const AttendArgs& a) {
   }
 }
 
-// By head size (kD) and whether the cache is F32.
-template <bool kF32>
-constexpr AttendFn kAttendTable[] = {nullptr,
-                                     &AttendImpl<1, kF32>,
-                                     &AttendImpl<2, kF32>,
-                                     &AttendImpl<3, kF32>,
-                                     &AttendImpl<4, kF32>,
-                                     &AttendImpl<5, kF32>,
-                                     &AttendImpl<6, kF32>,
-                                     &AttendImpl<7, kF32>,
-                                     &AttendImpl<8, kF32>,
-                                     &AttendImpl<9, kF32>,
-                                     &AttendImpl<10, kF32>,
-                                     &AttendImpl<11, kF32>,
-                                     &AttendImpl<12, kF32>,
-                                     &AttendImpl<13, kF32>,
-                                     &AttendImpl<14, kF32>,
-                                     &AttendImpl<15, kF32>,
-                                     &AttendImpl<16, kF32>};
-static_assert(sizeof(kAttendTable<true>) / sizeof(AttendFn) == kAttnMaxHeadDim / 16 + 1);
+template <bool kF32, int... kDs>
+constexpr std::array<AttendFn, sizeof...(kDs) + 1> MakeTable(std::integer_sequence<int, kDs...>) {
+  return {nullptr, &AttendImpl<kDs + 1, kF32>...};
+}
 
 }  // namespace
 
 void AttendAvx512(const AttendArgs& args) {
-  (args.kv_dtype == DType::kF32 ? kAttendTable<true> : kAttendTable<false>)[args.d / 16](args);
+  static constexpr auto kF32Table = MakeTable<true>(std::make_integer_sequence<int, kAttnMaxHeadDim / 16>());
+  static constexpr auto kTable = MakeTable<false>(std::make_integer_sequence<int, kAttnMaxHeadDim / 16>());
+  (args.kv_dtype == DType::kF32 ? kF32Table : kTable)[args.d / 16](args);
 }
 
 }  // namespace cascade::kernels::cpu::internal

@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <cstring>
 
 namespace cascade::kernels::cuda {
 
@@ -23,6 +24,17 @@ __device__ __forceinline__ float E4M3Value(uint8_t c) {
   const unsigned short h = static_cast<unsigned short>(((c & 0x7fu) << 7) | ((c & 0x80u) << 8));
   return __half2float(__ushort_as_half(h)) * 256.0f;
 }
+
+// The f32 whose bits are u (on the host too: the unpacking tests compile these headers).
+#ifdef __CUDACC__
+__device__ __forceinline__ float UintAsFloat(uint32_t u) { return __uint_as_float(u); }
+#else
+inline float UintAsFloat(uint32_t u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+#endif
 
 __device__ __forceinline__ uint32_t Le32(const uint8_t* p) {
   return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 | static_cast<uint32_t>(p[2]) << 16 |

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/warp_reduce.cuh"
 
 namespace cascade::kernels::cuda {
 namespace {
@@ -111,11 +112,7 @@ __device__ int32_t InverseCdf(const RowState& row, uint32_t floor, int32_t exclu
   }
   // Inclusive scan of the per-thread masses: within warps, then over warp totals.
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  double incl = mine;
-  for (int o = 1; o < 32; o <<= 1) {
-    const double up = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += up;
-  }
+  double incl = WarpInclusiveSum(mine, lane);
   __shared__ double warp_total[32];
   __shared__ int found;
   if (threadIdx.x == 0) found = -1;

@@ -39,12 +39,6 @@ __device__ __forceinline__ void LoadWords(const uint8_t* p, uint32_t* out) {
 #endif
 }
 
-__device__ __forceinline__ float WordAsFloat(uint32_t u) {
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
 // Weights [32 c, 32 c + 32) of a row of `code` (cuda_kernels.h FloatChunkCode) into w. F32 / F16 / BF16
 // rows start at 16-byte boundaries (n_in a multiple of 32); F8_E4M3_B128's 132-byte blocks
 // at 4-byte ones.
@@ -53,7 +47,7 @@ __device__ __forceinline__ void FloatChunk(const uint8_t* row, int code, int64_t
     uint32_t v[32];
     LoadWords<32, true>(row + 128 * c, v);
 #pragma unroll
-    for (int j = 0; j < 32; ++j) w[j] = WordAsFloat(v[j]);
+    for (int j = 0; j < 32; ++j) w[j] = UintAsFloat(v[j]);
     return;
   }
   if (code == kWF8B128) {
@@ -61,7 +55,7 @@ __device__ __forceinline__ void FloatChunk(const uint8_t* row, int code, int64_t
     uint32_t q[9];  // The block's scale, then the chunk's 32 codes.
     LoadWords<1, false>(b, q);
     LoadWords<8, false>(b + 4 + 32 * (c % 4), q + 1);
-    const float d = WordAsFloat(q[0]);
+    const float d = UintAsFloat(q[0]);
 #pragma unroll
     for (int j = 0; j < 32; ++j) w[j] = d * E4M3Value(static_cast<uint8_t>(q[1 + j / 4] >> (8 * (j % 4))));
     return;
@@ -71,7 +65,7 @@ __device__ __forceinline__ void FloatChunk(const uint8_t* row, int code, int64_t
 #pragma unroll
   for (int j = 0; j < 32; ++j) {
     const uint32_t bits = (h[j / 2] >> (16 * (j % 2))) & 0xffffu;
-    w[j] = code == kWBF16 ? WordAsFloat(bits << 16) : __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+    w[j] = code == kWBF16 ? UintAsFloat(bits << 16) : __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
   }
 }
 

@@ -116,18 +116,11 @@ __global__ void RouteKernel(const float* logits, int64_t n_experts, int64_t k, b
 __device__ int32_t BlockInclusiveSum(int32_t v, int32_t* warp_totals) {
   constexpr int kWarps = kGroupThreads / kWarp;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  for (int o = 1; o < kWarp; o <<= 1) {
-    const int32_t n = __shfl_up_sync(0xffffffffu, v, o);
-    if (lane >= o) v += n;
-  }
+  v = WarpInclusiveSum(v, lane);
   if (lane == kWarp - 1) warp_totals[warp] = v;
   __syncthreads();
   if (warp == 0) {
-    int32_t t = lane < kWarps ? warp_totals[lane] : 0;
-    for (int o = 1; o < kWarp; o <<= 1) {
-      const int32_t n = __shfl_up_sync(0xffffffffu, t, o);
-      if (lane >= o) t += n;
-    }
+    const int32_t t = WarpInclusiveSum(lane < kWarps ? warp_totals[lane] : 0, lane);
     if (lane < kWarps) warp_totals[lane] = t;
   }
   __syncthreads();

@@ -22,7 +22,6 @@ namespace cascade::kernels::cuda {
 __device__ __forceinline__ uint32_t Vsub4(uint32_t a, uint32_t b) { return __vsub4(a, b); }
 __device__ __forceinline__ uint32_t BytePerm(uint32_t x, uint32_t y, uint32_t s) { return __byte_perm(x, y, s); }
 __device__ __forceinline__ int Dp4a(int32_t a, int32_t b, int c) { return __dp4a(a, b, c); }
-__device__ __forceinline__ float UintAsFloat(uint32_t u) { return __uint_as_float(u); }
 #else
 inline uint32_t Vsub4(uint32_t a, uint32_t b) {  // Per byte, modulo 256.
   uint32_t r = 0;
@@ -38,11 +37,6 @@ inline uint32_t BytePerm(uint32_t x, uint32_t y, uint32_t s) {  // Selectors bel
 inline int Dp4a(int32_t a, int32_t b, int c) {  // Four signed byte products.
   for (int i = 0; i < 32; i += 8) c += static_cast<int8_t>(a >> i) * static_cast<int8_t>(b >> i);
   return c;
-}
-inline float UintAsFloat(uint32_t u) {
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
 }
 #endif
 

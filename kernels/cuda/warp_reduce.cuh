@@ -14,6 +14,17 @@ __device__ __forceinline__ float WarpSum(float v) {
   return v;
 }
 
+// The inclusive prefix sum of v over the warp's lanes (lane i gets lanes 0..i), added in
+// the same order on every lane and run.
+template <typename T>
+__device__ __forceinline__ T WarpInclusiveSum(T v, int lane) {
+  for (int o = 1; o < kWarp; o <<= 1) {
+    const T up = __shfl_up_sync(0xffffffffu, v, o);
+    if (lane >= o) v += up;
+  }
+  return v;
+}
+
 // The end of a warp-per-row GEMV: each of the n_t tokens' partial dot products of output
 // row `o` summed over the warp, and written by lane 0 into the part of `out` that row
 // belongs to (row o - first of part p; tokens from t0).
