@@ -5,13 +5,14 @@
 # and the tiny test models) into a prefix with `dpkg -x`, builds core/, kernels/, comm/
 # (NCCL, no UCX) and model/ with CUDA for sm_90 (CASCADE_SCOPE=model: no gRPC/UCX), runs
 # the GPU tests (every kernel against references; whole models on the GPU against the CPU
-# backend and the golden ids; NCCL TP with two GPUs), then cuda_bench (linear layers alone)
+# backend and the golden ids; NCCL TP with two GPUs; after a failed run, each test that did
+# not pass once more alone: scripts/gtest_alone.sh), then cuda_bench (linear layers alone)
 # and gpu_model_bench (whole forwards: prefill and batch-1/32 decode tokens/s for SmolLM2
 # and a Llama-3-8B-shaped BF16 model, weight bandwidth against the measured copy
 # bandwidth; a row each for the reference kernels, the tuned ones and CUDA graphs, beside the
 # copy roofline and, for BF16, the cuBLAS anchor of the same matrices in one CUDA graph;
-# SKIP_8B=1 leaves the 8B model out, QUANT=1 adds its Q8_0 and Q4_K_M forms and a MoE
-# shape), then, with
+# with its Q8_0 and Q4_K_M forms and a MoE shape; SKIP_8B=1 leaves the 8B models out,
+# QUANT=0 the quantized ones), then, with
 # .gpu-cluster/ carried
 # (scripts/pack_gpu_cluster.sh), the real cluster on cuda:0 (scripts/gpu_cluster_check.sh),
 # and writes logs and JSON under $OUT.
@@ -47,20 +48,25 @@ build-gpu/bin/cascade_gpu_tests --gtest_output="json:$OUT/gpu_tests.json" >"$OUT
 rc=$?
 tail -n 15 "$OUT/gpu_tests.log"
 log "GPU kernel tests: exit $rc"
+# A CUDA fault fails every later test of its process: each test that did not pass runs alone.
+(( rc != 0 )) && scripts/gtest_alone.sh build-gpu/bin/cascade_gpu_tests "$OUT/gpu_tests.log" 60 120 |
+  tee -a "$OUT/summary.txt"
 timeout 240 build-gpu/bin/cascade_gpu_model_tests --gtest_output="json:$OUT/gpu_model_tests.json" \
   >"$OUT/gpu_model_tests.log" 2>&1
 rc_model=$?
 grep -E "^\[ +(OK|FAILED|SKIPPED) |info" "$OUT/gpu_model_tests.log" | tail -n 20
 log "GPU whole-model tests: exit $rc_model"
+(( rc_model != 0 )) && scripts/gtest_alone.sh build-gpu/bin/cascade_gpu_model_tests "$OUT/gpu_model_tests.log" 90 150 |
+  tee -a "$OUT/summary.txt"
 (( rc == 0 )) && rc=$rc_model
 build-gpu/bin/cascade_kernels_tests --gtest_brief=1 >"$OUT/cpu_kernel_tests.log" 2>&1 || log "CPU kernel tests failed (see cpu_kernel_tests.log)"
 timeout 60 build-gpu/bin/cuda_bench --json "$OUT/cuda_bench.json" 2>&1 | tee "$OUT/cuda_bench.log"
 log "cuda_bench done"
-# The eager reference kernels, the tuned ones and CUDA graphs on each model; QUANT=1 adds the
-# 8B shape in Q8_0 and Q4_K_M and bench_moe.sh's MoE shape.
+# The eager reference kernels, the tuned ones and CUDA graphs on each model; unless QUANT=0
+# also the 8B shape in Q8_0 and Q4_K_M and bench_moe.sh's MoE shape (issue 29's table).
 bench_args=(--json "$OUT/gpu_model_bench.json" --tuned --graphs)
 [[ -n ${SKIP_8B:-} ]] && bench_args+=(--skip-llama)
-[[ -n ${QUANT:-} ]] && bench_args+=(--quant)
+[[ ${QUANT:-1} != 0 ]] && bench_args+=(--quant)
 timeout "${BENCH_TIMEOUT:-300}" build-gpu/bin/gpu_model_bench "${bench_args[@]}" 2>&1 | tee "$OUT/gpu_model_bench.log"
 log "gpu_model_bench: exit ${PIPESTATUS[0]}"
 # The real cluster on cuda:0 (scripts/gpu_cluster_check.sh) with the binaries and libraries

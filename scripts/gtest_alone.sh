@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# After a GoogleTest binary's run failed: runs again, one process each, every test that the
+# run's log does not show passed or skipped, and prints a line per test:
+#   alone: OK|FAILED|TIMEOUT|CRASHED (exit N) Suite.Test
+# A CUDA fault (an illegal address, a launch failure) is sticky for the whole process, so
+# every GPU test after a faulting one fails too; run alone, the tests that fail only because
+# of it pass, and the ones that fail on their own are named. scripts/gpu_check.sh calls it.
+# TIMEOUT_S bounds each test (default 120); BUDGET_S, when given, all of them: tests left
+# when it is spent are listed as "alone: NOT RUN".
+#   scripts/gtest_alone.sh BINARY LOG [TIMEOUT_S] [BUDGET_S]
+set -uo pipefail
+bin=$1 log=$2 limit=${3:-120} budget=${4:-0}
+t0=$(date +%s)
+suite=""
+while IFS= read -r line; do
+  if [[ $line != " "* ]]; then  # "Suite." or "Prefix/Suite.  # TypeParam = ..."
+    suite=${line%%#*}
+    suite=${suite// /}
+    continue
+  fi
+  name=${line%%#*}  # "  Test" or "  Test/0  # GetParam() = ..."
+  name=${name// /}
+  full=$suite$name
+  if grep -qF -e "OK ] $full (" -e "SKIPPED ] $full (" "$log"; then continue; fi
+  if (( budget > 0 && $(date +%s) - t0 >= budget )); then
+    echo "alone: NOT RUN $full"
+    continue
+  fi
+  timeout "$limit" "$bin" --gtest_filter="$full" >/dev/null 2>&1
+  rc=$?
+  case $rc in
+    0) verdict=OK ;;
+    1) verdict=FAILED ;;
+    124) verdict=TIMEOUT ;;
+    *) verdict="CRASHED (exit $rc)" ;;
+  esac
+  echo "alone: $verdict $full"
+done < <("$bin" --gtest_list_tests)
