@@ -217,12 +217,13 @@ class Backend {
   virtual absl::Status LinearBatch(std::span<const LinearJob> jobs);
   // (optional) A MoE layer's routed experts run where the router's logits are, with no
   // host synchronisation (model/layers/moe.h). PrepareExperts takes, at load, the experts
-  // this rank holds (ExpertWeights: n_ff rows of gate and of up, down [n_embd, n_ff]);
-  // Unimplemented where the backend has no such path or not for these weights' types (the
-  // layer then routes on the host). RoutesExperts says whether RoutedExperts runs
-  // `n_tokens` tokens now (kernels selected, batch small enough). RoutedExperts:
+  // this rank holds (ExpertWeights: n_ff rows of gate and of up, down [n_embd, n_ff]) and
+  // their activation; Unimplemented where the backend has no such path or not for these
+  // weights' types (the layer then routes on the host). RoutesExperts says whether
+  // RoutedExperts runs `n_tokens` tokens now (kernels selected, batch small enough).
+  // RoutedExperts:
   //   acc [n, n_embd] += sum over each token's top k experts that are held of its weight
-  //   times the expert's silu(gate x) * (up x) through down,
+  //   times the expert's act(gate x + gate_bias, up x + up_bias) through down (+ down_bias),
   // routed from the router's `logits` [n, n_experts] as RouteToken does (softmax, top k with
   // the lower id on ties, weights renormalised over the k when `norm_topk`); `load`
   // (int32 [n_experts], this backend's memory, or null) gains one per chosen expert.
@@ -232,6 +233,17 @@ class Backend {
     const PreparedWeight* up = nullptr;  // May be `gate` (stacked), with up_row0 = n_ff.
     int64_t up_row0 = 0;
     const PreparedWeight* down = nullptr;
+    // Act-order GPTQ: column j of the matrix multiplies input column order[j] (Linear's
+    // input order); empty where the matrix reads its input as it is.
+    std::span<const int32_t> gate_order = {}, up_order = {}, down_order = {};
+    // gpt-oss: f32 vectors in this backend's memory, [n_ff] for gate and up, [n_embd] for
+    // down; empty views where the expert has none.
+    TensorView gate_bias = {}, up_bias = {}, down_bias = {};
+  };
+  // act(g, u) = silu(g) * u (SiluMul), or with swiglu_limit > 0 gpt-oss's clamped SwiGLU
+  // (ClampedSwiglu with this alpha and limit).
+  struct ExpertActivation {
+    float swiglu_alpha = 0, swiglu_limit = 0;
   };
   struct MoeRouting {
     int64_t n_experts = 0, top_k = 0;
@@ -239,7 +251,8 @@ class Backend {
     bool norm_topk = false;
   };
   virtual absl::StatusOr<std::unique_ptr<PreparedExperts>> PrepareExperts(std::span<const ExpertWeights> experts,
-                                                                          int64_t n_ff) {
+                                                                          int64_t n_ff,
+                                                                          const ExpertActivation& activation) {
     return absl::UnimplementedError("PrepareExperts: this backend routes experts on the host");
   }
   virtual bool RoutesExperts(int64_t n_tokens) const { return false; }

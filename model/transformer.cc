@@ -263,10 +263,13 @@ void Transformer::ResetExpertLoad() {
   std::fill(expert_load_.begin(), expert_load_.end(), 0);
 }
 
+int64_t Transformer::moe_layers_on_device() const {
+  return std::count_if(layers_.begin(), layers_.end(),
+                       [](const Layer& L) { return L.moe != nullptr && L.moe->routes_on_device(); });
+}
+
 absl::Status Transformer::AllocateDeviceLoad() {
-  const bool any = std::any_of(layers_.begin(), layers_.end(),
-                               [](const Layer& L) { return L.moe != nullptr && L.moe->routes_on_device(); });
-  if (!any) return absl::OkStatus();
+  if (moe_layers_on_device() == 0) return absl::OkStatus();
   const std::vector<int32_t> zeros(expert_load_.size(), 0);
   CASCADE_ASSIGN_OR_RETURN(device_load_, backend_->Allocate(zeros.size() * sizeof(int32_t)));
   return backend_->CopyIn(device_load_->data(), zeros.data(), zeros.size() * sizeof(int32_t));

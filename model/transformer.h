@@ -134,6 +134,9 @@ class Transformer {
   const std::vector<int64_t>& expert_load() const;
   // The global indices of this stage's MoE layers, in order.
   const std::vector<int64_t>& moe_layers() const { return moe_layers_; }
+  // How many of them the backend can route on the device (Backend::PrepareExperts took
+  // their experts; RoutesExperts still decides per step); the others route on the host.
+  int64_t moe_layers_on_device() const;
   void ResetExpertLoad();
   // Expert parallelism's redundant experts (EPLB): the replicas of this stage's MoE layers
   // beyond each expert's own rank, as (layer, expert, rank), replacing the previous ones

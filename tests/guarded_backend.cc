@@ -114,10 +114,13 @@ namespace {
 
 class GuardedExperts final : public kernels::PreparedExperts {
  public:
-  GuardedExperts(std::span<const kernels::Backend::ExpertWeights> experts, int64_t n_ff)
-      : experts(experts.begin(), experts.end()), n_ff(n_ff) {}
+  GuardedExperts(std::span<const kernels::Backend::ExpertWeights> experts, int64_t n_ff,
+                 const kernels::Backend::ExpertActivation& activation)
+      : experts(experts.begin(), experts.end()), n_ff(n_ff), activation(activation) {}
+  // The input orders' spans point into the layer's Linears, which outlive these.
   std::vector<kernels::Backend::ExpertWeights> experts;
   int64_t n_ff;
+  kernels::Backend::ExpertActivation activation;
 };
 
 const kernels::PreparedWeight& Inner(const kernels::PreparedWeight* w) {
@@ -127,26 +130,41 @@ const kernels::PreparedWeight& Inner(const kernels::PreparedWeight* w) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<kernels::PreparedExperts>> GuardedBackend::PrepareExperts(
-    std::span<const ExpertWeights> experts, int64_t n_ff) {
+    std::span<const ExpertWeights> experts, int64_t n_ff, const ExpertActivation& activation) {
   if (!routes_experts_) return absl::UnimplementedError("guarded backend: experts are routed on the host");
-  return std::unique_ptr<kernels::PreparedExperts>(std::make_unique<GuardedExperts>(experts, n_ff));
+  return std::unique_ptr<kernels::PreparedExperts>(std::make_unique<GuardedExperts>(experts, n_ff, activation));
 }
 
-absl::Status GuardedBackend::RunExpert(const ExpertWeights& e, int64_t n_ff, const TensorView& x, TensorView out) {
-  std::vector<float> gate(n_ff), up(n_ff);
+// One token's expert as the device path defines it: each matrix over its input gathered in
+// its order (act-order GPTQ), the biases added (gpt-oss), the layer's activation.
+absl::Status GuardedBackend::RunExpert(const ExpertWeights& e, int64_t n_ff, const ExpertActivation& act,
+                                       const TensorView& x, TensorView out) {
+  std::vector<float> gate(n_ff), up(n_ff), gathered;
   TensorView g(gate.data(), DType::kF32, {1, n_ff}), u(up.data(), DType::kF32, {1, n_ff});
+  const auto in = [&](const TensorView& v, std::span<const int32_t> order) {
+    if (order.empty()) return v;
+    gathered.resize(order.size());
+    for (size_t j = 0; j < order.size(); ++j) gathered[j] = v.As<float>()[order[j]];
+    return TensorView(gathered.data(), DType::kF32, {1, static_cast<int64_t>(order.size())});
+  };
   if (e.gate == e.up) {  // Stacked: gate rows then up rows.
     if (e.gate_row0 != 0 || e.up_row0 != n_ff || e.gate->n_out() != 2 * n_ff) {
       return absl::UnimplementedError("guarded backend: a stacked expert other than [gate; up]");
     }
-    const TensorView parts[] = {g, u};
-    CASCADE_RETURN_IF_ERROR(inner_->LinearParts(parts, x, Inner(e.gate), {}));
+    const TensorView parts[] = {g, u}, biases[] = {e.gate_bias, e.up_bias};
+    const bool biased = e.gate_bias.data != nullptr;
+    CASCADE_RETURN_IF_ERROR(inner_->LinearParts(
+        parts, x, Inner(e.gate), biased ? std::span<const TensorView>(biases) : std::span<const TensorView>()));
   } else {
-    CASCADE_RETURN_IF_ERROR(inner_->Linear(g, x, Inner(e.gate), {}));
-    CASCADE_RETURN_IF_ERROR(inner_->Linear(u, x, Inner(e.up), {}));
+    CASCADE_RETURN_IF_ERROR(inner_->Linear(g, in(x, e.gate_order), Inner(e.gate), e.gate_bias));
+    CASCADE_RETURN_IF_ERROR(inner_->Linear(u, in(x, e.up_order), Inner(e.up), e.up_bias));
   }
-  CASCADE_RETURN_IF_ERROR(inner_->SiluMul(g, g, u));
-  return inner_->Linear(out, g, Inner(e.down), {});
+  if (act.swiglu_limit > 0) {
+    CASCADE_RETURN_IF_ERROR(inner_->ClampedSwiglu(g, g, u, act.swiglu_alpha, act.swiglu_limit));
+  } else {
+    CASCADE_RETURN_IF_ERROR(inner_->SiluMul(g, g, u));
+  }
+  return inner_->Linear(out, in(g, e.down_order), Inner(e.down), e.down_bias);
 }
 
 absl::Status GuardedBackend::RoutedExperts(TensorView acc, const TensorView& x, const TensorView& logits,
@@ -171,7 +189,8 @@ absl::Status GuardedBackend::RoutedExperts(TensorView acc, const TensorView& x, 
       const int64_t h = e - routing.expert_begin;
       if (h < 0 || h >= held) continue;
       const TensorView xr(x.As<float>() + t * d, DType::kF32, {1, d});
-      CASCADE_RETURN_IF_ERROR(RunExpert(ex->experts[h], ex->n_ff, xr, TensorView(y.data(), DType::kF32, {1, d})));
+      CASCADE_RETURN_IF_ERROR(
+          RunExpert(ex->experts[h], ex->n_ff, ex->activation, xr, TensorView(y.data(), DType::kF32, {1, d})));
       float* a = acc.As<float>() + t * d;
       for (int64_t i = 0; i < d; ++i) a[i] += w * y[i];
     }

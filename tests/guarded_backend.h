@@ -31,15 +31,18 @@ class GuardedBackend final : public kernels::Backend {
 
   // Off by default. On: the backend also takes a MoE layer's experts in one call
   // (PrepareExperts / RoutedExperts) for up to kRoutedTokens tokens, as the CUDA backend
-  // does, as a stand-in computed with the CPU backend's ops, token by token, after routing
-  // by the host path's RouteToken (model/layers/moe.h) -- so that the host side of the device path
-  // (model/layers/moe.h, the counters Transformer::expert_load reads) runs on the CPU.
+  // does, as a stand-in computed with the CPU backend's ops (each matrix over its input
+  // gathered in its act-order order, plus its bias; the layer's activation), token by
+  // token, after routing by the host path's RouteToken (model/layers/moe.h) -- so that the
+  // host side of the device path (model/layers/moe.h, the counters Transformer::expert_load
+  // reads) runs on the CPU.
   static constexpr int64_t kRoutedTokens = 4;
   void set_routes_experts(bool on) { routes_experts_ = on; }
   // RoutedExperts calls so far.
   int64_t n_routed_calls() const { return n_routed_calls_; }
   absl::StatusOr<std::unique_ptr<kernels::PreparedExperts>> PrepareExperts(std::span<const ExpertWeights> experts,
-                                                                           int64_t n_ff) override;
+                                                                           int64_t n_ff,
+                                                                           const ExpertActivation& activation) override;
   bool RoutesExperts(int64_t n_tokens) const override {
     return routes_experts_ && n_tokens > 0 && n_tokens <= kRoutedTokens;
   }
@@ -89,7 +92,8 @@ class GuardedBackend final : public kernels::Backend {
   bool routes_experts_ = false;
   int64_t n_routed_calls_ = 0;
   // One expert's FFN for one token (x and out [1, n_embd], host memory).
-  absl::Status RunExpert(const ExpertWeights& e, int64_t n_ff, const TensorView& x, TensorView out);
+  absl::Status RunExpert(const ExpertWeights& e, int64_t n_ff, const ExpertActivation& act, const TensorView& x,
+                         TensorView out);
 };
 
 }  // namespace cascade::testing

@@ -86,6 +86,32 @@ std::vector<SafetensorsEntry> PackGptq(const std::string& p, const QuantMatrix& 
           {p + ".scales", "F16", {m.n_groups(), m.n_out}, RawBytes(ScalesByGroup(m))}};
 }
 
+ActOrderGptq PackActOrderGptq(const std::string& p, const float* w, int64_t n_out, int64_t n_in, int64_t group,
+                              const std::vector<int64_t>& perm) {
+  std::vector<int64_t> slot(n_in);  // Input i is column slot[i] of the sorted matrix.
+  for (int64_t j = 0; j < n_in; ++j) slot[perm[j]] = j;
+  std::vector<float> sorted(n_out * n_in);
+  for (int64_t o = 0; o < n_out; ++o)
+    for (int64_t j = 0; j < n_in; ++j) sorted[o * n_in + j] = w[o * n_in + perm[j]];
+  const QuantMatrix ms = Rtn(sorted.data(), n_out, n_in, group);
+  QuantMatrix file = ms;  // The same groups' scales and zeros, quants in the file's order.
+  std::vector<int32_t> g_idx(n_in);
+  ActOrderGptq out;
+  out.decoded.resize(n_out * n_in);
+  for (int64_t i = 0; i < n_in; ++i) {
+    g_idx[i] = static_cast<int32_t>(slot[i] / group);
+    for (int64_t o = 0; o < n_out; ++o) {
+      file.q[o * n_in + i] = ms.q[o * n_in + slot[i]];
+      out.decoded[o * n_in + i] = static_cast<float>(ms.Value(o, slot[i]));
+    }
+  }
+  out.entries = PackGptq(p, file, true);
+  for (SafetensorsEntry& e : out.entries) {
+    if (e.name == p + ".g_idx") e.data = RawBytes(g_idx);
+  }
+  return out;
+}
+
 // AutoAWQ (gemm): qweight[i, c] packs input i of outputs 8 c + kOrder[k] in nibble k;
 // qzeros[g, c] the zeros in the same order.
 std::vector<SafetensorsEntry> PackAwq(const std::string& p, const QuantMatrix& m) {

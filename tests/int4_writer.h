@@ -35,6 +35,17 @@ QuantMatrix Rtn(const float* w, int64_t n_out, int64_t n_in, int64_t group);
 // gptq_v2 fixed; the matrices here keep zeros in 1..15). Tensors `p`.qweight, .qzeros,
 // .g_idx, .scales.
 std::vector<SafetensorsEntry> PackGptq(const std::string& p, const QuantMatrix& m, bool v1);
+// Act-order GPTQ (desc_act) as AutoGPTQ stores it: w [n_out, n_in] with its inputs taken
+// in order `perm` (column j of the sorted matrix is input perm[j]) quantized by Rtn in
+// groups of `group` sorted columns, the quants written in the file's input order and g_idx
+// naming each input's group. `decoded` [n_out, n_in] holds the values the format defines
+// (scale[g_idx[i]] * (q - zero[g_idx[i]])), in the file's order.
+struct ActOrderGptq {
+  std::vector<SafetensorsEntry> entries;
+  std::vector<float> decoded;
+};
+ActOrderGptq PackActOrderGptq(const std::string& p, const float* w, int64_t n_out, int64_t n_in, int64_t group,
+                              const std::vector<int64_t>& perm);
 // AutoAWQ (gemm): qweight[i, c] packs input i of outputs 8 c + kOrder[k] in nibble k;
 // qzeros[g, c] the zeros in the same order.
 std::vector<SafetensorsEntry> PackAwq(const std::string& p, const QuantMatrix& m);

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -23,6 +24,17 @@ namespace {
 
 constexpr float kNormEps = 1e-5f;
 constexpr int64_t kGptqGroup = 128;
+
+// An act-order GPTQ matrix's input order (column j of the sorted matrix is input perm[j]):
+// a stride through the inputs that differs per expert and between gate/up and down, so
+// that every group of 128 mixes inputs from all over the row.
+std::vector<int64_t> ActOrder(int64_t n_in, int64_t expert, bool down) {
+  const int64_t stride = down ? 101 : 97, offset = 5 + 3 * expert;
+  CASCADE_CHECK(std::gcd(stride, n_in) == 1) << n_in << " inputs";  // A permutation.
+  std::vector<int64_t> perm(n_in);
+  for (int64_t j = 0; j < n_in; ++j) perm[j] = (j * stride + offset) % n_in;
+  return perm;
+}
 
 // `v` [rows, cols] stored as `t`. When v repeats with a period of `period` values (the
 // spec's distinct_values) that whole blocks tile, the blocks of one period are encoded and
@@ -438,7 +450,10 @@ nlohmann::json HfConfig(const RandomModelSpec& s) {
       if (v5) c["qkv_bias"] = true;
     }
   }
-  if (s.gptq_experts) c["quantization_config"] = GptqConfig(kGptqGroup);
+  if (s.gptq_experts) {
+    c["quantization_config"] = GptqConfig(kGptqGroup);
+    c["quantization_config"]["desc_act"] = s.gptq_act_order;
+  }
   if (s.fp8 == Fp8Form::kBlock) {
     c["quantization_config"] = {
         {"quant_method", "fp8"}, {"fmt", "e4m3"}, {"activation_scheme", "dynamic"}, {"weight_block_size", {128, 128}}};
@@ -564,6 +579,7 @@ void WriteRandomHfModel(const RandomModelSpec& s, const std::string& dir) {
   const DType wt = s.weight_type;
   CASCADE_CHECK(wt == DType::kF32 || wt == DType::kF16 || wt == DType::kBF16) << DTypeName(wt);
   CASCADE_CHECK(!s.gptq_experts || (wt == DType::kF32 && s.moe != MoeFamily::kNone)) << "GPTQ experts: F32 MoE only";
+  CASCADE_CHECK(!s.gptq_act_order || s.gptq_experts) << "act-order: GPTQ experts only";
   CASCADE_CHECK(s.rope_freq_factors.empty()) << "config.json has no per-frequency RoPE divisors";
   const auto st_dtype = [](DType t) { return t == DType::kF32 ? "F32" : t == DType::kF16 ? "F16" : "BF16"; };
   std::vector<SafetensorsEntry> entries;
@@ -598,8 +614,17 @@ void WriteRandomHfModel(const RandomModelSpec& s, const std::string& dir) {
         continue;
       }
       if (s.gptq_experts) {  // `P.weight` becomes P.qweight, P.qzeros, P.g_idx, P.scales.
+        const std::string p = name.substr(0, name.size() - 7);
+        if (s.gptq_act_order) {
+          const bool down = name.find("down_proj") != std::string::npos;
+          for (SafetensorsEntry& q :
+               PackActOrderGptq(p, part.data(), t.shape[1], cols, kGptqGroup, ActOrder(cols, e, down)).entries) {
+            entries.push_back(std::move(q));
+          }
+          continue;
+        }
         const QuantMatrix m = Rtn(part.data(), t.shape[1], cols, kGptqGroup);
-        for (SafetensorsEntry& q : PackGptq(name.substr(0, name.size() - 7), m, true)) entries.push_back(std::move(q));
+        for (SafetensorsEntry& q : PackGptq(p, m, true)) entries.push_back(std::move(q));
         continue;
       }
       entries.push_back({name, st_dtype(t.dtype), {t.shape[1], t.shape[2]}, Encode(t.dtype, part, cols)});

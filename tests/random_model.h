@@ -97,6 +97,10 @@ struct RandomModelSpec {
   // checkpoint writes it (round-to-nearest 4 bits, groups of 128, tests/int4_writer.h),
   // the rest F32, with config.json's quantization_config (as GPTQ MoE checkpoints come).
   bool gptq_experts = false;
+  // With gptq_experts: act-order (desc_act) checkpoints, each expert's gate and up reading
+  // their inputs in one order of the expert's own and its down in another
+  // (tests/int4_writer.h PackActOrderGptq).
+  bool gptq_act_order = false;
   // Weight type F32, not `llama` (its Q/K rows are permuted in GGUF): every projection
   // (`*_proj.weight`, experts included) quantized to FP8 E4M3 in this form; the Hugging
   // Face directory stores the codes and scales with config.json's quantization_config, and

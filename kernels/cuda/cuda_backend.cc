@@ -169,18 +169,64 @@ class CudaWeight final : public PreparedWeight {
 };
 
 // A MoE layer's held experts on the device: the kernels' arguments, with the table of each
-// expert's matrices (cuda::MoeExpertRows) uploaded once.
+// expert's matrices (cuda::MoeExpertRows) and the act-order matrices' input orders (args'
+// order pointers point into `orders`) uploaded once.
 class CudaExperts final : public PreparedExperts {
  public:
-  CudaExperts(cuda::MoeArgs args, DeviceBuffer table) : args_(args), table_(std::move(table)) {
+  CudaExperts(cuda::MoeArgs args, DeviceBuffer table, DeviceBuffer orders)
+      : args_(args), table_(std::move(table)), orders_(std::move(orders)) {
     args_.experts = static_cast<const cuda::MoeExpertRows*>(table_.data());
   }
   const cuda::MoeArgs& args() const { return args_; }
 
  private:
   cuda::MoeArgs args_;
-  DeviceBuffer table_;
+  DeviceBuffer table_, orders_;
 };
+
+// The input orders of one matrix kind of every held expert, [n_held, cols] (0, 1, 2, ...
+// where an expert's matrix has none), or empty when none has one. Only integer matrices
+// gather (the act-order GPTQ types); each order must be a permutation of [0, cols).
+absl::StatusOr<std::vector<int32_t>> ExpertOrders(std::span<const Backend::ExpertWeights> experts,
+                                                  std::span<const int32_t> Backend::ExpertWeights::*order, int64_t cols,
+                                                  int code, std::string_view what) {
+  const bool any = std::any_of(experts.begin(), experts.end(), [&](const auto& e) { return !(e.*order).empty(); });
+  if (!any) return std::vector<int32_t>();
+  if (!cuda::Q8GemvCode(code)) {
+    return absl::UnimplementedError(StrCat("PrepareExperts: act-order ", what, " in ", DTypeName(DType(code))));
+  }
+  std::vector<int32_t> all;
+  all.reserve(experts.size() * cols);
+  for (const Backend::ExpertWeights& e : experts) {
+    std::span<const int32_t> o = e.*order;
+    if (o.empty()) {
+      for (int64_t j = 0; j < cols; ++j) all.push_back(static_cast<int32_t>(j));
+      continue;
+    }
+    const auto not_permutation = [&] {
+      return absl::InvalidArgumentError(
+          StrCat("PrepareExperts: ", what, "'s input order is not a permutation of its ", cols, " columns"));
+    };
+    if (o.size() != static_cast<size_t>(cols)) return not_permutation();
+    std::vector<bool> seen(cols, false);
+    for (const int32_t c : o) {
+      if (c < 0 || c >= cols || seen[c]) return not_permutation();
+      seen[c] = true;
+    }
+    all.insert(all.end(), o.begin(), o.end());
+  }
+  return all;
+}
+
+// An expert's bias: null for an empty view, else its f32 values in device memory, n of them.
+absl::StatusOr<const float*> ExpertBias(const TensorView& v, int64_t n, std::string_view what) {
+  if (v.data == nullptr) return nullptr;
+  if (v.dtype != DType::kF32 || v.NumElements() != n || v.device.kind != DeviceKind::kCuda) {
+    return absl::InvalidArgumentError(StrCat("PrepareExperts: ", what, " bias ", DTypeName(v.dtype), " ",
+                                             v.ShapeString(), ": not ", n, " f32 values in device memory"));
+  }
+  return static_cast<const float*>(v.data);
+}
 
 // One matrix of every held expert: the same encoding and row length for all (the kernels
 // take one of each), a block type with an integer form, `n_in` columns, rows [row0, row0 +
@@ -324,11 +370,13 @@ class CudaBackendImpl final : public CudaBackend {
     return std::unique_ptr<PreparedWeight>(std::make_unique<CudaWeight>(weight, *std::move(buf), device_));
   }
 
-  absl::StatusOr<std::unique_ptr<PreparedExperts>> PrepareExperts(std::span<const ExpertWeights> experts,
-                                                                  int64_t n_ff) override {
+  absl::StatusOr<std::unique_ptr<PreparedExperts>> PrepareExperts(std::span<const ExpertWeights> experts, int64_t n_ff,
+                                                                  const ExpertActivation& activation) override {
     Bind();
     if (experts.empty() || experts[0].down == nullptr) return absl::UnimplementedError("PrepareExperts: none held");
     cuda::MoeArgs a;
+    a.swiglu_alpha = activation.swiglu_alpha;
+    a.swiglu_limit = activation.swiglu_limit;
     a.n_embd = experts[0].down->n_out();
     a.n_ff = n_ff;
     a.n_held = static_cast<int64_t>(experts.size());
@@ -343,6 +391,9 @@ class CudaBackendImpl final : public CudaBackend {
           r.gate, ExpertMatrix(e.gate, e.gate_row0, n_ff, a.n_embd, a.gate_code, a.gate_row_bytes, "gate"));
       CASCADE_ASSIGN_OR_RETURN(r.up, ExpertMatrix(e.up, e.up_row0, n_ff, a.n_embd, a.up_code, a.up_row_bytes, "up"));
       CASCADE_ASSIGN_OR_RETURN(r.down, ExpertMatrix(e.down, 0, a.n_embd, n_ff, a.down_code, a.down_row_bytes, "down"));
+      CASCADE_ASSIGN_OR_RETURN(r.gate_bias, ExpertBias(e.gate_bias, n_ff, "gate"));
+      CASCADE_ASSIGN_OR_RETURN(r.up_bias, ExpertBias(e.up_bias, n_ff, "up"));
+      CASCADE_ASSIGN_OR_RETURN(r.down_bias, ExpertBias(e.down_bias, a.n_embd, "down"));
       rows.push_back(r);
     }
     if (cuda::FloatChunkCode(a.gate_code) != cuda::FloatChunkCode(a.up_code)) {
@@ -353,7 +404,28 @@ class CudaBackendImpl final : public CudaBackend {
     const size_t bytes = rows.size() * sizeof(cuda::MoeExpertRows);
     CASCADE_ASSIGN_OR_RETURN(DeviceBuffer table, DeviceBuffer::Create(device_, bytes));
     CASCADE_RETURN_IF_ERROR(table.Upload(rows.data(), bytes));
-    return std::unique_ptr<PreparedExperts>(std::make_unique<CudaExperts>(a, std::move(table)));
+    // Act-order orders, uploaded one after another; up shares gate's when they are equal
+    // (GPTQ orders by the input's statistics, which gate and up share).
+    using EW = ExpertWeights;
+    CASCADE_ASSIGN_OR_RETURN(std::vector<int32_t> gate,
+                             ExpertOrders(experts, &EW::gate_order, a.n_embd, a.gate_code, "gate"));
+    CASCADE_ASSIGN_OR_RETURN(std::vector<int32_t> up, ExpertOrders(experts, &EW::up_order, a.n_embd, a.up_code, "up"));
+    CASCADE_ASSIGN_OR_RETURN(std::vector<int32_t> down,
+                             ExpertOrders(experts, &EW::down_order, n_ff, a.down_code, "down"));
+    const bool shared = up == gate;
+    std::vector<int32_t> all = gate;
+    if (!shared) all.insert(all.end(), up.begin(), up.end());
+    all.insert(all.end(), down.begin(), down.end());
+    DeviceBuffer orders;
+    if (!all.empty()) {
+      CASCADE_ASSIGN_OR_RETURN(orders, DeviceBuffer::Create(device_, all.size() * sizeof(int32_t)));
+      CASCADE_RETURN_IF_ERROR(orders.Upload(all.data(), all.size() * sizeof(int32_t)));
+      const auto* base = static_cast<const int32_t*>(orders.data());
+      if (!gate.empty()) a.gate_order = base;
+      if (!up.empty()) a.up_order = shared ? a.gate_order : base + gate.size();
+      if (!down.empty()) a.down_order = base + all.size() - down.size();
+    }
+    return std::unique_ptr<PreparedExperts>(std::make_unique<CudaExperts>(a, std::move(table), std::move(orders)));
   }
 
   bool RoutesExperts(int64_t n_tokens) const override { return kernels_ == CudaKernels::kTuned && n_tokens > 0; }
@@ -398,9 +470,11 @@ class CudaBackendImpl final : public CudaBackend {
     const int64_t n = x.Rows(), m = n * a.top_k;
     size_t end = 0;
     const auto take = [&](size_t bytes) { return std::exchange(end, end + ((bytes + 255) & ~size_t{255})); };
+    const size_t x_rows = m * a.n_embd / 32 * sizeof(cuda::Q8Block);  // Act-order: gathered per row.
     const size_t chosen = take(m * 4), weights = take(m * 4), entry_row = take(m * 4),
                  expert_rows = take((a.n_held + 1) * 4), token_of_row = take(m * 4),
-                 xq = take(n * a.n_embd / 32 * sizeof(cuda::Q8Block)), h = take(m * a.n_ff * 4),
+                 xq = take(n * a.n_embd / 32 * sizeof(cuda::Q8Block)), xg = take(a.gate_order ? x_rows : 0),
+                 xu = take(a.up_order && a.up_order != a.gate_order ? x_rows : 0), h = take(m * a.n_ff * 4),
                  hq = take(m * a.n_ff / 32 * sizeof(cuda::Q8Block)), out = take(m * a.n_embd * 4);
     auto* base = static_cast<uint8_t*>(Scratch(kMoe, end));
     CASCADE_RETURN_IF_ERROR(ScratchError());
@@ -410,6 +484,8 @@ class CudaBackendImpl final : public CudaBackend {
                           .expert_rows = reinterpret_cast<int32_t*>(base + expert_rows),
                           .token_of_row = reinterpret_cast<int32_t*>(base + token_of_row),
                           .xq = reinterpret_cast<cuda::Q8Block*>(base + xq),
+                          .xg = reinterpret_cast<cuda::Q8Block*>(base + xg),
+                          .xu = reinterpret_cast<cuda::Q8Block*>(base + xu),
                           .h = reinterpret_cast<float*>(base + h),
                           .hq = reinterpret_cast<cuda::Q8Block*>(base + hq),
                           .out = reinterpret_cast<float*>(base + out)};

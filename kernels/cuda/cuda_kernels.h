@@ -211,21 +211,25 @@ void AttentionTiles(const AttentionArgs& args, const PrefillTile* tiles, int64_t
 // the top k (lower id on ties) and their weights (renormalised over the k when `norm`), as
 // model/layers/moe.h RouteToken; the entries of held experts grouped expert by expert (in
 // no fixed order within an expert: no value depends on it); per held expert one warp per output
-// row computes silu(gate) * up for its rows and then down (the block types of Q8GemvCode
+// row computes act(gate + bias, up + bias) for its rows and then down (+ bias) (the block types of Q8GemvCode
 // against activations quantized to 8 bits; F32, F16, BF16 and F8_E4M3_B128 against the f32
 // activations: FloatChunkCode); then each token's row of `acc` adds its experts' rows
 // scaled by their weights, in the token's order of choice (deterministic). Blocks of held
 // experts no token chose return at once. `load` [n_experts] (or null) gains each entry.
-// Any number of tokens; MoeWork is sized by it (the backend runs long batches in passes).
-// REQUIRES top_k <= kMaxMoeTopK, n_experts <= kMaxMoeExperts, n_embd and n_ff multiples
-// of 32 (of 128 for F8_E4M3_B128), every code Q8GemvCode or FloatChunkCode, gate and up of
-// the same kind.
+// Act-order GPTQ matrices (MoeArgs' orders) read each grouped row's inputs gathered in
+// their order and quantized then. Any number of tokens; MoeWork is sized by it (the backend runs long batches in
+// passes). REQUIRES top_k <= kMaxMoeTopK, n_experts <= kMaxMoeExperts, n_embd and n_ff multiples of 32 (of 128 for
+// F8_E4M3_B128), every code Q8GemvCode or FloatChunkCode, gate and up of the same kind.
 constexpr int64_t kMaxMoeTopK = 16;
 constexpr int64_t kMaxMoeExperts = 1024;
 struct MoeExpertRows {  // One held expert's matrices: its gate, up and down rows [0, ...).
   const uint8_t* gate = nullptr;
   const uint8_t* up = nullptr;
   const uint8_t* down = nullptr;
+  // gpt-oss's biases (f32, device memory): [n_ff] added to gate and up, [n_embd] to down; or null.
+  const float* gate_bias = nullptr;
+  const float* up_bias = nullptr;
+  const float* down_bias = nullptr;
 };
 struct MoeArgs {
   const MoeExpertRows* experts = nullptr;  // [n_held], device memory.
@@ -234,6 +238,16 @@ struct MoeArgs {
   int64_t n_embd = 0, n_ff = 0;  // n_ff: this rank's columns of each expert's FFN.
   int64_t n_experts = 0, top_k = 0, expert_begin = 0, n_held = 0;
   bool norm = false;
+  // The activation: silu(g) * u, or with swiglu_limit > 0 gpt-oss's clamped SwiGLU
+  // (g = min(g, limit), u = clamp(u, -limit, limit), (u + 1) * g * sigmoid(alpha * g)).
+  float swiglu_alpha = 0.0f, swiglu_limit = 0.0f;
+  // Act-order GPTQ (Linear's input orders), device memory, null where no held expert's matrix
+  // of that kind reorders: gate and up [n_held, n_embd], down [n_held, n_ff] (an expert
+  // whose matrix reads its input as it is holds 0, 1, 2, ...). Column j of held expert e's
+  // matrix multiplies input column order[e, j]; integer (Q8GemvCode) matrices only.
+  const int32_t* gate_order = nullptr;
+  const int32_t* up_order = nullptr;
+  const int32_t* down_order = nullptr;
 };
 // Device scratch of MoeRoutedExperts, for n_tokens tokens (m = n_tokens * top_k entries).
 struct MoeWork {
@@ -243,6 +257,8 @@ struct MoeWork {
   int32_t* expert_rows = nullptr;   // [n_held + 1] first grouped row of each held expert.
   int32_t* token_of_row = nullptr;  // [m]
   Q8Block* xq = nullptr;            // [n_tokens * n_embd / 32]
+  Q8Block* xg = nullptr;            // [m * n_embd / 32] with gate_order: each grouped row's x in it
+  Q8Block* xu = nullptr;            // [m * n_embd / 32] with an up_order other than gate_order
   float* h = nullptr;               // [m, n_ff] silu(gate) * up
   Q8Block* hq = nullptr;            // [m * n_ff / 32]
   float* out = nullptr;             // [m, n_embd] each grouped row's down

@@ -2,7 +2,9 @@
 // sum (cuda_kernels.h, MoeRoutedExperts), in four to six launches and no host synchronisation:
 //   1. the token activations quantized to 8 bits once (QuantizeActivations), for experts
 //      of the block types; float experts (F32, F16, BF16, FP8 with 128-blocks) read them
-//      in f32 as they are, and their chunks decoded to f32 (float_chunk.cuh);
+//      in f32 as they are, and their chunks decoded to f32 (float_chunk.cuh); act-order GPTQ
+//      matrices instead get each grouped row's inputs gathered in their own order and then
+//      quantized (GatherQuantizeKernel, after 3; for down, before 5);
 //   2. RouteKernel, one block per token: softmax statistics, the top k by k block-wide
 //      argmax rounds (lower id first on ties, as RouteToken's sort), their weights;
 //   3. GroupKernel, one block: the entries of held experts listed expert by expert (a
@@ -162,13 +164,55 @@ __global__ void GroupKernel(const int32_t* chosen, int64_t m, int64_t k, int64_t
   }
 }
 
+// The held expert whose grouped rows hold row r (r < expert_rows[n_held]): the last e with
+// expert_rows[e] <= r, which skips the empty experts before it.
+__device__ __forceinline__ int64_t ExpertOfRow(const int32_t* expert_rows, int64_t n_held, int32_t r) {
+  int64_t lo = 0, hi = n_held;  // expert_rows[lo] <= r < expert_rows[hi].
+  while (hi - lo > 1) {
+    const int64_t mid = (lo + hi) / 2;
+    if (expert_rows[mid] <= r) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+// Act-order GPTQ: each grouped row r's inputs (row token_of_row[r] of src, or row r when
+// token_of_row is null) gathered in its expert's order [n_held, n_in] and quantized to
+// blocks of 8 bits, row r of out [rows, n_in / 32]. One block per grouped row.
+__global__ void GatherQuantizeKernel(Q8Block* out, const float* src, const int32_t* token_of_row,
+                                     const int32_t* expert_rows, int64_t n_held, const int32_t* order, int64_t n_in) {
+  const auto r = static_cast<int32_t>(blockIdx.x);
+  if (r >= expert_rows[n_held]) return;  // Past the grouped rows of this pass.
+  const float* row = src + (token_of_row != nullptr ? token_of_row[r] : r) * n_in;
+  const int32_t* ord = order + ExpertOfRow(expert_rows, n_held, r) * n_in;
+  const int64_t n_chunks = n_in / 32;
+  for (int64_t c = threadIdx.x; c < n_chunks; c += blockDim.x) {
+    float v[32];
+#pragma unroll
+    for (int j = 0; j < 32; ++j) v[j] = row[ord[32 * c + j]];
+    out[r * n_chunks + c] = QuantizeBlock([&v](int j) { return v[j]; });
+  }
+}
+
+void GatherQuantize(Q8Block* out, const float* src, const int32_t* token_of_row, const int32_t* expert_rows,
+                    int64_t n_held, const int32_t* order, int64_t n_in, int64_t m, cudaStream_t stream) {
+  GatherQuantizeKernel<<<static_cast<unsigned>(m), 128, 0, stream>>>(out, src, token_of_row, expert_rows, n_held, order,
+                                                                     n_in);
+}
+
 // The two sides of an expert's dot products, by the weights' encoding: the block types'
 // 32-weight chunks (q8_unpack.cuh) against activations quantized to 8 bits, by __dp4a; or
 // the float types' chunks (float_chunk.cuh) against the f32 activations as they are.
+// `by_row`: the activations are one row per grouped row (gathered in an act-order
+// matrix's order), not one per token.
 struct IntRows {
   using Chunk = WeightChunk;
   const Q8Block* x;  // [rows, n_in / 32]
   int64_t n_chunks;
+  bool by_row = false;
   __device__ __forceinline__ static void Load(const uint8_t* row, int code, int64_t c, Chunk& w) {
     Unpack(row, code, c, w);
   }
@@ -182,6 +226,7 @@ struct FloatRows {
   };
   const float* x;  // [rows, n_in]
   int64_t n_in;
+  bool by_row = false;
   __device__ __forceinline__ static void Load(const uint8_t* row, int code, int64_t c, Chunk& w) {
     FloatChunk(row, code, c, w.v);
   }
@@ -197,9 +242,21 @@ struct FloatRows {
   }
 };
 
-// h[r, o] = silu(gate_o . x_token(r)) * (up_o . x_token(r)) for each row r of expert e.
+// The expert activation of a gate and an up value, as the CPU backend's SiluMul and
+// ClampedSwiglu compute it.
+__device__ __forceinline__ float Activation(const MoeArgs& a, float g, float u) {
+  if (a.swiglu_limit <= 0.0f) return g / (1.0f + expf(-g)) * u;
+  g = fminf(g, a.swiglu_limit);
+  u = fminf(fmaxf(u, -a.swiglu_limit), a.swiglu_limit);
+  return (u + 1.0f) * g / (1.0f + expf(-a.swiglu_alpha * g));
+}
+
+// h[r, o] = act(gate_o . x_token(r) + gate_bias_o, up_o . x_token(r) + up_bias_o) for each row
+// r of expert e, gate's activations from xg and up's from xu (the same unless act-order
+// orders differ).
 template <typename Rows>
-__global__ void GateUpKernel(MoeArgs a, const int32_t* expert_rows, const int32_t* token_of_row, Rows x, float* h) {
+__global__ void GateUpKernel(MoeArgs a, const int32_t* expert_rows, const int32_t* token_of_row, Rows xg, Rows xu,
+                             float* h) {
   const int64_t e = blockIdx.x;
   const int r0 = expert_rows[e], r1 = expert_rows[e + 1];
   const int64_t o = static_cast<int64_t>(blockIdx.y) * kWarpsPerBlock + threadIdx.x / kWarp;
@@ -225,20 +282,22 @@ __global__ void GateUpKernel(MoeArgs a, const int32_t* expert_rows, const int32_
 #pragma unroll
       for (int t = 0; t < kRowsPerPass; ++t) {
         if (t >= n_t) break;
-        ag[t] += x.Dot(wg, tok[t], c);
-        au[t] += x.Dot(wu, tok[t], c);
+        ag[t] += xg.Dot(wg, xg.by_row ? rb + t : tok[t], c);
+        au[t] += xu.Dot(wu, xu.by_row ? rb + t : tok[t], c);
       }
     }
+    const float gb = ex.gate_bias != nullptr ? ex.gate_bias[o] : 0.0f;
+    const float ub = ex.up_bias != nullptr ? ex.up_bias[o] : 0.0f;
 #pragma unroll
     for (int t = 0; t < kRowsPerPass; ++t) {
       if (t >= n_t) break;
-      const float gs = WarpSum(ag[t]), us = WarpSum(au[t]);
-      if (lane == 0) h[(rb + t) * a.n_ff + o] = gs / (1.0f + expf(-gs)) * us;
+      const float gs = WarpSum(ag[t]) + gb, us = WarpSum(au[t]) + ub;
+      if (lane == 0) h[(rb + t) * a.n_ff + o] = Activation(a, gs, us);
     }
   }
 }
 
-// out[r, o] = down_o . h[r] for each row r of expert e.
+// out[r, o] = down_o . h[r] (+ down_bias_o) for each row r of expert e.
 template <typename Rows>
 __global__ void DownKernel(MoeArgs a, const int32_t* expert_rows, Rows h, float* out) {
   const int64_t e = blockIdx.x;
@@ -246,7 +305,9 @@ __global__ void DownKernel(MoeArgs a, const int32_t* expert_rows, Rows h, float*
   const int64_t o = static_cast<int64_t>(blockIdx.y) * kWarpsPerBlock + threadIdx.x / kWarp;
   if (r0 == r1 || o >= a.n_embd) return;
   const int lane = threadIdx.x % kWarp;
-  const uint8_t* d = a.experts[e].down + o * a.down_row_bytes;
+  const MoeExpertRows ex = a.experts[e];
+  const uint8_t* d = ex.down + o * a.down_row_bytes;
+  const float bias = ex.down_bias != nullptr ? ex.down_bias[o] : 0.0f;
   const int64_t n_chunks = a.n_ff / 32;
   for (int rb = r0; rb < r1; rb += kRowsPerPass) {
     const int n_t = r1 - rb < kRowsPerPass ? r1 - rb : kRowsPerPass;
@@ -265,7 +326,7 @@ __global__ void DownKernel(MoeArgs a, const int32_t* expert_rows, Rows h, float*
 #pragma unroll
     for (int t = 0; t < kRowsPerPass; ++t) {
       if (t >= n_t) break;
-      const float s = WarpSum(acc[t]);
+      const float s = WarpSum(acc[t]) + bias;
       if (lane == 0) out[(rb + t) * a.n_embd + o] = s;
     }
   }
@@ -292,24 +353,45 @@ void MoeRoutedExperts(float* acc, const float* x, const float* logits, int32_t* 
   const int64_t m = n_tokens * a.top_k;
   constexpr unsigned kGemvThreads = kWarpsPerBlock * kWarp;
   const auto held = static_cast<unsigned>(a.n_held);
-  if (!FloatChunkCode(a.gate_code)) QuantizeActivations(w.xq, x, n_tokens, a.n_embd, stream);
+  const bool float_gate_up = FloatChunkCode(a.gate_code);
+  const bool shared_order = a.up_order == a.gate_order;  // Also when neither reorders.
+  if (!float_gate_up && (a.gate_order == nullptr || a.up_order == nullptr)) {
+    QuantizeActivations(w.xq, x, n_tokens, a.n_embd, stream);
+  }
   RouteKernel<<<static_cast<unsigned>(n_tokens), kRouteThreads, 0, stream>>>(logits, a.n_experts, a.top_k, a.norm,
                                                                              w.chosen, w.weights, load);
   GroupKernel<<<1, kGroupThreads, static_cast<size_t>(2 * a.n_held + 1) * sizeof(int32_t), stream>>>(
       w.chosen, m, a.top_k, a.expert_begin, a.n_held, w.entry_row, w.expert_rows, w.token_of_row);
   const dim3 gate_up(held, static_cast<unsigned>((a.n_ff + kWarpsPerBlock - 1) / kWarpsPerBlock));
-  if (FloatChunkCode(a.gate_code)) {
-    GateUpKernel<<<gate_up, kGemvThreads, 0, stream>>>(a, w.expert_rows, w.token_of_row, FloatRows{x, a.n_embd}, w.h);
+  if (float_gate_up) {
+    const FloatRows rows{x, a.n_embd};
+    GateUpKernel<<<gate_up, kGemvThreads, 0, stream>>>(a, w.expert_rows, w.token_of_row, rows, rows, w.h);
   } else {
-    GateUpKernel<<<gate_up, kGemvThreads, 0, stream>>>(a, w.expert_rows, w.token_of_row, IntRows{w.xq, a.n_embd / 32},
-                                                       w.h);
+    const int64_t n_chunks = a.n_embd / 32;
+    const IntRows tokens{w.xq, n_chunks};
+    IntRows g = tokens, u = tokens;
+    if (a.gate_order != nullptr) {
+      GatherQuantize(w.xg, x, w.token_of_row, w.expert_rows, a.n_held, a.gate_order, a.n_embd, m, stream);
+      g = IntRows{w.xg, n_chunks, true};
+    }
+    if (shared_order) {
+      u = g;
+    } else if (a.up_order != nullptr) {
+      GatherQuantize(w.xu, x, w.token_of_row, w.expert_rows, a.n_held, a.up_order, a.n_embd, m, stream);
+      u = IntRows{w.xu, n_chunks, true};
+    }
+    GateUpKernel<<<gate_up, kGemvThreads, 0, stream>>>(a, w.expert_rows, w.token_of_row, g, u, w.h);
   }
   const dim3 down(held, static_cast<unsigned>((a.n_embd + kWarpsPerBlock - 1) / kWarpsPerBlock));
   if (FloatChunkCode(a.down_code)) {
     DownKernel<<<down, kGemvThreads, 0, stream>>>(a, w.expert_rows, FloatRows{w.h, a.n_ff}, w.out);
   } else {
-    // Rows past the grouped ones hold stale values; their blocks are quantized and never read.
-    QuantizeActivations(w.hq, w.h, m, a.n_ff, stream);
+    if (a.down_order != nullptr) {
+      GatherQuantize(w.hq, w.h, nullptr, w.expert_rows, a.n_held, a.down_order, a.n_ff, m, stream);
+    } else {
+      // Rows past the grouped ones hold stale values; their blocks are quantized and never read.
+      QuantizeActivations(w.hq, w.h, m, a.n_ff, stream);
+    }
     DownKernel<<<down, kGemvThreads, 0, stream>>>(a, w.expert_rows, IntRows{w.hq, a.n_ff / 32}, w.out);
   }
   CombineKernel<<<static_cast<unsigned>(n_tokens), 256, 0, stream>>>(acc, w.out, w.weights, w.entry_row, a.top_k,

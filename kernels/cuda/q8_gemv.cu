@@ -26,27 +26,7 @@ __global__ void QuantizeActivationsKernel(Q8Block* out, const float* x, int64_t 
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n_blocks) return;
   const float* v = x + i * 32;
-  float amax = 0.0f;
-#pragma unroll
-  for (int j = 0; j < 32; ++j) amax = fmaxf(amax, fabsf(v[j]));
-  const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-  Q8Block b;
-  int sum[2] = {0, 0};  // Of elements 0-15, 16-31.
-#pragma unroll
-  for (int k = 0; k < 8; ++k) {
-    uint32_t word = 0;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int q = __float2int_rn(v[4 * k + j] * id);
-      sum[k / 4] += q;
-      word |= static_cast<uint32_t>(static_cast<uint8_t>(static_cast<int8_t>(q))) << (8 * j);
-    }
-    b.q[k] = static_cast<int32_t>(word);
-  }
-  b.d = d;
-  b.s = d * static_cast<float>(sum[0] + sum[1]);
-  b.s1 = d * static_cast<float>(sum[1]);
-  out[i] = b;
+  out[i] = QuantizeBlock([v](int j) { return v[j]; });
 }
 
 template <int T>

@@ -7,6 +7,7 @@
 // codes up four at a time with byte permutes (TableBytes).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -22,6 +23,7 @@ namespace cascade::kernels::cuda {
 __device__ __forceinline__ uint32_t Vsub4(uint32_t a, uint32_t b) { return __vsub4(a, b); }
 __device__ __forceinline__ uint32_t BytePerm(uint32_t x, uint32_t y, uint32_t s) { return __byte_perm(x, y, s); }
 __device__ __forceinline__ int Dp4a(int32_t a, int32_t b, int c) { return __dp4a(a, b, c); }
+__device__ __forceinline__ int RoundToInt(float x) { return __float2int_rn(x); }
 #else
 inline uint32_t Vsub4(uint32_t a, uint32_t b) {  // Per byte, modulo 256.
   uint32_t r = 0;
@@ -38,6 +40,7 @@ inline int Dp4a(int32_t a, int32_t b, int c) {  // Four signed byte products.
   for (int i = 0; i < 32; i += 8) c += static_cast<int8_t>(a >> i) * static_cast<int8_t>(b >> i);
   return c;
 }
+inline int RoundToInt(float x) { return static_cast<int>(std::nearbyint(x)); }  // Ties to even.
 #endif
 
 // Four nibbles (bits 0-15, lowest first) as four bytes, lowest first.
@@ -225,6 +228,33 @@ __device__ __forceinline__ void Unpack(const uint8_t* row, int code, int64_t c, 
 }
 
 // acc += the dot product of chunk `w` with activation block `x` (one token's 32 values).
+// 32 activations, element j read as v(j), quantized to 8 bits with an amax scale (Q8Block):
+// what QuantizeActivations writes for each block, and the device MoE layers' gathered rows.
+template <typename Value>
+__device__ __forceinline__ Q8Block QuantizeBlock(Value v) {
+  float amax = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 32; ++j) amax = fmaxf(amax, fabsf(v(j)));
+  const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+  Q8Block b;
+  int sum[2] = {0, 0};  // Of elements 0-15, 16-31.
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    uint32_t word = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int q = RoundToInt(v(4 * k + j) * id);
+      sum[k / 4] += q;
+      word |= static_cast<uint32_t>(static_cast<uint8_t>(static_cast<int8_t>(q))) << (8 * j);
+    }
+    b.q[k] = static_cast<int32_t>(word);
+  }
+  b.d = d;
+  b.s = d * static_cast<float>(sum[0] + sum[1]);
+  b.s1 = d * static_cast<float>(sum[1]);
+  return b;
+}
+
 __device__ __forceinline__ float DotChunk(const WeightChunk& w, const Q8Block& x) {
   int lo = 0, hi = 0;
 #pragma unroll

@@ -54,6 +54,10 @@ class Linear {
   ParallelKind kind() const { return kind_; }
   // Whether the weight's inputs are a reordering of the layer's (act-order GPTQ).
   bool reorders_input() const { return order_ != nullptr; }
+  // That order (column j of the weight multiplies input column order[j]); empty without one.
+  std::span<const int32_t> input_order() const {
+    return order_ == nullptr ? std::span<const int32_t>() : std::span<const int32_t>(order_->cols);
+  }
   const kernels::PreparedWeight& weight() const { return *weight_; }
 
   // out [n_tokens, n_out] = in [n_tokens, n_in] * weight^T (+ bias [n_out] when it has
@@ -104,6 +108,8 @@ class StackedLinear {
   bool reorders_input() const;
   // Part i's weight when the parts did not stack.
   const kernels::PreparedWeight& part_weight(size_t i) const { return parts_[i].weight(); }
+  // Part i's input order (Linear::input_order) when the parts did not stack.
+  std::span<const int32_t> part_input_order(size_t i) const { return parts_[i].input_order(); }
 
   // outs[i] [n_tokens, rows of part i] = in * part i^T (+ biases[i] when that view has
   // data); `biases` is empty or has one view per part.

@@ -188,27 +188,32 @@ absl::Status MoeBlock::Activate(const TensorView& gate, const TensorView& up) co
 }
 
 absl::Status MoeBlock::PrepareDeviceExperts() {
-  // The device kernels know neither biases nor the clamped SwiGLU: gpt-oss routes on the host.
-  if (experts_.empty() || all_to_all_ || n_ff_shared_ > 0 || router_bias_.data != nullptr || swiglu_limit_ > 0) {
-    return absl::OkStatus();
-  }
+  // All-to-all dispatch routes on the host, where it exchanges the tokens. A shared expert
+  // (Qwen2-MoE) runs after the routed ones either way (RunShared); a router bias (gpt-oss)
+  // is in the router's logits.
+  if (experts_.empty() || all_to_all_) return absl::OkStatus();
   std::vector<kernels::Backend::ExpertWeights> weights;
   for (const Expert& e : experts_) {
-    if (e.down.reorders_input() || e.gate_up.reorders_input()) {
-      return absl::OkStatus();  // Act-order GPTQ: routed on the host, where Linear gathers.
-    }
     const StackedLinear& gu = e.gate_up;
-    kernels::Backend::ExpertWeights w{.down = &e.down.weight()};
+    // Act-order GPTQ matrices pass their input orders: the device gathers each row's inputs.
+    kernels::Backend::ExpertWeights w{.down = &e.down.weight(),
+                                      .down_order = e.down.input_order(),
+                                      .gate_bias = e.gate_bias,
+                                      .up_bias = e.up_bias,
+                                      .down_bias = e.down_bias};
     if (gu.stacked()) {
       w.gate = w.up = gu.stacked_weight();
       w.up_row0 = n_ff_;
     } else {
       w.gate = &gu.part_weight(0);
       w.up = &gu.part_weight(1);
+      w.gate_order = gu.part_input_order(0);
+      w.up_order = gu.part_input_order(1);
     }
     weights.push_back(w);
   }
-  auto prepared = backend_->PrepareExperts(weights, n_ff_);
+  auto prepared =
+      backend_->PrepareExperts(weights, n_ff_, {.swiglu_alpha = swiglu_alpha_, .swiglu_limit = swiglu_limit_});
   if (absl::IsUnimplemented(prepared.status())) return absl::OkStatus();  // Routed on the host.
   CASCADE_RETURN_IF_ERROR(prepared.status());
   device_experts_ = *std::move(prepared);

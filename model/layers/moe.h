@@ -14,11 +14,13 @@
 //     scaled by sigmoid(shared gate) the same way.
 //
 // On the device: where the backend prepared this layer's experts (Backend::PrepareExperts:
-// the CUDA backend, for the block types with an integer form) and runs the batch there now
-// (RoutesExperts: the tuned kernels, any batch), steps 1-3 run as one backend call from
-// the router's logits in device memory (Backend::RoutedExperts), with no copy to the host;
-// the counts of each expert's tokens go to a device counter instead (`device_load`). Layers
-// with a shared expert keep the host path.
+// the CUDA backend, for the block types with an integer form and the float types, with
+// act-order GPTQ's input orders, gpt-oss's biases and clamped SwiGLU) and runs the batch
+// there now (RoutesExperts: the tuned kernels, any batch), steps 1-3 run as one backend
+// call from the router's logits in device memory (Backend::RoutedExperts), with no copy to
+// the host; the counts of each expert's tokens go to a device counter instead
+// (`device_load`). A shared expert then runs as on the host path; all-to-all dispatch
+// keeps the host path.
 //
 // Tensor parallelism (TpShard): with expert parallelism a rank holds whole experts
 // [expert_begin, expert_end) and computes only the routed tokens of those; otherwise it

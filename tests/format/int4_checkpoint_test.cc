@@ -32,10 +32,12 @@ namespace cascade::model {
 namespace {
 
 using Json = nlohmann::json;
+using testing::ActOrderGptq;
 using testing::AwqConfig;
 using testing::ExpectRefused;
 using testing::GptqConfig;
 using ::testing::HasSubstr;
+using testing::PackActOrderGptq;
 using testing::PackAwq;
 using testing::PackGptq;
 using testing::QuantMatrix;
@@ -304,28 +306,14 @@ TEST(Int4CheckpointTest, TinyStoriesRunsFromActOrderGptq) {
     }
     const int64_t n_out = t.shape[0], n_in = t.shape[1];
     const int64_t a = std::gcd(int64_t{97}, n_in) == 1 ? 97 : 101;
-    std::vector<int64_t> perm(n_in), slot(n_in);  // Column j of the sorted matrix is input perm[j].
-    for (int64_t j = 0; j < n_in; ++j) slot[perm[j] = (j * a + 5) % n_in] = j;
-    std::vector<float> sorted(n_out * n_in);
-    for (int64_t o = 0; o < n_out; ++o) {
-      for (int64_t j = 0; j < n_in; ++j) std::memcpy(&sorted[o * n_in + j], bytes.data() + 4 * (o * n_in + perm[j]), 4);
-    }
-    const QuantMatrix ms = Rtn(sorted.data(), n_out, n_in, 128);
-    QuantMatrix file = ms;  // The same groups' scales and zeros, quants in the file's order.
-    std::vector<int32_t> g_idx(n_in);
-    std::vector<float> decoded(n_out * n_in);
-    for (int64_t i = 0; i < n_in; ++i) {
-      g_idx[i] = static_cast<int32_t>(slot[i] / 128);
-      for (int64_t o = 0; o < n_out; ++o) {
-        file.q[o * n_in + i] = ms.q[o * n_in + slot[i]];
-        decoded[o * n_in + i] = static_cast<float>(ms.Value(o, slot[i]));
-      }
-    }
-    std::vector<SafetensorsEntry> e =
-        PackGptq(t.name.substr(0, t.name.size() - std::string(".weight").size()), file, true);
-    e[2].data = RawBytes(g_idx);
-    for (auto& x : e) gptq.push_back(std::move(x));
-    f32.push_back({t.name, "F32", shape, RawBytes(decoded)});
+    std::vector<int64_t> perm(n_in);  // Column j of the sorted matrix is input perm[j].
+    for (int64_t j = 0; j < n_in; ++j) perm[j] = (j * a + 5) % n_in;
+    std::vector<float> values(n_out * n_in);
+    std::memcpy(values.data(), bytes.data(), bytes.size());
+    ActOrderGptq q = PackActOrderGptq(t.name.substr(0, t.name.size() - std::string(".weight").size()), values.data(),
+                                      n_out, n_in, 128, perm);
+    for (auto& x : q.entries) gptq.push_back(std::move(x));
+    f32.push_back({t.name, "F32", shape, RawBytes(q.decoded)});
   }
   std::vector<testing::Trace> traces;
   for (const auto& [name, q, e] : {std::tuple{"gptq", GptqConfig(128), &gptq}, {"f32", Json(nullptr), &f32}}) {

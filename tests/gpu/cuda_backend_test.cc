@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -850,26 +851,45 @@ std::vector<std::pair<int64_t, double>> RouteReference(const float* logits, int6
 // Q4_K_M mix (Q4_K gate/up, Q6_K down) without renormalisation; GPTQ's I4_G128; gpt-oss's
 // MXFP4; Q5_K_M's and Q3_K_M's mixes (Q5_K / Q6_K, Q3_K / Q5_K); BF16; FP8 (Qwen3-FP8's
 // form); F16 gate/up with a Q8_0 down; expert parallelism (the
-// rank holds experts 8..15 of 16: the others' tokens are counted but not computed); 1, 3,
-// 32 and 600 tokens (two passes of kMoePassTokens, every expert with many rows), with a tie
-// between two logits of the first token.
+// rank holds experts 8..15 of 16: the others' tokens are counted but not computed);
+// act-order GPTQ (I4_G128 reading its inputs in a random order per expert and matrix,
+// gate and up sharing one, as GPTQ's orders do; and each its own, under expert
+// parallelism); gpt-oss's expert biases and clamped SwiGLU (MXFP4 and BF16 experts; a low
+// limit so that many values clamp); 1, 3, 32 and 600 tokens (two passes of kMoePassTokens, every expert with
+// many rows), with a tie between two logits of the first token.
 TEST_F(CudaBackendTest, TunedRoutedExpertsMatchDoublePrecision) {
   auto tuned = CudaBackend::Create({.device = 0, .kernels = CudaKernels::kTuned});
   ASSERT_TRUE(tuned.ok()) << tuned.status();
   constexpr int64_t n_embd = 256, n_ff = 256, n_experts = 16, k = 4;
+  enum Orders { kNone, kShared, kOwn };  // Act-order GPTQ: gate/up share an order, or each its own.
   struct Case {
     DType gate_up, down;
     int64_t expert_begin, n_held;
     bool norm;
+    Orders orders = kNone;
+    bool gpt_oss = false;  // Biases on gate, up and down, and the clamped SwiGLU.
   };
-  const Case cases[] = {
-      {DType::kQ8_0, DType::kQ8_0, 0, 16, true},       {DType::kQ4_K, DType::kQ6_K, 0, 16, false},
-      {DType::kI4_G128, DType::kI4_G128, 0, 16, true}, {DType::kMXFP4, DType::kMXFP4, 0, 16, true},
-      {DType::kQ5_K, DType::kQ6_K, 0, 16, true},       {DType::kQ3_K, DType::kQ5_K, 0, 16, false},
-      {DType::kBF16, DType::kBF16, 0, 16, true},       {DType::kF8_E4M3_B128, DType::kF8_E4M3_B128, 0, 16, true},
-      {DType::kF16, DType::kQ8_0, 0, 16, false},       {DType::kQ8_0, DType::kQ8_0, 8, 8, true}};
+  const Case cases[] = {{DType::kQ8_0, DType::kQ8_0, 0, 16, true},
+                        {DType::kQ4_K, DType::kQ6_K, 0, 16, false},
+                        {DType::kI4_G128, DType::kI4_G128, 0, 16, true},
+                        {DType::kMXFP4, DType::kMXFP4, 0, 16, true},
+                        {DType::kQ5_K, DType::kQ6_K, 0, 16, true},
+                        {DType::kQ3_K, DType::kQ5_K, 0, 16, false},
+                        {DType::kBF16, DType::kBF16, 0, 16, true},
+                        {DType::kF8_E4M3_B128, DType::kF8_E4M3_B128, 0, 16, true},
+                        {DType::kF16, DType::kQ8_0, 0, 16, false},
+                        {DType::kQ8_0, DType::kQ8_0, 8, 8, true},
+                        {DType::kI4_G128, DType::kI4_G128, 0, 16, true, kShared},
+                        {DType::kI4_G128, DType::kI4_G128, 8, 8, false, kOwn},
+                        {DType::kMXFP4, DType::kMXFP4, 0, 16, true, kNone, true},
+                        {DType::kBF16, DType::kBF16, 8, 8, true, kNone, true}};
+  constexpr float kAlpha = 1.702f, kLimit = 1.5f;  // gpt-oss's alpha; a limit many values pass.
   for (const Case& c : cases) {
-    SCOPED_TRACE(StrCat(DTypeName(c.gate_up), "/", DTypeName(c.down), " experts from ", c.expert_begin));
+    SCOPED_TRACE(StrCat(DTypeName(c.gate_up), "/", DTypeName(c.down), " experts from ", c.expert_begin,
+                        c.orders == kNone     ? ""
+                        : c.orders == kShared ? ", act-order"
+                                              : ", act-order, own orders",
+                        c.gpt_oss ? ", gpt-oss's biases and activation" : ""));
     const auto is_float = [](DType t) { return t == DType::kF16 || t == DType::kBF16 || t == DType::kF8_E4M3_B128; };
     const auto weights = [&](DType type, int64_t rows, int64_t cols, uint32_t seed, std::vector<float>* decoded) {
       return type == DType::kQ8_0 || is_float(type) ? RandomWeights(type, rows, cols, seed, decoded)
@@ -877,19 +897,52 @@ TEST_F(CudaBackendTest, TunedRoutedExpertsMatchDoublePrecision) {
     };
     const bool float_experts = is_float(c.gate_up) && is_float(c.down);
     std::vector<std::vector<float>> gu_values(c.n_held), down_values(c.n_held);
+    // Act-order: column j of a matrix multiplies input order[j] (a random permutation per
+    // expert and matrix; up's is gate's with kShared); the natural order otherwise.
+    std::vector<std::array<std::vector<int32_t>, 3>> orders(c.n_held);
     std::vector<std::unique_ptr<PreparedWeight>> prepared;
     std::vector<Backend::ExpertWeights> held;
+    // gpt-oss: per expert the gate, up and down biases, in device memory.
+    std::vector<std::array<std::vector<float>, 3>> biases(c.n_held);
+    std::vector<DeviceBuffer> bias_buffers;
     for (int64_t e = 0; e < c.n_held; ++e) {
       std::vector<uint8_t> gu = weights(c.gate_up, 2 * n_ff, n_embd, 100 + e, &gu_values[e]);
       std::vector<uint8_t> dn = weights(c.down, n_embd, n_ff, 200 + e, &down_values[e]);
       auto g = (*tuned)->PrepareWeight(TensorView(gu.data(), c.gate_up, {2 * n_ff, n_embd}));
       auto d = (*tuned)->PrepareWeight(TensorView(dn.data(), c.down, {n_embd, n_ff}));
       ASSERT_TRUE(g.ok() && d.ok());
-      held.push_back({.gate = g->get(), .gate_row0 = 0, .up = g->get(), .up_row0 = n_ff, .down = d->get()});
+      std::mt19937 rng(300 + e);
+      for (int i = 0; i < 3; ++i) {
+        orders[e][i].resize(i < 2 ? n_embd : n_ff);
+        std::iota(orders[e][i].begin(), orders[e][i].end(), 0);
+        if (c.orders != kNone) std::shuffle(orders[e][i].begin(), orders[e][i].end(), rng);
+      }
+      if (c.orders == kShared) orders[e][1] = orders[e][0];
+      Backend::ExpertWeights w{.gate = g->get(), .gate_row0 = 0, .up = g->get(), .up_row0 = n_ff, .down = d->get()};
+      if (c.orders != kNone) {
+        w.gate_order = orders[e][0];
+        w.up_order = orders[e][1];
+        w.down_order = orders[e][2];
+      }
+      for (int i = 0; i < 3; ++i) {
+        const int64_t len = i < 2 ? n_ff : n_embd;
+        biases[e][i] = c.gpt_oss ? Random(len, 400 + 3 * e + i) : std::vector<float>(len, 0.0f);
+      }
+      if (c.gpt_oss) {
+        TensorView* views[] = {&w.gate_bias, &w.up_bias, &w.down_bias};
+        for (int i = 0; i < 3; ++i) {
+          bias_buffers.push_back(Up(biases[e][i]));
+          *views[i] = bias_buffers.back().View(DType::kF32, {static_cast<int64_t>(biases[e][i].size())});
+        }
+      }
+      held.push_back(w);
       prepared.push_back(*std::move(g));
       prepared.push_back(*std::move(d));
     }
-    auto experts = (*tuned)->PrepareExperts(held, n_ff);
+    const Backend::ExpertActivation activation =
+        c.gpt_oss ? Backend::ExpertActivation{.swiglu_alpha = kAlpha, .swiglu_limit = kLimit}
+                  : Backend::ExpertActivation{};
+    auto experts = (*tuned)->PrepareExperts(held, n_ff, activation);
     ASSERT_TRUE(experts.ok()) << experts.status();
     for (int64_t n : {1, 3, 32, 600}) {
       SCOPED_TRACE(StrCat(n, " tokens"));
@@ -921,16 +974,22 @@ TEST_F(CudaBackendTest, TunedRoutedExpertsMatchDoublePrecision) {
           if (h < 0 || h >= c.n_held) continue;
           std::vector<double> act(n_ff);
           for (int64_t f = 0; f < n_ff; ++f) {
-            double g = 0, u = 0;
+            double g = biases[h][0][f], u = biases[h][1][f];
             for (int64_t i = 0; i < n_embd; ++i) {
-              g += double(gu_values[h][f * n_embd + i]) * x[t * n_embd + i];
-              u += double(gu_values[h][(n_ff + f) * n_embd + i]) * x[t * n_embd + i];
+              g += double(gu_values[h][f * n_embd + i]) * x[t * n_embd + orders[h][0][i]];
+              u += double(gu_values[h][(n_ff + f) * n_embd + i]) * x[t * n_embd + orders[h][1][i]];
             }
-            act[f] = g / (1 + std::exp(-g)) * u;
+            if (c.gpt_oss) {  // transformers' GptOssExperts.
+              g = std::min(g, double(kLimit));
+              u = std::clamp(u, -double(kLimit), double(kLimit));
+              act[f] = (u + 1) * g / (1 + std::exp(-double(kAlpha) * g));
+            } else {
+              act[f] = g / (1 + std::exp(-g)) * u;
+            }
           }
           for (int64_t o = 0; o < n_embd; ++o) {
-            double y = 0;
-            for (int64_t f = 0; f < n_ff; ++f) y += double(down_values[h][o * n_ff + f]) * act[f];
+            double y = biases[h][2][o];
+            for (int64_t f = 0; f < n_ff; ++f) y += double(down_values[h][o * n_ff + f]) * act[orders[h][2][f]];
             want[t * n_embd + o] += w * y;
           }
         }
@@ -940,6 +999,33 @@ TEST_F(CudaBackendTest, TunedRoutedExpertsMatchDoublePrecision) {
       EXPECT_EQ(load, want_load);
     }
   }
+}
+
+// Input orders PrepareExperts cannot take: one that is not a permutation of the matrix's
+// columns (InvalidArgument, before any kernel could read past a row), and one on a float
+// matrix (Unimplemented: only the integer GPTQ types gather; the layer then routes on the host).
+TEST_F(CudaBackendTest, PrepareExpertsRefusesBadInputOrders) {
+  auto tuned = CudaBackend::Create({.device = 0, .kernels = CudaKernels::kTuned});
+  ASSERT_TRUE(tuned.ok()) << tuned.status();
+  constexpr int64_t n = 128;
+  std::vector<float> decoded;
+  std::vector<uint8_t> q = RandomBlocks(DType::kI4_G128, n, n, 1, &decoded);
+  std::vector<uint8_t> f = RandomWeights(DType::kBF16, n, n, 2, &decoded);
+  auto wq = (*tuned)->PrepareWeight(TensorView(q.data(), DType::kI4_G128, {n, n}));
+  auto wf = (*tuned)->PrepareWeight(TensorView(f.data(), DType::kBF16, {n, n}));
+  ASSERT_TRUE(wq.ok() && wf.ok());
+  std::vector<int32_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::vector<int32_t> repeated = order, short_order(order.begin(), order.end() - 1);
+  repeated[7] = 3;
+  for (const std::vector<int32_t>* bad : {&repeated, &short_order}) {
+    const Backend::ExpertWeights e{.gate = wq->get(), .up = wq->get(), .down = wq->get(), .down_order = *bad};
+    const auto got = (*tuned)->PrepareExperts(std::span(&e, 1), n, {});
+    EXPECT_TRUE(absl::IsInvalidArgument(got.status())) << got.status();
+  }
+  const Backend::ExpertWeights e{.gate = wf->get(), .up = wf->get(), .down = wf->get(), .gate_order = order};
+  const auto got = (*tuned)->PrepareExperts(std::span(&e, 1), n, {});
+  EXPECT_TRUE(absl::IsUnimplemented(got.status())) << got.status();
 }
 
 // The tuned kernels' fused RoPE + KV write (one launch) gives the bits of the reference

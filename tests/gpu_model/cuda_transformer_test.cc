@@ -98,6 +98,20 @@ void ExpectGpuMatchesCpu(const std::string& path, double bound, int n_decode = 8
               path.c_str(), worst, bound, s, cpu->ids.size());
 }
 
+// With the tuned kernels every MoE layer of the model at `path` routes on the device: its
+// experts' types are ones the device kernels take (else a layer falls back to the host
+// path, and matching the CPU would not show the device path works).
+void ExpectEveryMoeLayerOnTheDevice(const std::string& path) {
+  auto files = OpenModelFiles(path);
+  ASSERT_TRUE(files.ok()) << files.status();
+  auto gpu = MakeGpu(0, kernels::CudaKernels::kTuned);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  auto t = Transformer::Load(*files, gpu->get(), {});
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_GT((*t)->moe_layers().size(), 0u);
+  EXPECT_EQ((*t)->moe_layers_on_device(), static_cast<int64_t>((*t)->moe_layers().size())) << path;
+}
+
 // One greedy trace per rank of a group of `size` threads: rank r loads on GPU gpu(r) as
 // rank r of `stage` (tp_rank / tp_size set here) over the communicator connect(r) makes, and
 // generates n_decode tokens after prompts[r].
@@ -186,7 +200,8 @@ TEST_F(CudaTransformerTest, MoeModelsMatchTheCpu) {
 // With the tuned kernels, MoE layers route on the device (Backend::RoutedExperts: no
 // logits read back, one call for every expert) and still match the CPU, a 40-token prompt
 // included: Qwen3-MoE in Q8_0 and in Q4_K (experts 256 wide, as K blocks want), and in F32
-// and BF16 (the float experts, against f32 activations).
+// and BF16 (the float experts, against f32 activations); Qwen2-MoE in Q8_0, whose shared
+// expert runs after the routed ones.
 TEST_F(CudaTransformerTest, TunedMoeRoutedOnTheDeviceMatchesTheCpu) {
   testing::TempDir dir;
   const std::pair<DType, double> cases[] = {
@@ -195,8 +210,36 @@ TEST_F(CudaTransformerTest, TunedMoeRoutedOnTheDeviceMatchesTheCpu) {
     const std::string path = dir.path() + "/tuned-moe-" + std::string(DTypeName(type)) + ".gguf";
     testing::WriteRandomModel(
         {.weight_type = type, .moe = testing::MoeFamily::kQwen3Moe, .n_experts = 8, .n_ff_expert = 256}, path);
+    ExpectEveryMoeLayerOnTheDevice(path);
     ExpectGpuMatchesCpu(path, bound, 8, 0.04, kernels::CudaKernels::kTuned, 40);
   }
+  const std::string shared = dir.path() + "/tuned-qwen2moe.gguf";
+  testing::WriteRandomModel({.weight_type = DType::kQ8_0,
+                             .moe = testing::MoeFamily::kQwen2Moe,
+                             .n_experts = 8,
+                             .n_ff_expert = 256,
+                             .n_ff_shared_expert = 256},
+                            shared);
+  ExpectEveryMoeLayerOnTheDevice(shared);
+  ExpectGpuMatchesCpu(shared, 5e-2, 8, 0.04, kernels::CudaKernels::kTuned, 40);
+}
+
+// Qwen3-MoE with act-order GPTQ experts (desc_act, as Qwen3-235B-A22B's GPTQ-INT4 ships):
+// with the tuned kernels the device gathers each row's inputs in each matrix's own order,
+// where the CPU (and the reference kernels) gather them on the host through Linear.
+TEST_F(CudaTransformerTest, TunedActOrderGptqMoeRoutedOnTheDeviceMatchesTheCpu) {
+  testing::TempDir dir;
+  const testing::RandomModelSpec spec{.weight_type = DType::kF32,
+                                      .qk_norm = true,
+                                      .moe = testing::MoeFamily::kQwen3Moe,
+                                      .n_experts = 8,
+                                      .n_experts_used = 2,
+                                      .n_ff_expert = 256,
+                                      .gptq_experts = true,
+                                      .gptq_act_order = true};
+  testing::WriteRandomHfModel(spec, dir.path() + "/gptq-act-order-moe");
+  ExpectEveryMoeLayerOnTheDevice(dir.path() + "/gptq-act-order-moe");
+  ExpectGpuMatchesCpu(dir.path() + "/gptq-act-order-moe", 5e-2, 8, 0.04, kernels::CudaKernels::kTuned, 40);
 }
 
 // Qwen3-MoE as Qwen3-FP8 ships it (E4M3 with 128 x 128 block scales, experts included):
@@ -214,6 +257,7 @@ TEST_F(CudaTransformerTest, TunedFp8MoeRoutedOnTheDeviceMatchesTheCpu) {
                                 .n_ff_expert = 256,
                                 .fp8 = testing::Fp8Form::kBlock};
   testing::WriteRandomHfModel(spec, dir.path() + "/fp8-moe");
+  ExpectEveryMoeLayerOnTheDevice(dir.path() + "/fp8-moe");
   ExpectGpuMatchesCpu(dir.path() + "/fp8-moe", 3e-2, 8, 0.04, kernels::CudaKernels::kTuned, 40);
 }
 
@@ -238,7 +282,15 @@ TEST_F(CudaTransformerTest, GptOssMatchesTheCpu) {
   testing::TempDir dir;
   const std::string path = gpt_oss_test::WriteHf(gpt_oss_test::MakeModel(), dir.path() + "/gpt-oss");
   ExpectGpuMatchesCpu(path, 1e-4, 12);
+  // The tuned kernels route its MoE layers on the device: biases and the clamped SwiGLU in
+  // the expert kernels, F32 experts here and MXFP4 ones (as OpenAI ships them) below.
+  ExpectEveryMoeLayerOnTheDevice(path);
   ExpectGpuMatchesCpu(path, 1e-4, 12, 0.04, kernels::CudaKernels::kTuned);
+  gpt_oss_test::Model m = gpt_oss_test::MakeModel();
+  const std::vector<gpt_oss_test::Mxfp4Layer> mxfp4 = gpt_oss_test::MakeMxfp4Experts(m);
+  const std::string mx_path = gpt_oss_test::WriteHf(m, dir.path() + "/gpt-oss-mxfp4", &mxfp4);
+  ExpectEveryMoeLayerOnTheDevice(mx_path);
+  ExpectGpuMatchesCpu(mx_path, 5e-2, 12, 0.04, kernels::CudaKernels::kTuned);
 }
 
 TEST_F(CudaTransformerTest, RealTinyModelsMatchTheCpu) {

@@ -21,6 +21,7 @@
 #include "model/layers/moe.h"
 #include "model/local_engine.h"
 #include "model/transformer.h"
+#include "tests/gpt_oss_model.h"
 #include "tests/greedy_trace.h"
 #include "tests/guarded_backend.h"
 #include "tests/model/naive_forward.h"
@@ -41,8 +42,9 @@ struct MoeCase {
   DType type = DType::kF32;
   double bound = 1e-4;
   int threads = 1;
-  int hf_shards = 1;  // > 1: a sharded Hugging Face checkpoint (index + shards).
-  bool gptq = false;  // Hugging Face only: experts as a GPTQ checkpoint (INT4, groups of 128).
+  int hf_shards = 1;       // > 1: a sharded Hugging Face checkpoint (index + shards).
+  bool gptq = false;       // Hugging Face only: experts as a GPTQ checkpoint (INT4, groups of 128).
+  bool act_order = false;  // With gptq: act-order (desc_act) experts.
 };
 void PrintTo(const MoeCase& c, std::ostream* os) { *os << c.name; }
 
@@ -53,12 +55,13 @@ testing::RandomModelSpec Spec(const MoeCase& c) {
           .moe = c.family,
           .n_experts = 8,
           .n_experts_used = 2,
-          .n_ff_expert = 128,
+          .n_ff_expert = c.act_order ? 256 : 128,  // Act-order: two groups of 128 for down too.
           .n_ff_shared_expert = 256,
           .norm_topk_prob = c.norm_topk,
           .mlp_only_layers = c.mlp_only_layers,
           .hf_shards = c.hf_shards,
-          .gptq_experts = c.gptq};
+          .gptq_experts = c.gptq,
+          .gptq_act_order = c.act_order};
 }
 
 // Every generated id is the reference's argmax after the ids before it.
@@ -94,6 +97,12 @@ TEST_P(MoeModelTest, MatchesNaiveDoubleForwardFromBothFormats) {
     const TensorInfo* expert = hf->weights->FindTensor("model.layers.2.mlp.experts.7.down_proj.weight");
     ASSERT_NE(expert, nullptr);
     EXPECT_EQ(expert->dtype, DType::kI4_G128);
+    // Act-order experts read their inputs in their own order (Linear gathers them).
+    for (const char* m : {"gate", "up", "down"}) {
+      EXPECT_EQ(hf->weights->FindTensor(StrCat("model.layers.2.mlp.experts.7.", m, "_proj.input_order")) != nullptr,
+                tc.act_order)
+          << m;
+    }
   }
   EXPECT_EQ(hf->config.n_experts, spec.n_experts);
   EXPECT_EQ(hf->config.n_experts_used, spec.n_experts_used);
@@ -158,15 +167,20 @@ TEST_P(MoeModelTest, MatchesNaiveDoubleForwardFromBothFormats) {
 
 INSTANTIATE_TEST_SUITE_P(
     Families, MoeModelTest,
-    ::testing::Values(MoeCase{"Qwen3Moe_f32", MoeFamily::kQwen3Moe},
-                      MoeCase{"Qwen3Moe_no_norm_topk_t2", MoeFamily::kQwen3Moe, false, {}, DType::kF32, 1e-4, 2},
-                      MoeCase{"Qwen3Moe_mlp_only_layer_1", MoeFamily::kQwen3Moe, true, {1}},
-                      MoeCase{"Mixtral_f32_3_shards", MoeFamily::kMixtral, true, {}, DType::kF32, 1e-4, 1, 3},
-                      MoeCase{"Qwen2Moe_f32_shared_expert", MoeFamily::kQwen2Moe, false},
-                      MoeCase{"Qwen2Moe_bf16_norm_topk", MoeFamily::kQwen2Moe, true, {}, DType::kBF16},
-                      // The experts' INT4 weights exactly as the reference dequantizes them; the
-                      // CPU's 8-bit activations are the only difference (as for dense GPTQ).
-                      MoeCase{"Qwen3Moe_gptq_experts", MoeFamily::kQwen3Moe, true, {}, DType::kF32, 3e-2, 2, 1, true}),
+    ::testing::Values(
+        MoeCase{"Qwen3Moe_f32", MoeFamily::kQwen3Moe},
+        MoeCase{"Qwen3Moe_no_norm_topk_t2", MoeFamily::kQwen3Moe, false, {}, DType::kF32, 1e-4, 2},
+        MoeCase{"Qwen3Moe_mlp_only_layer_1", MoeFamily::kQwen3Moe, true, {1}},
+        MoeCase{"Mixtral_f32_3_shards", MoeFamily::kMixtral, true, {}, DType::kF32, 1e-4, 1, 3},
+        MoeCase{"Qwen2Moe_f32_shared_expert", MoeFamily::kQwen2Moe, false},
+        MoeCase{"Qwen2Moe_bf16_norm_topk", MoeFamily::kQwen2Moe, true, {}, DType::kBF16},
+        // The experts' INT4 weights exactly as the reference dequantizes them; the
+        // CPU's 8-bit activations are the only difference (as for dense GPTQ).
+        MoeCase{"Qwen3Moe_gptq_experts", MoeFamily::kQwen3Moe, true, {}, DType::kF32, 3e-2, 2, 1, true},
+        // Act-order (desc_act) experts, as Qwen3-235B-A22B's GPTQ-INT4 ships:
+        // each gathers its inputs in its own order on the host path.
+        MoeCase{
+            "Qwen3Moe_gptq_act_order_experts", MoeFamily::kQwen3Moe, true, {}, DType::kF32, 3e-2, 2, 1, true, true}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // Quantized experts (the GGUF types people publish) against the same reference, which
@@ -258,8 +272,34 @@ TEST(MoeLoadTest, BiasedRouterShowsInTheExpertLoad) {
 // drains), on the guarded backend's stand-in, against the host path on the same backend:
 // greedy ids equal, logits within float reordering, the same expert counts, no host access
 // to backend memory. The 10-token prefill stays on the host path (the stand-in takes up to
-// 4 tokens); the decode steps take the device path. Stacked and separate gate/up; Qwen3-MoE
-// and Mixtral (renormalised or not).
+// 4 tokens); the decode steps take the device path.
+void ExpectRoutedExpertsGiveTheHostPaths(const std::string& path, bool fuse, double bound = 1e-5) {
+  auto files = OpenModelFiles(path);
+  ASSERT_TRUE(files.ok()) << files.status();
+  const std::vector<int32_t> prompt = testing::Prompt(10, files->config.n_vocab);
+  std::vector<testing::Trace> traces;
+  std::vector<std::vector<int64_t>> loads;
+  for (const bool routed : {false, true}) {
+    testing::GuardedBackend backend;
+    backend.set_routes_experts(routed);
+    auto t = Transformer::Load(*files, &backend, {.fuse_projections = fuse});
+    ASSERT_TRUE(t.ok()) << t.status();
+    const auto n_moe = static_cast<int64_t>((*t)->moe_layers().size());
+    EXPECT_EQ((*t)->moe_layers_on_device(), routed ? n_moe : 0);
+    auto trace = testing::Generate(**t, prompt, 6);
+    ASSERT_TRUE(trace.ok()) << trace.status();
+    EXPECT_EQ(backend.n_routed_calls(), routed ? 6 * n_moe : 0);  // 6 decode steps x the MoE layers.
+    traces.push_back(*std::move(trace));
+    loads.push_back((*t)->expert_load());
+  }
+  EXPECT_EQ(traces[1].ids, traces[0].ids);
+  for (size_t s = 0; s < traces[0].logits.size(); ++s) {
+    EXPECT_LT(testing::RelL2(traces[0].logits[s], traces[1].logits[s]), bound) << "step " << s;
+  }
+  EXPECT_EQ(loads[1], loads[0]);
+}
+
+// Stacked and separate gate/up; Qwen3-MoE and Mixtral (renormalised or not).
 TEST(MoeDevicePathTest, RoutedExpertsGiveTheHostPathsTokensAndLoad) {
   for (const MoeFamily family : {MoeFamily::kQwen3Moe, MoeFamily::kMixtral}) {
     for (const bool fuse : {true, false}) {
@@ -267,28 +307,35 @@ TEST(MoeDevicePathTest, RoutedExpertsGiveTheHostPathsTokensAndLoad) {
       testing::TempDir dir;
       const std::string path = dir.path() + "/model.gguf";
       testing::WriteRandomModel(Spec({"dev", family}), path);
-      auto files = OpenModelFiles(path);
-      ASSERT_TRUE(files.ok()) << files.status();
-      const std::vector<int32_t> prompt = testing::Prompt(10, files->config.n_vocab);
-      std::vector<testing::Trace> traces;
-      std::vector<std::vector<int64_t>> loads;
-      for (const bool routed : {false, true}) {
-        testing::GuardedBackend backend;
-        backend.set_routes_experts(routed);
-        auto t = Transformer::Load(*files, &backend, {.fuse_projections = fuse});
-        ASSERT_TRUE(t.ok()) << t.status();
-        auto trace = testing::Generate(**t, prompt, 6);
-        ASSERT_TRUE(trace.ok()) << trace.status();
-        EXPECT_EQ(backend.n_routed_calls(), routed ? 6 * 3 : 0);  // 6 decode steps x 3 MoE layers.
-        traces.push_back(*std::move(trace));
-        loads.push_back((*t)->expert_load());
-      }
-      EXPECT_EQ(traces[1].ids, traces[0].ids);
-      for (size_t s = 0; s < traces[0].logits.size(); ++s) {
-        EXPECT_LT(testing::RelL2(traces[0].logits[s], traces[1].logits[s]), 1e-5) << "step " << s;
-      }
-      EXPECT_EQ(loads[1], loads[0]);
+      ExpectRoutedExpertsGiveTheHostPaths(path, fuse);
     }
+  }
+}
+
+// What the layer hands the device path besides the weights: act-order GPTQ experts' input
+// orders (each matrix's own), gpt-oss's expert biases and clamped SwiGLU (its router's bias
+// is in the logits), and Qwen2-MoE's shared expert, which runs after the routed ones on
+// either path.
+TEST(MoeDevicePathTest, ActOrderGptOssAndSharedExpertsGiveTheHostPaths) {
+  testing::TempDir dir;
+  {
+    SCOPED_TRACE("act-order GPTQ experts");
+    MoeCase c{"act_order", MoeFamily::kQwen3Moe};
+    c.gptq = c.act_order = true;
+    testing::WriteRandomHfModel(Spec(c), dir.path() + "/act-order");
+    // The CPU quantizes the GPTQ experts' activations to 8 bits: a float reordering upstream
+    // (the paths sum the experts' rows in different orders) may move one by a step.
+    ExpectRoutedExpertsGiveTheHostPaths(dir.path() + "/act-order", true, 1e-2);
+  }
+  {
+    SCOPED_TRACE("gpt-oss");
+    ExpectRoutedExpertsGiveTheHostPaths(gpt_oss_test::WriteHf(gpt_oss_test::MakeModel(), dir.path() + "/gpt-oss"),
+                                        true);
+  }
+  {
+    SCOPED_TRACE("Qwen2-MoE shared expert");
+    testing::WriteRandomModel(Spec({"shared", MoeFamily::kQwen2Moe}), dir.path() + "/qwen2moe.gguf");
+    ExpectRoutedExpertsGiveTheHostPaths(dir.path() + "/qwen2moe.gguf", true);
   }
 }
 

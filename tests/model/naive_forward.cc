@@ -27,6 +27,19 @@ Mat Load(const WeightSource& f, const std::string& name) {
                                             tmp.data() + r * cols, cols)
                     .ok());
   }
+  // Act-order GPTQ: the loader stores the columns in the order `P.input_order` names (the
+  // inputs sorted by group, model/format/int4_checkpoint.h, whose tests hold that order and
+  // those values to the format's definition); the reference puts them back in input order.
+  const std::string base = name.ends_with(".weight") ? name.substr(0, name.size() - 7) : std::string();
+  if (!base.empty() && f.FindTensor(base + ".input_order") != nullptr) {
+    auto order = f.Read(base + ".input_order");
+    EXPECT_TRUE(order.ok()) << order.status();
+    const int32_t* o = order->As<int32_t>();
+    Mat m(tmp.size());
+    for (int64_t r = 0; r < t->Rows(); ++r)
+      for (int64_t j = 0; j < cols; ++j) m[r * cols + o[j]] = tmp[r * cols + j];
+    return m;
+  }
   return Mat(tmp.begin(), tmp.end());
 }
 
