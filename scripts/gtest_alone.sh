@@ -6,7 +6,11 @@
 # every GPU test after a faulting one fails too; run alone, the tests that fail only because
 # of it pass, and the ones that fail on their own are named. scripts/gpu_check.sh calls it.
 # TIMEOUT_S bounds each test (default 120); BUDGET_S, when given, all of them: tests left
-# when it is spent are listed as "alone: NOT RUN".
+# when it is spent are listed as "alone: NOT RUN". With SANITIZE_OUT set and CUDA's
+# compute-sanitizer on the PATH, a test that fails alone runs once more under its memcheck
+# (within TIMEOUT_S; its first reports come early), the log in $SANITIZE_OUT/<test>.log
+# and its first errors printed: the kernel and the bad access, where the test only saw a
+# sticky error.
 #   scripts/gtest_alone.sh BINARY LOG [TIMEOUT_S] [BUDGET_S]
 set -uo pipefail
 bin=$1 log=$2 limit=${3:-120} budget=${4:-0}
@@ -26,7 +30,7 @@ while IFS= read -r line; do
     echo "alone: NOT RUN $full"
     continue
   fi
-  timeout "$limit" "$bin" --gtest_filter="$full" >/dev/null 2>&1
+  (timeout "$limit" "$bin" --gtest_filter="$full"; exit $?) >/dev/null 2>&1  # The shell here reports a crash, quietly.
   rc=$?
   case $rc in
     0) verdict=OK ;;
@@ -35,4 +39,10 @@ while IFS= read -r line; do
     *) verdict="CRASHED (exit $rc)" ;;
   esac
   echo "alone: $verdict $full"
+  if [[ $verdict != OK && -n ${SANITIZE_OUT:-} ]] && command -v compute-sanitizer >/dev/null; then
+    mkdir -p "$SANITIZE_OUT"
+    slog=$SANITIZE_OUT/${full//\//_}.log
+    timeout "$limit" compute-sanitizer --tool memcheck --print-limit 10 "$bin" --gtest_filter="$full" >"$slog" 2>&1
+    grep -m 3 -E "^========= (Invalid|Program hit|Out-of-range|Misaligned|Malloc|Error)" "$slog" | sed 's/^/  memcheck: /'
+  fi
 done < <("$bin" --gtest_list_tests)

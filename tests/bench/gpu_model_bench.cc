@@ -50,6 +50,9 @@ struct Figures {
 struct Result {
   std::string model, backend;
   int64_t weight_bytes = 0;
+  // The weight bytes a batch-1 decode step reads: all of them for a dense model; for a MoE
+  // model the routed experts' only in the share top_k / n_experts that one token chooses.
+  int64_t step_bytes = 0;
   int max_batch = 32;
   std::vector<Figures> rows;  // The first is the eager reference kernels.
 };
@@ -85,8 +88,11 @@ Result Bench(const std::string& name, const std::string& path, kernels::Backend*
   auto t = model::Transformer::Load(*files, backend, {});
   Check(t.status(), "load " + path);
   r.weight_bytes = (*t)->weight_bytes();
-  std::printf("%s on %s: loaded %.2f GB in %.1f s\n", name.c_str(), backend_name, r.weight_bytes / 1e9,
-              SecondsSince(t_load));
+  const model::ModelConfig& c = (*t)->config();
+  const double chosen = c.n_experts > 0 ? static_cast<double>(c.n_experts_used) / c.n_experts : 1.0;
+  r.step_bytes = r.weight_bytes - static_cast<int64_t>((*t)->expert_bytes() * (1.0 - chosen));
+  std::printf("%s on %s: loaded %.2f GB (a batch-1 step reads %.2f GB) in %.1f s\n", name.c_str(), backend_name,
+              r.weight_bytes / 1e9, r.step_bytes / 1e9, SecondsSince(t_load));
   constexpr int64_t kBlock = 16, kContext = 128, kSteps = 16, kPrefill = 512;
   const int max_batch = quick ? 4 : 32;
   const int64_t blocks_per_seq = (std::max(kPrefill, kContext + kSteps) + kBlock - 1) / kBlock;
@@ -207,13 +213,15 @@ std::vector<std::pair<std::string, cascade::testing::RandomModelSpec>> WrittenMo
   return models;
 }
 
-// The rows a dense model is measured against, after it is unloaded: the copy roofline (every
-// weight byte read once per step at the copy bandwidth: decode only) and, for BF16, the
-// cuBLAS anchor of the same matrices (tests/bench/cublas_anchor.h).
+// The rows a model is measured against, after it is unloaded: the copy roofline (decode
+// only: each step reads its weight bytes once at the copy bandwidth, a batch-1 step its
+// step_bytes, a batch of max_batch every weight) and, for a dense BF16 model, the cuBLAS
+// anchor of the same matrices (tests/bench/cublas_anchor.h).
 void AddAnchors(const cascade::testing::RandomModelSpec& spec, double copy_bw, Result& r) {
-  const double step_s = r.weight_bytes / copy_bw;
-  r.rows.push_back({.config = "copy roofline", .decode1 = 1 / step_s, .decode_max = r.max_batch / step_s});
-  if (spec.weight_type != DType::kBF16) return;
+  r.rows.push_back({.config = "copy roofline",
+                    .decode1 = copy_bw / r.step_bytes,
+                    .decode_max = r.max_batch * copy_bw / r.weight_bytes});
+  if (spec.weight_type != DType::kBF16 || spec.moe != cascade::testing::MoeFamily::kNone) return;
   const int64_t head_dim = spec.n_embd / spec.n_heads;
   const bench::DenseShape shape{.n_layers = spec.n_layers,
                                 .n_embd = spec.n_embd,
@@ -230,8 +238,9 @@ void AddAnchors(const cascade::testing::RandomModelSpec& spec, double copy_bw, R
   r.rows.push_back(a);
 }
 
-// A row per configuration; b=1 bandwidth is the weight bytes a decode step reads over its
-// time, against the copy bandwidth and against the model's anchor row where it has one.
+// A row per configuration; b=1 bandwidth is the weight bytes a batch-1 decode step reads
+// (step_bytes) over its time, against the copy bandwidth and against the model's anchor row
+// where it has one.
 void Report(const std::vector<Result>& results, double copy_bw, const std::string& json_path) {
   std::printf("\n%-40s %-8s %-15s %11s %11s %12s %9s %7s %10s\n", "model", "backend", "kernels", "prefill t/s",
               "decode b=1", "decode b=32*", "b=1 GB/s", "of copy", "of anchor");
@@ -244,7 +253,7 @@ void Report(const std::vector<Result>& results, double copy_bw, const std::strin
     }
     std::string rows;
     for (const Figures& f : r.rows) {
-      const double gb_s = r.weight_bytes * f.decode1 / 1e9;
+      const double gb_s = r.step_bytes * f.decode1 / 1e9;
       char of_anchor[16] = "";
       if (anchor != nullptr && anchor != &f && anchor->decode1 > 0) {
         std::snprintf(of_anchor, sizeof(of_anchor), "%.2fx", f.decode1 / anchor->decode1);
@@ -258,9 +267,10 @@ void Report(const std::vector<Result>& results, double copy_bw, const std::strin
     // The run's own keys are the reference kernels' figures (gpu_cluster_check.sh reads them).
     const Figures& ref = r.rows.front();
     json += StrCat(i ? ", " : "", "{\"model\": \"", r.model, "\", \"backend\": \"", r.backend,
-                   "\", \"weight_bytes\": ", r.weight_bytes, ", \"max_batch\": ", r.max_batch,
-                   ", \"prefill_tok_s\": ", ref.prefill, ", \"decode_b1_tok_s\": ", ref.decode1,
-                   ", \"decode_b32_tok_s\": ", ref.decode_max, ", \"rows\": [", rows, "]}");
+                   "\", \"weight_bytes\": ", r.weight_bytes, ", \"step_bytes\": ", r.step_bytes,
+                   ", \"max_batch\": ", r.max_batch, ", \"prefill_tok_s\": ", ref.prefill,
+                   ", \"decode_b1_tok_s\": ", ref.decode1, ", \"decode_b32_tok_s\": ", ref.decode_max, ", \"rows\": [",
+                   rows, "]}");
   }
   std::printf("* the cpu reference runs batch 4 and a 128-token prefill (to keep the check short)\n");
   json += "]}\n";
@@ -299,7 +309,7 @@ int main(int argc, char** argv) {
     results.push_back(Bench(name, path, gpu->get(), "cuda:0", false, o.graphs, o.tuned));
     (*gpu)->set_kernels(kernels::CudaKernels::kReference);
     std::filesystem::remove(path);
-    if (spec.moe == cascade::testing::MoeFamily::kNone) AddAnchors(spec, copy_bw, results.back());
+    AddAnchors(spec, copy_bw, results.back());
   }
   Report(results, copy_bw, o.json_path);
   return 0;
