@@ -1,8 +1,11 @@
 // Backend's default memory: 64-byte aligned host allocations and plain copies, what the
 // CPU backend (and any host-memory backend) needs.
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <numeric>
+#include <vector>
 
 #include "core/status.h"
 #include "core/str_cat.h"
@@ -112,6 +115,26 @@ absl::Status CheckScaledRows(const TensorView& out, const TensorView& in, std::s
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckSigmoidGatedRows(const TensorView& out, const TensorView& in, const TensorView& gate) {
+  if (out.dtype != DType::kF32 || in.dtype != DType::kF32 || gate.dtype != DType::kF32 || out.Rows() != in.Rows() ||
+      out.Cols() != in.Cols() || gate.NumElements() != in.Rows()) {
+    return absl::InvalidArgumentError(StrCat("AddSigmoidGatedRows: out ", out.ShapeString(), ", in ", in.ShapeString(),
+                                             ", gate ", gate.ShapeString()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Backend::AddSigmoidGatedRows(TensorView out, const TensorView& in, const TensorView& gate) {
+  CASCADE_RETURN_IF_ERROR(CheckSigmoidGatedRows(out, in, gate));
+  const int64_t n = in.Rows();
+  std::vector<float> scales(n);
+  CASCADE_RETURN_IF_ERROR(CopyOut(scales.data(), gate.data, static_cast<size_t>(n) * sizeof(float)));
+  for (float& v : scales) v = 1.0f / (1.0f + std::exp(-v));
+  std::vector<int32_t> rows(n);
+  std::iota(rows.begin(), rows.end(), 0);
+  return AddScaledRows(out, in, rows, scales);
 }
 
 absl::Status Backend::LinearParts(std::span<const TensorView> outs, const TensorView& in, const PreparedWeight& weight,

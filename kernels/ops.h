@@ -328,6 +328,12 @@ class Backend {
   virtual absl::Status AddScaledRows(TensorView out, const TensorView& in, std::span<const int32_t> rows,
                                      std::span<const float> scales) = 0;
 
+  // out[i, :] += sigmoid(gate[i]) * in[i, :] for each row i: a shared expert's output
+  // scaled by its gate (Qwen2-MoE). out and in [n, d], gate n values, all f32 in this
+  // backend's memory. The default reads the gate back to the host (CopyOut) and adds
+  // through AddScaledRows; a device backend may do it where the values are.
+  virtual absl::Status AddSigmoidGatedRows(TensorView out, const TensorView& in, const TensorView& gate);
+
   // out [n_ids, n_embd] f32 = rows `ids` of table [n_vocab, n_embd] (any supported dtype).
   // InvalidArgument for an id outside [0, n_vocab).
   virtual absl::Status Embedding(TensorView out, const TensorView& table, std::span<const int32_t> ids) = 0;
@@ -357,6 +363,8 @@ absl::Status CheckLinearParts(std::span<const TensorView> outs, const TensorView
 // The shape and row checks of AddScaledRows.
 absl::Status CheckScaledRows(const TensorView& out, const TensorView& in, std::span<const int32_t> rows,
                              std::span<const float> scales);
+// The shape checks of AddSigmoidGatedRows.
+absl::Status CheckSigmoidGatedRows(const TensorView& out, const TensorView& in, const TensorView& gate);
 
 // Makes `buf` hold at least `bytes` of `backend`'s memory (its staging memory when
 // `staging`), reallocating (contents lost) only when it is smaller: for workspaces that

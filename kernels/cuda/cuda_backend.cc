@@ -70,6 +70,7 @@ enum OpCode : uint64_t {
   kOpMoe,
   kOpRopeWriteKv,
   kOpGather,
+  kOpSigmoidGated,
 };
 constexpr int64_t kKeysPerSplit = 256;  // Flash-decoding: keys per (row, head) block.
 // With the tuned kernels, a sequence feeding more rows than this is a prefill chunk: its
@@ -628,6 +629,18 @@ class CudaBackendImpl final : public CudaBackend {
     if (graphs_->dry()) return absl::OkStatus();
     cuda::AddScaledRows(F32(out), F32(in), dev_rows, dev_scales, in.Rows(), in.Cols(), stream_);
     return LastError("AddScaledRows");
+  }
+
+  // The tuned kernels scale by the gate on the device; the reference path (the one measured
+  // on a GPU) reads it back to the host, as Backend's default does.
+  absl::Status AddSigmoidGatedRows(TensorView out, const TensorView& in, const TensorView& gate) override {
+    if (kernels_ != CudaKernels::kTuned) return Backend::AddSigmoidGatedRows(out, in, gate);
+    Bind();
+    CASCADE_RETURN_IF_ERROR(CheckSigmoidGatedRows(out, in, gate));
+    graphs_->Sign({kOpSigmoidGated, Bits(out.data), Bits(in.data), Bits(gate.data), Dims(in)});
+    if (graphs_->dry()) return absl::OkStatus();
+    cuda::AddSigmoidGatedRows(F32(out), F32(in), F32(gate), in.Rows(), in.Cols(), stream_);
+    return LastError("AddSigmoidGatedRows");
   }
 
   absl::Status Embedding(TensorView out, const TensorView& table, std::span<const int32_t> ids) override {

@@ -293,6 +293,14 @@ __global__ void AddScaledRowsKernel(float* out, const float* in, const int32_t* 
   }
 }
 
+__global__ void AddSigmoidGatedRowsKernel(float* out, const float* in, const float* gate, int64_t n_rows, int64_t d) {
+  const int64_t n = n_rows * d;
+  for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    const float w = 1.0f / (1.0f + expf(-gate[i / d]));  // As Backend::AddSigmoidGatedRows.
+    out[i] += w * in[i];
+  }
+}
+
 __global__ void AddBiasKernel(float* out, const float* bias, int64_t n_tokens, int64_t n_out) {
   const int64_t n = n_tokens * n_out;
   for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) out[i] += bias[i % n_out];
@@ -613,6 +621,13 @@ void Rope(float* x, const int32_t* positions, const float* inv_freq, int64_t n_t
 void AddScaledRows(float* out, const float* in, const int32_t* rows, const float* scales, int64_t n_rows, int64_t d,
                    cudaStream_t stream) {
   if (n_rows > 0 && d > 0) AddScaledRowsKernel<<<Grid(d, 128), 128, 0, stream>>>(out, in, rows, scales, n_rows, d);
+}
+
+void AddSigmoidGatedRows(float* out, const float* in, const float* gate, int64_t n_rows, int64_t d,
+                         cudaStream_t stream) {
+  if (n_rows > 0 && d > 0) {
+    AddSigmoidGatedRowsKernel<<<Grid(n_rows * d, 256), 256, 0, stream>>>(out, in, gate, n_rows, d);
+  }
 }
 
 void GatherColumns(float* out, const float* in, const int32_t* cols, int64_t n_rows, int64_t d, int64_t n_cols,

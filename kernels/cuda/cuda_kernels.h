@@ -59,6 +59,9 @@ void Add(float* out, const float* in, int64_t n, cudaStream_t stream);
 // repeat: one thread per column walks every row); in [n_rows, d].
 void AddScaledRows(float* out, const float* in, const int32_t* rows, const float* scales, int64_t n_rows, int64_t d,
                    cudaStream_t stream);
+// out[i, :] += sigmoid(gate[i]) * in[i, :] for i in [0, n_rows); in [n_rows, d].
+void AddSigmoidGatedRows(float* out, const float* in, const float* gate, int64_t n_rows, int64_t d,
+                         cudaStream_t stream);
 // out[t, o] += bias[o].
 void AddBias(float* out, const float* bias, int64_t n_tokens, int64_t n_out, cudaStream_t stream);
 // out [n_ids, n_embd] = rows `ids` of table (any WeightCode), as f32.

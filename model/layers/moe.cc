@@ -352,18 +352,13 @@ absl::Status MoeBlock::RunShared(TensorView acc, const TensorView& x, MoeScratch
   const int64_t n = x.Rows();
   const TensorView g = View(*s.shared_logits, n, 1);
   CASCADE_RETURN_IF_ERROR(shared_router_.Forward(g, x));
-  s.host_shared.resize(n);
-  CASCADE_RETURN_IF_ERROR(b.CopyOut(s.host_shared.data(), g.data, static_cast<size_t>(n) * sizeof(float)));
-  for (float& v : s.host_shared) v = 1.0f / (1.0f + std::exp(-v));
   const TensorView gate = View(*s.gate, n, n_ff_shared_), up = View(*s.up, n, n_ff_shared_);
   const TensorView gate_up[] = {gate, up};
   CASCADE_RETURN_IF_ERROR(shared_.gate_up.Forward(gate_up, x, {}));
   CASCADE_RETURN_IF_ERROR(Activate(gate, up));
   const TensorView out = View(*s.x, n, n_embd_);  // Free: the routed rows are in acc already.
   CASCADE_RETURN_IF_ERROR(shared_.down.Forward(out, gate));
-  s.all_rows.resize(n);
-  std::iota(s.all_rows.begin(), s.all_rows.end(), 0);
-  return b.AddScaledRows(acc, out, s.all_rows, s.host_shared);
+  return b.AddSigmoidGatedRows(acc, out, g);
 }
 
 absl::Status MoeBlock::Forward(TensorView hidden, const TensorView& x, MoeScratch& s, std::span<int64_t> load,

@@ -11,7 +11,7 @@
 //     for prefill, k GEMVs for a decode token. Experts no token chose cost nothing.
 //  3. One weighted scatter (Backend::AddScaledRows) adds every expert row back into its
 //     token's row, scaled by its routing weight; Qwen2-MoE's shared expert adds its output
-//     scaled by sigmoid(shared gate) the same way.
+//     scaled by sigmoid(shared gate) (Backend::AddSigmoidGatedRows).
 //
 // On the device: where the backend prepared this layer's experts (Backend::PrepareExperts:
 // the CUDA backend, for the block types with an integer form and the float types, with
@@ -73,11 +73,10 @@ struct MoeScratch {
   // hidden 2048 saves 32 MiB.
   std::unique_ptr<kernels::Buffer> x, gate, up;
   std::unique_ptr<kernels::Buffer> partial;  // The rank's partial sum under TP.
-  std::vector<float> host_logits, host_shared, zeros;
+  std::vector<float> host_logits, zeros;
   std::vector<int32_t> token_of_row;  // Grouped row -> token.
   std::vector<float> weight_of_row;   // Grouped row -> routing weight.
   std::vector<int64_t> expert_rows;   // Held expert -> its first grouped row (+ end).
-  std::vector<int32_t> all_rows;      // 0..n-1 (the shared expert's scatter).
   // All-to-all: the rows dispatched and received, the experts' sums sent back and those
   // received (backend memory), and the counts and pairs on their way (backend memory).
   std::unique_ptr<kernels::Buffer> sent, received, summed, combined, meta_out, meta_in;

@@ -456,6 +456,18 @@ TEST_F(CudaBackendTest, ElementwiseOpsMatchTheCpuBackend) {
     ASSERT_TRUE(cpu_->AddScaledRows(host(want, n, d), host(xc, n, d), rows, scales).ok());
     EXPECT_LT(RelL2(Down(out, n * d), want), 1e-6);
   }
+  for (const CudaKernels k : {CudaKernels::kReference, CudaKernels::kTuned}) {
+    // A shared expert's gated add: the gate read back (reference) or applied on the device.
+    auto b = CudaBackend::Create({.device = 0, .kernels = k});
+    ASSERT_TRUE(b.ok()) << b.status();
+    std::vector<float> gate = Random(n, 13, 3.0f);
+    DeviceBuffer out = Up(g), dgate = Up(gate);
+    ASSERT_TRUE((*b)->AddSigmoidGatedRows(view(out, n, d), view(dx, n, d), dgate.View(DType::kF32, {n, 1})).ok());
+    ASSERT_TRUE((*b)->Synchronize().ok());
+    std::vector<float> want = g, xc = x;
+    ASSERT_TRUE(cpu_->AddSigmoidGatedRows(host(want, n, d), host(xc, n, d), host(gate, n, 1)).ok());
+    EXPECT_LT(RelL2(Down(out, n * d), want), 1e-6) << (k == CudaKernels::kTuned ? "tuned" : "reference");
+  }
   for (RopeStyle style : {RopeStyle::kAdjacentPairs, RopeStyle::kRotateHalf}) {
     std::vector<float> inv_freq(head_dim / 2);
     for (int64_t i = 0; i < head_dim / 2; ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / head_dim);

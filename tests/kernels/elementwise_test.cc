@@ -144,6 +144,33 @@ TEST(ElementwiseTest, AddScaledRows) {
                      kInvalidArgument);
 }
 
+// A shared expert's gated add (Backend's default, which the CPU backend runs): out[i] +=
+// sigmoid(gate[i]) * in[i], against the logistic in double; a gate of the wrong length is
+// refused.
+TEST(ElementwiseTest, AddSigmoidGatedRows) {
+  auto b = MakeCpuBackend({});
+  const int64_t n = 5, d = 33;
+  const std::vector<float> base = Random(n * d, 10), in = Random(n * d, 11);
+  std::vector<float> gate = Random(n, 12), out = base;
+  gate[0] = 30.0f;   // sigmoid 1.
+  gate[1] = -30.0f;  // sigmoid ~0.
+  ASSERT_TRUE(b->AddSigmoidGatedRows(TensorView(out.data(), DType::kF32, {n, d}),
+                                     TensorView(const_cast<float*>(in.data()), DType::kF32, {n, d}),
+                                     TensorView(gate.data(), DType::kF32, {n, 1}))
+                  .ok());
+  for (int64_t i = 0; i < n; ++i) {
+    const double s = 1.0 / (1.0 + std::exp(-double(gate[i])));
+    for (int64_t c = 0; c < d; ++c) {
+      const double want = base[i * d + c] + s * in[i * d + c];
+      ASSERT_NEAR(out[i * d + c], want, 1e-6 * (1 + std::fabs(want))) << i << ", " << c;
+    }
+  }
+  EXPECT_STATUS_CODE(b->AddSigmoidGatedRows(TensorView(out.data(), DType::kF32, {n, d}),
+                                            TensorView(const_cast<float*>(in.data()), DType::kF32, {n, d}),
+                                            TensorView(gate.data(), DType::kF32, {n - 1, 1})),
+                     kInvalidArgument);
+}
+
 // RoPE in both layouts against the rotation written out per pair.
 TEST(ElementwiseTest, RopeBothLayouts) {
   auto b = MakeCpuBackend({});
