@@ -450,7 +450,7 @@ nlohmann::json HfConfig(const RandomModelSpec& s) {
       if (v5) c["qkv_bias"] = true;
     }
   }
-  if (s.gptq_experts) {
+  if (s.gptq_experts || s.gptq_projections) {
     c["quantization_config"] = GptqConfig(kGptqGroup);
     c["quantization_config"]["desc_act"] = s.gptq_act_order;
   }
@@ -579,10 +579,26 @@ void WriteRandomHfModel(const RandomModelSpec& s, const std::string& dir) {
   const DType wt = s.weight_type;
   CASCADE_CHECK(wt == DType::kF32 || wt == DType::kF16 || wt == DType::kBF16) << DTypeName(wt);
   CASCADE_CHECK(!s.gptq_experts || (wt == DType::kF32 && s.moe != MoeFamily::kNone)) << "GPTQ experts: F32 MoE only";
-  CASCADE_CHECK(!s.gptq_act_order || s.gptq_experts) << "act-order: GPTQ experts only";
+  CASCADE_CHECK(!s.gptq_projections || wt == DType::kF32) << "GPTQ projections: F32 only";
+  CASCADE_CHECK(!s.gptq_act_order || s.gptq_experts || s.gptq_projections) << "act-order: GPTQ only";
   CASCADE_CHECK(s.rope_freq_factors.empty()) << "config.json has no per-frequency RoPE divisors";
   const auto st_dtype = [](DType t) { return t == DType::kF32 ? "F32" : t == DType::kF16 ? "F16" : "BF16"; };
   std::vector<SafetensorsEntry> entries;
+  // `P.weight` [rows, cols] becomes P.qweight, P.qzeros, P.g_idx, P.scales (expert e's
+  // order, or the layer's for e = 0).
+  const auto add_gptq = [&](const std::string& name, const float* values, int64_t rows, int64_t cols, int64_t e) {
+    const std::string p = name.substr(0, name.size() - 7);
+    if (s.gptq_act_order) {
+      const bool second = name.find("down_proj") != std::string::npos || name.find("o_proj") != std::string::npos;
+      for (SafetensorsEntry& q :
+           PackActOrderGptq(p, values, rows, cols, kGptqGroup, ActOrder(cols, e, second)).entries) {
+        entries.push_back(std::move(q));
+      }
+      return;
+    }
+    const QuantMatrix m = Rtn(values, rows, cols, kGptqGroup);
+    for (SafetensorsEntry& q : PackGptq(p, m, true)) entries.push_back(std::move(q));
+  };
   for (Tensor& t : RandomTensors(s)) {
     if (t.hf.empty()) continue;
     const int64_t cols = t.shape.back();
@@ -593,6 +609,10 @@ void WriteRandomHfModel(const RandomModelSpec& s, const std::string& dir) {
     }
     if (!t.mx_codes.empty() && t.experts == 0) {
       AddMxfp4Entries(t, t.hf, -1, entries);
+      continue;
+    }
+    if (t.experts == 0 && s.gptq_projections && t.hf.ends_with("_proj.weight")) {
+      add_gptq(t.hf, t.values.data(), t.shape[0], cols, 0);
       continue;
     }
     if (t.experts == 0) {
@@ -613,18 +633,8 @@ void WriteRandomHfModel(const RandomModelSpec& s, const std::string& dir) {
         AddMxfp4Entries(t, name, e, entries);
         continue;
       }
-      if (s.gptq_experts) {  // `P.weight` becomes P.qweight, P.qzeros, P.g_idx, P.scales.
-        const std::string p = name.substr(0, name.size() - 7);
-        if (s.gptq_act_order) {
-          const bool down = name.find("down_proj") != std::string::npos;
-          for (SafetensorsEntry& q :
-               PackActOrderGptq(p, part.data(), t.shape[1], cols, kGptqGroup, ActOrder(cols, e, down)).entries) {
-            entries.push_back(std::move(q));
-          }
-          continue;
-        }
-        const QuantMatrix m = Rtn(part.data(), t.shape[1], cols, kGptqGroup);
-        for (SafetensorsEntry& q : PackGptq(p, m, true)) entries.push_back(std::move(q));
+      if (s.gptq_experts) {
+        add_gptq(name, part.data(), t.shape[1], cols, e);
         continue;
       }
       entries.push_back({name, st_dtype(t.dtype), {t.shape[1], t.shape[2]}, Encode(t.dtype, part, cols)});

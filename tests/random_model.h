@@ -97,8 +97,12 @@ struct RandomModelSpec {
   // checkpoint writes it (round-to-nearest 4 bits, groups of 128, tests/int4_writer.h),
   // the rest F32, with config.json's quantization_config (as GPTQ MoE checkpoints come).
   bool gptq_experts = false;
-  // With gptq_experts: act-order (desc_act) checkpoints, each expert's gate and up reading
-  // their inputs in one order of the expert's own and its down in another
+  // Hugging Face only, weight_type F32: every projection outside the experts too
+  // (`*_proj.weight`: Q/K/V/O, a dense MLP) written as GPTQ (with gptq_experts for MoE).
+  bool gptq_projections = false;
+  // With gptq_experts or gptq_projections: act-order (desc_act) checkpoints, each matrix
+  // reading its inputs in an order of its expert's (or the layer's) own: one for the
+  // matrices of the layer's input (Q/K/V, gate/up), another for O and down
   // (tests/int4_writer.h PackActOrderGptq).
   bool gptq_act_order = false;
   // Weight type F32, not `llama` (its Q/K rows are permuted in GGUF): every projection

@@ -49,10 +49,7 @@ absl::StatusOr<Linear> Linear::LoadRow(WeightLoader& loader, const std::string& 
   CASCADE_ASSIGN_OR_RETURN(std::shared_ptr<const InputOrder> order, ReadInputOrder(loader, name, cols));
   const int64_t end = in_cols.end < 0 ? cols : in_cols.end;
   if (order != nullptr && (in_cols.begin != 0 || end != cols)) {
-    return absl::UnimplementedError(StrCat("'", name,
-                                           "' is an act-order (desc_act) GPTQ weight: its inputs cannot be split "
-                                           "over tensor-parallel ranks; serve it at TP=1 or use a desc_act=false "
-                                           "checkpoint"));
+    return LoadRowsOfWholeInput(loader, name, rows, cols, in_cols, group, out_rows, std::move(order));
   }
   CASCADE_ASSIGN_OR_RETURN(const kernels::PreparedWeight* w, loader.Matrix(name, rows, cols, out_rows, in_cols));
   Linear l(loader.backend(), w, ParallelKind::kRow, group);
@@ -60,7 +57,78 @@ absl::StatusOr<Linear> Linear::LoadRow(WeightLoader& loader, const std::string& 
   return l;
 }
 
+absl::StatusOr<Linear> Linear::LoadRowsOfWholeInput(WeightLoader& loader, const std::string& name, int64_t rows,
+                                                    int64_t cols, IndexRange in_cols, BackendComm* group,
+                                                    IndexRange out_rows, std::shared_ptr<const InputOrder> order) {
+  const auto refuse = [&](std::string_view why) {
+    return absl::UnimplementedError(StrCat("'", name, "' is an act-order (desc_act) GPTQ weight split by its inputs ",
+                                           why, "; serve it at TP=1 or use a desc_act=false checkpoint"));
+  };
+  if (group == nullptr) return refuse("without a group to gather them (an expert's down: use expert parallelism)");
+  const int size = group->size(), rank = group->rank();
+  const int64_t per_rank = cols / size, row0 = out_rows.begin;
+  const int64_t n_out = (out_rows.end < 0 ? rows : out_rows.end) - row0;
+  if (cols % size != 0 || in_cols.begin != rank * per_rank || in_cols.end != (rank + 1) * per_rank) {
+    return refuse(StrCat("unevenly (columns [", in_cols.begin, ", ", in_cols.end, ") of ", cols, " on rank ", rank,
+                         " of ", size, ")"));
+  }
+  if (n_out % size != 0) return refuse(StrCat("with ", n_out, " outputs over ", size, " ranks"));
+  const int64_t mine = n_out / size;
+  CASCADE_ASSIGN_OR_RETURN(const kernels::PreparedWeight* w,
+                           loader.Matrix(name, rows, cols, IndexRange{row0 + rank * mine, row0 + (rank + 1) * mine}));
+  Linear l(loader.backend(), w, ParallelKind::kRow, group);
+  l.order_ = std::move(order);
+  l.whole_input_ = std::make_shared<RowsOfWholeInput>();
+  return l;
+}
+
+// Row t * size + r of a [n * size, d] view of a token-major buffer is row r * n + t of the
+// rank-major one an all-gather of [n, d] per rank gives: the ids that reorder it.
+static std::vector<int32_t> TokenMajorRows(int64_t n, int size) {
+  std::vector<int32_t> ids(static_cast<size_t>(n * size));
+  for (int64_t t = 0; t < n; ++t)
+    for (int r = 0; r < size; ++r) ids[t * size + r] = static_cast<int32_t>(r * n + t);
+  return ids;
+}
+
+absl::Status Linear::ForwardRowsOfWholeInput(TensorView out, const TensorView& in, const TensorView& bias) const {
+  kernels::Backend& b = *backend_;
+  const int size = group_->size();
+  const int64_t n = in.Rows(), part = in.Cols(), n_in = part * size, mine = weight_->n_out();
+  if (n_in != static_cast<int64_t>(order_->cols.size()) || out.Rows() != n || out.Cols() != mine * size) {
+    return absl::InvalidArgumentError(StrCat("linear over the gathered inputs: in ", in.ShapeString(), " on ", size,
+                                             " ranks, out ", out.ShapeString(), " for ", mine, " rows a rank"));
+  }
+  const auto grow = [&](std::unique_ptr<kernels::Buffer>& buf, int64_t floats) {
+    return kernels::GrowBuffer(b, buf, static_cast<size_t>(floats) * sizeof(float));
+  };
+  const RowsOfWholeInput& w = *whole_input_;
+  CASCADE_RETURN_IF_ERROR(grow(w.inputs, n * n_in));
+  CASCADE_RETURN_IF_ERROR(grow(w.whole, n * n_in));
+  CASCADE_RETURN_IF_ERROR(grow(w.rows, n * mine));
+  CASCADE_RETURN_IF_ERROR(grow(w.all_rows, n * mine * size));
+  const auto view = [&](const kernels::Buffer& buf, int64_t r, int64_t c) {
+    return TensorView(buf.data(), DType::kF32, {r, c}, b.device());
+  };
+  const std::vector<int32_t> token_major = TokenMajorRows(n, size);
+  // Every rank's input share, rank-major, then token-major: the layer's whole input.
+  CASCADE_RETURN_IF_ERROR(group_->AllGather(in.data, static_cast<size_t>(n * part) * sizeof(float), w.inputs->data()));
+  CASCADE_RETURN_IF_ERROR(b.Embedding(view(*w.whole, n * size, part), view(*w.inputs, size * n, part), token_major));
+  // This rank's rows over it, in the weight's input order.
+  CASCADE_RETURN_IF_ERROR(kernels::GrowBuffer(b, order_->gathered, static_cast<size_t>(n * n_in) * sizeof(float)));
+  const TensorView gathered = view(*order_->gathered, n, n_in);
+  CASCADE_RETURN_IF_ERROR(b.GatherColumns(gathered, view(*w.whole, n, n_in), order_->cols));
+  CASCADE_RETURN_IF_ERROR(b.Linear(view(*w.rows, n, mine), gathered, *weight_, {}));
+  // Every rank's rows, token-major into out; every rank adds the whole bias.
+  CASCADE_RETURN_IF_ERROR(
+      group_->AllGather(w.rows->data(), static_cast<size_t>(n * mine) * sizeof(float), w.all_rows->data()));
+  const TensorView out_rows(out.data, DType::kF32, {n * size, mine}, out.device);
+  CASCADE_RETURN_IF_ERROR(b.Embedding(out_rows, view(*w.all_rows, size * n, mine), token_major));
+  return bias.data != nullptr ? b.AddBias(out, bias) : absl::OkStatus();
+}
+
 absl::Status Linear::Forward(TensorView out, const TensorView& in, const TensorView& bias) const {
+  if (whole_input_ != nullptr) return ForwardRowsOfWholeInput(out, in, bias);
   const bool reduce = kind_ == ParallelKind::kRow && group_ != nullptr;
   // A row-parallel layer's bias joins the partial sum of rank 0 only: the reduction adds
   // it once.

@@ -7,6 +7,10 @@
 //  * kRow: a rank holds columns [c0, c1), i.e. its share of the inputs (the O projection
 //    over its heads, down over its FFN columns), and computes partial sums of every output;
 //    Forward all-reduces them over the group so every rank returns the full result.
+//    An act-order GPTQ weight cannot be split by its inputs (its groups mix inputs from
+//    every rank's share): such a layer instead holds rows [r * n_out / size, ...) over all
+//    inputs, gathers every rank's input share (an all-gather), computes its rows, and
+//    all-gathers the rows, so every rank again returns the full result.
 //
 // `StackedLinear` is column-parallel projections of one input (Q/K/V, gate/up): one stacked
 // weight and one Backend::LinearParts dispatch where the loader can stack them, the separate
@@ -64,8 +68,10 @@ class Linear {
   // data), all-reduced over the group for kRow (whose bias rank 0 alone adds, before the
   // reduction). An act-order GPTQ weight (its
   // file's `P.input_order`, model/format/int4_checkpoint.h) multiplies the input's columns
-  // gathered in that order (Backend::GatherColumns); such a weight cannot be split by its
-  // inputs (LoadRow over a part of them: Unimplemented).
+  // gathered in that order (Backend::GatherColumns); split by its inputs over a group it
+  // runs as the rows of the whole input (above): LoadRow then needs the inputs and the
+  // outputs split evenly over the ranks, in rank order, and a group (an expert's down,
+  // whose layer reduces, cannot: Unimplemented, naming expert parallelism).
   absl::Status Forward(TensorView out, const TensorView& in, const TensorView& bias = {}) const;
 
  private:
@@ -83,12 +89,22 @@ class Linear {
   static std::string InputOrderName(const std::string& name);
   static absl::StatusOr<std::shared_ptr<const InputOrder>> ReadInputOrder(WeightLoader& loader, const std::string& name,
                                                                           int64_t cols);
+  // An act-order row-parallel layer's rows over the whole input (see kRow above), and the
+  // buffers of its two all-gathers (shared by copies of the layer, grown to the batch).
+  struct RowsOfWholeInput {
+    mutable std::unique_ptr<kernels::Buffer> inputs, whole, rows, all_rows;
+  };
+  static absl::StatusOr<Linear> LoadRowsOfWholeInput(WeightLoader& loader, const std::string& name, int64_t rows,
+                                                     int64_t cols, IndexRange in_cols, BackendComm* group,
+                                                     IndexRange out_rows, std::shared_ptr<const InputOrder> order);
+  absl::Status ForwardRowsOfWholeInput(TensorView out, const TensorView& in, const TensorView& bias) const;
 
   kernels::Backend* backend_ = nullptr;              // Borrowed.
   const kernels::PreparedWeight* weight_ = nullptr;  // Borrowed from the loader.
   ParallelKind kind_ = ParallelKind::kReplicated;
-  BackendComm* group_ = nullptr;             // Borrowed; kRow with TP only.
-  std::shared_ptr<const InputOrder> order_;  // Act-order GPTQ only.
+  BackendComm* group_ = nullptr;                         // Borrowed; kRow with TP only.
+  std::shared_ptr<const InputOrder> order_;              // Act-order GPTQ only.
+  std::shared_ptr<const RowsOfWholeInput> whole_input_;  // Act-order kRow split over a group only.
 };
 
 class StackedLinear {

@@ -363,6 +363,52 @@ TEST(TpTransformerTest, QuarkMxfp4CheckpointsMatchSingleRank) {
   }
 }
 
+// Act-order GPTQ checkpoints (desc_act, as Qwen3-235B-A22B's GPTQ-INT4 ships; every
+// projection, experts included): O and down cannot be split by their inputs (each group
+// of 128 mixes inputs from both ranks' shares), so under TP each rank computes its half of
+// their rows over the whole input, gathered from both ranks, and the rows are gathered
+// back (Linear's rows of the whole input). Every row is then computed over the same input
+// in the same order as at TP=1, and every other layer is split by rows: TP=2 gives TP=1's
+// bits. A MoE's experts at EP=2 likewise; split by columns their downs would need a gather
+// per expert, and loading says to use expert parallelism.
+TEST(TpTransformerTest, ActOrderGptqCheckpointsMatchSingleRank) {
+  for (const testing::MoeFamily family : {testing::MoeFamily::kNone, testing::MoeFamily::kQwen3Moe}) {
+    testing::TempDir dir;
+    const std::string path = dir.path() + "/gptq";
+    const testing::RandomModelSpec spec{.n_layers = 2,
+                                        .qk_norm = true,
+                                        .moe = family,
+                                        .n_experts = 8,
+                                        .n_ff_expert = 256,
+                                        .gptq_experts = family != testing::MoeFamily::kNone,
+                                        .gptq_projections = true,
+                                        .gptq_act_order = true};
+    testing::WriteRandomHfModel(spec, path);
+    auto files = OpenModelFiles(path);
+    ASSERT_TRUE(files.ok()) << files.status();
+    ASSERT_NE(files->weights->FindTensor("model.layers.1.self_attn.o_proj.input_order"), nullptr);
+    if (family == testing::MoeFamily::kNone) {
+      ASSERT_NE(files->weights->FindTensor("model.layers.1.mlp.down_proj.input_order"), nullptr);
+      ExpectParity(*files, 2, 1e-6);
+      // The gathers run on backend memory only (the guarded backend catches host access).
+      const std::vector<int32_t> prompt = Prompt(20, files->config.n_vocab);
+      const absl::StatusOr<Trace> one = RunSingle(*files, prompt, 3, Memory::kGuarded);
+      ASSERT_TRUE(one.ok()) << one.status();
+      for (const auto& t : RunTp(*files, 2, prompt, 3, Memory::kGuarded)) {
+        ASSERT_TRUE(t.ok()) << t.status();
+        EXPECT_EQ(t->logits, one->logits);
+      }
+      continue;
+    }
+    ExpectParity(*files, 2, 1e-6, 20, 3, /*expert_parallel=*/true);
+    const std::vector<absl::StatusOr<Trace>> sliced = RunTp(*files, 2, Prompt(4, files->config.n_vocab), 1);
+    for (const auto& t : sliced) {
+      EXPECT_THAT(t.status(),
+                  testing::StatusIs(absl::StatusCode::kUnimplemented, ::testing::HasSubstr("expert parallelism")));
+    }
+  }
+}
+
 // gpt-oss (tests/gpt_oss_model.h): sinks sliced with the query heads, O's and the
 // experts' down biases added once (rank 0 of a column split; every expert-parallel rank for
 // its own experts), sliding windows, the clamped SwiGLU; at TP=2 (KV heads split) and TP=4
