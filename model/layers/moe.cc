@@ -191,6 +191,7 @@ absl::Status MoeBlock::PrepareDeviceExperts() {
   // All-to-all dispatch routes on the host, where it exchanges the tokens. A shared expert
   // (Qwen2-MoE) runs after the routed ones either way (RunShared); a router bias (gpt-oss)
   // is in the router's logits.
+  host_reason_ = experts_.empty() ? "no experts held" : "all-to-all dispatch";
   if (experts_.empty() || all_to_all_) return absl::OkStatus();
   std::vector<kernels::Backend::ExpertWeights> weights;
   for (const Expert& e : experts_) {
@@ -214,9 +215,13 @@ absl::Status MoeBlock::PrepareDeviceExperts() {
   }
   auto prepared =
       backend_->PrepareExperts(weights, n_ff_, {.swiglu_alpha = swiglu_alpha_, .swiglu_limit = swiglu_limit_});
-  if (absl::IsUnimplemented(prepared.status())) return absl::OkStatus();  // Routed on the host.
+  if (absl::IsUnimplemented(prepared.status())) {  // Routed on the host.
+    host_reason_ = std::string(prepared.status().message());
+    return absl::OkStatus();
+  }
   CASCADE_RETURN_IF_ERROR(prepared.status());
   device_experts_ = *std::move(prepared);
+  host_reason_.clear();
   return absl::OkStatus();
 }
 

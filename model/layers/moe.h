@@ -51,6 +51,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -115,6 +116,8 @@ class MoeBlock {
                            std::span<const std::pair<int32_t, int32_t>> extra);
   // Whether some batches may run on the device path (its experts are prepared for it).
   bool routes_on_device() const { return device_experts_ != nullptr; }
+  // Why not, when not (the backend's refusal, or all-to-all dispatch); empty when it does.
+  const std::string& host_routing_reason() const { return host_reason_; }
   // Bytes of the routed experts' weights held here (as read from the file).
   int64_t expert_bytes() const { return expert_bytes_; }
 
@@ -177,6 +180,7 @@ class MoeBlock {
   Linear shared_router_;     // [1, n_embd]; with a shared expert only.
   Expert shared_;
   std::unique_ptr<kernels::PreparedExperts> device_experts_;  // Null: host routing only.
+  std::string host_reason_;                                   // Why device_experts_ is null.
 };
 
 }  // namespace cascade::model

@@ -282,10 +282,15 @@ void ExpectRoutedExpertsGiveTheHostPaths(const std::string& path, bool fuse, dou
   for (const bool routed : {false, true}) {
     testing::GuardedBackend backend;
     backend.set_routes_experts(routed);
+    ::testing::internal::CaptureStderr();
     auto t = Transformer::Load(*files, &backend, {.fuse_projections = fuse});
+    const std::string log = ::testing::internal::GetCapturedStderr();
     ASSERT_TRUE(t.ok()) << t.status();
     const auto n_moe = static_cast<int64_t>((*t)->moe_layers().size());
     EXPECT_EQ((*t)->moe_layers_on_device(), routed ? n_moe : 0);
+    // The load log says where the layers route, where the backend routes experts at all.
+    EXPECT_EQ(log.find(StrCat("MoE layers routed on the device: ", n_moe, " of ", n_moe)) != std::string::npos, routed)
+        << log;
     auto trace = testing::Generate(**t, prompt, 6);
     ASSERT_TRUE(trace.ok()) << trace.status();
     EXPECT_EQ(backend.n_routed_calls(), routed ? 6 * n_moe : 0);  // 6 decode steps x the MoE layers.
