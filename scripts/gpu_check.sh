@@ -48,15 +48,16 @@ build-gpu/bin/cascade_gpu_tests --gtest_output="json:$OUT/gpu_tests.json" >"$OUT
 rc=$?
 tail -n 15 "$OUT/gpu_tests.log"
 log "GPU kernel tests: exit $rc"
-# A CUDA fault fails every later test of its process: each test that did not pass runs alone.
-(( rc != 0 )) && SANITIZE_OUT=$OUT/memcheck scripts/gtest_alone.sh build-gpu/bin/cascade_gpu_tests "$OUT/gpu_tests.log" 60 120 |
+# A CUDA fault fails every later test of its process: each test that did not pass runs alone,
+# every op waiting for its kernels (CASCADE_CUDA_SYNC=1), so that the failure names the op.
+(( rc != 0 )) && CASCADE_CUDA_SYNC=1 SANITIZE_OUT=$OUT/memcheck scripts/gtest_alone.sh build-gpu/bin/cascade_gpu_tests "$OUT/gpu_tests.log" 60 120 |
   tee -a "$OUT/summary.txt"
 timeout 240 build-gpu/bin/cascade_gpu_model_tests --gtest_output="json:$OUT/gpu_model_tests.json" \
   >"$OUT/gpu_model_tests.log" 2>&1
 rc_model=$?
 grep -E "^\[ +(OK|FAILED|SKIPPED) |info" "$OUT/gpu_model_tests.log" | tail -n 20
 log "GPU whole-model tests: exit $rc_model"
-(( rc_model != 0 )) && SANITIZE_OUT=$OUT/memcheck scripts/gtest_alone.sh build-gpu/bin/cascade_gpu_model_tests "$OUT/gpu_model_tests.log" 90 150 |
+(( rc_model != 0 )) && CASCADE_CUDA_SYNC=1 SANITIZE_OUT=$OUT/memcheck scripts/gtest_alone.sh build-gpu/bin/cascade_gpu_model_tests "$OUT/gpu_model_tests.log" 90 150 |
   tee -a "$OUT/summary.txt"
 (( rc == 0 )) && rc=$rc_model
 build-gpu/bin/cascade_kernels_tests --gtest_brief=1 >"$OUT/cpu_kernel_tests.log" 2>&1 || log "CPU kernel tests failed (see cpu_kernel_tests.log)"

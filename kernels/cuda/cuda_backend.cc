@@ -77,6 +77,12 @@ constexpr int64_t kKeysPerSplit = 256;  // Flash-decoding: keys per (row, head) 
 // rows go to the tiled kernel.
 constexpr int64_t kMaxSplitRowsPerSeq = 8;
 
+// CASCADE_CUDA_SYNC=1: every op waits for its kernels (LastError); a debugging aid, slow.
+bool SyncEachOpFromEnv() {
+  const char* v = std::getenv("CASCADE_CUDA_SYNC");
+  return v != nullptr && std::string_view(v) == "1";
+}
+
 absl::Status CudaError(cudaError_t err, std::string_view what) {
   if (err == cudaSuccess) return absl::OkStatus();
   return absl::InternalError(StrCat(what, ": CUDA error ", static_cast<int>(err), " (", cudaGetErrorString(err), ")"));
@@ -890,7 +896,14 @@ class CudaBackendImpl final : public CudaBackend {
     kNumSlots
   };
 
-  absl::Status LastError(std::string_view what) { return CudaError(cudaGetLastError(), what); }
+  // A launch's error, and with CASCADE_CUDA_SYNC=1 (debugging) also its execution's: the
+  // stream waited on after each op outside a graph capture, so that a fault is reported by
+  // the op that made it rather than by a later one (CUDA errors are sticky).
+  absl::Status LastError(std::string_view what) {
+    CASCADE_RETURN_IF_ERROR(CudaError(cudaGetLastError(), what));
+    if (!sync_each_op_ || graphs_->recording()) return absl::OkStatus();
+    return CudaError(cudaStreamSynchronize(stream_), what);
+  }
 
   // outs[p] = in x (rows of part p of `weight`)^T (+ biases[p]); the parts' rows stack in
   // `weight` (one part: a plain Linear). Few tokens over quantized weights: one GEMV
@@ -1111,6 +1124,7 @@ class CudaBackendImpl final : public CudaBackend {
 
   int device_ = 0;
   CudaKernels kernels_ = CudaKernels::kReference;
+  const bool sync_each_op_ = SyncEachOpFromEnv();
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   DeviceBuffer scratch_[kNumSlots];
