@@ -24,7 +24,9 @@
 # Per row: `cascade run` and `llama-bench` prefill / decode tok/s, Cascade's decode weight
 # bandwidth (the weight bytes a batch-1 token reads, `cascade info`'s decode_step_bytes: the
 # whole file for a dense model, the routed experts' share for a MoE, times decode tok/s)
-# against the read probe (build/bin/read_bandwidth) at the same thread count, and peak RSS
+# against the read probe (build/bin/read_bandwidth) at the same thread count, run just
+# before and just after the row's Cascade runs (this VM's two-thread bandwidth swings by
+# tens of percent between minutes): the higher of the two is the row's probe; and peak RSS
 # against llama.cpp's (llama-bench's, which maps the file it reads: for the FP8 rows that is
 # the Q8_0 file) and the file.
 #
@@ -124,7 +126,7 @@ bw = read_probe(threads, os.path.dirname(os.path.abspath(out_path)))
 llama_runs = {}  # (file, threads): a +bf16 row compares with its f32 row's llama.cpp run.
 results = {"read_bandwidth_gb_s": bw, "n_prompt": n_prompt, "n_decode": n_decode, "rows": []}
 print("| format | bits / weight (file) | threads | cascade prefill / decode tok/s | llama.cpp prefill / decode (file) "
-      "| prefill ratio | decode ratio | cascade decode GB/s (% of probe) | peak RSS cascade / llama.cpp / file MiB |")
+      "| prefill ratio | decode ratio | cascade decode GB/s (% of the row's probe GB/s) | peak RSS cascade / llama.cpp / file MiB |")
 print("|---|---|---|---|---|---|---|---|---|", flush=True)
 for fmt in formats:
     model, size, ref_model, ref_what = paths(fmt)
@@ -132,7 +134,10 @@ for fmt in formats:
     results["cpu_kernels"] = i["cpu_kernels"]  # The level the numbers were taken with.
     for t in threads:
         extra = ["--cpu-prefill-activations", "bf16"] if fmt.endswith("+bf16") else []
+        probe_dir = os.path.dirname(os.path.abspath(out_path))
+        before = read_probe([t], probe_dir, quiet=True)[t]
         c = cascade_run(model, n_prompt, n_decode, t, repeats, extra)
+        probe = max(before, read_probe([t], probe_dir, quiet=True)[t])
         c["prefill_activations"] = c.pop("json")["cpu_prefill_activations"]
         if (ref_model, t) not in llama_runs:
             llama_runs[(ref_model, t)] = llama_bench(llama, ref_model, n_prompt, n_decode, t, repeats)
@@ -140,12 +145,12 @@ for fmt in formats:
         gbs = i["decode_step_bytes"] * c["decode"] / 1e9
         row = {"format": fmt, "threads": t, "file_bytes": size, "n_params": i["n_params"],
                "decode_step_bytes": i["decode_step_bytes"], "cascade": c, "llama_cpp": l, "llama_cpp_file": ref_what,
-               "cascade_decode_gb_s": gbs, "decode_fraction_of_probe": gbs / bw[t]}
+               "cascade_decode_gb_s": gbs, "probe_gb_s": probe, "decode_fraction_of_probe": gbs / probe}
         results["rows"].append(row)
         bits = 8 * size / i["n_params"]  # The tied 1B's embedding counted once.
         print(f"| {fmt} | {bits:.2f} | {t} | {c['prefill']:.1f} / {c['decode']:.1f} | {l['prefill']:.1f} / {l['decode']:.1f} "
               f"({ref_what}) | {c['prefill'] / l['prefill']:.2f}x | {c['decode'] / l['decode']:.2f}x "
-              f"| {gbs:.1f} ({100 * gbs / bw[t]:.0f}%) | {c['rss_mib']:.0f} / {l['rss_mib']:.0f} / {size / 1048576:.0f} |",
+              f"| {gbs:.1f} ({100 * gbs / probe:.0f}% of {probe:.1f}) | {c['rss_mib']:.0f} / {l['rss_mib']:.0f} / {size / 1048576:.0f} |",
               flush=True)
 with open(out_path, "w") as f:
     json.dump(results, f, indent=1)

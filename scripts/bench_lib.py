@@ -23,15 +23,16 @@ def rss_run(cmd):
     return p.stdout, kb / 1024
 
 
-def read_probe(threads, out_dir):
-    """build/bin/read_bandwidth up to max(threads): {threads: GB/s}, printed; its JSON goes
-    to out_dir/read_bandwidth.json."""
+def read_probe(threads, out_dir, quiet=False):
+    """build/bin/read_bandwidth up to max(threads): {threads: GB/s}, printed unless quiet; its
+    JSON goes to out_dir/read_bandwidth.json."""
     probe_json = os.path.join(out_dir, "read_bandwidth.json")
     subprocess.run(["build/bin/read_bandwidth", f"--threads={max(threads)}", f"--json={probe_json}"], check=True,
                    capture_output=True)
     with open(probe_json) as f:
         bw = {int(k): v for k, v in json.load(f)["threads"].items()}
-    print("read bandwidth probe: " + ", ".join(f"{t} thread(s) {bw[t]:.1f} GB/s" for t in threads), flush=True)
+    if not quiet:
+        print("read bandwidth probe: " + ", ".join(f"{t} thread(s) {bw[t]:.1f} GB/s" for t in threads), flush=True)
     return bw
 
 
