@@ -26,10 +26,11 @@ constexpr float kNormEps = 1e-5f;
 constexpr int64_t kGptqGroup = 128;
 
 // An act-order GPTQ matrix's input order (column j of the sorted matrix is input perm[j]):
-// a stride through the inputs that differs per expert and between gate/up and down, so
-// that every group of 128 mixes inputs from all over the row.
-std::vector<int64_t> ActOrder(int64_t n_in, int64_t expert, bool down) {
-  const int64_t stride = down ? 101 : 97, offset = 5 + 3 * expert;
+// a stride through the inputs that differs per expert and between the matrices of the
+// layer's input (Q/K/V, gate/up) and the `second` ones (O, down), so that every group of
+// 128 mixes inputs from all over the row.
+std::vector<int64_t> ActOrder(int64_t n_in, int64_t expert, bool second) {
+  const int64_t stride = second ? 101 : 97, offset = 5 + 3 * expert;
   CASCADE_CHECK(std::gcd(stride, n_in) == 1) << n_in << " inputs";  // A permutation.
   std::vector<int64_t> perm(n_in);
   for (int64_t j = 0; j < n_in; ++j) perm[j] = (j * stride + offset) % n_in;

@@ -4,6 +4,18 @@
 #include "core/str_cat.h"
 
 namespace cascade::model {
+namespace {
+
+// Row t * size + r of a [n * size, d] view of a token-major buffer is row r * n + t of the
+// rank-major one an all-gather of [n, d] per rank gives: the ids that reorder it.
+std::vector<int32_t> TokenMajorRows(int64_t n, int size) {
+  std::vector<int32_t> ids(static_cast<size_t>(n * size));
+  for (int64_t t = 0; t < n; ++t)
+    for (int r = 0; r < size; ++r) ids[t * size + r] = static_cast<int32_t>(r * n + t);
+  return ids;
+}
+
+}  // namespace
 
 std::string Linear::InputOrderName(const std::string& name) {
   const std::string suffix = ".weight";
@@ -80,15 +92,6 @@ absl::StatusOr<Linear> Linear::LoadRowsOfWholeInput(WeightLoader& loader, const 
   l.order_ = std::move(order);
   l.whole_input_ = std::make_shared<RowsOfWholeInput>();
   return l;
-}
-
-// Row t * size + r of a [n * size, d] view of a token-major buffer is row r * n + t of the
-// rank-major one an all-gather of [n, d] per rank gives: the ids that reorder it.
-static std::vector<int32_t> TokenMajorRows(int64_t n, int size) {
-  std::vector<int32_t> ids(static_cast<size_t>(n * size));
-  for (int64_t t = 0; t < n; ++t)
-    for (int r = 0; r < size; ++r) ids[t * size + r] = static_cast<int32_t>(r * n + t);
-  return ids;
 }
 
 absl::Status Linear::ForwardRowsOfWholeInput(TensorView out, const TensorView& in, const TensorView& bias) const {
