@@ -113,6 +113,11 @@ class CudaBackend : public Backend {
   // Switches the kernels for the ops issued from now on (benchmarks compare both on one
   // loaded model).
   virtual void set_kernels(CudaKernels) {}
+  // The most tokens a MoE layer routes on the device with the tuned kernels (RoutesExperts);
+  // longer batches take the host-routed path (its experts' GEMMs on tensor cores). Default:
+  // no limit. For benchmarks that compare the two paths on prefills, until a GPU run says
+  // which is faster where.
+  virtual void set_moe_device_max_tokens(int64_t) {}
   // Graphs captured so far and launched so far (for tests and logs).
   virtual int64_t graphs_captured() const { return 0; }
   virtual int64_t graphs_launched() const { return 0; }

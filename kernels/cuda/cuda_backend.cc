@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -435,7 +436,10 @@ class CudaBackendImpl final : public CudaBackend {
     return std::unique_ptr<PreparedExperts>(std::make_unique<CudaExperts>(a, std::move(table), std::move(orders)));
   }
 
-  bool RoutesExperts(int64_t n_tokens) const override { return kernels_ == CudaKernels::kTuned && n_tokens > 0; }
+  bool RoutesExperts(int64_t n_tokens) const override {
+    return kernels_ == CudaKernels::kTuned && n_tokens > 0 && n_tokens <= moe_device_max_tokens_;
+  }
+  void set_moe_device_max_tokens(int64_t n) override { moe_device_max_tokens_ = n; }
 
   // Tokens a MoE pass takes at most: its scratch grows with tokens x top k x (n_ff + n_embd)
   // floats (~100 MiB at 512 tokens for Qwen3-235B-A22B's 8 of 128 experts), and each pass reads
@@ -1124,6 +1128,7 @@ class CudaBackendImpl final : public CudaBackend {
 
   int device_ = 0;
   CudaKernels kernels_ = CudaKernels::kReference;
+  int64_t moe_device_max_tokens_ = std::numeric_limits<int64_t>::max();
   const bool sync_each_op_ = SyncEachOpFromEnv();
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;

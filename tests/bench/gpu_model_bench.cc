@@ -9,11 +9,12 @@
 // SmolLM2 as the reference. Logits come back to the host every step (into pinned memory), as
 // a worker's do when it samples on the host. With --graphs the GPU runs also time decode
 // with CUDA graphs (model/graph_step.h) after the eager runs, on the same loaded model; with
-// --tuned also with the tuned kernels (CudaKernels::kTuned), and the graphs then with them;
-// each figure is printed as it is measured.
+// --tuned also with the tuned kernels (CudaKernels::kTuned; for a MoE model once more with
+// batches over 32 tokens, its prefills, routed on the host: which path is faster where is
+// not measured yet), and the graphs then with them; each figure is printed as it is measured.
 // With --quant also the 8B shape in Q8_0 and Q4_K_M and bench_moe.sh's MoE shape in Q8_0. Every
-// dense model is set against the copy roofline and, in BF16, the cuBLAS anchor of its
-// matrices (tests/bench/cublas_anchor.h): one table row per kernel configuration.
+// model is set against the copy roofline and a dense BF16 one against the cuBLAS anchor of
+// its matrices (tests/bench/cublas_anchor.h): one table row per kernel configuration.
 // Usage: gpu_model_bench [--json FILE] [--model GGUF] [--llama-layers N] [--skip-llama] [--graphs] [--tuned]
 //                        [--quant]
 #include <chrono>
@@ -21,6 +22,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -94,6 +96,7 @@ Result Bench(const std::string& name, const std::string& path, kernels::Backend*
   std::printf("%s on %s: loaded %.2f GB (a batch-1 step reads %.2f GB) in %.1f s\n", name.c_str(), backend_name,
               r.weight_bytes / 1e9, r.step_bytes / 1e9, SecondsSince(t_load));
   constexpr int64_t kBlock = 16, kContext = 128, kSteps = 16, kPrefill = 512;
+  constexpr int64_t kHostMoeAbove = 32;  // A MoE row's prefills over this many tokens host-routed.
   const int max_batch = quick ? 4 : 32;
   const int64_t blocks_per_seq = (std::max(kPrefill, kContext + kSteps) + kBlock - 1) / kBlock;
   auto cache = model::KvCache::Create((*t)->CacheOptions(blocks_per_seq * max_batch, kBlock), backend);
@@ -136,6 +139,11 @@ Result Bench(const std::string& name, const std::string& path, kernels::Backend*
   if (tuned && gpu != nullptr) {
     gpu->set_kernels(kernels::CudaKernels::kTuned);
     measure("tuned");
+    if ((*t)->config().n_experts > 0) {  // Prefills through the host-routed path instead.
+      gpu->set_moe_device_max_tokens(kHostMoeAbove);
+      measure(StrCat("tuned, MoE>", kHostMoeAbove, " host"));
+      gpu->set_moe_device_max_tokens(std::numeric_limits<int64_t>::max());
+    }
   }
   if (graphs && gpu != nullptr) {
     (*t)->set_cuda_graphs(true);
