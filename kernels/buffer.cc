@@ -137,6 +137,24 @@ absl::Status Backend::AddSigmoidGatedRows(TensorView out, const TensorView& in, 
   return AddScaledRows(out, in, rows, scales);
 }
 
+absl::Status Backend::RopeWriteKv(TensorView q, TensorView k, const TensorView& v, std::span<const int32_t> positions,
+                                  const RopeParams& params, const HeadNorms& norms, KvCacheLayer& cache,
+                                  std::span<const AttentionSeq> seqs) {
+  if (norms.q.data != nullptr) {
+    // q [n, heads * head_dim] read as [n * heads, head_dim] rows: RMSNorm each head in place
+    // (every backend's RmsNorm reads a row before it writes it).
+    const int64_t d = params.head_dim;
+    const auto heads = [&](const TensorView& x) {
+      return TensorView(x.data, DType::kF32, {x.Rows() * (x.Cols() / d), d}, x.device);
+    };
+    CASCADE_RETURN_IF_ERROR(RmsNorm(heads(q), heads(q), norms.q, norms.eps));
+    CASCADE_RETURN_IF_ERROR(RmsNorm(heads(k), heads(k), norms.k, norms.eps));
+  }
+  CASCADE_RETURN_IF_ERROR(Rope(q, positions, params));
+  CASCADE_RETURN_IF_ERROR(Rope(k, positions, params));
+  return WriteKv(cache, k, v, seqs);
+}
+
 absl::Status Backend::LinearParts(std::span<const TensorView> outs, const TensorView& in, const PreparedWeight& weight,
                                   std::span<const TensorView> biases) {
   CASCADE_RETURN_IF_ERROR(CheckLinearParts(outs, in, weight, biases));

@@ -281,16 +281,20 @@ class Backend {
   // Rotates x [n_tokens, n_heads * head_dim] in place; positions [n_tokens].
   virtual absl::Status Rope(TensorView x, std::span<const int32_t> positions, const RopeParams& params) = 0;
 
-  // A layer's RoPE and KV write: q [n, n_heads * head_dim] and k [n, n_kv_heads * head_dim]
-  // rotated in place (Rope), then k and v written into the cache (WriteKv). A backend may
-  // fuse them (one pass, one launch); the default runs the three ops, and any fusion must
-  // give their bits.
+  // Qwen3's RMSNorm of each head of q and k before RoPE: weights [head_dim] for q's heads
+  // and for k's, and the norm's eps; empty views where a model has none.
+  struct HeadNorms {
+    TensorView q, k;
+    float eps = 0;
+  };
+  // A layer's head norms, RoPE and KV write: each head of q [n, n_heads * head_dim] and k
+  // [n, n_kv_heads * head_dim] normalised in place (RmsNorm over its head_dim, when `norms`
+  // has weights), both rotated in place (Rope), then k and v written into the cache
+  // (WriteKv). A backend may fuse them (one launch); the default runs the ops, and any
+  // fusion must give their bits.
   virtual absl::Status RopeWriteKv(TensorView q, TensorView k, const TensorView& v, std::span<const int32_t> positions,
-                                   const RopeParams& params, KvCacheLayer& cache, std::span<const AttentionSeq> seqs) {
-    absl::Status s = Rope(q, positions, params);
-    if (s.ok()) s = Rope(k, positions, params);
-    return s.ok() ? WriteKv(cache, k, v, seqs) : s;
-  }
+                                   const RopeParams& params, const HeadNorms& norms, KvCacheLayer& cache,
+                                   std::span<const AttentionSeq> seqs);
 
   // out [n, cols.size()] = the columns `cols` (host memory, each in [0, in.Cols())) of in
   // [n, d], in that order: the activations of an act-order GPTQ weight (its inputs

@@ -351,8 +351,8 @@ absl::Status Transformer::RunLayers(TensorView hidden, const ForwardBatch& batch
     ffn_pending = false;
     const TensorView qkv[] = {q, k, v}, qkv_bias[] = {L.bq, L.bk, L.bv};
     CASCADE_RETURN_IF_ERROR(L.qkv.Forward(qkv, norm, qkv_bias));
-    if (L.q_norm.data != nullptr) CASCADE_RETURN_IF_ERROR(NormHeads(q, k, L.q_norm, L.k_norm));
-    CASCADE_RETURN_IF_ERROR(b.RopeWriteKv(q, k, v, batch.positions, rope_, kv, batch.seqs));
+    CASCADE_RETURN_IF_ERROR(
+        b.RopeWriteKv(q, k, v, batch.positions, rope_, {.q = L.q_norm, .k = L.k_norm, .eps = eps}, kv, batch.seqs));
     // The sink + window policy narrows every layer that sees further than its window.
     const bool policy = kv_window_tokens_ > 0 && (L.window == 0 || L.window > kv_window_tokens_);
     attn_params.window = policy ? kv_window_tokens_ : L.window;
@@ -383,17 +383,6 @@ absl::Status Transformer::RunLayers(TensorView hidden, const ForwardBatch& batch
     ffn_pending = true;
   }
   return ffn_pending ? b.AddInPlace(hidden, proj) : absl::OkStatus();
-}
-
-absl::Status Transformer::NormHeads(TensorView q, TensorView k, const TensorView& q_norm, const TensorView& k_norm) {
-  // q [n, heads * head_dim] read as [n * heads, head_dim] rows: RMSNorm each head in place.
-  const int64_t d = config_.head_dim;
-  const auto heads = [&](TensorView x) {
-    return TensorView(x.data, DType::kF32, {x.Rows() * (x.Cols() / d), d}, backend_->device());
-  };
-  const float eps = static_cast<float>(config_.norm_eps);
-  CASCADE_RETURN_IF_ERROR(backend_->RmsNorm(heads(q), heads(q), q_norm, eps));
-  return backend_->RmsNorm(heads(k), heads(k), k_norm, eps);
 }
 
 absl::Status Transformer::Logits(const TensorView& hidden, std::span<const int64_t> rows, TensorView logits) {

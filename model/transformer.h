@@ -187,10 +187,6 @@ class Transformer {
   // Layer `l`'s norms, biases and projections (this rank's shard of them).
   absl::StatusOr<Layer> LoadLayer(const ModelFiles& files, int64_t l);
   absl::Status EnsureWorkspace(int64_t n_tokens);
-  // Qwen3's q_norm / k_norm: RMSNorm over each head of q [n, q heads * head_dim] and
-  // k [n, kv heads * head_dim], in place (the backends' RmsNorm reads a row before it
-  // writes it).
-  absl::Status NormHeads(TensorView q, TensorView k, const TensorView& q_norm, const TensorView& k_norm);
   // The TP group the row-parallel and vocab-parallel layers reduce over; null without TP
   // and under all-to-all expert parallelism, where only the MoE layers use the group.
   BackendComm* tp_group() { return tp_comm_ != nullptr && !shard_.expert_all_to_all ? &tp_ : nullptr; }

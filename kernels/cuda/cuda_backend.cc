@@ -17,6 +17,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -690,15 +691,19 @@ class CudaBackendImpl final : public CudaBackend {
   // The tuned kernels fuse the three ops into one launch (same bits); the reference path
   // runs them one by one.
   absl::Status RopeWriteKv(TensorView q, TensorView k, const TensorView& v, std::span<const int32_t> positions,
-                           const RopeParams& params, KvCacheLayer& cache, std::span<const AttentionSeq> seqs) override {
-    if (kernels_ != CudaKernels::kTuned) return Backend::RopeWriteKv(q, k, v, positions, params, cache, seqs);
+                           const RopeParams& params, const HeadNorms& norms, KvCacheLayer& cache,
+                           std::span<const AttentionSeq> seqs) override {
+    if (kernels_ != CudaKernels::kTuned) return Backend::RopeWriteKv(q, k, v, positions, params, norms, cache, seqs);
     Bind();
     const int64_t n = q.Rows(), kv_dim = cache.n_kv_heads * cache.head_dim;
+    const bool normed = norms.q.data != nullptr;
     if (static_cast<int64_t>(positions.size()) != n || k.Rows() != n || v.Rows() != n || k.Cols() != kv_dim ||
-        v.Cols() != kv_dim || params.head_dim != cache.head_dim || q.Cols() % params.head_dim != 0) {
+        v.Cols() != kv_dim || params.head_dim != cache.head_dim || q.Cols() % params.head_dim != 0 ||
+        (normed && (norms.q.NumElements() != params.head_dim || norms.k.NumElements() != params.head_dim))) {
       return absl::InvalidArgumentError(StrCat("RopeWriteKv: q ", q.ShapeString(), ", k ", k.ShapeString(), ", v ",
                                                v.ShapeString(), ", ", positions.size(), " positions, the cache's ",
-                                               cache.n_kv_heads, " KV heads of ", cache.head_dim));
+                                               cache.n_kv_heads, " KV heads of ", cache.head_dim, ", head norms ",
+                                               norms.q.ShapeString(), " and ", norms.k.ShapeString()));
     }
     CASCADE_RETURN_IF_ERROR(ListSlots(cache, seqs));
     if (static_cast<int64_t>(slots_.size()) != n) {
@@ -711,10 +716,18 @@ class CudaBackendImpl final : public CudaBackend {
     CASCADE_RETURN_IF_ERROR(ScratchError());
     graphs_->Sign({kOpRopeWriteKv, Bits(q.data), Bits(k.data), Bits(v.data), Dims(q), Dims(k),
                    static_cast<uint64_t>(params.head_dim), static_cast<uint64_t>(params.style), Bits(ref.k),
-                   Bits(ref.v), static_cast<uint64_t>(ref.code), Bits(ref.k_scale), Bits(ref.v_scale)});
+                   Bits(ref.v), static_cast<uint64_t>(ref.code), Bits(ref.k_scale), Bits(ref.v_scale),
+                   Bits(norms.q.data), Bits(norms.k.data), static_cast<uint64_t>(std::bit_cast<uint32_t>(norms.eps))});
     if (graphs_->dry()) return absl::OkStatus();
-    cuda::RopeWriteKv(F32(q), F32(k), F32(v), pos, freq, n, q.Cols() / params.head_dim, cache.n_kv_heads,
-                      params.head_dim, params.style == RopeStyle::kAdjacentPairs ? 0 : 1, ref, slots, stream_);
+    const int style = params.style == RopeStyle::kAdjacentPairs ? 0 : 1;
+    const int64_t n_heads = q.Cols() / params.head_dim;
+    if (normed) {
+      cuda::NormRopeWriteKv(F32(q), F32(k), F32(v), F32(norms.q), F32(norms.k), norms.eps, pos, freq, n, n_heads,
+                            cache.n_kv_heads, params.head_dim, style, ref, slots, stream_);
+    } else {
+      cuda::RopeWriteKv(F32(q), F32(k), F32(v), pos, freq, n, n_heads, cache.n_kv_heads, params.head_dim, style, ref,
+                        slots, stream_);
+    }
     return LastError("RopeWriteKv");
   }
 

@@ -364,9 +364,10 @@ __global__ void QuantGemvKernel(GemvOut out, const float* x, const uint8_t* w, i
 
 // One block per row; f32 / f16: a thread per element; q8_0: a thread per 32-block
 // (amax / 127 scale, round to nearest as ggml's reference quantizer).
-// Row r of k and v [.., kv_dim] into the caches at slot[r], in the cache's encoding.
-__device__ __forceinline__ void WriteKvRow(const KvCacheRef& c, const float* k, const float* v, const int32_t* slot,
-                                           int64_t kv_dim, int64_t r) {
+// Elements [e0, e1) of row r of k and v [.., kv_dim] into the caches at slot[r], in the
+// cache's encoding (q8_0: e0 and e1 multiples of 32).
+__device__ __forceinline__ void WriteKvRange(const KvCacheRef& c, const float* k, const float* v, const int32_t* slot,
+                                             int64_t kv_dim, int64_t r, int64_t e0, int64_t e1) {
   const int64_t base = static_cast<int64_t>(slot[r]) * kv_dim;
   const int code = c.code;
   for (int which = 0; which < 2; ++which) {
@@ -374,7 +375,7 @@ __device__ __forceinline__ void WriteKvRow(const KvCacheRef& c, const float* k, 
     const float* src = (which == 0 ? k : v) + r * kv_dim;
     if (code == kWF8) {  // As the CPU: x times the reciprocal of the head's scale, RNE, saturated.
       const float* scale = which == 0 ? c.k_scale : c.v_scale;
-      for (int64_t i = threadIdx.x; i < kv_dim; i += blockDim.x) {
+      for (int64_t i = e0 + threadIdx.x; i < e1; i += blockDim.x) {
         const float x = src[i] * (1.0f / scale[i / c.head_dim]);
         static_cast<uint8_t*>(cache)[base + i] =
             static_cast<uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
@@ -382,7 +383,7 @@ __device__ __forceinline__ void WriteKvRow(const KvCacheRef& c, const float* k, 
       continue;
     }
     if (code == kWF32 || code == kWF16) {
-      for (int64_t i = threadIdx.x; i < kv_dim; i += blockDim.x) {
+      for (int64_t i = e0 + threadIdx.x; i < e1; i += blockDim.x) {
         if (code == kWF32) {
           static_cast<float*>(cache)[base + i] = src[i];
         } else {
@@ -391,7 +392,7 @@ __device__ __forceinline__ void WriteKvRow(const KvCacheRef& c, const float* k, 
       }
       continue;
     }
-    for (int64_t blk = threadIdx.x; blk < kv_dim / 32; blk += blockDim.x) {
+    for (int64_t blk = e0 / 32 + threadIdx.x; blk < e1 / 32; blk += blockDim.x) {
       const float* x = src + 32 * blk;
       float amax = 0.0f;
       for (int j = 0; j < 32; ++j) amax = fmaxf(amax, fabsf(x[j]));
@@ -402,6 +403,11 @@ __device__ __forceinline__ void WriteKvRow(const KvCacheRef& c, const float* k, 
       for (int j = 0; j < 32; ++j) out[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(roundf(x[j] * id)));
     }
   }
+}
+
+__device__ __forceinline__ void WriteKvRow(const KvCacheRef& c, const float* k, const float* v, const int32_t* slot,
+                                           int64_t kv_dim, int64_t r) {
+  WriteKvRange(c, k, v, slot, kv_dim, r, 0, kv_dim);
 }
 
 __global__ void WriteKvKernel(KvCacheRef c, const float* k, const float* v, const int32_t* slot, int64_t kv_dim) {
@@ -419,6 +425,28 @@ __global__ void RopeWriteKvKernel(float* q, float* k, const float* v, const int3
   RopeRow(k + r * n_kv_heads * head_dim, pos, inv_freq, n_kv_heads, head_dim, style);
   __syncthreads();
   WriteKvRow(c, k, v, slot, n_kv_heads * head_dim, r);
+}
+
+// Block (row r, head j) of 256 threads, RmsNormKernel's block: head j of q (j < n_heads) or
+// head j - n_heads of k normalised as RmsNormKernel does a row (the same sums in the same
+// tree), rotated as RopeRow does, and a k head then written with its v head.
+__global__ void NormRopeWriteKvKernel(float* q, float* k, const float* v, const float* q_norm, const float* k_norm,
+                                      float eps, const int32_t* positions, const float* inv_freq, int64_t n_heads,
+                                      int64_t n_kv_heads, int64_t head_dim, int style, KvCacheRef c,
+                                      const int32_t* slot) {
+  const int64_t r = blockIdx.x, j = blockIdx.y, kh = j - n_heads;
+  const bool is_q = j < n_heads;
+  float* x = is_q ? q + (r * n_heads + j) * head_dim : k + (r * n_kv_heads + kh) * head_dim;
+  const float* w = is_q ? q_norm : k_norm;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < head_dim; i += blockDim.x) ss += x[i] * x[i];
+  const float inv = rsqrtf(BlockSum(ss) / static_cast<float>(head_dim) + eps);
+  for (int64_t i = threadIdx.x; i < head_dim; i += blockDim.x) x[i] = x[i] * inv * w[i];
+  __syncthreads();
+  RopeRow(x, static_cast<float>(positions[r]), inv_freq, 1, head_dim, style);
+  if (is_q) return;
+  __syncthreads();
+  WriteKvRange(c, k, v, slot, n_kv_heads * head_dim, r, kh * head_dim, (kh + 1) * head_dim);
 }
 
 // Block (row, head, split), 4 warps. Each warp walks its keys with its own online
@@ -710,6 +738,17 @@ void RopeWriteKv(float* q, float* k, const float* v, const int32_t* positions, c
   if (n_rows > 0) {
     RopeWriteKvKernel<<<static_cast<unsigned>(n_rows), 256, 0, stream>>>(
         q, k, v, positions, inv_freq, n_heads, n_kv_heads, head_dim, style, cache, slot_of_row);
+  }
+}
+
+void NormRopeWriteKv(float* q, float* k, const float* v, const float* q_norm, const float* k_norm, float eps,
+                     const int32_t* positions, const float* inv_freq, int64_t n_rows, int64_t n_heads,
+                     int64_t n_kv_heads, int64_t head_dim, int style, const KvCacheRef& cache,
+                     const int32_t* slot_of_row, cudaStream_t stream) {
+  if (n_rows > 0) {
+    const dim3 grid(static_cast<unsigned>(n_rows), static_cast<unsigned>(n_heads + n_kv_heads));
+    NormRopeWriteKvKernel<<<grid, 256, 0, stream>>>(q, k, v, q_norm, k_norm, eps, positions, inv_freq, n_heads,
+                                                    n_kv_heads, head_dim, style, cache, slot_of_row);
   }
 }
 

@@ -160,6 +160,13 @@ void WriteKv(const KvCacheRef& cache, const float* k, const float* v, const int3
 void RopeWriteKv(float* q, float* k, const float* v, const int32_t* positions, const float* inv_freq, int64_t n_rows,
                  int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int style, const KvCacheRef& cache,
                  const int32_t* slot_of_row, cudaStream_t stream);
+// The same after RmsNorm of each head of q (weights q_norm [head_dim]) and of k (k_norm), one
+// block per (row, head): the four ops' bits in one launch (Qwen3). REQUIRES head_dim % 32
+// == 0 for a q8_0 cache.
+void NormRopeWriteKv(float* q, float* k, const float* v, const float* q_norm, const float* k_norm, float eps,
+                     const int32_t* positions, const float* inv_freq, int64_t n_rows, int64_t n_heads,
+                     int64_t n_kv_heads, int64_t head_dim, int style, const KvCacheRef& cache,
+                     const int32_t* slot_of_row, cudaStream_t stream);
 
 // Paged attention for any mix of prefill and decode rows (flash-decoding): each (row,
 // head, split) block runs an online softmax over its share of the row's keys, then a

@@ -1042,7 +1042,8 @@ TEST_F(CudaBackendTest, PrepareExpertsRefusesBadInputOrders) {
 
 // The tuned kernels' fused RoPE + KV write (one launch) gives the bits of the reference
 // path's Rope, Rope and WriteKv: q, k and both caches, for f32, f16, q8_0 and fp8 caches and both
-// rotation styles, over sequences with history and block tables out of order.
+// rotation styles, over sequences with history and block tables out of order; and with
+// Qwen3's head norms first (the reference path's RmsNorm over each head of q and of k).
 TEST_F(CudaBackendTest, FusedRopeWriteKvGivesTheBitsOfTheThreeOps) {
   auto tuned = CudaBackend::Create({.device = 0, .kernels = CudaKernels::kTuned});
   auto reference = CudaBackend::Create({.device = 0, .kernels = CudaKernels::kReference});
@@ -1059,41 +1060,58 @@ TEST_F(CudaBackendTest, FusedRopeWriteKvGivesTheBitsOfTheThreeOps) {
   for (int64_t i = 0; i < head_dim / 2; ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / head_dim);
   const std::vector<float> q = Random(rows * n_heads * head_dim, 31), k = Random(rows * kv_dim, 32),
                            v = Random(rows * kv_dim, 33);
-  for (const DType kv_dtype : {DType::kF32, DType::kF16, DType::kQ8_0, DType::kF8_E4M3}) {
-    for (const RopeStyle style : {RopeStyle::kAdjacentPairs, RopeStyle::kRotateHalf}) {
-      SCOPED_TRACE(StrCat(DTypeName(kv_dtype), style == RopeStyle::kAdjacentPairs ? " adjacent" : " halves"));
-      const size_t cache_bytes = RowBytes(kv_dtype, n_blocks * bs * kv_dim);
-      std::vector<uint8_t> got[2][4];  // Per backend: q, k, K cache, V cache bytes.
-      for (int b = 0; b < 2; ++b) {
-        CudaBackend& gpu = b == 0 ? **reference : **tuned;
-        const std::vector<uint8_t> zeros(cache_bytes, 0);
-        DeviceBuffer dq = Up(q), dk = Up(k), dv = Up(v), kc = Up(zeros.data(), cache_bytes),
-                     vc = Up(zeros.data(), cache_bytes);
-        DeviceBuffer scales = Up(std::vector<float>{0.5f, 2.0f, 0.25f, 1.0f});  // FP8: K's, then V's.
-        auto* s = static_cast<float*>(scales.View(DType::kF32, {2 * n_kv}).data);
-        const bool fp8 = kv_dtype == DType::kF8_E4M3;
-        KvCacheLayer cache = KvCacheLayer::Over(
-            kc.View(kv_dtype, {n_blocks, bs, n_kv, head_dim}), vc.View(kv_dtype, {n_blocks, bs, n_kv, head_dim}),
-            fp8 ? TensorView(s, DType::kF32, {n_kv}, gpu.device()) : TensorView(),
-            fp8 ? TensorView(s + n_kv, DType::kF32, {n_kv}, gpu.device()) : TensorView());
-        const RopeParams rope{style, head_dim, inv_freq};
-        ASSERT_TRUE(gpu.RopeWriteKv(dq.View(DType::kF32, {rows, n_heads * head_dim}),
-                                    dk.View(DType::kF32, {rows, kv_dim}), dv.View(DType::kF32, {rows, kv_dim}),
-                                    positions, rope, cache, seqs)
-                        .ok());
-        ASSERT_TRUE(gpu.Synchronize().ok());
-        const DeviceBuffer* bufs[] = {&dq, &dk, &kc, &vc};
-        const size_t sizes[] = {q.size() * 4, k.size() * 4, cache_bytes, cache_bytes};
-        for (int i = 0; i < 4; ++i) {
-          got[b][i].resize(sizes[i]);
-          ASSERT_TRUE(bufs[i]->Download(got[b][i].data(), sizes[i]).ok());
+  const std::vector<float> q_norm = Random(head_dim, 34), k_norm = Random(head_dim, 35);
+  DeviceBuffer dq_norm = Up(q_norm), dk_norm = Up(k_norm);
+  std::vector<uint8_t> plain_q;  // q as the un-normed run leaves it, for the first cache type.
+  for (const bool normed : {false, true}) {
+    for (const DType kv_dtype : {DType::kF32, DType::kF16, DType::kQ8_0, DType::kF8_E4M3}) {
+      for (const RopeStyle style : {RopeStyle::kAdjacentPairs, RopeStyle::kRotateHalf}) {
+        SCOPED_TRACE(StrCat(DTypeName(kv_dtype), style == RopeStyle::kAdjacentPairs ? " adjacent" : " halves",
+                            normed ? ", head norms" : ""));
+        const Backend::HeadNorms norms = normed ? Backend::HeadNorms{.q = dq_norm.View(DType::kF32, {head_dim}),
+                                                                     .k = dk_norm.View(DType::kF32, {head_dim}),
+                                                                     .eps = 1e-6f}
+                                                : Backend::HeadNorms{};
+        const size_t cache_bytes = RowBytes(kv_dtype, n_blocks * bs * kv_dim);
+        std::vector<uint8_t> got[2][4];  // Per backend: q, k, K cache, V cache bytes.
+        for (int b = 0; b < 2; ++b) {
+          CudaBackend& gpu = b == 0 ? **reference : **tuned;
+          const std::vector<uint8_t> zeros(cache_bytes, 0);
+          DeviceBuffer dq = Up(q), dk = Up(k), dv = Up(v), kc = Up(zeros.data(), cache_bytes),
+                       vc = Up(zeros.data(), cache_bytes);
+          DeviceBuffer scales = Up(std::vector<float>{0.5f, 2.0f, 0.25f, 1.0f});  // FP8: K's, then V's.
+          auto* s = static_cast<float*>(scales.View(DType::kF32, {2 * n_kv}).data);
+          const bool fp8 = kv_dtype == DType::kF8_E4M3;
+          KvCacheLayer cache = KvCacheLayer::Over(
+              kc.View(kv_dtype, {n_blocks, bs, n_kv, head_dim}), vc.View(kv_dtype, {n_blocks, bs, n_kv, head_dim}),
+              fp8 ? TensorView(s, DType::kF32, {n_kv}, gpu.device()) : TensorView(),
+              fp8 ? TensorView(s + n_kv, DType::kF32, {n_kv}, gpu.device()) : TensorView());
+          const RopeParams rope{style, head_dim, inv_freq};
+          ASSERT_TRUE(gpu.RopeWriteKv(dq.View(DType::kF32, {rows, n_heads * head_dim}),
+                                      dk.View(DType::kF32, {rows, kv_dim}), dv.View(DType::kF32, {rows, kv_dim}),
+                                      positions, rope, norms, cache, seqs)
+                          .ok());
+          ASSERT_TRUE(gpu.Synchronize().ok());
+          const DeviceBuffer* bufs[] = {&dq, &dk, &kc, &vc};
+          const size_t sizes[] = {q.size() * 4, k.size() * 4, cache_bytes, cache_bytes};
+          for (int i = 0; i < 4; ++i) {
+            got[b][i].resize(sizes[i]);
+            ASSERT_TRUE(bufs[i]->Download(got[b][i].data(), sizes[i]).ok());
+          }
         }
+        const char* names[] = {"q", "k", "K cache", "V cache"};
+        for (int i = 0; i < 4; ++i) EXPECT_TRUE(got[0][i] == got[1][i]) << names[i] << " differs";
+        if (kv_dtype == DType::kF32 && style == RopeStyle::kAdjacentPairs) {
+          if (normed) {
+            EXPECT_FALSE(got[1][0] == plain_q) << "the head norms left q as it was";
+          } else {
+            plain_q = got[1][0];
+          }
+        }
+        EXPECT_FALSE(got[0][1] == std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(k.data()),
+                                                       reinterpret_cast<const uint8_t*>(k.data()) + k.size() * 4))
+            << "k was not rotated";
       }
-      const char* names[] = {"q", "k", "K cache", "V cache"};
-      for (int i = 0; i < 4; ++i) EXPECT_TRUE(got[0][i] == got[1][i]) << names[i] << " differs";
-      EXPECT_FALSE(got[0][1] == std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(k.data()),
-                                                     reinterpret_cast<const uint8_t*>(k.data()) + k.size() * 4))
-          << "k was not rotated";
     }
   }
 }
