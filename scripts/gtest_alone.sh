@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # After a GoogleTest binary's run failed: runs again, one process each, every test that the
 # run's log does not show passed or skipped, and prints a line per test:
-#   alone: OK|FAILED|TIMEOUT|CRASHED (exit N) Suite.Test
+#   alone: OK|FAILED|TIMEOUT|CRASHED (exit N)|NOT FOUND Suite.Test
+# (a failure's first words under it)
 # A CUDA fault (an illegal address, a launch failure) is sticky for the whole process, so
 # every GPU test after a faulting one fails too; run alone, the tests that fail only because
 # of it pass, and the ones that fail on their own are named. scripts/gpu_check.sh calls it.
@@ -15,6 +16,8 @@
 set -uo pipefail
 bin=$1 log=$2 limit=${3:-120} budget=${4:-0}
 t0=$(date +%s)
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
 suite=""
 while IFS= read -r line; do
   if [[ $line != " "* ]]; then  # "Suite." or "Prefix/Suite.  # TypeParam = ..."
@@ -30,7 +33,7 @@ while IFS= read -r line; do
     echo "alone: NOT RUN $full"
     continue
   fi
-  (timeout "$limit" "$bin" --gtest_filter="$full"; exit $?) >/dev/null 2>&1  # The shell here reports a crash, quietly.
+  (timeout "$limit" "$bin" --gtest_filter="$full"; exit $?) >"$out" 2>&1  # The shell here reports a crash, quietly.
   rc=$?
   case $rc in
     0) verdict=OK ;;
@@ -38,7 +41,10 @@ while IFS= read -r line; do
     124) verdict=TIMEOUT ;;
     *) verdict="CRASHED (exit $rc)" ;;
   esac
+  # A filter that selects nothing also exits 0: OK only for a test that ran.
+  if (( rc == 0 )) && ! grep -qF -e "OK ] $full (" -e "SKIPPED ] $full (" "$out"; then verdict="NOT FOUND"; fi
   echo "alone: $verdict $full"
+  grep -m 1 -A 3 -E "Failure$|error:" "$out" | sed 's/^/  /'  # The first failure's words.
   if [[ $verdict != OK && -n ${SANITIZE_OUT:-} ]] && command -v compute-sanitizer >/dev/null; then
     mkdir -p "$SANITIZE_OUT"
     slog=$SANITIZE_OUT/${full//\//_}.log
