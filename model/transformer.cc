@@ -95,6 +95,7 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Load(const ModelFiles&
   t->rope_.head_dim = t->config_.head_dim;
   t->rope_.inv_freq = t->inv_freq_;
   CASCADE_RETURN_IF_ERROR(Annotate(t->LoadWeights(files), StrCat("loading ", files.path)));
+  t->LogMoeRouting();
   CASCADE_RETURN_IF_ERROR(t->AllocateDeviceLoad());
   return t;
 }
@@ -268,16 +269,18 @@ int64_t Transformer::moe_layers_on_device() const {
                        [](const Layer& L) { return L.moe != nullptr && L.moe->routes_on_device(); });
 }
 
-absl::Status Transformer::AllocateDeviceLoad() {
+void Transformer::LogMoeRouting() const {
   // Where the backend routes experts itself, say which layers it takes and why not the others.
-  if (!moe_layers_.empty() && backend_->RoutesExperts(1)) {
-    const auto host = std::find_if(layers_.begin(), layers_.end(),
-                                   [](const Layer& L) { return L.moe != nullptr && !L.moe->routes_on_device(); });
-    CASCADE_LOG(Info) << "MoE layers routed on the device: " << moe_layers_on_device() << " of " << moe_layers_.size()
-                      << (host == layers_.end()
-                              ? std::string()
-                              : StrCat("; the others on the host (", host->moe->host_routing_reason(), ")"));
-  }
+  if (moe_layers_.empty() || !backend_->RoutesExperts(1)) return;
+  const auto host = std::find_if(layers_.begin(), layers_.end(),
+                                 [](const Layer& L) { return L.moe != nullptr && !L.moe->routes_on_device(); });
+  CASCADE_LOG(Info) << "MoE layers routed on the device: " << moe_layers_on_device() << " of " << moe_layers_.size()
+                    << (host == layers_.end()
+                            ? std::string()
+                            : StrCat("; the others on the host (", host->moe->host_routing_reason(), ")"));
+}
+
+absl::Status Transformer::AllocateDeviceLoad() {
   if (moe_layers_on_device() == 0) return absl::OkStatus();
   const std::vector<int32_t> zeros(expert_load_.size(), 0);
   CASCADE_ASSIGN_OR_RETURN(device_load_, backend_->Allocate(zeros.size() * sizeof(int32_t)));

@@ -187,6 +187,9 @@ class Transformer {
   // Layer `l`'s norms, biases and projections (this rank's shard of them).
   absl::StatusOr<Layer> LoadLayer(const ModelFiles& files, int64_t l);
   absl::Status EnsureWorkspace(int64_t n_tokens);
+  // At load: how many MoE layers route on the device and why not the others, where the
+  // backend routes experts itself.
+  void LogMoeRouting() const;
   // The TP group the row-parallel and vocab-parallel layers reduce over; null without TP
   // and under all-to-all expert parallelism, where only the MoE layers use the group.
   BackendComm* tp_group() { return tp_comm_ != nullptr && !shard_.expert_all_to_all ? &tp_ : nullptr; }

@@ -118,7 +118,7 @@ absl::Status Linear::ForwardRowsOfWholeInput(TensorView out, const TensorView& i
   CASCADE_RETURN_IF_ERROR(group_->AllGather(in.data, static_cast<size_t>(n * part) * sizeof(float), w.inputs->data()));
   CASCADE_RETURN_IF_ERROR(b.Embedding(view(*w.whole, n * size, part), view(*w.inputs, size * n, part), token_major));
   // This rank's rows over it, in the weight's input order.
-  CASCADE_RETURN_IF_ERROR(kernels::GrowBuffer(b, order_->gathered, static_cast<size_t>(n * n_in) * sizeof(float)));
+  CASCADE_RETURN_IF_ERROR(grow(order_->gathered, n * n_in));
   const TensorView gathered = view(*order_->gathered, n, n_in);
   CASCADE_RETURN_IF_ERROR(b.GatherColumns(gathered, view(*w.whole, n, n_in), order_->cols));
   CASCADE_RETURN_IF_ERROR(b.Linear(view(*w.rows, n, mine), gathered, *weight_, {}));

@@ -191,8 +191,10 @@ absl::Status MoeBlock::PrepareDeviceExperts() {
   // All-to-all dispatch routes on the host, where it exchanges the tokens. A shared expert
   // (Qwen2-MoE) runs after the routed ones either way (RunShared); a router bias (gpt-oss)
   // is in the router's logits.
-  host_reason_ = experts_.empty() ? "no experts held" : "all-to-all dispatch";
-  if (experts_.empty() || all_to_all_) return absl::OkStatus();
+  if (experts_.empty() || all_to_all_) {
+    host_reason_ = experts_.empty() ? "no experts held" : "all-to-all dispatch";
+    return absl::OkStatus();
+  }
   std::vector<kernels::Backend::ExpertWeights> weights;
   for (const Expert& e : experts_) {
     const StackedLinear& gu = e.gate_up;
