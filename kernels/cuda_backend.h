@@ -62,10 +62,24 @@ enum class CudaKernels {
 absl::StatusOr<CudaKernels> CudaKernelsFromEnv();
 std::string_view CudaKernelsName(CudaKernels k);
 
+// How the tuned kernels multiply quantized weights (the GGUF block types and I4_G128) by
+// more tokens than their GEMVs take: prefill.
+enum class QuantGemm {
+  kBf16,  // The weight decoded to BF16 per call, then a cuBLAS tensor-core GEMM on BF16 activations.
+  kInt8,  // The activations quantized to 8 bits, int8 tensor-core tiles over the blocks as stored (Q8Mma).
+};
+// `CASCADE_CUDA_QUANT_GEMM` (bf16 | int8); unset: bf16, the rule until the int8 tiles have
+// passed their GPU tests and been measured against it. InvalidArgument naming the variable
+// for another value.
+absl::StatusOr<QuantGemm> QuantGemmFromEnv();
+std::string_view QuantGemmName(QuantGemm g);
+
 struct CudaBackendOptions {
   int device = 0;  // CUDA device index.
   // Unset: CudaKernelsFromEnv(), and Create logs the choice and its rule.
   std::optional<CudaKernels> kernels = std::nullopt;
+  // Unset: QuantGemmFromEnv(), logged the same way. kInt8 needs compute capability 8.0.
+  std::optional<QuantGemm> quant_gemm = std::nullopt;
 };
 
 // The passes of a step run as a CUDA graph (CudaBackend::BeginGraphStep).
@@ -118,6 +132,9 @@ class CudaBackend : public Backend {
   // no limit. For benchmarks that compare the two paths on prefills, until a GPU run says
   // which is faster where.
   virtual void set_moe_device_max_tokens(int64_t) {}
+  // Switches how the tuned kernels multiply quantized weights by many tokens (benchmarks
+  // compare both on one loaded model). InvalidArgument for kInt8 below compute capability 8.0.
+  virtual absl::Status set_quant_gemm(QuantGemm) { return absl::OkStatus(); }
   // Graphs captured so far and launched so far (for tests and logs).
   virtual int64_t graphs_captured() const { return 0; }
   virtual int64_t graphs_launched() const { return 0; }

@@ -16,4 +16,13 @@ absl::StatusOr<CudaKernels> CudaKernelsFromEnv() {
   return absl::InvalidArgumentError(StrCat("CASCADE_CUDA_KERNELS = '", v, "': must be reference or tuned"));
 }
 
+std::string_view QuantGemmName(QuantGemm g) { return g == QuantGemm::kInt8 ? "int8" : "bf16"; }
+
+absl::StatusOr<QuantGemm> QuantGemmFromEnv() {
+  const char* v = std::getenv("CASCADE_CUDA_QUANT_GEMM");
+  if (v == nullptr || std::string_view(v).empty() || std::string_view(v) == "bf16") return QuantGemm::kBf16;
+  if (std::string_view(v) == "int8") return QuantGemm::kInt8;
+  return absl::InvalidArgumentError(StrCat("CASCADE_CUDA_QUANT_GEMM = '", v, "': must be bf16 or int8"));
+}
+
 }  // namespace cascade::kernels

@@ -4,7 +4,8 @@
 // for up to kMaxGemvTokens tokens, and for more are decoded to F32 once per call and
 // multiplied by GEMM. Stacked projections (LinearParts: Q/K/V, gate/up) share one GEMV
 // launch. With the tuned kernels (CudaKernels::kTuned) F16/BF16 and Q8_0/Q4_0/Q4_1/Q4_K/
-// Q6_K decode steps take their own GEMVs, prefill rows the tiled attention, and the
+// Q6_K decode steps take their own GEMVs (and, by CASCADE_CUDA_QUANT_GEMM=int8, the block
+// types' prefills int8 tensor-core tiles), prefill rows the tiled attention, and the
 // residual sum joins the next norm.
 //
 // An op's host metadata (ids, positions, KV slots, block tables) is packed here and copied
@@ -282,6 +283,8 @@ class CudaBackendImpl final : public CudaBackend {
     CASCADE_RETURN_IF_ERROR(
         CublasError(cublasSetWorkspace(blas_, blas_workspace_.data(), blas_workspace_.bytes()), "cublasSetWorkspace"));
     graphs_ = std::make_unique<cuda::StepGraphs>(stream_);
+    CASCADE_CUDA_RETURN(cudaDeviceGetAttribute(&cc_major_, cudaDevAttrComputeCapabilityMajor, device_),
+                        "cudaDeviceGetAttribute");
     return absl::OkStatus();
   }
 
@@ -441,6 +444,15 @@ class CudaBackendImpl final : public CudaBackend {
     return kernels_ == CudaKernels::kTuned && n_tokens > 0 && n_tokens <= moe_device_max_tokens_;
   }
   void set_moe_device_max_tokens(int64_t n) override { moe_device_max_tokens_ = n; }
+  absl::Status set_quant_gemm(QuantGemm g) override {
+    if (g == QuantGemm::kInt8 && cc_major_ < 8) {
+      return absl::InvalidArgumentError(StrCat("CASCADE_CUDA_QUANT_GEMM=int8: cuda:", device_,
+                                               " has compute capability ", cc_major_,
+                                               ".x; the int8 tiles need 8.0 or later"));
+    }
+    quant_gemm_ = g;
+    return absl::OkStatus();
+  }
 
   // Tokens a MoE pass takes at most: its scratch grows with tokens x top k x (n_ff + n_embd)
   // floats (~100 MiB at 512 tokens for Qwen3-235B-A22B's 8 of 128 experts), and each pass reads
@@ -944,35 +956,43 @@ class CudaBackendImpl final : public CudaBackend {
     const bool q8_gemv =
         kernels_ == CudaKernels::kTuned && cuda::Q8GemvCode(code) && n_tokens <= kMaxGemvTokens && n_in % 32 == 0;
     const bool gemv = half_gemv || (IsQuantized(weight.dtype) && n_tokens <= kMaxGemvTokens);
-    // Tuned kernels: quantized weights for many tokens decoded to BF16 for a tensor-core
-    // GEMM on BF16 activations (the reference path decodes to F32 for an F32 GEMM).
-    const bool bf16_gemm = kernels_ == CudaKernels::kTuned && !gemv && IsQuantized(weight.dtype);
+    // Tuned kernels, CASCADE_CUDA_QUANT_GEMM=int8: those types for many tokens by int8
+    // tensor-core tiles over 8-bit activations.
+    const bool int8_mma = kernels_ == CudaKernels::kTuned && quant_gemm_ == QuantGemm::kInt8 && !gemv &&
+                          cuda::Q8GemvCode(code) && n_in % 32 == 0;
+    // Tuned kernels otherwise: quantized weights for many tokens decoded to BF16 for a
+    // tensor-core GEMM on BF16 activations (the reference path decodes to F32 for an F32 GEMM).
+    const bool bf16_gemm = kernels_ == CudaKernels::kTuned && !gemv && !int8_mma && IsQuantized(weight.dtype);
+    const bool blas = !gemv && !int8_mma;
     // GEMMs read F16/BF16 activations converted into one scratch buffer, or quantized
     // weights decoded into another.
     void* converted =
-        !gemv && (half || bf16_gemm) ? Scratch(kConvert, static_cast<size_t>(n_tokens * n_in) * 2) : nullptr;
-    void* deq = !gemv && !half && weight.dtype != DType::kF32
+        blas && (half || bf16_gemm) ? Scratch(kConvert, static_cast<size_t>(n_tokens * n_in) * 2) : nullptr;
+    void* deq = blas && !half && weight.dtype != DType::kF32
                     ? Scratch(kDequant, static_cast<size_t>(n_out * n_in) * (bf16_gemm ? 2 : 4))
                     : nullptr;
-    auto* xq = q8_gemv ? static_cast<cuda::Q8Block*>(
-                             Scratch(kActQ, static_cast<size_t>(n_tokens * n_in / 32) * sizeof(cuda::Q8Block)))
-                       : nullptr;
+    auto* xq = q8_gemv || int8_mma ? static_cast<cuda::Q8Block*>(Scratch(
+                                         kActQ, static_cast<size_t>(n_tokens * n_in / 32) * sizeof(cuda::Q8Block)))
+                                   : nullptr;
     CASCADE_RETURN_IF_ERROR(ScratchError());
     graphs_->Sign({kOpLinear, Bits(in.data), Bits(weight.data), static_cast<uint64_t>(code), Dims(in),
                    static_cast<uint64_t>(n_out), Bits(converted), Bits(deq), static_cast<uint64_t>(half_gemv),
-                   static_cast<uint64_t>(bf16_gemm), Bits(xq)});
+                   static_cast<uint64_t>(bf16_gemm), Bits(xq), static_cast<uint64_t>(int8_mma)});
     for (size_t p = 0; p < outs.size(); ++p) {
       graphs_->Sign({Bits(outs[p].data), Dims(outs[p]), p < biases.size() ? Bits(biases[p].data) : 0});
     }
     if (graphs_->dry()) return absl::OkStatus();
-    if (gemv) {
+    if (!blas) {
       cuda::GemvOut parts;
       int64_t end = 0;
       for (const TensorView& o : outs) {
         parts.out[parts.n_parts] = F32(o);
         parts.end[parts.n_parts++] = end += o.Cols();
       }
-      if (half_gemv) {
+      if (int8_mma) {
+        cuda::QuantizeActivations(xq, F32(in), n_tokens, n_in, stream_);
+        cuda::Q8Mma(parts, xq, weight.data, code, weight.RowBytes(), n_tokens, n_out, n_in, stream_);
+      } else if (half_gemv) {
         cuda::HalfGemv(parts, F32(in), weight.data, code, n_tokens, n_out, n_in, stream_);
       } else if (q8_gemv) {
         cuda::QuantizeActivations(xq, F32(in), n_tokens, n_in, stream_);
@@ -980,7 +1000,10 @@ class CudaBackendImpl final : public CudaBackend {
       } else {
         cuda::QuantGemv(parts, F32(in), weight.data, code, n_tokens, n_out, n_in, stream_);
       }
-      CASCADE_RETURN_IF_ERROR(LastError(half_gemv ? "HalfGemv" : q8_gemv ? "Q8Gemv" : "QuantGemv"));
+      CASCADE_RETURN_IF_ERROR(LastError(int8_mma    ? "Q8Mma"
+                                        : half_gemv ? "HalfGemv"
+                                        : q8_gemv   ? "Q8Gemv"
+                                                    : "QuantGemv"));
     } else {
       const void* w = weight.data;
       int64_t row_bytes = weight.RowBytes();
@@ -1141,6 +1164,8 @@ class CudaBackendImpl final : public CudaBackend {
 
   int device_ = 0;
   CudaKernels kernels_ = CudaKernels::kReference;
+  QuantGemm quant_gemm_ = QuantGemm::kBf16;
+  int cc_major_ = 0;  // The device's compute capability, major.
   int64_t moe_device_max_tokens_ = std::numeric_limits<int64_t>::max();
   const bool sync_each_op_ = SyncEachOpFromEnv();
   cudaStream_t stream_ = nullptr;
@@ -1223,8 +1248,23 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
                               : "CASCADE_CUDA_KERNELS unset: the tuned kernels stay off until measured on a GPU")
                       << ")";
   }
+  QuantGemm quant_gemm = QuantGemm::kBf16;
+  if (options.quant_gemm.has_value()) {
+    quant_gemm = *options.quant_gemm;
+  } else {
+    CASCADE_ASSIGN_OR_RETURN(quant_gemm, QuantGemmFromEnv());
+    if (kernels == CudaKernels::kTuned) {
+      CASCADE_LOG(Info) << "cuda:" << options.device << ": quantized weights over many tokens by the "
+                        << QuantGemmName(quant_gemm) << " GEMM ("
+                        << (std::getenv("CASCADE_CUDA_QUANT_GEMM") != nullptr
+                                ? "CASCADE_CUDA_QUANT_GEMM"
+                                : "CASCADE_CUDA_QUANT_GEMM unset: the int8 tiles stay off until measured on a GPU")
+                        << ")";
+    }
+  }
   auto b = std::make_unique<CudaBackendImpl>(options.device, kernels);
   CASCADE_RETURN_IF_ERROR(b->Init());
+  CASCADE_RETURN_IF_ERROR(b->set_quant_gemm(quant_gemm));
   return std::unique_ptr<CudaBackend>(std::move(b));
 }
 

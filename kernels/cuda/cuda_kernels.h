@@ -83,6 +83,14 @@ struct GemvOut {
   float* out[kMaxGemvParts] = {};
   int64_t end[kMaxGemvParts] = {};
   int n_parts = 0;
+
+  // Where row o of the stacked rows goes for token t (o < end[n_parts - 1]).
+  __host__ __device__ float* At(int64_t o, int64_t t) const {
+    int p = 0;
+    while (o >= end[p]) ++p;
+    const int64_t first = p == 0 ? 0 : end[p - 1];
+    return out[p] + t * (end[p] - first) + (o - first);
+  }
 };
 void QuantGemv(const GemvOut& out, const float* x, const void* w, int code, int64_t n_tokens, int64_t n_out,
                int64_t n_in, cudaStream_t stream);
@@ -137,6 +145,11 @@ void Q8Gemv(const GemvOut& out, const Q8Block* xq, const void* w, int code, int6
             int64_t n_out, int64_t n_in, cudaStream_t stream);
 void HalfGemv(const GemvOut& out, const float* x, const void* w, int code, int64_t n_tokens, int64_t n_out,
               int64_t n_in, cudaStream_t stream);
+// The same product for many tokens (prefill) on int8 tensor cores (q8_mma.cu: tiles of 64
+// rows by 64 tokens, mma.sync on the unpacked chunks), with Q8Gemv's arithmetic per chunk.
+// REQUIRES compute capability 8.0 or later, n_in % 32 == 0, n_out / 64 < 65536.
+void Q8Mma(const GemvOut& out, const Q8Block* xq, const void* w, int code, int64_t row_bytes, int64_t n_tokens,
+           int64_t n_out, int64_t n_in, cudaStream_t stream);
 // A layer's paged KV cache [n_blocks, block_size, n_kv_heads, head_dim] in encoding `code`:
 // kWF32, kWF16, kWQ8_0 (kv_dim and head_dim multiples of 32; the element at flat index i
 // is in block i / 32) or kWF8 (E4M3 codes of x / scale of the element's KV head, with

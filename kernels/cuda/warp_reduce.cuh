@@ -31,14 +31,11 @@ __device__ __forceinline__ T WarpInclusiveSum(T v, int lane) {
 template <int T>
 __device__ __forceinline__ void StoreGemvRow(const GemvOut& out, int64_t o, float (&acc)[T], int n_t, int64_t t0,
                                              int lane) {
-  int p = 0;
-  while (o >= out.end[p]) ++p;
-  const int64_t first = p == 0 ? 0 : out.end[p - 1], rows = out.end[p] - first;
 #pragma unroll
   for (int t = 0; t < T; ++t) {
     if (t >= n_t) break;
     const float s = WarpSum(acc[t]);
-    if (lane == 0) out.out[p][(t0 + t) * rows + (o - first)] = s;
+    if (lane == 0) *out.At(o, t0 + t) = s;
   }
 }
 

@@ -11,7 +11,9 @@
 // with CUDA graphs (model/graph_step.h) after the eager runs, on the same loaded model; with
 // --tuned also with the tuned kernels (CudaKernels::kTuned; for a MoE model once more with
 // batches over 32 tokens, its prefills, routed on the host: which path is faster where is
-// not measured yet), and the graphs then with them; each figure is printed as it is measured.
+// not measured yet; for a quantized model once more with the int8 tensor-core GEMM of
+// prefill and batch 32, CASCADE_CUDA_QUANT_GEMM=int8), and the graphs then with them; each
+// figure is printed as it is measured.
 // With --quant also the 8B shape in Q8_0 and Q4_K_M and bench_moe.sh's MoE shape in Q8_0. Every
 // model is set against the copy roofline and a dense BF16 one against the cuBLAS anchor of
 // its matrices (tests/bench/cublas_anchor.h): one table row per kernel configuration.
@@ -80,7 +82,7 @@ double Step(model::Transformer& t, model::KvCache& cache, int batch, int64_t n_n
 }
 
 Result Bench(const std::string& name, const std::string& path, kernels::Backend* backend, const char* backend_name,
-             bool quick, bool graphs, bool tuned) {
+             bool quick, bool graphs, bool tuned, bool quantized) {
   Result r;
   r.model = name;
   r.backend = backend_name;
@@ -143,6 +145,11 @@ Result Bench(const std::string& name, const std::string& path, kernels::Backend*
       gpu->set_moe_device_max_tokens(kHostMoeAbove);
       measure(StrCat("tuned, MoE>", kHostMoeAbove, " host"));
       gpu->set_moe_device_max_tokens(std::numeric_limits<int64_t>::max());
+    }
+    if (quantized) {  // Prefill and batch 32 by the int8 tiles instead of BF16 GEMMs.
+      Check(gpu->set_quant_gemm(kernels::QuantGemm::kInt8), "int8 GEMM");
+      measure("tuned, int8 GEMM");
+      Check(gpu->set_quant_gemm(kernels::QuantGemm::kBf16), "bf16 GEMM");
     }
   }
   if (graphs && gpu != nullptr) {
@@ -300,10 +307,10 @@ int main(int argc, char** argv) {
   Check(gpu.status(), "cuda:0");
   std::vector<Result> results;
   if (!o.smol.empty() && std::filesystem::exists(o.smol)) {
-    results.push_back(Bench("SmolLM2-135M Q4_1", o.smol, gpu->get(), "cuda:0", false, o.graphs, o.tuned));
+    results.push_back(Bench("SmolLM2-135M Q4_1", o.smol, gpu->get(), "cuda:0", false, o.graphs, o.tuned, true));
     (*gpu)->set_kernels(kernels::CudaKernels::kReference);
     auto cpu = kernels::MakeCpuBackend({.n_threads = 16});
-    results.push_back(Bench("SmolLM2-135M Q4_1", o.smol, cpu.get(), "cpu x16", true, false, false));
+    results.push_back(Bench("SmolLM2-135M Q4_1", o.smol, cpu.get(), "cpu x16", true, false, false, true));
   } else {
     std::printf("SmolLM2 not found (%s): skipped\n", o.smol.c_str());
   }
@@ -314,7 +321,7 @@ int main(int argc, char** argv) {
     spec.distinct_values = 1 << 20;  // Values (and quantized blocks) repeat: quick to write.
     cascade::testing::WriteRandomModel(spec, path);
     std::printf("wrote %s in %.1f s\n", name.c_str(), SecondsSince(t0));
-    results.push_back(Bench(name, path, gpu->get(), "cuda:0", false, o.graphs, o.tuned));
+    results.push_back(Bench(name, path, gpu->get(), "cuda:0", false, o.graphs, o.tuned, IsQuantized(spec.weight_type)));
     (*gpu)->set_kernels(kernels::CudaKernels::kReference);
     std::filesystem::remove(path);
     AddAnchors(spec, copy_bw, results.back());

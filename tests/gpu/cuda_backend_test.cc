@@ -113,7 +113,8 @@ double RelL2(const std::vector<float>& got, const std::vector<float>& want) {
 
 // The double-precision product of x [n_tokens, n_in] and rows [first, first + rows) of the
 // decoded weights, plus `bias` [rows] when given: one part of a stacked projection.
-std::vector<double> PartProduct(const std::vector<float>& x, const std::vector<float>& decoded, int64_t n_tokens,
+template <typename X>
+std::vector<double> PartProduct(const std::vector<X>& x, const std::vector<float>& decoded, int64_t n_tokens,
                                 int64_t n_in, int64_t first, int64_t rows, const std::vector<float>& bias) {
   std::vector<double> want(n_tokens * rows);
   for (int64_t t = 0; t < n_tokens; ++t) {
@@ -306,6 +307,73 @@ TEST_F(CudaBackendTest, TunedQuantizedGemmMatchesDoublePrecision) {
     const std::vector<float> got = Down(out, n_tokens * n_out);
     EXPECT_LT(RelL2(got, exact), 1e-2) << DTypeName(dtype);
     EXPECT_LT(RelL2(got, Down(ref_out, n_tokens * n_out)), 1e-2) << DTypeName(dtype);
+  }
+}
+
+// The int8 tensor-core tiles (CASCADE_CUDA_QUANT_GEMM=int8: Q8Mma) for every type the
+// integer kernels take, from random bit patterns, with partial row and token tiles (100 rows,
+// 17 / 70 / 130 tokens) and stacked parts (one launch for three parts of 48, 32 and 20 rows,
+// a bias on the middle one): against the double product with the activations rounded as the
+// kernel rounds them (the integer arithmetic: 1e-5), against the exact product (2e-2), and
+// against the integer GEMV of the same activations run one token at a time (1e-5: the same
+// sums in another order).
+TEST_F(CudaBackendTest, TunedInt8GemmMatchesDoublePrecision) {
+  auto int8 = CudaBackend::Create({.device = 0, .kernels = CudaKernels::kTuned, .quant_gemm = QuantGemm::kInt8});
+  ASSERT_TRUE(int8.ok()) << int8.status();
+  const int64_t n_in = 512, rows[3] = {48, 32, 20}, n_out = 100;
+  for (DType dtype :
+       {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ2_K, DType::kQ3_K, DType::kQ4_K,
+        DType::kQ5_K, DType::kQ6_K, DType::kIQ4_NL, DType::kIQ4_XS, DType::kMXFP4, DType::kI4_G128}) {
+    std::vector<float> decoded;
+    const std::vector<uint8_t> w = RandomBlocks(dtype, n_out, n_in, 71, &decoded);
+    DeviceBuffer dw = Up(w.data(), w.size());
+    auto prepared = (*int8)->PrepareWeight(TensorView(const_cast<uint8_t*>(w.data()), dtype, {n_out, n_in}));
+    ASSERT_TRUE(prepared.ok()) << prepared.status();
+    const std::vector<float> bias = Random(rows[1], 72);
+    DeviceBuffer db = Up(bias);
+    for (int64_t n_tokens : {17, 70, 130}) {
+      const std::string what = StrCat(DTypeName(dtype), " tokens ", n_tokens);
+      const std::vector<float> x = Random(n_tokens * n_in, 73 + n_tokens);
+      const std::vector<double> xq = Q8Activations(x);
+      DeviceBuffer dx = Up(x);
+      std::vector<DeviceBuffer> outs;
+      std::vector<TensorView> views;
+      for (int64_t r : rows) {
+        outs.push_back(Poisoned(n_tokens * r));
+        views.push_back(outs.back().View(DType::kF32, {n_tokens, r}));
+      }
+      const TensorView biases[] = {TensorView(), db.View(DType::kF32, {rows[1]}), TensorView()};
+      ASSERT_TRUE((*int8)->LinearParts(views, dx.View(DType::kF32, {n_tokens, n_in}), **prepared, biases).ok());
+      // The same activations one token at a time: the integer GEMV.
+      DeviceBuffer gemv_out = Poisoned(n_tokens * n_out);
+      const Device gpu{DeviceKind::kCuda, 0};
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        ASSERT_TRUE(
+            (*int8)
+                ->Linear(TensorView(static_cast<float*>(gemv_out.data()) + t * n_out, DType::kF32, {1, n_out}, gpu),
+                         TensorView(static_cast<float*>(dx.data()) + t * n_in, DType::kF32, {1, n_in}, gpu),
+                         dw.View(dtype, {n_out, n_in}), TensorView())
+                .ok());
+      }
+      const std::vector<float> gemv = Down(gemv_out, n_tokens * n_out);
+      int64_t first = 0;
+      for (int p = 0; p < 3; ++p) {
+        const std::vector<float> b = p == 1 ? bias : std::vector<float>{};
+        const std::vector<double> exact = PartProduct(x, decoded, n_tokens, n_in, first, rows[p], b);
+        const std::vector<double> rounded = PartProduct(xq, decoded, n_tokens, n_in, first, rows[p], b);
+        std::vector<double> by_gemv(n_tokens * rows[p]);
+        for (int64_t t = 0; t < n_tokens; ++t) {
+          for (int64_t o = 0; o < rows[p]; ++o) {
+            by_gemv[t * rows[p] + o] = gemv[t * n_out + first + o] + (b.empty() ? 0.0 : b[o]);
+          }
+        }
+        const std::vector<float> got = Down(outs[p], exact.size());
+        EXPECT_LT(RelL2(got, rounded), 1e-5) << what << " part " << p;
+        EXPECT_LT(RelL2(got, exact), 2e-2) << what << " part " << p;
+        EXPECT_LT(RelL2(got, by_gemv), 1e-5) << what << " part " << p;
+        first += rows[p];
+      }
+    }
   }
 }
 

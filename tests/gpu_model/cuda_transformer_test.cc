@@ -180,6 +180,20 @@ TEST_F(CudaTransformerTest, TunedKernelsMatchTheCpu) {
   }
 }
 
+// The int8 tensor-core tiles for prefill (CASCADE_CUDA_QUANT_GEMM=int8, read by the backend
+// as a user sets it) in whole models: 40-token prompts, past the GEMVs' 16, within the
+// quantized types' bound: Q4_1 has offsets, Q6_K chunk halves with their own scales.
+TEST_F(CudaTransformerTest, TunedInt8PrefillMatchesTheCpu) {
+  testing::TempDir dir;
+  ::setenv("CASCADE_CUDA_QUANT_GEMM", "int8", 1);
+  for (DType type : {DType::kQ8_0, DType::kQ4_1, DType::kQ4_K, DType::kQ6_K}) {
+    const std::string path = dir.path() + "/int8-" + std::string(DTypeName(type)) + ".gguf";
+    testing::WriteRandomModel({.weight_type = type}, path);
+    ExpectGpuMatchesCpu(path, 5e-2, 8, 0.04, kernels::CudaKernels::kTuned, 40);
+  }
+  ::unsetenv("CASCADE_CUDA_QUANT_GEMM");
+}
+
 // MoE layers on the GPU (router logits read back, experts run by the GPU's linear kernels
 // over gathered rows, Backend::AddScaledRows scattering them back) against the CPU, for
 // each family: Qwen3-MoE in F32 and Q8_0, Mixtral, and Qwen2-MoE with its shared expert.

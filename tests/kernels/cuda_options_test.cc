@@ -1,5 +1,6 @@
-// CASCADE_CUDA_KERNELS, read without a GPU: the reference kernels unless it says tuned, and a
-// clear error naming it for anything else.
+// CASCADE_CUDA_KERNELS and CASCADE_CUDA_QUANT_GEMM, read without a GPU: the reference kernels
+// and the BF16 GEMM unless they say otherwise, and a clear error naming the variable for
+// anything else.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -22,6 +23,21 @@ TEST(CudaKernelsFromEnvTest, ReferenceUnlessToldTuned) {
   EXPECT_NE(bad.status().message().find("CASCADE_CUDA_KERNELS"), std::string_view::npos);
   unsetenv("CASCADE_CUDA_KERNELS");
   EXPECT_EQ(CudaKernelsName(CudaKernels::kTuned), "tuned");
+}
+
+TEST(QuantGemmFromEnvTest, Bf16UnlessToldInt8) {
+  unsetenv("CASCADE_CUDA_QUANT_GEMM");
+  EXPECT_EQ(*QuantGemmFromEnv(), QuantGemm::kBf16);
+  setenv("CASCADE_CUDA_QUANT_GEMM", "int8", 1);
+  EXPECT_EQ(*QuantGemmFromEnv(), QuantGemm::kInt8);
+  setenv("CASCADE_CUDA_QUANT_GEMM", "bf16", 1);
+  EXPECT_EQ(*QuantGemmFromEnv(), QuantGemm::kBf16);
+  setenv("CASCADE_CUDA_QUANT_GEMM", "int4", 1);
+  const absl::StatusOr<QuantGemm> bad = QuantGemmFromEnv();
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("CASCADE_CUDA_QUANT_GEMM"), std::string_view::npos);
+  unsetenv("CASCADE_CUDA_QUANT_GEMM");
+  EXPECT_EQ(QuantGemmName(QuantGemm::kInt8), "int8");
 }
 
 }  // namespace
