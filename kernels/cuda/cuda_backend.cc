@@ -481,6 +481,8 @@ class CudaBackendImpl final : public CudaBackend {
     }
     for (int64_t t0 = 0; t0 < n; t0 += kMoePassTokens) {
       const int64_t rows = std::min(kMoePassTokens, n - t0);
+      // Prefill passes (more tokens than the GEMVs take) by the int8 tiles, when chosen.
+      a.mma = quant_gemm_ == QuantGemm::kInt8 && rows > kMaxGemvTokens;
       CASCADE_RETURN_IF_ERROR(RoutedExpertsPass(acc.RowSlice(t0, t0 + rows), x.RowSlice(t0, t0 + rows),
                                                 logits.RowSlice(t0, t0 + rows), *ex, a, load));
     }
@@ -496,16 +498,18 @@ class CudaBackendImpl final : public CudaBackend {
     const auto take = [&](size_t bytes) { return std::exchange(end, end + ((bytes + 255) & ~size_t{255})); };
     const size_t x_rows = m * a.n_embd / 32 * sizeof(cuda::Q8Block);  // Act-order: gathered per row.
     const size_t chosen = take(m * 4), weights = take(m * 4), entry_row = take(m * 4),
-                 expert_rows = take((a.n_held + 1) * 4), token_of_row = take(m * 4),
-                 xq = take(n * a.n_embd / 32 * sizeof(cuda::Q8Block)), xg = take(a.gate_order ? x_rows : 0),
-                 xu = take(a.up_order && a.up_order != a.gate_order ? x_rows : 0), h = take(m * a.n_ff * 4),
-                 hq = take(m * a.n_ff / 32 * sizeof(cuda::Q8Block)), out = take(m * a.n_embd * 4);
+                 expert_rows = take((a.n_held + 1) * 4), expert_tiles = take((a.n_held + 1) * 4),
+                 token_of_row = take(m * 4), xq = take(n * a.n_embd / 32 * sizeof(cuda::Q8Block)),
+                 xg = take(a.gate_order ? x_rows : 0), xu = take(a.up_order && a.up_order != a.gate_order ? x_rows : 0),
+                 h = take(m * a.n_ff * 4), hq = take(m * a.n_ff / 32 * sizeof(cuda::Q8Block)),
+                 out = take(m * a.n_embd * 4);
     auto* base = static_cast<uint8_t*>(Scratch(kMoe, end));
     CASCADE_RETURN_IF_ERROR(ScratchError());
     const cuda::MoeWork w{.chosen = reinterpret_cast<int32_t*>(base + chosen),
                           .weights = reinterpret_cast<float*>(base + weights),
                           .entry_row = reinterpret_cast<int32_t*>(base + entry_row),
                           .expert_rows = reinterpret_cast<int32_t*>(base + expert_rows),
+                          .expert_tiles = reinterpret_cast<int32_t*>(base + expert_tiles),
                           .token_of_row = reinterpret_cast<int32_t*>(base + token_of_row),
                           .xq = reinterpret_cast<cuda::Q8Block*>(base + xq),
                           .xg = reinterpret_cast<cuda::Q8Block*>(base + xg),
@@ -515,7 +519,8 @@ class CudaBackendImpl final : public CudaBackend {
                           .out = reinterpret_cast<float*>(base + out)};
     graphs_->Sign({kOpMoe, Bits(acc.data), Bits(x.data), Bits(logits.data), Bits(load), Bits(&ex), Dims(x),
                    static_cast<uint64_t>(a.n_experts), static_cast<uint64_t>(a.top_k),
-                   static_cast<uint64_t>(a.expert_begin), static_cast<uint64_t>(a.norm), Bits(base)});
+                   static_cast<uint64_t>(a.expert_begin), static_cast<uint64_t>(a.norm), Bits(base),
+                   static_cast<uint64_t>(a.mma)});
     if (graphs_->dry()) return absl::OkStatus();
     cuda::MoeRoutedExperts(F32(acc), F32(x), F32(logits), static_cast<int32_t*>(load), n, a, w, stream_);
     return LastError("MoeRoutedExperts");

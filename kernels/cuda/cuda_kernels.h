@@ -271,6 +271,9 @@ struct MoeArgs {
   const int32_t* gate_order = nullptr;
   const int32_t* up_order = nullptr;
   const int32_t* down_order = nullptr;
+  // The block-type matrices by int8 tensor-core tiles (moe_mma.cu) instead of the GEMVs:
+  // gate and up when they share a code, and down (for prefill passes).
+  bool mma = false;
 };
 // Device scratch of MoeRoutedExperts, for n_tokens tokens (m = n_tokens * top_k entries).
 struct MoeWork {
@@ -278,6 +281,7 @@ struct MoeWork {
   float* weights = nullptr;         // [m]
   int32_t* entry_row = nullptr;     // [m] grouped row of an entry; -1 when its expert is not held.
   int32_t* expert_rows = nullptr;   // [n_held + 1] first grouped row of each held expert.
+  int32_t* expert_tiles = nullptr;  // [n_held + 1] first int8 tile (64 grouped rows) of each.
   int32_t* token_of_row = nullptr;  // [m]
   Q8Block* xq = nullptr;            // [n_tokens * n_embd / 32]
   Q8Block* xg = nullptr;            // [m * n_embd / 32] with gate_order: each grouped row's x in it

@@ -12,8 +12,11 @@
 //      expert's rows varies from run to run; no value depends on it, as each row is
 //      computed alone and CombineKernel reads rows by entry), and each entry's row;
 //   4. GateUpKernel, a block per (held expert, 4 output rows): each warp one row of the
-//      expert's gate and of its up over that expert's rows, silu(gate) * up stored;
-//   5. the products quantized (block-type down only), and DownKernel the same way over down;
+//      expert's gate and of its up over that expert's rows, silu(gate) * up stored; or, with
+//      MoeArgs::mma (CASCADE_CUDA_QUANT_GEMM=int8, prefill), the int8 tensor-core tiles of
+//      moe_mma.cu over the tiles GroupKernel lists (block-type experts);
+//   5. the products quantized (block-type down only), and DownKernel (or the tiles) the same
+//      way over down;
 //   6. CombineKernel, one block per token: acc += each chosen expert's row times its
 //      weight, in the token's order of choice, so the sum is the same on every run.
 // Blocks of experts that no token chose return at their first load. For a decode step the
@@ -26,6 +29,9 @@
 
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/float_chunk.cuh"
+#include "kernels/cuda/moe_mma.h"
+#include "kernels/cuda/moe_rows.cuh"
+#include "kernels/cuda/q8_mma_tile.cuh"
 #include "kernels/cuda/q8_unpack.cuh"
 #include "kernels/cuda/warp_reduce.cuh"
 
@@ -133,7 +139,7 @@ __device__ int32_t BlockInclusiveSum(int32_t v, int32_t* warp_totals) {
 // prefix sum, then each entry takes the next row of its expert. Dynamic shared memory:
 // 2 n_held + 1 ints.
 __global__ void GroupKernel(const int32_t* chosen, int64_t m, int64_t k, int64_t expert_begin, int64_t n_held,
-                            int32_t* entry_row, int32_t* expert_rows, int32_t* token_of_row) {
+                            int32_t* entry_row, int32_t* expert_rows, int32_t* expert_tiles, int32_t* token_of_row) {
   extern __shared__ int32_t first[];   // [n_held + 1]: counts, then each expert's first row.
   int32_t* next = first + n_held + 1;  // [n_held]: each expert's next free row.
   __shared__ int32_t warp_totals[kGroupThreads / kWarp];
@@ -153,6 +159,11 @@ __global__ void GroupKernel(const int32_t* chosen, int64_t m, int64_t k, int64_t
   }
   __syncthreads();
   for (int64_t e = tid; e <= n_held; e += kGroupThreads) expert_rows[e] = first[e];
+  // The int8 tiles' schedule (moe_mma.cu): each expert's first tile of kMmaTokens rows.
+  __syncthreads();  // Every thread has read warp_totals before the second sum writes it.
+  const int32_t tiles = BlockInclusiveSum((count + kMmaTokens - 1) / kMmaTokens, warp_totals);
+  if (tid < n_held) expert_tiles[tid + 1] = tiles;
+  if (tid == 0) expert_tiles[0] = 0;
   for (int64_t i = tid; i < m; i += kGroupThreads) {
     const int64_t e = chosen[i] - expert_begin;
     int32_t r = -1;
@@ -164,21 +175,6 @@ __global__ void GroupKernel(const int32_t* chosen, int64_t m, int64_t k, int64_t
   }
 }
 
-// The held expert whose grouped rows hold row r (r < expert_rows[n_held]): the last e with
-// expert_rows[e] <= r, which skips the empty experts before it.
-__device__ __forceinline__ int64_t ExpertOfRow(const int32_t* expert_rows, int64_t n_held, int32_t r) {
-  int64_t lo = 0, hi = n_held;  // expert_rows[lo] <= r < expert_rows[hi].
-  while (hi - lo > 1) {
-    const int64_t mid = (lo + hi) / 2;
-    if (expert_rows[mid] <= r) {
-      lo = mid;
-    } else {
-      hi = mid;
-    }
-  }
-  return lo;
-}
-
 // Act-order GPTQ: each grouped row r's inputs (row token_of_row[r] of src, or row r when
 // token_of_row is null) gathered in its expert's order [n_held, n_in] and quantized to
 // blocks of 8 bits, row r of out [rows, n_in / 32]. One block per grouped row.
@@ -187,7 +183,7 @@ __global__ void GatherQuantizeKernel(Q8Block* out, const float* src, const int32
   const auto r = static_cast<int32_t>(blockIdx.x);
   if (r >= expert_rows[n_held]) return;  // Past the grouped rows of this pass.
   const float* row = src + (token_of_row != nullptr ? token_of_row[r] : r) * n_in;
-  const int32_t* ord = order + ExpertOfRow(expert_rows, n_held, r) * n_in;
+  const int32_t* ord = order + HeldExpertAt(expert_rows, n_held, r) * n_in;
   const int64_t n_chunks = n_in / 32;
   for (int64_t c = threadIdx.x; c < n_chunks; c += blockDim.x) {
     float v[32];
@@ -241,15 +237,6 @@ struct FloatRows {
     return s;
   }
 };
-
-// The expert activation of a gate and an up value, as the CPU backend's SiluMul and
-// ClampedSwiglu compute it.
-__device__ __forceinline__ float Activation(const MoeArgs& a, float g, float u) {
-  if (a.swiglu_limit <= 0.0f) return g / (1.0f + expf(-g)) * u;
-  g = fminf(g, a.swiglu_limit);
-  u = fminf(fmaxf(u, -a.swiglu_limit), a.swiglu_limit);
-  return (u + 1.0f) * g / (1.0f + expf(-a.swiglu_alpha * g));
-}
 
 // h[r, o] = act(gate_o . x_token(r) + gate_bias_o, up_o . x_token(r) + up_bias_o) for each row
 // r of expert e, gate's activations from xg and up's from xu (the same unless act-order
@@ -361,7 +348,7 @@ void MoeRoutedExperts(float* acc, const float* x, const float* logits, int32_t* 
   RouteKernel<<<static_cast<unsigned>(n_tokens), kRouteThreads, 0, stream>>>(logits, a.n_experts, a.top_k, a.norm,
                                                                              w.chosen, w.weights, load);
   GroupKernel<<<1, kGroupThreads, static_cast<size_t>(2 * a.n_held + 1) * sizeof(int32_t), stream>>>(
-      w.chosen, m, a.top_k, a.expert_begin, a.n_held, w.entry_row, w.expert_rows, w.token_of_row);
+      w.chosen, m, a.top_k, a.expert_begin, a.n_held, w.entry_row, w.expert_rows, w.expert_tiles, w.token_of_row);
   const dim3 gate_up(held, static_cast<unsigned>((a.n_ff + kWarpsPerBlock - 1) / kWarpsPerBlock));
   if (float_gate_up) {
     const FloatRows rows{x, a.n_embd};
@@ -380,7 +367,11 @@ void MoeRoutedExperts(float* acc, const float* x, const float* logits, int32_t* 
       GatherQuantize(w.xu, x, w.token_of_row, w.expert_rows, a.n_held, a.up_order, a.n_embd, m, stream);
       u = IntRows{w.xu, n_chunks, true};
     }
-    GateUpKernel<<<gate_up, kGemvThreads, 0, stream>>>(a, w.expert_rows, w.token_of_row, g, u, w.h);
+    if (a.mma && a.gate_code == a.up_code) {
+      MoeGateUpMma(a, w, g.x, g.by_row, u.x, u.by_row, m, stream);
+    } else {
+      GateUpKernel<<<gate_up, kGemvThreads, 0, stream>>>(a, w.expert_rows, w.token_of_row, g, u, w.h);
+    }
   }
   const dim3 down(held, static_cast<unsigned>((a.n_embd + kWarpsPerBlock - 1) / kWarpsPerBlock));
   if (FloatChunkCode(a.down_code)) {
@@ -392,7 +383,11 @@ void MoeRoutedExperts(float* acc, const float* x, const float* logits, int32_t* 
       // Rows past the grouped ones hold stale values; their blocks are quantized and never read.
       QuantizeActivations(w.hq, w.h, m, a.n_ff, stream);
     }
-    DownKernel<<<down, kGemvThreads, 0, stream>>>(a, w.expert_rows, IntRows{w.hq, a.n_ff / 32}, w.out);
+    if (a.mma) {
+      MoeDownMma(a, w, m, stream);
+    } else {
+      DownKernel<<<down, kGemvThreads, 0, stream>>>(a, w.expert_rows, IntRows{w.hq, a.n_ff / 32}, w.out);
+    }
   }
   CombineKernel<<<static_cast<unsigned>(n_tokens), 256, 0, stream>>>(acc, w.out, w.weights, w.entry_row, a.top_k,
                                                                      a.n_embd);

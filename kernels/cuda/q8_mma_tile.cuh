@@ -57,17 +57,25 @@ __host__ __device__ inline bool ChunkOffsets(int code) {
   return code == kWQ4_1 || code == kWQ5_1 || code == kWQ4_K || code == kWQ5_K || code == kWQ2_K || code == kWI4G128;
 }
 
-// Thread `tid`'s share of staging chunks [chunk0, chunk0 + kMmaChunks) of rows [row0,
-// row0 + kMmaRows) and tokens [tok0, tok0 + kMmaTokens); past the matrix: zeros.
-__device__ __forceinline__ void LoadStage(Q8MmaStage& s, const Q8MmaArgs& a, int64_t row0, int64_t tok0, int64_t chunk0,
-                                          int tid) {
-  const int64_t n_chunks = a.n_in / 32;
+// The weight side of a tile: rows [0, n_rows) of row_bytes each, in `code`.
+struct Q8MmaWeights {
+  const uint8_t* w = nullptr;
+  int code = 0;
+  int64_t row_bytes = 0, n_rows = 0;
+};
+
+// Thread `tid`'s share of staging chunks [chunk0, chunk0 + kMmaChunks) of weight rows [row0,
+// row0 + kMmaRows) and of the tile's kMmaTokens activation rows: tile token t is row
+// act_row(t) of xq [rows, n_chunks], or none when act_row(t) < 0. Past either: zeros.
+template <typename ActRow>
+__device__ __forceinline__ void LoadStage(Q8MmaStage& s, const Q8MmaWeights& w, int64_t row0, const Q8Block* xq,
+                                          const ActRow& act_row, int64_t n_chunks, int64_t chunk0, int tid) {
   // Neighbouring threads take neighbouring chunks of a row: their reads are contiguous.
   for (int p = tid; p < kMmaRows * kMmaChunks; p += kMmaThreads) {
     const int r = p / kMmaChunks, k = p % kMmaChunks;
     const int64_t o = row0 + r, c = chunk0 + k;
     WeightChunk wc{};
-    if (o < a.n_out && c < n_chunks) Unpack(a.w + o * a.row_bytes, a.code, c, wc);
+    if (o < w.n_rows && c < n_chunks) Unpack(w.w + o * w.row_bytes, w.code, c, wc);
 #pragma unroll
     for (int j = 0; j < 8; ++j) s.w[r][8 * k + j] = wc.q[j];
     s.wa[r][k][0] = wc.a0;
@@ -77,14 +85,23 @@ __device__ __forceinline__ void LoadStage(Q8MmaStage& s, const Q8MmaArgs& a, int
   }
   for (int p = tid; p < kMmaTokens * kMmaChunks; p += kMmaThreads) {
     const int t = p / kMmaChunks, k = p % kMmaChunks;
-    const int64_t tok = tok0 + t, c = chunk0 + k;
-    const Q8Block b = tok < a.n_tokens && c < n_chunks ? a.xq[tok * n_chunks + c] : Q8Block{};
+    const int64_t row = act_row(t), c = chunk0 + k;
+    const Q8Block b = row >= 0 && c < n_chunks ? xq[row * n_chunks + c] : Q8Block{};
 #pragma unroll
     for (int j = 0; j < 8; ++j) s.x[t][8 * k + j] = b.q[j];
     s.xd[t][k] = b.d;
     s.xs[t][k][0] = b.s;
     s.xs[t][k][1] = b.s1;
   }
+}
+
+// The dense product's stage (Q8Mma): weight rows from row0, tokens from tok0.
+__device__ __forceinline__ void LoadDenseStage(Q8MmaStage& s, const Q8MmaArgs& a, int64_t row0, int64_t tok0,
+                                               int64_t chunk0, int tid) {
+  const int64_t n_tokens = a.n_tokens;
+  LoadStage(
+      s, Q8MmaWeights{a.w, a.code, a.row_bytes, a.n_out}, row0, a.xq,
+      [=](int t) { return tok0 + t < n_tokens ? tok0 + t : int64_t{-1}; }, a.n_in / 32, chunk0, tid);
 }
 
 // Warp `warp`'s products over one stage, added into lane `lane`'s accumulators. `mma`
@@ -132,23 +149,29 @@ __device__ __forceinline__ void ComputeStage(const Q8MmaStage& s, Q8MmaAcc& acc,
   }
 }
 
-// Lane `lane` of warp `warp` writes its accumulators of the block's tile at (row0, tok0)
-// into the parts of `out` (GemvOut: rows of stacked projections); past the matrix: nothing.
-__device__ __forceinline__ void StoreTile(const Q8MmaArgs& a, const Q8MmaAcc& acc, int64_t row0, int64_t tok0, int warp,
-                                          int lane) {
-  const int64_t wr = row0 + (warp / 2) * kMmaWarpRows, wt = tok0 + (warp % 2) * kMmaWarpTokens;
+// f(i, j, e, row, tok) for each of lane `lane`'s accumulators acc.v[i][j][e] in warp `warp`,
+// with its weight row and token within the block's tile.
+template <typename F>
+__device__ __forceinline__ void ForEachResult(int warp, int lane, const F& f) {
+  const int wr = (warp / 2) * kMmaWarpRows, wt = (warp % 2) * kMmaWarpTokens;
   const int g = lane / 4, t = lane % 4;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int64_t o = wr + 16 * i + g + 8 * (e / 2), tok = wt + 8 * j + 2 * t + e % 2;
-        if (o < a.n_out && tok < a.n_tokens) *a.out.At(o, tok) = acc.v[i][j][e];
-      }
+      for (int e = 0; e < 4; ++e) f(i, j, e, wr + 16 * i + g + 8 * (e / 2), wt + 8 * j + 2 * t + e % 2);
     }
   }
+}
+
+// The dense product's results of the block's tile at (row0, tok0) into the parts of `out`
+// (GemvOut: rows of stacked projections); past the matrix: nothing.
+__device__ __forceinline__ void StoreTile(const Q8MmaArgs& a, const Q8MmaAcc& acc, int64_t row0, int64_t tok0, int warp,
+                                          int lane) {
+  ForEachResult(warp, lane, [&](int i, int j, int e, int row, int tok) {
+    if (row0 + row < a.n_out && tok0 + tok < a.n_tokens) *a.out.At(row0 + row, tok0 + tok) = acc.v[i][j][e];
+  });
 }
 
 }  // namespace cascade::kernels::cuda

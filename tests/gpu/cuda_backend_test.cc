@@ -936,7 +936,9 @@ std::vector<std::pair<int64_t, double>> RouteReference(const float* logits, int6
 // gate and up sharing one, as GPTQ's orders do; and each its own, under expert
 // parallelism); gpt-oss's expert biases and clamped SwiGLU (MXFP4 and BF16 experts; a low
 // limit so that many values clamp); 1, 3, 32 and 600 tokens (two passes of kMoePassTokens, every expert with
-// many rows), with a tie between two logits of the first token.
+// many rows), with a tie between two logits of the first token; and each again with the
+// prefill passes (32, 600 tokens) of the block-type experts by the int8 tiles (moe_mma.cu),
+// within the same bound.
 TEST_F(CudaBackendTest, TunedRoutedExpertsMatchDoublePrecision) {
   auto tuned = CudaBackend::Create({.device = 0, .kernels = CudaKernels::kTuned});
   ASSERT_TRUE(tuned.ok()) << tuned.status();
@@ -1024,59 +1026,63 @@ TEST_F(CudaBackendTest, TunedRoutedExpertsMatchDoublePrecision) {
                   : Backend::ExpertActivation{};
     auto experts = (*tuned)->PrepareExperts(held, n_ff, activation);
     ASSERT_TRUE(experts.ok()) << experts.status();
-    for (int64_t n : {1, 3, 32, 600}) {
-      SCOPED_TRACE(StrCat(n, " tokens"));
-      ASSERT_TRUE((*tuned)->RoutesExperts(n));
-      const std::vector<float> x = Random(n * n_embd, 7 + n), acc0 = Random(n * n_embd, 9 + n);
-      std::vector<float> logits = Random(n * n_experts, 8 + n, 2.0f);
-      logits[5] = logits[3] = std::max(logits[3], logits[5]) + 1.0f;  // A tie among the chosen.
-      DeviceBuffer dx = Up(x), dl = Up(logits), dacc = Up(acc0);
-      const std::vector<int32_t> zeros(n_experts, 0);
-      DeviceBuffer dload = Up(zeros.data(), zeros.size() * sizeof(int32_t));
-      ASSERT_TRUE(
-          (*tuned)
-              ->RoutedExperts(dacc.View(DType::kF32, {n, n_embd}), dx.View(DType::kF32, {n, n_embd}),
-                              dl.View(DType::kF32, {n, n_experts}), **experts,
-                              {.n_experts = n_experts, .top_k = k, .expert_begin = c.expert_begin, .norm_topk = c.norm},
-                              dload.data())
-              .ok());
-      ASSERT_TRUE((*tuned)->Synchronize().ok());
-      std::vector<float> got(n * n_embd);
-      ASSERT_TRUE(dacc.Download(got.data(), got.size() * sizeof(float)).ok());
-      std::vector<int32_t> load(n_experts);
-      ASSERT_TRUE(dload.Download(load.data(), load.size() * sizeof(int32_t)).ok());
-      std::vector<double> want(n * n_embd, 0.0);
-      std::vector<int32_t> want_load(n_experts, 0);
-      for (int64_t t = 0; t < n; ++t) {
-        for (const auto& [e, w] : RouteReference(logits.data() + t * n_experts, n_experts, k, c.norm)) {
-          ++want_load[e];
-          const int64_t h = e - c.expert_begin;
-          if (h < 0 || h >= c.n_held) continue;
-          std::vector<double> act(n_ff);
-          for (int64_t f = 0; f < n_ff; ++f) {
-            double g = biases[h][0][f], u = biases[h][1][f];
-            for (int64_t i = 0; i < n_embd; ++i) {
-              g += double(gu_values[h][f * n_embd + i]) * x[t * n_embd + orders[h][0][i]];
-              u += double(gu_values[h][(n_ff + f) * n_embd + i]) * x[t * n_embd + orders[h][1][i]];
+    // Prefill passes also by the int8 tiles (moe_mma.cu): 32 and 600 tokens.
+    for (const QuantGemm gemm : {QuantGemm::kBf16, QuantGemm::kInt8}) {
+      ASSERT_TRUE((*tuned)->set_quant_gemm(gemm).ok());
+      for (int64_t n : {1, 3, 32, 600}) {
+        SCOPED_TRACE(StrCat(n, " tokens, ", QuantGemmName(gemm), " GEMM"));
+        ASSERT_TRUE((*tuned)->RoutesExperts(n));
+        const std::vector<float> x = Random(n * n_embd, 7 + n), acc0 = Random(n * n_embd, 9 + n);
+        std::vector<float> logits = Random(n * n_experts, 8 + n, 2.0f);
+        logits[5] = logits[3] = std::max(logits[3], logits[5]) + 1.0f;  // A tie among the chosen.
+        DeviceBuffer dx = Up(x), dl = Up(logits), dacc = Up(acc0);
+        const std::vector<int32_t> zeros(n_experts, 0);
+        DeviceBuffer dload = Up(zeros.data(), zeros.size() * sizeof(int32_t));
+        ASSERT_TRUE((*tuned)
+                        ->RoutedExperts(
+                            dacc.View(DType::kF32, {n, n_embd}), dx.View(DType::kF32, {n, n_embd}),
+                            dl.View(DType::kF32, {n, n_experts}), **experts,
+                            {.n_experts = n_experts, .top_k = k, .expert_begin = c.expert_begin, .norm_topk = c.norm},
+                            dload.data())
+                        .ok());
+        ASSERT_TRUE((*tuned)->Synchronize().ok());
+        std::vector<float> got(n * n_embd);
+        ASSERT_TRUE(dacc.Download(got.data(), got.size() * sizeof(float)).ok());
+        std::vector<int32_t> load(n_experts);
+        ASSERT_TRUE(dload.Download(load.data(), load.size() * sizeof(int32_t)).ok());
+        std::vector<double> want(n * n_embd, 0.0);
+        std::vector<int32_t> want_load(n_experts, 0);
+        for (int64_t t = 0; t < n; ++t) {
+          for (const auto& [e, w] : RouteReference(logits.data() + t * n_experts, n_experts, k, c.norm)) {
+            ++want_load[e];
+            const int64_t h = e - c.expert_begin;
+            if (h < 0 || h >= c.n_held) continue;
+            std::vector<double> act(n_ff);
+            for (int64_t f = 0; f < n_ff; ++f) {
+              double g = biases[h][0][f], u = biases[h][1][f];
+              for (int64_t i = 0; i < n_embd; ++i) {
+                g += double(gu_values[h][f * n_embd + i]) * x[t * n_embd + orders[h][0][i]];
+                u += double(gu_values[h][(n_ff + f) * n_embd + i]) * x[t * n_embd + orders[h][1][i]];
+              }
+              if (c.gpt_oss) {  // transformers' GptOssExperts.
+                g = std::min(g, double(kLimit));
+                u = std::clamp(u, -double(kLimit), double(kLimit));
+                act[f] = (u + 1) * g / (1 + std::exp(-double(kAlpha) * g));
+              } else {
+                act[f] = g / (1 + std::exp(-g)) * u;
+              }
             }
-            if (c.gpt_oss) {  // transformers' GptOssExperts.
-              g = std::min(g, double(kLimit));
-              u = std::clamp(u, -double(kLimit), double(kLimit));
-              act[f] = (u + 1) * g / (1 + std::exp(-double(kAlpha) * g));
-            } else {
-              act[f] = g / (1 + std::exp(-g)) * u;
+            for (int64_t o = 0; o < n_embd; ++o) {
+              double y = biases[h][2][o];
+              for (int64_t f = 0; f < n_ff; ++f) y += double(down_values[h][o * n_ff + f]) * act[orders[h][2][f]];
+              want[t * n_embd + o] += w * y;
             }
-          }
-          for (int64_t o = 0; o < n_embd; ++o) {
-            double y = biases[h][2][o];
-            for (int64_t f = 0; f < n_ff; ++f) y += double(down_values[h][o * n_ff + f]) * act[orders[h][2][f]];
-            want[t * n_embd + o] += w * y;
           }
         }
+        for (size_t i = 0; i < got.size(); ++i) got[i] -= acc0[i];  // What the experts added.
+        EXPECT_LT(RelL2(got, want), float_experts ? 1e-4 : 3e-2);
+        EXPECT_EQ(load, want_load);
       }
-      for (size_t i = 0; i < got.size(); ++i) got[i] -= acc0[i];  // What the experts added.
-      EXPECT_LT(RelL2(got, want), float_experts ? 1e-4 : 3e-2);
-      EXPECT_EQ(load, want_load);
     }
   }
 }

@@ -182,13 +182,22 @@ TEST_F(CudaTransformerTest, TunedKernelsMatchTheCpu) {
 
 // The int8 tensor-core tiles for prefill (CASCADE_CUDA_QUANT_GEMM=int8, read by the backend
 // as a user sets it) in whole models: 40-token prompts, past the GEMVs' 16, within the
-// quantized types' bound: Q4_1 has offsets, Q6_K chunk halves with their own scales.
+// quantized types' bound: Q4_1 has offsets, Q6_K chunk halves with their own scales; and
+// Qwen3-MoE models, whose device-routed experts take the tiles in prefill.
 TEST_F(CudaTransformerTest, TunedInt8PrefillMatchesTheCpu) {
   testing::TempDir dir;
   ::setenv("CASCADE_CUDA_QUANT_GEMM", "int8", 1);
   for (DType type : {DType::kQ8_0, DType::kQ4_1, DType::kQ4_K, DType::kQ6_K}) {
     const std::string path = dir.path() + "/int8-" + std::string(DTypeName(type)) + ".gguf";
     testing::WriteRandomModel({.weight_type = type}, path);
+    ExpectGpuMatchesCpu(path, 5e-2, 8, 0.04, kernels::CudaKernels::kTuned, 40);
+  }
+  // Qwen3-MoE routed on the device: its experts' prefill by the int8 tiles too (moe_mma.cu).
+  for (DType type : {DType::kQ8_0, DType::kQ4_K}) {
+    const std::string path = dir.path() + "/int8-moe-" + std::string(DTypeName(type)) + ".gguf";
+    testing::WriteRandomModel(
+        {.weight_type = type, .moe = testing::MoeFamily::kQwen3Moe, .n_experts = 8, .n_ff_expert = 256}, path);
+    ExpectEveryMoeLayerOnTheDevice(path);
     ExpectGpuMatchesCpu(path, 5e-2, 8, 0.04, kernels::CudaKernels::kTuned, 40);
   }
   ::unsetenv("CASCADE_CUDA_QUANT_GEMM");

@@ -47,7 +47,7 @@ void RunBlocks(const Q8MmaArgs& a, bool halves) {
     for (int64_t tok0 = 0; tok0 < a.n_tokens; tok0 += kMmaTokens) {
       std::vector<Q8MmaAcc> acc(kMmaThreads, Q8MmaAcc{});
       for (int64_t c0 = 0; c0 < a.n_in / 32; c0 += kMmaChunks) {
-        for (int tid = 0; tid < kMmaThreads; ++tid) LoadStage(*stage, a, row0, tok0, c0, tid);
+        for (int tid = 0; tid < kMmaThreads; ++tid) LoadDenseStage(*stage, a, row0, tok0, c0, tid);
         for (int tid = 0; tid < kMmaThreads; ++tid) {
           if (halves) {
             ComputeStage<true>(*stage, acc[tid], tid / 32, tid % 32, ChunkOffsets(a.code), HostMma{});
