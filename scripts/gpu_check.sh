@@ -6,7 +6,8 @@
 # (NCCL, no UCX) and model/ with CUDA for sm_90 (CASCADE_SCOPE=model: no gRPC/UCX), runs
 # the GPU tests (every kernel against references; whole models on the GPU against the CPU
 # backend and the golden ids; NCCL TP with two GPUs; after a failed run, each test that did
-# not pass once more alone: scripts/gtest_alone.sh), then cuda_bench (linear layers alone)
+# not pass once more alone: scripts/gtest_alone.sh), then cuda_bench (linear layers alone:
+# reference, tuned, and for the quantized 8B shapes the int8 tiles against the BF16 GEMM)
 # and gpu_model_bench (whole forwards: prefill and batch-1/32 decode tokens/s for SmolLM2
 # and a Llama-3-8B-shaped BF16 model, weight bandwidth against the measured copy
 # bandwidth; a row each for the reference kernels, the tuned ones and CUDA graphs, beside the
@@ -61,7 +62,7 @@ log "GPU whole-model tests: exit $rc_model"
   tee -a "$OUT/summary.txt"
 (( rc == 0 )) && rc=$rc_model
 build-gpu/bin/cascade_kernels_tests --gtest_brief=1 >"$OUT/cpu_kernel_tests.log" 2>&1 || log "CPU kernel tests failed (see cpu_kernel_tests.log)"
-timeout 60 build-gpu/bin/cuda_bench --json "$OUT/cuda_bench.json" 2>&1 | tee "$OUT/cuda_bench.log"
+timeout 150 build-gpu/bin/cuda_bench --json "$OUT/cuda_bench.json" 2>&1 | tee "$OUT/cuda_bench.log"
 log "cuda_bench done"
 # The eager reference kernels, the tuned ones and CUDA graphs on each model; unless QUANT=0
 # also the 8B shape in Q8_0 and Q4_K_M and bench_moe.sh's MoE shape (issue 29's table).

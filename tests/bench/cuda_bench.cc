@@ -1,10 +1,12 @@
 // GPU benchmark of CudaBackend's linear layers (not a test; scripts/gpu_check.sh runs it):
 // for SmolLM2-135M (Q4_1 matrices, the Q8_0-tied LM head) and a Llama-3-8B-shaped model
-// (BF16, random weights made on the device), every matrix of a forward pass (30 or 32
-// layers x q, k, v, o, gate, up, down, then the LM head) run through Backend::Linear for
-// 1, 32 and 512 tokens. Prints tokens/s of the linear layers alone (no attention or
-// elementwise ops: gpu_model_bench times whole forwards) and the achieved weight bandwidth
-// against a device-to-device copy measured in the same run.
+// (BF16, Q8_0 and Q4_K; random weights made on the device), every matrix of a forward pass
+// (30 or 32 layers x q, k, v, o, gate, up, down, then the LM head) run through
+// Backend::Linear for 1, 32 and 512 tokens, with the reference kernels and the tuned ones;
+// for the quantized shapes the tuned ones twice, many tokens by the BF16 GEMM and by the
+// int8 tensor-core tiles (CASCADE_CUDA_QUANT_GEMM). Prints tokens/s of the linear layers
+// alone (no attention or elementwise ops: gpu_model_bench times whole forwards) and the
+// achieved weight bandwidth against a device-to-device copy measured in the same run.
 // Usage: cuda_bench [--json FILE]
 #include <cuda_runtime.h>
 
@@ -25,7 +27,19 @@ namespace {
 using cascade::DType;
 using cascade::SecondsSince;
 using cascade::kernels::CudaBackend;
+using cascade::kernels::CudaKernels;
 using cascade::kernels::DeviceBuffer;
+using cascade::kernels::QuantGemm;
+
+// A kernel configuration of a run.
+struct Config {
+  const char* name;
+  CudaKernels kernels;
+  QuantGemm quant_gemm;
+};
+constexpr Config kReference{"reference", CudaKernels::kReference, QuantGemm::kBf16};
+constexpr Config kTuned{"tuned", CudaKernels::kTuned, QuantGemm::kBf16};
+constexpr Config kTunedInt8{"tuned, int8 GEMM", CudaKernels::kTuned, QuantGemm::kInt8};
 
 struct Shape {
   const char* name;
@@ -123,9 +137,11 @@ int main(int argc, char** argv) {
   const Shape shapes[] = {
       {"SmolLM2-135M (Q4_1, Q8_0 head)", 576, 192, 1536, 49152, 30, DType::kQ4_1, DType::kQ8_0},
       {"Llama-3-8B shape (BF16)", 4096, 1024, 14336, 128256, 32, DType::kBF16, DType::kBF16},
+      {"Llama-3-8B shape (Q8_0)", 4096, 1024, 14336, 128256, 32, DType::kQ8_0, DType::kQ8_0},
+      {"Llama-3-8B shape (Q4_K)", 4096, 1024, 14336, 128256, 32, DType::kQ4_K, DType::kQ6_K},
   };
   std::string json = "{\"copy_bandwidth_gb_s\": " + std::to_string(copy_bw / 1e9) + ", \"models\": [";
-  std::printf("%-32s %7s %12s %12s %10s\n", "model", "tokens", "ms/pass", "tok/s", "GB/s");
+  std::printf("%-32s %-17s %7s %12s %12s %10s\n", "model", "kernels", "tokens", "ms/pass", "tok/s", "GB/s");
   for (size_t si = 0; si < std::size(shapes); ++si) {
     const Shape& s = shapes[si];
     std::vector<Matrix> model = MakeModel(s);
@@ -139,32 +155,41 @@ int main(int argc, char** argv) {
     json += std::string(si ? ", " : "") + "{\"name\": \"" + s.name +
             "\", \"weight_bytes\": " + std::to_string(weight_bytes) + ", \"runs\": [";
     bool first = true;
-    for (int64_t n_tokens : {1, 32, 512}) {
-      const auto pass = [&] {
-        for (const Matrix& m : model) {
-          absl::Status st =
-              (*backend)->Linear(y->View(DType::kF32, {n_tokens, m.n_out}), x->View(DType::kF32, {n_tokens, m.n_in}),
-                                 m.w.View(m.dtype, {m.n_out, m.n_in}), {});
-          if (!st.ok()) {
-            std::fprintf(stderr, "cuda_bench: %s\n", std::string(st.message()).c_str());
-            std::exit(1);
+    std::vector<Config> configs = {kReference, kTuned};
+    if (cascade::IsQuantized(s.matrix_type)) configs.push_back(kTunedInt8);
+    for (const Config& config : configs) {
+      (*backend)->set_kernels(config.kernels);
+      if (absl::Status st = (*backend)->set_quant_gemm(config.quant_gemm); !st.ok()) {
+        std::fprintf(stderr, "cuda_bench: %s\n", std::string(st.message()).c_str());
+        continue;
+      }
+      for (int64_t n_tokens : {1, 32, 512}) {
+        const auto pass = [&] {
+          for (const Matrix& m : model) {
+            absl::Status st =
+                (*backend)->Linear(y->View(DType::kF32, {n_tokens, m.n_out}), x->View(DType::kF32, {n_tokens, m.n_in}),
+                                   m.w.View(m.dtype, {m.n_out, m.n_in}), {});
+            if (!st.ok()) {
+              std::fprintf(stderr, "cuda_bench: %s\n", std::string(st.message()).c_str());
+              std::exit(1);
+            }
           }
-        }
-        (void)(*backend)->Synchronize();
-      };
-      pass();  // Warm-up (cuBLAS heuristics, scratch growth).
-      const int reps = n_tokens == 512 ? 3 : 10;
-      const auto t0 = std::chrono::steady_clock::now();
-      for (int r = 0; r < reps; ++r) pass();
-      const double per_pass = SecondsSince(t0) / reps;
-      const double gbs = weight_bytes / per_pass / 1e9;
-      std::printf("%-32s %7lld %12.3f %12.1f %10.0f\n", s.name, static_cast<long long>(n_tokens), 1e3 * per_pass,
-                  n_tokens / per_pass, gbs);
-      json += std::string(first ? "" : ", ") + "{\"tokens\": " + std::to_string(n_tokens) +
-              ", \"ms_per_pass\": " + std::to_string(1e3 * per_pass) +
-              ", \"tok_s\": " + std::to_string(n_tokens / per_pass) + ", \"weight_gb_s\": " + std::to_string(gbs) +
-              ", \"fraction_of_copy_bw\": " + std::to_string(gbs * 1e9 / copy_bw) + "}";
-      first = false;
+          (void)(*backend)->Synchronize();
+        };
+        pass();  // Warm-up (cuBLAS heuristics, scratch growth).
+        const int reps = n_tokens == 512 ? 3 : 10;
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int r = 0; r < reps; ++r) pass();
+        const double per_pass = SecondsSince(t0) / reps;
+        const double gbs = weight_bytes / per_pass / 1e9;
+        std::printf("%-32s %-17s %7lld %12.3f %12.1f %10.0f\n", s.name, config.name, static_cast<long long>(n_tokens),
+                    1e3 * per_pass, n_tokens / per_pass, gbs);
+        json += std::string(first ? "" : ", ") + "{\"kernels\": \"" + config.name +
+                "\", \"tokens\": " + std::to_string(n_tokens) + ", \"ms_per_pass\": " + std::to_string(1e3 * per_pass) +
+                ", \"tok_s\": " + std::to_string(n_tokens / per_pass) + ", \"weight_gb_s\": " + std::to_string(gbs) +
+                ", \"fraction_of_copy_bw\": " + std::to_string(gbs * 1e9 / copy_bw) + "}";
+        first = false;
+      }
     }
     json += "]}";
   }
