@@ -316,10 +316,11 @@ TEST_F(CudaBackendTest, TunedQuantizedGemmMatchesDoublePrecision) {
 // a bias on the middle one): against the double product with the activations rounded as the
 // kernel rounds them (the integer arithmetic: 1e-5), against the exact product (2e-2), and
 // against the integer GEMV of the same activations run one token at a time (1e-5: the same
-// sums in another order).
+// sums in another order) and against the reference path's F32 GEMM (2e-2).
 TEST_F(CudaBackendTest, TunedInt8GemmMatchesDoublePrecision) {
   auto int8 = CudaBackend::Create({.device = 0, .kernels = CudaKernels::kTuned, .quant_gemm = QuantGemm::kInt8});
-  ASSERT_TRUE(int8.ok()) << int8.status();
+  auto reference = CudaBackend::Create({.device = 0, .kernels = CudaKernels::kReference});
+  ASSERT_TRUE(int8.ok() && reference.ok());
   const int64_t n_in = 512, rows[3] = {48, 32, 20}, n_out = 100;
   for (DType dtype :
        {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ2_K, DType::kQ3_K, DType::kQ4_K,
@@ -356,21 +357,30 @@ TEST_F(CudaBackendTest, TunedInt8GemmMatchesDoublePrecision) {
                 .ok());
       }
       const std::vector<float> gemv = Down(gemv_out, n_tokens * n_out);
+      // The reference path: the weight decoded to F32, an F32 GEMM of the exact activations.
+      DeviceBuffer ref_out = Poisoned(n_tokens * n_out);
+      ASSERT_TRUE((*reference)
+                      ->Linear(ref_out.View(DType::kF32, {n_tokens, n_out}), dx.View(DType::kF32, {n_tokens, n_in}),
+                               dw.View(dtype, {n_out, n_in}), TensorView())
+                      .ok());
+      const std::vector<float> ref = Down(ref_out, n_tokens * n_out);
       int64_t first = 0;
       for (int p = 0; p < 3; ++p) {
         const std::vector<float> b = p == 1 ? bias : std::vector<float>{};
         const std::vector<double> exact = PartProduct(x, decoded, n_tokens, n_in, first, rows[p], b);
         const std::vector<double> rounded = PartProduct(xq, decoded, n_tokens, n_in, first, rows[p], b);
-        std::vector<double> by_gemv(n_tokens * rows[p]);
+        std::vector<double> by_gemv(n_tokens * rows[p]), by_reference(n_tokens * rows[p]);
         for (int64_t t = 0; t < n_tokens; ++t) {
           for (int64_t o = 0; o < rows[p]; ++o) {
             by_gemv[t * rows[p] + o] = gemv[t * n_out + first + o] + (b.empty() ? 0.0 : b[o]);
+            by_reference[t * rows[p] + o] = ref[t * n_out + first + o] + (b.empty() ? 0.0 : b[o]);
           }
         }
         const std::vector<float> got = Down(outs[p], exact.size());
         EXPECT_LT(RelL2(got, rounded), 1e-5) << what << " part " << p;
         EXPECT_LT(RelL2(got, exact), 2e-2) << what << " part " << p;
         EXPECT_LT(RelL2(got, by_gemv), 1e-5) << what << " part " << p;
+        EXPECT_LT(RelL2(got, by_reference), 2e-2) << what << " part " << p;
         first += rows[p];
       }
     }
