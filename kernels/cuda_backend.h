@@ -74,12 +74,25 @@ enum class QuantGemm {
 absl::StatusOr<QuantGemm> QuantGemmFromEnv();
 std::string_view QuantGemmName(QuantGemm g);
 
+// Which kernel the tuned kernels run prefill chunks' attention with.
+enum class PrefillAttention {
+  kF32,  // Tiles on CUDA cores in f32 (attention_prefill.cu).
+  kF16,  // Tiles on tensor cores: q, k, v and the probabilities in f16, f32 sums (attention_prefill_f16.cu).
+};
+// `CASCADE_CUDA_PREFILL_ATTENTION` (f32 | f16); unset: f32, the rule until the tensor-core
+// tiles have passed their GPU tests and been measured. InvalidArgument naming the variable
+// for another value.
+absl::StatusOr<PrefillAttention> PrefillAttentionFromEnv();
+std::string_view PrefillAttentionName(PrefillAttention p);
+
 struct CudaBackendOptions {
   int device = 0;  // CUDA device index.
   // Unset: CudaKernelsFromEnv(), and Create logs the choice and its rule.
   std::optional<CudaKernels> kernels = std::nullopt;
   // Unset: QuantGemmFromEnv(), logged the same way. kInt8 needs compute capability 8.0.
   std::optional<QuantGemm> quant_gemm = std::nullopt;
+  // Unset: PrefillAttentionFromEnv(), logged the same way. kF16 needs compute capability 8.0.
+  std::optional<PrefillAttention> prefill_attention = std::nullopt;
 };
 
 // The passes of a step run as a CUDA graph (CudaBackend::BeginGraphStep).
@@ -135,6 +148,9 @@ class CudaBackend : public Backend {
   // Switches how the tuned kernels multiply quantized weights by many tokens (benchmarks
   // compare both on one loaded model). InvalidArgument for kInt8 below compute capability 8.0.
   virtual absl::Status set_quant_gemm(QuantGemm) { return absl::OkStatus(); }
+  // Switches the tuned kernels' prefill attention (benchmarks compare both). InvalidArgument
+  // for kF16 below compute capability 8.0.
+  virtual absl::Status set_prefill_attention(PrefillAttention) { return absl::OkStatus(); }
   // Graphs captured so far and launched so far (for tests and logs).
   virtual int64_t graphs_captured() const { return 0; }
   virtual int64_t graphs_launched() const { return 0; }

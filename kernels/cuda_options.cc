@@ -25,4 +25,13 @@ absl::StatusOr<QuantGemm> QuantGemmFromEnv() {
   return absl::InvalidArgumentError(StrCat("CASCADE_CUDA_QUANT_GEMM = '", v, "': must be bf16 or int8"));
 }
 
+std::string_view PrefillAttentionName(PrefillAttention p) { return p == PrefillAttention::kF16 ? "f16" : "f32"; }
+
+absl::StatusOr<PrefillAttention> PrefillAttentionFromEnv() {
+  const char* v = std::getenv("CASCADE_CUDA_PREFILL_ATTENTION");
+  if (v == nullptr || std::string_view(v).empty() || std::string_view(v) == "f32") return PrefillAttention::kF32;
+  if (std::string_view(v) == "f16") return PrefillAttention::kF16;
+  return absl::InvalidArgumentError(StrCat("CASCADE_CUDA_PREFILL_ATTENTION = '", v, "': must be f32 or f16"));
+}
+
 }  // namespace cascade::kernels

@@ -22,6 +22,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -453,6 +455,15 @@ class CudaBackendImpl final : public CudaBackend {
     quant_gemm_ = g;
     return absl::OkStatus();
   }
+  absl::Status set_prefill_attention(PrefillAttention p) override {
+    if (p == PrefillAttention::kF16 && cc_major_ < 8) {
+      return absl::InvalidArgumentError(StrCat("CASCADE_CUDA_PREFILL_ATTENTION=f16: cuda:", device_,
+                                               " has compute capability ", cc_major_,
+                                               ".x; the tensor-core tiles need 8.0 or later"));
+    }
+    prefill_attention_ = p;
+    return absl::OkStatus();
+  }
 
   // Tokens a MoE pass takes at most: its scratch grows with tokens x top k x (n_ff + n_embd)
   // floats (~100 MiB at 512 tokens for Qwen3-235B-A22B's 8 of 128 experts), and each pass reads
@@ -840,10 +851,15 @@ class CudaBackendImpl final : public CudaBackend {
                    Bits(a.sinks),
                    Bits(a.split_rows),
                    static_cast<uint64_t>(a.n_split_rows),
-                   tiles_.size()});
+                   tiles_.size(),
+                   static_cast<uint64_t>(prefill_attention_)});
     if (graphs_->dry()) return absl::OkStatus();
     cuda::Attention(a, stream_);
-    cuda::AttentionTiles(a, dev_tiles, static_cast<int64_t>(tiles_.size()), stream_);
+    if (prefill_attention_ == PrefillAttention::kF16) {
+      cuda::AttentionTilesF16(a, dev_tiles, static_cast<int64_t>(tiles_.size()), stream_);
+    } else {
+      cuda::AttentionTiles(a, dev_tiles, static_cast<int64_t>(tiles_.size()), stream_);
+    }
     return LastError("Attention");
   }
 
@@ -1170,6 +1186,7 @@ class CudaBackendImpl final : public CudaBackend {
   int device_ = 0;
   CudaKernels kernels_ = CudaKernels::kReference;
   QuantGemm quant_gemm_ = QuantGemm::kBf16;
+  PrefillAttention prefill_attention_ = PrefillAttention::kF32;
   int cc_major_ = 0;  // The device's compute capability, major.
   int64_t moe_device_max_tokens_ = std::numeric_limits<int64_t>::max();
   const bool sync_each_op_ = SyncEachOpFromEnv();
@@ -1236,40 +1253,47 @@ TensorView DeviceBuffer::View(DType dtype, std::initializer_list<int64_t> shape)
   return TensorView(data_, dtype, shape, Device{DeviceKind::kCuda, device_});
 }
 
+// A kernel choice: the option when given, else its environment variable's value; logged
+// with its rule ("what" of the choice, its name, where it came from) when `log`.
+template <typename T>
+absl::StatusOr<T> Choose(const std::optional<T>& given, absl::StatusOr<T> (*from_env)(), std::string_view (*name)(T),
+                         const char* variable, std::string_view what, std::string_view unset_rule, int device,
+                         bool log) {
+  if (given.has_value()) return *given;
+  CASCADE_ASSIGN_OR_RETURN(const T v, from_env());
+  if (log) {
+    CASCADE_LOG(Info) << "cuda:" << device << ": " << what << name(v) << " ("
+                      << (std::getenv(variable) != nullptr ? std::string(variable)
+                                                           : StrCat(variable, " unset: ", unset_rule))
+                      << ")";
+  }
+  return v;
+}
+
 absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBackendOptions& options) {
   int count = 0;
   if (cudaError_t err = cudaGetDeviceCount(&count); err != cudaSuccess || count <= options.device) {
     return absl::UnavailableError(StrCat("no CUDA device ", options.device, ": ",
                                          err != cudaSuccess ? cudaGetErrorString(err) : "not that many devices"));
   }
-  CudaKernels kernels = CudaKernels::kReference;
-  if (options.kernels.has_value()) {
-    kernels = *options.kernels;
-  } else {
-    CASCADE_ASSIGN_OR_RETURN(kernels, CudaKernelsFromEnv());
-    CASCADE_LOG(Info) << "cuda:" << options.device << ": " << CudaKernelsName(kernels) << " kernels ("
-                      << (std::getenv("CASCADE_CUDA_KERNELS") != nullptr
-                              ? "CASCADE_CUDA_KERNELS"
-                              : "CASCADE_CUDA_KERNELS unset: the tuned kernels stay off until measured on a GPU")
-                      << ")";
-  }
-  QuantGemm quant_gemm = QuantGemm::kBf16;
-  if (options.quant_gemm.has_value()) {
-    quant_gemm = *options.quant_gemm;
-  } else {
-    CASCADE_ASSIGN_OR_RETURN(quant_gemm, QuantGemmFromEnv());
-    if (kernels == CudaKernels::kTuned) {
-      CASCADE_LOG(Info) << "cuda:" << options.device << ": quantized weights over many tokens by the "
-                        << QuantGemmName(quant_gemm) << " GEMM ("
-                        << (std::getenv("CASCADE_CUDA_QUANT_GEMM") != nullptr
-                                ? "CASCADE_CUDA_QUANT_GEMM"
-                                : "CASCADE_CUDA_QUANT_GEMM unset: the int8 tiles stay off until measured on a GPU")
-                        << ")";
-    }
-  }
-  auto b = std::make_unique<CudaBackendImpl>(options.device, kernels);
+  const int d = options.device;
+  CASCADE_ASSIGN_OR_RETURN(const CudaKernels kernels,
+                           Choose(options.kernels, &CudaKernelsFromEnv, &CudaKernelsName, "CASCADE_CUDA_KERNELS",
+                                  "kernels: ", "the tuned kernels stay off until measured on a GPU", d, true));
+  // The tuned kernels' own choices, logged where they apply.
+  const bool tuned = kernels == CudaKernels::kTuned;
+  CASCADE_ASSIGN_OR_RETURN(const QuantGemm quant_gemm,
+                           Choose(options.quant_gemm, &QuantGemmFromEnv, &QuantGemmName, "CASCADE_CUDA_QUANT_GEMM",
+                                  "quantized weights over many tokens by the GEMM: ",
+                                  "the int8 tiles stay off until measured on a GPU", d, tuned));
+  CASCADE_ASSIGN_OR_RETURN(const PrefillAttention prefill_attention,
+                           Choose(options.prefill_attention, &PrefillAttentionFromEnv, &PrefillAttentionName,
+                                  "CASCADE_CUDA_PREFILL_ATTENTION", "prefill attention by the tiles: ",
+                                  "the tensor-core tiles stay off until measured on a GPU", d, tuned));
+  auto b = std::make_unique<CudaBackendImpl>(d, kernels);
   CASCADE_RETURN_IF_ERROR(b->Init());
   CASCADE_RETURN_IF_ERROR(b->set_quant_gemm(quant_gemm));
+  CASCADE_RETURN_IF_ERROR(b->set_prefill_attention(prefill_attention));
   return std::unique_ptr<CudaBackend>(std::move(b));
 }
 

@@ -228,6 +228,11 @@ struct PrefillTile {
 constexpr int kTileRows = 16;
 inline bool TiledAttentionHeadDim(int64_t head_dim) { return head_dim == 64 || head_dim == 128; }
 void AttentionTiles(const AttentionArgs& args, const PrefillTile* tiles, int64_t n_tiles, cudaStream_t stream);
+// The same on tensor cores (attention_prefill_f16.cu): Q scaled then rounded to f16, K and V
+// staged as f16 (from any cache encoding), scores and outputs accumulated in f32 with the
+// probabilities rounded to f16 for P V; the heads of a GQA group share each staged K/V tile.
+// REQUIRES compute capability 8.0 or later.
+void AttentionTilesF16(const AttentionArgs& args, const PrefillTile* tiles, int64_t n_tiles, cudaStream_t stream);
 
 // A MoE layer's routed experts, on the device from the router's logits to the weighted sum
 // (moe_experts.cu), with no host synchronisation: per token the softmax over all experts,

@@ -11,9 +11,10 @@
 // with CUDA graphs (model/graph_step.h) after the eager runs, on the same loaded model; with
 // --tuned also with the tuned kernels (CudaKernels::kTuned; for a MoE model once more with
 // batches over 32 tokens, its prefills, routed on the host: which path is faster where is
-// not measured yet; for a quantized model once more with the int8 tensor-core GEMM of
-// prefill and batch 32, CASCADE_CUDA_QUANT_GEMM=int8), and the graphs then with them; each
-// figure is printed as it is measured.
+// not measured yet; once more with the tensor-core prefill attention,
+// CASCADE_CUDA_PREFILL_ATTENTION=f16; for a quantized model once more with the int8
+// tensor-core GEMM of prefill and batch 32, CASCADE_CUDA_QUANT_GEMM=int8), and the graphs
+// then with them; each figure is printed as it is measured.
 // With --quant also the 8B shape in Q8_0 and Q4_K_M and bench_moe.sh's MoE shape in Q8_0. Every
 // model is set against the copy roofline and a dense BF16 one against the cuBLAS anchor of
 // its matrices (tests/bench/cublas_anchor.h): one table row per kernel configuration.
@@ -146,6 +147,10 @@ Result Bench(const std::string& name, const std::string& path, kernels::Backend*
       measure(StrCat("tuned, MoE>", kHostMoeAbove, " host"));
       gpu->set_moe_device_max_tokens(std::numeric_limits<int64_t>::max());
     }
+    // Prefill attention by the tensor-core tiles instead of the f32 ones.
+    Check(gpu->set_prefill_attention(kernels::PrefillAttention::kF16), "f16 attention");
+    measure("tuned, f16 attention");
+    Check(gpu->set_prefill_attention(kernels::PrefillAttention::kF32), "f32 attention");
     if (quantized) {  // Prefill and batch 32 by the int8 tiles instead of BF16 GEMMs.
       Check(gpu->set_quant_gemm(kernels::QuantGemm::kInt8), "int8 GEMM");
       measure("tuned, int8 GEMM");

@@ -203,6 +203,23 @@ TEST_F(CudaTransformerTest, TunedInt8PrefillMatchesTheCpu) {
   ::unsetenv("CASCADE_CUDA_QUANT_GEMM");
 }
 
+// The tensor-core prefill attention (CASCADE_CUDA_PREFILL_ATTENTION=f16) in whole models:
+// 40-token prompts over the f16 KV cache (head_dim 64), a Llama-shaped F16 model within the
+// F16 bound, and a Qwen3-shaped Q8_0 one (head norms, GQA groups of 4) within the quantized
+// types'.
+TEST_F(CudaTransformerTest, TunedF16PrefillAttentionMatchesTheCpu) {
+  testing::TempDir dir;
+  ::setenv("CASCADE_CUDA_PREFILL_ATTENTION", "f16", 1);
+  const std::string llama = dir.path() + "/f16-attention.gguf";
+  testing::WriteRandomModel({.weight_type = DType::kF16}, llama);
+  ExpectGpuMatchesCpu(llama, 1e-2, 8, 0.04, kernels::CudaKernels::kTuned, 40);
+  const std::string qwen3 = dir.path() + "/f16-attention-qwen3.gguf";
+  testing::WriteRandomModel(
+      {.weight_type = DType::kQ8_0, .n_embd = 512, .n_heads = 8, .n_kv_heads = 2, .qk_norm = true}, qwen3);
+  ExpectGpuMatchesCpu(qwen3, 5e-2, 8, 0.04, kernels::CudaKernels::kTuned, 40);
+  ::unsetenv("CASCADE_CUDA_PREFILL_ATTENTION");
+}
+
 // MoE layers on the GPU (router logits read back, experts run by the GPU's linear kernels
 // over gathered rows, Backend::AddScaledRows scattering them back) against the CPU, for
 // each family: Qwen3-MoE in F32 and Q8_0, Mixtral, and Qwen2-MoE with its shared expert.

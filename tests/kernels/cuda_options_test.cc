@@ -1,6 +1,6 @@
-// CASCADE_CUDA_KERNELS and CASCADE_CUDA_QUANT_GEMM, read without a GPU: the reference kernels
-// and the BF16 GEMM unless they say otherwise, and a clear error naming the variable for
-// anything else.
+// CASCADE_CUDA_KERNELS, CASCADE_CUDA_QUANT_GEMM and CASCADE_CUDA_PREFILL_ATTENTION, read without
+// a GPU: the reference kernels, the BF16 GEMM and the f32 attention tiles unless they say otherwise, and a clear error
+// naming the variable for anything else.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -38,6 +38,21 @@ TEST(QuantGemmFromEnvTest, Bf16UnlessToldInt8) {
   EXPECT_NE(bad.status().message().find("CASCADE_CUDA_QUANT_GEMM"), std::string_view::npos);
   unsetenv("CASCADE_CUDA_QUANT_GEMM");
   EXPECT_EQ(QuantGemmName(QuantGemm::kInt8), "int8");
+}
+
+TEST(PrefillAttentionFromEnvTest, F32UnlessToldF16) {
+  unsetenv("CASCADE_CUDA_PREFILL_ATTENTION");
+  EXPECT_EQ(*PrefillAttentionFromEnv(), PrefillAttention::kF32);
+  setenv("CASCADE_CUDA_PREFILL_ATTENTION", "f16", 1);
+  EXPECT_EQ(*PrefillAttentionFromEnv(), PrefillAttention::kF16);
+  setenv("CASCADE_CUDA_PREFILL_ATTENTION", "f32", 1);
+  EXPECT_EQ(*PrefillAttentionFromEnv(), PrefillAttention::kF32);
+  setenv("CASCADE_CUDA_PREFILL_ATTENTION", "bf16", 1);
+  const absl::StatusOr<PrefillAttention> bad = PrefillAttentionFromEnv();
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("CASCADE_CUDA_PREFILL_ATTENTION"), std::string_view::npos);
+  unsetenv("CASCADE_CUDA_PREFILL_ATTENTION");
+  EXPECT_EQ(PrefillAttentionName(PrefillAttention::kF16), "f16");
 }
 
 }  // namespace
