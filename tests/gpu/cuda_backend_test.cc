@@ -1104,7 +1104,7 @@ TEST_F(CudaBackendTest, TunedRoutedExpertsMatchDoublePrecision) {
     // Prefill passes also by the int8 tiles (moe_mma.cu): 32 and 600 tokens.
     for (const QuantGemm gemm : {QuantGemm::kBf16, QuantGemm::kInt8}) {
       ASSERT_TRUE((*tuned)->set_quant_gemm(gemm).ok());
-      for (int64_t n : {1, 3, 32, 600}) {
+      for (int64_t n : gemm == QuantGemm::kBf16 ? std::vector<int64_t>{1, 3, 32, 600} : std::vector<int64_t>{32, 600}) {
         SCOPED_TRACE(StrCat(n, " tokens, ", QuantGemmName(gemm), " GEMM"));
         ASSERT_TRUE((*tuned)->RoutesExperts(n));
         const std::vector<float> x = Random(n * n_embd, 7 + n), acc0 = Random(n * n_embd, 9 + n);
