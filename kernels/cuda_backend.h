@@ -16,7 +16,9 @@
 #include <cstddef>
 #include <memory>
 #include <optional>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "kernels/ops.h"
@@ -95,6 +97,13 @@ struct CudaBackendOptions {
   std::optional<PrefillAttention> prefill_attention = std::nullopt;
 };
 
+// One op's share of the GPU's time over the ops timed (CudaBackend::TakeOpTimes).
+struct OpTime {
+  std::string op;  // The op (or the op's stage: a conversion, a weight's decoding).
+  int64_t count = 0;
+  double ms = 0;
+};
+
 // The passes of a step run as a CUDA graph (CudaBackend::BeginGraphStep).
 enum class GraphPass {
   kDry,      // Host work only: checks, metadata staged, the step's signature; no launches.
@@ -151,6 +160,14 @@ class CudaBackend : public Backend {
   // Switches the tuned kernels' prefill attention (benchmarks compare both). InvalidArgument
   // for kF16 below compute capability 8.0.
   virtual absl::Status set_prefill_attention(PrefillAttention) { return absl::OkStatus(); }
+  // Op timing, for benchmarks: while on, each op run eagerly (not in a graph capture)
+  // records a CUDA event when its kernels are queued to end, and some ops between their
+  // stages too (the activations' conversion, a weight's decoding). TakeOpTimes waits for the
+  // stream and returns, per name, the time from the event before each event to it (its
+  // kernels, plus any time the GPU waited for the host to launch them), most first, and
+  // starts over.
+  virtual void set_op_timing(bool) {}
+  virtual std::vector<OpTime> TakeOpTimes() { return {}; }
   // Graphs captured so far and launched so far (for tests and logs).
   virtual int64_t graphs_captured() const { return 0; }
   virtual int64_t graphs_launched() const { return 0; }

@@ -65,8 +65,9 @@ build-gpu/bin/cascade_kernels_tests --gtest_brief=1 >"$OUT/cpu_kernel_tests.log"
 timeout 150 build-gpu/bin/cuda_bench --json "$OUT/cuda_bench.json" 2>&1 | tee "$OUT/cuda_bench.log"
 log "cuda_bench done"
 # The eager reference kernels, the tuned ones and CUDA graphs on each model; unless QUANT=0
-# also the 8B shape in Q8_0 and Q4_K_M and bench_moe.sh's MoE shape (issue 29's table).
-bench_args=(--json "$OUT/gpu_model_bench.json" --tuned --graphs)
+# also the 8B shape in Q8_0 and Q4_K_M and bench_moe.sh's MoE shape (issue 29's table); and
+# where each configuration's prefill and decode steps spend their time, op by op.
+bench_args=(--json "$OUT/gpu_model_bench.json" --tuned --graphs --profile)
 [[ -n ${SKIP_8B:-} ]] && bench_args+=(--skip-llama)
 [[ ${QUANT:-1} != 0 ]] && bench_args+=(--quant)
 timeout "${BENCH_TIMEOUT:-300}" build-gpu/bin/gpu_model_bench "${bench_args[@]}" 2>&1 | tee "$OUT/gpu_model_bench.log"

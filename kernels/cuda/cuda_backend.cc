@@ -271,6 +271,7 @@ class CudaBackendImpl final : public CudaBackend {
     cudaSetDevice(device_);
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
     graphs_.reset();
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
     if (arena_ != nullptr) cudaFreeHost(arena_);
     if (blas_ != nullptr) cublasDestroy(blas_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
@@ -313,6 +314,29 @@ class CudaBackendImpl final : public CudaBackend {
   void set_kernels(CudaKernels k) override {
     kernels_ = k;
     for (std::vector<uint8_t>& u : uploaded_) u.clear();  // The reference path copies behind the memo.
+  }
+  void set_op_timing(bool on) override {
+    Bind();
+    timing_ = on;
+    marks_.clear();
+    Mark("start");
+  }
+  std::vector<OpTime> TakeOpTimes() override {
+    Bind();
+    cudaStreamSynchronize(stream_);
+    std::vector<OpTime> times;
+    for (size_t i = 1; i < marks_.size(); ++i) {
+      float ms = 0.0f;
+      cudaEventElapsedTime(&ms, events_[i - 1], events_[i]);
+      auto it = std::find_if(times.begin(), times.end(), [&](const OpTime& t) { return t.op == marks_[i]; });
+      if (it == times.end()) it = times.insert(times.end(), OpTime{.op = std::string(marks_[i])});
+      ++it->count;
+      it->ms += ms;
+    }
+    std::sort(times.begin(), times.end(), [](const OpTime& a, const OpTime& b) { return a.ms > b.ms; });
+    marks_.clear();
+    Mark("start");
+    return times;
   }
   int64_t graphs_captured() const override { return graphs_->captured(); }
   int64_t graphs_launched() const override { return graphs_->launched(); }
@@ -357,6 +381,7 @@ class CudaBackendImpl final : public CudaBackend {
       return absl::OkStatus();
     }
     CASCADE_CUDA_RETURN(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_), "CopyIn");
+    Mark("CopyIn");
     return Synchronize();
   }
 
@@ -367,6 +392,7 @@ class CudaBackendImpl final : public CudaBackend {
     if (graphs_->capturing() && !Pinned(host)) graphs_->Abandon();
     if (graphs_->dry()) return absl::OkStatus();
     CASCADE_CUDA_RETURN(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream_), "CopyOut");
+    Mark("CopyOut");
     return Synchronize();
   }
 
@@ -949,8 +975,21 @@ class CudaBackendImpl final : public CudaBackend {
   // A launch's error, and with CASCADE_CUDA_SYNC=1 (debugging) also its execution's: the
   // stream waited on after each op outside a graph capture, so that a fault is reported by
   // the op that made it rather than by a later one (CUDA errors are sticky).
+  // Op timing (set_op_timing): an event at this point of the stream, named `op` (a literal).
+  void Mark(std::string_view op) {
+    if (!timing_ || graphs_->recording()) return;
+    if (marks_.size() == events_.size()) {
+      cudaEvent_t e = nullptr;
+      if (cudaEventCreate(&e) != cudaSuccess) return;
+      events_.push_back(e);
+    }
+    cudaEventRecord(events_[marks_.size()], stream_);
+    marks_.push_back(op);
+  }
+
   absl::Status LastError(std::string_view what) {
     CASCADE_RETURN_IF_ERROR(CudaError(cudaGetLastError(), what));
+    Mark(what);
     if (!sync_each_op_ || graphs_->recording()) return absl::OkStatus();
     return CudaError(cudaStreamSynchronize(stream_), what);
   }
@@ -1061,6 +1100,7 @@ class CudaBackendImpl final : public CudaBackend {
             "cublasGemmEx"));
         first += rows;
       }
+      Mark(half ? "cublasGemmEx (F16/BF16)" : bf16_gemm ? "cublasGemmEx (decoded BF16)" : "cublasGemmEx (F32)");
     }
     for (size_t p = 0; p < biases.size(); ++p) {
       if (biases[p].data == nullptr) continue;
@@ -1203,6 +1243,10 @@ class CudaBackendImpl final : public CudaBackend {
   // The ops' metadata lists, reused so that a steady step allocates nothing.
   std::vector<int32_t> slots_, row_pos_, row_table_, tables_, split_rows_;
   std::vector<cuda::PrefillTile> tiles_;
+  // Op timing: whether on, the events (reused) and the names of those recorded so far.
+  bool timing_ = false;
+  std::vector<cudaEvent_t> events_;
+  std::vector<std::string_view> marks_;
 };
 
 }  // namespace

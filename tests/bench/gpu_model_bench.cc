@@ -18,8 +18,11 @@
 // With --quant also the 8B shape in Q8_0 and Q4_K_M and bench_moe.sh's MoE shape in Q8_0. Every
 // model is set against the copy roofline and a dense BF16 one against the cuBLAS anchor of
 // its matrices (tests/bench/cublas_anchor.h): one table row per kernel configuration.
+// With --profile, each random model's GPU configurations also print where a prefill's and a
+// batch-1 and batch-32 decode step's time goes, op by op (CudaBackend::set_op_timing).
 // Usage: gpu_model_bench [--json FILE] [--model GGUF] [--llama-layers N] [--skip-llama] [--graphs] [--tuned]
-//                        [--quant]
+//                        [--quant] [--profile]
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -59,8 +62,25 @@ struct Result {
   // model the routed experts' only in the share top_k / n_experts that one token chooses.
   int64_t step_bytes = 0;
   int max_batch = 32;
-  std::vector<Figures> rows;  // The first is the eager reference kernels.
+  std::vector<Figures> rows;          // The first is the eager reference kernels.
+  std::vector<std::string> profiles;  // --profile: JSON objects, one per profiled step.
 };
+
+// Where one step's GPU time goes, op by op (CudaBackend::TakeOpTimes): printed as a table
+// and returned as a JSON object.
+std::string PrintProfile(const std::string& model, const std::string& step, const std::vector<kernels::OpTime>& times) {
+  double total = 0;
+  for (const kernels::OpTime& t : times) total += t.ms;
+  std::printf("  profile of %s, %s: %.3f ms\n    %-34s %6s %10s %6s\n", model.c_str(), step.c_str(), total, "op",
+              "count", "ms", "share");
+  std::string ops;
+  for (const kernels::OpTime& t : times) {
+    std::printf("    %-34s %6lld %10.3f %5.1f%%\n", t.op.c_str(), static_cast<long long>(t.count), t.ms,
+                100 * t.ms / std::max(total, 1e-9));
+    ops += StrCat(ops.empty() ? "" : ", ", "{\"op\": \"", t.op, "\", \"count\": ", t.count, ", \"ms\": ", t.ms, "}");
+  }
+  return StrCat("{\"step\": \"", step, "\", \"ms\": ", total, ", \"ops\": [", ops, "]}");
+}
 
 // Steps of `batch` sequences, each of `n_new` tokens at position `past`; returns seconds.
 double Step(model::Transformer& t, model::KvCache& cache, int batch, int64_t n_new, int64_t past,
@@ -83,7 +103,7 @@ double Step(model::Transformer& t, model::KvCache& cache, int batch, int64_t n_n
 }
 
 Result Bench(const std::string& name, const std::string& path, kernels::Backend* backend, const char* backend_name,
-             bool quick, bool graphs, bool tuned, bool quantized) {
+             bool quick, bool graphs, bool tuned, bool quantized, bool profile) {
   Result r;
   r.model = name;
   r.backend = backend_name;
@@ -139,9 +159,25 @@ Result Bench(const std::string& name, const std::string& path, kernels::Backend*
   };
   measure("reference");
   auto* gpu = dynamic_cast<kernels::CudaBackend*>(backend);
+  // --profile: a prefill and a batch-1 and a batch-max decode step, op by op (eager).
+  const auto profile_steps = [&](const std::string& config) {
+    if (!profile || gpu == nullptr) return;
+    gpu->set_op_timing(true);
+    Step(**t, *cache, 1, prefill, 0, tables, **logits);
+    r.profiles.push_back(PrintProfile(name, StrCat(config, ", prefill ", prefill), gpu->TakeOpTimes()));
+    for (const int batch : {1, max_batch}) {
+      for (int b = 0; b < batch; ++b) Step(**t, *cache, 1, kContext, 0, {tables[b]}, **logits);
+      (void)gpu->TakeOpTimes();
+      Step(**t, *cache, batch, 1, kContext, tables, **logits);
+      r.profiles.push_back(PrintProfile(name, StrCat(config, ", decode b=", batch), gpu->TakeOpTimes()));
+    }
+    gpu->set_op_timing(false);
+  };
+  profile_steps("reference");
   if (tuned && gpu != nullptr) {
     gpu->set_kernels(kernels::CudaKernels::kTuned);
     measure("tuned");
+    profile_steps("tuned");
     if ((*t)->config().n_experts > 0) {  // Prefills through the host-routed path instead.
       gpu->set_moe_device_max_tokens(kHostMoeAbove);
       measure(StrCat("tuned, MoE>", kHostMoeAbove, " host"));
@@ -150,10 +186,12 @@ Result Bench(const std::string& name, const std::string& path, kernels::Backend*
     // Prefill attention by the tensor-core tiles instead of the f32 ones.
     Check(gpu->set_prefill_attention(kernels::PrefillAttention::kF16), "f16 attention");
     measure("tuned, f16 attention");
+    profile_steps("tuned, f16 attention");
     Check(gpu->set_prefill_attention(kernels::PrefillAttention::kF32), "f32 attention");
     if (quantized) {  // Prefill and batch 32 by the int8 tiles instead of BF16 GEMMs.
       Check(gpu->set_quant_gemm(kernels::QuantGemm::kInt8), "int8 GEMM");
       measure("tuned, int8 GEMM");
+      profile_steps("tuned, int8 GEMM");
       Check(gpu->set_quant_gemm(kernels::QuantGemm::kBf16), "bf16 GEMM");
     }
   }
@@ -168,7 +206,7 @@ Result Bench(const std::string& name, const std::string& path, kernels::Backend*
 struct Options {
   std::string json_path, smol = cascade::testing::DefaultModelPath();
   int64_t llama_layers = 32;
-  bool skip_llama = false, graphs = false, tuned = false, quant = false;
+  bool skip_llama = false, graphs = false, tuned = false, quant = false, profile = false;
 };
 
 Options ParseArgs(int argc, char** argv) {
@@ -188,6 +226,8 @@ Options ParseArgs(int argc, char** argv) {
       o.tuned = true;
     else if (std::strcmp(argv[i], "--quant") == 0)
       o.quant = true;
+    else if (std::strcmp(argv[i], "--profile") == 0)
+      o.profile = true;
   }
   return o;
 }
@@ -290,7 +330,9 @@ void Report(const std::vector<Result>& results, double copy_bw, const std::strin
                    "\", \"weight_bytes\": ", r.weight_bytes, ", \"step_bytes\": ", r.step_bytes,
                    ", \"max_batch\": ", r.max_batch, ", \"prefill_tok_s\": ", ref.prefill,
                    ", \"decode_b1_tok_s\": ", ref.decode1, ", \"decode_b32_tok_s\": ", ref.decode_max, ", \"rows\": [",
-                   rows, "]}");
+                   rows, "], \"profiles\": [");
+    for (size_t p = 0; p < r.profiles.size(); ++p) json += StrCat(p ? ", " : "", r.profiles[p]);
+    json += "]}";
   }
   std::printf("* the cpu reference runs batch 4 and a 128-token prefill (to keep the check short)\n");
   json += "]}\n";
@@ -312,10 +354,10 @@ int main(int argc, char** argv) {
   Check(gpu.status(), "cuda:0");
   std::vector<Result> results;
   if (!o.smol.empty() && std::filesystem::exists(o.smol)) {
-    results.push_back(Bench("SmolLM2-135M Q4_1", o.smol, gpu->get(), "cuda:0", false, o.graphs, o.tuned, true));
+    results.push_back(Bench("SmolLM2-135M Q4_1", o.smol, gpu->get(), "cuda:0", false, o.graphs, o.tuned, true, false));
     (*gpu)->set_kernels(kernels::CudaKernels::kReference);
     auto cpu = kernels::MakeCpuBackend({.n_threads = 16});
-    results.push_back(Bench("SmolLM2-135M Q4_1", o.smol, cpu.get(), "cpu x16", true, false, false, true));
+    results.push_back(Bench("SmolLM2-135M Q4_1", o.smol, cpu.get(), "cpu x16", true, false, false, true, false));
   } else {
     std::printf("SmolLM2 not found (%s): skipped\n", o.smol.c_str());
   }
@@ -326,7 +368,8 @@ int main(int argc, char** argv) {
     spec.distinct_values = 1 << 20;  // Values (and quantized blocks) repeat: quick to write.
     cascade::testing::WriteRandomModel(spec, path);
     std::printf("wrote %s in %.1f s\n", name.c_str(), SecondsSince(t0));
-    results.push_back(Bench(name, path, gpu->get(), "cuda:0", false, o.graphs, o.tuned, IsQuantized(spec.weight_type)));
+    results.push_back(
+        Bench(name, path, gpu->get(), "cuda:0", false, o.graphs, o.tuned, IsQuantized(spec.weight_type), o.profile));
     (*gpu)->set_kernels(kernels::CudaKernels::kReference);
     std::filesystem::remove(path);
     AddAnchors(spec, copy_bw, results.back());

@@ -456,6 +456,39 @@ TEST_F(CudaBackendTest, LinearPartsMatchDoublePrecisionPerPart) {
   }
 }
 
+// Op timing (gpu_model_bench --profile): each op run while it is on is counted under its
+// name with its time, most first; nothing is counted while it is off.
+TEST_F(CudaBackendTest, OpTimingCountsEachOpByName) {
+  const int64_t n = 64, d = 256;
+  const std::vector<float> x = Random(n * d, 90), w = Random(d * d, 91), g = Random(d, 92);
+  DeviceBuffer dx = Up(x), dw = Up(w), dg = Up(g), out = Poisoned(n * d), normed = Poisoned(n * d);
+  const auto run = [&] {
+    ASSERT_TRUE(gpu_->Linear(out.View(DType::kF32, {n, d}), dx.View(DType::kF32, {n, d}), dw.View(DType::kF32, {d, d}),
+                             TensorView())
+                    .ok());
+    ASSERT_TRUE(
+        gpu_->RmsNorm(normed.View(DType::kF32, {n, d}), out.View(DType::kF32, {n, d}), dg.View(DType::kF32, {d}), 1e-5f)
+            .ok());
+  };
+  run();
+  EXPECT_TRUE(gpu_->TakeOpTimes().empty());
+  gpu_->set_op_timing(true);
+  run();
+  run();
+  const std::vector<OpTime> times = gpu_->TakeOpTimes();
+  ASSERT_EQ(times.size(), 2u);
+  for (const OpTime& t : times) {
+    EXPECT_TRUE(t.op == "cublasGemmEx (F32)" || t.op == "RmsNorm") << t.op;
+    EXPECT_EQ(t.count, 2) << t.op;
+    EXPECT_GE(t.ms, 0.0) << t.op;
+  }
+  EXPECT_GE(times[0].ms, times[1].ms);
+  EXPECT_TRUE(gpu_->TakeOpTimes().empty());  // Started over.
+  gpu_->set_op_timing(false);
+  run();
+  EXPECT_TRUE(gpu_->TakeOpTimes().empty());
+}
+
 // The tuned kernels' fused residual sum and norm give the bits of AddInPlace then RmsNorm
 // (the reference path), and both match the CPU backend's.
 TEST_F(CudaBackendTest, FusedAddRmsNormGivesTheBitsOfTheTwoOps) {
