@@ -102,8 +102,13 @@ __global__ void __launch_bounds__(kThreads) AttentionTileF16Kernel(AttentionArgs
       if (j < n_keys && (j >= lowest || j < a.kept_prefix)) {
         const int64_t slot = static_cast<int64_t>(table[j / a.block_size]) * a.block_size + j % a.block_size;
         const int64_t at = (slot * a.n_kv_heads + kvh) * HD + d;
-        kv = __floats2half2_rn(KvAt(a.k_cache, a.kv_code, at), KvAt(a.k_cache, a.kv_code, at + 1));
-        vv = __floats2half2_rn(KvAt(a.v_cache, a.kv_code, at), KvAt(a.v_cache, a.kv_code, at + 1));
+        if (a.kv_code == kWF16) {  // The default cache: its pairs as they are.
+          kv = *reinterpret_cast<const __half2*>(static_cast<const __half*>(a.k_cache) + at);
+          vv = *reinterpret_cast<const __half2*>(static_cast<const __half*>(a.v_cache) + at);
+        } else {
+          kv = __floats2half2_rn(KvAt(a.k_cache, a.kv_code, at), KvAt(a.k_cache, a.kv_code, at + 1));
+          vv = __floats2half2_rn(KvAt(a.v_cache, a.kv_code, at), KvAt(a.v_cache, a.kv_code, at + 1));
+        }
       }
       *reinterpret_cast<__half2*>(&ks[c][d]) = kv;
       *reinterpret_cast<__half2*>(&vs[c][d]) = vv;
