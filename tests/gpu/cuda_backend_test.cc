@@ -750,8 +750,9 @@ TEST_F(CudaBackendTest, WindowAndSinksMatchTheCpuBackend) {
       }
 }
 
-// The tensor-core prefill tiles (CASCADE_CUDA_PREFILL_ATTENTION=f16) over an f16 cache,
-// against the CPU backend over the same cache (f32 math; 3e-3 covers q and the
+// The tensor-core prefill tiles (CASCADE_CUDA_PREFILL_ATTENTION=f16) over an f16 cache (its
+// pairs staged as they are) and an f32 one (rounded to f16 as staged), against the CPU
+// backend over the same cache (f32 math; 3e-3 covers q and the
 // probabilities rounded to f16) and against the f32 tiles on the same device (3e-3): GQA
 // groups of 1, 4, 6 (a block with two idle warps) and 8 (two blocks per KV head), head sizes
 // 64 and 128, plain causal rows and windows with sinks and kept prefixes, over PagedBatch's
@@ -763,56 +764,65 @@ TEST_F(CudaBackendTest, TunedF16PrefillAttentionMatchesTheCpuBackend) {
       CudaBackend::Create({.device = 0, .kernels = CudaKernels::kTuned, .prefill_attention = PrefillAttention::kF32});
   ASSERT_TRUE(f16.ok() && f32.ok());
   const int64_t bs = 16, n_blocks = 160;
-  for (const auto& [n_heads, n_kv] : {std::pair{int64_t{4}, int64_t{4}}, std::pair{int64_t{8}, int64_t{2}},
-                                      std::pair{int64_t{12}, int64_t{2}}, std::pair{int64_t{16}, int64_t{2}}}) {
-    for (int64_t head_dim : {64, 128}) {
-      for (const auto& [window, with_sinks, kept] :
-           {std::tuple{int64_t{0}, false, int64_t{0}}, std::tuple{int64_t{33}, true, int64_t{20}},
-            std::tuple{int64_t{200}, true, int64_t{40}}}) {
-        SCOPED_TRACE(StrCat(n_heads, " heads over ", n_kv, ", head_dim ", head_dim, " window ", window, " sinks ",
-                            with_sinks, " kept ", kept));
-        const int64_t kv_dim = n_kv * head_dim;
-        const PagedBatch batch(bs, n_blocks);
-        const int64_t rows = batch.rows, n_cache = n_blocks * bs * kv_dim;
-        std::vector<uint16_t> kc(n_cache), vc(n_cache);
-        const std::vector<float> kf = Random(n_cache, 20), vf = Random(n_cache, 21);
-        for (int64_t i = 0; i < n_cache; ++i) {
-          kc[i] = F32ToF16(kf[i]);
-          vc[i] = F32ToF16(vf[i]);
-        }
-        const std::vector<float> q = Random(rows * n_heads * head_dim, 22);
-        std::vector<float> sinks = Random(n_heads, 23, 2.0f);
-        DeviceBuffer dkc = Up(kc.data(), n_cache * 2), dvc = Up(vc.data(), n_cache * 2), dq = Up(q), dsinks = Up(sinks);
-        KvCacheLayer gc = KvCacheLayer::Over(dkc.View(DType::kF16, {n_blocks, bs, n_kv, head_dim}),
-                                             dvc.View(DType::kF16, {n_blocks, bs, n_kv, head_dim}));
-        AttentionParams params{.n_heads = n_heads,
-                               .scale = 1.0f / std::sqrt(static_cast<float>(head_dim)),
-                               .window = window,
-                               .kept_prefix = kept,
-                               .sinks = with_sinks ? dsinks.View(DType::kF32, {n_heads}) : TensorView()};
-        std::vector<float> got[2];
-        for (int b = 0; b < 2; ++b) {
-          DeviceBuffer out = Poisoned(rows * n_heads * head_dim);
-          ASSERT_TRUE((b == 0 ? *f16 : *f32)
-                          ->Attention(out.View(DType::kF32, {rows, n_heads * head_dim}),
-                                      dq.View(DType::kF32, {rows, n_heads * head_dim}), gc, batch.seqs, params)
+  for (const DType cache_type : {DType::kF16, DType::kF32})
+    for (const auto& [n_heads, n_kv] : {std::pair{int64_t{4}, int64_t{4}}, std::pair{int64_t{8}, int64_t{2}},
+                                        std::pair{int64_t{12}, int64_t{2}}, std::pair{int64_t{16}, int64_t{2}}}) {
+      for (int64_t head_dim : {64, 128}) {
+        for (const auto& [window, with_sinks, kept] :
+             {std::tuple{int64_t{0}, false, int64_t{0}}, std::tuple{int64_t{33}, true, int64_t{20}},
+              std::tuple{int64_t{200}, true, int64_t{40}}}) {
+          SCOPED_TRACE(StrCat(DTypeName(cache_type), " cache, ", n_heads, " heads over ", n_kv, ", head_dim ", head_dim,
+                              " window ", window, " sinks ", with_sinks, " kept ", kept));
+          const int64_t kv_dim = n_kv * head_dim;
+          const PagedBatch batch(bs, n_blocks);
+          const int64_t rows = batch.rows, n_cache = n_blocks * bs * kv_dim;
+          // The caches' bytes: f16 values, or f32 ones (staged as f16 by the tiles).
+          const int64_t elem = cache_type == DType::kF16 ? 2 : 4;
+          std::vector<uint8_t> kc(n_cache * elem), vc(n_cache * elem);
+          const std::vector<float> kf = Random(n_cache, 20), vf = Random(n_cache, 21);
+          for (int64_t i = 0; i < n_cache; ++i) {
+            if (cache_type == DType::kF16) {
+              const uint16_t kh = F32ToF16(kf[i]), vh = F32ToF16(vf[i]);
+              std::memcpy(kc.data() + 2 * i, &kh, 2);
+              std::memcpy(vc.data() + 2 * i, &vh, 2);
+            } else {
+              std::memcpy(kc.data() + 4 * i, &kf[i], 4);
+              std::memcpy(vc.data() + 4 * i, &vf[i], 4);
+            }
+          }
+          const std::vector<float> q = Random(rows * n_heads * head_dim, 22);
+          std::vector<float> sinks = Random(n_heads, 23, 2.0f);
+          DeviceBuffer dkc = Up(kc.data(), kc.size()), dvc = Up(vc.data(), vc.size()), dq = Up(q), dsinks = Up(sinks);
+          KvCacheLayer gc = KvCacheLayer::Over(dkc.View(cache_type, {n_blocks, bs, n_kv, head_dim}),
+                                               dvc.View(cache_type, {n_blocks, bs, n_kv, head_dim}));
+          AttentionParams params{.n_heads = n_heads,
+                                 .scale = 1.0f / std::sqrt(static_cast<float>(head_dim)),
+                                 .window = window,
+                                 .kept_prefix = kept,
+                                 .sinks = with_sinks ? dsinks.View(DType::kF32, {n_heads}) : TensorView()};
+          std::vector<float> got[2];
+          for (int b = 0; b < 2; ++b) {
+            DeviceBuffer out = Poisoned(rows * n_heads * head_dim);
+            ASSERT_TRUE((b == 0 ? *f16 : *f32)
+                            ->Attention(out.View(DType::kF32, {rows, n_heads * head_dim}),
+                                        dq.View(DType::kF32, {rows, n_heads * head_dim}), gc, batch.seqs, params)
+                            .ok());
+            got[b] = Down(out, rows * n_heads * head_dim);
+          }
+          KvCacheLayer cc = KvCacheLayer::Over(TensorView(kc.data(), cache_type, {n_blocks, bs, n_kv, head_dim}),
+                                               TensorView(vc.data(), cache_type, {n_blocks, bs, n_kv, head_dim}));
+          params.sinks = with_sinks ? TensorView(sinks.data(), DType::kF32, {n_heads}) : TensorView();
+          std::vector<float> qh = q, want(rows * n_heads * head_dim);
+          ASSERT_TRUE(cpu_->Attention(TensorView(want.data(), DType::kF32, {rows, n_heads * head_dim}),
+                                      TensorView(qh.data(), DType::kF32, {rows, n_heads * head_dim}), cc, batch.seqs,
+                                      params)
                           .ok());
-          got[b] = Down(out, rows * n_heads * head_dim);
+          EXPECT_LT(RelL2(got[0], want), 3e-3);
+          EXPECT_LT(RelL2(got[1], want), 1e-4);  // The f32 tiles: only the sums' order differs.
+          EXPECT_LT(RelL2(got[0], got[1]), 3e-3);
         }
-        KvCacheLayer cc = KvCacheLayer::Over(TensorView(kc.data(), DType::kF16, {n_blocks, bs, n_kv, head_dim}),
-                                             TensorView(vc.data(), DType::kF16, {n_blocks, bs, n_kv, head_dim}));
-        params.sinks = with_sinks ? TensorView(sinks.data(), DType::kF32, {n_heads}) : TensorView();
-        std::vector<float> qh = q, want(rows * n_heads * head_dim);
-        ASSERT_TRUE(cpu_->Attention(TensorView(want.data(), DType::kF32, {rows, n_heads * head_dim}),
-                                    TensorView(qh.data(), DType::kF32, {rows, n_heads * head_dim}), cc, batch.seqs,
-                                    params)
-                        .ok());
-        EXPECT_LT(RelL2(got[0], want), 3e-3);
-        EXPECT_LT(RelL2(got[1], want), 1e-4);  // The f32 tiles: only the sums' order differs.
-        EXPECT_LT(RelL2(got[0], got[1]), 3e-3);
       }
     }
-  }
 }
 
 // The FP8 KV cache (E4M3 codes times a scale per KV head, different for K and V, above
