@@ -43,6 +43,45 @@ inline int Dp4a(int32_t a, int32_t b, int c) {  // Four signed byte products.
 inline int RoundToInt(float x) { return static_cast<int>(std::nearbyint(x)); }  // Ties to even.
 #endif
 
+// Four bytes little-endian from an address aligned to 4 (Load32) or to 2 (Load32By16):
+// one load, or two, where Le32 makes four. Which a field takes follows from its block's size
+// and offset (every weight starts 256-aligned: its own cudaMalloc; rows and stacked parts at
+// whole rows): 4 for the blocks of Q4_1, Q5_1, I4_G128, Q2_K, Q4_K, Q5_K and IQ4_XS (20, 24,
+// 68, 84, 144, 176 and 136 bytes), 2 for Q8_0, Q4_0, Q5_0, IQ4_NL, Q3_K and Q6_K (34, 18,
+// 22, 18, 110 and 210); MXFP4's 17 keeps Le32. The host build counts the loads whose
+// address is not so aligned (MisalignedLoads), which the unpacking test holds at zero.
+#ifdef __CUDACC__
+__device__ __forceinline__ uint32_t Load32(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
+__device__ __forceinline__ uint32_t Load32By16(const uint8_t* p) {
+  const auto* h = reinterpret_cast<const uint16_t*>(p);
+  return static_cast<uint32_t>(h[0]) | static_cast<uint32_t>(h[1]) << 16;
+}
+#else
+inline int& MisalignedLoads() {
+  static int n = 0;
+  return n;
+}
+inline uint32_t Load32(const uint8_t* p) {
+  if (reinterpret_cast<uintptr_t>(p) % 4 != 0) ++MisalignedLoads();
+  return Le32(p);
+}
+inline uint32_t Load32By16(const uint8_t* p) {
+  if (reinterpret_cast<uintptr_t>(p) % 2 != 0) ++MisalignedLoads();
+  return Le32(p);
+}
+#endif
+// A field's loads by its alignment (above): 4, 2, or 1 byte.
+template <int kAlign>
+__device__ __forceinline__ uint32_t LoadWord(const uint8_t* p) {
+  if constexpr (kAlign == 4) {
+    return Load32(p);
+  } else if constexpr (kAlign == 2) {
+    return Load32By16(p);
+  } else {
+    return Le32(p);
+  }
+}
+
 // Four nibbles (bits 0-15, lowest first) as four bytes, lowest first.
 __device__ __forceinline__ uint32_t SpreadNibbles(uint32_t x) {
   x = (x | (x << 8)) & 0x00ff00ffu;
@@ -84,11 +123,11 @@ struct WeightChunk {
 
 // The 16 bytes of a block in Q4_0's nibble order (qs[j]: element j low, j + 16 high) as
 // its 8 words of codes, each through `f` (a table, or an offset).
-template <typename F>
+template <int kAlign, typename F>
 __device__ __forceinline__ void SplitNibbleWords(const uint8_t* qs, WeightChunk& w, F f) {
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
-    const uint32_t v = Le32(qs + 4 * k);
+    const uint32_t v = LoadWord<kAlign>(qs + 4 * k);
     w.q[k] = static_cast<int32_t>(f(v & 0x0f0f0f0fu, k));
     w.q[4 + k] = static_cast<int32_t>(f((v >> 4) & 0x0f0f0f0fu, 4 + k));
   }
@@ -100,7 +139,7 @@ __device__ __forceinline__ void Unpack(const uint8_t* row, int code, int64_t c, 
     const uint8_t* b = row + c * 34;
     w.a0 = w.a1 = Half(b);
 #pragma unroll
-    for (int k = 0; k < 8; ++k) w.q[k] = static_cast<int32_t>(Le32(b + 2 + 4 * k));
+    for (int k = 0; k < 8; ++k) w.q[k] = static_cast<int32_t>(Load32By16(b + 2 + 4 * k));
     return;
   }
   if (code == kWQ4_0 || code == kWQ4_1) {
@@ -110,7 +149,12 @@ __device__ __forceinline__ void Unpack(const uint8_t* row, int code, int64_t c, 
     w.a0 = w.a1 = Half(b);
     w.b = q4_1 ? Half(b + 2) : 0.0f;
     // Q4_0: q - 8, a signed byte.
-    SplitNibbleWords(qs, w, [&](uint32_t q, int) { return q4_1 ? q : Vsub4(q, 0x08080808u); });
+    const auto value = [&](uint32_t q, int) { return q4_1 ? q : Vsub4(q, 0x08080808u); };
+    if (q4_1) {
+      SplitNibbleWords<4>(qs, w, value);
+    } else {
+      SplitNibbleWords<2>(qs, w, value);
+    }
     return;
   }
   if (code == kWI4G128) {
@@ -124,7 +168,7 @@ __device__ __forceinline__ void Unpack(const uint8_t* row, int code, int64_t c, 
     const uint8_t* qs = g + 4 + 16 * (c % 4);
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      const uint32_t word = Le32(qs + 4 * k);
+      const uint32_t word = Load32(qs + 4 * k);
       w.q[2 * k] = static_cast<int32_t>(SpreadNibbles(word & 0xffffu));
       w.q[2 * k + 1] = static_cast<int32_t>(SpreadNibbles(word >> 16));
     }
@@ -136,24 +180,29 @@ __device__ __forceinline__ void Unpack(const uint8_t* row, int code, int64_t c, 
     const uint8_t* qh = b + (q5_1 ? 4 : 2);
     w.a0 = w.a1 = Half(b);
     w.b = q5_1 ? Half(b + 2) : 0.0f;
-    const uint32_t high = Le32(qh);  // Bit e: element e's fifth bit.
-    SplitNibbleWords(qh + 4, w, [&](uint32_t q, int k) {
+    const uint32_t high = q5_1 ? Load32(qh) : Load32By16(qh);  // Bit e: element e's fifth bit.
+    const auto value = [&](uint32_t q, int k) {
       const uint32_t v = q | SpreadBits(high >> (4 * k)) << 4;
       return q5_1 ? v : Vsub4(v, 0x10101010u);
-    });
+    };
+    if (q5_1) {
+      SplitNibbleWords<4>(qh + 4, w, value);
+    } else {
+      SplitNibbleWords<2>(qh + 4, w, value);
+    }
     return;
   }
   if (code == kWIQ4_NL) {  // d qs[16]: x = d kIq4nlValues[q].
     const uint8_t* b = row + c * 18;
     w.a0 = w.a1 = Half(b);
-    SplitNibbleWords(b + 2, w, [](uint32_t q, int) { return Iq4nlBytes(q); });
+    SplitNibbleWords<2>(b + 2, w, [](uint32_t q, int) { return Iq4nlBytes(q); });
     return;
   }
   if (code == kWMXFP4) {  // e qs[16]: x = 2^(e - 128) kMxfp4Values[q] (the doubled E2M1 values).
     const uint8_t* b = row + c * 17;
     const uint32_t e = b[0];
     w.a0 = w.a1 = UintAsFloat(e < 2 ? 0x00200000u << e : (e - 1) << 23);
-    SplitNibbleWords(b + 1, w, [](uint32_t q, int) { return Mxfp4Bytes(q); });
+    SplitNibbleWords<1>(b + 1, w, [](uint32_t q, int) { return Mxfp4Bytes(q); });
     return;
   }
   const int64_t super = c / 8;
@@ -169,8 +218,8 @@ __device__ __forceinline__ void Unpack(const uint8_t* row, int code, int64_t c, 
     const int shift = 4 * (s % 2);
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
-      uint32_t v = (Le32(qs + 4 * k) >> shift) & 0x0f0f0f0fu;
-      if (q5) v |= ((Le32(sb + 16 + 4 * k) >> s) & 0x01010101u) << 4;  // Bit s of qh[l].
+      uint32_t v = (Load32(qs + 4 * k) >> shift) & 0x0f0f0f0fu;
+      if (q5) v |= ((Load32(sb + 16 + 4 * k) >> s) & 0x01010101u) << 4;  // Bit s of qh[l].
       w.q[k] = static_cast<int32_t>(v);
     }
     return;
@@ -184,8 +233,8 @@ __device__ __forceinline__ void Unpack(const uint8_t* row, int code, int64_t c, 
     const int shift = 2 * (s % 4);
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
-      uint32_t v = (Le32(qs + 4 * k) >> shift) & 0x03030303u;
-      if (q3) v = Vsub4(v | ((Le32(sb + 4 * k) >> s) & 0x01010101u) << 2, 0x04040404u);
+      uint32_t v = ((q3 ? Load32By16(qs + 4 * k) : Load32(qs + 4 * k)) >> shift) & 0x03030303u;
+      if (q3) v = Vsub4(v | ((Load32By16(sb + 4 * k) >> s) & 0x01010101u) << 2, 0x04040404u);
       w.q[k] = static_cast<int32_t>(v);
     }
     if (q3) {  // hmask[32] qs[64] scales[12] d.
@@ -208,7 +257,7 @@ __device__ __forceinline__ void Unpack(const uint8_t* row, int code, int64_t c, 
     const int scales_h = sb[2] | sb[3] << 8;
     const int ls = ((sb[4 + s / 2] >> (4 * (s % 2))) & 0x0f) | ((scales_h >> (2 * s)) & 3) << 4;
     w.a0 = w.a1 = Half(sb) * static_cast<float>(ls - 32);
-    SplitNibbleWords(sb + 8 + 16 * s, w, [](uint32_t q, int) { return Iq4nlBytes(q); });
+    SplitNibbleWords<4>(sb + 8 + 16 * s, w, [](uint32_t q, int) { return Iq4nlBytes(q); });
     return;
   }
   // Q6_K: ql[128], qh[64], int8 scales[16] (one per 16 weights), f16 d.
@@ -221,8 +270,8 @@ __device__ __forceinline__ void Unpack(const uint8_t* row, int code, int64_t c, 
   w.a1 = d * static_cast<float>(static_cast<int8_t>(sb[192 + 2 * s + 1]));
 #pragma unroll
   for (int k = 0; k < 8; ++k) {
-    const uint32_t low = (Le32(ql + 4 * k) >> (4 * (quarter / 2))) & 0x0f0f0f0fu;
-    const uint32_t high = (Le32(qh + 4 * k) >> (2 * quarter)) & 0x03030303u;
+    const uint32_t low = (Load32By16(ql + 4 * k) >> (4 * (quarter / 2))) & 0x0f0f0f0fu;
+    const uint32_t high = (Load32By16(qh + 4 * k) >> (2 * quarter)) & 0x03030303u;
     w.q[k] = static_cast<int32_t>(Vsub4(low | (high << 4), 0x20202020u));  // q - 32.
   }
 }

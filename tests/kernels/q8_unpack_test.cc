@@ -8,6 +8,8 @@
 #include "kernels/cuda/q8_unpack.cuh"
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -58,6 +60,34 @@ TEST(Q8UnpackTest, EveryTypeUnpacksToTheCpuDequantizersValues) {
         }
       }
     }
+  }
+}
+
+// The device's word loads (Load32, Load32By16) need their fields aligned to 4 or 2 bytes:
+// so they are in rows of every type from an aligned buffer, as every weight on the device is
+// (its own cudaMalloc; rows and parts at whole rows); one byte off, they are not.
+TEST(Q8UnpackTest, WordLoadsAreAlignedInAlignedRows) {
+  constexpr int64_t n_out = 3, n_in = 512;
+  for (DType dtype : kTypes) {
+    SCOPED_TRACE(DTypeName(dtype));
+    std::vector<float> values;
+    const std::vector<uint8_t> w = testing::RandomBlocks(dtype, n_out, n_in, 5, &values);
+    std::vector<uint8_t> shifted(w.size() + 64);
+    auto* aligned = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(shifted.data()) + 63) & ~uintptr_t{63});
+    std::memcpy(aligned, w.data(), w.size());
+    MisalignedLoads() = 0;
+    for (int64_t r = 0; r < n_out; ++r) {
+      for (int64_t c = 0; c < n_in / 32; ++c) {
+        WeightChunk chunk;
+        Unpack(aligned + r * RowBytes(dtype, n_in), static_cast<int>(dtype), c, chunk);
+      }
+    }
+    EXPECT_EQ(MisalignedLoads(), 0);
+    if (dtype == DType::kMXFP4) continue;  // Byte loads: any address.
+    std::memmove(aligned + 1, aligned, w.size());
+    WeightChunk chunk;
+    Unpack(aligned + 1, static_cast<int>(dtype), 0, chunk);
+    EXPECT_GT(MisalignedLoads(), 0);
   }
 }
 
