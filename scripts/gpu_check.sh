@@ -45,7 +45,7 @@ cmake --build build-gpu -j "$JOBS" --target cascade_gpu_tests cascade_gpu_model_
   gpu_model_bench >"$OUT/build.log" 2>&1 \
   || { log "build failed"; grep -m 20 -E "error" "$OUT/build.log"; exit 1; }
 log "built"
-build-gpu/bin/cascade_gpu_tests --gtest_output="json:$OUT/gpu_tests.json" >"$OUT/gpu_tests.log" 2>&1
+timeout 180 build-gpu/bin/cascade_gpu_tests --gtest_output="json:$OUT/gpu_tests.json" >"$OUT/gpu_tests.log" 2>&1
 rc=$?
 tail -n 15 "$OUT/gpu_tests.log"
 log "GPU kernel tests: exit $rc"
