@@ -16,11 +16,8 @@ __global__ void __launch_bounds__(kMmaThreads) Q8MmaKernel(Q8MmaArgs a) {
   __shared__ Q8MmaStage s;
   const int64_t tok0 = static_cast<int64_t>(blockIdx.x) * kMmaTokens;
   const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kMmaRows;
-  const int64_t n_tokens = a.n_tokens;
   Q8MmaAcc acc{};
-  MultiplyTile<kHalves>(
-      s, acc, Q8MmaWeights{a.w, a.code, a.row_bytes, a.n_out}, row0, a.xq,
-      [=](int t) { return tok0 + t < n_tokens ? tok0 + t : int64_t{-1}; }, a.n_in / 32);
+  MultiplyTile<kHalves>(s, acc, DenseWeights(a), row0, a.xq, DenseRows(a, tok0), a.n_in / 32);
   StoreTile(a, acc, row0, tok0, static_cast<int>(threadIdx.x) / 32, static_cast<int>(threadIdx.x) % 32);
 }
 

@@ -95,13 +95,20 @@ __device__ __forceinline__ void LoadStage(Q8MmaStage& s, const Q8MmaWeights& w, 
   }
 }
 
-// The dense product's stage (Q8Mma): weight rows from row0, tokens from tok0.
+// The dense product's (Q8Mma) two sides: its weight, and its activation rows for the tile
+// of tokens from tok0 (token tok0 + t, none past n_tokens).
+__device__ __forceinline__ Q8MmaWeights DenseWeights(const Q8MmaArgs& a) {
+  return Q8MmaWeights{a.w, a.code, a.row_bytes, a.n_out};
+}
+__device__ __forceinline__ auto DenseRows(const Q8MmaArgs& a, int64_t tok0) {
+  const int64_t n_tokens = a.n_tokens;
+  return [=](int t) { return tok0 + t < n_tokens ? tok0 + t : int64_t{-1}; };
+}
+
+// The dense product's stage: weight rows from row0, tokens from tok0.
 __device__ __forceinline__ void LoadDenseStage(Q8MmaStage& s, const Q8MmaArgs& a, int64_t row0, int64_t tok0,
                                                int64_t chunk0, int tid) {
-  const int64_t n_tokens = a.n_tokens;
-  LoadStage(
-      s, Q8MmaWeights{a.w, a.code, a.row_bytes, a.n_out}, row0, a.xq,
-      [=](int t) { return tok0 + t < n_tokens ? tok0 + t : int64_t{-1}; }, a.n_in / 32, chunk0, tid);
+  LoadStage(s, DenseWeights(a), row0, a.xq, DenseRows(a, tok0), a.n_in / 32, chunk0, tid);
 }
 
 // Warp `warp`'s products over one stage, added into lane `lane`'s accumulators. `mma`
