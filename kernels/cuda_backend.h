@@ -87,6 +87,13 @@ enum class PrefillAttention {
 absl::StatusOr<PrefillAttention> PrefillAttentionFromEnv();
 std::string_view PrefillAttentionName(PrefillAttention p);
 
+// Where a choice's value comes from: "VARIABLE=value", or "VARIABLE unset: " and the rule
+// that defaults it. What CudaBackend::Create logs.
+std::string CudaChoiceSource(const char* variable);
+// Each of the choices above as the environment sets them, with its source, in one line (or
+// what is wrong with a variable): what `cascade info` shows, with or without a GPU.
+std::string DescribeCudaKernels();
+
 struct CudaBackendOptions {
   int device = 0;  // CUDA device index.
   // Unset: CudaKernelsFromEnv(), and Create logs the choice and its rule.

@@ -34,4 +34,32 @@ absl::StatusOr<PrefillAttention> PrefillAttentionFromEnv() {
   return absl::InvalidArgumentError(StrCat("CASCADE_CUDA_PREFILL_ATTENTION = '", v, "': must be f32 or f16"));
 }
 
+std::string CudaChoiceSource(const char* variable) {
+  const char* v = std::getenv(variable);
+  if (v != nullptr && *v != '\0') return StrCat(variable, "=", v);
+  const std::string_view what = std::string_view(variable) == "CASCADE_CUDA_KERNELS"      ? "the tuned kernels"
+                                : std::string_view(variable) == "CASCADE_CUDA_QUANT_GEMM" ? "the int8 tiles"
+                                                                                          : "the tensor-core tiles";
+  return StrCat(variable, " unset: ", what, " stay off until measured on a GPU");
+}
+
+namespace {
+
+// "name (source)" of one choice, or what is wrong with its variable.
+template <typename T>
+std::string Describe(absl::StatusOr<T> (*from_env)(), std::string_view (*name)(T), const char* variable) {
+  const absl::StatusOr<T> v = from_env();
+  if (!v.ok()) return StrCat("invalid (", v.status().message(), ")");
+  return StrCat(name(*v), " (", CudaChoiceSource(variable), ")");
+}
+
+}  // namespace
+
+std::string DescribeCudaKernels() {
+  return StrCat(Describe(&CudaKernelsFromEnv, &CudaKernelsName, "CASCADE_CUDA_KERNELS"),
+                "; with the tuned ones: GEMM of quantized weights over many tokens ",
+                Describe(&QuantGemmFromEnv, &QuantGemmName, "CASCADE_CUDA_QUANT_GEMM"), ", prefill attention ",
+                Describe(&PrefillAttentionFromEnv, &PrefillAttentionName, "CASCADE_CUDA_PREFILL_ATTENTION"));
+}
+
 }  // namespace cascade::kernels

@@ -9,6 +9,7 @@
 #include "core/status.h"
 #include "core/str_cat.h"
 #include "kernels/cpu_features.h"
+#include "kernels/cuda_backend.h"
 #include "model/format/gguf.h"
 #include "model/format/tokenizer_files.h"
 
@@ -22,6 +23,7 @@ kernels::CpuBackendOptions BackendOptions(const LocalEngineOptions& options) {
 }  // namespace
 
 std::string LocalEngine::CpuKernels() { return kernels::DescribeActiveCpuIsa(); }
+std::string LocalEngine::CudaKernels() { return kernels::DescribeCudaKernels(); }
 
 std::string LocalEngine::CpuPrefillActivations(const LocalEngineOptions& options) {
   return kernels::DescribeCpuPrefillActivations(BackendOptions(options));

@@ -68,6 +68,9 @@ class LocalEngine {
   // The CPU kernel level this machine computes with and the rule that chose it
   // (kernels::DescribeActiveCpuIsa), for `cascade info`.
   static std::string CpuKernels();
+  // The CUDA kernel choices the environment makes, each with its source
+  // (kernels::DescribeCudaKernels), for `cascade info`; with or without a GPU.
+  static std::string CudaKernels();
   // What `options` make of the prefill activations on this CPU
   // (kernels::DescribeCpuPrefillActivations), for `cascade run --json`.
   static std::string CpuPrefillActivations(const LocalEngineOptions& options);

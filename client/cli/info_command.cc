@@ -1,5 +1,6 @@
-// `cascade info --model PATH [--json]`: the model's config, tensor counts by type, sizes, and
-// the CPU kernel level `cascade run` computes with here.
+// `cascade info --model PATH [--json]`: the model's config, tensor counts by type, sizes, the
+// CPU kernel level `cascade run` computes with here, and the CUDA kernel choices the
+// environment makes (each with its source).
 #include <cstdio>
 #include <map>
 
@@ -98,6 +99,7 @@ int InfoCommand(int argc, char** argv) {
     j["chat_format"] = chat_format;
     j["tool_calls"] = tool_calls;
     j["cpu_kernels"] = model::LocalEngine::CpuKernels();
+    j["cuda_kernels"] = model::LocalEngine::CudaKernels();
     j["path"] = *path;
     j["format"] = std::string(model::ModelFormatName(files->format));
     j["config"] = ConfigJson(files->config);
@@ -115,6 +117,7 @@ int InfoCommand(int argc, char** argv) {
   std::printf("chat format     %s\n", chat_format.c_str());
   std::printf("tool calls      %s\n", tool_calls.c_str());
   std::printf("cpu kernels     %s\n", model::LocalEngine::CpuKernels().c_str());
+  std::printf("cuda kernels    %s\n", model::LocalEngine::CudaKernels().c_str());
   std::printf("tensors         %zu (%.2f M parameters, %.2f MiB)\n", files->weights->tensors().size(),
               total_params / 1e6, total_bytes / 1048576.0);
   std::printf("decode reads    %.2f MiB of weights a token (batch 1%s)\n", step_bytes / 1048576.0,

@@ -1298,19 +1298,14 @@ TensorView DeviceBuffer::View(DType dtype, std::initializer_list<int64_t> shape)
 }
 
 // A kernel choice: the option when given, else its environment variable's value; logged
-// with its rule ("what" of the choice, its name, where it came from) when `log`.
+// with its source (CudaChoiceSource) when `log`.
 template <typename T>
 absl::StatusOr<T> Choose(const std::optional<T>& given, absl::StatusOr<T> (*from_env)(), std::string_view (*name)(T),
-                         const char* variable, std::string_view what, std::string_view unset_rule, int device,
-                         bool log) {
+                         const char* variable, std::string_view what, int device, bool log) {
   if (given.has_value()) return *given;
   CASCADE_ASSIGN_OR_RETURN(const T v, from_env());
-  if (log) {
-    CASCADE_LOG(Info) << "cuda:" << device << ": " << what << name(v) << " ("
-                      << (std::getenv(variable) != nullptr ? std::string(variable)
-                                                           : StrCat(variable, " unset: ", unset_rule))
-                      << ")";
-  }
+  if (log)
+    CASCADE_LOG(Info) << "cuda:" << device << ": " << what << name(v) << " (" << CudaChoiceSource(variable) << ")";
   return v;
 }
 
@@ -1321,19 +1316,16 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
                                          err != cudaSuccess ? cudaGetErrorString(err) : "not that many devices"));
   }
   const int d = options.device;
-  CASCADE_ASSIGN_OR_RETURN(const CudaKernels kernels,
-                           Choose(options.kernels, &CudaKernelsFromEnv, &CudaKernelsName, "CASCADE_CUDA_KERNELS",
-                                  "kernels: ", "the tuned kernels stay off until measured on a GPU", d, true));
+  CASCADE_ASSIGN_OR_RETURN(const CudaKernels kernels, Choose(options.kernels, &CudaKernelsFromEnv, &CudaKernelsName,
+                                                             "CASCADE_CUDA_KERNELS", "kernels: ", d, true));
   // The tuned kernels' own choices, logged where they apply.
   const bool tuned = kernels == CudaKernels::kTuned;
   CASCADE_ASSIGN_OR_RETURN(const QuantGemm quant_gemm,
                            Choose(options.quant_gemm, &QuantGemmFromEnv, &QuantGemmName, "CASCADE_CUDA_QUANT_GEMM",
-                                  "quantized weights over many tokens by the GEMM: ",
-                                  "the int8 tiles stay off until measured on a GPU", d, tuned));
+                                  "quantized weights over many tokens by the GEMM: ", d, tuned));
   CASCADE_ASSIGN_OR_RETURN(const PrefillAttention prefill_attention,
                            Choose(options.prefill_attention, &PrefillAttentionFromEnv, &PrefillAttentionName,
-                                  "CASCADE_CUDA_PREFILL_ATTENTION", "prefill attention by the tiles: ",
-                                  "the tensor-core tiles stay off until measured on a GPU", d, tuned));
+                                  "CASCADE_CUDA_PREFILL_ATTENTION", "prefill attention by the tiles: ", d, tuned));
   auto b = std::make_unique<CudaBackendImpl>(d, kernels);
   CASCADE_RETURN_IF_ERROR(b->Init());
   CASCADE_RETURN_IF_ERROR(b->set_quant_gemm(quant_gemm));

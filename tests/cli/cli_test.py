@@ -141,6 +141,22 @@ def test_info_cpu_kernels():
     print(f"cascade info: cpu kernels {best}; capped: {got}")
 
 
+def test_info_cuda_kernels():
+    """The CUDA kernel choices move results on a GPU, so `cascade info` names each, with the
+    variable that set it or the rule that defaults it, with or without a GPU here."""
+    need(STORIES)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CASCADE_CUDA_")}
+    got = json.loads(subprocess.run([BIN, "info", "--model", STORIES, "--json"], capture_output=True, text=True,
+                                    timeout=60, env=env).stdout)["cuda_kernels"]
+    assert got.startswith("reference (CASCADE_CUDA_KERNELS unset: the tuned kernels stay off until measured"), got
+    assert "bf16 (CASCADE_CUDA_QUANT_GEMM unset" in got and "f32 (CASCADE_CUDA_PREFILL_ATTENTION unset" in got, got
+    tuned = subprocess.run([BIN, "info", "--model", STORIES], capture_output=True, text=True, timeout=60,
+                           env={**env, "CASCADE_CUDA_KERNELS": "tuned", "CASCADE_CUDA_QUANT_GEMM": "int8"}).stdout
+    line = next(l for l in tuned.splitlines() if l.startswith("cuda kernels    "))
+    assert "tuned (CASCADE_CUDA_KERNELS=tuned)" in line and "int8 (CASCADE_CUDA_QUANT_GEMM=int8)" in line, line
+    print(f"cascade info: cuda kernels {got}")
+
+
 def test_tokenize():
     need(STORIES, SMOL)
     plain = json.loads(cascade("tokenize", "--model", STORIES, "--text", "Once upon a time", "--json").stdout)

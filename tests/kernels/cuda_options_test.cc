@@ -55,5 +55,32 @@ TEST(PrefillAttentionFromEnvTest, F32UnlessToldF16) {
   EXPECT_EQ(PrefillAttentionName(PrefillAttention::kF16), "f16");
 }
 
+// What `cascade info` shows and Create logs: each choice with its source, the rule when its
+// variable is unset, and what is wrong with a bad value.
+TEST(CudaChoicesTest, EachChoiceNamesItsSource) {
+  unsetenv("CASCADE_CUDA_KERNELS");
+  unsetenv("CASCADE_CUDA_QUANT_GEMM");
+  unsetenv("CASCADE_CUDA_PREFILL_ATTENTION");
+  EXPECT_EQ(CudaChoiceSource("CASCADE_CUDA_KERNELS"),
+            "CASCADE_CUDA_KERNELS unset: the tuned kernels stay off until measured on a GPU");
+  EXPECT_EQ(DescribeCudaKernels(),
+            "reference (CASCADE_CUDA_KERNELS unset: the tuned kernels stay off until measured on a GPU); with the "
+            "tuned ones: GEMM of quantized weights over many tokens bf16 (CASCADE_CUDA_QUANT_GEMM unset: the int8 "
+            "tiles stay off until measured on a GPU), prefill attention f32 (CASCADE_CUDA_PREFILL_ATTENTION unset: "
+            "the tensor-core tiles stay off until measured on a GPU)");
+  setenv("CASCADE_CUDA_KERNELS", "tuned", 1);
+  setenv("CASCADE_CUDA_QUANT_GEMM", "int8", 1);
+  setenv("CASCADE_CUDA_PREFILL_ATTENTION", "f16", 1);
+  EXPECT_EQ(DescribeCudaKernels(),
+            "tuned (CASCADE_CUDA_KERNELS=tuned); with the tuned ones: GEMM of quantized weights over many tokens int8 "
+            "(CASCADE_CUDA_QUANT_GEMM=int8), prefill attention f16 (CASCADE_CUDA_PREFILL_ATTENTION=f16)");
+  setenv("CASCADE_CUDA_QUANT_GEMM", "int4", 1);
+  EXPECT_NE(DescribeCudaKernels().find("invalid (CASCADE_CUDA_QUANT_GEMM = 'int4': must be bf16 or int8)"),
+            std::string::npos);
+  unsetenv("CASCADE_CUDA_KERNELS");
+  unsetenv("CASCADE_CUDA_QUANT_GEMM");
+  unsetenv("CASCADE_CUDA_PREFILL_ATTENTION");
+}
+
 }  // namespace
 }  // namespace cascade::kernels
