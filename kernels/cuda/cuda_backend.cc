@@ -1024,6 +1024,7 @@ class CudaBackendImpl final : public CudaBackend {
     // tensor-core GEMM on BF16 activations (the reference path decodes to F32 for an F32 GEMM).
     const bool bf16_gemm = kernels_ == CudaKernels::kTuned && !gemv && !int8_mma && IsQuantized(weight.dtype);
     const bool blas = !gemv && !int8_mma;
+    const bool fused_bias = kernels_ == CudaKernels::kTuned && !blas;
     // GEMMs read F16/BF16 activations converted into one scratch buffer, or quantized
     // weights decoded into another.
     void* converted =
@@ -1049,6 +1050,8 @@ class CudaBackendImpl final : public CudaBackend {
         parts.out[parts.n_parts] = F32(o);
         parts.end[parts.n_parts++] = end += o.Cols();
       }
+      // The tuned kernels add the biases as they store (the bits of AddBias after them).
+      for (size_t p = 0; fused_bias && p < biases.size(); ++p) parts.bias[p] = F32(biases[p]);
       if (int8_mma) {
         cuda::QuantizeActivations(xq, F32(in), n_tokens, n_in, stream_);
         cuda::Q8Mma(parts, xq, weight.data, code, weight.RowBytes(), n_tokens, n_out, n_in, stream_);
@@ -1102,7 +1105,7 @@ class CudaBackendImpl final : public CudaBackend {
       }
       Mark(half ? "cublasGemmEx (F16/BF16)" : bf16_gemm ? "cublasGemmEx (decoded BF16)" : "cublasGemmEx (F32)");
     }
-    for (size_t p = 0; p < biases.size(); ++p) {
+    for (size_t p = 0; p < biases.size() && !fused_bias; ++p) {
       if (biases[p].data == nullptr) continue;
       cuda::AddBias(F32(outs[p]), F32(biases[p]), n_tokens, outs[p].Cols(), stream_);
       CASCADE_RETURN_IF_ERROR(LastError("AddBias"));

@@ -82,14 +82,18 @@ constexpr int kMaxGemvParts = 4;
 struct GemvOut {
   float* out[kMaxGemvParts] = {};
   int64_t end[kMaxGemvParts] = {};
+  // Each part's bias [its rows], added as the sums are stored (the bits of AddBias after
+  // them), or null.
+  const float* bias[kMaxGemvParts] = {};
   int n_parts = 0;
 
-  // Where row o of the stacked rows goes for token t (o < end[n_parts - 1]).
-  __host__ __device__ float* At(int64_t o, int64_t t) const {
+  // Stores row o of the stacked rows (o < end[n_parts - 1]) for token t: the sum v, plus its
+  // part's bias.
+  __host__ __device__ void Store(int64_t o, int64_t t, float v) const {
     int p = 0;
     while (o >= end[p]) ++p;
     const int64_t first = p == 0 ? 0 : end[p - 1];
-    return out[p] + t * (end[p] - first) + (o - first);
+    out[p][t * (end[p] - first) + (o - first)] = bias[p] != nullptr ? v + bias[p][o - first] : v;
   }
 };
 void QuantGemv(const GemvOut& out, const float* x, const void* w, int code, int64_t n_tokens, int64_t n_out,

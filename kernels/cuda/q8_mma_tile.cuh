@@ -173,11 +173,11 @@ __device__ __forceinline__ void ForEachResult(int warp, int lane, const F& f) {
 }
 
 // The dense product's results of the block's tile at (row0, tok0) into the parts of `out`
-// (GemvOut: rows of stacked projections); past the matrix: nothing.
+// (GemvOut: rows of stacked projections, with their biases); past the matrix: nothing.
 __device__ __forceinline__ void StoreTile(const Q8MmaArgs& a, const Q8MmaAcc& acc, int64_t row0, int64_t tok0, int warp,
                                           int lane) {
   ForEachResult(warp, lane, [&](int i, int j, int e, int row, int tok) {
-    if (row0 + row < a.n_out && tok0 + tok < a.n_tokens) *a.out.At(row0 + row, tok0 + tok) = acc.v[i][j][e];
+    if (row0 + row < a.n_out && tok0 + tok < a.n_tokens) a.out.Store(row0 + row, tok0 + tok, acc.v[i][j][e]);
   });
 }
 

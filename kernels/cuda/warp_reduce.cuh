@@ -27,7 +27,7 @@ __device__ __forceinline__ T WarpInclusiveSum(T v, int lane) {
 
 // The end of a warp-per-row GEMV: each of the n_t tokens' partial dot products of output
 // row `o` summed over the warp, and written by lane 0 into the part of `out` that row
-// belongs to (row o - first of part p; tokens from t0).
+// belongs to (row o - first of part p; tokens from t0), with its part's bias.
 template <int T>
 __device__ __forceinline__ void StoreGemvRow(const GemvOut& out, int64_t o, float (&acc)[T], int n_t, int64_t t0,
                                              int lane) {
@@ -35,7 +35,7 @@ __device__ __forceinline__ void StoreGemvRow(const GemvOut& out, int64_t o, floa
   for (int t = 0; t < T; ++t) {
     if (t >= n_t) break;
     const float s = WarpSum(acc[t]);
-    if (lane == 0) *out.At(o, t0 + t) = s;
+    if (lane == 0) out.Store(o, t0 + t, s);
   }
 }
 

@@ -3,9 +3,10 @@
 // then every warp's products with the mma instruction's result computed from the staged
 // tile (HostMma), then the stores. Against a double-precision product of the CPU's
 // dequantized weights and the 8-bit activations, for every block type, on shapes with
-// partial row and token tiles, a partial last stage and two stacked parts. What this leaves
-// to the GPU test (tests/gpu/cuda_backend_test.cc TunedInt8GemmMatchesDoublePrecision): the
-// instruction itself and its registers' layout (q8_mma.cu).
+// partial row and token tiles, a partial last stage and two stacked parts (the second with
+// a bias). What this leaves to the GPU test (tests/gpu/cuda_backend_test.cc
+// TunedInt8GemmMatchesDoublePrecision): the instruction itself and its registers' layout
+// (q8_mma.cuh).
 #include "kernels/cuda/q8_mma_tile.cuh"
 
 #include <cmath>
@@ -96,6 +97,9 @@ double TileError(DType dtype, Case k, bool halves) {
   a.out.end[0] = k.first_part;
   a.out.end[1] = k.n_out;
   a.out.n_parts = 2;
+  std::vector<float> bias(second);  // The second part's bias, added as the tiles store.
+  for (float& b : bias) b = normal(rng);
+  a.out.bias[1] = bias.data();
   a.xq = xq.data();
   a.w = w.data();
   a.code = static_cast<int>(dtype);
@@ -107,7 +111,7 @@ double TileError(DType dtype, Case k, bool halves) {
   double num = 0, den = 0;
   for (int64_t t = 0; t < k.n_tokens; ++t) {
     for (int64_t o = 0; o < k.n_out; ++o) {
-      double want = 0;
+      double want = o < k.first_part ? 0.0 : bias[o - k.first_part];
       for (int64_t i = 0; i < k.n_in; ++i) want += decoded[o * k.n_in + i] * xv[t * k.n_in + i];
       const float got = o < k.first_part ? out0[t * k.first_part + o] : out1[t * second + o - k.first_part];
       if (!std::isfinite(got)) return INFINITY;  // Never written.
