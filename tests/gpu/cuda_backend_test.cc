@@ -421,36 +421,48 @@ TEST_F(CudaBackendTest, EveryGgufBlockTypeMatchesDoublePrecision) {
 }
 
 // Stacked projections (LinearParts over a prepared weight of Q/K/V-like parts of 48, 32
-// and 37 rows, with a bias on the middle part): each part against the double-precision
-// product over its own rows, through the one-launch GEMV (up to 16 tokens) and the
-// per-part GEMMs (40 tokens).
+// and 37 rows, with a bias on the middle part, which the tuned kernels add as they store):
+// each part against the double-precision product over its own rows, through the one-launch
+// GEMV (up to 16 tokens; the tuned quantized ones against the activations rounded to 8
+// bits as they round them) and the per-part GEMMs (40 tokens; the tuned kernels' quantized
+// GEMM on BF16, 1e-2), with both kernel sets.
 TEST_F(CudaBackendTest, LinearPartsMatchDoublePrecisionPerPart) {
+  auto tuned = CudaBackend::Create({.device = 0, .kernels = CudaKernels::kTuned});
+  auto reference = CudaBackend::Create({.device = 0, .kernels = CudaKernels::kReference});
+  ASSERT_TRUE(tuned.ok() && reference.ok());
   const int64_t n_in = 256, rows[3] = {48, 32, 37}, n_out = 48 + 32 + 37;
-  for (DType dtype : {DType::kF32, DType::kBF16, DType::kQ8_0, DType::kQ4_1, DType::kI4_G128}) {
-    std::vector<float> decoded;
-    std::vector<uint8_t> w = RandomWeights(dtype, n_out, n_in, 11, &decoded);
-    auto prepared = gpu_->PrepareWeight(TensorView(w.data(), dtype, {n_out, n_in}));
-    ASSERT_TRUE(prepared.ok()) << prepared.status();
-    const std::vector<float> bias = Random(rows[1], 12);
-    DeviceBuffer db = Up(bias);
-    for (int64_t n_tokens : {1, 5, 40}) {
-      const std::vector<float> x = Random(n_tokens * n_in, 13 + n_tokens);
-      DeviceBuffer dx = Up(x);
-      std::vector<DeviceBuffer> outs;
-      std::vector<TensorView> views;
-      for (int64_t r : rows) {
-        outs.push_back(Poisoned(n_tokens * r));
-        views.push_back(outs.back().View(DType::kF32, {n_tokens, r}));
-      }
-      const TensorView biases[] = {TensorView(), db.View(DType::kF32, {rows[1]}), TensorView()};
-      ASSERT_TRUE(gpu_->LinearParts(views, dx.View(DType::kF32, {n_tokens, n_in}), **prepared, biases).ok());
-      int64_t first = 0;
-      for (int p = 0; p < 3; ++p) {
-        const std::vector<double> want =
-            PartProduct(x, decoded, n_tokens, n_in, first, rows[p], p == 1 ? bias : std::vector<float>{});
-        EXPECT_LT(RelL2(Down(outs[p], want.size()), want), dtype == DType::kBF16 ? 1e-2 : 1e-5)
-            << DTypeName(dtype) << " tokens " << n_tokens << " part " << p;
-        first += rows[p];
+  for (CudaBackend* gpu : {reference->get(), tuned->get()}) {
+    const char* kernels = gpu == reference->get() ? "reference" : "tuned";
+    for (DType dtype : {DType::kF32, DType::kBF16, DType::kQ8_0, DType::kQ4_1, DType::kI4_G128}) {
+      std::vector<float> decoded;
+      std::vector<uint8_t> w = RandomWeights(dtype, n_out, n_in, 11, &decoded);
+      auto prepared = gpu->PrepareWeight(TensorView(w.data(), dtype, {n_out, n_in}));
+      ASSERT_TRUE(prepared.ok()) << prepared.status();
+      const std::vector<float> bias = Random(rows[1], 12);
+      DeviceBuffer db = Up(bias);
+      for (int64_t n_tokens : {1, 5, 40}) {
+        const std::vector<float> x = Random(n_tokens * n_in, 13 + n_tokens);
+        DeviceBuffer dx = Up(x);
+        std::vector<DeviceBuffer> outs;
+        std::vector<TensorView> views;
+        for (int64_t r : rows) {
+          outs.push_back(Poisoned(n_tokens * r));
+          views.push_back(outs.back().View(DType::kF32, {n_tokens, r}));
+        }
+        const TensorView biases[] = {TensorView(), db.View(DType::kF32, {rows[1]}), TensorView()};
+        ASSERT_TRUE(gpu->LinearParts(views, dx.View(DType::kF32, {n_tokens, n_in}), **prepared, biases).ok());
+        // The tuned kernels' quantized GEMVs round the activations to 8 bits.
+        const bool rounded = gpu == tuned->get() && IsQuantized(dtype) && n_tokens <= 16;
+        const std::vector<double> xr = rounded ? Q8Activations(x) : std::vector<double>(x.begin(), x.end());
+        int64_t first = 0;
+        for (int p = 0; p < 3; ++p) {
+          const std::vector<double> want =
+              PartProduct(xr, decoded, n_tokens, n_in, first, rows[p], p == 1 ? bias : std::vector<float>{});
+          const double bound = dtype == DType::kBF16 || (gpu == tuned->get() && IsQuantized(dtype)) ? 1e-2 : 1e-5;
+          EXPECT_LT(RelL2(Down(outs[p], want.size()), want), rounded ? 1e-5 : bound)
+              << kernels << " " << DTypeName(dtype) << " tokens " << n_tokens << " part " << p;
+          first += rows[p];
+        }
       }
     }
   }
