@@ -473,22 +473,22 @@ class CudaBackendImpl final : public CudaBackend {
   }
   void set_moe_device_max_tokens(int64_t n) override { moe_device_max_tokens_ = n; }
   absl::Status set_quant_gemm(QuantGemm g) override {
-    if (g == QuantGemm::kInt8 && cc_major_ < 8) {
-      return absl::InvalidArgumentError(StrCat("CASCADE_CUDA_QUANT_GEMM=int8: cuda:", device_,
-                                               " has compute capability ", cc_major_,
-                                               ".x; the int8 tiles need 8.0 or later"));
-    }
+    if (g == QuantGemm::kInt8) CASCADE_RETURN_IF_ERROR(NeedTensorCores("CASCADE_CUDA_QUANT_GEMM=int8", "int8 tiles"));
     quant_gemm_ = g;
     return absl::OkStatus();
   }
   absl::Status set_prefill_attention(PrefillAttention p) override {
-    if (p == PrefillAttention::kF16 && cc_major_ < 8) {
-      return absl::InvalidArgumentError(StrCat("CASCADE_CUDA_PREFILL_ATTENTION=f16: cuda:", device_,
-                                               " has compute capability ", cc_major_,
-                                               ".x; the tensor-core tiles need 8.0 or later"));
+    if (p == PrefillAttention::kF16) {
+      CASCADE_RETURN_IF_ERROR(NeedTensorCores("CASCADE_CUDA_PREFILL_ATTENTION=f16", "tensor-core tiles"));
     }
     prefill_attention_ = p;
     return absl::OkStatus();
+  }
+  // The mma.sync kernels need compute capability 8.0: InvalidArgument naming `choice` below it.
+  absl::Status NeedTensorCores(std::string_view choice, std::string_view kernels) const {
+    if (cc_major_ >= 8) return absl::OkStatus();
+    return absl::InvalidArgumentError(StrCat(choice, ": cuda:", device_, " has compute capability ", cc_major_,
+                                             ".x; the ", kernels, " need 8.0 or later"));
   }
 
   // Tokens a MoE pass takes at most: its scratch grows with tokens x top k x (n_ff + n_embd)
@@ -1052,13 +1052,12 @@ class CudaBackendImpl final : public CudaBackend {
       }
       // The tuned kernels add the biases as they store (the bits of AddBias after them).
       for (size_t p = 0; fused_bias && p < biases.size(); ++p) parts.bias[p] = F32(biases[p]);
+      if (xq != nullptr) cuda::QuantizeActivations(xq, F32(in), n_tokens, n_in, stream_);  // int8 tiles, Q8 GEMV.
       if (int8_mma) {
-        cuda::QuantizeActivations(xq, F32(in), n_tokens, n_in, stream_);
         cuda::Q8Mma(parts, xq, weight.data, code, weight.RowBytes(), n_tokens, n_out, n_in, stream_);
       } else if (half_gemv) {
         cuda::HalfGemv(parts, F32(in), weight.data, code, n_tokens, n_out, n_in, stream_);
       } else if (q8_gemv) {
-        cuda::QuantizeActivations(xq, F32(in), n_tokens, n_in, stream_);
         cuda::Q8Gemv(parts, xq, weight.data, code, weight.RowBytes(), n_tokens, n_out, n_in, stream_);
       } else {
         cuda::QuantGemv(parts, F32(in), weight.data, code, n_tokens, n_out, n_in, stream_);

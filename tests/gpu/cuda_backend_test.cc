@@ -62,6 +62,19 @@ class CudaBackendTest : public ::testing::Test {
     std::vector<uint8_t> nan(n * sizeof(float), 0xff);
     return Up(nan.data(), nan.size());
   }
+  // The outputs of stacked parts, [n_tokens, rows[p]] each, poisoned, and their views.
+  struct Parts {
+    std::vector<DeviceBuffer> buffers;
+    std::vector<TensorView> views;
+  };
+  Parts PoisonedParts(int64_t n_tokens, std::span<const int64_t> rows) {
+    Parts p;
+    for (int64_t r : rows) {
+      p.buffers.push_back(Poisoned(n_tokens * r));
+      p.views.push_back(p.buffers.back().View(DType::kF32, {n_tokens, r}));
+    }
+    return p;
+  }
   std::vector<float> Down(const DeviceBuffer& b, size_t n) {
     std::vector<float> out(n);
     EXPECT_TRUE(gpu_->Synchronize().ok());
@@ -180,16 +193,11 @@ TEST_F(CudaBackendTest, TunedHalfGemvMatchesDoublePrecisionAndTheReferencePath) 
         CudaBackend& backend = b == 0 ? **tuned : **reference;
         auto prepared = backend.PrepareWeight(TensorView(w.data(), dtype, {n_out, n_in}));
         ASSERT_TRUE(prepared.ok()) << prepared.status();
-        std::vector<DeviceBuffer> outs;
-        std::vector<TensorView> views;
-        for (int64_t r : rows) {
-          outs.push_back(Poisoned(n_tokens * r));
-          views.push_back(outs.back().View(DType::kF32, {n_tokens, r}));
-        }
+        const Parts outs = PoisonedParts(n_tokens, rows);
         const TensorView biases[] = {TensorView(), db.View(DType::kF32, {rows[1]}), TensorView()};
-        ASSERT_TRUE(backend.LinearParts(views, dx.View(DType::kF32, {n_tokens, n_in}), **prepared, biases).ok());
+        ASSERT_TRUE(backend.LinearParts(outs.views, dx.View(DType::kF32, {n_tokens, n_in}), **prepared, biases).ok());
         ASSERT_TRUE(backend.Synchronize().ok());
-        for (int p = 0; p < 3; ++p) got[b].push_back(Down(outs[p], n_tokens * rows[p]));
+        for (int p = 0; p < 3; ++p) got[b].push_back(Down(outs.buffers[p], n_tokens * rows[p]));
       }
       int64_t first = 0;
       for (int p = 0; p < 3; ++p) {
@@ -337,14 +345,9 @@ TEST_F(CudaBackendTest, TunedInt8GemmMatchesDoublePrecision) {
       const std::vector<float> x = Random(n_tokens * n_in, 73 + n_tokens);
       const std::vector<double> xq = Q8Activations(x);
       DeviceBuffer dx = Up(x);
-      std::vector<DeviceBuffer> outs;
-      std::vector<TensorView> views;
-      for (int64_t r : rows) {
-        outs.push_back(Poisoned(n_tokens * r));
-        views.push_back(outs.back().View(DType::kF32, {n_tokens, r}));
-      }
+      const Parts outs = PoisonedParts(n_tokens, rows);
       const TensorView biases[] = {TensorView(), db.View(DType::kF32, {rows[1]}), TensorView()};
-      ASSERT_TRUE((*int8)->LinearParts(views, dx.View(DType::kF32, {n_tokens, n_in}), **prepared, biases).ok());
+      ASSERT_TRUE((*int8)->LinearParts(outs.views, dx.View(DType::kF32, {n_tokens, n_in}), **prepared, biases).ok());
       // The same activations one token at a time: the integer GEMV.
       DeviceBuffer gemv_out = Poisoned(n_tokens * n_out);
       const Device gpu{DeviceKind::kCuda, 0};
@@ -376,7 +379,7 @@ TEST_F(CudaBackendTest, TunedInt8GemmMatchesDoublePrecision) {
             by_reference[t * rows[p] + o] = ref[t * n_out + first + o] + (b.empty() ? 0.0 : b[o]);
           }
         }
-        const std::vector<float> got = Down(outs[p], exact.size());
+        const std::vector<float> got = Down(outs.buffers[p], exact.size());
         EXPECT_LT(RelL2(got, rounded), 1e-5) << what << " part " << p;
         EXPECT_LT(RelL2(got, exact), 2e-2) << what << " part " << p;
         EXPECT_LT(RelL2(got, by_gemv), 1e-5) << what << " part " << p;
@@ -443,14 +446,9 @@ TEST_F(CudaBackendTest, LinearPartsMatchDoublePrecisionPerPart) {
       for (int64_t n_tokens : {1, 5, 40}) {
         const std::vector<float> x = Random(n_tokens * n_in, 13 + n_tokens);
         DeviceBuffer dx = Up(x);
-        std::vector<DeviceBuffer> outs;
-        std::vector<TensorView> views;
-        for (int64_t r : rows) {
-          outs.push_back(Poisoned(n_tokens * r));
-          views.push_back(outs.back().View(DType::kF32, {n_tokens, r}));
-        }
+        const Parts outs = PoisonedParts(n_tokens, rows);
         const TensorView biases[] = {TensorView(), db.View(DType::kF32, {rows[1]}), TensorView()};
-        ASSERT_TRUE(gpu->LinearParts(views, dx.View(DType::kF32, {n_tokens, n_in}), **prepared, biases).ok());
+        ASSERT_TRUE(gpu->LinearParts(outs.views, dx.View(DType::kF32, {n_tokens, n_in}), **prepared, biases).ok());
         // The tuned kernels' quantized GEMVs round the activations to 8 bits.
         const bool rounded = gpu == tuned->get() && IsQuantized(dtype) && n_tokens <= 16;
         const std::vector<double> xr = rounded ? Q8Activations(x) : std::vector<double>(x.begin(), x.end());
@@ -459,7 +457,7 @@ TEST_F(CudaBackendTest, LinearPartsMatchDoublePrecisionPerPart) {
           const std::vector<double> want =
               PartProduct(xr, decoded, n_tokens, n_in, first, rows[p], p == 1 ? bias : std::vector<float>{});
           const double bound = dtype == DType::kBF16 || (gpu == tuned->get() && IsQuantized(dtype)) ? 1e-2 : 1e-5;
-          EXPECT_LT(RelL2(Down(outs[p], want.size()), want), rounded ? 1e-5 : bound)
+          EXPECT_LT(RelL2(Down(outs.buffers[p], want.size()), want), rounded ? 1e-5 : bound)
               << kernels << " " << DTypeName(dtype) << " tokens " << n_tokens << " part " << p;
           first += rows[p];
         }
